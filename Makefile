@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine; each installs what it needs into .venv itself.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job: a full gpu02 rollout against the built-in simulated gpu02.
+demo: $(STAMP)
+	$(BIN)/orchestrate demo
+
+## The whole test suite (unit, property, end-to-end over loopback, PostgreSQL journal).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+## Benchmarks against the simulator (not part of the test suite).
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .state .pytest_cache .hypothesis

@@ -1,0 +1,286 @@
+"""HiCache host-memory budgets: parse, resolve per replica and per rank, check that they fit.
+
+Pure arithmetic, no I/O. Every value is exact: sizes are `int` bytes, percentages are `Decimal`,
+and nothing passes through `float`.
+
+The rules (gpu02 runbook, "HiCache host-memory budget"):
+
+- `SGLANG_HICACHE_RAM_BUDGET` is a per-replica size (`406GiB`) or a percentage (`40%`).
+- A percentage resolves against `MemAvailable` when that replica's engine starts, so it depends
+  on start order: every replica started earlier has already booked its share.
+- Each of a replica's TP ranks gets `floor(replica_bytes / ranks)` and logs it as
+  `rank_budget_bytes=<int>`.
+- The replicas must fit in the host's available RAM minus a reserve (10 GiB on gpu02), with room
+  left for page cache.
+
+Units, as written in the compose files: `KB MB GB TB` are powers of 1000, `KiB MiB GiB TiB` powers
+of 1024, `B` or no unit is bytes. Units are case-sensitive and nothing else is accepted (`gib` is
+refused with a message naming `GiB`; docker-style `G` is not understood): how the engine reads
+other spellings is not known here, so a value we pass must be one whose meaning is certain.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation, Rounded
+
+GIB = 2**30
+
+UNITS: dict[str, int] = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+_EXAMPLES = "use e.g. 406GiB, 435939180544, 1.5TiB, 500GB or 40%"
+_NUMBER_UNIT = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z]+|%)?")
+_MAX_DIGITS = 100  # room for 1 byte written exactly in TiB; keeps the arithmetic bounded
+
+# Arithmetic that raises instead of rounding: a result that would not be exact is a bug.
+_EXACT = Context(prec=200, traps=[Inexact, Rounded, InvalidOperation])
+
+
+class BudgetError(ValueError):
+    """A budget that cannot be used; the message says what to write instead."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One replica's budget: absolute `bytes` or a `percent` of available RAM (exactly one set).
+
+    `text` is the value as written (for messages and plans). Build one with `parse_budget`,
+    `Budget.absolute` or `Budget.of_percent`.
+    """
+
+    text: str
+    bytes: int | None = None
+    percent: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        if (self.bytes is None) == (self.percent is None):
+            raise BudgetError(f"budget {self.text!r}: give exactly one of bytes or percent")
+        if self.bytes is not None and (isinstance(self.bytes, bool) or self.bytes <= 0):
+            raise BudgetError(f"budget {self.text!r} must be a positive number of bytes")
+        if self.percent is not None and not Decimal(0) < self.percent <= Decimal(100):
+            raise BudgetError(f"budget {self.text!r} must be a percentage above 0 and at most 100")
+
+    @classmethod
+    def absolute(cls, n_bytes: int, text: str | None = None) -> Budget:
+        return cls(text=text if text is not None else str(n_bytes), bytes=n_bytes)
+
+    @classmethod
+    def of_percent(cls, percent: Decimal | int | str, text: str | None = None) -> Budget:
+        value = Decimal(percent)
+        return cls(text=text if text is not None else f"{value}%", percent=value)
+
+    @property
+    def is_percent(self) -> bool:
+        return self.percent is not None
+
+    def resolve(self, available_bytes: int) -> int:
+        """Bytes this budget books when `available_bytes` are available at its engine's start."""
+        if self.bytes is not None:
+            return self.bytes
+        assert self.percent is not None
+        numerator, denominator = self.percent.as_integer_ratio()
+        return max(0, available_bytes) * numerator // (denominator * 100)
+
+
+def parse_budget(text: str) -> Budget:
+    """Parse `406GiB`, `406 GiB`, `435939180544`, `1.5TiB`, `500GB` or `40%`.
+
+    Refused, each with a message saying what to write: empty, negative, zero, a percentage over
+    100, a size that is not a whole number of bytes (`1.3KiB`), an unknown or wrongly-cased unit,
+    anything else.
+    """
+    if not isinstance(text, str):
+        raise BudgetError(f"budget {text!r} is not a string: {_EXAMPLES}")
+    stripped = text.strip()
+    if not stripped:
+        raise BudgetError(f"budget is empty: {_EXAMPLES}")
+    if stripped.startswith("-"):
+        raise BudgetError(f"budget {text!r} is negative: a budget must be positive; {_EXAMPLES}")
+    match = _NUMBER_UNIT.fullmatch(stripped)
+    if match is None or len(match["number"]) > _MAX_DIGITS:
+        raise BudgetError(f"budget {text!r} is not understood: {_EXAMPLES}")
+    number = Decimal(match["number"])
+    unit = match["unit"] or "B"
+    if number == 0:
+        raise BudgetError(f"budget {text!r} is zero: a budget must be positive; {_EXAMPLES}")
+    if unit == "%":
+        if number > 100:
+            raise BudgetError(f"budget {text!r} is over 100%: a percentage is at most 100%")
+        return Budget(text=text, percent=number)
+    if unit not in UNITS:
+        hint = _unit_hint(unit)
+        if hint:
+            raise BudgetError(f"budget {text!r}: {hint}")
+        raise BudgetError(f"budget {text!r} is not understood: {_EXAMPLES}")
+    value = _EXACT.multiply(number, Decimal(UNITS[unit]))
+    if value != value.to_integral_value():
+        raise BudgetError(
+            f"budget {text!r} is {value} bytes, not a whole number of bytes: "
+            f"write it in a smaller unit or in bytes"
+        )
+    return Budget(text=text, bytes=int(value))
+
+
+def _unit_hint(unit: str) -> str | None:
+    """How to spell a unit written in the wrong case; None when it is no unit at all."""
+    for spelled in UNITS:
+        if unit.lower() == spelled.lower():
+            known = " ".join(UNITS)
+            return f"unit {unit!r} is spelled {spelled!r} (units are case-sensitive: {known})"
+    return None
+
+
+def format_size(n_bytes: int, unit: str = "GiB") -> str:
+    """`n_bytes` written exactly in `unit`, the way `parse_budget` reads it: 1.5 TiB -> `1.5TiB`.
+
+    Exact for every integer and unit (a power of 2 or 10 always has a finite decimal expansion).
+    """
+    if unit not in UNITS:
+        raise BudgetError(f"cannot format in unit {unit!r}: use one of {' '.join(UNITS)}")
+    if unit == "B":
+        return str(n_bytes)
+    value = _EXACT.divide(Decimal(n_bytes), Decimal(UNITS[unit]))
+    return f"{value.normalize(_EXACT):f}{unit}"
+
+
+def format_gib(n_bytes: int) -> str:
+    """Bytes in GiB with one decimal, for humans: 435939180544 -> `406.0 GiB`."""
+    value = _EXACT.divide(Decimal(n_bytes), Decimal(GIB))
+    return f"{value.quantize(Decimal('0.1'), rounding=ROUND_HALF_EVEN)} GiB"
+
+
+def per_rank_bytes(replica_bytes: int, ranks: int) -> int:
+    """Each rank's share, floored: 406 GiB over 4 ranks = 108984795136."""
+    if ranks < 1:
+        raise BudgetError(f"ranks must be at least 1, not {ranks}")
+    if replica_bytes < 0:
+        raise BudgetError(f"replica budget must not be negative ({replica_bytes} bytes)")
+    return replica_bytes // ranks
+
+
+def expected_rank_budget_line(replica_bytes: int, ranks: int) -> str:
+    """The text every rank's startup log must contain: `rank_budget_bytes=108984795136`."""
+    return f"rank_budget_bytes={per_rank_bytes(replica_bytes, ranks)}"
+
+
+def resolve_in_start_order(budgets: Sequence[Budget], available_bytes: int) -> list[int]:
+    """Bytes each replica books, in start order.
+
+    An absolute budget books its size. A percentage books that share of what is still available
+    when its replica starts: `available_bytes` minus what the earlier replicas booked (never below
+    zero). Percentages alone therefore never book more than `available_bytes`; absolute sizes are
+    returned as asked even when they do not fit (`check_fit` reports that).
+    """
+    _require_non_negative(available_bytes=available_bytes)
+    remaining = available_bytes
+    booked: list[int] = []
+    for budget in budgets:
+        amount = budget.resolve(remaining)
+        booked.append(amount)
+        remaining = max(0, remaining - amount)
+    return booked
+
+
+@dataclass
+class FitReport:
+    """Outcome of `check_fit`. `ok` is true exactly when `problems` is empty."""
+
+    ok: bool
+    replica_bytes: list[int]
+    total_bytes: int
+    available_bytes: int
+    reserve_bytes: int
+    page_cache_headroom_bytes: int  # available - reserve - total; negative when it does not fit
+    problems: list[str] = field(default_factory=list)
+    double_booking: bool = False
+
+
+def check_fit(
+    budgets: Sequence[Budget],
+    available_bytes: int,
+    reserve_bytes: int,
+    min_page_cache_bytes: int = 0,
+) -> FitReport:
+    """Check that the replicas' budgets, started in the given order, fit on the host.
+
+    Problems (each a sentence, sizes in GiB with one decimal):
+
+    - the total exceeds `available_bytes - reserve_bytes` (the engine started last fails);
+    - the headroom left for page cache is below `min_page_cache_bytes`;
+    - a percentage budget on more than one replica (its size depends on start order and moves at
+      every restart);
+    - the percentages add up to more than 100% of host RAM (a single-replica value applied to
+      several replicas: 2 x 80% = 160%).
+
+    `double_booking` is true when the percentages add up to more than 100, or when the resolved
+    total exceeds `available_bytes - reserve_bytes`.
+    """
+    _require_non_negative(
+        available_bytes=available_bytes,
+        reserve_bytes=reserve_bytes,
+        min_page_cache_bytes=min_page_cache_bytes,
+    )
+    replica_bytes = resolve_in_start_order(budgets, available_bytes)
+    total = sum(replica_bytes)
+    usable = available_bytes - reserve_bytes
+    headroom = usable - total
+    percents = [b.percent for b in budgets if b.percent is not None]
+    percent_sum = sum(percents, Decimal(0))
+    problems: list[str] = []
+
+    if len(budgets) > 1 and percents:
+        shares = ", then ".join(format_gib(b) for b in replica_bytes)
+        problems.append(
+            f"percentage budgets on {len(budgets)} replicas depend on start order "
+            f"({shares}) and move at every restart: give each replica a fixed size instead"
+        )
+    if percent_sum > 100:
+        written = " + ".join(f"{p}%" for p in percents)
+        problems.append(
+            f"double-booking: percentage budgets {written} add up to {percent_sum}% of host RAM "
+            f"(a single-replica percentage applied to {len(percents)} replicas)"
+        )
+    if total > usable:
+        problems.append(
+            f"double-booking: {_replicas_book(len(budgets))} {format_gib(total)}, more than the "
+            f"{format_gib(max(usable, 0))} left of {format_gib(available_bytes)} available after "
+            f"the {format_gib(reserve_bytes)} reserve ({format_gib(-headroom)} over): "
+            f"the engine started last fails at startup"
+        )
+    elif headroom < min_page_cache_bytes:
+        problems.append(
+            f"the replica budgets leave {format_gib(headroom)} for page cache, less than the "
+            f"{format_gib(min_page_cache_bytes)} required: lower the budgets"
+        )
+    return FitReport(
+        ok=not problems,
+        replica_bytes=replica_bytes,
+        total_bytes=total,
+        available_bytes=available_bytes,
+        reserve_bytes=reserve_bytes,
+        page_cache_headroom_bytes=headroom,
+        problems=problems,
+        double_booking=percent_sum > 100 or total > usable,
+    )
+
+
+def _replicas_book(count: int) -> str:
+    return "1 replica's budget books" if count == 1 else f"{count} replicas' budgets book"
+
+
+def _require_non_negative(**values: int) -> None:
+    for name, value in values.items():
+        if value < 0:
+            raise BudgetError(f"{name} must not be negative ({value})")

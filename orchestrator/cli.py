@@ -1,0 +1,389 @@
+"""`orchestrate`: the command line. Exit codes: 0 done, 1 unexpected, 2 bad input, 3 rolled back,
+4 halted (a human must act), 5 aborted before any change (or refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from orchestrator.durations import parse_duration
+from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.journal.base import RunNotFound, RunRecord
+from orchestrator.machine import compile_rollback, compile_rollout
+from orchestrator.plan import build_plan, render_json, render_markdown, render_text
+from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
+from orchestrator.settings import Settings
+from orchestrator.user_errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+InventoryOpt = typer.Option(None, "--inventory", help="Host inventory YAML (default: $ORCHESTRATOR_INVENTORY or config/hosts.yaml)")
+RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", help="Runbook name (in runbooks/) or path")
+JsonOpt = typer.Option(False, "--json", help="One JSON object per event on stdout, then a final summary")
+
+
+def _settings(inventory: Optional[Path]) -> Settings:
+    s = Settings()
+    if inventory is not None:
+        s = s.model_copy(update={"inventory": inventory})
+    return s
+
+
+class LiveProgress:
+    """Human progress: the current step, elapsed time, the gate waited on, the last log line."""
+
+    def __init__(self, console: Console) -> None:
+        self.c = console
+        self.t0 = time.monotonic()
+        self.step_t0 = self.t0
+
+    def _ts(self) -> str:
+        e = int(time.monotonic() - self.t0)
+        return f"[dim]{e // 60:02d}:{e % 60:02d}[/dim]"
+
+    def event(self, kind: str, **f: Any) -> None:
+        if kind == "run_started":
+            self.c.print(f"{self._ts()} run [bold]{f['run_id']}[/bold] on {f['host']} from {f['state']}")
+        elif kind == "step_started":
+            self.step_t0 = time.monotonic()
+            self.c.print(f"{self._ts()} [bold cyan]{f['state']}[/bold cyan] {f.get('say', '')}")
+        elif kind == "waiting":
+            self.c.print(f"{self._ts()}   waiting on: {f['gate']}")
+        elif kind == "log_line":
+            self.c.print(f"{self._ts()}   [dim]{f['service']}: {f['line'][:150]}[/dim]")
+        elif kind == "effect":
+            self.c.print(f"{self._ts()}   -> {f['kind']} {', '.join(f['services'])} ({f['file']}@{f['tag']})")
+        elif kind == "transition":
+            took = int(time.monotonic() - self.step_t0)
+            colour = {"ok": "green", "skip": "green", "fail": "red", "halt": "red", "abort": "yellow", "retry": "yellow"}.get(f["event_name"], "white")
+            self.c.print(f"{self._ts()}   [{colour}]{f['event_name']}[/{colour}] ({took}s) -> {f['to']}" + (f": {f['note']}" if f.get("note") else ""))
+        elif kind == "run_finished":
+            colour = "green" if f["outcome"] == "DONE" else "red"
+            self.c.print(f"{self._ts()} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+        elif kind == "note":
+            self.c.print(f"{self._ts()}   note: {f['text']}")
+
+
+class JsonProgress:
+    def event(self, kind: str, **f: Any) -> None:
+        sys.stdout.write(json.dumps({"event": kind, **f}, default=str) + "\n")
+        sys.stdout.flush()
+
+
+def _progress(as_json: bool) -> Any:
+    return JsonProgress() if as_json else LiveProgress(out)
+
+
+def _finish(run: RunRecord, as_json: bool) -> None:
+    from orchestrator.runner import context_summary
+
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
+    code = OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED)
+    raise typer.Exit(int(code))
+
+
+def _run_async(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@app.command()
+def plan(
+    host: str = typer.Argument(..., help="Host name from the inventory, e.g. gpu02"),
+    tag: str = typer.Option(..., "--tag", help="compose-files tag to roll out, e.g. v0.0.300"),
+    runbook: str = RunbookOpt,
+    fmt: str = typer.Option("text", "--format", help="text | markdown | json"),
+    compose_file: Optional[Path] = typer.Option(None, "--compose-file", help="Check the runbook against this compose file (the new file)"),
+    rollback: Optional[str] = typer.Option(None, "--rollback", help="Plan a standalone rollback instead: r1 | r2 | all"),
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Preview every step, request, gate and rollback transition. Offline: never contacts a host."""
+    from orchestrator.compose_check import check_against_compose_file
+    from orchestrator.inventory import load_inventory
+    from orchestrator.runner import check_tag
+
+    check_tag(tag)
+    if fmt not in ("text", "markdown", "json"):
+        raise UserError(f"--format {fmt!r} is not one of text, markdown, json")
+    settings = _settings(inventory)
+    inv = load_inventory(settings.inventory)
+    entry = inv.host(host)
+    rb = load_runbook(runbook)
+    if host not in rb.hosts:
+        raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}")
+    table = compile_rollout(rb) if rollback is None else compile_rollback(rb, ["r2", "r1"] if rollback == "all" else [rollback])
+    new_services = None
+    checks: list[str] = []
+    problems: list[str] = []
+    if compose_file is not None:
+        checks, problems, new_services = check_against_compose_file(rb, compose_file)
+    p = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_services)
+    p.checks, p.problems = checks, problems
+    text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)
+    sys.stdout.write(text)
+    if problems:
+        for pr in problems:
+            err.print(f"mismatch: {pr}")
+        raise typer.Exit(int(ExitCode.UNEXPECTED))
+
+
+@app.command()
+def rollout(
+    host: str = typer.Argument(...),
+    tag: str = typer.Option(..., "--tag"),
+    runbook: str = RunbookOpt,
+    yes: bool = typer.Option(False, "--yes", help="Approve manual gates non-interactively"),
+    soak: Optional[str] = typer.Option(None, "--soak", help="Override every soak duration (e.g. 30m; 0 skips the wait)"),
+    as_json: bool = JsonOpt,
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Roll HOST to TAG following the runbook, gate by gate, rolling back at a failed gate."""
+    from orchestrator.runner import Session, execute, new_rollout
+
+    soak_s = _soak(soak)
+    session = Session.open(_settings(inventory))
+    try:
+        run, rb, table = new_rollout(session, host, tag, runbook)
+        final = _run_async(execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s))
+    finally:
+        session.close()
+    _finish(final, as_json)
+
+
+def _soak(soak: Optional[str]) -> Optional[float]:
+    if soak is None:
+        return None
+    try:
+        return parse_duration(soak)
+    except ValueError as exc:
+        raise UserError(f"--soak: {exc}") from None
+
+
+@app.command()
+def rollback(
+    host: str = typer.Argument(...),
+    replica: str = typer.Option("all", "--replica", help="r1 | r2 | all (all: r2 first, one replica serving at every moment)"),
+    to_tag: Optional[str] = typer.Option(None, "--to-tag"),
+    to_file: Optional[str] = typer.Option(None, "--to-file"),
+    runbook: Optional[str] = typer.Option(None, "--runbook"),
+    as_json: bool = JsonOpt,
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Put HOST's replicas back on the previous tag and file, in a safe order."""
+    from orchestrator.runner import Session, execute, new_rollback
+
+    if replica not in ("r1", "r2", "all"):
+        raise UserError(f"--replica {replica!r} must be r1, r2 or all")
+    session = Session.open(_settings(inventory))
+    try:
+        run, rb, table = _run_async(new_rollback(session, host, replica, runbook, to_tag, to_file))
+        final = _run_async(execute(session, run, rb, table, progress=_progress(as_json)))
+    finally:
+        session.close()
+    _finish(final, as_json)
+
+
+@app.command()
+def resume(
+    run_id: str = typer.Argument(...),
+    retry: bool = typer.Option(False, "--retry", help="A halted rollout: start its failed phase again (as a new run)"),
+    yes: bool = typer.Option(False, "--yes"),
+    soak: Optional[str] = typer.Option(None, "--soak"),
+    as_json: bool = JsonOpt,
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Continue a run after a crash (no mutating call whose outcome is journaled is sent again)."""
+    from orchestrator.runner import Session, execute, retry_run, table_for
+
+    soak_s = _soak(soak)
+    session = Session.open(_settings(inventory))
+    try:
+        run = _get_run(session, run_id)
+        if retry:
+            run, rb, table = retry_run(session, run)
+        else:
+            if run.terminal:
+                out.print(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}")
+                _finish(run, as_json)
+            rb = load_runbook(run.runbook)
+            table = table_for(run, rb)
+        final = _run_async(execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s))
+    finally:
+        session.close()
+    _finish(final, as_json)
+
+
+def _get_run(session: Any, run_id: str) -> RunRecord:
+    try:
+        return session.journal.get_run(run_id)
+    except RunNotFound:
+        raise UserError(f"no run {run_id!r} in {session.settings.journal_location()}: `orchestrate runs` lists them") from None
+
+
+@app.command()
+def status(
+    run_id: Optional[str] = typer.Argument(None),
+    as_json: bool = JsonOpt,
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Where a run is (default: the newest), its transitions and effects."""
+    from orchestrator.runner import Session, context_summary, table_for
+
+    session = Session.open(_settings(inventory))
+    try:
+        if run_id is None:
+            runs = session.journal.list_runs(limit=1)
+            if not runs:
+                raise UserError("no runs journaled yet")
+            run = runs[0]
+        else:
+            run = _get_run(session, run_id)
+        transitions = session.journal.transitions(run.run_id)
+        effects = session.journal.effects(run.run_id)
+        if as_json:
+            sys.stdout.write(json.dumps({**context_summary(run),
+                                         "transitions": [[t.from_state, t.event, t.to_state, t.note] for t in transitions],
+                                         "effects": [{"step": e.step, "kind": e.kind, "mutating": e.mutating,
+                                                      "status": (e.outcome or {}).get("status")} for e in effects]}, default=str) + "\n")
+            return
+        rb = load_runbook(run.runbook)
+        table = table_for(run, rb)
+        out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {run.tag}: [bold]{run.outcome or run.state}[/bold]")
+        if run.message:
+            out.print(run.message)
+        visited = {t.from_state: t.event for t in transitions}
+        for sid in table.order:
+            node = table.nodes[sid]
+            mark = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![/red]", "halt": "[red]![/red]",
+                    "abort": "[yellow]a[/yellow]", "retry": "[yellow]r[/yellow]"}.get(visited.get(sid, ""), " ")
+            if sid == run.state and not run.terminal:
+                mark = "[cyan]>[/cyan]"
+            if node.section in ("rollback", "full_rollback") and sid not in visited and sid != run.state:
+                continue
+            out.print(f"[{mark}] {sid}: {node.step.say if node.step else ''}")
+    finally:
+        session.close()
+
+
+@app.command()
+def runs(
+    host: Optional[str] = typer.Option(None, "--host"),
+    as_json: bool = JsonOpt,
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """List runs, newest first."""
+    from orchestrator.runner import Session, context_summary
+
+    session = Session.open(_settings(inventory))
+    try:
+        items = session.journal.list_runs(host=host, limit=50)
+        if as_json:
+            sys.stdout.write(json.dumps([context_summary(r) for r in items]) + "\n")
+            return
+        for r in items:
+            out.print(f"{r.run_id}  {r.kind:<8} {r.host:<6} {r.tag or '-':<10} {r.outcome or r.state:<28} {r.updated_at:%Y-%m-%d %H:%M}")
+    finally:
+        session.close()
+
+
+@app.command()
+def approve(
+    run_id: str = typer.Argument(...),
+    gate: str = typer.Option("*", "--gate", help="Which soak/approval state (default: any)"),
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """End a soak's approval gate for RUN_ID."""
+    from orchestrator.runner import Session, owner_id
+
+    session = Session.open(_settings(inventory))
+    try:
+        run = _get_run(session, run_id)
+        if run.terminal:
+            raise UserError(f"run {run_id} already ended {run.outcome}")
+        session.journal.approve(run_id, gate, by=owner_id())
+        out.print(f"approved {gate} of {run_id}")
+    finally:
+        session.close()
+
+
+@app.command()
+def abort(
+    run_id: str = typer.Argument(...),
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
+    from orchestrator.runner import Session, owner_id
+
+    session = Session.open(_settings(inventory))
+    try:
+        run = _get_run(session, run_id)
+        if run.terminal:
+            raise UserError(f"run {run_id} already ended {run.outcome}")
+        session.journal.request_abort(run_id, by=owner_id())
+        lease = session.journal.current_lease(run.host)
+        if lease is None or lease.run_id != run_id:
+            out.print(f"abort recorded for {run_id}; no runner holds it: `orchestrate resume {run_id}` performs the rollback")
+        else:
+            out.print(f"abort recorded for {run_id}; its runner ({lease.owner}) takes the rollback at its next check")
+    finally:
+        session.close()
+
+
+@app.command()
+def demo(
+    fault: list[str] = typer.Option([], "--fault", help="Inject a named fault (repeatable); see --list-faults"),
+    speed: float = typer.Option(600.0, "--speed", help="Simulated seconds per real second"),
+    list_faults: bool = typer.Option(False, "--list-faults"),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where the demo's journal and logs go"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
+    from orchestrator.demo import list_fault_table, run_demo
+
+    if list_faults:
+        out.print(list_fault_table())
+        return
+    outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json), console=out if not as_json else None)
+    raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except UserError as exc:
+        err.print(f"orchestrate: {exc}")
+        sys.exit(int(exc.code))
+    except (typer.BadParameter, typer.Abort) as exc:  # pragma: no cover - click handles most
+        err.print(f"orchestrate: {exc}")
+        sys.exit(int(ExitCode.BAD_INPUT))
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit 1
+        import click
+
+        if isinstance(exc, click.exceptions.UsageError):
+            err.print(f"orchestrate: {exc.format_message()}")
+            sys.exit(int(ExitCode.BAD_INPUT))
+        if isinstance(exc, click.exceptions.ClickException):
+            err.print(f"orchestrate: {exc.format_message()}")
+            sys.exit(int(ExitCode.BAD_INPUT))
+        from orchestrator.executor import RunnerFenced
+
+        if isinstance(exc, RunnerFenced):
+            err.print(f"orchestrate: this runner lost its lease and stopped: {exc}")
+            sys.exit(int(ExitCode.HALTED))
+        err.print(f"orchestrate: unexpected error: {type(exc).__name__}: {exc}")
+        sys.exit(int(ExitCode.UNEXPECTED))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,69 @@
+"""The clients one run uses to talk to one host, built from settings and the inventory.
+
+`transport` is httpx's seam: None in production, a respx or ASGI transport in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import httpx
+
+from orchestrator.clients.compose_manager import ComposeManagerClient
+from orchestrator.clients.dashboard import DashboardClient
+from orchestrator.clients.inference import InferenceClient, SoakRelayClient
+from orchestrator.clients.model_proxy import ModelProxyClient
+from orchestrator.clients.retry import RetryPolicy
+from orchestrator.inventory import HostEntry, Inventory
+from orchestrator.redaction import Redactor
+from orchestrator.settings import Settings
+
+
+@dataclass
+class HostClients:
+    compose: ComposeManagerClient
+    dashboard: DashboardClient
+    peers: list[ModelProxyClient]
+    inference: InferenceClient
+    relay_factory: Callable[[str, str], SoakRelayClient]
+    _opened: list = field(default_factory=list)
+
+    def relay(self, url: str, token: str) -> SoakRelayClient:
+        client = self.relay_factory(url, token)
+        self._opened.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        for c in [self.compose, self.dashboard, self.inference, *self.peers, *self._opened]:
+            await c.aclose()
+
+
+def build_host_clients(
+    settings: Settings,
+    inventory: Inventory,
+    entry: HostEntry,
+    redactor: Redactor,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> HostClients:
+    def relay_factory(url: str, token: str) -> SoakRelayClient:
+        return SoakRelayClient(url, token, transport=transport)
+
+    return HostClients(
+        compose=ComposeManagerClient(
+            str(entry.compose_manager_url).rstrip("/"),
+            settings.compose_manager_token,
+            transport=transport,
+            retry=retry,
+            redactor=redactor,
+        ),
+        dashboard=DashboardClient(str(inventory.dashboard_url).rstrip("/"), settings.dashboard_token, transport=transport, retry=retry),
+        peers=[
+            ModelProxyClient(name, str(url).rstrip("/"), settings.model_proxy_token, transport=transport, retry=retry)
+            for name, url in inventory.model_proxy_peers.items()
+        ],
+        inference=InferenceClient(str(entry.inference_endpoint).rstrip("/"), settings.inference_token, transport=transport),
+        relay_factory=relay_factory,
+    )

@@ -1,0 +1,90 @@
+"""The host inventory (`config/hosts.yaml`): where each host's services live. No secrets here.
+
+Schema-validated with pydantic; unknown keys are errors so a typo cannot silently drop a field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator
+
+from orchestrator.user_errors import UserError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostEntry(_Strict):
+    compose_manager_url: HttpUrl
+    #: The host's instance name in the gpu-manager dashboard (where its env map lives).
+    instance_name: str = Field(min_length=1)
+    #: `ip:port` under which model-proxy lists this host.
+    model_proxy_address: str = Field(pattern=r"^[^\s:]+:\d{1,5}$")
+    #: OpenAI-compatible endpoint of the host's long domain.
+    inference_endpoint: HttpUrl
+    #: Base URL of the soak relay; the runbook names each replica's port (r1 :8008, r2 :8009).
+    soak_relay_base_url: HttpUrl
+    #: Optional runbook port -> reachable port (a tunnel, a port-forward, the simulator).
+    soak_relay_port_map: dict[int, int] = Field(default_factory=dict)
+    available_ram_gib: float = Field(gt=0)
+    #: Where the RAM figure came from (e.g. "MemAvailable on 2026-09-23 via the dashboard").
+    available_ram_source: str = Field(min_length=1)
+    gpus: int = Field(gt=0)
+    #: compose project; compose-manager's default is `work`.
+    project: str | None = None
+
+    def relay_url(self, port: int) -> str:
+        base = str(self.soak_relay_base_url).rstrip("/")
+        return f"{base}:{self.soak_relay_port_map.get(port, port)}"
+
+
+class Inventory(_Strict):
+    dashboard_url: HttpUrl
+    model_proxy_peers: dict[str, HttpUrl]
+    hosts: dict[str, HostEntry]
+
+    @field_validator("model_proxy_peers")
+    @classmethod
+    def _two_peers(cls, v: dict[str, HttpUrl]) -> dict[str, HttpUrl]:
+        if not v:
+            raise ValueError("at least one model-proxy peer is required")
+        return v
+
+    def host(self, name: str) -> HostEntry:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            known = ", ".join(sorted(self.hosts)) or "none"
+            raise UserError(
+                f"unknown host {name!r}: the inventory lists {known}; add it to the inventory or fix the name"
+            ) from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    return f"{loc}: {err['msg']}"
+
+
+def load_inventory(path: Path) -> Inventory:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(
+            f"cannot read inventory {path}: {exc.strerror}; pass --inventory PATH or set ORCHESTRATOR_INVENTORY"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"inventory {path}{where} is not valid YAML; fix the file") from None
+    if not isinstance(data, dict):
+        raise UserError(f"inventory {path} must be a mapping with dashboard_url, model_proxy_peers, hosts")
+    try:
+        return Inventory.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"inventory {path} is invalid at {_first_error(exc)}") from None

@@ -1,0 +1,101 @@
+"""The cold-start log gate, pure: feed it engine log lines, ask whether it passed or failed.
+
+Required: every rank TP0..TP{n-1} logs each `required_per_rank` pattern (with
+`rank_budget_bytes={rank_budget_bytes}` filled in), then each `required` line (the ready line).
+Forbidden: any `forbidden` substring fails the gate at once, and so does a rank that logs
+`rank_budget_bytes=` with another value (reported with both numbers: the value is derived from
+the budget, not an env-map value). Restarts are seen on docker/ps, not here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_RANK = re.compile(r"\bTP(\d+)\]")
+_BUDGET = re.compile(r"rank_budget_bytes=(\d+)")
+
+
+@dataclass
+class LogGateResult:
+    passed: bool = False
+    failed: bool = False
+    reason: str = ""
+    #: The line that decided it, or the last milestone seen (for progress displays).
+    line: str = ""
+
+
+@dataclass
+class LogGate:
+    ranks: int
+    required_per_rank: list[str]
+    required: list[str]
+    forbidden: list[str]
+    #: None: do not check rank_budget_bytes values (a rollback to an engine with another budget).
+    expected_rank_budget: int | None = None
+    seen: dict[str, set[int]] = field(default_factory=dict)
+    seen_once: set[str] = field(default_factory=set)
+    result: LogGateResult = field(default_factory=LogGateResult)
+    lines_seen: int = 0
+
+    def __post_init__(self) -> None:
+        self.required_per_rank = [self._fill(p) for p in self.required_per_rank]
+        if self.expected_rank_budget is None:
+            # A rollback target (the previous engine) is checked for its ready line and the failure
+            # signs only: its own budget and HiCache milestones are not this runbook's to judge.
+            self.required_per_rank = []
+        self.seen = {p: set() for p in self.required_per_rank}
+
+    def _fill(self, pattern: str) -> str:
+        if "{rank_budget_bytes}" in pattern:
+            return pattern.replace("{rank_budget_bytes}", str(self.expected_rank_budget) if self.expected_rank_budget is not None else "")
+        return pattern
+
+    @property
+    def done(self) -> bool:
+        return self.result.passed or self.result.failed
+
+    def feed(self, line: str) -> LogGateResult:
+        if self.done:
+            return self.result
+        self.lines_seen += 1
+        for bad in self.forbidden:
+            if bad in line:
+                self.result = LogGateResult(failed=True, reason=f"forbidden log line ({bad})", line=line.strip())
+                return self.result
+        rank_m = _RANK.search(line)
+        rank = int(rank_m.group(1)) if rank_m else None
+        if self.expected_rank_budget is not None:
+            bm = _BUDGET.search(line)
+            if bm and int(bm.group(1)) != self.expected_rank_budget:
+                who = f"TP{rank}" if rank is not None else "a rank"
+                self.result = LogGateResult(
+                    failed=True,
+                    reason=f"{who} logged rank_budget_bytes={bm.group(1)}, expected {self.expected_rank_budget}",
+                    line=line.strip(),
+                )
+                return self.result
+        for pattern, ranks in self.seen.items():
+            if pattern in line and rank is not None and rank < self.ranks:
+                ranks.add(rank)
+                self.result.line = line.strip()
+        for pattern in self.required:
+            if pattern in line:
+                self.seen_once.add(pattern)
+                self.result.line = line.strip()
+        if self._complete():
+            self.result = LogGateResult(passed=True, reason="every rank logged its milestones and the ready line", line=line.strip())
+        return self.result
+
+    def _complete(self) -> bool:
+        per_rank = all(len(r) == self.ranks for r in self.seen.values())
+        return per_rank and all(p in self.seen_once for p in self.required)
+
+    def missing(self) -> list[str]:
+        out = []
+        for p, r in self.seen.items():
+            lacking = sorted(set(range(self.ranks)) - r)
+            if lacking:
+                out.append(f"{p!r} from " + ", ".join(f"TP{i}" for i in lacking))
+        out.extend(repr(p) for p in self.required if p not in self.seen_once)
+        return out

@@ -1,0 +1,307 @@
+"""`orchestrate plan`: the offline, deterministic preview of a run, rendered from the state table.
+
+No network, no clock, no disk beyond reading the runbook and (optionally) a compose file. Every
+step shows the exact compose-manager request, the gate checked after it and the transition taken
+if that gate fails. The env map is shown as a placeholder, never values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from orchestrator.budget import format_gib, parse_budget, per_rank_bytes
+from orchestrator.durations import format_duration
+from orchestrator.machine import TERMINALS, Event, Table
+from orchestrator.requests import describe_file
+from orchestrator.runbook import SELECTED, Runbook, Step
+
+
+@dataclass
+class PlanStep:
+    number: int
+    state: str
+    section: str
+    phase: str | None
+    say: str
+    request: dict[str, Any] | None
+    gate: str
+    on_fail: str
+    on_abort: str | None
+    on_skip: str | None = None
+    precondition: str | None = None
+    #: For an up: services running at that point that the file does not define (orphan removal).
+    orphans: list[str] = field(default_factory=list)
+    unsafe: bool = False
+
+
+@dataclass
+class Plan:
+    host: str
+    tag: str
+    runbook: str
+    title: str
+    kind: str
+    env_placeholder: str
+    budget: str
+    steps: list[PlanStep]
+    checks: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    orphan_basis: str = ""
+
+
+def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) -> dict[str, Any] | None:
+    spec = step.compose
+    if spec is None:
+        return None
+    req_tag, req_file = describe_file(spec.file, rb, tag)
+    services = ["<services the previous dry run found on an older definition>"] if spec.services == SELECTED else list(spec.services)
+    body: dict[str, Any] = {"tag": req_tag, "file": req_file}
+    if project:
+        body["project"] = project
+    body["services"] = services
+    body["env"] = f"<env map of {host}, read at run time>"
+    path = "/compose/down" if step.down is not None else "/compose/up"
+    if step.down is None:
+        body["force_recreate"] = False
+        body["dry_run"] = step.dry_run is not None
+    return {"method": "POST", "path": path, "body": body}
+
+
+def _gate(step: Step, rb: Runbook, rank_bytes: int) -> str:
+    t = rb.timeouts
+    k = step.kind
+    if k == "check":
+        return {
+            "env_map": "the dashboard lists the host exactly once; its env map is kept in memory only",
+            "budget": f"{rb.budget.variable} unset or {' / '.join(rb.budget.allowed)}; {rb.budget.replicas} x {rb.budget.default} "
+                      f"fits in available RAM minus {rb.budget.reserve} with at least {rb.budget.min_page_cache} for page cache",
+            "before_state": "previous tag and file of every service a rollback needs are in the action log; both peers list the host "
+                            "healthy under the long domain and not under the base domain; one long-domain completion succeeds",
+        }[step.check or ""]
+    if k == "down":
+        return (f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "  # type: ignore[union-attr]
+                f"(a zombie or a down without effect is sent again after observation, at most twice)")
+    if k == "dry_run":
+        p = step.plan
+        assert p is not None
+        if p.tag_only:
+            return "compose-manager accepts the tag and the file (not too recent, known); docker/ps unchanged across the dry run"
+        change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
+        extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
+        skip = "; if all are already current the up is skipped" if p.allow_unchanged else ""
+        return (f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
+                f"removes nothing and has no line we do not understand{skip}")
+    if k == "up":
+        return ("the stream ends with done/success; a broken stream is settled from docker/ps and the action log, "
+                "never by sending the up again")
+    if k == "logs":
+        lg = step.logs
+        assert lg is not None
+        if lg.budget:
+            return (f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank_bytes} and 'HiCache startup RAM allocated', "
+                    f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
+        return (f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
+                f"(skipped if the dry run found it already serving)")
+    if k == "relay":
+        return (f"through the soak relay :{step.relay.port} within {format_duration(t.relay)}: /health, /v1/models lists "  # type: ignore[union-attr]
+                f"{rb.model}, a deterministic generation is non-empty")
+    if k == "verify":
+        return (f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
+                f"{format_duration(t.discovery)}; a completion, then a follow-up with cached_tokens > 0")
+    if k == "soak":
+        s = step.soak
+        assert s is not None
+        return f"soak {format_duration(s.duration)}" + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else "")
+    raise AssertionError(k)
+
+
+def _target(table: Table, to: str | None) -> str | None:
+    if to is None:
+        return None
+    if to in TERMINALS:
+        return to
+    return f"-> {to}"
+
+
+def _defined_sets(rb: Runbook, new_services: set[str] | None) -> tuple[set[str], set[str], str]:
+    new: set[str] = set()
+    prev: set[str] = set()
+    for steps in rb._all_step_lists():
+        for s in steps:
+            c = s.compose
+            if c is None or c.services == SELECTED:
+                continue
+            (new if c.file == "new" else prev).update(c.services)
+    if rb.phases:
+        for s in rb.phases[-1].steps:
+            if s.plan is not None and isinstance(s.plan.change, list):
+                new.update(s.plan.change)
+    basis = "inferred from the runbook's own requests"
+    if new_services is not None:
+        new = set(new_services)
+        basis = "the new file from --compose-file; the previous file inferred from the runbook"
+    return new, prev, basis
+
+
+def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_services: set[str] | None) -> str:
+    new_def, prev_def, basis = _defined_sets(rb, new_services)
+    by_state = {p.state: p for p in plan_steps}
+    running_at: dict[str, set[str]] = {}
+
+    def apply(step: Step, running: set[str]) -> set[str]:
+        c = step.compose
+        if c is None or step.dry_run is not None or c.services == SELECTED:
+            return running
+        if step.down is not None:
+            return running - set(c.services)
+        defined = new_def if c.file == "new" else prev_def
+        return (running & defined) | set(c.services)
+
+    def note(state: str, step: Step, running: set[str]) -> None:
+        c = step.compose
+        if c is None or step.up is None:  # only an applied up removes orphans
+            return
+        defined = new_def if c.file == "new" else prev_def
+        orphans = sorted(running - defined)
+        ps = by_state[state]
+        ps.orphans = orphans
+        ps.unsafe = bool(orphans)
+
+    # happy path
+    running = set(prev_def)
+    cur = table.start
+    while cur not in TERMINALS:
+        running_at[cur] = set(running)
+        step = table.nodes[cur].step
+        if step is not None:
+            note(cur, step, running)
+            running = apply(step, running)
+        cur = table.edges[(cur, Event.OK)]
+    # every rollback chain, from the latest state that can enter it
+    order = list(table.order)
+    for sid in order:
+        node = table.nodes[sid]
+        if node.section not in ("rollback", "full_rollback") or sid in running_at:
+            continue
+        entries = [s for s in running_at if any(table.edges.get((s, e)) == sid for e in (Event.FAIL, Event.ABORT))]
+        if not entries:
+            continue
+        latest = max(entries, key=order.index)
+        step = table.nodes[latest].step
+        running = set(running_at[latest])
+        if step is not None:
+            running = apply(step, running)
+        cur = sid
+        while cur not in TERMINALS and cur not in running_at:
+            running_at[cur] = set(running)
+            step = table.nodes[cur].step
+            if step is not None:
+                note(cur, step, running)
+                running = apply(step, running)
+            cur = table.edges[(cur, Event.OK)]
+    return basis
+
+
+def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str | None = None,
+               new_file_services: set[str] | None = None) -> Plan:
+    b = rb.budget
+    replica = parse_budget(b.default).bytes
+    rank = per_rank_bytes(replica, b.ranks_per_replica)
+    steps: list[PlanStep] = []
+    for i, sid in enumerate(table.order, start=1):
+        node = table.nodes[sid]
+        step = node.step
+        ev = table.events_from(sid)
+        if step is None:
+            steps.append(PlanStep(i, sid, node.section, node.phase, "hand over to a human", None,
+                                  "-", _target(table, ev.get(Event.OK)) or "", None))
+            continue
+        steps.append(PlanStep(
+            number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
+            request=_request(step, rb, host, tag, project),
+            gate=_gate(step, rb, rank),
+            on_fail=_target(table, ev.get(Event.FAIL)) or "",
+            on_abort=_target(table, ev.get(Event.ABORT)),
+            on_skip=_target(table, ev.get(Event.SKIP)),
+            precondition=("only while " + ", ".join(step.requires_serving) + " serves") if step.requires_serving else None,
+        ))
+    plan = Plan(
+        host=host, tag=tag, runbook=rb.name, title=rb.title, kind=table.kind,
+        env_placeholder=f"<env map of {host}, read at run time>",
+        budget=f"{b.variable}={b.default} per replica ({format_gib(replica)}), {b.ranks_per_replica} ranks: rank_budget_bytes={rank}",
+        steps=steps,
+    )
+    plan.orphan_basis = _orphan_analysis(steps, table, rb, new_file_services)
+    return plan
+
+
+# -- rendering --------------------------------------------------------------------------------------
+
+_SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Procedure", "rollback": "Rollback of a phase",
+                  "full_rollback": "Whole-host rollback (safe order: r2 first)", "terminal": ""}
+
+
+def render_json(plan: Plan) -> str:
+    return json.dumps(asdict(plan), indent=2, sort_keys=False)
+
+
+def _req_line(req: dict[str, Any]) -> str:
+    return f"{req['method']} {req['path']} " + json.dumps(req["body"], separators=(", ", ": "))
+
+
+def render_text(plan: Plan) -> str:
+    out = [f"{plan.title}", f"host {plan.host}  tag {plan.tag}  runbook {plan.runbook}", f"budget: {plan.budget}", ""]
+    section = None
+    for s in plan.steps:
+        if s.section != section:
+            section = s.section
+            out.append(f"== {_SECTION_TITLE.get(section, section)}")
+        out.append(f"[ ] {s.number:>2}. {s.state}: {s.say}")
+        if s.precondition:
+            out.append(f"        precondition: {s.precondition}")
+        if s.request:
+            out.append(f"        call: {_req_line(s.request)}")
+        out.append(f"        gate: {s.gate}")
+        if s.orphans:
+            out.append(f"        orphans: {', '.join(s.orphans)}  UNSAFE: this up would remove them; its dry run refuses it")
+        elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
+            out.append("        orphans: none (the file defines every service running at this point)")
+        fail = f"on failure {s.on_fail}"
+        if s.on_abort:
+            fail += f"; on abort {s.on_abort}"
+        if s.on_skip:
+            fail += f"; if nothing to change {s.on_skip}"
+        out.append(f"        {fail}")
+    out.append("")
+    out.append(f"orphans: {plan.orphan_basis}")
+    for c in plan.checks:
+        out.append(f"check: {c}")
+    for p in plan.problems:
+        out.append(f"MISMATCH: {p}")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(plan: Plan) -> str:
+    out = [f"### {plan.title}", "", f"Host `{plan.host}`, tag `{plan.tag}`, runbook `{plan.runbook}`.", "",
+           f"Budget: {plan.budget}.", ""]
+    section = None
+    for s in plan.steps:
+        if s.section != section:
+            section = s.section
+            out += ["", f"#### {_SECTION_TITLE.get(section, section)}", ""]
+        out.append(f"- [ ] **{s.number}. `{s.state}`** {s.say}")
+        if s.precondition:
+            out.append(f"  - precondition: {s.precondition}")
+        if s.request:
+            out.append(f"  - call: `{_req_line(s.request)}`")
+        out.append(f"  - gate: {s.gate}")
+        if s.orphans:
+            out.append(f"  - orphans: {', '.join(s.orphans)}" + (" — **UNSAFE**" if s.unsafe else ""))
+        out.append(f"  - on failure: {s.on_fail}" + (f"; on abort: {s.on_abort}" if s.on_abort else ""))
+    if plan.checks or plan.problems:
+        out += ["", "#### Compose file check", ""]
+        out += [f"- ok: {c}" for c in plan.checks]
+        out += [f"- **mismatch**: {p}" for p in plan.problems]
+    return "\n".join(out) + "\n"

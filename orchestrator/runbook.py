@@ -1,0 +1,354 @@
+"""Runbooks as data: the schema of `runbooks/*.yaml` and its loader.
+
+A runbook is read top to bottom like the prose runbook it encodes: preflight checks that change
+nothing, then phases (one per replica, then reconcile), each a list of steps. A step does at most
+one thing (a scoped `down`, a `dry_run`, an `up`) or waits on one gate (`logs`, `relay`, `verify`,
+`soak`, a preflight `check`); each phase names its rollback. The loader refuses what the runbook
+rules forbid, naming the field: unknown keys, an empty services list, `force_recreate: true`, an
+`up` not preceded by a dry run of the same request, a file reference it cannot resolve.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from orchestrator.durations import parse_duration
+from orchestrator.user_errors import UserError
+
+RUNBOOK_DIR = Path(__file__).resolve().parent.parent / "runbooks"
+DEFAULT_RUNBOOK = "gpu02-glm53-w4afp8-long-context"
+
+#: `services: selected` means "the services the previous dry run found on an older definition".
+SELECTED = "selected"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _seconds(v: object) -> float:
+    return parse_duration(v)  # type: ignore[arg-type]
+
+
+class ComposeSpec(_Strict):
+    #: `new` (the runbook's file at the rollout tag) or `previous:<service>` (the file and tag that
+    #: last deployed <service>, from the action log).
+    file: str
+    services: list[str] | Literal["selected"]
+    force_recreate: bool = False
+
+    @field_validator("file")
+    @classmethod
+    def _file_ref(cls, v: str) -> str:
+        if v == "new" or (v.startswith("previous:") and len(v) > len("previous:")):
+            return v
+        raise ValueError("file must be 'new' or 'previous:<service>'")
+
+    @field_validator("services")
+    @classmethod
+    def _services(cls, v: list[str] | str) -> list[str] | str:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("services must not be empty (an empty list means every service)")
+            if any(not s.strip() for s in v):
+                raise ValueError("services must not contain an empty name")
+            if len(set(v)) != len(v):
+                raise ValueError("services lists a service twice")
+        return v
+
+    @field_validator("force_recreate")
+    @classmethod
+    def _no_force(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("force_recreate: true is never allowed (the runbook recreates only what a dry run shows)")
+        return v
+
+    def key(self) -> tuple[str, tuple[str, ...] | str]:
+        return (self.file, tuple(self.services) if isinstance(self.services, list) else self.services)
+
+
+class PlanSpec(_Strict):
+    """What a dry run's plan may do for the following `up` to be applied."""
+
+    #: Services the plan is expected to create, recreate or start.
+    change: list[str] | Literal["selected"] = Field(default_factory=list)
+    #: Dependencies a scoped up may drag in (e.g. the one-shot model-downloader).
+    may_also: list[str] = Field(default_factory=list)
+    #: The listed services may already be up to date; if all are, the paired `up` is skipped.
+    allow_unchanged: bool = False
+    #: Remember which listed services the plan would change, for a following `services: selected`.
+    select_changed: bool = False
+    #: Preflight: only the tag and the file are checked, nothing is applied.
+    tag_only: bool = False
+
+
+class LogsSpec(_Strict):
+    service: str
+    #: Check rank_budget_bytes on every rank against the runbook budget.
+    budget: bool
+
+
+class RelaySpec(_Strict):
+    port: int = Field(gt=0, lt=65536)
+
+
+class VerifySpec(_Strict):
+    peers: bool = True
+    completion: bool = True
+
+
+class SoakSpec(_Strict):
+    duration: float
+    approval: bool = False
+
+    _d = field_validator("duration", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+
+StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak"]
+
+
+class Step(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    say: str = Field(min_length=1)
+    check: Literal["env_map", "budget", "before_state"] | None = None
+    down: ComposeSpec | None = None
+    dry_run: ComposeSpec | None = None
+    up: ComposeSpec | None = None
+    logs: LogsSpec | None = None
+    relay: RelaySpec | None = None
+    verify: VerifySpec | None = None
+    soak: SoakSpec | None = None
+    plan: PlanSpec | None = None
+    #: For a down of an engine: services that must be serving (running, not restarting) before it
+    #: is sent, so that one replica serves at every moment. Checked on docker/ps right before.
+    requires_serving: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_thing(self) -> "Step":
+        kinds = [k for k in ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"step {self.id!r} must do exactly one of check/down/dry_run/up/logs/relay/verify/soak, not {kinds or 'none'}")
+        if self.dry_run is not None and self.plan is None:
+            raise ValueError(f"step {self.id!r}: a dry_run needs a plan: gate")
+        if self.plan is not None and self.dry_run is None:
+            raise ValueError(f"step {self.id!r}: plan: belongs to a dry_run step")
+        if self.requires_serving and self.down is None:
+            raise ValueError(f"step {self.id!r}: requires_serving belongs to a down step")
+        return self
+
+    @property
+    def kind(self) -> StepKind:
+        for k in ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak"):
+            if getattr(self, k) is not None:
+                return k  # type: ignore[return-value]
+        raise AssertionError("validated above")
+
+    @property
+    def compose(self) -> ComposeSpec | None:
+        return self.down or self.dry_run or self.up
+
+    @property
+    def mutating(self) -> bool:
+        return self.kind in ("down", "up")
+
+
+class Rollback(_Strict):
+    steps: list[Step] = Field(default_factory=list)
+    ends: Literal["rolled_back", "halted"]
+    #: For `ends: halted`: what the operator is told. `{host}` and `{run_id}` are filled in.
+    message: str | None = None
+
+
+class Phase(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    title: str = ""
+    replica: str | None = None
+    steps: list[Step] = Field(min_length=1)
+    rollback: Rollback | None = None
+
+
+class Budget(_Strict):
+    variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    default: str
+    allowed: list[str] = Field(min_length=1)
+    replicas: int = Field(gt=0)
+    ranks_per_replica: int = Field(gt=0)
+    reserve: str
+    min_page_cache: str = "0"
+    engines: list[str] = Field(min_length=1)
+
+
+class Timeouts(_Strict):
+    cold_start: float
+    stop_grace: float
+    gone: float
+    relay: float
+    discovery: float
+
+    _d = field_validator("*", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+
+class LogGates(_Strict):
+    ranks: int = Field(gt=0)
+    required_per_rank: list[str]
+    required: list[str]
+    forbidden: list[str]
+
+
+class Domains(_Strict):
+    long: str
+    base: str
+
+
+class Runbook(_Strict):
+    name: str
+    title: str
+    hosts: list[str] = Field(min_length=1)
+    file: str
+    model: str
+    domains: Domains
+    budget: Budget
+    timeouts: Timeouts
+    log_gates: LogGates
+    preflight: list[Step]
+    phases: list[Phase] = Field(min_length=1)
+    full_rollback: list[Phase] = Field(default_factory=list)
+
+    @field_validator("file")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if not v or v.startswith("/") or ".." in Path(v).parts:
+            raise ValueError("file must be a relative path inside the compose-files repository")
+        return v
+
+    @model_validator(mode="after")
+    def _rules(self) -> "Runbook":
+        for p in self.preflight:
+            if p.mutating:
+                raise ValueError(f"preflight step {p.id!r} must not mutate (no down/up in preflight)")
+        _check_sequence("preflight", self.preflight, allow_mutation=False)
+        names = set()
+        for ph in self.phases:
+            if ph.name in names:
+                raise ValueError(f"phase {ph.name!r} is defined twice")
+            names.add(ph.name)
+            _check_sequence(f"phases.{ph.name}", ph.steps)
+            if ph.rollback is not None:
+                _check_sequence(f"phases.{ph.name}.rollback", ph.rollback.steps)
+                if ph.rollback.ends == "halted" and not ph.rollback.message:
+                    raise ValueError(f"phases.{ph.name}.rollback: ends: halted needs a message for the operator")
+        for ph in self.full_rollback:
+            _check_sequence(f"full_rollback.{ph.name}", ph.steps)
+        return self
+
+    # -- queries the rest of the code asks -------------------------------------------------
+    def phase(self, name: str) -> Phase:
+        for ph in self.phases + self.full_rollback:
+            if ph.name == name:
+                return ph
+        raise KeyError(name)
+
+    def previous_refs(self) -> list[str]:
+        """Services whose previous deploy must be read from the action log during preflight."""
+        seen: list[str] = []
+        for steps in self._all_step_lists():
+            for s in steps:
+                c = s.compose
+                if c is not None and c.file.startswith("previous:"):
+                    svc = c.file.split(":", 1)[1]
+                    if svc not in seen:
+                        seen.append(svc)
+        return seen
+
+    def replaced_services(self) -> list[str]:
+        out: list[str] = []
+        for ph in self.phases:
+            for s in ph.steps:
+                if s.down is not None and isinstance(s.down.services, list):
+                    out.extend(x for x in s.down.services if x not in out)
+        return out
+
+    def _all_step_lists(self) -> list[list[Step]]:
+        lists = [self.preflight]
+        for ph in self.phases:
+            lists.append(ph.steps)
+            if ph.rollback:
+                lists.append(ph.rollback.steps)
+        for ph in self.full_rollback:
+            lists.append(ph.steps)
+        return lists
+
+
+def _check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = True) -> None:
+    ids: set[str] = set()
+    last_dry_run: Step | None = None
+    selected_available = False
+    for i, s in enumerate(steps):
+        if s.id in ids:
+            raise ValueError(f"{where}.steps[{i}]: step id {s.id!r} is used twice")
+        ids.add(s.id)
+        c = s.compose
+        if c is not None and c.services == SELECTED and not selected_available:
+            raise ValueError(f"{where}.steps[{i}] ({s.id}): services: selected needs an earlier dry run with select_changed: true")
+        if s.dry_run is not None:
+            last_dry_run = s
+            if s.plan is not None and s.plan.select_changed:
+                selected_available = True
+        elif s.up is not None:
+            if last_dry_run is None or last_dry_run.dry_run is None or last_dry_run.dry_run.key() != s.up.key():
+                raise ValueError(
+                    f"{where}.steps[{i}] ({s.id}): an up must be preceded by a dry_run of the same request "
+                    f"(same file and services)"
+                )
+            last_dry_run = None  # one dry run covers one up
+        elif s.down is not None:
+            last_dry_run = None  # the state changed since the dry run
+
+
+def _field_path(err: dict) -> str:
+    return ".".join(str(p) for p in err["loc"])
+
+
+def resolve_runbook_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    candidate = RUNBOOK_DIR / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    known = ", ".join(sorted(x.stem for x in RUNBOOK_DIR.glob("*.yaml"))) or "none"
+    raise UserError(f"runbook {name_or_path!r} not found: pass a path or one of {known}")
+
+
+def load_runbook(name_or_path: str = DEFAULT_RUNBOOK) -> Runbook:
+    path = resolve_runbook_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"runbook {path}{where} is not valid YAML; fix the file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read runbook {path}: {exc.strerror}") from None
+    return parse_runbook(data, source=str(path))
+
+
+def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:
+    if not isinstance(data, dict):
+        raise UserError(f"runbook {source} must be a mapping")
+    try:
+        return Runbook.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (typo?)"
+        return _raise(f"runbook {source} is invalid at {_field_path(err)}: {msg}")
+
+
+def _raise(message: str) -> Runbook:
+    raise UserError(message)

@@ -1,0 +1,50 @@
+"""Configuration from the environment (prefix ORCHESTRATOR_) and an optional `.env` file.
+
+Tokens are `SecretStr`: they print as `**********` and only `.get_secret_value()` reveals them,
+which only the HTTP clients call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_INVENTORY = Path("config/hosts.yaml")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ORCHESTRATOR_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    compose_manager_token: SecretStr = SecretStr("")
+    dashboard_token: SecretStr = SecretStr("")
+    model_proxy_token: SecretStr = SecretStr("")
+    inference_token: SecretStr = SecretStr("")
+
+    inventory: Path = DEFAULT_INVENTORY
+    state_dir: Path = Path(".state")
+    #: Seconds between polls of docker/ps, logs and peers while a gate is waited on.
+    poll_interval: float = Field(default=10.0, gt=0)
+    #: `postgresql://...` selects the shared PostgreSQL journal (team mode); empty: SQLite in state_dir.
+    database_url: str = ""
+    #: Lease time-to-live in seconds; the runner renews it every third of that.
+    lease_ttl: float = Field(default=120.0, gt=0)
+
+    def journal_location(self) -> str:
+        return self.database_url or str(self.state_dir / "journal.sqlite3")
+
+    def tokens(self) -> list[str]:
+        """Every configured secret, for the redactor."""
+        return [
+            s.get_secret_value()
+            for s in (
+                self.compose_manager_token,
+                self.dashboard_token,
+                self.model_proxy_token,
+                self.inference_token,
+            )
+            if s.get_secret_value()
+        ]

@@ -1,0 +1,62 @@
+"""The runbook loader: the gpu02 runbook loads; each forbidden shape is refused naming its field."""
+
+import copy
+
+import pytest
+import yaml
+
+from orchestrator.runbook import RUNBOOK_DIR, load_runbook, parse_runbook
+from orchestrator.user_errors import UserError
+
+RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
+
+
+def test_gpu02_runbook_encodes_the_procedure():
+    rb = load_runbook()
+    assert [p.name for p in rb.phases] == ["r2", "r1", "reconcile"]
+    assert rb.budget.variable == "GLM53_HICACHE_RAM_BUDGET" and rb.budget.allowed == ["406GiB"]
+    assert rb.timeouts.cold_start == 3000 and rb.timeouts.stop_grace == 300
+    r2 = rb.phase("r2")
+    assert r2.steps[0].down.file == "previous:model-sg-glm53-fp8-tp4-r2"
+    assert r2.steps[0].requires_serving == ["model-sg-glm53-w4afp8-tp4-r1"]
+    sidecars = next(s for s in r2.steps if s.id == "sidecars-up")
+    assert sidecars.up.services == ["proxy-glm53", "otelcol-contrib", "dcgm-glm53"]
+    assert [p.replica for p in rb.full_rollback] == ["r2", "r1"]
+    assert set(rb.previous_refs()) == {"model-sg-glm53-fp8-tp4-r2", "proxy-glm53", "model-sg-glm53-w4afp8-tp4-r1"}
+
+
+def _mutated(fn):
+    data = copy.deepcopy(RAW)
+    fn(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (lambda d: d.__setitem__("colour", "red"), "colour: unknown key"),
+        (lambda d: d["phases"][0]["steps"][0].__setitem__("typo", 1), "typo: unknown key"),
+        (lambda d: d["phases"][0]["steps"][1]["dry_run"].__setitem__("services", []), "services must not be empty"),
+        (lambda d: d["phases"][0]["steps"][2]["up"].__setitem__("force_recreate", True), "force_recreate: true is never allowed"),
+        (lambda d: d["phases"][0]["steps"].pop(1), "an up must be preceded by a dry_run of the same request"),
+        (lambda d: d["phases"][0]["steps"][2]["up"].__setitem__("services", ["nginx"]), "an up must be preceded by a dry_run"),
+        (lambda d: d["phases"][0]["steps"][1]["dry_run"].__setitem__("file", "../etc/passwd"), "file must be 'new' or 'previous:<service>'"),
+        (lambda d: d.__setitem__("file", "/abs/path.yaml"), "relative path"),
+        (lambda d: d["preflight"].append({"id": "x", "say": "x", "down": {"file": "new", "services": ["a"]}}), "must not mutate"),
+        (lambda d: d["phases"][0]["steps"][1].pop("plan"), "needs a plan"),
+    ],
+)
+def test_loader_refuses_forbidden_shapes_naming_the_field(mutate, needle):
+    with pytest.raises(UserError) as exc:
+        parse_runbook(_mutated(mutate), source="t.yaml")
+    assert needle in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_missing_runbook_and_bad_yaml(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_runbook("no-such-runbook")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        load_runbook(str(bad))
