@@ -23,8 +23,8 @@ from orchestrator.settings import Settings
 from orchestrator.user_errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 InventoryOpt = typer.Option(None, "--inventory", help="Host inventory YAML (default: $ORCHESTRATOR_INVENTORY or config/hosts.yaml)")
 RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", help="Runbook name (in runbooks/) or path")
@@ -358,7 +358,8 @@ def demo(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except UserError as exc:

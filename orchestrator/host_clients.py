@@ -15,6 +15,7 @@ from orchestrator.clients.dashboard import DashboardClient
 from orchestrator.clients.inference import InferenceClient, SoakRelayClient
 from orchestrator.clients.model_proxy import ModelProxyClient
 from orchestrator.clients.retry import RetryPolicy
+from orchestrator.clock import Clock
 from orchestrator.inventory import HostEntry, Inventory
 from orchestrator.redaction import Redactor
 from orchestrator.settings import Settings
@@ -47,9 +48,10 @@ def build_host_clients(
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     retry: RetryPolicy | None = None,
+    clock: Clock | None = None,
 ) -> HostClients:
     def relay_factory(url: str, token: str) -> SoakRelayClient:
-        return SoakRelayClient(url, token, transport=transport)
+        return SoakRelayClient(url, token, transport=transport, redactor=redactor)
 
     return HostClients(
         compose=ComposeManagerClient(
@@ -58,12 +60,15 @@ def build_host_clients(
             transport=transport,
             retry=retry,
             redactor=redactor,
+            clock=clock,
         ),
-        dashboard=DashboardClient(str(inventory.dashboard_url).rstrip("/"), settings.dashboard_token, transport=transport, retry=retry),
+        dashboard=DashboardClient(str(inventory.dashboard_url).rstrip("/"), settings.dashboard_token,
+                                  transport=transport, retry=retry, clock=clock),
         peers=[
-            ModelProxyClient(name, str(url).rstrip("/"), settings.model_proxy_token, transport=transport, retry=retry)
+            ModelProxyClient(name, str(url).rstrip("/"), settings.model_proxy_token, transport=transport, retry=retry, clock=clock)
             for name, url in inventory.model_proxy_peers.items()
         ],
-        inference=InferenceClient(str(entry.inference_endpoint).rstrip("/"), settings.inference_token, transport=transport),
+        inference=InferenceClient(str(entry.inference_endpoint).rstrip("/"), settings.inference_token,
+                                  transport=transport, redactor=redactor),
         relay_factory=relay_factory,
     )

@@ -298,7 +298,9 @@ def render_markdown(plan: Plan) -> str:
             out.append(f"  - call: `{_req_line(s.request)}`")
         out.append(f"  - gate: {s.gate}")
         if s.orphans:
-            out.append(f"  - orphans: {', '.join(s.orphans)}" + (" — **UNSAFE**" if s.unsafe else ""))
+            out.append(f"  - orphans: {', '.join(s.orphans)} — **UNSAFE**: this up would remove them; its dry run refuses it")
+        elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
+            out.append("  - orphans: none (the file defines every service running at this point)")
         out.append(f"  - on failure: {s.on_fail}" + (f"; on abort: {s.on_abort}" if s.on_abort else ""))
     if plan.checks or plan.problems:
         out += ["", "#### Compose file check", ""]

@@ -99,7 +99,8 @@ async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> 
     """With no journal: the deploy before the current one of each service, from the action log."""
     entry = session.inventory.host(host)
     async with ComposeManagerClient(str(entry.compose_manager_url).rstrip("/"), session.settings.compose_manager_token,
-                                    transport=session.transport, retry=session.retry, redactor=session.redactor) as cm:
+                                    transport=session.transport, retry=session.retry, redactor=session.redactor,
+                                    clock=session.clock) as cm:
         actions = await cm.action_log()
     out: dict[str, dict[str, str]] = {}
     for service in rb.previous_refs():
@@ -140,7 +141,7 @@ async def execute(
     log_path = configure_run_logging(session.settings.state_dir, run.run_id, session.redactor)
     progress.event("note", text=f"journal: {session.settings.journal_location()}  log: {log_path}")
     clients = build_host_clients(session.settings, session.inventory, entry, session.redactor,
-                                 transport=session.transport, retry=session.retry)
+                                 transport=session.transport, retry=session.retry, clock=session.clock)
     try:
         ex = Executor(
             run=run, runbook=rb, table=table, journal=session.journal, lease=lease, clients=clients, entry=entry,
@@ -242,7 +243,8 @@ async def refuse_r1_alone(session: Session, host: str, rb: Runbook) -> None:
                 if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list):
                     r2_new += [x for x in s.down.services if x.startswith("model-")]
     async with ComposeManagerClient(str(entry.compose_manager_url).rstrip("/"), session.settings.compose_manager_token,
-                                    transport=session.transport, retry=session.retry, redactor=session.redactor) as cm:
+                                    transport=session.transport, retry=session.retry, redactor=session.redactor,
+                                    clock=session.clock) as cm:
         running = {c.service or c.name for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
     blocking = [s for s in r2_new if s in running]
     if blocking:

@@ -1,0 +1,78 @@
+"""`orchestrate demo`: the real rollout, against a simulated gpu02 on loopback.
+
+The simulator and the orchestrator share a time scale (`--speed` simulated seconds per real
+second), so a 50-minute cold start takes seconds while every timeout, poll interval and grace
+period runs its production value. Nothing here branches the executor: only the network
+(loopback URLs in a generated inventory) and the clock differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from orchestrator.clock import ScaledClock
+from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.settings import Settings
+
+DEMO_HOST = "gpu02"
+DEMO_TAG = "v0.0.300"
+
+
+def list_fault_table() -> str:
+    from orchestrator.sim.faults import FAULTS
+
+    rows = [f"{name:<24} {f.expected:<12} {f.description}" for name, f in FAULTS.items()]
+    return "\n".join([f"{'fault':<24} {'ends':<12} what it does", *rows])
+
+
+def demo_settings(fleet: Any, state_dir: Path) -> Settings:
+    inv = state_dir / "inventory.yaml"
+    fleet.write_inventory(inv)
+    t = fleet.tokens
+    return Settings(
+        compose_manager_token=SecretStr(t["compose_manager"]),
+        dashboard_token=SecretStr(t["dashboard"]),
+        model_proxy_token=SecretStr(t["model_proxy"]),
+        inference_token=SecretStr(t["inference"]),
+        inventory=inv,
+        state_dir=state_dir,
+        poll_interval=10.0,
+        database_url="",
+    )
+
+
+def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any) -> str:
+    from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.runner import Session, execute, new_rollout
+    from orchestrator.sim import SimConfig, SimFleet
+
+    state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with SimFleet(SimConfig(speed=speed, faults=list(faults))) as fleet:
+        settings = demo_settings(fleet, state_dir)
+        clock = ScaledClock(speed)
+        session = Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))
+        try:
+            if console is not None:
+                console.print(f"simulated gpu02 on loopback (speed x{speed:g}); faults: {', '.join(faults) or 'none'}")
+            run, rb, table = new_rollout(session, DEMO_HOST, DEMO_TAG, DEFAULT_RUNBOOK)
+            final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
+        finally:
+            session.close()
+        violations = fleet.check_invariants()
+        if console is not None:
+            console.print(f"journal: {settings.journal_location()}")
+            console.print(f"run log: {state_dir / 'logs' / (final.run_id + '.jsonl')}")
+            console.print(f"inspect: ORCHESTRATOR_STATE_DIR={state_dir} ORCHESTRATOR_INVENTORY={settings.inventory} orchestrate status {final.run_id}")
+            if violations:
+                console.print("[red]simulator invariant violations:[/red]")
+                for v in violations:
+                    console.print(f"  - {v}")
+            else:
+                console.print("simulator record: every apply followed a dry run of the same request, the env map was passed whole, services never empty")
+        return final.outcome or "HALTED"

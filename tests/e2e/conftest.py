@@ -1,0 +1,44 @@
+"""End-to-end: the real orchestrator against the simulated gpu02 over loopback sockets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SPEED = 3000.0  # simulated seconds per real second: a 50-minute cold start takes one second
+
+
+@dataclass
+class E2E:
+    fleet: object
+    session: object
+    state_dir: Path
+
+
+@pytest.fixture
+def e2e_factory(tmp_path):
+    from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.clock import ScaledClock
+    from orchestrator.demo import demo_settings
+    from orchestrator.runner import Session
+    from orchestrator.sim import SimConfig, SimFleet
+
+    opened = []
+
+    def make(*faults: str) -> E2E:
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=3000))
+        fleet.__enter__()
+        state = tmp_path / f"state{len(opened)}"
+        state.mkdir()
+        settings = demo_settings(fleet, state)
+        session = Session.open(settings, clock=ScaledClock(SPEED), retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+        e = E2E(fleet, session, state)
+        opened.append(e)
+        return e
+
+    yield make
+    for e in opened:
+        e.session.close()
+        e.fleet.__exit__(None, None, None)
