@@ -354,11 +354,23 @@ class Executor:
         req = self._request(step, dry_run=True)
         self.ctx.pop("checked_dry_run", None)
         before = _snapshot(await self._ps())
-        lines: list[str] = []
-        try:
-            outcome = await self.c.compose.up(req, self.env)
-        except (TagTooRecent, TagNotFound) as exc:
-            return _fail(f"compose-manager refused the tag {req.tag}: {self.redactor.scrub(exc.detail)}")
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                outcome = await self.c.compose.up(req, self.env)
+                break
+            except (TagTooRecent, TagNotFound) as exc:
+                return _fail(f"compose-manager refused the tag {req.tag}: {self.redactor.scrub(exc.detail)}")
+            except (ServerError, TransportError) as exc:
+                # A dry run plans only, and docker/ps is compared around it: safe to ask again,
+                # unless it changed something (then the comparison below halts the run).
+                if attempt >= 3:
+                    return _fail(f"the dry run failed {attempt} times: {self.redactor.scrub(str(exc))}")
+                if _snapshot(await self._ps()) != before:
+                    return _halt("a dry run that failed also changed real containers (docker/compose#14029); inspect the host")
+                self.log.warning("dry_run_retried", error=type(exc).__name__)
+                await self._wait()
         after = _snapshot(await self._ps())
         changed = sorted(n for n in set(before) | set(after) if before.get(n, (None,))[:2] != after.get(n, (None,))[:2])
         if changed:

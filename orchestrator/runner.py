@@ -67,7 +67,7 @@ class Session:
         loc = settings.journal_location()
         if not settings.database_url:
             settings.state_dir.mkdir(parents=True, exist_ok=True)
-        journal = open_journal(loc)
+        journal = open_journal(loc, redactor=redactor)
         return cls(settings, inventory, journal, redactor, transport, clock or RealClock(), retry)
 
     def close(self) -> None:

@@ -1,0 +1,94 @@
+"""The durable run journal: runs, their transitions and effects, host leases, operator signals.
+
+`open_journal(url_or_path)` picks the backend: "postgresql://..." (or "postgres://...") is the
+team-mode PostgreSQL journal, anything else a local SQLite file ("sqlite:///path" accepted).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from orchestrator.journal.base import (
+    OUTCOMES,
+    RUN_KINDS,
+    EffectRecord,
+    Fenced,
+    Journal,
+    JournalError,
+    Lease,
+    LeaseHeld,
+    LeaseLost,
+    Now,
+    Redactor,
+    RunNotFound,
+    RunRecord,
+    StateConflict,
+    TransitionRecord,
+    make_run_id,
+)
+from orchestrator.journal.migrations import MIGRATIONS, Migration, SchemaTooNew
+from orchestrator.journal.sqlite import SqliteJournal
+
+__all__ = [
+    "MIGRATIONS",
+    "OUTCOMES",
+    "RUN_KINDS",
+    "EffectRecord",
+    "Fenced",
+    "Journal",
+    "JournalError",
+    "Lease",
+    "LeaseHeld",
+    "LeaseLost",
+    "Migration",
+    "PostgresJournal",
+    "Redactor",
+    "RunNotFound",
+    "RunRecord",
+    "SchemaTooNew",
+    "SqliteJournal",
+    "StateConflict",
+    "TransitionRecord",
+    "make_run_id",
+    "open_journal",
+]
+
+_POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def open_journal(
+    url_or_path: str | os.PathLike[str],
+    *,
+    now: Now | None = None,
+    redactor: Redactor | None = None,
+) -> Journal:
+    """PostgreSQL for a postgresql:// URL, else a SQLite file (parent directories created).
+
+    "sqlite:///state/journal.db" is relative, "sqlite:////var/lib/x.db" absolute.
+    """
+    target = os.fspath(url_or_path)
+    if target.startswith(_POSTGRES_PREFIXES):
+        from orchestrator.journal.postgres import PostgresJournal
+
+        return PostgresJournal(target, now=now, redactor=redactor)
+    if target.startswith(_SQLITE_PREFIX):
+        target = target[len(_SQLITE_PREFIX):]
+    elif "://" in target:
+        raise JournalError(
+            "journal location must be a file path, sqlite:///path or postgresql://... "
+            f"(got a {target.split('://', 1)[0]}:// URL)"
+        )
+    if not target:
+        raise JournalError("empty journal path")
+    return SqliteJournal(Path(target), now=now, redactor=redactor)
+
+
+def __getattr__(name: str) -> object:
+    # psycopg is imported only when PostgreSQL is used.
+    if name == "PostgresJournal":
+        from orchestrator.journal.postgres import PostgresJournal
+
+        return PostgresJournal
+    raise AttributeError(name)

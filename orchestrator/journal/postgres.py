@@ -1,0 +1,112 @@
+"""The PostgreSQL journal (team mode): psycopg 3, one connection per Journal object.
+
+Writes run in one transaction each (READ COMMITTED). Lease changes lock the host's lease row
+`FOR UPDATE`; fenced writes lock it `FOR SHARE` and check the token in the same transaction, so
+a takeover and a stale runner's write are serialised and the write sees the new token. The first
+acquisition for a host inserts its row with `ON CONFLICT DO NOTHING`: a racing insert waits for
+ours and then finds the row taken. Without an injected clock, time is the database's
+(`clock_timestamp()`), so runners on different machines agree on lease expiry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from orchestrator.journal import migrations
+from orchestrator.journal.base import JournalError, Now, Redactor, SqlJournal, Tx, _utc
+
+_SCHEMA_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class PostgresJournal(SqlJournal):
+    dialect = "postgres"
+    lock_update = " FOR UPDATE"
+    lock_share = " FOR SHARE"
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str | None = None,
+        now: Now | None = None,
+        redactor: Redactor | None = None,
+        connect_timeout_s: int = 10,
+        schema_migrations: Sequence[migrations.Migration] = migrations.MIGRATIONS,
+    ) -> None:
+        """`conninfo`: a libpq URL or DSN. `schema`: created if missing and put first on
+        the search_path (a URL's `options=-csearch_path%3D...` works too)."""
+        super().__init__(now=now, redactor=redactor)
+        if schema is not None and not _SCHEMA_NAME_RE.match(schema):
+            raise JournalError(f"invalid PostgreSQL schema name {schema!r}")
+        try:
+            self._conn = psycopg.connect(
+                conninfo,
+                autocommit=True,  # transactions are explicit: conn.transaction()
+                row_factory=dict_row,
+                connect_timeout=connect_timeout_s,
+                application_name="orchestrator-journal",
+            )
+        except psycopg.Error as exc:
+            # libpq's message names host, port and user, never the password.
+            raise JournalError(f"cannot connect to the PostgreSQL journal: {exc}") from exc
+        self.schema = schema
+        try:
+            if schema is not None:
+                ident = sql.Identifier(schema)
+                self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                self._conn.execute(sql.SQL("SET search_path TO {}").format(ident))
+            with self._tx(write=True) as tx:
+                # Serialise concurrent migrators of the same schema.
+                tx.run(
+                    "SELECT pg_advisory_xact_lock("
+                    "hashtext('orchestrator.journal:' || COALESCE(current_schema(), '')))"
+                )
+                self.applied_migrations = migrations.migrate(
+                    tx, self.dialect, self._now(tx), self._ts_param, schema_migrations
+                )
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def schema_version(self) -> int:
+        with self._tx(write=False) as tx:
+            return migrations.current_version(tx)
+
+    @contextmanager
+    def _transaction(self, write: bool) -> Iterator[Tx]:
+        with self._conn.transaction():
+            with self._conn.cursor() as cur:
+                yield Tx(cur, placeholder="%s")
+
+    def _db_now(self, tx: Tx) -> datetime:
+        row = tx.one("SELECT clock_timestamp() AS now")
+        assert row is not None
+        return row["now"]
+
+    def _close_connection(self) -> None:
+        self._conn.close()
+
+    def _ts_param(self, dt: datetime) -> datetime:
+        return _utc(dt)
+
+    def _ts_value(self, raw: Any) -> datetime:
+        return raw.astimezone(timezone.utc)
+
+    def _json_param(self, obj: dict | None) -> Any:
+        return None if obj is None else Jsonb(obj)
+
+    def _json_value(self, raw: Any) -> dict | None:
+        return raw
+
+    def __repr__(self) -> str:
+        info = self._conn.info
+        return f"PostgresJournal(host={info.host!r}, dbname={info.dbname!r}, schema={self.schema!r})"

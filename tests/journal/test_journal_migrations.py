@@ -1,0 +1,154 @@
+"""Schema migrations: an empty store is upgraded, an existing one re-opened, a newer one refused."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.journal import (
+    MIGRATIONS,
+    JournalError,
+    Migration,
+    SchemaTooNew,
+    SqliteJournal,
+)
+from orchestrator.journal.migrations import check_order
+
+LATEST = MIGRATIONS[-1].version
+FUTURE = Migration(LATEST + 1, "notes", ("CREATE TABLE notes (id INTEGER PRIMARY KEY, body {json})",))
+
+
+def raw(store, sql: str) -> list[tuple[Any, ...]]:
+    """Query the store behind the journal's back, on a connection of its own."""
+    if store.backend == "sqlite":
+        with sqlite3.connect(store.location) as conn:
+            return [tuple(r) for r in conn.execute(sql).fetchall()]
+    import psycopg
+
+    with psycopg.connect(store.location, options=f"-csearch_path={store.schema}") as conn:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+
+
+def test_an_empty_store_is_migrated_to_the_latest_version(store) -> None:
+    journal = store.open()
+    assert journal.applied_migrations == [m.version for m in MIGRATIONS] == [1, 2, 3]
+    assert journal.schema_version() == LATEST
+    rows = raw(store, "SELECT version, description FROM schema_version ORDER BY version")
+    assert rows == [(m.version, m.description) for m in MIGRATIONS]
+
+
+def test_reopening_applies_nothing_and_keeps_the_data(store, make_run) -> None:
+    run = make_run()
+    store.close_all()
+    again = store.open()
+    assert again.applied_migrations == []
+    assert again.get_run(run.run_id) == run
+    assert len(raw(store, "SELECT version FROM schema_version")) == len(MIGRATIONS)
+
+
+def test_upgrading_an_older_store(store, clock) -> None:
+    old = store.open(schema_migrations=MIGRATIONS[:1])
+    assert old.applied_migrations == [1]
+    run = old.create_run(host="gpu02", runbook="rb", tag=None, kind="rollout", state="INIT",
+                         context={"from": "v1"})
+    old.close()
+
+    new = store.open()
+    assert new.applied_migrations == [2, 3]
+    assert new.get_run(run.run_id).context == {"from": "v1"}
+    lease, _ = new.acquire_lease("gpu02", run.run_id, "runner-a", 60)  # v2's table works
+    new.approve(run.run_id, "gate-1", "alice")  # v3's table works
+    assert new.approvals(run.run_id) == {"gate-1"}
+
+
+def test_a_newer_store_is_refused_by_an_older_orchestrator(store) -> None:
+    store.open().close()
+    assert store.open(schema_migrations=MIGRATIONS + (FUTURE,)).applied_migrations == [FUTURE.version]
+    with pytest.raises(SchemaTooNew, match=f"schema version {FUTURE.version}"):
+        store.open()
+
+
+def test_a_failing_migration_leaves_nothing_behind(store) -> None:
+    store.open().close()
+    broken = Migration(LATEST + 1, "half", (
+        "CREATE TABLE half_done (id INTEGER PRIMARY KEY)",
+        "THIS IS NOT SQL",
+    ))
+    with pytest.raises(Exception):
+        store.open(schema_migrations=MIGRATIONS + (broken,))
+    assert store.open().schema_version() == LATEST
+    # The migration's first statement was rolled back with it.
+    fixed = Migration(LATEST + 1, "half", ("CREATE TABLE half_done (id INTEGER PRIMARY KEY)",))
+    assert store.open(schema_migrations=MIGRATIONS + (fixed,)).applied_migrations == [LATEST + 1]
+
+
+def test_concurrent_first_opens_apply_each_migration_once(store) -> None:
+    n = 4
+    barrier = threading.Barrier(n)
+
+    def open_one() -> list[int]:
+        barrier.wait(timeout=60)
+        return store.open().applied_migrations
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        applied = [f.result(timeout=60) for f in [pool.submit(open_one) for _ in range(n)]]
+    assert sorted(v for versions in applied for v in versions) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "versions", [[2, 1], [1, 1], [0, 1]], ids=["unordered", "duplicate", "zero"]
+)
+def test_migration_lists_must_be_strictly_increasing(versions: list[int]) -> None:
+    with pytest.raises(JournalError, match="strictly increasing"):
+        check_order([Migration(v, "m", ()) for v in versions])
+
+
+def test_sqlite_file_settings(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "journal.db"
+    journal = SqliteJournal(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    conn = journal._conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    journal.close()
+
+
+def _sqlite_columns(path: Path) -> dict[str, list[str]]:
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in tables}
+
+
+def _postgres_columns(url: str, schema: str) -> dict[str, list[str]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+            (schema,),
+        ).fetchall()
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+@pytest.mark.postgres
+def test_both_backends_share_the_logical_schema(tmp_path: Path, postgres_url: str, pg_schema: str) -> None:
+    from orchestrator.journal import PostgresJournal
+
+    SqliteJournal(tmp_path / "j.db").close()
+    PostgresJournal(postgres_url, schema=pg_schema).close()
+    lite = _sqlite_columns(tmp_path / "j.db")
+    pg = _postgres_columns(postgres_url, pg_schema)
+    assert lite == pg
+    assert set(lite) == {"schema_version", "runs", "transitions", "effects", "leases",
+                         "abort_requests", "approvals"}
