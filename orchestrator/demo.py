@@ -35,10 +35,10 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
     fleet.write_inventory(inv)
     t = fleet.tokens
     return Settings(
-        compose_manager_token=SecretStr(t["compose_manager"]),
-        dashboard_token=SecretStr(t["dashboard"]),
-        model_proxy_token=SecretStr(t["model_proxy"]),
-        inference_token=SecretStr(t["inference"]),
+        compose_manager_token=SecretStr(t.compose_manager),
+        dashboard_token=SecretStr(t.dashboard),
+        model_proxy_token=SecretStr(t.model_proxy),
+        inference_token=SecretStr(t.inference),
         inventory=inv,
         state_dir=state_dir,
         poll_interval=10.0,

@@ -236,7 +236,7 @@ class Executor:
     async def _ensure_env(self) -> None:
         if self.env is None:
             self.env = await self.c.dashboard.env_map(name=self.entry.instance_name)
-            self.redactor.add(*self.env.secret_values())
+            self.redactor.add(*self.env.redaction_values())
             fp = self.env.keys_fingerprint()
             known = self.ctx.get("env_keys_fingerprint")
             if known and known != fp:

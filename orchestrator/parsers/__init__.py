@@ -1,0 +1,23 @@
+"""Pure parsers (no I/O) for the outputs the orchestrator reads.
+
+- `docker_ps`: `docker ps --format json` (one JSON object per line) -> `Container`s
+- `compose_logs`: `docker compose logs` text -> `LogLine`s
+- `dry_run`: docker compose dry-run lines -> `DryRunPlan`
+- `action_log`: compose-manager's attestation report -> `Action`s, `last_deploy`
+
+A parser that cannot make sense of its input raises `ParseError`; the clients turn it into
+`MalformedResponse`.
+"""
+
+from __future__ import annotations
+
+
+class ParseError(ValueError):
+    """Input that does not have the documented shape. `line_no` is 1-based when known."""
+
+    def __init__(self, message: str, *, line_no: int | None = None) -> None:
+        super().__init__(message if line_no is None else f"line {line_no}: {message}")
+        self.line_no = line_no
+
+
+__all__ = ["ParseError"]

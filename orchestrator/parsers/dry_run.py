@@ -1,0 +1,176 @@
+"""docker compose dry-run lines -> `DryRunPlan` (what an `up` would do, per service).
+
+Line shape: ` ✔ DRY-RUN MODE -  Container <name>  <Status>  0.0s` (the duration may be missing).
+
+Status -> action:
+  Created/Creating -> created; Recreated/Recreate/Recreating -> recreated;
+  Started/Starting -> started; Running/Healthy/Waiting/Exited -> unchanged (states, not actions;
+  `Exited` is what a finished one-shot such as model-downloader reports);
+  Removed/Removing/Stopped/Stopping/Killed/Killing -> removed.
+
+Container name -> service: with `container_name` (always the service key in these repos) the name
+is the service. When `project` is given and the name starts with `<project>-` (or v1's
+`<project>_`, possibly behind a `<12 hex>_` recreate prefix), that prefix and the `-<N>` / `_<N>`
+replica suffix (or a one-off's `-run-<12 hex>`) are stripped: `nginx-golang-mysql-db-1` -> `db`.
+
+Ignored (not about containers): `Network ...`, `Volume ...` and `Image ...` lines (recorded in
+`resources`), image lines `<name> Pulled|Pulling|Built|Building|Skipped|Exists`, `build service`,
+`==> ==>` build steps, and lines without `DRY-RUN` such as the `[+] Running 8/6` and
+`[+] Building` headers.
+
+Unknown: any other line mentioning `DRY-RUN`, and any line that looks like a container action
+WITHOUT the `DRY-RUN` mark (docker/compose#14029: a dry run that acts for real). Callers must
+report `unknown_lines` and not trust the plan when it is non-empty.
+
+A service that appears several times gets the strongest action:
+removed > recreated > created > started > unchanged (a `Recreate` then `Started` is a recreate;
+a one-off `-run-` container being removed makes its service "removed").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+DRY_RUN_MARK = "DRY-RUN"
+
+STATUS_ACTIONS: dict[str, str] = {
+    "created": "created",
+    "creating": "created",
+    "recreated": "recreated",
+    "recreate": "recreated",
+    "recreating": "recreated",
+    "started": "started",
+    "starting": "started",
+    "running": "unchanged",
+    "healthy": "unchanged",
+    "waiting": "unchanged",
+    "exited": "unchanged",
+    "removed": "removed",
+    "removing": "removed",
+    "stopped": "removed",
+    "stopping": "removed",
+    "killed": "removed",
+    "killing": "removed",
+}
+
+STRENGTH = {"unchanged": 0, "started": 1, "created": 2, "recreated": 3, "removed": 4}
+
+IMAGE_STATUSES = frozenset({"pulled", "pulling", "built", "building", "skipped", "exists", "pull complete"})
+RESOURCE_KINDS = frozenset({"Network", "Volume", "Image"})
+
+_DURATION_RE = re.compile(r"^\d+(?:\.\d+)?m?s$")
+_DRY_RE = re.compile(r"DRY-RUN MODE\s*-\s*(?P<rest>.*)$")
+_BARE_CONTAINER_RE = re.compile(r"^\W*\s*Container\s+\S+\s+(?P<status>[A-Za-z]+)")
+
+
+@dataclass
+class DryRunPlan:
+    actions: dict[str, str] = field(default_factory=dict)
+    unknown_lines: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    containers: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, str] = field(default_factory=dict)
+
+    def _with(self, action: str) -> frozenset[str]:
+        return frozenset(s for s, a in self.actions.items() if a == action)
+
+    @property
+    def created(self) -> frozenset[str]:
+        return self._with("created")
+
+    @property
+    def recreated(self) -> frozenset[str]:
+        return self._with("recreated")
+
+    @property
+    def started(self) -> frozenset[str]:
+        return self._with("started")
+
+    @property
+    def removed(self) -> frozenset[str]:
+        return self._with("removed")
+
+    @property
+    def unchanged(self) -> frozenset[str]:
+        return self._with("unchanged")
+
+    def changed_services(self) -> frozenset[str]:
+        """Services the plan creates, recreates or starts."""
+        return frozenset(s for s, a in self.actions.items() if a in ("created", "recreated", "started"))
+
+    @property
+    def removes_anything(self) -> bool:
+        """True if a container (or a network/volume) would be removed or stopped."""
+        if self.removed:
+            return True
+        return any(STATUS_ACTIONS.get(status.lower()) == "removed" for status in self.resources.values())
+
+    @property
+    def understood(self) -> bool:
+        return not self.unknown_lines
+
+
+def container_service(name: str, project: str | None = None) -> str:
+    """The compose service a container name stands for (see module doc)."""
+    if project:
+        pattern = re.compile(
+            r"^(?:[0-9a-f]{12}_)?" + re.escape(project) + r"[-_](?P<svc>.+?)(?:[-_]\d+|-run-[0-9a-f]{12})$"
+        )
+        match = pattern.match(name)
+        if match:
+            return match.group("svc")
+    return name
+
+
+def _strip_duration(tokens: list[str]) -> list[str]:
+    if tokens and _DURATION_RE.match(tokens[-1]):
+        return tokens[:-1]
+    return tokens
+
+
+def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunPlan:
+    plan = DryRunPlan()
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        plan.lines.append(line)
+        match = _DRY_RE.search(line)
+        if match is None:
+            bare = _BARE_CONTAINER_RE.match(line)
+            if DRY_RUN_MARK in line:
+                plan.unknown_lines.append(line)
+            elif bare and bare.group("status").lower() in STATUS_ACTIONS:
+                # A container action without the dry-run mark: maybe a real one (compose#14029).
+                plan.unknown_lines.append(line)
+            continue
+        rest = match.group("rest").strip()
+        if not rest or rest.startswith("==>") or rest.startswith("build service"):
+            continue
+        tokens = _strip_duration(rest.split())
+        if not tokens:
+            plan.unknown_lines.append(line)
+            continue
+        kind = tokens[0]
+        if kind == "Container" and len(tokens) >= 3:
+            name, status = tokens[1], " ".join(tokens[2:])
+            action = STATUS_ACTIONS.get(status.lower())
+            if action is None:
+                plan.unknown_lines.append(line)
+                continue
+            plan.containers[name] = _stronger(plan.containers.get(name), action)
+            service = container_service(name, project)
+            plan.actions[service] = _stronger(plan.actions.get(service), action)
+        elif kind in RESOURCE_KINDS and len(tokens) >= 3:
+            plan.resources[f"{kind} {tokens[1]}"] = " ".join(tokens[2:])
+        elif len(tokens) >= 2 and " ".join(tokens[1:]).lower() in IMAGE_STATUSES:
+            continue
+        else:
+            plan.unknown_lines.append(line)
+    return plan
+
+
+def _stronger(current: str | None, new: str) -> str:
+    if current is None or STRENGTH[new] > STRENGTH[current]:
+        return new
+    return current

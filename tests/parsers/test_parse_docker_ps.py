@@ -1,0 +1,103 @@
+import json
+
+import pytest
+
+from orchestrator.parsers import ParseError
+from orchestrator.parsers.docker_ps import for_service, parse_docker_ps, parse_labels, zombies
+
+
+def ps_line(**fields):
+    base = {
+        "ID": "abc123",
+        "Names": "work-db-1",
+        "Image": "redis:latest",
+        "State": "running",
+        "Status": "Up 2 hours",
+        "CreatedAt": "2026-09-23 19:00:00 +0000 UTC",
+        "Labels": "com.docker.compose.service=db,com.docker.compose.project=work",
+    }
+    base.update(fields)
+    return json.dumps(base)
+
+
+def test_real_sample_line(sample):
+    [c] = parse_docker_ps(sample("docker-ps.jsonl"))
+    assert c.id == "d2763e024a10"
+    assert c.name == "test-docker-json-ps-db-1"
+    assert c.image == "redis:latest"
+    assert c.state == "running"
+    assert c.status == "Up 2 minutes"
+    assert c.created_at == "2024-05-02 12:21:53 +0400 +04"
+    assert c.service == "db"
+    assert c.project == "test-docker-json-ps"
+    assert c.labels["com.docker.compose.depends_on"] == ""
+    assert c.labels["com.docker.compose.version"] == "2.26.1"
+    assert c.exit_code == 0
+    assert not c.restarting and not c.is_zombie and c.is_running
+
+
+@pytest.mark.parametrize("state", ["removing", "dead"])
+def test_zombie_states(state):
+    out = "\n".join([ps_line(), ps_line(ID="z1", Names="work-r2-1", State=state, Status="Removal In Progress",
+                                        Labels="com.docker.compose.service=r2,com.docker.compose.project=work")])
+    containers = parse_docker_ps(out)
+    assert [c.id for c in zombies(containers)] == ["z1"]
+    assert containers[1].is_zombie and not containers[1].is_running
+    assert not containers[0].is_zombie
+
+
+def test_restarting_by_state_or_status():
+    [a, b, c] = parse_docker_ps("\n".join([
+        ps_line(ID="a", State="restarting", Status="Restarting (1) 5 seconds ago"),
+        ps_line(ID="b", State="running", Status="Restarting (137) 1 second ago"),
+        ps_line(ID="c", State="exited", Status="Exited (137) 3 minutes ago"),
+    ]))
+    assert a.restarting and b.restarting and not c.restarting
+    assert not b.is_running
+
+
+def test_names_list_blank_lines_and_label_values_with_commas():
+    line = ps_line(
+        Names="first,second",
+        Labels="com.docker.compose.depends_on=model-downloader:service_completed_successfully:false,nginx:service_started:false,"
+        "com.docker.compose.service=model-sg-glm53-w4afp8-tp4-r2,com.docker.compose.project=work",
+    )
+    [c] = parse_docker_ps(f"\n\n{line}\n   \n")
+    assert c.name == "first" and c.names == ("first", "second")
+    assert c.service == "model-sg-glm53-w4afp8-tp4-r2"
+    assert c.labels["com.docker.compose.depends_on"] == (
+        "model-downloader:service_completed_successfully:false,nginx:service_started:false"
+    )
+
+
+def test_container_without_compose_labels_has_no_service():
+    [c] = parse_docker_ps(ps_line(Labels=""))
+    assert c.service is None and c.project is None and c.labels == {}
+
+
+def test_bad_line_raises_with_line_number():
+    with pytest.raises(ParseError) as err:
+        parse_docker_ps(ps_line() + "\n<html>oops</html>\n")
+    assert err.value.line_no == 2
+    with pytest.raises(ParseError):
+        parse_docker_ps(json.dumps({"Names": "no-id"}))
+
+
+def test_json_array_line_is_accepted():
+    out = json.dumps([json.loads(ps_line(ID="a")), json.loads(ps_line(ID="b"))])
+    assert [c.id for c in parse_docker_ps(out)] == ["a", "b"]
+
+
+def test_for_service_filters_by_label_and_project():
+    containers = parse_docker_ps("\n".join([
+        ps_line(ID="a"),
+        ps_line(ID="b", Labels="com.docker.compose.service=db,com.docker.compose.project=other"),
+        ps_line(ID="c", Labels="com.docker.compose.service=nginx,com.docker.compose.project=work"),
+    ]))
+    assert [c.id for c in for_service(containers, "db", project="work")] == ["a"]
+    assert [c.id for c in for_service(containers, "db")] == ["a", "b"]
+
+
+def test_parse_labels_mapping_and_keys_without_values():
+    assert parse_labels({"a": "1", "b": None}) == {"a": "1", "b": ""}
+    assert parse_labels("lonely,k=v") == {"lonely": "", "k": "v"}
