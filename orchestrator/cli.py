@@ -61,7 +61,7 @@ class LiveProgress:
         elif kind == "log_line":
             self.c.print(f"{self._ts()}   [dim]{f['service']}: {f['line'][:150]}[/dim]")
         elif kind == "effect":
-            self.c.print(f"{self._ts()}   -> {f['kind']} {', '.join(f['services'])} ({f['file']}@{f['tag']})")
+            self.c.print(f"{self._ts()}   -> {f['action']} {', '.join(f['services'])} ({f['file']}@{f['tag']})")
         elif kind == "transition":
             took = int(time.monotonic() - self.step_t0)
             colour = {"ok": "green", "skip": "green", "fail": "red", "halt": "red", "abort": "yellow", "retry": "yellow"}.get(f["event_name"], "white")

@@ -178,7 +178,7 @@ class Executor:
             context=self.redactor.scrub_obj(self.ctx), terminal=terminal,
             outcome=to if terminal else None, message=message, note=note or None,
         )
-        self.log.info("transition", event=outcome.event.value, to=to, note=note)
+        self.log.info("transition", on=outcome.event.value, to=to, note=note)
         self.progress.event("transition", state=state, event_name=outcome.event.value, to=to, note=note)
         if terminal:
             self.progress.event("run_finished", outcome=to, message=message)
@@ -424,7 +424,7 @@ class Executor:
             self.lease, self.run.run_id, self.visit_key, kind,
             self.redactor.scrub_obj({"request": req.redacted(), "baseline": baseline}), mutating=True,
         )
-        self.progress.event("effect", kind=kind, services=list(req.services), file=req.file, tag=req.tag)
+        self.progress.event("effect", action=kind, services=list(req.services), file=req.file, tag=req.tag)
         try:
             res = await call()
             outcome: dict[str, Any] = {"status": res.status, "exit_code": res.exit_code,
@@ -639,7 +639,7 @@ class Executor:
                         return _fail(f"{service}: {res.reason}: {self.redactor.scrub(res.line)[:300]}")
                     if res.passed:
                         return _ok(f"{service}: {res.reason}")
-                if batch.new:
+                if batch.new and gate.result.line:
                     self.progress.event("log_line", service=service, line=self.redactor.scrub(gate.result.line)[:200])
             if self.clock.monotonic() >= deadline:
                 return _fail(

@@ -336,7 +336,7 @@ class ComposeManagerClient:
 
     async def _mutate(self, route: str, action: ComposeVerb, req: ComposeRequest, env: EnvMap, on_event: EventCallback | None) -> StreamOutcome:
         req.validate(env, action=action)
-        self.redactor.add(*env.secret_values())
+        self.redactor.add(*env.redaction_values())
         body = req.body(env, action=action)
         fields = dict(
             route=route,

@@ -90,7 +90,7 @@ def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
                     SYSTEM, f"instance {name!r}: env var {key!r} is a {type(value).__name__}, expected a string"
                 )
         env = EnvMap(raw_env)
-        redactor.add(*env.secret_values())
+        redactor.add(*env.redaction_values())
         token = item.get("bearer_token")
         if isinstance(token, str) and token and set(token) != {"*"}:
             redactor.add(token)
