@@ -53,7 +53,7 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
 
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     state_dir.mkdir(parents=True, exist_ok=True)
-    with SimFleet(SimConfig(speed=speed, faults=list(faults))) as fleet:
+    with SimFleet(SimConfig(speed=speed, faults=list(faults), cold_start_s=2400)) as fleet:
         settings = demo_settings(fleet, state_dir)
         clock = ScaledClock(speed)
         session = Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))

@@ -567,7 +567,10 @@ class Executor:
                 self.progress.event("note", text=f"sending the down again after observation ({resend_reason})")
                 first = await self._mutating(f"compose_down_resend_{resends}", req, {"ids": base_ids},
                                              lambda: self.c.compose.down(req, env))
+                # the gate starts again from the end of the new down: observe before judging
                 no_effect_after = self.clock.monotonic() + self.rb.timeouts.stop_grace + 4 * self.poll
+                deadline = self.clock.monotonic() + timeout
+                continue
             if self.clock.monotonic() >= deadline:
                 return _fail(f"{', '.join(c.name for c in left)} still listed after {int(timeout)} s")
             await self._wait()

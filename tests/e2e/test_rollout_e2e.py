@@ -28,11 +28,11 @@ def rollout(e, *, tag="v0.0.300", yes=True):
 
 
 def mutating_calls(fleet):
-    return [c for c in fleet.calls if c.path in ("/compose/up", "/compose/down") and not (c.body or {}).get("dry_run")]
+    return [c for c in fleet.calls if (c.is_compose_up and not (c.body or {}).get("dry_run")) or c.is_compose_down]
 
 
 def running(fleet):
-    return {c["service"]: c for c in fleet.host.containers_view() if c["state"] in ("running", "restarting")}
+    return {c.service: c for c in fleet.host.containers() if c.state in ("running", "restarting")}
 
 
 def test_happy_path_ends_done_with_both_replicas_new(e2e_factory):
@@ -42,17 +42,17 @@ def test_happy_path_ends_done_with_both_replicas_new(e2e_factory):
     assert e.fleet.check_invariants() == []
     run = running(e.fleet)
     assert R2_OLD not in run
-    assert run[R2_NEW]["file"] == NEW_FILE and run[R1]["file"] == NEW_FILE
+    assert run[R2_NEW].file == NEW_FILE and run[R1].file == NEW_FILE
     for svc in (R1, R2_NEW):
-        logs = e.fleet.host.logs_of(svc)
+        logs = e.fleet.host.logs(svc)
         for rank in range(4):
             assert any(f"TP{rank}]" in ln and "rank_budget_bytes=108984795136" in ln for ln in logs), (svc, rank)
     # r2 was replaced before r1 was touched
-    downs = [c.body["services"] for c in mutating_calls(e.fleet) if c.path == "/compose/down"]
+    downs = [c.body["services"] for c in mutating_calls(e.fleet) if c.is_compose_down]
     assert downs.index([R2_OLD]) < downs.index([R1])
     # every compose call carried a non-empty services list and force_recreate false
     for c in e.fleet.calls:
-        if c.path in ("/compose/up", "/compose/down"):
+        if c.is_compose_up or c.is_compose_down:
             assert c.body["services"]
             assert not c.body.get("force_recreate")
 
@@ -60,8 +60,9 @@ def test_happy_path_ends_done_with_both_replicas_new(e2e_factory):
 def test_no_secret_reaches_the_journal_or_the_log(e2e_factory):
     e = e2e_factory()
     final = rollout(e)
-    env = e.fleet.dashboard_env()
-    secrets = [v for k, v in env.items() if k.endswith("TOKEN")] + list(e.fleet.tokens.values())
+    env = e.fleet.dashboard_env
+    t = e.fleet.tokens
+    secrets = [v for k, v in env.items() if k.endswith("TOKEN")] + [t.compose_manager, t.dashboard, t.model_proxy, t.inference]
     blobs = [(e.state_dir / "journal.sqlite3").read_bytes(), (e.state_dir / "logs" / f"{final.run_id}.jsonl").read_bytes()]
     for s in secrets:
         assert len(s) >= 8
@@ -103,12 +104,12 @@ def test_each_fault_ends_in_its_expected_state(e2e_factory, fault, outcome):
         assert mutating_calls(e.fleet) == [], "ABORTED must mean nothing was changed"
     if outcome == "ROLLED_BACK":
         run = running(e.fleet)
-        assert R2_OLD in run and run[R2_OLD]["file"] == OLD_FILE, "old r2 restored from the previous file"
+        assert R2_OLD in run and run[R2_OLD].file == OLD_FILE, "old r2 restored from the previous file"
         assert R2_NEW not in run
     violations = [v for v in e.fleet.check_invariants() if fault != "dry-run-not-dry" or "dry run" not in v]
     assert violations == [], violations
     # nothing is sent after the run ended
-    assert all(c.at <= e.fleet.clock.monotonic() for c in calls)
+    assert all(c.at <= e.fleet.now() for c in calls)
 
 
 def test_r1_failure_after_r2_switched_halts_with_r2_serving(e2e_factory):
@@ -117,7 +118,7 @@ def test_r1_failure_after_r2_switched_halts_with_r2_serving(e2e_factory):
     assert final.outcome == "HALTED", final.message
     assert "r2 alone" in final.message and "--replica all" in final.message
     run = running(e.fleet)
-    assert R2_NEW in run and run[R2_NEW]["state"] == "running"
+    assert R2_NEW in run and run[R2_NEW].state == "running" and run[R2_NEW].ready
     assert R1 not in run
-    assert e.fleet.orphan_removals() == []
+    assert e.fleet.host.orphan_removals() == []
     assert e.fleet.check_invariants() == []
