@@ -18,7 +18,7 @@ import structlog
 
 from orchestrator.clients.compose_manager import ComposeManagerClient
 from orchestrator.clients.retry import RetryPolicy
-from orchestrator.clock import Clock, RealClock
+from orchestrator.clock import Clock, RealClock, ScaledClock
 from orchestrator.executor import Executor, RunnerFenced, run_with_heartbeat
 from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import Inventory, load_inventory
@@ -68,7 +68,9 @@ class Session:
         if not settings.database_url:
             settings.state_dir.mkdir(parents=True, exist_ok=True)
         journal = open_journal(loc, redactor=redactor)
-        return cls(settings, inventory, journal, redactor, transport, clock or RealClock(), retry)
+        if clock is None:
+            clock = ScaledClock(settings.time_scale) if settings.time_scale != 1.0 else RealClock()
+        return cls(settings, inventory, journal, redactor, transport, clock, retry)
 
     def close(self) -> None:
         self.journal.close()

@@ -1,0 +1,115 @@
+"""Crash tests: the orchestrator process is SIGKILLed right after a journal write, then
+`orchestrate resume` (a new process) finishes the run. The end state must equal an uninterrupted
+run's, and no mutating call may reach compose-manager more often than in the uninterrupted run.
+
+By default a representative set of kill points runs (the intent and the outcome of the first
+down, the r2 apply, the sidecars apply and the r1 apply, and a transition); set
+ORCHESTRATOR_CRASH_ALL=1 to kill after every journal write of an entire rollout."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SPEED = "3000"
+
+
+def _env(fleet, state: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(fleet.env_for_orchestrator(state / "inventory.yaml"))
+    env.update({"ORCHESTRATOR_STATE_DIR": str(state), "ORCHESTRATOR_TIME_SCALE": SPEED, "ORCHESTRATOR_LEASE_TTL": "1"})
+    env.update(extra)
+    return env
+
+
+def _orchestrate(args, env, *, crashing=False):
+    cmd = [sys.executable, str(HERE / "crashing_orchestrate.py")] if crashing else [sys.executable, "-m", "orchestrator.cli"]
+    return subprocess.run(cmd + list(args), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _mutating(fleet) -> collections.Counter:
+    out: collections.Counter = collections.Counter()
+    for c in fleet.calls:
+        if (c.is_compose_up and not c.body.get("dry_run")) or c.is_compose_down:
+            out[(c.path, c.body["tag"], c.body["file"], tuple(c.body["services"]))] += 1
+    return out
+
+
+def _end_state(fleet) -> dict[str, tuple[str, str]]:
+    return {c.service: (c.file, c.state) for c in fleet.host.containers() if c.state in ("running", "restarting")}
+
+
+def _fleet():
+    from orchestrator.sim import SimConfig, SimFleet
+
+    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=2400))
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """One uninterrupted rollout, with every journal write logged (never killed)."""
+    state = tmp_path_factory.mktemp("baseline")
+    log = state / "writes.log"
+    with _fleet() as fleet:
+        r = _orchestrate(["rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
+                         _env(fleet, state, ORCHESTRATOR_TEST_KILL_AFTER="0", ORCHESTRATOR_TEST_WRITE_LOG=str(log)), crashing=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        writes = [ln.split() for ln in log.read_text().splitlines()]
+        return {"writes": writes, "mutating": _mutating(fleet), "end": _end_state(fleet)}
+
+
+def _kill_points(writes) -> list[int]:
+    if os.environ.get("ORCHESTRATOR_CRASH_ALL") == "1":
+        return list(range(1, len(writes) + 1))
+    points: list[int] = []
+    intents = [i for i, w in enumerate(writes) if w[1] == "record_intent" and w[-1] == "True"]
+    for nth in (0, 2, 4, 7):  # first down, r2 apply, sidecars, r1 apply (ordered as the runbook runs them)
+        if nth < len(intents):
+            i = intents[nth]
+            points += [i + 1, i + 2]  # right after the intent (call not sent) and after its outcome
+    transitions = [i for i, w in enumerate(writes) if w[1] == "record_transition"]
+    points.append(transitions[len(transitions) // 2] + 1)
+    return sorted(set(points))
+
+
+def test_kill_points_exist(baseline):
+    assert len(_kill_points(baseline["writes"])) >= 5
+
+
+@pytest.mark.parametrize("slot", range(9))
+def test_sigkill_then_resume_reaches_the_same_end_without_duplicate_mutations(baseline, tmp_path, slot):
+    points = _kill_points(baseline["writes"])
+    if os.environ.get("ORCHESTRATOR_CRASH_ALL") == "1":
+        chosen = points
+    elif slot < len(points):
+        chosen = [points[slot]]
+    else:
+        pytest.skip("fewer kill points than slots")
+    for k in chosen:
+        state = tmp_path / f"k{k}"
+        state.mkdir()
+        with _fleet() as fleet:
+            r = _orchestrate(["rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
+                             _env(fleet, state, ORCHESTRATOR_TEST_KILL_AFTER=str(k)), crashing=True)
+            assert r.returncode == -9, f"kill point {k}: {r.returncode} {r.stderr[-500:]}"
+            runs = json.loads(_orchestrate(["runs", "--json"], _env(fleet, state)).stdout)
+            run_id = runs[0]["run_id"]
+            time.sleep(1.2)  # the killed runner's 1 s lease expires
+            r2 = _orchestrate(["resume", run_id, "--yes"], _env(fleet, state))
+            assert r2.returncode == 0, f"kill point {k}: resume exit {r2.returncode}\n{r2.stdout[-3000:]}\n{r2.stderr[-1000:]}"
+            assert _end_state(fleet) == baseline["end"], f"kill point {k}"
+            got = _mutating(fleet)
+            extra = {req: n for req, n in got.items() if n > baseline["mutating"].get(req, 0)}
+            assert extra == {}, f"kill point {k}: mutating calls sent more often than in an uninterrupted run: {extra}"
+            assert fleet.check_invariants() == []
