@@ -167,9 +167,21 @@ def table_for(run: RunRecord, rb: Runbook) -> Table:
     return compile_rollout(rb)
 
 
+def refuse_if_leased(session: Session, host: str) -> None:
+    """Refuse before a run is even created when another runner holds the host (the lease itself
+    is what guarantees exclusion; this only keeps the journal free of runs that never started)."""
+    lease = session.journal.current_lease(host)
+    if lease is not None:
+        raise Refused(
+            f"{host} is leased by run {lease.run_id} ({lease.owner}) until {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC: "
+            f"one rollout per host at a time; wait, or `orchestrate resume {lease.run_id}` once it expires"
+        )
+
+
 def new_rollout(session: Session, host: str, tag: str, runbook: str) -> tuple[RunRecord, Runbook, Table]:
     check_tag(tag)
     session.inventory.host(host)
+    refuse_if_leased(session, host)
     rb = load_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
@@ -200,6 +212,7 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
 async def new_rollback(session: Session, host: str, replica: str, runbook: str | None,
                        to_tag: str | None, to_file: str | None) -> tuple[RunRecord, Runbook, Table]:
     session.inventory.host(host)
+    refuse_if_leased(session, host)
     last = session.journal.latest_run(host, kind="rollout")
     rb = load_runbook(runbook or (last.runbook if last else "gpu02-glm53-w4afp8-long-context"))
     replicas = ["r2", "r1"] if replica == "all" else [replica]

@@ -1,0 +1,148 @@
+"""The command line against the simulator: rollout, rollback (whole host, r2 first; r1 alone
+refused), approve, abort, status and runs, each in its own process as an on-call engineer runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEED = "3000"
+R1 = "model-sg-glm53-w4afp8-tp4-r1"
+R2_NEW = "model-sg-glm53-w4afp8-tp4-r2"
+R2_OLD = "model-sg-glm53-fp8-tp4-r2"
+OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
+
+
+@pytest.fixture
+def cli(tmp_path):
+    from orchestrator.sim import SimConfig, SimFleet
+
+    fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=2400))
+    fleet.__enter__()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(fleet.env_for_orchestrator(tmp_path / "inventory.yaml"))
+    env.update({"ORCHESTRATOR_STATE_DIR": str(tmp_path / "state"), "ORCHESTRATOR_TIME_SCALE": SPEED,
+                "ORCHESTRATOR_POLL_INTERVAL": "10"})
+
+    def run(*args: str, background: bool = False):
+        cmd = [sys.executable, "-m", "orchestrator.cli", *args]
+        if background:
+            return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    run.fleet = fleet  # type: ignore[attr-defined]
+    yield run
+    fleet.__exit__(None, None, None)
+
+
+def _running(fleet):
+    return {c.service: c for c in fleet.host.containers() if c.state in ("running", "restarting")}
+
+
+def _wait_for_state(cli, state: str, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = cli("status", "--json")
+        if r.returncode == 0:
+            st = json.loads(r.stdout)
+            if st["state"] == state:
+                return st["run_id"]
+        time.sleep(0.2)
+    raise AssertionError(f"run never reached {state}")
+
+
+def test_whole_host_rollback_after_done_restores_both_r2_first(cli):
+    r = cli("rollout", "gpu02", "--tag", "v0.0.300", "--yes")
+    assert r.returncode == 0, r.stdout[-2000:]
+    fleet = cli.fleet
+    mark = len(fleet.calls)
+    r = cli("rollback", "gpu02", "--replica", "all")
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr
+    run = _running(fleet)
+    assert run[R2_OLD].file == OLD_FILE and run[R1].file == OLD_FILE
+    assert R2_NEW not in run
+    downs = [c.body["services"] for c in fleet.calls[mark:] if c.is_compose_down]
+    assert downs.index([R2_NEW]) < downs.index([R1]), "r2 goes back first"
+    assert fleet.host.orphan_removals() == []
+    assert fleet.check_invariants() == []  # includes: never both replica slots down
+
+
+def test_rollback_r1_alone_while_the_new_r2_runs_is_refused_without_change(cli):
+    assert cli("rollout", "gpu02", "--tag", "v0.0.300", "--yes").returncode == 0
+    fleet = cli.fleet
+    mark = len(fleet.calls)
+    r = cli("rollback", "gpu02", "--replica", "r1")
+    assert r.returncode == 5
+    assert "--remove-orphans" in r.stderr and "--replica all" in r.stderr
+    assert [c for c in fleet.calls[mark:] if c.is_compose_up or c.is_compose_down] == []
+
+
+def test_r1_failure_halts_exit_4_and_says_what_to_run(cli):
+    cli.fleet.__exit__(None, None, None)
+    from orchestrator.sim import SimConfig, SimFleet
+
+    fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=2400, faults=["oom:r1"]))
+    fleet.__enter__()
+    cli.fleet = fleet
+    env_inv = fleet.env_for_orchestrator()
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
+                       env={**{k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}, **env_inv,
+                            "ORCHESTRATOR_STATE_DIR": str(Path(env_inv["ORCHESTRATOR_INVENTORY"]).parent / "st"),
+                            "ORCHESTRATOR_TIME_SCALE": SPEED},
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 4, r.stdout[-2000:]
+    assert "r2 alone" in r.stdout and "orchestrate rollback gpu02 --replica all" in r.stdout and "--retry" in r.stdout
+    assert _running(fleet)[R2_NEW].ready
+
+
+def test_approve_ends_the_soak_gate(cli):
+    proc = cli("rollout", "gpu02", "--tag", "v0.0.300", background=True)
+    try:
+        run_id = _wait_for_state(cli, "r2.soak")
+        time.sleep(0.5)
+        assert json.loads(cli("status", run_id, "--json").stdout)["state"] == "r2.soak", "waits for the approval"
+        r = cli("approve", run_id)
+        assert r.returncode == 0
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+    st = json.loads(cli("status", run_id, "--json").stdout)
+    assert st["outcome"] == "DONE"
+    text = cli("status", run_id).stdout
+    assert "r2.soak" in text and "DONE" in text
+
+
+def test_abort_during_the_r2_soak_rolls_r2_back(cli):
+    proc = cli("rollout", "gpu02", "--tag", "v0.0.300", background=True)
+    try:
+        run_id = _wait_for_state(cli, "r2.soak")
+        r = cli("abort", run_id)
+        assert r.returncode == 0 and "abort recorded" in r.stdout
+        assert proc.wait(timeout=120) == 3
+    finally:
+        proc.kill()
+    run = _running(cli.fleet)
+    assert R2_OLD in run and R2_NEW not in run
+    runs = json.loads(cli("runs", "--json").stdout)
+    assert runs[0]["outcome"] == "ROLLED_BACK"
+
+
+def test_a_second_rollout_of_the_same_host_is_refused(cli):
+    proc = cli("rollout", "gpu02", "--tag", "v0.0.300", background=True)
+    try:
+        _wait_for_state(cli, "r2.soak")
+        r = cli("rollout", "gpu02", "--tag", "v0.0.300", "--yes")
+        assert r.returncode == 5
+        assert "leased by run" in r.stderr
+    finally:
+        proc.kill()
+        proc.wait()
