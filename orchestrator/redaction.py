@@ -2,12 +2,13 @@
 
 Which strings are hidden
 ------------------------
-Every added string of at least `MIN_SECRET_LEN` (3) characters. Env maps hold labels as well as
-tokens, and a label is as identifying as a token to whoever reads a log (`ENV=prod`,
-`CVM_NAME=gpu02`, `HOST_IP=10.0.0.2`), so labels are hidden too. The price: a common word that
-happens to be an env value (`true`, `prod`) is replaced by `***` wherever it occurs in a scrubbed
-text. Values of one or two characters (`1`, `0`, `no`) are NOT hidden: replacing every `1` in a
-message would destroy it, and such values carry no secret. This is the only exception.
+Every added string of at least `MIN_SECRET_LEN` (3) characters. What a run adds is decided in one
+place, `EnvMap.redaction_values()`: the configured tokens, every env value whose key names a
+credential (`*TOKEN*`, `*SECRET*`, `*KEY*`, `*PASSWORD*`, ...) and every other env value of 16
+characters or more. Short labels (`ENV=prod`, `CVM_NAME=gpu02`) are not added: scrubbing them
+would rewrite file paths (`prod/...`) and host names that the journal must keep exact to roll
+back, and they are never rendered anyway (an env map only ever shows its keys). Values of one or
+two characters are never hidden: replacing every `1` in a message would destroy it.
 
 Each secret is also matched in the forms a server or a URL may echo it in: JSON-escaped (a value
 with quotes or backslashes) and percent-encoded.

@@ -1,5 +1,6 @@
 """Every error path, run with a known token and an env map of secret values: no token and no env
-value (of 3 characters or more: see orchestrator.redaction) may appear in an exception message,
+value the redaction policy hides (EnvMap.redaction_values: credentials by key name, and long
+values) may appear in an exception message,
 an outcome, an event handed to the caller, or a captured log line."""
 
 import json
@@ -17,9 +18,10 @@ from orchestrator.clients.errors import ClientError
 from orchestrator.clients.inference import InferenceClient, SoakRelayClient
 from orchestrator.clients.model_proxy import ModelProxyClient
 from orchestrator.envmap import EnvMap
-from orchestrator.redaction import MIN_SECRET_LEN, Redactor
+from orchestrator.redaction import Redactor
 
-SECRETS = [TOKEN] + sorted(v for v in ENV.values() if len(v) >= MIN_SECRET_LEN)
+SECRETS = [TOKEN] + sorted(ENV.redaction_values())
+assert len(SECRETS) >= 2, 'the fixture env map must hold a credential'
 ECHO = f"you sent token {TOKEN} and env {json.dumps(ENV.as_body())} / " + " ".join(ENV.values())
 DASH, DASH_TOKEN = "http://dash.test", "dash-token-secret-777"
 PEER, PEER_TOKEN = "http://mp.test", "peer-token-secret-888"
@@ -107,7 +109,7 @@ async def test_compose_reads_and_validation_leak_nothing(caplog):
         router.get("/v1/attestation/report").mock(return_value=httpx.Response(200, json={"status": "error", "error": ECHO}))
         router.post("/compose/down").mock(return_value=leaking_stream())
         async with ComposeManagerClient(BASE, TOKEN, retry=FAST) as client:
-            client.redactor.add(*ENV.secret_values())  # what any up/down of this host does first
+            client.redactor.add(*ENV.redaction_values())  # what any up/down of this host does first
             texts.append(await client.logs(REQ.file, list(REQ.services), 10))
             for call in (client.ps, client.version, client.action_log):
                 try:
