@@ -249,15 +249,3 @@ def _ordered(b: _Builder, start: str) -> list[str]:
         cur = b.edges[(cur, Event.OK)]
     seen.extend(s for s in b.order if s not in seen)
     return seen
-
-
-def forward_replicas_moved(table: Table, state: str) -> list[str]:
-    """Replicas whose forward phase is complete or under way when the run is in `state`."""
-    moved: list[str] = []
-    for sid in table.order:
-        node = table.nodes[sid]
-        if node.section == "forward" and node.replica and node.replica not in moved:
-            moved.append(node.replica)
-        if sid == state:
-            break
-    return moved

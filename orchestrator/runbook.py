@@ -264,14 +264,6 @@ class Runbook(_Strict):
                         seen.append(svc)
         return seen
 
-    def replaced_services(self) -> list[str]:
-        out: list[str] = []
-        for ph in self.phases:
-            for s in ph.steps:
-                if s.down is not None and isinstance(s.down.services, list):
-                    out.extend(x for x in s.down.services if x not in out)
-        return out
-
     def _all_step_lists(self) -> list[list[Step]]:
         lists = [self.preflight]
         for ph in self.phases:
