@@ -1,0 +1,79 @@
+"""`python -m orchestrator.sim serve --state-dir DIR [--speed X] [--fault NAME ...]`
+
+Runs the simulator in the foreground until SIGTERM/SIGINT. Writes DIR/inventory.yaml, DIR/sim.env
+(the ORCHESTRATOR_* lines: tokens and the inventory path), DIR/ready once every server listens,
+and, as it goes, DIR/calls.jsonl (every call, env values fingerprinted) and DIR/timeline.jsonl.
+`python -m orchestrator.sim faults` prints the fault table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from orchestrator.sim.faults import FAULTS, parse_fault
+from orchestrator.sim.fleet import SimConfig, SimFleet
+
+
+def _serve(args: argparse.Namespace) -> int:
+    for spec in args.fault:
+        parse_fault(spec)  # fail early on a typo
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "ready").unlink(missing_ok=True)
+    config = SimConfig(
+        speed=args.speed,
+        cold_start_s=args.cold_start,
+        faults=tuple(args.fault),
+        seed=args.seed,
+        available_ram_gib=args.available_ram_gib,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with SimFleet(config, state_dir=state) as fleet:
+        inventory = fleet.write_inventory(state / "inventory.yaml")
+        env = fleet.env_for_orchestrator()
+        (state / "sim.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        (state / "ready").write_text("ready\n")
+        print(
+            f"simulator listening: compose-manager {fleet.urls.compose_manager}, dashboard "
+            f"{fleet.urls.dashboard}; inventory {inventory}; speed x{config.speed:g}; faults "
+            f"{', '.join(config.faults) or 'none'}",
+            flush=True,
+        )
+        while not stop.wait(0.2):
+            pass
+    (state / "ready").unlink(missing_ok=True)
+    return 0
+
+
+def _faults(_: argparse.Namespace) -> int:
+    for f in FAULTS.values():
+        arg = {"replica": ":r1|r2", "count": ":N", "none": ""}[f.arg]
+        print(f"{f.name}{arg}\n  symptom:  {f.symptom}\n  expected: {f.expected_end_state}\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the simulator until SIGTERM")
+    serve.add_argument("--state-dir", required=True)
+    serve.add_argument("--speed", type=float, default=600.0, help="simulation seconds per real second")
+    serve.add_argument("--cold-start", type=float, default=3000.0, help="engine cold start, simulation seconds")
+    serve.add_argument("--fault", action="append", default=[], help="fault spec (name or name:arg), repeatable")
+    serve.add_argument("--seed", type=int, default=None)
+    serve.add_argument("--available-ram-gib", type=float, default=1223)
+    serve.set_defaults(func=_serve)
+    faults = sub.add_parser("faults", help="print the fault table")
+    faults.set_defaults(func=_faults)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Faults the simulator can inject, by name.
+
+A fault spec is `name` or `name:arg`. Engine faults take a replica (`r1` or `r2`, default `r2`):
+they hit the NEW engine of that replica, i.e. a container of that replica's slot created from the
+rollout's target file (the long-context file); the canary engines are never affected, so a
+rollback always works. `busy-409` and `server-500` take a count (default 1).
+
+FAULTS below is the table of record: for each fault, what the simulator does (the symptom an
+orchestrator can observe) and the end state a correct orchestrator reaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from threading import RLock
+
+ENGINE_REPLICAS = ("r1", "r2")
+
+
+@dataclass(frozen=True)
+class FaultInfo:
+    name: str
+    arg: str  # "replica", "count" or "none"
+    symptom: str
+    expected_end_state: str
+
+
+_ROLLBACK_R2 = (
+    "the engine gate fails on the new replica; the orchestrator rolls that replica back "
+    "(scoped down of the new engine with the long-context file, then a dry-run-first scoped up "
+    "of the previous engine from the canary file at v0.0.290) while the other replica keeps "
+    "serving; no orphan removal, never both replicas down"
+)
+_REFUSE = (
+    "the orchestrator refuses before step 1: no mutating compose-manager call at all, every "
+    "container unchanged, the reason named in the plan/journal"
+)
+_RECOVER = (
+    "the orchestrator recovers on its own and the rollout completes exactly as without the fault "
+    "(no duplicate effect, no orphan removal)"
+)
+
+FAULTS: dict[str, FaultInfo] = {
+    f.name: f
+    for f in [
+        FaultInfo(
+            "oom",
+            "replica",
+            "the new engine logs `torch.OutOfMemoryError: CUDA out of memory` while capturing "
+            "CUDA graphs and exits (1); unless-stopped restarts it and it fails again",
+            _ROLLBACK_R2,
+        ),
+        FaultInfo(
+            "cuda-801",
+            "replica",
+            "the new engine logs `CUDA error 801` at its HiCache host allocation and exits (1), "
+            "then restarts and fails again",
+            _ROLLBACK_R2,
+        ),
+        FaultInfo(
+            "budget-80pct", "none", "the dashboard's env map for gpu02 carries GLM53_HICACHE_RAM_BUDGET=80%", _REFUSE
+        ),
+        FaultInfo(
+            "rank-budget-wrong",
+            "replica",
+            "the new engine logs rank_budget_bytes=101500000000 (406 GB, not GiB, over 4 ranks) "
+            "on every rank although the env map is fine; it still becomes ready",
+            _ROLLBACK_R2,
+        ),
+        FaultInfo(
+            "restart-loop",
+            "replica",
+            "the new engine dies with an NCCL error shortly after init, again and again: docker "
+            "ps shows State restarting, the same ID, Status `Restarting (1) ...`, and its log "
+            "starts over from the top on every restart",
+            _ROLLBACK_R2,
+        ),
+        FaultInfo(
+            "cold-start-hang",
+            "replica",
+            "the new engine stops logging after `Capture cuda graph begin` and never becomes ready",
+            "the cold-start deadline (about 50 minutes plus margin) expires; " + _ROLLBACK_R2,
+        ),
+        FaultInfo(
+            "dry-run-extra-recreate",
+            "none",
+            "every compose/up of the long-context file that does not name nginx also plans (and, "
+            "if applied, performs) `Container nginx  Recreated`",
+            "the plan check refuses the apply (nothing but the listed services may be created or "
+            "recreated); the orchestrator stops and restores the replica it had taken down from "
+            "the previous file, dry run first; nginx is never recreated",
+        ),
+        FaultInfo(
+            "dry-run-extra-remove",
+            "none",
+            "every compose/up of the long-context file that does not name r1 also plans (and, if "
+            "applied, performs) `Container model-sg-glm53-w4afp8-tp4-r1  Removed` for the serving r1",
+            "the plan check refuses the apply (a plan that removes anything is never applied); "
+            "the orchestrator restores the replica it had taken down; r1 never stops",
+        ),
+        FaultInfo(
+            "dry-run-not-dry",
+            "none",
+            "docker/compose#14029: a dry run really creates/recreates the containers it plans "
+            "(new IDs and creation times in docker ps) while printing DRY-RUN lines",
+            "the docker/ps comparison around the dry run sees the change; the orchestrator halts "
+            "for an operator (or rolls back) and never sends the apply",
+        ),
+        FaultInfo(
+            "busy-409",
+            "count",
+            "the next N calls of a route needing the docker lock (compose/up, compose/down) get "
+            "409 `another docker operation is already in progress: docker_restart`",
+            _RECOVER + " (it retries with backoff)",
+        ),
+        FaultInfo(
+            "server-500",
+            "count",
+            "the next N calls of any compose-manager route get 500 with an HTML error page and do nothing",
+            _RECOVER + " (it retries idempotent calls; an unknown compose outcome is read from docker/ps)",
+        ),
+        FaultInfo(
+            "cut-before-effect",
+            "none",
+            "the first compose/up apply's stream breaks (no `done` line) after the pull lines, "
+            "before anything changes; no action is recorded",
+            _RECOVER + " (docker/ps shows nothing changed, so the call is sent again, dry run first)",
+        ),
+        FaultInfo(
+            "cut-after-effect",
+            "none",
+            "the first compose/up apply's stream breaks after the change took effect (and was "
+            "recorded in the action log) but before `done`",
+            _RECOVER + " (docker/ps shows the change, so the apply is NOT sent again)",
+        ),
+        FaultInfo(
+            "zombie-after-down",
+            "none",
+            "the first compose/down that removes a container leaves it listed as `removing` "
+            "(`Removal In Progress`) with a daemon error and exit code 1; a second down removes it",
+            _RECOVER + " (it sees the zombie in docker/ps and sends the down again)",
+        ),
+        FaultInfo(
+            "peer-missing",
+            "none",
+            "model-proxy peer-b never lists gpu02 under any domain",
+            "the peers disagree, so the registry verification fails: after the first replica "
+            "the orchestrator rolls that replica back (or halts for an operator)",
+        ),
+        FaultInfo(
+            "completion-fails",
+            "none",
+            "the inference endpoint answers 500 to every chat completion",
+            _REFUSE + " (the before-state needs one successful long-domain completion)",
+        ),
+        FaultInfo(
+            "cache-miss",
+            "none",
+            "usage.prompt_tokens_details.cached_tokens stays 0 on every completion",
+            "the cache-hit verification fails after the first replica; that replica is rolled back",
+        ),
+        FaultInfo(
+            "tag-too-recent",
+            "none",
+            "v0.0.300's commit is 5 hours old: compose-manager answers 400 `tag too recent: "
+            "<date> is less than 48 hours old`",
+            _REFUSE + " (the tag gate is checked before anything is stopped)",
+        ),
+        FaultInfo(
+            "tag-unknown", "none", "compose-manager does not know v0.0.300: 400 `tag not found: v0.0.300`", _REFUSE
+        ),
+        FaultInfo(
+            "budget-no-fit",
+            "none",
+            "the dashboard's env map carries GLM53_HICACHE_RAM_BUDGET=650GiB, which fits once "
+            "but not twice (the second engine fails at startup and restart-loops)",
+            _REFUSE,
+        ),
+    ]
+}
+
+ENGINE_FAULTS = frozenset(n for n, f in FAULTS.items() if f.arg == "replica")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    name: str
+    replica: str | None = None
+    count: int | None = None
+
+    def __str__(self) -> str:
+        if self.replica:
+            return f"{self.name}:{self.replica}"
+        if self.count is not None:
+            return f"{self.name}:{self.count}"
+        return self.name
+
+
+def parse_fault(spec: str) -> FaultSpec:
+    name, _, arg = spec.strip().partition(":")
+    info = FAULTS.get(name)
+    if info is None:
+        raise ValueError(f"unknown fault {name!r}; known: {', '.join(sorted(FAULTS))}")
+    if info.arg == "replica":
+        replica = arg or "r2"
+        if replica not in ENGINE_REPLICAS:
+            raise ValueError(f"fault {name}: replica must be r1 or r2, not {arg!r}")
+        return FaultSpec(name, replica=replica)
+    if info.arg == "count":
+        try:
+            count = int(arg) if arg else 1
+        except ValueError:
+            raise ValueError(f"fault {name}: count must be an integer, not {arg!r}") from None
+        if count < 0:
+            raise ValueError(f"fault {name}: count must not be negative")
+        return FaultSpec(name, count=count)
+    if arg:
+        raise ValueError(f"fault {name} takes no argument")
+    return FaultSpec(name)
+
+
+class ActiveFaults:
+    """The faults of one simulation, with their remaining counts (thread-safe)."""
+
+    def __init__(self, specs: Iterable[str | FaultSpec] = ()) -> None:
+        self._lock = RLock()
+        self.specs: tuple[FaultSpec, ...] = tuple(s if isinstance(s, FaultSpec) else parse_fault(s) for s in specs)
+        self._remaining: dict[str, int] = {}
+        self._used: set[str] = set()
+        for s in self.specs:
+            if s.count is not None:
+                self._remaining[s.name] = self._remaining.get(s.name, 0) + s.count
+
+    def active(self, name: str) -> bool:
+        return any(s.name == name for s in self.specs)
+
+    def engine_fault(self, slot: str | None) -> str | None:
+        """The engine fault hitting a new (target-file) engine of this slot, if any."""
+        for s in self.specs:
+            if s.name in ENGINE_FAULTS and s.replica == slot:
+                return s.name
+        return None
+
+    def take(self, name: str) -> bool:
+        """Use one unit of a counted fault; False once it is spent (or not active)."""
+        with self._lock:
+            left = self._remaining.get(name, 0)
+            if left <= 0:
+                return False
+            self._remaining[name] = left - 1
+            return True
+
+    def take_once(self, name: str) -> bool:
+        """True the first time a one-shot fault is asked for, then never again."""
+        with self._lock:
+            if not self.active(name) or name in self._used:
+                return False
+            self._used.add(name)
+            return True
+
+    def __repr__(self) -> str:
+        return f"ActiveFaults({', '.join(str(s) for s in self.specs)})"

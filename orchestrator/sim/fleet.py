@@ -1,0 +1,455 @@
+"""`SimFleet`: every simulated system served over loopback from one background thread.
+
+with SimFleet(SimConfig(speed=600, faults=["oom:r2"])) as fleet:
+    fleet.write_inventory(path)
+    env = fleet.env_for_orchestrator()     # tokens + ORCHESTRATOR_INVENTORY
+    ...                                     # run the orchestrator with ScaledClock(600)
+    assert fleet.check_invariants() == []
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from orchestrator.clock import ScaledClock
+from orchestrator.sim.apps.compose_manager import StreamCut, build_compose_manager_app
+from orchestrator.sim.apps.dashboard import DashboardState, build_dashboard_app
+from orchestrator.sim.apps.inference import build_inference_app, build_relay_app
+from orchestrator.sim.apps.model_proxy import build_model_proxy_app
+from orchestrator.sim.compose_repo import TARGET_TAG, SimRepository
+from orchestrator.sim.containers import HOST_IP, MODEL_PROXY_PORT
+from orchestrator.sim.faults import ActiveFaults
+from orchestrator.sim.host import SimHost
+from orchestrator.sim.invariants import check_invariants
+from orchestrator.sim.recording import CallRecorder, RecordedCall, RecordingMiddleware
+from orchestrator.sim.timeline import ServingTimeline
+
+LOOPBACK = "127.0.0.1"
+TICK_S = 0.005  # real seconds between two runs of due events
+PEERS = ("peer-a", "peer-b")
+RELAY_PORTS = (8008, 8009)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    speed: float = 600
+    cold_start_s: float = 3000
+    faults: Sequence[str] = ()
+    seed: int | None = None
+    available_ram_gib: float = 1223
+    restart_delay_s: float = 30.0  # docker's restart back-off, in simulation seconds
+    discovery_cycle_s: float = 90.0  # a new registrar is listed this long after it starts
+    start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
+
+
+@dataclass(frozen=True)
+class FleetUrls:
+    compose_manager: str
+    dashboard: str
+    peers: dict[str, str]
+    inference: str
+    relay: dict[int, str]
+
+
+@dataclass(frozen=True)
+class FleetTokens:
+    compose_manager: str
+    dashboard: str
+    model_proxy: str
+    inference: str
+
+
+class _DropStreamCuts(logging.Filter):
+    """uvicorn logs the exception we raise on purpose to cut a compose stream: keep it quiet."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        seen = 0
+        while exc is not None and seen < 10:
+            if isinstance(exc, StreamCut):
+                return False
+            if isinstance(exc, BaseExceptionGroup) and any(isinstance(e, StreamCut) for e in exc.exceptions):
+                return False
+            exc = exc.__cause__ or exc.__context__
+            seen += 1
+        return True
+
+
+_filter = _DropStreamCuts()
+if _filter not in logging.getLogger("uvicorn.error").filters:
+    logging.getLogger("uvicorn.error").addFilter(_filter)
+
+
+def _secret(rng: random.Random, n: int = 32, alphabet: str = "0123456789abcdef") -> str:
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def _bind() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((LOOPBACK, 0))
+    return sock
+
+
+def gpu02_env_map(rng: random.Random, faults: ActiveFaults) -> dict[str, str]:
+    """gpu02's full env map as the dashboard holds it (secrets are random per run)."""
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    env = {
+        "HOST_IP": HOST_IP,
+        "CVM_HOST": "h200-gpu02",
+        "CVM_NAME": "gpu02",
+        "DD_HOSTNAME": "gpu02",
+        "ENV": "prod",
+        "LONG_TIER_ONLY": "true",
+        "PROXY_TOKEN": _secret(rng, 48, alnum),
+        "MODEL_PROXY_TOKEN": _secret(rng, 48, alnum),
+        "HUGGING_FACE_HUB_TOKEN": "hf_" + _secret(rng, 34, alnum),
+        "MONITORING_INGEST_TOKEN": _secret(rng, 40, alnum),
+        "CLOUD_API_USAGE_TOKEN": _secret(rng, 48, alnum),
+        "FUSION_ENABLED": "false",
+        "FUSION_INTERNAL_BEARER_TOKEN": _secret(rng, 40, alnum),
+        "WEB_CONTEXT_SEARCH_URL": "https://web-context.near.ai/v1/search",
+        "WEB_CONTEXT_SEARCH_API_KEY": _secret(rng, 40, alnum),
+    }
+    if faults.active("budget-80pct"):
+        env["GLM53_HICACHE_RAM_BUDGET"] = "80%"
+    if faults.active("budget-no-fit"):
+        env["GLM53_HICACHE_RAM_BUDGET"] = "650GiB"
+    return env
+
+
+class _Listener:
+    """One uvicorn server on a fixed loopback port that can be closed and reopened (the soak
+    relay's ports refuse connections while its container is not running)."""
+
+    def __init__(self, app: ASGIApp, sock: socket.socket) -> None:
+        self.app = app
+        self.port = sock.getsockname()[1]
+        self._sock: socket.socket | None = sock
+        self.server: uvicorn.Server | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.server is not None
+
+    def start(self) -> bool:
+        """Listen again; False if the port is still held by the previous server (retry later)."""
+        sock = self._sock
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((LOOPBACK, self.port))
+            except OSError:
+                sock.close()
+                return False
+        self._sock = None
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, log_config=None, lifespan="off", access_log=False, timeout_graceful_shutdown=1)
+        )
+        self.task = asyncio.create_task(self.server.serve(sockets=[sock]))
+        return True
+
+    async def stop(self) -> None:
+        if self.server is None:
+            return
+        server, task = self.server, self.task
+        self.server, self.task = None, None
+        server.should_exit = True
+        for listening in getattr(server, "servers", []):
+            listening.close()  # refuse new connections now, not at uvicorn's next tick
+        if task is not None:
+            await task
+
+    def release_unused_socket(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+class SimFleet:
+    """All simulated systems around gpu02, on free loopback ports, in a background thread."""
+
+    def __init__(self, config: SimConfig | None = None, *, state_dir: Path | None = None) -> None:
+        self.config = config or SimConfig()
+        self.state_dir = Path(state_dir) if state_dir else None
+        rng = random.Random(self.config.seed)
+        self.faults = ActiveFaults(self.config.faults)
+        self.clock = ScaledClock(self.config.speed)
+        self.tokens = FleetTokens(
+            compose_manager=_secret(rng), dashboard=_secret(rng), model_proxy=_secret(rng), inference=_secret(rng)
+        )
+        repo = SimRepository.load()
+        if self.faults.active("tag-too-recent"):
+            repo = repo.with_tag_age(TARGET_TAG, 5.0)
+        if self.faults.active("tag-unknown"):
+            repo = repo.without_tag(TARGET_TAG)
+        env = gpu02_env_map(rng, self.faults)
+        deploy_env = {k: v for k, v in env.items() if k != "GLM53_HICACHE_RAM_BUDGET"}
+        epoch = self.config.start_time or datetime.now(UTC).replace(microsecond=0)
+        calls_sink = timeline_sink = None
+        if self.state_dir is not None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            calls_sink, timeline_sink = self.state_dir / "calls.jsonl", self.state_dir / "timeline.jsonl"
+            for p in (calls_sink, timeline_sink):
+                p.write_text("")
+        self.recorder = CallRecorder(lambda: self.host.now(), sink=calls_sink)
+        self.host = SimHost(
+            clock=self.clock,
+            repo=repo,
+            faults=self.faults,
+            deploy_env=deploy_env,
+            epoch=epoch,
+            rng=random.Random(rng.random()),
+            cold_start_s=self.config.cold_start_s,
+            available_ram_gib=self.config.available_ram_gib,
+            restart_delay_s=self.config.restart_delay_s,
+            discovery_cycle_s=self.config.discovery_cycle_s,
+            recorder=self.recorder,
+            timeline_sink=timeline_sink,
+        )
+        self._sockets = {name: _bind() for name in ("compose-manager", "dashboard", "inference", *PEERS)}
+        self._relay_sockets = {p: _bind() for p in RELAY_PORTS}
+        port = {name: s.getsockname()[1] for name, s in self._sockets.items()}
+        self.urls = FleetUrls(
+            compose_manager=f"http://{LOOPBACK}:{port['compose-manager']}",
+            dashboard=f"http://{LOOPBACK}:{port['dashboard']}",
+            peers={p: f"http://{LOOPBACK}:{port[p]}" for p in PEERS},
+            inference=f"http://{LOOPBACK}:{port['inference']}",
+            relay={p: f"http://{LOOPBACK}:{s.getsockname()[1]}" for p, s in self._relay_sockets.items()},
+        )
+        self.dashboard = DashboardState(self._instances(env, rng))
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._stop_requested: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._inventory_path: Path | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    # ---------------------------------------------------------------- inspection
+    @property
+    def calls(self) -> list[RecordedCall]:
+        return self.recorder.snapshot()
+
+    @property
+    def timeline(self) -> ServingTimeline:
+        return self.host.timeline
+
+    @property
+    def dashboard_env(self) -> dict[str, str]:
+        """gpu02's env map as the dashboard serves it now."""
+        return self.dashboard.env_vars("gpu02")
+
+    def set_env_var(self, key: str, value: str | None) -> None:
+        """Change gpu02's env map on the dashboard (as `PUT /api/instances/{id}/env` would)."""
+        env = self.dashboard_env
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+        self.dashboard.replace_env("inst-gpu02", env)
+
+    def now(self) -> float:
+        """Simulation seconds since the fleet started."""
+        return self.host.now()
+
+    def check_invariants(
+        self,
+        *,
+        allow_outage: bool = False,
+        no_call_after: float | None = None,
+        dashboard_env: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        return check_invariants(
+            self.calls,
+            dashboard_env=dashboard_env or self.dashboard_env,
+            timeline=self.timeline,
+            allow_outage=allow_outage,
+            no_call_after=no_call_after,
+        )
+
+    # ---------------------------------------------------------------- files for the orchestrator
+    def inventory_yaml(self) -> str:
+        relay_ports = {p: int(u.rsplit(":", 1)[1]) for p, u in self.urls.relay.items()}
+        return (
+            f"dashboard_url: {self.urls.dashboard}\n"
+            "model_proxy_peers:\n" + "".join(f"  {name}: {url}\n" for name, url in self.urls.peers.items()) + "hosts:\n"
+            "  gpu02:\n"
+            f"    compose_manager_url: {self.urls.compose_manager}\n"
+            "    instance_name: gpu02\n"
+            f"    model_proxy_address: {HOST_IP}:{MODEL_PROXY_PORT}\n"
+            f"    inference_endpoint: {self.urls.inference}\n"
+            f"    soak_relay_base_url: http://{LOOPBACK}\n"
+            f"    soak_relay_port_map: {{8008: {relay_ports[8008]}, 8009: {relay_ports[8009]}}}\n"
+            f"    available_ram_gib: {self.config.available_ram_gib:g}\n"
+            '    available_ram_source: "simulated gpu02 (MemAvailable at boot)"\n'
+            "    gpus: 8\n"
+        )
+
+    def write_inventory(self, path: Path | str) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.inventory_yaml())
+        self._inventory_path = path
+        return path
+
+    def env_for_orchestrator(self, inventory_path: Path | str | None = None) -> dict[str, str]:
+        if inventory_path is not None:
+            path = self.write_inventory(inventory_path)
+        elif self._inventory_path is not None:
+            path = self._inventory_path
+        else:
+            self._tmp = self._tmp or tempfile.TemporaryDirectory(prefix="orchestrator-sim-")
+            path = self.write_inventory(Path(self._tmp.name) / "inventory.yaml")
+        return {
+            "ORCHESTRATOR_COMPOSE_MANAGER_TOKEN": self.tokens.compose_manager,
+            "ORCHESTRATOR_DASHBOARD_TOKEN": self.tokens.dashboard,
+            "ORCHESTRATOR_MODEL_PROXY_TOKEN": self.tokens.model_proxy,
+            "ORCHESTRATOR_INFERENCE_TOKEN": self.tokens.inference,
+            "ORCHESTRATOR_INVENTORY": str(path),
+        }
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> SimFleet:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 15.0) -> None:
+        if self._thread is not None:
+            raise RuntimeError("SimFleet already started")
+        self._thread = threading.Thread(target=self._thread_main, name="sim-fleet", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout) or self._error is not None:
+            self.stop()
+            raise RuntimeError("the simulator did not start") from self._error
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self._thread is None:
+            for sock in [*self._sockets.values(), *self._relay_sockets.values()]:
+                sock.close()  # never started
+            return
+        if self._loop is not None and self._stop_requested is not None:
+            self._loop.call_soon_threadsafe(self._stop_requested.set)
+        self._thread.join(timeout)
+        self._thread = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            self._error = exc
+            self._started.set()
+
+    def _apps(self) -> dict[str, ASGIApp]:
+        rec = self.recorder
+        apps: dict[str, ASGIApp] = {
+            "compose-manager": build_compose_manager_app(self.host, self.tokens.compose_manager, self.faults, rec),
+            "dashboard": build_dashboard_app(self.dashboard, self.tokens.dashboard),
+            "inference": build_inference_app(self.host, self.tokens.inference, rec),
+        }
+        for peer in PEERS:
+            apps[peer] = build_model_proxy_app(self.host, peer, self.tokens.model_proxy, self.faults)
+        return {name: RecordingMiddleware(app, rec, name) for name, app in apps.items()}
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_requested = asyncio.Event()
+        apps = self._apps()
+        listeners = {name: _Listener(apps[name], sock) for name, sock in self._sockets.items()}
+        relays = {
+            port: _Listener(
+                RecordingMiddleware(build_relay_app(self.host, port, self.recorder), self.recorder, f"relay:{port}"),
+                sock,
+            )
+            for port, sock in self._relay_sockets.items()
+        }
+        for listener in listeners.values():
+            listener.start()
+        self._sync_relays(relays)
+        for relay in relays.values():
+            relay.release_unused_socket()
+        every = [*listeners.values(), *(r for r in relays.values() if r.open)]
+        while not all(lst.server is not None and lst.server.started for lst in every):
+            if any(lst.task is not None and lst.task.done() for lst in every):
+                raise RuntimeError("a simulator server failed to start")
+            await asyncio.sleep(TICK_S)
+        self._started.set()
+        try:
+            while not self._stop_requested.is_set():
+                self.host.sync()
+                self._sync_relays(relays)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), TICK_S)
+        finally:
+            await asyncio.gather(
+                *(lst.stop() for lst in [*listeners.values(), *relays.values()]), return_exceptions=True
+            )
+
+    def _sync_relays(self, relays: dict[int, _Listener]) -> None:
+        listening = self.host.relay_listening()
+        for relay in relays.values():
+            if listening and not relay.open:
+                relay.start()
+            elif not listening and relay.open:
+                asyncio.ensure_future(relay.stop())
+
+    # ---------------------------------------------------------------- dashboard content
+    def _instances(self, gpu02_env: dict[str, str], rng: random.Random) -> list[dict[str, Any]]:
+        def other(name: str, ip: str, extra: dict[str, str]) -> dict[str, Any]:
+            return {
+                "id": f"inst-{name}",
+                "name": name,
+                "url": f"http://{LOOPBACK}:9",
+                "bearer_token": "***",
+                "github_repo": "nearai/cvm-compose-files",
+                "env_vars": {
+                    "HOST_IP": ip,
+                    "CVM_HOST": f"h200-{name}",
+                    "CVM_NAME": name,
+                    "DD_HOSTNAME": name,
+                    "ENV": "prod",
+                    "PROXY_TOKEN": _secret(rng, 48),
+                    "MODEL_PROXY_TOKEN": _secret(rng, 48),
+                    "HUGGING_FACE_HUB_TOKEN": "hf_" + _secret(rng, 34),
+                    "MONITORING_INGEST_TOKEN": _secret(rng, 40),
+                    **extra,
+                },
+            }
+
+        return [
+            {
+                "id": "inst-gpu02",
+                "name": "gpu02",
+                "url": self.urls.compose_manager,
+                "bearer_token": "***",
+                "github_repo": "nearai/cvm-compose-files",
+                "env_vars": gpu02_env,
+            },
+            other("gpu13", "203.0.113.13", {"LONG_TIER_ONLY": "false", "GLM53_HICACHE_RAM_BUDGET": "20%"}),
+            other("gpu03", "203.0.113.3", {}),
+        ]

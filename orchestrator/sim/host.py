@@ -1,0 +1,130 @@
+"""The simulated gpu02: its containers, engines, docker compose and registrar, as a discrete-event
+simulation on the simulator's clock.
+
+Everything that happens is an event at an exact simulation time (the sim clock's `monotonic()`
+seconds); `sync()` runs every event that is due. Timestamps, the serving timeline and docker's
+durations therefore do not depend on when anyone looks. All public methods are thread-safe (the
+servers run in their own thread, tests inspect from theirs).
+
+The host is assembled from its parts: host_core.py (time, containers, engines, docker's view),
+compose_ops.py (compose-manager's docker compose) and serving.py (registrar, inference, relay).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from threading import RLock
+from typing import Any
+
+from orchestrator.clock import Clock
+from orchestrator.sim import sglang_log
+from orchestrator.sim.compose_ops import ComposeOperations, Operation, OrphanRemoval
+from orchestrator.sim.compose_repo import REGISTRAR_SERVICE, SimRepository, load_compose
+from orchestrator.sim.containers import Container
+from orchestrator.sim.engine_cache import PrefixCache
+from orchestrator.sim.faults import ActiveFaults
+from orchestrator.sim.hicache_budget import GIB, resolve_budget
+from orchestrator.sim.host_core import DOWNLOADER_RUN_S, NOISE_INTERVAL_S
+from orchestrator.sim.recording import CallRecorder
+from orchestrator.sim.serving import ServingPaths
+from orchestrator.sim.timeline import SLOTS, ServingTimeline
+
+# MemAvailable when the canary's FP8 r2 started was this much below the boot figure (page cache):
+# with 1223 GiB at boot its 80% budget logs rank_budget_bytes=262552089395, as gpu02's did.
+BOOT_NOISE_BYTES = 425_803_777
+
+
+class SimHost(ComposeOperations, ServingPaths):
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        repo: SimRepository,
+        faults: ActiveFaults,
+        deploy_env: Mapping[str, str],
+        epoch: datetime,
+        rng: random.Random,
+        cold_start_s: float = 3000.0,
+        available_ram_gib: float = 1223,
+        restart_delay_s: float = 30.0,
+        discovery_cycle_s: float = 90.0,
+        recorder: CallRecorder | None = None,
+        timeline_sink: Path | None = None,
+    ) -> None:
+        self._lock = RLock()
+        self.clock = clock
+        self.repo = repo
+        self.faults = faults
+        self.epoch = epoch
+        self.rng = rng
+        self.cold_start_s = float(cold_start_s)
+        self.available_bytes = int(available_ram_gib * GIB)
+        self.restart_delay_s = restart_delay_s
+        self.discovery_cycle_s = discovery_cycle_s
+        self.recorder = recorder
+        self._now = 0.0
+        self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self._containers: dict[str, Container] = {}  # by container name
+        self._images: set[str] = set()
+        self._actions: list[dict[str, Any]] = []
+        self._last_up: dict[str, Any] | None = None
+        self._orphans: list[OrphanRemoval] = []
+        self._op: Operation | None = None
+        self._round_robin = -1
+        self._build_initial_state(deploy_env)
+        self.timeline = ServingTimeline({slot: self._slot_state(slot) for slot in SLOTS}, sink=timeline_sink)
+
+    def _build_initial_state(self, deploy_env: Mapping[str, str]) -> None:
+        for action in self.repo.initial_actions:
+            info = self.repo.tag(action.tag)
+            text = self.repo.file_text(action.tag, action.file)
+            assert info is not None and text is not None, action
+            cf = load_compose(text, deploy_env, path=action.file, tag=action.tag, commit=info.commit)
+            t0 = -action.hours_ago * 3600.0
+            for name in cf.closure(list(action.services)):
+                sd = cf.services[name]
+                self._images.add(sd.image)
+                c = self._new_container(sd, cf, self.repo.initial_project, created_at=t0)
+                c.state = "running"
+                c.started_at = t0 + 5.0
+                self._containers[c.name] = c
+                if c.kind == "oneshot":
+                    c.log += self._downloader_lines(t0 + 5.0)
+                    c.state, c.finished_at, c.exit_code = "exited", t0 + 5.0 + DOWNLOADER_RUN_S, 0
+                elif c.engine is not None:
+                    self._initial_engine_log(c, t0 + 30.0)
+                else:
+                    c.log += self._service_start_lines(c, t0 + 5.0)
+                    if c.service == REGISTRAR_SERVICE:
+                        c.log += self._registrar_lines(c)
+            entry = self._action_entry(action.action, cf, list(action.services), at=t0 + 1.0)
+            self._actions.append(entry)
+            if action.action == "compose_up":
+                self._last_up = entry
+
+    def _initial_engine_log(self, c: Container, t0: float) -> None:
+        """An engine that started long ago: its whole startup, as the default cold start took it."""
+        assert c.engine is not None
+        c.started_at = t0
+        default_cold = 3000.0
+        for step, frac in sglang_log.MILESTONES:
+            ts = self.wall(t0 + frac * default_cold)
+            if step == "hicache":
+                if c.engine.hicache:
+                    avail = self.available_bytes - BOOT_NOISE_BYTES - self._booked(exclude=c)
+                    budget = resolve_budget(c.env["SGLANG_HICACHE_RAM_BUDGET"], avail)
+                    c.engine.booked_bytes = budget.replica_bytes
+                    c.log += sglang_log.hicache_budget_lines(ts, budget.text, budget.rank_bytes)
+                    c.log += sglang_log.hicache_allocated_lines(ts)
+                continue
+            c.log += self._engine_step_lines(c, step, ts)
+        c.engine.ready = True
+        c.engine.cache = PrefixCache(hicache=c.engine.hicache)
+        for k in range(3):
+            c.log += sglang_log.noise_lines(self.wall(-600.0 + 200.0 * k), self.rng)
+        self._schedule(NOISE_INTERVAL_S, self._engine_noise, c, c.run)

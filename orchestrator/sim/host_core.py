@@ -1,0 +1,553 @@
+"""The core of the simulated host: simulation time, containers and their lifecycle (start, exit,
+restart policy, stop), the engines' cold start, and what docker shows of them."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import random
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from threading import RLock
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.clock import Clock
+from orchestrator.sim import docker_format, sglang_log
+from orchestrator.sim.compose_repo import (
+    NGINX_SERVICE,
+    PROXY_SERVICE,
+    REGISTRAR_SERVICE,
+    RELAY_SERVICE,
+    TARGET_FILE,
+    ComposeFile,
+    ServiceDef,
+    SimRepository,
+)
+from orchestrator.sim.containers import (
+    COMPOSE_VERSION,
+    CONFIG_DIR,
+    HOST_IP,
+    MODEL_PROXY_PORT,
+    PROJECT,
+    SERVED_MODEL,
+    Container,
+    ContainerView,
+    EngineRun,
+)
+from orchestrator.sim.engine_cache import PrefixCache
+from orchestrator.sim.faults import ActiveFaults
+from orchestrator.sim.hicache_budget import RESERVE_BYTES, BudgetError, resolve_budget
+from orchestrator.sim.recording import CallRecorder
+from orchestrator.sim.timeline import SLOTS, ServingTimeline
+
+if TYPE_CHECKING:
+    from orchestrator.sim.compose_ops import Operation, OrphanRemoval
+
+ORPHAN_STOP_TIMEOUT_S = 10.0
+DOWNLOADER_RUN_S = 20.0
+PERCEPTION_RUN_S = 120.0
+NOISE_INTERVAL_S = 120.0
+REGISTRAR_HEALTH_START_S = 30.0
+LOG_CAP = 20_000
+
+
+class HostCore:
+    """State and primitives shared by the host's parts. SimHost (host.py) builds it."""
+
+    _lock: RLock
+    clock: Clock
+    repo: SimRepository
+    faults: ActiveFaults
+    epoch: datetime
+    rng: random.Random
+    cold_start_s: float
+    available_bytes: int
+    restart_delay_s: float
+    discovery_cycle_s: float
+    recorder: CallRecorder | None
+    timeline: ServingTimeline
+    _now: float
+    _events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]]
+    _containers: dict[str, Container]
+    _images: set[str]
+    _actions: list[dict[str, Any]]
+    _last_up: dict[str, Any] | None
+    _orphans: list[OrphanRemoval]
+    _op: Operation | None
+    _round_robin: int
+
+    def sync(self) -> float:
+        """Run every event that is due on the clock; returns the simulation time."""
+        with self._lock:
+            self._advance(self.clock.monotonic())
+            return self._now
+
+    def now(self) -> float:
+        return self.sync()
+
+    def wall(self, t: float | None = None) -> datetime:
+        return self.epoch + timedelta(seconds=self._now if t is None else t)
+
+    def _advance(self, until: float) -> None:
+        while self._events and self._events[0][0] <= until:
+            t, _, fn, args = heapq.heappop(self._events)
+            self._now = max(self._now, t)
+            fn(*args)
+        self._now = max(self._now, until)
+
+    def _schedule(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self._events, (self._now + max(0.0, delay), next(self._seq), fn, args))
+
+    def _new_id(self) -> str:
+        return "".join(self.rng.choice("0123456789abcdef") for _ in range(12))
+
+    def _new_container(self, sd: ServiceDef, cf: ComposeFile, project: str, *, created_at: float) -> Container:
+        depends = ",".join(f"{d}:{cond}:false" for d, cond in sd.depends_on.items())
+        labels = {
+            "com.docker.compose.config-hash": sd.config_hash,
+            "com.docker.compose.container-number": "1",
+            "com.docker.compose.depends_on": depends,
+            "com.docker.compose.image": "sha256:" + hashlib.sha256(sd.image.encode()).hexdigest(),
+            "com.docker.compose.oneoff": "False",
+            "com.docker.compose.project": project,
+            "com.docker.compose.project.config_files": f"{CONFIG_DIR}/{cf.path.rsplit('/', 1)[-1]}",
+            "com.docker.compose.project.working_dir": CONFIG_DIR,
+            "com.docker.compose.service": sd.name,
+            "com.docker.compose.version": COMPOSE_VERSION,
+            **sd.labels,
+        }
+        if sd.is_engine:
+            kind = "engine"
+        elif sd.name == RELAY_SERVICE:
+            kind = "relay"
+        elif sd.is_oneshot:
+            kind = "oneshot"
+        else:
+            kind = "service"
+        c = Container(
+            id=self._new_id(),
+            name=sd.container_name,
+            service=sd.name,
+            project=project,
+            image=sd.image,
+            config_hash=sd.config_hash,
+            tag=cf.tag,
+            file=cf.path,
+            created_at=created_at,
+            labels=labels,
+            env=dict(sd.environment),
+            command=sd.command,
+            restart_policy=sd.restart,
+            kind=kind,
+            has_healthcheck=sd.has_healthcheck,
+        )
+        if kind == "engine":
+            fault = self.faults.engine_fault(sd.slot) if cf.path == TARGET_FILE else None
+            c.engine = EngineRun(slot=sd.slot, hicache=sd.is_hicache, fault=fault)
+        if kind == "relay":
+            c.relay_routes = cf.relay_routes(sd.name)
+            token = re.search(r'"Bearer ([^"]+)"', "".join(cf.configs.get(s, "") for s in sd.config_sources))
+            c.relay_token = token.group(1) if token else None
+        if sd.name == PROXY_SERVICE:
+            c.proxy_pool = cf.proxy_pool(sd.name)
+        return c
+
+    def _append(self, c: Container, lines: list[str]) -> None:
+        c.log.extend(lines)
+        if len(c.log) > LOG_CAP:
+            del c.log[: len(c.log) - LOG_CAP]
+
+    def _booked(self, exclude: Container | None = None) -> int:
+        return sum(
+            c.engine.booked_bytes
+            for c in self._containers.values()
+            if c.engine is not None and c is not exclude and c.state == "running"
+        )
+
+    def _slot_state(self, slot: str) -> tuple[bool, str]:
+        ready = [c.name for c in self._containers.values() if c.slot == slot and c.ready]
+        return (bool(ready), ready[0] if ready else "")
+
+    def _update_slot(self, slot: str | None, container: str, reason: str) -> None:
+        if slot is None or not hasattr(self, "timeline"):
+            return
+        serving, _ = self._slot_state(slot)
+        self.timeline.record(self._now, slot, serving, container, reason)
+
+    def _start(self, c: Container) -> None:
+        c.state = "running"
+        c.started_at = self._now
+        c.finished_at = None
+        c.stopping = False
+        c.user_stopped = False
+        c.run += 1
+        run = c.run
+        if c.engine is not None:
+            c.engine.ready = False
+            c.engine.booked_bytes = 0
+            c.engine.cache = PrefixCache(hicache=c.engine.hicache)
+            self._engine_step(c, run, 0)
+        elif c.kind == "oneshot":
+            self._oneshot_start(c, run)
+        else:
+            self._append(c, self._service_start_lines(c, self._now))
+            if c.service == REGISTRAR_SERVICE:
+                self._schedule(self.discovery_cycle_s, self._registrar_registered, c, run)
+
+    def _exit(self, c: Container, code: int) -> None:
+        """The container's process ended (crash, one-shot completion, or a stop)."""
+        was_ready = c.ready
+        c.state = "exited"
+        c.finished_at = self._now
+        c.exit_code = code
+        c.stopping = False
+        c.run += 1
+        if c.engine is not None:
+            c.engine.ready = False
+            c.engine.booked_bytes = 0
+            if was_ready:
+                self._update_slot(c.slot, c.name, f"exited ({code})")
+        restart = c.restart_policy in ("always", "unless-stopped") or (
+            c.restart_policy.startswith("on-failure") and code != 0
+        )
+        if restart and not c.user_stopped:
+            c.state = "restarting"
+            self._schedule(self.restart_delay_s, self._restart, c, c.run)
+
+    def _restart(self, c: Container, run: int) -> None:
+        if c.run != run or c.state != "restarting" or c.name not in self._containers:
+            return
+        c.restart_count += 1
+        self._start(c)
+
+    def _begin_stop(self, c: Container, timeout: float) -> tuple[float, int]:
+        """Send SIGTERM; returns (seconds until the process is gone, its exit code)."""
+        c.user_stopped = True
+        if c.state == "restarting":
+            c.state = "exited"
+            c.run += 1
+            return 0.0, c.exit_code
+        if c.state != "running":
+            return 0.0, c.exit_code
+        c.stopping = True
+        c.run += 1  # pending startup/noise events are void
+        if c.engine is not None:
+            was_ready = c.ready
+            c.engine.ready = False
+            self._append(c, sglang_log.sigterm_lines(self.wall()))
+            if was_ready:
+                self._update_slot(c.slot, c.name, "stopping")
+            return timeout, 137  # an engine drains until docker kills it
+        return min(timeout, 1.0), 0
+
+    def _finish_stop(self, c: Container, code: int) -> None:
+        if c.state == "running":
+            self._exit(c, code)
+
+    def _remove(self, c: Container) -> None:
+        self._containers.pop(c.name, None)
+        c.run += 1
+        c.state = "removed"
+
+    def _engine_step(self, c: Container, run: int, index: int) -> None:
+        if c.run != run or c.state != "running" or c.engine is None:
+            return
+        step, frac = sglang_log.MILESTONES[index]
+        ts = self.wall()
+        fault = c.engine.fault
+        if step == "dist" and fault == "restart-loop":
+            self._append(c, sglang_log.dist_lines(ts, self.rng)[:4] + sglang_log.nccl_error_lines(ts))
+            self._exit(c, 1)
+            return
+        if step == "load_begin" and any(  # another engine still holds this replica's GPUs
+            o is not c and o.engine is not None and o.slot is not None and o.slot == c.slot and o.state == "running"
+            for o in self._containers.values()
+        ):
+            self._append(c, sglang_log.gpu_busy_oom_lines(ts))
+            self._exit(c, 1)
+            return
+        if step == "hicache":
+            if c.engine.hicache and not self._engine_hicache(c, ts):
+                return
+        elif step == "graph_end" and fault == "oom":
+            self._append(c, sglang_log.oom_lines(ts))
+            self._exit(c, 1)
+            return
+        else:
+            self._append(c, self._engine_step_lines(c, step, ts))
+        if step == "graph_begin" and fault == "cold-start-hang":
+            return  # never another line
+        if step == "ready":
+            c.engine.ready = True
+            self._update_slot(c.slot, c.name, "ready")
+            self._schedule(NOISE_INTERVAL_S, self._engine_noise, c, run)
+            return
+        next_frac = sglang_log.MILESTONES[index + 1][1]
+        self._schedule((next_frac - frac) * self.cold_start_s, self._engine_step, c, run, index + 1)
+
+    def _engine_step_lines(self, c: Container, step: str, ts: datetime) -> list[str]:
+        if step == "args":
+            model = re.search(r"--model-path\s+(\S+)", c.command)
+            dist = re.search(r"--dist-init-addr\s+(\S+)", c.command)
+            return sglang_log.args_lines(
+                ts, SERVED_MODEL, model.group(1) if model else "", dist.group(1) if dist else ""
+            )
+        return {
+            "dist": lambda: sglang_log.dist_lines(ts, self.rng),
+            "load_begin": lambda: sglang_log.load_begin_lines(ts, self.rng),
+            "load_end": lambda: sglang_log.load_end_lines(ts, self.rng),
+            "kv": lambda: sglang_log.kv_lines(ts),
+            "graph_begin": lambda: sglang_log.graph_begin_lines(ts),
+            "graph_end": lambda: sglang_log.graph_end_lines(ts, self.rng),
+            "uvicorn": lambda: sglang_log.uvicorn_lines(ts),
+            "ready": lambda: sglang_log.ready_lines(ts),
+        }[step]()
+
+    def _engine_hicache(self, c: Container, ts: datetime) -> bool:
+        """Resolve and allocate the HiCache host budget; False if the engine failed."""
+        assert c.engine is not None
+        text = c.env.get("SGLANG_HICACHE_RAM_BUDGET", "")
+        available = self.available_bytes - self._booked(exclude=c)
+        try:
+            budget = resolve_budget(text, available)
+        except BudgetError:
+            self._append(c, sglang_log.budget_invalid_lines(ts, text))
+            self._exit(c, 1)
+            return False
+        logged = budget.rank_bytes
+        if c.engine.fault == "rank-budget-wrong":
+            wrong_text = text.replace("GiB", "GB").replace("gib", "GB")
+            logged = resolve_budget(wrong_text, available).rank_bytes if wrong_text != text else budget.replica_bytes
+        self._append(c, sglang_log.hicache_budget_lines(ts, text, logged))
+        if c.engine.fault == "cuda-801":
+            self._append(c, sglang_log.cuda_801_lines(ts))
+            self._exit(c, 1)
+            return False
+        if not budget.fits:
+            self._append(c, sglang_log.budget_no_fit_lines(ts, budget.replica_bytes, available, RESERVE_BYTES))
+            self._exit(c, 1)
+            return False
+        c.engine.booked_bytes = budget.replica_bytes
+        self._append(c, sglang_log.hicache_allocated_lines(ts))
+        return True
+
+    def _engine_noise(self, c: Container, run: int) -> None:
+        if c.run != run or not c.ready or c.name not in self._containers:
+            return
+        self._append(c, sglang_log.noise_lines(self.wall(), self.rng))
+        self._schedule(NOISE_INTERVAL_S, self._engine_noise, c, run)
+
+    def _downloader_lines(self, t: float) -> list[str]:
+        return [
+            "Downloading zai-org/GLM-5.3-Flash...",
+            "Fetching 53 files: 100%|██████████| 53/53 [00:00<00:00, 1402.61it/s]",
+            "/root/.cache/huggingface/hub/models--zai-org--GLM-5.3-Flash/snapshots/84c6a6aa9497188e15a635ba793b0f95a79b1033",
+            "Downloading corrected GLM-5.3-Flash chat template...",
+            "/root/.cache/huggingface/hub/models--zai-org--GLM-5.3-Flash/snapshots/3f1971b7b5f7a528c9c4ef6212c8785298a8c24a/chat_template.jinja",
+            "Downloading graphistry/GLM-5.3-Flash-W4AFP8...",
+            "Fetching 41 files: 100%|██████████| 41/41 [00:00<00:00, 1177.30it/s]",
+            "/root/.cache/huggingface/hub/models--graphistry--GLM-5.3-Flash-W4AFP8/snapshots/99f1fa70408c52b007d4fd69e02e5a522422e755",
+            "Download complete.",
+        ]
+
+    def _oneshot_start(self, c: Container, run: int) -> None:
+        if c.service == "model-downloader":
+            self._append(c, self._downloader_lines(self._now))
+            self._schedule(DOWNLOADER_RUN_S, self._oneshot_exit, c, run, 0)
+        elif c.service == "glm53-perception-check":
+            both = all(self._slot_state(s)[0] for s in SLOTS)
+            self._append(c, [json.dumps({"event": "disk", "free_bytes": 412316860416})])
+            self._schedule(PERCEPTION_RUN_S, self._perception_done, c, run, both)
+        elif c.service == "hf-cleanup":
+            if not c.env.get("MODEL_NAME"):
+                self._append(c, ["sh: MODEL_NAME: MODEL_NAME env var is required (e.g. zai-org/GLM-5-FP8)"])
+                self._schedule(1.0, self._oneshot_exit, c, run, 1)
+            else:
+                self._append(c, ["=== Disk usage ===", "Not found — nothing to remove."])
+                self._schedule(3.0, self._oneshot_exit, c, run, 0)
+        else:
+            self._schedule(5.0, self._oneshot_exit, c, run, 0)
+
+    def _perception_done(self, c: Container, run: int, ok: bool) -> None:
+        if c.run != run:
+            return
+        for replica in (1, 2):
+            self._append(c, [json.dumps({"event": "replica", "replica": replica})])
+        self._append(c, [json.dumps({"event": "qualification_finished", "ok": ok})])
+        self._oneshot_exit(c, run, 0 if ok else 1)
+
+    def _oneshot_exit(self, c: Container, run: int, code: int) -> None:
+        if c.run != run or c.state != "running":
+            return
+        self._exit(c, code)
+
+    def _service_start_lines(self, c: Container, t: float) -> list[str]:
+        ts = self.wall(t).strftime("%Y/%m/%d %H:%M:%S")
+        iso = self.wall(t).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        ip = c.env.get("HOST_IP", HOST_IP)
+        if c.service == NGINX_SERVICE:
+            return [
+                "/docker-entrypoint.sh: /docker-entrypoint.d/ is not empty, will attempt to perform configuration",
+                "/docker-entrypoint.sh: Configuration complete; ready for start up",
+                f"{ts} [notice] 1#1: nginx/1.27.3",
+                f"{ts} [notice] 1#1: start worker processes",
+            ]
+        if c.service == REGISTRAR_SERVICE:
+            return [f"Waiting for model to be ready (probing http://{ip}:8000/v1/models)..."]
+        if c.service == PROXY_SERVICE:
+            return [
+                json.dumps(
+                    {
+                        "timestamp": iso,
+                        "level": "INFO",
+                        "message": "starting inference proxy",
+                        "backends": [f"http://{b}:8000" for b in c.proxy_pool],
+                    }
+                )
+            ]
+        if c.service == "dcgm-glm53":
+            return [f'time="{iso}" level=info msg="Starting webserver"']
+        if c.service == "otelcol-contrib":
+            return [
+                f"{iso}\tinfo\tservice@v0.129.0/service.go:199\tEverything is ready. Begin running and processing data."
+            ]
+        return []
+
+    def _registrar_registered(self, c: Container, run: int) -> None:
+        if c.run != run or not c.up:
+            return
+        self._append(c, self._registrar_lines(c))
+
+    @staticmethod
+    def _registrar_lines(c: Container) -> list[str]:
+        ip = c.env.get("HOST_IP", HOST_IP)
+        only = c.env.get("LONG_TIER_ONLY", "true")
+        return [
+            "Model ready, starting registration loop",
+            f"Unregistering endpoint {ip}:8000",
+            f"Registering endpoint {ip}:8001 with routing port {MODEL_PROXY_PORT}",
+            f"[GLM-5.3-Flash-SGL-TP4-LongContext] Registered long-context tier z-ai/glm-5.3-flash-long "
+            f"(2x TP4/EP4, long_tier_only={only}) at {ip}:8001 -> :{MODEL_PROXY_PORT}",
+        ]
+
+    def _status(self, c: Container) -> str:
+        now = self._now
+        if c.state == "running":
+            s = "Up " + docker_format.human_duration(now - (c.started_at or now))
+            if c.has_healthcheck:
+                s += " (health: starting)" if now - (c.started_at or now) < REGISTRAR_HEALTH_START_S else " (healthy)"
+            return s
+        if c.state == "restarting":
+            return f"Restarting ({c.exit_code}) {docker_format.human_duration(now - (c.finished_at or now))} ago"
+        if c.state == "exited":
+            return f"Exited ({c.exit_code}) {docker_format.human_duration(now - (c.finished_at or now))} ago"
+        if c.state == "removing":
+            return "Removal In Progress"
+        if c.state == "dead":
+            return "Dead"
+        return "Created"
+
+    def _view(self, c: Container) -> ContainerView:
+        return ContainerView(
+            id=c.id,
+            name=c.name,
+            service=c.service,
+            project=c.project,
+            image=c.image,
+            state=c.state,
+            status=self._status(c),
+            created_at=c.created_at,
+            started_at=c.started_at,
+            finished_at=c.finished_at,
+            exit_code=c.exit_code,
+            restart_count=c.restart_count,
+            tag=c.tag,
+            file=c.file,
+            config_hash=c.config_hash,
+            slot=c.slot,
+            ready=c.ready,
+            stopping=c.stopping,
+            booked_bytes=c.engine.booked_bytes if c.engine else 0,
+        )
+
+    def containers(self, project: str | None = None) -> list[ContainerView]:
+        with self._lock:
+            self.sync()
+            return [
+                self._view(c)
+                for c in sorted(self._containers.values(), key=lambda c: c.name)
+                if project is None or c.project == project
+            ]
+
+    def container(self, name: str) -> ContainerView | None:
+        with self._lock:
+            self.sync()
+            c = self._containers.get(name)
+            return self._view(c) if c else None
+
+    def logs(self, name: str) -> list[str]:
+        with self._lock:
+            self.sync()
+            c = self._containers.get(name)
+            return list(c.log) if c else []
+
+    def booked_bytes(self) -> int:
+        with self._lock:
+            self.sync()
+            return self._booked()
+
+    def ps_lines(self, project: str | None = None, services: list[str] | None = None) -> list[str]:
+        with self._lock:
+            self.sync()
+            out = []
+            for c in sorted(self._containers.values(), key=lambda c: c.created_at, reverse=True):
+                if project and c.project != project:
+                    continue
+                if services and c.service not in services:
+                    continue
+                out.append(docker_format.ps_line(self._ps_fields(c)))
+            return out
+
+    def _ps_fields(self, c: Container) -> dict[str, object]:
+        ports = ""
+        if c.state == "running":
+            if c.service == NGINX_SERVICE:
+                ports = "0.0.0.0:8000->8000/tcp, 0.0.0.0:8001->8001/tcp, 0.0.0.0:8444->443/tcp"
+            elif c.service == RELAY_SERVICE:
+                ports = "0.0.0.0:8008-8009->8008-8009/tcp"
+            elif c.engine is not None or c.service == PROXY_SERVICE:
+                ports = "8000/tcp"
+        command = c.command.split()
+        shown = " ".join(command[:3])
+        return {
+            "Command": '"' + (shown[:20] + "…" if len(shown) > 20 else shown) + '"',
+            "CreatedAt": docker_format.created_at(self.wall(c.created_at)),
+            "ID": c.id,
+            "Image": c.image,
+            "Labels": docker_format.labels_string(c.labels),
+            "LocalVolumes": "2" if c.engine is not None else "0",
+            "Mounts": "kernel_cache,huggingface_cache" if c.engine is not None else "",
+            "Names": c.name,
+            "Networks": "dstack_default",
+            "Ports": ports,
+            "RunningFor": docker_format.human_duration(self._now - c.created_at) + " ago",
+            "Size": "0B",
+            "State": c.state,
+            "Status": self._status(c),
+        }
+
+    def compose_logs(self, services: list[str], tail: int, project: str = PROJECT) -> str:
+        with self._lock:
+            self.sync()
+            found = [c for c in self._containers.values() if c.service in services and c.project == project]
+            found.sort(key=lambda c: services.index(c.service))
+            if not found:
+                return ""
+            width = max(len(c.name) for c in found) + 1
+            lines = []
+            for c in found:
+                for line in c.log[-tail:] if tail > 0 else []:
+                    lines.append(f"{c.name:<{width}} | {line}")
+            return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,250 @@
+"""The serving paths out of the simulated host: the registrar's view (model-proxy), the inference
+endpoint through proxy-glm53, and the soak relay's per-replica ports."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from orchestrator.sim import sglang_log
+from orchestrator.sim.compose_repo import NGINX_SERVICE, PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
+from orchestrator.sim.containers import LONG_DOMAIN, SERVED_MODEL, Container
+from orchestrator.sim.engine_cache import CacheLookup, chat_completion_body, completion_text, render_prompt, tokenize
+from orchestrator.sim.host_core import HostCore
+
+_RELAY_PATH = re.compile(r"^/(health|metrics|v1/models|v1/chat/completions|v1/completions|v1/responses)$")
+
+
+def nginx_error_page(status: int, reason: str) -> str:
+    return (
+        f"<html>\r\n<head><title>{status} {reason}</title></head>\r\n<body>\r\n"
+        f"<center><h1>{status} {reason}</h1></center>\r\n<hr><center>nginx/1.27.3</center>\r\n"
+        "</body>\r\n</html>\r\n"
+    )
+
+
+class ServingPaths(HostCore):
+    """What the outside world reaches on the host (mixed into SimHost)."""
+
+    def serving_path_ok(self) -> bool:
+        with self._lock:
+            nginx = self._containers.get(NGINX_SERVICE)
+            proxy = self._containers.get(PROXY_SERVICE)
+            if not (nginx and nginx.up and proxy and proxy.up):
+                return False
+            return any((e := self._containers.get(name)) is not None and e.ready for name in proxy.proxy_pool)
+
+    def registration(self) -> tuple[bool, bool]:
+        """(listed under the long domain, healthy) as the registrar has left it."""
+        with self._lock:
+            self.sync()
+            reg = self._containers.get(REGISTRAR_SERVICE)
+            listed = bool(
+                reg and reg.up and reg.started_at is not None and self._now - reg.started_at >= self.discovery_cycle_s
+            )
+            return listed, listed and self.serving_path_ok()
+
+    def relay_listening(self) -> bool:
+        with self._lock:
+            relay = self._containers.get(RELAY_SERVICE)
+            return bool(relay and relay.up)
+
+    def _engine_chat(self, c: Container, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        assert c.engine is not None
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return 400, {
+                "object": "error",
+                "message": "messages must be a non-empty list",
+                "type": "BadRequestError",
+                "code": 400,
+            }
+        try:
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 64)
+            temperature = float(body["temperature"]) if body.get("temperature") is not None else 1.0
+        except (TypeError, ValueError):
+            return 400, {"object": "error", "message": "invalid max_tokens or temperature", "code": 400}
+        prompt = render_prompt(messages)
+        tokens = tokenize(prompt)
+        lookup = c.engine.cache.match(tokens)
+        if self.faults.active("cache-miss"):
+            lookup = CacheLookup(0, 0)
+        c.engine.cache.insert(tokens)
+        words = completion_text(prompt, max_tokens, temperature, self.rng)
+        k = c.engine.counters
+        k.requests += 1
+        k.prompt_tokens += len(tokens)
+        k.generation_tokens += len(words)
+        k.cached_tokens += lookup.cached_tokens
+        k.host_hit_tokens += lookup.host_hit_tokens
+        self._append(
+            c, [sglang_log.prefill_line(self.wall(), len(tokens) - lookup.cached_tokens, lookup.cached_tokens)]
+        )
+        rid = "chatcmpl-" + hashlib.sha256(f"{c.id}:{k.requests}".encode()).hexdigest()[:24]
+        return 200, chat_completion_body(
+            model=str(body.get("model") or SERVED_MODEL),
+            prompt_tokens=len(tokens),
+            cached_tokens=lookup.cached_tokens,
+            words=words,
+            max_tokens=max_tokens,
+            created=int(self.wall().timestamp()),
+            request_id=rid,
+        )
+
+    def inference_chat(self, body: Any) -> tuple[int, dict[str, Any], str | None]:
+        """A completion through model-proxy and gpu02's proxy; returns (status, json, serving engine)."""
+        with self._lock:
+            self.sync()
+            listed, healthy = self.registration()
+            if not (listed and healthy):
+                return (
+                    503,
+                    {
+                        "error": {
+                            "message": f"no healthy backend for {LONG_DOMAIN}",
+                            "type": "service_unavailable",
+                            "code": 503,
+                        }
+                    },
+                    None,
+                )
+            if self.faults.active("completion-fails"):
+                return (
+                    500,
+                    {
+                        "error": {
+                            "message": "upstream error: engine returned 500 Internal Server Error",
+                            "type": "internal_error",
+                            "code": 500,
+                        }
+                    },
+                    None,
+                )
+            if not isinstance(body, dict):
+                return (
+                    400,
+                    {"error": {"message": "invalid JSON body", "type": "invalid_request_error", "code": 400}},
+                    None,
+                )
+            model = str(body.get("model") or "")
+            if "glm-5.3-flash" not in model:
+                return (
+                    404,
+                    {
+                        "error": {
+                            "message": f"The model `{model}` does not exist.",
+                            "type": "invalid_request_error",
+                            "code": 404,
+                        }
+                    },
+                    None,
+                )
+            proxy = self._containers[PROXY_SERVICE]
+            pool = [e for name in proxy.proxy_pool if (e := self._containers.get(name)) is not None and e.ready]
+            messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+            best = self._pick_engine(pool, messages)
+            status, out = self._engine_chat(best, body)
+            return status, out, best.name
+
+    def _pick_engine(self, pool: list[Container], messages: list[Any]) -> Container:
+        """proxy-glm53's choice: conversation affinity (the engine that already holds this
+        conversation's first turn), otherwise the next engine in turn."""
+        if messages:
+            tokens = tokenize(render_prompt(messages))
+            opening = len(tokenize(render_prompt(messages[:1]).removesuffix("<|assistant|>")))
+            holders = [e for e in pool if e.engine and e.engine.cache.match(tokens).cached_tokens >= opening]
+            if holders:
+                return holders[0]
+        self._round_robin += 1
+        return pool[self._round_robin % len(pool)]
+
+    def relay_request(
+        self, port: int, method: str, path: str, authorization: str | None, body: Any
+    ) -> tuple[int, str | dict[str, Any], str, str | None]:
+        """A request to the soak relay's `port`: (status, body, media type, engine reached)."""
+        with self._lock:
+            self.sync()
+            relay = self._containers.get(RELAY_SERVICE)
+            if relay is None or not relay.up:
+                return 502, nginx_error_page(502, "Bad Gateway"), "text/html", None
+            if relay.relay_token is None or authorization != f"Bearer {relay.relay_token}":
+                return 401, nginx_error_page(401, "Authorization Required"), "text/html", None
+            if not _RELAY_PATH.match(path):
+                return 404, nginx_error_page(404, "Not Found"), "text/html", None
+            if method not in ("GET", "POST", "HEAD"):
+                return 403, nginx_error_page(403, "Forbidden"), "text/html", None
+            backend = relay.relay_routes.get(port)
+            engine = self._containers.get(backend) if backend else None
+            if engine is None or not engine.ready or engine.engine is None:
+                return 502, nginx_error_page(502, "Bad Gateway"), "text/html", None
+            if path == "/health":
+                return 200, "", "text/plain", engine.name
+            if path == "/v1/models":
+                return (
+                    200,
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": SERVED_MODEL,
+                                "object": "model",
+                                "created": int(self.wall().timestamp()),
+                                "owned_by": "sglang",
+                                "root": SERVED_MODEL,
+                                "max_model_len": 1048576,
+                            }
+                        ],
+                    },
+                    "application/json",
+                    engine.name,
+                )
+            if path == "/metrics":
+                return 200, self._metrics_text(engine), "text/plain; version=0.0.4", engine.name
+            if path == "/v1/chat/completions" and method == "POST":
+                if not isinstance(body, dict):
+                    return (
+                        400,
+                        {"object": "error", "message": "invalid JSON body", "code": 400},
+                        "application/json",
+                        engine.name,
+                    )
+                status, out = self._engine_chat(engine, body)
+                return status, out, "application/json", engine.name
+            return (
+                404,
+                {"object": "error", "message": f"{method} {path} is not simulated", "code": 404},
+                "application/json",
+                engine.name,
+            )
+
+    def _metrics_text(self, c: Container) -> str:
+        assert c.engine is not None
+        k = c.engine.counters
+        label = f'{{model_name="{SERVED_MODEL}"}}'
+        rate = k.cached_tokens / k.prompt_tokens if k.prompt_tokens else 0.0
+        rows = [
+            ("sglang:num_requests_total", "counter", "Number of requests processed.", k.requests),
+            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", k.prompt_tokens),
+            (
+                "sglang:generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                k.generation_tokens,
+            ),
+            ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", k.cached_tokens),
+            # Assumed name: the HiCache host-tier hit counter the runbook's host-restore check reads.
+            (
+                "sglang:hicache_host_hit_tokens_total",
+                "counter",
+                "Prompt tokens restored from the HiCache host tier.",
+                k.host_hit_tokens,
+            ),
+            ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", round(rate, 4)),
+            ("sglang:num_running_reqs", "gauge", "The number of running requests.", 0),
+            ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
+        ]
+        out = []
+        for name, kind, help_text, value in rows:
+            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
+        return "\n".join(out) + "\n"

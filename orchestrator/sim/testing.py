@@ -1,0 +1,173 @@
+"""A small driver for the simulator, written with plain httpx (never the project's clients, so
+that it checks them independently): tests and demos use it to act on a running SimFleet the way a
+careful operator would.
+
+    with SimFleet(SimConfig(speed=6000, cold_start_s=600)) as fleet:
+        sim = SimDriver(fleet, httpx.Client())
+        sim.swap_r2()                      # down the old r2, dry-run + apply the new one, wait ready
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from orchestrator.sim.fleet import SimFleet
+
+CANARY = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
+TARGET = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
+OLD_TAG, NEW_TAG = "v0.0.290", "v0.0.300"
+R1 = "model-sg-glm53-w4afp8-tp4-r1"
+OLD_R2 = "model-sg-glm53-fp8-tp4-r2"
+NEW_R2 = "model-sg-glm53-w4afp8-tp4-r2"
+RELAY = "glm53-soak-relay"
+LONG = "glm-5-3-flash-long.completions.near.ai"
+BASE = "glm-5-3-flash.completions.near.ai"
+GPU02 = "203.0.113.2:8444"
+
+
+@dataclass
+class Stream:
+    status: int
+    lines: list[str] = field(default_factory=list)
+    done: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.done is not None and self.done["success"] is True
+
+
+@dataclass
+class SimDriver:
+    fleet: SimFleet
+    client: httpx.Client
+
+    # -- compose-manager
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.fleet.tokens.compose_manager}"}
+
+    def cm(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return self.client.request(method, self.fleet.urls.compose_manager + path, headers=self.auth, **kw)
+
+    def request(
+        self, tag: str, file: str, services: list[str], *, env: dict[str, str] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        return {
+            "tag": tag,
+            "file": file,
+            "project": "work",
+            "services": services,
+            "env": self.fleet.dashboard_env if env is None else env,
+            "force_recreate": False,
+            **extra,
+        }
+
+    def stream(self, path: str, body: dict[str, Any]) -> Stream:
+        with self.client.stream("POST", self.fleet.urls.compose_manager + path, json=body, headers=self.auth) as r:
+            if r.status_code != 200:
+                r.read()
+                try:
+                    return Stream(r.status_code, error=r.json(), text=r.text)
+                except ValueError:
+                    return Stream(r.status_code, text=r.text)
+            out = Stream(200)
+            for raw in r.iter_lines():
+                if not raw.strip():
+                    continue
+                event = json.loads(raw)
+                if event["event"] == "done":
+                    out.done = event
+                else:
+                    out.lines.append(event["data"])
+            return out
+
+    def up(self, tag: str, file: str, services: list[str], *, dry_run: bool, **kw: Any) -> Stream:
+        return self.stream("/compose/up", self.request(tag, file, services, dry_run=dry_run, **kw))
+
+    def down(self, tag: str, file: str, services: list[str], **kw: Any) -> Stream:
+        return self.stream("/compose/down", self.request(tag, file, services, **kw))
+
+    def safe_up(self, tag: str, file: str, services: list[str]) -> Stream:
+        """Dry run, then apply: what a correct orchestrator sends."""
+        dry = self.up(tag, file, services, dry_run=True)
+        assert dry.ok, dry
+        applied = self.up(tag, file, services, dry_run=False)
+        assert applied.ok, applied
+        return applied
+
+    def ps(self) -> dict[str, dict[str, Any]]:
+        out = self.cm("GET", "/docker/ps").json()["output"]
+        return {row["Names"]: row for row in (json.loads(line) for line in out.splitlines() if line)}
+
+    def logs(self, service: str, *, file: str = TARGET, tail: int = 5000) -> str:
+        r = self.cm(
+            "POST", "/compose/logs", json={"file": file, "project": "work", "services": [service], "tail": tail}
+        )
+        assert r.status_code == 200, r.text
+        return r.json()["output"]
+
+    def actions(self) -> list[dict[str, Any]]:
+        return self.cm("GET", "/v1/attestation/report", params={"nonce": "0" * 64}).json()["actions"]
+
+    # -- other systems
+    def peer(self, peer: str, path: str, **params: str) -> httpx.Response:
+        return self.client.get(
+            self.fleet.urls.peers[peer] + path,
+            params=params,
+            headers={"Authorization": f"Bearer {self.fleet.tokens.model_proxy}"},
+        )
+
+    def long_listing(self, peer: str = "peer-a") -> list[dict[str, Any]]:
+        return [b for b in self.peer(peer, "/backends/list", domain=LONG).json()["backends"] if b["address"] == GPU02]
+
+    def chat(self, messages: list[dict[str, Any]], **kw: Any) -> httpx.Response:
+        body = {"model": "z-ai/glm-5.3-flash", "messages": messages, "temperature": 0, "max_tokens": 16, **kw}
+        return self.client.post(
+            self.fleet.urls.inference + "/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {self.fleet.tokens.inference}"},
+        )
+
+    def relay(self, port: int, method: str, path: str, *, token: str | None = None, **kw: Any) -> httpx.Response:
+        token = self.fleet.dashboard_env["PROXY_TOKEN"] if token is None else token
+        return self.client.request(
+            method, self.fleet.urls.relay[port] + path, headers={"Authorization": f"Bearer {token}"}, **kw
+        )
+
+    # -- waiting (on simulated state, with a generous real-time bound)
+    def wait(self, predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.01)
+
+    def wait_sim(self, seconds: float) -> None:
+        """Let `seconds` of simulation time pass."""
+        target = self.fleet.now() + seconds
+        self.wait(lambda: self.fleet.now() >= target, f"sim time {target:.0f}")
+
+    def ready(self, name: str) -> bool:
+        view = self.fleet.host.container(name)
+        return bool(view and view.ready)
+
+    def wait_ready(self, name: str) -> None:
+        self.wait(lambda: self.ready(name), f"{name} ready")
+
+    # -- the rollout's first steps, done correctly
+    def swap_r2(self, *, wait_ready: bool = True) -> None:
+        assert self.down(OLD_TAG, CANARY, [OLD_R2]).ok
+        self.safe_up(NEW_TAG, TARGET, [NEW_R2])
+        if wait_ready:
+            self.wait_ready(NEW_R2)

@@ -1,0 +1,151 @@
+"""The compose-manager and docker faults, each by its observable symptom."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from orchestrator.sim import FAULTS, parse_fault
+from orchestrator.sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, RELAY, TARGET
+from orchestrator.sim.testing import SimDriver as Sim
+
+
+def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
+    assert set(FAULTS) == {
+        "oom",
+        "cuda-801",
+        "budget-80pct",
+        "rank-budget-wrong",
+        "restart-loop",
+        "cold-start-hang",
+        "dry-run-extra-recreate",
+        "dry-run-extra-remove",
+        "dry-run-not-dry",
+        "busy-409",
+        "server-500",
+        "cut-before-effect",
+        "cut-after-effect",
+        "zombie-after-down",
+        "peer-missing",
+        "completion-fails",
+        "cache-miss",
+        "tag-too-recent",
+        "tag-unknown",
+        "budget-no-fit",
+    }
+    assert all(f.symptom and f.expected_end_state for f in FAULTS.values())
+    assert str(parse_fault("oom")) == "oom:r2" and parse_fault("cuda-801:r1").replica == "r1"
+    assert parse_fault("busy-409:3").count == 3 and parse_fault("server-500").count == 1
+    for bad in ("nope", "oom:r3", "busy-409:x", "peer-missing:r1"):
+        with pytest.raises(ValueError):
+            parse_fault(bad)
+
+
+def test_busy_409(make_sim) -> None:
+    sim = make_sim(faults=["busy-409:2"])
+    assert sim.client.get(sim.fleet.urls.compose_manager + "/version").status_code == 200  # no lock needed
+    for _ in range(2):
+        r = sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)
+        assert (r.status, r.error["error"]) == (409, "another docker operation is already in progress: docker_restart")
+    assert sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True).ok
+
+
+def test_server_500(make_sim) -> None:
+    sim = make_sim(faults=["server-500:2"])
+    for _ in range(2):
+        r = sim.cm("GET", "/docker/ps")
+        assert r.status_code == 500 and r.headers["content-type"].startswith("text/html")
+        assert "<h1>500 Internal Server Error</h1>" in r.text
+    assert sim.cm("GET", "/docker/ps").status_code == 200
+    assert [c.outcome for c in sim.fleet.calls][:2] == ["fault:server-500"] * 2
+
+
+def test_cut_before_effect(make_sim) -> None:
+    sim = make_sim(faults=["cut-before-effect"])
+    assert sim.down(OLD_TAG, CANARY, [OLD_R2]).ok
+    assert sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True).ok
+    actions = sim.actions()
+    with pytest.raises(httpx.RemoteProtocolError):
+        sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=False)
+    assert NEW_R2 not in sim.ps() and sim.actions() == actions
+    applies = [c for c in sim.fleet.calls if c.is_compose_up and not c.dry_run]
+    assert [c.outcome for c in applies] == ["cut:before-effect"]
+    sim.safe_up(NEW_TAG, TARGET, [NEW_R2])  # only the first apply is cut
+    assert NEW_R2 in sim.ps()
+
+
+def test_cut_after_effect(make_sim) -> None:
+    sim = make_sim(faults=["cut-after-effect"])
+    assert sim.down(OLD_TAG, CANARY, [OLD_R2]).ok
+    assert sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True).ok
+    with pytest.raises(httpx.RemoteProtocolError):
+        sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=False)
+    assert sim.ps()[NEW_R2]["State"] == "running"
+    assert sim.actions()[-1]["services"] == [NEW_R2]
+    sim.wait_ready(NEW_R2)
+
+
+def test_zombie_after_down(make_sim) -> None:
+    sim = make_sim(faults=["zombie-after-down"])
+    first = sim.down(OLD_TAG, CANARY, [OLD_R2])
+    assert first.done == {"event": "done", "success": False, "exit_code": 1}
+    assert any(line.startswith("Error response from daemon:") for line in first.lines)
+    row = sim.ps()[OLD_R2]
+    assert (row["State"], row["Status"]) == ("removing", "Removal In Progress")
+    second = sim.down(OLD_TAG, CANARY, [OLD_R2])
+    assert second.ok and OLD_R2 not in sim.ps()
+
+
+def test_dry_run_extra_recreate(make_sim) -> None:
+    sim = make_sim(faults=["dry-run-extra-recreate"])
+    assert sim.down(OLD_TAG, CANARY, [OLD_R2]).ok
+    dry = sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)
+    assert any(" Container nginx " in line and "Recreated" in line for line in dry.lines)
+    nginx_id = sim.ps()["nginx"]["ID"]
+    assert sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=False).ok  # applying it anyway does it
+    assert sim.ps()["nginx"]["ID"] != nginx_id
+
+
+def test_dry_run_extra_remove(make_sim) -> None:
+    sim = make_sim(faults=["dry-run-extra-remove"])
+    assert sim.down(OLD_TAG, CANARY, [OLD_R2]).ok
+    dry = sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)
+    assert any(f" Container {R1} " in line and "Removed" in line for line in dry.lines)
+    assert R1 in sim.ps()
+
+
+def test_dry_run_not_dry(make_sim) -> None:
+    sim = make_sim(faults=["dry-run-not-dry"])
+    before = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
+    dry = sim.up(NEW_TAG, TARGET, [RELAY], dry_run=True)
+    assert dry.ok and all("DRY-RUN MODE" in line or line.startswith("[+]") for line in dry.lines)
+    after = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
+    assert after[RELAY] != before[RELAY]  # docker/compose#14029: the relay was really recreated
+    assert {n: v for n, v in after.items() if n != RELAY} == {n: v for n, v in before.items() if n != RELAY}
+    assert sim.actions()[-1]["services"] == [RELAY] and sim.actions()[-1]["tag"] == OLD_TAG  # nothing recorded
+
+
+@pytest.mark.parametrize("fault, value", [("budget-80pct", "80%"), ("budget-no-fit", "650GiB")])
+def test_budget_faults_put_the_override_in_the_dashboards_env_map(make_sim, fault: str, value: str) -> None:
+    sim = make_sim(faults=[fault])
+    instances = sim.client.get(
+        sim.fleet.urls.dashboard + "/api/instances", headers={"Authorization": f"Bearer {sim.fleet.tokens.dashboard}"}
+    ).json()
+    gpu02 = next(i for i in instances if i["name"] == "gpu02")
+    assert gpu02["env_vars"]["GLM53_HICACHE_RAM_BUDGET"] == value
+    # the canary was deployed before the override: its r2 still logged 80%
+    assert "budget=80% ranks=4 rank_budget_bytes=262552089395" in sim.logs(OLD_R2, file=CANARY)
+
+
+def test_dashboard_default_env_map(sim: Sim) -> None:
+    instances = sim.client.get(
+        sim.fleet.urls.dashboard + "/api/instances", headers={"Authorization": f"Bearer {sim.fleet.tokens.dashboard}"}
+    ).json()
+    gpu02 = next(i for i in instances if i["name"] == "gpu02")
+    assert gpu02["url"] == sim.fleet.urls.compose_manager and gpu02["bearer_token"] == "***"
+    env = gpu02["env_vars"]
+    assert env["HOST_IP"] == "203.0.113.2" and env["CVM_NAME"] == "gpu02" and env["LONG_TIER_ONLY"] == "true"
+    for secret in ("PROXY_TOKEN", "MODEL_PROXY_TOKEN", "HUGGING_FACE_HUB_TOKEN", "MONITORING_INGEST_TOKEN"):
+        assert len(env[secret]) >= 32
+    assert "GLM53_HICACHE_RAM_BUDGET" not in env
+    assert len(instances) >= 2 and all(i["bearer_token"] == "***" for i in instances)
