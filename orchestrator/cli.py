@@ -29,6 +29,8 @@ out = Console(highlight=False, soft_wrap=True)
 InventoryOpt = typer.Option(None, "--inventory", help="Host inventory YAML (default: $ORCHESTRATOR_INVENTORY or config/hosts.yaml)")
 RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", help="Runbook name (in runbooks/) or path")
 JsonOpt = typer.Option(False, "--json", help="One JSON object per event on stdout, then a final summary")
+ServerOpt = typer.Option(None, "--server", metavar="URL",
+                         help="Send this to the `orchestrate serve` at URL instead of running it here (token: $ORCHESTRATOR_SERVER_TOKEN)")
 
 
 def _settings(inventory: Optional[Path]) -> Settings:
@@ -145,8 +147,14 @@ def rollout(
     soak: Optional[str] = typer.Option(None, "--soak", help="Override every soak duration (e.g. 30m; 0 skips the wait)"),
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
 ) -> None:
     """Roll HOST to TAG following the runbook, gate by gate, rolling back at a failed gate."""
+    if server:
+        from orchestrator.server_cli import remote, server_token
+
+        raise typer.Exit(remote(server, server_token(), "rollout",
+                                {"host": host, "tag": tag, "runbook": runbook, "yes": yes, "soak": soak}, as_json))
     from orchestrator.runner import Session, execute, new_rollout
 
     soak_s = _soak(soak)
@@ -177,8 +185,14 @@ def rollback(
     runbook: Optional[str] = typer.Option(None, "--runbook"),
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
 ) -> None:
     """Put HOST's replicas back on the previous tag and file, in a safe order."""
+    if server:
+        from orchestrator.server_cli import remote, server_token
+
+        raise typer.Exit(remote(server, server_token(), "rollback", {"host": host, "replica": replica, "to_tag": to_tag,
+                                                                     "to_file": to_file, "runbook": runbook}, as_json))
     from orchestrator.runner import Session, execute, new_rollback
 
     if replica not in ("r1", "r2", "all"):
@@ -200,8 +214,14 @@ def resume(
     soak: Optional[str] = typer.Option(None, "--soak"),
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
 ) -> None:
     """Continue a run after a crash (no mutating call whose outcome is journaled is sent again)."""
+    if server:
+        from orchestrator.server_cli import remote, server_token
+
+        raise typer.Exit(remote(server, server_token(), "resume",
+                                {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json))
     from orchestrator.runner import Session, execute, retry_run, table_for
 
     soak_s = _soak(soak)
@@ -300,8 +320,13 @@ def approve(
     run_id: str = typer.Argument(...),
     gate: str = typer.Option("*", "--gate", help="Which soak/approval state (default: any)"),
     inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
 ) -> None:
     """End a soak's approval gate for RUN_ID."""
+    if server:
+        from orchestrator.server_cli import remote, server_token
+
+        raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate}, False))
     from orchestrator.runner import Session, owner_id
 
     session = Session.open(_settings(inventory))
@@ -319,8 +344,13 @@ def approve(
 def abort(
     run_id: str = typer.Argument(...),
     inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
 ) -> None:
     """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
+    if server:
+        from orchestrator.server_cli import remote, server_token
+
+        raise typer.Exit(remote(server, server_token(), "abort", {"run_id": run_id}, False))
     from orchestrator.runner import Session, owner_id
 
     session = Session.open(_settings(inventory))
@@ -336,6 +366,20 @@ def abort(
             out.print(f"abort recorded for {run_id}; its runner ({lease.owner}) takes the rollback at its next check")
     finally:
         session.close()
+
+
+@app.command()
+def serve(
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on (0.0.0.0 in a container)"),
+    port: int = typer.Option(8000, "--port"),
+    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Serve every route without a token (loopback only!)"),
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Team mode: accept rollouts over HTTP and run them here, so they outlive the laptop that asked.
+    Token: $ORCHESTRATOR_SERVER_TOKEN. See docs/team-mode.md."""
+    from orchestrator.server_cli import run_serve
+
+    raise typer.Exit(run_serve(bind, port, None, _settings(inventory), insecure_no_auth=insecure_no_auth))
 
 
 @app.command()

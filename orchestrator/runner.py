@@ -6,8 +6,8 @@ every path runs the same code against whatever transport and clock they are give
 
 from __future__ import annotations
 
-import logging
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +28,10 @@ from orchestrator.machine import HALTED, Table, compile_rollback, compile_rollou
 from orchestrator.parsers.action_log import last_deploy
 from orchestrator.progress import NullProgress, Progress
 from orchestrator.redaction import Redactor
+from orchestrator.run_logs import ROUTER, open_run_log
 from orchestrator.runbook import Runbook, load_runbook
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
-
-import re
 
 TAG_RE = re.compile(r"^v\d+\.\d+\.\d+$")
 
@@ -74,27 +73,6 @@ class Session:
 
     def close(self) -> None:
         self.journal.close()
-
-
-def configure_run_logging(state_dir: Path, run_id: str, redactor: Redactor) -> Path:
-    """structlog JSON lines, one file per run, every event scrubbed of secrets."""
-    logs = state_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    path = logs / f"{run_id}.jsonl"
-    fh = path.open("a", encoding="utf-8")
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            redactor.structlog_processor(),
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.WriteLoggerFactory(file=fh),
-        cache_logger_on_first_use=False,
-    )
-    return path
 
 
 async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> dict[str, dict[str, str]]:
@@ -140,7 +118,7 @@ async def execute(
     progress = progress or NullProgress()
     if taken is not None:
         progress.event("note", text=f"took over the expired lease of run {taken.run_id} ({taken.owner})")
-    log_path = configure_run_logging(session.settings.state_dir, run.run_id, session.redactor)
+    log_path = open_run_log(session.settings.state_dir, run.run_id, session.redactor)
     progress.event("note", text=f"journal: {session.settings.journal_location()}  log: {log_path}")
     clients = build_host_clients(session.settings, session.inventory, entry, session.redactor,
                                  transport=session.transport, retry=session.retry, clock=session.clock)
@@ -151,7 +129,9 @@ async def execute(
             progress=progress, yes=yes, soak_override=soak,
         )
         try:
-            final = await run_with_heartbeat(ex, session.journal, session.settings.lease_ttl)
+            # every log event of this task (clients included) carries the run: routed to its file
+            with structlog.contextvars.bound_contextvars(run_id=run.run_id, host=run.host):
+                final = await run_with_heartbeat(ex, session.journal, session.settings.lease_ttl)
         except RunnerFenced as exc:
             progress.event("note", text=f"this runner lost the lease of {run.host}: {exc}")
             raise
@@ -159,6 +139,7 @@ async def execute(
         return final
     finally:
         await clients.aclose()
+        ROUTER.close(run.run_id)
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:

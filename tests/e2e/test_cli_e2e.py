@@ -162,3 +162,38 @@ def test_a_second_rollout_of_the_same_host_is_refused(cli):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_serve_runs_a_rollout_submitted_with_server(cli, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fleet = cli.fleet
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(fleet.env_for_orchestrator(tmp_path / "srv-inventory.yaml"))
+    env.update({"ORCHESTRATOR_STATE_DIR": str(tmp_path / "server-state"), "ORCHESTRATOR_TIME_SCALE": SPEED,
+                "ORCHESTRATOR_SERVER_TOKEN": "server-token-for-the-test"})
+    server = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--port", str(port)], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        import httpx
+
+        for _ in range(100):
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        client_env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+        client_env["ORCHESTRATOR_SERVER_TOKEN"] = "server-token-for-the-test"
+        r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rollout", "gpu02", "--tag", "v0.0.300", "--yes",
+                            "--server", url], env=client_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-1000:]
+        assert fleet.check_invariants() == []
+        assert _running(fleet)[R2_NEW].ready and _running(fleet)[R1].file.endswith("LongContext.yaml")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,252 @@
+"""What `orchestrate serve` and `orchestrate ... --server URL` do; cli.py calls these two functions.
+
+`run_serve` runs the HTTP service until SIGINT/SIGTERM. `remote` sends one action to a server and
+(for rollout, rollback and resume) follows the run, printing what happens, and returns the exit
+code the same command would return run locally (orchestrator/exit_codes.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import socket
+import sys
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from rich.console import Console
+
+from orchestrator.clock import Clock
+from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.journal.base import JournalError
+from orchestrator.redaction import Redactor
+from orchestrator.server_client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
+from orchestrator.settings import Settings
+from orchestrator.user_errors import UserError
+
+SUBMIT_ACTIONS = ("rollout", "rollback", "resume")
+ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "status", "runs")
+
+
+def server_token() -> str:
+    """The client's bearer token: ORCHESTRATOR_SERVER_TOKEN (environment or .env)."""
+    from orchestrator.server import ServerConfig
+
+    return ServerConfig().token.get_secret_value()
+
+
+def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, insecure_no_auth: bool = False) -> int:
+    """`orchestrate serve`: serve until stopped. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
+    from orchestrator.server import serve
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+    try:
+        serve(settings, bind, port, token, insecure_no_auth=insecure_no_auth)
+    except UserError as exc:
+        err.print(f"orchestrate: {exc}")
+        return int(exc.code)
+    except JournalError as exc:
+        password = urlsplit(settings.database_url).password if settings.database_url else None
+        err.print("orchestrate: cannot open the journal: " + Redactor(password).scrub(str(exc)))
+        return int(ExitCode.UNEXPECTED)
+    return int(ExitCode.DONE)
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is not a reason to fail
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _clock_text(at: str | None) -> str:
+    if not at:
+        return "--:--:--"
+    try:
+        return datetime.fromisoformat(at).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        return at[:8]
+
+
+class _Printer:
+    """Human lines (rich, no markup from the server's text) or one JSON object per event."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.out = Console(highlight=False, soft_wrap=True, markup=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+    def json(self, obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj, default=str) + "\n")
+        sys.stdout.flush()
+
+    def event(self, kind: str, fields: dict[str, Any]) -> None:
+        if self.as_json:
+            self.json({"event": kind, **fields})
+            return
+        ts = _clock_text(fields.get("at"))
+        if kind == "transition":
+            colour = {"ok": "green", "skip": "green", "fail": "red", "halt": "red", "abort": "yellow",
+                      "retry": "yellow"}.get(fields["event_name"], "white")
+            self.out.print(f"{ts} {fields['state']} ", end="")
+            self.out.print(fields["event_name"], style=colour, end="")
+            self.out.print(f" -> {fields['to']}" + (f": {fields['note']}" if fields.get("note") else ""))
+        elif kind == "step_started":
+            self.out.print(f"{ts} {fields.get('state')} {fields.get('say') or ''}".rstrip(), style="bold cyan")
+        elif kind == "waiting":
+            self.out.print(f"{ts}   waiting on: {fields.get('gate')}")
+        elif kind == "note":
+            self.out.print(f"{ts}   note: {fields.get('text')}")
+        elif kind == "effect":
+            services = ", ".join(fields.get("services") or [])
+            action = fields.get("action") or fields.get("kind")
+            self.out.print(f"{ts}   -> {action} {services} ({fields.get('file')}@{fields.get('tag')})")
+        elif kind == "log_line":
+            self.out.print(f"{ts}   {fields.get('service')}: {str(fields.get('line', ''))[:150]}", style="dim")
+
+    def error(self, message: str) -> None:
+        self.err.print(f"orchestrate: {message}")
+
+    def line(self, text: str, style: str | None = None) -> None:
+        self.out.print(text, style=style)
+
+
+def _summary(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("run_id", "host", "kind", "tag", "runbook", "state", "outcome", "message", "created_at", "updated_at",
+            "parent_run_id")
+    return {k: run.get(k) for k in keys}
+
+
+def _finish(p: _Printer, result: FollowResult) -> int:
+    run = result.run
+    run_id = run.get("run_id")
+    if result.reason == "terminal":
+        outcome = run.get("outcome") or ""
+        if p.as_json:
+            p.json({"event": "summary", **_summary(run)})
+        else:
+            p.line(f"{outcome} {run.get('message') or ''}".rstrip(), style="bold green" if outcome == "DONE" else "bold red")
+        return int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED))
+    worker = run.get("worker") or {}
+    if result.reason == "stopped":
+        message = f"the server stopped run {run_id}: {worker.get('error') or worker.get('status')}"
+        code = ExitCode.ABORTED if worker.get("status") == "refused" else ExitCode.UNEXPECTED
+    else:
+        message = (f"run {run_id} is unfinished (state {run.get('state')}) and no runner holds its lease: "
+                   f"`orchestrate resume {run_id}` (here, on a server with --server, or from any machine on the journal)")
+        code = ExitCode.HALTED
+    if p.as_json:
+        p.json({"event": "summary", **_summary(run), "stopped": result.reason, "error": message})
+    p.error(message)
+    return int(code)
+
+
+async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], follow: bool,
+                  interval: float) -> int:
+    if action in SUBMIT_ACTIONS:
+        run_id = await client.submit({"action": action, **payload})
+        if not follow:
+            if p.as_json:
+                p.json({"event": "submitted", "run_id": run_id})
+            else:
+                p.line(run_id)
+            return int(ExitCode.DONE)
+        if p.as_json:
+            p.json({"event": "submitted", "run_id": run_id, "server": client.base_url})
+        else:
+            p.line(f"run {run_id} submitted to {client.base_url}; it runs there whether or not this command stays "
+                   f"(Ctrl-C stops following, not the run)")
+        try:
+            result = await client.follow(run_id, p.event, interval=interval)
+        except ServerUnreachable as exc:
+            p.error(f"{exc}; run {run_id} may still be running there (or left for `orchestrate resume {run_id}` "
+                    f"once its lease expires)")
+            return int(ExitCode.UNEXPECTED)
+        return _finish(p, result)
+    run_id = str(payload.get("run_id") or "")
+    if action in ("approve", "abort", "status") and not run_id:
+        raise UserError(f"{action} needs a run id")
+    if action == "approve":
+        res = await client.approve(run_id, str(payload.get("gate") or "*"), by=_who())
+        if p.as_json:
+            p.json(res)
+        else:
+            p.line(f"approved {res['gate']} of {run_id}")
+    elif action == "abort":
+        res = await client.abort(run_id, by=_who())
+        if p.as_json:
+            p.json(res)
+        else:
+            p.line(res["message"])
+    elif action == "status":
+        run = await client.run(run_id)
+        if p.as_json:
+            p.json(run)
+        else:
+            p.line(f"run {run['run_id']} {run['kind']} of {run['host']} to {run['tag']}: {run['outcome'] or run['state']}")
+            if run.get("message"):
+                p.line(run["message"])
+            for t in run.get("transitions", []):
+                p.event("transition", {"state": t["from"], "event_name": t["event"], "to": t["to"], "note": t["note"],
+                                       "at": t["at"]})
+    else:  # runs
+        runs = await client.runs(host=payload.get("host"), limit=int(payload.get("limit") or 50))
+        if p.as_json:
+            p.json({"runs": runs})
+        else:
+            for r in runs:
+                p.line(f"{r['run_id']}  {r['kind']:<8} {r['host']:<6} {r['tag'] or '-':<10} "
+                       f"{r['outcome'] or r['state']:<28} {str(r['updated_at'])[:16].replace('T', ' ')}")
+    return int(ExitCode.DONE)
+
+
+def remote(
+    server_url: str,
+    token: str,
+    action: str,
+    payload: dict[str, Any],
+    as_json: bool,
+    follow: bool = True,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    clock: Clock | None = None,
+    interval: float = 1.0,
+) -> int:
+    """Send `action` (rollout, rollback, resume, approve, abort, status, runs) to the server at
+    `server_url`; return the exit code. `payload` is the request body without "action"
+    (approve/abort/status: {"run_id": ..., "gate": ...})."""
+    p = _Printer(as_json)
+    if action not in ACTIONS:
+        p.error(f"unknown remote action {action!r}: one of {', '.join(ACTIONS)}")
+        return int(ExitCode.BAD_INPUT)
+    if not server_url.startswith(("http://", "https://")):
+        p.error(f"--server {server_url!r} must be an http:// or https:// URL")
+        return int(ExitCode.BAD_INPUT)
+
+    async def go() -> int:
+        async with ServerClient(server_url, token or None, transport=transport, clock=clock) as client:
+            return await _remote(client, p, action, payload, follow, interval)
+
+    try:
+        return asyncio.run(go())
+    except ServerAnswer as exc:
+        hint = ("; set ORCHESTRATOR_SERVER_TOKEN to the server's token"
+                if exc.status == 401 and "ORCHESTRATOR_SERVER_TOKEN" not in exc.message else "")
+        p.error(f"{exc.message}{hint}")
+        return exc.exit_code
+    except ServerUnreachable as exc:
+        p.error(str(exc))
+        return int(ExitCode.UNEXPECTED)
+    except UserError as exc:
+        p.error(str(exc))
+        return int(exc.code)
+    except KeyboardInterrupt:
+        p.error("stopped following; the run goes on on the server")
+        return int(ExitCode.UNEXPECTED)
+
+
+__all__ = ["run_serve", "remote", "server_token"]

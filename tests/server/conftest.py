@@ -1,0 +1,95 @@
+"""Fixtures for `orchestrate serve` tests: apps over a throwaway journal, optionally a simulated gpu02.
+
+No network but loopback: the plain inventory points at 127.0.0.1:9 and is never contacted (the
+executor is replaced in those tests); the simulator serves on loopback ports.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from orchestrator.settings import Settings
+
+from helpers_server import HOST_TOKEN, INVENTORY, COLD_START_S, PG_CANDIDATES, SPEED
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_server_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests decide the token; a developer's environment or .env must not."""
+    monkeypatch.delenv("ORCHESTRATOR_SERVER_TOKEN", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(INVENTORY)
+    return Settings(inventory=inv, state_dir=tmp_path / "state", database_url="", lease_ttl=120.0,
+                    compose_manager_token=SecretStr(HOST_TOKEN))
+
+
+# --------------------------------------------------------------------------- simulator
+
+
+@pytest.fixture
+def sim_fleet() -> Iterator[Callable[..., Any]]:
+    """A factory of running simulated fleets (skips if the simulator is not importable)."""
+    sim = pytest.importorskip("orchestrator.sim", reason="orchestrator.sim (the simulator) does not import", exc_type=ImportError)
+    fleets: list[Any] = []
+
+    def make(*faults: str) -> Any:
+        fleet = sim.SimFleet(sim.SimConfig(speed=SPEED, faults=list(faults), cold_start_s=COLD_START_S))
+        fleet.__enter__()
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for f in fleets:
+        f.__exit__(None, None, None)
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """A reachable PostgreSQL URL, or a visible skip (a failure with ORCHESTRATOR_REQUIRE_POSTGRES=1)."""
+    import psycopg
+
+    env_url = os.environ.get("ORCHESTRATOR_TEST_POSTGRES_URL")
+    errors = []
+    for url in (env_url,) if env_url else PG_CANDIDATES:
+        try:
+            with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+            return url
+        except psycopg.Error as exc:
+            errors.append(f"{url}: {str(exc).strip()}")
+    reason = "PostgreSQL unreachable: " + " | ".join(errors)
+    if os.environ.get("ORCHESTRATOR_REQUIRE_POSTGRES") == "1":
+        pytest.fail(reason + " (ORCHESTRATOR_REQUIRE_POSTGRES=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def pg_journal_url(postgres_url: str) -> Iterator[str]:
+    """A URL whose search_path is a fresh schema (dropped with everything in it afterwards)."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"server_test_{secrets.token_hex(6)}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    sep = "&" if "?" in postgres_url else "?"
+    try:
+        yield f"{postgres_url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

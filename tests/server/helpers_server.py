@@ -1,0 +1,91 @@
+"""Constants and helpers the `orchestrate serve` tests share (imported as a module, as in tests/clients)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from orchestrator.settings import Settings
+
+TOKEN = "srv-7d3c1f0a9b2e4d6f8a1c3e5b7d9f0a2c"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SPEED = 3000.0  # simulated seconds per real second: a 50-minute cold start takes one second
+#: Simulated engine cold start (the production one is ~50 min; the simulator's own tests use 10).
+COLD_START_S = 600.0
+HOST_TOKEN = "cm-token-5f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+PG_CANDIDATES = (
+    "postgresql://postgres@127.0.0.1:5432/test",
+    "postgresql://root@127.0.0.1:5432/test",
+)
+
+INVENTORY = """\
+dashboard_url: http://127.0.0.1:9
+model_proxy_peers:
+  peer-a: http://127.0.0.1:9
+hosts:
+  gpu02:
+    compose_manager_url: http://127.0.0.1:9
+    instance_name: gpu02
+    model_proxy_address: 127.0.0.2:8444
+    inference_endpoint: http://127.0.0.1:9
+    soak_relay_base_url: http://127.0.0.1
+    available_ram_gib: 1223
+    available_ram_source: test
+    gpus: 8
+  gpu13:
+    compose_manager_url: http://127.0.0.1:9
+    instance_name: gpu13
+    model_proxy_address: 127.0.0.13:8444
+    inference_endpoint: http://127.0.0.1:9
+    soak_relay_base_url: http://127.0.0.1
+    available_ram_gib: 1223
+    available_ram_source: test
+    gpus: 8
+"""
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 120.0, interval: float = 0.05) -> Any:
+    """Poll until `predicate()` is truthy; a safety limit, not a timing assertion."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(interval)
+
+
+def _token(tokens: Any, name: str) -> str:
+    return tokens[name] if isinstance(tokens, dict) else getattr(tokens, name)
+
+
+def sim_settings(fleet: Any, state_dir: Path, *, database_url: str = "") -> Settings:
+    """demo_settings' equivalent, tolerant of `fleet.tokens` as a mapping or as attributes."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    inv = state_dir / "inventory.yaml"
+    fleet.write_inventory(inv)
+    t = fleet.tokens
+    return Settings(
+        compose_manager_token=SecretStr(_token(t, "compose_manager")),
+        dashboard_token=SecretStr(_token(t, "dashboard")),
+        model_proxy_token=SecretStr(_token(t, "model_proxy")),
+        inference_token=SecretStr(_token(t, "inference")),
+        inventory=inv,
+        state_dir=state_dir,
+        poll_interval=10.0,
+        database_url=database_url,
+    )
+
+
+def sim_session_factory(settings: Settings) -> Any:
+    from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.clock import ScaledClock
+    from orchestrator.runner import Session
+
+    return Session.open(settings, clock=ScaledClock(SPEED), retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
