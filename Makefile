@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 ## The whole test suite (unit, property, end-to-end over loopback, PostgreSQL journal).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 4
 
 ## Benchmarks against the simulator (not part of the test suite).
 bench: $(STAMP)

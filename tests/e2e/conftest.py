@@ -28,7 +28,7 @@ def e2e_factory(tmp_path):
     opened = []
 
     def make(*faults: str) -> E2E:
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=2400))
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200))
         fleet.__enter__()
         state = tmp_path / f"state{len(opened)}"
         state.mkdir()

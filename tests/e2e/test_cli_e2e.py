@@ -26,7 +26,7 @@ OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 def cli(tmp_path):
     from orchestrator.sim import SimConfig, SimFleet
 
-    fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=2400))
+    fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200))
     fleet.__enter__()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
     env.update(fleet.env_for_orchestrator(tmp_path / "inventory.yaml"))
@@ -90,7 +90,7 @@ def test_r1_failure_halts_exit_4_and_says_what_to_run(cli):
     cli.fleet.__exit__(None, None, None)
     from orchestrator.sim import SimConfig, SimFleet
 
-    fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=2400, faults=["oom:r1"]))
+    fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200, faults=["oom:r1"]))
     fleet.__enter__()
     cli.fleet = fleet
     env_inv = fleet.env_for_orchestrator()

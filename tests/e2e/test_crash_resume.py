@@ -53,7 +53,7 @@ def _end_state(fleet) -> dict[str, tuple[str, str]]:
 def _fleet():
     from orchestrator.sim import SimConfig, SimFleet
 
-    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=2400))
+    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200))
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def pg_url():
 def _fleet():
     from orchestrator.sim import SimConfig, SimFleet
 
-    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=2400))
+    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200))
 
 
 def _env(fleet, state: Path, url: str, **extra: str) -> dict[str, str]:
