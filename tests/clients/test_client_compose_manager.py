@@ -21,7 +21,7 @@ from orchestrator.clients.errors import (
 from orchestrator.envmap import EnvMap
 from orchestrator.parsers.dry_run import parse_dry_run
 
-SAMPLES = Path("/work/shared/reference/samples")
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "samples"
 
 
 @pytest.fixture

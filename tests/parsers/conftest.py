@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-SAMPLES = Path("/work/shared/reference/samples")
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "samples"
 
 
 @pytest.fixture
