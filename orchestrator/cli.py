@@ -13,7 +13,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from orchestrator.durations import parse_duration
+from orchestrator.durations import format_duration, parse_duration
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import RunNotFound, RunRecord
 from orchestrator.machine import compile_rollback, compile_rollout
@@ -41,38 +41,44 @@ def _settings(inventory: Optional[Path]) -> Settings:
 
 
 class LiveProgress:
-    """Human progress: the current step, elapsed time, the gate waited on, the last log line."""
+    """Human progress: the current step, elapsed time, the gate being waited on, the last
+    interesting log line, each step's outcome. Long waits also show their length on the run's
+    clock (in the demo, simulated time: a 50-minute cold start takes seconds)."""
 
     def __init__(self, console: Console) -> None:
         self.c = console
         self.t0 = time.monotonic()
-        self.step_t0 = self.t0
+        self.step_clock = 0.0
 
     def _ts(self) -> str:
-        e = int(time.monotonic() - self.t0)
-        return f"[dim]{e // 60:02d}:{e % 60:02d}[/dim]"
+        e = time.monotonic() - self.t0
+        return f"[dim]{int(e) // 60:02d}:{e % 60:04.1f}[/dim]"
 
     def event(self, kind: str, **f: Any) -> None:
+        ts = self._ts()
         if kind == "run_started":
-            self.c.print(f"{self._ts()} run [bold]{f['run_id']}[/bold] on {f['host']} from {f['state']}")
+            self.c.print(f"{ts} run [bold]{f['run_id']}[/bold] on {f['host']} from {f['state']}")
         elif kind == "step_started":
-            self.step_t0 = time.monotonic()
-            self.c.print(f"{self._ts()} [bold cyan]{f['state']}[/bold cyan] {f.get('say', '')}")
+            self.step_clock = f.get("clock", 0.0)
+            self.c.print(f"{ts} [bold cyan]{f['state']}[/bold cyan] {f.get('say', '')}")
         elif kind == "waiting":
-            self.c.print(f"{self._ts()}   waiting on: {f['gate']}")
+            self.c.print(f"{ts}   waiting on: {f['gate']}")
         elif kind == "log_line":
-            self.c.print(f"{self._ts()}   [dim]{f['service']}: {f['line'][:150]}[/dim]")
+            self.c.print(f"{ts}   [dim]{f['service']}: {f['line'][:150]}[/dim]")
         elif kind == "effect":
-            self.c.print(f"{self._ts()}   -> {f['action']} {', '.join(f['services'])} ({f['file']}@{f['tag']})")
+            self.c.print(f"{ts}   -> {f['action']} {', '.join(f['services'])} ({f['file']}@{f['tag']})")
         elif kind == "transition":
-            took = int(time.monotonic() - self.step_t0)
-            colour = {"ok": "green", "skip": "green", "fail": "red", "halt": "red", "abort": "yellow", "retry": "yellow"}.get(f["event_name"], "white")
-            self.c.print(f"{self._ts()}   [{colour}]{f['event_name']}[/{colour}] ({took}s) -> {f['to']}" + (f": {f['note']}" if f.get("note") else ""))
+            ev = f["event_name"]
+            colour = {"ok": "green", "skip": "green", "fail": "red", "halt": "red", "abort": "yellow", "retry": "yellow"}.get(ev, "white")
+            waited = f.get("clock", 0.0) - self.step_clock
+            took = f" after {format_duration(waited)}" if waited >= 600 else ""
+            where = "" if ev == "ok" and not f["to"].isupper() else f" -> {f['to']}"
+            self.c.print(f"{ts}   [{colour}]{ev}[/{colour}]{took}{where}" + (f": {f['note']}" if f.get("note") else ""))
         elif kind == "run_finished":
             colour = "green" if f["outcome"] == "DONE" else "red"
-            self.c.print(f"{self._ts()} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+            self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
         elif kind == "note":
-            self.c.print(f"{self._ts()}   note: {f['text']}")
+            self.c.print(f"{ts}   note: {f['text']}")
 
 
 class JsonProgress:

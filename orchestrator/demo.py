@@ -9,6 +9,7 @@ period runs its production value. Nothing here branches the executor: only the n
 from __future__ import annotations
 
 import asyncio
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
         if console is not None:
             console.print(f"journal: {settings.journal_location()}")
             console.print(f"run log: {state_dir / 'logs' / (final.run_id + '.jsonl')}")
-            console.print(f"inspect: ORCHESTRATOR_STATE_DIR={state_dir} ORCHESTRATOR_INVENTORY={settings.inventory} orchestrate status {final.run_id}")
+            exe = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "orchestrate" else "orchestrate"
+            console.print(f"inspect: ORCHESTRATOR_STATE_DIR={state_dir} ORCHESTRATOR_INVENTORY={settings.inventory} {exe} status {final.run_id}")
             if violations:
                 console.print("[red]simulator invariant violations:[/red]")
                 for v in violations:

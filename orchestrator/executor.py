@@ -136,13 +136,13 @@ class Executor:
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run_to_end(self) -> RunRecord:
-        self.progress.event("run_started", run_id=self.run.run_id, host=self.run.host, state=self.machine.state)
+        self._emit("run_started", run_id=self.run.run_id, host=self.run.host, state=self.machine.state)
         while not self.machine.terminal:
             state = self.machine.state
             node = self.table.nodes[state]
             self.visit_key = f"{state}@{len(self.journal.transitions(self.run.run_id))}"
             self.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
-            self.progress.event("step_started", state=state, say=node.step.say if node.step else "", phase=node.phase)
+            self._emit("step_started", state=state, say=node.step.say if node.step else "", phase=node.phase)
             self.log.info("step_started")
             try:
                 self._check_abort(node)
@@ -179,9 +179,9 @@ class Executor:
             outcome=to if terminal else None, message=message, note=note or None,
         )
         self.log.info("transition", on=outcome.event.value, to=to, note=note)
-        self.progress.event("transition", state=state, event_name=outcome.event.value, to=to, note=note)
+        self._emit("transition", state=state, event_name=outcome.event.value, to=to, note=note)
         if terminal:
-            self.progress.event("run_finished", outcome=to, message=message)
+            self._emit("run_finished", outcome=to, message=message)
 
     def _final_message(self, state: str, to: str, note: str) -> str:
         node = self.table.nodes[state]
@@ -198,6 +198,10 @@ class Executor:
                 f"; then {state}: {note}" if state != failure["state"] and note else ""
             )
         return f"{to}: {note}"
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        """Progress for humans/machines; `clock` is this run's clock (simulated time in the demo)."""
+        self.progress.event(kind, clock=self.clock.monotonic(), **fields)
 
     def _check_abort(self, node: Node) -> None:
         if self.table.allows(node.id, Event.ABORT) and self.journal.abort_requested(self.run.run_id):
@@ -241,7 +245,7 @@ class Executor:
             known = self.ctx.get("env_keys_fingerprint")
             if known and known != fp:
                 self.log.warning("env_map_keys_changed", keys=len(self.env))
-                self.progress.event("note", text="the host's env map keys changed since the run started; the map as read now is passed whole")
+                self._emit("note", text="the host's env map keys changed since the run started; the map as read now is passed whole")
             self.ctx["env_keys_fingerprint"] = fp
             self.ctx["env_keys"] = len(self.env)
 
@@ -424,7 +428,7 @@ class Executor:
             self.lease, self.run.run_id, self.visit_key, kind,
             self.redactor.scrub_obj({"request": req.redacted(), "baseline": baseline}), mutating=True,
         )
-        self.progress.event("effect", action=kind, services=list(req.services), file=req.file, tag=req.tag)
+        self._emit("effect", action=kind, services=list(req.services), file=req.file, tag=req.tag)
         try:
             res = await call()
             outcome: dict[str, Any] = {"status": res.status, "exit_code": res.exit_code,
@@ -543,7 +547,7 @@ class Executor:
         no_effect_after = self.clock.monotonic() + self.rb.timeouts.stop_grace + 4 * self.poll
         base_ids = first.get("baseline", {}).get("ids", {})
         zombie_polls = 0
-        self.progress.event("waiting", gate=f"docker/ps no longer lists {', '.join(req.services)}")
+        self._emit("waiting", gate=f"docker/ps no longer lists {', '.join(req.services)}")
         while True:
             by_svc = _by_service(await self._ps())
             left = [by_svc[s] for s in req.services if s in by_svc]
@@ -564,7 +568,7 @@ class Executor:
                 zombie_polls = 0
                 env = self.env
                 self.log.warning("down_resent_after_observation", reason=resend_reason)
-                self.progress.event("note", text=f"sending the down again after observation ({resend_reason})")
+                self._emit("note", text=f"sending the down again after observation ({resend_reason})")
                 first = await self._mutating(f"compose_down_resend_{resends}", req, {"ids": base_ids},
                                              lambda: self.c.compose.down(req, env))
                 # the gate starts again from the end of the new down: observe before judging
@@ -616,7 +620,8 @@ class Executor:
         follower = LogFollower(fetch)
         deadline = self.clock.monotonic() + self.rb.timeouts.cold_start
         first_id: str | None = None
-        self.progress.event("waiting", gate=f"{service}: " + ", ".join(gate.missing()))
+        shown = ""
+        self._emit("waiting", gate=f"{service}: " + ", ".join(gate.missing()))
         while True:
             by_svc = _by_service(await self._ps())
             c = by_svc.get(service)
@@ -635,15 +640,16 @@ class Executor:
                     return _fail(f"{service} exited during its cold start ({c.status}); {why}")
                 batch = await follower.poll()
                 if batch.gap:
-                    self.progress.event("note", text=f"{service}: log lines may have been missed (gap in the tail window)")
+                    self._emit("note", text=f"{service}: log lines may have been missed (gap in the tail window)")
                 for ln in batch.new:
                     res = gate.feed(ln.text)
                     if res.failed:
                         return _fail(f"{service}: {res.reason}: {self.redactor.scrub(res.line)[:300]}")
                     if res.passed:
                         return _ok(f"{service}: {res.reason}")
-                if batch.new and gate.result.line:
-                    self.progress.event("log_line", service=service, line=self.redactor.scrub(gate.result.line)[:200])
+                if batch.new and gate.result.line and gate.result.line != shown:
+                    shown = gate.result.line
+                    self._emit("log_line", service=service, line=self.redactor.scrub(shown)[:200])
             if self.clock.monotonic() >= deadline:
                 return _fail(
                     f"{service} did not finish its cold start within {int(self.rb.timeouts.cold_start // 60)} min; missing: "
@@ -657,7 +663,7 @@ class Executor:
         url = self.entry.relay_url(step.relay.port)
         client = self.c.relay(url, token)
         deadline = self.clock.monotonic() + self.rb.timeouts.relay
-        self.progress.event("waiting", gate=f"soak relay :{step.relay.port} direct checks")
+        self._emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
         while True:
             res = await client.direct_checks(self.rb.model)
             if res.ok:
@@ -671,7 +677,7 @@ class Executor:
         addr = self.entry.model_proxy_address
         if step.verify.peers:
             deadline = self.clock.monotonic() + self.rb.timeouts.discovery
-            self.progress.event("waiting", gate=f"both peers list {addr} healthy under {self.rb.domains.long} only")
+            self._emit("waiting", gate=f"both peers list {addr} healthy under {self.rb.domains.long} only")
             while True:
                 problems = []
                 for peer in self.c.peers:
@@ -714,7 +720,7 @@ class Executor:
                 gate = f"soak {int(duration)} s"
                 if need_approval:
                     gate += f", then `orchestrate approve {self.run.run_id}`"
-                self.progress.event("waiting", gate=gate)
+                self._emit("waiting", gate=gate)
                 announced = True
             await self._wait(min(self.poll, max(0.0, duration - elapsed)) if elapsed < duration else self.poll)
 

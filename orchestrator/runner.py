@@ -117,9 +117,9 @@ async def execute(
         ) from None
     progress = progress or NullProgress()
     if taken is not None:
-        progress.event("note", text=f"took over the expired lease of run {taken.run_id} ({taken.owner})")
+        progress.event("note", clock=session.clock.monotonic(), text=f"took over the expired lease of run {taken.run_id} ({taken.owner})")
     log_path = open_run_log(session.settings.state_dir, run.run_id, session.redactor)
-    progress.event("note", text=f"journal: {session.settings.journal_location()}  log: {log_path}")
+    progress.event("note", clock=session.clock.monotonic(), text=f"journal: {session.settings.journal_location()}  log: {log_path}")
     clients = build_host_clients(session.settings, session.inventory, entry, session.redactor,
                                  transport=session.transport, retry=session.retry, clock=session.clock)
     try:
@@ -133,7 +133,7 @@ async def execute(
             with structlog.contextvars.bound_contextvars(run_id=run.run_id, host=run.host):
                 final = await run_with_heartbeat(ex, session.journal, session.settings.lease_ttl)
         except RunnerFenced as exc:
-            progress.event("note", text=f"this runner lost the lease of {run.host}: {exc}")
+            progress.event("note", clock=session.clock.monotonic(), text=f"this runner lost the lease of {run.host}: {exc}")
             raise
         session.journal.release(ex.lease)
         return final
