@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -21,24 +20,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SPEED = "3000"
-PG = os.environ.get("ORCHESTRATOR_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture
-def pg_url():
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(PG, autocommit=True, connect_timeout=5)
-    except Exception as exc:  # noqa: BLE001
-        if os.environ.get("ORCHESTRATOR_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required but unreachable at {PG}: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {PG}: {exc}")
-    schema = "e2e_" + secrets.token_hex(4)
-    conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in PG else "?"
-    yield f"{PG}{sep}options=-csearch_path%3D{schema}"
-    conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    conn.close()
 
 
 def _fleet():
@@ -72,12 +53,12 @@ def _cmd(crashing: bool = False) -> list[str]:
     return [sys.executable, str(HERE / "crashing_orchestrate.py")] if crashing else [sys.executable, "-m", "orchestrator.cli"]
 
 
-def test_two_processes_on_one_database_cannot_both_roll_gpu02(pg_url, tmp_path):
+def test_two_processes_on_one_database_cannot_both_roll_gpu02(pg_journal_url, tmp_path):
     with _fleet() as fleet:
         a, b = tmp_path / "laptop-a", tmp_path / "laptop-b"
         a.mkdir(), b.mkdir()
         args = ["rollout", "gpu02", "--tag", "v0.0.300", "--yes"]
-        procs = [subprocess.Popen(_cmd() + args, env=_env(fleet, d, pg_url, ORCHESTRATOR_LEASE_TTL="30"), cwd=ROOT,
+        procs = [subprocess.Popen(_cmd() + args, env=_env(fleet, d, pg_journal_url, ORCHESTRATOR_LEASE_TTL="30"), cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for d in (a, b)]
         codes = sorted(p.wait(timeout=300) for p in procs)
         assert codes == [0, 5], [p.stderr.read()[-500:] for p in procs]
@@ -85,19 +66,19 @@ def test_two_processes_on_one_database_cannot_both_roll_gpu02(pg_url, tmp_path):
         assert fleet.check_invariants() == []
 
 
-def test_a_killed_run_is_finished_from_another_machine(pg_url, tmp_path):
+def test_a_killed_run_is_finished_from_another_machine(pg_journal_url, tmp_path):
     with _fleet() as fleet:
         laptop, other = tmp_path / "laptop", tmp_path / "other"
         laptop.mkdir(), other.mkdir()
         r = subprocess.run(_cmd(crashing=True) + ["rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
-                           env=_env(fleet, laptop, pg_url, ORCHESTRATOR_TEST_KILL_AFTER="40"), cwd=ROOT,
+                           env=_env(fleet, laptop, pg_journal_url, ORCHESTRATOR_TEST_KILL_AFTER="40"), cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == -9, r.stderr[-500:]
-        runs = json.loads(subprocess.run(_cmd() + ["runs", "--json"], env=_env(fleet, other, pg_url), cwd=ROOT,
+        runs = json.loads(subprocess.run(_cmd() + ["runs", "--json"], env=_env(fleet, other, pg_journal_url), cwd=ROOT,
                                          capture_output=True, text=True, timeout=60).stdout)
         assert runs and runs[0]["outcome"] is None
         time.sleep(1.2)  # the dead laptop's lease expires
-        r = subprocess.run(_cmd() + ["resume", runs[0]["run_id"], "--yes"], env=_env(fleet, other, pg_url), cwd=ROOT,
+        r = subprocess.run(_cmd() + ["resume", runs[0]["run_id"], "--yes"], env=_env(fleet, other, pg_journal_url), cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout[-2000:]
         assert "took over the expired lease" in r.stdout

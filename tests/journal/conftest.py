@@ -25,29 +25,8 @@ import pytest
 from orchestrator.journal import RunRecord, SqliteJournal
 from orchestrator.journal.base import SqlJournal
 
-PG_CANDIDATES = (
-    "postgresql://postgres@127.0.0.1:5432/test",
-    "postgresql://root@127.0.0.1:5432/test",
-)
 
-START = datetime(2026, 11, 30, 8, 12, 0, tzinfo=timezone.utc)
-
-
-class FakeClock:
-    """The journal's `now`: wall-clock time that only moves when a test says so."""
-
-    def __init__(self, start: datetime = START) -> None:
-        self._t = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._t
-
-    def advance(self, seconds: float) -> datetime:
-        with self._lock:
-            self._t += timedelta(seconds=seconds)
-            return self._t
+from journal_clock import START, FakeClock  # noqa: E402,F401  (re-exported for the tests)
 
 
 @dataclass
@@ -74,47 +53,6 @@ class Store:
     def close_all(self) -> None:
         for journal in self.journals:
             journal.close()
-
-
-def _require_postgres() -> bool:
-    return os.environ.get("ORCHESTRATOR_REQUIRE_POSTGRES") == "1"
-
-
-@pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """A reachable PostgreSQL URL, or a visible skip (a failure if it is required)."""
-    import psycopg
-
-    env_url = os.environ.get("ORCHESTRATOR_TEST_POSTGRES_URL")
-    candidates = (env_url,) if env_url else PG_CANDIDATES
-    errors = []
-    for url in candidates:
-        try:
-            with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
-                conn.execute("SELECT 1")
-            return url
-        except psycopg.Error as exc:
-            errors.append(f"{url}: {str(exc).strip()}")
-    reason = "PostgreSQL unreachable: " + " | ".join(errors)
-    if _require_postgres():
-        pytest.fail(reason + " (ORCHESTRATOR_REQUIRE_POSTGRES=1)")
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def pg_schema(postgres_url: str) -> Iterator[str]:
-    """A fresh, empty schema; dropped (with everything in it) after the test."""
-    import psycopg
-    from psycopg import sql
-
-    name = f"journal_test_{secrets.token_hex(6)}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    try:
-        yield name
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 @pytest.fixture

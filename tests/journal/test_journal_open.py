@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.journal import JournalError, SqliteJournal, open_journal
 
-from conftest import START, FakeClock  # noqa: E402  (tests/journal/conftest.py)
+from journal_clock import START, FakeClock  # noqa: E402
 
 
 def test_plain_path_creates_parent_directories(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pydantic import SecretStr
 
 from orchestrator.settings import Settings
 
-from helpers_server import HOST_TOKEN, INVENTORY, COLD_START_S, PG_CANDIDATES, SPEED
+from helpers_server import HOST_TOKEN, INVENTORY, COLD_START_S, SPEED
 
 
 @pytest.fixture(autouse=True)
@@ -58,38 +58,3 @@ def sim_fleet() -> Iterator[Callable[..., Any]]:
 # --------------------------------------------------------------------------- PostgreSQL
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """A reachable PostgreSQL URL, or a visible skip (a failure with ORCHESTRATOR_REQUIRE_POSTGRES=1)."""
-    import psycopg
-
-    env_url = os.environ.get("ORCHESTRATOR_TEST_POSTGRES_URL")
-    errors = []
-    for url in (env_url,) if env_url else PG_CANDIDATES:
-        try:
-            with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
-                conn.execute("SELECT 1")
-            return url
-        except psycopg.Error as exc:
-            errors.append(f"{url}: {str(exc).strip()}")
-    reason = "PostgreSQL unreachable: " + " | ".join(errors)
-    if os.environ.get("ORCHESTRATOR_REQUIRE_POSTGRES") == "1":
-        pytest.fail(reason + " (ORCHESTRATOR_REQUIRE_POSTGRES=1)")
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def pg_journal_url(postgres_url: str) -> Iterator[str]:
-    """A URL whose search_path is a fresh schema (dropped with everything in it afterwards)."""
-    import psycopg
-    from psycopg import sql
-
-    name = f"server_test_{secrets.token_hex(6)}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    sep = "&" if "?" in postgres_url else "?"
-    try:
-        yield f"{postgres_url}{sep}options=-csearch_path%3D{name}"
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

@@ -18,10 +18,6 @@ SPEED = 3000.0  # simulated seconds per real second: a 50-minute cold start take
 COLD_START_S = 600.0
 HOST_TOKEN = "cm-token-5f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
-PG_CANDIDATES = (
-    "postgresql://postgres@127.0.0.1:5432/test",
-    "postgresql://root@127.0.0.1:5432/test",
-)
 
 INVENTORY = """\
 dashboard_url: http://127.0.0.1:9

@@ -1,0 +1,66 @@
+"""Fixtures shared by the journal, server and end-to-end tests: the real PostgreSQL server.
+
+PostgreSQL: ORCHESTRATOR_TEST_POSTGRES_URL if set, else postgresql://postgres@127.0.0.1:5432/test,
+else the same as user root. Unreachable -> the PostgreSQL tests are skipped with the connection
+errors as the reason; with ORCHESTRATOR_REQUIRE_POSTGRES=1 (as .ci/run sets) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+PG_CANDIDATES = (
+    "postgresql://postgres@127.0.0.1:5432/test",
+    "postgresql://root@127.0.0.1:5432/test",
+)
+
+
+def require_postgres() -> bool:
+    return os.environ.get("ORCHESTRATOR_REQUIRE_POSTGRES") == "1"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """A reachable PostgreSQL URL, or a visible skip (a failure with ORCHESTRATOR_REQUIRE_POSTGRES=1)."""
+    import psycopg
+
+    env_url = os.environ.get("ORCHESTRATOR_TEST_POSTGRES_URL")
+    errors = []
+    for url in (env_url,) if env_url else PG_CANDIDATES:
+        try:
+            with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+            return url
+        except psycopg.Error as exc:
+            errors.append(f"{url}: {str(exc).strip()}")
+    reason = "PostgreSQL unreachable: " + " | ".join(errors)
+    if require_postgres():
+        pytest.fail(reason + " (ORCHESTRATOR_REQUIRE_POSTGRES=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def pg_schema(postgres_url: str) -> Iterator[str]:
+    """A fresh, empty schema; dropped (with everything in it) after the test."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"test_{secrets.token_hex(6)}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def pg_journal_url(postgres_url: str, pg_schema: str) -> str:
+    """A journal URL whose search_path is a fresh schema."""
+    sep = "&" if "?" in postgres_url else "?"
+    return f"{postgres_url}{sep}options=-csearch_path%3D{pg_schema}"
