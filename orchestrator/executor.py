@@ -51,8 +51,10 @@ from orchestrator.runbook import Runbook, Step
 
 log = structlog.get_logger("orchestrator.executor")
 
-#: How long an unknown `up` outcome is observed before deciding it did not take effect.
-SETTLE_S = 120.0
+#: How long an unknown `up` outcome is observed before deciding it did not take effect. The
+#: stream may break while compose-manager is still pulling images; it records the action in its
+#: log only when the up finishes, so give it the time a pull of an engine image can take.
+SETTLE_S = 600.0
 #: How many times a down is sent again when observation shows a zombie or no effect.
 MAX_DOWN_RESENDS = 2
 
