@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, fie
 
 from orchestrator.user_errors import UserError
 
+#: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -77,7 +80,7 @@ def load_inventory(path: Path) -> Inventory:
             f"cannot read inventory {path}: {exc.strerror}; pass --inventory PATH or set ORCHESTRATOR_INVENTORY"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

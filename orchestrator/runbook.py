@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.durations import parse_duration
 from orchestrator.user_errors import UserError
 
+#: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 RUNBOOK_DIR = Path(__file__).resolve().parent.parent / "runbooks"
 DEFAULT_RUNBOOK = "gpu02-glm53-w4afp8-long-context"
 
@@ -319,7 +322,7 @@ def resolve_runbook_path(name_or_path: str) -> Path:
 def load_runbook(name_or_path: str = DEFAULT_RUNBOOK) -> Runbook:
     path = resolve_runbook_path(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

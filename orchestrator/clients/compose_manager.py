@@ -52,6 +52,7 @@ from orchestrator.parsers import ParseError
 from orchestrator.parsers.action_log import Action, parse_action_log
 from orchestrator.parsers.docker_ps import Container, parse_docker_ps
 from orchestrator.redaction import Redactor, reveal
+from orchestrator.clients.tls import shared_context
 
 log = structlog.get_logger(__name__)
 
@@ -230,6 +231,7 @@ class ComposeManagerClient:
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self._clock = clock or RealClock()
         self._http = httpx.AsyncClient(
+            verify=shared_context(),
             base_url=self.base_url,
             transport=transport,
             timeout=httpx.Timeout(timeout_s),

@@ -29,6 +29,7 @@ from orchestrator.clients.retry import RetryPolicy, call_with_retry
 from orchestrator.clock import Clock, RealClock
 from orchestrator.envmap import EnvMap
 from orchestrator.redaction import Redactor, reveal
+from orchestrator.clients.tls import shared_context
 
 log = structlog.get_logger(__name__)
 
@@ -133,6 +134,7 @@ class DashboardClient:
         self.retry = retry or RetryPolicy()
         self._clock = clock or RealClock()
         self._http = httpx.AsyncClient(
+            verify=shared_context(),
             base_url=self.base_url,
             transport=transport,
             timeout=httpx.Timeout(timeout_s),

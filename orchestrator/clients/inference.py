@@ -30,6 +30,7 @@ from orchestrator.clients.errors import (
     transport_error,
 )
 from orchestrator.redaction import Redactor, reveal
+from orchestrator.clients.tls import shared_context
 
 log = structlog.get_logger(__name__)
 
@@ -130,7 +131,7 @@ class _OpenAIEndpoint:
         if secret:
             self.redactor.add(secret)
             headers["Authorization"] = f"Bearer {secret}"
-        self._http = httpx.AsyncClient(base_url=base, transport=transport, timeout=httpx.Timeout(self.timeout_s), headers=headers)
+        self._http = httpx.AsyncClient(verify=shared_context(), base_url=base, transport=transport, timeout=httpx.Timeout(self.timeout_s), headers=headers)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"

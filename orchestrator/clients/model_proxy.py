@@ -27,6 +27,7 @@ from orchestrator.clients.errors import (
 from orchestrator.clients.retry import RetryPolicy, call_with_retry
 from orchestrator.clock import Clock, RealClock
 from orchestrator.redaction import Redactor, reveal
+from orchestrator.clients.tls import shared_context
 
 log = structlog.get_logger(__name__)
 
@@ -132,7 +133,7 @@ class ModelProxyClient:
             headers["Authorization"] = f"Bearer {secret}"
         self.retry = retry or RetryPolicy()
         self._clock = clock or RealClock()
-        self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport, timeout=httpx.Timeout(timeout_s), headers=headers)
+        self._http = httpx.AsyncClient(verify=shared_context(), base_url=self.base_url, transport=transport, timeout=httpx.Timeout(timeout_s), headers=headers)
 
     def __repr__(self) -> str:
         return f"ModelProxyClient({self.name!r}, {self.base_url!r})"

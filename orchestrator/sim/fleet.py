@@ -100,7 +100,7 @@ def _secret(rng: random.Random, n: int = 32, alphabet: str = "0123456789abcdef")
 
 
 def _bind() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((LOOPBACK, 0))
     return sock
@@ -152,7 +152,7 @@ class _Listener:
         """Listen again; False if the port is still held by the previous server (retry later)."""
         sock = self._sock
         if sock is None:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((LOOPBACK, self.port))
