@@ -1,0 +1,1 @@
+"""Benchmarks of the orchestrator against its simulator: `python -m bench` (see docs/performance.md)."""

@@ -1,0 +1,231 @@
+"""P3 log-tail cost: what `LogFollower` fetches per new log line, and whether it loses any.
+
+compose-manager's logs route only offers `--tail N`, so the follower re-fetches a window each poll
+and finds the new lines by overlap (orchestrator/logfollow.py). Driven here without sockets or real
+time, one poll per 10 s (the poll interval) of virtual time:
+
+- synthetic engine logs at 1, 10 and 100 lines/s for 10 minutes (the first poll sees the empty log
+  of a container that just started, as the executor's cold-start gate does), plus a bursty log (10 lines/s with
+  a 1500-line dump in one interval). Lines look like SGLang's steady state: decode-batch lines with
+  counters, prefill lines, and identical `GET /health` lines repeating within a second (the case
+  the follower must not mis-align on). The fetch returns `docker compose logs --tail N` text
+  (`name | line`), the follower's own counters give bytes and lines fetched;
+- the simulator's own engine (no servers: the simulated host's `compose_logs` on a manual clock):
+  a new r2's whole cold start and ten minutes of steady state after its ready line;
+- the same synthetic cases with a proposed window policy (`LastPollWindowFollower`: the next window
+  from the last poll's new lines instead of the most of the last three polls), to measure it.
+
+Reported per case: new lines, bytes fetched / bytes of the new lines (as fetched: prefix and newline
+included; goal <= 3), lines fetched per new line, fetches per poll, lines missed (goal 0) and
+duplicated (both against the true stream, poll by poll), gaps and resets the follower reported,
+and the follower's CPU per poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from orchestrator.logfollow import LogFollower
+from orchestrator.parsers.compose_logs import last_redraw
+
+CONTAINER = "model-sg-glm53-w4afp8-tp4-r2"
+POLL_S = 10.0
+
+
+class SyntheticEngineLog:
+    """An engine log growing at `rate` lines/s (plus optional bursts), rendered as compose logs."""
+
+    def __init__(self, rate: float, seed: int = 3, bursts: dict[int, int] | None = None) -> None:
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.lines: list[str] = []
+        self.t0 = datetime(2026, 9, 23, 8, 0, 0, tzinfo=UTC)
+        self.bursts = bursts or {}
+        self._carry = 0.0
+        self._interval = 0
+
+    def _line(self, ts: datetime) -> str:
+        stamp = ts.strftime("%Y-%m-%d %H:%M:%S")
+        x = self.rng.random()
+        if x < 0.25:
+            return f'[{stamp}] INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'
+        if x < 0.40:
+            new = self.rng.randint(16, 9000)
+            return (f"[{stamp} TP0] Prefill batch, #new-seq: 1, #new-token: {new}, #cached-token: "
+                    f"{self.rng.randint(0, 60000)}, token usage: 0.{self.rng.randint(1, 40):02d}, #running-req: "
+                    f"{self.rng.randint(0, 8)}, #queue-req: 0, ")
+        running = self.rng.randint(1, 12)
+        return (f"[{stamp} TP0] Decode batch, #running-req: {running}, #token: {running * self.rng.randint(900, 40000)}, "
+                f"token usage: 0.{self.rng.randint(1, 60):02d}, cuda graph: True, gen throughput (token/s): "
+                f"{running * 41.7 * self.rng.uniform(0.8, 1.2):.2f}, #queue-req: 0, ")
+
+    def advance(self, seconds: float) -> int:
+        """Let `seconds` of engine time pass; returns how many lines were written."""
+        start = self._interval * seconds
+        exact = self.rate * seconds + self._carry
+        n = int(exact)
+        self._carry = exact - n
+        n += self.bursts.get(self._interval, 0)
+        for k in range(n):
+            self.lines.append(self._line(self.t0 + timedelta(seconds=start + seconds * k / max(1, n))))
+        self._interval += 1
+        return n
+
+    def tail(self, n: int) -> str:
+        width = len(CONTAINER) + 1
+        chosen = self.lines[-n:] if n > 0 else []
+        return "".join(f"{CONTAINER:<{width}} | {ln}\n" for ln in chosen)
+
+
+def _formatted_bytes(lines: list[str]) -> int:
+    width = len(CONTAINER) + 1
+    return sum(len(f"{CONTAINER:<{width}} | {ln}\n".encode()) for ln in lines)
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.missed = self.duplicated = self.polls = self.exact_polls = 0
+        self.cpu = 0.0
+
+    def check(self, expected: list[str], got: list[str]) -> None:
+        self.polls += 1
+        if expected == got:
+            self.exact_polls += 1
+            return
+        want, have = Counter(expected), Counter(got)
+        self.missed += sum((want - have).values())
+        self.duplicated += sum((have - want).values())
+
+
+class LastPollWindowFollower(LogFollower):
+    """The proposed window policy (docs/performance.md): size the next window from the last poll's
+    new lines (and the tail that last resolved a grow), not from the most of the last three polls."""
+
+    def _next_tail(self) -> int:
+        new, grown = self._c.history[-1]
+        wanted = max(2 * new + self.min_overlap, grown)
+        return max(self.min_tail, min(self.max_tail, wanted))
+
+
+async def _follow_synthetic(rate: float, minutes: float, bursts: dict[int, int] | None = None,
+                            follower_class: type[LogFollower] = LogFollower) -> dict[str, Any]:
+    log = SyntheticEngineLog(rate, bursts=bursts)
+
+    async def fetch(tail: int) -> str:
+        return log.tail(tail)
+
+    follower = follower_class(fetch)
+    tally = _Tally()
+    await follower.poll()  # the gate's first poll comes right after the up: the log is still empty
+    for _ in range(int(minutes * 60 / POLL_S)):
+        before = len(log.lines)
+        log.advance(POLL_S)
+        expected = log.lines[before:]
+        c0 = time.process_time()
+        batch = await follower.poll()
+        tally.cpu += time.process_time() - c0
+        tally.check(expected, [ln.text for ln in batch.new])
+    return _result(follower, tally, log.lines)
+
+
+def _result(follower: LogFollower, tally: _Tally, truth: list[str]) -> dict[str, Any]:
+    new_bytes = _formatted_bytes(truth)
+    return {
+        "new_lines": len(truth),
+        "polls": tally.polls,
+        "bytes_fetched": follower.total_bytes,
+        "bytes_new": new_bytes,
+        "bytes_ratio": follower.total_bytes / new_bytes if new_bytes else None,
+        "lines_fetched_per_new_line": follower.total_lines_fetched / len(truth) if truth else None,
+        "bytes_fetched_per_new_line": follower.bytes_per_new_line,
+        "fetches_per_poll": follower.fetches / max(1, follower.polls),
+        "missed": tally.missed,
+        "duplicated": tally.duplicated,
+        "exact_polls": tally.exact_polls,
+        "gaps": follower.gaps,
+        "resets": follower.resets,
+        "cpu_ms_per_poll": tally.cpu / max(1, tally.polls) * 1000,
+    }
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:  # pragma: no cover - the host never sleeps
+        self.t += seconds
+
+
+async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 2400.0) -> dict[str, Any]:
+    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator.sim.compose_repo import TARGET_FILE, TARGET_TAG
+
+    fleet = SimFleet(SimConfig(speed=1, cold_start_s=cold_start_s, seed=5))  # never started: no servers
+    try:
+        clock = ManualClock()
+        host = fleet.host
+        host.clock = clock
+        host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "project": "work", "services": [CONTAINER],
+                       "env": fleet.dashboard_env}, None)
+        while (c := host.container(CONTAINER)) is None or c.state != "running":
+            clock.t += 1.0
+            if clock.t > 600:
+                raise RuntimeError("the simulated engine did not start")
+
+        async def fetch(tail: int) -> str:
+            return host.compose_logs([CONTAINER], tail, "work")
+
+        follower = LogFollower(fetch)
+        tally = _Tally()
+        seen = 0
+        ready_at = None
+        while True:
+            clock.t += POLL_S
+            c = host.container(CONTAINER)
+            full = host.logs(CONTAINER)
+            expected = full[seen:]
+            seen = len(full)
+            c0 = time.process_time()
+            batch = await follower.poll()
+            tally.cpu += time.process_time() - c0
+            tally.check([last_redraw(x) for x in expected], [ln.text for ln in batch.new])
+            if ready_at is None and c is not None and c.ready:
+                ready_at = clock.t
+            if ready_at is not None and clock.t - ready_at >= steady_minutes * 60:
+                break
+        truth = host.logs(CONTAINER)
+        # The simulator's engine prints progress bars as one line with \r redraws; the follower
+        # yields the last redraw (what a terminal shows). Count those lines as delivered.
+        res = _result(follower, tally, truth)
+        res["note"] = "cold start (~2400 s) then 10 min of steady state; progress-bar lines compared by their last redraw"
+        return res
+    finally:
+        fleet.stop()
+
+
+def run(*, quick: bool = False, progress: Any = None) -> dict[str, Any]:
+    t0 = time.monotonic()
+    minutes = 5.0 if quick else 10.0
+    cases: dict[str, dict[str, Any]] = {}
+    for rate in (1.0, 10.0, 100.0):
+        cases[f"{rate:g} lines/s"] = asyncio.run(_follow_synthetic(rate, minutes))
+        if progress is not None:
+            progress(f"P3 {rate:g} lines/s: ratio {cases[f'{rate:g} lines/s']['bytes_ratio']:.2f}")
+    cases["10 lines/s + 1500-line burst"] = asyncio.run(_follow_synthetic(10.0, minutes, bursts={10: 1500}))
+    for rate in (1.0, 10.0, 100.0):
+        cases[f"{rate:g} lines/s, proposed window policy"] = asyncio.run(
+            _follow_synthetic(rate, minutes, follower_class=LastPollWindowFollower))
+    cases["10 lines/s + 1500-line burst, proposed window policy"] = asyncio.run(
+        _follow_synthetic(10.0, minutes, bursts={10: 1500}, follower_class=LastPollWindowFollower))
+    cases["simulated engine (cold start + steady)"] = asyncio.run(_follow_simulated())
+    goal = {name: {"bytes_ratio_met": (c["bytes_ratio"] or 0) <= 3.0, "no_line_missed": c["missed"] == 0}
+            for name, c in cases.items()}
+    return {"poll_interval_s": POLL_S, "minutes": minutes, "cases": cases, "goal": goal, "real_s": time.monotonic() - t0}
