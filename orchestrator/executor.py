@@ -40,7 +40,6 @@ from orchestrator.log_gate import LogGate
 from orchestrator.logfollow import LogFollower
 from orchestrator.machine import ABORTED, HALTED, TERMINALS, Event, Machine, Node, Table
 from orchestrator.parsers.action_log import last_deploy
-from orchestrator.parsers.compose_logs import parse_compose_logs
 from orchestrator.parsers.docker_ps import Container
 from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.plan_check import judge_plan

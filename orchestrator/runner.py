@@ -10,7 +10,6 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx

@@ -52,7 +52,7 @@ from orchestrator.parsers import ParseError
 from orchestrator.parsers.action_log import Action, parse_action_log
 from orchestrator.parsers.docker_ps import Container, parse_docker_ps
 from orchestrator.redaction import Redactor, reveal
-from orchestrator.clients.tls import shared_context
+from orchestrator.clients.http_session import HttpSession
 
 log = structlog.get_logger(__name__)
 
@@ -207,7 +207,7 @@ class _SentButLost(Exception):
         self.detail = detail
 
 
-class ComposeManagerClient:
+class ComposeManagerClient(HttpSession):
     def __init__(
         self,
         base_url: str,
@@ -223,32 +223,15 @@ class ComposeManagerClient:
         secret = reveal(token)
         if not secret:
             raise RequestInvalid(SYSTEM, "token: empty bearer token", field="token")
-        self.base_url = base_url.rstrip("/")
-        self.redactor = redactor if redactor is not None else Redactor()
-        self.redactor.add(secret)
+        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor)
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self._clock = clock or RealClock()
-        self._http = httpx.AsyncClient(
-            verify=shared_context(),
-            base_url=self.base_url,
-            transport=transport,
-            timeout=httpx.Timeout(timeout_s),
-            headers={"Authorization": f"Bearer {secret}"},
-        )
 
-    def __repr__(self) -> str:
-        return f"ComposeManagerClient({self.base_url!r})"
 
-    async def __aenter__(self) -> ComposeManagerClient:
-        return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
     # ---------------------------------------------------------------- reads
 

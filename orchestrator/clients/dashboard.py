@@ -29,7 +29,7 @@ from orchestrator.clients.retry import RetryPolicy, call_with_retry
 from orchestrator.clock import Clock, RealClock
 from orchestrator.envmap import EnvMap
 from orchestrator.redaction import Redactor, reveal
-from orchestrator.clients.tls import shared_context
+from orchestrator.clients.http_session import HttpSession
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +113,7 @@ def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
     return instances
 
 
-class DashboardClient:
+class DashboardClient(HttpSession):
     def __init__(
         self,
         base_url: str,
@@ -128,30 +128,13 @@ class DashboardClient:
         secret = reveal(token)
         if not secret:
             raise RequestInvalid(SYSTEM, "token: empty dashboard token", field="token")
-        self.base_url = base_url.rstrip("/")
-        self.redactor = redactor if redactor is not None else Redactor()
-        self.redactor.add(secret)
+        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor)
         self.retry = retry or RetryPolicy()
         self._clock = clock or RealClock()
-        self._http = httpx.AsyncClient(
-            verify=shared_context(),
-            base_url=self.base_url,
-            transport=transport,
-            timeout=httpx.Timeout(timeout_s),
-            headers={"Authorization": f"Bearer {secret}"},
-        )
 
-    def __repr__(self) -> str:
-        return f"DashboardClient({self.base_url!r})"
 
-    async def __aenter__(self) -> DashboardClient:
-        return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
     async def list_instances(self) -> list[Instance]:
         async def attempt() -> Any:

@@ -30,7 +30,7 @@ from orchestrator.clients.errors import (
     transport_error,
 )
 from orchestrator.redaction import Redactor, reveal
-from orchestrator.clients.tls import shared_context
+from orchestrator.clients.http_session import HttpSession
 
 log = structlog.get_logger(__name__)
 
@@ -114,7 +114,7 @@ def parse_completion(payload: Any, system: str) -> Completion:
     )
 
 
-class _OpenAIEndpoint:
+class _OpenAIEndpoint(HttpSession):
     system = "inference"
 
     def __init__(self, base_url: str, token: Any, *, transport: httpx.AsyncBaseTransport | None, timeout_s: float, redactor: Redactor | None) -> None:
@@ -123,27 +123,12 @@ class _OpenAIEndpoint:
         base = base_url.rstrip("/")
         if base.endswith("/v1"):
             base = base[: -len("/v1")]
-        self.base_url = base
         self.timeout_s = float(timeout_s)
-        self.redactor = redactor if redactor is not None else Redactor()
-        secret = reveal(token)
-        headers = {}
-        if secret:
-            self.redactor.add(secret)
-            headers["Authorization"] = f"Bearer {secret}"
-        self._http = httpx.AsyncClient(verify=shared_context(), base_url=base, transport=transport, timeout=httpx.Timeout(self.timeout_s), headers=headers)
+        self._open_session(base, reveal(token), transport=transport, timeout_s=self.timeout_s, redactor=redactor)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.base_url!r})"
 
-    async def __aenter__(self) -> Any:
-        return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
     async def _call(self, method: str, route: str, *, json_body: Any = None, want_json: bool = True) -> Any:
         try:

@@ -27,7 +27,7 @@ from orchestrator.clients.errors import (
 from orchestrator.clients.retry import RetryPolicy, call_with_retry
 from orchestrator.clock import Clock, RealClock
 from orchestrator.redaction import Redactor, reveal
-from orchestrator.clients.tls import shared_context
+from orchestrator.clients.http_session import HttpSession
 
 log = structlog.get_logger(__name__)
 
@@ -109,7 +109,7 @@ def _int(payload: dict[str, Any], key: str, system: str, route: str) -> int:
     return value
 
 
-class ModelProxyClient:
+class ModelProxyClient(HttpSession):
     def __init__(
         self,
         name: str,
@@ -124,28 +124,15 @@ class ModelProxyClient:
     ) -> None:
         self.name = name
         self.system = f"model-proxy:{name}"
-        self.base_url = base_url.rstrip("/")
-        self.redactor = redactor if redactor is not None else Redactor()
-        secret = reveal(token)
-        headers = {}
-        if secret:
-            self.redactor.add(secret)
-            headers["Authorization"] = f"Bearer {secret}"
+        self._open_session(base_url, reveal(token), transport=transport, timeout_s=timeout_s, redactor=redactor)
         self.retry = retry or RetryPolicy()
         self._clock = clock or RealClock()
-        self._http = httpx.AsyncClient(verify=shared_context(), base_url=self.base_url, transport=transport, timeout=httpx.Timeout(timeout_s), headers=headers)
 
     def __repr__(self) -> str:
         return f"ModelProxyClient({self.name!r}, {self.base_url!r})"
 
-    async def __aenter__(self) -> ModelProxyClient:
-        return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
     async def _get(self, route: str, params: dict[str, str] | None = None) -> Any:
         async def attempt() -> Any:

@@ -146,7 +146,11 @@ class SimDriver:
     def wait(self, predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
         deadline = time.monotonic() + timeout
         while True:
-            value = predicate()
+            try:
+                value = predicate()
+            except httpx.ConnectError:
+                # a relay port opens on the simulator's next tick after its container starts
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:

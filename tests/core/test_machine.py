@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from orchestrator.machine import (
-    ABORTED, DONE, HALTED, ROLLED_BACK, TERMINALS, Event, IllegalTransition, Machine, compile_rollback, compile_rollout,
+    ABORTED, DONE, HALTED, ROLLED_BACK, Event, IllegalTransition, Machine, compile_rollback, compile_rollout,
 )
 from orchestrator.runbook import load_runbook
 

@@ -11,12 +11,8 @@ errors as the reason; with ORCHESTRATOR_REQUIRE_POSTGRES=1 they fail instead.
 
 from __future__ import annotations
 
-import os
-import secrets
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 

@@ -6,8 +6,6 @@ executor is replaced in those tests); the simulator serves on loopback ports.
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
