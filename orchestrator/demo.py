@@ -27,8 +27,13 @@ DEMO_TAG = "v0.0.300"
 def list_fault_table() -> str:
     from orchestrator.sim.faults import FAULTS
 
-    rows = [f"{name:<24} {f.expected:<12} {f.description}" for name, f in FAULTS.items()]
-    return "\n".join([f"{'fault':<24} {'ends':<12} what it does", *rows])
+    arg = {"replica": ":r1|:r2", "count": ":N", "none": ""}
+    rows = []
+    for name, f in FAULTS.items():
+        rows.append(f"{name}{arg.get(f.arg, '')}")
+        rows.append(f"    what:   {f.symptom}")
+        rows.append(f"    ends:   {f.expected_end_state}")
+    return "\n".join(["orchestrate demo --fault NAME (repeatable):", *rows])
 
 
 def demo_settings(fleet: Any, state_dir: Path) -> Settings:

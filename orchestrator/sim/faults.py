@@ -30,7 +30,9 @@ _ROLLBACK_R2 = (
     "the engine gate fails on the new replica; the orchestrator rolls that replica back "
     "(scoped down of the new engine with the long-context file, then a dry-run-first scoped up "
     "of the previous engine from the canary file at v0.0.290) while the other replica keeps "
-    "serving; no orphan removal, never both replicas down"
+    "serving; no orphan removal, never both replicas down (ROLLED_BACK, exit 3). With `:r1`, "
+    "once r2 has moved: the failing r1 is stopped and the run halts with r2 serving (HALTED, "
+    "exit 4), since an up of the canary file would remove the new r2 as an orphan"
 )
 _REFUSE = (
     "the orchestrator refuses before step 1: no mutating compose-manager call at all, every "

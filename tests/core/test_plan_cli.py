@@ -87,3 +87,10 @@ def test_invalid_inventory_names_the_field(tmp_path):
     inv.write_text((ROOT / "config" / "hosts.yaml").read_text().replace("gpus: 8", "gpus: eight", 1))
     r = orchestrate("plan", "gpu02", "--tag", "v0.0.300", "--inventory", str(inv))
     assert r.returncode == 2 and "hosts.gpu02.gpus" in r.stderr
+
+
+def test_demo_lists_every_fault():
+    r = orchestrate("demo", "--list-faults")
+    assert r.returncode == 0, r.stderr
+    for name in ("oom:r1|:r2", "cut-after-effect", "zombie-after-down", "busy-409:N", "budget-no-fit"):
+        assert name in r.stdout
