@@ -25,7 +25,7 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
     checks: list[str] = []
     problems: list[str] = []
     named: list[str] = []
-    for steps in rb._all_step_lists():
+    for steps in rb.step_lists():
         for s in steps:
             c = s.compose
             if c is not None and c.file == "new" and c.services != SELECTED:
@@ -69,7 +69,7 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
             problems.append(f"{engine}: budget default {expr.default or '(none)'} in the file, the runbook expects {rb.budget.default}")
         elif expr.variable == rb.budget.variable:
             checks.append(f"{engine}: {expr.raw} (stop grace {svc.stop_grace_period_s:g} s)")
-    for steps in rb._all_step_lists():
+    for steps in rb.step_lists():
         for s in steps:
             if s.dry_run is None or s.dry_run.file != "new" or s.dry_run.services == SELECTED or s.plan is None or s.plan.tag_only:
                 continue

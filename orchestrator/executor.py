@@ -38,7 +38,7 @@ from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunRecord
 from orchestrator.log_gate import LogGate
 from orchestrator.logfollow import LogFollower
-from orchestrator.machine import ABORTED, HALTED, TERMINALS, Event, Machine, Node, Table
+from orchestrator.machine import HALTED, TERMINALS, Event, Machine, Node, Table
 from orchestrator.parsers.action_log import last_deploy
 from orchestrator.parsers.docker_ps import Container
 from orchestrator.parsers.dry_run import parse_dry_run
@@ -158,10 +158,6 @@ class Executor:
                 outcome = _halt(str(exc))
             except ClientError as exc:
                 outcome = _fail(f"{exc.system}: {self.redactor.scrub(str(exc))}")
-            if not self.table.allows(state, outcome.event):
-                # e.g. SKIP where no skip edge exists: treat as OK; anything else is a programming error
-                if outcome.event is Event.SKIP:
-                    outcome = StepOutcome(Event.OK, outcome.note)
             self._transition(state, outcome)
         return self.journal.get_run(self.run.run_id)
 
@@ -390,9 +386,8 @@ class Executor:
         if step.plan.tag_only:
             return _ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
         plan = parse_dry_run(lines, project=self.entry.project)
+        # `change: selected` means the services the request already names
         listed = list(req.services) if step.plan.change == "selected" else list(step.plan.change or req.services)
-        if step.plan.change == "selected":
-            listed = list(req.services)
         verdict = judge_plan(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
         self.ctx["plans"][node.id] = {"actions": dict(plan.actions), "verdict": verdict.verdict}
         if verdict.verdict == "refuse":
@@ -582,13 +577,8 @@ class Executor:
 
     # -- gates -------------------------------------------------------------------------------------
     def _service_file(self, service: str) -> str:
-        deployed = self.ctx.get("deployed", {}).get(service)
-        if deployed:
-            return deployed["file"]
-        for svc, prev in self.ctx["previous"].items():
-            if svc == service:
-                return prev["file"]
-        return self.rb.file
+        known = self.ctx.get("deployed", {}).get(service) or self.ctx["previous"].get(service)
+        return known["file"] if known else self.rb.file
 
     async def _logs(self, node: Node, step: Step) -> StepOutcome:
         assert step.logs is not None
@@ -752,4 +742,4 @@ async def run_with_heartbeat(executor: Executor, journal: Journal, ttl_s: float)
         hb.cancel()
 
 
-__all__ = ["Executor", "RunnerFenced", "run_with_heartbeat", "ABORTED"]
+__all__ = ["Executor", "RunnerFenced", "run_with_heartbeat"]

@@ -128,7 +128,7 @@ def _target(table: Table, to: str | None) -> str | None:
 def _defined_sets(rb: Runbook, new_services: set[str] | None) -> tuple[set[str], set[str], str]:
     new: set[str] = set()
     prev: set[str] = set()
-    for steps in rb._all_step_lists():
+    for steps in rb.step_lists():
         for s in steps:
             c = s.compose
             if c is None or c.services == SELECTED:

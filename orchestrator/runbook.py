@@ -258,7 +258,7 @@ class Runbook(_Strict):
     def previous_refs(self) -> list[str]:
         """Services whose previous deploy must be read from the action log during preflight."""
         seen: list[str] = []
-        for steps in self._all_step_lists():
+        for steps in self.step_lists():
             for s in steps:
                 c = s.compose
                 if c is not None and c.file.startswith("previous:"):
@@ -267,7 +267,8 @@ class Runbook(_Strict):
                         seen.append(svc)
         return seen
 
-    def _all_step_lists(self) -> list[list[Step]]:
+    def step_lists(self) -> list[list[Step]]:
+        """Every list of steps: preflight, each phase and its rollback, the whole-host rollback."""
         lists = [self.preflight]
         for ph in self.phases:
             lists.append(ph.steps)

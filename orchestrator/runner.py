@@ -20,7 +20,7 @@ from orchestrator.clients.retry import RetryPolicy
 from orchestrator.clock import Clock, RealClock, ScaledClock
 from orchestrator.executor import Executor, RunnerFenced, run_with_heartbeat
 from orchestrator.host_clients import build_host_clients
-from orchestrator.inventory import Inventory, load_inventory
+from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal import open_journal
 from orchestrator.journal.base import Journal, LeaseHeld, RunRecord
 from orchestrator.machine import HALTED, Table, compile_rollback, compile_rollout
@@ -74,12 +74,17 @@ class Session:
         self.journal.close()
 
 
+def _compose_client(session: Session, entry: HostEntry) -> ComposeManagerClient:
+    """A compose-manager client for commands that read the host before a run exists."""
+    return ComposeManagerClient(str(entry.compose_manager_url).rstrip("/"), session.settings.compose_manager_token,
+                                transport=session.transport, retry=session.retry, redactor=session.redactor,
+                                clock=session.clock)
+
+
 async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> dict[str, dict[str, str]]:
     """With no journal: the deploy before the current one of each service, from the action log."""
     entry = session.inventory.host(host)
-    async with ComposeManagerClient(str(entry.compose_manager_url).rstrip("/"), session.settings.compose_manager_token,
-                                    transport=session.transport, retry=session.retry, redactor=session.redactor,
-                                    clock=session.clock) as cm:
+    async with _compose_client(session, entry) as cm:
         actions = await cm.action_log()
     out: dict[str, dict[str, str]] = {}
     for service in rb.previous_refs():
@@ -237,9 +242,7 @@ async def refuse_r1_alone(session: Session, host: str, rb: Runbook) -> None:
             for s in ph.steps:
                 if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list):
                     r2_new += [x for x in s.down.services if x.startswith("model-")]
-    async with ComposeManagerClient(str(entry.compose_manager_url).rstrip("/"), session.settings.compose_manager_token,
-                                    transport=session.transport, retry=session.retry, redactor=session.redactor,
-                                    clock=session.clock) as cm:
+    async with _compose_client(session, entry) as cm:
         running = {c.service or c.name for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
     blocking = [s for s in r2_new if s in running]
     if blocking:
