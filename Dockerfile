@@ -5,7 +5,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY orchestrator ./orchestrator
-COPY runbooks ./runbooks
+COPY orchestrator_sim ./orchestrator_sim
 COPY config ./config
 RUN pip install . && useradd --create-home --uid 10001 orchestrator && mkdir -p /state && chown orchestrator /state
 USER orchestrator

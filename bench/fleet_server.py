@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from orchestrator.sim import SimConfig, SimFleet
+from orchestrator_sim import SimConfig, SimFleet
 
 from bench.http_timing import fleet_ports
 from bench.sim_events import SimEvents

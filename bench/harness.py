@@ -23,7 +23,7 @@ from orchestrator.journal.base import RunRecord
 from orchestrator.machine import Table
 from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook
 from orchestrator.runner import Session, execute, new_rollout
-from orchestrator.sim import SimConfig, SimFleet
+from orchestrator_sim import SimConfig, SimFleet
 
 from bench.http_timing import HttpTimings, fleet_ports
 from bench.sim_events import SimEvents

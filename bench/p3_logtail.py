@@ -165,8 +165,8 @@ class ManualClock:
 
 
 async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 2400.0) -> dict[str, Any]:
-    from orchestrator.sim import SimConfig, SimFleet
-    from orchestrator.sim.compose_repo import TARGET_FILE, TARGET_TAG
+    from orchestrator_sim import SimConfig, SimFleet
+    from orchestrator_sim.compose_repo import TARGET_FILE, TARGET_TAG
 
     fleet = SimFleet(SimConfig(speed=1, cold_start_s=cold_start_s, seed=5))  # never started: no servers
     try:

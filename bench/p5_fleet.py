@@ -43,7 +43,7 @@ from bench.sim_fixes import label
 from bench.run_analysis import detections, rollback_reactions, split
 from bench.stats import summary
 
-COMPOSE_FILE = Path(__file__).resolve().parent.parent / "orchestrator" / "sim" / "compose" / "prod" / \
+COMPOSE_FILE = Path(__file__).resolve().parent.parent / "orchestrator_sim" / "compose" / "prod" / \
     "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
 
 
@@ -244,7 +244,7 @@ def concurrency_separate(*, n: int = 20, speed: float = 20.0, cold_start_s: floa
     from orchestrator.demo import DEMO_HOST, DEMO_TAG
     from orchestrator.runner import Session, new_rollout
     from orchestrator.settings import Settings
-    from orchestrator.sim import RecordedCall
+    from orchestrator_sim import RecordedCall
 
     from bench.harness import RemoteSimClock, execute_timed
     from bench.http_timing import HttpTimings

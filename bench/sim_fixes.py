@@ -1,6 +1,6 @@
 """Two simulator defects this benchmark found, and their fixes applied in this process only.
 
-Neither changes a file: both patch module attributes of `orchestrator.sim.fleet` for the life of
+Neither changes a file: both patch module attributes of `orchestrator_sim.fleet` for the life of
 the fleets built inside `simulator_fixes()`. The lead can apply them to the simulator for real
 (docs/performance.md, "Recommended changes").
 
@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import orchestrator.sim.fleet as fleet_module
+import orchestrator_sim.fleet as fleet_module
 
 SHIPPED_TICK_S = fleet_module.TICK_S
 FIXED_TICK_S = 0.05
@@ -84,7 +84,7 @@ def request_latency_ms(*, fixed: bool, n: int = 20) -> float:
 
     import httpx
 
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     with simulator_fixes(nodelay=fixed, tick=fixed), SimFleet(SimConfig(speed=1)) as fleet:
         async def go() -> float:
@@ -99,7 +99,7 @@ def request_latency_ms(*, fixed: bool, n: int = 20) -> float:
 
 def idle_cpu_fraction(*, fleets: int, fixed: bool, seconds: float = 3.0) -> float:
     """CPU (fraction of one core) used by `fleets` idle simulated hosts in this process."""
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     with simulator_fixes(nodelay=fixed, tick=fixed):
         started = [SimFleet(SimConfig(speed=10)) for _ in range(fleets)]

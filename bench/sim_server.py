@@ -1,7 +1,7 @@
 """`python -m bench.sim_server --state-dir DIR`: a simulated gpu02 in its own process, with an engine
 already in its cold start, for the idle-cost benchmark (P4).
 
-It is `python -m orchestrator.sim serve` (same `SimFleet`, same servers, DIR/inventory.yaml,
+It is `python -m orchestrator_sim serve` (same `SimFleet`, same servers, DIR/inventory.yaml,
 DIR/sim.env with the ORCHESTRATOR_* settings, DIR/calls.jsonl), plus a setup done in simulated
 time: the simulator's clock is a `WarpClock` that runs at `--setup-speed` while compose-manager
 applies the new r2 (`compose up` of the long-context file at v0.0.300: pull, orphan stop, start),
@@ -20,8 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from orchestrator.sim import SimConfig, SimFleet
-from orchestrator.sim.compose_repo import TARGET_FILE, TARGET_TAG
+from orchestrator_sim import SimConfig, SimFleet
+from orchestrator_sim.compose_repo import TARGET_FILE, TARGET_TAG
 
 from bench.warp_clock import WarpClock
 

@@ -25,7 +25,7 @@ DEMO_TAG = "v0.0.300"
 
 
 def list_fault_table() -> str:
-    from orchestrator.sim.faults import FAULTS
+    from orchestrator_sim.faults import FAULTS
 
     arg = {"replica": ":r1|:r2", "count": ":N", "none": ""}
     rows = []
@@ -55,7 +55,7 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
 def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any) -> str:
     from orchestrator.clients.retry import RetryPolicy
     from orchestrator.runner import Session, execute, new_rollout
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Runbooks as data: the schema of `runbooks/*.yaml` and its loader.
+"""Runbooks as data: the schema of `orchestrator/runbooks/*.yaml` and its loader.
 
 A runbook is read top to bottom like the prose runbook it encodes: preflight checks that change
 nothing, then phases (one per replica, then reconcile), each a list of steps. A step does at most
@@ -22,7 +22,7 @@ from orchestrator.user_errors import UserError
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-RUNBOOK_DIR = Path(__file__).resolve().parent.parent / "runbooks"
+RUNBOOK_DIR = Path(__file__).resolve().parent / "runbooks"
 DEFAULT_RUNBOOK = "gpu02-glm53-w4afp8-long-context"
 
 #: `services: selected` means "the services the previous dry run found on an older definition".

@@ -23,7 +23,7 @@ def e2e_factory(tmp_path):
     from orchestrator.clock import ScaledClock
     from orchestrator.demo import demo_settings
     from orchestrator.runner import Session
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     opened = []
 

@@ -24,7 +24,7 @@ OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 
 @pytest.fixture
 def cli(tmp_path):
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200))
     fleet.__enter__()
@@ -88,7 +88,7 @@ def test_rollback_r1_alone_while_the_new_r2_runs_is_refused_without_change(cli):
 
 def test_r1_failure_halts_exit_4_and_says_what_to_run(cli):
     cli.fleet.__exit__(None, None, None)
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     fleet = SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200, faults=["oom:r1"]))
     fleet.__enter__()

@@ -51,7 +51,7 @@ def _end_state(fleet) -> dict[str, tuple[str, str]]:
 
 
 def _fleet():
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200))
 

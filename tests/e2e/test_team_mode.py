@@ -23,7 +23,7 @@ SPEED = "3000"
 
 
 def _fleet():
-    from orchestrator.sim import SimConfig, SimFleet
+    from orchestrator_sim import SimConfig, SimFleet
 
     return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200))
 

@@ -39,7 +39,7 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def sim_fleet() -> Iterator[Callable[..., Any]]:
     """A factory of running simulated fleets (skips if the simulator is not importable)."""
-    sim = pytest.importorskip("orchestrator.sim", reason="orchestrator.sim (the simulator) does not import", exc_type=ImportError)
+    sim = pytest.importorskip("orchestrator_sim", reason="orchestrator_sim (the simulator) does not import", exc_type=ImportError)
     fleets: list[Any] = []
 
     def make(*faults: str) -> Any:

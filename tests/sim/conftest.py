@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from orchestrator.sim import SimConfig, SimFleet
-from orchestrator.sim.testing import SimDriver
+from orchestrator_sim import SimConfig, SimFleet
+from orchestrator_sim.testing import SimDriver
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`python -m orchestrator.sim serve` in its own process, as crash tests use it."""
+"""`python -m orchestrator_sim serve` in its own process, as crash tests use it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from orchestrator.sim import check_invariants, load_calls, load_timeline
-from orchestrator.sim.testing import NEW_R2, NEW_TAG, TARGET
+from orchestrator_sim import check_invariants, load_calls, load_timeline
+from orchestrator_sim.testing import NEW_R2, NEW_TAG, TARGET
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -28,7 +28,7 @@ def test_serve_writes_its_state_dir_and_stops_on_sigterm(tmp_path: Path) -> None
         [
             sys.executable,
             "-m",
-            "orchestrator.sim",
+            "orchestrator_sim",
             "serve",
             "--state-dir",
             str(tmp_path),
@@ -107,7 +107,7 @@ def test_serve_writes_its_state_dir_and_stops_on_sigterm(tmp_path: Path) -> None
 
 def test_faults_command_prints_the_table() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "orchestrator.sim", "faults"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "orchestrator_sim", "faults"], capture_output=True, text=True, check=True
     ).stdout
     for name in ("oom:r1|r2", "busy-409:N", "zombie-after-down", "tag-unknown"):
         assert name in out

@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from orchestrator.sim.testing import (
+from orchestrator_sim.testing import (
     CANARY,
     NEW_R2,
     NEW_TAG,
@@ -19,7 +19,7 @@ from orchestrator.sim.testing import (
     RELAY,
     TARGET,
 )
-from orchestrator.sim.testing import (
+from orchestrator_sim.testing import (
     SimDriver as Sim,
 )
 

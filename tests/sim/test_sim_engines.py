@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.sim.hicache_budget import GIB
-from orchestrator.sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, TARGET
-from orchestrator.sim.testing import SimDriver as Sim
+from orchestrator_sim.hicache_budget import GIB
+from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, TARGET
+from orchestrator_sim.testing import SimDriver as Sim
 
 RANK_406 = 108984795136
 TS = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from orchestrator.sim import FAULTS, parse_fault
-from orchestrator.sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, RELAY, TARGET
-from orchestrator.sim.testing import SimDriver as Sim
+from orchestrator_sim import FAULTS, parse_fault
+from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, RELAY, TARGET
+from orchestrator_sim.testing import SimDriver as Sim
 
 
 def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:

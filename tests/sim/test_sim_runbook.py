@@ -3,7 +3,7 @@ let a correct procedure through with a clean invariant check and land in the exp
 
 from __future__ import annotations
 
-from orchestrator.sim.testing import (
+from orchestrator_sim.testing import (
     CANARY,
     GPU02,
     LONG,
@@ -15,7 +15,7 @@ from orchestrator.sim.testing import (
     RELAY,
     TARGET,
 )
-from orchestrator.sim.testing import SimDriver as Sim
+from orchestrator_sim.testing import SimDriver as Sim
 
 SIDECARS = ["proxy-glm53", "otelcol-contrib", "dcgm-glm53"]
 RECONCILE = ["model-downloader", "nginx", "model-proxy-registrar", "proxy-glm53", "dcgm-glm53", "otelcol-contrib"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from orchestrator.sim.testing import (
+from orchestrator_sim.testing import (
     BASE,
     CANARY,
     GPU02,
@@ -18,7 +18,7 @@ from orchestrator.sim.testing import (
     RELAY,
     TARGET,
 )
-from orchestrator.sim.testing import SimDriver as Sim
+from orchestrator_sim.testing import SimDriver as Sim
 
 REGISTRAR = "model-proxy-registrar"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.sim.compose_repo import PREVIOUS_FILE, TARGET_FILE, SimRepository, load_compose, parse_duration
-from orchestrator.sim.docker_format import human_duration, labels_string
-from orchestrator.sim.hicache_budget import GIB, BudgetError, resolve_budget
-from orchestrator.sim.interpolation import InterpolationError, Interpolator, interpolate
+from orchestrator_sim.compose_repo import PREVIOUS_FILE, TARGET_FILE, SimRepository, load_compose, parse_duration
+from orchestrator_sim.docker_format import human_duration, labels_string
+from orchestrator_sim.hicache_budget import GIB, BudgetError, resolve_budget
+from orchestrator_sim.interpolation import InterpolationError, Interpolator, interpolate
 
 ENV = {
     "PROXY_TOKEN": "p",

@@ -12,14 +12,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from orchestrator.sim.apps.common import bearer_ok, json_body, recorded_call
-from orchestrator.sim.compose_ops import ComposeError, Operation
-from orchestrator.sim.compose_repo import parse_compose_yaml
-from orchestrator.sim.containers import PROJECT
-from orchestrator.sim.faults import ActiveFaults
-from orchestrator.sim.host import SimHost
-from orchestrator.sim.recording import CallRecorder
-from orchestrator.sim.serving import nginx_error_page
+from orchestrator_sim.apps.common import bearer_ok, json_body, recorded_call
+from orchestrator_sim.compose_ops import ComposeError, Operation
+from orchestrator_sim.compose_repo import parse_compose_yaml
+from orchestrator_sim.containers import PROJECT
+from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.host import SimHost
+from orchestrator_sim.recording import CallRecorder
+from orchestrator_sim.serving import nginx_error_page
 
 STREAM_POLL_S = 0.005  # real seconds between looks at an operation's output
 _NONCE = re.compile(r"^[0-9a-fA-F]{64}$")

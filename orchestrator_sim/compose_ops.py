@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from orchestrator.sim.compose_repo import NGINX_SERVICE, TARGET_FILE, ComposeFile, load_compose
-from orchestrator.sim.containers import PROJECT, Container
-from orchestrator.sim.host_core import ORPHAN_STOP_TIMEOUT_S, HostCore
-from orchestrator.sim.interpolation import InterpolationError
-from orchestrator.sim.recording import RecordedCall
+from orchestrator_sim.compose_repo import NGINX_SERVICE, TARGET_FILE, ComposeFile, load_compose
+from orchestrator_sim.containers import PROJECT, Container
+from orchestrator_sim.host_core import ORPHAN_STOP_TIMEOUT_S, HostCore
+from orchestrator_sim.interpolation import InterpolationError
+from orchestrator_sim.recording import RecordedCall
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROJECT = re.compile(r"^[a-z0-9][a-z0-9_-]*$")

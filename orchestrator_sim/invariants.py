@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from orchestrator.sim.recording import RecordedCall, fingerprint
-from orchestrator.sim.timeline import ServingTimeline, SlotChange, intervals_with_no_slot_serving
+from orchestrator_sim.recording import RecordedCall, fingerprint
+from orchestrator_sim.timeline import ServingTimeline, SlotChange, intervals_with_no_slot_serving
 
 DEFAULT_PROJECT = "work"
 

@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator.sim.apps.common import bearer_ok
-from orchestrator.sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
-from orchestrator.sim.faults import ActiveFaults
-from orchestrator.sim.host import SimHost
+from orchestrator_sim.apps.common import bearer_ok
+from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
+from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.host import SimHost
 
 # The rest of the fleet, as the peers see it (TEST-NET addresses).
 OTHER_BACKENDS: dict[str, list[str]] = {

@@ -1,9 +1,9 @@
-"""`python -m orchestrator.sim serve --state-dir DIR [--speed X] [--fault NAME ...]`
+"""`python -m orchestrator_sim serve --state-dir DIR [--speed X] [--fault NAME ...]`
 
 Runs the simulator in the foreground until SIGTERM/SIGINT. Writes DIR/inventory.yaml, DIR/sim.env
 (the ORCHESTRATOR_* lines: tokens and the inventory path), DIR/ready once every server listens,
 and, as it goes, DIR/calls.jsonl (every call, env values fingerprinted) and DIR/timeline.jsonl.
-`python -m orchestrator.sim faults` prints the fault table.
+`python -m orchestrator_sim faults` prints the fault table.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 import threading
 from pathlib import Path
 
-from orchestrator.sim.faults import FAULTS, parse_fault
-from orchestrator.sim.fleet import SimConfig, SimFleet
+from orchestrator_sim.faults import FAULTS, parse_fault
+from orchestrator_sim.fleet import SimConfig, SimFleet
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -59,7 +59,7 @@ def _faults(_: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m orchestrator_sim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the simulator until SIGTERM")
     serve.add_argument("--state-dir", required=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.sim.engine_cache import EngineCounters, PrefixCache
+from orchestrator_sim.engine_cache import EngineCounters, PrefixCache
 
 PROJECT = "work"
 HOST_IP = "203.0.113.2"

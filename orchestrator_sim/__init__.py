@@ -11,11 +11,11 @@ Public API:
     SlotChange, ServingTimeline  the serving timeline (timeline.py)
 """
 
-from orchestrator.sim.faults import FAULTS, FaultInfo, FaultSpec, parse_fault
-from orchestrator.sim.fleet import FleetTokens, FleetUrls, SimConfig, SimFleet
-from orchestrator.sim.invariants import check_invariants, no_call_after
-from orchestrator.sim.recording import RecordedCall, load_calls
-from orchestrator.sim.timeline import ServingTimeline, SlotChange, load_timeline
+from orchestrator_sim.faults import FAULTS, FaultInfo, FaultSpec, parse_fault
+from orchestrator_sim.fleet import FleetTokens, FleetUrls, SimConfig, SimFleet
+from orchestrator_sim.invariants import check_invariants, no_call_after
+from orchestrator_sim.recording import RecordedCall, load_calls
+from orchestrator_sim.timeline import ServingTimeline, SlotChange, load_timeline
 
 __all__ = [
     "FAULTS",

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 
 CANARY = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 TARGET = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"

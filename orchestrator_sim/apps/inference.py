@@ -8,10 +8,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from orchestrator.sim.apps.common import add_effect, bearer_ok, json_body
-from orchestrator.sim.containers import SERVED_MODEL
-from orchestrator.sim.host import SimHost
-from orchestrator.sim.recording import CallRecorder
+from orchestrator_sim.apps.common import add_effect, bearer_ok, json_body
+from orchestrator_sim.containers import SERVED_MODEL
+from orchestrator_sim.host import SimHost
+from orchestrator_sim.recording import CallRecorder
 
 _ALL_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 

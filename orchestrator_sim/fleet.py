@@ -27,17 +27,17 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from orchestrator.clock import ScaledClock
-from orchestrator.sim.apps.compose_manager import StreamCut, build_compose_manager_app
-from orchestrator.sim.apps.dashboard import DashboardState, build_dashboard_app
-from orchestrator.sim.apps.inference import build_inference_app, build_relay_app
-from orchestrator.sim.apps.model_proxy import build_model_proxy_app
-from orchestrator.sim.compose_repo import TARGET_TAG, SimRepository
-from orchestrator.sim.containers import HOST_IP, MODEL_PROXY_PORT
-from orchestrator.sim.faults import ActiveFaults
-from orchestrator.sim.host import SimHost
-from orchestrator.sim.invariants import check_invariants
-from orchestrator.sim.recording import CallRecorder, RecordedCall, RecordingMiddleware
-from orchestrator.sim.timeline import ServingTimeline
+from orchestrator_sim.apps.compose_manager import StreamCut, build_compose_manager_app
+from orchestrator_sim.apps.dashboard import DashboardState, build_dashboard_app
+from orchestrator_sim.apps.inference import build_inference_app, build_relay_app
+from orchestrator_sim.apps.model_proxy import build_model_proxy_app
+from orchestrator_sim.compose_repo import TARGET_TAG, SimRepository
+from orchestrator_sim.containers import HOST_IP, MODEL_PROXY_PORT
+from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.host import SimHost
+from orchestrator_sim.invariants import check_invariants
+from orchestrator_sim.recording import CallRecorder, RecordedCall, RecordingMiddleware
+from orchestrator_sim.timeline import ServingTimeline
 
 LOOPBACK = "127.0.0.1"
 TICK_S = 0.005  # real seconds between two runs of due events

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from orchestrator.sim.recording import CallRecorder, RecordedCall
+from orchestrator_sim.recording import CallRecorder, RecordedCall
 
 
 def bearer_ok(request: Request, token: str) -> bool:

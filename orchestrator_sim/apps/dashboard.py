@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator.sim.apps.common import bearer_ok, json_body
+from orchestrator_sim.apps.common import bearer_ok, json_body
 
 
 class DashboardState:

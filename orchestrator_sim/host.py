@@ -21,17 +21,17 @@ from threading import RLock
 from typing import Any
 
 from orchestrator.clock import Clock
-from orchestrator.sim import sglang_log
-from orchestrator.sim.compose_ops import ComposeOperations, Operation, OrphanRemoval
-from orchestrator.sim.compose_repo import REGISTRAR_SERVICE, SimRepository, load_compose
-from orchestrator.sim.containers import Container
-from orchestrator.sim.engine_cache import PrefixCache
-from orchestrator.sim.faults import ActiveFaults
-from orchestrator.sim.hicache_budget import GIB, resolve_budget
-from orchestrator.sim.host_core import DOWNLOADER_RUN_S, NOISE_INTERVAL_S
-from orchestrator.sim.recording import CallRecorder
-from orchestrator.sim.serving import ServingPaths
-from orchestrator.sim.timeline import SLOTS, ServingTimeline
+from orchestrator_sim import sglang_log
+from orchestrator_sim.compose_ops import ComposeOperations, Operation, OrphanRemoval
+from orchestrator_sim.compose_repo import REGISTRAR_SERVICE, SimRepository, load_compose
+from orchestrator_sim.containers import Container
+from orchestrator_sim.engine_cache import PrefixCache
+from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.hicache_budget import GIB, resolve_budget
+from orchestrator_sim.host_core import DOWNLOADER_RUN_S, NOISE_INTERVAL_S
+from orchestrator_sim.recording import CallRecorder
+from orchestrator_sim.serving import ServingPaths
+from orchestrator_sim.timeline import SLOTS, ServingTimeline
 
 # MemAvailable when the canary's FP8 r2 started was this much below the boot figure (page cache):
 # with 1223 GiB at boot its 80% budget logs rank_budget_bytes=262552089395, as gpu02's did.

@@ -14,8 +14,8 @@ from threading import RLock
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.clock import Clock
-from orchestrator.sim import docker_format, sglang_log
-from orchestrator.sim.compose_repo import (
+from orchestrator_sim import docker_format, sglang_log
+from orchestrator_sim.compose_repo import (
     NGINX_SERVICE,
     PROXY_SERVICE,
     REGISTRAR_SERVICE,
@@ -25,7 +25,7 @@ from orchestrator.sim.compose_repo import (
     ServiceDef,
     SimRepository,
 )
-from orchestrator.sim.containers import (
+from orchestrator_sim.containers import (
     COMPOSE_VERSION,
     CONFIG_DIR,
     HOST_IP,
@@ -36,14 +36,14 @@ from orchestrator.sim.containers import (
     ContainerView,
     EngineRun,
 )
-from orchestrator.sim.engine_cache import PrefixCache
-from orchestrator.sim.faults import ActiveFaults
-from orchestrator.sim.hicache_budget import RESERVE_BYTES, BudgetError, resolve_budget
-from orchestrator.sim.recording import CallRecorder
-from orchestrator.sim.timeline import SLOTS, ServingTimeline
+from orchestrator_sim.engine_cache import PrefixCache
+from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.hicache_budget import RESERVE_BYTES, BudgetError, resolve_budget
+from orchestrator_sim.recording import CallRecorder
+from orchestrator_sim.timeline import SLOTS, ServingTimeline
 
 if TYPE_CHECKING:
-    from orchestrator.sim.compose_ops import Operation, OrphanRemoval
+    from orchestrator_sim.compose_ops import Operation, OrphanRemoval
 
 ORPHAN_STOP_TIMEOUT_S = 10.0
 DOWNLOADER_RUN_S = 20.0

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from orchestrator.sim.interpolation import Interpolator
+from orchestrator_sim.interpolation import Interpolator
 
 COMPOSE_DIR = Path(__file__).parent / "compose"
 TAGS_FILE = COMPOSE_DIR / "tags.yaml"

@@ -7,11 +7,11 @@ import hashlib
 import re
 from typing import Any
 
-from orchestrator.sim import sglang_log
-from orchestrator.sim.compose_repo import NGINX_SERVICE, PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
-from orchestrator.sim.containers import LONG_DOMAIN, SERVED_MODEL, Container
-from orchestrator.sim.engine_cache import CacheLookup, chat_completion_body, completion_text, render_prompt, tokenize
-from orchestrator.sim.host_core import HostCore
+from orchestrator_sim import sglang_log
+from orchestrator_sim.compose_repo import NGINX_SERVICE, PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
+from orchestrator_sim.containers import LONG_DOMAIN, SERVED_MODEL, Container
+from orchestrator_sim.engine_cache import CacheLookup, chat_completion_body, completion_text, render_prompt, tokenize
+from orchestrator_sim.host_core import HostCore
 
 _RELAY_PATH = re.compile(r"^/(health|metrics|v1/models|v1/chat/completions|v1/completions|v1/responses)$")
 
