@@ -17,6 +17,9 @@ from typing import Any
 _SECRET_KEY = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASS|AUTH|CREDENTIAL|CERT|PRIVATE", re.IGNORECASE)
 
 
+_PLACEHOLDERS = {"redacted", "[redacted]", "changeme", "placeholder", "none", "null", "xxx", "todo"}
+
+
 class EnvMap(Mapping[str, str]):
     """Immutable mapping of env var name -> value whose renderings never show a value."""
 
@@ -98,6 +101,27 @@ class EnvMap(Mapping[str, str]):
             elif len(value) >= 16:
                 out.add(value)
         return frozenset(out)
+
+    def fingerprint(self) -> str:
+        """A digest of keys *and* values: a dry run is valid only for the env map it was sent
+        with. Salted with a fixed label and covering the whole map (credentials included), so it
+        reveals nothing about any one value."""
+        h = hashlib.sha256(b"orchestrator-env-v1\0")
+        for k in sorted(self._data):
+            h.update(k.encode() + b"=" + self._data[k].encode() + b"\0")
+        return h.hexdigest()[:32]
+
+    def masked_credentials(self) -> list[str]:
+        """Keys naming a credential whose value is a mask or a placeholder (`***`, `<redacted>`,
+        empty): such a map was copied from a redacted view and must never be deployed."""
+        bad = []
+        for k, v in self._data.items():
+            if not _SECRET_KEY.search(k):
+                continue
+            t = v.strip()
+            if not t or set(t) <= set("*x•.") or (t.startswith("<") and t.endswith(">")) or t.lower() in _PLACEHOLDERS:
+                bad.append(k)
+        return sorted(bad)
 
     def keys_fingerprint(self) -> str:
         """sha256 over the sorted key names only (safe to journal; detects added/removed keys)."""

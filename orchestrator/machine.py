@@ -18,7 +18,7 @@ Events:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Iterable, Literal
 
 from orchestrator.runbook import Phase, Runbook, Step
@@ -33,8 +33,22 @@ class Event(str, Enum):
     HALT = "halt"
 
 
-DONE, ROLLED_BACK, ABORTED, HALTED = "DONE", "ROLLED_BACK", "ABORTED", "HALTED"
-TERMINALS = (DONE, ROLLED_BACK, ABORTED, HALTED)
+class Outcome(StrEnum):
+    """How a run ended: the only outcome names (journal, exit codes, server, CLI use these)."""
+
+    DONE = "DONE"
+    ROLLED_BACK = "ROLLED_BACK"
+    ABORTED = "ABORTED"
+    HALTED = "HALTED"
+
+
+DONE, ROLLED_BACK, ABORTED, HALTED = Outcome.DONE, Outcome.ROLLED_BACK, Outcome.ABORTED, Outcome.HALTED
+TERMINALS: tuple[str, ...] = tuple(Outcome)
+
+#: How often an `up` may go back to its dry run (RETRY) before its gate fails: once after an
+#: unknown outcome that observation showed did not take effect, or after containers or the env map
+#: changed between the dry run and the apply. Owned by the table, not by the executor.
+UP_RETRY_CAP = 1
 
 Section = Literal["preflight", "forward", "rollback", "full_rollback", "terminal"]
 
@@ -67,6 +81,26 @@ class Table:
     nodes: dict[str, Node]
     edges: dict[tuple[str, Event], str]
     order: tuple[str, ...] = field(default=())
+    #: state -> how many RETRY events it may send before it must fail instead
+    retry_caps: dict[str, int] = field(default_factory=dict)
+    #: forward phase name -> its first state (where `resume --retry` and placement start)
+    phase_starts: dict[str, str] = field(default_factory=dict)
+    #: up state -> the dry-run state that covers it (where RETRY goes)
+    covering_dry_run: dict[str, str] = field(default_factory=dict)
+
+    def retry_cap(self, state: str) -> int:
+        return self.retry_caps.get(state, 0)
+
+    def phase_start(self, phase: str) -> str:
+        try:
+            return self.phase_starts[phase]
+        except KeyError:
+            raise ValueError(f"the runbook has no forward phase {phase!r}") from None
+
+    def phase_dry_runs(self, phase: str | None) -> list[str]:
+        """The dry-run states of a phase, in reading order."""
+        return [s for s in self.order if self.nodes[s].phase == phase and self.nodes[s].step is not None
+                and self.nodes[s].step.dry_run is not None]  # type: ignore[union-attr]
 
     def next(self, state: str, event: Event) -> str:
         try:
@@ -114,6 +148,13 @@ class _Builder:
         self.nodes: dict[str, Node] = {t: Node(t, "terminal") for t in TERMINALS}
         self.edges: dict[tuple[str, Event], str] = {}
         self.order: list[str] = []
+        self.retry_caps: dict[str, int] = {}
+        self.phase_starts: dict[str, str] = {}
+        self.covering: dict[str, str] = {}
+
+    def table(self, start: str) -> "Table":
+        return Table(self.kind, start, dict(self.nodes), dict(self.edges), tuple(_ordered(self, start)),
+                     dict(self.retry_caps), dict(self.phase_starts), dict(self.covering))
 
     def add(self, node: Node) -> None:
         if node.id in self.nodes:
@@ -159,11 +200,16 @@ def _chain(
             b.edge(ids[i], Event.ABORT, on_abort)
         if s.dry_run is not None and s.plan is not None and s.plan.allow_unchanged:
             b.edge(ids[i], Event.SKIP, _skip_target(ids, steps, i, after))
+        if s.check == "host_state":
+            # the host already runs the target: nothing to do
+            b.edge(ids[i], Event.SKIP, DONE)
         if s.up is not None:
             # back to the dry run that covers this up (the loader guarantees one precedes it)
             for j in range(i - 1, -1, -1):
                 if steps[j].dry_run is not None:
                     b.edge(ids[i], Event.RETRY, ids[j])
+                    b.retry_caps[ids[i]] = UP_RETRY_CAP
+                    b.covering[ids[i]] = ids[j]
                     break
     return ids[0] if ids else after
 
@@ -180,7 +226,9 @@ def _full_rollback(b: _Builder, phases: Iterable[Phase], *, end: str) -> str:
     return start
 
 
-def compile_rollout(rb: Runbook) -> Table:
+def compile_rollout(rb: Runbook, start_phase: str | None = None) -> Table:
+    """The rollout's table. `start_phase` (host-state placement, journaled in the run) is where
+    preflight hands over: the first forward phase by default."""
     b = _Builder("rollout")
     # Whole-host rollback (safe order) first, so abort targets exist.
     full_start = _full_rollback(b, rb.full_rollback, end=ROLLED_BACK) if rb.full_rollback else None
@@ -191,7 +239,6 @@ def compile_rollout(rb: Runbook) -> Table:
     for idx in range(len(rb.phases) - 1, -1, -1):
         ph = rb.phases[idx]
         moved_before = any(p.replica for p in rb.phases[:idx])
-        rb_end = DONE  # placeholder, replaced below
         if ph.rollback is not None:
             rb_end = ROLLED_BACK if ph.rollback.ends == "rolled_back" else HALTED
             rb_start = _chain(
@@ -214,14 +261,17 @@ def compile_rollout(rb: Runbook) -> Table:
             after=after, on_fail=rb_start, on_abort=abort_to,
         )
         phase_starts.insert(0, start)
+        b.phase_starts[ph.name] = start
         after = start
 
-    first_forward = after
+    first_forward = after if start_phase is None else b.phase_starts.get(start_phase)
+    if first_forward is None:
+        raise ValueError(f"the runbook has no forward phase {start_phase!r}")
     pre_start = _chain(
         b, "preflight", rb.preflight, section="preflight", phase="preflight", replica=None,
         after=first_forward, on_fail=ABORTED, on_abort=ABORTED,
     )
-    return Table("rollout", pre_start, dict(b.nodes), dict(b.edges), tuple(_ordered(b, pre_start)))
+    return b.table(pre_start)
 
 
 def compile_rollback(rb: Runbook, replicas: Iterable[str]) -> Table:
@@ -237,7 +287,7 @@ def compile_rollback(rb: Runbook, replicas: Iterable[str]) -> Table:
         b, "preflight", env_steps, section="preflight", phase="preflight", replica=None,
         after=start, on_fail=ABORTED, on_abort=ABORTED,
     )
-    return Table("rollback", pre, dict(b.nodes), dict(b.edges), tuple(_ordered(b, pre)))
+    return b.table(pre)
 
 
 def _ordered(b: _Builder, start: str) -> list[str]:

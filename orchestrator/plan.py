@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.budget import format_gib, parse_budget, per_rank_bytes
-from orchestrator.durations import format_duration
 from orchestrator.machine import TERMINALS, Event, Table
 from orchestrator.requests import describe_file
 from orchestrator.runbook import SELECTED, Runbook, Step
+from orchestrator.steps import handler_for
 
 
 @dataclass
@@ -67,54 +67,6 @@ def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) 
         body["force_recreate"] = False
         body["dry_run"] = step.dry_run is not None
     return {"method": "POST", "path": path, "body": body}
-
-
-def _gate(step: Step, rb: Runbook, rank_bytes: int) -> str:
-    t = rb.timeouts
-    k = step.kind
-    if k == "check":
-        return {
-            "env_map": "the dashboard lists the host exactly once; its env map is kept in memory only",
-            "budget": f"{rb.budget.variable} unset or {' / '.join(rb.budget.allowed)}; {rb.budget.replicas} x {rb.budget.default} "
-                      f"fits in available RAM minus {rb.budget.reserve} with at least {rb.budget.min_page_cache} for page cache",
-            "before_state": "previous tag and file of every service a rollback needs are in the action log; both peers list the host "
-                            "healthy under the long domain and not under the base domain; one long-domain completion succeeds",
-        }[step.check or ""]
-    if k == "down":
-        return (f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "  # type: ignore[union-attr]
-                f"(a zombie or a down without effect is sent again after observation, at most twice)")
-    if k == "dry_run":
-        p = step.plan
-        assert p is not None
-        if p.tag_only:
-            return "compose-manager accepts the tag and the file (not too recent, known); docker/ps unchanged across the dry run"
-        change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
-        extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
-        skip = "; if all are already current the up is skipped" if p.allow_unchanged else ""
-        return (f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
-                f"removes nothing and has no line we do not understand{skip}")
-    if k == "up":
-        return ("the stream ends with done/success; a broken stream is settled from docker/ps and the action log, "
-                "never by sending the up again")
-    if k == "logs":
-        lg = step.logs
-        assert lg is not None
-        if lg.budget:
-            return (f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank_bytes} and 'HiCache startup RAM allocated', "
-                    f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
-        return (f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
-                f"(skipped if the dry run found it already serving)")
-    if k == "relay":
-        return (f"through the soak relay :{step.relay.port} within {format_duration(t.relay)}: /health, /v1/models lists "  # type: ignore[union-attr]
-                f"{rb.model}, a deterministic generation is non-empty")
-    if k == "verify":
-        return (f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
-                f"{format_duration(t.discovery)}; a completion, then a follow-up with cached_tokens > 0")
-    if k == "soak":
-        s = step.soak
-        assert s is not None
-        return f"soak {format_duration(s.duration)}" + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else "")
-    raise AssertionError(k)
 
 
 def _target(table: Table, to: str | None) -> str | None:
@@ -218,14 +170,15 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
             steps.append(PlanStep(i, sid, node.section, node.phase, "hand over to a human", None,
                                   "-", _target(table, ev.get(Event.OK)) or "", None))
             continue
+        desc = handler_for(step).describe(step, rb)
         steps.append(PlanStep(
             number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
             request=_request(step, rb, host, tag, project),
-            gate=_gate(step, rb, rank),
+            gate=desc.gate,
             on_fail=_target(table, ev.get(Event.FAIL)) or "",
             on_abort=_target(table, ev.get(Event.ABORT)),
             on_skip=_target(table, ev.get(Event.SKIP)),
-            precondition=("only while " + ", ".join(step.requires_serving) + " serves") if step.requires_serving else None,
+            precondition=desc.precondition,
         ))
     plan = Plan(
         host=host, tag=tag, runbook=rb.name, title=rb.title, kind=table.kind,

@@ -97,6 +97,8 @@ class LogsSpec(_Strict):
 
 class RelaySpec(_Strict):
     port: int = Field(gt=0, lt=65536)
+    #: the env-map variable holding the relay's bearer token
+    token_variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class VerifySpec(_Strict):
@@ -117,7 +119,7 @@ StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", 
 class Step(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     say: str = Field(min_length=1)
-    check: Literal["env_map", "budget", "before_state"] | None = None
+    check: Literal["env_map", "budget", "host_state", "before_state"] | None = None
     down: ComposeSpec | None = None
     dry_run: ComposeSpec | None = None
     up: ComposeSpec | None = None
@@ -126,9 +128,6 @@ class Step(_Strict):
     verify: VerifySpec | None = None
     soak: SoakSpec | None = None
     plan: PlanSpec | None = None
-    #: For a down of an engine: services that must be serving (running, not restarting) before it
-    #: is sent, so that one replica serves at every moment. Checked on docker/ps right before.
-    requires_serving: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_thing(self) -> "Step":
@@ -139,8 +138,6 @@ class Step(_Strict):
             raise ValueError(f"step {self.id!r}: a dry_run needs a plan: gate")
         if self.plan is not None and self.dry_run is None:
             raise ValueError(f"step {self.id!r}: plan: belongs to a dry_run step")
-        if self.requires_serving and self.down is None:
-            raise ValueError(f"step {self.id!r}: requires_serving belongs to a down step")
         return self
 
     @property
@@ -200,6 +197,27 @@ class LogGates(_Strict):
     required_per_rank: list[str]
     required: list[str]
     forbidden: list[str]
+    #: The line every start of an engine logs first. Seen again after it started (or after its
+    #: ready line), it means the engine restarted inside its container: a cold start that saw it
+    #: fails, and an engine that logged it after its ready line is not serving.
+    startup: str = "server_args=ServerArgs("
+
+
+#: What a service runs in a declared host state: `absent` (not in docker/ps), `new` (running, and
+#: the new file's dry run at the tag plans nothing for it), `previous` (running, and that dry run
+#: would recreate it), `running` (running, either definition).
+ServiceState = Literal["absent", "new", "previous", "running"]
+
+
+class HostState(_Strict):
+    """A state of the host the runbook recognises, and where a rollout continues from it."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    say: str = Field(min_length=1)
+    services: dict[str, ServiceState] = Field(min_length=1)
+    #: `start`: run from the beginning; `done`: nothing to do; a phase name: continue there, only
+    #: with the operator's explicit `--continue`.
+    action: str
 
 
 class Domains(_Strict):
@@ -220,6 +238,11 @@ class Runbook(_Strict):
     preflight: list[Step]
     phases: list[Phase] = Field(min_length=1)
     full_rollback: list[Phase] = Field(default_factory=list)
+    #: replica -> the engine services that can serve as it (every definition, old and new). An
+    #: engine is stopped only while it does not serve or another replica serves.
+    replicas: dict[str, list[str]] = Field(default_factory=dict)
+    #: The host states the runbook recognises (before / part-way / at target), checked in order.
+    host_states: list[HostState] = Field(default_factory=list)
 
     @field_validator("file")
     @classmethod
@@ -246,6 +269,16 @@ class Runbook(_Strict):
                     raise ValueError(f"phases.{ph.name}.rollback: ends: halted needs a message for the operator")
         for ph in self.full_rollback:
             _check_sequence(f"full_rollback.{ph.name}", ph.steps)
+        for i, hs in enumerate(self.host_states):
+            if hs.action not in ("start", "done") and hs.action not in names:
+                raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
+        seen_engines: set[str] = set()
+        for replica, engines in self.replicas.items():
+            if not engines:
+                raise ValueError(f"replicas.{replica}: list the engine services of this replica")
+            if seen_engines & set(engines):
+                raise ValueError(f"replicas.{replica}: a service belongs to one replica only")
+            seen_engines |= set(engines)
         return self
 
     # -- queries the rest of the code asks -------------------------------------------------
@@ -254,6 +287,18 @@ class Runbook(_Strict):
             if ph.name == name:
                 return ph
         raise KeyError(name)
+
+    def replica_of(self, service: str) -> str | None:
+        for replica, engines in self.replicas.items():
+            if service in engines:
+                return replica
+        return None
+
+    def engines(self) -> list[str]:
+        return [e for engines in self.replicas.values() for e in engines]
+
+    def phase_names(self) -> list[str]:
+        return [ph.name for ph in self.phases]
 
     def previous_refs(self) -> list[str]:
         """Services whose previous deploy must be read from the action log during preflight."""

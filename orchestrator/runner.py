@@ -18,17 +18,17 @@ import structlog
 from orchestrator.clients.compose_manager import ComposeManagerClient
 from orchestrator.clients.retry import RetryPolicy
 from orchestrator.clock import Clock, RealClock, ScaledClock
-from orchestrator.executor import Executor, RunnerFenced, run_with_heartbeat
+from orchestrator.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
 from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal import open_journal
 from orchestrator.journal.base import Journal, LeaseHeld, RunRecord
-from orchestrator.machine import HALTED, Table, compile_rollback, compile_rollout
+from orchestrator.machine import ABORTED, HALTED, Table, compile_rollback, compile_rollout
 from orchestrator.parsers.action_log import last_deploy
 from orchestrator.progress import NullProgress, Progress
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
-from orchestrator.runbook import Runbook, load_runbook
+from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
 
@@ -147,9 +147,10 @@ async def execute(
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:
+    ctx = RunContext.from_json(run.context)
     if run.kind == "rollback":
-        return compile_rollback(rb, run.context.get("replicas", ["r2", "r1"]))
-    return compile_rollout(rb)
+        return compile_rollback(rb, ctx.replicas or list(reversed(list(rb.replicas))))
+    return compile_rollout(rb, ctx.start_phase)
 
 
 def refuse_if_leased(session: Session, host: str) -> None:
@@ -163,17 +164,60 @@ def refuse_if_leased(session: Session, host: str) -> None:
         )
 
 
-def new_rollout(session: Session, host: str, tag: str, runbook: str) -> tuple[RunRecord, Runbook, Table]:
+def new_rollout(session: Session, host: str, tag: str, runbook: str,
+                start_phase: str | None = None) -> tuple[RunRecord, Runbook, Table]:
+    """A rollout run. `start_phase` (from `--continue`, after `place_for_continue`) starts the
+    procedure part-way; preflight's host-state check confirms the host is still there."""
     check_tag(tag)
     session.inventory.host(host)
     refuse_if_leased(session, host)
     rb = load_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
-    table = compile_rollout(rb)
+    try:
+        table = compile_rollout(rb, start_phase)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    ctx = RunContext.new(start_phase=start_phase)
+    if start_phase is not None:
+        # a continued rollout keeps the rollback targets of the run that started it
+        for earlier in session.journal.list_runs(host, limit=50):
+            prev = RunContext.from_json(earlier.context).previous
+            if earlier.kind == "rollout" and earlier.tag == tag and prev:
+                ctx.previous = dict(prev)
+                ctx.previous_source = f"run {earlier.run_id}"
+                break
     run = session.journal.create_run(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
-                                     context={"previous": {}, "plans": {}, "retries": {}})
+                                     context=ctx.to_json())
     return run, rb, table
+
+
+async def place_for_continue(session: Session, host: str, tag: str, runbook: str) -> str:
+    """`rollout --continue`: the phase the host's declared state continues at (read-only)."""
+    from orchestrator import host_state
+    from orchestrator.clients.dashboard import DashboardClient
+    from orchestrator.executor.placement import PlacementError, observe_host
+
+    check_tag(tag)
+    entry = session.inventory.host(host)
+    rb = load_runbook(runbook)
+    async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
+                               transport=session.transport, retry=session.retry, clock=session.clock) as dash:
+        env = await dash.env_map(name=entry.instance_name)
+    session.redactor.add(*env.redaction_values())
+    async with _compose_client(session, entry) as cm:
+        try:
+            observed = await observe_host(cm, env, rb, tag, entry.project)
+        except PlacementError as exc:
+            raise Refused(f"cannot place {host} in the runbook: {exc}") from None
+    state = host_state.place(rb, observed)
+    if state is None:
+        near = host_state.nearest(rb, observed)
+        diff = f"; nearest is {near[0].name}: " + "; ".join(near[1]) if near else ""
+        raise Refused(f"{host} is in a state the runbook does not recognise ({host_state.describe(observed)}){diff}. Nothing was changed")
+    if state.action == "done":
+        raise Refused(f"{host} already runs the target ({state.say}): nothing to continue")
+    return rb.phases[0].name if state.action == "start" else state.action
 
 
 def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Table]:
@@ -186,29 +230,79 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
     if not failed or failed not in table.nodes:
         raise UserError(f"run {run.run_id} has no failed step to retry from")
     phase = table.nodes[failed].phase
-    start = next(s for s in table.order if table.nodes[s].phase == phase and table.nodes[s].section == "forward")
-    ctx = {k: v for k, v in run.context.items() if k in ("previous", "budget", "before", "deployed")}
-    ctx |= {"plans": {}, "retries": {}}
+    if phase is None or phase not in table.phase_starts:
+        raise UserError(f"run {run.run_id} failed in {failed}, which is not a forward phase: --retry restarts a forward phase")
+    start = table.phase_start(phase)
+    ctx = RunContext.from_json(run.context).for_retry()
     child = session.journal.create_run(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
-                                       context=ctx, parent_run_id=run.run_id)
+                                       context=ctx.to_json(), parent_run_id=run.run_id)
     return child, rb, table
+
+
+def last_changing_rollout(session: Session, host: str) -> RunRecord | None:
+    """The newest rollout of `host` that got past preflight with its rollback targets known: the
+    run a rollback undoes. An ABORTED run (refused before any change, e.g. at a bad tag) and a run
+    that found nothing to do are never it."""
+    for run in session.journal.list_runs(host, limit=200):
+        if run.kind != "rollout" or run.outcome == ABORTED:
+            continue
+        if RunContext.from_json(run.context).previous:
+            return run
+    return None
+
+
+async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]]) -> None:
+    """Dry-run every distinct (tag, file) a rollback goes back to, before anything is stopped: a
+    typo in --to-file or --to-tag exits 2 with nothing sent but dry runs."""
+    from orchestrator.clients.compose_manager import ComposeRequest, validate_file
+    from orchestrator.clients.dashboard import DashboardClient
+    from orchestrator.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
+
+    entry = session.inventory.host(host)
+    targets: dict[tuple[str, str], list[str]] = {}
+    for svc in rb.previous_refs():
+        p = previous[svc]
+        try:
+            validate_file(p["file"])
+        except RequestInvalid as exc:
+            raise UserError(f"rollback target file {p['file']!r} for {svc}: {exc.detail if hasattr(exc, 'detail') else exc}") from None
+        targets.setdefault((p["tag"], p["file"]), []).append(svc)
+    async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
+                               transport=session.transport, retry=session.retry, clock=session.clock) as dash:
+        env = await dash.env_map(name=entry.instance_name)
+    session.redactor.add(*env.redaction_values())
+    async with _compose_client(session, entry) as cm:
+        for (tag, file), services in targets.items():
+            req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=entry.project, dry_run=True)
+            try:
+                outcome = await cm.up(req, env)
+            except (TagNotFound, TagTooRecent, BadRequest) as exc:
+                raise UserError(f"rollback target {file}@{tag} is not usable: {session.redactor.scrub(str(exc))}; "
+                                f"check --to-tag/--to-file. Nothing was stopped") from None
+            if outcome.status != "success":
+                raise UserError(f"rollback target {file}@{tag}: its dry run failed ("
+                                + session.redactor.scrub(" | ".join(outcome.lines[-2:])) + "); check --to-tag/--to-file. Nothing was stopped")
 
 
 async def new_rollback(session: Session, host: str, replica: str, runbook: str | None,
                        to_tag: str | None, to_file: str | None) -> tuple[RunRecord, Runbook, Table]:
     session.inventory.host(host)
     refuse_if_leased(session, host)
-    last = session.journal.latest_run(host, kind="rollout")
-    rb = load_runbook(runbook or (last.runbook if last else "gpu02-glm53-w4afp8-long-context"))
-    replicas = ["r2", "r1"] if replica == "all" else [replica]
+    last = last_changing_rollout(session, host)
+    rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
+    known = list(rb.replicas) or ["r1", "r2"]
+    if replica != "all" and replica not in known:
+        raise UserError(f"--replica must be all or one of {', '.join(known)}, not {replica!r}")
+    # the whole-host rollback goes in the runbook's safe order (its full_rollback phases)
+    replicas = [ph.replica for ph in rb.full_rollback if ph.replica] if replica == "all" else [replica]
     if (to_tag is None) != (to_file is None):
         raise UserError("--to-tag and --to-file go together")
     if to_tag is not None:
         check_tag(to_tag)
         previous = {svc: {"tag": to_tag, "file": to_file or "", "commit": ""} for svc in rb.previous_refs()}
         source = "--to-tag/--to-file"
-    elif last is not None and last.context.get("previous"):
-        previous = dict(last.context["previous"])
+    elif last is not None:
+        previous = dict(RunContext.from_json(last.context).previous)
         source = f"run {last.run_id}"
     else:
         previous = await previous_from_action_log(session, host, rb)
@@ -216,41 +310,51 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     missing = [s for s in rb.previous_refs() if s not in previous]
     if missing:
         raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")
-    if replica == "r1":
-        await refuse_r1_alone(session, host, rb)
-    table = compile_rollback(rb, replicas)
     tag = last.tag if last is not None else None
     if tag is None:
         raise UserError(
-            f"no rollout of {host} is journaled in {session.settings.journal_location()}, so the new file's tag is unknown: "
-            f"run this where the rollout's journal is (ORCHESTRATOR_STATE_DIR / ORCHESTRATOR_DATABASE_URL)"
+            f"no rollout of {host} that changed anything is journaled in {session.settings.journal_location()}, so the new file's "
+            f"tag is unknown: run this where the rollout's journal is (ORCHESTRATOR_STATE_DIR / ORCHESTRATOR_DATABASE_URL)"
         )
+    if replica != "all":
+        await refuse_alone(session, host, rb, replica, last)
+    await validate_rollback_targets(session, host, rb, previous)
+    table = compile_rollback(rb, replicas)
+    ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source)
     run = session.journal.create_run(
         host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
-        context={"previous": previous, "plans": {}, "retries": {}, "replicas": replicas, "previous_source": source},
-        parent_run_id=last.run_id if last else None,
+        context=ctx.to_json(), parent_run_id=last.run_id if last else None,
     )
     return run, rb, table
 
 
-async def refuse_r1_alone(session: Session, host: str, rb: Runbook) -> None:
-    """r1 cannot go back to the previous file while a service it does not define (the new r2) runs."""
+async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, last: RunRecord | None) -> None:
+    """One replica cannot go back to the previous file while an engine of another replica that
+    only the new file defines runs: compose-manager's --remove-orphans would stop it."""
     entry = session.inventory.host(host)
-    r2_new = []
+    new_only: list[str] = []
     for ph in rb.full_rollback:
-        if ph.replica == "r2":
-            for s in ph.steps:
-                if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list):
-                    r2_new += [x for x in s.down.services if x.startswith("model-")]
+        if ph.replica == replica:
+            continue
+        for s in ph.steps:
+            if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list):
+                new_only += [x for x in s.down.services if rb.replica_of(x) and rb.replica_of(x) != replica]
+    prev_defined = {x for steps in rb.step_lists() for st in steps
+                    if st.compose is not None and st.compose.file.startswith("previous:") and isinstance(st.compose.services, list)
+                    for x in st.compose.services}
+    new_only = [x for x in new_only if x not in prev_defined]
+    if not new_only:
+        return
     async with _compose_client(session, entry) as cm:
         running = {c.service or c.name for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
-    blocking = [s for s in r2_new if s in running]
+    blocking = [s for s in new_only if s in running]
     if blocking:
+        retry = f"`orchestrate resume {last.run_id} --retry`" if last is not None else "`orchestrate resume RUN_ID --retry`"
         raise Refused(
-            f"refusing to roll r1 back alone: {', '.join(blocking)} runs, and the previous file does not define it, so "
-            f"compose-manager's --remove-orphans would stop it with a 10 s stop while r1 is down (no replica left). "
-            f"Run `orchestrate rollback {host} --replica all` (r2 first, one replica serving at every moment), "
-            f"or retry r1 from the new file with `orchestrate resume RUN_ID --retry`. Nothing was changed."
+            f"refusing to roll {replica} back alone: {', '.join(blocking)} runs, and the previous file does not define it, so "
+            f"compose-manager's --remove-orphans would stop it with a 10 s stop while {replica} is down (no replica left). "
+            f"Run `orchestrate rollback {host} --replica all` (in the runbook's safe order, one replica serving at every moment), "
+            f"or retry {replica} from the new file with {retry}. Nothing was changed."
         )
 
 

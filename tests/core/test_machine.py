@@ -89,7 +89,7 @@ def test_random_walks_keep_the_invariants(data):
 
     Checked on the effects the walk performs: an up only right after a dry run of the same
     request, never an empty services list, never both engine slots stopped at once (the executor
-    refuses a down whose `requires_serving` engine is not running: modelled here), and every
+    halts before a down that would stop the last running replica: modelled here), and every
     failure ends ROLLED_BACK, ABORTED or HALTED."""
     m = Machine(T)
     running = {ENGINES["r1"], ENGINES["r2_old"]}
@@ -102,8 +102,13 @@ def test_random_walks_keep_the_invariants(data):
         weighted = [Event.OK] * 40 + allowed if Event.OK in allowed else allowed
         ev = data.draw(st.sampled_from(weighted))
         step = T.nodes[m.state].step
-        if step is not None and step.requires_serving and not set(step.requires_serving) <= running and ev is Event.OK:
-            ev = Event.FAIL  # the executor's precondition (tested against the simulator)
+        if step is not None and step.down is not None and ev is Event.OK:
+            # the executor's stop guard (tests/executor): an engine that runs is stopped only while
+            # an engine of another replica runs; otherwise the run halts with the host untouched
+            stopping = [x for x in step.down.services if x in running and RB.replica_of(x)]
+            reps = {RB.replica_of(x) for x in stopping}
+            if stopping and not any(RB.replica_of(o) not in reps for o in running if RB.replica_of(o)):
+                ev = Event.HALT
         if step is not None and ev is Event.OK:
             c = step.compose
             if c is not None:
@@ -137,6 +142,6 @@ def test_abort_during_r1_cold_start_cannot_stop_r2_without_a_serving_r1():
     m.send(Event.OK)
     step = T.nodes[m.state].step
     assert m.state == "rollback-r2.stop-new"
-    assert step.requires_serving == ["model-sg-glm53-w4afp8-tp4-r1"]
-    # the executor refuses (FAIL) when r1 is not serving: the run halts instead of stopping r2
-    assert m.send(Event.FAIL) == HALTED
+    assert RB.replica_of(step.down.services[0]) == "r2"
+    # the executor's stop guard halts (r1 does not serve): the run halts instead of stopping r2
+    assert m.send(Event.HALT) == HALTED

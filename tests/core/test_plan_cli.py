@@ -57,7 +57,7 @@ def test_compose_file_check_flags_the_later_revisions_650gib_r2():
 
 
 def test_compose_file_check_passes_on_the_seed_version():
-    seed = ROOT / "orchestrator" / "sim" / "compose" / "prod" / "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
+    seed = ROOT / "orchestrator_sim" / "compose" / "prod" / "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
     if not seed.exists():
         pytest.skip("simulator fixture file not present")
     r = orchestrate("plan", "gpu02", "--tag", "v0.0.300", "--compose-file", str(seed))

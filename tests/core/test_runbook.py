@@ -18,7 +18,7 @@ def test_gpu02_runbook_encodes_the_procedure():
     assert rb.timeouts.cold_start == 3000 and rb.timeouts.stop_grace == 300
     r2 = rb.phase("r2")
     assert r2.steps[0].down.file == "previous:model-sg-glm53-fp8-tp4-r2"
-    assert r2.steps[0].requires_serving == ["model-sg-glm53-w4afp8-tp4-r1"]
+    assert rb.replica_of(r2.steps[0].down.services[0]) == "r2" and rb.replica_of("model-sg-glm53-w4afp8-tp4-r1") == "r1"
     sidecars = next(s for s in r2.steps if s.id == "sidecars-up")
     assert sidecars.up.services == ["proxy-glm53", "otelcol-contrib", "dcgm-glm53"]
     assert [p.replica for p in rb.full_rollback] == ["r2", "r1"]

@@ -1,0 +1,114 @@
+"""The run's persisted context: everything a resumed run needs, typed, in one place.
+
+It is built by `RunContext.new` (a fresh run), `RunContext.for_retry` (a halted run's failed phase
+started again) or `RunContext.from_json` (a run read back from the journal), and written with
+every transition by `to_json`. Nothing else creates or reads the journal's context dict.
+
+Rules and reasons:
+- `previous` maps a service to the deploy a rollback goes back to (tag, file, commit). It is only
+  ever a deploy that *succeeded* (see preflight), never an attempt.
+- A checked dry run is kept as the request it checked (`DryRunRecord`), with a fingerprint of the
+  env map it was sent with and the docker/ps snapshot after it; an `up` is applied only when
+  `same_request` holds for it, env included.
+- `soaks` and `approvals_seen` survive a resume, so a resumed soak continues instead of starting
+  again and never asks for an approval already given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class DryRunRecord:
+    tag: str
+    file: str
+    services: list[str]
+    project: str | None
+    env_fingerprint: str
+    force_recreate: bool = False
+    #: docker/ps right after the dry run: name -> [id, created_at, state]
+    after: dict[str, list[str]] = field(default_factory=dict)
+
+    def key(self) -> tuple[Any, ...]:
+        return (self.tag, self.file, tuple(self.services), self.project, self.env_fingerprint, self.force_recreate)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "DryRunRecord":
+        return cls(
+            tag=data["tag"], file=data["file"], services=list(data["services"]), project=data.get("project"),
+            env_fingerprint=data.get("env_fingerprint", ""), force_recreate=bool(data.get("force_recreate", False)),
+            after={k: list(v) for k, v in (data.get("after") or {}).items()},
+        )
+
+
+def same_request(dry: DryRunRecord | None, *, tag: str, file: str, services: list[str] | tuple[str, ...],
+                 project: str | None, env_fingerprint: str, force_recreate: bool = False) -> bool:
+    """True when an apply is the exact request `dry` checked: tag, file, services, project, env, force_recreate."""
+    if dry is None:
+        return False
+    return dry.key() == (tag, file, tuple(services), project, env_fingerprint, force_recreate)
+
+
+@dataclass
+class Failure:
+    state: str
+    event: str
+    reason: str
+
+
+@dataclass
+class RunContext:
+    previous: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: where each previous target came from (the journal, compose-manager's success record, --to-tag)
+    previous_source: str = ""
+    #: dry-run verdicts by state id: {"actions": {service: action}, "verdict": ...}
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    retries: dict[str, int] = field(default_factory=dict)
+    selected: list[str] | None = None
+    checked_dry_run: DryRunRecord | None = None
+    deployed: dict[str, dict[str, str]] = field(default_factory=dict)
+    budget: dict[str, int] = field(default_factory=dict)
+    before: dict[str, Any] = field(default_factory=dict)
+    env_keys_fingerprint: str = ""
+    env_keys: int = 0
+    #: the env map (fingerprint) the budget check last passed for
+    budget_env_fingerprint: str = ""
+    failure: Failure | None = None
+    #: rollback runs: which replicas go back
+    replicas: list[str] = field(default_factory=list)
+    #: rollout runs: the phase the forward procedure starts at (host-state placement)
+    start_phase: str | None = None
+    #: the host state preflight placed the host in, and what it saw
+    placement: dict[str, Any] = field(default_factory=dict)
+    #: soak start times by state id, on the run's clock
+    soaks: dict[str, float] = field(default_factory=dict)
+    #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
+    ready: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, **kw: Any) -> "RunContext":
+        return cls(**kw)
+
+    def for_retry(self) -> "RunContext":
+        """What a `resume --retry` child keeps: targets and facts, not per-visit state."""
+        return RunContext(previous=dict(self.previous), previous_source=self.previous_source, budget=dict(self.budget),
+                          before=dict(self.before), deployed=dict(self.deployed), start_phase=self.start_phase,
+                          placement=dict(self.placement))
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> "RunContext":
+        data = dict(data or {})
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in data.items() if k in known}
+        if kw.get("checked_dry_run"):
+            kw["checked_dry_run"] = DryRunRecord.from_json(kw["checked_dry_run"])
+        if kw.get("failure"):
+            f = kw["failure"]
+            kw["failure"] = Failure(f["state"], f["event"], f["reason"])
+        return cls(**kw)

@@ -1,0 +1,144 @@
+"""The run loop: look up the current state's handler, run it, feed the machine its event.
+
+It is the only place where the state machine meets the effects. Every transition is journaled
+with the run's typed context; the terminal one carries the message the operator reads.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from orchestrator.clients.errors import ClientError, RequestInvalid
+from orchestrator.clock import Clock
+from orchestrator.executor.context import Failure, RunContext
+from orchestrator.executor.runtime import AbortRequested, MaskedEnv, Runtime
+from orchestrator.host_clients import HostClients
+from orchestrator.inventory import HostEntry
+from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunRecord
+from orchestrator.machine import TERMINALS, Event, Machine, Node, Outcome, Table
+from orchestrator.progress import NullProgress, Progress
+from orchestrator.redaction import Redactor
+from orchestrator.requests import UnresolvedReference
+from orchestrator.runbook import Runbook
+from orchestrator.steps import StepOutcome, handler_for
+
+log = structlog.get_logger("orchestrator.executor")
+
+
+class RunnerFenced(Exception):
+    """This runner lost its lease: another runner owns the run now. Stop without writing."""
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        run: RunRecord,
+        runbook: Runbook,
+        table: Table,
+        journal: Journal,
+        lease: Lease,
+        clients: HostClients,
+        entry: HostEntry,
+        clock: Clock,
+        poll_interval: float,
+        redactor: Redactor,
+        progress: Progress | None = None,
+        yes: bool = False,
+        soak_override: float | None = None,
+    ) -> None:
+        self.run = run
+        self.table = table
+        self.journal = journal
+        self.redactor = redactor
+        self.progress = progress or NullProgress()
+        self.ctx = RunContext.from_json(run.context)
+        self.machine = Machine(table, run.state)
+        self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
+                          clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,
+                          yes=yes, soak_override=soak_override)
+        self.log = log.bind(run_id=run.run_id, host=run.host)
+
+    @property
+    def lease(self) -> Lease:
+        return self.rt.lease
+
+    @lease.setter
+    def lease(self, value: Lease) -> None:
+        self.rt.lease = value
+
+    async def run_to_end(self) -> RunRecord:
+        rt = self.rt
+        rt.emit("run_started", run_id=self.run.run_id, host=self.run.host, state=self.machine.state)
+        while not self.machine.terminal:
+            state = self.machine.state
+            node = self.table.nodes[state]
+            rt.node = node
+            rt.visit_key = f"{state}@{len(self.journal.transitions(self.run.run_id))}"
+            rt.log = self.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
+            rt.emit("step_started", state=state, say=node.step.say if node.step else "", phase=node.phase)
+            self.log.info("step_started")
+            try:
+                rt.check_abort()
+                outcome = await self._perform(node)
+            except AbortRequested:
+                outcome = StepOutcome(Event.ABORT, "an operator asked to abort")
+            except (Fenced, LeaseLost) as exc:
+                raise RunnerFenced(str(exc)) from None
+            except RequestInvalid as exc:
+                outcome = StepOutcome(Event.HALT, f"refused to send an invalid request: {rt.scrub(str(exc))}")
+            except (UnresolvedReference, MaskedEnv) as exc:
+                outcome = StepOutcome(Event.HALT, str(exc))
+            except ClientError as exc:
+                outcome = StepOutcome(Event.FAIL, f"{exc.system}: {rt.scrub(str(exc))}")
+            self._transition(state, outcome)
+        return self.journal.get_run(self.run.run_id)
+
+    async def _perform(self, node: Node) -> StepOutcome:
+        if node.step is None:  # a marker state (an empty rollback that halts)
+            return StepOutcome(Event.OK, "handing over to a human")
+        return await handler_for(node.step).run(self.rt, node, node.step)
+
+    def _transition(self, state: str, outcome: StepOutcome) -> None:
+        to = self.machine.send(outcome.event)
+        note = self.redactor.scrub(outcome.note)
+        if outcome.event in (Event.FAIL, Event.HALT, Event.ABORT):
+            self.ctx.failure = Failure(state, outcome.event.value, note)
+        terminal = to in TERMINALS
+        message = self._final_message(state, to, note) if terminal else None
+        self.journal.record_transition(
+            self.rt.lease, self.run.run_id, state, outcome.event.value, to,
+            context=self.redactor.scrub_obj(self.ctx.to_json()), terminal=terminal,
+            outcome=to if terminal else None, message=message, note=note or None,
+        )
+        self.log.info("transition", on=outcome.event.value, to=to, note=note)
+        self.rt.emit("transition", state=state, event_name=outcome.event.value, to=to, note=note)
+        if terminal:
+            self.rt.emit("run_finished", outcome=to, message=message)
+
+    def _final_message(self, state: str, to: str, note: str) -> str:
+        node = self.table.nodes[state]
+        failure = self.ctx.failure
+        if to == Outcome.HALTED and node.halt_message and node.section == "rollback":
+            msg = node.halt_message.format(host=self.run.host, run_id=self.run.run_id)
+            if failure:
+                msg = f"{failure.state} failed: {failure.reason}. " + msg
+            return " ".join(msg.split())
+        if to == Outcome.DONE:
+            if node.step is not None and node.step.check == "host_state":
+                return note  # nothing to do: the host already runs the target
+            return f"{self.run.host}: every phase passed its gates"
+        if failure:
+            head = f"{failure.state} -> {failure.event}: {failure.reason}"
+            tail = f"; then {state}: {note}" if state != failure.state and note else ""
+            return f"{to}: {head}{tail}" + self._next_steps(to)
+        return f"{to}: {note}" + self._next_steps(to)
+
+    def _next_steps(self, to: str) -> str:
+        if to == Outcome.HALTED:
+            return (f". Nothing more is sent. Look at the host (`orchestrate status {self.run.run_id}`); "
+                    f"once it is fixed, `orchestrate resume {self.run.run_id}` continues from this step")
+        return ""
+
+
+__all__ = ["Executor", "RunnerFenced"]

@@ -1,0 +1,530 @@
+"""The live services a step handler acts through: the one place effects happen.
+
+`Runtime` holds the run's clients, journal, clock and typed context, and offers handlers small,
+named operations (Temporal's activities): read the env map, list containers, send a dry run, send a
+journaled mutating call, settle an unknown outcome, judge whether an engine serves, guard a stop,
+wait. Handlers (`orchestrator/steps/`) hold the rules; this module holds the I/O.
+
+Rules kept here (each pinned by a test in tests/executor/):
+- every mutating call is journaled as an intent before it is sent and an outcome after; on resume
+  an intent without an outcome is settled by observation (compose-manager's `GET /status`, the
+  action log and docker/ps), never sent again;
+- an engine *serves* only when its container runs, is not restarting, its log since the
+  container started holds the ready line, and no startup line follows that ready line (a restart
+  inside the same container); `stop_guard` allows stopping an engine only while it does not serve
+  or an engine of another replica serves;
+- a dry run that changed docker/ps halts the run (docker/compose#14029).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from orchestrator.clients.compose_manager import ComposeRequest, StreamOutcome
+from orchestrator.clients.errors import (
+    Busy,
+    ClientError,
+    ServerError,
+    TagNotFound,
+    TagTooRecent,
+    TransportError,
+)
+from orchestrator.clock import Clock
+from orchestrator.envmap import EnvMap
+from orchestrator.executor.context import DryRunRecord, RunContext
+from orchestrator.host_clients import HostClients
+from orchestrator.inventory import HostEntry
+from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
+from orchestrator.logfollow import LogFollower
+from orchestrator.machine import Node, Table
+from orchestrator.parsers.action_log import last_deploy
+from orchestrator.parsers.docker_ps import Container
+from orchestrator.progress import Progress
+from orchestrator.redaction import Redactor
+from orchestrator.requests import resolve_request
+from orchestrator.runbook import Runbook, Step
+from orchestrator.steps.base import StepOutcome, fail, halt
+
+log = structlog.get_logger("orchestrator.executor")
+
+#: How long an unknown `up` outcome is observed before deciding it did not take effect, when
+#: compose-manager cannot say itself (no `GET /status`): an image pull can take that long.
+SETTLE_S = 600.0
+#: How many times a down is sent again when observation shows a zombie or no effect.
+MAX_DOWN_RESENDS = 2
+#: The first window of an engine's log: wide enough to hold a whole cold start, so a resumed gate
+#: judges the start from the container's first line.
+COLD_START_WINDOW = 4000
+#: The window a serving check reads (the ready line must be in it, with no later startup line).
+SERVING_WINDOW = 5000
+#: A heartbeat line during a long wait, on the run's clock.
+HEARTBEAT_S = 300.0
+
+
+class AbortRequested(Exception):
+    pass
+
+
+@dataclass
+class DryRunCall:
+    """What sending a dry run gave: `verdict` done (see `stream`), or an outcome to return."""
+
+    verdict: str
+    stream: StreamOutcome | None = None
+    after: list[Container] | None = None
+    outcome: StepOutcome | None = None
+
+
+@dataclass
+class ServingVerdict:
+    serving: bool
+    why: str
+
+
+_UP_RE = re.compile(r"^Up\s+(?:(?P<less>Less than a second)|(?P<about>About an? )?(?P<n>\d+|an?)?\s*(?P<unit>second|minute|hour|day|week|month|year)s?)", re.I)
+_UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "month": 2592000, "year": 31536000}
+
+
+def up_seconds(status: str) -> float | None:
+    """Seconds since start from docker's `Up 5 minutes` (None when the status is not `Up ...`)."""
+    m = _UP_RE.match(status.strip())
+    if not m:
+        return None
+    if m.group("less"):
+        return 0.0
+    n = m.group("n")
+    count = 1 if n in (None, "a", "an") else int(n)
+    return float(count * _UNIT[m.group("unit").lower()])
+
+
+class Runtime:
+    def __init__(self, *, run: RunRecord, runbook: Runbook, table: Table, journal: Journal, lease: Lease,
+                 clients: HostClients, entry: HostEntry, clock: Clock, poll_interval: float, redactor: Redactor,
+                 progress: Progress, ctx: RunContext, yes: bool, soak_override: float | None) -> None:
+        self.run = run
+        self.rb = runbook
+        self.table = table
+        self.journal = journal
+        self.lease = lease
+        self.clients = clients
+        self.entry = entry
+        self.clock = clock
+        self.poll = poll_interval
+        self.redactor = redactor
+        self.progress = progress
+        self.ctx = ctx
+        self.yes = yes
+        self.soak_override = soak_override
+        self.env: EnvMap | None = None
+        self.node: Node | None = None
+        self.visit_key = ""
+        self.log = log.bind(run_id=run.run_id, host=run.host)
+        self._hb_next = 0.0
+        self._hb_what = ""
+        self._hb_deadline = 0.0
+
+    # -- small helpers ------------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        return self.redactor.scrub(text or "")
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.progress.event(kind, clock=self.clock.monotonic(), **fields)
+
+    def check_abort(self) -> None:
+        node = self.node
+        if node is not None and self.table.allows(node.id, _abort_event()) and self.journal.abort_requested(self.run.run_id):
+            raise AbortRequested()
+
+    async def wait(self, seconds: float | None = None) -> None:
+        await self.clock.sleep(self.poll if seconds is None else seconds)
+        self.check_abort()
+
+    def save_context(self) -> None:
+        self.journal.update_context(self.lease, self.run.run_id, self.redactor.scrub_obj(self.ctx.to_json()))
+
+    def approvals(self) -> set[str]:
+        return self.journal.approvals(self.run.run_id)
+
+    def approve(self, gate: str, by: str) -> None:
+        self.journal.approve(self.run.run_id, gate, by=by)
+
+    # -- heartbeat lines during long waits --------------------------------------------------------
+    def start_heartbeat(self, what: str, deadline: float, gate: Any) -> None:
+        self._hb_what, self._hb_deadline = what, deadline
+        self._hb_next = self.clock.monotonic() + HEARTBEAT_S
+        self._hb_start = self.clock.monotonic()
+
+    def heartbeat_tick(self, gate: Any, batch: Any) -> None:
+        now = self.clock.monotonic()
+        if now < self._hb_next:
+            return
+        self._hb_next = now + HEARTBEAT_S
+        seen = {p: sorted(r) for p, r in getattr(gate, "seen", {}).items()}
+        self.emit("heartbeat", what=self._hb_what, elapsed=now - self._hb_start, timeout=self._hb_deadline - self._hb_start,
+                  missing=gate.missing(), seen={k: [f"TP{i}" for i in v] for k, v in seen.items()},
+                  last_line=self.scrub(gate.result.line)[:160])
+
+    # -- env map ---------------------------------------------------------------------------------
+    async def read_env(self) -> EnvMap:
+        env = await self.clients.dashboard.env_map(name=self.entry.instance_name)
+        self.redactor.add(*env.redaction_values())
+        fp = env.keys_fingerprint()
+        if self.ctx.env_keys_fingerprint and self.ctx.env_keys_fingerprint != fp:
+            self.log.warning("env_map_keys_changed", keys=len(env))
+            self.emit("note", text="the host's env map keys changed since the run started; the map as read now is passed whole")
+        self.ctx.env_keys_fingerprint = fp
+        self.ctx.env_keys = len(env)
+        self.env = env
+        return env
+
+    async def ensure_env(self) -> EnvMap:
+        if self.env is None:
+            env = await self.read_env()
+            masked = env.masked_credentials()
+            if masked:
+                raise MaskedEnv(f"the env map of {self.entry.instance_name} now holds masked or placeholder values for "
+                                f"{', '.join(masked)}: nothing more is sent; fix them in the dashboard, then resume")
+        assert self.env is not None
+        return self.env
+
+    # -- reads -----------------------------------------------------------------------------------
+    async def ps(self) -> list[Container]:
+        return await self.clients.compose.ps(self.entry.project)
+
+    async def action_count(self) -> int:
+        return len(await self.clients.compose.action_log())
+
+    async def version_summary(self) -> dict[str, Any]:
+        try:
+            return {k: v for k, v in (await self.clients.compose.version()).items() if k in ("tag", "commit", "file")}
+        except ClientError as exc:
+            return {"error": type(exc).__name__}
+
+    async def establish_previous(self) -> list[str]:
+        """Fill `ctx.previous` for every service a rollback needs; the services it could not."""
+        actions = await self.clients.compose.action_log()
+        missing = []
+        for service in self.rb.previous_refs():
+            if service in self.ctx.previous:
+                continue
+            act = last_deploy(actions, service)
+            if act is None or not act.tag or not act.file:
+                missing.append(service)
+                continue
+            self.ctx.previous[service] = {"tag": act.tag, "file": act.file, "commit": act.commit or ""}
+        return missing
+
+    async def peer_presence(self) -> tuple[dict[str, Any], list[str]]:
+        addr = self.entry.model_proxy_address
+        peers: dict[str, Any] = {}
+        problems = []
+        for peer in self.clients.peers:
+            for label, domain in (("long", self.rb.domains.long), ("base", self.rb.domains.base)):
+                p = await peer.presence(addr, domain)
+                peers[f"{peer.name}/{label}"] = {"listed": p.listed, "healthy": p.healthy}
+            if not (peers[f"{peer.name}/long"]["listed"] and peers[f"{peer.name}/long"]["healthy"]):
+                problems.append(f"{peer.name} does not list {addr} healthy under {self.rb.domains.long}")
+            if peers[f"{peer.name}/base"]["listed"]:
+                problems.append(f"{peer.name} lists {addr} under the base domain {self.rb.domains.base}")
+        return peers, problems
+
+    async def completion_once(self) -> dict[str, Any]:
+        try:
+            done = await self.clients.inference.completion(
+                self.rb.model, [{"role": "user", "content": "Reply with the word ready."}], max_tokens=8
+            )
+            return {"ok": True, "prompt_tokens": done.prompt_tokens}
+        except ClientError as exc:
+            return {"ok": False, "reason": self.scrub(f"{type(exc).__name__}: {exc}")}
+
+    def relay_client(self, port: int, token: str) -> Any:
+        return self.clients.relay(self.entry.relay_url(port), token)
+
+    def service_file(self, service: str) -> str:
+        known = self.ctx.deployed.get(service) or self.ctx.previous.get(service)
+        return known["file"] if known else self.rb.file
+
+    def follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
+        file = self.service_file(service)
+        project = self.entry.project
+
+        async def fetch(tail: int) -> str:
+            return await self.clients.compose.logs(file, [service], tail, project)
+
+        return LogFollower(fetch, initial_tail=initial_tail, max_tail=max(initial_tail, 5000))
+
+    async def observe_host(self) -> dict[str, str] | StepOutcome:
+        from orchestrator.executor.placement import PlacementError, observe_host
+
+        env = await self.ensure_env()
+        try:
+            return await observe_host(self.clients.compose, env, self.rb, self.run.tag or "", self.entry.project)
+        except PlacementError as exc:
+            return halt(str(exc)) if exc.changed else fail(str(exc))
+
+    # -- serving ---------------------------------------------------------------------------------
+    async def serving(self, service: str, containers: list[Container] | None = None) -> ServingVerdict:
+        """Serving = ready and stayed ready (see the module docstring)."""
+        by_svc = {(c.service or c.name): c for c in (containers if containers is not None else await self.ps())}
+        c = by_svc.get(service)
+        if c is None:
+            return ServingVerdict(False, f"{service} is not running")
+        if c.state != "running" or c.restarting:
+            return ServingVerdict(False, f"{service} is {c.state} ({c.status})")
+        try:
+            text = await self.clients.compose.logs(self.service_file(service), [service], SERVING_WINDOW, self.entry.project)
+        except ClientError as exc:
+            return ServingVerdict(False, f"{service}: its log could not be read ({type(exc).__name__})")
+        ready_marks = list(self.rb.log_gates.required)
+        last_ready = last_start = -1
+        for i, line in enumerate(text.splitlines()):
+            if any(m in line for m in ready_marks):
+                last_ready = i
+            if self.rb.log_gates.startup in line:
+                last_start = i
+        if last_ready < 0:
+            return ServingVerdict(False, f"{service} runs but has not logged its ready line (cold start?)")
+        if last_start > last_ready:
+            return ServingVerdict(False, f"{service} started again after its ready line (a restart inside its container)")
+        return ServingVerdict(True, f"{service} is ready")
+
+    async def stop_guard(self, services: list[str]) -> str | None:
+        """Why stopping these services now would take down the last serving replica (None: safe)."""
+        engines = [s for s in services if self.rb.replica_of(s)]
+        if not engines:
+            return None
+        containers = await self.ps()
+        stopping = {self.rb.replica_of(s) for s in engines}
+        for e in engines:
+            mine = await self.serving(e, containers)
+            if not mine.serving:
+                continue  # stopping an engine that does not serve takes no capacity away
+            others = [o for o in self.rb.engines() if self.rb.replica_of(o) not in stopping]
+            verdicts = [await self.serving(o, containers) for o in others]
+            if any(v.serving for v in verdicts):
+                continue
+            whys = "; ".join(v.why for v in verdicts) or "the runbook names no other replica"
+            return (f"refusing to stop {e}: it serves, and no other replica does ({whys}); stopping it would leave "
+                    f"{self.run.host} with no serving replica. Nothing was stopped")
+        return None
+
+    async def watch_engines(self) -> dict[str, tuple[str, float | None]]:
+        """The engines running now and serving, to watch during a soak: service -> (id, up seconds)."""
+        containers = await self.ps()
+        out: dict[str, tuple[str, float | None]] = {}
+        for c in containers:
+            svc = c.service or c.name
+            if self.rb.replica_of(svc):
+                out[svc] = (c.id, up_seconds(c.status))
+        return out
+
+    async def engines_still_serving(self, watched: dict[str, tuple[str, float | None]]) -> str | None:
+        by_svc = {(c.service or c.name): c for c in await self.ps()}
+        for svc, (cid, up) in watched.items():
+            c = by_svc.get(svc)
+            if c is None:
+                return f"{svc} is gone from docker/ps"
+            if c.id != cid:
+                return f"{svc} was replaced (container ID changed)"
+            if c.restarting or c.state != "running":
+                return f"{svc} is {c.state} ({c.status})"
+            now_up = up_seconds(c.status)
+            if up is not None and now_up is not None and now_up < up:
+                return f"{svc} restarted (docker/ps: {c.status})"
+            if now_up is not None:
+                watched[svc] = (cid, now_up)
+        return None
+
+    # -- compose requests ------------------------------------------------------------------------
+    def request(self, step: Step, *, dry_run: bool) -> ComposeRequest:
+        spec = step.compose
+        assert spec is not None
+        return resolve_request(spec, self.rb, tag=self.run.tag, previous=self.ctx.previous, selected=self.ctx.selected,
+                               project=self.entry.project, dry_run=dry_run)
+
+    def dry_run_record(self, req: ComposeRequest, env: EnvMap, after: list[Container] | None) -> DryRunRecord:
+        snap = {c.name: [c.id, c.created_at, c.state] for c in (after or [])}
+        return DryRunRecord(tag=req.tag, file=req.file, services=list(req.services), project=req.project,
+                            env_fingerprint=env.fingerprint(), force_recreate=req.force_recreate, after=snap)
+
+    def same_as_checked(self, req: ComposeRequest, env: EnvMap) -> bool:
+        from orchestrator.executor.context import same_request
+
+        return same_request(self.ctx.checked_dry_run, tag=req.tag, file=req.file, services=req.services, project=req.project,
+                            env_fingerprint=env.fingerprint(), force_recreate=req.force_recreate)
+
+    async def dry_run(self, req: ComposeRequest) -> DryRunCall:
+        env = await self.ensure_env()
+        before = _snapshot(await self.ps())
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                outcome = await self.clients.compose.up(req, env)
+                break
+            except (TagTooRecent, TagNotFound) as exc:
+                return DryRunCall("refused", outcome=fail(f"compose-manager refused the tag {req.tag}: {self.scrub(exc.detail)}"))
+            except (ServerError, TransportError) as exc:
+                # A dry run plans only, and docker/ps is compared around it: safe to ask again,
+                # unless it changed something (then the comparison halts the run).
+                if attempt >= 3:
+                    return DryRunCall("failed", outcome=fail(f"the dry run failed {attempt} times: {self.scrub(str(exc))}"))
+                if _snapshot(await self.ps()) != before:
+                    return DryRunCall("changed", outcome=halt("a dry run that failed also changed real containers (docker/compose#14029); inspect the host"))
+                self.log.warning("dry_run_retried", error=type(exc).__name__)
+                await self.wait()
+        after_list = await self.ps()
+        after = _snapshot(after_list)
+        changed = sorted(n for n in set(before) | set(after) if before.get(n, (None,))[:2] != after.get(n, (None,))[:2])
+        if changed:
+            return DryRunCall("changed", outcome=halt(
+                "a dry run changed real containers (" + ", ".join(changed) + "): docker/compose#14029. "
+                "Nothing more is sent; inspect the host before resuming"))
+        return DryRunCall("done", stream=outcome, after=after_list)
+
+    def journal_read(self, kind: str, req: ComposeRequest, outcome: dict[str, Any]) -> None:
+        """A non-mutating effect is journaled after the fact (nothing to reconcile on resume)."""
+        eff = self.journal.record_intent(self.lease, self.run.run_id, self.visit_key, kind,
+                                         self.redactor.scrub_obj(req.redacted()), mutating=False)
+        self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, self.redactor.scrub_obj(outcome))
+
+    def recorded_effect(self, kind: str) -> EffectRecord | None:
+        """The mutating effect of `kind` this visit of this state already journaled (a resume)."""
+        for eff in reversed(self.journal.effects(self.run.run_id)):
+            if eff.step == self.visit_key and eff.kind == kind:
+                return eff
+        return None
+
+    async def resume_effect(self, eff: EffectRecord) -> dict[str, Any]:
+        baseline = dict(eff.request.get("baseline", {}))
+        if eff.outcome is not None:
+            self.log.info("effect_reused", kind=eff.kind, status=eff.outcome.get("status"))
+            return dict(eff.outcome) | {"baseline": baseline}
+        self.log.warning("effect_outcome_unknown_after_crash", kind=eff.kind)
+        outcome = {"status": "unknown", "error": "the runner stopped after sending; outcome not recorded"}
+        self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, outcome)
+        return outcome | {"baseline": baseline}
+
+    async def mutate(self, kind: str, req: ComposeRequest, baseline: dict[str, Any]) -> dict[str, Any]:
+        """Journal the intent, send once, journal the outcome."""
+        env = await self.ensure_env()
+        intent = self.journal.record_intent(
+            self.lease, self.run.run_id, self.visit_key, kind,
+            self.redactor.scrub_obj({"request": req.redacted(), "baseline": baseline}), mutating=True,
+        )
+        self.emit("effect", action=kind, services=list(req.services), file=req.file, tag=req.tag)
+        call = self.clients.compose.down if kind.startswith("compose_down") else self.clients.compose.up
+        try:
+            res = await call(req, env)
+            outcome: dict[str, Any] = {"status": res.status, "exit_code": res.exit_code,
+                                       "lines": [self.scrub(x) for x in res.lines[-30:]],
+                                       "error": self.scrub(res.error or "")}
+        except (Busy, TransportError) as exc:
+            outcome = {"status": "refused", "error": self.scrub(f"{type(exc).__name__}: {exc}")}
+        except ServerError as exc:
+            outcome = {"status": "unknown", "error": self.scrub(f"{type(exc).__name__}: {exc}")}
+        except ClientError as exc:
+            outcome = {"status": "refused", "error": self.scrub(f"{type(exc).__name__}: {exc}")}
+        self.journal.record_outcome(self.lease, self.run.run_id, intent.effect_id, outcome)
+        self.log.info("effect_outcome", kind=kind, status=outcome["status"])
+        return outcome | {"baseline": baseline}
+
+    def mark_deployed(self, req: ComposeRequest) -> None:
+        self.ctx.deployed.update({s: {"tag": req.tag, "file": req.file} for s in req.services})
+
+    async def _in_flight(self) -> bool | None:
+        """compose-manager's own word on whether an operation is still running (None: cannot say)."""
+        status = getattr(self.clients.compose, "status", None)
+        if status is None:
+            return None
+        try:
+            st = await status()
+        except ClientError:
+            return None
+        return st is not None
+
+    async def settle_up(self, req: ComposeRequest, baseline: dict[str, Any]) -> str:
+        """applied / not_applied / a sentence saying what is known. Waits while compose-manager
+        says an operation is in flight, then decides within one poll; without `GET /status` it
+        observes for up to SETTLE_S."""
+        deadline = self.clock.monotonic() + SETTLE_S
+        base_ids = baseline.get("ids", {})
+        while True:
+            actions = await self.clients.compose.action_log()
+            new_actions = actions[baseline.get("actions", 0):]
+            recorded = any(a.action == "compose_up" and a.tag == req.tag and a.file == req.file
+                           and (not a.services or set(req.services) <= set(a.services)) for a in new_actions)
+            by_svc = {(c.service or c.name): c for c in await self.ps()}
+            changed = [s for s in req.services if s in by_svc and by_svc[s].id != base_ids.get(s)]
+            if recorded and len(changed) == len(req.services):
+                return "applied"
+            in_flight = await self._in_flight()
+            if in_flight is False:
+                # compose-manager says nothing runs any more: docker/ps is the final word
+                if len(changed) == len(req.services):
+                    return "applied"
+                if not changed:
+                    return "not_applied"
+                return f"compose-manager finished; changed: {changed} of {list(req.services)}"
+            if self.clock.monotonic() >= deadline:
+                if not recorded and not changed:
+                    return "not_applied"
+                return f"action recorded: {recorded}; changed: {changed or 'none'} of {list(req.services)}"
+            await self.wait()
+
+    async def wait_gone(self, req: ComposeRequest, first: dict[str, Any]) -> StepOutcome:
+        from orchestrator.steps.base import ok
+
+        timeout = self.rb.timeouts.gone
+        deadline = self.clock.monotonic() + timeout
+        resends = 0
+        # Time a down may legitimately take before a still-running container means it had no effect.
+        no_effect_after = self.clock.monotonic() + self.rb.timeouts.stop_grace + 4 * self.poll
+        base_ids = first.get("baseline", {}).get("ids", {})
+        zombie_polls = 0
+        self.emit("waiting", gate=f"docker/ps no longer lists {', '.join(req.services)}")
+        while True:
+            by_svc = {(c.service or c.name): c for c in await self.ps()}
+            left = [by_svc[s] for s in req.services if s in by_svc]
+            if not left:
+                return ok(f"{', '.join(req.services)} gone from docker/ps")
+            zombies = [c for c in left if c.state in ("removing", "dead")]
+            still = [c for c in left if c.state == "running" and c.id == base_ids.get(c.service or c.name)]
+            zombie_polls = zombie_polls + 1 if zombies and len(zombies) == len(left) else 0
+            resend_reason = None
+            if zombie_polls >= 3:
+                resend_reason = "zombie: " + ", ".join(f"{c.name} {c.state}" for c in zombies)
+            elif still and self.clock.monotonic() >= no_effect_after and first.get("status") != "success":
+                resend_reason = "the down had no observable effect"
+            if resend_reason:
+                if resends >= MAX_DOWN_RESENDS:
+                    return fail(f"{', '.join(c.name for c in left)} still listed after {resends + 1} downs ({resend_reason})")
+                resends += 1
+                zombie_polls = 0
+                self.log.warning("down_resent_after_observation", reason=resend_reason)
+                self.emit("note", text=f"sending the down again after observation ({resend_reason})")
+                first = await self.mutate(f"compose_down_resend_{resends}", req, {"ids": base_ids})
+                no_effect_after = self.clock.monotonic() + self.rb.timeouts.stop_grace + 4 * self.poll
+                deadline = self.clock.monotonic() + timeout
+                continue
+            if self.clock.monotonic() >= deadline:
+                return fail(f"{', '.join(c.name for c in left)} still listed after {int(timeout)} s")
+            await self.wait()
+
+
+class MaskedEnv(Exception):
+    """The env map read mid-run holds masked credentials: halt, send nothing."""
+
+
+def _snapshot(containers: list[Container]) -> dict[str, tuple[str, str, str]]:
+    return {c.name: (c.id, c.created_at, c.state) for c in containers}
+
+
+def _abort_event() -> Any:
+    from orchestrator.machine import Event
+
+    return Event.ABORT

@@ -1,0 +1,14 @@
+"""Step kinds as handlers, one per kind, registered in one table (`HANDLERS`).
+
+Each handler has `describe(step, runbook)` (what `plan` prints: the gate checked after the step,
+and a precondition) and `async run(rt, node, step)` (the effect and the gate, through the
+executor's `Runtime`). Adding a step kind is one new module that registers its handler.
+
+This package is pure at import time: it imports no HTTP client, no journal and no event loop, so
+the offline `plan` can read the same table the executor runs. Effects happen only through `rt`.
+"""
+
+from orchestrator.steps.base import HANDLERS, Description, Handler, StepOutcome, handler_for
+from orchestrator.steps import checks, compose, gates  # noqa: F401  (register the handlers)
+
+__all__ = ["HANDLERS", "Description", "Handler", "StepOutcome", "handler_for"]

@@ -1,0 +1,159 @@
+"""Preflight checks: the env map, the RAM budget, the before-state. They change nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
+from orchestrator.machine import Node
+from orchestrator.runbook import Runbook, Step
+from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
+
+if TYPE_CHECKING:
+    from orchestrator.executor.runtime import Runtime
+
+
+def budget_verdict(rt: "Runtime") -> StepOutcome:
+    """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
+    assert rt.env is not None
+    b = rt.rb.budget
+    allowed = [parse_budget(a) for a in b.allowed]
+    raw = rt.env.get(b.variable)
+    if raw is not None:
+        try:
+            value = parse_budget(raw)
+        except ValueError:
+            value = None
+        if value is None or all(value != a for a in allowed):
+            return fail(
+                f"{b.variable} is set in the env map to a value other than {' or '.join(b.allowed)} "
+                f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard"
+            )
+    effective = parse_budget(b.default) if raw is None else parse_budget(raw)
+    avail = int(rt.entry.available_ram_gib * GIB)
+    report = check_fit([effective] * b.replicas, avail, parse_budget(b.reserve).bytes, parse_budget(b.min_page_cache).bytes)
+    replica_bytes = effective.bytes
+    rank = per_rank_bytes(replica_bytes, b.ranks_per_replica)
+    rt.ctx.budget = {"replica_bytes": replica_bytes, "rank_budget_bytes": rank}
+    if not report.ok:
+        return fail(
+            f"{b.replicas} x {format_gib(replica_bytes)} does not fit {rt.run.host}'s {format_gib(avail)} available "
+            f"({rt.entry.available_ram_source}) minus the {b.reserve} reserve: " + "; ".join(report.problems)
+        )
+    rt.ctx.budget_env_fingerprint = rt.env.fingerprint()
+    return ok(
+        f"{b.replicas} x {format_gib(replica_bytes)} fits in {format_gib(avail)} minus {b.reserve}, "
+        f"leaving {format_gib(report.page_cache_headroom_bytes)} for page cache; every rank must log rank_budget_bytes={rank}"
+    )
+
+
+@register
+class EnvMapCheck:
+    key = "check.env_map"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the dashboard lists the host exactly once; its env map is kept in memory only; "
+                           "no credential value is a mask or a placeholder")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        env = await rt.read_env()
+        masked = env.masked_credentials()
+        if masked:
+            return fail(
+                f"the env map of {rt.entry.instance_name} holds masked or placeholder values for {', '.join(masked)} "
+                f"(copied from a redacted view?): deploying it would break the host; fix them in the dashboard"
+            )
+        return ok(f"read the env map of {rt.entry.instance_name}: {len(env)} keys (values are never shown)")
+
+
+@register
+class BudgetCheck:
+    key = "check.budget"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        b = rb.budget
+        return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
+                           f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        await rt.ensure_env()
+        return budget_verdict(rt)
+
+
+@register
+class BeforeStateCheck:
+    key = "check.before_state"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the previous successful deploy (tag and file) of every service a rollback needs is known; both peers "
+                           "list the host healthy under the long domain and not under the base domain; one long-domain "
+                           "completion succeeds")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        await rt.ensure_env()
+        before: dict[str, Any] = {}
+        before["version"] = await rt.version_summary()
+        containers = await rt.ps()
+        before["ps"] = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
+        missing = await rt.establish_previous()
+        if missing:
+            return fail(
+                "cannot establish the previous successful deploy (tag and file) of " + ", ".join(missing)
+                + ": without a rollback target the rollout does not start"
+            )
+        peers, problems = await rt.peer_presence()
+        before["peers"] = peers
+        comp = await rt.completion_once()
+        before["completion"] = comp
+        rt.ctx.before = before
+        if problems:
+            return fail("before-state: " + "; ".join(problems) + " (the host must be healthy before a rollout starts)")
+        if not comp.get("ok"):
+            return fail(f"before-state: a long-domain completion failed ({comp.get('reason')}); the host must serve before a rollout starts")
+        prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
+        return ok(f"before-state recorded; previous deploys: {prev}")
+
+
+@register
+class HostStateCheck:
+    """Place the host in the runbook's declared host states (see `orchestrator.host_state`).
+
+    before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
+    part-way -> OK only when the run was started at that state's phase with the operator's
+    `--continue`, else FAIL (ABORTED) naming the state and the exact command; unrecognised ->
+    FAIL (ABORTED) with the difference to the nearest declared state."""
+
+    key = "check.host_state"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        states = "; ".join(f"{s.name} -> {s.action}" for s in rb.host_states)
+        return Description("what each service runs (docker/ps, and a dry run of the new file at the tag) matches a declared host state: "
+                           f"{states}. A part-way state continues only with --continue; an unknown one is refused")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        from orchestrator import host_state
+        from orchestrator.steps.base import skip
+
+        observed = await rt.observe_host()
+        if isinstance(observed, StepOutcome):
+            return observed
+        state = host_state.place(rt.rb, observed)
+        rt.ctx.placement = {"observed": dict(observed), "state": state.name if state else None}
+        first = rt.rb.phases[0].name
+        wanted = rt.ctx.start_phase
+        if state is None:
+            near = host_state.nearest(rt.rb, observed)
+            diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
+            return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
+                        f"Nothing was changed")
+        if state.action == "done":
+            return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do")
+        target = first if state.action == "start" else state.action
+        if (wanted or first) == target:
+            return ok(f"{rt.run.host} is in state {state.name} ({state.say}): the procedure runs from phase {target}")
+        if state.action == "start":
+            return fail(f"{rt.run.host} is in state {state.name} ({state.say}): start from the beginning, without --continue")
+        return fail(
+            f"{rt.run.host} is part-way: {state.name} ({state.say}). Nothing was changed. To continue from phase {target}, "
+            f"run `orchestrate rollout {rt.run.host} --tag {rt.run.tag} --continue`"
+        )

@@ -1,0 +1,205 @@
+"""Gates that wait and watch: an engine's cold start, the soak relay, the registry, the soak."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.budget import parse_budget, per_rank_bytes
+from orchestrator.durations import format_duration
+from orchestrator.log_gate import LogGate
+from orchestrator.machine import Node
+from orchestrator.runbook import Runbook, Step
+from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.steps.compose import by_service
+
+if TYPE_CHECKING:
+    from orchestrator.executor.runtime import Runtime
+
+
+@register
+class ColdStart:
+    """Follow an engine's log until every rank logs its milestones and the ready line.
+
+    The first poll reads the engine's log from its container's start (a wide window), so a resume
+    during or after a cold start judges the whole start, never a window that scrolled. A second
+    startup line in the same container (a restart with the same ID) fails the gate, as does a new
+    container ID, `restarting`, an exit, or a forbidden line."""
+
+    key = "logs"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        lg = step.logs
+        assert lg is not None
+        t = rb.timeouts
+        if lg.budget:
+            b = rb.budget
+            rank = per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
+            return Description(f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank} and 'HiCache startup RAM allocated', "
+                               f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
+        return Description(f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
+                           f"(skipped if the dry run found it already serving)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        assert step.logs is not None
+        await rt.ensure_env()
+        service = step.logs.service
+        actions: dict[str, str] = {}
+        for sid in reversed(rt.table.phase_dry_runs(node.phase)):
+            acts = rt.ctx.plans.get(sid, {}).get("actions", {})
+            if service in acts:
+                actions = acts
+                break
+        if actions.get(service) == "unchanged":
+            verdict = await rt.serving(service)
+            if verdict.serving:
+                return ok(f"{service} was already serving on this definition: no cold start")
+        expected = rt.ctx.budget.get("rank_budget_bytes") if step.logs.budget else None
+        if step.logs.budget and expected is None:
+            b = rt.rb.budget
+            expected = per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
+        g = rt.rb.log_gates
+        gate = LogGate(g.ranks, list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected)
+        follower = rt.follower(service)
+        deadline = rt.clock.monotonic() + rt.rb.timeouts.cold_start
+        first_id: str | None = None
+        starts = 0
+        shown = ""
+        rt.emit("waiting", gate=f"{service}: " + ", ".join(gate.missing()))
+        rt.start_heartbeat(f"{service} cold start", deadline, gate)
+        while True:
+            c = by_service(await rt.ps()).get(service)
+            if c is not None:
+                if first_id is None:
+                    first_id = c.id
+                if c.id != first_id:
+                    return fail(f"{service} restarted during its cold start (container ID changed)")
+                batch = await follower.poll()
+                for ln in batch.new:
+                    if g.startup in ln.text:
+                        starts += 1
+                        if starts > 1:
+                            return fail(f"{service} restarted inside its container during its cold start (a second startup line: "
+                                        f"{rt.scrub(ln.text)[:200]})")
+                    res = gate.feed(ln.text)
+                    if res.failed:
+                        return fail(f"{service}: {res.reason}: {rt.scrub(res.line)[:300]}")
+                    if res.passed:
+                        rt.ctx.ready[service] = c.id
+                        return ok(f"{service}: {res.reason}")
+                rt.heartbeat_tick(gate, batch)
+                if c.restarting:
+                    why = f"; {gate.result.reason}: {rt.scrub(gate.result.line)[:200]}" if gate.result.failed else (
+                        f"; last line: {rt.scrub(gate.result.line)[:200]}" if gate.result.line else "")
+                    return fail(f"{service} is restarting ({c.status}){why}")
+                if c.state in ("exited", "dead"):
+                    return fail(f"{service} exited during its cold start ({c.status}); last line: {rt.scrub(gate.result.line)[:200]}")
+                if batch.new and gate.result.line and gate.result.line != shown:
+                    shown = gate.result.line
+                    rt.emit("log_line", service=service, line=rt.scrub(shown)[:200])
+            if rt.clock.monotonic() >= deadline:
+                return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
+                            + "; ".join(gate.missing()))
+            await rt.wait()
+
+
+@register
+class Relay:
+    key = "relay"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.relay is not None
+        return Description(f"through the soak relay :{step.relay.port} within {format_duration(rb.timeouts.relay)}: /health, /v1/models lists "
+                           f"{rb.model}, a deterministic generation is non-empty")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        assert step.relay is not None
+        env = await rt.ensure_env()
+        client = rt.relay_client(step.relay.port, env.get(step.relay.token_variable, ""))
+        deadline = rt.clock.monotonic() + rt.rb.timeouts.relay
+        rt.emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
+        while True:
+            res = await client.direct_checks(rt.rb.model)
+            if res.ok:
+                return ok(f"relay :{step.relay.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
+            if rt.clock.monotonic() >= deadline:
+                return fail(f"relay :{step.relay.port} direct checks failed: {rt.scrub(res.reason)}")
+            await rt.wait()
+
+
+@register
+class Verify:
+    key = "verify"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
+                           f"{format_duration(rb.timeouts.discovery)}; a completion, then a follow-up with cached_tokens > 0")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        assert step.verify is not None
+        addr = rt.entry.model_proxy_address
+        if step.verify.peers:
+            deadline = rt.clock.monotonic() + rt.rb.timeouts.discovery
+            rt.emit("waiting", gate=f"both peers list {addr} healthy under {rt.rb.domains.long} only")
+            while True:
+                _, problems = await rt.peer_presence()
+                if not problems:
+                    break
+                if rt.clock.monotonic() >= deadline:
+                    return fail("; ".join(problems))
+                await rt.wait()
+        if step.verify.completion:
+            res = await rt.clients.inference.cache_hit_check(rt.rb.model)
+            if not res.ok:
+                return fail(f"completion check on {rt.rb.domains.long}: {rt.scrub(res.reason)}")
+        return ok(f"both peers list {addr} healthy under the long domain only; completion and cache-hit follow-up passed")
+
+
+@register
+class Soak:
+    """Wait the soak out while watching every engine of every replica: a restart (new ID, a
+    `restarting` state, an `Up` time that went back) or an engine gone fails the soak. The time
+    already soaked is journaled, so a resume continues the soak; an approval is journaled too and
+    never asked for again."""
+
+    key = "soak"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        s = step.soak
+        assert s is not None
+        return Description(f"soak {format_duration(s.duration)} watching both replicas (a restart or an engine gone fails it)"
+                           + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else ""))
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        assert step.soak is not None
+        duration = rt.soak_override if rt.soak_override is not None else step.soak.duration
+        already = float(rt.ctx.soaks.get(node.id, 0.0))
+        start = rt.clock.monotonic() - already
+        need_approval = step.soak.approval and not rt.yes
+        watched = await rt.watch_engines()
+        announced = False
+        last_saved = rt.clock.monotonic()
+        while True:
+            problem = await rt.engines_still_serving(watched)
+            if problem:
+                return fail(f"during the soak: {problem}")
+            elapsed = rt.clock.monotonic() - start
+            if rt.clock.monotonic() - last_saved >= 60:
+                rt.ctx.soaks[node.id] = elapsed
+                rt.save_context()
+                last_saved = rt.clock.monotonic()
+            approvals = rt.approvals()
+            approved = (not need_approval) or bool({node.id, "*"} & approvals)
+            ended_early = approved and bool({f"{node.id}!now", "*!now"} & approvals)
+            if (elapsed >= duration or ended_early) and approved:
+                if step.soak.approval and rt.yes:
+                    rt.approve(node.id, by="--yes")
+                rt.ctx.soaks[node.id] = elapsed
+                return ok(f"soaked {int(elapsed)} s" + (" and approved" if step.soak.approval else "")
+                          + (" (ended early by the approval)" if ended_early and elapsed < duration else ""))
+            if not announced:
+                gate = f"soak {int(duration)} s"
+                if need_approval:
+                    gate += f", then `orchestrate approve {rt.run.run_id}`"
+                rt.emit("waiting", gate=gate)
+                announced = True
+            await rt.wait(min(rt.poll, max(0.0, duration - elapsed)) if elapsed < duration else rt.poll)
