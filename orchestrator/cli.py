@@ -17,6 +17,7 @@ from orchestrator.durations import format_duration, parse_duration
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import RunNotFound, RunRecord
 from orchestrator.machine import compile_rollback, compile_rollout
+from orchestrator.outcome import Outcome
 from orchestrator.plan import build_plan, render_json, render_markdown, render_text
 from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
 from orchestrator.settings import Settings
@@ -75,7 +76,7 @@ class LiveProgress:
             where = "" if ev == "ok" and not f["to"].isupper() else f" -> {f['to']}"
             self.c.print(f"{ts}   [{colour}]{ev}[/{colour}]{took}{where}" + (f": {f['note']}" if f.get("note") else ""))
         elif kind == "run_finished":
-            colour = "green" if f["outcome"] == "DONE" else "red"
+            colour = "green" if f["outcome"] == Outcome.DONE else "red"
             self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
         elif kind == "note":
             self.c.print(f"{ts}   note: {f['text']}")
@@ -128,7 +129,7 @@ def plan(
     rb = load_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}")
-    table = compile_rollout(rb) if rollback is None else compile_rollback(rb, ["r2", "r1"] if rollback == "all" else [rollback])
+    table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback))
     new_services = None
     checks: list[str] = []
     problems: list[str] = []
@@ -154,6 +155,8 @@ def rollout(
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
+    continue_: bool = typer.Option(False, "--continue", help="The host is part-way (e.g. r2 moved, r1 not): continue from the "
+                                   "phase its state names, after checking it (read-only) against the runbook's host states"),
 ) -> None:
     """Roll HOST to TAG following the runbook, gate by gate, rolling back at a failed gate."""
     if server:
@@ -161,12 +164,13 @@ def rollout(
 
         raise typer.Exit(remote(server, server_token(), "rollout",
                                 {"host": host, "tag": tag, "runbook": runbook, "yes": yes, "soak": soak}, as_json))
-    from orchestrator.runner import Session, execute, new_rollout
+    from orchestrator.runner import Session, execute, new_rollout, place_for_continue
 
     soak_s = _soak(soak)
     session = Session.open(_settings(inventory))
     try:
-        run, rb, table = new_rollout(session, host, tag, runbook)
+        start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
+        run, rb, table = new_rollout(session, host, tag, runbook, start_phase)
         final = _run_async(execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s))
     finally:
         session.close()
@@ -201,8 +205,6 @@ def rollback(
                                                                      "to_file": to_file, "runbook": runbook}, as_json))
     from orchestrator.runner import Session, execute, new_rollback
 
-    if replica not in ("r1", "r2", "all"):
-        raise UserError(f"--replica {replica!r} must be r1, r2 or all")
     session = Session.open(_settings(inventory))
     try:
         run, rb, table = _run_async(new_rollback(session, host, replica, runbook, to_tag, to_file))

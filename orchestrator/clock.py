@@ -45,3 +45,48 @@ class ScaledClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+
+TIME_SCALE_VAR = "ORCHESTRATOR_TIME_SCALE"
+
+
+def _loopback(url: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def clock_for(urls: list[str], environ: dict[str, str] | None = None) -> "Clock":
+    """The clock a command runs on: `RealClock`, unless the test-only switch
+    `ORCHESTRATOR_TIME_SCALE` is set in the process environment (never read from `.env`) *and*
+    every system the command talks to is on loopback (the simulator). A production host is never
+    on loopback, so a scaled clock can never make a healthy engine "time out" on a real rollout.
+    """
+    import os
+
+    from orchestrator.user_errors import UserError
+
+    env = os.environ if environ is None else environ
+    raw = env.get(TIME_SCALE_VAR, "").strip()
+    if not raw:
+        return RealClock()
+    try:
+        speed = float(raw)
+    except ValueError:
+        raise UserError(f"{TIME_SCALE_VAR}={raw!r} is not a number (it is a test-only switch: unset it)") from None
+    if speed == 1.0:
+        return RealClock()
+    if not (0 < speed < 1e6):
+        raise UserError(f"{TIME_SCALE_VAR} must be a positive number (it is a test-only switch: unset it)")
+    remote = [u for u in urls if not _loopback(u)]
+    if remote:
+        raise UserError(f"{TIME_SCALE_VAR} is a test-only switch for the simulator on loopback, and this inventory names "
+                        f"{remote[0]}: unset {TIME_SCALE_VAR}")
+    return ScaledClock(speed)

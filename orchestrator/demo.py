@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from orchestrator.clock import ScaledClock
+from orchestrator.outcome import Outcome
 from orchestrator.runbook import DEFAULT_RUNBOOK
 from orchestrator.settings import Settings
 
@@ -82,4 +83,4 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
                     console.print(f"  - {v}")
             else:
                 console.print("simulator record: every apply followed a dry run of the same request, the env map was passed whole, services never empty")
-        return final.outcome or "HALTED"
+        return final.outcome or Outcome.HALTED

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from orchestrator.outcome import Outcome
+
 
 class ExitCode(IntEnum):
     DONE = 0
@@ -16,8 +18,8 @@ class ExitCode(IntEnum):
 
 #: Terminal outcome of a run -> the exit code the command returns.
 OUTCOME_EXIT = {
-    "DONE": ExitCode.DONE,
-    "ROLLED_BACK": ExitCode.ROLLED_BACK,
-    "HALTED": ExitCode.HALTED,
-    "ABORTED": ExitCode.ABORTED,
+    Outcome.DONE: ExitCode.DONE,
+    Outcome.ROLLED_BACK: ExitCode.ROLLED_BACK,
+    Outcome.HALTED: ExitCode.HALTED,
+    Outcome.ABORTED: ExitCode.ABORTED,
 }

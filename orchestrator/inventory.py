@@ -47,6 +47,13 @@ class HostEntry(_Strict):
 class Inventory(_Strict):
     dashboard_url: HttpUrl
     model_proxy_peers: dict[str, HttpUrl]
+
+    def urls(self) -> list[str]:
+        """Every URL the inventory names (the time-scale guard checks they are all loopback)."""
+        out = [str(self.dashboard_url)] + [str(u) for u in self.model_proxy_peers.values()]
+        for h in self.hosts.values():
+            out += [str(h.compose_manager_url), str(h.inference_endpoint), str(h.soak_relay_base_url)]
+        return out
     hosts: dict[str, HostEntry]
 
     @field_validator("model_proxy_peers")

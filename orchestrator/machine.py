@@ -18,9 +18,10 @@ Events:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import Iterable, Literal
 
+from orchestrator.outcome import Outcome
 from orchestrator.runbook import Phase, Runbook, Step
 
 
@@ -31,15 +32,6 @@ class Event(str, Enum):
     RETRY = "retry"
     ABORT = "abort"
     HALT = "halt"
-
-
-class Outcome(StrEnum):
-    """How a run ended: the only outcome names (journal, exit codes, server, CLI use these)."""
-
-    DONE = "DONE"
-    ROLLED_BACK = "ROLLED_BACK"
-    ABORTED = "ABORTED"
-    HALTED = "HALTED"
 
 
 DONE, ROLLED_BACK, ABORTED, HALTED = Outcome.DONE, Outcome.ROLLED_BACK, Outcome.ABORTED, Outcome.HALTED

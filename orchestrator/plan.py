@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.budget import format_gib, parse_budget, per_rank_bytes
 from orchestrator.machine import TERMINALS, Event, Table
-from orchestrator.requests import describe_file
+from orchestrator.compose_refs import describe_file
 from orchestrator.runbook import SELECTED, Runbook, Step
 from orchestrator.steps import handler_for
 

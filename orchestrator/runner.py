@@ -17,7 +17,7 @@ import structlog
 
 from orchestrator.clients.compose_manager import ComposeManagerClient
 from orchestrator.clients.retry import RetryPolicy
-from orchestrator.clock import Clock, RealClock, ScaledClock
+from orchestrator.clock import Clock, RealClock, clock_for
 from orchestrator.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
 from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import HostEntry, Inventory, load_inventory
@@ -67,7 +67,7 @@ class Session:
             settings.state_dir.mkdir(parents=True, exist_ok=True)
         journal = open_journal(loc, redactor=redactor)
         if clock is None:
-            clock = ScaledClock(settings.time_scale) if settings.time_scale != 1.0 else RealClock()
+            clock = clock_for(inventory.urls())
         return cls(settings, inventory, journal, redactor, transport, clock, retry)
 
     def close(self) -> None:
@@ -290,11 +290,8 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
     rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
-    known = list(rb.replicas) or ["r1", "r2"]
-    if replica != "all" and replica not in known:
-        raise UserError(f"--replica must be all or one of {', '.join(known)}, not {replica!r}")
     # the whole-host rollback goes in the runbook's safe order (its full_rollback phases)
-    replicas = [ph.replica for ph in rb.full_rollback if ph.replica] if replica == "all" else [replica]
+    replicas = rb.rollback_replicas(replica)
     if (to_tag is None) != (to_file is None):
         raise UserError("--to-tag and --to-file go together")
     if to_tag is not None:

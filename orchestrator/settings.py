@@ -32,9 +32,8 @@ class Settings(BaseSettings):
     database_url: str = ""
     #: Lease time-to-live in seconds; the runner renews it every third of that.
     lease_ttl: float = Field(default=120.0, gt=0)
-    #: Clock seconds per real second. 1 in production. The simulator and the benchmarks run the
-    #: same code with a scaled clock (a 50-minute cold start in seconds); nothing else changes.
-    time_scale: float = Field(default=1.0, gt=0)
+    # The clock is never a setting: ORCHESTRATOR_TIME_SCALE is a test-only switch read from the
+    # process environment, honoured only against a loopback simulator (orchestrator.clock.clock_for).
 
     def journal_location(self) -> str:
         return self.database_url or str(self.state_dir / "journal.sqlite3")

@@ -18,7 +18,7 @@ from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunReco
 from orchestrator.machine import TERMINALS, Event, Machine, Node, Outcome, Table
 from orchestrator.progress import NullProgress, Progress
 from orchestrator.redaction import Redactor
-from orchestrator.requests import UnresolvedReference
+from orchestrator.compose_refs import UnresolvedReference
 from orchestrator.runbook import Runbook
 from orchestrator.steps import StepOutcome, handler_for
 

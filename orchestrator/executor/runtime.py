@@ -45,7 +45,7 @@ from orchestrator.parsers.action_log import last_deploy
 from orchestrator.parsers.docker_ps import Container
 from orchestrator.progress import Progress
 from orchestrator.redaction import Redactor
-from orchestrator.requests import resolve_request
+from orchestrator.compose_refs import resolve_file, resolve_services
 from orchestrator.runbook import Runbook, Step
 from orchestrator.steps.base import StepOutcome, fail, halt
 
@@ -343,8 +343,9 @@ class Runtime:
     def request(self, step: Step, *, dry_run: bool) -> ComposeRequest:
         spec = step.compose
         assert spec is not None
-        return resolve_request(spec, self.rb, tag=self.run.tag, previous=self.ctx.previous, selected=self.ctx.selected,
-                               project=self.entry.project, dry_run=dry_run)
+        tag, file = resolve_file(spec.file, self.rb, self.run.tag, self.ctx.previous)
+        return ComposeRequest(tag=tag, file=file, services=resolve_services(spec, self.ctx.selected),
+                              project=self.entry.project, force_recreate=False, dry_run=dry_run)
 
     def dry_run_record(self, req: ComposeRequest, env: EnvMap, after: list[Container] | None) -> DryRunRecord:
         snap = {c.name: [c.id, c.created_at, c.state] for c in (after or [])}

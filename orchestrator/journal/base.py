@@ -25,8 +25,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol, runtime_checkable
 
+from orchestrator.outcome import Outcome
+
 RUN_KINDS = frozenset({"rollout", "rollback"})
-OUTCOMES = frozenset({"DONE", "ROLLED_BACK", "ABORTED", "HALTED"})
+OUTCOMES = frozenset(o.value for o in Outcome)
 
 Now = Callable[[], datetime]
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.journal.base import JournalError, Tx
+from orchestrator.outcome import Outcome
 
 DIALECT_TYPES: dict[str, dict[str, str]] = {
     "sqlite": {"ts": "TEXT", "json": "TEXT", "bool": "INTEGER", "bigint": "INTEGER"},
@@ -56,7 +57,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 state TEXT NOT NULL,
                 terminal {bool} NOT NULL,
                 outcome TEXT CHECK (outcome IS NULL
-                                    OR outcome IN ('DONE', 'ROLLED_BACK', 'ABORTED', 'HALTED')),
+                                    OR outcome IN ({outcomes})),
                 message TEXT,
                 context {json} NOT NULL,
                 created_at {ts} NOT NULL,
@@ -134,7 +135,8 @@ def render(sql: str, dialect: str) -> str:
         types = DIALECT_TYPES[dialect]
     except KeyError:
         raise JournalError(f"unknown journal dialect {dialect!r}") from None
-    return sql.format(**types)
+    outcomes = ", ".join(f"'{o.value}'" for o in Outcome)
+    return sql.format(**types, outcomes=outcomes)
 
 
 def check_order(migrations: Sequence[Migration]) -> None:

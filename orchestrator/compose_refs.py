@@ -8,12 +8,8 @@ deployed that service, established during preflight from the action log (or give
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from orchestrator.runbook import SELECTED, ComposeSpec, Runbook
-
-if TYPE_CHECKING:  # the offline plan imports this module without the HTTP clients
-    from orchestrator.clients.compose_manager import ComposeRequest
 
 
 class UnresolvedReference(Exception):
@@ -33,29 +29,13 @@ def resolve_file(spec_file: str, rb: Runbook, tag: str | None, previous: Mapping
     return prev["tag"], prev["file"]
 
 
-def resolve_request(
-    spec: ComposeSpec,
-    rb: Runbook,
-    *,
-    tag: str | None,
-    previous: Mapping[str, Mapping[str, str]],
-    selected: list[str] | None,
-    project: str | None,
-    dry_run: bool = False,
-) -> ComposeRequest:
-    from orchestrator.clients.compose_manager import ComposeRequest
-
-    req_tag, req_file = resolve_file(spec.file, rb, tag, previous)
+def resolve_services(spec: ComposeSpec, selected: list[str] | None) -> tuple[str, ...]:
+    """The concrete services of a `services:` reference."""
     if spec.services == SELECTED:
         if not selected:
             raise UnresolvedReference("services: selected, but the previous dry run selected nothing")
-        services = tuple(selected)
-    else:
-        services = tuple(spec.services)
-    return ComposeRequest(
-        tag=req_tag, file=req_file, services=services, project=project,
-        force_recreate=False, dry_run=dry_run,
-    )
+        return tuple(selected)
+    return tuple(spec.services)
 
 
 def describe_file(spec_file: str, rb: Runbook, tag: str | None) -> tuple[str, str]:

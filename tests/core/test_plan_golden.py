@@ -1,0 +1,48 @@
+"""`orchestrate plan` for the gpu02 runbook, byte for byte against golden files.
+
+The plan is what an operator reviews before a rollout and what CI posts: any change to it must be
+deliberate. Regenerate after an intended change with `ORCHESTRATOR_UPDATE_GOLDEN=1 pytest tests/core/test_plan_golden.py`
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.machine import compile_rollback, compile_rollout
+from orchestrator.plan import build_plan, render_json, render_markdown, render_text
+from orchestrator.runbook import load_runbook
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+RENDER = {"text": render_text, "markdown": render_markdown, "json": render_json}
+
+
+def _check(name: str, produced: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("ORCHESTRATOR_UPDATE_GOLDEN") == "1":
+        path.write_text(produced)
+    assert produced == path.read_text(), f"{name} changed: review it, then regenerate (see the module docstring)"
+
+
+@pytest.mark.parametrize("fmt", sorted(RENDER))
+def test_rollout_plan_is_byte_identical(fmt):
+    rb = load_runbook()
+    plan = build_plan(rb, compile_rollout(rb), host="gpu02", tag="v0.0.300")
+    out = RENDER[fmt](plan)
+    _check(f"plan-gpu02.{fmt}.txt", out if out.endswith("\n") else out + "\n")
+
+
+def test_whole_host_rollback_plan_is_byte_identical():
+    rb = load_runbook()
+    plan = build_plan(rb, compile_rollback(rb, rb.rollback_replicas("all")), host="gpu02", tag="v0.0.300")
+    _check("plan-gpu02-rollback-all.text.txt", render_text(plan))
+
+
+def test_a_runbook_change_changes_the_plan():
+    rb = load_runbook()
+    changed = rb.model_copy(update={"title": rb.title + " (edited)"})
+    plan = build_plan(changed, compile_rollout(changed), host="gpu02", tag="v0.0.300")
+    assert render_text(plan) != (GOLDEN / "plan-gpu02.text.txt").read_text()
