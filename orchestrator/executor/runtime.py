@@ -218,6 +218,26 @@ class Runtime:
             self.ctx.previous[service] = {"tag": act.tag, "file": act.file, "commit": act.commit or ""}
         return missing
 
+    async def validate_previous_targets(self) -> StepOutcome | None:
+        """A dry run of every distinct rollback target (tag, file): a rollback must never find out
+        after a stop that its target does not exist. None when all are accepted."""
+        targets: dict[tuple[str, str], list[str]] = {}
+        for svc in self.rb.previous_refs():
+            p = self.ctx.previous.get(svc)
+            if p:
+                targets.setdefault((p["tag"], p["file"]), []).append(svc)
+        for (tag, file), services in targets.items():
+            req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=self.entry.project, dry_run=True)
+            res = await self.dry_run(req)
+            if res.verdict != "done":
+                assert res.outcome is not None
+                return res.outcome if res.verdict == "changed" else fail(f"rollback target {file}@{tag}: {res.outcome.note}")
+            assert res.stream is not None
+            if res.stream.status != "success":
+                return fail(f"rollback target {file}@{tag} ({', '.join(services)}): its dry run failed: "
+                            + self.scrub(" | ".join(res.stream.lines[-2:])))
+        return None
+
     async def peer_presence(self) -> tuple[dict[str, Any], list[str]]:
         addr = self.entry.model_proxy_address
         peers: dict[str, Any] = {}

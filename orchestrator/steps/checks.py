@@ -85,7 +85,8 @@ class BeforeStateCheck:
     key = "check.before_state"
 
     def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description("the previous successful deploy (tag and file) of every service a rollback needs is known; both peers "
+        return Description("the previous successful deploy (tag and file) of every service a rollback needs is known, and a dry run "
+                           "of each accepts its tag and file (checked before anything is stopped); both peers "
                            "list the host healthy under the long domain and not under the base domain; one long-domain "
                            "completion succeeds")
 
@@ -101,6 +102,9 @@ class BeforeStateCheck:
                 "cannot establish the previous successful deploy (tag and file) of " + ", ".join(missing)
                 + ": without a rollback target the rollout does not start"
             )
+        bad_target = await rt.validate_previous_targets()
+        if bad_target is not None:
+            return bad_target
         peers, problems = await rt.peer_presence()
         before["peers"] = peers
         comp = await rt.completion_once()
