@@ -80,6 +80,16 @@ class LiveProgress:
             self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
         elif kind == "note":
             self.c.print(f"{ts}   note: {f['text']}")
+        elif kind == "heartbeat":
+            timeout = f" / {format_duration(f['timeout'])}" if f.get("timeout") else ""
+            extra = ""
+            if f.get("missing"):
+                extra += "; missing: " + "; ".join(f["missing"])[:200]
+            if f.get("last_line"):
+                extra += f"; last line: {f['last_line'][:120]}"
+            if f.get("awaiting"):
+                extra += f"; waiting for {f['awaiting']}"
+            self.c.print(f"{ts}   still waiting: {f['what']}, {format_duration(f['elapsed'])}{timeout}{extra}")
 
 
 class JsonProgress:

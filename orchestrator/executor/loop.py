@@ -25,6 +25,9 @@ from orchestrator.steps import StepOutcome, handler_for
 log = structlog.get_logger("orchestrator.executor")
 
 
+_VERB = {"fail": "failed", "halt": "halted", "abort": "aborted by an operator"}
+
+
 class RunnerFenced(Exception):
     """This runner lost its lease: another runner owns the run now. Stop without writing."""
 
@@ -91,7 +94,10 @@ class Executor:
                 outcome = StepOutcome(Event.HALT, str(exc))
             except ClientError as exc:
                 outcome = StepOutcome(Event.FAIL, f"{exc.system}: {rt.scrub(str(exc))}")
-            self._transition(state, outcome)
+            host_now = ""
+            if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
+                host_now = await rt.host_now()
+            self._transition(state, outcome, host_now)
         return self.journal.get_run(self.run.run_id)
 
     async def _perform(self, node: Node) -> StepOutcome:
@@ -99,13 +105,15 @@ class Executor:
             return StepOutcome(Event.OK, "handing over to a human")
         return await handler_for(node.step).run(self.rt, node, node.step)
 
-    def _transition(self, state: str, outcome: StepOutcome) -> None:
+    def _transition(self, state: str, outcome: StepOutcome, host_now: str = "") -> None:
         to = self.machine.send(outcome.event)
         note = self.redactor.scrub(outcome.note)
         if outcome.event in (Event.FAIL, Event.HALT, Event.ABORT):
             self.ctx.failure = Failure(state, outcome.event.value, note)
         terminal = to in TERMINALS
         message = self._final_message(state, to, note) if terminal else None
+        if message and host_now:
+            message = f"{message}. {host_now}" if not message.endswith(".") else f"{message} {host_now}"
         self.journal.record_transition(
             self.rt.lease, self.run.run_id, state, outcome.event.value, to,
             context=self.redactor.scrub_obj(self.ctx.to_json()), terminal=terminal,
@@ -117,6 +125,8 @@ class Executor:
             self.rt.emit("run_finished", outcome=to, message=message)
 
     def _final_message(self, state: str, to: str, note: str) -> str:
+        """What the operator reads last: what failed and why (the decisive evidence), where the
+        run ended, and (for a halt) what to run next with this run's id."""
         node = self.table.nodes[state]
         failure = self.ctx.failure
         if to == Outcome.HALTED and node.halt_message and node.section == "rollback":
@@ -128,11 +138,15 @@ class Executor:
             if node.step is not None and node.step.check == "host_state":
                 return note  # nothing to do: the host already runs the target
             return f"{self.run.host}: every phase passed its gates"
-        if failure:
-            head = f"{failure.state} -> {failure.event}: {failure.reason}"
-            tail = f"; then {state}: {note}" if state != failure.state and note else ""
-            return f"{to}: {head}{tail}" + self._next_steps(to)
-        return f"{to}: {note}" + self._next_steps(to)
+        if failure is None:
+            return f"{note}" + self._next_steps(to)
+        why = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}"
+        if to == Outcome.ROLLED_BACK:
+            return f"{why}. The rollback finished" + (f" ({state}: {note})" if state != failure.state and note else "")
+        if to == Outcome.ABORTED:
+            return f"{why}. Nothing was changed"
+        tail = f"; then {state} halted: {note}" if state != failure.state and note else ""
+        return f"{why}{tail}" + self._next_steps(to)
 
     def _next_steps(self, to: str) -> str:
         if to == Outcome.HALTED:

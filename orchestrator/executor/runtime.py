@@ -332,6 +332,32 @@ class Runtime:
                     f"{self.run.host} with no serving replica. Nothing was stopped")
         return None
 
+    async def host_now(self) -> str:
+        """One line for a final message: what each replica runs now and whether it serves."""
+        try:
+            containers = await self.ps()
+            parts = []
+            for replica, engines in self.rb.replicas.items():
+                running = [c for c in containers if (c.service or c.name) in engines]
+                if not running:
+                    parts.append(f"{replica}: nothing running")
+                    continue
+                for c in running:
+                    svc = c.service or c.name
+                    v = await self.serving(svc, containers)
+                    parts.append(f"{replica}: {svc} {'serving' if v.serving else 'NOT serving (' + v.why + ')'}")
+            return "host now: " + "; ".join(parts)
+        except ClientError as exc:
+            return f"host now: unknown (docker/ps could not be read: {type(exc).__name__})"
+
+    def tick(self, what: str, started: float, timeout: float | None, **extra: Any) -> None:
+        """A heartbeat line during a long wait: every HEARTBEAT_S on the run's clock."""
+        now = self.clock.monotonic()
+        if now < self._hb_next:
+            return
+        self._hb_next = now + HEARTBEAT_S
+        self.emit("heartbeat", what=what, elapsed=now - started, timeout=timeout, **extra)
+
     async def watch_engines(self) -> dict[str, tuple[str, float | None]]:
         """The engines running now and serving, to watch during a soak: service -> (id, up seconds)."""
         containers = await self.ps()

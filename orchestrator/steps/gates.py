@@ -74,7 +74,7 @@ class ColdStart:
                 if c.id != first_id:
                     return fail(f"{service} restarted during its cold start (container ID changed)")
                 batch = await follower.poll()
-                for ln in batch.new:
+                for idx, ln in enumerate(batch.new):
                     if g.startup in ln.text:
                         starts += 1
                         if starts > 1:
@@ -82,7 +82,12 @@ class ColdStart:
                                         f"{rt.scrub(ln.text)[:200]})")
                     res = gate.feed(ln.text)
                     if res.failed:
-                        return fail(f"{service}: {res.reason}: {rt.scrub(res.line)[:300]}")
+                        # the decisive evidence: this line and the other failure lines right after it
+                        # (an OOM's traceback names the exception a few lines below the first sign)
+                        more = [x.text.strip() for x in batch.new[idx + 1:idx + 200]
+                                if any(bad in x.text for bad in g.forbidden) and x.text.strip() != res.line][:2]
+                        evidence = " | ".join(rt.scrub(t)[:300] for t in [res.line, *more])
+                        return fail(f"{service}: {res.reason}: {evidence}")
                     if res.passed:
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}")
@@ -176,6 +181,7 @@ class Soak:
         start = rt.clock.monotonic() - already
         need_approval = step.soak.approval and not rt.yes
         watched = await rt.watch_engines()
+        rt._hb_next = rt.clock.monotonic() + 300.0
         announced = False
         last_saved = rt.clock.monotonic()
         while True:
@@ -196,6 +202,8 @@ class Soak:
                 rt.ctx.soaks[node.id] = elapsed
                 return ok(f"soaked {int(elapsed)} s" + (" and approved" if step.soak.approval else "")
                           + (" (ended early by the approval)" if ended_early and elapsed < duration else ""))
+            rt.tick(f"soak of {', '.join(sorted(watched))}", start, duration,
+                    awaiting="approval" if need_approval and not approved and elapsed >= duration else "time")
             if not announced:
                 gate = f"soak {int(duration)} s"
                 if need_approval:
