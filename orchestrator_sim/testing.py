@@ -38,6 +38,7 @@ class Stream:
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     text: str = ""
+    plan: dict[str, Any] | None = None  # a dry run's `plan` event
 
     @property
     def ok(self) -> bool:
@@ -63,7 +64,6 @@ class SimDriver:
         return {
             "tag": tag,
             "file": file,
-            "project": "work",
             "services": services,
             "env": self.fleet.dashboard_env if env is None else env,
             "force_recreate": False,
@@ -85,6 +85,8 @@ class SimDriver:
                 event = json.loads(raw)
                 if event["event"] == "done":
                     out.done = event
+                elif event["event"] == "plan":
+                    out.plan = event
                 else:
                     out.lines.append(event["data"])
             return out
@@ -109,7 +111,7 @@ class SimDriver:
 
     def logs(self, service: str, *, file: str = TARGET, tail: int = 5000) -> str:
         r = self.cm(
-            "POST", "/compose/logs", json={"file": file, "project": "work", "services": [service], "tail": tail}
+            "POST", "/compose/logs", json={"file": file, "services": [service], "tail": tail}
         )
         assert r.status_code == 200, r.text
         return r.json()["output"]
