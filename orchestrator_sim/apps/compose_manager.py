@@ -75,14 +75,14 @@ async def ndjson(host: SimHost, op: Operation) -> AsyncIterator[bytes]:
     while True:
         lines, done, cut = host.op_snapshot(op, sent)
         for event, data in lines:
-            yield (json.dumps({"event": event, "data": data}, ensure_ascii=False) + "\n").encode()
+            yield (json.dumps({"event": event, "data": data}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         sent += len(lines)
         if cut:
             raise StreamCut(f"{op.action} stream cut by a simulated fault")
         if done:
             if op.plan is not None:
                 yield (json.dumps(op.plan, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-            yield (json.dumps({"event": "done", "success": op.success, "exit_code": op.exit_code}) + "\n").encode()
+            yield (json.dumps({"event": "done", "success": op.success, "exit_code": op.exit_code}, separators=(",", ":")) + "\n").encode()
             return
         await asyncio.sleep(STREAM_POLL_S)
 
