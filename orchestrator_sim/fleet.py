@@ -102,9 +102,13 @@ def _secret(rng: random.Random, n: int = 32, alphabet: str = "0123456789abcdef")
     return "".join(rng.choice(alphabet) for _ in range(n))
 
 
-def _bind() -> socket.socket:
+def _bind(*, reuse: bool = True) -> socket.socket:
+    """A loopback socket on a free port. `reuse=False` for servers that never rebind their port:
+    two SO_REUSEADDR sockets bound to port 0 can be handed the same port, and the second listen()
+    then fails with EADDRINUSE (seen with several fleets in parallel test workers)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((LOOPBACK, 0))
     return sock
 
@@ -229,7 +233,7 @@ class SimFleet:
             fresh=self.config.fresh_host,
         )
         self.epoch = epoch
-        self._sockets = {name: _bind() for name in ("compose-manager", "dashboard", "inference", "github", *PEERS)}
+        self._sockets = {name: _bind(reuse=False) for name in ("compose-manager", "dashboard", "inference", "github", *PEERS)}
         self._relay_sockets = {p: _bind() for p in RELAY_PORTS}
         port = {name: s.getsockname()[1] for name, s in self._sockets.items()}
         self.urls = FleetUrls(
