@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, fie
 
 from orchestrator.user_errors import UserError
 
+#: compose-manager refuses these project names (400); the default project is `work`.
+RESERVED_PROJECTS = frozenset({"work", "dstack"})
+
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -36,8 +39,19 @@ class HostEntry(_Strict):
     #: Where the RAM figure came from (e.g. "MemAvailable on 2026-09-23 via the dashboard").
     available_ram_source: str = Field(min_length=1)
     gpus: int = Field(gt=0)
-    #: compose project; compose-manager's default is `work`.
+    #: compose project, only for a NON-default one: omit it for the default project. `work` (the
+    #: default) and `dstack` are reserved: compose-manager 8e07c35 answers 400 if they are sent.
     project: str | None = None
+    #: The compose-files repository (`owner/name`) the host's compose-manager fetches tags from;
+    #: the orchestrator checks tags against it on GitHub (exists, merged to main, old enough).
+    github_repo: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+    @field_validator("project")
+    @classmethod
+    def _not_reserved(cls, v: str | None) -> str | None:
+        if v in RESERVED_PROJECTS:
+            raise ValueError(f"{v!r} is reserved by compose-manager; omit it for the default project")
+        return v
 
     def relay_url(self, port: int) -> str:
         base = str(self.soak_relay_base_url).rstrip("/")
@@ -76,6 +90,8 @@ class Inventory(_Strict):
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
+    if loc.endswith(".project") and err.get("input") in RESERVED_PROJECTS:
+        return f"{loc}: {err['input']!r} is reserved (project: omit it for the default project)"
     return f"{loc}: {err['msg']}"
 
 

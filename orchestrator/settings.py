@@ -23,6 +23,10 @@ class Settings(BaseSettings):
     dashboard_token: SecretStr = SecretStr("")
     model_proxy_token: SecretStr = SecretStr("")
     inference_token: SecretStr = SecretStr("")
+    #: Optional GitHub token for the tag checks (unauthenticated: 60 requests an hour per IP).
+    github_token: SecretStr = SecretStr("")
+    #: GitHub REST API base URL (the simulator points it at loopback).
+    github_api_url: str = "https://api.github.com"
 
     inventory: Path = DEFAULT_INVENTORY
     state_dir: Path = Path(".state")
@@ -47,6 +51,7 @@ class Settings(BaseSettings):
                 self.dashboard_token,
                 self.model_proxy_token,
                 self.inference_token,
+                self.github_token,
             )
             if s.get_secret_value()
         ]

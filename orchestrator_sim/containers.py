@@ -14,7 +14,7 @@ LONG_DOMAIN = "glm-5-3-flash-long.completions.near.ai"
 BASE_DOMAIN = "glm-5-3-flash.completions.near.ai"
 SERVED_MODEL = "z-ai/glm-5.3-flash"
 COMPOSE_VERSION = "2.39.1"
-CONFIG_DIR = "/var/lib/compose-manager/work"
+CONFIG_DIR = "/app/work"  # compose-manager's work dir (labels: project.config_files=/app/work/prod/X.yaml)
 
 
 @dataclass
@@ -45,6 +45,7 @@ class Container:
     restart_policy: str
     kind: str  # engine | oneshot | relay | service
     has_healthcheck: bool
+    gpus: tuple[str, ...] = ()  # device_ids reserved by the service (nvidia)
     relay_routes: dict[int, str] = field(default_factory=dict)
     relay_token: str | None = None
     proxy_pool: list[str] = field(default_factory=list)

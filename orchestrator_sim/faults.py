@@ -126,7 +126,8 @@ FAULTS: dict[str, FaultInfo] = {
             "cut-before-effect",
             "none",
             "the first compose/up apply's stream breaks (no `done` line) after the pull lines, "
-            "before anything changes; no action is recorded",
+            "before anything changes (the action log already holds the accepted up, as 8e07c35 "
+            "records it before docker runs; projects.work.current does not move)",
             _RECOVER + " (docker/ps shows nothing changed, so the call is sent again, dry run first)",
         ),
         FaultInfo(
@@ -139,8 +140,9 @@ FAULTS: dict[str, FaultInfo] = {
         FaultInfo(
             "zombie-after-down",
             "none",
-            "the first compose/down that removes a container leaves it listed as `removing` "
-            "(`Removal In Progress`) with a daemon error and exit code 1; a second down removes it",
+            "the first compose/down that removes a container leaves it in state `removing` with a "
+            "daemon error and exit code 1 (plain `docker ps` no longer lists it, running "
+            "containers only); a second down removes it",
             _RECOVER + " (it sees the zombie in docker/ps and sends the down again)",
         ),
         FaultInfo(
@@ -166,11 +168,33 @@ FAULTS: dict[str, FaultInfo] = {
             "tag-too-recent",
             "none",
             "v0.0.300's commit is 5 hours old: compose-manager answers 400 `tag too recent: "
-            "<date> is less than 48 hours old`",
+            "<date> UTC is less than 48 hours old`, and the simulated GitHub shows the same "
+            "commit date",
             _REFUSE + " (the tag gate is checked before anything is stopped)",
         ),
         FaultInfo(
             "tag-unknown", "none", "compose-manager does not know v0.0.300: 400 `tag not found: v0.0.300`", _REFUSE
+        ),
+        FaultInfo(
+            "tag-unmerged",
+            "none",
+            "GitHub's compare of main...v0.0.300 says `diverged`: the tag's commit is not merged "
+            "to main (compose-manager itself does not check this and would deploy it)",
+            _REFUSE + " (the orchestrator's own GitHub tag check)",
+        ),
+        FaultInfo(
+            "github-down",
+            "none",
+            "the simulated GitHub API answers 503 to everything, and compose-manager (which asks "
+            "GitHub unauthenticated) answers 400 `tag not found: T` for every tag",
+            _REFUSE + " (GitHub unreachable: the tag check cannot pass without --skip-tag-age-check)",
+        ),
+        FaultInfo(
+            "weights-missing",
+            "none",
+            "`GET /host/cache` no longer lists models--graphistry--GLM-5.3-Flash-W4AFP8: the "
+            "new engines' weights must be downloaded first (model-downloader, ~165 GiB)",
+            "a pre-flight that reads host/cache sees the missing weights and names them",
         ),
         FaultInfo(
             "budget-no-fit",

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 from orchestrator.clock import ScaledClock
 from orchestrator_sim.apps.compose_manager import StreamCut, build_compose_manager_app
 from orchestrator_sim.apps.dashboard import DashboardState, build_dashboard_app
+from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.apps.inference import build_inference_app, build_relay_app
 from orchestrator_sim.apps.model_proxy import build_model_proxy_app
 from orchestrator_sim.compose_repo import TARGET_TAG, SimRepository
@@ -55,6 +56,7 @@ class SimConfig:
     restart_delay_s: float = 30.0  # docker's restart back-off, in simulation seconds
     discovery_cycle_s: float = 90.0  # a new registrar is listed this long after it starts
     start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
+    fresh_host: bool = False  # nothing deployed yet (as the recorded 8e07c35 exchanges start)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class FleetUrls:
     peers: dict[str, str]
     inference: str
     relay: dict[int, str]
+    github: str = ""  # the simulated GitHub REST API (ORCHESTRATOR_GITHUB_API_URL)
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,13 @@ def _secret(rng: random.Random, n: int = 32, alphabet: str = "0123456789abcdef")
     return "".join(rng.choice(alphabet) for _ in range(n))
 
 
-def _bind() -> socket.socket:
+def _bind(*, reuse: bool = True) -> socket.socket:
+    """A loopback socket on a free port. `reuse=False` for servers that never rebind their port:
+    two SO_REUSEADDR sockets bound to port 0 can be handed the same port, and the second listen()
+    then fails with EADDRINUSE (seen with several fleets in parallel test workers)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((LOOPBACK, 0))
     return sock
 
@@ -223,8 +230,10 @@ class SimFleet:
             discovery_cycle_s=self.config.discovery_cycle_s,
             recorder=self.recorder,
             timeline_sink=timeline_sink,
+            fresh=self.config.fresh_host,
         )
-        self._sockets = {name: _bind() for name in ("compose-manager", "dashboard", "inference", *PEERS)}
+        self.epoch = epoch
+        self._sockets = {name: _bind(reuse=False) for name in ("compose-manager", "dashboard", "inference", "github", *PEERS)}
         self._relay_sockets = {p: _bind() for p in RELAY_PORTS}
         port = {name: s.getsockname()[1] for name, s in self._sockets.items()}
         self.urls = FleetUrls(
@@ -233,6 +242,7 @@ class SimFleet:
             peers={p: f"http://{LOOPBACK}:{port[p]}" for p in PEERS},
             inference=f"http://{LOOPBACK}:{port['inference']}",
             relay={p: f"http://{LOOPBACK}:{s.getsockname()[1]}" for p, s in self._relay_sockets.items()},
+            github=f"http://{LOOPBACK}:{port['github']}",
         )
         self.dashboard = DashboardState(self._instances(env, rng))
         self._thread: threading.Thread | None = None
@@ -301,6 +311,7 @@ class SimFleet:
             f"    available_ram_gib: {self.config.available_ram_gib:g}\n"
             '    available_ram_source: "simulated gpu02 (MemAvailable at boot)"\n'
             "    gpus: 8\n"
+            f"    github_repo: {self.host.repo.name}\n"
         )
 
     def write_inventory(self, path: Path | str) -> Path:
@@ -323,6 +334,7 @@ class SimFleet:
             "ORCHESTRATOR_DASHBOARD_TOKEN": self.tokens.dashboard,
             "ORCHESTRATOR_MODEL_PROXY_TOKEN": self.tokens.model_proxy,
             "ORCHESTRATOR_INFERENCE_TOKEN": self.tokens.inference,
+            "ORCHESTRATOR_GITHUB_API_URL": self.urls.github,
             "ORCHESTRATOR_INVENTORY": str(path),
         }
 
@@ -371,6 +383,7 @@ class SimFleet:
             "compose-manager": build_compose_manager_app(self.host, self.tokens.compose_manager, self.faults, rec),
             "dashboard": build_dashboard_app(self.dashboard, self.tokens.dashboard),
             "inference": build_inference_app(self.host, self.tokens.inference, rec),
+            "github": build_github_app(self.host.repo, self.epoch, self.faults),
         }
         for peer in PEERS:
             apps[peer] = build_model_proxy_app(self.host, peer, self.tokens.model_proxy, self.faults)

@@ -22,7 +22,7 @@ from typing import Any
 
 from orchestrator.clock import Clock
 from orchestrator_sim import sglang_log
-from orchestrator_sim.compose_ops import ComposeOperations, Operation, OrphanRemoval
+from orchestrator_sim.compose_ops import IMAGE, ComposeOperations, Operation, OrphanRemoval, WorkCopy
 from orchestrator_sim.compose_repo import REGISTRAR_SERVICE, SimRepository, load_compose
 from orchestrator_sim.containers import Container
 from orchestrator_sim.engine_cache import PrefixCache
@@ -54,7 +54,10 @@ class SimHost(ComposeOperations, ServingPaths):
         discovery_cycle_s: float = 90.0,
         recorder: CallRecorder | None = None,
         timeline_sink: Path | None = None,
+        fresh: bool = False,
     ) -> None:
+        """`fresh`: a host where nothing was ever deployed (only compose-manager's start in the
+        action log), as the recorded 8e07c35 exchanges begin; default: the canary deployed."""
         self._lock = RLock()
         self.clock = clock
         self.repo = repo
@@ -73,13 +76,23 @@ class SimHost(ComposeOperations, ServingPaths):
         self._images: set[str] = set()
         self._actions: list[dict[str, Any]] = []
         self._last_up: dict[str, Any] | None = None
+        self._deployed: dict[str, dict[str, dict[str, Any]]] = {}
+        self._work_dir: dict[str, WorkCopy] = {}
         self._orphans: list[OrphanRemoval] = []
         self._op: Operation | None = None
         self._round_robin = -1
-        self._build_initial_state(deploy_env)
+        if fresh:
+            self._actions.append(self._started_entry(0.0))
+        else:
+            self._build_initial_state(deploy_env)
         self.timeline = ServingTimeline({slot: self._slot_state(slot) for slot in SLOTS}, sink=timeline_sink)
 
+    def _started_entry(self, at: float) -> dict[str, Any]:
+        return {"timestamp": self.stamp(at), "action": "compose_manager_started", "container": "compose-manager", "image": IMAGE}
+
     def _build_initial_state(self, deploy_env: Mapping[str, str]) -> None:
+        if self.repo.initial_actions:
+            self._actions.append(self._started_entry(-max(a.hours_ago for a in self.repo.initial_actions) * 3600.0 - 60.0))
         for action in self.repo.initial_actions:
             info = self.repo.tag(action.tag)
             text = self.repo.file_text(action.tag, action.file)
@@ -102,10 +115,18 @@ class SimHost(ComposeOperations, ServingPaths):
                     c.log += self._service_start_lines(c, t0 + 5.0)
                     if c.service == REGISTRAR_SERVICE:
                         c.log += self._registrar_lines(c)
-            entry = self._action_entry(action.action, cf, list(action.services), at=t0 + 1.0)
+            entry = self._action_entry(
+                action.action, tag=cf.tag, commit=cf.commit, file=cf.path, sha256=cf.sha256,
+                services=list(action.services), at=t0 + 1.0,
+            )
             self._actions.append(entry)
+            self._work_dir[action.file] = WorkCopy(action.file, action.tag, info.commit, text, cf.sha256)
             if action.action == "compose_up":
                 self._last_up = entry
+                slot = self._deployed.setdefault(self.repo.initial_project, {})
+                if slot.get("current"):
+                    slot["previous"] = slot["current"]
+                slot["current"] = {k: entry[k] for k in ("tag", "commit", "file", "file_sha256")}
 
     def _initial_engine_log(self, c: Container, t0: float) -> None:
         """An engine that started long ago: its whole startup, as the default cold start took it."""

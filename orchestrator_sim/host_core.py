@@ -74,6 +74,8 @@ class HostCore:
     _images: set[str]
     _actions: list[dict[str, Any]]
     _last_up: dict[str, Any] | None
+    _deployed: dict[str, dict[str, dict[str, Any]]]
+    _work_dir: dict[str, Any]
     _orphans: list[OrphanRemoval]
     _op: Operation | None
     _round_robin: int
@@ -89,6 +91,13 @@ class HostCore:
 
     def wall(self, t: float | None = None) -> datetime:
         return self.epoch + timedelta(seconds=self._now if t is None else t)
+
+    def stamp(self, t: float | None = None) -> str:
+        """compose-manager's timestamp: RFC 3339 with nanoseconds, `2026-11-30T20:01:45.058882954+00:00`."""
+        t = self._now if t is None else t
+        ns = round(t * 1_000_000_000)
+        whole, frac = divmod(ns, 1_000_000_000)
+        return (self.epoch + timedelta(seconds=whole)).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}+00:00"
 
     def _advance(self, until: float) -> None:
         while self._events and self._events[0][0] <= until:
@@ -112,7 +121,7 @@ class HostCore:
             "com.docker.compose.image": "sha256:" + hashlib.sha256(sd.image.encode()).hexdigest(),
             "com.docker.compose.oneoff": "False",
             "com.docker.compose.project": project,
-            "com.docker.compose.project.config_files": f"{CONFIG_DIR}/{cf.path.rsplit('/', 1)[-1]}",
+            "com.docker.compose.project.config_files": f"{CONFIG_DIR}/{cf.path}",
             "com.docker.compose.project.working_dir": CONFIG_DIR,
             "com.docker.compose.service": sd.name,
             "com.docker.compose.version": COMPOSE_VERSION,
@@ -142,6 +151,7 @@ class HostCore:
             restart_policy=sd.restart,
             kind=kind,
             has_healthcheck=sd.has_healthcheck,
+            gpus=sd.device_ids,
         )
         if kind == "engine":
             fault = self.faults.engine_fault(sd.slot) if cf.path == TARGET_FILE else None
@@ -503,6 +513,8 @@ class HostCore:
             self.sync()
             out = []
             for c in sorted(self._containers.values(), key=lambda c: c.created_at, reverse=True):
+                if c.state not in ("running", "restarting"):
+                    continue  # plain `docker ps` (no -a): exited, created, removing, dead not listed
                 if project and c.project != project:
                     continue
                 if services and c.service not in services:
@@ -530,7 +542,7 @@ class HostCore:
             "LocalVolumes": "2" if c.engine is not None else "0",
             "Mounts": "kernel_cache,huggingface_cache" if c.engine is not None else "",
             "Names": c.name,
-            "Networks": "dstack_default",
+            "Networks": f"{c.project}_default",
             "Ports": ports,
             "RunningFor": docker_format.human_duration(self._now - c.created_at) + " ago",
             "Size": "0B",

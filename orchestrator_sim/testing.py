@@ -38,6 +38,7 @@ class Stream:
     done: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     text: str = ""
+    plan: dict[str, Any] | None = None  # a dry run's `plan` event
 
     @property
     def ok(self) -> bool:
@@ -63,7 +64,6 @@ class SimDriver:
         return {
             "tag": tag,
             "file": file,
-            "project": "work",
             "services": services,
             "env": self.fleet.dashboard_env if env is None else env,
             "force_recreate": False,
@@ -85,6 +85,8 @@ class SimDriver:
                 event = json.loads(raw)
                 if event["event"] == "done":
                     out.done = event
+                elif event["event"] == "plan":
+                    out.plan = event
                 else:
                     out.lines.append(event["data"])
             return out
@@ -109,7 +111,7 @@ class SimDriver:
 
     def logs(self, service: str, *, file: str = TARGET, tail: int = 5000) -> str:
         r = self.cm(
-            "POST", "/compose/logs", json={"file": file, "project": "work", "services": [service], "tail": tail}
+            "POST", "/compose/logs", json={"file": file, "services": [service], "tail": tail}
         )
         assert r.status_code == 200, r.text
         return r.json()["output"]
@@ -175,3 +177,66 @@ class SimDriver:
         self.safe_up(NEW_TAG, TARGET, [NEW_R2])
         if wait_ready:
             self.wait_ready(NEW_R2)
+
+
+# ---------------------------------------------------------------- in-process compose-manager
+@dataclass
+class SteppingClock:
+    """A simulation clock for in-process tests: every look at it moves time `step` seconds on,
+    unless `frozen` (then an operation in flight stays in flight until the test lets it go)."""
+
+    step: float = 5.0
+    frozen: bool = False
+    t: float = 0.0
+
+    def monotonic(self) -> float:
+        if not self.frozen:
+            self.t += self.step
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+
+
+@dataclass
+class InProcessComposeManager:
+    """compose-manager's ASGI app over a simulated host, without a server: drive it with
+    `httpx.AsyncClient(transport=httpx.ASGITransport(app=cm.app), base_url=...)`."""
+
+    app: Any
+    host: Any
+    token: str
+    env: dict[str, str]
+    clock: SteppingClock
+
+
+def in_process_compose_manager(
+    *, fresh: bool = True, faults: tuple[str, ...] = (), seed: int = 7, step: float = 5.0
+) -> InProcessComposeManager:
+    import random
+    from datetime import UTC, datetime
+
+    from orchestrator_sim.apps.compose_manager import build_compose_manager_app
+    from orchestrator_sim.compose_repo import SimRepository
+    from orchestrator_sim.faults import ActiveFaults
+    from orchestrator_sim.fleet import gpu02_env_map
+    from orchestrator_sim.host import SimHost
+    from orchestrator_sim.recording import CallRecorder
+
+    rng = random.Random(seed)
+    active = ActiveFaults(faults)
+    clock = SteppingClock(step=step)
+    env = gpu02_env_map(rng, active)
+    host = SimHost(
+        clock=clock,
+        repo=SimRepository.load(),
+        faults=active,
+        deploy_env=env,
+        epoch=datetime(2026, 11, 30, 20, 0, tzinfo=UTC),
+        rng=random.Random(seed),
+        cold_start_s=600.0,
+        fresh=fresh,
+    )
+    token = "".join(rng.choice("0123456789abcdef") for _ in range(32))
+    recorder = CallRecorder(host.now)
+    return InProcessComposeManager(build_compose_manager_app(host, token, active, recorder), host, token, env, clock)

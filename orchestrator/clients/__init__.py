@@ -1,7 +1,8 @@
 """HTTP clients for the systems the orchestrator talks to (interfaces.md).
 
 - `compose_manager.ComposeManagerClient`: compose/up, compose/down (NDJSON streams), logs, docker/ps,
-  version, the action log.
+  version, status, host/gpu, host/cache, the action log (compose-manager 8e07c35).
+- `github.GitHubClient`: tag checks (exists, merged to main, old enough).
 - `dashboard.DashboardClient`: instances and their full env maps.
 - `model_proxy.ModelProxyClient`: one model-proxy peer's registry and backends.
 - `inference.InferenceClient`, `inference.SoakRelayClient`: completions and direct replica checks.
@@ -14,6 +15,7 @@ from orchestrator.clients.errors import (
     BadRequest,
     Busy,
     ClientError,
+    ComposeFailed,
     HostListedTwice,
     HostNotFound,
     MalformedResponse,
@@ -24,6 +26,7 @@ from orchestrator.clients.errors import (
     TransportError,
     Unauthorized,
 )
+from orchestrator.clients.github import GitHubClient, GitHubUnreachable, TagCheck
 from orchestrator.clients.inference import (
     CacheHitResult,
     Completion,
@@ -42,9 +45,12 @@ __all__ = [
     "CacheHitResult",
     "ClientError",
     "Completion",
+    "ComposeFailed",
     "ComposeManagerClient",
     "ComposeRequest",
     "DashboardClient",
+    "GitHubClient",
+    "GitHubUnreachable",
     "HostListedTwice",
     "HostNotFound",
     "InferenceClient",
@@ -59,6 +65,7 @@ __all__ = [
     "ServerError",
     "SoakRelayClient",
     "StreamOutcome",
+    "TagCheck",
     "TagNotFound",
     "TagTooRecent",
     "TransportError",

@@ -20,7 +20,21 @@ scrubbed (a container name that happens to equal an env value shows as `***`: a 
 then fails to match, which stops the caller -- the safe side). Pass one shared `Redactor` to
 every client (and to the structlog configuration) to scrub consistently across a run.
 
-Reads (`logs`, `ps`, `version`, `action_log`) retry transport errors and 5xx under the policy.
+Reads (`logs`, `ps`, `version`, `action_log`, `status`, `host_gpu`, `host_cache`) retry transport
+errors and 5xx under the policy (not `ComposeFailed`: docker compose's own refusal repeats).
+
+The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes these rules:
+- `docker/ps` is GET only and lists the running containers of EVERY project: `ps()` filters by
+  the `com.docker.compose.project` / `.service` labels here (project None = the default `work`).
+- `compose/logs` has no `project`: it always reads project `work`, so `logs()` refuses a
+  non-default project (`RequestInvalid`) rather than silently reading another project's logs.
+- `project` `work` / `dstack` are reserved (400): omit it for the default project. The request
+  validation refuses them before sending.
+- A dry run's stream carries `{"event":"plan",...}` before `done`: kept as `StreamOutcome.plan_event`.
+- `400 tag not found: T` may be GitHub rate-limiting the host: retried (see retry.py), and the
+  final error says so.
+- `/version`'s top-level fields are the last ATTEMPTED up; `projects.work.current/previous` the
+  last successful ones (`VersionInfo`). `status()` tells whether an operation holds the lock.
 """
 
 from __future__ import annotations
@@ -38,8 +52,10 @@ import httpx
 import structlog
 
 from orchestrator.clients.errors import (
+    ComposeFailed,
     MalformedResponse,
     RequestInvalid,
+    TagNotFound,
     check_ok_envelope,
     error_for_status,
     parse_json,
@@ -50,6 +66,17 @@ from orchestrator.clock import Clock, RealClock
 from orchestrator.envmap import EnvMap
 from orchestrator.parsers import ParseError
 from orchestrator.parsers.action_log import Action, parse_action_log
+from orchestrator.parsers.compose_manager_reads import (
+    DEFAULT_PROJECT,
+    GpuInfo,
+    HostCache,
+    InFlight,
+    VersionInfo,
+    parse_host_cache,
+    parse_host_gpu,
+    parse_status,
+    parse_version,
+)
 from orchestrator.parsers.docker_ps import Container, parse_docker_ps
 from orchestrator.redaction import Redactor, reveal
 from orchestrator.clients.http_session import HttpSession
@@ -61,6 +88,8 @@ SYSTEM = "compose-manager"
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+#: compose-manager 8e07c35 answers 400 `compose project name "work" is reserved` for these.
+RESERVED_PROJECTS = frozenset({DEFAULT_PROJECT, "dstack"})
 _BAD_TEXT_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 ComposeVerb = Literal["up", "down"]
@@ -96,10 +125,13 @@ def validate_services(services: Any, *, allow_empty: bool = False) -> None:
 
 
 def validate_project(project: Any) -> None:
+    """None (the default project `work`) or a non-reserved compose project name."""
     if project is None:
         return
     if not isinstance(project, str) or not PROJECT_RE.match(project):
         raise _invalid("project", "must be a compose project name ([a-z0-9][a-z0-9_-]*) or None")
+    if project in RESERVED_PROJECTS:
+        raise _invalid("project", f"{project!r} is reserved by compose-manager: omit it for the default project")
 
 
 def validate_env(env: Any) -> None:
@@ -189,6 +221,9 @@ class StreamOutcome:
     error: str | None = None
     events: int = 0
     done_seen: bool = False
+    #: A dry run's `{"event":"plan","exit_code":N,"plan":{"create","recreate","remove","unchanged"},...}`
+    #: (compose-manager 8e07c35), scrubbed; None when the stream had none.
+    plan_event: dict[str, Any] | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -253,37 +288,57 @@ class ComposeManagerClient(HttpSession):
         Scrubbing replaces env values (labels included) in engine lines too; a caller matching
         log milestones on raw text passes `scrub=False` and scrubs before storing anything.
         Keep one choice for the life of a `LogFollower`: its overlap matching compares texts.
+        The server reads its own copy of `file` (written by the last up or dry run of that path)
+        and project `work` only; an unknown service raises `ComposeFailed`.
         """
         validate_file(file)
         validate_services(list(services), allow_empty=True)
-        validate_project(project)
+        if project is not None and project != DEFAULT_PROJECT:
+            validate_project(project)
+            raise _invalid(
+                "project",
+                f"compose-manager (8e07c35) reads logs of the default project only, not {project!r}; "
+                "logs of another project are not possible until the server supports it",
+            )
         if not isinstance(tail, int) or isinstance(tail, bool) or tail < 0:
             raise _invalid("tail", "must be a non-negative integer")
-        body: dict[str, Any] = {"file": file}
-        if project is not None:
-            body["project"] = project
-        body["services"] = list(services)
-        body["tail"] = tail
-        payload = await self._read("POST", "/compose/logs", what="logs", json_body=body)
+        body: dict[str, Any] = {"file": file, "services": list(services), "tail": tail}
+        try:
+            payload = await self._read("POST", "/compose/logs", what="logs", json_body=body)
+        except ComposeFailed as exc:
+            if "no such service" in exc.stderr:
+                raise ComposeFailed(
+                    SYSTEM, f"logs: {exc.stderr} (not defined in the host's copy of {file})", stderr=exc.stderr
+                ) from None
+            raise
         output = payload.get("output")
         if not isinstance(output, str):
             raise MalformedResponse(SYSTEM, "compose/logs answer has no 'output' text")
         return self.redactor.scrub(output) if scrub else output
 
     async def ps(self, project: str | None = None, services: Sequence[str] | None = None) -> list[Container]:
-        """`docker ps --format json`, parsed. GET without arguments, POST with project/services."""
-        validate_project(project)
+        """The RUNNING containers of one compose project (None: the default `work`), optionally
+        of some services only.
+
+        `GET /docker/ps` (the only form 8e07c35 serves; POST is 405) lists every project's running
+        containers, exited one-shots excluded; the project/service filter is applied here, by the
+        `com.docker.compose.project` / `.service` labels. `ps_all()` gives the unfiltered list.
+        """
+        if project is not None and project != DEFAULT_PROJECT:
+            validate_project(project)
         if services is not None:
             validate_services(list(services), allow_empty=True)
-        if project is None and services is None:
-            payload = await self._read("GET", "/docker/ps", what="ps")
-        else:
-            body: dict[str, Any] = {}
-            if project is not None:
-                body["project"] = project
-            if services is not None:
-                body["services"] = list(services)
-            payload = await self._read("POST", "/docker/ps", what="ps", json_body=body)
+        wanted_project = project or DEFAULT_PROJECT
+        wanted = set(services) if services else None
+        return [
+            c
+            for c in await self.ps_all()
+            if c.project == wanted_project and (wanted is None or c.service in wanted)
+        ]
+
+    async def ps_all(self) -> list[Container]:
+        """`GET /docker/ps`, parsed: running containers of every project on the host."""
+        payload = await self._read("GET", "/docker/ps", what="ps")
         output = payload.get("output")
         if not isinstance(output, str):
             raise MalformedResponse(SYSTEM, "docker/ps answer has no 'output' text")
@@ -292,9 +347,45 @@ class ComposeManagerClient(HttpSession):
         except ParseError as exc:
             raise MalformedResponse(SYSTEM, f"docker/ps output: {exc}") from None
 
-    async def version(self) -> dict[str, Any]:
-        """`{"tag","commit","file","file_sha256"}` of the last compose/up."""
-        return await self._read("GET", "/version", what="version")
+    async def version(self) -> VersionInfo:
+        """`GET /version` as a `VersionInfo` (still a mapping of the raw answer).
+
+        Top-level `tag/commit/file` = the last ATTEMPTED up; `.project(p).current/.previous` = the
+        last successful ups of project p (None: `work`), the only valid rollback targets.
+        """
+        payload = await self._read("GET", "/version", what="version")
+        try:
+            return parse_version(payload)
+        except ParseError as exc:
+            raise MalformedResponse(SYSTEM, f"version: {exc}") from None
+
+    async def status(self) -> InFlight | None:
+        """The mutating operation holding the host's lock (`GET /status`), or None when idle.
+
+        The direct way to tell whether an up whose stream broke is still running: poll until None
+        before judging the outcome from `ps()` / `version()`.
+        """
+        payload = await self._read("GET", "/status", what="status")
+        try:
+            return parse_status(payload)
+        except ParseError as exc:
+            raise MalformedResponse(SYSTEM, f"status: {exc}") from None
+
+    async def host_gpu(self) -> list[GpuInfo]:
+        """`GET /host/gpu`: per GPU index, its memory, utilization and the containers holding it."""
+        payload = await self._read("GET", "/host/gpu", what="host/gpu")
+        try:
+            return parse_host_gpu(payload)
+        except ParseError as exc:
+            raise MalformedResponse(SYSTEM, f"host/gpu: {exc}") from None
+
+    async def host_cache(self) -> HostCache:
+        """`GET /host/cache`: the model-cache volumes and the weights (`models--org--repo`) held."""
+        payload = await self._read("GET", "/host/cache", what="host/cache")
+        try:
+            return parse_host_cache(payload)
+        except ParseError as exc:
+            raise MalformedResponse(SYSTEM, f"host/cache: {exc}") from None
 
     async def attestation_report(self) -> dict[str, Any]:
         nonce = secrets.token_hex(32)
@@ -358,6 +449,15 @@ class ComposeManagerClient(HttpSession):
 
         try:
             response = await call_with_retry(open_stream, self.retry, mutating=True, what=f"{SYSTEM} {action}", clock=self._clock)
+        except TagNotFound as exc:
+            attempts = self.retry.tag_not_found_retries + 1
+            raise TagNotFound(
+                SYSTEM,
+                f"{exc.detail} (answered {attempts} times). compose-manager asks GitHub unauthenticated and "
+                "reports any GitHub failure (a rate limit, a 403, an outage) as 'tag not found': check that "
+                "the tag exists in the host's repository, then retry later",
+                status=exc.status,
+            ) from None
         except _SentButLost as lost:
             outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost.detail}")
         else:
@@ -380,11 +480,12 @@ class ComposeManagerClient(HttpSession):
         lines: list[str] = []
         problems: list[str] = []
         done: dict[str, Any] | None = None
+        plan_event: dict[str, Any] | None = None
         events = 0
         line_no = 0
 
         async def handle(raw: bytes) -> None:
-            nonlocal done, events, line_no
+            nonlocal done, events, line_no, plan_event
             line_no += 1
             text = raw.decode("utf-8", "replace").strip()
             if not text:
@@ -411,6 +512,11 @@ class ComposeManagerClient(HttpSession):
                     problems.append(f"second 'done' event on line {line_no}")
                 done = event
                 safe = self.redactor.scrub_obj(event)
+            elif kind == "plan":
+                safe = self.redactor.scrub_obj(event)
+                if plan_event is not None:
+                    problems.append(f"second 'plan' event on line {line_no}")
+                plan_event = safe
             else:
                 log.debug("compose.stream.unknown_event", kind=self.redactor.scrub(kind), line=line_no)
                 safe = self.redactor.scrub_obj(event)
@@ -439,6 +545,12 @@ class ComposeManagerClient(HttpSession):
         finally:
             await response.aclose()
 
+        outcome = self._judge(lines, problems, done, events)
+        outcome.plan_event = plan_event
+        return outcome
+
+    @staticmethod
+    def _judge(lines: list[str], problems: list[str], done: dict[str, Any] | None, events: int) -> StreamOutcome:
         exit_code = None
         if done is not None:
             code = done.get("exit_code")

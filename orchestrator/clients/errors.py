@@ -8,7 +8,11 @@ HTTP status mapping (`error_for_status`):
 - 401/403 -> `Unauthorized`
 - 400 `tag too recent: ...` -> `TagTooRecent`; 400 `tag not found: ...` -> `TagNotFound`
 - 409 -> `Busy` (`in_flight` = the text after `already in progress:`)
-- any other 4xx -> `BadRequest`
+- any other 4xx -> `BadRequest`. A `text/plain` 4xx body is the server's own message (8e07c35's
+  422 `Failed to deserialize the JSON body ...: missing field `tag``) and is quoted, scrubbed and
+  clipped; HTML and other bodies are only described.
+- 500 `docker compose failed (exit N): ...` -> `ComposeFailed`: docker compose itself refused
+  (e.g. `no such service: X` for logs). Deterministic, so never retried, unlike other 5xx.
 - 5xx -> `ServerError`, whatever the body is. An HTML 502 page from a proxy is a `ServerError`
   (status 502), not a `MalformedResponse`: the status says the server side failed, which is what
   the retry policy needs to know. `MalformedResponse` is for a 2xx answer whose body is not what
@@ -78,6 +82,15 @@ class ServerError(ClientError):
         super().__init__(system, detail, status=status)
 
 
+class ComposeFailed(ClientError):
+    """500 `docker compose failed (exit N):\nstderr: ...`: the command ran and refused; retrying
+    gives the same answer. `stderr` holds docker compose's own message (scrubbed)."""
+
+    def __init__(self, system: str, detail: str, *, stderr: str = "", status: int = 500) -> None:
+        super().__init__(system, detail, status=status)
+        self.stderr = stderr
+
+
 class TransportError(ClientError):
     """Connect/read timeout, connection reset, ... `request_sent` is False only when nothing left us."""
 
@@ -121,6 +134,10 @@ def describe_body(response: httpx.Response) -> str:
     return f"{ctype}, {len(response.content)} bytes"
 
 
+def _is_plain_text(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/plain"
+
+
 def server_message(response: httpx.Response) -> str | None:
     """The `error` (or `detail`/`message`) text of a JSON error body, else None."""
     try:
@@ -144,6 +161,8 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
     status = response.status_code
     raw = server_message(response)
     text = _clip(redactor.scrub(raw)) if raw is not None else None
+    if text is None and 400 <= status < 500 and _is_plain_text(response) and response.content.strip():
+        text = _clip(redactor.scrub(response.content.decode("utf-8", "replace")))
     shown = text if text is not None else f"non-JSON body ({describe_body(response)})"
     if status in (401, 403):
         return Unauthorized(system, f"HTTP {status} unauthorized: {shown}", status=status)
@@ -160,6 +179,9 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
             return TagNotFound(system, text, status=status)
     if 400 <= status < 500:
         return BadRequest(system, f"HTTP {status}: {shown}", status=status)
+    if status == 500 and text is not None and text.startswith("docker compose failed"):
+        stderr = text.split("stderr:", 1)[1].split("\n\nstdout:", 1)[0].strip() if "stderr:" in text else text
+        return ComposeFailed(system, f"HTTP 500 docker compose failed: {stderr}", stderr=stderr)
     if status >= 500:
         return ServerError(system, f"HTTP {status}: {shown}", status=status)
     return MalformedResponse(system, f"unexpected HTTP {status}: {shown}", status=status)

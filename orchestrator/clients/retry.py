@@ -12,6 +12,11 @@ Two budgets, counted separately for one call:
   `busy_wait_s`, at most `busy_retries` times, whatever the deadline: another operation on the
   host (a pull, a build) may legitimately take longer than `deadline_s`.
 
+- `TagNotFound` (400 `tag not found: T`): compose-manager 8e07c35 asks GitHub about the tag
+  unauthenticated and turns ANY non-success answer (a rate limit, a 403, an outage) into this
+  text, and it refuses before docker runs, so a retry is safe. Retried `tag_not_found_retries`
+  times, waiting `tag_not_found_wait_s` doubling each time, before it is believed.
+
 The last error is re-raised as is when a budget is spent. Waits go through an injected `Clock`
 (tests pass a policy with tiny waits, or a fake clock).
 """
@@ -26,7 +31,7 @@ from typing import TypeVar
 import structlog
 from tenacity import AsyncRetrying, RetryCallState
 
-from orchestrator.clients.errors import Busy, ServerError, TransportError
+from orchestrator.clients.errors import Busy, ServerError, TagNotFound, TransportError
 from orchestrator.clock import Clock, RealClock
 
 log = structlog.get_logger(__name__)
@@ -42,11 +47,15 @@ class RetryPolicy:
     max_backoff_s: float = 8
     busy_retries: int = 5
     busy_wait_s: float = 5
+    tag_not_found_retries: int = 3
+    tag_not_found_wait_s: float = 20
 
     @classmethod
     def immediate(cls, **overrides: float) -> RetryPolicy:
         """A policy with (almost) no waiting: for tests and simulations."""
-        values: dict[str, float] = dict(initial_backoff_s=0.001, max_backoff_s=0.002, busy_wait_s=0.001)
+        values: dict[str, float] = dict(
+            initial_backoff_s=0.001, max_backoff_s=0.002, busy_wait_s=0.001, tag_not_found_wait_s=0.001
+        )
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
 
@@ -63,7 +72,9 @@ class _Budget:
     started: float
     transient: int = 0
     busy: int = 0
+    tag_not_found: int = 0
     last_busy: bool = field(default=False)
+    last_tag_not_found: bool = field(default=False)
 
 
 def is_transient(exc: BaseException, *, mutating: bool) -> bool:
@@ -90,24 +101,32 @@ async def call_with_retry(
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return False
+        budget.last_busy = budget.last_tag_not_found = False
         if isinstance(exc, Busy):
             budget.busy += 1
             budget.last_busy = True
             return True
+        if isinstance(exc, TagNotFound):
+            budget.tag_not_found += 1
+            budget.last_tag_not_found = True
+            return True
         if is_transient(exc, mutating=mutating):
             budget.transient += 1
-            budget.last_busy = False
             return True
         return False
 
     def wait(_state: RetryCallState) -> float:
         if budget.last_busy:
             return policy.busy_wait_s
+        if budget.last_tag_not_found:
+            return policy.tag_not_found_wait_s * (2 ** max(0, budget.tag_not_found - 1))
         return policy.backoff(budget.transient)
 
     def stop(state: RetryCallState) -> bool:
         if budget.last_busy:
             return budget.busy > policy.busy_retries
+        if budget.last_tag_not_found:
+            return budget.tag_not_found > policy.tag_not_found_retries
         if budget.transient >= policy.max_attempts:
             return True
         elapsed = clock.monotonic() - budget.started

@@ -65,10 +65,10 @@ async def test_async_on_event_is_awaited(router, client):
 
 async def test_down_body_has_no_force_recreate_or_dry_run(router, client):
     route = router.post("/compose/down").mock(return_value=stream(done_line()))
-    down = ComposeRequest(tag="old-tag", file="prod/old.yaml", services=("model-sg-glm53-fp8-tp4-r2",), project="work")
+    down = ComposeRequest(tag="old-tag", file="prod/old.yaml", services=("model-sg-glm53-fp8-tp4-r2",), project="glm")
     assert (await client.down(down, ENV)).succeeded
     assert json.loads(route.calls.last.request.content) == {
-        "tag": "old-tag", "file": "prod/old.yaml", "project": "work", "services": ["model-sg-glm53-fp8-tp4-r2"], "env": ENV.as_body(),
+        "tag": "old-tag", "file": "prod/old.yaml", "project": "glm", "services": ["model-sg-glm53-fp8-tp4-r2"], "env": ENV.as_body(),
     }
 
 
@@ -162,7 +162,6 @@ async def test_409_forever_raises_busy_after_bounded_retries(router, client):
     "status, message, exc_type",
     [
         (400, "tag too recent: 2026-09-23T19:35:08Z is less than 48 hours old", TagTooRecent),
-        (400, "tag not found: v9", TagNotFound),
         (400, "invalid env key", BadRequest),
         (422, "unprocessable", BadRequest),
         (401, "unauthorized", Unauthorized),
@@ -217,9 +216,7 @@ async def test_ps_parses_and_finds_zombies(router, client):
     router.get("/docker/ps").mock(return_value=httpx.Response(200, json={"status": "ok", "output": output}))
     containers = await client.ps()
     assert [c.name for c in containers if c.is_zombie] == ["model-sg-glm53-fp8-tp4-r2", "dcgm-glm53"]
-    route = router.post("/docker/ps").mock(return_value=httpx.Response(200, json={"status": "ok", "output": output}))
     assert len(await client.ps(project="work")) == 3
-    assert json.loads(route.calls.last.request.content) == {"project": "work"}
 
 
 async def test_ps_bad_output_is_malformed(router, client):

@@ -60,6 +60,7 @@ def test_serve_writes_its_state_dir_and_stops_on_sigterm(tmp_path: Path) -> None
             "ORCHESTRATOR_DASHBOARD_TOKEN",
             "ORCHESTRATOR_MODEL_PROXY_TOKEN",
             "ORCHESTRATOR_INFERENCE_TOKEN",
+            "ORCHESTRATOR_GITHUB_API_URL",
             "ORCHESTRATOR_INVENTORY",
         }
         assert Path(env["ORCHESTRATOR_INVENTORY"]) == tmp_path / "inventory.yaml"
@@ -73,7 +74,6 @@ def test_serve_writes_its_state_dir_and_stops_on_sigterm(tmp_path: Path) -> None
             body = {
                 "tag": NEW_TAG,
                 "file": TARGET,
-                "project": "work",
                 "services": [NEW_R2],
                 "env": dashboard_env,
                 "force_recreate": False,

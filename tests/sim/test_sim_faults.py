@@ -31,6 +31,9 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "cache-miss",
         "tag-too-recent",
         "tag-unknown",
+        "tag-unmerged",
+        "github-down",
+        "weights-missing",
         "budget-no-fit",
     }
     assert all(f.symptom and f.expected_end_state for f in FAULTS.values())
@@ -67,7 +70,11 @@ def test_cut_before_effect(make_sim) -> None:
     actions = sim.actions()
     with pytest.raises(httpx.RemoteProtocolError):
         sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=False)
-    assert NEW_R2 not in sim.ps() and sim.actions() == actions
+    # 8e07c35 records the up when it accepts it, before docker runs: the cut attempt is logged
+    assert NEW_R2 not in sim.ps()
+    assert sim.actions()[:-1] == actions and sim.actions()[-1]["services"] == [NEW_R2]
+    version = sim.client.get(sim.fleet.urls.compose_manager + "/version").json()
+    assert version["tag"] == NEW_TAG and version["projects"]["work"]["current"]["tag"] == OLD_TAG
     applies = [c for c in sim.fleet.calls if c.is_compose_up and not c.dry_run]
     assert [c.outcome for c in applies] == ["cut:before-effect"]
     sim.safe_up(NEW_TAG, TARGET, [NEW_R2])  # only the first apply is cut
@@ -90,8 +97,8 @@ def test_zombie_after_down(make_sim) -> None:
     first = sim.down(OLD_TAG, CANARY, [OLD_R2])
     assert first.done == {"event": "done", "success": False, "exit_code": 1}
     assert any(line.startswith("Error response from daemon:") for line in first.lines)
-    row = sim.ps()[OLD_R2]
-    assert (row["State"], row["Status"]) == ("removing", "Removal In Progress")
+    assert OLD_R2 not in sim.ps()  # plain `docker ps`: a container being removed is not running
+    assert sim.fleet.host.container(OLD_R2).state == "removing"
     second = sim.down(OLD_TAG, CANARY, [OLD_R2])
     assert second.ok and OLD_R2 not in sim.ps()
 
@@ -149,3 +156,36 @@ def test_dashboard_default_env_map(sim: Sim) -> None:
         assert len(env[secret]) >= 32
     assert "GLM53_HICACHE_RAM_BUDGET" not in env
     assert len(instances) >= 2 and all(i["bearer_token"] == "***" for i in instances)
+
+
+def test_github_agrees_with_compose_manager_and_its_faults(make_sim) -> None:
+    repo = "/repos/nearai/cvm-compose-files"
+    sim = make_sim(faults=["tag-unmerged"])
+    gh = sim.fleet.urls.github
+    ref = sim.client.get(f"{gh}{repo}/git/ref/tags/{NEW_TAG}").json()
+    commit = sim.fleet.host.repo.tag(NEW_TAG).commit
+    assert ref["object"] == {**ref["object"], "sha": commit, "type": "commit"}
+    assert sim.client.get(f"{gh}{repo}/compare/main...{commit}").json()["status"] == "diverged"
+    old = sim.fleet.host.repo.tag(OLD_TAG).commit
+    assert sim.client.get(f"{gh}{repo}/compare/main...{old}").json()["status"] == "behind"
+    assert sim.client.get(f"{gh}{repo}/git/ref/tags/v9.9.9").status_code == 404
+    assert sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True).ok  # compose-manager never checks merging
+    recent = make_sim(faults=["tag-too-recent"])
+    date = recent.client.get(f"{recent.fleet.urls.github}{repo}/commits/{NEW_TAG}").json()["commit"]["committer"]["date"]
+    refused = recent.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True).error["error"]
+    assert refused.startswith(f"tag too recent: {date[:10]} {date[11:19]} UTC")
+
+
+def test_github_down_reads_as_tag_not_found_on_compose_manager(make_sim) -> None:
+    sim = make_sim(faults=["github-down"])
+    assert sim.client.get(f"{sim.fleet.urls.github}/repos/nearai/cvm-compose-files/git/ref/tags/{OLD_TAG}").status_code == 503
+    r = sim.up(OLD_TAG, CANARY, [R1], dry_run=True)
+    assert (r.status, r.error["error"]) == (400, f"tag not found: {OLD_TAG}")
+
+
+def test_weights_missing(make_sim) -> None:
+    default = make_sim().cm("GET", "/host/cache").json()
+    assert "models--graphistry--GLM-5.3-Flash-W4AFP8" in default["weights"]
+    assert {v["name"] for v in default["volumes"]} == {"work_huggingface_cache", "work_kernel_cache"}
+    missing = make_sim(faults=["weights-missing"]).cm("GET", "/host/cache").json()
+    assert "models--graphistry--GLM-5.3-Flash-W4AFP8" not in missing["weights"]

@@ -48,7 +48,8 @@ def test_the_full_rollout_keeps_every_invariant(sim: Sim) -> None:
     _verify(sim, 8008, R1)
     # reconcile what is still on an older definition
     dry = sim.up(NEW_TAG, TARGET, RECONCILE, dry_run=True)
-    stale = sorted(line.split()[5] for line in dry.lines if "Recreated" in line)
+    stale = sorted(line.split()[4] for line in dry.lines if line.endswith("  Recreated"))
+    assert dry.plan["plan"]["recreate"] == ["Container nginx"]
     assert stale == ["nginx"]
     sim.safe_up(NEW_TAG, TARGET, ["nginx"])
     sim.wait(lambda: sim.long_listing() and sim.long_listing()[0]["healthy"], "healthy again")

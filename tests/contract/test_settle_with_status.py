@@ -1,0 +1,40 @@
+"""Settling with `status()`: while the simulated compose-manager holds its lock (an up in flight),
+`status()` names the operation; once the up is done it is None. This is how a caller whose stream
+broke tells "still running" from "finished" before judging the outcome."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from orchestrator.clients.compose_manager import ComposeManagerClient, ComposeRequest
+from orchestrator.clients.retry import RetryPolicy
+from orchestrator.envmap import EnvMap
+from orchestrator_sim.testing import CANARY, OLD_TAG, in_process_compose_manager
+
+
+async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:
+    cm = in_process_compose_manager(fresh=False)
+    transport = httpx.ASGITransport(app=cm.app)
+    async with ComposeManagerClient("http://cm.sim", cm.token, transport=transport, retry=RetryPolicy.immediate()) as client:
+        assert await client.status() is None
+        cm.clock.frozen = True  # the up cannot finish until the clock moves
+        req = ComposeRequest(tag=OLD_TAG, file=CANARY, services=("dcgm-glm53",), force_recreate=True, allow_force_recreate=True)
+        up = asyncio.create_task(client.up(req, EnvMap(cm.env)))
+        for _ in range(1000):
+            in_flight = await client.status()
+            if in_flight is not None:
+                break
+            await asyncio.sleep(0.001)
+        assert in_flight is not None
+        assert (in_flight.action, in_flight.tag, in_flight.file, in_flight.services) == (
+            "compose_up", OLD_TAG, CANARY, ("dcgm-glm53",)
+        )
+        assert not up.done()
+        cm.clock.frozen = False
+        outcome = await asyncio.wait_for(up, 30)
+        assert outcome.succeeded
+        assert await client.status() is None
+        version = await client.version()
+        assert version.project().current.tag == OLD_TAG and version.tag == OLD_TAG
