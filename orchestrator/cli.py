@@ -167,6 +167,8 @@ def rollout(
     server: Optional[str] = ServerOpt,
     continue_: bool = typer.Option(False, "--continue", help="The host is part-way (e.g. r2 moved, r1 not): continue from the "
                                    "phase its state names, after checking it (read-only) against the runbook's host states"),
+    skip_tag_age_check: bool = typer.Option(False, "--skip-tag-age-check", help="Go on when GitHub cannot be reached to check "
+                                            "that the tag is merged and old enough (journaled in the run)"),
 ) -> None:
     """Roll HOST to TAG following the runbook, gate by gate, rolling back at a failed gate."""
     if server:
@@ -180,7 +182,7 @@ def rollout(
     session = Session.open(_settings(inventory))
     try:
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
-        run, rb, table = new_rollout(session, host, tag, runbook, start_phase)
+        run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
         final = _run_async(execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s))
     finally:
         session.close()

@@ -50,6 +50,7 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
         state_dir=state_dir,
         poll_interval=10.0,
         database_url="",
+        github_api_url=fleet.urls.github,
     )
 
 

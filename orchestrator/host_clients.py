@@ -17,6 +17,7 @@ from orchestrator.clients.model_proxy import ModelProxyClient
 from orchestrator.clients.retry import RetryPolicy
 from orchestrator.clock import Clock
 from orchestrator.inventory import HostEntry, Inventory
+from orchestrator.clients.github import GitHubClient
 from orchestrator.redaction import Redactor
 from orchestrator.settings import Settings
 
@@ -28,6 +29,8 @@ class HostClients:
     peers: list[ModelProxyClient]
     inference: InferenceClient
     relay_factory: Callable[[str, str], SoakRelayClient]
+    #: GitHub, for the orchestrator's own tag check (merged, old enough); None in some tests
+    github: GitHubClient | None = None
     _opened: list = field(default_factory=list)
 
     def relay(self, url: str, token: str) -> SoakRelayClient:
@@ -36,7 +39,7 @@ class HostClients:
         return client
 
     async def aclose(self) -> None:
-        for c in [self.compose, self.dashboard, self.inference, *self.peers, *self._opened]:
+        for c in [self.compose, self.dashboard, self.inference, *self.peers, *self._opened, *([self.github] if self.github else [])]:
             await c.aclose()
 
 
@@ -71,4 +74,6 @@ def build_host_clients(
         inference=InferenceClient(str(entry.inference_endpoint).rstrip("/"), settings.inference_token,
                                   transport=transport, redactor=redactor),
         relay_factory=relay_factory,
+        github=GitHubClient(settings.github_api_url, settings.github_token, transport=transport, retry=retry,
+                            redactor=redactor, clock=clock),
     )

@@ -119,7 +119,7 @@ StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", 
 class Step(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     say: str = Field(min_length=1)
-    check: Literal["env_map", "budget", "host_state", "before_state"] | None = None
+    check: Literal["env_map", "budget", "host_state", "before_state", "tag_age"] | None = None
     down: ComposeSpec | None = None
     dry_run: ComposeSpec | None = None
     up: ComposeSpec | None = None
@@ -241,8 +241,13 @@ class Runbook(_Strict):
     #: replica -> the engine services that can serve as it (every definition, old and new). An
     #: engine is stopped only while it does not serve or another replica serves.
     replicas: dict[str, list[str]] = Field(default_factory=dict)
+    #: The orchestrator's own tag check (compose-manager's is off in production): the tag is merged
+    #: to main in the compose-files repository and its commit at least this old.
+    min_tag_age: float = 48 * 3600.0
     #: The host states the runbook recognises (before / part-way / at target), checked in order.
     host_states: list[HostState] = Field(default_factory=list)
+
+    _age = field_validator("min_tag_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
     @field_validator("file")
     @classmethod

@@ -24,7 +24,6 @@ from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal import open_journal
 from orchestrator.journal.base import Journal, LeaseHeld, RunRecord
 from orchestrator.machine import ABORTED, HALTED, Table, compile_rollback, compile_rollout
-from orchestrator.parsers.action_log import last_deploy
 from orchestrator.progress import NullProgress, Progress
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
@@ -82,20 +81,28 @@ def _compose_client(session: Session, entry: HostEntry) -> ComposeManagerClient:
 
 
 async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> dict[str, dict[str, str]]:
-    """With no journal: the deploy before the current one of each service, from the action log."""
+    """With no journal: for each service, the newest successful deploy before the current one.
+
+    Success comes from compose-manager's record (`/version` projects.<p>.current/previous, written
+    only after an up succeeded); the action log says which services each up named (it logs every
+    attempt, failed ones too)."""
     entry = session.inventory.host(host)
     async with _compose_client(session, entry) as cm:
         actions = await cm.action_log()
+        version = await cm.version()
+    proj = version.project(entry.project)
+    current = (proj.current.tag, proj.current.file) if proj.current else None
+    earlier = (proj.previous.tag, proj.previous.file) if proj.previous else None
     out: dict[str, dict[str, str]] = {}
+    if earlier is None:
+        return out
     for service in rb.previous_refs():
-        current = last_deploy(actions, service)
-        if current is None:
-            continue
-        idx = actions.index(current)
-        earlier = [a for a in actions[:idx] if (a.tag, a.file) != (current.tag, current.file)]
-        prev = last_deploy(earlier, service)
-        if prev is not None:
-            out[service] = {"tag": prev.tag, "file": prev.file, "commit": prev.commit or ""}
+        for act in reversed(actions):
+            if act.action != "compose_up" or (act.services and service not in act.services):
+                continue
+            if (act.tag, act.file) == earlier and (act.tag, act.file) != current:
+                out[service] = {"tag": act.tag or "", "file": act.file or "", "commit": act.commit or ""}
+                break
     return out
 
 
@@ -165,7 +172,7 @@ def refuse_if_leased(session: Session, host: str) -> None:
 
 
 def new_rollout(session: Session, host: str, tag: str, runbook: str,
-                start_phase: str | None = None) -> tuple[RunRecord, Runbook, Table]:
+                start_phase: str | None = None, *, skip_tag_age_check: bool = False) -> tuple[RunRecord, Runbook, Table]:
     """A rollout run. `start_phase` (from `--continue`, after `place_for_continue`) starts the
     procedure part-way; preflight's host-state check confirms the host is still there."""
     check_tag(tag)
@@ -178,7 +185,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
         table = compile_rollout(rb, start_phase)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    ctx = RunContext.new(start_phase=start_phase)
+    ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check)
     if start_phase is not None:
         # a continued rollout keeps the rollback targets of the run that started it
         for earlier in session.journal.list_runs(host, limit=50):

@@ -10,8 +10,9 @@ Rules and reasons:
 - A checked dry run is kept as the request it checked (`DryRunRecord`), with a fingerprint of the
   env map it was sent with and the docker/ps snapshot after it; an `up` is applied only when
   `same_request` holds for it, env included.
-- `soaks` and `approvals_seen` survive a resume, so a resumed soak continues instead of starting
-  again and never asks for an approval already given.
+- `soaks` (time soaked) and `soak_watch` (what the soak watched) survive a resume, so a resumed
+  soak continues instead of starting again and notices an engine replaced while no runner
+  watched; approvals live in the journal and are never asked for again.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class RunContext:
     placement: dict[str, Any] = field(default_factory=dict)
     #: soak start times by state id, on the run's clock
     soaks: dict[str, float] = field(default_factory=dict)
+    #: soak state id -> the engines (service -> container id) it watched when it started
+    soak_watch: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: the operator chose to go on without GitHub's word on the tag (`--skip-tag-age-check`)
+    skip_tag_age_check: bool = False
     #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
     ready: dict[str, str] = field(default_factory=dict)
 

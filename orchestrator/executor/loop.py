@@ -97,7 +97,10 @@ class Executor:
             host_now = ""
             if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
                 host_now = await rt.host_now()
-            self._transition(state, outcome, host_now)
+            try:
+                self._transition(state, outcome, host_now)
+            except (Fenced, LeaseLost) as exc:  # taken over during a step that wrote nothing
+                raise RunnerFenced(str(exc)) from None
         return self.journal.get_run(self.run.run_id)
 
     async def _perform(self, node: Node) -> StepOutcome:

@@ -41,7 +41,6 @@ from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
 from orchestrator.logfollow import LogFollower
 from orchestrator.machine import Node, Table
-from orchestrator.parsers.action_log import last_deploy
 from orchestrator.parsers.docker_ps import Container
 from orchestrator.progress import Progress
 from orchestrator.redaction import Redactor
@@ -205,18 +204,52 @@ class Runtime:
             return {"error": type(exc).__name__}
 
     async def establish_previous(self) -> list[str]:
-        """Fill `ctx.previous` for every service a rollback needs; the services it could not."""
+        """Fill `ctx.previous` for every service a rollback needs; the services it could not.
+
+        The target is the newest `compose_up` in the action log that named the service *and*
+        succeeded: compose-manager logs an up when it accepts it, whatever the outcome, so an
+        entry alone is only an attempt. Success comes from compose-manager's own record
+        (`/version` projects.<p>.current/previous) or from an up this journal saw succeed."""
         actions = await self.clients.compose.action_log()
+        succeeded = await self._successful_deploys()
         missing = []
         for service in self.rb.previous_refs():
             if service in self.ctx.previous:
                 continue
-            act = last_deploy(actions, service)
-            if act is None or not act.tag or not act.file:
+            found = None
+            for act in reversed(actions):
+                if act.action != "compose_up" or not act.tag or not act.file:
+                    continue
+                if act.services and service not in act.services:
+                    continue
+                if (act.tag, act.file) in succeeded:
+                    found = act
+                    break
+            if found is None:
                 missing.append(service)
                 continue
-            self.ctx.previous[service] = {"tag": act.tag, "file": act.file, "commit": act.commit or ""}
+            self.ctx.previous[service] = {"tag": found.tag, "file": found.file, "commit": found.commit or ""}
+        if not self.ctx.previous_source:
+            self.ctx.previous_source = "the action log, checked against compose-manager's success record and the journal"
         return missing
+
+    async def _successful_deploys(self) -> set[tuple[str, str]]:
+        out: set[tuple[str, str]] = set()
+        try:
+            version = await self.clients.compose.version()
+            proj = version.project(self.entry.project) if hasattr(version, "project") else None
+            for rec in (getattr(proj, "current", None), getattr(proj, "previous", None)):
+                if rec is not None and rec.tag and rec.file:
+                    out.add((rec.tag, rec.file))
+        except ClientError:
+            pass
+        for run in self.journal.list_runs(self.run.host, limit=200):
+            for eff in self.journal.effects(run.run_id):
+                if eff.kind == "compose_up" and eff.outcome and eff.outcome.get("status") == "success":
+                    req = eff.request.get("request", {})
+                    if req.get("tag") and req.get("file"):
+                        out.add((req["tag"], req["file"]))
+        return out
 
     async def validate_previous_targets(self) -> StepOutcome | None:
         """A dry run of every distinct rollback target (tag, file): a rollback must never find out
@@ -237,6 +270,34 @@ class Runtime:
                 return fail(f"rollback target {file}@{tag} ({', '.join(services)}): its dry run failed: "
                             + self.scrub(" | ".join(res.stream.lines[-2:])))
         return None
+
+    async def check_tag_age(self) -> tuple[bool, str] | None:
+        """(ok, sentence), or None when the operator skipped the check."""
+        from datetime import datetime, timezone
+
+        from orchestrator.clients.github import GitHubUnreachable
+
+        tag = self.run.tag or ""
+        skip = self.ctx.skip_tag_age_check
+        repo = self.entry.github_repo
+        gh = self.clients.github
+        if repo is None or gh is None:
+            if skip:
+                return None
+            return False, (f"the inventory names no github_repo for {self.run.host}, so tag {tag}'s merge and age cannot be checked: "
+                           f"set github_repo, or pass --skip-tag-age-check")
+        hours = self.rb.min_tag_age / 3600
+        try:
+            res = await gh.check_tag(repo, tag, min_age_hours=hours, now=datetime.now(timezone.utc))
+        except GitHubUnreachable as exc:
+            if skip:
+                self.emit("note", text=f"GitHub could not be reached ({self.scrub(str(exc))}); going on: --skip-tag-age-check")
+                return None
+            return False, (f"GitHub could not be reached to check tag {tag} ({self.scrub(str(exc))}): its merge and age are "
+                           f"unverified. Re-run with --skip-tag-age-check to go on without that check")
+        if res.ok:
+            return True, f"tag {tag} is merged to main in {repo} and old enough (commit {(res.commit or '')[:12]}, {res.committed_at})"
+        return False, f"tag {tag} in {repo}: {res.reason}"
 
     async def peer_presence(self) -> tuple[dict[str, Any], list[str]]:
         addr = self.entry.model_proxy_address
@@ -367,6 +428,14 @@ class Runtime:
             if self.rb.replica_of(svc):
                 out[svc] = (c.id, up_seconds(c.status))
         return out
+
+    def check_ready_unchanged(self, watched: dict[str, tuple[str, float | None]]) -> str | None:
+        """An engine whose cold start passed in this run must still be that container (a resume
+        judges what happened while no runner watched)."""
+        for svc, cid in self.ctx.ready.items():
+            if svc in watched and watched[svc][0] != cid:
+                return f"{svc} was replaced since its cold start passed (container {cid[:12]} -> {watched[svc][0][:12]})"
+        return None
 
     async def engines_still_serving(self, watched: dict[str, tuple[str, float | None]]) -> str | None:
         by_svc = {(c.service or c.name): c for c in await self.ps()}
@@ -499,6 +568,7 @@ class Runtime:
         says an operation is in flight, then decides within one poll; without `GET /status` it
         observes for up to SETTLE_S."""
         deadline = self.clock.monotonic() + SETTLE_S
+        hard_deadline = self.clock.monotonic() + max(SETTLE_S, self.rb.timeouts.cold_start)
         base_ids = baseline.get("ids", {})
         while True:
             actions = await self.clients.compose.action_log()
@@ -517,7 +587,11 @@ class Runtime:
                 if not changed:
                     return "not_applied"
                 return f"compose-manager finished; changed: {changed} of {list(req.services)}"
-            if self.clock.monotonic() >= deadline:
+            if in_flight is True:
+                # still running (an image pull can be long): wait, bounded by the cold start
+                if self.clock.monotonic() >= hard_deadline:
+                    return f"compose-manager still reports the up in flight after {int(self.rb.timeouts.cold_start)} s"
+            elif self.clock.monotonic() >= deadline:
                 if not recorded and not changed:
                     return "not_applied"
                 return f"action recorded: {recorded}; changed: {changed or 'none'} of {list(req.services)}"
@@ -537,6 +611,14 @@ class Runtime:
         while True:
             by_svc = {(c.service or c.name): c for c in await self.ps()}
             left = [by_svc[s] for s in req.services if s in by_svc]
+            if not left and first.get("status") == "failure" and resends < MAX_DOWN_RESENDS:
+                # docker/ps lists running containers only: a removal that failed half-way (a
+                # zombie) is invisible there. The down said failure: send it again to finish it.
+                resends += 1
+                self.log.warning("down_resent_after_failure")
+                self.emit("note", text="the down reported failure though docker/ps no longer lists the container: sending it again")
+                first = await self.mutate(f"compose_down_resend_{resends}", req, {"ids": base_ids})
+                continue
             if not left:
                 return ok(f"{', '.join(req.services)} gone from docker/ps")
             zombies = [c for c in left if c.state in ("removing", "dead")]
@@ -548,6 +630,9 @@ class Runtime:
             elif still and self.clock.monotonic() >= no_effect_after and first.get("status") != "success":
                 resend_reason = "the down had no observable effect"
             if resend_reason:
+                refusal = await self.stop_guard([c.service or c.name for c in left])
+                if refusal:  # the world changed since the first down: never resend blindly
+                    return halt(refusal)
                 if resends >= MAX_DOWN_RESENDS:
                     return fail(f"{', '.join(c.name for c in left)} still listed after {resends + 1} downs ({resend_reason})")
                 resends += 1

@@ -161,3 +161,26 @@ class HostStateCheck:
             f"{rt.run.host} is part-way: {state.name} ({state.say}). Nothing was changed. To continue from phase {target}, "
             f"run `orchestrate rollout {rt.run.host} --tag {rt.run.tag} --continue`"
         )
+
+
+@register
+class TagAgeCheck:
+    """The tag is merged to main and its commit is at least `min_tag_age` old, from GitHub's API
+    for the host's `github_repo`. compose-manager's own age gate is off in production
+    (MIN_TAG_AGE_HOURS=0), so this is ours to check. When GitHub cannot answer, the run stops
+    unless the operator passed `--skip-tag-age-check` (journaled in the run)."""
+
+    key = "check.tag_age"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        from orchestrator.durations import format_duration
+
+        return Description(f"GitHub: the tag exists in the host's compose-files repository, is merged to main and its commit is at least "
+                           f"{format_duration(rb.min_tag_age)} old (unreachable GitHub: refused unless --skip-tag-age-check)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        verdict = await rt.check_tag_age()
+        if verdict is None:
+            return ok("tag age not checked: --skip-tag-age-check")
+        good, text = verdict
+        return ok(text) if good else fail(text)

@@ -181,6 +181,23 @@ class Soak:
         start = rt.clock.monotonic() - already
         need_approval = step.soak.approval and not rt.yes
         watched = await rt.watch_engines()
+        baseline = rt.ctx.soak_watch.get(node.id)
+        if baseline is None:
+            rt.ctx.soak_watch[node.id] = {svc: cid for svc, (cid, _) in watched.items()}
+        else:  # a resumed soak: what ran when it started must still run, unreplaced
+            for svc, cid in baseline.items():
+                now = watched.get(svc)
+                if now is None:
+                    return fail(f"during the soak: {svc} is gone from docker/ps (seen on resume)")
+                if now[0] != cid:
+                    return fail(f"during the soak: {svc} was replaced while no runner watched (container ID changed)")
+        replaced = rt.check_ready_unchanged(watched)
+        if replaced:
+            return fail(f"during the soak: {replaced}")
+        for svc in watched:
+            verdict = await rt.serving(svc)
+            if not verdict.serving:
+                return fail(f"during the soak: {verdict.why}")
         rt._hb_next = rt.clock.monotonic() + 300.0
         announced = False
         last_saved = rt.clock.monotonic()
@@ -206,8 +223,10 @@ class Soak:
                     awaiting="approval" if need_approval and not approved and elapsed >= duration else "time")
             if not announced:
                 gate = f"soak {int(duration)} s"
-                if need_approval:
+                if need_approval and not approved:
                     gate += f", then `orchestrate approve {rt.run.run_id}`"
+                elif need_approval:
+                    gate += " (already approved)"
                 rt.emit("waiting", gate=gate)
                 announced = True
             await rt.wait(min(rt.poll, max(0.0, duration - elapsed)) if elapsed < duration else rt.poll)
