@@ -20,7 +20,7 @@ from orchestrator.compose_file import (
     resolve_env_value,
 )
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "compose"
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "compose"
 CANARY_PATH = REFERENCE / "GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 LONG_PATH = REFERENCE / "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
 GLM52_PATH = REFERENCE / "GLM-5.2-W4AFP8-SGL-2xTP4.yaml"

@@ -1,0 +1,108 @@
+"""Preflight: masked credentials in the env map, and host-state placement.
+
+Mutation list (each guard was disabled in the source, the test run and seen failing, the source
+restored):
+- rule 13 steps/checks.py:EnvMapCheck.run, `if masked: return fail(...)` removed ->
+          test_masked_credentials_abort_the_rollout_before_anything_is_sent fails (the run goes on
+          and sends dry runs and downs); runtime.py:Runtime.ensure_env, `if masked: raise MaskedEnv`
+          removed -> test_masked_credentials_read_on_resume_halt_and_send_nothing fails (RETRY).
+- rule 14 steps/checks.py:HostStateCheck.run, `if state.action == "done": return skip(...)`
+          removed -> test_host_at_target_is_done_with_nothing_to_do fails (ABORTED);
+          `if (wanted or first) == target` -> `if True` -> test_part_way_host_without_continue_*
+          fails (OK); the `--continue` command dropped from the part-way message -> same test
+          fails; `diff = ...` -> `diff = ""` -> test_unrecognised_host_is_refused_with_the_difference fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fakes import ENV, NEW_R2, OLD_R2, R1, RB, SHARED, SIDECARS, TAG, Rig, ctx_at, host_before
+from orchestrator.envmap import EnvMap
+
+
+# -- rule 13 --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("masked", ["***", "<redacted>", ""], ids=["stars", "redacted", "empty"])
+async def test_masked_credentials_abort_the_rollout_before_anything_is_sent(masked):
+    rig = Rig(env=(EnvMap({**ENV, "HF_TOKEN": masked}),))
+    host_before(rig.compose)
+    final = await rig.run_to_end()
+    assert final.outcome == "ABORTED"
+    assert final.state == "ABORTED" and "HF_TOKEN" in final.message and "masked" in final.message
+    assert rig.compose.calls == [] and rig.effects() == []
+    assert [t.from_state for t in rig.journal.transitions(rig.run.run_id)] == ["preflight.read-env"]
+
+
+async def test_masked_credentials_read_on_resume_halt_and_send_nothing():
+    rig = Rig(state="r2.dry-run", ctx=ctx_at(), env=(ENV, EnvMap({**ENV, "PROXY_TOKEN": "***"})))
+    rig.compose.run(R1)
+    assert [e for e, _, _ in await rig.step()] == ["ok"]
+    rig.resume()  # the dashboard now serves a map copied from a redacted view
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED")
+    assert "PROXY_TOKEN" in note
+    assert rig.compose.sent("up") == []
+
+
+# -- rule 14 --------------------------------------------------------------------------------------
+
+def place(rig: Rig, *, old_r2: str | None, new_r2: str | None, r1: str | None, shared: str = "old") -> None:
+    """What the host runs: per engine None (absent), "old" (previous file) or "new" (the target)."""
+    def put(svc: str, what: str | None) -> None:
+        if what == "old":
+            rig.compose.run(svc)
+        elif what == "new":
+            rig.compose.run(svc, file=RB.file, tag=TAG)
+
+    put(OLD_R2, old_r2)
+    put(NEW_R2, new_r2)
+    put(R1, r1)
+    for svc in (*SIDECARS, *SHARED):
+        put(svc, shared)
+
+
+async def placement(start_phase: str | None = None, **host: str | None) -> tuple[Rig, list[tuple[str, str, str]]]:
+    ctx = ctx_at(start_phase=start_phase)
+    rig = Rig(state="preflight.host-state", ctx=ctx, start_phase=start_phase)
+    place(rig, **host)
+    before = {s: c.id for s, c in rig.compose.host.items()}
+    steps = await rig.step()
+    assert {s: c.id for s, c in rig.compose.host.items()} == before  # placement changes nothing
+    assert {v for v, _, _ in rig.compose.calls} <= {"dry_run"}
+    return rig, steps
+
+
+async def test_host_before_the_rollout_runs_from_the_start():
+    rig, [(event, note, to)] = await placement(old_r2="old", new_r2=None, r1="old")
+    assert (event, to) == ("ok", "preflight.before-state"), note
+    assert rig.ctx.placement["state"] == "before"
+
+
+async def test_host_at_target_is_done_with_nothing_to_do():
+    rig, [(event, note, to)] = await placement(old_r2=None, new_r2="new", r1="new", shared="new")
+    assert (event, to) == ("skip", "DONE"), note
+    final = rig.record()
+    assert final.outcome == "DONE" and "nothing to do" in final.message
+    assert rig.compose.sent("dry_run") and not rig.compose.sent("up") and not rig.compose.sent("down")
+
+
+async def test_part_way_host_without_continue_is_refused_naming_the_command():
+    rig, [(event, note, to)] = await placement(old_r2=None, new_r2="new", r1="old")
+    assert (event, to) == ("fail", "ABORTED")
+    assert "r2-moved" in note and "Nothing was changed" in note
+    assert f"orchestrate rollout gpu02 --tag {TAG} --continue" in note
+    assert "--continue" in rig.record().message
+
+
+async def test_part_way_host_with_continue_at_its_phase_goes_on():
+    rig, [(event, note, to)] = await placement(start_phase="r1", old_r2=None, new_r2="new", r1="old")
+    assert (event, to) == ("ok", "preflight.before-state"), note
+
+
+async def test_unrecognised_host_is_refused_with_the_difference():
+    # both r2 engines run: no declared state has that
+    rig, [(event, note, to)] = await placement(old_r2="old", new_r2="new", r1="old")
+    assert (event, to) == ("fail", "ABORTED")
+    assert "does not recognise" in note and "Nothing was changed" in note
+    assert "nearest is before" in note and f"{NEW_R2}: expected absent, runs new" in note

@@ -1,0 +1,138 @@
+"""The stop guard on every engine down, and what "serving" means.
+
+Mutation list (each guard was disabled in the source, the test run and seen failing, the source
+restored):
+- rule 9  steps/compose.py:Down.run, `if refusal: return halt(refusal)` removed -> the down is
+          sent, test_down_of_the_last_serving_engine_halts_and_sends_nothing fails (and the
+          rollback variant);
+          runtime.py:Runtime.stop_guard, `if any(v.serving for v in verdicts): continue` removed ->
+          test_down_while_the_other_replica_serves_is_sent fails (HALT);
+          runtime.py:Runtime.stop_guard, `if not mine.serving: continue` removed ->
+          test_down_of_an_engine_that_does_not_serve_is_sent fails (HALT).
+- rule 10 runtime.py:Runtime.serving, `if c.state != "running" or c.restarting` reduced to
+          `c.state != "running"` / to `c.restarting` -> the `restarting` cases fail;
+          `if last_start > last_ready` removed -> the "startup after ready" cases fail (also the
+          stop-guard one); `if last_ready < 0` removed -> the "no ready and no startup line" case
+          fails (with a startup line in the window the previous check already answers).
+- bug     runtime.py:Runtime.wait_gone resends a down without asking stop_guard again:
+          test_a_resent_down_is_guarded_again is xfail(strict).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.clients.compose_manager import StreamOutcome
+
+from fakes import NEW_R2, OLD_R2, R1, READY, STARTUP, RB, TAG, Rig, ctx_at, engine_log
+
+
+def at_stop_old(*, r2_log: list[str], r1_log: list[str]) -> Rig:
+    """r2's first step: stop the old FP8 r2 while r1 (the other replica) is supposed to serve."""
+    rig = Rig(state="r2.stop-old", ctx=ctx_at())
+    rig.compose.run(OLD_R2, log=r2_log)
+    rig.compose.run(R1, log=r1_log)
+    return rig
+
+
+# -- rule 9 ---------------------------------------------------------------------------------------
+
+async def test_down_of_the_last_serving_engine_halts_and_sends_nothing():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log(ready=False))  # r1 still cold-starting
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED")
+    assert f"refusing to stop {OLD_R2}" in note and "Nothing was stopped" in note
+    assert rig.compose.calls == [] and rig.effects() == []
+    assert OLD_R2 in rig.compose.host
+
+
+async def test_down_while_the_other_replica_serves_is_sent():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert [r.services for r in rig.compose.sent("down")] == [(OLD_R2,)]
+
+
+async def test_down_of_an_engine_that_does_not_serve_is_sent():
+    # neither serves (the old r2 never logged its ready line): stopping it takes no capacity away
+    rig = at_stop_old(r2_log=engine_log(ready=False), r1_log=engine_log(ready=False))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert [r.services for r in rig.compose.sent("down")] == [(OLD_R2,)]
+
+
+async def test_down_when_the_other_replica_restarted_after_its_ready_line_halts():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log() + [STARTUP.format(api_key="")])
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED")
+    assert "started again after its ready line" in note
+    assert rig.compose.sent("down") == []
+
+
+async def test_rollback_stop_of_the_only_serving_replica_halts():
+    # `rollback --replica all` from a halted r1 phase: stopping the new r2 would leave nothing serving
+    rig = Rig(state="rollback-r2.stop-new", ctx=ctx_at())
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG)
+    rig.compose.run(R1, file=RB.file, tag=TAG, log=engine_log(ready=False))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED")
+    assert rig.compose.sent("down") == []
+
+
+# -- rule 10 --------------------------------------------------------------------------------------
+
+SERVING_CASES = [
+    # (case, state, status override, log, serving)
+    ("running, ready", "running", None, engine_log(), True),
+    ("running, no ready line", "running", None, engine_log(ready=False), False),
+    ("running, no ready and no startup line in the window", "running", None, engine_log(ready=False)[1:], False),
+    ("running, a startup after the ready line", "running", None, engine_log() + [STARTUP.format(api_key="")], False),
+    ("running, ready after a second startup", "running", None, engine_log() + engine_log(), True),
+    ("state restarting", "restarting", None, engine_log(), False),
+    ("status Restarting", "running", "Restarting (137) 3 seconds ago", engine_log(), False),
+    ("exited", "exited", None, engine_log(), False),
+]
+
+
+@pytest.mark.parametrize("case,state,status,log,serving", SERVING_CASES, ids=[c[0] for c in SERVING_CASES])
+async def test_serving_means_ready_and_not_restarted_since(case, state, status, log, serving):
+    rig = Rig(state="r2.stop-old", ctx=ctx_at())
+    c = rig.compose.run(R1, log=log, state=state)
+    c.status = status
+    verdict = await rig.ex.rt.serving(R1)
+    assert verdict.serving is serving, verdict.why
+
+
+async def test_an_absent_engine_does_not_serve():
+    rig = Rig(state="r2.stop-old", ctx=ctx_at())
+    verdict = await rig.ex.rt.serving(R1)
+    assert not verdict.serving and "not running" in verdict.why
+
+
+def test_the_ready_and_startup_lines_are_the_runbooks():
+    assert READY in engine_log() and RB.log_gates.startup == "server_args=ServerArgs("
+
+
+@pytest.mark.xfail(strict=True, reason="runtime.py Runtime.wait_gone resends a down (`compose_down_resend_N`) after "
+                   "observation without asking stop_guard again: if the other replica stopped serving meanwhile, the "
+                   "resend stops the last serving engine")
+async def test_a_resent_down_is_guarded_again():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
+    downs = []
+
+    def first_down_has_no_effect(verb, req, env):
+        if verb == "down":
+            downs.append(rig.clock.now)
+            if len(downs) == 1:
+                return StreamOutcome("unknown", None, [], error="read timeout")  # and nothing happened
+        return None
+
+    def r1_restarts(compose):
+        if downs and R1 in compose.host and compose.host[R1].log[-1] == READY:
+            compose.host[R1].log.append(STARTUP.format(api_key=""))  # r1 restarts: it no longer serves
+
+    rig.compose.on_send = first_down_has_no_effect
+    rig.compose.on_ps = r1_restarts
+    [(event, note, to)] = await rig.step()
+    assert len(rig.compose.sent("down")) == 1, "the down was resent while the old r2 was the only serving engine"
+    assert (event, to) == ("halt", "HALTED")
