@@ -7,6 +7,7 @@ which would be recreated. docker/ps is compared around that dry run (docker/comp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.clients.compose_manager import ComposeRequest
@@ -26,7 +27,8 @@ def _snap(containers: list[Any]) -> dict[str, tuple[str, str]]:
     return {c.name: (c.id, c.created_at) for c in containers}
 
 
-async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project: str | None) -> dict[str, str]:
+async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project: str | None,
+                       on_dry_run: Callable[[ComposeRequest, Any], None] | None = None) -> dict[str, str]:
     before = await compose.ps(project)
     running = {(c.service or c.name) for c in before if c.state in ("running", "restarting")}
     wanted = [s for s in new_file_services(rb) if s in running]
@@ -34,6 +36,8 @@ async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project
     if wanted:
         req = ComposeRequest(tag=tag, file=rb.file, services=tuple(wanted), project=project, dry_run=True)
         outcome = await compose.up(req, env)
+        if on_dry_run is not None:
+            on_dry_run(req, outcome)
         after = await compose.ps(project)
         if _snap(after) != _snap(before):
             raise PlacementError("the placement dry run changed real containers (docker/compose#14029): inspect the host", changed=True)

@@ -266,6 +266,8 @@ class Runtime:
                 assert res.outcome is not None
                 return res.outcome if res.verdict == "changed" else fail(f"rollback target {file}@{tag}: {res.outcome.note}")
             assert res.stream is not None
+            self.journal_read("dry_run", req, {"status": res.stream.status, "exit_code": res.stream.exit_code,
+                                               "lines": [self.scrub(x) for x in res.stream.lines[-40:]]})
             if res.stream.status != "success":
                 return fail(f"rollback target {file}@{tag} ({', '.join(services)}): its dry run failed: "
                             + self.scrub(" | ".join(res.stream.lines[-2:])))
@@ -343,7 +345,10 @@ class Runtime:
 
         env = await self.ensure_env()
         try:
-            return await observe_host(self.clients.compose, env, self.rb, self.run.tag or "", self.entry.project)
+            return await observe_host(
+                self.clients.compose, env, self.rb, self.run.tag or "", self.entry.project,
+                on_dry_run=lambda req, out: self.journal_read("dry_run", req, {"status": out.status, "exit_code": out.exit_code,
+                                                                                "lines": [self.scrub(x) for x in out.lines[-40:]]}))
         except PlacementError as exc:
             return halt(str(exc)) if exc.changed else fail(str(exc))
 

@@ -53,7 +53,7 @@ ENV = EnvMap({**SECRETS, "ENV": "prod", "CVM_NAME": "gpu02", "LONG_LABEL": "a-si
 ENTRY = HostEntry(
     compose_manager_url="http://cm.invalid", instance_name="gpu02", model_proxy_address="10.0.0.2:8000",
     inference_endpoint="http://inference.invalid", soak_relay_base_url="http://relay.invalid",
-    available_ram_gib=1500, available_ram_source="test", gpus=8,
+    available_ram_gib=1500, available_ram_source="test", gpus=8, github_repo="nearai/cvm-compose-files",
 )
 
 
@@ -153,8 +153,12 @@ class FakeCompose:
     async def action_log(self) -> list[Action]:
         return list(self.actions)
 
-    async def version(self) -> dict[str, Any]:
-        return {"tag": OLD_TAG, "commit": "abc", "file": OLD_FILE}
+    async def version(self) -> Any:
+        # compose-manager's success record: the previous configuration's up succeeded
+        from orchestrator.parsers.compose_manager_reads import parse_version
+
+        return parse_version({"status": "ok", "tag": OLD_TAG, "commit": "abc", "file": OLD_FILE,
+                              "projects": {"work": {"current": {"tag": OLD_TAG, "commit": "abc", "file": OLD_FILE}}}})
 
     # -- mutating calls
     async def up(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
@@ -227,6 +231,7 @@ class FakeClients:
     peers: list[FakePeer]
     inference: FakeInference = field(default_factory=FakeInference)
     relay_tokens: list[str] = field(default_factory=list)
+    github: Any = None
 
     def relay(self, url: str, token: str) -> FakeRelay:
         self.relay_tokens.append(token)
@@ -259,7 +264,8 @@ class Rig:
         self.redactor = Redactor()
         self.progress = RecordingProgress()
         self.yes, self.soak, self.poll = yes, soak, poll
-        ctx = ctx or RunContext.new(start_phase=start_phase)
+        # no GitHub in these tests: the tag-age check has its own tests (tests/executor/test_preflight.py)
+        ctx = ctx or RunContext.new(start_phase=start_phase, skip_tag_age_check=True)
         self.run = self.journal.create_run(host="gpu02", runbook=RB.name, tag=TAG, kind="rollout",
                                            state=state or self.table.start, context=ctx.to_json())
         self.lease, _ = self.journal.acquire_lease("gpu02", self.run.run_id, "test-runner", 600)
@@ -282,8 +288,8 @@ class Rig:
         ex, done = self.ex, []
         real = ex._transition
 
-        def once(state: str, outcome: StepOutcome) -> None:
-            real(state, outcome)
+        def once(state: str, outcome: StepOutcome, *rest: Any) -> None:
+            real(state, outcome, *rest)
             done.append((outcome.event.value, outcome.note, ex.machine.state))
             if len(done) >= n:
                 raise _Stop

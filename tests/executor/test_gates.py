@@ -19,10 +19,10 @@ restored):
           -> test_an_approval_in_the_journal_is_not_waited_for_again fails (runs into the clock limit).
 - bug     steps/gates.py:Soak.run announces "then `orchestrate approve RUN_ID`" whenever
           `need_approval`, even when the journal already holds the approval:
-          test_an_approval_in_the_journal_is_not_asked_for_again is xfail(strict).
+          test_an_approval_in_the_journal_is_not_asked_for_again was xfail(strict) until the executor was fixed; it passes now.
 - bug     steps/gates.py:Soak.run takes its baseline afresh on resume (`watched = await rt.watch_engines()`)
           while continuing the journaled time; ctx.ready is never read:
-          test_resumed_soak_fails_when_an_engine_was_replaced_while_the_runner_was_down is xfail(strict).
+          test_resumed_soak_fails_when_an_engine_was_replaced_while_the_runner_was_down was xfail(strict) until the executor was fixed; it passes now.
 """
 
 from __future__ import annotations
@@ -194,8 +194,6 @@ async def test_without_an_approval_the_soak_waits_for_one():
         await rig.step()
 
 
-@pytest.mark.xfail(strict=True, reason="Soak.run announces `then orchestrate approve RUN_ID` whenever need_approval, "
-                   "even when the journal already holds the approval (steps/gates.py, the `if need_approval: gate += ...` line)")
 async def test_an_approval_in_the_journal_is_not_asked_for_again():
     rig = at_soak(yes=False)
     rig.journal.approve(rig.run.run_id, "r2.soak", by="alice")
@@ -205,9 +203,6 @@ async def test_an_approval_in_the_journal_is_not_asked_for_again():
     assert waiting and not any("orchestrate approve" in g for g in waiting), waiting
 
 
-@pytest.mark.xfail(strict=True, reason="a resumed soak re-reads its baseline from docker/ps (Soak.run: `watched = await "
-                   "rt.watch_engines()`) and counts the journaled time although an engine was replaced while the runner "
-                   "was down; ctx.ready (the engines' container IDs) is written by ColdStart but never read")
 async def test_resumed_soak_fails_when_an_engine_was_replaced_while_the_runner_was_down():
     rig = at_soak()
     rig.ctx.ready[NEW_R2] = rig.compose.host[NEW_R2].id  # what its cold start recorded

@@ -12,7 +12,7 @@ restored):
           (reported as a renewal failure instead of the takeover).
 - bug     loop.py:Executor.run_to_end calls `self._transition(...)` outside the try that maps
           Fenced/LeaseLost to RunnerFenced: test_a_takeover_noticed_by_the_transition_write_* is
-          xfail(strict).
+          was xfail(strict) until the executor was fixed; it passes now.
 """
 
 from __future__ import annotations
@@ -93,10 +93,6 @@ async def test_a_lost_lease_fences_the_runner_at_once():
     assert rig.journal.transitions(rig.run.run_id) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="loop.py Executor.run_to_end: `self._transition(...)` is outside the try that turns "
-                          "Fenced/LeaseLost into RunnerFenced, so a takeover noticed by the transition write escapes as a "
-                          "raw `Fenced` (CLI: 'unexpected error', exit 1; server: run 'failed' instead of 'fenced')")
 async def test_a_takeover_noticed_by_the_transition_write_fences_the_runner():
     rig = Rig(env=(MASKED,))
 

@@ -106,3 +106,50 @@ async def test_unrecognised_host_is_refused_with_the_difference():
     assert (event, to) == ("fail", "ABORTED")
     assert "does not recognise" in note and "Nothing was changed" in note
     assert "nearest is before" in note and f"{NEW_R2}: expected absent, runs new" in note
+
+
+# -- the orchestrator's own tag check (compose-manager's age gate is off in production) -----------
+# Mutation list: TagAgeCheck.run / Runtime.check_tag_age
+#   - the `except GitHubUnreachable` branch returning FAIL unless skipped (test_unreachable_github_*)
+#   - `return False, ... {res.reason}` for a tag that is not ok (test_a_young_tag_*)
+
+
+class _GitHub:
+    def __init__(self, result=None, exc=None):
+        self.result, self.exc, self.calls = result, exc, []
+
+    async def check_tag(self, repo, tag, *, min_age_hours, now):
+        self.calls.append((repo, tag, min_age_hours))
+        if self.exc is not None:
+            raise self.exc
+        return self.result
+
+
+async def _tag_age(rig_kw, github):
+    from orchestrator.executor.context import RunContext
+    from tests.executor.fakes import Rig
+
+    rig = Rig(state="preflight.tag-age", ctx=RunContext.new(**rig_kw))
+    rig.clients.github = github
+    rig.entry_github = True
+    return await rig.step(1)
+
+
+async def test_unreachable_github_refuses_unless_skipped():
+    from orchestrator.clients.github import GitHubUnreachable
+
+    gh = _GitHub(exc=GitHubUnreachable("github", "rate limited"))
+    (ev, note, to), = await _tag_age({}, gh)
+    assert (ev, to) == ("fail", "ABORTED") and "--skip-tag-age-check" in note
+    (ev, note, to), = await _tag_age({"skip_tag_age_check": True}, _GitHub(exc=GitHubUnreachable("github", "down")))
+    assert ev == "ok"
+
+
+async def test_a_young_tag_is_refused_and_an_old_merged_one_passes():
+    from orchestrator.clients.github import TagCheck
+
+    (ev, note, to), = await _tag_age({}, _GitHub(TagCheck(ok=False, reason="its commit is 3 h old, less than 48 h")))
+    assert (ev, to) == ("fail", "ABORTED") and "3 h old" in note
+    gh = _GitHub(TagCheck(ok=True, commit="abc123"))
+    (ev, note, to), = await _tag_age({}, gh)
+    assert ev == "ok" and gh.calls[0][2] == 48

@@ -15,7 +15,7 @@ restored):
           stop-guard one); `if last_ready < 0` removed -> the "no ready and no startup line" case
           fails (with a startup line in the window the previous check already answers).
 - bug     runtime.py:Runtime.wait_gone resends a down without asking stop_guard again:
-          test_a_resent_down_is_guarded_again is xfail(strict).
+          test_a_resent_down_is_guarded_again was xfail(strict) until the executor was fixed; it passes now.
 """
 
 from __future__ import annotations
@@ -113,9 +113,6 @@ def test_the_ready_and_startup_lines_are_the_runbooks():
     assert READY in engine_log() and RB.log_gates.startup == "server_args=ServerArgs("
 
 
-@pytest.mark.xfail(strict=True, reason="runtime.py Runtime.wait_gone resends a down (`compose_down_resend_N`) after "
-                   "observation without asking stop_guard again: if the other replica stopped serving meanwhile, the "
-                   "resend stops the last serving engine")
 async def test_a_resent_down_is_guarded_again():
     rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
     downs = []
