@@ -29,6 +29,7 @@ import anyio.to_thread
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -278,6 +279,7 @@ def create_app(
         ],
         middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
                                max_body=max_body)],
+        exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
     app.state.worker = worker
@@ -285,6 +287,13 @@ def create_app(
     app.state.health = health
     app.state.public_text = public_text
     return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 answers, in this API's JSON shape."""
+    status = getattr(exc, "status_code", 500)
+    detail = {404: "no such route", 405: "method not allowed on this route"}.get(status, str(getattr(exc, "detail", "")))
+    return error_response(status, detail, ExitCode.BAD_INPUT)
 
 
 def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:

@@ -52,12 +52,12 @@ class QueryStringFilter(logging.Filter):
         return True
 
 
-def _header_timeout_protocol() -> type:
+def _header_timeout_protocol(timeout_s: float) -> type:
     """uvicorn's h11 protocol, closing a connection whose request headers take too long."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeoutH11(H11Protocol):  # type: ignore[misc]
-        header_timeout = HEADER_TIMEOUT_S
+        header_timeout = timeout_s
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -97,7 +97,8 @@ def _header_timeout_protocol() -> type:
 
 
 def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None, tls_key: Path | None = None,
-                 access_log: bool = True, log_level: str = "info", limit_concurrency: int = MAX_CONNECTIONS) -> Any:
+                 access_log: bool = True, log_level: str = "info", limit_concurrency: int = MAX_CONNECTIONS,
+                 header_timeout_s: float = HEADER_TIMEOUT_S, keep_alive_s: int = KEEP_ALIVE_S) -> Any:
     """A uvicorn.Server for `app` with this module's limits (run it with `.run()` or `.run(sockets=)`)."""
     import uvicorn
 
@@ -109,8 +110,8 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
     config = uvicorn.Config(
         app, host=host, port=port, lifespan="on", log_level=log_level, access_log=access_log,
         timeout_graceful_shutdown=10, server_header=False, proxy_headers=False,
-        timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=limit_concurrency,
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES, http=_header_timeout_protocol(),
+        timeout_keep_alive=keep_alive_s, limit_concurrency=limit_concurrency,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES, http=_header_timeout_protocol(header_timeout_s),
         ssl_certfile=str(tls_cert) if tls_cert else None, ssl_keyfile=str(tls_key) if tls_key else None,
     )
     access = logging.getLogger("uvicorn.access")
