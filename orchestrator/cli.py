@@ -342,7 +342,7 @@ def approve(
     session = Session.open(_settings(inventory))
     try:
         run = _get_run(session, run_id)
-        gates = None if run.terminal else commands.approval_gates(run, load_runbook(run.runbook))
+        gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
         out.print(commands.approve(session.journal, run, gate, owner_id(), gates))
     finally:
         session.close()

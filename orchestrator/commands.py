@@ -10,7 +10,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -52,6 +52,15 @@ def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
     return gates
 
 
+def run_gates(run: RunRecord, load: Callable[[], Runbook]) -> set[str]:
+    """`approval_gates` of the runbook `load()` returns; only `*` if it cannot be loaded here
+    (approving must still work from a machine without the run's runbook)."""
+    try:
+        return approval_gates(run, load())
+    except UserError:
+        return {"*"}
+
+
 def _refuse_if_finished(run: RunRecord) -> None:
     if run.terminal:
         raise UserError(f"run {run.run_id} already ended {run.outcome}")
@@ -89,4 +98,4 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
                                                 f"takes the rollback at its next check")
 
 
-__all__ = ["parse_soak", "lease_refused", "approval_gates", "approve", "abort", "AbortResult", "MAX_GATE_LEN"]
+__all__ = ["parse_soak", "lease_refused", "approval_gates", "run_gates", "approve", "abort", "AbortResult", "MAX_GATE_LEN"]

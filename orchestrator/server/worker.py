@@ -425,11 +425,8 @@ class Worker:
     def _gates(self, run: RunRecord) -> set[str]:
         """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
         identity = run.context.get(IDENTITY_KEY) or {}
-        try:
-            rb, _ = load_runbook_checked(run.runbook, identity.get("sha256") if isinstance(identity, dict) else None)
-            return commands.approval_gates(run, rb)
-        except UserError:
-            return {"*"}
+        pinned = identity.get("sha256") if isinstance(identity, dict) else None
+        return commands.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
 
     def approve(self, run_id: str, gate: str, by: str) -> dict[str, Any]:
         run = self._get_run(run_id)
