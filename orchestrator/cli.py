@@ -13,13 +13,15 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from orchestrator.durations import format_duration, parse_duration
+from orchestrator.commands import parse_soak
+from orchestrator.durations import format_duration
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import RunNotFound, RunRecord
 from orchestrator.machine import compile_rollback, compile_rollout
 from orchestrator.outcome import Outcome
 from orchestrator.plan import build_plan, render_json, render_markdown, render_text
 from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
+from orchestrator.server.cli import serve_app
 from orchestrator.settings import Settings
 from orchestrator.user_errors import UserError
 
@@ -32,6 +34,8 @@ RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", help="Runbook name (in r
 JsonOpt = typer.Option(False, "--json", help="One JSON object per event on stdout, then a final summary")
 ServerOpt = typer.Option(None, "--server", metavar="URL",
                          help="Send this to the `orchestrate serve` at URL instead of running it here (token: $ORCHESTRATOR_SERVER_TOKEN)")
+ServerCaOpt = typer.Option(None, "--server-ca", metavar="FILE",
+                           help="CA certificate that the --server https:// URL must chain to (default: $ORCHESTRATOR_SERVER_CA)")
 
 
 def _settings(inventory: Optional[Path]) -> Settings:
@@ -165,6 +169,7 @@ def rollout(
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
     continue_: bool = typer.Option(False, "--continue", help="The host is part-way (e.g. r2 moved, r1 not): continue from the "
                                    "phase its state names, after checking it (read-only) against the runbook's host states"),
     skip_tag_age_check: bool = typer.Option(False, "--skip-tag-age-check", help="Go on when GitHub cannot be reached to check "
@@ -172,13 +177,14 @@ def rollout(
 ) -> None:
     """Roll HOST to TAG following the runbook, gate by gate, rolling back at a failed gate."""
     if server:
-        from orchestrator.server_cli import remote, server_token
+        from orchestrator.server.remote import remote, server_ca as ca, server_token
 
         raise typer.Exit(remote(server, server_token(), "rollout",
-                                {"host": host, "tag": tag, "runbook": runbook, "yes": yes, "soak": soak}, as_json))
+                                {"host": host, "tag": tag, "runbook": runbook, "yes": yes, "soak": soak}, as_json,
+                                ca=ca(server_ca)))
     from orchestrator.runner import Session, execute, new_rollout, place_for_continue
 
-    soak_s = _soak(soak)
+    soak_s = parse_soak(soak)
     session = Session.open(_settings(inventory))
     try:
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
@@ -187,15 +193,6 @@ def rollout(
     finally:
         session.close()
     _finish(final, as_json)
-
-
-def _soak(soak: Optional[str]) -> Optional[float]:
-    if soak is None:
-        return None
-    try:
-        return parse_duration(soak)
-    except ValueError as exc:
-        raise UserError(f"--soak: {exc}") from None
 
 
 @app.command()
@@ -208,13 +205,15 @@ def rollback(
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
     """Put HOST's replicas back on the previous tag and file, in a safe order."""
     if server:
-        from orchestrator.server_cli import remote, server_token
+        from orchestrator.server.remote import remote, server_ca as ca, server_token
 
         raise typer.Exit(remote(server, server_token(), "rollback", {"host": host, "replica": replica, "to_tag": to_tag,
-                                                                     "to_file": to_file, "runbook": runbook}, as_json))
+                                                                     "to_file": to_file, "runbook": runbook}, as_json,
+                                ca=ca(server_ca)))
     from orchestrator.runner import Session, execute, new_rollback
 
     session = Session.open(_settings(inventory))
@@ -235,16 +234,18 @@ def resume(
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
     """Continue a run after a crash (no mutating call whose outcome is journaled is sent again)."""
     if server:
-        from orchestrator.server_cli import remote, server_token
+        from orchestrator.server.remote import remote, server_ca as ca, server_token
 
         raise typer.Exit(remote(server, server_token(), "resume",
-                                {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json))
+                                {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json,
+                                ca=ca(server_ca)))
     from orchestrator.runner import Session, execute, retry_run, table_for
 
-    soak_s = _soak(soak)
+    soak_s = parse_soak(soak)
     session = Session.open(_settings(inventory))
     try:
         run = _get_run(session, run_id)
@@ -341,21 +342,22 @@ def approve(
     gate: str = typer.Option("*", "--gate", help="Which soak/approval state (default: any)"),
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
     """End a soak's approval gate for RUN_ID."""
     if server:
-        from orchestrator.server_cli import remote, server_token
+        from orchestrator.server.remote import remote, server_ca as ca, server_token
 
-        raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate}, False))
+        raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate}, False,
+                                ca=ca(server_ca)))
+    from orchestrator import commands
     from orchestrator.runner import Session, owner_id
 
     session = Session.open(_settings(inventory))
     try:
         run = _get_run(session, run_id)
-        if run.terminal:
-            raise UserError(f"run {run_id} already ended {run.outcome}")
-        session.journal.approve(run_id, gate, by=owner_id())
-        out.print(f"approved {gate} of {run_id}")
+        gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
+        out.print(commands.approve(session.journal, run, gate, owner_id(), gates))
     finally:
         session.close()
 
@@ -365,41 +367,24 @@ def abort(
     run_id: str = typer.Argument(...),
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
     """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
     if server:
-        from orchestrator.server_cli import remote, server_token
+        from orchestrator.server.remote import remote, server_ca as ca, server_token
 
-        raise typer.Exit(remote(server, server_token(), "abort", {"run_id": run_id}, False))
+        raise typer.Exit(remote(server, server_token(), "abort", {"run_id": run_id}, False, ca=ca(server_ca)))
+    from orchestrator import commands
     from orchestrator.runner import Session, owner_id
 
     session = Session.open(_settings(inventory))
     try:
-        run = _get_run(session, run_id)
-        if run.terminal:
-            raise UserError(f"run {run_id} already ended {run.outcome}")
-        session.journal.request_abort(run_id, by=owner_id())
-        lease = session.journal.current_lease(run.host)
-        if lease is None or lease.run_id != run_id:
-            out.print(f"abort recorded for {run_id}; no runner holds it: `orchestrate resume {run_id}` performs the rollback")
-        else:
-            out.print(f"abort recorded for {run_id}; its runner ({lease.owner}) takes the rollback at its next check")
+        out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message)
     finally:
         session.close()
 
 
-@app.command()
-def serve(
-    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on (0.0.0.0 in a container)"),
-    port: int = typer.Option(8000, "--port"),
-    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", help="Serve every route without a token (loopback only!)"),
-    inventory: Optional[Path] = InventoryOpt,
-) -> None:
-    """Team mode: accept rollouts over HTTP and run them here, so they outlive the laptop that asked.
-    Token: $ORCHESTRATOR_SERVER_TOKEN. See docs/team-mode.md."""
-    from orchestrator.server_cli import run_serve
-
-    raise typer.Exit(run_serve(bind, port, None, _settings(inventory), insecure_no_auth=insecure_no_auth))
+app.add_typer(serve_app, name="serve")  # `orchestrate serve`, `orchestrate serve token add` (server/cli.py)
 
 
 @app.command()

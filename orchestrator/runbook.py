@@ -10,6 +10,9 @@ rules forbid, naming the field: unknown keys, an empty services list, `force_rec
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -17,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.durations import parse_duration
-from orchestrator.user_errors import UserError
+from orchestrator.user_errors import Refused, UserError
 
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -407,3 +410,51 @@ def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:
 
 def _raise(message: str) -> Runbook:
     raise UserError(message)
+
+
+# --------------------------------------------------------------------------- named, pinned runbooks
+# For callers that must not read arbitrary files (`orchestrate serve`): a runbook is named, never a
+# path, comes from RUNBOOK_DIR only, and is pinned by the sha256 of its bytes so that a resumed run
+# uses exactly the runbook it started with. Errors name the runbook only: no path, no YAML line.
+
+#: A runbook name: letters, digits, `-` and `_` (no `/`, no `.`: no path, no `..`, no `.yaml`).
+RUNBOOK_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+
+
+def runbook_names(directory: Path = RUNBOOK_DIR) -> list[str]:
+    """The runbooks `load_runbook_checked` can load from `directory`."""
+    return sorted(p.stem for p in directory.glob("*.yaml") if RUNBOOK_NAME_RE.fullmatch(p.stem))
+
+
+def runbook_identity(rb_path: Path) -> tuple[str, str]:
+    """(name, sha256 hex of the file's bytes) of the runbook file at `rb_path`."""
+    return Path(rb_path).stem, hashlib.sha256(Path(rb_path).read_bytes()).hexdigest()
+
+
+def load_runbook_checked(name: str, sha256: str | None = None, *,
+                         directory: Path = RUNBOOK_DIR) -> tuple[Runbook, str]:
+    """(runbook, sha256) of the runbook called `name` in `directory`, read once and hashed as read.
+
+    `sha256` given: the file must still have that content, else `Refused` (a run is never
+    continued with a different runbook than the one it started with).
+    """
+    known = ", ".join(runbook_names(directory)) or "none"
+    unknown = UserError(f"unknown runbook {str(name)[:100]!r}: one of {known}")
+    if not isinstance(name, str) or not RUNBOOK_NAME_RE.fullmatch(name):
+        raise unknown
+    path = directory / f"{name}.yaml"
+    try:
+        if not path.resolve().is_relative_to(directory.resolve()):
+            raise unknown
+        raw = path.read_bytes()
+    except OSError:
+        raise unknown from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if sha256 is not None and not hmac.compare_digest(digest, str(sha256)):
+        raise Refused(f"runbook {name} changed since the run started (sha256 {str(sha256)[:12]}... now {digest[:12]}...): "
+                      f"refusing to continue it with another runbook")
+    try:
+        data = yaml.load(raw.decode("utf-8"), Loader=_LOADER)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise UserError(f"runbook {name} is not valid YAML") from None
+    return parse_runbook(data, source=name), digest

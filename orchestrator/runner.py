@@ -31,11 +31,12 @@ from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
 
-TAG_RE = re.compile(r"^v\d+\.\d+\.\d+$")
+#: ASCII digits, the whole string (`re.match` with `$` let a trailing newline and other scripts' digits through).
+TAG_RE = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+")
 
 
 def check_tag(tag: str) -> str:
-    if not TAG_RE.match(tag):
+    if not isinstance(tag, str) or not TAG_RE.fullmatch(tag):
         raise UserError(f"tag {tag!r} is malformed: tags look like v0.0.N (e.g. v0.0.300)")
     return tag
 

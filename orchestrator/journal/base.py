@@ -528,6 +528,18 @@ class SqlJournal(ABC):
             )
         return [self._run(r) for r in rows]
 
+    def run_census(self) -> tuple[dict[str, int], list[tuple[str, str]]]:
+        """(finished runs counted by outcome, [(run_id, host)] of unfinished runs).
+
+        What `orchestrate serve`'s /metrics needs, in two indexed-size queries that never read a
+        run's context (reading every run in full made each scrape cost seconds on a big journal).
+        """
+        with self._tx(write=False) as tx:
+            done = tx.all("SELECT outcome, COUNT(*) AS n FROM runs WHERE terminal = ? GROUP BY outcome", True)
+            unfinished = tx.all("SELECT run_id, host FROM runs WHERE terminal = ?", False)
+        return ({str(r["outcome"] or "HALTED"): int(r["n"]) for r in done},
+                [(r["run_id"], r["host"]) for r in unfinished])
+
     def latest_run(self, host: str, kind: str | None = None) -> RunRecord | None:
         sql = f"SELECT {_RUN_COLS} FROM runs WHERE host = ?"
         params: tuple[Any, ...] = (host,)

@@ -164,6 +164,9 @@ def test_a_second_rollout_of_the_same_host_is_refused(cli):
         proc.wait()
 
 
+SERVER_TOKEN = "server-token-3c9a1f7e5d2b8046a1c3e5f7092b4d6e"
+
+
 def test_serve_runs_a_rollout_submitted_with_server(cli, tmp_path):
     import socket
 
@@ -174,7 +177,7 @@ def test_serve_runs_a_rollout_submitted_with_server(cli, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
     env.update(fleet.env_for_orchestrator(tmp_path / "srv-inventory.yaml"))
     env.update({"ORCHESTRATOR_STATE_DIR": str(tmp_path / "server-state"), "ORCHESTRATOR_TIME_SCALE": SPEED,
-                "ORCHESTRATOR_SERVER_TOKEN": "server-token-for-the-test"})
+                "ORCHESTRATOR_SERVER_TOKEN": SERVER_TOKEN})
     server = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--port", str(port)], env=env, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -188,7 +191,7 @@ def test_serve_runs_a_rollout_submitted_with_server(cli, tmp_path):
             except httpx.HTTPError:
                 time.sleep(0.1)
         client_env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
-        client_env["ORCHESTRATOR_SERVER_TOKEN"] = "server-token-for-the-test"
+        client_env["ORCHESTRATOR_SERVER_TOKEN"] = SERVER_TOKEN
         r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rollout", "gpu02", "--tag", "v0.0.300", "--yes",
                             "--server", url], env=client_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-1000:]

@@ -13,6 +13,8 @@ from orchestrator.settings import Settings
 
 TOKEN = "srv-7d3c1f0a9b2e4d6f8a1c3e5b7d9f0a2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+#: The apps answer only Host names they serve (loopback by default): TestClient's "testserver" is not one.
+BASE_URL = "http://127.0.0.1"
 SPEED = 3000.0  # simulated seconds per real second: a 50-minute cold start takes one second
 #: Simulated engine cold start (the production one is ~50 min; the simulator's own tests use 10).
 COLD_START_S = 600.0

@@ -9,9 +9,9 @@ import httpx
 import pytest
 import respx
 
-from orchestrator.server_cli import remote
+from orchestrator.server.remote import remote
 
-URL = "http://orchestrate.test:8000"
+URL = "https://orchestrate.test:8000"
 RUN = "gpu02-20261130T0812-7f3a"
 TOKEN = "client-token-0123456789abcdef"
 BODY = {"host": "gpu02", "tag": "v0.0.300", "runbook": None, "yes": False, "soak": None}
@@ -165,7 +165,7 @@ def test_an_unreachable_server_is_exit_1_after_a_few_attempts(capsys):
         clock = FakeClock()
         assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=clock) == 1
         assert submit.call_count == 4 and len(clock.slept) == 3  # never connected: safe to try again
-    assert "cannot reach http://orchestrate.test:8000" in capsys.readouterr().err
+    assert f"cannot reach {URL}" in capsys.readouterr().err
 
 
 def test_without_follow_only_the_run_id_is_printed(capsys):

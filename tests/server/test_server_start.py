@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.server_cli import run_serve
+from orchestrator.server.cli import run_serve
 
 
 def test_no_token_no_server(settings, capsys):
@@ -13,12 +13,12 @@ def test_no_token_no_server(settings, capsys):
 
 def test_an_unreachable_journal_fails_the_start_without_showing_its_password(settings, capsys):
     bad = settings.model_copy(update={"database_url": "postgresql://orchestrator:pw-9f8e7d6c5b@127.0.0.1:1/journal"})
-    assert run_serve("127.0.0.1", 0, "a-token-0123456789", bad) == 1
+    assert run_serve("127.0.0.1", 0, "a-token-5e4d3c2b1a09f8e7d6c5b4a39281706f", bad) == 1
     err = capsys.readouterr().err
     assert "cannot open the journal" in err and "pw-9f8e7d6c5b" not in err
 
 
 def test_a_missing_inventory_fails_the_start(settings, tmp_path, capsys):
     bad = settings.model_copy(update={"inventory": tmp_path / "nope.yaml"})
-    assert run_serve("127.0.0.1", 0, "a-token-0123456789", bad) == 2
+    assert run_serve("127.0.0.1", 0, "a-token-5e4d3c2b1a09f8e7d6c5b4a39281706f", bad) == 2
     assert "nope.yaml" in capsys.readouterr().err

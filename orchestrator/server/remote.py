@@ -1,6 +1,6 @@
-"""What `orchestrate serve` and `orchestrate ... --server URL` do; cli.py calls these two functions.
+"""What `orchestrate ... --server URL` does (the client side; the server side is server/cli.py).
 
-`run_serve` runs the HTTP service until SIGINT/SIGTERM. `remote` sends one action to a server and
+`remote` sends one action to a server and
 (for rollout, rollback and resume) follows the run, printing what happens, and returns the exit
 code the same command would return run locally (orchestrator/exit_codes.py).
 """
@@ -13,6 +13,7 @@ import json
 import socket
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,10 +22,8 @@ from rich.console import Console
 
 from orchestrator.clock import Clock
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
-from orchestrator.journal.base import JournalError
-from orchestrator.redaction import Redactor
-from orchestrator.server_client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
-from orchestrator.settings import Settings
+from orchestrator.server.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
+from orchestrator.server.guards import is_loopback
 from orchestrator.user_errors import UserError
 
 SUBMIT_ACTIONS = ("rollout", "rollback", "resume")
@@ -33,26 +32,34 @@ ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "status", "runs")
 
 def server_token() -> str:
     """The client's bearer token: ORCHESTRATOR_SERVER_TOKEN (environment or .env)."""
-    from orchestrator.server import ServerConfig
+    from orchestrator.server.config import ServerConfig
 
     return ServerConfig().token.get_secret_value()
 
 
-def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, insecure_no_auth: bool = False) -> int:
-    """`orchestrate serve`: serve until stopped. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
-    from orchestrator.server import serve
+def server_ca(given: Path | None = None) -> Path | None:
+    """The CA a `--server https://` client pins: `--server-ca`, else ORCHESTRATOR_SERVER_CA."""
+    from orchestrator.server.config import ServerConfig
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-    try:
-        serve(settings, bind, port, token, insecure_no_auth=insecure_no_auth)
-    except UserError as exc:
-        err.print(f"orchestrate: {exc}")
-        return int(exc.code)
-    except JournalError as exc:
-        password = urlsplit(settings.database_url).password if settings.database_url else None
-        err.print("orchestrate: cannot open the journal: " + Redactor(password).scrub(str(exc)))
-        return int(ExitCode.UNEXPECTED)
-    return int(ExitCode.DONE)
+    return given if given is not None else ServerConfig().ca
+
+
+def check_server_url(server_url: str, ca: Path | None) -> str | None:
+    """Why `server_url` cannot be used (one line), or None.
+
+    The bearer token goes in every request: over http:// only to this machine (loopback).
+    """
+    parts = urlsplit(server_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"--server {server_url!r} must be an https:// (or, on this machine, http://) URL"
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        return (f"--server {server_url}: http:// would send the token in cleartext; use https:// "
+                f"(the server's --tls-cert, and --server-ca to pin its CA)")
+    if ca is not None and parts.scheme != "https":
+        return "--server-ca needs an https:// --server URL"
+    if ca is not None and not Path(ca).is_file():
+        return f"--server-ca {ca}: no such file"
+    return None
 
 
 def _who() -> str:
@@ -215,6 +222,7 @@ def remote(
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Clock | None = None,
     interval: float = 1.0,
+    ca: Path | None = None,
 ) -> int:
     """Send `action` (rollout, rollback, resume, approve, abort, status, runs) to the server at
     `server_url`; return the exit code. `payload` is the request body without "action"
@@ -223,12 +231,13 @@ def remote(
     if action not in ACTIONS:
         p.error(f"unknown remote action {action!r}: one of {', '.join(ACTIONS)}")
         return int(ExitCode.BAD_INPUT)
-    if not server_url.startswith(("http://", "https://")):
-        p.error(f"--server {server_url!r} must be an http:// or https:// URL")
+    problem = check_server_url(server_url, ca)
+    if problem is not None:
+        p.error(problem)
         return int(ExitCode.BAD_INPUT)
 
     async def go() -> int:
-        async with ServerClient(server_url, token or None, transport=transport, clock=clock) as client:
+        async with ServerClient(server_url, token or None, transport=transport, clock=clock, ca=ca) as client:
             return await _remote(client, p, action, payload, follow, interval)
 
     try:
@@ -249,4 +258,4 @@ def remote(
         return int(ExitCode.UNEXPECTED)
 
 
-__all__ = ["run_serve", "remote", "server_token"]
+__all__ = ["remote", "server_token", "server_ca", "check_server_url"]

@@ -4,15 +4,20 @@ Following reads the run from the server's journal view (transitions by sequence 
 server's in-memory view of runs it executes (waiting gates, notes, log lines). The run does not
 depend on the follower: interrupt it and the run goes on on the server.
 
+TLS: an `https://` server is verified against the system's CAs, or only against the CA file
+given as `ca` (`--server-ca` / `ORCHESTRATOR_SERVER_CA`): pinning the team's own CA.
+
 Only reads are retried (tenacity; transport errors and 502/503/504). A submission is sent again
 only if the connection was never made, so a retry cannot start a second run.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,6 +58,16 @@ class FollowResult:
     reason: str
 
 
+def ca_context(ca: Path) -> ssl.SSLContext:
+    """A client TLS context that trusts only the CA certificate(s) in `ca`."""
+    from orchestrator.user_errors import UserError
+
+    try:
+        return ssl.create_default_context(cafile=str(ca))
+    except (OSError, ssl.SSLError) as exc:
+        raise UserError(f"--server-ca {ca}: not a readable PEM CA certificate ({type(exc).__name__})") from None
+
+
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, httpx.TransportError):
         return True
@@ -82,10 +97,15 @@ class ServerClient:
         timeout: float = 30.0,
         clock: Clock | None = None,
         attempts: int = 4,
+        ca: Path | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout)
+        verify: ssl.SSLContext | bool = True
+        if ca is not None:
+            verify = ca_context(ca)
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout,
+                                       verify=verify)
         self.clock = clock or RealClock()
         self.attempts = attempts
 

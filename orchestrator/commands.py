@@ -1,0 +1,101 @@
+"""What the CLI and `orchestrate serve` both do for an operator: approve, abort, the lease-refused
+text and the `--soak` / `soak` parser. Written once here so the two front ends cannot drift.
+
+Rules:
+- approve and abort are signals in the journal, refused on a finished run;
+- an approval names `*` (any gate) or one of the run's approval gates (a soak step with
+  `approval: true`): a typo must not be journaled as an approval that nothing ever reads;
+- a soak override is a finite duration of at most 7 days (orchestrator/durations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from orchestrator.durations import parse_duration
+from orchestrator.journal.base import Journal, RunRecord
+from orchestrator.runbook import Runbook
+from orchestrator.user_errors import UserError
+
+#: The longest gate name accepted (node ids are far shorter).
+MAX_GATE_LEN = 200
+
+
+def parse_soak(value: str | float | None, what: str = "--soak") -> float | None:
+    """Seconds of a soak override (`30m`, `0`, `90`), or None; a UserError names `what`."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise UserError(f"{what}: {exc}") from None
+
+
+def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint: str) -> str:
+    """The one-line refusal when `host` is leased by another run."""
+    return (f"{host} is leased by run {run_id} ({owner}) until {expires_at:%Y-%m-%d %H:%M:%S} UTC: "
+            f"one rollout per host at a time; {hint}")
+
+
+def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
+    """`*` and the ids of the run's soak steps that wait for an approval."""
+    from orchestrator.runner import table_for
+
+    table = table_for(run, rb)
+    gates = {"*"}
+    for node_id, node in table.nodes.items():
+        step = node.step
+        if step is not None and step.kind == "soak" and step.soak is not None and step.soak.approval:
+            gates.add(node_id)
+    return gates
+
+
+def run_gates(run: RunRecord, load: Callable[[], Runbook]) -> set[str]:
+    """`approval_gates` of the runbook `load()` returns; only `*` if it cannot be loaded here
+    (approving must still work from a machine without the run's runbook)."""
+    try:
+        return approval_gates(run, load())
+    except UserError:
+        return {"*"}
+
+
+def _refuse_if_finished(run: RunRecord) -> None:
+    if run.terminal:
+        raise UserError(f"run {run.run_id} already ended {run.outcome}")
+
+
+def approve(journal: Journal, run: RunRecord, gate: str, by: str, gates: Collection[str] | None = None) -> str:
+    """Journal an approval of `gate` for `run`; returns the line to show. `gates`: the accepted names."""
+    _refuse_if_finished(run)
+    gate = str(gate)
+    if not gate or len(gate) > MAX_GATE_LEN:
+        raise UserError(f"gate must be 1 to {MAX_GATE_LEN} characters")
+    if gates is not None and gate not in gates:
+        raise UserError(f"gate {gate[:60]!r} is not an approval gate of run {run.run_id}: one of {', '.join(sorted(gates))}")
+    journal.approve(run.run_id, gate, by=by)
+    return f"approved {gate} of {run.run_id}"
+
+
+@dataclass(frozen=True)
+class AbortResult:
+    run_id: str
+    #: The owner of the lease that runs it now, or None (then the next `resume` performs the rollback).
+    runner: str | None
+    message: str
+
+
+def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
+    """Journal an abort request for `run` and say who will act on it."""
+    _refuse_if_finished(run)
+    journal.request_abort(run.run_id, by=by)
+    lease = journal.current_lease(run.host)
+    if lease is None or lease.run_id != run.run_id:
+        return AbortResult(run.run_id, None, f"abort recorded for {run.run_id}; no runner holds it: "
+                                             f"`orchestrate resume {run.run_id}` performs the rollback")
+    return AbortResult(run.run_id, lease.owner, f"abort recorded for {run.run_id}; its runner ({lease.owner}) "
+                                                f"takes the rollback at its next check")
+
+
+__all__ = ["parse_soak", "lease_refused", "approval_gates", "run_gates", "approve", "abort", "AbortResult", "MAX_GATE_LEN"]

@@ -1,0 +1,318 @@
+"""The `orchestrate serve` app: routes and the factory.
+
+Routes (JSON). `viewer` and `operator` are the roles of orchestrator/server/auth.py; in
+single-token mode the token is an operator.
+
+    GET  /healthz                 {"status": "ok"} or 503 {"status": "not ok"}   (token if protect_metrics)
+    GET  /metrics                 Prometheus text                                 (token if protect_metrics)
+    GET  /runs[?host=&limit=]     viewer    {"runs": [summary, ...]}, newest first
+    GET  /runs/{id}[?events_after=N]  viewer  summary + transitions + effects (+ lease, + this server's view)
+    POST /runs                    operator  {"action": "rollout"|"rollback"|"resume", ...} -> 202 {"run_id": ...}
+    POST /runs/{id}/approve       operator  {"gate": "*"}
+    POST /runs/{id}/abort         operator  {}
+
+Every request first passes orchestrator/server/guards.py (Host, Origin, Content-Type, size).
+Errors: orchestrator/server/errors.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+import orchestrator
+from orchestrator.clients.errors import ClientError
+from orchestrator.exit_codes import ExitCode
+from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
+from orchestrator.runbook import RUNBOOK_DIR
+from orchestrator.runner import Session, owner_id
+from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
+from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
+from orchestrator.server.errors import ApiError, PathScrubber, error_response
+from orchestrator.server.guards import MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
+from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, validation_message
+from orchestrator.server.worker import SessionFactory, Worker
+from orchestrator.settings import Settings
+from orchestrator.user_errors import Refused, UserError
+
+Handler = Callable[[Request, Principal], Awaitable[Response]]
+
+
+def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
+    """Authenticate (role None: open), check the role, map errors to one-line JSON answers."""
+
+    def deco(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        @functools.wraps(handler)
+        async def wrapped(request: Request) -> Response:
+            state = request.app.state
+            principal = state.auth.authenticate(request.headers.get("authorization"))
+            if role is not None:
+                if principal is None:
+                    return error_response(401, "missing or wrong bearer token (ORCHESTRATOR_SERVER_TOKEN)",
+                                          ExitCode.BAD_INPUT)
+                if not principal.may(role):
+                    return error_response(403, f"{principal.name} is a {principal.role}: only an {role} may do this",
+                                          ExitCode.BAD_INPUT)
+            worker: Worker = state.worker
+            public: Callable[[str], str] = state.public_text
+            try:
+                return await handler(request, principal or Principal("anonymous", "viewer", verified=False))
+            except ApiError as exc:
+                return error_response(exc.status, public(exc.message), exc.code)
+            except BadJson as exc:
+                return error_response(400, str(exc), ExitCode.BAD_INPUT)
+            except ValidationError as exc:
+                return error_response(400, public(validation_message(exc)), ExitCode.BAD_INPUT)
+            except Refused as exc:
+                return error_response(409, public(str(exc)), exc.code)
+            except UserError as exc:
+                return error_response(400, public(str(exc)), exc.code)
+            except RunNotFound as exc:
+                return error_response(404, public(str(exc)), ExitCode.BAD_INPUT)
+            except LeaseHeld as exc:
+                return error_response(409, public(str(exc)), ExitCode.ABORTED)
+            except ClientError as exc:
+                return error_response(502, public(str(exc)), ExitCode.UNEXPECTED)
+            except JournalError as exc:
+                worker.log.error("journal_error", path=request.url.path, error=str(exc))
+                return error_response(500, "the journal refused the request; the server's log has the details",
+                                      ExitCode.UNEXPECTED)
+            except Exception as exc:  # noqa: BLE001 - an answer, and a log line with the traceback
+                worker.log.error("request_failed", path=request.url.path, exc_info=exc)
+                return error_response(500, "internal error; the server's log has the details", ExitCode.UNEXPECTED)
+
+        return wrapped
+
+    return deco
+
+
+async def _json_body(request: Request, *, optional: bool = False) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        if optional:
+            return {}
+        raise ApiError(400, "the request needs a JSON body", ExitCode.BAD_INPUT)
+    return parse_json(raw)
+
+
+def _by(request: Request, principal: Principal, given: str | None) -> str:
+    """Who the journal records: the token's name when the server knows it, else the client's word."""
+    if principal.verified:
+        return principal.name
+    who = " ".join((given or "").split())[:100] or "anonymous"
+    client = request.client.host if request.client else "?"
+    return f"{who} via {client} on {owner_id()}"
+
+
+def _query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name, str(default))
+    if not raw.isascii() or not raw.lstrip("-").isdigit() or len(raw) > 9:
+        raise ApiError(400, f"{name} must be a number", ExitCode.BAD_INPUT)
+    return max(low, min(high, int(raw)))
+
+
+async def healthz(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    value, ok = await request.app.state.health.get()
+    if ok and value:
+        return JSONResponse({"status": "ok"})
+    return JSONResponse({"status": "not ok"}, status_code=503)
+
+
+async def metrics(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    return Response(await worker.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def submit_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    body = SUBMIT.validate_python(await _json_body(request))
+    active = await worker.submit(body)
+    return JSONResponse({"run_id": active.run_id}, status_code=202)
+
+
+async def list_runs(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    host = request.query_params.get("host") or None
+    if host is not None and len(host) > 64:
+        raise ApiError(400, "host is at most 64 characters", ExitCode.BAD_INPUT)
+    limit = _query_int(request, "limit", 50, 1, 1000)
+    runs = await anyio.to_thread.run_sync(worker.list_runs, host, limit)
+    return JSONResponse(worker.redactor.scrub_obj({"runs": runs}))
+
+
+async def get_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    after = _query_int(request, "events_after", 0, 0, 2**31)
+    run_id = request.path_params["run_id"]
+    detail = await anyio.to_thread.run_sync(functools.partial(worker.run_detail, run_id, events_after=after))
+    return JSONResponse(worker.redactor.scrub_obj(detail))
+
+
+async def approve_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    body = ApproveBody.model_validate(await _json_body(request, optional=True))
+    by = _by(request, principal, body.by)
+    answer = await anyio.to_thread.run_sync(worker.approve, request.path_params["run_id"], body.gate, by)
+    return JSONResponse(answer)
+
+
+async def abort_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    body = AbortBody.model_validate(await _json_body(request, optional=True))
+    by = _by(request, principal, body.by)
+    answer = await anyio.to_thread.run_sync(worker.abort, request.path_params["run_id"], by)
+    return JSONResponse(answer)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    session_factory: SessionFactory | None = None,
+    transport: Any = None,
+    clock: Any = None,
+    token: str | None = None,
+    tokens_file: Path | None = None,
+    insecure_no_auth: bool = False,
+    allowed_hosts: list[str] | None = None,
+    bind: str | None = None,
+    protect_metrics: bool = False,
+    metrics_max_age: float = 10.0,
+    max_body: int = MAX_BODY,
+) -> Starlette:
+    """The `orchestrate serve` app.
+
+    `session_factory(settings) -> runner.Session` opens the journal and inventory once (lazily,
+    or at startup under a lifespan); by default `Session.open(settings, transport=, clock=)`.
+    Auth (orchestrator/server/auth.py): `tokens_file` (default `ORCHESTRATOR_SERVER_TOKENS_FILE`),
+    else `token` (default `ORCHESTRATOR_SERVER_TOKEN`, at least 32 random characters); neither:
+    refused unless `insecure_no_auth` (then every route is open, and a warning is logged; the
+    loopback-only rule is `serving.check_exposure`'s, which knows the bind address).
+    `allowed_hosts`: extra Host names (the loopback names and `bind` are always allowed).
+    `protect_metrics`: /metrics and /healthz need a token too. `metrics_max_age`: seconds a
+    journal snapshot of /metrics is reused.
+    """
+    config = ServerConfig()
+    if token is None:
+        token = config.token.get_secret_value()
+    token = token.strip() or None
+    if tokens_file is None:
+        tokens_file = config.tokens_file
+    if tokens_file is not None and token is not None:
+        raise UserError("set either ORCHESTRATOR_SERVER_TOKEN (one shared token) or a tokens file, not both")
+    if token is None and tokens_file is None and not insecure_no_auth:
+        raise UserError(
+            "refusing to serve without a token: set ORCHESTRATOR_SERVER_TOKEN or --tokens-file "
+            "(or pass --insecure-no-auth, loopback only, to serve every route unauthenticated)"
+        )
+    if token is not None:
+        check_token_strength(token)
+    auth = Authenticator(token=token, tokens_file=TokensFile(tokens_file) if tokens_file else None,
+                         open_access=insecure_no_auth)
+
+    redactor = ServerRedactor()
+    redactor.add(*settings.tokens())
+    if token is not None:
+        redactor.add(token)
+    db_password = urlsplit(settings.database_url).password if settings.database_url else None
+    if db_password:
+        redactor.add(db_password)
+    log = server_logger(redactor)
+    scrub_paths = PathScrubber(settings.state_dir, settings.journal_location() if not settings.database_url else None,
+                               settings.inventory, RUNBOOK_DIR, Path(orchestrator.__file__).parent, tokens_file)
+
+    def public_text(text: str) -> str:
+        return redactor.scrub(scrub_paths(text))
+
+    def default_factory(s: Settings) -> Session:
+        return Session.open(s, transport=transport, clock=clock)
+
+    worker = Worker(settings, session_factory or default_factory, redactor, log, metrics_max_age=metrics_max_age)
+    from orchestrator.server.metrics import Snapshot
+
+    health = Snapshot(worker.healthy, max_age=1.0, wait_s=5.0)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if auth.mode == "none":
+            log.warning("serving_without_auth", detail="--insecure-no-auth: anyone who reaches this port can roll hosts")
+        _ = worker.session  # open the journal now: a wrong URL fails the start, not the first request
+        missing = [name for name in ("compose_manager_token", "dashboard_token", "model_proxy_token", "inference_token")
+                   if not getattr(settings, name).get_secret_value()]
+        if missing:
+            log.warning("host_tokens_missing", missing=[f"ORCHESTRATOR_{n.upper()}" for n in missing],
+                        detail="runs will fail when they first call a host")
+        hup = _install_sighup(auth, log)
+        log.info("serving", journal=journal_kind(settings), owner=owner_id(), auth=auth.mode)
+        try:
+            yield
+        finally:
+            hup()
+            await worker.shutdown()
+            log.info("stopped")
+
+    checks = "viewer" if protect_metrics else None
+    app = Starlette(
+        routes=[
+            Route("/healthz", _route(checks)(healthz), methods=["GET"]),
+            Route("/metrics", _route(checks)(metrics), methods=["GET"]),
+            Route("/runs", _route("operator")(submit_run), methods=["POST"]),
+            Route("/runs", _route("viewer")(list_runs), methods=["GET"]),
+            Route("/runs/{run_id}", _route("viewer")(get_run), methods=["GET"]),
+            Route("/runs/{run_id}/approve", _route("operator")(approve_run), methods=["POST"]),
+            Route("/runs/{run_id}/abort", _route("operator")(abort_run), methods=["POST"]),
+        ],
+        middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
+                               max_body=max_body)],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+    app.state.worker = worker
+    app.state.auth = auth
+    app.state.health = health
+    app.state.public_text = public_text
+    return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 answers, in this API's JSON shape."""
+    status = getattr(exc, "status_code", 500)
+    detail = {404: "no such route", 405: "method not allowed on this route"}.get(status, str(getattr(exc, "detail", "")))
+    return error_response(status, detail, ExitCode.BAD_INPUT)
+
+
+def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:
+    """SIGHUP re-reads the tokens file (where the loop can take signals: the main thread)."""
+    if auth.tokens_file is None or not hasattr(signal, "SIGHUP"):
+        return lambda: None
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    def reload() -> None:
+        auth.tokens_file.reload()  # type: ignore[union-attr]
+        log.info("tokens_reloaded", error=auth.tokens_file.error)  # type: ignore[union-attr]
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, reload)
+    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread (tests), or no signals
+        return lambda: None
+    return lambda: loop.remove_signal_handler(signal.SIGHUP)
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,101 @@
+"""`orchestrate serve` and `orchestrate serve token add`: the server side of the command line.
+
+Imported by orchestrator/cli.py at start-up, so it imports nothing heavy at module level
+(starlette and uvicorn load only when a server starts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlsplit
+
+import typer
+from rich.console import Console
+
+from orchestrator.exit_codes import ExitCode
+from orchestrator.settings import Settings
+from orchestrator.user_errors import UserError
+
+serve_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                        help="Team mode: accept rollouts over HTTP and run them here. See docs/team-mode.md.")
+token_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                        help="Per-operator tokens of `orchestrate serve` (a tokens file).")
+serve_app.add_typer(token_app, name="token")
+
+TokensFileOpt = typer.Option(None, "--tokens-file", envvar="ORCHESTRATOR_SERVER_TOKENS_FILE",
+                             help="Per-operator tokens (YAML, made by `serve token add`); instead of ORCHESTRATOR_SERVER_TOKEN")
+
+
+def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, insecure_no_auth: bool = False,
+              tls_cert: Path | None = None, tls_key: Path | None = None, insecure_plaintext_on_network: bool = False,
+              allowed_hosts: list[str] | None = None, tokens_file: Path | None = None,
+              protect_metrics: bool = False) -> int:
+    """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
+    from orchestrator.journal.base import JournalError
+    from orchestrator.redaction import Redactor
+    from orchestrator.server.serving import serve
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+    try:
+        serve(settings, bind, port, token, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert, tls_key=tls_key,
+              insecure_plaintext_on_network=insecure_plaintext_on_network, allowed_hosts=allowed_hosts,
+              tokens_file=tokens_file, protect_metrics=protect_metrics)
+    except UserError as exc:
+        err.print(f"orchestrate: {exc}")
+        return int(exc.code)
+    except JournalError as exc:
+        password = urlsplit(settings.database_url).password if settings.database_url else None
+        err.print("orchestrate: cannot open the journal: " + Redactor(password).scrub(str(exc)))
+        return int(ExitCode.UNEXPECTED)
+    return int(ExitCode.DONE)
+
+
+@serve_app.callback(invoke_without_command=True)
+def serve(
+    ctx: typer.Context,
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on; not loopback: TLS needed"),
+    port: int = typer.Option(8000, "--port"),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Server certificate chain (PEM)"),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Its private key (PEM)"),
+    allowed_host: list[str] = typer.Option([], "--allowed-host",
+                                           help="A name clients use to reach this server (repeatable; Host header check)"),
+    tokens_file: Optional[Path] = TokensFileOpt,
+    protect_metrics: bool = typer.Option(False, "--protect-metrics",
+                                         help="/metrics and /healthz need a token too"),
+    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth",
+                                          help="Serve every route without a token (loopback binds only)"),
+    insecure_plaintext: bool = typer.Option(False, "--insecure-plaintext-on-network",
+                                            help="Allow a non-loopback bind without TLS (a TLS proxy on this host)"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory YAML"),
+) -> None:
+    """Team mode: accept rollouts over HTTP and run them here, so they outlive the laptop that asked.
+    Token: $ORCHESTRATOR_SERVER_TOKEN or --tokens-file. See docs/team-mode.md."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = Settings()
+    if inventory is not None:
+        settings = settings.model_copy(update={"inventory": inventory})
+    raise typer.Exit(run_serve(bind, port, None, settings, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert,
+                               tls_key=tls_key, insecure_plaintext_on_network=insecure_plaintext,
+                               allowed_hosts=allowed_host, tokens_file=tokens_file, protect_metrics=protect_metrics))
+
+
+@token_app.command("add")
+def token_add(
+    name: str = typer.Argument(..., help="Who the token is for; the journal records this name"),
+    role: str = typer.Option("operator", "--role", help="viewer (reads) or operator (submit, approve, abort)"),
+    tokens_file: Optional[Path] = TokensFileOpt,
+) -> None:
+    """Make a token for NAME: prints it once (give it to NAME), stores only its sha256 in the tokens file."""
+    from orchestrator.server.auth import add_token
+
+    if tokens_file is None:
+        raise UserError("--tokens-file (or ORCHESTRATOR_SERVER_TOKENS_FILE) names the file to write")
+    token = add_token(tokens_file, name, role)
+    print(token)
+    Console(stderr=True, highlight=False, markup=False).print(
+        f"added {role} {name} to {tokens_file}; the token above is not stored anywhere: hand it over now")
+
+
+__all__ = ["serve_app", "run_serve"]

@@ -1,0 +1,52 @@
+"""Errors as answers: `{"error": "<one line>", "exit_code": N}` with the HTTP status that fits.
+
+400 bad input (exit 2), 401 no or wrong token, 403 the token's role may not do this, 404 unknown
+run, 409 refused (exit 5), 413 body too large, 415 not JSON, 502 a host system failed while the
+request was prepared, 503 shutting down, 500 anything else (details in the server's log only).
+
+Every message is scrubbed of secrets and of this machine's paths (state directory, journal file,
+inventory, the installed package): an API client learns what to fix, not how the server is laid out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from orchestrator.exit_codes import ExitCode
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, code: int | ExitCode) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, int(code)
+
+
+def error_response(status: int, message: str, code: int | ExitCode, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    one_line = " ".join(message.split())[:500]
+    return JSONResponse({"error": one_line, "exit_code": int(code), **extra}, status_code=status, headers=headers)
+
+
+class PathScrubber:
+    """Replaces this machine's paths in a message with a placeholder."""
+
+    def __init__(self, *paths: str | Path | None) -> None:
+        forms: set[str] = set()
+        for p in paths:
+            if not p:
+                continue
+            text = str(p)
+            forms.add(text)
+            try:
+                forms.add(str(Path(text).resolve()))
+            except (OSError, RuntimeError):
+                pass
+        self._paths = sorted((f for f in forms if len(f) > 1), key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for p in self._paths:
+            text = text.replace(p, "<server path>")
+        return text

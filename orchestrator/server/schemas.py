@@ -1,0 +1,88 @@
+"""Request bodies of `orchestrate serve`: every field bounded, unknown fields refused.
+
+Bounds keep a request cheap to check and its echo in an error short: names and tags are short,
+a soak is a finite duration of at most 7 days (NaN or Infinity once crashed a run part-way), a
+gate is one of the run's gates (checked against its runbook by `commands.approve`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from orchestrator.commands import MAX_GATE_LEN
+from orchestrator.durations import MAX_DURATION_S
+
+Host = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+Tag = Annotated[str, Field(min_length=1, max_length=64)]
+#: A runbook *name*: resolved in the packaged runbook directory only (runbook.load_runbook_checked).
+RunbookName = Annotated[str, Field(min_length=1, max_length=100)]
+RunId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+#: A duration ("30m", "0") or a number of seconds: finite, 0 to 7 days.
+Soak = Union[Annotated[str, Field(min_length=1, max_length=32)],
+             Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)]]
+Who = Annotated[str, Field(max_length=100)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RolloutBody(_Body):
+    action: Literal["rollout"]
+    host: Host
+    tag: Tag
+    runbook: RunbookName | None = None
+    yes: bool = False
+    #: Override of every soak.
+    soak: Soak | None = None
+
+
+class RollbackBody(_Body):
+    action: Literal["rollback"]
+    host: Host
+    replica: Literal["r1", "r2", "all"] = "all"
+    to_tag: Tag | None = None
+    to_file: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    runbook: RunbookName | None = None
+
+
+class ResumeBody(_Body):
+    action: Literal["resume"]
+    run_id: RunId
+    retry: bool = False
+    yes: bool = False
+    soak: Soak | None = None
+
+
+class ApproveBody(_Body):
+    gate: Annotated[str, Field(min_length=1, max_length=MAX_GATE_LEN)] = "*"
+    #: Shown in the journal in single-token mode; with per-operator tokens the token's name is used.
+    by: Who | None = None
+
+
+class AbortBody(_Body):
+    by: Who | None = None
+
+
+SubmitBody = Annotated[Union[RolloutBody, RollbackBody, ResumeBody], Field(discriminator="action")]
+SUBMIT = TypeAdapter(SubmitBody)
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line: the first problem, named by its field (never the value sent)."""
+    first = exc.errors()[0]
+    loc = [p for p in first["loc"] if not isinstance(p, int)]
+    if loc and loc[0] in ("rollout", "rollback", "resume"):
+        loc = loc[1:]  # the discriminator's branch, not a field
+    loc = [p for p in loc if p not in ("str", "float", "constrained-str", "function-after")]
+    where = ".".join(str(p) for p in loc)
+    msg = " ".join(str(first["msg"]).split())
+    if first["type"] == "union_tag_invalid":
+        return "action must be one of rollout, rollback, resume"
+    if first["type"] == "union_tag_not_found":
+        return "the body needs an action: rollout, rollback or resume"
+    if first["type"] == "extra_forbidden":
+        return f"unknown field {where[:60]!r}"
+    return f"{where}: {msg}" if where else f"the request body: {msg}"

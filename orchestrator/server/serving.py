@@ -1,0 +1,142 @@
+"""Serving the app with uvicorn, safely on a shared network.
+
+Rules (`check_exposure`):
+- a bind that is not loopback needs TLS (`--tls-cert`/`--tls-key`): the bearer token must not
+  cross a network in cleartext; `--insecure-plaintext-on-network` is the explicit, named override
+  (e.g. behind a TLS-terminating proxy on the same host);
+- `--insecure-no-auth` is for a loopback bind only, without exception.
+
+Limits (`build_server`): idle keep-alive connections close after `KEEP_ALIVE_S`; request headers
+must arrive within `HEADER_TIMEOUT_S` (a slow-loris connection is closed); h11 buffers at most
+`MAX_HEADER_BYTES` of an incomplete request; at most `MAX_CONNECTIONS` connections at once
+(beyond that, 503). The access log never shows query strings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+from orchestrator.server.guards import is_loopback
+from orchestrator.user_errors import UserError
+
+KEEP_ALIVE_S = 5
+HEADER_TIMEOUT_S = 10.0
+MAX_HEADER_BYTES = 16 * 1024
+MAX_CONNECTIONS = 64
+
+
+def check_exposure(bind: str, *, tls: bool, insecure_no_auth: bool, insecure_plaintext: bool) -> None:
+    """Refuse a configuration that exposes the token or the routes (UserError, exit 2)."""
+    loopback = is_loopback(bind)
+    if insecure_no_auth and not loopback:
+        raise UserError(f"--insecure-no-auth is only allowed on a loopback bind (127.0.0.1, ::1), not {bind}")
+    if not loopback and not tls and not insecure_plaintext:
+        raise UserError(
+            f"refusing to bind {bind} without TLS: the bearer token would cross the network in cleartext. "
+            f"Pass --tls-cert and --tls-key (see docs/team-mode.md), or --insecure-plaintext-on-network "
+            f"if a TLS proxy on this host terminates the connections"
+        )
+
+
+class QueryStringFilter(logging.Filter):
+    """Drops the query string from uvicorn's access-log lines (a URL's query may hold anything)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
+        return True
+
+
+def _header_timeout_protocol(timeout_s: float) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request headers take too long."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutH11(H11Protocol):  # type: ignore[misc]
+        header_timeout = timeout_s
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._header_timer: asyncio.TimerHandle | None = None
+            self._arm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if getattr(self, "_header_timer", None) is not None:
+                self._header_timer.cancel()  # type: ignore[union-attr]
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            waiting = self.cycle is None or self.cycle.response_complete
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before:
+                self._disarm()  # a request's headers are complete
+
+        def on_response_complete(self) -> None:
+            self._arm()  # before: the next pipelined request may start inside
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeoutH11
+
+
+def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None, tls_key: Path | None = None,
+                 access_log: bool = True, log_level: str = "info", limit_concurrency: int = MAX_CONNECTIONS,
+                 header_timeout_s: float = HEADER_TIMEOUT_S, keep_alive_s: int = KEEP_ALIVE_S) -> Any:
+    """A uvicorn.Server for `app` with this module's limits (run it with `.run()` or `.run(sockets=)`)."""
+    import uvicorn
+
+    if (tls_cert is None) != (tls_key is None):
+        raise UserError("--tls-cert and --tls-key go together")
+    for what, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not Path(path).is_file():
+            raise UserError(f"{what} {path}: no such file")
+    config = uvicorn.Config(
+        app, host=host, port=port, lifespan="on", log_level=log_level, access_log=access_log,
+        timeout_graceful_shutdown=10, server_header=False, proxy_headers=False,
+        timeout_keep_alive=keep_alive_s, limit_concurrency=limit_concurrency,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES, http=_header_timeout_protocol(header_timeout_s),
+        ssl_certfile=str(tls_cert) if tls_cert else None, ssl_keyfile=str(tls_key) if tls_key else None,
+    )
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, QueryStringFilter) for f in access.filters):
+        access.addFilter(QueryStringFilter())
+    return uvicorn.Server(config)
+
+
+def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no_auth: bool = False,
+          session_factory: Any = None, tls_cert: Path | None = None, tls_key: Path | None = None,
+          insecure_plaintext_on_network: bool = False, allowed_hosts: list[str] | None = None,
+          tokens_file: Path | None = None, protect_metrics: bool = False) -> None:
+    """Run the app under uvicorn until SIGINT/SIGTERM (then running tasks are cancelled)."""
+    from orchestrator.server.app import create_app
+
+    check_exposure(host, tls=tls_cert is not None, insecure_no_auth=insecure_no_auth,
+                   insecure_plaintext=insecure_plaintext_on_network)
+    extra = list(allowed_hosts or [])
+    if host in ("0.0.0.0", "::") and not extra:
+        extra = [socket.gethostname(), socket.getfqdn()]
+    app = create_app(settings, token=token, tokens_file=tokens_file, insecure_no_auth=insecure_no_auth,
+                     session_factory=session_factory, allowed_hosts=extra, bind=host, protect_metrics=protect_metrics)
+    server = build_server(app, host, port, tls_cert=tls_cert, tls_key=tls_key)
+    _ = app.state.worker.session  # fail before binding the port: a wrong journal URL or inventory
+    server.run()
+
+
+__all__ = ["serve", "build_server", "check_exposure", "QueryStringFilter"]

@@ -1,0 +1,458 @@
+"""The worker of `orchestrate serve`: runs submissions as asyncio tasks in this process.
+
+Each run goes through `runner.execute`, exactly as the CLI's: same journal, same host lease, same
+executor. Rules:
+
+- Every journal call the server itself makes runs in a worker thread (`anyio.to_thread`), never
+  on the event loop, so a slow journal cannot stall other requests. The journal objects allow
+  this: SQLite is opened with `check_same_thread=False` and every backend serialises its one
+  connection with a lock (journal/base.py). (The executor's own journal writes happen inside
+  `execute`, which this package does not change.)
+- Submissions are prepared one at a time (an asyncio lock): the in-memory "already running here"
+  check and the lease claim cannot interleave.
+- A submission takes the host's lease before it is answered, so a busy host is a 409 to the
+  submitter, not a run that fails later.
+- The runbook is named, never a path, and comes from the packaged runbook directory; its
+  identity (name, sha256) is recorded in the run's context (`runbook_identity`) and a resume
+  loads exactly that content or is refused.
+- A run that raises is logged and left, unfinished, for `orchestrate resume`; on shutdown running
+  tasks are cancelled and their leases left to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import anyio.to_thread
+
+from orchestrator import commands
+from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
+from orchestrator.machine import Table
+from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook_checked
+from orchestrator.runner import (
+    RunnerFenced,
+    Session,
+    check_tag,
+    context_summary,
+    execute,
+    new_rollback,
+    new_rollout,
+    owner_id,
+    refuse_if_leased,
+    retry_run,
+    table_for,
+)
+from orchestrator.server.config import ServerRedactor
+from orchestrator.server.errors import ApiError
+from orchestrator.server.metrics import Metrics
+from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
+from orchestrator.settings import Settings
+from orchestrator.user_errors import Refused, UserError
+
+SessionFactory = Callable[[Settings], Session]
+
+#: How many finished runs the worker remembers (status, error) for GET /runs/{id}.
+KEEP_FINISHED = 200
+#: How many progress events per run the worker keeps for followers.
+KEEP_EVENTS = 200
+#: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
+IDENTITY_KEY = "runbook_identity"
+
+
+@dataclass
+class ActiveRun:
+    """What this server knows about a run it executes (or executed) beyond the journal."""
+
+    run_id: str
+    host: str
+    status: str = "starting"  # starting, running, finished, failed, refused, fenced, cancelled
+    error: str | None = None
+    outcome: str | None = None
+    step: str | None = None
+    waiting: str | None = None
+    task: asyncio.Task[Any] | None = None
+    seq: int = 0
+    events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("starting", "running")
+
+    def add_event(self, kind: str, fields: dict[str, Any]) -> None:
+        self.seq += 1
+        self.events.append({"seq": self.seq, "event": kind, "at": time.time(), **fields})
+
+    def view(self, events_after: int = 0) -> dict[str, Any]:
+        return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
+                "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after]}
+
+
+class ServerProgress:
+    """The executor's progress hooks, turned into the worker's run view and into metrics."""
+
+    def __init__(self, worker: Worker, active: ActiveRun, table: Table) -> None:
+        self.worker = worker
+        self.active = active
+        self.table = table
+        self.step_state: str | None = None
+        self.step_t0 = 0.0
+
+    def event(self, kind: str, /, **fields: Any) -> None:
+        # `kind` is positional-only, so no field an event carries can collide with it.
+        try:
+            self._event(kind, fields)
+        except Exception as exc:  # noqa: BLE001 - watching a run must never break it
+            self.worker.log.warning("progress_hook_failed", run_id=self.active.run_id, error=f"{type(exc).__name__}: {exc}")
+
+    def _event(self, kind: str, fields: dict[str, Any]) -> None:
+        now = self.worker.clock_now()
+        if kind == "step_started":
+            self.step_state, self.step_t0 = fields.get("state"), now
+            self.active.step, self.active.waiting = fields.get("state"), None
+        elif kind == "waiting":
+            self.active.waiting = fields.get("gate")
+        elif kind == "transition":
+            state = fields.get("state")
+            if state is not None and state == self.step_state:
+                node = self.table.nodes.get(state)
+                step_kind = node.step.kind if node is not None and node.step is not None else "none"
+                self.worker.metrics.gate_wait.labels(kind=step_kind).observe(max(0.0, now - self.step_t0))
+            self.step_state = None
+            self.active.waiting = None
+            self.worker.count_effects_soon(self.active.run_id)
+        # JSON-safe and scrubbed again (the executor already hands over redacted text only)
+        self.active.add_event(kind, self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str))))
+
+
+@dataclass
+class _Prepared:
+    run: RunRecord
+    rb: Runbook
+    table: Table
+    yes: bool
+    soak: float | None
+    took_over: str | None
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    return anyio.to_thread.run_sync(fn, *args)
+
+
+class Worker:
+    """Runs submissions as asyncio tasks; owns the Session (journal) they share."""
+
+    def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any, *,
+                 metrics_max_age: float = 10.0) -> None:
+        self.settings = settings
+        self._factory = factory
+        self._session: Session | None = None
+        self._session_lock = threading.Lock()
+        self.redactor = redactor
+        self.log = log
+        self.runs: collections.OrderedDict[str, ActiveRun] = collections.OrderedDict()
+        self._seen_effects: dict[str, set[int]] = {}
+        self._effects_lock = threading.Lock()
+        self._submit_lock: asyncio.Lock | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self.metrics = Metrics(self.active_count, self.run_counts, max_age=metrics_max_age,
+                               on_error=lambda exc: self.log.warning("metrics_journal_unreadable",
+                                                                     error=f"{type(exc).__name__}"))
+        self._closed = False
+
+    # -- session
+
+    @property
+    def session(self) -> Session:
+        if self._closed:
+            raise ApiError(503, "the server is shutting down", ExitCode.UNEXPECTED)
+        if self._session is None:
+            with self._session_lock:
+                if self._session is None:
+                    session = self._factory(self.settings)
+                    # The server's answers hide what the runs' redactor learns (env-map values),
+                    # and the runs' logs hide the server's own secrets.
+                    self.redactor.add(*session.settings.tokens())
+                    self.redactor.attach(session.redactor)
+                    session.redactor.add(*self.redactor.own_secrets)
+                    self._session = session
+        return self._session
+
+    def clock_now(self) -> float:
+        return self.session.clock.monotonic()
+
+    def active_count(self) -> int:
+        return sum(1 for r in list(self.runs.values()) if r.active)
+
+    # -- submissions
+
+    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody) -> ActiveRun:
+        if self._submit_lock is None:
+            self._submit_lock = asyncio.Lock()
+        async with self._submit_lock:
+            prepared = await _in_thread(self._prepare, body)
+            return self._launch(prepared)
+
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody) -> _Prepared:
+        """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
+        s = self.session
+        yes, soak, pinned = False, None, None
+        if isinstance(body, RolloutBody):
+            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
+            check_tag(body.tag)
+            s.inventory.host(body.host)
+            self._refuse_if_busy(body.host)
+            checked, digest = load_runbook_checked(body.runbook or DEFAULT_RUNBOOK)
+            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK)
+            new = True
+        elif isinstance(body, RollbackBody):
+            s.inventory.host(body.host)
+            self._refuse_if_busy(body.host)
+            last = s.journal.latest_run(body.host, kind="rollout")
+            name = body.runbook or (last.runbook if last else DEFAULT_RUNBOOK)
+            checked, digest = load_runbook_checked(name)
+            # new_rollback reads the host's action log (async I/O): its own loop in this thread.
+            run, rb, table = asyncio.run(new_rollback(s, body.host, body.replica, name, body.to_tag, body.to_file))
+            new = True
+        else:
+            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
+            run = self._get_run(body.run_id)
+            mine = self.runs.get(run.run_id)
+            if mine is not None and mine.active:
+                raise Refused(f"run {run.run_id} is already running on this server")
+            identity = run.context.get(IDENTITY_KEY) or {}
+            pinned = identity.get("sha256") if isinstance(identity, dict) else None
+            if body.retry:
+                self._refuse_if_busy(run.host)
+                checked, digest = load_runbook_checked(run.runbook, pinned)
+                run, rb, table = retry_run(s, run)
+                new = True
+            else:
+                if run.terminal:
+                    raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
+                                    code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
+                checked, digest = load_runbook_checked(run.runbook, pinned)
+                rb, table, new = checked, table_for(run, checked), False
+        if rb != checked:
+            raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
+        lease, took_over = self._claim(run, new=new)
+        identity = {"name": run.runbook, "sha256": digest}
+        if run.context.get(IDENTITY_KEY) != identity:
+            s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: identity})
+            run = s.journal.get_run(run.run_id)
+        return _Prepared(run, rb, table, yes, soak, took_over)
+
+    def _refuse_if_busy(self, host: str) -> None:
+        """Before journaling a new run: is the host visibly leased (here or by anyone)?"""
+        for r in list(self.runs.values()):
+            if r.host == host and r.active:
+                raise Refused(f"{host} is being rolled by run {r.run_id} on this server: one rollout per host at a time")
+        refuse_if_leased(self.session, host)
+
+    def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
+        """Take the host's lease for the run now, so a busy host is a 409 to the submitter.
+
+        `execute` acquires it again under the same run id and owner (a renewal with a new token).
+        A new run journaled a moment before another runner won the lease is left unstarted.
+        """
+        try:
+            lease, taken = self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl)
+        except LeaseHeld as exc:
+            if exc.holder_run_id == run.run_id:
+                raise Refused(
+                    f"run {run.run_id} is being run by {exc.owner} (lease until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC): "
+                    f"resume it only once that lease has expired"
+                ) from None
+            if new:
+                self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
+            raise Refused(commands.lease_refused(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
+                                                 f"run {run.run_id} was not started")) from None
+        if taken is None:
+            return lease, None
+        return lease, f"took over the expired lease of run {taken.run_id} ({taken.owner})"
+
+    def _launch(self, p: _Prepared) -> ActiveRun:
+        active = ActiveRun(p.run.run_id, p.run.host)
+        progress = ServerProgress(self, active, p.table)
+        if p.took_over:
+            progress.event("note", text=p.took_over)
+        self._remember(active)
+        active.task = asyncio.create_task(self._run(active, progress, p), name=f"run {p.run.run_id}")
+        self.log.info("run_submitted", run_id=p.run.run_id, host=p.run.host, kind=p.run.kind, tag=p.run.tag)
+        return active
+
+    async def _run(self, active: ActiveRun, progress: ServerProgress, p: _Prepared) -> None:
+        run = p.run
+        active.status = "running"
+        try:
+            final = await execute(self.session, run, p.rb, p.table, progress=progress, yes=p.yes, soak=p.soak)
+            active.status, active.outcome = "finished", final.outcome
+            self.log.info("run_finished", run_id=run.run_id, outcome=final.outcome)
+        except asyncio.CancelledError:
+            active.status = "cancelled"
+            active.error = (f"the server stopped while running it; its lease expires within "
+                            f"{int(self.settings.lease_ttl)} s, then `orchestrate resume {run.run_id}` continues it")
+            self.log.warning("run_cancelled", run_id=run.run_id)
+            raise
+        except RunnerFenced as exc:
+            active.status, active.error = "fenced", self.redactor.scrub(f"this server lost the lease and stopped: {exc}")
+            self.log.warning("run_fenced", run_id=run.run_id, error=str(exc))
+        except UserError as exc:  # Refused: execute could not take the lease (another runner won it)
+            active.status, active.error = "refused", self.redactor.scrub(str(exc))
+            self.log.warning("run_refused", run_id=run.run_id, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - one failing run must not take the server down
+            active.status = "failed"
+            active.error = self.redactor.scrub(
+                f"{type(exc).__name__}: {exc}; the run is left as it is: `orchestrate resume {run.run_id}`"
+            )
+            self.log.error("run_failed", run_id=run.run_id, exc_info=exc)
+        finally:
+            active.waiting = None
+            self.metrics.snapshot.invalidate()
+            if not self._closed:
+                with contextlib.suppress(Exception):
+                    await _in_thread(self.count_effects, run.run_id)
+
+    def _remember(self, active: ActiveRun) -> None:
+        self.runs[active.run_id] = active
+        self.runs.move_to_end(active.run_id)
+        finished = [k for k, r in self.runs.items() if not r.active]
+        for k in finished[: max(0, len(finished) - KEEP_FINISHED)]:
+            del self.runs[k]
+            with self._effects_lock:
+                self._seen_effects.pop(k, None)
+
+    # -- effects counting (off the event loop)
+
+    def count_effects_soon(self, run_id: str) -> None:
+        """From a progress hook (on the loop): count the run's new effects in a thread."""
+        task = asyncio.get_running_loop().create_task(_in_thread(self._count_quietly, run_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _count_quietly(self, run_id: str) -> None:
+        with contextlib.suppress(Exception):
+            self.count_effects(run_id)
+
+    def count_effects(self, run_id: str) -> None:
+        """Count each effect of the run once, when its outcome is journaled."""
+        effects = self.session.journal.effects(run_id)
+        with self._effects_lock:
+            seen = self._seen_effects.setdefault(run_id, set())
+            for eff in effects:
+                if eff.outcome is not None and eff.effect_id not in seen:
+                    seen.add(eff.effect_id)
+                    status = str(eff.outcome.get("status") or "recorded")
+                    self.metrics.effects.labels(kind=eff.kind, outcome=status).inc()
+
+    # -- reads (call these in a thread)
+
+    def _get_run(self, run_id: str) -> RunRecord:
+        try:
+            return self.session.journal.get_run(run_id)
+        except RunNotFound:
+            raise ApiError(404, f"no run {run_id!r} in the journal", ExitCode.BAD_INPUT) from None
+
+    def run_counts(self) -> dict[str, int]:
+        journal = self.session.journal
+        census = getattr(journal, "run_census", None)
+        if census is not None:
+            counts, unfinished = census()
+        else:  # a journal without the census query (test doubles)
+            counts, unfinished = collections.Counter(), []
+            for run in journal.list_runs(limit=1_000_000):
+                if run.terminal:
+                    counts[run.outcome or "HALTED"] += 1
+                else:
+                    unfinished.append((run.run_id, run.host))
+        counts = collections.Counter(counts)
+        leases: dict[str, Any] = {}
+        for run_id, host in unfinished:
+            if host not in leases:
+                leases[host] = journal.current_lease(host)
+            lease = leases[host]
+            counts["RUNNING" if lease is not None and lease.run_id == run_id else "INTERRUPTED"] += 1
+        return dict(counts)
+
+    def healthy(self) -> bool:
+        try:
+            self.session.journal.list_runs(limit=1)
+        except Exception as exc:  # noqa: BLE001 - health answers, it does not raise
+            self.log.warning("health_check_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+            return False
+        return True
+
+    def list_runs(self, host: str | None, limit: int) -> list[dict[str, Any]]:
+        runs = self.session.journal.list_runs(host=host, limit=limit)
+        return [{**context_summary(r), "terminal": r.terminal,
+                 "worker_status": self.runs[r.run_id].status if r.run_id in self.runs else None} for r in runs]
+
+    def run_detail(self, run_id: str, *, events_after: int = 0) -> dict[str, Any]:
+        journal = self.session.journal
+        run = self._get_run(run_id)
+        lease = journal.current_lease(run.host)
+        mine = self.runs.get(run_id)
+        return {
+            **context_summary(run),
+            "terminal": run.terminal,
+            "failure": run.context.get("failure"),
+            IDENTITY_KEY: run.context.get(IDENTITY_KEY),
+            "abort_requested": journal.abort_requested(run_id),
+            "approvals": sorted(journal.approvals(run_id)),
+            "lease": None if lease is None or lease.run_id != run_id else {
+                "owner": lease.owner, "token": lease.token, "expires_at": lease.expires_at.isoformat()},
+            "transitions": [
+                {"seq": t.seq, "from": t.from_state, "event": t.event, "to": t.to_state, "at": t.at.isoformat(),
+                 "note": t.note}
+                for t in journal.transitions(run_id)
+            ],
+            "effects": [
+                {"effect_id": e.effect_id, "step": e.step, "kind": e.kind, "mutating": e.mutating,
+                 "request": e.request, "intent_at": e.intent_at.isoformat(), "outcome": e.outcome,
+                 "outcome_at": e.outcome_at.isoformat() if e.outcome_at else None}
+                for e in journal.effects(run_id)
+            ],
+            "worker": mine.view(events_after) if mine is not None else None,
+        }
+
+    def _gates(self, run: RunRecord) -> set[str]:
+        """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
+        identity = run.context.get(IDENTITY_KEY) or {}
+        pinned = identity.get("sha256") if isinstance(identity, dict) else None
+        return commands.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
+
+    def approve(self, run_id: str, gate: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        commands.approve(self.session.journal, run, gate, by, gates=None if run.terminal else self._gates(run))
+        self.log.info("approved", run_id=run.run_id, gate=gate, by=by)
+        return {"run_id": run.run_id, "gate": gate, "approved_by": by}
+
+    def abort(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        result = commands.abort(self.session.journal, run, by)
+        self.log.info("abort_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, "abort_requested": True, "runner": result.runner, "message": result.message}
+
+    # -- lifecycle
+
+    async def shutdown(self) -> None:
+        """Cancel running tasks (their leases expire; any server or CLI can resume), close the journal."""
+        tasks = [r.task for r in self.runs.values() if r.task is not None and not r.task.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        self._closed = True
+        with self._session_lock:
+            if self._session is not None:
+                self._session.close()
+                self._session = None
