@@ -113,7 +113,85 @@ class SoakSpec(_Strict):
     _d = field_validator("duration", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
-StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak"]
+class GaugeBound(_Strict):
+    """A gauge every sample of which must lie within [min, max]; with `within`, polled until it
+    does (a drain: running requests down to 0) and failed when the time runs out."""
+
+    name: str = Field(min_length=1)
+    min: float | None = None
+    max: float | None = None
+    within: float | None = None
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: None if v is None else _seconds(v)))
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "GaugeBound":
+        if self.min is None and self.max is None:
+            raise ValueError(f"gauge {self.name!r} needs min or max (a bound that bounds nothing is a typo)")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"gauge {self.name!r}: min is above max")
+        return self
+
+
+class MetricsSpec(_Strict):
+    """Prometheus evidence read from one engine through the soak relay's `/metrics`."""
+
+    relay: RelaySpec
+    #: Counters that must rise across a follow-up whose prefix left the device pool (host-restore
+    #: evidence): the gate sends a prompt, `evict` unrelated prompts, reads the counters, sends the
+    #: prompt again and reads them again. Empty: no follow-up is sent.
+    increase: list[str] = Field(default_factory=list)
+    #: How many unrelated prompts push the first one out of the device pool. A runbook setting: how
+    #: many it takes depends on the engine's device pool (the simulator's holds 4 prompts).
+    evict: int = Field(default=6, ge=1, le=200)
+    gauges: list[GaugeBound] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _something(self) -> "MetricsSpec":
+        if not self.increase and not self.gauges:
+            raise ValueError("a metrics gate needs increase: or gauges: (it would check nothing)")
+        return self
+
+
+class LabelsSpec(_Strict):
+    """An engine's telemetry carries the values its replica declares (`replica_values`)."""
+
+    service: str = Field(min_length=1)
+    replica: str = Field(min_length=1)
+    #: keys that must appear as `key:value` tags in the container's `com.datadoghq.ad.logs` label
+    log_tags: list[str] = Field(default_factory=list)
+    #: keys that must appear as `nearai.otel.<key>=value` labels on the container
+    otel_labels: list[str] = Field(default_factory=list)
+    #: keys every sample of `metric` read through the relay must carry as labels
+    metric_labels: list[str] = Field(default_factory=list)
+    metric: str = "sglang:num_requests_total"
+    relay: RelaySpec | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "LabelsSpec":
+        if not (self.log_tags or self.otel_labels or self.metric_labels):
+            raise ValueError("a labels gate needs log_tags:, otel_labels: or metric_labels: (it would check nothing)")
+        if self.metric_labels and self.relay is None:
+            raise ValueError("metric_labels: needs relay: (the metrics are read through the soak relay)")
+        return self
+
+
+class OneShotSpec(_Strict):
+    """Wait for a one-shot container (started by the preceding up) to finish: exit 0 and, if set,
+    a last line / a JSON event that says it passed. Its output is kept in the run log."""
+
+    service: str = Field(min_length=1)
+    timeout: float
+    #: the last non-empty line must contain this text (exactly as the container prints it)
+    last_line: str | None = None
+    #: or: a JSON line whose `event` is this and whose `ok` is true
+    ok_event: str | None = None
+
+    _d = field_validator("timeout", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+
+STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot")
+StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot"]
 
 
 class Step(_Strict):
@@ -127,13 +205,16 @@ class Step(_Strict):
     relay: RelaySpec | None = None
     verify: VerifySpec | None = None
     soak: SoakSpec | None = None
+    metrics: MetricsSpec | None = None
+    labels: LabelsSpec | None = None
+    oneshot: OneShotSpec | None = None
     plan: PlanSpec | None = None
 
     @model_validator(mode="after")
     def _one_thing(self) -> "Step":
-        kinds = [k for k in ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak") if getattr(self, k) is not None]
+        kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"step {self.id!r} must do exactly one of check/down/dry_run/up/logs/relay/verify/soak, not {kinds or 'none'}")
+            raise ValueError(f"step {self.id!r} must do exactly one of {'/'.join(STEP_KINDS)}, not {kinds or 'none'}")
         if self.dry_run is not None and self.plan is None:
             raise ValueError(f"step {self.id!r}: a dry_run needs a plan: gate")
         if self.plan is not None and self.dry_run is None:
@@ -142,7 +223,7 @@ class Step(_Strict):
 
     @property
     def kind(self) -> StepKind:
-        for k in ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak"):
+        for k in STEP_KINDS:
             if getattr(self, k) is not None:
                 return k  # type: ignore[return-value]
         raise AssertionError("validated above")
@@ -243,6 +324,9 @@ class Runbook(_Strict):
     replicas: dict[str, list[str]] = Field(default_factory=dict)
     #: The host states the runbook recognises (before / part-way / at target), checked in order.
     host_states: list[HostState] = Field(default_factory=list)
+    #: Per-replica values (telemetry the new file declares for each replica): replica -> key -> value.
+    #: A labels gate checks the keys it names against its replica's values here.
+    replica_values: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @field_validator("file")
     @classmethod
@@ -272,6 +356,15 @@ class Runbook(_Strict):
         for i, hs in enumerate(self.host_states):
             if hs.action not in ("start", "done") and hs.action not in names:
                 raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
+        for lists_where, steps in self._named_step_lists():
+            for i, st in enumerate(steps):
+                if st.labels is not None:
+                    vals = self.replica_values.get(st.labels.replica)
+                    if vals is None:
+                        raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): labels.replica {st.labels.replica!r} has no replica_values entry")
+                    for key in [*st.labels.log_tags, *st.labels.otel_labels, *st.labels.metric_labels]:
+                        if key not in vals:
+                            raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): replica_values.{st.labels.replica} has no {key!r}")
         seen_engines: set[str] = set()
         for replica, engines in self.replicas.items():
             if not engines:
@@ -321,6 +414,15 @@ class Runbook(_Strict):
                         seen.append(svc)
         return seen
 
+    def _named_step_lists(self) -> list[tuple[str, list[Step]]]:
+        out = [("preflight", self.preflight)]
+        for ph in self.phases:
+            out.append((f"phases.{ph.name}", ph.steps))
+            if ph.rollback:
+                out.append((f"phases.{ph.name}.rollback", ph.rollback.steps))
+        out += [(f"full_rollback.{ph.name}", ph.steps) for ph in self.full_rollback]
+        return out
+
     def step_lists(self) -> list[list[Step]]:
         """Every list of steps: preflight, each phase and its rollback, the whole-host rollback."""
         lists = [self.preflight]
@@ -337,6 +439,7 @@ def _check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = Tru
     ids: set[str] = set()
     last_dry_run: Step | None = None
     selected_available = False
+    started: set[str] = set()
     for i, s in enumerate(steps):
         if s.id in ids:
             raise ValueError(f"{where}.steps[{i}]: step id {s.id!r} is used twice")
@@ -348,7 +451,12 @@ def _check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = Tru
             last_dry_run = s
             if s.plan is not None and s.plan.select_changed:
                 selected_available = True
+        elif s.oneshot is not None and s.oneshot.service not in started:
+            raise ValueError(f"{where}.steps[{i}] ({s.id}): oneshot waits for {s.oneshot.service!r}, which no earlier up in "
+                             f"this list starts")
         elif s.up is not None:
+            if isinstance(s.up.services, list):
+                started.update(s.up.services)
             if last_dry_run is None or last_dry_run.dry_run is None or last_dry_run.dry_run.key() != s.up.key():
                 raise ValueError(
                     f"{where}.steps[{i}] ({s.id}): an up must be preceded by a dry_run of the same request "
