@@ -139,6 +139,7 @@ def test_abort_during_r1_cold_start_cannot_stop_r2_without_a_serving_r1():
     while m.state != "r1.cold-start":
         m.send(Event.OK)
     assert m.send(Event.ABORT) == "rollback-r2.perception-stop"
+    assert m.send(Event.OK) == "rollback-r2.relay-stop"
     m.send(Event.OK)
     step = T.nodes[m.state].step
     assert m.state == "rollback-r2.stop-new"
