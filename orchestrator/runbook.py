@@ -91,8 +91,89 @@ class PlanSpec(_Strict):
 
 class LogsSpec(_Strict):
     service: str
-    #: Check rank_budget_bytes on every rank against the runbook budget.
-    budget: bool
+    #: Check rank_budget_bytes on every rank against the runbook budget (needs a `budget:` block).
+    budget: bool = False
+
+
+class LogValue(_Strict):
+    """A number a log line carries (the first group of `pattern`) and its tolerance: within
+    [min, max], or `equals` +/- `tolerance` (absolute). Every matching line must hold."""
+
+    pattern: str = Field(min_length=1)
+    min: float | None = None
+    max: float | None = None
+    equals: float | None = None
+    tolerance: float = Field(default=0.0, ge=0)
+    #: at least this many lines must match (e.g. one per rank)
+    at_least: int = Field(default=1, ge=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _one_group(cls, v: str) -> str:
+        import re
+        try:
+            rx = re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"pattern {v!r} is not a regular expression: {exc}") from None
+        if rx.groups != 1:
+            raise ValueError(f"pattern {v!r} needs exactly one group (the number)")
+        return v
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "LogValue":
+        if self.min is None and self.max is None and self.equals is None:
+            raise ValueError(f"log value {self.pattern!r} needs min, max or equals")
+        return self
+
+
+class MarkersSpec(_Strict):
+    """A per-service log gate over the service's whole log since its container started: named
+    markers (`log_markers:` of the runbook) that must / must not appear, and numeric values with
+    tolerances. A marker whose text the runbook leaves null is unknown: it is reported as not
+    checked, never guessed."""
+
+    service: str = Field(min_length=1)
+    require: list[str] = Field(default_factory=list)
+    forbid: list[str] = Field(default_factory=list)
+    values: list[LogValue] = Field(default_factory=list)
+
+
+class PresenceSpec(_Strict):
+    """Domain roles on both model-proxy peers: the host listed healthy under `listed` and absent
+    from `absent` (roles of `domains:`), polled until true or `within` runs out. A drain is
+    `absent: [base]`: the host withdrawn from a domain on both peers."""
+
+    listed: list[str] = Field(default_factory=list)
+    absent: list[str] = Field(default_factory=list)
+    within: float
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+    @model_validator(mode="after")
+    def _roles(self) -> "PresenceSpec":
+        if not self.listed and not self.absent:
+            raise ValueError("presence needs listed: or absent:")
+        if set(self.listed) & set(self.absent):
+            raise ValueError("a domain role cannot be both listed and absent")
+        return self
+
+
+class CaptureSpec(_Strict):
+    """Keep services' logs in the run log (before a stop removes the container and its log)."""
+
+    services: list[str] = Field(min_length=1)
+    tail: int = Field(default=2000, gt=0, le=20000)
+
+
+class Prerequisite(_Strict):
+    """Another host's run that must be in the journal: its latest rollout of `runbook` ended
+    DONE (its soak passed) at least `soaked` ago. Overridden only by name (`prerequisite:<host>`)."""
+
+    host: str = Field(min_length=1)
+    runbook: str = Field(min_length=1)
+    soaked: float = 0.0
+
+    _d = field_validator("soaked", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
 class RelaySpec(_Strict):
@@ -190,14 +271,16 @@ class OneShotSpec(_Strict):
     _d = field_validator("timeout", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
-STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot")
-StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot"]
+STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
+              "markers", "presence", "capture")
+StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
+                   "markers", "presence", "capture"]
 
 
 class Step(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     say: str = Field(min_length=1)
-    check: Literal["env_map", "budget", "host_state", "before_state"] | None = None
+    check: Literal["env_map", "budget", "host_state", "before_state", "prerequisites"] | None = None
     down: ComposeSpec | None = None
     dry_run: ComposeSpec | None = None
     up: ComposeSpec | None = None
@@ -208,6 +291,9 @@ class Step(_Strict):
     metrics: MetricsSpec | None = None
     labels: LabelsSpec | None = None
     oneshot: OneShotSpec | None = None
+    markers: MarkersSpec | None = None
+    presence: PresenceSpec | None = None
+    capture: CaptureSpec | None = None
     plan: PlanSpec | None = None
 
     @model_validator(mode="after")
@@ -313,7 +399,9 @@ class Runbook(_Strict):
     file: str
     model: str
     domains: Domains
-    budget: Budget
+    #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
+    #: `logs: {budget: true}` need it.
+    budget: Budget | None = None
     timeouts: Timeouts
     log_gates: LogGates
     preflight: list[Step]
@@ -327,6 +415,11 @@ class Runbook(_Strict):
     #: Per-replica values (telemetry the new file declares for each replica): replica -> key -> value.
     #: A labels gate checks the keys it names against its replica's values here.
     replica_values: dict[str, dict[str, str]] = Field(default_factory=dict)
+    #: Named log markers for `markers:` gates. null = the exact line is not known (say so in a
+    #: comment); the gate then reports the marker as not checked instead of inventing a string.
+    log_markers: dict[str, str | None] = Field(default_factory=dict)
+    #: Other hosts' runs that must be DONE and soaked first (`check: prerequisites`, fleet runs).
+    prerequisites: list[Prerequisite] = Field(default_factory=list)
 
     @field_validator("file")
     @classmethod
@@ -358,6 +451,19 @@ class Runbook(_Strict):
                 raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
+                here = f"{lists_where}.steps[{i}] ({st.id})"
+                if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
+                    raise ValueError(f"{here}: a budget check needs the runbook's budget: block")
+                if st.check == "prerequisites" and not self.prerequisites:
+                    raise ValueError(f"{here}: check: prerequisites needs a prerequisites: list")
+                if st.markers is not None:
+                    for name in [*st.markers.require, *st.markers.forbid]:
+                        if name not in self.log_markers:
+                            raise ValueError(f"{here}: marker {name!r} is not in log_markers")
+                if st.presence is not None:
+                    for role in [*st.presence.listed, *st.presence.absent]:
+                        if role not in Domains.model_fields:
+                            raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(Domains.model_fields)}")
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:
