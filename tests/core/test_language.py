@@ -78,3 +78,17 @@ def test_loader_refuses_bad_language_fields(mutate, needle):
     with pytest.raises(UserError) as exc:
         parse_runbook(_mutated(mutate), source="t.yaml")
     assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_base_tier_runbook_loads_with_unknown_markers_left_null():
+    from orchestrator.runbook import load_runbook
+
+    rb = load_runbook("base-glm53-w4afp8")
+    assert rb.budget is None and rb.hosts == ["gpu03", "gpu04", "gpu23"]
+    assert rb.log_markers["w4afp8_loader"] is None and rb.log_markers["marlin_fallback"] is None
+    assert rb.prerequisites[0].host == "gpu02"
+    switch = rb.phase("switch")
+    ids = [s.id for s in switch.steps]
+    # the drain precedes the stop of both FP8 engines, which precedes any up of the W4AFP8 file
+    assert ids.index("drained") < ids.index("stop-fp8") < ids.index("apply")
+    assert switch.rollback.steps[[s.id for s in switch.rollback.steps].index("stop-new")].down.file == "new"
