@@ -32,7 +32,7 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
                 named += [x for x in c.services if x not in named]
             if s.logs is not None and s.logs.budget and s.logs.service not in named:
                 named.append(s.logs.service)
-    named += [e for e in rb.budget.engines if e not in named]
+    named += [e for e in (rb.budget.engines if rb.budget else []) if e not in named]
     missing = [s for s in named if not cf.defined(s)]
     if missing:
         problems.append(f"{path.name} does not define {', '.join(missing)}")
@@ -47,8 +47,8 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
         problems.append("no container_name (dry-run lines would name <project>-<service>-1): " + ", ".join(no_names))
     if not bad_names and not no_names:
         checks.append("container_name equals the service key")
-    want = parse_budget(rb.budget.default)
-    for engine in rb.budget.engines:
+    want = parse_budget(rb.budget.default) if rb.budget else None
+    for engine in rb.budget.engines if rb.budget else []:
         if not cf.defined(engine):
             continue
         svc = cf.services[engine]

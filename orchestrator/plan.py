@@ -159,8 +159,8 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
 def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str | None = None,
                new_file_services: set[str] | None = None) -> Plan:
     b = rb.budget
-    replica = parse_budget(b.default).bytes
-    rank = per_rank_bytes(replica, b.ranks_per_replica)
+    replica = parse_budget(b.default).bytes if b else 0
+    rank = per_rank_bytes(replica, b.ranks_per_replica) if b else 0
     steps: list[PlanStep] = []
     for i, sid in enumerate(table.order, start=1):
         node = table.nodes[sid]
@@ -183,7 +183,8 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
     plan = Plan(
         host=host, tag=tag, runbook=rb.name, title=rb.title, kind=table.kind,
         env_placeholder=f"<env map of {host}, read at run time>",
-        budget=f"{b.variable}={b.default} per replica ({format_gib(replica)}), {b.ranks_per_replica} ranks: rank_budget_bytes={rank}",
+        budget=(f"{b.variable}={b.default} per replica ({format_gib(replica)}), {b.ranks_per_replica} ranks: rank_budget_bytes={rank}"
+                if b else "none (no HiCache host-RAM budget in this runbook)"),
         steps=steps,
     )
     plan.orphan_basis = _orphan_analysis(steps, table, rb, new_file_services)

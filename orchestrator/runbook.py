@@ -94,8 +94,89 @@ class PlanSpec(_Strict):
 
 class LogsSpec(_Strict):
     service: str
-    #: Check rank_budget_bytes on every rank against the runbook budget.
-    budget: bool
+    #: Check rank_budget_bytes on every rank against the runbook budget (needs a `budget:` block).
+    budget: bool = False
+
+
+class LogValue(_Strict):
+    """A number a log line carries (the first group of `pattern`) and its tolerance: within
+    [min, max], or `equals` +/- `tolerance` (absolute). Every matching line must hold."""
+
+    pattern: str = Field(min_length=1)
+    min: float | None = None
+    max: float | None = None
+    equals: float | None = None
+    tolerance: float = Field(default=0.0, ge=0)
+    #: at least this many lines must match (e.g. one per rank)
+    at_least: int = Field(default=1, ge=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _one_group(cls, v: str) -> str:
+        import re
+        try:
+            rx = re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"pattern {v!r} is not a regular expression: {exc}") from None
+        if rx.groups != 1:
+            raise ValueError(f"pattern {v!r} needs exactly one group (the number)")
+        return v
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "LogValue":
+        if self.min is None and self.max is None and self.equals is None:
+            raise ValueError(f"log value {self.pattern!r} needs min, max or equals")
+        return self
+
+
+class MarkersSpec(_Strict):
+    """A per-service log gate over the service's whole log since its container started: named
+    markers (`log_markers:` of the runbook) that must / must not appear, and numeric values with
+    tolerances. A marker whose text the runbook leaves null is unknown: it is reported as not
+    checked, never guessed."""
+
+    service: str = Field(min_length=1)
+    require: list[str] = Field(default_factory=list)
+    forbid: list[str] = Field(default_factory=list)
+    values: list[LogValue] = Field(default_factory=list)
+
+
+class PresenceSpec(_Strict):
+    """Domain roles on both model-proxy peers: the host listed healthy under `listed` and absent
+    from `absent` (roles of `domains:`), polled until true or `within` runs out. A drain is
+    `absent: [base]`: the host withdrawn from a domain on both peers."""
+
+    listed: list[str] = Field(default_factory=list)
+    absent: list[str] = Field(default_factory=list)
+    within: float
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+    @model_validator(mode="after")
+    def _roles(self) -> "PresenceSpec":
+        if not self.listed and not self.absent:
+            raise ValueError("presence needs listed: or absent:")
+        if set(self.listed) & set(self.absent):
+            raise ValueError("a domain role cannot be both listed and absent")
+        return self
+
+
+class CaptureSpec(_Strict):
+    """Keep services' logs in the run log (before a stop removes the container and its log)."""
+
+    services: list[str] = Field(min_length=1)
+    tail: int = Field(default=2000, gt=0, le=20000)
+
+
+class Prerequisite(_Strict):
+    """Another host's run that must be in the journal: its latest rollout of `runbook` ended
+    DONE (its soak passed) at least `soaked` ago. Overridden only by name (`prerequisite:<host>`)."""
+
+    host: str = Field(min_length=1)
+    runbook: str = Field(min_length=1)
+    soaked: float = 0.0
+
+    _d = field_validator("soaked", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
 class RelaySpec(_Strict):
@@ -116,13 +197,93 @@ class SoakSpec(_Strict):
     _d = field_validator("duration", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
-StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak"]
+class GaugeBound(_Strict):
+    """A gauge every sample of which must lie within [min, max]; with `within`, polled until it
+    does (a drain: running requests down to 0) and failed when the time runs out."""
+
+    name: str = Field(min_length=1)
+    min: float | None = None
+    max: float | None = None
+    within: float | None = None
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: None if v is None else _seconds(v)))
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "GaugeBound":
+        if self.min is None and self.max is None:
+            raise ValueError(f"gauge {self.name!r} needs min or max (a bound that bounds nothing is a typo)")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"gauge {self.name!r}: min is above max")
+        return self
+
+
+class MetricsSpec(_Strict):
+    """Prometheus evidence read from one engine through the soak relay's `/metrics`."""
+
+    relay: RelaySpec
+    #: Counters that must rise across a follow-up whose prefix left the device pool (host-restore
+    #: evidence): the gate sends a prompt, `evict` unrelated prompts, reads the counters, sends the
+    #: prompt again and reads them again. Empty: no follow-up is sent.
+    increase: list[str] = Field(default_factory=list)
+    #: How many unrelated prompts push the first one out of the device pool. A runbook setting: how
+    #: many it takes depends on the engine's device pool (the simulator's holds 4 prompts).
+    evict: int = Field(default=6, ge=1, le=200)
+    gauges: list[GaugeBound] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _something(self) -> "MetricsSpec":
+        if not self.increase and not self.gauges:
+            raise ValueError("a metrics gate needs increase: or gauges: (it would check nothing)")
+        return self
+
+
+class LabelsSpec(_Strict):
+    """An engine's telemetry carries the values its replica declares (`replica_values`)."""
+
+    service: str = Field(min_length=1)
+    replica: str = Field(min_length=1)
+    #: keys that must appear as `key:value` tags in the container's `com.datadoghq.ad.logs` label
+    log_tags: list[str] = Field(default_factory=list)
+    #: keys that must appear as `nearai.otel.<key>=value` labels on the container
+    otel_labels: list[str] = Field(default_factory=list)
+    #: keys every sample of `metric` read through the relay must carry as labels
+    metric_labels: list[str] = Field(default_factory=list)
+    metric: str = "sglang:num_requests_total"
+    relay: RelaySpec | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "LabelsSpec":
+        if not (self.log_tags or self.otel_labels or self.metric_labels):
+            raise ValueError("a labels gate needs log_tags:, otel_labels: or metric_labels: (it would check nothing)")
+        if self.metric_labels and self.relay is None:
+            raise ValueError("metric_labels: needs relay: (the metrics are read through the soak relay)")
+        return self
+
+
+class OneShotSpec(_Strict):
+    """Wait for a one-shot container (started by the preceding up) to finish: exit 0 and, if set,
+    a last line / a JSON event that says it passed. Its output is kept in the run log."""
+
+    service: str = Field(min_length=1)
+    timeout: float
+    #: the last non-empty line must contain this text (exactly as the container prints it)
+    last_line: str | None = None
+    #: or: a JSON line whose `event` is this and whose `ok` is true
+    ok_event: str | None = None
+
+    _d = field_validator("timeout", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+
+STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
+              "markers", "presence", "capture")
+StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
+                   "markers", "presence", "capture"]
 
 
 class Step(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     say: str = Field(min_length=1)
-    check: Literal["env_map", "budget", "host_state", "before_state", "tag_age"] | None = None
+    check: Literal["env_map", "budget", "host_state", "before_state", "tag_age", "prerequisites"] | None = None
     down: ComposeSpec | None = None
     dry_run: ComposeSpec | None = None
     up: ComposeSpec | None = None
@@ -130,13 +291,19 @@ class Step(_Strict):
     relay: RelaySpec | None = None
     verify: VerifySpec | None = None
     soak: SoakSpec | None = None
+    metrics: MetricsSpec | None = None
+    labels: LabelsSpec | None = None
+    oneshot: OneShotSpec | None = None
+    markers: MarkersSpec | None = None
+    presence: PresenceSpec | None = None
+    capture: CaptureSpec | None = None
     plan: PlanSpec | None = None
 
     @model_validator(mode="after")
     def _one_thing(self) -> "Step":
-        kinds = [k for k in ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak") if getattr(self, k) is not None]
+        kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"step {self.id!r} must do exactly one of check/down/dry_run/up/logs/relay/verify/soak, not {kinds or 'none'}")
+            raise ValueError(f"step {self.id!r} must do exactly one of {'/'.join(STEP_KINDS)}, not {kinds or 'none'}")
         if self.dry_run is not None and self.plan is None:
             raise ValueError(f"step {self.id!r}: a dry_run needs a plan: gate")
         if self.plan is not None and self.dry_run is None:
@@ -145,7 +312,7 @@ class Step(_Strict):
 
     @property
     def kind(self) -> StepKind:
-        for k in ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak"):
+        for k in STEP_KINDS:
             if getattr(self, k) is not None:
                 return k  # type: ignore[return-value]
         raise AssertionError("validated above")
@@ -235,7 +402,9 @@ class Runbook(_Strict):
     file: str
     model: str
     domains: Domains
-    budget: Budget
+    #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
+    #: `logs: {budget: true}` need it.
+    budget: Budget | None = None
     timeouts: Timeouts
     log_gates: LogGates
     preflight: list[Step]
@@ -249,6 +418,14 @@ class Runbook(_Strict):
     min_tag_age: float = 48 * 3600.0
     #: The host states the runbook recognises (before / part-way / at target), checked in order.
     host_states: list[HostState] = Field(default_factory=list)
+    #: Per-replica values (telemetry the new file declares for each replica): replica -> key -> value.
+    #: A labels gate checks the keys it names against its replica's values here.
+    replica_values: dict[str, dict[str, str]] = Field(default_factory=dict)
+    #: Named log markers for `markers:` gates. null = the exact line is not known (say so in a
+    #: comment); the gate then reports the marker as not checked instead of inventing a string.
+    log_markers: dict[str, str | None] = Field(default_factory=dict)
+    #: Other hosts' runs that must be DONE and soaked first (`check: prerequisites`, fleet runs).
+    prerequisites: list[Prerequisite] = Field(default_factory=list)
 
     _age = field_validator("min_tag_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
@@ -280,6 +457,28 @@ class Runbook(_Strict):
         for i, hs in enumerate(self.host_states):
             if hs.action not in ("start", "done") and hs.action not in names:
                 raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
+        for lists_where, steps in self._named_step_lists():
+            for i, st in enumerate(steps):
+                here = f"{lists_where}.steps[{i}] ({st.id})"
+                if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
+                    raise ValueError(f"{here}: a budget check needs the runbook's budget: block")
+                if st.check == "prerequisites" and not self.prerequisites:
+                    raise ValueError(f"{here}: check: prerequisites needs a prerequisites: list")
+                if st.markers is not None:
+                    for name in [*st.markers.require, *st.markers.forbid]:
+                        if name not in self.log_markers:
+                            raise ValueError(f"{here}: marker {name!r} is not in log_markers")
+                if st.presence is not None:
+                    for role in [*st.presence.listed, *st.presence.absent]:
+                        if role not in Domains.model_fields:
+                            raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(Domains.model_fields)}")
+                if st.labels is not None:
+                    vals = self.replica_values.get(st.labels.replica)
+                    if vals is None:
+                        raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): labels.replica {st.labels.replica!r} has no replica_values entry")
+                    for key in [*st.labels.log_tags, *st.labels.otel_labels, *st.labels.metric_labels]:
+                        if key not in vals:
+                            raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): replica_values.{st.labels.replica} has no {key!r}")
         seen_engines: set[str] = set()
         for replica, engines in self.replicas.items():
             if not engines:
@@ -329,6 +528,15 @@ class Runbook(_Strict):
                         seen.append(svc)
         return seen
 
+    def _named_step_lists(self) -> list[tuple[str, list[Step]]]:
+        out = [("preflight", self.preflight)]
+        for ph in self.phases:
+            out.append((f"phases.{ph.name}", ph.steps))
+            if ph.rollback:
+                out.append((f"phases.{ph.name}.rollback", ph.rollback.steps))
+        out += [(f"full_rollback.{ph.name}", ph.steps) for ph in self.full_rollback]
+        return out
+
     def step_lists(self) -> list[list[Step]]:
         """Every list of steps: preflight, each phase and its rollback, the whole-host rollback."""
         lists = [self.preflight]
@@ -345,6 +553,7 @@ def _check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = Tru
     ids: set[str] = set()
     last_dry_run: Step | None = None
     selected_available = False
+    started: set[str] = set()
     for i, s in enumerate(steps):
         if s.id in ids:
             raise ValueError(f"{where}.steps[{i}]: step id {s.id!r} is used twice")
@@ -356,7 +565,12 @@ def _check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = Tru
             last_dry_run = s
             if s.plan is not None and s.plan.select_changed:
                 selected_available = True
+        elif s.oneshot is not None and s.oneshot.service not in started:
+            raise ValueError(f"{where}.steps[{i}] ({s.id}): oneshot waits for {s.oneshot.service!r}, which no earlier up in "
+                             f"this list starts")
         elif s.up is not None:
+            if isinstance(s.up.services, list):
+                started.update(s.up.services)
             if last_dry_run is None or last_dry_run.dry_run is None or last_dry_run.dry_run.key() != s.up.key():
                 raise ValueError(
                     f"{where}.steps[{i}] ({s.id}): an up must be preceded by a dry_run of the same request "

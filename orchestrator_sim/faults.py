@@ -197,6 +197,30 @@ FAULTS: dict[str, FaultInfo] = {
             "a pre-flight that reads host/cache sees the missing weights and names them",
         ),
         FaultInfo(
+            "host-restore-missing",
+            "replica",
+            "the new engine never restores a prefix from its HiCache host tier: a follow-up whose "
+            "prefix left the device pool is computed again, and sglang:hicache_host_hit_tokens_total "
+            "stays where it was",
+            "the host-restore metrics gate fails after the cache-hit follow-up; " + _ROLLBACK_R2,
+        ),
+        FaultInfo(
+            "labels-wrong",
+            "replica",
+            "the new engine's container carries a stale config_variant (the canary's "
+            "`...-canary-stale`) in its nearai.otel label, its log tags and its metrics' labels",
+            "the telemetry-labels gate fails naming config_variant; " + _ROLLBACK_R2,
+        ),
+        FaultInfo(
+            "perception-fails",
+            "none",
+            "the perception check prints `{\"event\": \"qualification_finished\", \"ok\": false}` "
+            "and exits 1",
+            "the one-shot completion gate fails on the first replica's check; the orchestrator removes "
+            "the perception check and the relay and rolls r2 back as for an engine fault (ROLLED_BACK, "
+            "exit 3), no perception-check container left behind",
+        ),
+        FaultInfo(
             "budget-no-fit",
             "none",
             "the dashboard's env map carries GLM53_HICACHE_RAM_BUDGET=650GiB, which fits once "

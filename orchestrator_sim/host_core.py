@@ -156,6 +156,8 @@ class HostCore:
         if kind == "engine":
             fault = self.faults.engine_fault(sd.slot) if cf.path == TARGET_FILE else None
             c.engine = EngineRun(slot=sd.slot, hicache=sd.is_hicache, fault=fault)
+            if fault == "labels-wrong":
+                c.labels = stale_config_variant(c.labels)
         if kind == "relay":
             c.relay_routes = cf.relay_routes(sd.name)
             token = re.search(r'"Bearer ([^"]+)"', "".join(cf.configs.get(s, "") for s in sd.config_sources))
@@ -367,7 +369,7 @@ class HostCore:
             self._append(c, self._downloader_lines(self._now))
             self._schedule(DOWNLOADER_RUN_S, self._oneshot_exit, c, run, 0)
         elif c.service == "glm53-perception-check":
-            both = all(self._slot_state(s)[0] for s in SLOTS)
+            both = all(self._slot_state(s)[0] for s in SLOTS) and not self.faults.active("perception-fails")
             self._append(c, [json.dumps({"event": "disk", "free_bytes": 412316860416})])
             self._schedule(PERCEPTION_RUN_S, self._perception_done, c, run, both)
         elif c.service == "hf-cleanup":
@@ -563,3 +565,16 @@ class HostCore:
                 for line in c.log[-tail:] if tail > 0 else []:
                     lines.append(f"{c.name:<{width}} | {line}")
             return "\n".join(lines) + ("\n" if lines else "")
+
+
+def stale_config_variant(labels: dict[str, str]) -> dict[str, str]:
+    """The labels-wrong fault: every config_variant (label and log tag) replaced by a stale one."""
+    out = dict(labels)
+    old = out.get("nearai.otel.config_variant")
+    if old:
+        stale = old.split("-", 1)[0] + "-canary-stale"
+        out["nearai.otel.config_variant"] = stale
+        for k, v in out.items():
+            if "config_variant:" in v:
+                out[k] = v.replace(f"config_variant:{old}", f"config_variant:{stale}")
+    return out

@@ -4,6 +4,7 @@ endpoint through proxy-glm53, and the soak relay's per-replica ports."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -70,6 +71,8 @@ class ServingPaths(HostCore):
         lookup = c.engine.cache.match(tokens)
         if self.faults.active("cache-miss"):
             lookup = CacheLookup(0, 0)
+        elif c.engine.fault == "host-restore-missing":  # the host tier never restores: recomputed
+            lookup = CacheLookup(lookup.cached_tokens - lookup.host_hit_tokens, 0)
         c.engine.cache.insert(tokens)
         words = completion_text(prompt, max_tokens, temperature, self.rng)
         k = c.engine.counters
@@ -221,7 +224,11 @@ class ServingPaths(HostCore):
     def _metrics_text(self, c: Container) -> str:
         assert c.engine is not None
         k = c.engine.counters
-        label = f'{{model_name="{SERVED_MODEL}"}}'
+        # The telemetry the file declares for this engine (its log tags), as scrape labels: the
+        # collector attaches them in production; the simulator shows them on the engine's own text.
+        tags = _log_tags(c.labels)
+        extra = "".join(f',{k}="{tags[k]}"' for k in ("precision", "config_variant", "engine_image") if k in tags)
+        label = f'{{model_name="{SERVED_MODEL}"{extra}}}'
         rate = k.cached_tokens / k.prompt_tokens if k.prompt_tokens else 0.0
         rows = [
             ("sglang:num_requests_total", "counter", "Number of requests processed.", k.requests),
@@ -248,3 +255,18 @@ class ServingPaths(HostCore):
         for name, kind, help_text, value in rows:
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
         return "\n".join(out) + "\n"
+
+
+def _log_tags(labels: dict[str, str]) -> dict[str, str]:
+    """`key:value` tags of the container's datadog log label (last one wins)."""
+    try:
+        configs = json.loads(labels.get("com.datadoghq.ad.logs", "") or "[]")
+    except ValueError:
+        return {}
+    out: dict[str, str] = {}
+    for cfg in configs if isinstance(configs, list) else []:
+        for tag in cfg.get("tags", []) if isinstance(cfg, dict) else []:
+            if isinstance(tag, str) and ":" in tag:
+                k, v = tag.split(":", 1)
+                out[k] = v
+    return out

@@ -261,3 +261,16 @@ class SoakRelayClient(_OpenAIEndpoint):
             **self.redactor.scrub_obj(dict(base_url=self.base_url, model=model, ok=ok, health_ok=health_ok, reason=result.reason)),
         )
         return result
+
+    async def metrics_text(self) -> str:
+        """GET /metrics through the relay: the engine's Prometheus text, unparsed (the caller parses
+        it with prometheus_client's parser). Raises the client's errors like every other route."""
+        response = await self._call("GET", "/metrics", want_json=False)
+        return response.text
+
+    async def prompt(self, model: str, text: str, max_tokens: int = 4) -> Completion:
+        """One deterministic chat completion through the relay (reaches this replica's engine only)."""
+        _validate_model(model)
+        body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+                "temperature": 0, "seed": 0, "stream": False}
+        return parse_completion(await self._call("POST", "/v1/chat/completions", json_body=body), self.system)

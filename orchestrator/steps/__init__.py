@@ -9,6 +9,6 @@ the offline `plan` can read the same table the executor runs. Effects happen onl
 """
 
 from orchestrator.steps.base import HANDLERS, Description, Handler, StepOutcome, handler_for
-from orchestrator.steps import checks, compose, gates  # noqa: F401  (register the handlers)
+from orchestrator.steps import checks, compose, evidence, gates, language, oneshot, telemetry  # noqa: F401  (register the handlers)
 
 __all__ = ["HANDLERS", "Description", "Handler", "StepOutcome", "handler_for"]

@@ -36,8 +36,8 @@ def test_r2_failures_take_the_r2_rollback_to_rolled_back():
         n = T.nodes[sid]
         if n.section == "forward" and n.phase == "r2":
             target = T.next(sid, Event.FAIL)
-            assert target == "r2.rollback.relay-stop"
-    m = Machine(T, "r2.rollback.relay-stop")
+            assert target == "r2.rollback.perception-stop"
+    m = Machine(T, "r2.rollback.perception-stop")
     while not m.terminal:
         m.send(Event.OK)
     assert m.state == ROLLED_BACK
@@ -47,9 +47,9 @@ def test_r1_failures_stop_r1_and_halt_and_abort_goes_whole_host():
     for sid in T.order:
         n = T.nodes[sid]
         if n.section == "forward" and n.phase == "r1":
-            assert T.next(sid, Event.FAIL) == "r1.rollback.relay-stop"
-            assert T.next(sid, Event.ABORT) == "rollback-r2.relay-stop"
-    m = Machine(T, "r1.rollback.relay-stop")
+            assert T.next(sid, Event.FAIL) == "r1.rollback.perception-stop"
+            assert T.next(sid, Event.ABORT) == "rollback-r2.perception-stop"
+    m = Machine(T, "r1.rollback.perception-stop")
     while not m.terminal:
         m.send(Event.OK)
     assert m.state == HALTED
@@ -138,7 +138,8 @@ def test_abort_during_r1_cold_start_cannot_stop_r2_without_a_serving_r1():
     m = Machine(T)
     while m.state != "r1.cold-start":
         m.send(Event.OK)
-    assert m.send(Event.ABORT) == "rollback-r2.relay-stop"
+    assert m.send(Event.ABORT) == "rollback-r2.perception-stop"
+    assert m.send(Event.OK) == "rollback-r2.relay-stop"
     m.send(Event.OK)
     step = T.nodes[m.state].step
     assert m.state == "rollback-r2.stop-new"

@@ -1,0 +1,42 @@
+"""Prerequisites: another host's run in the journal, DONE and soaked. Pure: the caller passes the
+runs it read from the journal and the time now.
+
+Rule: the latest rollout of `runbook` on `host` decides (a later rollback or a failed retry
+supersedes an older DONE); it must have ended DONE at least `soaked` seconds ago (its own soak
+step passed before it could end DONE). An operator overrides one prerequisite only by naming its
+host; an override of a host that is not a prerequisite is refused, so a typo never passes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from orchestrator.durations import format_duration
+from orchestrator.user_errors import UserError
+
+
+def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = ()) -> list[str]:
+    """Why each prerequisite is not met (empty: all met). `runs_of(host)` -> that host's runs,
+    newest first (journal `list_runs`)."""
+    prereqs = list(prereqs)
+    overrides = set(overrides)
+    unknown = overrides - {p.host for p in prereqs}
+    if unknown:
+        raise UserError(f"--override-prerequisite {', '.join(sorted(unknown))}: not a prerequisite of this runbook "
+                        f"(prerequisites: {', '.join(p.host for p in prereqs) or 'none'})")
+    out: list[str] = []
+    for p in prereqs:
+        if p.host in overrides:
+            continue
+        latest = next((r for r in runs_of(p.host) if r.kind == "rollout" and r.runbook == p.runbook), None)
+        if latest is None:
+            out.append(f"{p.host}: no {p.runbook} rollout in the journal")
+        elif latest.outcome != "DONE":
+            out.append(f"{p.host}: its latest {p.runbook} rollout {latest.run_id} is {latest.outcome or 'still running'}, not DONE")
+        else:
+            ended = latest.updated_at if latest.updated_at.tzinfo else latest.updated_at.replace(tzinfo=now.tzinfo)
+            if now - ended < timedelta(seconds=p.soaked):
+                out.append(f"{p.host}: {latest.run_id} ended DONE {format_duration((now - ended).total_seconds())} ago, "
+                           f"less than the {format_duration(p.soaked)} soak")
+    return out

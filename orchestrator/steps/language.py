@@ -1,0 +1,196 @@
+"""Runbook-language gates: per-service log markers with numeric tolerances, domain roles on both
+peers (drain / rejoin), log capture before a stop, prerequisites from the journal.
+
+Rules:
+- markers: the service's log since its container started (a wide window) must hold every
+  `require` marker and no `forbid` marker; a marker the runbook leaves null is unknown and is
+  reported as not checked (never an invented string); each numeric value is checked on every
+  matching line, and at least `at_least` lines must match;
+- presence: on every model-proxy peer the host is listed healthy under each `listed` role's domain
+  and not listed at all under each `absent` role's domain, polled until `within` runs out;
+- capture: the services' last `tail` lines go to the run log (`log_capture`), scrubbed; a service
+  with no log is noted, not failed (capturing must never block a rollback);
+- prerequisites: see `orchestrator.prerequisites`; overridden only by an approval named
+  `prerequisite:<host>` (`orchestrate approve RUN_ID --gate prerequisite:gpu02`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from orchestrator.durations import format_duration
+from orchestrator.machine import Node
+from orchestrator.prerequisites import unmet
+from orchestrator.runbook import LogValue, Runbook, Step
+from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.steps.evidence import error_text
+
+if TYPE_CHECKING:
+    from orchestrator.executor.runtime import Runtime
+
+MARKER_WINDOW = 5000
+
+
+def value_text(v: LogValue) -> str:
+    if v.equals is not None:
+        bound = f"= {v.equals:g}" + (f" +/- {v.tolerance:g}" if v.tolerance else "")
+    else:
+        bound = " and ".join(x for x in (f">= {v.min:g}" if v.min is not None else "", f"<= {v.max:g}" if v.max is not None else "") if x)
+    return f"/{v.pattern}/ {bound} on every line (at least {v.at_least})"
+
+
+def judge_markers(lines: list[str], markers: dict[str, str | None], require: list[str], forbid: list[str],
+                  values: list[LogValue]) -> tuple[list[str], list[str]]:
+    """(problems, not checked) for a service's log lines."""
+    problems: list[str] = []
+    unknown: list[str] = []
+    for name in require:
+        text = markers.get(name)
+        if text is None:
+            unknown.append(name)
+        elif not any(text in ln for ln in lines):
+            problems.append(f"required marker {name} ({text!r}) not in the log")
+    for name in forbid:
+        text = markers.get(name)
+        if text is None:
+            unknown.append(name)
+            continue
+        hit = next((ln for ln in lines if text in ln), None)
+        if hit is not None:
+            problems.append(f"forbidden marker {name}: {hit.strip()[:200]}")
+    for v in values:
+        rx = re.compile(v.pattern)
+        seen = 0
+        for ln in lines:
+            m = rx.search(ln)
+            if not m:
+                continue
+            seen += 1
+            try:
+                x = float(m.group(1))
+            except ValueError:
+                problems.append(f"/{v.pattern}/ matched a non-number {m.group(1)!r}")
+                continue
+            low = v.min if v.equals is None else v.equals - v.tolerance
+            high = v.max if v.equals is None else v.equals + v.tolerance
+            if (low is not None and x < low) or (high is not None and x > high):
+                problems.append(f"{m.group(0)} is outside {value_text(v)}")
+                break
+        if seen < v.at_least:
+            problems.append(f"/{v.pattern}/ matched {seen} line(s), at least {v.at_least} needed")
+    return problems, unknown
+
+
+@register
+class Markers:
+    key = "markers"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        m = step.markers
+        assert m is not None
+        parts = []
+        for verb, names in (("logs", m.require), ("never logs", m.forbid)):
+            if names:
+                parts.append(f"{verb} " + ", ".join(f"{n} ({rb.log_markers[n]!r})" if rb.log_markers.get(n) else
+                                                  f"{n} (NOT CHECKED: marker unknown, set log_markers.{n})" for n in names))
+        parts += [value_text(v) for v in m.values]
+        return Description(f"{m.service} " + "; ".join(parts))
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        m = step.markers
+        assert m is not None
+        try:
+            text = await rt.clients.compose.logs(rt.service_file(m.service), [m.service], MARKER_WINDOW, rt.entry.project)
+        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+            return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
+        lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
+        problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values)
+        if problems:
+            return fail(f"{m.service}: " + rt.scrub("; ".join(problems)))
+        return ok(f"{m.service}: log markers hold" + (f" (not checked, marker unknown: {', '.join(unknown)})" if unknown else ""))
+
+
+@register
+class Presence:
+    key = "presence"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        p = step.presence
+        assert p is not None
+        parts = [f"listed healthy under {getattr(rb.domains, r)}" for r in p.listed]
+        parts += [f"not listed under {getattr(rb.domains, r)}" for r in p.absent]
+        return Description(f"both model-proxy peers: the host {' and '.join(parts)} within {format_duration(p.within)}")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        p = step.presence
+        assert p is not None
+        addr = rt.entry.model_proxy_address
+        deadline = rt.clock.monotonic() + p.within
+        rt.emit("waiting", gate=f"both peers: {addr} " + describe_roles(p.listed, p.absent))
+        while True:
+            problems: list[str] = []
+            try:
+                for peer in rt.clients.peers:
+                    for role in p.listed:
+                        got = await peer.presence(addr, getattr(rt.rb.domains, role))
+                        if not (got.listed and got.healthy):
+                            problems.append(f"{peer.name} does not list {addr} healthy under {getattr(rt.rb.domains, role)}")
+                    for role in p.absent:
+                        got = await peer.presence(addr, getattr(rt.rb.domains, role))
+                        if got.listed:
+                            problems.append(f"{peer.name} still lists {addr} under {getattr(rt.rb.domains, role)}")
+            except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
+                problems.append(rt.scrub(error_text(exc)))
+            if not problems:
+                return ok(f"both peers: {addr} " + describe_roles(p.listed, p.absent))
+            if rt.clock.monotonic() >= deadline:
+                return fail("; ".join(problems))
+            await rt.wait()
+
+
+def describe_roles(listed: list[str], absent: list[str]) -> str:
+    return ", ".join([f"listed under {r}" for r in listed] + [f"absent from {r}" for r in absent])
+
+
+@register
+class Capture:
+    key = "capture"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        c = step.capture
+        assert c is not None
+        return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept in the run log")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        c = step.capture
+        assert c is not None
+        kept = []
+        for svc in c.services:
+            try:
+                text = await rt.clients.compose.logs(rt.service_file(svc), [svc], c.tail, rt.entry.project)
+            except Exception as exc:  # noqa: BLE001 - capturing never blocks what follows
+                rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
+                continue
+            lines = text.splitlines()
+            rt.log.info("log_capture", service=svc, lines=[rt.scrub(ln) for ln in lines])
+            kept.append(f"{svc} ({len(lines)} lines)")
+        return ok("captured " + (", ".join(kept) or "nothing (no log)"))
+
+
+@register
+class Prerequisites:
+    key = "check.prerequisites"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the journal holds, for each of " + "; ".join(
+            f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
+            + " (overridden only by name: approve --gate prerequisite:<host>)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
+        problems = unmet(rt.rb.prerequisites, lambda h: rt.journal.list_runs(h), datetime.now(timezone.utc), overrides)
+        if problems:
+            return fail("prerequisite not met: " + "; ".join(problems))
+        return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))
