@@ -340,15 +340,16 @@ def runs(
 def approve(
     run_id: str = typer.Argument(...),
     gate: str = typer.Option("*", "--gate", help="Which soak/approval state (default: any)"),
+    now: bool = typer.Option(False, "--now", help="Also end the rest of the soak at once (default: the soak runs its full time)"),
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
     server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
-    """End a soak's approval gate for RUN_ID."""
+    """End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."""
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 
-        raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate}, False,
+        raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate, "now": now}, False,
                                 ca=ca(server_ca)))
     from orchestrator import commands
     from orchestrator.runner import Session, owner_id
@@ -357,7 +358,7 @@ def approve(
     try:
         run = _get_run(session, run_id)
         gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
-        out.print(commands.approve(session.journal, run, gate, owner_id(), gates))
+        out.print(commands.approve(session.journal, run, gate, owner_id(), gates, now=now))
     finally:
         session.close()
 

@@ -66,8 +66,12 @@ def _refuse_if_finished(run: RunRecord) -> None:
         raise UserError(f"run {run.run_id} already ended {run.outcome}")
 
 
-def approve(journal: Journal, run: RunRecord, gate: str, by: str, gates: Collection[str] | None = None) -> str:
-    """Journal an approval of `gate` for `run`; returns the line to show. `gates`: the accepted names."""
+def approve(journal: Journal, run: RunRecord, gate: str, by: str, gates: Collection[str] | None = None,
+            *, now: bool = False) -> str:
+    """Journal an approval of `gate` for `run`; returns the line to show. `gates`: the accepted names.
+
+    `now` also ends the rest of that soak (journaled as `<gate>!now`): the operator has seen
+    enough. The soak still watches both replicas until the moment it ends."""
     _refuse_if_finished(run)
     gate = str(gate)
     if not gate or len(gate) > MAX_GATE_LEN:
@@ -75,6 +79,9 @@ def approve(journal: Journal, run: RunRecord, gate: str, by: str, gates: Collect
     if gates is not None and gate not in gates:
         raise UserError(f"gate {gate[:60]!r} is not an approval gate of run {run.run_id}: one of {', '.join(sorted(gates))}")
     journal.approve(run.run_id, gate, by=by)
+    if now:
+        journal.approve(run.run_id, f"{gate}!now", by=by)
+        return f"approved {gate} of {run.run_id} and ended the rest of its soak"
     return f"approved {gate} of {run.run_id}"
 
 

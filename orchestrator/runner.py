@@ -17,7 +17,7 @@ import structlog
 
 from orchestrator.clients.compose_manager import ComposeManagerClient
 from orchestrator.clients.retry import RetryPolicy
-from orchestrator.clock import Clock, RealClock, clock_for
+from orchestrator.clock import Clock, RealClock, ScaledClock, clock_for
 from orchestrator.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
 from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import HostEntry, Inventory, load_inventory
@@ -68,6 +68,10 @@ class Session:
         journal = open_journal(loc, redactor=redactor)
         if clock is None:
             clock = clock_for(inventory.urls())
+        if retry is None and isinstance(clock, ScaledClock):
+            # against the simulator, a retry's deadline on the scaled clock must still leave real
+            # time for a loopback round trip (60 clock-s at 3000x would be 20 ms)
+            retry = RetryPolicy(deadline_s=max(60.0, 2.0 * clock.speed), busy_wait_s=5)
         return cls(settings, inventory, journal, redactor, transport, clock, retry)
 
     def close(self) -> None:
@@ -172,6 +176,19 @@ def refuse_if_leased(session: Session, host: str) -> None:
         )
 
 
+def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
+    """compose-manager 8e07c35 reads `compose/logs` of project `work` whatever is sent: with a
+    non-default project the log gates would read another project and wait out their timeout.
+    Refuse up front, before anything is sent."""
+    entry = session.inventory.host(host)
+    has_log_gates = any(s.logs is not None for steps in rb.step_lists() for s in steps)
+    if entry.project and has_log_gates:
+        raise UserError(
+            f"{host}'s inventory sets project {entry.project!r}, but compose-manager (8e07c35) reads logs of the default "
+            f"project only, so the runbook's log gates could never see the engines: omit project for {host}"
+        )
+
+
 def new_rollout(session: Session, host: str, tag: str, runbook: str,
                 start_phase: str | None = None, *, skip_tag_age_check: bool = False) -> tuple[RunRecord, Runbook, Table]:
     """A rollout run. `start_phase` (from `--continue`, after `place_for_continue`) starts the
@@ -182,6 +199,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     rb = load_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
+    refuse_unreadable_logs(session, host, rb)
     try:
         table = compile_rollout(rb, start_phase)
     except ValueError as exc:
@@ -298,6 +316,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
     rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
+    refuse_unreadable_logs(session, host, rb)
     # the whole-host rollback goes in the runbook's safe order (its full_rollback phases)
     replicas = rb.rollback_replicas(replica)
     if (to_tag is None) != (to_file is None):

@@ -557,6 +557,18 @@ class Runtime:
     def mark_deployed(self, req: ComposeRequest) -> None:
         self.ctx.deployed.update({s: {"tag": req.tag, "file": req.file} for s in req.services})
 
+    async def success_record(self) -> list[Any] | None:
+        """compose-manager's success record (`/version` projects.<p>.current/previous), which it
+        rewrites only after an up's stream ended in success: it shifts exactly when an up succeeded."""
+        try:
+            version = await self.clients.compose.version()
+        except ClientError:
+            return None
+        proj = version.project(self.entry.project) if hasattr(version, "project") else None
+        if proj is None:
+            return None
+        return [_record(proj.current), _record(proj.previous)]
+
     async def _in_flight(self) -> bool | None:
         """compose-manager's own word on whether an operation is still running (None: cannot say)."""
         status = getattr(self.clients.compose, "status", None)
@@ -586,8 +598,14 @@ class Runtime:
                 return "applied"
             in_flight = await self._in_flight()
             if in_flight is False:
-                # compose-manager says nothing runs any more: docker/ps is the final word
+                # compose-manager says nothing runs any more: its success record and docker/ps decide
                 if len(changed) == len(req.services):
+                    return "applied"
+                before, now = baseline.get("record"), await self.success_record()
+                if before is not None and now is not None and now != before and now[0] \
+                        and (now[0].get("tag"), now[0].get("file")) == (req.tag, req.file):
+                    # the record shifted to this request: the up succeeded (a one-shot such as
+                    # model-downloader restarts in place, keeping its container ID)
                     return "applied"
                 if not changed:
                     return "not_applied"
@@ -655,6 +673,12 @@ class Runtime:
 
 class MaskedEnv(Exception):
     """The env map read mid-run holds masked credentials: halt, send nothing."""
+
+
+def _record(rec: Any) -> dict[str, Any] | None:
+    if rec is None:
+        return None
+    return {"tag": getattr(rec, "tag", None), "file": getattr(rec, "file", None), "commit": getattr(rec, "commit", None)}
 
 
 def _snapshot(containers: list[Container]) -> dict[str, tuple[str, str, str]]:

@@ -168,7 +168,7 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = ApproveBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
-    answer = await anyio.to_thread.run_sync(worker.approve, request.path_params["run_id"], body.gate, by)
+    answer = await anyio.to_thread.run_sync(worker.approve, request.path_params["run_id"], body.gate, by, body.now)
     return JSONResponse(answer)
 
 

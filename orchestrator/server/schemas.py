@@ -58,6 +58,8 @@ class ResumeBody(_Body):
 
 class ApproveBody(_Body):
     gate: Annotated[str, Field(min_length=1, max_length=MAX_GATE_LEN)] = "*"
+    #: also end the rest of the soak at once
+    now: bool = False
     #: Shown in the journal in single-token mode; with per-operator tokens the token's name is used.
     by: Who | None = None
 

@@ -428,9 +428,9 @@ class Worker:
         pinned = identity.get("sha256") if isinstance(identity, dict) else None
         return commands.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
 
-    def approve(self, run_id: str, gate: str, by: str) -> dict[str, Any]:
+    def approve(self, run_id: str, gate: str, by: str, now: bool = False) -> dict[str, Any]:
         run = self._get_run(run_id)
-        commands.approve(self.session.journal, run, gate, by, gates=None if run.terminal else self._gates(run))
+        commands.approve(self.session.journal, run, gate, by, gates=None if run.terminal else self._gates(run), now=now)
         self.log.info("approved", run_id=run.run_id, gate=gate, by=by)
         return {"run_id": run.run_id, "gate": gate, "approved_by": by}
 

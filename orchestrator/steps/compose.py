@@ -120,7 +120,7 @@ class Up:
             return self._again(rt, node, "containers changed since the dry run")
         svc = by_service(containers)
         baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
-                    "actions": await rt.action_count()}
+                    "actions": await rt.action_count(), "record": await rt.success_record()}
         outcome = await rt.mutate("compose_up", req, baseline)
         rt.ctx.checked_dry_run = None
         return await self._judge(rt, node, req, outcome)

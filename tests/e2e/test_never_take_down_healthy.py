@@ -124,3 +124,17 @@ def test_rollback_target_ignores_an_aborted_run(e2e_factory):
     assert bad.outcome in ("ABORTED", "DONE"), bad.message
     run, _, _ = asyncio.run(new_rollback(e.session, "gpu02", "all", None, None, None))
     assert run.tag == "v0.0.300"
+
+
+def test_a_non_default_project_is_refused_up_front(e2e_factory):
+    """Issue 13: compose-manager reads logs of project `work` only; a configured project would
+    make every log gate wait out its 50 minutes. Refused before the run exists, nothing sent."""
+    e = e2e_factory()
+    inv = e.session.inventory
+    entry = inv.hosts["gpu02"].model_copy(update={"project": "gpu02stack"})
+    e.session.inventory = inv.model_copy(update={"hosts": {**inv.hosts, "gpu02": entry}})
+    mark = last_seq(e.fleet)
+    with pytest.raises(UserError, match="omit project"):
+        rollout(e)
+    assert [c for c in e.fleet.calls if c.seq > mark] == []
+    assert e.session.journal.list_runs("gpu02") == []
