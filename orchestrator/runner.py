@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -131,9 +132,11 @@ async def execute(
     fenced = False
     try:
         if taken is not None:
-            why = "its process is gone" if holder_gone(taken.owner) else "it had expired"
+            expired = taken.expires_at <= datetime.now(timezone.utc)
+            what = "the expired lease" if expired else "the lease"
+            why = "" if expired else ": its process is gone"
             progress.event("note", clock=session.clock.monotonic(),
-                           text=f"took over the lease of run {taken.run_id} ({describe_owner(taken.owner)}): {why}")
+                           text=f"took over {what} of run {taken.run_id} ({describe_owner(taken.owner)}){why}")
         log_path = open_run_log(session.settings.state_dir, run.run_id, session.redactor)
         progress.event("note", clock=session.clock.monotonic(), text=f"journal: {session.settings.journal_location()}  log: {log_path}")
         clients = build_host_clients(session.settings, session.inventory, entry, session.redactor,
@@ -164,12 +167,15 @@ async def execute(
 
 
 def _release_quietly(session: Session, lease: Any) -> None:
-    """Release on the way out of a run that stopped without finishing; a lease already taken
-    over or released (LeaseLost) is not ours to release."""
+    """Release on the way out of a run that stopped without finishing. A lease already taken over
+    or released (LeaseLost) is not ours; a journal that fails now must not hide why the run
+    stopped (the lease then lapses at its TTL, or at once for a resume on this machine)."""
     try:
         session.journal.release(lease)
     except LeaseLost:
         pass
+    except Exception:  # noqa: BLE001 - the exception on its way out is the one to report
+        structlog.get_logger().warning("lease_release_failed", host=lease.host, run_id=lease.run_id)
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:
