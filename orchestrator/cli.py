@@ -1,10 +1,15 @@
-"""`orchestrate`: the command line. Exit codes: 0 done, 1 unexpected, 2 bad input, 3 rolled back,
-4 halted (a human must act), 5 aborted before any change (or refused)."""
+"""`orchestrate`: the command line. Exit codes: 0 done, 1 unexpected (a bug), 2 bad input or usage,
+3 rolled back, 4 halted (a human must act), 5 aborted before any change (or refused), 130 stopped by
+Ctrl-C (the run continues with `orchestrate resume RUN`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
+import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -22,27 +27,74 @@ from orchestrator.outcome import Outcome
 from orchestrator.plan import build_plan, render_json, render_markdown, render_text
 from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
 from orchestrator.server.cli import serve_app
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, load_settings
 from orchestrator.user_errors import UserError
+
+#: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
+INTERRUPTED_EXIT = 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
-InventoryOpt = typer.Option(None, "--inventory", help="Host inventory YAML (default: $ORCHESTRATOR_INVENTORY or config/hosts.yaml)")
-RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", help="Runbook name (in runbooks/) or path")
-JsonOpt = typer.Option(False, "--json", help="One JSON object per event on stdout, then a final summary")
+
+def _flag(name: str, help: str) -> Any:
+    """A real flag: takes no value, and `--help` shows no `<bool>` that invites `--yes true`."""
+    return typer.Option(False, name, help=help, metavar="")
+
+
+InventoryOpt = typer.Option(
+    None, "--inventory", metavar="PATH",
+    help="Host inventory YAML. Default: $ORCHESTRATOR_INVENTORY, else ./config/hosts.yaml, "
+         "else $XDG_CONFIG_HOME/orchestrator/hosts.yaml (~/.config/orchestrator/hosts.yaml)")
+RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", metavar="NAME|PATH",
+                          help="Runbook: a name shipped in orchestrator/runbooks/, or a path to a runbook YAML")
+RUN_JSON_HELP = ("Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each event "
+                 "(run_started, step_started, waiting, log_line, effect, transition, note, run_finished), "
+                 "then {\"event\": \"summary\", run_id, host, kind, tag, state, outcome, message, ...}")
+JsonOpt = _flag("--json", RUN_JSON_HELP)
 ServerOpt = typer.Option(None, "--server", metavar="URL",
                          help="Send this to the `orchestrate serve` at URL instead of running it here (token: $ORCHESTRATOR_SERVER_TOKEN)")
 ServerCaOpt = typer.Option(None, "--server-ca", metavar="FILE",
                            help="CA certificate that the --server https:// URL must chain to (default: $ORCHESTRATOR_SERVER_CA)")
+HostArg = typer.Argument(..., metavar="HOST", help="Host name from the inventory, e.g. gpu02")
+RunIdArg = typer.Argument(..., metavar="RUN_ID", help="Run id, as `orchestrate runs` lists them (e.g. gpu02-20261130T0812-7f3a)")
+SoakOpt = typer.Option(None, "--soak", metavar="DURATION",
+                       help="Override every soak duration (e.g. 30m, 2h; 0 skips the wait, not the approval)")
+YesOpt = _flag("--yes", "Approve the soaks' manual approval gates without waiting for `orchestrate approve`")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("orchestrator")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            v = "unknown (not installed)"
+        out.print(f"orchestrate {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    _v: bool = typer.Option(False, "--version", help="Print the version and exit", metavar="",
+                            is_eager=True, callback=_version),
+) -> None:
+    pass
 
 
 def _settings(inventory: Optional[Path]) -> Settings:
-    s = Settings()
-    if inventory is not None:
-        s = s.model_copy(update={"inventory": inventory})
-    return s
+    """The environment's settings with --inventory; an invalid variable is one UserError line."""
+    return load_settings().with_inventory(inventory)
+
+
+def _runbook(name: str) -> Any:
+    """Load a runbook before anything else happens (a missing or binary file: one line, exit 2)."""
+    try:
+        return load_runbook(name)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"runbook {name} is not UTF-8 text (byte {exc.start}); pass a runbook YAML") from None
 
 
 class LiveProgress:
@@ -119,17 +171,75 @@ def _run_async(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def _exit_at_once(run: RunRecord, signame: str) -> None:
+    """The second Ctrl-C: no more waiting for a safe point."""
+    err.print(f"orchestrate: second {signame}: exiting at once; run {run.run_id} may have stopped mid-step: "
+              f"`orchestrate resume {run.run_id}` continues it (on this machine its lease is taken over at once)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(INTERRUPTED_EXIT)
+
+
+def _execute(session: Any, run: RunRecord, rb: Any, table: Any, **kwargs: Any) -> RunRecord:
+    """`runner.execute`, stoppable: the first Ctrl-C (or SIGTERM) cancels the run at its next
+    await, where the journal is consistent (its writes are synchronous), `execute` releases the
+    lease, and one line says where the run stopped and how to continue; exit 130. A second
+    Ctrl-C exits at once."""
+    from orchestrator.runner import execute
+
+    stopped_by: list[str] = []
+
+    async def main() -> RunRecord | None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(execute(session, run, rb, table, **kwargs))
+
+        def on_signal(signame: str) -> None:
+            if stopped_by:
+                _exit_at_once(run, signame)
+            stopped_by.append(signame)
+            task.cancel()
+
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal, "Ctrl-C" if sig == signal.SIGINT else sig.name)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / no signals
+                pass
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not stopped_by:
+                raise
+            return None
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    final = asyncio.run(main())
+    if final is not None:
+        return final
+    now = session.journal.get_run(run.run_id)
+    if now.terminal:
+        return now
+    err.print(f"orchestrate: stopped by {stopped_by[0]}: run {now.run_id} ({now.kind} of {now.host}) is at {now.state}, "
+              f"lease released; continue with `orchestrate resume {now.run_id}`")
+    raise typer.Exit(INTERRUPTED_EXIT)
+
+
 @app.command()
 def plan(
-    host: str = typer.Argument(..., help="Host name from the inventory, e.g. gpu02"),
-    tag: str = typer.Option(..., "--tag", help="compose-files tag to roll out, e.g. v0.0.300"),
+    host: str = HostArg,
+    tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out, e.g. v0.0.300"),
     runbook: str = RunbookOpt,
-    fmt: str = typer.Option("text", "--format", help="text | markdown | json"),
-    compose_file: Optional[Path] = typer.Option(None, "--compose-file", help="Check the runbook against this compose file (the new file)"),
-    rollback: Optional[str] = typer.Option(None, "--rollback", help="Plan a standalone rollback instead: r1 | r2 | all"),
+    fmt: str = typer.Option("text", "--format", metavar="text|markdown|json", help="Output format"),
+    compose_file: Optional[Path] = typer.Option(None, "--compose-file", metavar="PATH",
+                                                help="Check the runbook against this compose file (the new file); exit 1 on a mismatch"),
+    rollback: Optional[str] = typer.Option(None, "--rollback", metavar="r1|r2|all", help="Plan a standalone rollback instead"),
     inventory: Optional[Path] = InventoryOpt,
 ) -> None:
-    """Preview every step, request, gate and rollback transition. Offline: never contacts a host."""
+    """Preview every step, request, gate and rollback transition. Offline: never contacts a host.
+    Needs the inventory only to check HOST exists and name its compose project."""
     from orchestrator.compose_check import check_against_compose_file
     from orchestrator.inventory import load_inventory
     from orchestrator.runner import check_tag
@@ -137,10 +247,12 @@ def plan(
     check_tag(tag)
     if fmt not in ("text", "markdown", "json"):
         raise UserError(f"--format {fmt!r} is not one of text, markdown, json")
+    if rollback is not None and rollback not in ("r1", "r2", "all"):
+        raise UserError(f"--rollback {rollback!r} must be r1, r2 or all")
     settings = _settings(inventory)
-    inv = load_inventory(settings.inventory)
+    inv = load_inventory(settings.inventory_path())
     entry = inv.host(host)
-    rb = load_runbook(runbook)
+    rb = _runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}")
     table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback))
@@ -161,19 +273,19 @@ def plan(
 
 @app.command()
 def rollout(
-    host: str = typer.Argument(...),
-    tag: str = typer.Option(..., "--tag"),
+    host: str = HostArg,
+    tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out (v0.0.N), e.g. v0.0.300"),
     runbook: str = RunbookOpt,
-    yes: bool = typer.Option(False, "--yes", help="Approve manual gates non-interactively"),
-    soak: Optional[str] = typer.Option(None, "--soak", help="Override every soak duration (e.g. 30m; 0 skips the wait)"),
+    yes: bool = YesOpt,
+    soak: Optional[str] = SoakOpt,
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
     server_ca: Optional[Path] = ServerCaOpt,
-    continue_: bool = typer.Option(False, "--continue", help="The host is part-way (e.g. r2 moved, r1 not): continue from the "
-                                   "phase its state names, after checking it (read-only) against the runbook's host states"),
-    skip_tag_age_check: bool = typer.Option(False, "--skip-tag-age-check", help="Go on when GitHub cannot be reached to check "
-                                            "that the tag is merged and old enough (journaled in the run)"),
+    continue_: bool = _flag("--continue", "The host is part-way (e.g. r2 moved, r1 not): continue from the phase its state "
+                            "names, after checking it (read-only) against the runbook's host states"),
+    skip_tag_age_check: bool = _flag("--skip-tag-age-check", "Go on when GitHub cannot be reached to check that the tag is "
+                                     "merged and old enough (journaled in the run)"),
 ) -> None:
     """Roll HOST to TAG following the runbook, gate by gate, rolling back at a failed gate."""
     if server:
@@ -182,14 +294,19 @@ def rollout(
         raise typer.Exit(remote(server, server_token(), "rollout",
                                 {"host": host, "tag": tag, "runbook": runbook, "yes": yes, "soak": soak}, as_json,
                                 ca=ca(server_ca)))
-    from orchestrator.runner import Session, execute, new_rollout, place_for_continue
+    from orchestrator.runner import Session, check_tag, new_rollout, place_for_continue
 
+    # every check a user can fail comes before a run exists or a lease is taken
+    check_tag(tag)
     soak_s = parse_soak(soak)
-    session = Session.open(_settings(inventory))
+    settings = _settings(inventory)
+    settings.require_host_tokens("rollout")
+    _runbook(runbook)
+    session = Session.open(settings)
     try:
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
         run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
-        final = _run_async(execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s))
+        final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
@@ -197,11 +314,15 @@ def rollout(
 
 @app.command()
 def rollback(
-    host: str = typer.Argument(...),
-    replica: str = typer.Option("all", "--replica", help="r1 | r2 | all (all: r2 first, one replica serving at every moment)"),
-    to_tag: Optional[str] = typer.Option(None, "--to-tag"),
-    to_file: Optional[str] = typer.Option(None, "--to-file"),
-    runbook: Optional[str] = typer.Option(None, "--runbook"),
+    host: str = HostArg,
+    replica: str = typer.Option("all", "--replica", metavar="all|r2|r1",
+                                help="Which replicas (all: r2 first, one replica serving at every moment)"),
+    to_tag: Optional[str] = typer.Option(None, "--to-tag", metavar="TAG",
+                                         help="Tag to go back to (with --to-file); default: the previous tag the last rollout journaled, else the action log's"),
+    to_file: Optional[str] = typer.Option(None, "--to-file", metavar="FILE",
+                                          help="Compose file (repository path) to go back to (with --to-tag), e.g. prod/GLM-5.3-....yaml"),
+    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
+                                          help="Runbook whose rollback to run (default: the last rollout's runbook)"),
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
@@ -214,12 +335,20 @@ def rollback(
         raise typer.Exit(remote(server, server_token(), "rollback", {"host": host, "replica": replica, "to_tag": to_tag,
                                                                      "to_file": to_file, "runbook": runbook}, as_json,
                                 ca=ca(server_ca)))
-    from orchestrator.runner import Session, execute, new_rollback
+    from orchestrator.runner import Session, check_tag, new_rollback
 
-    session = Session.open(_settings(inventory))
+    if (to_tag is None) != (to_file is None):
+        raise UserError("--to-tag and --to-file go together")
+    if to_tag is not None:
+        check_tag(to_tag)
+    settings = _settings(inventory)
+    settings.require_host_tokens("rollback")
+    if runbook is not None:
+        _runbook(runbook)
+    session = Session.open(settings)
     try:
         run, rb, table = _run_async(new_rollback(session, host, replica, runbook, to_tag, to_file))
-        final = _run_async(execute(session, run, rb, table, progress=_progress(as_json)))
+        final = _execute(session, run, rb, table, progress=_progress(as_json))
     finally:
         session.close()
     _finish(final, as_json)
@@ -227,37 +356,46 @@ def rollback(
 
 @app.command()
 def resume(
-    run_id: str = typer.Argument(...),
-    retry: bool = typer.Option(False, "--retry", help="A halted rollout: start its failed phase again (as a new run)"),
-    yes: bool = typer.Option(False, "--yes"),
-    soak: Optional[str] = typer.Option(None, "--soak"),
+    run_id: str = RunIdArg,
+    retry: bool = _flag("--retry", "A halted rollout: start its failed phase again (as a new run)"),
+    yes: bool = YesOpt,
+    soak: Optional[str] = SoakOpt,
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
     server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
-    """Continue a run after a crash (no mutating call whose outcome is journaled is sent again)."""
+    """Continue a run after a crash or Ctrl-C (no mutating call whose outcome is journaled is sent again)."""
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 
         raise typer.Exit(remote(server, server_token(), "resume",
                                 {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json,
                                 ca=ca(server_ca)))
-    from orchestrator.runner import Session, execute, retry_run, table_for
+    from orchestrator.runner import Session, retry_run, table_for
+    from orchestrator.startup import ReadSession
 
     soak_s = parse_soak(soak)
-    session = Session.open(_settings(inventory))
+    settings = _settings(inventory)
+    reader = ReadSession.open(settings)
+    try:
+        run = _get_run(reader, run_id)
+    finally:
+        reader.close()
+    if run.terminal and not retry:
+        out.print(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}")
+        _finish(run, as_json)
+    settings.require_host_tokens("resume")
+    _runbook(run.runbook)
+    session = Session.open(settings)
     try:
         run = _get_run(session, run_id)
         if retry:
             run, rb, table = retry_run(session, run)
         else:
-            if run.terminal:
-                out.print(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}")
-                _finish(run, as_json)
             rb = load_runbook(run.runbook)
             table = table_for(run, rb)
-        final = _run_async(execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s))
+        final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
@@ -270,37 +408,64 @@ def _get_run(session: Any, run_id: str) -> RunRecord:
         raise UserError(f"no run {run_id!r} in {session.settings.journal_location()}: `orchestrate runs` lists them") from None
 
 
+def _run_view(session: Any, run: RunRecord, tables: dict) -> dict[str, Any]:
+    """The run's summary plus what `status`/`runs` print: its activity and its target tag."""
+    from orchestrator.activity import run_activity, target_tag
+    from orchestrator.runner import context_summary, table_for
+
+    key = (run.runbook, run.kind, tuple(run.context.get("replicas", ())))
+    if key not in tables:
+        try:
+            tables[key] = table_for(run, load_runbook(run.runbook))
+        except (UserError, ValueError):  # a runbook since removed: no approval detection
+            tables[key] = None
+    act = run_activity(run, session.journal, tables[key])
+    return {**context_summary(run), "target_tag": target_tag(run), "activity": act.label, "activity_detail": act.detail}
+
+
 @app.command()
 def status(
-    run_id: Optional[str] = typer.Argument(None),
-    as_json: bool = JsonOpt,
+    run_id: Optional[str] = typer.Argument(None, metavar="[RUN_ID]", help="Run id (default: the newest run)"),
+    as_json: bool = _flag("--json", "Machine output: one JSON object: the run's summary (run_id, host, kind, tag, "
+                                    "target_tag, state, outcome, message, activity, activity_detail, ...), journal, "
+                                    "inventory, transitions [[from, event, to, note], ...] and effects [{step, kind, mutating, status}, ...]"),
     inventory: Optional[Path] = InventoryOpt,
 ) -> None:
-    """Where a run is (default: the newest), its transitions and effects."""
-    from orchestrator.runner import Session, context_summary, table_for
+    """Where a run is (default: the newest): running, interrupted (its runner is gone),
+    waiting for approval, or ended; its steps; which journal and inventory are used."""
+    from orchestrator.runner import table_for
+    from orchestrator.startup import ReadSession
 
-    session = Session.open(_settings(inventory))
+    settings = _settings(inventory)
+    session = ReadSession.open(settings)
     try:
         if run_id is None:
             runs = session.journal.list_runs(limit=1)
             if not runs:
-                raise UserError("no runs journaled yet")
+                raise UserError(f"no runs journaled yet in {settings.journal_location()}")
             run = runs[0]
         else:
             run = _get_run(session, run_id)
         transitions = session.journal.transitions(run.run_id)
         effects = session.journal.effects(run.run_id)
+        view = _run_view(session, run, {})
+        where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
         if as_json:
-            sys.stdout.write(json.dumps({**context_summary(run),
+            sys.stdout.write(json.dumps({**view, **where,
                                          "transitions": [[t.from_state, t.event, t.to_state, t.note] for t in transitions],
                                          "effects": [{"step": e.step, "kind": e.kind, "mutating": e.mutating,
                                                       "status": (e.outcome or {}).get("status")} for e in effects]}, default=str) + "\n")
             return
         rb = load_runbook(run.runbook)
         table = table_for(run, rb)
-        out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {run.tag}: [bold]{run.outcome or run.state}[/bold]")
+        tag = view["target_tag"] or "-"
+        out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {tag}: [bold]{run.outcome or run.state}[/bold]",
+                  markup=True)
+        out.print(f"{view['activity']}: {view['activity_detail']}", markup=False)
         if run.message:
-            out.print(run.message)
+            out.print(run.message, markup=False)
+        out.print(f"journal: {where['journal']}", markup=False)
+        out.print(f"inventory: {where['inventory']}", markup=False)
         visited = {t.from_state: t.event for t in transitions}
         for sid in table.order:
             node = table.nodes[sid]
@@ -317,30 +482,36 @@ def status(
 
 @app.command()
 def runs(
-    host: Optional[str] = typer.Option(None, "--host"),
-    as_json: bool = JsonOpt,
+    host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Only this host's runs"),
+    as_json: bool = _flag("--json", "Machine output: one JSON array of run summaries, newest first (run_id, host, kind, "
+                                    "tag, target_tag, state, outcome, message, activity, activity_detail, created_at, "
+                                    "updated_at, parent_run_id)"),
     inventory: Optional[Path] = InventoryOpt,
 ) -> None:
-    """List runs, newest first."""
-    from orchestrator.runner import Session, context_summary
+    """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
+    tag it goes back to), state or outcome, activity (running, interrupted, waiting for approval, ended)."""
+    from orchestrator.startup import ReadSession
 
-    session = Session.open(_settings(inventory))
+    session = ReadSession.open(_settings(inventory))
     try:
-        items = session.journal.list_runs(host=host, limit=50)
+        tables: dict = {}
+        items = [_run_view(session, r, tables) for r in session.journal.list_runs(host=host, limit=50)]
         if as_json:
-            sys.stdout.write(json.dumps([context_summary(r) for r in items]) + "\n")
+            sys.stdout.write(json.dumps(items) + "\n")
             return
-        for r in items:
-            out.print(f"{r.run_id}  {r.kind:<8} {r.host:<6} {r.tag or '-':<10} {r.outcome or r.state:<28} {r.updated_at:%Y-%m-%d %H:%M}")
+        for v in items:
+            updated = v["updated_at"][:16].replace("T", " ")
+            out.print(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
+                      f"{v['outcome'] or v['state']:<28} {v['activity']:<20} {updated}", markup=False)
     finally:
         session.close()
 
 
 @app.command()
 def approve(
-    run_id: str = typer.Argument(...),
-    gate: str = typer.Option("*", "--gate", help="Which soak/approval state (default: any)"),
-    now: bool = typer.Option(False, "--now", help="Also end the rest of the soak at once (default: the soak runs its full time)"),
+    run_id: str = RunIdArg,
+    gate: str = typer.Option("*", "--gate", metavar="STATE", help="Which soak/approval state, e.g. r2.soak (default: any)"),
+    now: bool = _flag("--now", "Also end the rest of the soak at once (default: the soak runs its full time)"),
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
     server_ca: Optional[Path] = ServerCaOpt,
@@ -352,9 +523,10 @@ def approve(
         raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate, "now": now}, False,
                                 ca=ca(server_ca)))
     from orchestrator import commands
-    from orchestrator.runner import Session, owner_id
+    from orchestrator.runner import owner_id
+    from orchestrator.startup import ReadSession
 
-    session = Session.open(_settings(inventory))
+    session = ReadSession.open(_settings(inventory))
     try:
         run = _get_run(session, run_id)
         gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
@@ -365,7 +537,7 @@ def approve(
 
 @app.command()
 def abort(
-    run_id: str = typer.Argument(...),
+    run_id: str = RunIdArg,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
     server_ca: Optional[Path] = ServerCaOpt,
@@ -376,9 +548,10 @@ def abort(
 
         raise typer.Exit(remote(server, server_token(), "abort", {"run_id": run_id}, False, ca=ca(server_ca)))
     from orchestrator import commands
-    from orchestrator.runner import Session, owner_id
+    from orchestrator.runner import owner_id
+    from orchestrator.startup import ReadSession
 
-    session = Session.open(_settings(inventory))
+    session = ReadSession.open(_settings(inventory))
     try:
         out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message)
     finally:
@@ -390,49 +563,109 @@ app.add_typer(serve_app, name="serve")  # `orchestrate serve`, `orchestrate serv
 
 @app.command()
 def demo(
-    fault: list[str] = typer.Option([], "--fault", help="Inject a named fault (repeatable); see --list-faults"),
-    speed: float = typer.Option(600.0, "--speed", help="Simulated seconds per real second"),
-    list_faults: bool = typer.Option(False, "--list-faults"),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where the demo's journal and logs go"),
-    as_json: bool = JsonOpt,
+    fault: list[str] = typer.Option([], "--fault", metavar="NAME[:ARG]",
+                                    help="Inject a named fault into the simulator (repeatable); see --list-faults"),
+    speed: float = typer.Option(600.0, "--speed", metavar="X", help="Simulated seconds per real second (> 0)"),
+    list_faults: bool = _flag("--list-faults", "List the faults, their symptom and the run's expected end, and exit"),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR",
+                                             help="Where the demo's journal and logs go (default: a new temporary directory)"),
+    as_json: bool = _flag("--json", "Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each "
+                                    "event; no summary line (the exit code is the outcome)"),
 ) -> None:
     """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
-    from orchestrator.demo import list_fault_table, run_demo
+    from orchestrator.demo import check_faults, list_fault_table, run_demo
 
     if list_faults:
-        out.print(list_fault_table())
+        out.print(list_fault_table(), markup=False)
         return
+    if not (math.isfinite(speed) and speed > 0):
+        raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
+    check_faults(fault)
+    load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
     outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json), console=out if not as_json else None)
     raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))
 
 
-def main() -> None:
+# --------------------------------------------------------------------------- the one error path
+
+
+def _command() -> Any:
+    """The click command behind `app`, with every `--help` option shown without a `<bool>`."""
+    cmd = typer.main.get_command(app)
+    for c in [cmd, *getattr(cmd, "commands", {}).values()]:
+        opt = c.get_help_option(typer.Context(c))
+        if opt is not None:
+            opt.metavar = ""
+    return cmd
+
+
+def _usage_line(exc: Any) -> str:
+    """One line for a click usage error: the command, what is wrong, where help is."""
+    text = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None and ctx.command_path else "orchestrate"
+    if "unexpected extra argument" in text and any(w in text.lower() for w in ("(true)", "(false)", "(yes)", "(no)", "(1)", "(0)")):
+        text += " (--yes, --json, --retry are flags: give them no value)"
+    return f"{path}: {text} (see `{path} --help`)"
+
+
+def _click_exceptions() -> tuple[type[BaseException], ...]:
+    """typer vendors its own click (typer._click), whose exceptions derive from typer.TyperException;
+    a separately installed click has its own classes. Both mean a usage error."""
+    classes: list[type[BaseException]] = [typer.TyperException]
     try:
-        rc = app(standalone_mode=False)
+        import click
+
+        classes.append(click.exceptions.ClickException)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(classes)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Every way out of `orchestrate` is an exit code and, on an error, one line on stderr: usage
+    and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), Ctrl-C 130, a bug 1
+    (ORCHESTRATOR_DEBUG=1 adds the traceback). No traceback for anything a user can fix."""
+    from pydantic import ValidationError
+
+    from orchestrator.settings import describe_validation_error
+
+    try:
+        rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except UserError as exc:
-        err.print(f"orchestrate: {exc}")
+        err.print(f"orchestrate: {exc}", markup=False)
         sys.exit(int(exc.code))
-    except (typer.BadParameter, typer.Abort) as exc:  # pragma: no cover - click handles most
-        err.print(f"orchestrate: {exc}")
+    except _click_exceptions() as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
+            out.print(exc.ctx.get_help(), markup=False)  # type: ignore[attr-defined]
+            err.print("orchestrate: a command is needed (listed above)", markup=False)
+        else:
+            err.print(_usage_line(exc), markup=False)
         sys.exit(int(ExitCode.BAD_INPUT))
+    except typer.Abort:
+        err.print("orchestrate: aborted", markup=False)
+        sys.exit(int(ExitCode.BAD_INPUT))
+    except ValidationError as exc:  # settings built outside load_settings
+        err.print(f"orchestrate: {describe_validation_error(exc)}", markup=False)
+        sys.exit(int(ExitCode.BAD_INPUT))
+    except KeyboardInterrupt:
+        err.print("orchestrate: stopped by Ctrl-C", markup=False)
+        sys.exit(INTERRUPTED_EXIT)
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit 1
-        import click
-
-        if isinstance(exc, click.exceptions.UsageError):
-            err.print(f"orchestrate: {exc.format_message()}")
-            sys.exit(int(ExitCode.BAD_INPUT))
-        if isinstance(exc, click.exceptions.ClickException):
-            err.print(f"orchestrate: {exc.format_message()}")
-            sys.exit(int(ExitCode.BAD_INPUT))
         from orchestrator.executor import RunnerFenced
 
         if isinstance(exc, RunnerFenced):
-            err.print(f"orchestrate: this runner lost its lease and stopped: {exc}")
+            err.print(f"orchestrate: this runner lost its lease and stopped: {exc}", markup=False)
             sys.exit(int(ExitCode.HALTED))
-        err.print(f"orchestrate: unexpected error: {type(exc).__name__}: {exc}")
+        if os.environ.get("ORCHESTRATOR_DEBUG") == "1":
+            import traceback
+
+            traceback.print_exc()
+        text = " ".join(str(exc).split())
+        err.print(f"orchestrate: unexpected error (a bug): {type(exc).__name__}: {text}", markup=False)
         sys.exit(int(ExitCode.UNEXPECTED))
 
 

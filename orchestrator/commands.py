@@ -97,11 +97,13 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
     """Journal an abort request for `run` and say who will act on it."""
     _refuse_if_finished(run)
     journal.request_abort(run.run_id, by=by)
+    from orchestrator.journal.owner import describe_owner, holder_gone
+
     lease = journal.current_lease(run.host)
-    if lease is None or lease.run_id != run.run_id:
+    if lease is None or lease.run_id != run.run_id or holder_gone(lease.owner):
         return AbortResult(run.run_id, None, f"abort recorded for {run.run_id}; no runner holds it: "
                                              f"`orchestrate resume {run.run_id}` performs the rollback")
-    return AbortResult(run.run_id, lease.owner, f"abort recorded for {run.run_id}; its runner ({lease.owner}) "
+    return AbortResult(run.run_id, lease.owner, f"abort recorded for {run.run_id}; its runner ({describe_owner(lease.owner)}) "
                                                 f"takes the rollback at its next check")
 
 

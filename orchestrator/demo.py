@@ -54,6 +54,18 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
     )
 
 
+def check_faults(specs: list[str]) -> None:
+    """Each --fault names a fault of the simulator's table, with a valid argument: else one line."""
+    from orchestrator.user_errors import UserError
+    from orchestrator_sim.faults import parse_fault
+
+    for spec in specs:
+        try:
+            parse_fault(spec)
+        except ValueError as exc:
+            raise UserError(f"--fault {spec!r}: {exc}; `orchestrate demo --list-faults` describes them") from None
+
+
 def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any) -> str:
     from orchestrator.clients.retry import RetryPolicy
     from orchestrator.runner import Session, execute, new_rollout

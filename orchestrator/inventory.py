@@ -102,6 +102,8 @@ def load_inventory(path: Path) -> Inventory:
         raise UserError(
             f"cannot read inventory {path}: {exc.strerror}; pass --inventory PATH or set ORCHESTRATOR_INVENTORY"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"inventory {path} is not UTF-8 text (byte {exc.start}); pass the YAML inventory") from None
     try:
         data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:

@@ -6,10 +6,9 @@ every path runs the same code against whatever transport and clock they are give
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -21,9 +20,10 @@ from orchestrator.clock import Clock, RealClock, ScaledClock, clock_for
 from orchestrator.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
 from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import HostEntry, Inventory, load_inventory
-from orchestrator.journal import open_journal
-from orchestrator.journal.base import Journal, LeaseHeld, RunRecord
+from orchestrator.journal.base import Journal, LeaseHeld, LeaseLost, RunRecord
+from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
 from orchestrator.machine import ABORTED, HALTED, Table, compile_rollback, compile_rollout
+from orchestrator.startup import open_journal_for
 from orchestrator.progress import NullProgress, Progress
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
@@ -42,7 +42,8 @@ def check_tag(tag: str) -> str:
 
 
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """`HOSTNAME:PID:BOOT_ID:START` (journal/owner.py): lets a lease of a dead process be taken over at once."""
+    return owner_text()
 
 
 @dataclass
@@ -59,13 +60,10 @@ class Session:
 
     @classmethod
     def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> "Session":
-        inventory = load_inventory(settings.inventory)
+        inventory = load_inventory(settings.inventory_path())
         redactor = Redactor()
         redactor.add(*settings.tokens())
-        loc = settings.journal_location()
-        if not settings.database_url:
-            settings.state_dir.mkdir(parents=True, exist_ok=True)
-        journal = open_journal(loc, redactor=redactor)
+        journal = open_journal_for(settings, redactor)  # a bad location: one UserError line
         if clock is None:
             clock = clock_for(inventory.urls())
         if retry is None and isinstance(clock, ScaledClock):
@@ -121,24 +119,40 @@ async def execute(
     yes: bool = False,
     soak: float | None = None,
 ) -> RunRecord:
-    """Take the host's lease, run the executor to a terminal state, release the lease."""
+    """Take the host's lease, run the executor to a terminal state, release the lease.
+
+    The lease is released on every way out except a fencing (then it is someone else's): a
+    failure while setting up (before the executor acted), a bug, and a cancellation. Cancelling
+    is how Ctrl-C stops a run (cli.py): the executor's journal writes are synchronous, so a
+    cancellation lands at an await between two writes; the journal already says where the run
+    is, and `orchestrate resume` continues from there. A lease whose holder process is gone
+    (same machine, journal/owner.py) is taken over at once instead of waiting for its TTL.
+    """
     entry = session.inventory.host(run.host)
     owner = owner_id()
     try:
-        lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl)
+        lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
+                                                     takeover_if=lambda held: holder_gone(held.owner))
     except LeaseHeld as exc:
         raise Refused(
-            f"{run.host} is leased by run {exc.holder_run_id} ({exc.owner}) until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: "
-            f"one rollout per host at a time; wait, or take it over once it expires"
+            f"{run.host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
+            f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one rollout per host at a time; wait, or take it over once it expires"
         ) from None
     progress = progress or NullProgress()
-    if taken is not None:
-        progress.event("note", clock=session.clock.monotonic(), text=f"took over the expired lease of run {taken.run_id} ({taken.owner})")
-    log_path = open_run_log(session.settings.state_dir, run.run_id, session.redactor)
-    progress.event("note", clock=session.clock.monotonic(), text=f"journal: {session.settings.journal_location()}  log: {log_path}")
-    clients = build_host_clients(session.settings, session.inventory, entry, session.redactor,
-                                 transport=session.transport, retry=session.retry, clock=session.clock)
+    ex: Executor | None = None
+    clients = None
+    fenced = False
     try:
+        if taken is not None:
+            expired = taken.expires_at <= datetime.now(timezone.utc)
+            what = "the expired lease" if expired else "the lease"
+            why = "" if expired else ": its process is gone"
+            progress.event("note", clock=session.clock.monotonic(),
+                           text=f"took over {what} of run {taken.run_id} ({describe_owner(taken.owner)}){why}")
+        log_path = open_run_log(session.settings.state_dir, run.run_id, session.redactor)
+        progress.event("note", clock=session.clock.monotonic(), text=f"journal: {session.settings.journal_location()}  log: {log_path}")
+        clients = build_host_clients(session.settings, session.inventory, entry, session.redactor,
+                                     transport=session.transport, retry=session.retry, clock=session.clock)
         ex = Executor(
             run=run, runbook=rb, table=table, journal=session.journal, lease=lease, clients=clients, entry=entry,
             clock=session.clock, poll_interval=session.settings.poll_interval, redactor=session.redactor,
@@ -150,12 +164,30 @@ async def execute(
                 final = await run_with_heartbeat(ex, session.journal, session.settings.lease_ttl)
         except RunnerFenced as exc:
             progress.event("note", clock=session.clock.monotonic(), text=f"this runner lost the lease of {run.host}: {exc}")
+            fenced = True  # the lease is someone else's now: nothing to release
             raise
-        session.journal.release(ex.lease)
-        return final
+    except BaseException:
+        if not fenced:
+            _release_quietly(session, ex.lease if ex is not None else lease)
+        raise
     finally:
-        await clients.aclose()
+        if clients is not None:
+            await clients.aclose()
         ROUTER.close(run.run_id)
+    session.journal.release(ex.lease)
+    return final
+
+
+def _release_quietly(session: Session, lease: Any) -> None:
+    """Release on the way out of a run that stopped without finishing. A lease already taken over
+    or released (LeaseLost) is not ours; a journal that fails now must not hide why the run
+    stopped (the lease then lapses at its TTL, or at once for a resume on this machine)."""
+    try:
+        session.journal.release(lease)
+    except LeaseLost:
+        pass
+    except Exception:  # noqa: BLE001 - the exception on its way out is the one to report
+        structlog.get_logger().warning("lease_release_failed", host=lease.host, run_id=lease.run_id)
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:
@@ -169,9 +201,9 @@ def refuse_if_leased(session: Session, host: str) -> None:
     """Refuse before a run is even created when another runner holds the host (the lease itself
     is what guarantees exclusion; this only keeps the journal free of runs that never started)."""
     lease = session.journal.current_lease(host)
-    if lease is not None:
+    if lease is not None and not holder_gone(lease.owner):  # a dead holder's lease counts as expired
         raise Refused(
-            f"{host} is leased by run {lease.run_id} ({lease.owner}) until {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC: "
+            f"{host} is leased by run {lease.run_id} ({describe_owner(lease.owner)}) until {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC: "
             f"one rollout per host at a time; wait, or `orchestrate resume {lease.run_id}` once it expires"
         )
 

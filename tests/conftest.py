@@ -13,6 +13,16 @@ from collections.abc import Iterator
 
 import pytest
 
+@pytest.fixture(autouse=True)
+def _isolated_xdg(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads or writes the real ~/.local/state/orchestrator or ~/.config/orchestrator:
+    the XDG defaults (settings.py) point into a fresh directory. Subprocesses inherit this
+    environment; tests that want a particular journal still set ORCHESTRATOR_STATE_DIR."""
+    root = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_STATE_HOME", str(root / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(root / "config"))
+
+
 PG_CANDIDATES = (
     "postgresql://postgres@127.0.0.1:5432/test",
     "postgresql://root@127.0.0.1:5432/test",

@@ -195,7 +195,20 @@ def transport_error(system: str, exc: httpx.HTTPError, redactor: Redactor, *, re
     sent = not isinstance(exc, NOT_SENT) if request_sent is None else request_sent
     what = type(exc).__name__
     text = _clip(redactor.scrub(str(exc))) if str(exc) else ""
-    return TransportError(system, f"{what}{': ' + text if text else ''}", request_sent=sent)
+    where = request_target(exc, redactor)
+    return TransportError(system, f"{what}{' on ' + where if where else ''}{': ' + text if text else ''}", request_sent=sent)
+
+
+def request_target(exc: httpx.HTTPError, redactor: Redactor) -> str:
+    """`GET https://host:port/path` of the failed request (no query string, no credentials),
+    so that "cannot connect" names what could not be reached; '' when httpx does not say."""
+    try:
+        request = exc.request
+    except RuntimeError:  # an httpx error raised without a request
+        return ""
+    url = request.url
+    port = f":{url.port}" if url.port else ""
+    return redactor.scrub(f"{request.method} {url.scheme}://{url.host}{port}{url.path}")
 
 
 def parse_json(system: str, response: httpx.Response, redactor: Redactor) -> Any:

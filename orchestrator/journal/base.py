@@ -214,11 +214,13 @@ class Journal(Protocol):
     ) -> EffectRecord: ...
     def update_context(self, lease: Lease, run_id: str, context: dict) -> None: ...
     def acquire_lease(
-        self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True
+        self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
+        takeover_if: Callable[[Lease], bool] | None = None,
     ) -> tuple[Lease, Lease | None]: ...
     def heartbeat(self, lease: Lease, ttl_s: float) -> Lease: ...
     def release(self, lease: Lease) -> None: ...
     def current_lease(self, host: str) -> Lease | None: ...
+    def held_lease(self, host: str) -> Lease | None: ...
     def request_abort(self, run_id: str, by: str) -> None: ...
     def abort_requested(self, run_id: str) -> bool: ...
     def approve(self, run_id: str, gate: str, by: str) -> None: ...
@@ -698,8 +700,16 @@ class SqlJournal(ABC):
     # ---- leases
 
     def acquire_lease(
-        self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True
+        self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
+        takeover_if: Callable[[Lease], bool] | None = None,
     ) -> tuple[Lease, Lease | None]:
+        """Take the host's lease for `run_id`; returns it and the lease it took over (or None).
+
+        A live lease of another run/owner raises LeaseHeld, unless `takeover_if(holder)` says its
+        holder is gone (a process of this machine that no longer exists: journal/owner.py). The
+        predicate runs inside the write transaction, on the holder as locked, so the takeover is
+        a compare-and-swap: a lease renewed or taken by someone else meanwhile is judged afresh.
+        """
         _require_text(host, "host")
         _require_text(run_id, "run_id")
         _require_text(owner, "owner")
@@ -727,7 +737,9 @@ class SqlJournal(ABC):
             mine = current.run_id == run_id and current.owner == owner
             previous: Lease | None = None
             if live and not mine:
-                raise LeaseHeld(current)
+                if takeover_if is None or not takeover_if(current):
+                    raise LeaseHeld(current)
+                live = False
             if not live and not released:
                 if not mine and not allow_takeover:
                     raise LeaseHeld(current, expired=True)
@@ -779,6 +791,15 @@ class SqlJournal(ABC):
             return None
         lease = self._lease(row)
         return lease if lease.expires_at > now else None
+
+    def held_lease(self, host: str) -> Lease | None:
+        """The host's unreleased lease, expired or not (None: released or never taken): what
+        `status` needs to tell a running run from one whose runner stopped."""
+        with self._tx(write=False) as tx:
+            row = self._lease_row(tx, host, "")
+        if row is None or row["released_at"] is not None:
+            return None
+        return self._lease(row)
 
     # ---- operator signals (not fenced: they come from the CLI, not from a runner)
 

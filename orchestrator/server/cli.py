@@ -47,25 +47,45 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
     except JournalError as exc:
         password = urlsplit(settings.database_url).password if settings.database_url else None
         err.print("orchestrate: cannot open the journal: " + Redactor(password).scrub(str(exc)))
-        return int(ExitCode.UNEXPECTED)
+        return int(ExitCode.BAD_INPUT)  # the environment to fix (ORCHESTRATOR_DATABASE_URL), not a bug
     return int(ExitCode.DONE)
+
+
+def check_can_listen(bind: str, port: int) -> None:
+    """Fail before starting the server, in one line, when the address cannot be bound (uvicorn
+    would log several lines and exit 3, the code of "rolled back")."""
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port} is not a TCP port: use 1-65535")
+    try:
+        infos = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UserError(f"--bind {bind!r} is not an address to listen on: {exc.strerror}") from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {bind}:{port}: {exc.strerror}; pick another --port or stop what listens there") from None
 
 
 @serve_app.callback(invoke_without_command=True)
 def serve(
     ctx: typer.Context,
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on; not loopback: TLS needed"),
-    port: int = typer.Option(8000, "--port"),
+    port: int = typer.Option(8000, "--port", metavar="PORT", help="TCP port to listen on (1-65535)"),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Server certificate chain (PEM)"),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Its private key (PEM)"),
     allowed_host: list[str] = typer.Option([], "--allowed-host",
                                            help="A name clients use to reach this server (repeatable; Host header check)"),
     tokens_file: Optional[Path] = TokensFileOpt,
-    protect_metrics: bool = typer.Option(False, "--protect-metrics",
+    protect_metrics: bool = typer.Option(False, "--protect-metrics", is_flag=True, flag_value=True,
                                          help="/metrics and /healthz need a token too"),
-    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth",
+    insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", is_flag=True, flag_value=True,
                                           help="Serve every route without a token (loopback binds only)"),
-    insecure_plaintext: bool = typer.Option(False, "--insecure-plaintext-on-network",
+    insecure_plaintext: bool = typer.Option(False, "--insecure-plaintext-on-network", is_flag=True, flag_value=True,
                                             help="Allow a non-loopback bind without TLS (a TLS proxy on this host)"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory YAML"),
 ) -> None:
@@ -73,12 +93,19 @@ def serve(
     Token: $ORCHESTRATOR_SERVER_TOKEN or --tokens-file. See docs/team-mode.md."""
     if ctx.invoked_subcommand is not None:
         return
-    settings = Settings()
-    if inventory is not None:
-        settings = settings.model_copy(update={"inventory": inventory})
-    raise typer.Exit(run_serve(bind, port, None, settings, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert,
-                               tls_key=tls_key, insecure_plaintext_on_network=insecure_plaintext,
-                               allowed_hosts=allowed_host, tokens_file=tokens_file, protect_metrics=protect_metrics))
+    from orchestrator.settings import load_settings
+
+    settings = load_settings().with_inventory(inventory)
+    check_can_listen(bind, port)
+    try:
+        code = run_serve(bind, port, None, settings, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert,
+                         tls_key=tls_key, insecure_plaintext_on_network=insecure_plaintext,
+                         allowed_hosts=allowed_host, tokens_file=tokens_file, protect_metrics=protect_metrics)
+    except SystemExit as exc:  # uvicorn's startup failure (3): not a rollback
+        if exc.code == 3:
+            raise UserError(f"the server could not start on {bind}:{port} (uvicorn's reason is above)") from None
+        raise
+    raise typer.Exit(code)
 
 
 @token_app.command("add")

@@ -287,3 +287,34 @@ def test_leases_follow_the_model(journal, clock, ops) -> None:
             assert current is None
 
     assert tokens_seen == sorted(set(tokens_seen))  # strictly increasing, never reused
+
+
+def test_a_live_lease_whose_holder_is_gone_is_taken_over_at_once(journal, clock, make_run) -> None:
+    """`takeover_if` (journal/owner.py's holder_gone in production) runs on the locked holder:
+    True takes a live lease over (a new token, the old holder fenced); False leaves it held."""
+    a = make_run()
+    b = make_run()
+    old, _ = journal.acquire_lease("gpu02", a.run_id, "runner-a", TTL)
+    seen: list[Lease] = []
+
+    with pytest.raises(LeaseHeld):
+        journal.acquire_lease("gpu02", b.run_id, "runner-b", TTL, takeover_if=lambda held: seen.append(held) or False)
+    assert seen == [old]
+
+    new, previous = journal.acquire_lease("gpu02", b.run_id, "runner-b", TTL, takeover_if=lambda held: True)
+    assert previous == old and new.token == old.token + 1
+    with pytest.raises(Fenced):
+        journal.record_transition(old, a.run_id, "INIT", "ok", "NEXT")
+    with pytest.raises(LeaseLost):
+        journal.release(old)
+
+
+def test_held_lease_shows_an_expired_unreleased_lease_until_released(journal, clock, make_run) -> None:
+    run = make_run()
+    assert journal.held_lease("gpu02") is None
+    lease, _ = journal.acquire_lease("gpu02", run.run_id, "runner-a", TTL)
+    clock.advance(TTL + 1)
+    assert journal.current_lease("gpu02") is None  # expired: nobody holds it live
+    assert journal.held_lease("gpu02") == lease  # but its runner never released it
+    journal.release(lease)
+    assert journal.held_lease("gpu02") is None

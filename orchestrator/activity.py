@@ -1,0 +1,67 @@
+"""What a run is doing now, for `status` and `runs`: running, waiting for approval, interrupted,
+or ended. The journal says where a run is; the host's lease says whether anyone is moving it.
+
+- ended: the run reached a terminal state (its outcome says which).
+- interrupted: not ended, and no live runner holds the host's lease for it: the lease was
+  released (Ctrl-C, a crash the runner survived), has expired, or its holder is a process of this
+  machine that is gone (journal/owner.py). `orchestrate resume RUN` continues it.
+- waiting for approval: held by a live runner and at a soak step whose approval is not given yet
+  (the soak may still be running its timer; the executor does not journal which).
+- running: held by a live runner.
+
+A lease held by a process on another machine counts as live until it expires: there is no way
+to look at that process from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from orchestrator.journal.base import Journal, RunRecord
+from orchestrator.journal.owner import describe_owner, holder_gone
+
+RUNNING = "running"
+WAITING = "waiting for approval"
+INTERRUPTED = "interrupted"
+ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class Activity:
+    label: str
+    detail: str
+
+
+def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
+                 now: datetime | None = None) -> Activity:
+    if run.terminal:
+        return Activity(ENDED, f"ended {run.outcome}")
+    resume = f"`orchestrate resume {run.run_id}` continues it"
+    lease = journal.held_lease(run.host)
+    if lease is None or lease.run_id != run.run_id:
+        return Activity(INTERRUPTED, f"no runner holds it; {resume}")
+    if holder_gone(lease.owner):
+        return Activity(INTERRUPTED, f"its runner ({describe_owner(lease.owner)}) is gone; {resume}")
+    now = now or datetime.now(timezone.utc)
+    if lease.expires_at <= now:
+        return Activity(INTERRUPTED, f"its runner's lease ({describe_owner(lease.owner)}) expired "
+                                     f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC; {resume}")
+    by = f"by {describe_owner(lease.owner)}"
+    node = table.nodes.get(run.state) if table is not None else None
+    soak = getattr(getattr(node, "step", None), "soak", None)
+    if soak is not None and getattr(soak, "approval", False):
+        if not ({run.state, "*"} & journal.approvals(run.run_id)):
+            return Activity(WAITING, f"{by}, at {run.state}: `orchestrate approve {run.run_id}` ends the gate")
+    return Activity(RUNNING, f"{by}, at {run.state}")
+
+
+def target_tag(run: RunRecord) -> str | None:
+    """The tag the run moves the host to. A rollback goes back to the previous tags it journaled
+    (context `previous`), not to the tag of the rollout it undoes (`run.tag`)."""
+    if run.kind != "rollback":
+        return run.tag
+    previous = run.context.get("previous") or {}
+    tags = sorted({ref.get("tag") for ref in previous.values() if isinstance(ref, dict) and ref.get("tag")})
+    return "/".join(tags) if tags else run.tag

@@ -1,0 +1,126 @@
+"""Who holds a lease, and whether that process still exists.
+
+A lease's owner is the text `HOSTNAME:PID:BOOT_ID:START` (`vm:4242:0f1e...:123456`): the
+machine's hostname, the process id, the kernel's boot id (/proc/sys/kernel/random/boot_id) and
+the process's start time in clock ticks since boot (/proc/PID/stat field 22). Older owners
+(`HOSTNAME:PID`) and owners from machines without /proc stay valid text; they are simply never
+presumed dead.
+
+`holder_gone(owner)` is True only when the holder is certainly gone: same hostname, same boot
+(so the pid names a process of this kernel) and `os.kill(pid, 0)` finds no such process, or finds
+a zombie, or a process started at another time (the pid was reused). On any doubt (another
+machine, another boot, no permission to look, an unparseable owner) it is False, and the lease
+only lapses at its TTL. This is what lets `orchestrate resume` take over at once after a Ctrl-C
+that did not finish, a SIGKILL or a closed terminal on the same machine, without ever taking a
+lease from a live runner.
+
+No schema change: the owner column was already free text, in SQLite and in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+from functools import lru_cache
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_OWNER_RE = re.compile(r"^(?P<host>[^:\s]+):(?P<pid>\d+):(?P<boot>[0-9a-fA-F-]{8,64}):(?P<start>\d+)$")
+
+
+@dataclass(frozen=True)
+class ProcessOwner:
+    hostname: str
+    pid: int
+    boot_id: str
+    start_ticks: int
+
+    def text(self) -> str:
+        return f"{self.hostname}:{self.pid}:{self.boot_id}:{self.start_ticks}"
+
+
+@lru_cache(maxsize=1)
+def boot_id() -> str:
+    """This kernel's boot id; '' where there is none (not Linux)."""
+    try:
+        with open(BOOT_ID_PATH, encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot), None if it does not exist or /proc is absent."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: fields after the last ')'
+    fields = raw[raw.rfind(")") + 2:].split()
+    try:
+        return int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
+    except (IndexError, ValueError):
+        return None
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2:]
+    return rest[:1] or None
+
+
+def this_process() -> ProcessOwner | None:
+    """This process as a lease owner; None where the boot id or the start time is unknown."""
+    bid = boot_id()
+    start = start_ticks(os.getpid())
+    if not bid or start is None:
+        return None
+    return ProcessOwner(socket.gethostname(), os.getpid(), bid, start)
+
+
+def owner_text() -> str:
+    """The owner text every runner of this process uses (`HOSTNAME:PID` without /proc)."""
+    me = this_process()
+    return me.text() if me is not None else f"{socket.gethostname()}:{os.getpid()}"
+
+
+def parse_owner(text: str) -> ProcessOwner | None:
+    m = _OWNER_RE.match(text or "")
+    if m is None:
+        return None
+    return ProcessOwner(m["host"], int(m["pid"]), m["boot"], int(m["start"]))
+
+
+def holder_gone(owner: str) -> bool:
+    """True only if the owner's process certainly no longer runs (see the module docstring)."""
+    holder = parse_owner(owner)
+    if holder is None or holder.hostname != socket.gethostname() or not boot_id() or holder.boot_id != boot_id():
+        return False
+    if holder.pid == os.getpid():
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, another user's
+        pass
+    except OSError:
+        return False
+    # it exists: gone all the same if it is a zombie (killed, not yet reaped) or another process
+    # that got the pid since
+    if _state(holder.pid) in ("Z", "X"):
+        return True
+    started = start_ticks(holder.pid)
+    return started is not None and started != holder.start_ticks
+
+
+def describe_owner(owner: str) -> str:
+    """`pid 4242 on vm` for a parsed owner, else the text itself (for messages)."""
+    holder = parse_owner(owner)
+    return f"pid {holder.pid} on {holder.hostname}" if holder else owner

@@ -1,0 +1,137 @@
+"""Defaults from XDG, the inventory search order, one-line setting errors, the activity and target
+tag `runs` shows, and connection errors that name the URL (issue 14)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+
+from orchestrator.settings import Settings, load_settings
+from orchestrator.user_errors import UserError
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for var in ("ORCHESTRATOR_STATE_DIR", "ORCHESTRATOR_INVENTORY", "ORCHESTRATOR_DATABASE_URL", "ORCHESTRATOR_POLL_INTERVAL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_state_dir_follows_xdg_state_home_and_ignores_a_relative_one(clean_env, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(clean_env / "xdg-state"))
+    assert Settings().state_dir == clean_env / "xdg-state" / "orchestrator"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/dir")  # the spec: ignore relative paths
+    assert Settings().state_dir == clean_env / "home" / ".local" / "state" / "orchestrator"
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(clean_env / "explicit"))
+    assert Settings().state_dir == clean_env / "explicit"
+
+
+def test_inventory_search_order(clean_env, monkeypatch):
+    xdg = clean_env / "xdg-config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    with pytest.raises(UserError) as exc:
+        Settings().inventory_path()
+    assert "--inventory" in str(exc.value) and str(xdg / "orchestrator" / "hosts.yaml") in str(exc.value)
+
+    (xdg / "orchestrator").mkdir(parents=True)
+    (xdg / "orchestrator" / "hosts.yaml").write_text("x")
+    assert Settings().inventory_choice().source == "$XDG_CONFIG_HOME/orchestrator/hosts.yaml"
+
+    (clean_env / "config").mkdir()
+    (clean_env / "config" / "hosts.yaml").write_text("x")
+    assert Settings().inventory_choice().path == Path("config/hosts.yaml")  # the working directory's first
+
+    monkeypatch.setenv("ORCHESTRATOR_INVENTORY", str(clean_env / "env.yaml"))
+    choice = Settings().inventory_choice()
+    assert (choice.path, choice.source) == (clean_env / "env.yaml", "ORCHESTRATOR_INVENTORY")  # even if missing
+
+    choice = Settings().with_inventory(clean_env / "flag.yaml").inventory_choice()
+    assert (choice.path, choice.source) == (clean_env / "flag.yaml", "--inventory")
+    assert "from --inventory" in choice.describe()
+
+
+@pytest.mark.parametrize("var,value", [
+    ("ORCHESTRATOR_POLL_INTERVAL", "abc"),
+    ("ORCHESTRATOR_POLL_INTERVAL", "0"),
+    ("ORCHESTRATOR_TIME_SCALE", "nan"),
+    ("ORCHESTRATOR_DATABASE_URL", "mysql://root:s3cret-password@db/x"),
+])
+def test_a_bad_setting_is_one_line_naming_the_variable_never_the_value(clean_env, monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(UserError) as exc:
+        load_settings()
+    text = str(exc.value)
+    assert var in text and "\n" not in text and "s3cret-password" not in text
+
+
+def test_missing_host_tokens_are_named(clean_env, monkeypatch):
+    for name in ("COMPOSE_MANAGER", "DASHBOARD", "MODEL_PROXY", "INFERENCE"):
+        monkeypatch.setenv(f"ORCHESTRATOR_{name}_TOKEN", "t" * 20)
+    monkeypatch.setenv("ORCHESTRATOR_DASHBOARD_TOKEN", "")
+    s = Settings()
+    assert s.missing_host_tokens() == ["ORCHESTRATOR_DASHBOARD_TOKEN"]
+    with pytest.raises(UserError, match="rollout needs ORCHESTRATOR_DASHBOARD_TOKEN"):
+        s.require_host_tokens("rollout")
+
+
+def _run(kind="rollout", tag="v0.0.300", context=None, terminal=False, outcome=None):
+    from orchestrator.journal.base import RunRecord
+
+    now = datetime.now(timezone.utc)
+    return RunRecord("gpu02-x", "gpu02", "rb", tag, kind, "r2.soak", terminal, outcome, None, context or {}, now, now, None)
+
+
+def test_a_rollbacks_target_tag_is_the_tag_it_goes_back_to():
+    from orchestrator.activity import target_tag
+
+    assert target_tag(_run()) == "v0.0.300"
+    back = _run(kind="rollback", context={"previous": {"r2": {"tag": "v0.0.290", "file": "f"}, "r1": {"tag": "v0.0.290", "file": "f"}}})
+    assert target_tag(back) == "v0.0.290"
+    assert target_tag(_run(kind="rollback", context={})) == "v0.0.300"  # nothing journaled: the run's tag
+
+
+def test_activity_from_the_lease(tmp_path):
+    from orchestrator.activity import run_activity
+    from orchestrator.journal import SqliteJournal
+    from orchestrator.journal.owner import owner_text
+
+    j = SqliteJournal(tmp_path / "j.sqlite3")
+    try:
+        run = j.create_run(host="gpu02", runbook="rb", tag="v0.0.300", kind="rollout", state="r2.apply", context={})
+        assert run_activity(run, j).label == "interrupted"  # never leased
+        lease, _ = j.acquire_lease("gpu02", run.run_id, owner_text(), 60)
+        assert run_activity(run, j).label == "running"  # held by this live process
+        j.release(lease)
+        assert run_activity(run, j).label == "interrupted"
+        ended = j.get_run(run.run_id)
+        assert run_activity(ended.__class__(**{**ended.__dict__, "terminal": True, "outcome": "DONE"}), j).label == "ended"
+    finally:
+        j.close()
+
+
+def test_a_connection_error_names_the_url():
+    from orchestrator.clients.errors import transport_error
+    from orchestrator.redaction import Redactor
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+
+    async def call() -> httpx.HTTPError:
+        async with httpx.AsyncClient() as c:
+            try:
+                await c.get(f"http://127.0.0.1:{port}/api/v1/instances?token=abc")
+            except httpx.HTTPError as exc:
+                return exc
+        raise AssertionError("connected to a closed port")
+
+    err = transport_error("dashboard", asyncio.run(call()), Redactor())
+    assert f"GET http://127.0.0.1:{port}/api/v1/instances" in str(err)
+    assert "token=abc" not in str(err)  # no query string
