@@ -624,8 +624,8 @@ def _click_exceptions() -> tuple[type[BaseException], ...]:
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Every way out of `orchestrate` is an exit code and, on an error, one line on stderr: usage
-    and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), Ctrl-C 130, a bug 1
-    (ORCHESTRATOR_DEBUG=1 adds the traceback). No traceback for anything a user can fix."""
+    and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), a host system that
+    failed a read before any run acted 5, Ctrl-C 130, a bug 1 (ORCHESTRATOR_DEBUG=1 adds the traceback). No traceback for anything a user can fix."""
     from pydantic import ValidationError
 
     from orchestrator.settings import describe_validation_error
@@ -655,8 +655,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(INTERRUPTED_EXIT)
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit 1
+        from orchestrator.clients.errors import ClientError
         from orchestrator.executor import RunnerFenced
 
+        if isinstance(exc, ClientError):
+            # a host system failed while the command read it, before any run acted: nothing changed
+            err.print(f"orchestrate: {' '.join(str(exc).split())}; nothing was changed, try again", markup=False)
+            sys.exit(int(ExitCode.ABORTED))
         if isinstance(exc, RunnerFenced):
             err.print(f"orchestrate: this runner lost its lease and stopped: {exc}", markup=False)
             sys.exit(int(ExitCode.HALTED))

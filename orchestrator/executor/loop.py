@@ -93,7 +93,7 @@ class Executor:
             except (UnresolvedReference, MaskedEnv) as exc:
                 outcome = StepOutcome(Event.HALT, str(exc))
             except ClientError as exc:
-                outcome = StepOutcome(Event.FAIL, f"{exc.system}: {rt.scrub(str(exc))}")
+                outcome = StepOutcome(Event.FAIL, rt.scrub(str(exc)))  # "system: detail", with the URL
             host_now = ""
             if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
                 host_now = await rt.host_now()
