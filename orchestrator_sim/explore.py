@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: from `git archive`) to explore that executor against this simulator.
 CLI_CWD = Path(os.environ.get("ORCHESTRATOR_EXPLORE_SRC") or ROOT)
 SPEED = 3000.0  # simulated seconds per real second (as tests/e2e)
-COLD_START_S = 1200.0
+COLD_START_S = 2400.0  # 0.8 s real: room for an operator action to land inside a cold start
 LEASE_TTL = 1.5  # seconds; a killed runner's lease expires after this
 CMD_TIMEOUT_S = 240.0
 TAG = "v0.0.300"
@@ -165,8 +165,8 @@ HOLES: dict[str, Schedule] = {
     "inflight-r2-up": Schedule(seed=0, crash=("inflight", 2)),
     "inflight-r1-up": Schedule(seed=0, crash=("inflight", 7)),
     "kill-after-r2-up-intent": Schedule(seed=0, crash=("after", 14)),
-    "abort-r1-cold-start": Schedule(seed=0, during=[Action("abort", trigger=("done", 7, 0.1))]),
-    "abort-r2-cold-start": Schedule(seed=0, during=[Action("abort", trigger=("done", 2, 0.1))]),
+    "abort-r1-cold-start": Schedule(seed=0, during=[Action("abort", trigger=("done", 7, 0.0))]),
+    "abort-r2-cold-start": Schedule(seed=0, during=[Action("abort", trigger=("done", 2, 0.0))]),
     "rollback-typo-after-done": Schedule(seed=0, after=[Action("rollback-typo")]),
     "second-runner-mid-r1": Schedule(seed=0, during=[Action("second-runner", trigger=("done", 7, 0.0))]),
     "rollback-all-after-done": Schedule(seed=0, after=[Action("rollback", "all")]),
@@ -419,9 +419,10 @@ class _Watcher(threading.Thread):
             self.ex.unprime(self.primed[id(a)])
 
     def run(self) -> None:
+        rec = self.ex.fleet.recorder
         while not self._halt.is_set() and self.proc.poll() is None:
-            calls = self.ex.fleet.calls
-            muts = [c for c in calls if c.is_mutating][self.start_muts:]
+            with rec._lock:  # read in place: a snapshot deep-copies every call (and slows the simulator)
+                muts = [c for c in rec._calls if c.is_mutating][self.start_muts:]
             if self.inflight is not None and len(muts) >= self.inflight:
                 c = muts[self.inflight - 1]
                 self.cmd.note = (f"killed with mutating call #{c.seq} ({c.path} {'/'.join(_mutating_key(c)[3])}) "
@@ -444,7 +445,7 @@ class _Watcher(threading.Thread):
                         continue
                     self.pending.remove(a)
                     self.ex.fire(a, run["run_id"] if run else None, self.primed[id(a)])
-            time.sleep(0.005)
+            time.sleep(0.01)
 
 
 # ----------------------------------------------------------------------------- judging
@@ -551,6 +552,10 @@ def run_schedule(s: Schedule, workroot: Path | None = None, *, verbose: bool = F
         print(f"{label or 'seed ' + str(s.seed)}: {s.describe()}", flush=True)
     ex = Execution(s, d, verbose=verbose)
     ex.execute()
+    if verbose:
+        for e in ex.engines.events():
+            print(f"  [{e.at:7.0f}s] {e.slot} {e.container} {e.file.rsplit('/', 1)[-1]} {e.reason}"
+                  + (f" (by call #{e.call_seq} {e.call_action})" if e.call_seq else ""))
     if s.crash is not None and not [a for a in s.during if a.kind in ("abort", "second-runner")]:
         ex.first_end_state = ex.state_after_first
         if reference is None:
