@@ -33,9 +33,11 @@ SEED ?= 0
 JOBS ?= 2
 SWEEP ?= all
 explore: $(STAMP)
-	$(BIN)/python -m orchestrator_sim.explore --seed $(SEED) --seeds $(SEEDS) --jobs $(JOBS) --report .state/explore/seeds.md
-	@if [ "$(SEEDS)" != "1" ] && [ "$(SWEEP)" != "none" ]; then \
-	  $(BIN)/python -m orchestrator_sim.explore --sweep $(SWEEP) --jobs $(JOBS) --report .state/explore/sweep.md; fi
+	@rc=0; $(BIN)/python -m orchestrator_sim.explore --seed $(SEED) --seeds $(SEEDS) --jobs $(JOBS) \
+	  --report .state/explore/seeds.md || rc=1; \
+	if [ "$(SEEDS)" != "1" ] && [ "$(SWEEP)" != "none" ]; then \
+	  $(BIN)/python -m orchestrator_sim.explore --sweep $(SWEEP) --jobs $(JOBS) --report .state/explore/sweep.md || rc=1; fi; \
+	exit $$rc
 
 clean:
 	rm -rf $(VENV) .state .pytest_cache .hypothesis
