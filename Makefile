@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench explore install clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,19 @@ test: $(STAMP)
 ## Benchmarks against the simulator (not part of the test suite).
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+## The seeded schedule explorer (docs/explorer.md): SEEDS schedules from SEED, then the full crash
+## sweep (every journal write and every mutating call in flight). JOBS in parallel.
+SEEDS ?= 100
+SEED ?= 0
+JOBS ?= 2
+SWEEP ?= all
+explore: $(STAMP)
+	@rc=0; $(BIN)/python -m orchestrator_sim.explore --seed $(SEED) --seeds $(SEEDS) --jobs $(JOBS) \
+	  --report .state/explore/seeds.md || rc=1; \
+	if [ "$(SEEDS)" != "1" ] && [ "$(SWEEP)" != "none" ]; then \
+	  $(BIN)/python -m orchestrator_sim.explore --sweep $(SWEEP) --jobs $(JOBS) --report .state/explore/sweep.md || rc=1; fi; \
+	exit $$rc
 
 clean:
 	rm -rf $(VENV) .state .pytest_cache .hypothesis

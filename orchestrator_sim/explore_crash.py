@@ -1,0 +1,44 @@
+"""`orchestrate`, except that the process SIGKILLs itself right after its Nth journal write
+(the approach of tests/e2e/crashing_orchestrate.py, for the schedule explorer).
+
+ORCHESTRATOR_TEST_KILL_AFTER=N (0: never), ORCHESTRATOR_TEST_WRITE_LOG=path (one line per write:
+`count method kind mutating`). The write that triggers the kill has been committed; the HTTP call
+or the next write after it never happens.
+"""
+
+import os
+import signal
+import sys
+
+from orchestrator.journal.base import SqlJournal
+
+KILL_AFTER = int(os.environ.get("ORCHESTRATOR_TEST_KILL_AFTER", "0"))
+LOG = os.environ.get("ORCHESTRATOR_TEST_WRITE_LOG")
+count = 0
+
+
+def _wrap(cls, name):
+    original = getattr(cls, name)
+
+    def wrapped(self, *args, **kwargs):
+        global count
+        result = original(self, *args, **kwargs)
+        count += 1
+        if LOG:
+            with open(LOG, "a") as fh:
+                kind = args[3] if name == "record_intent" and len(args) > 3 else ""
+                fh.write(f"{count} {name} {kind} {kwargs.get('mutating', '')}\n")
+        if count == KILL_AFTER:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    setattr(cls, name, wrapped)
+
+
+for _n in ("record_transition", "record_intent", "record_outcome"):
+    _wrap(SqlJournal, _n)
+
+from orchestrator.cli import main  # noqa: E402
+
+sys.argv[0] = "orchestrate"
+main()
