@@ -495,6 +495,10 @@ class Runbook(_Strict):
                 return ph
         raise KeyError(name)
 
+    def oneshot_services(self) -> set[str]:
+        """Services a `oneshot:` gate waits for (they exit when done; docker/ps no longer lists them)."""
+        return {st.oneshot.service for steps in self.step_lists() for st in steps if st.oneshot is not None}
+
     def replica_of(self, service: str) -> str | None:
         for replica, engines in self.replicas.items():
             if service in engines:
@@ -510,7 +514,7 @@ class Runbook(_Strict):
         if which == "all":
             return order
         if which not in order:
-            raise UserError(f"replica {which!r} is not one of {', '.join(order + ['all'])}")
+            raise UserError(f"--replica {which!r} is not one of {', '.join(order + ['all'])}")
         return [which]
 
     def phase_names(self) -> list[str]:

@@ -569,6 +569,25 @@ class Runtime:
             return None
         return [_record(proj.current), _record(proj.previous)]
 
+    async def _dry_run_finds_current(self, req: ComposeRequest) -> bool:
+        """A dry run of `req` (docker/ps compared around it) plans no create, recreate or removal:
+        the host already runs what `req` asks for. Uses the stream's `plan` event when present."""
+        res = await self.dry_run(req.as_dry_run())
+        if res.verdict != "done" or res.stream is None or res.stream.status != "success":
+            return False
+        self.journal_read("dry_run", req.as_dry_run(), {"status": res.stream.status, "purpose": "settle",
+                                                        "lines": [self.scrub(x) for x in res.stream.lines[-40:]]})
+        event = res.stream.plan_event or {}
+        plan = event.get("plan") if isinstance(event.get("plan"), dict) else None
+        if plan is not None:
+            busy = [s for key in ("create", "recreate", "remove") for s in (plan.get(key) or [])]
+            return not busy
+        from orchestrator.parsers.dry_run import parse_dry_run
+
+        parsed = parse_dry_run(res.stream.lines, project=self.entry.project)
+        return all(parsed.actions.get(s, "unchanged") in ("unchanged", "started") for s in req.services) \
+            and "removed" not in parsed.actions.values()
+
     async def _in_flight(self) -> bool | None:
         """compose-manager's own word on whether an operation is still running (None: cannot say)."""
         status = getattr(self.clients.compose, "status", None)
@@ -609,6 +628,10 @@ class Runtime:
                     return "applied"
                 if not changed:
                     return "not_applied"
+                if await self._dry_run_finds_current(req):
+                    # a one-shot (model-downloader) restarts in place, keeping its ID: a fresh dry
+                    # run of the same request that plans nothing says the up took effect
+                    return "applied"
                 return f"compose-manager finished; changed: {changed} of {list(req.services)}"
             if in_flight is True:
                 # still running (an image pull can be long): wait, bounded by the cold start

@@ -176,7 +176,10 @@ class Down:
             containers = await rt.ps()
             svc = by_service(containers)
             present = [s for s in req.services if s in svc]
-            if not present:
+            # docker/ps lists running containers only: a finished one-shot (a perception check)
+            # is invisible there but still exists, so its down is always sent (harmless if gone)
+            oneshots = [s for s in req.services if s in rt.rb.oneshot_services()]
+            if not present and not oneshots:
                 return ok(f"{', '.join(req.services)} not running: nothing to stop")
             refusal = await rt.stop_guard(present)
             if refusal:

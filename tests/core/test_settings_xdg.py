@@ -60,7 +60,6 @@ def test_inventory_search_order(clean_env, monkeypatch):
 @pytest.mark.parametrize("var,value", [
     ("ORCHESTRATOR_POLL_INTERVAL", "abc"),
     ("ORCHESTRATOR_POLL_INTERVAL", "0"),
-    ("ORCHESTRATOR_TIME_SCALE", "nan"),
     ("ORCHESTRATOR_DATABASE_URL", "mysql://root:s3cret-password@db/x"),
 ])
 def test_a_bad_setting_is_one_line_naming_the_variable_never_the_value(clean_env, monkeypatch, var, value):
@@ -135,3 +134,23 @@ def test_a_connection_error_names_the_url():
     err = transport_error("dashboard", asyncio.run(call()), Redactor())
     assert f"GET http://127.0.0.1:{port}/api/v1/instances" in str(err)
     assert "token=abc" not in str(err)  # no query string
+
+
+@pytest.mark.parametrize("value", ["nan", "abc", "-3", "inf"])
+def test_a_bad_time_scale_is_one_line_naming_the_switch(value):
+    """ORCHESTRATOR_TIME_SCALE is no setting (never read from .env): a test-only switch, checked
+    where the clock is chosen."""
+    from orchestrator.clock import clock_for
+
+    with pytest.raises(UserError) as exc:
+        clock_for(["http://127.0.0.1:1"], {"ORCHESTRATOR_TIME_SCALE": value})
+    assert "ORCHESTRATOR_TIME_SCALE" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_time_scale_against_a_real_host_is_refused():
+    from orchestrator.clock import RealClock, ScaledClock, clock_for
+
+    with pytest.raises(UserError, match="loopback"):
+        clock_for(["http://127.0.0.1:1", "https://gpu02.example.invalid:8080"], {"ORCHESTRATOR_TIME_SCALE": "6000"})
+    assert isinstance(clock_for(["http://127.0.0.1:1", "http://[::1]:2"], {"ORCHESTRATOR_TIME_SCALE": "6000"}), ScaledClock)
+    assert isinstance(clock_for(["https://gpu02.example.invalid"], {}), RealClock)

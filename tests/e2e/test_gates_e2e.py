@@ -39,7 +39,8 @@ def test_happy_path_keeps_the_evidence_and_the_perception_output(e2e_factory):
     [
         ("host-restore-missing", "sglang:hicache_host_hit_tokens_total did not rise across the follow-up"),
         ("labels-wrong", "config_variant: want fc91d24-long-context"),
-        ("perception-fails", "glm53-perception-check exited 1; qualification_finished: ok=false"),
+        # docker/ps lists running containers only (8e07c35): the verdict comes from its output
+        ("perception-fails", "qualification_finished: ok=false"),
     ],
 )
 def test_each_new_gate_fails_on_its_fault_and_rolls_r2_back(e2e_factory, fault, evidence):
