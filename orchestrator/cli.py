@@ -174,6 +174,10 @@ def _plan_live(settings: Settings, host: str, tag: str, runbook: str, fmt: str, 
     from orchestrator.runner import Session
 
     ensure_configured()  # client log events are dropped: stdout holds the plan only
+    unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
+                                    ("ORCHESTRATOR_DASHBOARD_TOKEN", settings.dashboard_token)) if not tok.get_secret_value()]
+    if unset:
+        raise UserError(f"plan --live reads the host: set {' and '.join(unset)} (the inventory's tokens)")
     problems: list[str] = []
     checks: list[str] = []
     new_services = None
