@@ -237,9 +237,12 @@ def plan(
                                                 help="Check the runbook against this compose file (the new file); exit 1 on a mismatch"),
     rollback: Optional[str] = typer.Option(None, "--rollback", metavar="r1|r2|all", help="Plan a standalone rollback instead"),
     inventory: Optional[Path] = InventoryOpt,
+    live: bool = typer.Option(False, "--live", help="Read the host (never change it): env map keys, budget, host state, "
+                              "rollback targets, GPUs, model cache, dry runs; ends with a verdict (exit 0, or 5 would refuse)"),
 ) -> None:
-    """Preview every step, request, gate and rollback transition. Offline: never contacts a host.
-    Needs the inventory only to check HOST exists and name its compose project."""
+    """Preview every step, request, gate and rollback transition. Offline: never contacts a host
+    (needs the inventory only to check HOST exists and name its compose project), unless --live:
+    then read-only against the host (no down, no up without dry_run)."""
     from orchestrator.compose_check import check_against_compose_file
     from orchestrator.inventory import load_inventory
     from orchestrator.runner import check_tag
@@ -250,6 +253,11 @@ def plan(
     if rollback is not None and rollback not in ("r1", "r2", "all"):
         raise UserError(f"--rollback {rollback!r} must be r1, r2 or all")
     settings = _settings(inventory)
+    if live:
+        if rollback is not None:
+            raise UserError("--live previews a rollout; --rollback plans are offline only")
+        _plan_live(settings, host, tag, runbook, fmt, compose_file)
+        return
     inv = load_inventory(settings.inventory_path())
     entry = inv.host(host)
     rb = _runbook(runbook)
@@ -269,6 +277,56 @@ def plan(
         for pr in problems:
             err.print(f"mismatch: {pr}")
         raise typer.Exit(int(ExitCode.UNEXPECTED))
+
+
+def _plan_live(settings: Settings, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path]) -> None:
+    """`plan --live`: orchestrator.live_plan, with the inventory's tokens from the settings."""
+    from orchestrator.compose_check import check_against_compose_file
+    from orchestrator.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
+    from orchestrator.run_logs import ensure_configured
+    from orchestrator.runner import Session
+
+    ensure_configured()  # client log events are dropped: stdout holds the plan only
+    unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
+                                    ("ORCHESTRATOR_DASHBOARD_TOKEN", settings.dashboard_token)) if not tok.get_secret_value()]
+    if unset:
+        raise UserError(f"plan --live reads the host: set {' and '.join(unset)} (the inventory's tokens)")
+    problems: list[str] = []
+    checks: list[str] = []
+    new_services = None
+    if compose_file is not None:
+        checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file)
+    session = Session.open(settings)
+    try:
+        lp = _run_async(build_live_plan(session, host, tag, runbook, new_file_services=new_services))
+    finally:
+        session.close()
+    lp.plan.checks, lp.plan.problems = checks, problems
+    sys.stdout.write({"text": render_live_text, "markdown": render_live_markdown, "json": render_live_json}[fmt](lp))
+    for pr in problems:
+        err.print(f"mismatch: {pr}")
+    raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)
+
+
+@app.command("ci-preview")
+def ci_preview(
+    changed: list[str] = typer.Option([], "--changed", help="A changed file, relative to the repository root (repeatable)"),
+    repo: Path = typer.Option(Path("."), "--repo", help="The compose-files checkout the changed files are read from"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Optional host inventory (for each host's compose project)"),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Append the markdown here too (e.g. $GITHUB_STEP_SUMMARY)"),
+) -> None:
+    """CI for the compose-files repository: the offline plan of every runbook a changed file affects,
+    as markdown; exit 1 when a changed file no longer matches a runbook that deploys it."""
+    from orchestrator import ci_preview as ci
+
+    md, failures = ci.preview(changed, ci.check_repo(repo), projects=ci.inventory_projects(inventory))
+    sys.stdout.write(md)
+    if summary is not None:
+        with summary.open("a", encoding="utf-8") as fh:
+            fh.write(md)
+    for f in failures:
+        err.print(f"mismatch: {f}")
+    raise typer.Exit(int(ExitCode.UNEXPECTED) if failures else 0)
 
 
 @app.command()

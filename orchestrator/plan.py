@@ -237,27 +237,42 @@ def render_text(plan: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
+def _group_title(s: PlanStep) -> str:
+    title = _SECTION_TITLE.get(s.section, s.section) or "End states"
+    return f"{title}: phase {s.phase}" if s.phase and s.phase != s.section else title
+
+
 def render_markdown(plan: Plan) -> str:
+    """A CI job summary: the header and the compose-file check in the open, every phase of every
+    section in its own collapsible `<details>` (GitHub renders markdown inside it only after a
+    blank line, hence the empty lines around each body)."""
     out = [f"### {plan.title}", "", f"Host `{plan.host}`, tag `{plan.tag}`, runbook `{plan.runbook}`.", "",
            f"Budget: {plan.budget}.", ""]
-    section = None
-    for s in plan.steps:
-        if s.section != section:
-            section = s.section
-            out += ["", f"#### {_SECTION_TITLE.get(section, section)}", ""]
-        out.append(f"- [ ] **{s.number}. `{s.state}`** {s.say}")
-        if s.precondition:
-            out.append(f"  - precondition: {s.precondition}")
-        if s.request:
-            out.append(f"  - call: `{_req_line(s.request)}`")
-        out.append(f"  - gate: {s.gate}")
-        if s.orphans:
-            out.append(f"  - orphans: {', '.join(s.orphans)} — **UNSAFE**: this up would remove them; its dry run refuses it")
-        elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
-            out.append("  - orphans: none (the file defines every service running at this point)")
-        out.append(f"  - on failure: {s.on_fail}" + (f"; on abort: {s.on_abort}" if s.on_abort else ""))
     if plan.checks or plan.problems:
-        out += ["", "#### Compose file check", ""]
-        out += [f"- ok: {c}" for c in plan.checks]
+        out += ["#### Compose file check", ""]
         out += [f"- **mismatch**: {p}" for p in plan.problems]
-    return "\n".join(out) + "\n"
+        out += [f"- ok: {c}" for c in plan.checks]
+        out.append("")
+    groups: list[tuple[str, list[PlanStep]]] = []
+    for s in plan.steps:
+        key = _group_title(s)
+        if not groups or groups[-1][0] != key:
+            groups.append((key, []))
+        groups[-1][1].append(s)
+    for title, steps in groups:
+        unsafe = " — **UNSAFE orphans**" if any(s.orphans for s in steps) else ""
+        out += ["<details>", f"<summary>{title} ({len(steps)} steps){unsafe}</summary>", ""]
+        for s in steps:
+            out.append(f"- [ ] **{s.number}. `{s.state}`** {s.say}")
+            if s.precondition:
+                out.append(f"  - precondition: {s.precondition}")
+            if s.request:
+                out.append(f"  - call: `{_req_line(s.request)}`")
+            out.append(f"  - gate: {s.gate}")
+            if s.orphans:
+                out.append(f"  - orphans: {', '.join(s.orphans)} — **UNSAFE**: this up would remove them; its dry run refuses it")
+            elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
+                out.append("  - orphans: none (the file defines every service running at this point)")
+            out.append(f"  - on failure: {s.on_fail}" + (f"; on abort: {s.on_abort}" if s.on_abort else ""))
+        out += ["", "</details>", ""]
+    return "\n".join(out)

@@ -400,7 +400,14 @@ class Runbook(_Strict):
     title: str
     hosts: list[str] = Field(min_length=1)
     file: str
+    #: Other compose files this runbook deploys (the previous files its rollbacks go back to, as
+    #: of writing): with `file`, how a CI job finds the runbooks a changed file affects
+    #: (`orchestrator.ci_preview.runbooks_affected_by`) without reading code.
+    deploys: list[str] = Field(default_factory=list)
     model: str
+    #: Hugging Face repos (`org/name`) the new file's engines load: `plan --live` asks the host's
+    #: model cache whether it holds them (missing weights mean a download before the cold start).
+    weights: list[str] = Field(default_factory=list)
     domains: Domains
     #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
     #: `logs: {budget: true}` need it.
@@ -434,6 +441,14 @@ class Runbook(_Strict):
     def _relative(cls, v: str) -> str:
         if not v or v.startswith("/") or ".." in Path(v).parts:
             raise ValueError("file must be a relative path inside the compose-files repository")
+        return v
+
+    @field_validator("deploys")
+    @classmethod
+    def _relative_all(cls, v: list[str]) -> list[str]:
+        for f in v:
+            if not f or f.startswith("/") or ".." in Path(f).parts:
+                raise ValueError(f"deploys: {f!r} must be a relative path inside the compose-files repository")
         return v
 
     @model_validator(mode="after")

@@ -94,3 +94,20 @@ def test_demo_lists_every_fault():
     assert r.returncode == 0, r.stderr
     for name in ("oom:r1|:r2", "cut-after-effect", "zombie-after-down", "busy-409:N", "budget-no-fit"):
         assert name in r.stdout
+
+
+def test_plan_live_without_tokens_is_one_line_exit_2(tmp_path):
+    """A user error before anything is contacted: which token to set, one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env["ORCHESTRATOR_STATE_DIR"] = str(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "gpu02", "--tag", "v0.0.300", "--live",
+                        "--inventory", str(root / "config" / "hosts.yaml")],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "ORCHESTRATOR_COMPOSE_MANAGER_TOKEN" in r.stderr
