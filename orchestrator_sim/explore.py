@@ -62,10 +62,10 @@ PREVIOUS_TAG = "v0.0.290"
 TYPO_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canray.yaml"
 #: faults whose gate fails on whichever replica is being moved (not tied to r1/r2)
 GATE_FAULTS = frozenset({"peer-missing", "cache-miss", "dry-run-extra-recreate", "dry-run-extra-remove",
-                         "dry-run-not-dry"})
+                         "dry-run-not-dry", "perception-fails"})
 #: upper bound for a drawn kill point (an uninterrupted rollout makes ~this many journal writes)
-MAX_WRITE = 67
-MAX_MUTATING = 10
+MAX_WRITE = 96
+MAX_MUTATING = 14
 
 
 # ----------------------------------------------------------------------------- schedules

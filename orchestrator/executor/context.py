@@ -87,8 +87,13 @@ class RunContext:
     soaks: dict[str, float] = field(default_factory=dict)
     #: soak state id -> the engines (service -> container id) it watched when it started
     soak_watch: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: the run was started with --yes (approvals given up front): a resume or an adopting server keeps it
+    yes: bool = False
     #: the operator chose to go on without GitHub's word on the tag (`--skip-tag-age-check`)
     skip_tag_age_check: bool = False
+    #: keys other parts of the program keep in the run's context (e.g. the server's pinned
+    #: `runbook_identity`): carried through every transition unchanged, never dropped
+    extra: dict[str, Any] = field(default_factory=dict)
     #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
     ready: dict[str, str] = field(default_factory=dict)
 
@@ -100,17 +105,20 @@ class RunContext:
         """What a `resume --retry` child keeps: targets and facts, not per-visit state."""
         return RunContext(previous=dict(self.previous), previous_source=self.previous_source, budget=dict(self.budget),
                           before=dict(self.before), deployed=dict(self.deployed), start_phase=self.start_phase,
-                          placement=dict(self.placement))
+                          placement=dict(self.placement), skip_tag_age_check=self.skip_tag_age_check, yes=self.yes,
+                          extra=dict(self.extra))
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        return data
+        extra = data.pop("extra") or {}
+        return {**extra, **data}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> "RunContext":
         data = dict(data or {})
         known = {f for f in cls.__dataclass_fields__}
-        kw = {k: v for k, v in data.items() if k in known}
+        kw = {k: v for k, v in data.items() if k in known and k != "extra"}
+        kw["extra"] = {k: v for k, v in data.items() if k not in known}
         if kw.get("checked_dry_run"):
             kw["checked_dry_run"] = DryRunRecord.from_json(kw["checked_dry_run"])
         if kw.get("failure"):

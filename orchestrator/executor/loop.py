@@ -56,6 +56,9 @@ class Executor:
         self.redactor = redactor
         self.progress = progress or NullProgress()
         self.ctx = RunContext.from_json(run.context)
+        if yes:
+            self.ctx.yes = True  # journaled with the next transition: a resume elsewhere keeps it
+        yes = yes or self.ctx.yes
         self.machine = Machine(table, run.state)
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
                           clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,
