@@ -124,7 +124,7 @@ def plan(
     host: str = typer.Argument(..., help="Host name from the inventory, e.g. gpu02"),
     tag: str = typer.Option(..., "--tag", help="compose-files tag to roll out, e.g. v0.0.300"),
     runbook: str = RunbookOpt,
-    fmt: str = typer.Option("text", "--format", help="text | markdown | json"),
+    fmt: str = typer.Option("text", "--format", help="text | markdown | json | mermaid | dot (the state diagram)"),
     compose_file: Optional[Path] = typer.Option(None, "--compose-file", help="Check the runbook against this compose file (the new file)"),
     rollback: Optional[str] = typer.Option(None, "--rollback", help="Plan a standalone rollback instead: r1 | r2 | all"),
     inventory: Optional[Path] = InventoryOpt,
@@ -135,8 +135,8 @@ def plan(
     from orchestrator.runner import check_tag
 
     check_tag(tag)
-    if fmt not in ("text", "markdown", "json"):
-        raise UserError(f"--format {fmt!r} is not one of text, markdown, json")
+    if fmt not in ("text", "markdown", "json", "mermaid", "dot"):
+        raise UserError(f"--format {fmt!r} is not one of text, markdown, json, mermaid, dot")
     settings = _settings(inventory)
     inv = load_inventory(settings.inventory)
     entry = inv.host(host)
@@ -149,6 +149,11 @@ def plan(
     problems: list[str] = []
     if compose_file is not None:
         checks, problems, new_services = check_against_compose_file(rb, compose_file)
+    if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/diagram.py)
+        from orchestrator.diagram import render_dot, render_mermaid
+
+        sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
+        return
     p = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_services)
     p.checks, p.problems = checks, problems
     text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)
