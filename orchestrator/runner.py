@@ -24,7 +24,8 @@ from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal import open_journal
 from orchestrator.journal.base import Journal, LeaseHeld, RunRecord
 from orchestrator.machine import ABORTED, HALTED, Table, compile_rollback, compile_rollout
-from orchestrator.progress import NullProgress, Progress
+from orchestrator.notify import FLUSH_S, Notifier, NotifyProgress
+from orchestrator.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
 from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook
@@ -56,6 +57,9 @@ class Session:
     transport: httpx.AsyncBaseTransport | None = None
     clock: Clock = field(default_factory=RealClock)
     retry: RetryPolicy | None = None
+    #: A long-lived notifier (orchestrate serve keeps one); None: `execute` makes one per run
+    #: when ORCHESTRATOR_NOTIFY_URL is set and flushes it, bounded, when the run ends.
+    notifier: Notifier | None = None
 
     @classmethod
     def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> "Session":
@@ -128,6 +132,12 @@ async def execute(
             f"one rollout per host at a time; wait, or take it over once it expires"
         ) from None
     progress = progress or NullProgress()
+    notifier, own_notifier = session.notifier, None
+    if notifier is None and session.settings.notify_url.get_secret_value():
+        notifier = own_notifier = notifier_for(session)
+    if notifier is not None:
+        progress = CompositeProgress(progress, NotifyProgress(notifier, run_id=run.run_id, host=run.host, kind=run.kind,
+                                                              tag=run.tag, public_url=session.settings.public_url))
     if taken is not None:
         progress.event("note", clock=session.clock.monotonic(), text=f"took over the expired lease of run {taken.run_id} ({taken.owner})")
     log_path = open_run_log(session.settings.state_dir, run.run_id, session.redactor)
@@ -151,7 +161,15 @@ async def execute(
         return final
     finally:
         await clients.aclose()
+        if own_notifier is not None:
+            await own_notifier.aclose(FLUSH_S)
         ROUTER.close(run.run_id)
+
+
+def notifier_for(session: Session) -> Notifier:
+    """The webhook notifier of ORCHESTRATOR_NOTIFY_URL, its messages scrubbed by the session's redactor."""
+    s = session.settings
+    return Notifier(s.notify_url.get_secret_value(), s.notify_format, scrub=session.redactor.scrub)
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:

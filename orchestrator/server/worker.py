@@ -36,6 +36,7 @@ from orchestrator import commands
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.machine import Table
+from orchestrator.notify import FLUSH_S
 from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook_checked
 from orchestrator.runner import (
     RunnerFenced,
@@ -44,6 +45,7 @@ from orchestrator.runner import (
     context_summary,
     execute,
     new_rollback,
+    notifier_for,
     new_rollout,
     owner_id,
     refuse_if_leased,
@@ -182,6 +184,9 @@ class Worker:
                     self.redactor.add(*session.settings.tokens())
                     self.redactor.attach(session.redactor)
                     session.redactor.add(*self.redactor.own_secrets)
+                    if session.notifier is None and session.settings.notify_url.get_secret_value():
+                        # one notifier for the server's lifetime: its runs never wait for a webhook
+                        session.notifier = notifier_for(session)
                     self._session = session
         return self._session
 
@@ -452,6 +457,9 @@ class Worker:
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         self._closed = True
+        if self._session is not None and self._session.notifier is not None:
+            with contextlib.suppress(Exception):
+                await self._session.notifier.aclose(FLUSH_S)
         with self._session_lock:
             if self._session is not None:
                 self._session.close()

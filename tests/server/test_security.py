@@ -322,7 +322,7 @@ def test_errors_do_not_reveal_the_servers_paths(live, settings):
     url, _ = live
     r = httpx.post(f"{url}/runs", json={"action": "rollback", "host": "gpu02", "to_tag": "v0.0.299",
                                         "to_file": "prod/x.yaml"}, headers=AUTH, timeout=10)
-    assert r.status_code == 400 and "no rollout of gpu02 is journaled" in r.json()["error"]
+    assert r.status_code == 400 and "no rollout of gpu02 that changed anything is journaled" in r.json()["error"]
     assert str(settings.state_dir) not in r.text and "<server path>" in r.text
 
 
