@@ -81,6 +81,8 @@ class ActiveRun:
     step: str | None = None
     waiting: str | None = None
     task: asyncio.Task[Any] | None = None
+    #: who submitted it here (the token's name), or None (adopted, or not submitted here)
+    by: str | None = None
     seq: int = 0
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
 
@@ -198,14 +200,17 @@ class Worker:
 
     # -- submissions
 
-    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody) -> ActiveRun:
+    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> ActiveRun:
+        """`by`: who submitted it (the token's name), shown on the run's page by this server."""
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
-            prepared = await _in_thread(self._prepare, body)
-            return self._launch(prepared)
+            prepared = await _in_thread(self._prepare, body, by)
+            active = self._launch(prepared)
+            active.by = by
+            return active
 
-    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody) -> _Prepared:
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> _Prepared:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
         yes, soak, pinned = False, None, None
