@@ -55,8 +55,8 @@ def test_a_run_page_shows_states_evidence_timeline_and_buttons_by_role(sim_fleet
     with TestClient(app, base_url=BASE_URL) as c:
         run_id = c.post("/runs", json=FAST, headers=A).json()["run_id"]
         page = wait_for(lambda: (t := c.get(f"/ui/fragments/runs/{run_id}", headers=A).text)
-                        and 'class="state forward current" data-state="r2.soak"' in t and t, "the approval gate")
-        assert "waiting for: soak 0 s, then `orchestrate approve" in page
+                        and "waiting for: soak 0 s, then `orchestrate approve" in t and t, "the approval gate")
+        assert 'class="state forward current" data-state="r2.soak"' in page
         assert re.search(r'<button id="approve" data-gate="r2.soak">', page)  # live for an operator
         assert '<li class="state preflight passed" data-state="preflight.read-env"' in page
         assert "Evidence of each gate" in page and "Timeline (journal)" in page
