@@ -19,6 +19,7 @@ Errors: orchestrator/server/errors.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import signal
@@ -197,6 +198,8 @@ def create_app(
     protect_metrics: bool = False,
     metrics_max_age: float = 10.0,
     max_body: int = MAX_BODY,
+    adopt: bool = True,
+    adopt_interval: float | None = None,
 ) -> Starlette:
     """The `orchestrate serve` app.
 
@@ -208,7 +211,9 @@ def create_app(
     loopback-only rule is `serving.check_exposure`'s, which knows the bind address).
     `allowed_hosts`: extra Host names (the loopback names and `bind` are always allowed).
     `protect_metrics`: /metrics and /healthz need a token too. `metrics_max_age`: seconds a
-    journal snapshot of /metrics is reused.
+    journal snapshot of /metrics is reused. `adopt`: run the worker's adoption loop (resume runs
+    whose lease expired with no runner) every `adopt_interval` seconds (default: a third of the
+    lease TTL, so an orphan is adopted within about 1.3 TTL of its runner's last heartbeat).
     """
     config = ServerConfig()
     if token is None:
@@ -261,10 +266,16 @@ def create_app(
             log.warning("host_tokens_missing", missing=[f"ORCHESTRATOR_{n.upper()}" for n in missing],
                         detail="runs will fail when they first call a host")
         hup = _install_sighup(auth, log)
-        log.info("serving", journal=journal_kind(settings), owner=owner_id(), auth=auth.mode)
+        log.info("serving", journal=journal_kind(settings), owner=owner_id(), auth=auth.mode, adopt=adopt)
+        adoption = (asyncio.get_running_loop().create_task(
+            worker.adopt_loop(adopt_interval or max(settings.lease_ttl / 3, 0.2)), name="adoption") if adopt else None)
         try:
             yield
         finally:
+            if adoption is not None:
+                adoption.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await adoption
             hup()
             await worker.shutdown()
             log.info("stopped")

@@ -17,6 +17,15 @@ executor. Rules:
   loads exactly that content or is refused.
 - A run that raises is logged and left, unfinished, for `orchestrate resume`; on shutdown running
   tasks are cancelled and their leases left to expire.
+- **Adoption** (`adopt_loop`): every `adopt_interval` seconds the worker looks for unfinished runs
+  whose host lease has expired (their runner, a server or a laptop, is gone: a live runner renews
+  every third of the TTL) and resumes them here, exactly as `POST /runs {"action":"resume"}` does.
+  The lease is what makes one server own a run: two servers that see the same orphan both try to
+  take its lease, one wins (fencing token + 1) and the other is refused and moves on. Resume
+  settles every journaled effect before it acts, so no mutating call is sent twice. Not adopted:
+  a run with no journaled transition (never started, e.g. refused at submission), and a run that
+  failed or was fenced on this server (no retry loop on a bug; `orchestrate resume` is for humans).
+  An adopted run resumes without `--yes`: its approval gates wait for a human.
 """
 
 from __future__ import annotations
@@ -83,6 +92,8 @@ class ActiveRun:
     task: asyncio.Task[Any] | None = None
     #: who submitted it here (the token's name), or None (adopted, or not submitted here)
     by: str | None = None
+    #: True when this server adopted it (its previous runner's lease expired)
+    adopted: bool = False
     seq: int = 0
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
 
@@ -96,6 +107,7 @@ class ActiveRun:
 
     def view(self, events_after: int = 0) -> dict[str, Any]:
         return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
+                "adopted": self.adopted,
                 "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after]}
 
 
@@ -449,6 +461,54 @@ class Worker:
         result = commands.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "abort_requested": True, "runner": result.runner, "message": result.message}
+
+    # -- adoption of orphaned runs
+
+    async def adopt_loop(self, interval: float) -> None:
+        """Until shutdown: adopt orphaned runs every `interval` seconds (errors logged, never fatal)."""
+        while not self._closed:
+            await asyncio.sleep(interval)
+            if self._closed:
+                return
+            try:
+                await self.adopt_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a journal hiccup
+                self.log.warning("adoption_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+
+    async def adopt_once(self) -> list[str]:
+        """Resume here every orphaned run whose lease this server wins; the ids adopted."""
+        adopted: list[str] = []
+        for run_id in await _in_thread(self.orphans):
+            try:
+                active = await self.submit(ResumeBody(action="resume", run_id=run_id))
+            except (Refused, UserError, ApiError, LeaseHeld) as exc:  # another runner won it, or it ended
+                self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
+                continue
+            active.adopted = True
+            self.log.warning("run_adopted", run_id=run_id, host=active.host,
+                             detail="its lease expired with no runner renewing it: resumed here from the journal")
+            adopted.append(run_id)
+        return adopted
+
+    def orphans(self) -> list[str]:
+        """Unfinished runs with journaled transitions whose host has no live lease (in a thread)."""
+        journal = self.session.journal
+        census = getattr(journal, "run_census", None)
+        unfinished = census()[1] if census is not None else [(r.run_id, r.host) for r in journal.list_runs(limit=1000)
+                                                             if not r.terminal]
+        out: list[str] = []
+        for run_id, host in unfinished:
+            mine = self.runs.get(run_id)
+            if mine is not None and (mine.active or mine.status in ("failed", "fenced")):
+                continue
+            if journal.current_lease(host) is not None:
+                continue
+            if not journal.transitions(run_id):
+                continue
+            out.append(run_id)
+        return out
 
     # -- lifecycle
 
