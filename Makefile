@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench explore install clean
+.PHONY: demo test bench explore install clean diagram
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 ## The whole test suite (unit, property, end-to-end over loopback, PostgreSQL journal).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4
+
+## The README's state diagram, regenerated from the gpu02 runbook's transition table.
+diagram: $(STAMP)
+	$(BIN)/python scripts/update_readme_diagram.py
 
 ## Benchmarks against the simulator (not part of the test suite).
 bench: $(STAMP)

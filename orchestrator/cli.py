@@ -232,7 +232,8 @@ def plan(
     host: str = HostArg,
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out, e.g. v0.0.300"),
     runbook: str = RunbookOpt,
-    fmt: str = typer.Option("text", "--format", metavar="text|markdown|json", help="Output format"),
+    fmt: str = typer.Option("text", "--format", metavar="text|markdown|json|mermaid|dot",
+                            help="Output format (mermaid, dot: the state diagram drawn from the transition table)"),
     compose_file: Optional[Path] = typer.Option(None, "--compose-file", metavar="PATH",
                                                 help="Check the runbook against this compose file (the new file); exit 1 on a mismatch"),
     rollback: Optional[str] = typer.Option(None, "--rollback", metavar="r1|r2|all", help="Plan a standalone rollback instead"),
@@ -248,10 +249,8 @@ def plan(
     from orchestrator.runner import check_tag
 
     check_tag(tag)
-    if fmt not in ("text", "markdown", "json"):
-        raise UserError(f"--format {fmt!r} is not one of text, markdown, json")
-    if rollback is not None and rollback not in ("r1", "r2", "all"):
-        raise UserError(f"--rollback {rollback!r} must be r1, r2 or all")
+    if fmt not in ("text", "markdown", "json", "mermaid", "dot"):
+        raise UserError(f"--format {fmt!r} is not one of text, markdown, json, mermaid, dot")
     settings = _settings(inventory)
     if live:
         if rollback is not None:
@@ -269,6 +268,11 @@ def plan(
     problems: list[str] = []
     if compose_file is not None:
         checks, problems, new_services = check_against_compose_file(rb, compose_file)
+    if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/diagram.py)
+        from orchestrator.diagram import render_dot, render_mermaid
+
+        sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
+        return
     p = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_services)
     p.checks, p.problems = checks, problems
     text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)

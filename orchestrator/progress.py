@@ -26,3 +26,18 @@ class RecordingProgress:
 
     def event(self, kind: str, **fields: Any) -> None:
         self.events.append((kind, fields))
+
+
+class CompositeProgress:
+    """Hands every event to each of `parts` in turn; one part that raises does not stop the others
+    (watching a run, or notifying about it, must never break it)."""
+
+    def __init__(self, *parts: Progress) -> None:
+        self.parts = parts
+
+    def event(self, kind: str, /, **fields: Any) -> None:
+        for part in self.parts:
+            try:
+                part.event(kind, **fields)
+            except Exception:  # noqa: BLE001 - see the class docstring
+                pass

@@ -23,8 +23,9 @@ from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal.base import Journal, LeaseHeld, LeaseLost, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
 from orchestrator.machine import ABORTED, HALTED, Table, compile_rollback, compile_rollout
+from orchestrator.notify import FLUSH_S, Notifier, NotifyProgress
+from orchestrator.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.startup import open_journal_for
-from orchestrator.progress import NullProgress, Progress
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
 from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook
@@ -57,6 +58,9 @@ class Session:
     transport: httpx.AsyncBaseTransport | None = None
     clock: Clock = field(default_factory=RealClock)
     retry: RetryPolicy | None = None
+    #: A long-lived notifier (orchestrate serve keeps one); None: `execute` makes one per run
+    #: when ORCHESTRATOR_NOTIFY_URL is set and flushes it, bounded, when the run ends.
+    notifier: Notifier | None = None
 
     @classmethod
     def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> "Session":
@@ -139,6 +143,12 @@ async def execute(
             f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one rollout per host at a time; wait, or take it over once it expires"
         ) from None
     progress = progress or NullProgress()
+    notifier, own_notifier = session.notifier, None
+    if notifier is None and session.settings.notify_url.get_secret_value():
+        notifier = own_notifier = notifier_for(session)
+    if notifier is not None:
+        progress = CompositeProgress(progress, NotifyProgress(notifier, run_id=run.run_id, host=run.host, kind=run.kind,
+                                                              tag=run.tag, public_url=session.settings.public_url))
     ex: Executor | None = None
     clients = None
     fenced = False
@@ -173,6 +183,8 @@ async def execute(
     finally:
         if clients is not None:
             await clients.aclose()
+        if own_notifier is not None:
+            await own_notifier.aclose(FLUSH_S)
         ROUTER.close(run.run_id)
     session.journal.release(ex.lease)
     return final
@@ -188,6 +200,12 @@ def _release_quietly(session: Session, lease: Any) -> None:
         pass
     except Exception:  # noqa: BLE001 - the exception on its way out is the one to report
         structlog.get_logger().warning("lease_release_failed", host=lease.host, run_id=lease.run_id)
+
+
+def notifier_for(session: Session) -> Notifier:
+    """The webhook notifier of ORCHESTRATOR_NOTIFY_URL, its messages scrubbed by the session's redactor."""
+    s = session.settings
+    return Notifier(s.notify_url.get_secret_value(), s.notify_format, scrub=session.redactor.scrub)
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -93,6 +93,14 @@ class Settings(BaseSettings):
     database_url: str = ""
     #: Lease time-to-live in seconds; the runner renews it every third of that.
     lease_ttl: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    #: Team notifications (orchestrator/notify.py): a webhook called when a run waits for an
+    #: approval and when it ends. A secret (a Slack webhook URL is its own credential): redacted.
+    notify_url: SecretStr = SecretStr("")
+    #: `slack` ({"text": ...}, also Mattermost/Rocket.Chat/Teams-compatible) or `json` (the fields).
+    notify_format: Literal["slack", "json"] = "slack"
+    #: The URL people reach `orchestrate serve` at (e.g. https://orchestrate.internal:8443): the
+    #: notifications link to the run's page there. Empty: no link.
+    public_url: str = ""
     # The clock is never a setting: ORCHESTRATOR_TIME_SCALE is a test-only switch read from the
     # process environment, honoured only against a loopback simulator (orchestrator.clock.clock_for).
 
@@ -153,6 +161,7 @@ class Settings(BaseSettings):
                 self.model_proxy_token,
                 self.inference_token,
                 self.github_token,
+                self.notify_url,
             )
             if s.get_secret_value()
         ]

@@ -6,6 +6,8 @@ single-token mode the token is an operator.
     GET  /healthz                 {"status": "ok"} or 503 {"status": "not ok"}   (token if protect_metrics)
     GET  /metrics                 Prometheus text                                 (token if protect_metrics)
     GET  /runs[?host=&limit=]     viewer    {"runs": [summary, ...]}, newest first
+    GET  /whoami                  viewer    {"name", "role"} of the token
+    GET  /ui, /ui/runs/{id}       the web page (orchestrator/server/pages.py; data via /ui/fragments/*, viewer)
     GET  /runs/{id}[?events_after=N]  viewer  summary + transitions + effects (+ lease, + this server's view)
     POST /runs                    operator  {"action": "rollout"|"rollback"|"resume", ...} -> 202 {"run_id": ...}
     POST /runs/{id}/approve       operator  {"gate": "*"}
@@ -17,6 +19,7 @@ Errors: orchestrator/server/errors.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import signal
@@ -32,7 +35,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 import orchestrator
@@ -41,6 +44,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.runbook import RUNBOOK_DIR
 from orchestrator.runner import Session, owner_id
+from orchestrator.server import pages
 from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
 from orchestrator.server.errors import ApiError, PathScrubber, error_response
@@ -142,7 +146,7 @@ async def metrics(request: Request, principal: Principal) -> Response:
 async def submit_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = SUBMIT.validate_python(await _json_body(request))
-    active = await worker.submit(body)
+    active = await worker.submit(body, by=_by(request, principal, None))
     return JSONResponse({"run_id": active.run_id}, status_code=202)
 
 
@@ -194,6 +198,8 @@ def create_app(
     protect_metrics: bool = False,
     metrics_max_age: float = 10.0,
     max_body: int = MAX_BODY,
+    adopt: bool = True,
+    adopt_interval: float | None = None,
 ) -> Starlette:
     """The `orchestrate serve` app.
 
@@ -205,7 +211,9 @@ def create_app(
     loopback-only rule is `serving.check_exposure`'s, which knows the bind address).
     `allowed_hosts`: extra Host names (the loopback names and `bind` are always allowed).
     `protect_metrics`: /metrics and /healthz need a token too. `metrics_max_age`: seconds a
-    journal snapshot of /metrics is reused.
+    journal snapshot of /metrics is reused. `adopt`: run the worker's adoption loop (resume runs
+    whose lease expired with no runner) every `adopt_interval` seconds (default: a third of the
+    lease TTL, so an orphan is adopted within about 1.3 TTL of its runner's last heartbeat).
     """
     config = ServerConfig()
     if token is None:
@@ -258,10 +266,16 @@ def create_app(
             log.warning("host_tokens_missing", missing=[f"ORCHESTRATOR_{n.upper()}" for n in missing],
                         detail="runs will fail when they first call a host")
         hup = _install_sighup(auth, log)
-        log.info("serving", journal=journal_kind(settings), owner=owner_id(), auth=auth.mode)
+        log.info("serving", journal=journal_kind(settings), owner=owner_id(), auth=auth.mode, adopt=adopt)
+        adoption = (asyncio.get_running_loop().create_task(
+            worker.adopt_loop(adopt_interval or max(settings.lease_ttl / 3, 0.2)), name="adoption") if adopt else None)
         try:
             yield
         finally:
+            if adoption is not None:
+                adoption.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await adoption
             hup()
             await worker.shutdown()
             log.info("stopped")
@@ -276,6 +290,15 @@ def create_app(
             Route("/runs/{run_id}", _route("viewer")(get_run), methods=["GET"]),
             Route("/runs/{run_id}/approve", _route("operator")(approve_run), methods=["POST"]),
             Route("/runs/{run_id}/abort", _route("operator")(abort_run), methods=["POST"]),
+            # the web page (orchestrator/server/pages.py): shells and static files carry no data;
+            # the fragments and /whoami need a viewer's token like the JSON routes
+            Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
+            Route("/ui", pages.runs_page, methods=["GET"]),
+            Route("/ui/runs/{run_id}", pages.run_page, methods=["GET"]),
+            Route("/ui/static/{name}", pages.static_file, methods=["GET"]),
+            Route("/ui/fragments/runs", _route("viewer")(pages.runs_fragment), methods=["GET"]),
+            Route("/ui/fragments/runs/{run_id}", _route("viewer")(pages.run_fragment), methods=["GET"]),
+            Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),
         ],
         middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
                                max_body=max_body)],

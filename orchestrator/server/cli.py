@@ -30,7 +30,7 @@ TokensFileOpt = typer.Option(None, "--tokens-file", envvar="ORCHESTRATOR_SERVER_
 def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, insecure_no_auth: bool = False,
               tls_cert: Path | None = None, tls_key: Path | None = None, insecure_plaintext_on_network: bool = False,
               allowed_hosts: list[str] | None = None, tokens_file: Path | None = None,
-              protect_metrics: bool = False) -> int:
+              protect_metrics: bool = False, adopt: bool = True) -> int:
     """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
     from orchestrator.journal.base import JournalError
     from orchestrator.redaction import Redactor
@@ -40,7 +40,7 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
     try:
         serve(settings, bind, port, token, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert, tls_key=tls_key,
               insecure_plaintext_on_network=insecure_plaintext_on_network, allowed_hosts=allowed_hosts,
-              tokens_file=tokens_file, protect_metrics=protect_metrics)
+              tokens_file=tokens_file, protect_metrics=protect_metrics, adopt=adopt)
     except UserError as exc:
         err.print(f"orchestrate: {exc}")
         return int(exc.code)
@@ -88,6 +88,8 @@ def serve(
     insecure_plaintext: bool = typer.Option(False, "--insecure-plaintext-on-network", metavar="",
                                             help="Allow a non-loopback bind without TLS (a TLS proxy on this host)"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory YAML"),
+    no_adopt: bool = typer.Option(False, "--no-adopt", metavar="",
+                                  help="Do not adopt runs whose lease expired with no runner (see docs/team-mode.md)"),
 ) -> None:
     """Team mode: accept rollouts over HTTP and run them here, so they outlive the laptop that asked.
     Token: $ORCHESTRATOR_SERVER_TOKEN or --tokens-file. See docs/team-mode.md."""
@@ -100,7 +102,8 @@ def serve(
     try:
         code = run_serve(bind, port, None, settings, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert,
                          tls_key=tls_key, insecure_plaintext_on_network=insecure_plaintext,
-                         allowed_hosts=allowed_host, tokens_file=tokens_file, protect_metrics=protect_metrics)
+                         allowed_hosts=allowed_host, tokens_file=tokens_file, protect_metrics=protect_metrics,
+                         adopt=not no_adopt)
     except SystemExit as exc:  # uvicorn's startup failure (3): not a rollback
         if exc.code == 3:
             raise UserError(f"the server could not start on {bind}:{port} (uvicorn's reason is above)") from None

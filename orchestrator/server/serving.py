@@ -123,7 +123,7 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
 def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no_auth: bool = False,
           session_factory: Any = None, tls_cert: Path | None = None, tls_key: Path | None = None,
           insecure_plaintext_on_network: bool = False, allowed_hosts: list[str] | None = None,
-          tokens_file: Path | None = None, protect_metrics: bool = False) -> None:
+          tokens_file: Path | None = None, protect_metrics: bool = False, adopt: bool = True) -> None:
     """Run the app under uvicorn until SIGINT/SIGTERM (then running tasks are cancelled)."""
     from orchestrator.server.app import create_app
 
@@ -133,7 +133,8 @@ def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no
     if host in ("0.0.0.0", "::") and not extra:
         extra = [socket.gethostname(), socket.getfqdn()]
     app = create_app(settings, token=token, tokens_file=tokens_file, insecure_no_auth=insecure_no_auth,
-                     session_factory=session_factory, allowed_hosts=extra, bind=host, protect_metrics=protect_metrics)
+                     session_factory=session_factory, allowed_hosts=extra, bind=host, protect_metrics=protect_metrics,
+                     adopt=adopt)
     server = build_server(app, host, port, tls_cert=tls_cert, tls_key=tls_key)
     _ = app.state.worker.session  # fail before binding the port: a wrong journal URL or inventory
     server.run()

@@ -17,6 +17,15 @@ executor. Rules:
   loads exactly that content or is refused.
 - A run that raises is logged and left, unfinished, for `orchestrate resume`; on shutdown running
   tasks are cancelled and their leases left to expire.
+- **Adoption** (`adopt_loop`): every `adopt_interval` seconds the worker looks for unfinished runs
+  whose host lease has expired (their runner, a server or a laptop, is gone: a live runner renews
+  every third of the TTL) and resumes them here, exactly as `POST /runs {"action":"resume"}` does.
+  The lease is what makes one server own a run: two servers that see the same orphan both try to
+  take its lease, one wins (fencing token + 1) and the other is refused and moves on. Resume
+  settles every journaled effect before it acts, so no mutating call is sent twice. Not adopted:
+  a run with no journaled transition (never started, e.g. refused at submission), and a run that
+  failed or was fenced on this server (no retry loop on a bug; `orchestrate resume` is for humans).
+  An adopted run resumes without `--yes`: its approval gates wait for a human.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from orchestrator import commands
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.machine import Table
+from orchestrator.notify import FLUSH_S
 from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook_checked
 from orchestrator.runner import (
     RunnerFenced,
@@ -44,6 +54,7 @@ from orchestrator.runner import (
     context_summary,
     execute,
     new_rollback,
+    notifier_for,
     new_rollout,
     owner_id,
     refuse_if_leased,
@@ -79,6 +90,10 @@ class ActiveRun:
     step: str | None = None
     waiting: str | None = None
     task: asyncio.Task[Any] | None = None
+    #: who submitted it here (the token's name), or None (adopted, or not submitted here)
+    by: str | None = None
+    #: True when this server adopted it (its previous runner's lease expired)
+    adopted: bool = False
     seq: int = 0
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
 
@@ -92,6 +107,7 @@ class ActiveRun:
 
     def view(self, events_after: int = 0) -> dict[str, Any]:
         return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
+                "adopted": self.adopted,
                 "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after]}
 
 
@@ -182,6 +198,9 @@ class Worker:
                     self.redactor.add(*session.settings.tokens())
                     self.redactor.attach(session.redactor)
                     session.redactor.add(*self.redactor.own_secrets)
+                    if session.notifier is None and session.settings.notify_url.get_secret_value():
+                        # one notifier for the server's lifetime: its runs never wait for a webhook
+                        session.notifier = notifier_for(session)
                     self._session = session
         return self._session
 
@@ -193,14 +212,17 @@ class Worker:
 
     # -- submissions
 
-    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody) -> ActiveRun:
+    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> ActiveRun:
+        """`by`: who submitted it (the token's name), shown on the run's page by this server."""
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
-            prepared = await _in_thread(self._prepare, body)
-            return self._launch(prepared)
+            prepared = await _in_thread(self._prepare, body, by)
+            active = self._launch(prepared)
+            active.by = by
+            return active
 
-    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody) -> _Prepared:
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> _Prepared:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
         yes, soak, pinned = False, None, None
@@ -440,6 +462,54 @@ class Worker:
         self.log.info("abort_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "abort_requested": True, "runner": result.runner, "message": result.message}
 
+    # -- adoption of orphaned runs
+
+    async def adopt_loop(self, interval: float) -> None:
+        """Until shutdown: adopt orphaned runs every `interval` seconds (errors logged, never fatal)."""
+        while not self._closed:
+            await asyncio.sleep(interval)
+            if self._closed:
+                return
+            try:
+                await self.adopt_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a journal hiccup
+                self.log.warning("adoption_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+
+    async def adopt_once(self) -> list[str]:
+        """Resume here every orphaned run whose lease this server wins; the ids adopted."""
+        adopted: list[str] = []
+        for run_id in await _in_thread(self.orphans):
+            try:
+                active = await self.submit(ResumeBody(action="resume", run_id=run_id))
+            except (Refused, UserError, ApiError, LeaseHeld) as exc:  # another runner won it, or it ended
+                self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
+                continue
+            active.adopted = True
+            self.log.warning("run_adopted", run_id=run_id, host=active.host,
+                             detail="its lease expired with no runner renewing it: resumed here from the journal")
+            adopted.append(run_id)
+        return adopted
+
+    def orphans(self) -> list[str]:
+        """Unfinished runs with journaled transitions whose host has no live lease (in a thread)."""
+        journal = self.session.journal
+        census = getattr(journal, "run_census", None)
+        unfinished = census()[1] if census is not None else [(r.run_id, r.host) for r in journal.list_runs(limit=1000)
+                                                             if not r.terminal]
+        out: list[str] = []
+        for run_id, host in unfinished:
+            mine = self.runs.get(run_id)
+            if mine is not None and (mine.active or mine.status in ("failed", "fenced")):
+                continue
+            if journal.current_lease(host) is not None:
+                continue
+            if not journal.transitions(run_id):
+                continue
+            out.append(run_id)
+        return out
+
     # -- lifecycle
 
     async def shutdown(self) -> None:
@@ -452,6 +522,9 @@ class Worker:
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         self._closed = True
+        if self._session is not None and self._session.notifier is not None:
+            with contextlib.suppress(Exception):
+                await self._session.notifier.aclose(FLUSH_S)
         with self._session_lock:
             if self._session is not None:
                 self._session.close()

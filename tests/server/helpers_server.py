@@ -78,6 +78,7 @@ def sim_settings(fleet: Any, state_dir: Path, *, database_url: str = "") -> Sett
         state_dir=state_dir,
         poll_interval=10.0,
         database_url=database_url,
+        # the simulator's GitHub (tag merged and old enough), never api.github.com: no network here
         github_api_url=fleet.urls.github,
     )
 

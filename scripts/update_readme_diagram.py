@@ -1,0 +1,39 @@
+"""Regenerate the state diagram embedded in README.md from the gpu02 runbook's transition table.
+
+    .venv/bin/python scripts/update_readme_diagram.py      # or: make diagram
+
+The block between `<!-- state-diagram:begin -->` and `<!-- state-diagram:end -->` is replaced by
+`orchestrate plan gpu02 --tag v0.0.300 --format mermaid`, never edited by hand; a test
+(tests/core/test_diagram.py) fails when the README's copy differs from the generated one.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.diagram import render_mermaid  # noqa: E402
+from orchestrator.machine import compile_rollout  # noqa: E402
+from orchestrator.runbook import load_runbook  # noqa: E402
+
+BEGIN, END = "<!-- state-diagram:begin -->", "<!-- state-diagram:end -->"
+
+
+def readme_block() -> str:
+    """The README's block: the mermaid diagram of the default (gpu02) runbook's rollout."""
+    return f"{BEGIN}\n```mermaid\n{render_mermaid(compile_rollout(load_runbook()))}```\n{END}"
+
+
+def main() -> int:
+    path = ROOT / "README.md"
+    text = path.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    path.write_text(text[:start] + readme_block() + text[end:])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

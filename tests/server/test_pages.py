@@ -1,0 +1,75 @@
+"""The web page of `orchestrate serve` (orchestrator/server/pages.py), over the ASGI app.
+
+The browser half (the script, live updates, buttons) is tests/server/test_browser.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from starlette.testclient import TestClient
+
+from orchestrator.server.app import create_app
+from orchestrator.server.auth import add_token
+
+from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
+
+FAST = {"action": "rollout", "host": "gpu02", "tag": "v0.0.300", "yes": False, "soak": "0"}
+
+
+def test_shells_carry_no_data_and_a_strict_policy(settings):
+    app = create_app(settings, token=TOKEN)
+    with TestClient(app, base_url=BASE_URL) as c:
+        for path in ("/ui", "/ui/runs/gpu02-x<script>"):
+            r = c.get(path)
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+            csp = r.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+            assert "<script>" not in r.text.replace('<script src="/ui/static/app.js"></script>', "")
+        assert "gpu02-x&lt;script&gt;" in c.get("/ui/runs/gpu02-x<script>").text
+        assert c.get("/ui/static/app.js").headers["content-type"].startswith("text/javascript")
+        assert c.get("/ui/static/../app.py").status_code == 404
+        assert c.get("/", follow_redirects=False).headers["location"] == "/ui"
+
+
+def test_fragments_need_a_token(settings):
+    app = create_app(settings, token=TOKEN)
+    with TestClient(app, base_url=BASE_URL) as c:
+        assert c.get("/ui/fragments/runs").status_code == 401
+        assert c.get("/ui/fragments/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/whoami").status_code == 401
+        assert c.get("/whoami", headers=AUTH).json() == {"name": "shared-token", "role": "operator"} or \
+            c.get("/whoami", headers=AUTH).json()["role"] == "operator"
+        r = c.get("/ui/fragments/runs", headers=AUTH)
+        assert r.status_code == 200 and "No runs" in r.text
+
+
+@pytest.mark.e2e
+def test_a_run_page_shows_states_evidence_timeline_and_buttons_by_role(sim_fleet, tmp_path):
+    fleet = sim_fleet()
+    settings = sim_settings(fleet, tmp_path / "state")
+    tokens = tmp_path / "tokens.yaml"
+    op, viewer = add_token(tokens, "alice", "operator"), add_token(tokens, "grafana", "viewer")
+    app = create_app(settings, tokens_file=tokens, session_factory=sim_session_factory)
+    A, V = {"Authorization": f"Bearer {op}"}, {"Authorization": f"Bearer {viewer}"}
+    with TestClient(app, base_url=BASE_URL) as c:
+        run_id = c.post("/runs", json=FAST, headers=A).json()["run_id"]
+        page = wait_for(lambda: (t := c.get(f"/ui/fragments/runs/{run_id}", headers=A).text)
+                        and "waiting for: soak 0 s, then `orchestrate approve" in t and t, "the approval gate")
+        assert 'class="state forward current" data-state="r2.soak"' in page
+        assert re.search(r'<button id="approve" data-gate="r2.soak">', page)  # live for an operator
+        assert '<li class="state preflight passed" data-state="preflight.read-env"' in page
+        assert "Evidence of each gate" in page and "Timeline (journal)" in page
+        assert page.count('<li class="state') == len(re.findall(r'data-state="[a-z0-9.-]+"', page))
+        assert ">alice<" in page  # who submitted it
+        listing = c.get("/ui/fragments/runs", headers=V).text
+        assert f'href="/ui/runs/{run_id}"' in listing and ">gpu02<" in listing and ">v0.0.300<" in listing
+        vpage = c.get(f"/ui/fragments/runs/{run_id}", headers=V).text
+        assert '<button id="approve" data-gate="r2.soak" disabled' in vpage and '<button id="abort" class="danger" disabled' in vpage
+        assert c.post(f"/runs/{run_id}/approve", json={"gate": "r2.soak"}, headers=V).status_code == 403
+        assert c.post(f"/runs/{run_id}/approve", json={"gate": "r2.soak"}, headers=A).status_code == 200
+        done = wait_for(lambda: (t := c.get(f"/ui/fragments/runs/{run_id}", headers=A).text)
+                        and 'class="outcome-DONE" data-field="state">DONE' in t and t, "the run to end")
+        assert '<button id="approve" data-gate="*" disabled' in done  # a finished run has no live buttons
+        for secret in settings.tokens() + [op, viewer]:
+            assert secret not in done and secret not in listing
