@@ -262,7 +262,7 @@ def plan(
     rb = _runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}")
-    table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback))
+    table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback, "--rollback"))
     new_services = None
     checks: list[str] = []
     problems: list[str] = []

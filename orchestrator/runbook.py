@@ -523,13 +523,13 @@ class Runbook(_Strict):
     def engines(self) -> list[str]:
         return [e for engines in self.replicas.values() for e in engines]
 
-    def rollback_replicas(self, which: str) -> list[str]:
+    def rollback_replicas(self, which: str, option: str = "--replica") -> list[str]:
         """`all` -> every replica in the whole-host rollback's safe order; else that one replica."""
         order = [ph.replica for ph in self.full_rollback if ph.replica]
         if which == "all":
             return order
         if which not in order:
-            raise UserError(f"--replica {which!r} is not one of {', '.join(order + ['all'])}")
+            raise UserError(f"{option} {which!r} is not one of {', '.join(order + ['all'])}")
         return [which]
 
     def phase_names(self) -> list[str]:

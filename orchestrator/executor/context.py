@@ -94,6 +94,9 @@ class RunContext:
     #: keys other parts of the program keep in the run's context (e.g. the server's pinned
     #: `runbook_identity`): carried through every transition unchanged, never dropped
     extra: dict[str, Any] = field(default_factory=dict)
+    #: one-shots (a perception check) this run removed since it last started them: docker/ps does not
+    #: list exited containers, so this is how a second cleanup knows there is nothing left to stop
+    oneshots_removed: list[str] = field(default_factory=list)
     #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
     ready: dict[str, str] = field(default_factory=dict)
 

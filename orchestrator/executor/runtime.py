@@ -556,6 +556,7 @@ class Runtime:
 
     def mark_deployed(self, req: ComposeRequest) -> None:
         self.ctx.deployed.update({s: {"tag": req.tag, "file": req.file} for s in req.services})
+        self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
 
     async def success_record(self) -> list[Any] | None:
         """compose-manager's success record (`/version` projects.<p>.current/previous), which it

@@ -178,7 +178,7 @@ class Down:
             present = [s for s in req.services if s in svc]
             # docker/ps lists running containers only: a finished one-shot (a perception check)
             # is invisible there but still exists, so its down is always sent (harmless if gone)
-            oneshots = [s for s in req.services if s in rt.rb.oneshot_services()]
+            oneshots = [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
             if not present and not oneshots:
                 return ok(f"{', '.join(req.services)} not running: nothing to stop")
             refusal = await rt.stop_guard(present)
@@ -188,4 +188,7 @@ class Down:
             outcome = await rt.mutate("compose_down", req, baseline)
         if outcome["status"] == "refused":
             return fail(f"compose-manager did not run the down: {outcome.get('error')}")
-        return await rt.wait_gone(req, outcome)
+        verdict = await rt.wait_gone(req, outcome)
+        if verdict.event.value == "ok":
+            rt.ctx.oneshots_removed += [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
+        return verdict
