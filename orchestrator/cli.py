@@ -455,7 +455,10 @@ def resume(
         if retry:
             run, rb, table = retry_run(session, run)
         else:
-            rb = load_runbook(run.runbook)
+            from orchestrator.runbook import load_recorded_runbook
+            from orchestrator.runner import RUNBOOK_IDENTITY
+
+            rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
             table = table_for(run, rb)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:

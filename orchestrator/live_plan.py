@@ -40,7 +40,7 @@ from orchestrator.exit_codes import ExitCode
 from orchestrator.machine import compile_rollout
 from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.plan import Plan, build_plan, render_markdown, render_text
-from orchestrator.plan_check import judge_plan
+from orchestrator.dry_run_check import judge_dry_run
 from orchestrator.runbook import SELECTED, Runbook, Step, load_runbook
 from orchestrator.user_errors import UserError
 
@@ -412,7 +412,7 @@ async def _planned_dry_run(cm: _ReadOnlyCompose, env: EnvMap, project: str | Non
     sp = step.plan
     assert sp is not None
     listed = list(req.services) if sp.change == SELECTED else list(sp.change or req.services)
-    j = judge_plan(plan, listed, may_also=sp.may_also, allow_unchanged=sp.allow_unchanged)
+    j = judge_dry_run(plan, listed, may_also=sp.may_also, allow_unchanged=sp.allow_unchanged)
     note = j.reason + (f" (not counted: the removal of {', '.join(sorted(stopped & set(planned)))}, stopped earlier in the phase)"
                        if stopped & {s for s, a in planned.items() if a == 'removed'} else "")
     verdict = {"apply": "ok", "skip": "skip", "refuse": "refuse"}[j.verdict]

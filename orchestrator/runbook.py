@@ -77,7 +77,7 @@ class ComposeSpec(_Strict):
         return (self.file, tuple(self.services) if isinstance(self.services, list) else self.services)
 
 
-class PlanSpec(_Strict):
+class DryRunExpectation(_Strict):
     """What a dry run's plan may do for the following `up` to be applied."""
 
     #: Services the plan is expected to create, recreate or start.
@@ -297,7 +297,7 @@ class Step(_Strict):
     markers: MarkersSpec | None = None
     presence: PresenceSpec | None = None
     capture: CaptureSpec | None = None
-    plan: PlanSpec | None = None
+    plan: DryRunExpectation | None = None
 
     @model_validator(mode="after")
     def _one_thing(self) -> "Step":
@@ -613,6 +613,33 @@ def resolve_runbook_path(name_or_path: str) -> Path:
         return candidate
     known = ", ".join(sorted(x.stem for x in RUNBOOK_DIR.glob("*.yaml"))) or "none"
     raise UserError(f"runbook {name_or_path!r} not found: pass a path or one of {known}")
+
+
+def identity_of(name_or_path: str) -> dict[str, str]:
+    """What a run records of its runbook: name, the resolved path and the sha256 of its bytes, so
+    that `resume` loads the same runbook or refuses (never another file of the same name)."""
+    path = resolve_runbook_path(name_or_path).resolve()
+    return {"name": path.stem, "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def load_recorded_runbook(name: str, identity: dict[str, str] | None) -> Runbook:
+    """The runbook a run was started with: by its recorded path when it has one, checked against
+    its recorded sha256 (refused if the file changed since); else by name (older runs)."""
+    from orchestrator.user_errors import Refused
+
+    if not identity or not identity.get("sha256"):
+        return load_runbook(name)
+    where = identity.get("path") or name
+    try:
+        path = resolve_runbook_path(where)
+        data = path.read_bytes()
+    except (UserError, OSError):
+        raise Refused(f"the runbook run with ({identity.get('name', name)}, {where}) is gone: this run cannot be continued "
+                      f"with another file") from None
+    if hashlib.sha256(data).hexdigest() != identity["sha256"]:
+        raise Refused(f"runbook {identity.get('name', name)} changed since this run started ({where}): a run is only "
+                      f"continued with the runbook it started with; restore it, or start a new run")
+    return load_runbook(str(path))
 
 
 def load_runbook(name_or_path: str = DEFAULT_RUNBOOK) -> Runbook:

@@ -28,9 +28,12 @@ from orchestrator.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.startup import open_journal_for
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
-from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook
+from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, identity_of, load_recorded_runbook, load_runbook
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
+
+#: The run-context key of the runbook a run started with (name, path, sha256); the server uses it too.
+RUNBOOK_IDENTITY = "runbook_identity"
 
 #: ASCII digits, the whole string (`re.match` with `$` let a trailing newline and other scripts' digits through).
 TAG_RE = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+")
@@ -254,7 +257,8 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
         table = compile_rollout(rb, start_phase)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check)
+    ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
+                         extra={RUNBOOK_IDENTITY: identity_of(runbook)})
     if start_phase is not None:
         # a continued rollout keeps the rollback targets of the run that started it
         for earlier in session.journal.list_runs(host, limit=50):
@@ -300,7 +304,7 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
     """`resume --retry`: a halted rollout starts its failed phase again, as a new run."""
     if run.outcome != HALTED or run.kind != "rollout":
         raise UserError(f"run {run.run_id} is {run.outcome or run.state}: --retry is for a halted rollout")
-    rb = load_runbook(run.runbook)
+    rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
     table = compile_rollout(rb)
     failed = (run.context.get("failure") or {}).get("state")
     if not failed or failed not in table.nodes:
@@ -394,7 +398,8 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
         await refuse_alone(session, host, rb, replica, last)
     await validate_rollback_targets(session, host, rb, previous)
     table = compile_rollback(rb, replicas)
-    ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source)
+    ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
+                         extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else DEFAULT_RUNBOOK))})
     run = session.journal.create_run(
         host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
         context=ctx.to_json(), parent_run_id=last.run_id if last else None,

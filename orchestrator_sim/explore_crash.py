@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from orchestrator.journal.base import SqlJournal
+from orchestrator.journal.sql import SqlJournal
 
 KILL_AFTER = int(os.environ.get("ORCHESTRATOR_TEST_KILL_AFTER", "0"))
 LOG = os.environ.get("ORCHESTRATOR_TEST_WRITE_LOG")

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from orchestrator.journal.base import JournalError, Tx
+from orchestrator.journal.base import JournalError
+from orchestrator.journal.sql import Tx
 from orchestrator.outcome import Outcome
 
 DIALECT_TYPES: dict[str, dict[str, str]] = {

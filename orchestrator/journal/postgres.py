@@ -22,7 +22,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from orchestrator.journal import migrations
-from orchestrator.journal.base import JournalError, Now, Redactor, SqlJournal, Tx, _utc
+from orchestrator.journal.base import JournalError, Now, Redactor, _utc
+from orchestrator.journal.sql import SqlJournal, Tx
 
 _SCHEMA_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 

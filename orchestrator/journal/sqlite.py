@@ -20,7 +20,8 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from orchestrator.journal import migrations
-from orchestrator.journal.base import JournalError, Now, Redactor, SqlJournal, Tx, _utc
+from orchestrator.journal.base import JournalError, Now, Redactor, _utc
+from orchestrator.journal.sql import SqlJournal, Tx
 
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 

@@ -2,7 +2,7 @@
 
 - `docker_ps`: `docker ps --format json` (one JSON object per line) -> `Container`s
 - `compose_logs`: `docker compose logs` text -> `LogLine`s
-- `dry_run`: docker compose dry-run lines -> `DryRunPlan`
+- `dry_run`: docker compose dry-run lines -> `DryRunResult`
 - `action_log`: compose-manager's attestation report -> `Action`s, `last_deploy`
 
 A parser that cannot make sense of its input raises `ParseError`; the clients turn it into

@@ -1,4 +1,4 @@
-"""docker compose dry-run lines -> `DryRunPlan` (what an `up` would do, per service).
+"""docker compose dry-run lines -> `DryRunResult` (what an `up` would do, per service).
 
 Line shape: ` ✔ DRY-RUN MODE -  Container <name>  <Status>  0.0s` (the duration may be missing).
 
@@ -66,7 +66,7 @@ _BARE_CONTAINER_RE = re.compile(r"^\W*\s*Container\s+\S+\s+(?P<status>[A-Za-z]+)
 
 
 @dataclass
-class DryRunPlan:
+class DryRunResult:
     actions: dict[str, str] = field(default_factory=dict)
     unknown_lines: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
@@ -130,8 +130,8 @@ def _strip_duration(tokens: list[str]) -> list[str]:
     return tokens
 
 
-def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunPlan:
-    plan = DryRunPlan()
+def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunResult:
+    plan = DryRunResult()
     for raw in lines:
         line = raw.rstrip("\r\n")
         plan.lines.append(line)

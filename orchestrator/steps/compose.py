@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.durations import format_duration
 from orchestrator.machine import Node
 from orchestrator.parsers.dry_run import parse_dry_run
-from orchestrator.plan_check import judge_plan
+from orchestrator.dry_run_check import judge_dry_run
 from orchestrator.runbook import SELECTED, Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.steps.checks import budget_verdict
@@ -75,7 +75,7 @@ class DryRun:
             return ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
         plan = parse_dry_run(lines, project=rt.entry.project)
         listed = list(req.services) if step.plan.change == SELECTED else list(step.plan.change or req.services)
-        verdict = judge_plan(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
+        verdict = judge_dry_run(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
         rt.ctx.plans[node.id] = {"actions": dict(plan.actions), "verdict": verdict.verdict}
         if verdict.verdict == "refuse":
             quoted = (" Plan lines: " + " | ".join(verdict.quoted)) if verdict.quoted else ""

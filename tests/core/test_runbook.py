@@ -60,3 +60,24 @@ def test_missing_runbook_and_bad_yaml(tmp_path):
     bad.write_text("name: [unclosed\n")
     with pytest.raises(UserError, match="not valid YAML"):
         load_runbook(str(bad))
+
+
+def test_a_run_resumes_only_with_the_runbook_it_started_with(tmp_path):
+    """Issue 17: the journal records the runbook's identity (name, path, sha256); resume loads that
+    file and refuses when it changed (never another file of the same name)."""
+    import shutil
+
+    from orchestrator.runbook import identity_of, load_recorded_runbook
+    from orchestrator.user_errors import Refused
+
+    copy = tmp_path / "gpu02-glm53-w4afp8-long-context.yaml"
+    shutil.copy(RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml", copy)
+    ident = identity_of(str(copy))
+    assert ident["path"] == str(copy.resolve()) and len(ident["sha256"]) == 64
+    assert load_recorded_runbook("gpu02-glm53-w4afp8-long-context", ident).name == "gpu02-glm53-w4afp8-long-context"
+    copy.write_text(copy.read_text().replace("cold_start: 50m", "cold_start: 5m"))
+    with pytest.raises(Refused, match="changed since this run started"):
+        load_recorded_runbook("gpu02-glm53-w4afp8-long-context", ident)
+    copy.unlink()
+    with pytest.raises(Refused, match="is gone"):
+        load_recorded_runbook("gpu02-glm53-w4afp8-long-context", ident)

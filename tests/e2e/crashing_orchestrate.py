@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from orchestrator.journal.base import SqlJournal  # the shared implementation of both backends
+from orchestrator.journal.sql import SqlJournal  # the shared implementation of both backends
 
 KILL_AFTER = int(os.environ["ORCHESTRATOR_TEST_KILL_AFTER"])
 LOG = os.environ.get("ORCHESTRATOR_TEST_WRITE_LOG")

@@ -14,7 +14,7 @@ restored):
           with the new env map, test_env_map_changed_since_the_dry_run_* fails.
 - rule 5  runtime.py:Runtime.dry_run, `if changed: return DryRunCall("changed", halt(...))` made
           `if False` -> test_a_dry_run_that_changes_docker_ps_halts fails (OK instead of HALT).
-- rule 6  plan_check.py:judge_plan, `if removed: return PlanJudgement("refuse", ...)` removed -> the
+- rule 6  dry_run_check.py:judge_dry_run, `if removed: return DryRunJudgement("refuse", ...)` removed -> the
           up is applied, test_a_plan_that_removes_anything_is_never_applied fails.
 - rule 7  steps/compose.py:Up.run, `recorded = rt.recorded_effect("compose_up")` -> `None`
           -> test_resumed_up_*_applied_moves_on fails (RETRY: re-planned instead of OK).

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from orchestrator.journal import RunRecord, SqliteJournal
-from orchestrator.journal.base import SqlJournal
+from orchestrator.journal.sql import SqlJournal
 
 
 from journal_clock import START, FakeClock  # noqa: E402,F401  (re-exported for the tests)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.parsers.dry_run import DryRunPlan
+from orchestrator.parsers.dry_run import DryRunResult
 
 Verdict = Literal["apply", "skip", "refuse"]
 
@@ -19,7 +19,7 @@ _CHANGE = {"created", "recreated", "started"}
 
 
 @dataclass
-class PlanJudgement:
+class DryRunJudgement:
     verdict: Verdict
     reason: str
     #: Listed services the plan would change (for `select_changed`).
@@ -28,26 +28,26 @@ class PlanJudgement:
     quoted: list[str] = field(default_factory=list)
 
 
-def _lines_naming(plan: DryRunPlan, services: set[str]) -> list[str]:
+def _lines_naming(plan: DryRunResult, services: set[str]) -> list[str]:
     return [ln.strip() for ln in plan.lines if any(f" {s} " in f" {ln} " for s in services)]
 
 
-def judge_plan(
-    plan: DryRunPlan,
+def judge_dry_run(
+    plan: DryRunResult,
     listed: list[str],
     *,
     may_also: list[str] = (),  # type: ignore[assignment]
     allow_unchanged: bool = False,
-) -> PlanJudgement:
+) -> DryRunJudgement:
     if plan.unknown_lines:
-        return PlanJudgement(
+        return DryRunJudgement(
             "refuse",
             f"the plan has {len(plan.unknown_lines)} line(s) we do not understand; a plan is applied only when every line is understood",
             quoted=[ln.strip() for ln in plan.unknown_lines[:5]],
         )
     removed = sorted(s for s, a in plan.actions.items() if a == "removed")
     if removed:
-        return PlanJudgement(
+        return DryRunJudgement(
             "refuse",
             "the plan removes " + ", ".join(removed) + " (orphan removal would stop them with a 10 s stop); a plan that removes anything is never applied",
             quoted=_lines_naming(plan, set(removed)),
@@ -56,7 +56,7 @@ def judge_plan(
     allowed = set(listed) | set(may_also)
     extra = sorted(changed - allowed)
     if extra:
-        return PlanJudgement(
+        return DryRunJudgement(
             "refuse",
             "the plan also changes " + ", ".join(extra) + ", which this step does not list",
             quoted=_lines_naming(plan, set(extra)),
@@ -65,15 +65,15 @@ def judge_plan(
     if not allow_unchanged:
         missing = [s for s in listed if s not in changed]
         if missing:
-            return PlanJudgement(
+            return DryRunJudgement(
                 "refuse",
                 "the plan does not create or recreate " + ", ".join(missing) + " (is the right file and tag deployed?)",
                 changed=listed_changed,
                 quoted=[ln.strip() for ln in plan.lines[-10:]],
             )
     if not listed_changed:
-        return PlanJudgement("skip", "every listed service is already on this definition: nothing to apply")
-    return PlanJudgement(
+        return DryRunJudgement("skip", "every listed service is already on this definition: nothing to apply")
+    return DryRunJudgement(
         "apply",
         "the plan changes " + ", ".join(listed_changed)
         + ("" if not (changed - set(listed)) else " (and its dependencies " + ", ".join(sorted(changed - set(listed))) + ")")
