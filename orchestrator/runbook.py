@@ -283,7 +283,7 @@ StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", 
 class Step(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     say: str = Field(min_length=1)
-    check: Literal["env_map", "budget", "host_state", "before_state", "tag_age", "prerequisites"] | None = None
+    check: Literal["env_map", "budget", "host_state", "before_state", "tag_age", "prerequisites", "model_cache"] | None = None
     down: ComposeSpec | None = None
     dry_run: ComposeSpec | None = None
     up: ComposeSpec | None = None
@@ -408,6 +408,11 @@ class Runbook(_Strict):
     #: Hugging Face repos (`org/name`) the new file's engines load: `plan --live` asks the host's
     #: model cache whether it holds them (missing weights mean a download before the cold start).
     weights: list[str] = Field(default_factory=list)
+    #: replica -> the GPU indexes its engine holds. With compose-manager's `GET /host/gpu`, an
+    #: engine's down is sent only while no other engine holds those GPUs, and its gate passes only
+    #: once no engine does (the new engine must find them free). Monitoring containers that see
+    #: every GPU (the DCGM exporter) are not engines and do not count.
+    replica_gpus: dict[str, list[int]] = Field(default_factory=dict)
     domains: Domains
     #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
     #: `logs: {budget: true}` need it.

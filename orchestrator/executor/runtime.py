@@ -558,6 +558,29 @@ class Runtime:
         self.ctx.deployed.update({s: {"tag": req.tag, "file": req.file} for s in req.services})
         self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
 
+    async def host_cache(self) -> Any | None:
+        """`GET /host/cache`, or None where compose-manager does not offer it (or it failed)."""
+        reader = getattr(self.clients.compose, "host_cache", None)
+        if reader is None:
+            return None
+        try:
+            return await reader()
+        except ClientError:
+            return None
+
+    async def gpu_holders(self, replica: str | None) -> dict[int, set[str]] | None:
+        """GPU index -> the containers holding it, for the replica's GPUs (None: not offered)."""
+        gpus = self.rb.replica_gpus.get(replica or "")
+        reader = getattr(self.clients.compose, "host_gpu", None)
+        if not gpus or reader is None:
+            return None
+        try:
+            info = await reader()
+        except ClientError:
+            return None
+        by_index = {g.index: set(g.claimed_by) for g in info}
+        return {i: by_index.get(i, set()) for i in gpus}
+
     async def success_record(self) -> list[Any] | None:
         """compose-manager's success record (`/version` projects.<p>.current/previous), which it
         rewrites only after an up's stream ended in success: it shifts exactly when an up succeeded."""

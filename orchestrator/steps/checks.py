@@ -184,3 +184,26 @@ class TagAgeCheck:
             return ok("tag age not checked: --skip-tag-age-check")
         good, text = verdict
         return ok(text) if good else fail(text)
+
+
+@register
+class ModelCacheCheck:
+    """The runbook's `weights` are in the host's model cache (`GET /host/cache`). Missing weights
+    are a warning, not a failure: the plan allows the model-downloader, but the cold start then
+    includes a download and the operator should know before the maintenance window starts."""
+
+    key = "check.model_cache"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("GET /host/cache lists " + (", ".join(rb.weights) or "the runbook's weights")
+                           + "; missing weights are named (the cold start then includes a download), never a failure")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        cache = await rt.host_cache()
+        if cache is None:
+            return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
+        missing = [w for w in rt.rb.weights if not cache.holds(w)]
+        if missing:
+            rt.emit("note", text=f"the host's model cache does not hold {', '.join(missing)}: the cold start includes a download")
+            return ok(f"model cache: {', '.join(missing)} NOT cached (the cold start includes a download)")
+        return ok(f"model cache holds {', '.join(rt.rb.weights) or 'nothing the runbook names'}")

@@ -184,11 +184,24 @@ class Down:
             refusal = await rt.stop_guard(present)
             if refusal:
                 return halt(refusal)
+            engines = {c.name for c in containers if rt.rb.replica_of(c.service or c.name)}
+            for s in present:  # an engine's GPUs are held by no other engine before it stops
+                holders = await rt.gpu_holders(rt.rb.replica_of(s))
+                others = sorted(({h for hs in (holders or {}).values() for h in hs} & engines) - {svc[s].name})
+                if others:
+                    return halt(f"GPUs {sorted(holders or {})} of {rt.rb.replica_of(s)} are also held by {', '.join(others)}: stopping "
+                                f"{s} would not free them for the new engine. Nothing was stopped; inspect the host")
             baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services}}
             outcome = await rt.mutate("compose_down", req, baseline)
         if outcome["status"] == "refused":
             return fail(f"compose-manager did not run the down: {outcome.get('error')}")
         verdict = await rt.wait_gone(req, outcome)
         if verdict.event.value == "ok":
+            running_engines = {c.name for c in await rt.ps() if rt.rb.replica_of(c.service or c.name)}
+            for s in req.services:  # and no engine holds them once it is gone
+                holders = await rt.gpu_holders(rt.rb.replica_of(s))
+                busy = {i: sorted(h & running_engines) for i, h in (holders or {}).items() if h & running_engines}
+                if busy:
+                    return fail(f"{s} is gone but its GPUs are still held: " + "; ".join(f"GPU {i} by {', '.join(h)}" for i, h in busy.items()))
             rt.ctx.oneshots_removed += [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
         return verdict

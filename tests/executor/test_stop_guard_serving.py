@@ -133,3 +133,55 @@ async def test_a_resent_down_is_guarded_again():
     [(event, note, to)] = await rig.step()
     assert len(rig.compose.sent("down")) == 1, "the down was resent while the old r2 was the only serving engine"
     assert (event, to) == ("halt", "HALTED")
+
+
+# -- GPU claims (compose-manager's GET /host/gpu) -----------------------------------------------
+# Mutation list: steps/compose.py:Down.run
+#   - `if others: return halt(...)` removed -> test_a_down_is_not_sent_while_another_engine_holds_its_gpus fails
+#   - `if busy: return fail(...)` removed -> test_gpus_still_held_after_the_down_fail_the_gate fails
+#   - the `& engines` filter removed -> test_the_dcgm_exporter_holding_every_gpu_is_not_an_engine fails
+
+
+class _Gpu:
+    def __init__(self, index, claimed_by):
+        self.index, self.claimed_by = index, tuple(claimed_by)
+
+
+def _gpus(rig, holders_by_index):
+    async def host_gpu():
+        return [_Gpu(i, holders_by_index(i)) for i in range(8)]
+    rig.compose.host_gpu = host_gpu
+
+
+async def test_a_down_is_not_sent_while_another_engine_holds_its_gpus():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
+    _gpus(rig, lambda i: [OLD_R2, "model-sg-glm53-w4afp8-tp4-r1"] if i == 5 else ([OLD_R2] if i >= 4 else []))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED") and "also held by model-sg-glm53-w4afp8-tp4-r1" in note, note
+    assert rig.compose.sent("down") == []
+
+
+async def test_the_dcgm_exporter_holding_every_gpu_is_not_an_engine():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
+    rig.compose.run("dcgm-glm53", file=RB.file, tag=TAG, started=rig.clock.now)
+    state = {"down": False}
+
+    def holders(i):
+        held = ["dcgm-glm53"]
+        if i >= 4 and OLD_R2 in rig.compose.host:
+            held.append(OLD_R2)
+        return held
+    _gpus(rig, holders)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert state == {"down": False}
+
+
+async def test_gpus_still_held_after_the_down_fail_the_gate():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
+    # a leftover engine container keeps GPU 6 after the old r2 is gone
+    rig.compose.run("model-sg-glm53-w4afp8-tp4-r2", file=RB.file, tag=TAG, started=rig.clock.now)
+    _gpus(rig, lambda i: ["model-sg-glm53-w4afp8-tp4-r2"] if i == 6 and OLD_R2 not in rig.compose.host
+          else ([OLD_R2] if i >= 4 and OLD_R2 in rig.compose.host else []))
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "GPU 6 by model-sg-glm53-w4afp8-tp4-r2" in note, note
