@@ -593,6 +593,20 @@ class Runtime:
             return None
         return [_record(proj.current), _record(proj.previous)]
 
+    async def _oneshots_ran(self, services: list[str]) -> bool:
+        """Every one of `services` is a runbook one-shot whose container left output (it ran)."""
+        oneshots = self.rb.oneshot_services()
+        if not services or any(s not in oneshots for s in services):
+            return False
+        for s in services:
+            try:
+                text = await self.clients.compose.logs(self.service_file(s), [s], 50, self.entry.project)
+            except ClientError:
+                return False
+            if not text.strip():
+                return False
+        return True
+
     async def _dry_run_finds_current(self, req: ComposeRequest) -> bool:
         """A dry run of `req` (docker/ps compared around it) plans no create, recreate or removal:
         the host already runs what `req` asks for. Uses the stream's `plan` event when present."""
@@ -650,6 +664,13 @@ class Runtime:
                     # the record shifted to this request: the up succeeded (a one-shot such as
                     # model-downloader restarts in place, keeping its container ID)
                     return "applied"
+                unseen = [s for s in req.services if s not in changed]
+                if recorded and unseen and await self._oneshots_ran(unseen):
+                    # docker/ps lists running containers only: a one-shot (the perception check)
+                    # that ran and exited is invisible there; its output says the up took effect
+                    changed = changed + unseen
+                    if len(changed) == len(req.services):
+                        return "applied"
                 if not changed:
                     return "not_applied"
                 if await self._dry_run_finds_current(req):
