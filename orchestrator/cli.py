@@ -456,8 +456,9 @@ def resume(
             run, rb, table = retry_run(session, run)
         else:
             from orchestrator.runbook import load_recorded_runbook
-            from orchestrator.runner import RUNBOOK_IDENTITY
+            from orchestrator.runner import RUNBOOK_IDENTITY, refuse_stale_resume
 
+            refuse_stale_resume(session, run)
             rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
             table = table_for(run, rb)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)

@@ -253,6 +253,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
     refuse_unreadable_logs(session, host, rb)
+    refuse_unsettled(session, host)
     try:
         table = compile_rollout(rb, start_phase)
     except ValueError as exc:
@@ -297,13 +298,61 @@ async def place_for_continue(session: Session, host: str, tag: str, runbook: str
         raise Refused(f"{host} is in a state the runbook does not recognise ({host_state.describe(observed)}){diff}. Nothing was changed")
     if state.action == "done":
         raise Refused(f"{host} already runs the target ({state.say}): nothing to continue")
-    return rb.phases[0].name if state.action == "start" else state.action
+    phase = rb.phases[0].name if state.action == "start" else state.action
+    _require_earlier_phases_passed(session, host, tag, rb, phase)
+    return phase
+
+
+def _require_earlier_phases_passed(session: Session, host: str, tag: str, rb: Runbook, phase: str) -> None:
+    """Containers alone do not say a phase finished: its relay checks, sidecars, verification and
+    soak may not have run. Continuing at `phase` needs the journal to show the phase before it
+    passed its last gate (in some run of this host at this tag)."""
+    names = rb.phase_names()
+    if phase not in names or names.index(phase) == 0:
+        return
+    before = rb.phases[names.index(phase) - 1]
+    last_state = f"{before.name}.{before.steps[-1].id}"
+    for run in session.journal.list_runs(host, limit=100):
+        if run.kind == "rollout" and run.tag == tag and any(
+                t.from_state == last_state and t.event == "ok" for t in session.journal.transitions(run.run_id)):
+            return
+    raise Refused(f"{host} runs the new {before.name}, but no run in this journal shows phase {before.name}'s gates passed "
+                  f"(its last step, {last_state}, never succeeded): resume the run that moved it (`orchestrate runs --host {host}`), "
+                  f"or check the host by hand. Nothing was changed")
+
+
+def refuse_unsettled(session: Session, host: str, *, except_run: str | None = None) -> None:
+    """A run of `host` that ended without knowing whether its last compose call took effect must
+    be resumed first (its resume settles that call): acting around it could stop what that call
+    is still starting or stopping."""
+    for other in session.journal.list_runs(host, limit=50):
+        if other.terminal or other.run_id == except_run:
+            continue
+        if session.journal.open_effects(other.run_id):
+            raise Refused(f"run {other.run_id} stopped with a compose call whose outcome is unknown: "
+                          f"`orchestrate resume {other.run_id}` settles it first. Nothing was changed")
+
+
+def refuse_stale_resume(session: Session, run: RunRecord) -> None:
+    """A run is continued only if no later run changed its host since (a newer rollout, a
+    `--continue`, a rollback): its context describes a host that no longer exists."""
+    for other in session.journal.list_runs(run.host, limit=50):
+        if other.run_id == run.run_id or other.parent_run_id == run.run_id or other.created_at <= run.created_at:
+            continue
+        if other.kind == "rollback" or session.journal.effects(other.run_id):
+            raise Refused(f"run {other.run_id} ({other.kind}) started after {run.run_id} and acted on {run.host}: "
+                          f"{run.run_id} describes a host that no longer exists and is not continued. "
+                          f"Start a new run (`orchestrate rollout {run.host} --tag {run.tag}` places the host)")
 
 
 def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Table]:
     """`resume --retry`: a halted rollout starts its failed phase again, as a new run."""
     if run.outcome != HALTED or run.kind != "rollout":
         raise UserError(f"run {run.run_id} is {run.outcome or run.state}: --retry is for a halted rollout")
+    if session.journal.open_effects(run.run_id):
+        raise Refused(f"run {run.run_id} halted with a compose call whose outcome is unknown: look at the host "
+                      f"(`orchestrate status {run.run_id}`) before retrying. Nothing was changed")
+    refuse_stale_resume(session, run)
     rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
     table = compile_rollout(rb)
     failed = (run.context.get("failure") or {}).get("state")
@@ -371,6 +420,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     last = last_changing_rollout(session, host)
     rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
     refuse_unreadable_logs(session, host, rb)
+    refuse_unsettled(session, host)
     # the whole-host rollback goes in the runbook's safe order (its full_rollback phases)
     replicas = rb.rollback_replicas(replica)
     if (to_tag is None) != (to_file is None):

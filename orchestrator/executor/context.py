@@ -107,6 +107,7 @@ class RunContext:
     def for_retry(self) -> "RunContext":
         """What a `resume --retry` child keeps: targets and facts, not per-visit state."""
         return RunContext(previous=dict(self.previous), previous_source=self.previous_source, budget=dict(self.budget),
+                          budget_env_fingerprint=self.budget_env_fingerprint,
                           before=dict(self.before), deployed=dict(self.deployed), start_phase=self.start_phase,
                           placement=dict(self.placement), skip_tag_age_check=self.skip_tag_age_check, yes=self.yes,
                           extra=dict(self.extra))

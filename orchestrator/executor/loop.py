@@ -85,7 +85,10 @@ class Executor:
             rt.emit("step_started", state=state, say=node.step.say if node.step else "", phase=node.phase)
             self.log.info("step_started")
             try:
-                rt.check_abort()
+                if not any(e.step == rt.visit_key for e in self.journal.open_effects(self.run.run_id)):
+                    # a call of this visit whose outcome is unknown is settled first (by its
+                    # handler); an abort is honoured at the next wait or step
+                    rt.check_abort()
                 outcome = await self._perform(node)
             except AbortRequested:
                 outcome = StepOutcome(Event.ABORT, "an operator asked to abort")

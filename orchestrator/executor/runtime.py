@@ -82,6 +82,8 @@ class DryRunCall:
 class ServingVerdict:
     serving: bool
     why: str
+    #: True when the evidence could not decide (log unreadable): callers take the safe side
+    unknown: bool = False
 
 
 _UP_RE = re.compile(r"^Up\s+(?:(?P<less>Less than a second)|(?P<about>About an? )?(?P<n>\d+|an?)?\s*(?P<unit>second|minute|hour|day|week|month|year)s?)", re.I)
@@ -364,14 +366,24 @@ class Runtime:
         try:
             text = await self.clients.compose.logs(self.service_file(service), [service], SERVING_WINDOW, self.entry.project)
         except ClientError as exc:
-            return ServingVerdict(False, f"{service}: its log could not be read ({type(exc).__name__})")
+            return ServingVerdict(False, f"{service}: its log could not be read ({type(exc).__name__})", unknown=True)
         ready_marks = list(self.rb.log_gates.required)
         last_ready = last_start = -1
-        for i, line in enumerate(text.splitlines()):
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
             if any(m in line for m in ready_marks):
                 last_ready = i
             if self.rb.log_gates.startup in line:
                 last_start = i
+        if last_ready < 0 and last_start < 0 and len(lines) >= SERVING_WINDOW:
+            # a long-running engine: its start (and ready line) scrolled out of the window, and it
+            # has not started again within it. Up longer than a whole cold start: it serves.
+            up = up_seconds(c.status)
+            if up is not None and up >= self.rb.timeouts.cold_start:
+                return ServingVerdict(True, f"{service} has run for {c.status.removeprefix('Up ')} without a restart in its last "
+                                            f"{SERVING_WINDOW} log lines")
+            return ServingVerdict(False, f"{service}: its start scrolled out of the log window and its Up time "
+                                         f"({c.status}) cannot rule out a cold start", unknown=True)
         if last_ready < 0:
             return ServingVerdict(False, f"{service} runs but has not logged its ready line (cold start?)")
         if last_start > last_ready:
@@ -385,10 +397,13 @@ class Runtime:
             return None
         containers = await self.ps()
         stopping = {self.rb.replica_of(s) for s in engines}
+        if await self._in_flight():
+            return ("refusing to stop " + ", ".join(engines) + ": compose-manager reports another operation in flight "
+                    "(GET /status); nothing was stopped. Look at the host, then resume")
         for e in engines:
             mine = await self.serving(e, containers)
-            if not mine.serving:
-                continue  # stopping an engine that does not serve takes no capacity away
+            if not mine.serving and not mine.unknown:
+                continue  # stopping an engine known not to serve takes no capacity away
             others = [o for o in self.rb.engines() if self.rb.replica_of(o) not in stopping]
             verdicts = [await self.serving(o, containers) for o in others]
             if any(v.serving for v in verdicts):
@@ -533,6 +548,8 @@ class Runtime:
     async def mutate(self, kind: str, req: ComposeRequest, baseline: dict[str, Any]) -> dict[str, Any]:
         """Journal the intent, send once, journal the outcome."""
         env = await self.ensure_env()
+        if kind == "compose_up":  # a one-shot sent again may exist again, whatever the outcome
+            self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
         intent = self.journal.record_intent(
             self.lease, self.run.run_id, self.visit_key, kind,
             self.redactor.scrub_obj({"request": req.redacted(), "baseline": baseline}), mutating=True,

@@ -277,3 +277,14 @@ async def test_unknown_up_still_in_flight_is_waited_for_not_replanned():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("ok", "r2.cold-start"), note
     assert len(rig.compose.sent("up")) == 1
+
+
+async def test_an_abort_waits_until_the_call_in_flight_is_settled():
+    """The review's finding: an abort requested while an up's outcome is unknown must not jump
+    ahead of settling it (the rollback would act beside a call that may still be running).
+    Mutation: loop.py run_to_end, the open-effect check before check_abort removed -> fails."""
+    rig = await crash_during_up(reached_host=True)
+    rig.journal.request_abort(rig.run.run_id, by="alice")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.cold-start"), note  # settled (it took effect) first
+    assert len(rig.compose.sent("up")) == 1

@@ -185,3 +185,46 @@ async def test_gpus_still_held_after_the_down_fail_the_gate():
           else ([OLD_R2] if i >= 4 and OLD_R2 in rig.compose.host else []))
     [(event, note, to)] = await rig.step()
     assert event == "fail" and "GPU 6 by model-sg-glm53-w4afp8-tp4-r2" in note, note
+
+
+# -- the review's findings (each test fails with its guard removed) ----------------------------
+# Mutation list:
+#   runtime.py:Runtime.serving, the "long-running engine" branch removed -> test_a_long_running_*
+#     fails (both engines' ready lines scrolled out: r2.stop-old halts, r1 counted as not serving)
+#   runtime.py:Runtime.stop_guard, `and not mine.unknown` removed -> test_an_engine_whose_start_*
+#     fails (the down is sent without looking at r1)
+#   runtime.py:Runtime.stop_guard, the GET /status in-flight refusal removed -> test_a_stop_*_in_flight fails
+#   loop.py:run_to_end, the open-effect check before check_abort removed -> tests/executor/test_compose_steps.py
+#     test_an_abort_waits_until_the_call_in_flight_is_settled fails
+
+NOISE = ["[2026-11-30 10:00:00 TP0] Decode batch, #running-req: 3"]
+
+
+async def test_a_long_running_engine_whose_start_scrolled_out_still_serves():
+    long_log = NOISE * 5000  # days of decode lines: no ready line, no startup line in the window
+    rig = at_stop_old(r2_log=long_log, r1_log=long_log)
+    rig.compose.host[OLD_R2].status = "Up 3 days"
+    rig.compose.host[R1].status = "Up 3 days"
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert [r.services for r in rig.compose.sent("down")] == [(OLD_R2,)]
+
+
+async def test_an_engine_whose_start_scrolled_out_but_may_be_cold_starting_is_not_stopped_alone():
+    long_log = NOISE * 5000
+    rig = at_stop_old(r2_log=long_log, r1_log=engine_log(ready=False))  # r1 cold-starting
+    rig.compose.host[OLD_R2].status = "Up 5 minutes"  # too young to rule out a cold start: unknown
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert rig.compose.sent("down") == []
+
+
+async def test_a_stop_while_compose_manager_reports_an_operation_in_flight_halts():
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
+
+    async def status():
+        return object()  # an operation in flight
+    rig.compose.status = status
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED") and "in flight" in note, note
+    assert rig.compose.sent("down") == []
