@@ -528,6 +528,10 @@ class Runtime:
                                          self.redactor.scrub_obj(req.redacted()), mutating=False)
         self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, self.redactor.scrub_obj(outcome))
 
+    def visit_effects(self, prefix: str) -> list[EffectRecord]:
+        """This visit's journaled effects whose kind starts with `prefix`, oldest first."""
+        return [e for e in self.journal.effects(self.run.run_id) if e.step == self.visit_key and e.kind.startswith(prefix)]
+
     def recorded_effect(self, kind: str) -> EffectRecord | None:
         """The mutating effect of `kind` this visit of this state already journaled (a resume)."""
         for eff in reversed(self.journal.effects(self.run.run_id)):
@@ -705,12 +709,13 @@ class Runtime:
                 return f"action recorded: {recorded}; changed: {changed or 'none'} of {list(req.services)}"
             await self.wait()
 
-    async def wait_gone(self, req: ComposeRequest, first: dict[str, Any]) -> StepOutcome:
+    async def wait_gone(self, req: ComposeRequest, first: dict[str, Any], *, resends: int = 0) -> StepOutcome:
+        """Wait until docker/ps no longer lists the services. `resends`: downs this visit already
+        sent again (a resume counts them from the journal, so the cap holds across crashes)."""
         from orchestrator.steps.base import ok
 
         timeout = self.rb.timeouts.gone
         deadline = self.clock.monotonic() + timeout
-        resends = 0
         # Time a down may legitimately take before a still-running container means it had no effect.
         no_effect_after = self.clock.monotonic() + self.rb.timeouts.stop_grace + 4 * self.poll
         base_ids = first.get("baseline", {}).get("ids", {})

@@ -169,9 +169,13 @@ class Down:
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()
         req = rt.request(step, dry_run=False)
-        recorded = rt.recorded_effect("compose_down")
-        if recorded is not None:
-            outcome = await rt.resume_effect(recorded)
+        downs = rt.visit_effects("compose_down")  # the first down and any resend of this visit
+        resends = max(0, len(downs) - 1)
+        if downs:
+            # resume: the newest down this visit sent is settled first; earlier resends count
+            outcome = await rt.resume_effect(downs[-1])
+            if resends:
+                outcome["baseline"] = dict(downs[0].request.get("baseline", {}))
         else:
             containers = await rt.ps()
             svc = by_service(containers)
@@ -195,7 +199,7 @@ class Down:
             outcome = await rt.mutate("compose_down", req, baseline)
         if outcome["status"] == "refused":
             return fail(f"compose-manager did not run the down: {outcome.get('error')}")
-        verdict = await rt.wait_gone(req, outcome)
+        verdict = await rt.wait_gone(req, outcome, resends=resends)
         if verdict.event.value == "ok":
             running_engines = {c.name for c in await rt.ps() if rt.rb.replica_of(c.service or c.name)}
             for s in req.services:  # and no engine holds them once it is gone

@@ -9,7 +9,7 @@ from orchestrator.durations import format_duration
 from orchestrator.log_gate import LogGate
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, Step
-from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register
 from orchestrator.steps.compose import by_service
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ class ColdStart:
         follower = rt.follower(service)
         deadline = rt.clock.monotonic() + rt.rb.timeouts.cold_start
         first_id: str | None = None
+        first_poll = True
         starts = 0
         shown = ""
         rt.emit("waiting", gate=f"{service}: " + ", ".join(gate.missing()))
@@ -74,6 +75,12 @@ class ColdStart:
                 if c.id != first_id:
                     return fail(f"{service} restarted during its cold start (container ID changed)")
                 batch = await follower.poll()
+                if first_poll and len(batch.new) >= follower.initial_tail - 1 and not any(g.startup in ln.text for ln in batch.new):
+                    # a resumed gate whose engine has logged more than the window since it started:
+                    # its per-rank milestones are out of reach. Never judge (or time out) blind.
+                    return halt(f"{service}: its start scrolled out of the first {follower.initial_tail} log lines, so its "
+                                f"milestones cannot be checked; nothing was stopped. Judge the engine by hand, then resume")
+                first_poll = False
                 for idx, ln in enumerate(batch.new):
                     if g.startup in ln.text:
                         starts += 1

@@ -233,3 +233,15 @@ async def test_approve_now_ends_the_rest_of_the_soak():
     [(event, note, to)] = await rig.step()
     assert event == "ok" and "ended early" in note, note
     assert rig.clock.now < 1800  # well before the 30-minute soak
+
+
+async def test_a_resumed_cold_start_whose_start_scrolled_out_halts_instead_of_timing_out():
+    """The review's finding 6: more log lines since the start than the first window holds means
+    the milestones are out of reach; the gate halts (nothing stopped) instead of waiting out its
+    50 minutes and rolling back a possibly healthy engine.
+    Mutation: gates.py ColdStart, the first-poll `halt` removed -> the gate fails on its timeout."""
+    rig = at_cold_start(log=["[2026-11-30 10:00:00 TP0] Decode batch, #running-req: 3"] * 4500)
+    rig.clock.limit = 4000
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED") and "scrolled out" in note, note
+    assert rig.compose.sent("down") == []

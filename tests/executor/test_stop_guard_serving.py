@@ -228,3 +228,35 @@ async def test_a_stop_while_compose_manager_reports_an_operation_in_flight_halts
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("halt", "HALTED") and "in flight" in note, note
     assert rig.compose.sent("down") == []
+
+
+class Crash(Exception):
+    """The runner process dies here."""
+
+
+async def test_a_resend_in_flight_at_a_crash_is_settled_not_sent_again():
+    """The review's finding 5: a crash while a down *resend* is in flight; the resume settles the
+    newest down of the visit and counts the resends already sent.
+    Mutation: compose.py Down.run settling only the first down (`visit_effects(...)[0]`) -> the
+    resend goes out again (3 downs instead of 2)."""
+    rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
+    calls = {"n": 0}
+
+    def on_send(verb, req, env):
+        if verb != "down":
+            return None
+        calls["n"] += 1
+        if calls["n"] == 1:  # the first down "fails" and leaves the container: a resend follows
+            from orchestrator.clients.compose_manager import StreamOutcome
+            return StreamOutcome("failure", 1, ["Error response from daemon: removal already in progress"])
+        rig.compose.host.pop(OLD_R2, None)  # the resend takes effect ...
+        raise Crash()                        # ... and the runner dies before journaling it
+
+    rig.compose.on_send = on_send
+    with pytest.raises(Crash):
+        await rig.step()
+    rig.compose.on_send = None
+    rig.resume()
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert len(rig.compose.sent("down")) == 2
