@@ -31,14 +31,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator import host_state
-from orchestrator.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
+from orchestrator.budget import format_gib
 from orchestrator.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
 from orchestrator.clients.errors import BadRequest, ClientError, TagNotFound, TagTooRecent
 from orchestrator.compose_refs import UnresolvedReference, resolve_file
 from orchestrator.envmap import EnvMap
 from orchestrator.exit_codes import ExitCode
 from orchestrator.machine import compile_rollout
+from orchestrator.executor.targets import journaled_successes, newest_successful, recorded_successes
+from orchestrator.parsers.docker_ps import changed_containers, snapshot
 from orchestrator.parsers.dry_run import parse_dry_run
+from orchestrator.steps.checks import evaluate_budget
 from orchestrator.plan import Plan, build_plan, render_markdown, render_text
 from orchestrator.dry_run_check import judge_dry_run
 from orchestrator.runbook import SELECTED, Runbook, Step, load_runbook
@@ -128,35 +131,18 @@ class LivePlan:
 # -- the rules -------------------------------------------------------------------------------------
 
 def budget_rule(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str) -> tuple[bool, str]:
-    """The `check.budget` rule (steps/checks.py `budget_verdict`) on one env value: the variable
-    unset or one of the allowed values, and every replica's budget fits the host's RAM minus the
-    reserve with the page-cache room left."""
-    b = rb.budget
-    if b is None:
+    """The preflight's budget rule (`steps.checks.evaluate_budget`), worded for the preview."""
+    fit = evaluate_budget(rb, raw, available_ram_gib, source, host)
+    if fit is None:
         return True, "none (no HiCache host-RAM budget in this runbook)"
-    allowed = [parse_budget(a) for a in b.allowed]
-    if raw is not None:
-        try:
-            value = parse_budget(raw)
-        except ValueError:
-            value = None
-        if value is None or all(value != a for a in allowed):
-            return False, (f"{b.variable} is set in the env map to a value other than {' or '.join(b.allowed)} "
-                           f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
-    effective = parse_budget(b.default) if raw is None else parse_budget(raw)
-    avail = int(available_ram_gib * GIB)
-    report = check_fit([effective] * b.replicas, avail, parse_budget(b.reserve).bytes, parse_budget(b.min_page_cache).bytes)
-    rank = per_rank_bytes(effective.bytes, b.ranks_per_replica)
+    if fit.problem:
+        return False, fit.problem
+    b = rb.budget
+    assert b is not None
     where = "unset, the file's default" if raw is None else "set in the env map to an allowed value"
-    if not report.ok:
-        return False, (f"{b.replicas} x {format_gib(effective.bytes)} does not fit {host}'s {format_gib(avail)} available "
-                       f"({source}) minus the {b.reserve} reserve: " + "; ".join(report.problems))
-    return True, (f"{b.variable} {where}: {b.replicas} x {format_gib(effective.bytes)} fits in {format_gib(avail)} minus "
-                  f"{b.reserve}, leaving {format_gib(report.page_cache_headroom_bytes)} for page cache; rank_budget_bytes={rank}")
-
-
-def _snap(containers: list[Any]) -> dict[str, tuple[str, str]]:
-    return {c.name: (c.id, c.created_at) for c in containers}
+    return True, (f"{b.variable} {where}: {b.replicas} x {format_gib(fit.replica_bytes)} fits in {format_gib(fit.available_bytes)} "
+                  f"minus {b.reserve}, leaving {format_gib(fit.page_cache_headroom_bytes)} for page cache; "
+                  f"rank_budget_bytes={fit.rank_bytes}")
 
 
 def phase_dry_run_steps(rb: Runbook, phase: str) -> list[tuple[Step, set[str]]]:
@@ -199,27 +185,14 @@ async def _resolve_previous(session: Any, cm: _ReadOnlyCompose, host: str, proje
     actions = await cm.action_log()
     succeeded: set[tuple[str, str]] = set()
     try:
-        proj = (await cm.version()).project(project)
-        for rec in (proj.current, proj.previous):
-            if rec is not None and rec.tag and rec.file:
-                succeeded.add((rec.tag, rec.file))
+        succeeded |= recorded_successes((await cm.version()).project(project))
     except ClientError:
         pass
-    for run in session.journal.list_runs(host, limit=200):
-        for eff in session.journal.effects(run.run_id):
-            if eff.kind == "compose_up" and eff.outcome and eff.outcome.get("status") == "success":
-                req = eff.request.get("request", {})
-                if req.get("tag") and req.get("file"):
-                    succeeded.add((req["tag"], req["file"]))
+    succeeded |= journaled_successes(session.journal, host)
     for service in wanted:
-        for act in reversed(actions):
-            if act.action != "compose_up" or not act.tag or not act.file:
-                continue
-            if act.services and service not in act.services:
-                continue
-            if (act.tag, act.file) in succeeded:
-                previous[service] = {"tag": act.tag, "file": act.file, "commit": act.commit or ""}
-                break
+        act = newest_successful(actions, service, succeeded)
+        if act is not None:
+            previous[service] = {"tag": act.tag or "", "file": act.file or "", "commit": act.commit or ""}
     found = "the action log, checked against compose-manager's success record and the journal"
     return previous, (f"{source}; the rest from {found}" if source else found)
 
@@ -389,7 +362,7 @@ async def _planned_dry_run(cm: _ReadOnlyCompose, env: EnvMap, project: str | Non
         lp.refuse(f"{purpose}: {note}")
         return True
     after = await cm.ps(project)
-    if _snap(after) != _snap(before):
+    if changed_containers(snapshot(before), snapshot(after)):
         record(purpose, req, out, "refuse", "docker/ps changed across the dry run (docker/compose#14029)")
         lp.refuse(f"{purpose}: the dry run changed real containers (docker/compose#14029): inspect the host; no more dry runs were sent")
         return False

@@ -18,6 +18,7 @@ from orchestrator.clients.compose_manager import ComposeManagerClient
 from orchestrator.clients.retry import RetryPolicy
 from orchestrator.clock import Clock, RealClock, ScaledClock, clock_for
 from orchestrator.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
+from orchestrator.executor.targets import group_targets, newest_successful
 from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal.base import Journal, LeaseHeld, LeaseLost, RunRecord
@@ -101,18 +102,13 @@ async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> 
         actions = await cm.action_log()
         version = await cm.version()
     proj = version.project(entry.project)
-    current = (proj.current.tag, proj.current.file) if proj.current else None
-    earlier = (proj.previous.tag, proj.previous.file) if proj.previous else None
+    current = {(proj.current.tag, proj.current.file)} if proj.current else set()
+    earlier = {(proj.previous.tag, proj.previous.file)} if proj.previous else set()
     out: dict[str, dict[str, str]] = {}
-    if earlier is None:
-        return out
     for service in rb.previous_refs():
-        for act in reversed(actions):
-            if act.action != "compose_up" or (act.services and service not in act.services):
-                continue
-            if (act.tag, act.file) == earlier and (act.tag, act.file) != current:
-                out[service] = {"tag": act.tag or "", "file": act.file or "", "commit": act.commit or ""}
-                break
+        act = newest_successful(actions, service, earlier - current)
+        if act is not None:
+            out[service] = {"tag": act.tag or "", "file": act.file or "", "commit": act.commit or ""}
     return out
 
 
@@ -388,14 +384,12 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
     from orchestrator.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
 
     entry = session.inventory.host(host)
-    targets: dict[tuple[str, str], list[str]] = {}
-    for svc in rb.previous_refs():
-        p = previous[svc]
+    targets = group_targets(rb, previous)
+    for (_, file), services in targets.items():
         try:
-            validate_file(p["file"])
+            validate_file(file)
         except RequestInvalid as exc:
-            raise UserError(f"rollback target file {p['file']!r} for {svc}: {exc.detail if hasattr(exc, 'detail') else exc}") from None
-        targets.setdefault((p["tag"], p["file"]), []).append(svc)
+            raise UserError(f"rollback target file {file!r} for {', '.join(services)}: {exc.detail}") from None
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)

@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.clients.compose_manager import ComposeRequest
 from orchestrator.envmap import EnvMap
 from orchestrator.host_state import new_file_services, observed_services
+from orchestrator.parsers.docker_ps import changed_containers, snapshot
 from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.runbook import Runbook
 
@@ -21,10 +22,6 @@ class PlacementError(Exception):
     def __init__(self, text: str, *, changed: bool = False) -> None:
         super().__init__(text)
         self.changed = changed
-
-
-def _snap(containers: list[Any]) -> dict[str, tuple[str, str]]:
-    return {c.name: (c.id, c.created_at) for c in containers}
 
 
 async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project: str | None,
@@ -39,7 +36,7 @@ async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project
         if on_dry_run is not None:
             on_dry_run(req, outcome)
         after = await compose.ps(project)
-        if _snap(after) != _snap(before):
+        if changed_containers(snapshot(before), snapshot(after)):
             raise PlacementError("the placement dry run changed real containers (docker/compose#14029): inspect the host", changed=True)
         if outcome.status != "success":
             raise PlacementError(f"the placement dry run of {rb.file}@{tag} did not succeed: " + " | ".join(outcome.lines[-3:]))

@@ -19,6 +19,7 @@ Rules kept here (each pinned by a test in tests/executor/):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,12 +37,13 @@ from orchestrator.clients.errors import (
 from orchestrator.clock import Clock
 from orchestrator.envmap import EnvMap
 from orchestrator.executor.context import DryRunRecord, RunContext
+from orchestrator.executor.targets import group_targets, journaled_successes, newest_successful, recorded_successes
 from orchestrator.host_clients import HostClients
 from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
 from orchestrator.logfollow import LogFollower
 from orchestrator.machine import Node, Table
-from orchestrator.parsers.docker_ps import Container
+from orchestrator.parsers.docker_ps import Container, by_service, changed_containers, snapshot
 from orchestrator.progress import Progress
 from orchestrator.redaction import Redactor
 from orchestrator.compose_refs import resolve_file, resolve_services
@@ -125,8 +127,6 @@ class Runtime:
         self.visit_key = ""
         self.log = log.bind(run_id=run.run_id, host=run.host)
         self._hb_next = 0.0
-        self._hb_what = ""
-        self._hb_deadline = 0.0
 
     # -- small helpers ------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -154,20 +154,20 @@ class Runtime:
         self.journal.approve(self.run.run_id, gate, by=by)
 
     # -- heartbeat lines during long waits --------------------------------------------------------
-    def start_heartbeat(self, what: str, deadline: float, gate: Any) -> None:
-        self._hb_what, self._hb_deadline = what, deadline
-        self._hb_next = self.clock.monotonic() + HEARTBEAT_S
-        self._hb_start = self.clock.monotonic()
+    def start_heartbeat(self) -> float:
+        """A long wait begins: its first heartbeat line comes HEARTBEAT_S from now. Returns now."""
+        now = self.clock.monotonic()
+        self._hb_next = now + HEARTBEAT_S
+        return now
 
-    def heartbeat_tick(self, gate: Any, batch: Any) -> None:
+    def tick(self, what: str, started: float, timeout: float | None, extra: Callable[[], dict[str, Any]] | None = None) -> None:
+        """A heartbeat line during a long wait: every HEARTBEAT_S on the run's clock. `extra` is
+        called only when a line is due (what the wait has seen so far)."""
         now = self.clock.monotonic()
         if now < self._hb_next:
             return
         self._hb_next = now + HEARTBEAT_S
-        seen = {p: sorted(r) for p, r in getattr(gate, "seen", {}).items()}
-        self.emit("heartbeat", what=self._hb_what, elapsed=now - self._hb_start, timeout=self._hb_deadline - self._hb_start,
-                  missing=gate.missing(), seen={k: [f"TP{i}" for i in v] for k, v in seen.items()},
-                  last_line=self.scrub(gate.result.line)[:160])
+        self.emit("heartbeat", what=what, elapsed=now - started, timeout=timeout, **(extra() if extra else {}))
 
     # -- env map ---------------------------------------------------------------------------------
     async def read_env(self) -> EnvMap:
@@ -218,15 +218,7 @@ class Runtime:
         for service in self.rb.previous_refs():
             if service in self.ctx.previous:
                 continue
-            found = None
-            for act in reversed(actions):
-                if act.action != "compose_up" or not act.tag or not act.file:
-                    continue
-                if act.services and service not in act.services:
-                    continue
-                if (act.tag, act.file) in succeeded:
-                    found = act
-                    break
+            found = newest_successful(actions, service, succeeded)
             if found is None:
                 missing.append(service)
                 continue
@@ -239,29 +231,16 @@ class Runtime:
         out: set[tuple[str, str]] = set()
         try:
             version = await self.clients.compose.version()
-            proj = version.project(self.entry.project) if hasattr(version, "project") else None
-            for rec in (getattr(proj, "current", None), getattr(proj, "previous", None)):
-                if rec is not None and rec.tag and rec.file:
-                    out.add((rec.tag, rec.file))
+            if hasattr(version, "project"):
+                out |= recorded_successes(version.project(self.entry.project))
         except ClientError:
             pass
-        for run in self.journal.list_runs(self.run.host, limit=200):
-            for eff in self.journal.effects(run.run_id):
-                if eff.kind == "compose_up" and eff.outcome and eff.outcome.get("status") == "success":
-                    req = eff.request.get("request", {})
-                    if req.get("tag") and req.get("file"):
-                        out.add((req["tag"], req["file"]))
-        return out
+        return out | journaled_successes(self.journal, self.run.host)
 
     async def validate_previous_targets(self) -> StepOutcome | None:
         """A dry run of every distinct rollback target (tag, file): a rollback must never find out
         after a stop that its target does not exist. None when all are accepted."""
-        targets: dict[tuple[str, str], list[str]] = {}
-        for svc in self.rb.previous_refs():
-            p = self.ctx.previous.get(svc)
-            if p:
-                targets.setdefault((p["tag"], p["file"]), []).append(svc)
-        for (tag, file), services in targets.items():
+        for (tag, file), services in group_targets(self.rb, self.ctx.previous).items():
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=self.entry.project, dry_run=True)
             res = await self.dry_run(req)
             if res.verdict != "done":
@@ -357,7 +336,7 @@ class Runtime:
     # -- serving ---------------------------------------------------------------------------------
     async def serving(self, service: str, containers: list[Container] | None = None) -> ServingVerdict:
         """Serving = ready and stayed ready (see the module docstring)."""
-        by_svc = {(c.service or c.name): c for c in (containers if containers is not None else await self.ps())}
+        by_svc = by_service(containers if containers is not None else await self.ps())
         c = by_svc.get(service)
         if c is None:
             return ServingVerdict(False, f"{service} is not running")
@@ -431,14 +410,6 @@ class Runtime:
         except ClientError as exc:
             return f"host now: unknown (docker/ps could not be read: {type(exc).__name__})"
 
-    def tick(self, what: str, started: float, timeout: float | None, **extra: Any) -> None:
-        """A heartbeat line during a long wait: every HEARTBEAT_S on the run's clock."""
-        now = self.clock.monotonic()
-        if now < self._hb_next:
-            return
-        self._hb_next = now + HEARTBEAT_S
-        self.emit("heartbeat", what=what, elapsed=now - started, timeout=timeout, **extra)
-
     async def watch_engines(self) -> dict[str, tuple[str, float | None]]:
         """The engines running now and serving, to watch during a soak: service -> (id, up seconds)."""
         containers = await self.ps()
@@ -458,7 +429,7 @@ class Runtime:
         return None
 
     async def engines_still_serving(self, watched: dict[str, tuple[str, float | None]]) -> str | None:
-        by_svc = {(c.service or c.name): c for c in await self.ps()}
+        by_svc = by_service(await self.ps())
         for svc, (cid, up) in watched.items():
             c = by_svc.get(svc)
             if c is None:
@@ -495,7 +466,7 @@ class Runtime:
 
     async def dry_run(self, req: ComposeRequest) -> DryRunCall:
         env = await self.ensure_env()
-        before = _snapshot(await self.ps())
+        before = snapshot(await self.ps())
         attempt = 0
         while True:
             attempt += 1
@@ -509,13 +480,12 @@ class Runtime:
                 # unless it changed something (then the comparison halts the run).
                 if attempt >= 3:
                     return DryRunCall("failed", outcome=fail(f"the dry run failed {attempt} times: {self.scrub(str(exc))}"))
-                if _snapshot(await self.ps()) != before:
+                if snapshot(await self.ps()) != before:
                     return DryRunCall("changed", outcome=halt("a dry run that failed also changed real containers (docker/compose#14029); inspect the host"))
                 self.log.warning("dry_run_retried", error=type(exc).__name__)
                 await self.wait()
         after_list = await self.ps()
-        after = _snapshot(after_list)
-        changed = sorted(n for n in set(before) | set(after) if before.get(n, (None,))[:2] != after.get(n, (None,))[:2])
+        changed = changed_containers(before, snapshot(after_list))
         if changed:
             return DryRunCall("changed", outcome=halt(
                 "a dry run changed real containers (" + ", ".join(changed) + "): docker/compose#14029. "
@@ -670,7 +640,7 @@ class Runtime:
             new_actions = actions[baseline.get("actions", 0):]
             recorded = any(a.action == "compose_up" and a.tag == req.tag and a.file == req.file
                            and (not a.services or set(req.services) <= set(a.services)) for a in new_actions)
-            by_svc = {(c.service or c.name): c for c in await self.ps()}
+            by_svc = by_service(await self.ps())
             changed = [s for s in req.services if s in by_svc and by_svc[s].id != base_ids.get(s)]
             if recorded and len(changed) == len(req.services):
                 return "applied"
@@ -722,7 +692,7 @@ class Runtime:
         zombie_polls = 0
         self.emit("waiting", gate=f"docker/ps no longer lists {', '.join(req.services)}")
         while True:
-            by_svc = {(c.service or c.name): c for c in await self.ps()}
+            by_svc = by_service(await self.ps())
             left = [by_svc[s] for s in req.services if s in by_svc]
             if not left and first.get("status") == "failure" and resends < MAX_DOWN_RESENDS:
                 # docker/ps lists running containers only: a removal that failed half-way (a
@@ -769,10 +739,6 @@ def _record(rec: Any) -> dict[str, Any] | None:
     if rec is None:
         return None
     return {"tag": getattr(rec, "tag", None), "file": getattr(rec, "file", None), "commit": getattr(rec, "commit", None)}
-
-
-def _snapshot(containers: list[Container]) -> dict[str, tuple[str, str, str]]:
-    return {c.name: (c.id, c.created_at, c.state) for c in containers}
 
 
 def _abort_event() -> Any:

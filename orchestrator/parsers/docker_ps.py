@@ -9,7 +9,7 @@ first, `names` all of them. A whole JSON array on one line (old `compose ps` for
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,3 +152,19 @@ def for_service(containers: Iterable[Container], service: str, project: str | No
 
 def zombies(containers: Iterable[Container]) -> list[Container]:
     return [c for c in containers if c.is_zombie]
+
+
+def by_service(containers: Iterable[Container]) -> dict[str, Container]:
+    """Containers by their compose service (the name when a container carries no label)."""
+    return {(c.service or c.name): c for c in containers}
+
+
+def snapshot(containers: Iterable[Container]) -> dict[str, tuple[str, str, str]]:
+    """What docker/ps said, to compare later: name -> (id, created_at, state)."""
+    return {c.name: (c.id, c.created_at, c.state) for c in containers}
+
+
+def changed_containers(before: Mapping[str, Sequence[str]], after: Mapping[str, Sequence[str]]) -> list[str]:
+    """Names created, removed or recreated (another ID or creation time) between two snapshots:
+    what a dry run must never do (docker/compose#14029)."""
+    return sorted(n for n in set(before) | set(after) if tuple(before.get(n, (None,))[:2]) != tuple(after.get(n, (None,))[:2]))

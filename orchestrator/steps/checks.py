@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
@@ -13,37 +14,59 @@ if TYPE_CHECKING:
     from orchestrator.executor.runtime import Runtime
 
 
-def budget_verdict(rt: "Runtime") -> StepOutcome:
-    """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
-    assert rt.env is not None
-    b = rt.rb.budget
+@dataclass(frozen=True)
+class BudgetFit:
+    """The budget rule's verdict on one env value (`problem` None: it passes)."""
+
+    problem: str | None
+    replica_bytes: int = 0
+    rank_bytes: int = 0
+    available_bytes: int = 0
+    page_cache_headroom_bytes: int = 0
+
+
+def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str) -> BudgetFit | None:
+    """The HiCache budget rule (pure; preflight, a changed env map mid-run and `plan --live` use
+    it): the variable unset or one of the allowed values, and every replica's budget fits the
+    host's RAM minus the reserve with the page-cache room left. None: no budget in the runbook."""
+    b = rb.budget
+    if b is None:
+        return None
     allowed = [parse_budget(a) for a in b.allowed]
-    raw = rt.env.get(b.variable)
     if raw is not None:
         try:
             value = parse_budget(raw)
         except ValueError:
             value = None
         if value is None or all(value != a for a in allowed):
-            return fail(
-                f"{b.variable} is set in the env map to a value other than {' or '.join(b.allowed)} "
-                f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard"
-            )
+            return BudgetFit(f"{b.variable} is set in the env map to a value other than {' or '.join(b.allowed)} "
+                             f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
     effective = parse_budget(b.default) if raw is None else parse_budget(raw)
-    avail = int(rt.entry.available_ram_gib * GIB)
+    avail = int(available_ram_gib * GIB)
     report = check_fit([effective] * b.replicas, avail, parse_budget(b.reserve).bytes, parse_budget(b.min_page_cache).bytes)
-    replica_bytes = effective.bytes
-    rank = per_rank_bytes(replica_bytes, b.ranks_per_replica)
-    rt.ctx.budget = {"replica_bytes": replica_bytes, "rank_budget_bytes": rank}
-    if not report.ok:
-        return fail(
-            f"{b.replicas} x {format_gib(replica_bytes)} does not fit {rt.run.host}'s {format_gib(avail)} available "
-            f"({rt.entry.available_ram_source}) minus the {b.reserve} reserve: " + "; ".join(report.problems)
-        )
+    rank = per_rank_bytes(effective.bytes, b.ranks_per_replica)
+    problem = None if report.ok else (
+        f"{b.replicas} x {format_gib(effective.bytes)} does not fit {host}'s {format_gib(avail)} available "
+        f"({source}) minus the {b.reserve} reserve: " + "; ".join(report.problems))
+    return BudgetFit(problem, effective.bytes, rank, avail, report.page_cache_headroom_bytes)
+
+
+def budget_verdict(rt: "Runtime") -> StepOutcome:
+    """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
+    assert rt.env is not None
+    b = rt.rb.budget
+    fit = evaluate_budget(rt.rb, rt.env.get(b.variable) if b else None, rt.entry.available_ram_gib,
+                          rt.entry.available_ram_source, rt.run.host)
+    if fit is None:
+        return ok("no HiCache host-RAM budget in this runbook")
+    if fit.replica_bytes:
+        rt.ctx.budget = {"replica_bytes": fit.replica_bytes, "rank_budget_bytes": fit.rank_bytes}
+    if fit.problem:
+        return fail(fit.problem)
     rt.ctx.budget_env_fingerprint = rt.env.fingerprint()
     return ok(
-        f"{b.replicas} x {format_gib(replica_bytes)} fits in {format_gib(avail)} minus {b.reserve}, "
-        f"leaving {format_gib(report.page_cache_headroom_bytes)} for page cache; every rank must log rank_budget_bytes={rank}"
+        f"{b.replicas} x {format_gib(fit.replica_bytes)} fits in {format_gib(fit.available_bytes)} minus {b.reserve}, "
+        f"leaving {format_gib(fit.page_cache_headroom_bytes)} for page cache; every rank must log rank_budget_bytes={fit.rank_bytes}"
     )
 
 

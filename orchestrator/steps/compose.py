@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.durations import format_duration
 from orchestrator.machine import Node
+from orchestrator.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.dry_run_check import judge_dry_run
 from orchestrator.runbook import SELECTED, Runbook, Step
@@ -27,14 +28,6 @@ from orchestrator.steps.checks import budget_verdict
 
 if TYPE_CHECKING:
     from orchestrator.executor.runtime import Runtime
-
-
-def snapshot(containers: list[Any]) -> dict[str, tuple[str, str, str]]:
-    return {c.name: (c.id, c.created_at, c.state) for c in containers}
-
-
-def by_service(containers: list[Any]) -> dict[str, Any]:
-    return {(c.service or c.name): c for c in containers}
 
 
 @register
@@ -114,8 +107,7 @@ class Up:
             rt.ctx.checked_dry_run = None
             return self._again(rt, node, "the env map changed since the dry run")
         containers = await rt.ps()
-        now = snapshot(containers)
-        if {k: tuple(v[:2]) for k, v in checked.after.items()} != {k: v[:2] for k, v in now.items()}:
+        if changed_containers(checked.after, snapshot(containers)):
             rt.ctx.checked_dry_run = None
             return self._again(rt, node, "containers changed since the dry run")
         svc = by_service(containers)

@@ -10,7 +10,7 @@ from orchestrator.log_gate import LogGate
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register
-from orchestrator.steps.compose import by_service
+from orchestrator.parsers.docker_ps import by_service
 
 if TYPE_CHECKING:
     from orchestrator.executor.runtime import Runtime
@@ -66,7 +66,11 @@ class ColdStart:
         starts = 0
         shown = ""
         rt.emit("waiting", gate=f"{service}: " + ", ".join(gate.missing()))
-        rt.start_heartbeat(f"{service} cold start", deadline, gate)
+        hb_start = rt.start_heartbeat()
+
+        def progress() -> dict:
+            return {"missing": gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in gate.seen.items()},
+                    "last_line": rt.scrub(gate.result.line)[:160]}
         while True:
             c = by_service(await rt.ps()).get(service)
             if c is not None:
@@ -98,7 +102,7 @@ class ColdStart:
                     if res.passed:
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}")
-                rt.heartbeat_tick(gate, batch)
+                rt.tick(f"{service} cold start", hb_start, deadline - hb_start, progress)
                 if c.restarting:
                     why = f"; {gate.result.reason}: {rt.scrub(gate.result.line)[:200]}" if gate.result.failed else (
                         f"; last line: {rt.scrub(gate.result.line)[:200]}" if gate.result.line else "")
@@ -205,7 +209,7 @@ class Soak:
             verdict = await rt.serving(svc)
             if not verdict.serving:
                 return fail(f"during the soak: {verdict.why}")
-        rt._hb_next = rt.clock.monotonic() + 300.0
+        rt.start_heartbeat()
         announced = False
         last_saved = rt.clock.monotonic()
         while True:
@@ -227,7 +231,7 @@ class Soak:
                 return ok(f"soaked {int(elapsed)} s" + (" and approved" if step.soak.approval else "")
                           + (" (ended early by the approval)" if ended_early and elapsed < duration else ""))
             rt.tick(f"soak of {', '.join(sorted(watched))}", start, duration,
-                    awaiting="approval" if need_approval and not approved and elapsed >= duration else "time")
+                    lambda: {"awaiting": "approval" if need_approval and not approved and elapsed >= duration else "time"})
             if not announced:
                 gate = f"soak {int(duration)} s"
                 if need_approval and not approved:

@@ -22,7 +22,7 @@ from orchestrator.durations import format_duration
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
-from orchestrator.steps.compose import by_service
+from orchestrator.parsers.docker_ps import by_service
 from orchestrator.steps.evidence import error_text
 
 if TYPE_CHECKING:
