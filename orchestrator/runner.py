@@ -333,9 +333,11 @@ def refuse_stale_resume(session: Session, run: RunRecord) -> None:
     """A run is continued only if no later run changed its host since (a newer rollout, a
     `--continue`, a rollback): its context describes a host that no longer exists."""
     for other in session.journal.list_runs(run.host, limit=50):
-        if other.run_id == run.run_id or other.parent_run_id == run.run_id or other.created_at <= run.created_at:
+        if other.run_id == run.run_id or other.created_at <= run.created_at:
             continue
-        if other.kind == "rollback" or session.journal.effects(other.run_id):
+        if other.kind == "rollout" and other.parent_run_id == run.run_id:
+            continue  # its own `--retry` child
+        if other.kind == "rollback" or any(e.mutating for e in session.journal.effects(other.run_id)):
             raise Refused(f"run {other.run_id} ({other.kind}) started after {run.run_id} and acted on {run.host}: "
                           f"{run.run_id} describes a host that no longer exists and is not continued. "
                           f"Start a new run (`orchestrate rollout {run.host} --tag {run.tag}` places the host)")

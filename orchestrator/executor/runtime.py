@@ -140,9 +140,12 @@ class Runtime:
         if node is not None and self.table.allows(node.id, _abort_event()) and self.journal.abort_requested(self.run.run_id):
             raise AbortRequested()
 
-    async def wait(self, seconds: float | None = None) -> None:
+    async def wait(self, seconds: float | None = None, *, abortable: bool = True) -> None:
+        """Sleep a poll. `abortable=False` while a sent call is being settled or waited out: an
+        abort is honoured at the next step, never beside a call whose outcome is not known yet."""
         await self.clock.sleep(self.poll if seconds is None else seconds)
-        self.check_abort()
+        if abortable:
+            self.check_abort()
 
     def save_context(self) -> None:
         self.journal.update_context(self.lease, self.run.run_id, self.redactor.scrub_obj(self.ctx.to_json()))
@@ -357,6 +360,9 @@ class Runtime:
         if last_ready < 0 and last_start < 0 and len(lines) >= SERVING_WINDOW:
             # a long-running engine: its start (and ready line) scrolled out of the window, and it
             # has not started again within it. Up longer than a whole cold start: it serves.
+            if self.ctx.ready.get(service) == c.id:
+                return ServingVerdict(True, f"{service} passed its cold start in this run (same container) and has not "
+                                            f"started again since")
             up = up_seconds(c.status)
             if up is not None and up >= self.rb.timeouts.cold_start:
                 return ServingVerdict(True, f"{service} has run for {c.status.removeprefix('Up ')} without a restart in its last "
@@ -677,7 +683,7 @@ class Runtime:
                 if not recorded and not changed:
                     return "not_applied"
                 return f"action recorded: {recorded}; changed: {changed or 'none'} of {list(req.services)}"
-            await self.wait()
+            await self.wait(abortable=False)
 
     async def wait_gone(self, req: ComposeRequest, first: dict[str, Any], *, resends: int = 0) -> StepOutcome:
         """Wait until docker/ps no longer lists the services. `resends`: downs this visit already
@@ -728,7 +734,7 @@ class Runtime:
                 continue
             if self.clock.monotonic() >= deadline:
                 return fail(f"{', '.join(c.name for c in left)} still listed after {int(timeout)} s")
-            await self.wait()
+            await self.wait(abortable=False)
 
 
 class MaskedEnv(Exception):

@@ -62,3 +62,22 @@ def test_continue_at_r1_needs_r2s_last_gate_in_the_journal(session):
     _require_earlier_phases_passed(session, "gpu02", "v0.0.300", rb, "r1")
     with pytest.raises(Refused):  # another tag's run does not count
         _require_earlier_phases_passed(session, "gpu02", "v0.0.301", rb, "r1")
+
+
+def test_a_rollback_of_the_run_blocks_its_resume_but_a_read_only_run_does_not(session):
+    """The final review: a rollback whose parent is the run must block resuming it (it undid
+    the run); a later run that only read the host (dry runs journaled as non-mutating effects,
+    then ABORTED) must not. Mutations: restoring the blanket parent skip, or counting every effect."""
+    old = _run(session, state="r1.cold-start")
+    time.sleep(0.01)
+    reader = _run(session, state="preflight.tag-age")
+    lease, _ = session.journal.acquire_lease("gpu02", reader.run_id, "test", 60)
+    eff = session.journal.record_intent(lease, reader.run_id, "preflight.host-state@2", "dry_run", {}, mutating=False)
+    session.journal.record_outcome(lease, reader.run_id, eff.effect_id, {"status": "success"})
+    session.journal.release(lease)
+    refuse_stale_resume(session, old)  # a read-only later run: the resume goes on
+    rollback = session.journal.create_run(host="gpu02", runbook="gpu02-glm53-w4afp8-long-context", tag="v0.0.300",
+                                          kind="rollback", state="preflight.read-env", context={}, parent_run_id=old.run_id)
+    assert rollback.parent_run_id == old.run_id
+    with pytest.raises(Refused, match="no longer exists"):
+        refuse_stale_resume(session, old)

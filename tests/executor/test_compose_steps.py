@@ -288,3 +288,14 @@ async def test_an_abort_waits_until_the_call_in_flight_is_settled():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("ok", "r2.cold-start"), note  # settled (it took effect) first
     assert len(rig.compose.sent("up")) == 1
+
+
+async def test_an_abort_does_not_land_while_an_unknown_up_is_being_settled():
+    """The final review: the settle's waits are not abort points (an abort there would start the
+    rollback beside an up that may still run). Mutation: `abortable=False` dropped from
+    Runtime.settle_up's waits -> the step ends in `abort` instead of settling."""
+    rig = await crash_during_up(reached_host=False)
+    rig.journal.request_abort(rig.run.run_id, by="alice")
+    [(event, note, to)] = await rig.step()
+    assert event == "retry", (event, note)  # settled: it did not take effect, so plan again
+    assert len(rig.compose.sent("up")) == 1

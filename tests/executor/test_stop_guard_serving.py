@@ -260,3 +260,16 @@ async def test_a_resend_in_flight_at_a_crash_is_settled_not_sent_again():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("ok", "r2.dry-run"), note
     assert len(rig.compose.sent("down")) == 2
+
+
+async def test_an_engine_ready_in_this_run_serves_though_its_ready_line_scrolled_out():
+    """The final review: an engine whose cold-start gate passed in this run (same container) and
+    that logged no startup line since is serving, however busy its log. Mutation: the
+    `ctx.ready` branch in Runtime.serving removed -> r1 counts as unknown, the down halts."""
+    long_log = NOISE * 5000
+    rig = at_stop_old(r2_log=engine_log(), r1_log=long_log)
+    rig.compose.host[R1].status = "Up 20 minutes"  # younger than a cold start
+    rig.ctx.ready[R1] = rig.compose.host[R1].id
+    rig.ex.rt.save_context()
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
