@@ -75,10 +75,15 @@ def test_a_part_way_host_is_refused_without_continue_and_continued_with_it(e2e_f
 
 def test_abort_during_r1_cold_start_keeps_the_new_r2(e2e_factory):
     """Item 1: an abort while r1 cold-starts takes the whole-host rollback, whose first engine
-    down would stop r2, the only ready replica: the run halts and r2 keeps serving."""
+    down would stop r2, the only ready replica: the run halts and r2 keeps serving.
+
+    r1 hangs in its cold start (`cold-start-hang:r1`), so the abort always lands while r1 does not
+    serve. With a normal start the gate can pass before the abort is read (a loaded machine runs
+    the simulated 20-minute start in a fraction of a second); then r1 serves and the rollback may
+    rightly stop r2: the test would measure scheduling, not the guard."""
     from orchestrator.runner import execute, new_rollout
 
-    e = e2e_factory()
+    e = e2e_factory("cold-start-hang:r1")
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
     progress = RecordingProgress()
 
