@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from datetime import datetime, timezone
 import os
 import signal
 import socket
@@ -229,9 +230,11 @@ def _execute(session: Any, run: RunRecord, rb: Any, table: Any, **kwargs: Any) -
 
 @app.command()
 def plan(
-    host: str = HostArg,
+    host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out, e.g. v0.0.300"),
-    runbook: str = RunbookOpt,
+    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
+                                          help=f"Runbook (default: {DEFAULT_RUNBOOK} for HOST; for --hosts, the shipped "
+                                               "runbook that names all of them)"),
     fmt: str = typer.Option("text", "--format", metavar="text|markdown|json|mermaid|dot",
                             help="Output format (mermaid, dot: the state diagram drawn from the transition table)"),
     compose_file: Optional[Path] = typer.Option(None, "--compose-file", metavar="PATH",
@@ -240,6 +243,8 @@ def plan(
     inventory: Optional[Path] = InventoryOpt,
     live: bool = typer.Option(False, "--live", help="Read the host (never change it): env map keys, budget, host state, "
                               "rollback targets, GPUs, model cache, dry runs; ends with a verdict (exit 0, or 5 would refuse)"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="H1,H2,...",
+                                        help="Plan a fleet run: the host order and the rules between hosts, then the steps"),
 ) -> None:
     """Preview every step, request, gate and rollback transition. Offline: never contacts a host
     (needs the inventory only to check HOST exists and name its compose project), unless --live:
@@ -251,6 +256,20 @@ def plan(
     check_tag(tag)
     if fmt not in ("text", "markdown", "json", "mermaid", "dot"):
         raise UserError(f"--format {fmt!r} is not one of text, markdown, json, mermaid, dot")
+    fleet: list[str] = []
+    if hosts is not None:
+        from orchestrator.fleet import parse_hosts, runbook_for
+
+        if host is not None:
+            raise UserError("give HOST or --hosts, not both")
+        if live or rollback is not None:
+            raise UserError("--hosts plans a fleet rollout offline: --live and --rollback take one HOST")
+        fleet = parse_hosts(hosts)
+        runbook = runbook or runbook_for(fleet, None).name
+        host = fleet[0]
+    if host is None:
+        raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
+    runbook = runbook or DEFAULT_RUNBOOK
     settings = _settings(inventory)
     if live:
         if rollback is not None:
@@ -258,10 +277,13 @@ def plan(
         _plan_live(settings, host, tag, runbook, fmt, compose_file)
         return
     inv = load_inventory(settings.inventory_path())
+    for h in fleet:
+        inv.host(h)
     entry = inv.host(host)
     rb = _runbook(runbook)
-    if host not in rb.hosts:
-        raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}")
+    for h in fleet or [host]:
+        if h not in rb.hosts:
+            raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {h}")
     table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback, "--rollback"))
     new_services = None
     checks: list[str] = []
@@ -275,6 +297,10 @@ def plan(
         return
     p = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_services)
     p.checks, p.problems = checks, problems
+    if fleet:
+        from orchestrator.plan import fleet_rules
+
+        p.fleet, p.fleet_rules = fleet, fleet_rules(rb, fleet)
     text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)
     sys.stdout.write(text)
     if problems:
@@ -335,9 +361,12 @@ def ci_preview(
 
 @app.command()
 def rollout(
-    host: str = HostArg,
+    host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out (v0.0.N), e.g. v0.0.300"),
-    runbook: str = RunbookOpt,
+    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
+                                          help="Runbook: a name shipped in orchestrator/runbooks/, or a path to a runbook "
+                                               f"YAML. Default: {DEFAULT_RUNBOOK} for HOST; for --hosts, the shipped runbook "
+                                               "that names all of them"),
     yes: bool = YesOpt,
     soak: Optional[str] = SoakOpt,
     as_json: bool = JsonOpt,
@@ -348,8 +377,28 @@ def rollout(
                             "names, after checking it (read-only) against the runbook's host states"),
     skip_tag_age_check: bool = _flag("--skip-tag-age-check", "Go on when GitHub cannot be reached to check that the tag is "
                                      "merged and old enough (journaled in the run)"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="H1,H2,...",
+                                        help="A fleet run: these hosts one at a time, in this order, each after the previous "
+                                             "one ended DONE (its soak passed and was approved); stops at the first that does not"),
+    override_prerequisite: list[str] = typer.Option([], "--override-prerequisite", metavar="HOST",
+                                                    help="Go on although the runbook's prerequisite on HOST (its run DONE and "
+                                                         "soaked) does not hold; by name only, journaled (repeatable)"),
 ) -> None:
-    """Roll HOST to TAG following the runbook, gate by gate, rolling back at a failed gate."""
+    """Roll HOST (or --hosts, one at a time) to TAG following the runbook, gate by gate, rolling back at a failed gate."""
+    if hosts is not None:
+        if host is not None:
+            raise UserError("give HOST or --hosts, not both")
+        if continue_:
+            raise UserError("--continue places one host: `orchestrate rollout HOST --continue` for the host that stopped; "
+                            "then the fleet command again (hosts at the target end DONE with nothing sent)")
+        if server:
+            raise UserError("--hosts runs here, not through --server: run the fleet on the machine that holds the journal")
+        _rollout_fleet(hosts, tag, runbook, yes=yes, soak=soak, as_json=as_json, inventory=inventory,
+                       skip_tag_age_check=skip_tag_age_check, overrides=override_prerequisite)
+        return
+    if host is None:
+        raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
+    runbook = runbook or DEFAULT_RUNBOOK
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 
@@ -366,12 +415,72 @@ def rollout(
     _runbook(runbook)
     session = Session.open(settings)
     try:
+        if override_prerequisite:  # a typo never passes: only the runbook's prerequisites can be named
+            from orchestrator.prerequisites import unmet
+
+            unmet(load_runbook(runbook).prerequisites, lambda h: [], datetime.now(timezone.utc), override_prerequisite)
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
         run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
+        _journal_overrides(session, run, override_prerequisite)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
+
+
+def _journal_overrides(session: Any, run: RunRecord, overrides: list[str]) -> None:
+    from orchestrator.fleet import journal_overrides
+    from orchestrator.runner import owner_id
+
+    journal_overrides(session.journal, run, overrides, owner_id())
+
+
+def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
+                   inventory: Optional[Path], skip_tag_age_check: bool, overrides: list[str]) -> None:
+    """`rollout --hosts`: orchestrator.fleet's rules; each host a normal rollout run."""
+    from orchestrator.fleet import parse_hosts, refuse_unmet_prerequisites, run_fleet, runbook_for
+    from orchestrator.runner import Session, check_tag, context_summary, new_rollout
+
+    check_tag(tag)
+    soak_s = parse_soak(soak)
+    hosts = parse_hosts(hosts_text)
+    settings = _settings(inventory)
+    settings.require_host_tokens("rollout")
+    rb = runbook_for(hosts, runbook)
+    runbook_ref = runbook or rb.name
+    session = Session.open(settings)
+    try:
+        for h in hosts:
+            session.inventory.host(h)  # an unknown host: one line, before anything runs
+        refuse_unmet_prerequisites(rb, session.journal, overrides)
+
+        def announce(host: str, i: int, n: int) -> None:
+            if as_json:
+                sys.stdout.write(json.dumps({"event": "fleet_host", "host": host, "index": i + 1, "of": n}) + "\n")
+            else:
+                out.rule(f"fleet {i + 1}/{n}: {host}")
+
+        def one(host: str) -> RunRecord:
+            run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check)
+            _journal_overrides(session, run, overrides)
+            final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
+            if as_json:
+                sys.stdout.write(json.dumps({"event": "summary", **context_summary(final)}) + "\n")
+            return final
+
+        result = run_fleet(hosts, one, announce)
+    finally:
+        session.close()
+    text = result.summary(tag, runbook_ref)
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "fleet_summary", "outcome": str(result.outcome), "hosts": hosts,
+                                     "runs": [r.run_id for r in result.runs], "stopped_at": result.stopped_at,
+                                     "not_started": result.not_started, "message": text}) + "\n")
+    else:
+        (out if result.outcome == Outcome.DONE else err).print(text)
+    if result.refused is not None:
+        raise typer.Exit(int(result.refused[1].code))
+    raise typer.Exit(int(OUTCOME_EXIT.get(result.outcome, ExitCode.UNEXPECTED)))
 
 
 @app.command()

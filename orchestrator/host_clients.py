@@ -31,6 +31,8 @@ class HostClients:
     relay_factory: Callable[[str, str], SoakRelayClient]
     #: GitHub, for the orchestrator's own tag check (merged, old enough); None in some tests
     github: GitHubClient | None = None
+    #: every inventory host -> its model-proxy address (the capacity guard reads the other hosts')
+    addresses: dict[str, str] = field(default_factory=dict)
     _opened: list = field(default_factory=list)
 
     def relay(self, url: str, token: str) -> SoakRelayClient:
@@ -76,4 +78,5 @@ def build_host_clients(
         relay_factory=relay_factory,
         github=GitHubClient(settings.github_api_url, settings.github_token, transport=transport, retry=retry,
                             redactor=redactor, clock=clock),
+        addresses={name: h.model_proxy_address for name, h in inventory.hosts.items()},
     )

@@ -14,6 +14,7 @@ from typing import Any
 from orchestrator.budget import format_gib, parse_budget, per_rank_bytes
 from orchestrator.machine import TERMINALS, Event, Table
 from orchestrator.compose_refs import describe_file
+from orchestrator.durations import format_duration
 from orchestrator.runbook import SELECTED, Runbook, Step
 from orchestrator.steps import handler_for
 
@@ -49,6 +50,27 @@ class Plan:
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     orphan_basis: str = ""
+    #: A fleet run (`--hosts`): the hosts in the order they run, and the rules between them. The
+    #: steps are shown for the first host; every host runs the same steps in turn.
+    fleet: list[str] = field(default_factory=list)
+    fleet_rules: list[str] = field(default_factory=list)
+
+
+def fleet_rules(rb: Runbook, hosts: list[str]) -> list[str]:
+    """What happens between the hosts of a fleet run (orchestrator/fleet.py), in words."""
+    rules = [f"one host at a time, in this order: {' -> '.join(hosts)}",
+             "each host is a rollout run of its own (lease, journal, gates, rollback); the next starts only after the "
+             "previous one ended DONE" + (" (its soak passed and an operator approved it)"
+                                          if any(st.soak is not None and st.soak.approval for ph in rb.phases for st in ph.steps)
+                                          else ""),
+             "the fleet stops at the first host that does not end DONE; the hosts after it are not touched"]
+    for p in rb.prerequisites:
+        rules.append(f"before any host: {p.host}'s latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago "
+                     f"(read from the journal; overridden only by name: --override-prerequisite {p.host})")
+    if any(st.presence is not None and st.presence.hosts == "others" for st in rb.preflight + [s for ph in rb.phases for s in ph.steps]):
+        rules.append("before each host leaves the pool: both model-proxy peers list every other host of the runbook healthy "
+                     "(capacity guard)")
+    return rules
 
 
 def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) -> dict[str, Any] | None:
@@ -207,6 +229,10 @@ def _req_line(req: dict[str, Any]) -> str:
 
 def render_text(plan: Plan) -> str:
     out = [f"{plan.title}", f"host {plan.host}  tag {plan.tag}  runbook {plan.runbook}", f"budget: {plan.budget}", ""]
+    if plan.fleet:
+        out[1] = f"fleet {' -> '.join(plan.fleet)}  tag {plan.tag}  runbook {plan.runbook}"
+        out[3:3] = ["", "== Fleet order", *(f"- {r}" for r in plan.fleet_rules),
+                    f"The steps below run for each host in turn (shown for {plan.host})."]
     section = None
     for s in plan.steps:
         if s.section != section:
@@ -248,6 +274,10 @@ def render_markdown(plan: Plan) -> str:
     blank line, hence the empty lines around each body)."""
     out = [f"### {plan.title}", "", f"Host `{plan.host}`, tag `{plan.tag}`, runbook `{plan.runbook}`.", "",
            f"Budget: {plan.budget}.", ""]
+    if plan.fleet:
+        out[2] = f"Fleet {' → '.join(f'`{h}`' for h in plan.fleet)}, tag `{plan.tag}`, runbook `{plan.runbook}`."
+        out += ["#### Fleet order", "", *(f"- {r}" for r in plan.fleet_rules), "",
+                f"The steps below run for each host in turn (shown for `{plan.host}`).", ""]
     if plan.checks or plan.problems:
         out += ["#### Compose file check", ""]
         out += [f"- **mismatch**: {p}" for p in plan.problems]

@@ -149,11 +149,17 @@ class PresenceSpec(_Strict):
     listed: list[str] = Field(default_factory=list)
     absent: list[str] = Field(default_factory=list)
     within: float
+    #: `this`: the run's host. `others`: every OTHER host of the runbook's `hosts:` (the capacity
+    #: guard before a host leaves a domain: the rest of the tier must carry it). An `others` host
+    #: the inventory does not know fails the gate: its capacity cannot be confirmed.
+    hosts: Literal["this", "others"] = "this"
 
     _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
     @model_validator(mode="after")
     def _roles(self) -> "PresenceSpec":
+        if self.hosts == "others" and self.absent:
+            raise ValueError("presence with hosts: others checks capacity: use listed:, not absent:")
         if not self.listed and not self.absent:
             raise ValueError("presence needs listed: or absent:")
         if set(self.listed) & set(self.absent):
@@ -438,6 +444,12 @@ class Runbook(_Strict):
     log_markers: dict[str, str | None] = Field(default_factory=dict)
     #: Other hosts' runs that must be DONE and soaked first (`check: prerequisites`, fleet runs).
     prerequisites: list[Prerequisite] = Field(default_factory=list)
+    #: Who carries the traffic while an engine is stopped. `host` (gpu02): another replica of the
+    #: same host must serve (the stop guard). `fleet` (the base tier, whose host moves as a whole):
+    #: the run's host must first be withdrawn from every domain on every model-proxy peer (the
+    #: drain); the other hosts of `hosts:` carry the domain, which a `presence: {hosts: others}`
+    #: gate confirms before the drain.
+    capacity: Literal["host", "fleet"] = "host"
 
     _age = field_validator("min_tag_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
@@ -489,6 +501,8 @@ class Runbook(_Strict):
                         if name not in self.log_markers:
                             raise ValueError(f"{here}: marker {name!r} is not in log_markers")
                 if st.presence is not None:
+                    if st.presence.hosts == "others" and len(self.hosts) < 2:
+                        raise ValueError(f"{here}: presence hosts: others needs at least two hosts: in the runbook")
                     for role in [*st.presence.listed, *st.presence.absent]:
                         if role not in Domains.model_fields:
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(Domains.model_fields)}")

@@ -389,6 +389,12 @@ class Runtime:
             mine = await self.serving(e, containers)
             if not mine.serving and not mine.unknown:
                 continue  # stopping an engine known not to serve takes no capacity away
+            if self.rb.capacity == "fleet":
+                listed = await self._still_listed()
+                if not listed:
+                    continue  # drained: the runbook's other hosts carry the domain
+                return (f"refusing to stop {e}: it serves and {self.run.host} is not drained ({'; '.join(listed)}); "
+                        f"stopping it would cut traffic the model-proxy still sends here. Nothing was stopped")
             others = [o for o in self.rb.engines() if self.rb.replica_of(o) not in stopping]
             verdicts = [await self.serving(o, containers) for o in others]
             if any(v.serving for v in verdicts):
@@ -397,6 +403,22 @@ class Runtime:
             return (f"refusing to stop {e}: it serves, and no other replica does ({whys}); stopping it would leave "
                     f"{self.run.host} with no serving replica. Nothing was stopped")
         return None
+
+    async def _still_listed(self) -> list[str]:
+        """Where a model-proxy peer still lists this host, under any of the runbook's domains
+        (empty: drained). A peer that cannot be asked counts as listing it: never stop blind."""
+        addr = self.entry.model_proxy_address
+        out: list[str] = []
+        for peer in self.clients.peers:
+            for domain in self.rb.domains.model_dump().values():
+                try:
+                    got = await peer.presence(addr, domain)
+                except ClientError as exc:
+                    out.append(f"{peer.name} could not be asked about {domain} ({type(exc).__name__})")
+                    continue
+                if got.listed:
+                    out.append(f"{peer.name} lists {addr} under {domain}")
+        return out
 
     async def host_now(self) -> str:
         """One line for a final message: what each replica runs now and whether it serves."""

@@ -121,30 +121,42 @@ class Presence:
         assert p is not None
         parts = [f"listed healthy under {getattr(rb.domains, r)}" for r in p.listed]
         parts += [f"not listed under {getattr(rb.domains, r)}" for r in p.absent]
-        return Description(f"both model-proxy peers: the host {' and '.join(parts)} within {format_duration(p.within)}")
+        who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
+        return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         p = step.presence
         assert p is not None
-        addr = rt.entry.model_proxy_address
+        if p.hosts == "others":
+            others = [h for h in rt.rb.hosts if h != rt.run.host]
+            unknown = [h for h in others if h not in rt.clients.addresses]
+            if unknown:  # never assume a host we cannot ask about carries the domain
+                return fail(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory (the runbook's "
+                            f"hosts: {', '.join(rt.rb.hosts)})")
+            targets = {h: rt.clients.addresses[h] for h in others}
+        else:
+            targets = {rt.run.host: rt.entry.model_proxy_address}
+        shown = ", ".join(f"{h} ({a})" for h, a in targets.items())
         deadline = rt.clock.monotonic() + p.within
-        rt.emit("waiting", gate=f"both peers: {addr} " + describe_roles(p.listed, p.absent))
+        rt.emit("waiting", gate=f"both peers: {shown} " + describe_roles(p.listed, p.absent))
         while True:
             problems: list[str] = []
             try:
                 for peer in rt.clients.peers:
-                    for role in p.listed:
-                        got = await peer.presence(addr, getattr(rt.rb.domains, role))
-                        if not (got.listed and got.healthy):
-                            problems.append(f"{peer.name} does not list {addr} healthy under {getattr(rt.rb.domains, role)}")
-                    for role in p.absent:
-                        got = await peer.presence(addr, getattr(rt.rb.domains, role))
-                        if got.listed:
-                            problems.append(f"{peer.name} still lists {addr} under {getattr(rt.rb.domains, role)}")
+                    for host, addr in targets.items():
+                        for role in p.listed:
+                            got = await peer.presence(addr, getattr(rt.rb.domains, role))
+                            if not (got.listed and got.healthy):
+                                problems.append(f"{peer.name} does not list {host} ({addr}) healthy under "
+                                                f"{getattr(rt.rb.domains, role)}")
+                        for role in p.absent:
+                            got = await peer.presence(addr, getattr(rt.rb.domains, role))
+                            if got.listed:
+                                problems.append(f"{peer.name} still lists {host} ({addr}) under {getattr(rt.rb.domains, role)}")
             except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
                 problems.append(rt.scrub(error_text(exc)))
             if not problems:
-                return ok(f"both peers: {addr} " + describe_roles(p.listed, p.absent))
+                return ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
             if rt.clock.monotonic() >= deadline:
                 return fail("; ".join(problems))
             await rt.wait()
@@ -186,7 +198,7 @@ class Prerequisites:
     def describe(self, step: Step, rb: Runbook) -> Description:
         return Description("the journal holds, for each of " + "; ".join(
             f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
-            + " (overridden only by name: approve --gate prerequisite:<host>)")
+            + " (overridden only by name: rollout --override-prerequisite <host>, or approve --gate prerequisite:<host>)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]

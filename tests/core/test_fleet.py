@@ -1,0 +1,116 @@
+"""Fleet runs (orchestrator/fleet.py): the order, the stop at the first host that is not DONE,
+the prerequisite refusal and its override by name, the user errors.
+
+Mutation list (each rule was disabled in the source, the test run and seen failing):
+- run_fleet, `if final.outcome != Outcome.DONE: break` removed -> test_the_fleet_stops_at_the
+  _first_host_that_is_not_done fails (gpu23 runs);
+- run_fleet, the `except UserError` branch removed -> test_a_refused_host_stops_the_fleet fails;
+- refuse_unmet_prerequisites, `if problems:` made False -> test_a_fleet_is_refused_while_the
+  _prerequisite_is_missing fails;
+- parse_hosts, the `repeated` refusal removed -> test_hosts_are_parsed_in_order_and_checked fails.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from orchestrator.fleet import FleetResult, journal_overrides, parse_hosts, refuse_unmet_prerequisites, run_fleet, runbook_for
+from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.runbook import load_runbook
+from orchestrator.user_errors import Refused, UserError
+
+BASE = load_runbook("base-glm53-w4afp8")
+GPU02_RB = "gpu02-glm53-w4afp8-long-context"
+
+
+def test_hosts_are_parsed_in_order_and_checked():
+    assert parse_hosts("gpu03, gpu04,gpu23") == ["gpu03", "gpu04", "gpu23"]
+    for bad in ("", "gpu03,,gpu04", "gpu03,gpu04,gpu03", " , "):
+        with pytest.raises(UserError):
+            parse_hosts(bad)
+
+
+def test_the_runbook_is_the_shipped_one_that_names_every_host():
+    assert runbook_for(["gpu03", "gpu23"], None).name == "base-glm53-w4afp8"
+    with pytest.raises(UserError, match="--runbook"):
+        runbook_for(["gpu02", "gpu03"], None)  # no shipped runbook names both
+    with pytest.raises(UserError, match="not gpu02"):
+        runbook_for(["gpu02", "gpu03"], "base-glm53-w4afp8")
+
+
+class _Run:
+    def __init__(self, host: str, outcome: str) -> None:
+        self.host, self.outcome, self.run_id, self.message = host, outcome, f"{host}-run", f"{host} ended {outcome}"
+
+
+def test_every_host_done_is_a_done_fleet():
+    ran: list[str] = []
+    result = run_fleet(["gpu03", "gpu04", "gpu23"], lambda h: ran.append(h) or _Run(h, "DONE"))
+    assert ran == ["gpu03", "gpu04", "gpu23"]
+    assert result.outcome == "DONE" and result.not_started == []
+    assert result.summary("v0.0.310", "base-glm53-w4afp8").startswith("fleet DONE: gpu03, gpu04, gpu23")
+
+
+def test_the_fleet_stops_at_the_first_host_that_is_not_done():
+    ran: list[str] = []
+    outcomes = {"gpu03": "DONE", "gpu04": "ROLLED_BACK", "gpu23": "DONE"}
+    result = run_fleet(["gpu03", "gpu04", "gpu23"], lambda h: ran.append(h) or _Run(h, outcomes[h]))
+    assert ran == ["gpu03", "gpu04"]
+    assert result.outcome == "ROLLED_BACK" and result.stopped_at == "gpu04" and result.not_started == ["gpu23"]
+    text = result.summary("v0.0.310", "base-glm53-w4afp8")
+    assert "fleet stopped at gpu04" in text and "not started: gpu23" in text and "DONE: gpu03" in text
+    assert "rollout --hosts gpu03,gpu04,gpu23 --tag v0.0.310" in text
+
+
+def test_a_refused_host_stops_the_fleet():
+    def one(h: str) -> _Run:
+        if h == "gpu04":
+            raise Refused("gpu04 is leased by run x")
+        return _Run(h, "DONE")
+
+    result = run_fleet(["gpu03", "gpu04", "gpu23"], one)
+    assert result.outcome == "ABORTED" and result.stopped_at == "gpu04" and result.not_started == ["gpu23"]
+    assert "refused before it started: gpu04 is leased" in result.summary("v1", "rb")
+
+
+def _gpu02_done(journal: SqliteJournal, ended_ago: timedelta = timedelta(0)) -> None:
+    run = journal.create_run(host="gpu02", runbook=GPU02_RB, tag="v0.0.300", kind="rollout", state="x", context={})
+    lease, _ = journal.acquire_lease("gpu02", run.run_id, "t", 60)
+    journal.record_transition(lease, run.run_id, "x", "ok", "DONE", context={}, terminal=True, outcome="DONE", message="done")
+
+
+def test_a_fleet_is_refused_while_the_prerequisite_is_missing():
+    journal = SqliteJournal(":memory:")
+    with pytest.raises(Refused, match="gpu02: no gpu02-glm53-w4afp8-long-context rollout in the journal.*--override-prerequisite gpu02"):
+        refuse_unmet_prerequisites(BASE, journal, [])
+    refuse_unmet_prerequisites(BASE, journal, ["gpu02"])  # overridden by name
+    with pytest.raises(UserError, match="gpu99: not a prerequisite"):
+        refuse_unmet_prerequisites(BASE, journal, ["gpu99"])  # a typo never passes
+    _gpu02_done(journal)
+    refuse_unmet_prerequisites(BASE, journal, [])
+
+
+def test_a_prerequisite_that_has_not_soaked_long_enough_is_refused():
+    journal = SqliteJournal(":memory:")
+    _gpu02_done(journal)
+    rb = BASE.model_copy(update={"prerequisites": [replace_soak(p, 3600) for p in BASE.prerequisites]})
+    with pytest.raises(Refused, match="less than the 1h soak"):
+        refuse_unmet_prerequisites(rb, journal, [])
+    refuse_unmet_prerequisites(rb, journal, [], now=datetime.now(timezone.utc) + timedelta(hours=2))
+
+
+def replace_soak(p, seconds: float):
+    return p.model_copy(update={"soaked": seconds})
+
+
+def test_an_override_is_journaled_as_a_named_approval():
+    journal = SqliteJournal(":memory:")
+    run = journal.create_run(host="gpu03", runbook=BASE.name, tag="v1", kind="rollout", state="x", context={})
+    journal_overrides(journal, run, ["gpu02"], "alice@laptop")
+    assert journal.approvals(run.run_id) == {"prerequisite:gpu02"}
+
+
+def test_fleet_result_with_nothing_run_is_not_done():
+    assert FleetResult(["gpu03"]).outcome != "DONE"

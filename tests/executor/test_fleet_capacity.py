@@ -1,0 +1,104 @@
+"""Capacity owned by the fleet (`capacity: fleet`, the base tier): the stop guard asks for the
+drain, and the capacity guard (`presence: {hosts: others}`) asks the peers about the other hosts.
+
+Mutation list (each guard was disabled in the source, the test run and seen failing, the source
+restored):
+- runtime.py:Runtime.stop_guard, the `if self.rb.capacity == "fleet"` block removed -> the
+  host rule judges: test_fleet_down_once_drained_is_sent_though_no_other_replica_serves fails
+  (HALT: no other replica serves);
+- same block, `if not listed: continue` made unconditional -> test_fleet_down_while_still_listed
+  _halts_and_sends_nothing and test_fleet_down_when_a_peer_cannot_be_asked_halts fail;
+- runtime.py:Runtime._still_listed, the `except ClientError` branch made to `continue` ->
+  test_fleet_down_when_a_peer_cannot_be_asked_halts fails;
+- steps/language.py:Presence.run, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
+  _host_the_inventory_does_not_know fails (a KeyError, not a named refusal);
+- steps/language.py:Presence.run, `targets` for `others` replaced by this host's address ->
+  test_capacity_guard_fails_while_another_host_is_unhealthy fails.
+"""
+
+from __future__ import annotations
+
+from orchestrator.clients.errors import ClientError
+from orchestrator.runbook import load_runbook
+
+from fakes import NEW_R2, OLD_R2, R1, RB, FakePeer, Rig, ctx_at, engine_log
+
+FLEET_RB = RB.model_copy(update={"capacity": "fleet"})
+BASE = load_runbook("base-glm53-w4afp8")
+ADDR = {"gpu03": "203.0.113.3:8444", "gpu04": "203.0.113.4:8444", "gpu23": "203.0.113.23:8444"}
+
+
+def at_stop_old(peer_lists, *, r1_ready: bool = False) -> Rig:
+    """r2's first step on a host whose capacity is the fleet's; r1 does not serve (cold start)."""
+    rig = Rig(state="r2.stop-old", ctx=ctx_at(), rb=FLEET_RB)
+    rig.clients.peers = [FakePeer("peer-a", peer_lists), FakePeer("peer-b", peer_lists)]
+    rig.compose.run(OLD_R2, log=engine_log())
+    rig.compose.run(R1, log=engine_log(ready=r1_ready))
+    return rig
+
+
+async def test_fleet_down_once_drained_is_sent_though_no_other_replica_serves():
+    rig = at_stop_old(lambda addr, domain: (False, False))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert [r.services for r in rig.compose.sent("down")] == [(OLD_R2,)]
+
+
+async def test_fleet_down_while_still_listed_halts_and_sends_nothing():
+    # r1 serves too: under the fleet rule that is no reason to stop a host the proxy still routes to
+    rig = at_stop_old(lambda addr, domain: (domain == RB.domains.base, True), r1_ready=True)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED")
+    assert f"refusing to stop {OLD_R2}" in note and "not drained" in note and RB.domains.base in note
+    assert rig.compose.calls == [] and rig.effects() == []
+
+
+async def test_fleet_down_when_a_peer_cannot_be_asked_halts():
+    rig = at_stop_old(lambda addr, domain: (False, False))
+    rig.clients.peers[1].error = ClientError("model-proxy peer-b", "connection refused")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED")
+    assert "peer-b could not be asked" in note
+    assert rig.compose.sent("down") == []
+
+
+async def test_fleet_down_of_an_engine_that_does_not_serve_needs_no_drain():
+    rig = at_stop_old(lambda addr, domain: (True, True))
+    rig.compose.host[OLD_R2].log = engine_log(ready=False)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+
+
+def capacity_rig(lists, addresses=ADDR) -> Rig:
+    rig = Rig(state="preflight.capacity", rb=BASE, host="gpu03")
+    rig.clients.peers = [FakePeer("peer-a", lists), FakePeer("peer-b", lists)]
+    rig.clients.addresses = dict(addresses)
+    return rig
+
+
+async def test_capacity_guard_passes_when_every_other_host_is_listed_healthy():
+    asked = []
+
+    def lists(addr, domain):
+        asked.append(addr)
+        return domain == BASE.domains.base, True
+
+    rig = capacity_rig(lists)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "preflight.base-listed"), note
+    assert set(asked) == {ADDR["gpu04"], ADDR["gpu23"]}  # never this host: it is the one leaving
+
+
+async def test_capacity_guard_fails_while_another_host_is_unhealthy():
+    rig = capacity_rig(lambda addr, domain: (domain == BASE.domains.base, addr != ADDR["gpu23"]))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("fail", "ABORTED")
+    assert "gpu23" in note and "healthy" in note
+    assert rig.compose.calls == []
+
+
+async def test_capacity_guard_fails_for_a_host_the_inventory_does_not_know():
+    rig = capacity_rig(lambda addr, domain: (True, True), addresses={"gpu03": ADDR["gpu03"], "gpu04": ADDR["gpu04"]})
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("fail", "ABORTED")
+    assert "gpu23 not in the inventory" in note
