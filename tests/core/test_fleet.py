@@ -114,3 +114,25 @@ def test_an_override_is_journaled_as_a_named_approval():
 
 def test_fleet_result_with_nothing_run_is_not_done():
     assert FleetResult(["gpu03"]).outcome != "DONE"
+
+
+def test_plan_renders_the_fleet_order_and_its_rules(monkeypatch):
+    """`plan --hosts` (offline): the host order, the rules between hosts, then one host's steps."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    monkeypatch.setenv("ORCHESTRATOR_INVENTORY", str(Path(__file__).resolve().parents[2] / "config" / "hosts.yaml"))
+    r = CliRunner().invoke(app, ["plan", "--hosts", "gpu04,gpu03,gpu23", "--tag", "v0.0.310"])
+    assert r.exit_code == 0, r.output
+    head = r.output.split("== Preflight")[0]
+    assert "fleet gpu04 -> gpu03 -> gpu23" in head and "runbook base-glm53-w4afp8" in head
+    assert "stops at the first host that does not end DONE" in head
+    assert "--override-prerequisite gpu02" in head and "capacity guard" in head
+    assert "shown for gpu04" in head
+    r = CliRunner().invoke(app, ["plan", "--hosts", "gpu03,gpu04", "--tag", "v0.0.310", "--format", "json"])
+    doc = json.loads(r.output)
+    assert doc["fleet"] == ["gpu03", "gpu04"] and doc["host"] == "gpu03" and doc["fleet_rules"]

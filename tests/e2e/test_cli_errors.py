@@ -65,6 +65,18 @@ CASES = [
     ("empty-token-on-rollback", ["rollback", "gpu02"], {"ORCHESTRATOR_INFERENCE_TOKEN": ""}, "ORCHESTRATOR_INFERENCE_TOKEN"),
     ("resume-unknown-run", ["resume", "gpu02-20260101T0000-0000"], {}, "orchestrate runs"),
     ("serve-port-99999", ["serve", "--port", "99999"], {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--port"),
+    ("rollout-no-host", ["rollout", "--tag", "v0.0.300"], {}, "--hosts"),
+    ("rollout-host-and-hosts", ["rollout", "gpu03", "--hosts", "gpu04", "--tag", "v0.0.310"], {}, "not both"),
+    ("rollout-hosts-repeated", ["rollout", "--hosts", "gpu03,gpu04,gpu03", "--tag", "v0.0.310"], {}, "gpu03"),
+    ("rollout-hosts-empty-name", ["rollout", "--hosts", "gpu03,,gpu04", "--tag", "v0.0.310"], {}, "--hosts"),
+    ("rollout-hosts-unknown", ["rollout", "--hosts", "gpu03,gpu99", "--tag", "v0.0.310"], {}, "--runbook"),
+    ("rollout-hosts-wrong-runbook", ["rollout", "--hosts", "gpu03,gpu04", "--tag", "v0.0.310", "--runbook",
+                                     "gpu02-glm53-w4afp8-long-context"], {}, "gpu03"),
+    ("rollout-hosts-continue", ["rollout", "--hosts", "gpu03,gpu04", "--tag", "v0.0.310", "--continue"], {}, "--continue"),
+    ("rollout-override-typo", ["rollout", "--hosts", "gpu03", "--tag", "v0.0.310", "--override-prerequisite", "gpu2"], {},
+     "gpu2"),
+    ("rollout-single-override-typo", [*ROLLOUT, "--override-prerequisite", "gpu03"], {}, "gpu03"),
+    ("plan-host-and-hosts", ["plan", "gpu03", "--hosts", "gpu04", "--tag", "v0.0.310"], {}, "not both"),
     ("serve-port-in-use", ["serve", "--port", "@busy"], {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--port"),
 ]
 
