@@ -197,8 +197,12 @@ class VerifySpec(_Strict):
 
 
 class SoakSpec(_Strict):
+    """A soak that watches: the engines of `replicas:` must stay the same containers, running and
+    not restarted, and (with `watch_logs`, the default) log none of `log_gates.forbidden`."""
+
     duration: float
     approval: bool = False
+    watch_logs: bool = True
 
     _d = field_validator("duration", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 

@@ -182,7 +182,9 @@ class Soak:
     def describe(self, step: Step, rb: Runbook) -> Description:
         s = step.soak
         assert s is not None
-        return Description(f"soak {format_duration(s.duration)} watching both replicas (a restart or an engine gone fails it)"
+        watch = "a restart, an engine gone" + (f" or a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
+                                               if s.watch_logs and rb.log_gates.forbidden else "")
+        return Description(f"soak {format_duration(s.duration)} watching both replicas ({watch} fails it)"
                            + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else ""))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
@@ -209,11 +211,14 @@ class Soak:
             verdict = await rt.serving(svc)
             if not verdict.serving:
                 return fail(f"during the soak: {verdict.why}")
+        logs = ForbiddenLines(rt, list(watched)) if step.soak.watch_logs and rt.rb.log_gates.forbidden else None
         rt.start_heartbeat()
         announced = False
         last_saved = rt.clock.monotonic()
         while True:
             problem = await rt.engines_still_serving(watched)
+            if problem is None and logs is not None:
+                problem = await logs.problem()
             if problem:
                 return fail(f"during the soak: {problem}")
             elapsed = rt.clock.monotonic() - start
@@ -241,3 +246,33 @@ class Soak:
                 rt.emit("waiting", gate=gate)
                 announced = True
             await rt.wait(min(rt.poll, max(0.0, duration - elapsed)) if elapsed < duration else rt.poll)
+
+
+class ForbiddenLines:
+    """The soak's log watch: each watched engine's new lines against `log_gates.forbidden`.
+
+    Rule: an engine that passed its cold start in this run is judged from its last ready line on
+    (what it logged between its cold start and the soak counts; if that line scrolled out of the
+    first read, the whole window is after it); any other engine from the soak's first read on
+    (its history is not this run's to judge). A resumed soak judges again from the same points."""
+
+    def __init__(self, rt: "Runtime", services: list[str]) -> None:
+        self.rt = rt
+        self.followers = {svc: rt.follower(svc) for svc in services}
+        self.unread = set(services)
+
+    async def problem(self) -> str | None:
+        g = self.rt.rb.log_gates
+        for svc, follower in self.followers.items():
+            lines = [ln.text for ln in (await follower.poll()).new]
+            if svc in self.unread:
+                self.unread.discard(svc)
+                if svc not in self.rt.ctx.ready:
+                    continue  # the baseline: judged from here on
+                ready = [i for i, text in enumerate(lines) if any(m in text for m in g.required)]
+                lines = lines[ready[-1] + 1:] if ready else lines
+            for text in lines:
+                bad = next((b for b in g.forbidden if b in text), None)
+                if bad is not None:
+                    return f"{svc} logged a forbidden line ({bad}): {self.rt.scrub(text.strip())[:200]}"
+        return None

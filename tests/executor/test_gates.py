@@ -245,3 +245,50 @@ async def test_a_resumed_cold_start_whose_start_scrolled_out_halts_instead_of_ti
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("halt", "HALTED") and "scrolled out" in note, note
     assert rig.compose.sent("down") == []
+
+
+# -- the soak's log watch (steps/gates.py:ForbiddenLines) -------------------------------------------
+# Mutation list: `if problem is None and logs is not None: problem = await logs.problem()` removed ->
+# test_soak_fails_on_a_forbidden_line_logged_during_it[...] fail (the soak passes); in
+# ForbiddenLines.problem, `continue  # the baseline` made to judge the first read ->
+# test_an_old_forbidden_line_of_an_engine_not_started_in_this_run_is_history fails; the
+# `lines[ready[-1] + 1:]` cut removed -> test_a_forbidden_line_before_the_ready_line_is_the_cold
+# _start_s fails; the cut made to `[]` -> test_a_forbidden_line_after_the_ready_line_before_the_soak
+# _counts fails.
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+@pytest.mark.parametrize("service", [NEW_R2, R1], ids=["new-r2", "r1"])
+async def test_soak_fails_on_a_forbidden_line_logged_during_it(service):
+    rig = at_soak()
+    rig.ctx.ready[NEW_R2] = rig.compose.host[NEW_R2].id
+    rig.compose.host[service].script = [(700.0, OOM)]
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and to == "r2.rollback.relay-stop"
+    assert service in note and "forbidden line" in note and "OutOfMemoryError" in note
+    assert 700 <= rig.clock.now < 800
+
+
+async def test_a_forbidden_line_after_the_ready_line_before_the_soak_counts():
+    rig = at_soak()
+    rig.compose.host[NEW_R2].log.append(OOM)  # logged during the relay checks, before the soak
+    rig.ctx.ready[NEW_R2] = rig.compose.host[NEW_R2].id
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and NEW_R2 in note and "OutOfMemoryError" in note
+
+
+async def test_a_forbidden_line_before_the_ready_line_is_the_cold_starts():
+    rig = at_soak()
+    c = rig.compose.host[NEW_R2]
+    c.log = [c.log[0], "[TP1] CUDA out of memory (retried with a smaller graph)", *c.log[1:]]
+    rig.ctx.ready[NEW_R2] = c.id
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r1.stop-old"), note
+
+
+async def test_an_old_forbidden_line_of_an_engine_not_started_in_this_run_is_history():
+    rig = at_soak()
+    rig.compose.host[R1].log.append(OOM)  # days ago, handled; r1 was not started by this run
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r1.stop-old"), note
