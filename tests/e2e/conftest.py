@@ -27,8 +27,8 @@ def e2e_factory(tmp_path):
 
     opened = []
 
-    def make(*faults: str) -> E2E:
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200))
+    def make(*faults: str, hosts: tuple[str, ...] = ("gpu02",)) -> E2E:
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, hosts=hosts))
         fleet.__enter__()
         state = tmp_path / f"state{len(opened)}"
         state.mkdir()

@@ -1,0 +1,173 @@
+"""The base tier on the simulator (issue 15): gpu03, gpu04 and gpu23 move to W4AFP8 one host at a
+time, after gpu02's long-context run; each new gate's fault ends in its documented state.
+
+Judged on the simulator's own record (its calls per host, its containers, the peers' lists and
+its invariant checker), never on what the orchestrator says about itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator.fleet import journal_overrides, refuse_unmet_prerequisites, run_fleet
+from orchestrator.progress import RecordingProgress
+from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
+from orchestrator.user_errors import Refused
+from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG
+
+pytestmark = pytest.mark.e2e
+
+RUNBOOK = "base-glm53-w4afp8"
+RB = load_runbook(RUNBOOK)
+FP8 = ("model-sg-glm53-fp8-tp4-r1", "model-sg-glm53-fp8-tp4-r2")
+W4 = ("model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2")
+REGISTRAR = "model-proxy-registrar"
+
+
+def execute_run(e, run, rb, table, *, soak: float | None = 0.0):
+    from orchestrator.runner import execute
+
+    return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True, soak=soak))
+
+
+def rollout(e, host: str, *, overrides=("gpu02",), soak: float | None = 0.0):
+    """One base host's rollout; gpu02's prerequisite overridden by name unless told otherwise."""
+    from orchestrator.runner import new_rollout
+
+    run, rb, table = new_rollout(e.session, host, BASE_TARGET_TAG, RUNBOOK)
+    journal_overrides(e.session.journal, run, overrides, "test")
+    return execute_run(e, run, rb, table, soak=soak)
+
+
+def mutating(fleet, host: str, after_seq: int = 0):
+    return [c for c in fleet.calls if c.host == host and c.seq > after_seq
+            and ((c.is_compose_up and not (c.body or {}).get("dry_run")) or c.is_compose_down)]
+
+
+def running(fleet, host: str) -> dict[str, object]:
+    return {c.service: c for c in fleet.hosts[host].containers() if c.state in ("running", "restarting")}
+
+
+def last_seq(fleet) -> int:
+    return max((c.seq for c in fleet.calls), default=0)
+
+
+def on_fp8_and_registered(e, host: str) -> None:
+    run = running(e.fleet, host)
+    assert all(s in run for s in FP8) and not any(s in run for s in W4), sorted(run)
+    assert REGISTRAR in run
+
+
+def on_w4afp8(e, host: str) -> None:
+    run = running(e.fleet, host)
+    assert all(s in run for s in W4) and not any(s in run for s in FP8), sorted(run)
+    assert REGISTRAR in run
+
+
+def test_fleet_of_three_base_hosts_after_gpu02_ends_done(e2e_factory):
+    """gpu02's long-context run first (the real prerequisite, no override), then the fleet: each
+    base host DONE, one at a time (no call that changes a host before the previous host ended),
+    the invariants of every host and of the base pool held throughout."""
+    from orchestrator.runner import new_rollout
+
+    e = e2e_factory(hosts=("gpu02", *BASE_HOSTS))
+    run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
+    assert execute_run(e, run, rb, table).outcome == "DONE"
+    refuse_unmet_prerequisites(RB, e.session.journal, [])  # gate zero holds now
+
+    spans: dict[str, tuple[int, int]] = {}
+
+    def one(host: str):
+        start = last_seq(e.fleet)
+        final = rollout(e, host, overrides=(), soak=None)  # the runbook's own 2 h soak, approved by --yes
+        spans[host] = (start, last_seq(e.fleet))
+        return final
+
+    result = run_fleet(list(BASE_HOSTS), one)
+    assert result.outcome == "DONE", result.summary(BASE_TARGET_TAG, RUNBOOK)
+    for host in BASE_HOSTS:
+        on_w4afp8(e, host)
+        seqs = [c.seq for c in mutating(e.fleet, host)]
+        assert seqs and spans[host][0] < min(seqs) and max(seqs) <= spans[host][1], host  # only inside its own run
+    assert e.fleet.check_invariants() == []
+
+
+def test_a_fleet_is_refused_while_gpu02_has_not_run(e2e_factory):
+    """Gate zero: no gpu02 long-context run DONE in the journal -> the fleet refuses before any
+    host (exit 5); a single host's rollout without the override is ABORTED in preflight."""
+    e = e2e_factory(hosts=BASE_HOSTS)
+    with pytest.raises(Refused, match="gpu02: no gpu02-glm53-w4afp8-long-context rollout in the journal"):
+        refuse_unmet_prerequisites(RB, e.session.journal, [])
+    final = rollout(e, "gpu03", overrides=())
+    assert final.outcome == "ABORTED" and "prerequisite not met" in final.message, final.message
+    assert mutating(e.fleet, "gpu03") == []
+    on_fp8_and_registered(e, "gpu03")
+
+
+def test_capacity_guard_refuses_while_another_base_host_is_unhealthy(e2e_factory):
+    e = e2e_factory("host-unhealthy@gpu23", hosts=BASE_HOSTS)
+    final = rollout(e, "gpu03")
+    assert final.outcome == "ABORTED", final.message
+    assert "gpu23" in final.message and "healthy" in final.message
+    assert mutating(e.fleet, "gpu03") == []
+    on_fp8_and_registered(e, "gpu03")
+
+
+def test_a_finished_base_host_is_not_touched_again(e2e_factory):
+    e = e2e_factory(hosts=BASE_HOSTS)
+    assert rollout(e, "gpu03").outcome == "DONE"
+    before = {s: c.id for s, c in running(e.fleet, "gpu03").items()}
+    mark = last_seq(e.fleet)
+    again = rollout(e, "gpu03")
+    assert again.outcome == "DONE" and "nothing to do" in again.message, again.message
+    assert mutating(e.fleet, "gpu03", mark) == []
+    assert {s: c.id for s, c in running(e.fleet, "gpu03").items()} == before
+
+
+def test_the_fleet_stops_at_the_first_host_that_is_not_done(e2e_factory):
+    e = e2e_factory("perception-fails@gpu04", hosts=BASE_HOSTS)
+    result = run_fleet(list(BASE_HOSTS), lambda h: rollout(e, h))
+    assert [r.outcome for r in result.runs] == ["DONE", "ROLLED_BACK"]
+    assert result.stopped_at == "gpu04" and result.not_started == ["gpu23"]
+    assert mutating(e.fleet, "gpu23") == []
+    on_w4afp8(e, "gpu03")
+    on_fp8_and_registered(e, "gpu04")
+    assert e.fleet.check_invariants() == []
+
+
+# Each new gate's failing fault and the state the runbook documents for it.
+GATE_FAULTS = [
+    # the snapshot could not be pre-staged: nothing else changed, the FP8 engines serve
+    ("downloader-fails@gpu03", "HALTED", "prestage.downloader-done", on_fp8_and_registered),
+    # in-flight requests never fall near zero: back to FP8 and rejoined
+    ("drain-stuck@gpu03", "ROLLED_BACK", "switch.drain-r1", on_fp8_and_registered),
+    ("perception-fails@gpu03", "ROLLED_BACK", "switch.perception-check", on_fp8_and_registered),
+    ("labels-wrong:r2@gpu03", "ROLLED_BACK", "switch.labels-r2", on_fp8_and_registered),
+]
+
+
+@pytest.mark.parametrize("fault,outcome,failed_at,host_after", GATE_FAULTS, ids=[f[0] for f in GATE_FAULTS])
+def test_each_base_gate_fault_ends_in_its_documented_state(e2e_factory, fault, outcome, failed_at, host_after):
+    e = e2e_factory(fault, hosts=BASE_HOSTS)
+    final = rollout(e, "gpu03")
+    assert final.outcome == outcome, final.message
+    assert failed_at in final.message, final.message
+    host_after(e, "gpu03")
+    for other in ("gpu04", "gpu23"):
+        assert mutating(e.fleet, other) == []
+    assert e.fleet.check_invariants() == []
+
+
+def test_a_registrar_that_never_rejoins_halts_for_a_human(e2e_factory):
+    """The W4AFP8 engines serve but the host never re-registers: the rollback goes back to FP8 and
+    its own rejoin cannot be confirmed either (the fault holds for every registrar): HALTED, the
+    FP8 engines running, the host out of the pool for a human to look at."""
+    e = e2e_factory("no-rejoin@gpu03", hosts=BASE_HOSTS)
+    final = rollout(e, "gpu03")
+    assert final.outcome == "HALTED", final.message
+    assert "switch.rejoined" in final.message
+    run = running(e.fleet, "gpu03")
+    assert all(s in run for s in FP8) and not any(s in run for s in W4)
+    assert e.fleet.check_invariants() == []
