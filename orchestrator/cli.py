@@ -233,8 +233,8 @@ def plan(
     host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out, e.g. v0.0.300"),
     runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
-                                          help=f"Runbook (default: {DEFAULT_RUNBOOK} for HOST; for --hosts, the shipped "
-                                               "runbook that names all of them)"),
+                                          help="Runbook (default: the shipped runbook that names HOST, all of --hosts, "
+                                               f"else {DEFAULT_RUNBOOK})"),
     fmt: str = typer.Option("text", "--format", metavar="text|markdown|json|mermaid|dot",
                             help="Output format (mermaid, dot: the state diagram drawn from the transition table)"),
     compose_file: Optional[Path] = typer.Option(None, "--compose-file", metavar="PATH",
@@ -269,7 +269,10 @@ def plan(
         host = fleet[0]
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
-    runbook = runbook or DEFAULT_RUNBOOK
+    if runbook is None:
+        from orchestrator.fleet import default_runbook
+
+        runbook = default_runbook(host)
     settings = _settings(inventory)
     if live:
         if rollback is not None:
@@ -365,8 +368,8 @@ def rollout(
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out (v0.0.N), e.g. v0.0.300"),
     runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
                                           help="Runbook: a name shipped in orchestrator/runbooks/, or a path to a runbook "
-                                               f"YAML. Default: {DEFAULT_RUNBOOK} for HOST; for --hosts, the shipped runbook "
-                                               "that names all of them"),
+                                               "YAML. Default: the shipped runbook that names HOST (all of --hosts), else "
+                                               f"{DEFAULT_RUNBOOK}"),
     yes: bool = YesOpt,
     soak: Optional[str] = SoakOpt,
     as_json: bool = JsonOpt,
@@ -398,7 +401,10 @@ def rollout(
         return
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
-    runbook = runbook or DEFAULT_RUNBOOK
+    if runbook is None:
+        from orchestrator.fleet import default_runbook
+
+        runbook = default_runbook(host)
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 

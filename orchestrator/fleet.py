@@ -61,6 +61,15 @@ def runbook_for(hosts: Sequence[str], name: str | None) -> Runbook:
     return fits[0]
 
 
+def default_runbook(host: str) -> str:
+    """`--runbook` left out for one HOST: the one shipped runbook that names it, else the default
+    (whose own host check then says which hosts it is written for)."""
+    from orchestrator.runbook import DEFAULT_RUNBOOK
+
+    fits = [p.stem for p in sorted(RUNBOOK_DIR.glob("*.yaml")) if host in load_runbook(p.stem).hosts]
+    return fits[0] if len(fits) == 1 else DEFAULT_RUNBOOK
+
+
 def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None) -> None:
     """Refuse before any host is touched while a prerequisite does not hold (not overridden)."""
     problems = unmet(rb.prerequisites, lambda h: journal.list_runs(h), now or datetime.now(timezone.utc), overrides)

@@ -216,7 +216,7 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
 # -- rendering --------------------------------------------------------------------------------------
 
 _SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Procedure", "rollback": "Rollback of a phase",
-                  "full_rollback": "Whole-host rollback (safe order: r2 first)", "terminal": ""}
+                  "full_rollback": "Whole-host rollback (the runbook's safe order)", "terminal": ""}
 
 
 def render_json(plan: Plan) -> str:
