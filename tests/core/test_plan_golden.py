@@ -46,3 +46,14 @@ def test_a_runbook_change_changes_the_plan():
     changed = rb.model_copy(update={"title": rb.title + " (edited)"})
     plan = build_plan(changed, compile_rollout(changed), host="gpu02", tag="v0.0.300")
     assert render_text(plan) != (GOLDEN / "plan-gpu02.text.txt").read_text()
+
+
+def test_base_tier_fleet_plan_is_byte_identical():
+    """The base tier's fleet plan: the host order and its rules, then one host's steps."""
+    from orchestrator.plan import fleet_rules
+
+    rb = load_runbook("base-glm53-w4afp8")
+    hosts = ["gpu03", "gpu04", "gpu23"]
+    plan = build_plan(rb, compile_rollout(rb), host=hosts[0], tag="v0.0.310")
+    plan.fleet, plan.fleet_rules = hosts, fleet_rules(rb, hosts)
+    _check("plan-base-fleet.text.txt", render_text(plan))
