@@ -9,7 +9,7 @@ from orchestrator.durations import format_duration
 from orchestrator.log_gate import LogGate
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, Step
-from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register
+from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.parsers.docker_ps import by_service
 
 if TYPE_CHECKING:
@@ -23,7 +23,12 @@ class ColdStart:
     The first poll reads the engine's log from its container's start (a wide window), so a resume
     during or after a cold start judges the whole start, never a window that scrolled. A second
     startup line in the same container (a restart with the same ID) fails the gate, as does a new
-    container ID, `restarting`, an exit, or a forbidden line."""
+    container ID, `restarting`, an exit, or a forbidden line.
+
+    With a `remedy:` (runbook.Remedy): a forbidden line that carries the remedy's marker text sends
+    REMEDY instead of FAIL while this run took the remedy fewer times than the table's cap for this
+    state; the count is kept in the run's context (`ctx.remedies`), journaled with the transition.
+    Any other failure (another forbidden line, a restart, a timeout) fails the gate as before."""
 
     key = "logs"
 
@@ -98,7 +103,7 @@ class ColdStart:
                         more = [x.text.strip() for x in batch.new[idx + 1:idx + 200]
                                 if any(bad in x.text for bad in g.forbidden) and x.text.strip() != res.line][:2]
                         evidence = " | ".join(rt.scrub(t)[:300] for t in [res.line, *more])
-                        return fail(f"{service}: {res.reason}: {evidence}")
+                        return self._failed_on_line(rt, node, step, res.line, f"{service}: {res.reason}: {evidence}")
                     if res.passed:
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}")
@@ -116,6 +121,22 @@ class ColdStart:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
             await rt.wait()
+
+    @staticmethod
+    def _failed_on_line(rt: "Runtime", node: Node, step: Step, line: str, why: str) -> StepOutcome:
+        """FAIL, or REMEDY when the line carries the remedy's marker and its cap is not reached."""
+        rem = step.remedy
+        if rem is None:
+            return fail(why)
+        text = rt.rb.log_markers.get(rem.marker)
+        if not text or text not in line:
+            return fail(why)
+        used = rt.ctx.remedies.get(node.id, 0)
+        cap = rt.table.remedy_cap(node.id)
+        if used >= cap:
+            return fail(f"{why} (its remedy on {rem.marker} was already taken {used} time(s) in this run, at most {cap})")
+        rt.ctx.remedies[node.id] = used + 1
+        return remedy(f"{why}: taking the remedy for {rem.marker} ({used + 1} of at most {cap})")
 
 
 @register
