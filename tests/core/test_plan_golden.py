@@ -46,3 +46,13 @@ def test_a_runbook_change_changes_the_plan():
     changed = rb.model_copy(update={"title": rb.title + " (edited)"})
     plan = build_plan(changed, compile_rollout(changed), host="gpu02", tag="v0.0.300")
     assert render_text(plan) != (GOLDEN / "plan-gpu02.text.txt").read_text()
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_base_tier_plan_with_its_remedies_is_byte_identical(fmt):
+    """The base tier's cold-start gates each name a remedy on DistStoreError: the plan shows the
+    remedy edge and cap on the gate, the remedy's steps right after it, and the way back to it."""
+    rb = load_runbook("base-glm53-w4afp8")
+    plan = build_plan(rb, compile_rollout(rb), host="gpu03", tag="v0.0.300")
+    out = RENDER[fmt](plan)
+    _check(f"plan-base.{fmt}.txt", out if out.endswith("\n") else out + "\n")
