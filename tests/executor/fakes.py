@@ -273,26 +273,28 @@ class Rig:
 
     def __init__(self, *, state: str | None = None, ctx: RunContext | None = None,
                  start_phase: str | None = None, env: tuple[EnvMap, ...] = (ENV,), yes: bool = True,
-                 soak: float | None = None, poll: float = 30.0, journal: SqliteJournal | None = None) -> None:
+                 soak: float | None = None, poll: float = 30.0, journal: SqliteJournal | None = None,
+                 rb: Any = None, host: str = "gpu02") -> None:
+        self.rb = rb if rb is not None else RB  # another runbook (e.g. the base tier's) for its own rules
         self.clock = FakeClock()
         self.compose = FakeCompose(self.clock)
         self.dashboard = FakeDashboard(*env)
         self.clients = FakeClients(self.compose, self.dashboard, [FakePeer("peer-a"), FakePeer("peer-b")])
-        self.table = compile_rollout(RB, start_phase)
+        self.table = compile_rollout(self.rb, start_phase)
         self.journal = journal or SqliteJournal(":memory:")
         self.redactor = Redactor()
         self.progress = RecordingProgress()
         self.yes, self.soak, self.poll = yes, soak, poll
         # no GitHub in these tests: the tag-age check has its own tests (tests/executor/test_preflight.py)
         ctx = ctx or RunContext.new(start_phase=start_phase, skip_tag_age_check=True)
-        self.run = self.journal.create_run(host="gpu02", runbook=RB.name, tag=TAG, kind="rollout",
+        self.run = self.journal.create_run(host=host, runbook=self.rb.name, tag=TAG, kind="rollout",
                                            state=state or self.table.start, context=ctx.to_json())
-        self.lease, _ = self.journal.acquire_lease("gpu02", self.run.run_id, "test-runner", 600)
+        self.lease, _ = self.journal.acquire_lease(host, self.run.run_id, "test-runner", 600)
         self.ex = self.resume()
 
     def resume(self) -> Executor:
         """A new Executor from the journal's record of the run (a resume)."""
-        self.ex = Executor(run=self.journal.get_run(self.run.run_id), runbook=RB, table=self.table, journal=self.journal,
+        self.ex = Executor(run=self.journal.get_run(self.run.run_id), runbook=self.rb, table=self.table, journal=self.journal,
                            lease=self.lease, clients=self.clients, entry=ENTRY, clock=self.clock,  # type: ignore[arg-type]
                            poll_interval=self.poll, redactor=self.redactor, progress=self.progress, yes=self.yes,
                            soak_override=self.soak)
