@@ -1,5 +1,5 @@
 """The `remedy:` construct (runbook.Remedy): what the loader accepts and refuses, and the edges and
-cap the table compiles from it (machine._chain). The executor's side is tests/executor/test_remedy.py.
+cap the table compiles from it (machine._chain). The executor's side is tests/executor/test_remedy_gate.py.
 
 Mutation list (each guard deleted in the source, this module run and seen failing, the source restored):
 - runbook.py:Runbook._check_remedy, each refusal -> the matching
