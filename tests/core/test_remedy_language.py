@@ -160,3 +160,17 @@ def test_phase_starts_and_reading_order_keep_the_remedy_inside_its_phase():
         seen.append(m.state)
         m.send(Event.OK)
     assert not set(seen) & set(REMEDY)
+
+
+def test_the_readme_example_loads():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```yaml\n(  - id: cold-start-r1.*?)  ```", text, re.S)
+    assert block, "the README's remedy example is gone"
+    data = copy.deepcopy(RAW)
+    steps = _switch(data)["steps"]
+    i = [s["id"] for s in steps].index("cold-start-r1")
+    steps[i] = yaml.safe_load(block.group(1))[0]
+    assert parse_runbook(data).phase("switch").steps[i].remedy.marker == "dist_store_error"
