@@ -28,7 +28,11 @@ class ColdStart:
     With a `remedy:` (runbook.Remedy): a forbidden line that carries the remedy's marker text sends
     REMEDY instead of FAIL while this run took the remedy fewer times than the table's cap for this
     state; the count is kept in the run's context (`ctx.remedies`), journaled with the transition.
-    Any other failure (another forbidden line, a restart, a timeout) fails the gate as before."""
+    Any other failure (another forbidden line, a restart, a timeout) fails the gate as before.
+
+    An engine whose cold start already passed in this run (`ctx.ready`, same container) and still
+    serves passes at once: a remedy waiting for its sibling, or a gate after a remedy, must not halt
+    because the sibling's start scrolled out of the log window while the remedy ran."""
 
     key = "logs"
 
@@ -58,6 +62,16 @@ class ColdStart:
             verdict = await rt.serving(service)
             if verdict.serving:
                 return ok(f"{service} was already serving on this definition: no cold start")
+        ready_id = rt.ctx.ready.get(service)
+        if ready_id is not None:
+            # its cold start already passed in this run (a remedy waiting for its sibling, a gate
+            # read again after a remedy): the same container, still serving, is not judged again
+            # from a start that may have scrolled out of the log window since
+            now = by_service(await rt.ps()).get(service)
+            if now is not None and now.id == ready_id:
+                verdict = await rt.serving(service)
+                if verdict.serving:
+                    return ok(f"{service} passed its cold start in this run (same container) and still serves")
         expected = rt.ctx.budget.get("rank_budget_bytes") if step.logs.budget else None
         if step.logs.budget and expected is None:
             b = rt.rb.budget

@@ -20,7 +20,9 @@ run and seen failing, the source restored):
 - R5 steps/compose.py:Up.run, the `checked is None ...: return halt(...)` guard removed ->
      test_the_remedy_up_needs_its_own_dry_run fails (the up is sent);
 - R6 executor/runtime.py:Runtime.stop_guard, `return (f"refusing to stop {e}: ...")` made `return None`
-     -> test_the_stop_guard_holds_inside_a_remedy fails (the down is sent).
+     -> test_the_stop_guard_holds_inside_a_remedy fails (the down is sent);
+- R7 steps/gates.py:ColdStart.run, `if now is not None and now.id == ready_id:` made `if False:` ->
+     test_a_sibling_whose_cold_start_passed_in_this_run_is_not_judged_again_from_a_scrolled_log fails (HALT).
 """
 
 from __future__ import annotations
@@ -193,3 +195,22 @@ def test_the_table_sends_remedy_only_where_the_runbook_names_one():
     rig = after_apply(r1=[START], r2=[])
     assert rig.table.allows(GATE1, Event.REMEDY) and rig.table.allows(GATE2, Event.REMEDY)
     assert not any(rig.table.allows(s, Event.REMEDY) for s in rig.table.order if s not in (GATE1, GATE2))
+
+
+async def test_a_sibling_whose_cold_start_passed_in_this_run_is_not_judged_again_from_a_scrolled_log():
+    """R7: steps/gates.py:ColdStart.run, the `ctx.ready` shortcut removed -> this test fails (HALT:
+    r1's start scrolled out of the window while r2's remedy waits for it)."""
+    noise = [f"Decode batch. #running-req: 0, #token: {i}" for i in range(6000)]
+    rig = after_apply(r1=[START, READY, *noise], r2=[(0.0, START), (300.0, DSE)], state=GATE2)
+    rig.ctx.ready[R1] = rig.compose.host[R1].id  # cold-start-r1 passed earlier in this run
+    done = await rig.step(2)
+    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY2[0]), ("ok", REMEDY2[1])], done
+    assert "passed its cold start in this run" in done[1][1]
+
+
+async def test_a_replaced_sibling_is_followed_again():
+    # ctx.ready names an older container: the new one's start is judged from its log
+    rig = after_apply(r1=[START, "[TP0] NCCL error: remote process exited"], r2=[(0.0, START), (300.0, DSE)], state=GATE2)
+    rig.ctx.ready[R1] = "an-older-container"
+    done = await rig.step(2)
+    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY2[0]), ("fail", ROLLBACK)]
