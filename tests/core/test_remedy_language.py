@@ -174,3 +174,11 @@ def test_the_readme_example_loads():
     i = [s["id"] for s in steps].index("cold-start-r1")
     steps[i] = yaml.safe_load(block.group(1))[0]
     assert parse_runbook(data).phase("switch").steps[i].remedy.marker == "dist_store_error"
+
+
+def test_a_remedy_state_belongs_to_its_phase_for_resume_retry():
+    """`resume --retry` (runner.retry_run) restarts the failed state's forward phase: a halt inside a
+    remedy restarts the phase the remedy belongs to, like any other of its steps."""
+    for s in REMEDY:
+        assert T.phase_start(T.nodes[s].phase) == "switch.drain"
+    assert T.nodes[GATE].phase == "switch"
