@@ -214,3 +214,26 @@ async def test_a_replaced_sibling_is_followed_again():
     rig.ctx.ready[R1] = "an-older-container"
     done = await rig.step(2)
     assert [(e, to) for e, _, to in done] == [("remedy", REMEDY2[0]), ("fail", ROLLBACK)]
+
+
+async def test_from_the_scoped_up_of_both_engines_to_the_markers_with_r2s_fault():
+    """The simulator's `dist-store-error:r2`: r2's first start logs DistStoreError and hangs; a fresh
+    container starts normally. From the main dry run to the step after both cold starts."""
+    rig = Rig(rb=RB, host="gpu03", state="switch.dry-run", ctx=RunContext.new(previous=dict(PREVIOUS)))
+    starts = {R1: 0, R2: 0}
+
+    def boot(svc):
+        if svc not in starts:
+            return ["started"]
+        starts[svc] += 1
+        return [START, DSE] if (svc == R2 and starts[svc] == 1) else [START, READY]
+
+    rig.compose.boot = boot
+    done = await rig.step(11)
+    assert [(e, to) for e, _, to in done] == [
+        ("ok", "switch.apply"), ("ok", GATE1), ("ok", GATE2),
+        ("remedy", REMEDY2[0]), ("ok", REMEDY2[1]), ("ok", REMEDY2[2]), ("ok", REMEDY2[3]), ("ok", GATE2),
+        ("ok", "switch.markers-r1"), ("ok", "switch.markers-r2"), ("ok", "switch.relay-dry-run")], done
+    assert starts == {R1: 1, R2: 2}
+    assert [(v, r.services) for v, r, _ in rig.compose.calls][-3:] == [("down", (R2,)), ("dry_run", (R2,)), ("up", (R2,))]
+    assert rig.ctx.remedies == {GATE2: 1} and set(rig.ctx.ready) == {R1, R2}
