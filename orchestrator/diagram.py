@@ -5,7 +5,8 @@ Rules:
   change changes the diagram (pinned by a golden test, tests/core/test_diagram.py).
 - Pure: no network, clock or disk (the `.importlinter` pure-core contract lists this module), so
   `plan` and the server's run page can both call it.
-- Every state and every edge of the table appears; edges between the same two states are merged
+- Every state and every edge of the table appears (a gate's `remedy` edge into its remedy chain,
+  and that chain's `ok` back to the gate, included); edges between the same two states are merged
   into one arrow whose label lists the events (`fail, abort`), so the picture stays readable and
   nothing is dropped.
 - Terminal states are styled by outcome (DONE green, ROLLED_BACK amber, HALTED red, ABORTED grey);
@@ -30,6 +31,7 @@ _TERMINAL_STYLE = {
 _SECTION_STYLE = {
     "preflight": ("#eef6ff", "#0969da"),
     "forward": ("#ffffff", "#24292f"),
+    "remedy": ("#eafbea", "#1a7f37"),
     "rollback": ("#fff8e6", "#9a6700"),
     "full_rollback": ("#fff8e6", "#bc4c00"),
 }

@@ -10,6 +10,8 @@ Events:
   FAIL   the gate failed: take the phase's rollback (preflight: ABORTED; inside a rollback: HALTED)
   SKIP   a dry run found the listed services already up to date: skip its paired up
   RETRY  an up's outcome was unknown and observation showed it did not take effect: plan again
+  REMEDY a cold-start gate failed on its remedy's log marker, and the remedy was taken fewer times
+         than its cap (`Table.remedy_caps`): run the remedy's steps, then the gate again
   ABORT  the operator asked to abort: the current phase's rollback (or the whole-host rollback
          once an earlier replica has moved)
   HALT   an outcome could not be established, or the run lost its lease: a human must act
@@ -30,6 +32,7 @@ class Event(str, Enum):
     FAIL = "fail"
     SKIP = "skip"
     RETRY = "retry"
+    REMEDY = "remedy"
     ABORT = "abort"
     HALT = "halt"
 
@@ -42,7 +45,7 @@ TERMINALS: tuple[str, ...] = tuple(Outcome)
 #: changed between the dry run and the apply. Owned by the table, not by the executor.
 UP_RETRY_CAP = 1
 
-Section = Literal["preflight", "forward", "rollback", "full_rollback", "terminal"]
+Section = Literal["preflight", "forward", "remedy", "rollback", "full_rollback", "terminal"]
 
 
 class IllegalTransition(Exception):
@@ -79,9 +82,17 @@ class Table:
     phase_starts: dict[str, str] = field(default_factory=dict)
     #: up state -> the dry-run state that covers it (where RETRY goes)
     covering_dry_run: dict[str, str] = field(default_factory=dict)
+    #: gate state -> how many REMEDY events it may send in one run before its marker fails it
+    remedy_caps: dict[str, int] = field(default_factory=dict)
+    #: remedy state -> the gate state whose remedy it belongs to (where the remedy goes back to)
+    remedy_of: dict[str, str] = field(default_factory=dict)
 
     def retry_cap(self, state: str) -> int:
         return self.retry_caps.get(state, 0)
+
+    def remedy_cap(self, state: str) -> int:
+        """How often `state` may take its remedy in one run (0: it has none)."""
+        return self.remedy_caps.get(state, 0) if (state, Event.REMEDY) in self.edges else 0
 
     def phase_start(self, phase: str) -> str:
         try:
@@ -143,10 +154,13 @@ class _Builder:
         self.retry_caps: dict[str, int] = {}
         self.phase_starts: dict[str, str] = {}
         self.covering: dict[str, str] = {}
+        self.remedy_caps: dict[str, int] = {}
+        self.remedy_of: dict[str, str] = {}
 
     def table(self, start: str) -> "Table":
         return Table(self.kind, start, dict(self.nodes), dict(self.edges), tuple(_ordered(self, start)),
-                     dict(self.retry_caps), dict(self.phase_starts), dict(self.covering))
+                     dict(self.retry_caps), dict(self.phase_starts), dict(self.covering), dict(self.remedy_caps),
+                     dict(self.remedy_of))
 
     def add(self, node: Node) -> None:
         if node.id in self.nodes:
@@ -203,6 +217,17 @@ def _chain(
                     b.retry_caps[ids[i]] = UP_RETRY_CAP
                     b.covering[ids[i]] = ids[j]
                     break
+        if s.remedy is not None:
+            if section != "forward":
+                raise ValueError(f"{ids[i]}: a remedy belongs to a gate of a forward phase")
+            # the remedy's chain: its failures and aborts go where the gate's do; it ends back at
+            # the gate, which reads the engine's log afresh (and is capped by the table)
+            first = _chain(b, f"{ids[i]}.remedy", s.remedy.steps, section="remedy", phase=phase, replica=replica,
+                           after=ids[i], on_fail=on_fail, on_abort=on_abort, halt_message=halt_message)
+            b.edge(ids[i], Event.REMEDY, first)
+            b.remedy_caps[ids[i]] = s.remedy.max
+            for r in s.remedy.steps:
+                b.remedy_of[f"{ids[i]}.remedy.{r.id}"] = ids[i]
     return ids[0] if ids else after
 
 
@@ -283,11 +308,16 @@ def compile_rollback(rb: Runbook, replicas: Iterable[str]) -> Table:
 
 
 def _ordered(b: _Builder, start: str) -> list[str]:
-    """States in reading order: the happy path first, then every rollback chain."""
+    """States in reading order: the happy path first (a gate's remedy right after its gate), then
+    every rollback chain."""
     seen: list[str] = []
     cur = start
     while cur not in TERMINALS and cur not in seen:
         seen.append(cur)
+        rem = b.edges.get((cur, Event.REMEDY))
+        while rem is not None and rem not in TERMINALS and rem not in seen:
+            seen.append(rem)
+            rem = b.edges[(rem, Event.OK)]
         cur = b.edges[(cur, Event.OK)]
     seen.extend(s for s in b.order if s not in seen)
     return seen

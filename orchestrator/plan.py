@@ -35,6 +35,10 @@ class PlanStep:
     #: For an up: services running at that point that the file does not define (orphan removal).
     orphans: list[str] = field(default_factory=list)
     unsafe: bool = False
+    #: For a gate with a remedy: what sends REMEDY and where it goes (`-> first remedy state`).
+    on_remedy: str | None = None
+    #: For a remedy's last step: where the run goes after it (its gate, again).
+    then: str | None = None
 
 
 @dataclass
@@ -153,8 +157,24 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
             note(cur, step, running)
             running = apply(step, running)
         cur = table.edges[(cur, Event.OK)]
-    # every rollback chain, from the latest state that can enter it
     order = list(table.order)
+    # every remedy chain, from its gate (it ends back at its gate)
+    for sid in order:
+        if table.nodes[sid].section != "remedy" or sid in running_at:
+            continue
+        gates = [s for s in running_at if table.edges.get((s, Event.REMEDY)) == sid]
+        if not gates:
+            continue
+        running = set(running_at[gates[0]])
+        cur = sid
+        while cur not in TERMINALS and cur not in running_at:
+            running_at[cur] = set(running)
+            step = table.nodes[cur].step
+            if step is not None:
+                note(cur, step, running)
+                running = apply(step, running)
+            cur = table.edges[(cur, Event.OK)]
+    # every rollback chain, from the latest state that can enter it
     for sid in order:
         node = table.nodes[sid]
         if node.section not in ("rollback", "full_rollback") or sid in running_at:
@@ -193,6 +213,13 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
                                   "-", _target(table, ev.get(Event.OK)) or "", None))
             continue
         desc = handler_for(step).describe(step, rb)
+        on_remedy = then = None
+        if Event.REMEDY in ev and step.remedy is not None:
+            cap = table.remedy_cap(sid)
+            on_remedy = (f"on a line with {rb.log_markers.get(step.remedy.marker)!r} (log marker {step.remedy.marker}; "
+                         f"at most {cap} time{'s' if cap != 1 else ''} in a run, then it fails) {_target(table, ev[Event.REMEDY])}")
+        if node.section == "remedy" and ev.get(Event.OK) == table.remedy_of.get(sid):
+            then = f"{_target(table, ev[Event.OK])} (its gate again, reading the engine's log afresh)"
         steps.append(PlanStep(
             number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
             request=_request(step, rb, host, tag, project),
@@ -201,6 +228,8 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
             on_abort=_target(table, ev.get(Event.ABORT)),
             on_skip=_target(table, ev.get(Event.SKIP)),
             precondition=desc.precondition,
+            on_remedy=on_remedy,
+            then=then,
         ))
     plan = Plan(
         host=host, tag=tag, runbook=rb.name, title=rb.title, kind=table.kind,
@@ -215,7 +244,8 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
 
 # -- rendering --------------------------------------------------------------------------------------
 
-_SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Procedure", "rollback": "Rollback of a phase",
+_SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Procedure",
+                  "remedy": "Remedy of the gate above (taken only on its log marker)", "rollback": "Rollback of a phase",
                   "full_rollback": "Whole-host rollback (the runbook's safe order)", "terminal": ""}
 
 
@@ -254,6 +284,10 @@ def render_text(plan: Plan) -> str:
         if s.on_skip:
             fail += f"; if nothing to change {s.on_skip}"
         out.append(f"        {fail}")
+        if s.on_remedy:
+            out.append(f"        {s.on_remedy}")
+        if s.then:
+            out.append(f"        then {s.then}")
     out.append("")
     out.append(f"orphans: {plan.orphan_basis}")
     for c in plan.checks:
@@ -304,5 +338,9 @@ def render_markdown(plan: Plan) -> str:
             elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
                 out.append("  - orphans: none (the file defines every service running at this point)")
             out.append(f"  - on failure: {s.on_fail}" + (f"; on abort: {s.on_abort}" if s.on_abort else ""))
+            if s.on_remedy:
+                out.append(f"  - {s.on_remedy}")
+            if s.then:
+                out.append(f"  - then {s.then}")
         out += ["", "</details>", ""]
     return "\n".join(out)

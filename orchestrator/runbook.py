@@ -308,6 +308,9 @@ class Step(_Strict):
     presence: PresenceSpec | None = None
     capture: CaptureSpec | None = None
     plan: DryRunExpectation | None = None
+    #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
+    #: line carrying a named log marker (see `Remedy`).
+    remedy: "Remedy | None" = None
 
     @model_validator(mode="after")
     def _one_thing(self) -> "Step":
@@ -336,11 +339,43 @@ class Step(_Strict):
         return self.kind in ("down", "up")
 
 
+class Remedy(_Strict):
+    """A known fault's own way out, taken instead of the phase's rollback.
+
+    On a `logs:` (cold-start) gate: when the gate fails on a forbidden line that carries the text
+    of log marker `marker` (a name in the runbook's `log_markers:`), the gate sends REMEDY instead
+    of FAIL, the remedy's `steps` run, and the run goes back to the gate, which reads the engine's
+    log afresh (from its new container's start). Rules, and why:
+
+    - Back to the gate, not past it: the gate's own `ok` stays the one record that the engine
+      passed its cold start (the journal, `rollout --continue`, `status` read it), and a second
+      marker line after the remedy is judged by the same gate and the same cap.
+    - `max` (default 1) lives in the compiled table (`Table.remedy_caps`): once the remedy was taken
+      that many times in this run, the marker fails the gate as before (-> the phase's rollback).
+    - Any failure or abort inside the remedy takes the phase's rollback; a halt halts. A remedy's
+      steps are checked like any other list (an up needs a dry run of the same request before it
+      in the remedy, no empty services, no force_recreate) and run with every executor rule (stop
+      guard, dry run before up, journaled effects, resume at any of its states).
+    - Only a forward phase's `logs:` gate takes one (a rollback's failure halts; no other gate
+      fails on a log marker); a remedy step has no remedy of its own and no preflight `check:`.
+    - A marker left null (its text unknown) could never trigger: the loader refuses it, as it
+      refuses a marker whose text contains none of `log_gates.forbidden` (the gate would never fail
+      on it). The key is `marker:`, not `on:` (YAML 1.1 reads a bare `on` as true).
+    """
+
+    marker: str = Field(min_length=1)
+    max: int = Field(default=1, ge=1, le=5)
+    steps: list["Step"] = Field(min_length=1)
+
+
 class Rollback(_Strict):
     steps: list[Step] = Field(default_factory=list)
     ends: Literal["rolled_back", "halted"]
     #: For `ends: halted`: what the operator is told. `{host}` and `{run_id}` are filled in.
     message: str | None = None
+
+
+Step.model_rebuild()
 
 
 class Phase(_Strict):
@@ -490,12 +525,15 @@ class Runbook(_Strict):
                     raise ValueError(f"phases.{ph.name}.rollback: ends: halted needs a message for the operator")
         for ph in self.full_rollback:
             _check_sequence(f"full_rollback.{ph.name}", ph.steps)
+        forward = {f"phases.{ph.name}" for ph in self.phases}
         for i, hs in enumerate(self.host_states):
             if hs.action not in ("start", "done") and hs.action not in names:
                 raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
                 here = f"{lists_where}.steps[{i}] ({st.id})"
+                if st.remedy is not None:
+                    self._check_remedy(here, st, forward=lists_where in forward)
                 if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
                     raise ValueError(f"{here}: a budget check needs the runbook's budget: block")
                 if st.check == "prerequisites" and not self.prerequisites:
@@ -525,6 +563,33 @@ class Runbook(_Strict):
                 raise ValueError(f"replicas.{replica}: a service belongs to one replica only")
             seen_engines |= set(engines)
         return self
+
+    def _check_remedy(self, here: str, st: Step, *, forward: bool) -> None:
+        """The rules of `Remedy` (its docstring gives the reasons), naming the field."""
+        rem = st.remedy
+        assert rem is not None
+        where = f"{here}.remedy"
+        if not forward:
+            raise ValueError(f"{where}: a remedy belongs to a gate of a forward phase (a failure in preflight aborts, "
+                             f"one in a rollback halts)")
+        if st.logs is None:
+            raise ValueError(f"{where}: only a logs: gate takes a remedy (it is the gate that fails on a log marker)")
+        if rem.marker not in self.log_markers:
+            raise ValueError(f"{where}.marker: {rem.marker!r} is not in log_markers")
+        text = self.log_markers[rem.marker]
+        if text is None:
+            raise ValueError(f"{where}.marker: log_markers.{rem.marker} is null (its text is unknown), so this remedy "
+                             f"could never be taken; set the marker's text or remove the remedy")
+        if not any(bad in text for bad in self.log_gates.forbidden):
+            raise ValueError(f"{where}.marker: the text of {rem.marker!r} ({text!r}) contains none of log_gates.forbidden, "
+                             f"so the gate never fails on it and the remedy could never be taken")
+        for j, rs in enumerate(rem.steps):
+            if rs.remedy is not None:
+                raise ValueError(f"{where}.steps[{j}] ({rs.id}): a remedy step has no remedy of its own (a failure in a "
+                                 f"remedy takes the phase's rollback)")
+            if rs.check is not None:
+                raise ValueError(f"{where}.steps[{j}] ({rs.id}): check: is a preflight step, not a remedy step")
+        _check_sequence(where, rem.steps)
 
     # -- queries the rest of the code asks -------------------------------------------------
     def phase(self, name: str) -> Phase:
@@ -577,18 +642,13 @@ class Runbook(_Strict):
             if ph.rollback:
                 out.append((f"phases.{ph.name}.rollback", ph.rollback.steps))
         out += [(f"full_rollback.{ph.name}", ph.steps) for ph in self.full_rollback]
-        return out
+        return out + [(f"{where}.steps[{i}] ({st.id}).remedy", st.remedy.steps)
+                      for where, steps in out for i, st in enumerate(steps) if st.remedy is not None]
 
     def step_lists(self) -> list[list[Step]]:
-        """Every list of steps: preflight, each phase and its rollback, the whole-host rollback."""
-        lists = [self.preflight]
-        for ph in self.phases:
-            lists.append(ph.steps)
-            if ph.rollback:
-                lists.append(ph.rollback.steps)
-        for ph in self.full_rollback:
-            lists.append(ph.steps)
-        return lists
+        """Every list of steps: preflight, each phase and its rollback, the whole-host rollback, and
+        every gate's remedy (its requests count as the runbook's: `previous:` refs, one-shots)."""
+        return [steps for _, steps in self._named_step_lists()]
 
 
 def _check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = True) -> None:

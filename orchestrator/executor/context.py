@@ -67,6 +67,8 @@ class RunContext:
     #: dry-run verdicts by state id: {"actions": {service: action}, "verdict": ...}
     plans: dict[str, dict[str, Any]] = field(default_factory=dict)
     retries: dict[str, int] = field(default_factory=dict)
+    #: gate state -> how often it took its remedy in this run (capped by `Table.remedy_caps`)
+    remedies: dict[str, int] = field(default_factory=dict)
     selected: list[str] | None = None
     checked_dry_run: DryRunRecord | None = None
     deployed: dict[str, dict[str, str]] = field(default_factory=dict)

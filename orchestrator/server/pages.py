@@ -67,7 +67,8 @@ _SHELL = Template("""<!doctype html>
 <script src="/ui/static/app.js"></script></body></html>
 """)
 
-_SECTION = {"preflight": "Preflight (changes nothing)", "forward": "Procedure", "rollback": "Rollback of a phase",
+_SECTION = {"preflight": "Preflight (changes nothing)", "forward": "Procedure",
+            "remedy": "Remedy of the gate above (taken only on its log marker)", "rollback": "Rollback of a phase",
             "full_rollback": "Whole-host rollback"}
 
 

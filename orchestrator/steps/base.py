@@ -34,6 +34,10 @@ def retry(note: str) -> StepOutcome:
     return StepOutcome(Event.RETRY, note)
 
 
+def remedy(note: str) -> StepOutcome:
+    return StepOutcome(Event.REMEDY, note)
+
+
 def skip(note: str) -> StepOutcome:
     return StepOutcome(Event.SKIP, note)
 

@@ -152,7 +152,10 @@ class Down:
         t = rb.timeouts
         engines = [s for s in step.down.services if rb.replica_of(s)] if isinstance(step.down.services, list) else []
         pre = None
-        if engines:
+        if engines and rb.capacity == "fleet":
+            pre = (f"{', '.join(engines)} is stopped only if it does not serve, or once both model-proxy peers no longer list "
+                   f"the host under any domain (drained); else the run halts with the host untouched")
+        elif engines:
             pre = (f"{', '.join(engines)} is stopped only if it does not serve, or an engine of another replica serves "
                    f"(ready, not restarted since); else the run halts with the host untouched")
         return Description(f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "

@@ -9,7 +9,7 @@ from orchestrator.durations import format_duration
 from orchestrator.log_gate import LogGate
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, Step
-from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register
+from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.parsers.docker_ps import by_service
 
 if TYPE_CHECKING:
@@ -23,7 +23,16 @@ class ColdStart:
     The first poll reads the engine's log from its container's start (a wide window), so a resume
     during or after a cold start judges the whole start, never a window that scrolled. A second
     startup line in the same container (a restart with the same ID) fails the gate, as does a new
-    container ID, `restarting`, an exit, or a forbidden line."""
+    container ID, `restarting`, an exit, or a forbidden line.
+
+    With a `remedy:` (runbook.Remedy): a forbidden line that carries the remedy's marker text sends
+    REMEDY instead of FAIL while this run took the remedy fewer times than the table's cap for this
+    state; the count is kept in the run's context (`ctx.remedies`), journaled with the transition.
+    Any other failure (another forbidden line, a restart, a timeout) fails the gate as before.
+
+    An engine whose cold start already passed in this run (`ctx.ready`, same container) and still
+    serves passes at once: a remedy waiting for its sibling, or a gate after a remedy, must not halt
+    because the sibling's start scrolled out of the log window while the remedy ran."""
 
     key = "logs"
 
@@ -53,6 +62,16 @@ class ColdStart:
             verdict = await rt.serving(service)
             if verdict.serving:
                 return ok(f"{service} was already serving on this definition: no cold start")
+        ready_id = rt.ctx.ready.get(service)
+        if ready_id is not None:
+            # its cold start already passed in this run (a remedy waiting for its sibling, a gate
+            # read again after a remedy): the same container, still serving, is not judged again
+            # from a start that may have scrolled out of the log window since
+            now = by_service(await rt.ps()).get(service)
+            if now is not None and now.id == ready_id:
+                verdict = await rt.serving(service)
+                if verdict.serving:
+                    return ok(f"{service} passed its cold start in this run (same container) and still serves")
         expected = rt.ctx.budget.get("rank_budget_bytes") if step.logs.budget else None
         if step.logs.budget and expected is None:
             b = rt.rb.budget
@@ -98,7 +117,7 @@ class ColdStart:
                         more = [x.text.strip() for x in batch.new[idx + 1:idx + 200]
                                 if any(bad in x.text for bad in g.forbidden) and x.text.strip() != res.line][:2]
                         evidence = " | ".join(rt.scrub(t)[:300] for t in [res.line, *more])
-                        return fail(f"{service}: {res.reason}: {evidence}")
+                        return self._failed_on_line(rt, node, step, res.line, f"{service}: {res.reason}: {evidence}")
                     if res.passed:
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}")
@@ -116,6 +135,22 @@ class ColdStart:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
             await rt.wait()
+
+    @staticmethod
+    def _failed_on_line(rt: "Runtime", node: Node, step: Step, line: str, why: str) -> StepOutcome:
+        """FAIL, or REMEDY when the line carries the remedy's marker and its cap is not reached."""
+        rem = step.remedy
+        if rem is None:
+            return fail(why)
+        text = rt.rb.log_markers.get(rem.marker)
+        if not text or text not in line:
+            return fail(why)
+        used = rt.ctx.remedies.get(node.id, 0)
+        cap = rt.table.remedy_cap(node.id)
+        if used >= cap:
+            return fail(f"{why} (its remedy on {rem.marker} was already taken {used} time(s) in this run, at most {cap})")
+        rt.ctx.remedies[node.id] = used + 1
+        return remedy(f"{why}: taking the remedy for {rem.marker} ({used + 1} of at most {cap})")
 
 
 @register

@@ -97,3 +97,14 @@ def test_plan_format_through_the_cli(fmt, head):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(head)
     assert r.stdout == (GOLDEN / f"diagram-gpu02.{fmt}.txt").read_text()
+
+
+def test_mermaid_of_the_base_tier_rollout_shows_the_remedy_edges():
+    table = compile_rollout(load_runbook("base-glm53-w4afp8"))
+    out = render_mermaid(table)
+    _check("diagram-base.mermaid.txt", out)
+    ids = {label: sid for sid, label in re.findall(r'^  (s\d+)\["([^"]+)"\]$', out, re.M)}
+    gate, first, last = "switch.cold-start-r1", "switch.cold-start-r1.remedy.wait-r2", "switch.cold-start-r1.remedy.start-r1"
+    assert f"  {ids[gate]} -->|remedy| {ids[first]}" in out
+    assert f"  {ids[last]} -->|ok| {ids[gate]}" in out
+    assert "classDef remedy" in out

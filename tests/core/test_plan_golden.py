@@ -57,3 +57,13 @@ def test_base_tier_fleet_plan_is_byte_identical():
     plan = build_plan(rb, compile_rollout(rb), host=hosts[0], tag="v0.0.310")
     plan.fleet, plan.fleet_rules = hosts, fleet_rules(rb, hosts)
     _check("plan-base-fleet.text.txt", render_text(plan))
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_base_tier_plan_with_its_remedies_is_byte_identical(fmt):
+    """The base tier's cold-start gates each name a remedy on DistStoreError: the plan shows the
+    remedy edge and cap on the gate, the remedy's steps right after it, and the way back to it."""
+    rb = load_runbook("base-glm53-w4afp8")
+    plan = build_plan(rb, compile_rollout(rb), host="gpu03", tag="v0.0.300")
+    out = RENDER[fmt](plan)
+    _check(f"plan-base.{fmt}.txt", out if out.endswith("\n") else out + "\n")

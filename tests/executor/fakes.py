@@ -286,7 +286,7 @@ class Rig:
                  start_phase: str | None = None, env: tuple[EnvMap, ...] = (ENV,), yes: bool = True,
                  soak: float | None = None, poll: float = 30.0, journal: SqliteJournal | None = None,
                  rb: Any = None, host: str = "gpu02") -> None:
-        self.rb = rb or RB
+        self.rb = rb if rb is not None else RB  # another runbook (e.g. the base tier's) for its own rules
         self.clock = FakeClock()
         self.compose = FakeCompose(self.clock)
         self.dashboard = FakeDashboard(*env)
