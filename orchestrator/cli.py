@@ -651,10 +651,10 @@ def status(
         for sid in table.order:
             node = table.nodes[sid]
             mark = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![/red]", "halt": "[red]![/red]",
-                    "abort": "[yellow]a[/yellow]", "retry": "[yellow]r[/yellow]"}.get(visited.get(sid, ""), " ")
+                    "abort": "[yellow]a[/yellow]", "retry": "[yellow]r[/yellow]", "remedy": "[yellow]m[/yellow]"}.get(visited.get(sid, ""), " ")
             if sid == run.state and not run.terminal:
                 mark = "[cyan]>[/cyan]"
-            if node.section in ("rollback", "full_rollback") and sid not in visited and sid != run.state:
+            if node.section in ("rollback", "full_rollback", "remedy") and sid not in visited and sid != run.state:
                 continue
             out.print(f"[{mark}] {sid}: {node.step.say if node.step else ''}")
     finally:
