@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.journal.base import RunRecord
 from orchestrator.outcome import Outcome
-from orchestrator.prerequisites import unmet
+from orchestrator.prerequisites import nothing_to_do, unmet
 from orchestrator.runbook import RUNBOOK_DIR, Runbook, load_runbook
 from orchestrator.user_errors import Refused, UserError
 
@@ -72,7 +72,8 @@ def default_runbook(host: str) -> str:
 
 def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None) -> None:
     """Refuse before any host is touched while a prerequisite does not hold (not overridden)."""
-    problems = unmet(rb.prerequisites, lambda h: journal.list_runs(h), now or datetime.now(timezone.utc), overrides)
+    problems = unmet(rb.prerequisites, lambda h: journal.list_runs(h), now or datetime.now(timezone.utc), overrides,
+                     nothing_to_do(journal))
     if problems:
         names = " ".join(f"--override-prerequisite {p.host}" for p in rb.prerequisites)
         raise Refused(f"prerequisite not met: {'; '.join(problems)}. Nothing was started; run the prerequisite first, "

@@ -3,22 +3,33 @@ runs it read from the journal and the time now.
 
 Rule: the latest rollout of `runbook` on `host` decides (a later rollback or a failed retry
 supersedes an older DONE); it must have ended DONE at least `soaked` seconds ago (its own soak
-step passed before it could end DONE). An operator overrides one prerequisite only by naming its
-host; an override of a host that is not a prerequisite is refused, so a typo never passes.
+step passed before it could end DONE). A run that ended DONE only because preflight found the host
+already at the target ("nothing to do") proves no soak: it is passed over, and the run before it
+decides. An operator overrides one prerequisite only by naming its host; an override of a host
+that is not a prerequisite is refused, so a typo never passes.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from orchestrator.durations import format_duration
 from orchestrator.user_errors import UserError
 
 
-def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = ()) -> list[str]:
+def nothing_to_do(journal: Any) -> Callable[[Any], bool]:
+    """`run -> True` when the run ended DONE at preflight's host-state check (nothing to do)."""
+    def check(run: Any) -> bool:
+        return run.outcome == "DONE" and any(t.event == "skip" and t.to_state == "DONE" and t.from_state.startswith("preflight.")
+                                             for t in journal.transitions(run.run_id))
+    return check
+
+
+def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = (),
+          placed_only: Callable[[Any], bool] = lambda run: False) -> list[str]:
     """Why each prerequisite is not met (empty: all met). `runs_of(host)` -> that host's runs,
-    newest first (journal `list_runs`)."""
+    newest first (journal `list_runs`); `placed_only(run)` -> it ended DONE with nothing to do."""
     prereqs = list(prereqs)
     overrides = set(overrides)
     unknown = overrides - {p.host for p in prereqs}
@@ -29,7 +40,7 @@ def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterab
     for p in prereqs:
         if p.host in overrides:
             continue
-        latest = next((r for r in runs_of(p.host) if r.kind == "rollout" and r.runbook == p.runbook), None)
+        latest = next((r for r in runs_of(p.host) if r.kind == "rollout" and r.runbook == p.runbook and not placed_only(r)), None)
         if latest is None:
             out.append(f"{p.host}: no {p.runbook} rollout in the journal")
         elif latest.outcome != "DONE":

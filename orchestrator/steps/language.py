@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.durations import format_duration
 from orchestrator.machine import Node
-from orchestrator.prerequisites import unmet
+from orchestrator.prerequisites import nothing_to_do, unmet
 from orchestrator.runbook import LogValue, Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
 from orchestrator.steps.evidence import error_text
@@ -202,7 +202,8 @@ class Prerequisites:
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
-        problems = unmet(rt.rb.prerequisites, lambda h: rt.journal.list_runs(h), datetime.now(timezone.utc), overrides)
+        problems = unmet(rt.rb.prerequisites, lambda h: rt.journal.list_runs(h), datetime.now(timezone.utc), overrides,
+                         nothing_to_do(rt.journal))
         if problems:
             return fail("prerequisite not met: " + "; ".join(problems))
         return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))

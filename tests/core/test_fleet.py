@@ -136,3 +136,16 @@ def test_plan_renders_the_fleet_order_and_its_rules(monkeypatch):
     r = CliRunner().invoke(app, ["plan", "--hosts", "gpu03,gpu04", "--tag", "v0.0.310", "--format", "json"])
     doc = json.loads(r.output)
     assert doc["fleet"] == ["gpu03", "gpu04"] and doc["host"] == "gpu03" and doc["fleet_rules"]
+
+
+def test_a_nothing_to_do_done_proves_no_soak():
+    """gpu02 re-run on a host already at the target ends DONE with nothing to do: that run is
+    passed over; the run before it decides (here: none -> not met; a soaked DONE -> met)."""
+    journal = SqliteJournal(":memory:")
+    run = journal.create_run(host="gpu02", runbook=GPU02_RB, tag="v0.0.300", kind="rollout", state="preflight.host-state",
+                             context={})
+    lease, _ = journal.acquire_lease("gpu02", run.run_id, "t", 60)
+    journal.record_transition(lease, run.run_id, "preflight.host-state", "skip", "DONE", context={}, terminal=True,
+                              outcome="DONE", message="nothing to do")
+    with pytest.raises(Refused, match="no gpu02-glm53-w4afp8-long-context rollout"):
+        refuse_unmet_prerequisites(BASE, journal, [])

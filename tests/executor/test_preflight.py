@@ -7,7 +7,9 @@ restored):
           and sends dry runs and downs); runtime.py:Runtime.ensure_env, `if masked: raise MaskedEnv`
           removed -> test_masked_credentials_read_on_resume_halt_and_send_nothing fails (RETRY).
 - rule 14 steps/checks.py:HostStateCheck.run, `if state.action == "done": return skip(...)`
-          removed -> test_host_at_target_is_done_with_nothing_to_do fails (ABORTED);
+          removed -> test_host_at_target_is_done_with_nothing_to_do fails (ABORTED); the loop refusing
+          beside another run of the host that has not ended removed ->
+          test_host_at_target_beside_an_interrupted_run_is_refused_naming_it fails (DONE);
           `if (wanted or first) == target` -> `if True` -> test_part_way_host_without_continue_*
           fails (OK); the `--continue` command dropped from the part-way message -> same test
           fails; `diff = ...` -> `diff = ""` -> test_unrecognised_host_is_refused_with_the_difference fails.
@@ -85,6 +87,21 @@ async def test_host_at_target_is_done_with_nothing_to_do():
     final = rig.record()
     assert final.outcome == "DONE" and "nothing to do" in final.message
     assert rig.compose.sent("dry_run") and not rig.compose.sent("up") and not rig.compose.sent("down")
+
+
+async def test_host_at_target_beside_an_interrupted_run_is_refused_naming_it():
+    """Ctrl-C during a soak leaves the host at the target and the run interrupted: a new rollout
+    must not end DONE "nothing to do" in its place (its soak and approval never passed)."""
+    from orchestrator.journal.sqlite import SqliteJournal
+
+    journal = SqliteJournal(":memory:")
+    earlier = journal.create_run(host="gpu02", runbook=RB.name, tag=TAG, kind="rollout", state="r1.soak", context={})
+    rig = Rig(state="preflight.host-state", ctx=ctx_at(), journal=journal)
+    place(rig, old_r2=None, new_r2="new", r1="new", shared="new")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("fail", "ABORTED")
+    assert earlier.run_id in note and f"orchestrate resume {earlier.run_id}" in note and "r1.soak" in note
+    assert not rig.compose.sent("up") and not rig.compose.sent("down")
 
 
 async def test_part_way_host_without_continue_is_refused_naming_the_command():
