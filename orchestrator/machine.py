@@ -257,17 +257,17 @@ def compile_rollout(rb: Runbook, start_phase: str | None = None) -> Table:
         ph = rb.phases[idx]
         moved_before = any(p.replica for p in rb.phases[:idx])
         if ph.rollback is not None:
-            rb_end = ROLLED_BACK if ph.rollback.ends == "rolled_back" else HALTED
+            rb_end = {"rolled_back": ROLLED_BACK, "halted": HALTED, "aborted": ABORTED}[ph.rollback.ends]
             rb_start = _chain(
                 b, f"{ph.name}.rollback", ph.rollback.steps, section="rollback", phase=ph.name,
                 replica=ph.replica, after=rb_end, on_fail=HALTED, on_abort=None,
                 halt_message=ph.rollback.message,
             )
-            if not ph.rollback.steps and rb_end == HALTED:
-                # an empty rollback that halts still has to carry its message: a marker state
-                marker = f"{ph.name}.rollback.halt"
+            if not ph.rollback.steps and rb_end in (HALTED, ABORTED):
+                # an empty rollback that halts or aborts still has to carry its message: a marker state
+                marker = f"{ph.name}.rollback.{'halt' if rb_end == HALTED else 'abort'}"
                 b.add(Node(marker, "rollback", ph.name, ph.replica, None, ph.rollback.message))
-                b.edge(marker, Event.OK, HALTED)
+                b.edge(marker, Event.OK, rb_end)
                 b.edge(marker, Event.HALT, HALTED)
                 rb_start = marker
         else:

@@ -209,7 +209,8 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         step = node.step
         ev = table.events_from(sid)
         if step is None:
-            steps.append(PlanStep(i, sid, node.section, node.phase, "hand over to a human", None,
+            steps.append(PlanStep(i, sid, node.section, node.phase,
+                                  "hand over to a human" if ev.get(Event.OK) == "HALTED" else "end: nothing to undo", None,
                                   "-", _target(table, ev.get(Event.OK)) or "", None))
             continue
         desc = handler_for(step).describe(step, rb)

@@ -370,8 +370,11 @@ class Remedy(_Strict):
 
 class Rollback(_Strict):
     steps: list[Step] = Field(default_factory=list)
-    ends: Literal["rolled_back", "halted"]
-    #: For `ends: halted`: what the operator is told. `{host}` and `{run_id}` are filled in.
+    #: rolled_back: the steps undid the phase. halted: a human must act (message required).
+    #: aborted: the phase changed nothing that needs undoing (no steps allowed; message
+    #: required): the run ends ABORTED, exit 5, e.g. a refusal before the host is touched.
+    ends: Literal["rolled_back", "halted", "aborted"]
+    #: For `ends: halted|aborted`: what the operator is told. `{host}`, `{run_id}`, `{tag}` are filled in.
     message: str | None = None
 
 
@@ -521,8 +524,11 @@ class Runbook(_Strict):
             _check_sequence(f"phases.{ph.name}", ph.steps)
             if ph.rollback is not None:
                 _check_sequence(f"phases.{ph.name}.rollback", ph.rollback.steps)
-                if ph.rollback.ends == "halted" and not ph.rollback.message:
-                    raise ValueError(f"phases.{ph.name}.rollback: ends: halted needs a message for the operator")
+                if ph.rollback.ends in ("halted", "aborted") and not ph.rollback.message:
+                    raise ValueError(f"phases.{ph.name}.rollback: ends: {ph.rollback.ends} needs a message for the operator")
+                if ph.rollback.ends == "aborted" and ph.rollback.steps:
+                    raise ValueError(f"phases.{ph.name}.rollback: ends: aborted means nothing to undo: it takes no steps "
+                                     f"(use ends: rolled_back)")
         for ph in self.full_rollback:
             _check_sequence(f"full_rollback.{ph.name}", ph.steps)
         forward = {f"phases.{ph.name}" for ph in self.phases}

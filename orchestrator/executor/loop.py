@@ -138,10 +138,12 @@ class Executor:
         run ended, and (for a halt) what to run next with this run's id."""
         node = self.table.nodes[state]
         failure = self.ctx.failure
-        if to == Outcome.HALTED and node.halt_message and node.section == "rollback":
-            msg = node.halt_message.format(host=self.run.host, run_id=self.run.run_id)
+        operator_abort = failure is not None and failure.event == "abort"
+        if (to == Outcome.HALTED or (to == Outcome.ABORTED and not operator_abort)) and node.halt_message \
+                and node.section == "rollback":
+            msg = node.halt_message.format(host=self.run.host, run_id=self.run.run_id, tag=self.run.tag)
             if failure:
-                msg = f"{failure.state} failed: {failure.reason}. " + msg
+                msg = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}. " + msg
             return " ".join(msg.split())
         if to == Outcome.DONE:
             if node.step is not None and node.step.check == "host_state":

@@ -104,7 +104,7 @@ def test_mermaid_of_the_base_tier_rollout_shows_the_remedy_edges():
     out = render_mermaid(table)
     _check("diagram-base.mermaid.txt", out)
     ids = {label: sid for sid, label in re.findall(r'^  (s\d+)\["([^"]+)"\]$', out, re.M)}
-    gate, first, last = "switch.cold-start-r1", "switch.cold-start-r1.remedy.wait-r2", "switch.cold-start-r1.remedy.start-r1"
+    gate, first, last = "switch.cold-start-r1", "switch.cold-start-r1.remedy.stop-r1", "switch.cold-start-r1.remedy.start-r1"
     assert f"  {ids[gate]} -->|remedy| {ids[first]}" in out
     assert f"  {ids[last]} -->|ok| {ids[gate]}" in out
     assert "classDef remedy" in out

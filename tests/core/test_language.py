@@ -89,6 +89,9 @@ def test_base_tier_runbook_loads_with_unknown_markers_left_null():
     assert rb.prerequisites[0].host == "gpu02"
     switch = rb.phase("switch")
     ids = [s.id for s in switch.steps]
-    # the drain precedes the stop of both FP8 engines, which precedes any up of the W4AFP8 file
-    assert ids.index("drained") < ids.index("stop-fp8") < ids.index("apply")
+    # the drain (its own phase, before the switch) precedes the stop of both FP8 engines, which
+    # precedes any up of the W4AFP8 file
+    assert rb.phase_names().index("drain") < rb.phase_names().index("switch")
+    assert "drained" in [s.id for s in rb.phase("drain").steps]
+    assert ids.index("stop-fp8") < ids.index("apply")
     assert switch.rollback.steps[[s.id for s in switch.rollback.steps].index("stop-new")].down.file == "new"

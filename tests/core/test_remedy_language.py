@@ -51,10 +51,11 @@ def test_the_base_tier_runbook_names_a_remedy_on_both_cold_start_gates():
     for me, sibling in (("r1", "r2"), ("r2", "r1")):
         rem = steps[f"cold-start-{me}"].remedy
         assert rem is not None and rem.marker == "dist_store_error" and rem.max == 1
-        assert [s.kind for s in rem.steps] == ["logs", "down", "dry_run", "up"]
-        assert rem.steps[0].logs.service.endswith(sibling)  # the sibling serves first
-        assert all(s.compose.services == [f"model-sg-glm53-w4afp8-tp4-{me}"] for s in rem.steps[1:])
-        assert all(s.compose.file == "new" for s in rem.steps[1:])
+        assert [s.kind for s in rem.steps] == ["down", "logs", "dry_run", "up"]
+        assert rem.steps[1].logs.service.endswith(sibling)  # the sibling serves before the failed engine starts again
+        compose = [rem.steps[0], *rem.steps[2:]]
+        assert all(s.compose.services == [f"model-sg-glm53-w4afp8-tp4-{me}"] for s in compose)
+        assert all(s.compose.file == "new" for s in compose)
     # remedy lists are the runbook's lists too (previous refs, one-shots, per-step rules)
     assert any(s.id == "stop-r1" for steps in rb.step_lists() for s in steps)
 
@@ -81,11 +82,11 @@ def _set(path_fn, key, value):
         # unsafe remedy steps, refused like anywhere else, naming the field
         (lambda d: _remedy(d)["steps"].pop(2), "(cold-start-r1).remedy.steps[2] (start-r1): an up must be preceded by a dry_run"),
         (lambda d: _remedy(d)["steps"][3]["up"].__setitem__("services", ["nginx"]), "an up must be preceded by a dry_run"),
-        (lambda d: _remedy(d)["steps"][1]["down"].__setitem__("services", []), "services must not be empty"),
+        (lambda d: _remedy(d)["steps"][0]["down"].__setitem__("services", []), "services must not be empty"),
         (lambda d: _remedy(d)["steps"][3]["up"].__setitem__("force_recreate", True), "force_recreate: true is never allowed"),
         (lambda d: _remedy(d)["steps"].insert(0, {"id": "x", "say": "x", "check": "env_map"}), "check: is a preflight step"),
         (lambda d: _remedy(d)["steps"][0].__setitem__("remedy", copy.deepcopy(_remedy(RAW))), "has no remedy of its own"),
-        (lambda d: _remedy(d)["steps"].append(dict(_remedy(d)["steps"][1])), "step id 'stop-r1' is used twice"),
+        (lambda d: _remedy(d)["steps"].append(dict(_remedy(d)["steps"][0])), "step id 'stop-r1' is used twice"),
         # where a remedy may stand
         (lambda d: _step(d, "relay-r1").__setitem__("remedy", copy.deepcopy(_remedy(RAW))), "only a logs: gate takes a remedy"),
         (lambda d: _switch(d)["rollback"]["steps"][7].__setitem__("remedy", copy.deepcopy(_remedy(RAW))),
@@ -107,7 +108,7 @@ def test_a_bare_on_key_is_read_by_yaml_as_true_hence_marker():
 # -- the table ------------------------------------------------------------------------------------
 
 T = compile_rollout(load_runbook("base-glm53-w4afp8"))
-REMEDY = [f"{GATE}.remedy.{s}" for s in ("wait-r2", "stop-r1", "dry-run-r1", "start-r1")]
+REMEDY = [f"{GATE}.remedy.{s}" for s in ("stop-r1", "wait-r2", "dry-run-r1", "start-r1")]
 
 
 def test_the_gate_sends_remedy_into_its_chain_and_fail_into_the_rollback():
@@ -151,7 +152,7 @@ def test_the_cap_lives_in_the_table():
 
 def test_phase_starts_and_reading_order_keep_the_remedy_inside_its_phase():
     assert T.phase_starts == {"prestage": "prestage.downloader-dry-run", "capacity": "capacity.others-serve",
-                              "switch": "switch.drain"}
+                              "drain": "drain.drain", "switch": "switch.capture-fp8"}
     order = list(T.order)
     assert order[order.index(GATE) + 1:order.index(GATE) + 5] == REMEDY
     assert order[order.index(GATE) + 5] == "switch.cold-start-r2"
@@ -181,5 +182,5 @@ def test_a_remedy_state_belongs_to_its_phase_for_resume_retry():
     """`resume --retry` (runner.retry_run) restarts the failed state's forward phase: a halt inside a
     remedy restarts the phase the remedy belongs to, like any other of its steps."""
     for s in REMEDY:
-        assert T.phase_start(T.nodes[s].phase) == "switch.drain"
+        assert T.phase_start(T.nodes[s].phase) == "switch.capture-fp8"
     assert T.nodes[GATE].phase == "switch"

@@ -41,8 +41,8 @@ START = RB.log_gates.startup + "tp_size=4, ep_size=4)"
 READY = RB.log_gates.required[0]
 DSE = "[TP2] torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 3/4 clients joined."
 GATE1, GATE2 = "switch.cold-start-r1", "switch.cold-start-r2"
-REMEDY1 = [f"{GATE1}.remedy.{s}" for s in ("wait-r2", "stop-r1", "dry-run-r1", "start-r1")]
-REMEDY2 = [f"{GATE2}.remedy.{s}" for s in ("wait-r1", "stop-r2", "dry-run-r2", "start-r2")]
+REMEDY1 = [f"{GATE1}.remedy.{s}" for s in ("stop-r1", "wait-r2", "dry-run-r1", "start-r1")]
+REMEDY2 = [f"{GATE2}.remedy.{s}" for s in ("stop-r2", "wait-r1", "dry-run-r2", "start-r2")]
 ROLLBACK = "switch.rollback.perception-stop"
 PREVIOUS = {s: {"tag": "v1", "file": "prod/GLM-5.3-Flash-SGL-TP4.yaml", "commit": ""} for s in RB.previous_refs()}
 
@@ -125,13 +125,13 @@ async def test_a_second_dist_store_error_after_the_remedy_fails():
 
 @pytest.mark.parametrize("bad", ["[TP0] RuntimeError: CUDA error: an illegal memory access was encountered", DSE])
 async def test_a_failure_inside_the_remedy_takes_the_phases_rollback(bad):
-    # while r1's remedy waits for r2, r2 fails too (a DistStoreError there is no remedy of r2's: the
-    # waiting step has none)
+    # r1 (which does not serve) is stopped; while its remedy waits for r2, r2 fails too (a
+    # DistStoreError there is no remedy of r2's: the waiting step has none)
     rig = after_apply(r1=[START, DSE], r2=[(0.0, START), (300.0, bad)])
-    done = await rig.step(2)
-    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY1[0]), ("fail", ROLLBACK)]
-    assert not rig.compose.sent("down")  # r1 was never stopped on a sibling that does not serve
-    assert rig.ctx.failure is not None and rig.ctx.failure.state == REMEDY1[0]
+    done = await rig.step(3)
+    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY1[0]), ("ok", REMEDY1[1]), ("fail", ROLLBACK)]
+    assert [r.services for r in rig.compose.sent("down")] == [(R1,)] and not rig.compose.sent("up")
+    assert rig.ctx.failure is not None and rig.ctx.failure.state == REMEDY1[1]
 
 
 async def test_the_remedy_up_needs_its_own_dry_run():
@@ -145,7 +145,7 @@ async def test_the_remedy_up_needs_its_own_dry_run():
 async def test_the_stop_guard_holds_inside_a_remedy():
     # with replicas declared, the remedy's down of an engine that serves while its sibling does not is refused
     rb = RB.model_copy(update={"replicas": {"r1": [R1], "r2": [R2]}})
-    rig = Rig(rb=rb, host="gpu03", state=REMEDY1[1], ctx=RunContext.new(previous=dict(PREVIOUS)))
+    rig = Rig(rb=rb, host="gpu03", state=REMEDY1[0], ctx=RunContext.new(previous=dict(PREVIOUS)))
     rig.compose.run(R1, file=RB.file, tag=TAG, log=[START, READY], started=0.0)
     rig.compose.run(R2, file=RB.file, tag=TAG, log=[START, DSE], started=0.0)
     [(event, note, to)] = await rig.step()
@@ -159,7 +159,7 @@ class Crash(Exception):
 
 async def test_a_resume_inside_the_remedy_settles_the_down_and_keeps_the_count():
     rig = after_apply(r1=[START, DSE], r2=R2_SERVES_AT_10_MIN)
-    assert [e for e, _, _ in await rig.step(2)] == ["remedy", "ok"]  # at stop-r1 now
+    assert [e for e, _, _ in await rig.step(1)] == ["remedy"]  # at stop-r1 now
     real_down = rig.compose.down
 
     async def crashing_down(req, env, on_event=None):
@@ -169,15 +169,15 @@ async def test_a_resume_inside_the_remedy_settles_the_down_and_keeps_the_count()
     rig.compose.down = crashing_down
     with pytest.raises(Crash):
         await rig.step()
-    assert rig.record().state == REMEDY1[1]
+    assert rig.record().state == REMEDY1[0]
     [eff] = rig.effects(mutating=True)
     assert eff.kind == "compose_down" and eff.outcome is None  # the intent was journaled before the call
     rig.compose.down = real_down
     rig.resume()  # what `orchestrate resume` does: a new executor from the journal
     assert rig.ctx.remedies == {GATE1: 1}  # the count came back from the journal
-    done = await rig.step(5)
+    done = await rig.step(6)
     assert [(e, to) for e, _, to in done] == [
-        ("ok", REMEDY1[2]), ("ok", REMEDY1[3]), ("ok", GATE1), ("ok", GATE2), ("ok", "switch.markers-r1")]
+        ("ok", REMEDY1[1]), ("ok", REMEDY1[2]), ("ok", REMEDY1[3]), ("ok", GATE1), ("ok", GATE2), ("ok", "switch.markers-r1")]
     assert len(rig.compose.sent("down")) == 1  # settled from docker/ps, never sent again
 
 
@@ -203,17 +203,17 @@ async def test_a_sibling_whose_cold_start_passed_in_this_run_is_not_judged_again
     noise = [f"Decode batch. #running-req: 0, #token: {i}" for i in range(6000)]
     rig = after_apply(r1=[START, READY, *noise], r2=[(0.0, START), (300.0, DSE)], state=GATE2)
     rig.ctx.ready[R1] = rig.compose.host[R1].id  # cold-start-r1 passed earlier in this run
-    done = await rig.step(2)
-    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY2[0]), ("ok", REMEDY2[1])], done
-    assert "passed its cold start in this run" in done[1][1]
+    done = await rig.step(3)
+    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY2[0]), ("ok", REMEDY2[1]), ("ok", REMEDY2[2])], done
+    assert "passed its cold start in this run" in done[2][1]
 
 
 async def test_a_replaced_sibling_is_followed_again():
     # ctx.ready names an older container: the new one's start is judged from its log
     rig = after_apply(r1=[START, "[TP0] NCCL error: remote process exited"], r2=[(0.0, START), (300.0, DSE)], state=GATE2)
     rig.ctx.ready[R1] = "an-older-container"
-    done = await rig.step(2)
-    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY2[0]), ("fail", ROLLBACK)]
+    done = await rig.step(3)
+    assert [(e, to) for e, _, to in done] == [("remedy", REMEDY2[0]), ("ok", REMEDY2[1]), ("fail", ROLLBACK)]
 
 
 async def test_from_the_scoped_up_of_both_engines_to_the_markers_with_r2s_fault():
