@@ -117,7 +117,14 @@ class ColdStart:
                         more = [x.text.strip() for x in batch.new[idx + 1:idx + 200]
                                 if any(bad in x.text for bad in g.forbidden) and x.text.strip() != res.line][:2]
                         evidence = " | ".join(rt.scrub(t)[:300] for t in [res.line, *more])
-                        return self._failed_on_line(rt, node, step, res.line, f"{service}: {res.reason}: {evidence}")
+                        # the failing record: SGLang logs a start-up failure as one traceback whose
+                        # first line (`Scheduler hit an exception`) is forbidden and whose last names
+                        # the cause (`DistStoreError`): the remedy's marker is looked for in it all
+                        record = [res.line, *(x.text for x in batch.new[idx + 1:idx + 200])]
+                        if step.remedy is not None and len(record) < 50:
+                            await rt.wait()  # the rest of the traceback may not be in this read yet
+                            record += [x.text for x in (await follower.poll()).new][:200]
+                        return self._failed_on_line(rt, node, step, record, f"{service}: {res.reason}: {evidence}")
                     if res.passed:
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}")
@@ -137,14 +144,18 @@ class ColdStart:
             await rt.wait()
 
     @staticmethod
-    def _failed_on_line(rt: "Runtime", node: Node, step: Step, line: str, why: str) -> StepOutcome:
-        """FAIL, or REMEDY when the line carries the remedy's marker and its cap is not reached."""
+    def _failed_on_line(rt: "Runtime", node: Node, step: Step, record: list[str], why: str) -> StepOutcome:
+        """FAIL, or REMEDY when the failing record (the forbidden line and the lines after it)
+        carries the remedy's marker and its cap is not reached."""
         rem = step.remedy
         if rem is None:
             return fail(why)
         text = rt.rb.log_markers.get(rem.marker)
-        if not text or text not in line:
+        hit = next((ln for ln in record if text and text in ln), None)
+        if hit is None:
             return fail(why)
+        if hit != record[0]:
+            why = f"{why} | {rt.scrub(hit.strip())[:300]}"
         used = rt.ctx.remedies.get(node.id, 0)
         cap = rt.table.remedy_cap(node.id)
         if used >= cap:

@@ -7,8 +7,11 @@ after its sibling serves (base-tier-runbook.md section 5 step 3), instead of the
 
 Rules pinned here, and the mutation each was checked with (guard deleted in the source, the test
 run and seen failing, the source restored):
-- R1 steps/gates.py:ColdStart._failed_on_line, `if not text or text not in line: return fail(why)` removed
+- R1 steps/gates.py:ColdStart._failed_on_line, `if hit is None: return fail(why)` removed
      -> test_another_forbidden_line_fails_the_gate_as_before fails (REMEDY on an NCCL error);
+     the record cut to its first line (`record = [res.line]`) -> test_a_traceback_whose_last_line_is
+     _the_dist_store_error_takes_the_remedy[one-read] fails; the second read removed -> its
+     `split` case fails (FAIL: the cause was not read yet);
 - R2 steps/gates.py:ColdStart._failed_on_line, `if used >= cap: return fail(...)` removed ->
      test_the_remedy_is_not_taken_past_its_cap and test_a_second_dist_store_error_after_the_remedy_fails
      fail (REMEDY again);
@@ -237,3 +240,27 @@ async def test_from_the_scoped_up_of_both_engines_to_the_markers_with_r2s_fault(
     assert starts == {R1: 1, R2: 2}
     assert [(v, r.services) for v, r, _ in rig.compose.calls][-3:] == [("down", (R2,)), ("dry_run", (R2,)), ("up", (R2,))]
     assert rig.ctx.remedies == {GATE2: 1} and set(rig.ctx.ready) == {R1, R2}
+
+
+# What SGLang really logs: one traceback whose first line is itself forbidden and whose last line
+# names the cause (the shape of ../shared/reference/samples/sglang-failures.log).
+TRACEBACK = [
+    "[TP2] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File ".../sglang/srt/managers/scheduler.py", line 4546, in run_scheduler_process',
+    "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)",
+    '  File ".../torch/distributed/rendezvous.py", line 189, in _create_c10d_store',
+    "    return TCPStore(",
+    "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 3/4 clients joined.",
+]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-read", "split"])
+async def test_a_traceback_whose_last_line_is_the_dist_store_error_takes_the_remedy(split):
+    if split:  # the cause arrives after the poll that saw the first line
+        rig = after_apply(r1=[START], r2=R2_SERVES_AT_10_MIN)
+        rig.compose.host[R1].script = [(0.0, TRACEBACK[0]), *((10.0, ln) for ln in TRACEBACK[1:])]
+    else:
+        rig = after_apply(r1=[START, *TRACEBACK], r2=R2_SERVES_AT_10_MIN)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("remedy", REMEDY1[0]), note
+    assert "Scheduler hit an exception" in note and "DistStoreError" in note
