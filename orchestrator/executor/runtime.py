@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from orchestrator.clients.model_proxy import split_host
 from orchestrator.clients.compose_manager import ComposeRequest, StreamOutcome
 from orchestrator.clients.errors import (
     Busy,
@@ -404,10 +405,13 @@ class Runtime:
                     f"{self.run.host} with no serving replica. Nothing was stopped")
         return None
 
+    #: `ip:port` -> `ip` (a peer asked about a bare host matches every port of it)
+    host_part = staticmethod(split_host)
+
     async def _still_listed(self) -> list[str]:
         """Where a model-proxy peer still lists this host, under any of the runbook's domains
         (empty: drained). A peer that cannot be asked counts as listing it: never stop blind."""
-        addr = self.entry.model_proxy_address
+        addr = split_host(self.entry.model_proxy_address)  # any port: the registrar's may differ from ours
         out: list[str] = []
         for peer in self.clients.peers:
             for domain in self.rb.domains.model_dump().values():

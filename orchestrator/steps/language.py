@@ -7,7 +7,10 @@ Rules:
   reported as not checked (never an invented string); each numeric value is checked on every
   matching line, and at least `at_least` lines must match;
 - presence: on every model-proxy peer the host is listed healthy under each `listed` role's domain
-  and not listed at all under each `absent` role's domain, polled until `within` runs out;
+  and not listed at all (on any port) under each `absent` role's domain, polled until `within`
+  runs out. With `hosts: others` (the capacity guard) the runbook's other hosts must be listed, and
+  none of them may have a run that has not ended (one host of a tier at a time, whoever runs it);
+  an other host the inventory does not know fails the gate;
 - capture: the services' last `tail` lines go to the run log (`log_capture`), scrubbed; a service
   with no log is noted, not failed (capturing must never block a rollback);
 - prerequisites: see `orchestrator.prerequisites`; overridden only by an approval named
@@ -132,7 +135,12 @@ class Presence:
             unknown = [h for h in others if h not in rt.clients.addresses]
             if unknown:  # never assume a host we cannot ask about carries the domain
                 return fail(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory (the runbook's "
-                            f"hosts: {', '.join(rt.rb.hosts)})")
+                            f"hosts: {', '.join(rt.rb.hosts)}); add it to the inventory, or take it out of the runbook's "
+                            f"hosts: if it no longer belongs to this tier")
+            busy = [(h, r) for h in others for r in rt.journal.list_runs(h, limit=20) if not r.terminal]
+            if busy:  # two hosts of one tier never leave it at once, even from two terminals
+                return fail("one host of the tier at a time: " + "; ".join(
+                    f"{h} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}" for h, r in busy))
             targets = {h: rt.clients.addresses[h] for h in others}
         else:
             targets = {rt.run.host: rt.entry.model_proxy_address}
@@ -149,8 +157,8 @@ class Presence:
                             if not (got.listed and got.healthy):
                                 problems.append(f"{peer.name} does not list {host} ({addr}) healthy under "
                                                 f"{getattr(rt.rb.domains, role)}")
-                        for role in p.absent:
-                            got = await peer.presence(addr, getattr(rt.rb.domains, role))
+                        for role in p.absent:  # any port of the host: a registration on another port is not a drain
+                            got = await peer.presence(rt.host_part(addr), getattr(rt.rb.domains, role))
                             if got.listed:
                                 problems.append(f"{peer.name} still lists {host} ({addr}) under {getattr(rt.rb.domains, role)}")
             except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried

@@ -102,3 +102,25 @@ async def test_capacity_guard_fails_for_a_host_the_inventory_does_not_know():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("fail", "ABORTED")
     assert "gpu23 not in the inventory" in note
+
+
+async def test_fleet_drain_is_judged_on_any_port_of_the_host():
+    """The registrar registers HOST_IP:8000 while the inventory may name another port: a host
+    listed on any port is not drained (runtime.py:Runtime._still_listed asks with the bare host;
+    with the inventory's `ip:port` this test fails: the down is sent)."""
+    host = "10.0.0.2"  # fakes.ENTRY.model_proxy_address is 10.0.0.2:8000
+    rig = at_stop_old(lambda addr, domain: (addr == host and domain == RB.domains.long, True))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert rig.compose.sent("down") == []
+
+
+async def test_capacity_guard_refuses_while_another_host_of_the_tier_has_a_run_that_has_not_ended():
+    """Two terminals, two base hosts: each run sees the other's (runs are created before their
+    preflight), so they never leave the pool together (steps/language.py:Presence.run, the `busy`
+    refusal removed -> this test fails: the guard passes)."""
+    rig = capacity_rig(lambda addr, domain: (domain == BASE.domains.base, True))
+    other = rig.journal.create_run(host="gpu04", runbook=BASE.name, tag="v2", kind="rollout", state="drain.drain", context={})
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("fail", "ABORTED")
+    assert "one host of the tier at a time" in note and other.run_id in note and "drain.drain" in note
