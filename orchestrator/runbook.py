@@ -167,6 +167,14 @@ class PresenceSpec(_Strict):
         return self
 
 
+class CacheSpec(_Strict):
+    """The host's model cache (`GET /host/cache`) holds these Hugging Face repos (`org/name`): a
+    pre-stage that did not fetch them fails here, before the host is touched, not in a cold start
+    with the host out of its pool. Where compose-manager does not answer it, noted as not checked."""
+
+    holds: list[str] = Field(min_length=1)
+
+
 class CaptureSpec(_Strict):
     """Keep services' logs in the run log (before a stop removes the container and its log)."""
 
@@ -285,9 +293,9 @@ class OneShotSpec(_Strict):
 
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-              "markers", "presence", "capture")
+              "markers", "presence", "capture", "cache")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-                   "markers", "presence", "capture"]
+                   "markers", "presence", "capture", "cache"]
 
 
 class Step(_Strict):
@@ -307,6 +315,7 @@ class Step(_Strict):
     markers: MarkersSpec | None = None
     presence: PresenceSpec | None = None
     capture: CaptureSpec | None = None
+    cache: CacheSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).

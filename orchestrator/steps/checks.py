@@ -237,3 +237,27 @@ class ModelCacheCheck:
             rt.emit("note", text=f"the host's model cache does not hold {', '.join(missing)}: the cold start includes a download")
             return ok(f"model cache: {', '.join(missing)} NOT cached (the cold start includes a download)")
         return ok(f"model cache holds {', '.join(rt.rb.weights) or 'nothing the runbook names'}")
+
+
+@register
+class CacheHolds:
+    """`cache: {holds: [org/repo]}`: see runbook.CacheSpec. Missing -> FAIL naming what is missing."""
+
+    key = "cache"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.cache is not None
+        return Description(f"GET /host/cache lists {', '.join(step.cache.holds)} (else the pre-stage did not fetch it: fail "
+                           f"before the host is touched; not checked where compose-manager does not answer it)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        assert step.cache is not None
+        cache = await rt.host_cache()
+        if cache is None:
+            rt.emit("note", text="GET /host/cache did not answer: the model cache was not checked")
+            return ok("GET /host/cache did not answer: the model cache was not checked")
+        missing = [w for w in step.cache.holds if not cache.holds(w)]
+        if missing:
+            return fail(f"the model cache does not hold {', '.join(missing)} (it holds {', '.join(cache.weights) or 'nothing'}): "
+                        f"the pre-stage did not fetch it; nothing was changed")
+        return ok(f"the model cache holds {', '.join(step.cache.holds)}")

@@ -124,3 +124,42 @@ async def test_capacity_guard_refuses_while_another_host_of_the_tier_has_a_run_t
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("fail", "ABORTED")
     assert "one host of the tier at a time" in note and other.run_id in note and "drain.drain" in note
+
+
+async def _cache_step(weights):
+    from orchestrator.parsers.compose_manager_reads import parse_host_cache
+
+    rig = Rig(state="prestage.snapshot-cached", rb=BASE, host="gpu03")
+    if weights is not None:
+        async def host_cache():
+            return parse_host_cache({"volumes": [], "weights": weights})
+        rig.compose.host_cache = host_cache
+    [(event, note, to)] = await rig.step()
+    return rig, event, note, to
+
+
+async def test_a_snapshot_missing_after_the_prestage_fails_before_the_host_is_touched():
+    """steps/checks.py:CacheHolds.run, `if missing: return fail(...)` removed -> this test fails."""
+    rig, event, note, to = await _cache_step(["models--zai-org--GLM-5.3-Flash"])
+    assert (event, to) == ("fail", "prestage.rollback.abort")
+    assert "graphistry/GLM-5.3-Flash-W4AFP8" in note
+    final = await rig.run_to_end()
+    assert final.outcome == "ABORTED" and "could not be pre-staged" in final.message
+    assert rig.compose.calls == []
+
+
+async def test_a_cached_snapshot_passes_and_an_unanswered_cache_is_noted():
+    _, event, note, to = await _cache_step(["models--graphistry--GLM-5.3-Flash-W4AFP8", "models--zai-org--GLM-5.3-Flash"])
+    assert (event, to) == ("ok", "capacity.others-serve"), note
+    _, event, note, to = await _cache_step(None)
+    assert (event, to) == ("ok", "capacity.others-serve") and "not checked" in note
+
+
+async def test_an_operator_abort_in_a_phase_that_changed_nothing_ends_aborted_saying_so():
+    """loop.py:_final_message, `not operator_abort` removed -> the message is the capacity refusal's."""
+    rig = Rig(state="capacity.others-serve", rb=BASE, host="gpu03")
+    rig.journal.request_abort(rig.run.run_id, by="test")
+    final = await rig.run_to_end()
+    assert final.outcome == "ABORTED"
+    assert "aborted by an operator" in final.message and "could not be confirmed" not in final.message
+    assert rig.compose.calls == []
