@@ -200,8 +200,14 @@ class RelaySpec(_Strict):
 
 
 class VerifySpec(_Strict):
+    """`peers`: both model-proxy peers list the host healthy under the long domain only (gpu02's
+    tier). `completion`: a completion on the host's inference endpoint, then a follow-up that
+    repeats its prefix reports cached tokens. Behind a load-balanced domain the follow-up may land
+    on another engine: `attempts` (default 1) tries the pair that many times before failing."""
+
     peers: bool = True
     completion: bool = True
+    attempts: int = Field(default=1, ge=1, le=10)
 
 
 class SoakSpec(_Strict):

@@ -193,8 +193,16 @@ class Verify:
     key = "verify"
 
     def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
-                           f"{format_duration(rb.timeouts.discovery)}; a completion, then a follow-up with cached_tokens > 0")
+        v = step.verify
+        assert v is not None
+        parts = []
+        if v.peers:
+            parts.append(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
+                         f"{format_duration(rb.timeouts.discovery)}")
+        if v.completion:
+            parts.append("a completion, then a follow-up with cached_tokens > 0"
+                         + (f" (up to {v.attempts} tries: the follow-up may land on another engine)" if v.attempts > 1 else ""))
+        return Description("; ".join(parts))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.verify is not None
@@ -209,11 +217,18 @@ class Verify:
                 if rt.clock.monotonic() >= deadline:
                     return fail("; ".join(problems))
                 await rt.wait()
+        notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []
         if step.verify.completion:
-            res = await rt.clients.inference.cache_hit_check(rt.rb.model)
-            if not res.ok:
-                return fail(f"completion check on {rt.rb.domains.long}: {rt.scrub(res.reason)}")
-        return ok(f"both peers list {addr} healthy under the long domain only; completion and cache-hit follow-up passed")
+            for attempt in range(1, step.verify.attempts + 1):
+                res = await rt.clients.inference.cache_hit_check(rt.rb.model)
+                if res.ok:
+                    break
+                if attempt == step.verify.attempts:
+                    return fail(f"completion check on {rt.entry.inference_endpoint}"
+                                + (f" ({attempt} tries)" if attempt > 1 else "") + f": {rt.scrub(res.reason)}")
+                await rt.wait()
+            notes.append("completion and cache-hit follow-up passed" + (f" (try {attempt})" if attempt > 1 else ""))
+        return ok("; ".join(notes))
 
 
 @register
