@@ -408,6 +408,11 @@ def rollout(
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 
+        local_only = [f for f, on in (("--continue", continue_), ("--skip-tag-age-check", skip_tag_age_check),
+                                      ("--override-prerequisite", bool(override_prerequisite))) if on]
+        if local_only:  # never drop an operator's flag on the way to the server
+            raise UserError(f"{', '.join(local_only)} runs here only, not through --server: run it on the machine that "
+                            f"holds the journal")
         raise typer.Exit(remote(server, server_token(), "rollout",
                                 {"host": host, "tag": tag, "runbook": runbook, "yes": yes, "soak": soak}, as_json,
                                 ca=ca(server_ca)))
@@ -427,18 +432,18 @@ def rollout(
             unmet(load_runbook(runbook).prerequisites, lambda h: [], datetime.now(timezone.utc), override_prerequisite)
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
         run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
-        _journal_overrides(session, run, override_prerequisite)
+        _journal_overrides(session, run, override_prerequisite, rb)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
 
 
-def _journal_overrides(session: Any, run: RunRecord, overrides: list[str]) -> None:
+def _journal_overrides(session: Any, run: RunRecord, overrides: list[str], rb: Any) -> None:
     from orchestrator.fleet import journal_overrides
     from orchestrator.runner import owner_id
 
-    journal_overrides(session.journal, run, overrides, owner_id())
+    journal_overrides(session.journal, run, overrides, owner_id(), rb)
 
 
 def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
@@ -468,7 +473,7 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
 
         def one(host: str) -> RunRecord:
             run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check)
-            _journal_overrides(session, run, overrides)
+            _journal_overrides(session, run, overrides, rb_)
             final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
             if as_json:
                 sys.stdout.write(json.dumps({"event": "summary", **context_summary(final)}) + "\n")

@@ -80,10 +80,20 @@ def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[st
                       f"or override it by name ({names})")
 
 
-def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by: str) -> None:
-    """Journal each named override as an approval of the run (the prerequisites gate reads them)."""
-    for host in overrides:
+def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by: str, rb: Runbook | None = None,
+                      now: datetime | None = None) -> list[str]:
+    """Journal each named override as an approval of the run (the prerequisites gate reads them).
+    With `rb`, only the overrides of prerequisites that do not hold now: an override that changes
+    nothing is not put on record as if it had. Returns the hosts journaled."""
+    wanted = list(overrides)
+    if rb is not None:
+        when = now or datetime.now(timezone.utc)
+        wanted = [h for h in wanted
+                  if unmet([p for p in rb.prerequisites if p.host == h], lambda x: journal.list_runs(x), when, (),
+                           nothing_to_do(journal))]
+    for host in wanted:
         journal.approve(run.run_id, OVERRIDE_GATE.format(host=host), by=f"--override-prerequisite ({by})")
+    return wanted
 
 
 @dataclass

@@ -142,7 +142,9 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
         if c is None or step.up is None:  # only an applied up removes orphans
             return
         defined = new_def if c.file == "new" else prev_def
-        orphans = sorted(running - defined)
+        # a one-shot the runbook waits out (model-downloader) has exited by then: removing an exited
+        # container takes nothing down, and docker/ps does not list it as running
+        orphans = sorted(running - defined - rb.oneshot_services())
         ps = by_state[state]
         ps.orphans = orphans
         ps.unsafe = bool(orphans)

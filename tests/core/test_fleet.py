@@ -149,3 +149,13 @@ def test_a_nothing_to_do_done_proves_no_soak():
                               outcome="DONE", message="nothing to do")
     with pytest.raises(Refused, match="no gpu02-glm53-w4afp8-long-context rollout"):
         refuse_unmet_prerequisites(BASE, journal, [])
+
+
+def test_an_override_of_a_prerequisite_that_holds_is_not_journaled():
+    journal = SqliteJournal(":memory:")
+    run = journal.create_run(host="gpu03", runbook=BASE.name, tag="v1", kind="rollout", state="x", context={})
+    assert journal_overrides(journal, run, ["gpu02"], "alice", BASE) == ["gpu02"]  # unmet: journaled
+    _gpu02_done(journal)
+    run2 = journal.create_run(host="gpu04", runbook=BASE.name, tag="v1", kind="rollout", state="x", context={})
+    assert journal_overrides(journal, run2, ["gpu02"], "alice", BASE) == []
+    assert journal.approvals(run2.run_id) == set()

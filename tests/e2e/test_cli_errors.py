@@ -76,6 +76,10 @@ CASES = [
     ("rollout-override-typo", ["rollout", "--hosts", "gpu03", "--tag", "v0.0.310", "--override-prerequisite", "gpu2"], {},
      "gpu2"),
     ("rollout-single-override-typo", [*ROLLOUT, "--override-prerequisite", "gpu03"], {}, "gpu03"),
+    ("rollout-server-override", [*ROLLOUT, "--override-prerequisite", "gpu02", "--server", "https://127.0.0.1:9"],
+     {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--override-prerequisite"),
+    ("rollout-server-continue", [*ROLLOUT, "--continue", "--server", "https://127.0.0.1:9"],
+     {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--continue"),
     ("plan-host-and-hosts", ["plan", "gpu03", "--hosts", "gpu04", "--tag", "v0.0.310"], {}, "not both"),
     ("serve-port-in-use", ["serve", "--port", "@busy"], {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--port"),
 ]
