@@ -449,7 +449,7 @@ def _journal_overrides(session: Any, run: RunRecord, overrides: list[str], rb: A
 def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
                    inventory: Optional[Path], skip_tag_age_check: bool, overrides: list[str]) -> None:
     """`rollout --hosts`: orchestrator.fleet's rules; each host a normal rollout run."""
-    from orchestrator.fleet import parse_hosts, refuse_unmet_prerequisites, run_fleet, runbook_for
+    from orchestrator.fleet import Interrupted, parse_hosts, refuse_unmet_prerequisites, run_fleet, runbook_for
     from orchestrator.runner import Session, check_tag, context_summary, new_rollout
 
     check_tag(tag)
@@ -474,7 +474,12 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
         def one(host: str) -> RunRecord:
             run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check)
             _journal_overrides(session, run, overrides, rb_)
-            final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
+            try:
+                final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
+            except typer.Exit as exc:
+                if exc.exit_code == INTERRUPTED_EXIT:
+                    raise Interrupted(host) from None
+                raise
             if as_json:
                 sys.stdout.write(json.dumps({"event": "summary", **context_summary(final)}) + "\n")
             return final
@@ -491,6 +496,8 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
         (out if result.outcome == Outcome.DONE else err).print(text)
     if result.refused is not None:
         raise typer.Exit(int(result.refused[1].code))
+    if result.interrupted is not None:
+        raise typer.Exit(INTERRUPTED_EXIT)
     raise typer.Exit(int(OUTCOME_EXIT.get(result.outcome, ExitCode.UNEXPECTED)))
 
 

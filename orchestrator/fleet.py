@@ -96,12 +96,22 @@ def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by
     return wanted
 
 
+class Interrupted(Exception):
+    """A host's run was stopped by Ctrl-C (it says itself how to resume it): the fleet stops."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host)
+        self.host = host
+
+
 @dataclass
 class FleetResult:
     hosts: list[str]
     runs: list[RunRecord] = field(default_factory=list)
     #: a host whose run was refused before it started (its lease held, an unsettled call...)
     refused: tuple[str, UserError] | None = None
+    #: a host whose run was interrupted (Ctrl-C): the run is resumable, the fleet stopped
+    interrupted: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -112,18 +122,23 @@ class FleetResult:
                 return r.outcome or "UNEXPECTED"
         if self.refused is not None:
             return Outcome.ABORTED
+        if self.interrupted is not None:
+            return "INTERRUPTED"
         return Outcome.DONE if len(self.runs) == len(self.hosts) else "UNEXPECTED"
 
     @property
     def stopped_at(self) -> str | None:
         if self.refused is not None:
             return self.refused[0]
+        if self.interrupted is not None:
+            return self.interrupted
         bad = next((r for r in self.runs if r.outcome != Outcome.DONE), None)
         return bad.host if bad else None
 
     @property
     def not_started(self) -> list[str]:
-        started = {r.host for r in self.runs} | ({self.refused[0]} if self.refused else set())
+        started = {r.host for r in self.runs} | ({self.refused[0]} if self.refused else set()) | (
+            {self.interrupted} if self.interrupted else set())
         return [h for h in self.hosts if h not in started]
 
     def summary(self, tag: str, runbook: str) -> str:
@@ -133,6 +148,8 @@ class FleetResult:
         if self.refused is not None:
             host, exc = self.refused
             text = f"fleet stopped at {host}: its run was refused before it started: {exc}"
+        elif self.interrupted is not None:
+            text = f"fleet interrupted at {self.interrupted}: its run stopped where the line above says (`orchestrate resume` it)"
         else:
             last = self.runs[-1]
             text = (f"fleet stopped at {last.host}: run {last.run_id} ended {last.outcome}"
@@ -158,6 +175,9 @@ def run_fleet(hosts: Sequence[str], run_one: Callable[[str], RunRecord],
             final = run_one(host)
         except UserError as exc:
             result.refused = (host, exc)
+            break
+        except Interrupted:
+            result.interrupted = host
             break
         result.runs.append(final)
         if final.outcome != Outcome.DONE:

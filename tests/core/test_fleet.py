@@ -159,3 +159,16 @@ def test_an_override_of_a_prerequisite_that_holds_is_not_journaled():
     run2 = journal.create_run(host="gpu04", runbook=BASE.name, tag="v1", kind="rollout", state="x", context={})
     assert journal_overrides(journal, run2, ["gpu02"], "alice", BASE) == []
     assert journal.approvals(run2.run_id) == set()
+
+
+def test_an_interrupted_host_stops_the_fleet_and_names_the_rest():
+    from orchestrator.fleet import Interrupted
+
+    def one(h: str) -> _Run:
+        if h == "gpu04":
+            raise Interrupted(h)
+        return _Run(h, "DONE")
+
+    result = run_fleet(["gpu03", "gpu04", "gpu23"], one)
+    assert result.interrupted == "gpu04" and result.stopped_at == "gpu04" and result.not_started == ["gpu23"]
+    assert result.outcome != "DONE" and "fleet interrupted at gpu04" in result.summary("v1", "rb")
