@@ -314,8 +314,12 @@ class ForbiddenLines:
 
     Rule: an engine that passed its cold start in this run is judged from its last ready line on
     (what it logged between its cold start and the soak counts; if that line scrolled out of the
-    first read, the whole window is after it); any other engine from the soak's first read on
-    (its history is not this run's to judge). A resumed soak judges again from the same points."""
+    first read, the window read is judged whole); any other engine from the soak's first read on
+    (its history is not this run's to judge). Limits, said plainly: a resumed soak judges an engine
+    of the first kind again from its ready line, but one of the second kind only from the resumed
+    soak's first read (what it logged while no runner watched is not judged; a restart in that
+    time is, by the container checks); lines the follower could not read in order (a gap: more
+    than its window between two polls) are judged as read, and the gap is noted in the run log."""
 
     def __init__(self, rt: "Runtime", services: list[str]) -> None:
         self.rt = rt
@@ -325,7 +329,11 @@ class ForbiddenLines:
     async def problem(self) -> str | None:
         g = self.rt.rb.log_gates
         for svc, follower in self.followers.items():
-            lines = [ln.text for ln in (await follower.poll()).new]
+            batch = await follower.poll()
+            lines = [ln.text for ln in batch.new]
+            if batch.gap and svc not in self.unread:
+                self.rt.emit("note", text=f"soak: {svc} logged more than the follower's window between two reads: "
+                                          f"some of its lines were not judged")
             if svc in self.unread:
                 self.unread.discard(svc)
                 if svc not in self.rt.ctx.ready:
