@@ -78,6 +78,7 @@ class SimHost(ComposeOperations, ServingPaths):
         self._unregistered_at = None
         self.stops_while_registered = []
         self._spent_faults = set()
+        self._removed_logs = {}
         self.repo = repo.for_base_host() if self.base else repo
         self.faults = faults
         self.epoch = epoch

@@ -96,6 +96,7 @@ class HostCore:
     domain_serving: list[tuple[float, bool]]  # base host: (t, registered and serving) transitions
     stops_while_registered: list[tuple[float, str]]  # base host: engines stopped while registered
     _spent_faults: set[tuple[str, str]]
+    _removed_logs: dict[str, list[str]]
     _now: float
     _events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]]
     _containers: dict[str, Container]
@@ -352,6 +353,7 @@ class HostCore:
 
     def _remove(self, c: Container) -> None:
         self._containers.pop(c.name, None)
+        self._removed_logs[c.name] = c.log  # docker forgets it; tests may still read it
         c.run += 1
         c.state = "removed"
 
@@ -688,6 +690,14 @@ class HostCore:
             self.sync()
             c = self._containers.get(name)
             return list(c.log) if c else []
+
+    def last_log(self, name: str) -> list[str]:
+        """The log of container `name`, or of the last one removed under that name (for tests:
+        compose/logs no longer shows a removed container, e.g. the registrar after a drain)."""
+        with self._lock:
+            self.sync()
+            c = self._containers.get(name)
+            return list(c.log) if c else list(self._removed_logs.get(name, []))
 
     def booked_bytes(self) -> int:
         with self._lock:
