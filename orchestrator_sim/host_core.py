@@ -15,7 +15,6 @@ from threading import RLock
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.clock import Clock
-
 from orchestrator_sim import docker_format, sglang_log
 from orchestrator_sim.compose_repo import (
     DOWNLOADER_SERVICE,
@@ -507,11 +506,13 @@ class HostCore:
 
     def _perception_targets_ready(self, c: Container) -> bool:
         """Both replicas the check probes are ready: the engine names come from its command
-        (`http://<prefix>r{replica}:8000`), else (not found) both slots."""
+        (`http://<prefix>r{replica}:8000`, or the canary's `(1, "<name>"), (2, "<name>")` pairs),
+        else (not found) both slots."""
         m = re.search(r"http://([A-Za-z0-9_.-]+)r\{replica\}:8000", c.command)
-        if m is None:
+        names = [f"{m.group(1)}r{i}" for i in (1, 2)] if m else re.findall(r'\(\d, "([A-Za-z0-9_.-]+)"\)', c.command)
+        if not names:
             return all(self._slot_state(s)[0] for s in SLOTS)
-        return all((e := self._containers.get(f"{m.group(1)}r{i}")) is not None and e.ready for i in (1, 2))
+        return all((e := self._containers.get(name)) is not None and e.ready for name in names)
 
     # -- a base host's registrar (the canonical file's register.sh, step by step)
     def _registrar_probe(self, c: Container, run: int, attempt: int) -> None:

@@ -152,6 +152,7 @@ def test_the_switch_plans_removals_while_fp8_runs_and_exactly_the_runbook_after_
     before = b.ps()
     dry = b.up(BASE_TARGET_TAG, W, SWITCH, dry_run=True)
     assert dry.ok and _plan(dry)["remove"] == [f"Container {FP8_R1}", f"Container {FP8_R2}"]
+    assert f" DRY-RUN MODE -  Container {FP8_R1}  Removed" in dry.lines  # orphans of the W4AFP8 file
     assert {n: r["ID"] for n, r in b.ps().items()} == {n: r["ID"] for n, r in before.items()}
     assert b.down(BASE_PREVIOUS_TAG, C, [FP8_R1, FP8_R2]).ok
     b.wait(lambda: FP8_R1 not in b.ps() and FP8_R2 not in b.ps(), "FP8 engines gone")
@@ -331,3 +332,24 @@ def test_perception_fails_and_labels_wrong_on_a_base_host(make_sim) -> None:
     sim.wait(lambda: sim.host.container(PERCEPTION).state == "exited", "perception finished")
     assert sim.host.container(PERCEPTION).exit_code == 1
     assert sim.logs(PERCEPTION, file=W).splitlines()[-1].endswith('{"event": "qualification_finished", "ok": false}')
+
+
+def test_the_perception_check_probes_the_engines_its_file_names(make_sim) -> None:
+    sim = make_sim(hosts=("gpu23",))
+
+    def perception(tag: str, file: str) -> tuple[int, str]:
+        sim.safe_up(tag, file, [PERCEPTION])
+        sim.wait(lambda: sim.host.container(PERCEPTION).state == "exited", "perception finished")
+        code, last = sim.host.container(PERCEPTION).exit_code, sim.logs(PERCEPTION, file=file).splitlines()[-1]
+        assert sim.down(tag, file, [PERCEPTION]).ok
+        return code, last
+
+    assert perception(BASE_PREVIOUS_TAG, C) == (0, f'{PERCEPTION}  | {{"event": "qualification_finished", "ok": true}}')
+    _drain(sim)
+    assert sim.down(BASE_PREVIOUS_TAG, C, [FP8_R1, FP8_R2]).ok
+    assert perception(BASE_PREVIOUS_TAG, C)[0] == 1  # it probes the FP8 names, which are gone
+    # (an up of C after the switch would remove the W4AFP8 engines as orphans: never do that)
+    sim.safe_up(BASE_TARGET_TAG, W, SWITCH)
+    sim.wait(lambda: sim.ready(W4_R1) and sim.ready(W4_R2), "both ready")
+    assert perception(BASE_TARGET_TAG, W)[0] == 0
+    assert sim.fleet.check_invariants() == []
