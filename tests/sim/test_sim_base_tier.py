@@ -353,3 +353,29 @@ def test_the_perception_check_probes_the_engines_its_file_names(make_sim) -> Non
     sim.wait(lambda: sim.ready(W4_R1) and sim.ready(W4_R2), "both ready")
     assert perception(BASE_TARGET_TAG, W)[0] == 0
     assert sim.fleet.check_invariants() == []
+
+
+def test_check_base_tier_rules() -> None:
+    from orchestrator_sim import check_base_tier
+
+    up3 = {h: [(0.0, True)] for h in BASE_HOSTS}
+    assert check_base_tier(up3, {}) == []
+    one_out = {**up3, "gpu03": [(0.0, True), (10.0, False), (500.0, True)]}
+    assert check_base_tier(one_out, {}) == []  # n-1 = 2 still serve
+    two_out = {**one_out, "gpu04": [(0.0, True), (100.0, False), (200.0, True)]}
+    assert check_base_tier(two_out, {}) == [
+        "only 1 of 3 base hosts served the base domain from t=100s to t=200s (at least 2 must)"
+    ]
+    assert check_base_tier(two_out, {}, allow_outage=True) == []
+    # a start already short (a fault) is the floor, not a finding; making it worse is
+    short = {h: [(0.0, False)] for h in BASE_HOSTS}
+    assert check_base_tier(short, {}) == []
+    worse = {**{h: [(0.0, h != "gpu23")] for h in BASE_HOSTS}, "gpu03": [(0.0, True), (50.0, False)]}
+    assert check_base_tier(worse, {}) == [
+        "only 1 of 3 base hosts served the base domain from t=50s to the end of the run (at least 2 must)"
+    ]
+    found = check_base_tier(up3, {"gpu03": [(42.0, FP8_R1)]})
+    assert found == [
+        f"[gpu03] the engine {FP8_R1} was stopped at t=42s while gpu03 was still registered in its domain "
+        "(drain before stop)"
+    ]
