@@ -224,7 +224,9 @@ class _Listener:
 
 
 class SimFleet:
-    """All simulated systems around gpu02, on free loopback ports, in a background thread."""
+    """All simulated systems around the simulated hosts (`SimConfig.hosts`), on free loopback
+    ports, in a background thread. `hosts`: name -> SimHost; `host_urls`: name -> its endpoints
+    (`urls` is `fleet.host`'s); `host_env(name)`: its env map on the dashboard."""
 
     def __init__(self, config: SimConfig | None = None, *, state_dir: Path | None = None) -> None:
         self.config = config or SimConfig()
