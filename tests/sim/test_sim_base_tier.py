@@ -136,7 +136,8 @@ def test_drain_unregisters_and_the_running_request_gauges_decay(make_sim) -> Non
     b.wait(lambda: not b.domain_listing("peer-a") and not b.domain_listing("peer-b"), "host unregistered")
     down = sim.fleet.calls[sent]
     gone_at, serving = sim.fleet.hosts["gpu03"].domain_serving[-1]
-    assert down.is_compose_down and not serving and gone_at - down.at < 5  # within seconds of the SIGTERM
+    assert down.is_compose_down and not serving
+    assert down.at <= gone_at <= down.finished_at  # unregistered while the down itself ran (~1 s)
     log = b.host.last_log(REGISTRAR)
     assert f"SIGTERM received, unregistering {IPS['gpu03']}:8000" in log
     assert all(_base_listing(sim, "peer-a")[f"{IPS[n]}:8444"] for n in ("gpu04", "gpu23"))
