@@ -7,17 +7,32 @@ Public API:
     SimConfig, SimFleet          run everything (context manager); see fleet.py
     FAULTS, parse_fault          the fault table (faults.py)
     RecordedCall, load_calls     the call record (recording.py)
-    check_invariants, no_call_after
+    check_invariants, no_call_after, check_base_tier
     SlotChange, ServingTimeline  the serving timeline (timeline.py)
+    BASE_HOSTS, BASE_PREVIOUS_TAG, BASE_TARGET_TAG, BASE_CANONICAL_FILE, BASE_TARGET_FILE
+                                 the base tier (gpu03, gpu04, gpu23; SimConfig(hosts=...))
 """
 
+from orchestrator_sim.compose_repo import (
+    BASE_CANONICAL_FILE,
+    BASE_HOSTS,
+    BASE_PREVIOUS_TAG,
+    BASE_TARGET_FILE,
+    BASE_TARGET_TAG,
+)
 from orchestrator_sim.faults import FAULTS, FaultInfo, FaultSpec, parse_fault
 from orchestrator_sim.fleet import FleetTokens, FleetUrls, SimConfig, SimFleet
-from orchestrator_sim.invariants import check_invariants, no_call_after
+from orchestrator_sim.invariants import check_base_tier, check_invariants, no_call_after
 from orchestrator_sim.recording import RecordedCall, load_calls
 from orchestrator_sim.timeline import ServingTimeline, SlotChange, load_timeline
 
 __all__ = [
+    "BASE_CANONICAL_FILE",
+    "BASE_HOSTS",
+    "BASE_PREVIOUS_TAG",
+    "BASE_TARGET_FILE",
+    "BASE_TARGET_TAG",
+    "check_base_tier",
     "FAULTS",
     "FaultInfo",
     "FaultSpec",

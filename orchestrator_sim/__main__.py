@@ -1,4 +1,4 @@
-"""`python -m orchestrator_sim serve --state-dir DIR [--speed X] [--fault NAME ...]`
+"""`python -m orchestrator_sim serve --state-dir DIR [--speed X] [--fault NAME ...] [--host gpu03 ...]`
 
 Runs the simulator in the foreground until SIGTERM/SIGINT. Writes DIR/inventory.yaml, DIR/sim.env
 (the ORCHESTRATOR_* lines: tokens and the inventory path), DIR/ready once every server listens,
@@ -30,6 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
         faults=tuple(args.fault),
         seed=args.seed,
         available_ram_gib=args.available_ram_gib,
+        hosts=tuple(args.host or ("gpu02",)),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -54,7 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _faults(_: argparse.Namespace) -> int:
     for f in FAULTS.values():
         arg = {"replica": ":r1|r2", "count": ":N", "none": ""}[f.arg]
-        print(f"{f.name}{arg}\n  symptom:  {f.symptom}\n  expected: {f.expected_end_state}\n")
+        scope = "  (base hosts; name@gpuNN for one host)" if f.scope == "base" else ""
+        print(f"{f.name}{arg}{scope}\n  symptom:  {f.symptom}\n  expected: {f.expected_end_state}\n")
     return 0
 
 
@@ -65,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--state-dir", required=True)
     serve.add_argument("--speed", type=float, default=600.0, help="simulation seconds per real second")
     serve.add_argument("--cold-start", type=float, default=3000.0, help="engine cold start, simulation seconds")
-    serve.add_argument("--fault", action="append", default=[], help="fault spec (name or name:arg), repeatable")
+    serve.add_argument(
+        "--fault", action="append", default=[], help="fault spec (name, name:arg, either with @host), repeatable"
+    )
+    serve.add_argument(
+        "--host", action="append", default=[], help="a simulated host (gpu02, gpu03, gpu04, gpu23), repeatable; default gpu02"
+    )
     serve.add_argument("--seed", type=int, default=None)
     serve.add_argument("--available-ram-gib", type=float, default=1223)
     serve.set_defaults(func=_serve)

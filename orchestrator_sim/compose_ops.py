@@ -353,8 +353,10 @@ class ComposeOperations(HostCore):
         except StopIteration:
             if not op.done and not op.cut:
                 self._finish(op, True, 0)
+            self._note_domain_serving()
             return
         self._schedule(delay, self._drive, op, script)
+        self._note_domain_serving()  # a first step may have stopped something already
 
     def _emit(self, op: Operation, line: str, event: str = "stderr") -> None:
         op.lines.append((event, line))

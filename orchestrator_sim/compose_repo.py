@@ -28,6 +28,14 @@ TARGET_TAG = "v0.0.300"
 PREVIOUS_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 TARGET_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
 
+# The base tier (gpu03, gpu04, gpu23): the canonical FP8 file (#293's merge) is deployed at
+# BASE_PREVIOUS_TAG; BASE_TARGET_TAG (#295, ~60 h old) adds the W4AFP8 base-tier file.
+BASE_HOSTS = ("gpu03", "gpu04", "gpu23")
+BASE_PREVIOUS_TAG = "v0.0.300"
+BASE_TARGET_TAG = "v0.0.310"
+BASE_CANONICAL_FILE = "prod/GLM-5.3-Flash-SGL-TP4.yaml"
+BASE_TARGET_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8.yaml"
+
 # The roles the simulator gives some services of gpu02's files.
 PROXY_SERVICE = "proxy-glm53"
 RELAY_SERVICE = "glm53-soak-relay"
@@ -85,6 +93,7 @@ class SimRepository:
     initial_project: str
     initial_actions: tuple[InitialAction, ...]
     compose_dir: Path = COMPOSE_DIR
+    base_initial_actions: tuple[InitialAction, ...] = ()
 
     @classmethod
     def load(cls, path: Path = TAGS_FILE) -> SimRepository:
@@ -94,16 +103,20 @@ class SimRepository:
             for name, t in raw["tags"].items()
         }
         init = raw["initial_deployment"]
-        actions = tuple(
-            InitialAction(
-                action=a["action"],
-                tag=a["tag"],
-                file=a["file"],
-                hours_ago=float(a["hours_ago"]),
-                services=tuple(a["services"]),
+
+        def actions_of(section: dict[str, Any] | None) -> tuple[InitialAction, ...]:
+            return tuple(
+                InitialAction(
+                    action=a["action"],
+                    tag=a["tag"],
+                    file=a["file"],
+                    hours_ago=float(a["hours_ago"]),
+                    services=tuple(a["services"]),
+                )
+                for a in (section or {}).get("actions", [])
             )
-            for a in init["actions"]
-        )
+
+        actions = actions_of(init)
         return cls(
             name=raw["repository"],
             min_tag_age_hours=float(raw["min_tag_age_hours"]),
@@ -111,7 +124,12 @@ class SimRepository:
             initial_project=init["project"],
             initial_actions=actions,
             compose_dir=path.parent,
+            base_initial_actions=actions_of(raw.get("base_initial_deployment")),
         )
+
+    def for_base_host(self) -> SimRepository:
+        """The same repository as a base-tier host starts from (its own initial deployment)."""
+        return replace(self, initial_actions=self.base_initial_actions)
 
     def tag(self, name: str) -> TagInfo | None:
         return self.tags.get(name)
@@ -156,6 +174,7 @@ class ServiceDef:
     config_sources: tuple[str, ...]
     has_healthcheck: bool
     config_hash: str
+    ports: tuple[tuple[int, int], ...] = ()  # (host port, container port), as published
 
     @property
     def is_engine(self) -> bool:
@@ -277,6 +296,16 @@ def _device_ids(svc: dict[str, Any]) -> tuple[str, ...]:
     return tuple(ids)
 
 
+def _ports(raw: Any) -> tuple[tuple[int, int], ...]:
+    """Published ports in the short syntax (`"8444:443"`), as (host, container) pairs."""
+    out: list[tuple[int, int]] = []
+    for item in raw or []:
+        parts = str(item).split("/")[0].split(":")
+        if len(parts) >= 2 and parts[-1].isdigit() and parts[-2].isdigit():
+            out.append((int(parts[-2]), int(parts[-1])))
+    return tuple(out)
+
+
 def config_hash(service: dict[str, Any], configs: Mapping[str, str]) -> str:
     body = {k: v for k, v in service.items() if k not in _HASH_EXCLUDED}
     sources = [c["source"] if isinstance(c, dict) else str(c) for c in service.get("configs", []) or []]
@@ -328,6 +357,7 @@ def load_compose(text: str, env: Mapping[str, str], *, path: str, tag: str, comm
             config_sources=sources,
             has_healthcheck="healthcheck" in svc,
             config_hash=config_hash(svc, configs),
+            ports=_ports(svc.get("ports")),
         )
         order.append(name)
     return ComposeFile(

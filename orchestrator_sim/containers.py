@@ -46,6 +46,7 @@ class Container:
     kind: str  # engine | oneshot | relay | service
     has_healthcheck: bool
     gpus: tuple[str, ...] = ()  # device_ids reserved by the service (nvidia)
+    ports: tuple[tuple[int, int], ...] = ()  # published (host, container) ports, from the file
     relay_routes: dict[int, str] = field(default_factory=dict)
     relay_token: str | None = None
     proxy_pool: list[str] = field(default_factory=list)

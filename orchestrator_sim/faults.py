@@ -1,9 +1,17 @@
 """Faults the simulator can inject, by name.
 
-A fault spec is `name` or `name:arg`. Engine faults take a replica (`r1` or `r2`, default `r2`):
-they hit the NEW engine of that replica, i.e. a container of that replica's slot created from the
-rollout's target file (the long-context file); the canary engines are never affected, so a
-rollback always works. `busy-409` and `server-500` take a count (default 1).
+A fault spec is `name`, `name:arg`, `name@host` or `name:arg@host`. Engine faults take a replica
+(`r1` or `r2`, default `r2`): they hit the NEW engine of that replica, i.e. a container of that
+replica's slot created from the host's rollout target file (gpu02: the long-context file; a base
+host: the W4AFP8 base-tier file); the previous engines are never affected, so a rollback always
+works. `busy-409` and `server-500` take a count (default 1).
+
+Which hosts a fault hits (a fleet may simulate gpu02 and the base hosts gpu03, gpu04, gpu23):
+- `@gpuNN` limits the fault to that host, e.g. `no-rejoin@gpu04`, `dist-store-error:r1@gpu03`;
+- without `@`, a base-tier fault (scope `base`: dist-store-error, drain-stuck, downloader-fails,
+  no-rejoin, host-unhealthy) hits every base host and never gpu02; every other fault hits every
+  simulated host, so gpu02's specs (`oom:r2`, `busy-409:2`, ...) mean what they always meant.
+- a one-shot or counted fault without `@` is spent once for the whole fleet; with `@`, on its host.
 
 FAULTS below is the table of record: for each fault, what the simulator does (the symptom an
 orchestrator can observe) and the end state a correct orchestrator reaches.
@@ -24,6 +32,7 @@ class FaultInfo:
     arg: str  # "replica", "count" or "none"
     symptom: str
     expected_end_state: str
+    scope: str = "any"  # "base": only base-tier hosts (gpu03, gpu04, gpu23) unless `@host` says so
 
 
 _ROLLBACK_R2 = (
@@ -230,6 +239,72 @@ FAULTS: dict[str, FaultInfo] = {
     ]
 }
 
+_BASE_ROLLBACK = (
+    "the base host's gate fails after the switch; the orchestrator rolls the host back to the "
+    "canonical FP8 file (registrar down, scoped down of both W4AFP8 engines, dry-run-first scoped "
+    "up of both FP8 engines and the three sidecars, then the registrar once they are ready), never "
+    "removing anything as an orphan, and the other base hosts keep serving"
+)
+FAULTS.update(
+    {
+        f.name: f
+        for f in [
+            FaultInfo(
+                "dist-store-error",
+                "replica",
+                "the new W4AFP8 engine's FIRST container logs a rank-initialisation failure "
+                "(`torch.distributed.DistStoreError: ...` traceback) and then never logs again nor "
+                "becomes ready, while docker shows it `running` (its ranks hang); a fresh container "
+                "of that service (scoped compose/down, then a dry-run-first compose/up) starts normally",
+                "the orchestrator restarts that one engine by hand once its sibling is up (scoped down "
+                "then up of the W4AFP8 file) and the rollout continues; or, if it does not, the "
+                "cold-start deadline expires and " + _BASE_ROLLBACK,
+                scope="base",
+            ),
+            FaultInfo(
+                "drain-stuck",
+                "none",
+                "after the registrar's unregister the engines' sglang:num_running_reqs gauge stays at "
+                "6 instead of decaying to 0-1",
+                "the drain gate (gauges near zero within 5 minutes) times out before any engine is "
+                "stopped; the orchestrator brings the registrar back (rejoin) or halts for an "
+                "operator; the FP8 engines are never stopped",
+                scope="base",
+            ),
+            FaultInfo(
+                "downloader-fails",
+                "none",
+                "model-downloader logs `Downloading zai-org/GLM-5.3-Flash...`, then a Hugging Face "
+                "401 error, and exits 1 without `Download complete.` (an up that needs it as a "
+                "completed dependency fails: `service \"model-downloader\" didn't complete "
+                "successfully: exit 1`)",
+                "the pre-stage precondition fails: the orchestrator refuses before the drain (no "
+                "engine stopped, host still registered)",
+                scope="base",
+            ),
+            FaultInfo(
+                "no-rejoin",
+                "none",
+                "the registrar's readiness probe never succeeds: it logs `Model not ready yet "
+                "(attempt N/30), retrying in 30s...` every 30 s and never registers (after 30 tries "
+                "its registration loop's health check keeps failing too)",
+                "the rejoin gate (host listed healthy on both peers) times out; the orchestrator "
+                "halts for an operator or rolls the host back; it does not move to the next host",
+                scope="base",
+            ),
+            FaultInfo(
+                "host-unhealthy",
+                "none",
+                "both model-proxy peers list that base host (e.g. `host-unhealthy@gpu04`) with "
+                "healthy=false under the base domain from the start",
+                "the capacity guard refuses to drain another base host while this one is unhealthy "
+                "(fewer than n-1 base hosts would serve); nothing is stopped",
+                scope="base",
+            ),
+        ]
+    }
+)
+
 ENGINE_FAULTS = frozenset(n for n, f in FAULTS.items() if f.arg == "replica")
 
 
@@ -238,16 +313,26 @@ class FaultSpec:
     name: str
     replica: str | None = None
     count: int | None = None
+    host: str | None = None  # `@gpuNN`: only that host
 
     def __str__(self) -> str:
+        at = f"@{self.host}" if self.host else ""
         if self.replica:
-            return f"{self.name}:{self.replica}"
+            return f"{self.name}:{self.replica}{at}"
         if self.count is not None:
-            return f"{self.name}:{self.count}"
-        return self.name
+            return f"{self.name}:{self.count}{at}"
+        return self.name + at
 
 
 def parse_fault(spec: str) -> FaultSpec:
+    head, sep, host = spec.strip().partition("@")
+    if sep and not host:
+        raise ValueError(f"fault {spec!r}: a host must follow '@'")
+    parsed = _parse_fault(head)
+    return FaultSpec(parsed.name, parsed.replica, parsed.count, host or None)
+
+
+def _parse_fault(spec: str) -> FaultSpec:
     name, _, arg = spec.strip().partition(":")
     info = FAULTS.get(name)
     if info is None:
@@ -271,19 +356,35 @@ def parse_fault(spec: str) -> FaultSpec:
 
 
 class ActiveFaults:
-    """The faults of one simulation, with their remaining counts (thread-safe)."""
+    """The faults of one simulation, with their remaining counts (thread-safe).
+
+    The fleet holds the whole set; each simulated host works from `for_host(name, base=...)`, a
+    view that sees only the specs hitting that host and shares the counts and one-shot marks (a
+    spec without `@host` is spent once for the fleet)."""
 
     def __init__(self, specs: Iterable[str | FaultSpec] = ()) -> None:
         self._lock = RLock()
         self.specs: tuple[FaultSpec, ...] = tuple(s if isinstance(s, FaultSpec) else parse_fault(s) for s in specs)
-        self._remaining: dict[str, int] = {}
-        self._used: set[str] = set()
+        self._remaining: dict[FaultSpec, int] = {}
+        self._used: set[FaultSpec] = set()
         for s in self.specs:
             if s.count is not None:
-                self._remaining[s.name] = self._remaining.get(s.name, 0) + s.count
+                self._remaining[s] = self._remaining.get(s, 0) + s.count
 
-    def active(self, name: str) -> bool:
-        return any(s.name == name for s in self.specs)
+    def for_host(self, host: str, *, base: bool) -> ActiveFaults:
+        """The faults hitting `host` (a base-tier host if `base`): see the module's rules."""
+        view = ActiveFaults()
+        view._lock, view._remaining, view._used = self._lock, self._remaining, self._used
+        view.specs = tuple(
+            s
+            for s in self.specs
+            if (s.host is None or s.host == host) and (base or FAULTS[s.name].scope != "base")
+        )
+        return view
+
+    def active(self, name: str, host: str | None = None) -> bool:
+        """Is `name` active (for `host` if given: a spec without `@` or with `@host`)?"""
+        return any(s.name == name and (host is None or s.host in (None, host)) for s in self.specs)
 
     def engine_fault(self, slot: str | None) -> str | None:
         """The engine fault hitting a new (target-file) engine of this slot, if any."""
@@ -295,19 +396,20 @@ class ActiveFaults:
     def take(self, name: str) -> bool:
         """Use one unit of a counted fault; False once it is spent (or not active)."""
         with self._lock:
-            left = self._remaining.get(name, 0)
-            if left <= 0:
-                return False
-            self._remaining[name] = left - 1
-            return True
+            for s in self.specs:
+                if s.name == name and self._remaining.get(s, 0) > 0:
+                    self._remaining[s] -= 1
+                    return True
+            return False
 
     def take_once(self, name: str) -> bool:
         """True the first time a one-shot fault is asked for, then never again."""
         with self._lock:
-            if not self.active(name) or name in self._used:
-                return False
-            self._used.add(name)
-            return True
+            for s in self.specs:
+                if s.name == name and s not in self._used:
+                    self._used.add(s)
+                    return True
+            return False
 
     def __repr__(self) -> str:
         return f"ActiveFaults({', '.join(str(s) for s in self.specs)})"

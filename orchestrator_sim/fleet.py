@@ -1,5 +1,12 @@
 """`SimFleet`: every simulated system served over loopback from one background thread.
 
+A fleet simulates one or more hosts (`SimConfig.hosts`, default gpu02 alone): gpu02 (long-context
+tier) and/or the base-tier hosts gpu03, gpu04, gpu23. Each host has its own compose-manager, its
+own inference endpoint and soak relay ports (8008 -> r1, 8009 -> r2), and its own env map on the
+shared dashboard; the two model-proxy peers and the simulated GitHub are shared and list every
+host under its domain. `fleet.host` is gpu02 when simulated (else the first host); every call of
+every host is in `fleet.calls` (`RecordedCall.host` names the host).
+
 with SimFleet(SimConfig(speed=600, faults=["oom:r2"])) as fleet:
     fleet.write_inventory(path)
     env = fleet.env_for_orchestrator()     # tokens + ORCHESTRATOR_INVENTORY
@@ -32,11 +39,11 @@ from orchestrator_sim.apps.dashboard import DashboardState, build_dashboard_app
 from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.apps.inference import build_inference_app, build_relay_app
 from orchestrator_sim.apps.model_proxy import build_model_proxy_app
-from orchestrator_sim.compose_repo import TARGET_TAG, SimRepository
-from orchestrator_sim.containers import HOST_IP, MODEL_PROXY_PORT
+from orchestrator_sim.compose_repo import BASE_HOSTS, TARGET_TAG, SimRepository
+from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
 from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.host import SimHost
-from orchestrator_sim.invariants import check_invariants
+from orchestrator_sim.invariants import check_base_tier, check_invariants
 from orchestrator_sim.recording import CallRecorder, RecordedCall, RecordingMiddleware
 from orchestrator_sim.timeline import ServingTimeline
 
@@ -44,6 +51,9 @@ LOOPBACK = "127.0.0.1"
 TICK_S = 0.005  # real seconds between two runs of due events
 PEERS = ("peer-a", "peer-b")
 RELAY_PORTS = (8008, 8009)
+# The base-tier hosts' addresses (TEST-NET, as the peers' static list had them).
+BASE_HOST_IPS = {"gpu03": "203.0.113.3", "gpu04": "203.0.113.4", "gpu23": "203.0.113.23"}
+KNOWN_HOSTS = ("gpu02", *BASE_HOSTS)
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,7 @@ class SimConfig:
     discovery_cycle_s: float = 90.0  # a new registrar is listed this long after it starts
     start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
     fresh_host: bool = False  # nothing deployed yet (as the recorded 8e07c35 exchanges start)
+    hosts: Sequence[str] = ("gpu02",)  # any of gpu02, gpu03, gpu04, gpu23 (at least one)
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,28 @@ def gpu02_env_map(rng: random.Random, faults: ActiveFaults) -> dict[str, str]:
     return env
 
 
+def base_env_map(name: str, rng: random.Random) -> dict[str, str]:
+    """A base host's full env map as the dashboard holds it: gpu02's keys with its own address
+    and names, and no LONG_TIER_ONLY (its registrar registers the base domain)."""
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    return {
+        "HOST_IP": BASE_HOST_IPS[name],
+        "CVM_HOST": f"h200-{name}",
+        "CVM_NAME": name,
+        "DD_HOSTNAME": name,
+        "ENV": "prod",
+        "PROXY_TOKEN": _secret(rng, 48, alnum),
+        "MODEL_PROXY_TOKEN": _secret(rng, 48, alnum),
+        "HUGGING_FACE_HUB_TOKEN": "hf_" + _secret(rng, 34, alnum),
+        "MONITORING_INGEST_TOKEN": _secret(rng, 40, alnum),
+        "CLOUD_API_USAGE_TOKEN": _secret(rng, 48, alnum),
+        "FUSION_ENABLED": "false",
+        "FUSION_INTERNAL_BEARER_TOKEN": _secret(rng, 40, alnum),
+        "WEB_CONTEXT_SEARCH_URL": "https://web-context.near.ai/v1/search",
+        "WEB_CONTEXT_SEARCH_API_KEY": _secret(rng, 40, alnum),
+    }
+
+
 class _Listener:
     """One uvicorn server on a fixed loopback port that can be closed and reopened (the soak
     relay's ports refuse connections while its container is not running)."""
@@ -191,7 +224,9 @@ class _Listener:
 
 
 class SimFleet:
-    """All simulated systems around gpu02, on free loopback ports, in a background thread."""
+    """All simulated systems around the simulated hosts (`SimConfig.hosts`), on free loopback
+    ports, in a background thread. `hosts`: name -> SimHost; `host_urls`: name -> its endpoints
+    (`urls` is `fleet.host`'s); `host_env(name)`: its env map on the dashboard."""
 
     def __init__(self, config: SimConfig | None = None, *, state_dir: Path | None = None) -> None:
         self.config = config or SimConfig()
@@ -207,6 +242,9 @@ class SimFleet:
             repo = repo.with_tag_age(TARGET_TAG, 5.0)
         if self.faults.active("tag-unknown"):
             repo = repo.without_tag(TARGET_TAG)
+        names = tuple(self.config.hosts)
+        if not names or len(set(names)) != len(names) or any(n not in KNOWN_HOSTS for n in names):
+            raise ValueError(f"SimConfig.hosts must name distinct hosts of {KNOWN_HOSTS}, not {names!r}")
         env = gpu02_env_map(rng, self.faults)
         deploy_env = {k: v for k, v in env.items() if k != "GLM53_HICACHE_RAM_BUDGET"}
         epoch = self.config.start_time or datetime.now(UTC).replace(microsecond=0)
@@ -217,34 +255,66 @@ class SimFleet:
             for p in (calls_sink, timeline_sink):
                 p.write_text("")
         self.recorder = CallRecorder(lambda: self.host.now(), sink=calls_sink)
-        self.host = SimHost(
-            clock=self.clock,
-            repo=repo,
-            faults=self.faults,
-            deploy_env=deploy_env,
-            epoch=epoch,
-            rng=random.Random(rng.random()),
-            cold_start_s=self.config.cold_start_s,
-            available_ram_gib=self.config.available_ram_gib,
-            restart_delay_s=self.config.restart_delay_s,
-            discovery_cycle_s=self.config.discovery_cycle_s,
-            recorder=self.recorder,
-            timeline_sink=timeline_sink,
-            fresh=self.config.fresh_host,
-        )
+        common: dict[str, Any] = {
+            "clock": self.clock,
+            "repo": repo,
+            "epoch": epoch,
+            "cold_start_s": self.config.cold_start_s,
+            "available_ram_gib": self.config.available_ram_gib,
+            "restart_delay_s": self.config.restart_delay_s,
+            "discovery_cycle_s": self.config.discovery_cycle_s,
+            "recorder": self.recorder,
+            "fresh": self.config.fresh_host,
+        }
+        self.hosts: dict[str, SimHost] = {}
+        self._envs: dict[str, dict[str, str]] = {"gpu02": env}
+        if "gpu02" in names:  # drawn first, as when gpu02 was the only host
+            self.hosts["gpu02"] = SimHost(
+                **common,
+                faults=self.faults.for_host("gpu02", base=False),
+                deploy_env=deploy_env,
+                rng=random.Random(rng.random()),
+                timeline_sink=timeline_sink,
+                name="gpu02",
+                domain=LONG_DOMAIN,
+            )
+        base_rng = random.Random(rng.random()) if any(n != "gpu02" for n in names) else None
+        for name in names:
+            if name == "gpu02" or base_rng is None:
+                continue
+            self._envs[name] = base_env_map(name, base_rng)
+            self.hosts[name] = SimHost(
+                **common,
+                faults=self.faults.for_host(name, base=True),
+                deploy_env=self._envs[name],
+                rng=random.Random(base_rng.random()),
+                name=name,
+                domain=BASE_DOMAIN,
+            )
+        self.hosts = {n: self.hosts[n] for n in names}
+        self.host = self.hosts.get("gpu02") or self.hosts[names[0]]
         self.epoch = epoch
-        self._sockets = {name: _bind(reuse=False) for name in ("compose-manager", "dashboard", "inference", "github", *PEERS)}
-        self._relay_sockets = {p: _bind() for p in RELAY_PORTS}
+        self._sockets = {name: _bind(reuse=False) for name in ("dashboard", "github", *PEERS)}
+        self._host_sockets = {
+            n: {name: _bind(reuse=False) for name in ("compose-manager", "inference")} for n in names
+        }
+        self._relay_sockets = {n: {p: _bind() for p in RELAY_PORTS} for n in names}
         port = {name: s.getsockname()[1] for name, s in self._sockets.items()}
-        self.urls = FleetUrls(
-            compose_manager=f"http://{LOOPBACK}:{port['compose-manager']}",
-            dashboard=f"http://{LOOPBACK}:{port['dashboard']}",
-            peers={p: f"http://{LOOPBACK}:{port[p]}" for p in PEERS},
-            inference=f"http://{LOOPBACK}:{port['inference']}",
-            relay={p: f"http://{LOOPBACK}:{s.getsockname()[1]}" for p, s in self._relay_sockets.items()},
-            github=f"http://{LOOPBACK}:{port['github']}",
-        )
-        self.dashboard = DashboardState(self._instances(env, rng))
+
+        def urls(n: str) -> FleetUrls:
+            own = {name: s.getsockname()[1] for name, s in self._host_sockets[n].items()}
+            return FleetUrls(
+                compose_manager=f"http://{LOOPBACK}:{own['compose-manager']}",
+                dashboard=f"http://{LOOPBACK}:{port['dashboard']}",
+                peers={p: f"http://{LOOPBACK}:{port[p]}" for p in PEERS},
+                inference=f"http://{LOOPBACK}:{own['inference']}",
+                relay={p: f"http://{LOOPBACK}:{s.getsockname()[1]}" for p, s in self._relay_sockets[n].items()},
+                github=f"http://{LOOPBACK}:{port['github']}",
+            )
+
+        self.host_urls: dict[str, FleetUrls] = {n: urls(n) for n in names}
+        self.urls = self.host_urls[self.host.name]
+        self.dashboard = DashboardState(self._instances(rng))
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = threading.Event()
@@ -264,17 +334,23 @@ class SimFleet:
 
     @property
     def dashboard_env(self) -> dict[str, str]:
-        """gpu02's env map as the dashboard serves it now."""
-        return self.dashboard.env_vars("gpu02")
+        """`fleet.host`'s env map (gpu02's when simulated) as the dashboard serves it now."""
+        return self.dashboard.env_vars(self.host.name)
 
-    def set_env_var(self, key: str, value: str | None) -> None:
-        """Change gpu02's env map on the dashboard (as `PUT /api/instances/{id}/env` would)."""
-        env = self.dashboard_env
+    def host_env(self, name: str) -> dict[str, str]:
+        """Host `name`'s env map as the dashboard serves it now."""
+        return self.dashboard.env_vars(name)
+
+    def set_env_var(self, key: str, value: str | None, *, host: str | None = None) -> None:
+        """Change a host's env map on the dashboard (as `PUT /api/instances/{id}/env` would);
+        default `fleet.host`."""
+        name = host or self.host.name
+        env = self.host_env(name)
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
-        self.dashboard.replace_env("inst-gpu02", env)
+        self.dashboard.replace_env(f"inst-{name}", env)
 
     def now(self) -> float:
         """Simulation seconds since the fleet started."""
@@ -287,31 +363,59 @@ class SimFleet:
         no_call_after: float | None = None,
         dashboard_env: Mapping[str, str] | None = None,
     ) -> list[str]:
-        return check_invariants(
-            self.calls,
-            dashboard_env=dashboard_env or self.dashboard_env,
-            timeline=self.timeline,
-            allow_outage=allow_outage,
-            no_call_after=no_call_after,
-        )
+        """Every host's rules (`invariants.check_invariants` on that host's calls, its env map and,
+        for gpu02, its replica timeline; `dashboard_env` overrides `fleet.host`'s env map), then
+        the base tier's (`invariants.check_base_tier`). With several hosts, a base host's
+        findings are prefixed with `[gpuNN] `. `allow_outage` disables both the replica-slot and
+        the base-capacity rule."""
+        calls = self.calls
+        out: list[str] = []
+        for name, host in self.hosts.items():
+            mine = [c for c in calls if c.host == name or (not c.host and host is self.host)]
+            env = dashboard_env if dashboard_env is not None and host is self.host else self.host_env(name)
+            found = check_invariants(
+                mine,
+                dashboard_env=env,
+                timeline=None if host.base else host.timeline,
+                allow_outage=allow_outage,
+                no_call_after=no_call_after,
+            )
+            out += [f"[{name}] {f}" for f in found] if host.base else found
+        base = {n: h for n, h in self.hosts.items() if h.base}
+        if base:
+            for h in base.values():
+                h.sync()
+            out += check_base_tier(
+                {n: list(h.domain_serving) for n, h in base.items()},
+                {n: list(h.stops_while_registered) for n, h in base.items()},
+                allow_outage=allow_outage,
+            )
+        return out
 
     # ---------------------------------------------------------------- files for the orchestrator
     def inventory_yaml(self) -> str:
-        relay_ports = {p: int(u.rsplit(":", 1)[1]) for p, u in self.urls.relay.items()}
+        """The orchestrator's inventory: the dashboard, both peers, and every simulated host."""
         return (
             f"dashboard_url: {self.urls.dashboard}\n"
             "model_proxy_peers:\n" + "".join(f"  {name}: {url}\n" for name, url in self.urls.peers.items()) + "hosts:\n"
-            "  gpu02:\n"
-            f"    compose_manager_url: {self.urls.compose_manager}\n"
-            "    instance_name: gpu02\n"
-            f"    model_proxy_address: {HOST_IP}:{MODEL_PROXY_PORT}\n"
-            f"    inference_endpoint: {self.urls.inference}\n"
+            + "".join(self._inventory_entry(name) for name in self.hosts)
+        )
+
+    def _inventory_entry(self, name: str) -> str:
+        urls, host = self.host_urls[name], self.hosts[name]
+        relay_ports = {p: int(u.rsplit(":", 1)[1]) for p, u in urls.relay.items()}
+        return (
+            f"  {name}:\n"
+            f"    compose_manager_url: {urls.compose_manager}\n"
+            f"    instance_name: {name}\n"
+            f"    model_proxy_address: {host.host_ip}:{MODEL_PROXY_PORT}\n"
+            f"    inference_endpoint: {urls.inference}\n"
             f"    soak_relay_base_url: http://{LOOPBACK}\n"
             f"    soak_relay_port_map: {{8008: {relay_ports[8008]}, 8009: {relay_ports[8009]}}}\n"
             f"    available_ram_gib: {self.config.available_ram_gib:g}\n"
-            '    available_ram_source: "simulated gpu02 (MemAvailable at boot)"\n'
+            f'    available_ram_source: "simulated {name} (MemAvailable at boot)"\n'
             "    gpus: 8\n"
-            f"    github_repo: {self.host.repo.name}\n"
+            f"    github_repo: {host.repo.name}\n"
         )
 
     def write_inventory(self, path: Path | str) -> Path:
@@ -359,7 +463,7 @@ class SimFleet:
 
     def stop(self, timeout: float = 15.0) -> None:
         if self._thread is None:
-            for sock in [*self._sockets.values(), *self._relay_sockets.values()]:
+            for sock in self._all_sockets():
                 sock.close()  # never started
             return
         if self._loop is not None and self._stop_requested is not None:
@@ -370,6 +474,13 @@ class SimFleet:
             self._tmp.cleanup()
             self._tmp = None
 
+    def _all_sockets(self) -> list[socket.socket]:
+        return [
+            *self._sockets.values(),
+            *(s for socks in self._host_sockets.values() for s in socks.values()),
+            *(s for socks in self._relay_sockets.values() for s in socks.values()),
+        ]
+
     def _thread_main(self) -> None:
         try:
             asyncio.run(self._main())
@@ -378,35 +489,49 @@ class SimFleet:
             self._started.set()
 
     def _apps(self) -> dict[str, ASGIApp]:
+        """The shared apps by server name."""
         rec = self.recorder
+        hosts = list(self.hosts.values())
         apps: dict[str, ASGIApp] = {
-            "compose-manager": build_compose_manager_app(self.host, self.tokens.compose_manager, self.faults, rec),
             "dashboard": build_dashboard_app(self.dashboard, self.tokens.dashboard),
-            "inference": build_inference_app(self.host, self.tokens.inference, rec),
             "github": build_github_app(self.host.repo, self.epoch, self.faults),
         }
         for peer in PEERS:
-            apps[peer] = build_model_proxy_app(self.host, peer, self.tokens.model_proxy, self.faults)
+            apps[peer] = build_model_proxy_app(hosts, peer, self.tokens.model_proxy, self.faults)
         return {name: RecordingMiddleware(app, rec, name) for name, app in apps.items()}
+
+    def _host_apps(self, host: SimHost) -> dict[str, ASGIApp]:
+        """One host's own apps by server name (their calls carry the host's name)."""
+        rec = self.recorder
+        apps: dict[str, ASGIApp] = {
+            "compose-manager": build_compose_manager_app(host, self.tokens.compose_manager, host.faults, rec),
+            "inference": build_inference_app(host, self.tokens.inference, rec),
+        }
+        return {name: RecordingMiddleware(app, rec, name, host.name) for name, app in apps.items()}
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
         apps = self._apps()
-        listeners = {name: _Listener(apps[name], sock) for name, sock in self._sockets.items()}
-        relays = {
-            port: _Listener(
-                RecordingMiddleware(build_relay_app(self.host, port, self.recorder), self.recorder, f"relay:{port}"),
-                sock,
-            )
-            for port, sock in self._relay_sockets.items()
-        }
-        for listener in listeners.values():
+        listeners = [_Listener(apps[name], sock) for name, sock in self._sockets.items()]
+        relays: dict[str, dict[int, _Listener]] = {}
+        for n, host in self.hosts.items():
+            own = self._host_apps(host)
+            listeners += [_Listener(own[name], sock) for name, sock in self._host_sockets[n].items()]
+            relays[n] = {
+                port: _Listener(
+                    RecordingMiddleware(build_relay_app(host, port, self.recorder), self.recorder, f"relay:{port}", n),
+                    sock,
+                )
+                for port, sock in self._relay_sockets[n].items()
+            }
+        for listener in listeners:
             listener.start()
         self._sync_relays(relays)
-        for relay in relays.values():
-            relay.release_unused_socket()
-        every = [*listeners.values(), *(r for r in relays.values() if r.open)]
+        for per_host in relays.values():
+            for relay in per_host.values():
+                relay.release_unused_socket()
+        every = [*listeners, *(r for per_host in relays.values() for r in per_host.values() if r.open)]
         while not all(lst.server is not None and lst.server.started for lst in every):
             if any(lst.task is not None and lst.task.done() for lst in every):
                 raise RuntimeError("a simulator server failed to start")
@@ -414,25 +539,31 @@ class SimFleet:
         self._started.set()
         try:
             while not self._stop_requested.is_set():
-                self.host.sync()
+                for host in self.hosts.values():
+                    host.sync()
                 self._sync_relays(relays)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop_requested.wait(), TICK_S)
         finally:
             await asyncio.gather(
-                *(lst.stop() for lst in [*listeners.values(), *relays.values()]), return_exceptions=True
+                *(lst.stop() for lst in [*listeners, *(r for per_host in relays.values() for r in per_host.values())]),
+                return_exceptions=True,
             )
 
-    def _sync_relays(self, relays: dict[int, _Listener]) -> None:
-        listening = self.host.relay_listening()
-        for relay in relays.values():
-            if listening and not relay.open:
-                relay.start()
-            elif not listening and relay.open:
-                asyncio.ensure_future(relay.stop())
+    def _sync_relays(self, relays: dict[str, dict[int, _Listener]]) -> None:
+        for n, per_host in relays.items():
+            listening = self.hosts[n].relay_listening()
+            for relay in per_host.values():
+                if listening and not relay.open:
+                    relay.start()
+                elif not listening and relay.open:
+                    asyncio.ensure_future(relay.stop())
 
     # ---------------------------------------------------------------- dashboard content
-    def _instances(self, gpu02_env: dict[str, str], rng: random.Random) -> list[dict[str, Any]]:
+    def _instances(self, rng: random.Random) -> list[dict[str, Any]]:
+        """Every simulated host (its compose-manager URL, its env map), gpu02 always (as an
+        instance elsewhere when not simulated), then gpu13 and gpu03 unless simulated."""
+
         def other(name: str, ip: str, extra: dict[str, str]) -> dict[str, Any]:
             return {
                 "id": f"inst-{name}",
@@ -454,15 +585,19 @@ class SimFleet:
                 },
             }
 
-        return [
-            {
-                "id": "inst-gpu02",
-                "name": "gpu02",
-                "url": self.urls.compose_manager,
+        def simulated(name: str) -> dict[str, Any]:
+            return {
+                "id": f"inst-{name}",
+                "name": name,
+                "url": self.host_urls[name].compose_manager if name in self.hosts else f"http://{LOOPBACK}:9",
                 "bearer_token": "***",
                 "github_repo": "nearai/cvm-compose-files",
-                "env_vars": gpu02_env,
-            },
-            other("gpu13", "203.0.113.13", {"LONG_TIER_ONLY": "false", "GLM53_HICACHE_RAM_BUDGET": "20%"}),
-            other("gpu03", "203.0.113.3", {}),
-        ]
+                "env_vars": self._envs[name],
+            }
+
+        out = [simulated("gpu02")]
+        out.append(other("gpu13", "203.0.113.13", {"LONG_TIER_ONLY": "false", "GLM53_HICACHE_RAM_BUDGET": "20%"}))
+        if "gpu03" not in self.hosts:
+            out.append(other("gpu03", "203.0.113.3", {}))
+        out += [simulated(n) for n in self.hosts if n != "gpu02"]
+        return out

@@ -1,4 +1,4 @@
-"""The simulated gpu02: its containers, engines, docker compose and registrar, as a discrete-event
+"""A simulated host (gpu02, or a base-tier host gpu03/gpu04/gpu23): its containers, engines, docker compose and registrar, as a discrete-event
 simulation on the simulator's clock.
 
 Everything that happens is an event at an exact simulation time (the sim clock's `monotonic()`
@@ -23,12 +23,12 @@ from typing import Any
 from orchestrator.clock import Clock
 from orchestrator_sim import sglang_log
 from orchestrator_sim.compose_ops import IMAGE, ComposeOperations, Operation, OrphanRemoval, WorkCopy
-from orchestrator_sim.compose_repo import REGISTRAR_SERVICE, SimRepository, load_compose
-from orchestrator_sim.containers import Container
+from orchestrator_sim.compose_repo import BASE_TARGET_FILE, REGISTRAR_SERVICE, TARGET_FILE, SimRepository, load_compose
+from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, Container
 from orchestrator_sim.engine_cache import PrefixCache
 from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.hicache_budget import GIB, resolve_budget
-from orchestrator_sim.host_core import DOWNLOADER_RUN_S, NOISE_INTERVAL_S
+from orchestrator_sim.host_core import DOWNLOADER_RUN_S, NOISE_INTERVAL_S, REGISTER_LOOP_S
 from orchestrator_sim.recording import CallRecorder
 from orchestrator_sim.serving import ServingPaths
 from orchestrator_sim.timeline import SLOTS, ServingTimeline
@@ -55,12 +55,31 @@ class SimHost(ComposeOperations, ServingPaths):
         recorder: CallRecorder | None = None,
         timeline_sink: Path | None = None,
         fresh: bool = False,
+        name: str = "gpu02",
+        domain: str = LONG_DOMAIN,
     ) -> None:
         """`fresh`: a host where nothing was ever deployed (only compose-manager's start in the
-        action log), as the recorded 8e07c35 exchanges begin; default: the canary deployed."""
+        action log), as the recorded 8e07c35 exchanges begin; default: the canary deployed
+        (gpu02) or, for a host of the base `domain`, the canonical FP8 file at
+        BASE_PREVIOUS_TAG (the repository's `base_initial_deployment`).
+
+        `domain` decides the host's role: gpu02 serves the long domain (its registrar is listed
+        a discovery cycle after it starts, as before); a base-domain host's registrar, drain and
+        downloader are simulated step by step (host_core.py) and its rollout file is the
+        W4AFP8 base-tier file."""
         self._lock = RLock()
         self.clock = clock
-        self.repo = repo
+        self.name = name
+        self.domain = domain
+        self.base = domain == BASE_DOMAIN
+        self.target_file = BASE_TARGET_FILE if self.base else TARGET_FILE
+        self.host_ip = deploy_env.get("HOST_IP", HOST_IP)
+        self._registered = False
+        self._unregistered_at = None
+        self.stops_while_registered = []
+        self._spent_faults = set()
+        self._removed_logs = {}
+        self.repo = repo.for_base_host() if self.base else repo
         self.faults = faults
         self.epoch = epoch
         self.rng = rng
@@ -86,6 +105,7 @@ class SimHost(ComposeOperations, ServingPaths):
         else:
             self._build_initial_state(deploy_env)
         self.timeline = ServingTimeline({slot: self._slot_state(slot) for slot in SLOTS}, sink=timeline_sink)
+        self.domain_serving = [(0.0, self._domain_serving_now())]
 
     def _started_entry(self, at: float) -> dict[str, Any]:
         return {"timestamp": self.stamp(at), "action": "compose_manager_started", "container": "compose-manager", "image": IMAGE}
@@ -113,7 +133,16 @@ class SimHost(ComposeOperations, ServingPaths):
                     self._initial_engine_log(c, t0 + 30.0)
                 else:
                     c.log += self._service_start_lines(c, t0 + 5.0)
-                    if c.service == REGISTRAR_SERVICE:
+                    if c.service == REGISTRAR_SERVICE and self.base:  # registered long ago
+                        ip = c.env.get("HOST_IP", self.host_ip)
+                        c.log += [
+                            "Model ready, starting registration loop",
+                            f"Registering endpoint {ip}:8000 with routing port 8444",
+                            f"[GLM-5.3-Flash-SGL-TP4] Registered z-ai/glm-5.3-flash (2x TP4/EP4) at {ip}:8000",
+                        ]
+                        self._registered = True
+                        self._schedule(self.rng.uniform(1.0, REGISTER_LOOP_S), self._registrar_tick, c, c.run, 0, True)
+                    elif c.service == REGISTRAR_SERVICE:
                         c.log += self._registrar_lines(c)
             entry = self._action_entry(
                 action.action, tag=cf.tag, commit=cf.commit, file=cf.path, sha256=cf.sha256,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import math
 import random
 import re
 from collections.abc import Callable
@@ -16,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.clock import Clock
 from orchestrator_sim import docker_format, sglang_log
 from orchestrator_sim.compose_repo import (
+    DOWNLOADER_SERVICE,
     NGINX_SERVICE,
     PROXY_SERVICE,
     REGISTRAR_SERVICE,
     RELAY_SERVICE,
-    TARGET_FILE,
     ComposeFile,
     ServiceDef,
     SimRepository,
@@ -51,6 +52,22 @@ PERCEPTION_RUN_S = 120.0
 NOISE_INTERVAL_S = 120.0
 REGISTRAR_HEALTH_START_S = 30.0
 LOG_CAP = 20_000
+# A base host's registrar (its script in the canonical/W4AFP8 files): readiness probe every 30 s,
+# at most 30 tries; then a registration loop every 60 s that gives up after 3 failed checks.
+READY_PROBE_S = 30.0
+READY_ATTEMPTS = 30
+REGISTER_LOOP_S = 60.0
+REGISTER_MAX_RETRIES = 3
+UNREGISTER_S = 0.3  # the trap's curl to model-proxy's /unregister/endpoint
+# A base host's downloader: the three `hf download` runs (snapshots already cached: verification)
+BASE_DOWNLOAD_STEPS_S = (70.0, 15.0, 150.0)
+# sglang:num_running_reqs on a base engine: LOAD_MIN..LOAD_MAX while the host is registered, then
+# an exponential decay (time constant DRAIN_TAU_S); r1 keeps one pinned HTTP/2 request for
+# DRAIN_TRICKLE_S. The drain-stuck fault holds it at DRAIN_STUCK_REQS.
+LOAD_MIN, LOAD_MAX = 5, 20
+DRAIN_TAU_S = 25.0
+DRAIN_TRICKLE_S = 300.0
+DRAIN_STUCK_REQS = 6
 
 
 class HostCore:
@@ -68,6 +85,17 @@ class HostCore:
     discovery_cycle_s: float
     recorder: CallRecorder | None
     timeline: ServingTimeline
+    name: str  # gpu02, gpu03, ...
+    domain: str  # the model-proxy domain its registrar registers under
+    base: bool  # a base-tier host: its registrar and downloader are simulated step by step
+    target_file: str  # the rollout's new file on this host (engine faults hit its engines)
+    host_ip: str
+    _registered: bool  # base host: listed by model-proxy (the registrar registered, not unregistered)
+    _unregistered_at: float | None
+    domain_serving: list[tuple[float, bool]]  # base host: (t, registered and serving) transitions
+    stops_while_registered: list[tuple[float, str]]  # base host: engines stopped while registered
+    _spent_faults: set[tuple[str, str]]
+    _removed_logs: dict[str, list[str]]
     _now: float
     _events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]]
     _containers: dict[str, Container]
@@ -104,7 +132,57 @@ class HostCore:
             t, _, fn, args = heapq.heappop(self._events)
             self._now = max(self._now, t)
             fn(*args)
+            self._note_domain_serving()
         self._now = max(self._now, until)
+
+    # -- a base host's place in its domain ------------------------------------------------
+    def _domain_serving_now(self) -> bool:
+        """Registered AND the pooled endpoint answers (nginx, proxy-glm53, a ready engine), and
+        not marked unhealthy by the `host-unhealthy` fault."""
+        return self._registered and self._serving_path_ok() and not self.faults.active("host-unhealthy")
+
+    def _note_domain_serving(self) -> None:
+        if not self.base or not hasattr(self, "domain_serving"):
+            return
+        serving = self._domain_serving_now()
+        if self.domain_serving[-1][1] != serving:
+            self.domain_serving.append((self._now, serving))
+
+    def _serving_path_ok(self) -> bool:
+        nginx = self._containers.get(NGINX_SERVICE)
+        proxy = self._containers.get(PROXY_SERVICE)
+        if not (nginx and nginx.up and proxy and proxy.up):
+            return False
+        return any((e := self._containers.get(name)) is not None and e.ready for name in proxy.proxy_pool)
+
+    def _set_registered(self, registered: bool) -> None:
+        if registered == self._registered:
+            return
+        self._registered = registered
+        self._unregistered_at = None if registered else self._now
+        self._note_domain_serving()
+
+    def running_requests(self, c: Container) -> int:
+        """The engine's sglang:num_running_reqs. gpu02: 0 (never simulated). A base host: 5-20
+        while registered and the engine is in proxy-glm53's pool; after the unregister the
+        load decays to 0 within ~2 minutes, r1 keeping 1 pinned request for 5 minutes."""
+        if not self.base or c.engine is None or not c.ready:
+            return 0
+        proxy = self._containers.get(PROXY_SERVICE)
+        if proxy is None or c.name not in proxy.proxy_pool:
+            return 0
+        if self._registered:
+            bucket = int(self._now // 15)  # a new value every scrape interval
+            h = int(hashlib.sha256(f"{c.name}:{bucket}".encode()).hexdigest()[:8], 16)
+            return LOAD_MIN + h % (LOAD_MAX - LOAD_MIN + 1)
+        if self._unregistered_at is None:
+            return 0
+        if self.faults.active("drain-stuck"):
+            return DRAIN_STUCK_REQS
+        dt = self._now - self._unregistered_at
+        decayed = int(12 * math.exp(-dt / DRAIN_TAU_S))
+        trickle = 1 if c.slot == "r1" and dt < DRAIN_TRICKLE_S else 0
+        return max(decayed, trickle)
 
     def _schedule(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
         heapq.heappush(self._events, (self._now + max(0.0, delay), next(self._seq), fn, args))
@@ -152,9 +230,15 @@ class HostCore:
             kind=kind,
             has_healthcheck=sd.has_healthcheck,
             gpus=sd.device_ids,
+            ports=sd.ports,
         )
         if kind == "engine":
-            fault = self.faults.engine_fault(sd.slot) if cf.path == TARGET_FILE else None
+            fault = self.faults.engine_fault(sd.slot) if cf.path == self.target_file else None
+            if fault == "dist-store-error":  # only the first container of that service fails
+                if (fault, sd.name) in self._spent_faults:
+                    fault = None
+                else:
+                    self._spent_faults.add((fault, sd.name))
             c.engine = EngineRun(slot=sd.slot, hicache=sd.is_hicache, fault=fault)
             if fault == "labels-wrong":
                 c.labels = stale_config_variant(c.labels)
@@ -205,7 +289,9 @@ class HostCore:
             self._oneshot_start(c, run)
         else:
             self._append(c, self._service_start_lines(c, self._now))
-            if c.service == REGISTRAR_SERVICE:
+            if c.service == REGISTRAR_SERVICE and self.base:
+                self._schedule(0.0, self._registrar_probe, c, run, 0)
+            elif c.service == REGISTRAR_SERVICE:
                 self._schedule(self.discovery_cycle_s, self._registrar_registered, c, run)
 
     def _exit(self, c: Container, code: int) -> None:
@@ -245,6 +331,12 @@ class HostCore:
             return 0.0, c.exit_code
         c.stopping = True
         c.run += 1  # pending startup/noise events are void
+        if c.engine is not None and self.base and self._registered:
+            self.stops_while_registered.append((self._now, c.name))
+        if c.service == REGISTRAR_SERVICE and self.base:  # its trap: unregister, then exit 0
+            ip = c.env.get("HOST_IP", self.host_ip)
+            self._append(c, [f"SIGTERM received, unregistering {ip}:8000", f"Unregistering endpoint {ip}:8000"])
+            self._schedule(UNREGISTER_S, self._set_registered, False)
         if c.engine is not None:
             was_ready = c.ready
             c.engine.ready = False
@@ -260,6 +352,7 @@ class HostCore:
 
     def _remove(self, c: Container) -> None:
         self._containers.pop(c.name, None)
+        self._removed_logs[c.name] = c.log  # docker forgets it; tests may still read it
         c.run += 1
         c.state = "removed"
 
@@ -269,6 +362,11 @@ class HostCore:
         step, frac = sglang_log.MILESTONES[index]
         ts = self.wall()
         fault = c.engine.fault
+        if step == "dist" and fault == "dist-store-error":  # the ranks hang: no exit, no more lines
+            dist = re.search(r"--dist-init-addr\s+(\S+)", c.command)
+            self._append(c, sglang_log.dist_lines(ts, self.rng)[:4])
+            self._append(c, sglang_log.dist_store_error_lines(ts, dist.group(1) if dist else ""))
+            return
         if step == "dist" and fault == "restart-loop":
             self._append(c, sglang_log.dist_lines(ts, self.rng)[:4] + sglang_log.nccl_error_lines(ts))
             self._exit(c, 1)
@@ -365,11 +463,13 @@ class HostCore:
         ]
 
     def _oneshot_start(self, c: Container, run: int) -> None:
-        if c.service == "model-downloader":
+        if c.service == DOWNLOADER_SERVICE and self.base:
+            self._downloader_step(c, run, 0)
+        elif c.service == DOWNLOADER_SERVICE:
             self._append(c, self._downloader_lines(self._now))
             self._schedule(DOWNLOADER_RUN_S, self._oneshot_exit, c, run, 0)
         elif c.service == "glm53-perception-check":
-            both = all(self._slot_state(s)[0] for s in SLOTS) and not self.faults.active("perception-fails")
+            both = self._perception_targets_ready(c) and not self.faults.active("perception-fails")
             self._append(c, [json.dumps({"event": "disk", "free_bytes": 412316860416})])
             self._schedule(PERCEPTION_RUN_S, self._perception_done, c, run, both)
         elif c.service == "hf-cleanup":
@@ -381,6 +481,91 @@ class HostCore:
                 self._schedule(3.0, self._oneshot_exit, c, run, 0)
         else:
             self._schedule(5.0, self._oneshot_exit, c, run, 0)
+
+    def _downloader_step(self, c: Container, run: int, step: int) -> None:
+        """A base host's downloader, one `hf download` at a time (`set -e`: the first failure
+        ends the script with its exit code)."""
+        if c.run != run or c.state != "running":
+            return
+        lines = self._downloader_lines(self._now)
+        # chunk k: what the script has printed when its k-th `hf download` starts (or ends)
+        cuts = [0] + [i + 1 for i, line in enumerate(lines) if line.startswith("Downloading ")] + [len(lines)]
+        if step == 1 and self.faults.active("downloader-fails"):
+            self._append(c, [
+                "huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: "
+                "https://huggingface.co/api/models/zai-org/GLM-5.3-Flash/revision/84c6a6aa9497188e15a635ba793b0f95a79b1033",
+                "Invalid credentials in Authorization header",
+            ])
+            self._oneshot_exit(c, run, 1)
+            return
+        self._append(c, lines[cuts[step] : cuts[step + 1]])
+        if step + 2 == len(cuts):
+            self._oneshot_exit(c, run, 0)
+            return
+        self._schedule(BASE_DOWNLOAD_STEPS_S[step], self._downloader_step, c, run, step + 1)
+
+    def _perception_targets_ready(self, c: Container) -> bool:
+        """Both replicas the check probes are ready: the engine names come from its command
+        (`http://<prefix>r{replica}:8000`, or the canary's `(1, "<name>"), (2, "<name>")` pairs),
+        else (not found) both slots."""
+        m = re.search(r"http://([A-Za-z0-9_.-]+)r\{replica\}:8000", c.command)
+        names = [f"{m.group(1)}r{i}" for i in (1, 2)] if m else re.findall(r'\(\d, "([A-Za-z0-9_.-]+)"\)', c.command)
+        if not names:
+            return all(self._slot_state(s)[0] for s in SLOTS)
+        return all((e := self._containers.get(name)) is not None and e.ready for name in names)
+
+    # -- a base host's registrar (the canonical file's register.sh, step by step)
+    def _registrar_probe(self, c: Container, run: int, attempt: int) -> None:
+        """`until curl READY_URL`: every 30 s, at most 30 tries, then the loop anyway."""
+        if c.run != run or not c.up:
+            return
+        if self._registrar_check_ok():
+            self._append(c, ["Model ready, starting registration loop"])
+            self._schedule(2.0, self._registrar_tick, c, run, 0, False)
+            return
+        attempt += 1
+        ready_url = f"http://{c.env.get('HOST_IP', self.host_ip)}:8000/v1/models"
+        if attempt >= READY_ATTEMPTS:
+            self._append(c, [
+                f"WARN: model not reachable at {ready_url} after {attempt} attempts (~20m); "
+                "entering registration loop anyway",
+                "Model ready, starting registration loop",
+            ])
+            self._schedule(0.0, self._registrar_tick, c, run, 0, False)
+            return
+        self._append(c, [f"Model not ready yet (attempt {attempt}/{READY_ATTEMPTS}), retrying in 30s..."])
+        self._schedule(READY_PROBE_S, self._registrar_probe, c, run, attempt)
+
+    def _registrar_check_ok(self) -> bool:
+        """The registrar's probes through the host's :8000 (nginx -> proxy-glm53 -> an engine);
+        the `no-rejoin` fault makes every probe fail."""
+        return self._serving_path_ok() and not self.faults.active("no-rejoin")
+
+    def _registrar_tick(self, c: Container, run: int, failures: int, registered: bool) -> None:
+        """One turn of the registration loop (`registered` is the script's REGISTERED)."""
+        if c.run != run or not c.up:
+            return
+        ip = c.env.get("HOST_IP", self.host_ip)
+        if self._registrar_check_ok():
+            lines = [f"Registering endpoint {ip}:8000 with routing port {MODEL_PROXY_PORT}"]
+            if not registered:
+                lines.append(f"[GLM-5.3-Flash-SGL-TP4] Registered {SERVED_MODEL} (2x TP4/EP4) at {ip}:8000")
+            self._append(c, lines)
+            self._set_registered(True)
+            failures, registered = 0, True
+        else:
+            failures += 1
+            self._append(c, [f"[GLM-5.3-Flash-SGL-TP4] Health check failed ({failures}/{REGISTER_MAX_RETRIES})"])
+            if registered and failures >= REGISTER_MAX_RETRIES:
+                self._append(c, [
+                    f"[GLM-5.3-Flash-SGL-TP4] Retry limit reached, unregistering {ip}:8000",
+                    f"Unregistering endpoint {ip}:8000",
+                    "[GLM-5.3-Flash-SGL-TP4] Exiting to refresh DNS (container will auto-restart)",
+                ])
+                self._set_registered(False)
+                self._exit(c, 1)
+                return
+        self._schedule(REGISTER_LOOP_S, self._registrar_tick, c, run, failures, registered)
 
     def _perception_done(self, c: Container, run: int, ok: bool) -> None:
         if c.run != run:
@@ -406,6 +591,8 @@ class HostCore:
                 f"{ts} [notice] 1#1: nginx/1.27.3",
                 f"{ts} [notice] 1#1: start worker processes",
             ]
+        if c.service == REGISTRAR_SERVICE and self.base:  # the legacy :8001 cleanup comes first
+            return [f"Unregistering endpoint {ip}:8001", f"Waiting for model to be ready (probing http://{ip}:8000/v1/models)..."]
         if c.service == REGISTRAR_SERVICE:
             return [f"Waiting for model to be ready (probing http://{ip}:8000/v1/models)..."]
         if c.service == PROXY_SERVICE:
@@ -505,6 +692,14 @@ class HostCore:
             c = self._containers.get(name)
             return list(c.log) if c else []
 
+    def last_log(self, name: str) -> list[str]:
+        """The log of container `name`, or of the last one removed under that name (for tests:
+        compose/logs no longer shows a removed container, e.g. the registrar after a drain)."""
+        with self._lock:
+            self.sync()
+            c = self._containers.get(name)
+            return list(c.log) if c else list(self._removed_logs.get(name, []))
+
     def booked_bytes(self) -> int:
         with self._lock:
             self.sync()
@@ -527,8 +722,8 @@ class HostCore:
     def _ps_fields(self, c: Container) -> dict[str, object]:
         ports = ""
         if c.state == "running":
-            if c.service == NGINX_SERVICE:
-                ports = "0.0.0.0:8000->8000/tcp, 0.0.0.0:8001->8001/tcp, 0.0.0.0:8444->443/tcp"
+            if c.service == NGINX_SERVICE:  # the ports its file publishes (gpu02's also 8001)
+                ports = ", ".join(f"0.0.0.0:{h}->{p}/tcp" for h, p in sorted(c.ports))
             elif c.service == RELAY_SERVICE:
                 ports = "0.0.0.0:8008-8009->8008-8009/tcp"
             elif c.engine is not None or c.service == PROXY_SERVICE:

@@ -167,3 +167,62 @@ def check_invariants(
     if no_call_after is not None:
         out.extend(_late_calls(calls, no_call_after))
     return out
+
+
+def check_base_tier(
+    serving: Mapping[str, Sequence[tuple[float, bool]]],
+    stops_while_registered: Mapping[str, Sequence[tuple[float, str]]],
+    *,
+    allow_outage: bool = False,
+) -> list[str]:
+    """The base tier's rules, across its hosts (gpu03, gpu04, gpu23 as simulated):
+
+    - drain before stop: no engine of a base host is stopped (down, recreate or orphan removal)
+      while model-proxy still lists that host in its domain (`stops_while_registered`, per host:
+      (time, engine));
+    - capacity (unless `allow_outage`): at every moment at least n-1 of the n base hosts serve
+      the base domain, i.e. are registered AND have a ready engine behind nginx and proxy-glm53
+      (`serving`, per host: (time, serving) transitions, the first at t=0). The hosts move one
+      at a time: a host that is out leaves the others to carry the whole domain. If fewer
+      served at t=0 (a fault, e.g. `host-unhealthy` on every base host), the floor is that
+      starting count: the run must not make it worse, but is not blamed for the start.
+    """
+    out: list[str] = []
+    for host, stops in stops_while_registered.items():
+        for at, engine in stops:
+            out.append(
+                f"[{host}] the engine {engine} was stopped at t={at:.0f}s while {host} was still registered "
+                "in its domain (drain before stop)"
+            )
+    n = len(serving)
+    if allow_outage or n < 2:
+        return out
+    events = sorted((at, host, up) for host, changes in serving.items() for at, up in changes)
+    at_start = sum(1 for changes in serving.values() if changes and changes[0][1])
+    floor = min(n - 1, at_start)
+    state: dict[str, bool] = {}
+    short_since: float | None = None
+    fewest = n
+    i = 0
+    while i < len(events):
+        at = events[i][0]
+        while i < len(events) and events[i][0] == at:  # every change at this instant at once
+            state[events[i][1]] = events[i][2]
+            i += 1
+        count = sum(1 for host in serving if state.get(host, False))
+        if count < floor:
+            if short_since is None:
+                short_since, fewest = at, count
+            fewest = min(fewest, count)
+        elif short_since is not None:
+            out.append(
+                f"only {fewest} of {n} base hosts served the base domain from t={short_since:.0f}s to t={at:.0f}s "
+                f"(at least {floor} must)"
+            )
+            short_since = None
+    if short_since is not None:
+        out.append(
+            f"only {fewest} of {n} base hosts served the base domain from t={short_since:.0f}s to the end of the run "
+            f"(at least {floor} must)"
+        )
+    return out

@@ -36,6 +36,7 @@ class RecordedCall:
     query: dict[str, str] = field(default_factory=dict)
     effects: list[str] = field(default_factory=list)  # e.g. "orphan-removed:<container>"
     finished_at: float | None = None
+    host: str = ""  # the simulated host whose server took the call (gpu02, gpu03, ...); "" = shared
 
     # -- what the invariant checker asks of a call -------------------------------------------
     @property
@@ -73,11 +74,14 @@ class CallRecorder:
         self._calls: list[RecordedCall] = []
         self._sink = sink
 
-    def start(self, server: str, method: str, path: str, query: dict[str, str], body: Any) -> RecordedCall:
+    def start(
+        self, server: str, method: str, path: str, query: dict[str, str], body: Any, host: str = ""
+    ) -> RecordedCall:
         at = self._now()  # before taking our lock: the clock's owner may be calling update()
         with self._lock:
             call = RecordedCall(
-                seq=len(self._calls) + 1, at=at, server=server, method=method, path=path, body=body, query=query
+                seq=len(self._calls) + 1, at=at, server=server, method=method, path=path, body=body, query=query,
+                host=host,
             )
             self._calls.append(call)
             self._write(call)
@@ -127,12 +131,14 @@ def load_calls(path: Path) -> list[RecordedCall]:
 
 
 class RecordingMiddleware:
-    """Records every HTTP request an app receives (its body in full) and its response status."""
+    """Records every HTTP request an app receives (its body in full) and its response status.
+    `host`: the simulated host the app belongs to ("" for the fleet's shared systems)."""
 
-    def __init__(self, app: ASGIApp, recorder: CallRecorder, server: str) -> None:
+    def __init__(self, app: ASGIApp, recorder: CallRecorder, server: str, host: str = "") -> None:
         self.app = app
         self.recorder = recorder
         self.server = server
+        self.host = host
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -156,7 +162,7 @@ class RecordingMiddleware:
         from urllib.parse import parse_qsl
 
         query = dict(parse_qsl(scope.get("query_string", b"").decode()))
-        call = self.recorder.start(self.server, scope["method"], scope["path"], query, body)
+        call = self.recorder.start(self.server, scope["method"], scope["path"], query, body, self.host)
         scope.setdefault("state", {})["sim_call"] = call
         replayed = False
 

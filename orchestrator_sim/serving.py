@@ -9,8 +9,8 @@ import re
 from typing import Any
 
 from orchestrator_sim import sglang_log
-from orchestrator_sim.compose_repo import NGINX_SERVICE, PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
-from orchestrator_sim.containers import LONG_DOMAIN, SERVED_MODEL, Container
+from orchestrator_sim.compose_repo import PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
+from orchestrator_sim.containers import SERVED_MODEL, Container
 from orchestrator_sim.engine_cache import CacheLookup, chat_completion_body, completion_text, render_prompt, tokenize
 from orchestrator_sim.host_core import HostCore
 
@@ -30,16 +30,16 @@ class ServingPaths(HostCore):
 
     def serving_path_ok(self) -> bool:
         with self._lock:
-            nginx = self._containers.get(NGINX_SERVICE)
-            proxy = self._containers.get(PROXY_SERVICE)
-            if not (nginx and nginx.up and proxy and proxy.up):
-                return False
-            return any((e := self._containers.get(name)) is not None and e.ready for name in proxy.proxy_pool)
+            return self._serving_path_ok()
 
     def registration(self) -> tuple[bool, bool]:
-        """(listed under the long domain, healthy) as the registrar has left it."""
+        """(listed under the host's domain, healthy) as the registrar has left it. gpu02: listed a
+        discovery cycle after its registrar started. A base host: from the registrar's register
+        to its unregister (SIGTERM, retry limit); unhealthy under the `host-unhealthy` fault."""
         with self._lock:
             self.sync()
+            if self.base:
+                return self._registered, self._domain_serving_now()
             reg = self._containers.get(REGISTRAR_SERVICE)
             listed = bool(
                 reg and reg.up and reg.started_at is not None and self._now - reg.started_at >= self.discovery_cycle_s
@@ -96,7 +96,7 @@ class ServingPaths(HostCore):
         )
 
     def inference_chat(self, body: Any) -> tuple[int, dict[str, Any], str | None]:
-        """A completion through model-proxy and gpu02's proxy; returns (status, json, serving engine)."""
+        """A completion through model-proxy and the host's proxy; returns (status, json, serving engine)."""
         with self._lock:
             self.sync()
             listed, healthy = self.registration()
@@ -105,7 +105,7 @@ class ServingPaths(HostCore):
                     503,
                     {
                         "error": {
-                            "message": f"no healthy backend for {LONG_DOMAIN}",
+                            "message": f"no healthy backend for {self.domain}",
                             "type": "service_unavailable",
                             "code": 503,
                         }
@@ -248,7 +248,7 @@ class ServingPaths(HostCore):
                 k.host_hit_tokens,
             ),
             ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", round(rate, 4)),
-            ("sglang:num_running_reqs", "gauge", "The number of running requests.", 0),
+            ("sglang:num_running_reqs", "gauge", "The number of running requests.", self.running_requests(c)),
             ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", 0),
         ]
         out = []

@@ -212,6 +212,23 @@ def nccl_error_lines(ts: datetime) -> list[str]:
     ]
 
 
+def dist_store_error_lines(ts: datetime, dist_addr: str, rank: int = 2) -> list[str]:
+    """A rank whose TCPStore rendezvous at --dist-init-addr fails (the base doc's DistStoreError).
+    Unlike the NCCL error the process does not exit: the other ranks wait in the rendezvous."""
+    return _traceback(
+        ts,
+        rank,
+        [
+            '  File "/sgl-workspace/sglang/python/sglang/srt/distributed/parallel_state.py", line 1262, in init_distributed_environment',
+            "    torch.distributed.init_process_group(",
+            '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/rendezvous.py", line 189, in _create_c10d_store',
+            "    return TCPStore(",
+        ],
+        f"torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 3/4 clients "
+        f"joined. (store at tcp://{dist_addr or '127.0.0.1:29510'})",
+    )
+
+
 def budget_no_fit_lines(ts: datetime, replica_bytes: int, available_bytes: int, reserve_bytes: int) -> list[str]:
     return _traceback(
         ts,

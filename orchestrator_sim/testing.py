@@ -17,7 +17,15 @@ from typing import Any
 
 import httpx
 
-from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.compose_repo import (  # noqa: F401 - re-exported for tests
+    BASE_CANONICAL_FILE,
+    BASE_HOSTS,
+    BASE_PREVIOUS_TAG,
+    BASE_TARGET_FILE,
+    BASE_TARGET_TAG,
+)
+from orchestrator_sim.fleet import FleetUrls, SimFleet
+from orchestrator_sim.host import SimHost
 
 CANARY = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 TARGET = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
@@ -29,6 +37,12 @@ RELAY = "glm53-soak-relay"
 LONG = "glm-5-3-flash-long.completions.near.ai"
 BASE = "glm-5-3-flash.completions.near.ai"
 GPU02 = "203.0.113.2:8444"
+# The base tier's engines and the sidecars its switch recreates.
+FP8_R1, FP8_R2 = "model-sg-glm53-fp8-tp4-r1", "model-sg-glm53-fp8-tp4-r2"
+W4_R1, W4_R2 = "model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2"
+BASE_SIDECARS = ("proxy-glm53", "otelcol-contrib", "dcgm-glm53")
+REGISTRAR = "model-proxy-registrar"
+DOWNLOADER = "model-downloader"
 
 
 @dataclass
@@ -47,8 +61,28 @@ class Stream:
 
 @dataclass
 class SimDriver:
+    """Acts on one host of the fleet: `fleet.host` unless `host_name` is given (`sim.on("gpu03")`)."""
+
     fleet: SimFleet
     client: httpx.Client
+    host_name: str | None = None
+
+    def on(self, name: str) -> SimDriver:
+        """The same driver aimed at host `name` (its compose-manager, relay, env map)."""
+        return SimDriver(self.fleet, self.client, name)
+
+    @property
+    def host(self) -> SimHost:
+        return self.fleet.hosts[self.host_name] if self.host_name else self.fleet.host
+
+    @property
+    def urls(self) -> FleetUrls:
+        return self.fleet.host_urls[self.host.name]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The host's env map as the dashboard serves it now."""
+        return self.fleet.host_env(self.host.name)
 
     # -- compose-manager
     @property
@@ -56,7 +90,7 @@ class SimDriver:
         return {"Authorization": f"Bearer {self.fleet.tokens.compose_manager}"}
 
     def cm(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return self.client.request(method, self.fleet.urls.compose_manager + path, headers=self.auth, **kw)
+        return self.client.request(method, self.urls.compose_manager + path, headers=self.auth, **kw)
 
     def request(
         self, tag: str, file: str, services: list[str], *, env: dict[str, str] | None = None, **extra: Any
@@ -65,13 +99,13 @@ class SimDriver:
             "tag": tag,
             "file": file,
             "services": services,
-            "env": self.fleet.dashboard_env if env is None else env,
+            "env": self.env if env is None else env,
             "force_recreate": False,
             **extra,
         }
 
     def stream(self, path: str, body: dict[str, Any]) -> Stream:
-        with self.client.stream("POST", self.fleet.urls.compose_manager + path, json=body, headers=self.auth) as r:
+        with self.client.stream("POST", self.urls.compose_manager + path, json=body, headers=self.auth) as r:
             if r.status_code != 200:
                 r.read()
                 try:
@@ -130,18 +164,31 @@ class SimDriver:
     def long_listing(self, peer: str = "peer-a") -> list[dict[str, Any]]:
         return [b for b in self.peer(peer, "/backends/list", domain=LONG).json()["backends"] if b["address"] == GPU02]
 
+    def domain_listing(self, peer: str = "peer-a") -> list[dict[str, Any]]:
+        """This host's entries under its own domain on `peer` (empty: not listed)."""
+        address = f"{self.host.host_ip}:8444"
+        backends = self.peer(peer, "/backends/list", domain=self.host.domain).json()["backends"]
+        return [b for b in backends if b["address"] == address]
+
+    def running_reqs(self, port: int) -> int:
+        """sglang:num_running_reqs of the engine behind the soak relay's `port`."""
+        r = self.relay(port, "GET", "/metrics")
+        assert r.status_code == 200, r.text
+        line = next(x for x in r.text.splitlines() if x.startswith("sglang:num_running_reqs{"))
+        return int(float(line.rsplit(" ", 1)[1]))
+
     def chat(self, messages: list[dict[str, Any]], **kw: Any) -> httpx.Response:
         body = {"model": "z-ai/glm-5.3-flash", "messages": messages, "temperature": 0, "max_tokens": 16, **kw}
         return self.client.post(
-            self.fleet.urls.inference + "/v1/chat/completions",
+            self.urls.inference + "/v1/chat/completions",
             json=body,
             headers={"Authorization": f"Bearer {self.fleet.tokens.inference}"},
         )
 
     def relay(self, port: int, method: str, path: str, *, token: str | None = None, **kw: Any) -> httpx.Response:
-        token = self.fleet.dashboard_env["PROXY_TOKEN"] if token is None else token
+        token = self.env["PROXY_TOKEN"] if token is None else token
         return self.client.request(
-            method, self.fleet.urls.relay[port] + path, headers={"Authorization": f"Bearer {token}"}, **kw
+            method, self.urls.relay[port] + path, headers={"Authorization": f"Bearer {token}"}, **kw
         )
 
     # -- waiting (on simulated state, with a generous real-time bound)
@@ -165,7 +212,7 @@ class SimDriver:
         self.wait(lambda: self.fleet.now() >= target, f"sim time {target:.0f}")
 
     def ready(self, name: str) -> bool:
-        view = self.fleet.host.container(name)
+        view = self.host.container(name)
         return bool(view and view.ready)
 
     def wait_ready(self, name: str) -> None:

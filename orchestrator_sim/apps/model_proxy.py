@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -15,7 +16,8 @@ from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL
 from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.host import SimHost
 
-# The rest of the fleet, as the peers see it (TEST-NET addresses).
+# The rest of the fleet, as the peers see it (TEST-NET addresses). A simulated host's address is
+# left out here: its own registrar decides whether it is listed.
 OTHER_BACKENDS: dict[str, list[str]] = {
     BASE_DOMAIN: ["203.0.113.3:8444", "203.0.113.4:8444", "203.0.113.13:8444", "203.0.113.23:8444"],
     "deepseek-v3-2.completions.near.ai": ["203.0.113.41:8444", "203.0.113.42:8444"],
@@ -30,19 +32,28 @@ def canonical_domain(value: str) -> str:
     return (host or "").split(":", 1)[0].rstrip(".")
 
 
-def registry(host: SimHost, peer: str, faults: ActiveFaults) -> dict[str, list[dict[str, Any]]]:
-    seen = host.wall().strftime("%Y-%m-%dT%H:%M:%SZ")
+def registry(hosts: Sequence[SimHost], peer: str, faults: ActiveFaults) -> dict[str, list[dict[str, Any]]]:
+    """Every domain's backends as `peer` lists them: the static rest of the fleet, then each
+    simulated host under its own domain while its registrar keeps it registered (gpu02: the long
+    domain, probed on :8001; a base host: the base domain, probed on :8000). `peer-missing`
+    hides a host from peer-b; `host-unhealthy` shows a base host with healthy=false."""
+    seen = hosts[0].wall().strftime("%Y-%m-%dT%H:%M:%SZ")
+    simulated = {f"{h.host_ip}:{MODEL_PROXY_PORT}" for h in hosts}
     domains: dict[str, list[dict[str, Any]]] = {
-        d: [{"address": a, "healthy": True, "last_seen": seen} for a in addrs] for d, addrs in OTHER_BACKENDS.items()
+        d: [{"address": a, "healthy": True, "last_seen": seen} for a in addrs if a not in simulated]
+        for d, addrs in OTHER_BACKENDS.items()
     }
-    listed, healthy = host.registration()
-    if listed and not (peer == "peer-b" and faults.active("peer-missing")):
-        domains.setdefault(LONG_DOMAIN, []).append(
+    for host in hosts:
+        listed, healthy = host.registration()
+        if not listed or (peer == "peer-b" and host.faults.active("peer-missing")):
+            continue
+        long = host.domain == LONG_DOMAIN
+        domains.setdefault(host.domain, []).append(
             {
-                "address": GPU02_ADDRESS,
+                "address": f"{host.host_ip}:{MODEL_PROXY_PORT}",
                 "healthy": healthy,
-                "probe_address": f"{HOST_IP}:8001",
-                "models": ["z-ai/glm-5.3-flash-long"],
+                "probe_address": f"{host.host_ip}:{8001 if long else 8000}",
+                "models": ["z-ai/glm-5.3-flash-long" if long else "z-ai/glm-5.3-flash"],
                 "last_seen": seen,
             }
         )
@@ -50,7 +61,13 @@ def registry(host: SimHost, peer: str, faults: ActiveFaults) -> dict[str, list[d
     return domains
 
 
-def build_model_proxy_app(host: SimHost, peer: str, token: str, faults: ActiveFaults) -> Starlette:
+def build_model_proxy_app(
+    hosts: SimHost | Sequence[SimHost], peer: str, token: str, faults: ActiveFaults
+) -> Starlette:
+    if isinstance(hosts, SimHost):
+        hosts = [hosts]
+    host = hosts[0]
+
     def authorized(request: Request) -> bool:
         return bearer_ok(request, token)
 
@@ -64,7 +81,7 @@ def build_model_proxy_app(host: SimHost, peer: str, token: str, faults: ActiveFa
         domain = domain_arg(request)
         if not domain:
             return JSONResponse({"error": "missing domain"}, status_code=400)
-        backends = registry(host, peer, faults).get(domain, [])
+        backends = registry(hosts, peer, faults).get(domain, [])
         return JSONResponse({"domain": domain, "backends": backends, "peer": peer})
 
     async def backends_count(request: Request) -> Response:
@@ -73,7 +90,7 @@ def build_model_proxy_app(host: SimHost, peer: str, token: str, faults: ActiveFa
         domain = domain_arg(request)
         if not domain:
             return JSONResponse({"error": "missing domain"}, status_code=400)
-        backends = registry(host, peer, faults).get(domain, [])
+        backends = registry(hosts, peer, faults).get(domain, [])
         return JSONResponse(
             {
                 "domain": domain,
@@ -86,7 +103,7 @@ def build_model_proxy_app(host: SimHost, peer: str, token: str, faults: ActiveFa
     async def full_registry(request: Request) -> Response:
         if not authorized(request):
             return JSONResponse({"error": "unauthorized"}, status_code=401)
-        domains = registry(host, peer, faults)
+        domains = registry(hosts, peer, faults)
         every = [b for bs in domains.values() for b in bs]
         return JSONResponse(
             {

@@ -111,3 +111,30 @@ def test_faults_command_prints_the_table() -> None:
     ).stdout
     for name in ("oom:r1|r2", "busy-409:N", "zombie-after-down", "tag-unknown"):
         assert name in out
+
+
+def test_serve_simulates_the_hosts_it_is_given(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator_sim", "serve", "--state-dir", str(tmp_path), "--seed", "3",
+         "--host", "gpu02", "--host", "gpu03", "--fault", "host-unhealthy@gpu03"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(tmp_path / "ready", proc)
+        inventory = yaml.safe_load((tmp_path / "inventory.yaml").read_text())
+        assert list(inventory["hosts"]) == ["gpu02", "gpu03"]
+        assert inventory["hosts"]["gpu03"]["model_proxy_address"] == "203.0.113.3:8444"
+        env = dict(line.split("=", 1) for line in (tmp_path / "sim.env").read_text().splitlines())
+        r = httpx.get(
+            inventory["model_proxy_peers"]["peer-a"] + "/backends/list",
+            params={"domain": "glm-5-3-flash.completions.near.ai"},
+            headers={"Authorization": f"Bearer {env['ORCHESTRATOR_MODEL_PROXY_TOKEN']}"},
+        )
+        listing = {b["address"]: b["healthy"] for b in r.json()["backends"]}
+        assert listing["203.0.113.3:8444"] is False and listing["203.0.113.4:8444"] is True
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0

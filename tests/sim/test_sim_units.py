@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator_sim.compose_repo import PREVIOUS_FILE, TARGET_FILE, SimRepository, load_compose, parse_duration
+from orchestrator_sim.compose_repo import (
+    BASE_CANONICAL_FILE,
+    PREVIOUS_FILE,
+    TARGET_FILE,
+    SimRepository,
+    load_compose,
+    parse_duration,
+)
 from orchestrator_sim.docker_format import human_duration, labels_string
 from orchestrator_sim.hicache_budget import GIB, BudgetError, resolve_budget
 from orchestrator_sim.interpolation import InterpolationError, Interpolator, interpolate
@@ -79,8 +86,9 @@ def test_docker_durations_and_labels() -> None:
 
 def test_fixture_files_carry_the_rollout_facts() -> None:
     repo = SimRepository.load()
-    assert set(repo.tag("v0.0.290").files) == {PREVIOUS_FILE}
-    assert set(repo.tag("v0.0.300").files) == {PREVIOUS_FILE, TARGET_FILE}
+    # the base tier's canonical FP8 file (#293's merge) sits at every tag besides gpu02's files
+    assert set(repo.tag("v0.0.290").files) == {PREVIOUS_FILE, BASE_CANONICAL_FILE}
+    assert set(repo.tag("v0.0.300").files) == {PREVIOUS_FILE, TARGET_FILE, BASE_CANONICAL_FILE}
     assert repo.tag("v0.0.300").age_hours > 72 and repo.tag("v0.0.290").age_hours >= 24 * 29
     canary = load_compose(
         repo.file_text("v0.0.290", PREVIOUS_FILE), ENV, path=PREVIOUS_FILE, tag="v0.0.290", commit="c"
