@@ -307,7 +307,8 @@ StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", 
 class Step(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     say: str = Field(min_length=1)
-    check: Literal["env_map", "budget", "host_state", "before_state", "tag_age", "prerequisites", "model_cache"] | None = None
+    check: Literal["env_map", "budget", "host_state", "before_state", "rollback_targets", "tag_age", "prerequisites",
+                   "model_cache"] | None = None
     down: ComposeSpec | None = None
     dry_run: ComposeSpec | None = None
     up: ComposeSpec | None = None

@@ -285,7 +285,8 @@ FAULTS.update(
             FaultInfo(
                 "no-rejoin",
                 "none",
-                "the registrar's readiness probe never succeeds: it logs `Model not ready yet "
+                "a registrar started during the simulation (the rejoin) never passes its readiness "
+                "probe (the one deployed before keeps the host registered): it logs `Model not ready yet "
                 "(attempt N/30), retrying in 30s...` every 30 s and never registers (after 30 tries "
                 "its registration loop's health check keeps failing too)",
                 "the rejoin gate (host listed healthy on both peers) times out; the orchestrator "

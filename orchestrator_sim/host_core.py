@@ -519,7 +519,7 @@ class HostCore:
         """`until curl READY_URL`: every 30 s, at most 30 tries, then the loop anyway."""
         if c.run != run or not c.up:
             return
-        if self._registrar_check_ok():
+        if self._registrar_check_ok(c):
             self._append(c, ["Model ready, starting registration loop"])
             self._schedule(2.0, self._registrar_tick, c, run, 0, False)
             return
@@ -536,17 +536,19 @@ class HostCore:
         self._append(c, [f"Model not ready yet (attempt {attempt}/{READY_ATTEMPTS}), retrying in 30s..."])
         self._schedule(READY_PROBE_S, self._registrar_probe, c, run, attempt)
 
-    def _registrar_check_ok(self) -> bool:
+    def _registrar_check_ok(self, c: Container) -> bool:
         """The registrar's probes through the host's :8000 (nginx -> proxy-glm53 -> an engine);
-        the `no-rejoin` fault makes every probe fail."""
-        return self._serving_path_ok() and not self.faults.active("no-rejoin")
+        the `no-rejoin` fault makes every probe of a registrar started during the simulation fail
+        (the one deployed before it keeps the host registered: the fault is the rejoin's)."""
+        started_before = c.started_at is not None and c.started_at <= 0
+        return self._serving_path_ok() and (started_before or not self.faults.active("no-rejoin"))
 
     def _registrar_tick(self, c: Container, run: int, failures: int, registered: bool) -> None:
         """One turn of the registration loop (`registered` is the script's REGISTERED)."""
         if c.run != run or not c.up:
             return
         ip = c.env.get("HOST_IP", self.host_ip)
-        if self._registrar_check_ok():
+        if self._registrar_check_ok(c):
             lines = [f"Registering endpoint {ip}:8000 with routing port {MODEL_PROXY_PORT}"]
             if not registered:
                 lines.append(f"[GLM-5.3-Flash-SGL-TP4] Registered {SERVED_MODEL} (2x TP4/EP4) at {ip}:8000")

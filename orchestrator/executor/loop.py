@@ -117,7 +117,10 @@ class Executor:
     def _transition(self, state: str, outcome: StepOutcome, host_now: str = "") -> None:
         to = self.machine.send(outcome.event)
         note = self.redactor.scrub(outcome.note)
-        if outcome.event in (Event.FAIL, Event.HALT, Event.ABORT):
+        in_rollback = self.table.nodes[state].section in ("rollback", "full_rollback")
+        if outcome.event in (Event.FAIL, Event.HALT, Event.ABORT) and not (in_rollback and self.ctx.failure is not None):
+            # the first failure is the one the operator must read: a rollback that fails after it
+            # is told as "then <state> halted: <why>" (_final_message), never in its place
             self.ctx.failure = Failure(state, outcome.event.value, note)
         terminal = to in TERMINALS
         message = self._final_message(state, to, note) if terminal else None

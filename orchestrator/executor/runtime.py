@@ -313,8 +313,20 @@ class Runtime:
         return self.clients.relay(self.entry.relay_url(port), token)
 
     def service_file(self, service: str) -> str:
+        """The compose file a service's logs are read through: the file that deployed it (this run,
+        or the action log's previous deploy), else the file of a `previous:` request that names it
+        (the base tier's FP8 r2 comes with `previous:model-sg-glm53-fp8-tp4-r1`), else the new file."""
         known = self.ctx.deployed.get(service) or self.ctx.previous.get(service)
-        return known["file"] if known else self.rb.file
+        if known:
+            return known["file"]
+        for steps in self.rb.step_lists():
+            for st in steps:
+                c = st.compose
+                if c is not None and c.file.startswith("previous:") and isinstance(c.services, list) and service in c.services:
+                    ref = self.ctx.previous.get(c.file.split(":", 1)[1])
+                    if ref:
+                        return ref["file"]
+        return self.rb.file
 
     def follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
         file = self.service_file(service)

@@ -103,6 +103,45 @@ class BudgetCheck:
         return budget_verdict(rt)
 
 
+async def record_rollback_targets(rt: "Runtime", before: dict[str, Any]) -> StepOutcome | None:
+    """Record /version and docker/ps in `before`; establish the previous successful deploy of every
+    service a `previous:` request names, and dry-run-check each target. A refusal, or None."""
+    await rt.ensure_env()
+    before["version"] = await rt.version_summary()
+    containers = await rt.ps()
+    before["ps"] = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
+    missing = await rt.establish_previous()
+    if missing:
+        return fail(
+            "cannot establish the previous successful deploy (tag and file) of " + ", ".join(missing)
+            + ": without a rollback target the rollout does not start"
+        )
+    return await rt.validate_previous_targets()
+
+
+@register
+class RollbackTargetsCheck:
+    """`check: rollback_targets`: the part of the before-state every runbook needs (the previous
+    successful deploy of every service a `previous:` request names, each dry-run-checked before
+    anything is stopped), without gpu02's peer and completion checks (a runbook states those as
+    `presence:` and `verify:` gates of its own)."""
+
+    key = "check.rollback_targets"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
+                           "needs is known, and a dry run of each accepts its tag and file (checked before anything is stopped)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        before: dict[str, Any] = {}
+        refused = await record_rollback_targets(rt, before)
+        if refused is not None:
+            return refused
+        rt.ctx.before = before
+        prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
+        return ok(f"rollback targets recorded; previous deploys: {prev}")
+
+
 @register
 class BeforeStateCheck:
     key = "check.before_state"
@@ -114,20 +153,10 @@ class BeforeStateCheck:
                            "completion succeeds")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
-        await rt.ensure_env()
         before: dict[str, Any] = {}
-        before["version"] = await rt.version_summary()
-        containers = await rt.ps()
-        before["ps"] = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
-        missing = await rt.establish_previous()
-        if missing:
-            return fail(
-                "cannot establish the previous successful deploy (tag and file) of " + ", ".join(missing)
-                + ": without a rollback target the rollout does not start"
-            )
-        bad_target = await rt.validate_previous_targets()
-        if bad_target is not None:
-            return bad_target
+        refused = await record_rollback_targets(rt, before)
+        if refused is not None:
+            return refused
         peers, problems = await rt.peer_presence()
         before["peers"] = peers
         comp = await rt.completion_once()

@@ -7,7 +7,8 @@ Rules:
   engine): the prompt, `evict` unrelated prompts, a read, the prompt again, a second read. A
   counter that is absent counts as not risen (an engine without HiCache does not expose it);
 - a gauge must lie within its bounds on every label set; with `within` it is polled until it does
-  (a drain: running requests down to 0) and fails when the time runs out.
+  (a drain: running requests down to 0) and fails when the time runs out; within that time a
+  relay that does not answer yet (just started) is polled again, not failed.
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ class MetricsEvidence:
                 deadline = rt.clock.monotonic() + (g.within or 0.0)
                 rt.emit("waiting", gate=f"{where}: {bound_text(g)}")
                 while True:
-                    problem = gauge_problem(await client.metrics_text(), g)
+                    try:
+                        problem = gauge_problem(await client.metrics_text(), g)
+                    except Exception as exc:  # noqa: BLE001 - a relay just started may refuse a moment: polled like the gauge
+                        if rt.clock.monotonic() >= deadline:
+                            raise
+                        problem = rt.scrub(error_text(exc))
                     if problem is None:
                         notes.append(f"{bound_text(g)} holds")
                         break

@@ -139,10 +139,10 @@ def test_the_fleet_stops_at_the_first_host_that_is_not_done(e2e_factory):
 
 # Each new gate's failing fault and the state the runbook documents for it.
 GATE_FAULTS = [
-    # the snapshot could not be pre-staged: nothing else changed, the FP8 engines serve
-    ("downloader-fails@gpu03", "HALTED", "prestage.downloader-done", on_fp8_and_registered),
-    # in-flight requests never fall near zero: back to FP8 and rejoined
-    ("drain-stuck@gpu03", "ROLLED_BACK", "switch.drain-r1", on_fp8_and_registered),
+    # the snapshot could not be pre-staged: nothing else changed, the FP8 engines serve (exit 5)
+    ("downloader-fails@gpu03", "ABORTED", "prestage.downloader-done", on_fp8_and_registered),
+    # in-flight requests never fall near zero: the drain phase's rollback rejoins (nothing stopped)
+    ("drain-stuck@gpu03", "ROLLED_BACK", "drain.drain-r1", on_fp8_and_registered),
     ("perception-fails@gpu03", "ROLLED_BACK", "switch.perception-check", on_fp8_and_registered),
     ("labels-wrong:r2@gpu03", "ROLLED_BACK", "switch.labels-r2", on_fp8_and_registered),
 ]
