@@ -171,3 +171,70 @@ def test_a_registrar_that_never_rejoins_halts_for_a_human(e2e_factory):
     run = running(e.fleet, "gpu03")
     assert all(s in run for s in FP8) and not any(s in run for s in W4)
     assert e.fleet.check_invariants() == []
+
+
+def test_a_dist_store_error_on_one_engine_is_remedied_and_the_host_ends_done(e2e_factory):
+    """r2's first start hangs after DistStoreError: r2 alone is stopped, started again once r1
+    serves, and the host goes on to DONE (no whole-host rollback)."""
+    e = e2e_factory("dist-store-error:r2@gpu03", hosts=BASE_HOSTS)
+    final = rollout(e, "gpu03")
+    assert final.outcome == "DONE", final.message
+    downs = [c.body["services"] for c in mutating(e.fleet, "gpu03") if c.is_compose_down]
+    assert ["model-sg-glm53-w4afp8-tp4-r2"] in downs and ["model-sg-glm53-w4afp8-tp4-r1"] not in downs
+    on_w4afp8(e, "gpu03")
+    assert e.fleet.check_invariants() == []
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """`orchestrate` in its own process against a simulated gpu02 and the three base hosts."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from orchestrator_sim import SimConfig, SimFleet
+
+    speed = "3000"
+    fleet = SimFleet(SimConfig(speed=float(speed), cold_start_s=1200, hosts=("gpu02", *BASE_HOSTS)))
+    fleet.__enter__()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(fleet.env_for_orchestrator(tmp_path / "inventory.yaml"))
+    env.update({"ORCHESTRATOR_STATE_DIR": str(tmp_path / "state"), "ORCHESTRATOR_TIME_SCALE": speed,
+                "ORCHESTRATOR_POLL_INTERVAL": "10"})
+    root = Path(__file__).resolve().parents[2]
+
+    def run(*args: str):
+        return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=600)
+
+    run.fleet = fleet  # type: ignore[attr-defined]
+    yield run
+    fleet.__exit__(None, None, None)
+
+
+def test_the_fleet_command_refuses_before_gpu02_then_runs_every_host(cli):
+    """What an on-call engineer types: the fleet refused (exit 5, one line naming gpu02 and the
+    override), gpu02's rollout, then the fleet: every base host DONE, one line at the end."""
+    import json
+
+    fleet_cmd = ["rollout", "--hosts", "gpu03,gpu04,gpu23", "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0"]
+    r = cli(*fleet_cmd)
+    assert r.returncode == 5, r.stderr
+    assert "prerequisite not met: gpu02" in r.stderr and "--override-prerequisite gpu02" in r.stderr
+    assert "Traceback" not in r.stderr and [c for c in cli.fleet.calls if c.is_compose_down] == []
+
+    r = cli("rollout", "gpu02", "--tag", "v0.0.300", "--yes", "--soak", "0")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    r = cli(*fleet_cmd, "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    events = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert [e["host"] for e in events if e["event"] == "fleet_host"] == list(BASE_HOSTS)
+    assert [e["outcome"] for e in events if e["event"] == "summary"] == ["DONE"] * 3
+    [done] = [e for e in events if e["event"] == "fleet_summary"]
+    assert done["outcome"] == "DONE" and done["not_started"] == []
+    assert cli.fleet.check_invariants() == []
+
+    r = cli("plan", "--hosts", "gpu03,gpu04,gpu23", "--tag", BASE_TARGET_TAG)
+    assert r.returncode == 0 and "fleet gpu03 -> gpu04 -> gpu23" in r.stdout
