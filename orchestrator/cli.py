@@ -764,6 +764,8 @@ def demo(
                                              help="Where the demo's journal and logs go (default: a new temporary directory)"),
     as_json: bool = _flag("--json", "Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each "
                                     "event; no summary line (the exit code is the outcome)"),
+    base_tier: bool = _flag("--base-tier", "Then the base tier: gpu03, gpu04, gpu23 one at a time (a fleet run), once "
+                                           "gpu02 is DONE"),
 ) -> None:
     """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
     from orchestrator.demo import check_faults, list_fault_table, run_demo
@@ -773,9 +775,10 @@ def demo(
         return
     if not (math.isfinite(speed) and speed > 0):
         raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
-    check_faults(fault)
+    check_faults(fault, base_tier=base_tier)
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
-    outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json), console=out if not as_json else None)
+    outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json),
+                       console=out if not as_json else None, base_tier=base_tier)
     raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))
 
 

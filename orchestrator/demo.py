@@ -23,6 +23,10 @@ from orchestrator.settings import Settings
 
 DEMO_HOST = "gpu02"
 DEMO_TAG = "v0.0.300"
+#: `demo --base-tier`: the base tier's runbook and tag on the simulated gpu03, gpu04, gpu23
+BASE_HOSTS = ("gpu03", "gpu04", "gpu23")
+BASE_RUNBOOK = "base-glm53-w4afp8"
+BASE_TAG = "v0.0.310"
 
 
 def list_fault_table() -> str:
@@ -31,10 +35,11 @@ def list_fault_table() -> str:
     arg = {"replica": ":r1|:r2", "count": ":N", "none": ""}
     rows = []
     for name, f in FAULTS.items():
-        rows.append(f"{name}{arg.get(f.arg, '')}")
+        base = f.scope == "base"
+        rows.append(f"{name}{arg.get(f.arg, '')}" + ("[@gpu03|@gpu04|@gpu23]  (with --base-tier)" if base else ""))
         rows.append(f"    what:   {f.symptom}")
         rows.append(f"    ends:   {f.expected_end_state}")
-    return "\n".join(["orchestrate demo --fault NAME (repeatable):", *rows])
+    return "\n".join(["orchestrate demo [--base-tier] --fault NAME (repeatable):", *rows])
 
 
 def demo_settings(fleet: Any, state_dir: Path) -> Settings:
@@ -54,34 +59,60 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
     )
 
 
-def check_faults(specs: list[str]) -> None:
-    """Each --fault names a fault of the simulator's table, with a valid argument: else one line."""
+def check_faults(specs: list[str], *, base_tier: bool = False) -> None:
+    """Each --fault names a fault of the simulator's table, with a valid argument, on a host the
+    demo simulates: else one line."""
     from orchestrator.user_errors import UserError
-    from orchestrator_sim.faults import parse_fault
+    from orchestrator_sim.faults import FAULTS, parse_fault
 
+    hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
     for spec in specs:
         try:
-            parse_fault(spec)
+            parsed = parse_fault(spec)
         except ValueError as exc:
             raise UserError(f"--fault {spec!r}: {exc}; `orchestrate demo --list-faults` describes them") from None
+        if FAULTS[parsed.name].scope == "base" and not base_tier:
+            raise UserError(f"--fault {spec!r} is a base-tier fault: add --base-tier (the demo then also rolls out gpu03, "
+                            f"gpu04 and gpu23)")
+        host = getattr(parsed, "host", None)
+        if host is not None and host not in hosts:
+            raise UserError(f"--fault {spec!r}: the demo simulates {', '.join(hosts)}, not {host}")
 
 
-def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any) -> str:
+def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any,
+             base_tier: bool = False) -> str:
+    """gpu02's rollout on a simulated gpu02; with `base_tier`, then the base tier's fleet run
+    (gpu03, gpu04, gpu23 one at a time, orchestrator/fleet.py) once gpu02 is DONE."""
     from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.fleet import run_fleet
     from orchestrator.runner import Session, execute, new_rollout
     from orchestrator_sim import SimConfig, SimFleet
 
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     state_dir.mkdir(parents=True, exist_ok=True)
-    with SimFleet(SimConfig(speed=speed, faults=list(faults), cold_start_s=2400)) as fleet:
+    hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
+    with SimFleet(SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts)) as fleet:
         settings = demo_settings(fleet, state_dir)
         clock = ScaledClock(speed)
         session = Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))
         try:
             if console is not None:
-                console.print(f"simulated gpu02 on loopback (speed x{speed:g}); faults: {', '.join(faults) or 'none'}")
+                console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); faults: {', '.join(faults) or 'none'}")
             run, rb, table = new_rollout(session, DEMO_HOST, DEMO_TAG, DEFAULT_RUNBOOK)
             final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
+            if base_tier and final.outcome == Outcome.DONE:
+                def one(host: str) -> Any:
+                    if console is not None:
+                        console.rule(f"base tier: {host}")
+                    r, rb_, t = new_rollout(session, host, BASE_TAG, BASE_RUNBOOK)
+                    return asyncio.run(execute(session, r, rb_, t, progress=progress, yes=True))
+
+                result = run_fleet(list(BASE_HOSTS), one)
+                if console is not None:
+                    console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
+                final = result.runs[-1] if result.runs else final
+                if result.outcome != Outcome.DONE and final.outcome == Outcome.DONE:
+                    final = next(r for r in result.runs if r.outcome != Outcome.DONE)
         finally:
             session.close()
         violations = fleet.check_invariants()

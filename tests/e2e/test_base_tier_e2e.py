@@ -238,3 +238,18 @@ def test_the_fleet_command_refuses_before_gpu02_then_runs_every_host(cli):
 
     r = cli("plan", "--hosts", "gpu03,gpu04,gpu23", "--tag", BASE_TARGET_TAG)
     assert r.returncode == 0 and "fleet gpu03 -> gpu04 -> gpu23" in r.stdout
+
+
+def test_demo_base_tier_stops_the_fleet_at_the_host_whose_gate_failed(tmp_path):
+    """`orchestrate demo --base-tier`: gpu02, then the fleet; a failing perception check on gpu04
+    rolls gpu04 back, gpu23 is not started, the exit code is gpu04's (3, rolled back)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "demo", "--base-tier", "--speed", "3000",
+                        "--fault", "perception-fails@gpu04", "--state-dir", str(tmp_path / "state")],
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "fleet stopped at gpu04" in r.stdout and "not started: gpu23" in r.stdout
+    assert "DONE gpu03" in r.stdout

@@ -80,6 +80,8 @@ CASES = [
      {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--override-prerequisite"),
     ("rollout-server-continue", [*ROLLOUT, "--continue", "--server", "https://127.0.0.1:9"],
      {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--continue"),
+    ("demo-base-fault-without-base-tier", ["demo", "--fault", "drain-stuck"], {}, "--base-tier"),
+    ("demo-fault-on-a-host-not-simulated", ["demo", "--fault", "oom@gpu04"], {}, "gpu04"),
     ("plan-host-and-hosts", ["plan", "gpu03", "--hosts", "gpu04", "--tag", "v0.0.310"], {}, "not both"),
     ("serve-port-in-use", ["serve", "--port", "@busy"], {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--port"),
 ]
