@@ -210,13 +210,29 @@ class VerifySpec(_Strict):
     attempts: int = Field(default=1, ge=1, le=10)
 
 
+class SoakGauges(_Strict):
+    """Gauges a soak reads through the soak relay at every poll (the relay must run during it)."""
+
+    relay: "RelaySpec"
+    gauges: list["GaugeBound"] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _no_within(self) -> "SoakGauges":
+        if any(g.within is not None for g in self.gauges):
+            raise ValueError("a soak's gauges hold at every poll: within: belongs to a metrics gate")
+        return self
+
+
 class SoakSpec(_Strict):
     """A soak that watches: the engines of `replicas:` must stay the same containers, running and
-    not restarted, and (with `watch_logs`, the default) log none of `log_gates.forbidden`."""
+    not restarted, (with `watch_logs`, the default) log none of `log_gates.forbidden`, and every
+    gauge of `metrics` must hold at every poll (a relay that cannot be read for 3 polls in a row
+    fails the soak too: unwatched is not healthy)."""
 
     duration: float
     approval: bool = False
     watch_logs: bool = True
+    metrics: list[SoakGauges] = Field(default_factory=list)
 
     _d = field_validator("duration", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
@@ -394,6 +410,8 @@ class Rollback(_Strict):
     message: str | None = None
 
 
+SoakGauges.model_rebuild()
+SoakSpec.model_rebuild()
 Step.model_rebuild()
 
 

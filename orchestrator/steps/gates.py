@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 from orchestrator.budget import parse_budget, per_rank_bytes
 from orchestrator.durations import format_duration
 from orchestrator.log_gate import LogGate
+from orchestrator.steps.evidence import bound_text
 from orchestrator.machine import Node
-from orchestrator.runbook import Runbook, Step
+from orchestrator.runbook import Runbook, SoakSpec, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.parsers.docker_ps import by_service
 
@@ -243,8 +244,10 @@ class Soak:
     def describe(self, step: Step, rb: Runbook) -> Description:
         s = step.soak
         assert s is not None
-        watch = "a restart, an engine gone" + (f" or a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
+        watch = "a restart, an engine gone" + (f", a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
                                                if s.watch_logs and rb.log_gates.forbidden else "")
+        for m in s.metrics:
+            watch += f", {'; '.join(bound_text(g) for g in m.gauges)} broken on relay :{m.relay.port}"
         return Description(f"soak {format_duration(s.duration)} watching both replicas ({watch} fails it)"
                            + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else ""))
 
@@ -273,6 +276,7 @@ class Soak:
             if not verdict.serving:
                 return fail(f"during the soak: {verdict.why}")
         logs = ForbiddenLines(rt, list(watched)) if step.soak.watch_logs and rt.rb.log_gates.forbidden else None
+        gauges = SoakGaugeWatch(rt, step.soak) if step.soak.metrics else None
         rt.start_heartbeat()
         announced = False
         last_saved = rt.clock.monotonic()
@@ -280,6 +284,8 @@ class Soak:
             problem = await rt.engines_still_serving(watched)
             if problem is None and logs is not None:
                 problem = await logs.problem()
+            if problem is None and gauges is not None:
+                problem = await gauges.problem()
             if problem:
                 return fail(f"during the soak: {problem}")
             elapsed = rt.clock.monotonic() - start
@@ -344,4 +350,37 @@ class ForbiddenLines:
                 bad = next((b for b in g.forbidden if b in text), None)
                 if bad is not None:
                     return f"{svc} logged a forbidden line ({bad}): {self.rt.scrub(text.strip())[:200]}"
+        return None
+
+
+class SoakGaugeWatch:
+    """The soak's metrics watch: every gauge of `soak.metrics` read through its relay at each poll
+    (prometheus_client's parser, steps/evidence.py). A reading outside its bounds fails the soak;
+    a relay that cannot be read is tolerated for 2 polls in a row (a blip), not for 3."""
+
+    MISSES = 3
+
+    def __init__(self, rt: "Runtime", soak: "SoakSpec") -> None:
+        self.rt = rt
+        self.soak = soak
+        self.misses: dict[int, int] = {}
+
+    async def problem(self) -> str | None:
+        from orchestrator.steps.evidence import error_text, gauge_problem
+
+        env = await self.rt.ensure_env()
+        for m in self.soak.metrics:
+            client = self.rt.relay_client(m.relay.port, env.get(m.relay.token_variable, ""))
+            try:
+                text = await client.metrics_text()
+            except Exception as exc:  # noqa: BLE001 - the relay client's errors, counted, then named
+                self.misses[m.relay.port] = self.misses.get(m.relay.port, 0) + 1
+                if self.misses[m.relay.port] >= self.MISSES:
+                    return f"relay :{m.relay.port} could not be read {self.MISSES} times in a row: {self.rt.scrub(error_text(exc))}"
+                continue
+            self.misses[m.relay.port] = 0
+            for g in m.gauges:
+                bad = gauge_problem(text, g)
+                if bad is not None:
+                    return f"relay :{m.relay.port}: {self.rt.scrub(bad)}"
         return None

@@ -292,3 +292,59 @@ async def test_an_old_forbidden_line_of_an_engine_not_started_in_this_run_is_his
     rig.compose.host[R1].log.append(OOM)  # days ago, handled; r1 was not started by this run
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("ok", "r1.stop-old"), note
+
+
+# -- the soak's metrics watch (steps/gates.py:SoakGaugeWatch) ---------------------------------------
+# Mutation list: `if problem is None and gauges is not None: problem = await gauges.problem()`
+# removed -> test_soak_fails_when_a_watched_gauge_leaves_its_bounds fails (the soak passes);
+# `if self.misses[...] >= self.MISSES` made `if False` -> test_a_relay_that_stays_unreadable_fails
+# _the_soak fails; made `if True` -> test_a_relay_blip_is_tolerated fails.
+
+QUEUE = "sglang:num_queue_reqs"
+
+
+def metrics_soak(values, *, errors=()):
+    """r2's soak watching the queue gauge through :8009; `values` by poll, `errors` polls that fail."""
+    from orchestrator.runbook import GaugeBound, RelaySpec, SoakGauges
+
+    soak = RB.phase("r2").steps[-1]
+    assert soak.soak is not None
+    spec = soak.soak.model_copy(update={"metrics": [SoakGauges(relay=RelaySpec(port=8009, token_variable="PROXY_TOKEN"),
+                                                                gauges=[GaugeBound(name=QUEUE, max=8)])]})
+    rb = RB.model_copy(update={"phases": [p.model_copy(update={"steps": [*p.steps[:-1], soak.model_copy(update={"soak": spec})]})
+                                          if p.name == "r2" else p for p in RB.phases]})
+    rig = Rig(state="r2.soak", ctx=ctx_at(), rb=rb)
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG, started=-600.0)
+    rig.compose.run(R1)
+    reads = {"n": 0}
+
+    class Relay:
+        async def metrics_text(self):
+            i = reads["n"]
+            reads["n"] += 1
+            if i in errors:
+                raise ConnectionError("relay :8009 refused")
+            v = values[min(i, len(values) - 1)]
+            return f"# TYPE {QUEUE} gauge\n{QUEUE}{{model_name=\"m\"}} {v}\n"
+
+    rig.clients.relay = lambda url, token: Relay()
+    return rig
+
+
+async def test_soak_fails_when_a_watched_gauge_leaves_its_bounds():
+    rig = metrics_soak([0, 1, 3, 12])
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and to == "r2.rollback.relay-stop"
+    assert QUEUE in note and "12" in note
+
+
+async def test_a_relay_blip_is_tolerated():
+    rig = metrics_soak([0], errors=(2, 3))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r1.stop-old"), note
+
+
+async def test_a_relay_that_stays_unreadable_fails_the_soak():
+    rig = metrics_soak([0], errors=(2, 3, 4))
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "could not be read 3 times in a row" in note
