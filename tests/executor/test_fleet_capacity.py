@@ -163,3 +163,23 @@ async def test_an_operator_abort_in_a_phase_that_changed_nothing_ends_aborted_sa
     assert final.outcome == "ABORTED"
     assert "aborted by an operator" in final.message and "could not be confirmed" not in final.message
     assert rig.compose.calls == []
+
+
+async def test_verify_tries_the_cache_hit_pair_as_often_as_the_runbook_says():
+    """The base domain balances over several engines: a follow-up that lands elsewhere reports no
+    cached tokens. `verify.attempts` (3 on the base tier) tries the pair again (steps/gates.py:
+    Verify.run, the loop cut to one try -> the first case fails)."""
+    from orchestrator.clients.inference import CacheHitResult
+
+    for misses, outcome in ((2, "ok"), (3, "fail")):
+        rig = Rig(state="switch.verify", rb=BASE, host="gpu03")
+        answers = [CacheHitResult(False, None, None, "cached_tokens = 0")] * misses + [CacheHitResult(True, None, None, "ok")]
+
+        async def cache_hit_check(model, answers=answers):
+            return answers.pop(0)
+
+        rig.clients.inference.cache_hit_check = cache_hit_check
+        [(event, note, to)] = await rig.step()
+        assert event == outcome, note
+        if outcome == "fail":
+            assert "3 tries" in note and "cached_tokens = 0" in note
