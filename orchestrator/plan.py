@@ -149,6 +149,16 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
         ps.orphans = orphans
         ps.unsafe = bool(orphans)
 
+    def walk(cur: str, running: set[str]) -> None:
+        """Follow OK edges from `cur` until a terminal or a state already placed."""
+        while cur not in TERMINALS and cur not in running_at:
+            running_at[cur] = set(running)
+            step = table.nodes[cur].step
+            if step is not None:
+                note(cur, step, running)
+                running = apply(step, running)
+            cur = table.edges[(cur, Event.OK)]
+
     # happy path
     running = set(prev_def)
     cur = table.start
@@ -167,15 +177,7 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
         gates = [s for s in running_at if table.edges.get((s, Event.REMEDY)) == sid]
         if not gates:
             continue
-        running = set(running_at[gates[0]])
-        cur = sid
-        while cur not in TERMINALS and cur not in running_at:
-            running_at[cur] = set(running)
-            step = table.nodes[cur].step
-            if step is not None:
-                note(cur, step, running)
-                running = apply(step, running)
-            cur = table.edges[(cur, Event.OK)]
+        walk(sid, set(running_at[gates[0]]))
     # every rollback chain, from the latest state that can enter it
     for sid in order:
         node = table.nodes[sid]
@@ -189,14 +191,7 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
         running = set(running_at[latest])
         if step is not None:
             running = apply(step, running)
-        cur = sid
-        while cur not in TERMINALS and cur not in running_at:
-            running_at[cur] = set(running)
-            step = table.nodes[cur].step
-            if step is not None:
-                note(cur, step, running)
-                running = apply(step, running)
-            cur = table.edges[(cur, Event.OK)]
+        walk(sid, running)
     return basis
 
 

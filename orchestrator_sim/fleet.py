@@ -124,16 +124,14 @@ def _bind(*, reuse: bool = True) -> socket.socket:
     return sock
 
 
-def gpu02_env_map(rng: random.Random, faults: ActiveFaults) -> dict[str, str]:
-    """gpu02's full env map as the dashboard holds it (secrets are random per run)."""
+def _env_map(name: str, ip: str, rng: random.Random, *, long_tier_only: bool) -> dict[str, str]:
+    """A host's full env map as the dashboard holds it (secrets are random per run, drawn in this
+    order: a fleet's env maps do not depend on which other hosts it simulates)."""
     alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    env = {
-        "HOST_IP": HOST_IP,
-        "CVM_HOST": "h200-gpu02",
-        "CVM_NAME": "gpu02",
-        "DD_HOSTNAME": "gpu02",
-        "ENV": "prod",
-        "LONG_TIER_ONLY": "true",
+    env = {"HOST_IP": ip, "CVM_HOST": f"h200-{name}", "CVM_NAME": name, "DD_HOSTNAME": name, "ENV": "prod"}
+    if long_tier_only:
+        env["LONG_TIER_ONLY"] = "true"
+    env.update({
         "PROXY_TOKEN": _secret(rng, 48, alnum),
         "MODEL_PROXY_TOKEN": _secret(rng, 48, alnum),
         "HUGGING_FACE_HUB_TOKEN": "hf_" + _secret(rng, 34, alnum),
@@ -143,7 +141,13 @@ def gpu02_env_map(rng: random.Random, faults: ActiveFaults) -> dict[str, str]:
         "FUSION_INTERNAL_BEARER_TOKEN": _secret(rng, 40, alnum),
         "WEB_CONTEXT_SEARCH_URL": "https://web-context.near.ai/v1/search",
         "WEB_CONTEXT_SEARCH_API_KEY": _secret(rng, 40, alnum),
-    }
+    })
+    return env
+
+
+def gpu02_env_map(rng: random.Random, faults: ActiveFaults) -> dict[str, str]:
+    """gpu02's full env map as the dashboard holds it (its registrar registers the long domain)."""
+    env = _env_map("gpu02", HOST_IP, rng, long_tier_only=True)
     if faults.active("budget-80pct"):
         env["GLM53_HICACHE_RAM_BUDGET"] = "80%"
     if faults.active("budget-no-fit"):
@@ -152,25 +156,8 @@ def gpu02_env_map(rng: random.Random, faults: ActiveFaults) -> dict[str, str]:
 
 
 def base_env_map(name: str, rng: random.Random) -> dict[str, str]:
-    """A base host's full env map as the dashboard holds it: gpu02's keys with its own address
-    and names, and no LONG_TIER_ONLY (its registrar registers the base domain)."""
-    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    return {
-        "HOST_IP": BASE_HOST_IPS[name],
-        "CVM_HOST": f"h200-{name}",
-        "CVM_NAME": name,
-        "DD_HOSTNAME": name,
-        "ENV": "prod",
-        "PROXY_TOKEN": _secret(rng, 48, alnum),
-        "MODEL_PROXY_TOKEN": _secret(rng, 48, alnum),
-        "HUGGING_FACE_HUB_TOKEN": "hf_" + _secret(rng, 34, alnum),
-        "MONITORING_INGEST_TOKEN": _secret(rng, 40, alnum),
-        "CLOUD_API_USAGE_TOKEN": _secret(rng, 48, alnum),
-        "FUSION_ENABLED": "false",
-        "FUSION_INTERNAL_BEARER_TOKEN": _secret(rng, 40, alnum),
-        "WEB_CONTEXT_SEARCH_URL": "https://web-context.near.ai/v1/search",
-        "WEB_CONTEXT_SEARCH_API_KEY": _secret(rng, 40, alnum),
-    }
+    """A base host's full env map: no LONG_TIER_ONLY (its registrar registers the base domain)."""
+    return _env_map(name, BASE_HOST_IPS[name], rng, long_tier_only=False)
 
 
 class _Listener:
