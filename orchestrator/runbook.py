@@ -472,9 +472,21 @@ class HostState(_Strict):
     action: str
 
 
-class Domains(_Strict):
+class Domains(BaseModel):
+    """Domain roles -> model-proxy domains. `long` and `base` are the two tiers every shipped gate
+    knows (gpu02's verify and before-state name them); a runbook may name more roles for its
+    `presence:` gates (e.g. `canary: ...`), each a domain of its own."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     long: str
     base: str
+
+    def roles(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.model_dump().items()}
+
+    def of(self, role: str) -> str:
+        return self.roles()[role]
 
 
 class Runbook(_Strict):
@@ -586,8 +598,8 @@ class Runbook(_Strict):
                     if st.presence.hosts == "others" and len(self.hosts) < 2:
                         raise ValueError(f"{here}: presence hosts: others needs at least two hosts: in the runbook")
                     for role in [*st.presence.listed, *st.presence.absent]:
-                        if role not in Domains.model_fields:
-                            raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(Domains.model_fields)}")
+                        if role not in self.domains.roles():
+                            raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:

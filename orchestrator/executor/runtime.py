@@ -426,7 +426,7 @@ class Runtime:
         addr = split_host(self.entry.model_proxy_address)  # any port: the registrar's may differ from ours
         out: list[str] = []
         for peer in self.clients.peers:
-            for domain in self.rb.domains.model_dump().values():
+            for domain in self.rb.domains.roles().values():
                 try:
                     got = await peer.presence(addr, domain)
                 except ClientError as exc:

@@ -122,8 +122,8 @@ class Presence:
     def describe(self, step: Step, rb: Runbook) -> Description:
         p = step.presence
         assert p is not None
-        parts = [f"listed healthy under {getattr(rb.domains, r)}" for r in p.listed]
-        parts += [f"not listed under {getattr(rb.domains, r)}" for r in p.absent]
+        parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
+        parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
         who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
         return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
 
@@ -153,14 +153,14 @@ class Presence:
                 for peer in rt.clients.peers:
                     for host, addr in targets.items():
                         for role in p.listed:
-                            got = await peer.presence(addr, getattr(rt.rb.domains, role))
+                            got = await peer.presence(addr, rt.rb.domains.of(role))
                             if not (got.listed and got.healthy):
                                 problems.append(f"{peer.name} does not list {host} ({addr}) healthy under "
-                                                f"{getattr(rt.rb.domains, role)}")
+                                                f"{rt.rb.domains.of(role)}")
                         for role in p.absent:  # any port of the host: a registration on another port is not a drain
-                            got = await peer.presence(rt.host_part(addr), getattr(rt.rb.domains, role))
+                            got = await peer.presence(rt.host_part(addr), rt.rb.domains.of(role))
                             if got.listed:
-                                problems.append(f"{peer.name} still lists {host} ({addr}) under {getattr(rt.rb.domains, role)}")
+                                problems.append(f"{peer.name} still lists {host} ({addr}) under {rt.rb.domains.of(role)}")
             except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
                 problems.append(rt.scrub(error_text(exc)))
             if not problems:

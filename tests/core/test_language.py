@@ -95,3 +95,19 @@ def test_base_tier_runbook_loads_with_unknown_markers_left_null():
     assert "drained" in [s.id for s in rb.phase("drain").steps]
     assert ids.index("stop-fp8") < ids.index("apply")
     assert switch.rollback.steps[[s.id for s in switch.rollback.steps].index("stop-new")].down.file == "new"
+
+
+def test_a_runbook_may_name_more_domain_roles_and_a_presence_gate_may_use_them():
+    """Domains are roles: `long` and `base` always, more where a runbook needs them."""
+    def add_role(d):
+        d["domains"]["canary"] = "glm-5-3-flash-canary.completions.near.ai"
+        d["phases"][0]["steps"].insert(0, {"id": "canary-absent", "say": "not in the canary pool",
+                                           "presence": {"absent": ["canary"], "within": "1m"}})
+    rb = parse_runbook(_mutated(add_role))
+    assert rb.domains.of("canary") == "glm-5-3-flash-canary.completions.near.ai"
+    assert set(rb.domains.roles()) == {"long", "base", "canary"}
+
+    def unknown_role(d):
+        d["phases"][0]["steps"].insert(0, {"id": "x", "say": "x", "presence": {"absent": ["canary"], "within": "1m"}})
+    with pytest.raises(UserError, match="domain role 'canary' is not one of long, base"):
+        parse_runbook(_mutated(unknown_role), source="t.yaml")
