@@ -217,7 +217,7 @@ FAULTS: dict[str, FaultInfo] = {
             "labels-wrong",
             "replica",
             "the new engine's container carries a stale config_variant (the canary's "
-            "`...-canary-stale`) in its nearai.otel label, its log tags and its metrics' labels",
+            "`...-canary-stale`) in its nearai.otel label and its log tags",
             "the telemetry-labels gate fails naming config_variant; " + _ROLLBACK_R2,
         ),
         FaultInfo(

@@ -224,11 +224,10 @@ class ServingPaths(HostCore):
     def _metrics_text(self, c: Container) -> str:
         assert c.engine is not None
         k = c.engine.counters
-        # The telemetry the file declares for this engine (its log tags), as scrape labels: the
-        # collector attaches them in production; the simulator shows them on the engine's own text.
-        tags = _log_tags(c.labels)
-        extra = "".join(f',{k}="{tags[k]}"' for k in ("precision", "config_variant", "engine_image") if k in tags)
-        label = f'{{model_name="{SERVED_MODEL}"{extra}}}'
+        # SGLang's own labels only: precision, config_variant and engine_image are static scrape
+        # labels that otelcol-contrib attaches (base-tier-runbook.md section 10); the engine's own
+        # /metrics (what the relay returns) never carries them.
+        label = f'{{model_name="{SERVED_MODEL}"}}'
         rate = k.cached_tokens / k.prompt_tokens if k.prompt_tokens else 0.0
         rows = [
             ("sglang:num_requests_total", "counter", "Number of requests processed.", k.requests),
@@ -255,18 +254,3 @@ class ServingPaths(HostCore):
         for name, kind, help_text, value in rows:
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
         return "\n".join(out) + "\n"
-
-
-def _log_tags(labels: dict[str, str]) -> dict[str, str]:
-    """`key:value` tags of the container's datadog log label (last one wins)."""
-    try:
-        configs = json.loads(labels.get("com.datadoghq.ad.logs", "") or "[]")
-    except ValueError:
-        return {}
-    out: dict[str, str] = {}
-    for cfg in configs if isinstance(configs, list) else []:
-        for tag in cfg.get("tags", []) if isinstance(cfg, dict) else []:
-            if isinstance(tag, str) and ":" in tag:
-                k, v = tag.split(":", 1)
-                out[k] = v
-    return out

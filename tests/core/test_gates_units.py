@@ -92,7 +92,7 @@ def _mutated(fn):
         (lambda d: _step(d, 0, "host-restore")["metrics"].update(evict=0), "evict"),
         (lambda d: _step(d, 0, "telemetry-labels")["labels"].update(replica="r9"), "labels.replica 'r9' has no replica_values entry"),
         (lambda d: _step(d, 0, "telemetry-labels")["labels"].update(log_tags=["colour"]), "replica_values.r2 has no 'colour'"),
-        (lambda d: _step(d, 0, "telemetry-labels")["labels"].pop("relay"), "metric_labels: needs relay:"),
+        (lambda d: _step(d, 0, "telemetry-labels")["labels"].update(metric_labels=["precision"]), "metric_labels: needs relay:"),
         (lambda d: _step(d, 0, "perception-check")["oneshot"].update(service="hf-cleanup"), "which no earlier up in this list starts"),
         (lambda d: _step(d, 0, "perception-check").update(verify={"peers": True}), "must do exactly one of"),
     ],
