@@ -269,24 +269,30 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     return run, rb, table
 
 
-async def place_for_continue(session: Session, host: str, tag: str, runbook: str) -> str:
-    """`rollout --continue`: the phase the host's declared state continues at (read-only)."""
-    from orchestrator import host_state
+async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[str, str]:
+    """What the host runs, for placement (read-only: docker/ps and one dry run)."""
     from orchestrator.clients.dashboard import DashboardClient
     from orchestrator.executor.placement import PlacementError, observe_host
 
-    check_tag(tag)
     entry = session.inventory.host(host)
-    rb = load_runbook(runbook)
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
     session.redactor.add(*env.redaction_values())
     async with _compose_client(session, entry) as cm:
         try:
-            observed = await observe_host(cm, env, rb, tag, entry.project)
+            return await observe_host(cm, env, rb, tag, entry.project)
         except PlacementError as exc:
             raise Refused(f"cannot place {host} in the runbook: {exc}") from None
+
+
+async def place_for_continue(session: Session, host: str, tag: str, runbook: str) -> str:
+    """`rollout --continue`: the phase the host's declared state continues at (read-only)."""
+    from orchestrator import host_state
+
+    check_tag(tag)
+    rb = load_runbook(runbook)
+    observed = await _observe(session, host, rb, tag)
     state = host_state.place(rb, observed)
     if state is None:
         near = host_state.nearest(rb, observed)
@@ -417,6 +423,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
+    refuse_tier_busy(session, host, rb)
     # the whole-host rollback goes in the runbook's safe order (its full_rollback phases)
     replicas = rb.rollback_replicas(replica)
     if (to_tag is None) != (to_file is None):
@@ -442,6 +449,8 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
         )
     if replica != "all":
         await refuse_alone(session, host, rb, replica, last)
+    if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
+        await refuse_nothing_to_roll_back(session, host, rb, tag)
     await validate_rollback_targets(session, host, rb, previous)
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
@@ -451,6 +460,33 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
         context=ctx.to_json(), parent_run_id=last.run_id if last else None,
     )
     return run, rb, table
+
+
+def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
+    """A host whose capacity is the fleet's (`capacity: fleet`) is not rolled back while another
+    host of its runbook has a run that has not ended: that host may be out of the pool, and a
+    rollback drains this one too. Finish or abort that run first."""
+    if rb.capacity != "fleet":
+        return
+    for other in rb.hosts:
+        if other == host:
+            continue
+        for r in session.journal.list_runs(other, limit=20):
+            if not r.terminal:
+                raise Refused(f"{other} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}: rolling {host} back now "
+                              f"would drain a second host of the tier. Let it end (or `orchestrate abort {r.run_id}`), then roll "
+                              f"{host} back. Nothing was changed")
+
+
+async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:
+    """A host the runbook places in its before-state already runs the previous configuration: a
+    rollback would only drain it or restart what serves. Refused, read-only."""
+    from orchestrator import host_state
+
+    state = host_state.place(rb, await _observe(session, host, rb, tag))
+    if state is not None and state.action == "start":
+        raise Refused(f"{host} already runs the previous configuration ({state.name}: {state.say}): nothing to roll back. "
+                      f"Nothing was changed")
 
 
 async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, last: RunRecord | None) -> None:

@@ -253,3 +253,33 @@ def test_demo_base_tier_stops_the_fleet_at_the_host_whose_gate_failed(tmp_path):
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
     assert "fleet stopped at gpu04" in r.stdout and "not started: gpu23" in r.stdout
     assert "DONE gpu03" in r.stdout
+
+
+def test_a_rollback_of_a_base_host_already_on_fp8_is_refused_without_change(e2e_factory):
+    """After a rolled-back rollout, `orchestrate rollback gpu03` would only drain a healthy FP8 host:
+    refused (exit 5), only read-only calls sent (runner.refuse_nothing_to_roll_back)."""
+    from orchestrator.runner import new_rollback
+
+    e = e2e_factory("perception-fails@gpu03", hosts=BASE_HOSTS)
+    assert rollout(e, "gpu03").outcome == "ROLLED_BACK"
+    mark = last_seq(e.fleet)
+    with pytest.raises(Refused, match="already runs the previous configuration"):
+        asyncio.run(new_rollback(e.session, "gpu03", "all", None, None, None))
+    assert mutating(e.fleet, "gpu03", mark) == []
+    on_fp8_and_registered(e, "gpu03")
+
+
+def test_a_rollback_while_another_base_host_is_mid_run_is_refused(e2e_factory):
+    """gpu03 DONE; gpu04's rollout is interrupted mid-switch (its run has not ended): rolling gpu03
+    back would take a second base host out, so it is refused (runner.refuse_tier_busy)."""
+    from orchestrator.runner import new_rollback
+
+    e = e2e_factory(hosts=BASE_HOSTS)
+    assert rollout(e, "gpu03").outcome == "DONE"
+    busy = e.session.journal.create_run(host="gpu04", runbook=RUNBOOK, tag=BASE_TARGET_TAG, kind="rollout",
+                                        state="switch.cold-start-r1", context={})
+    mark = last_seq(e.fleet)
+    with pytest.raises(Refused, match=f"gpu04 has run {busy.run_id}"):
+        asyncio.run(new_rollback(e.session, "gpu03", "all", None, None, None))
+    assert [c for c in e.fleet.calls if c.seq > mark and c.host == "gpu03"] == []
+    on_w4afp8(e, "gpu03")
