@@ -86,6 +86,9 @@ class Table:
     remedy_caps: dict[str, int] = field(default_factory=dict)
     #: remedy state -> the gate state whose remedy it belongs to (where the remedy goes back to)
     remedy_of: dict[str, str] = field(default_factory=dict)
+    #: forward phase name -> where `resume --retry` restarts after it failed: its own start, or the
+    #: start of the earlier phase its `retry_from` names (a phase that assumes what that one did)
+    retry_starts: dict[str, str] = field(default_factory=dict)
 
     def retry_cap(self, state: str) -> int:
         return self.retry_caps.get(state, 0)
@@ -99,6 +102,10 @@ class Table:
             return self.phase_starts[phase]
         except KeyError:
             raise ValueError(f"the runbook has no forward phase {phase!r}") from None
+
+    def retry_start(self, phase: str) -> str:
+        """Where `resume --retry` restarts a run whose failure was in `phase`."""
+        return self.retry_starts.get(phase) or self.phase_start(phase)
 
     def phase_dry_runs(self, phase: str | None) -> list[str]:
         """The dry-run states of a phase, in reading order."""
@@ -153,6 +160,7 @@ class _Builder:
         self.order: list[str] = []
         self.retry_caps: dict[str, int] = {}
         self.phase_starts: dict[str, str] = {}
+        self.retry_starts: dict[str, str] = {}
         self.covering: dict[str, str] = {}
         self.remedy_caps: dict[str, int] = {}
         self.remedy_of: dict[str, str] = {}
@@ -160,7 +168,7 @@ class _Builder:
     def table(self, start: str) -> "Table":
         return Table(self.kind, start, dict(self.nodes), dict(self.edges), tuple(_ordered(self, start)),
                      dict(self.retry_caps), dict(self.phase_starts), dict(self.covering), dict(self.remedy_caps),
-                     dict(self.remedy_of))
+                     dict(self.remedy_of), dict(self.retry_starts))
 
     def add(self, node: Node) -> None:
         if node.id in self.nodes:
@@ -281,6 +289,8 @@ def compile_rollout(rb: Runbook, start_phase: str | None = None) -> Table:
         b.phase_starts[ph.name] = start
         after = start
 
+    for ph in rb.phases:
+        b.retry_starts[ph.name] = b.phase_starts[ph.retry_from or ph.name]
     first_forward = after if start_phase is None else b.phase_starts.get(start_phase)
     if first_forward is None:
         raise ValueError(f"the runbook has no forward phase {start_phase!r}")

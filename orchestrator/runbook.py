@@ -421,6 +421,10 @@ class Phase(_Strict):
     replica: str | None = None
     steps: list[Step] = Field(min_length=1)
     rollback: Rollback | None = None
+    #: Where `resume --retry` restarts after this phase failed: an earlier forward phase whose work
+    #: this one assumes (the base tier's switch assumes a drained host: it restarts at the capacity
+    #: guard, which checks the other hosts again, then drains again). Default: this phase.
+    retry_from: str | None = None
 
 
 class Budget(_Strict):
@@ -575,6 +579,10 @@ class Runbook(_Strict):
                 if ph.rollback.ends == "aborted" and ph.rollback.steps:
                     raise ValueError(f"phases.{ph.name}.rollback: ends: aborted means nothing to undo: it takes no steps "
                                      f"(use ends: rolled_back)")
+        for i, ph in enumerate(self.phases):
+            if ph.retry_from is not None and ph.retry_from not in [p.name for p in self.phases[:i]]:
+                raise ValueError(f"phases.{ph.name}.retry_from: {ph.retry_from!r} is not an earlier phase "
+                                 f"({', '.join(p.name for p in self.phases[:i]) or 'none'})")
         for ph in self.full_rollback:
             _check_sequence(f"full_rollback.{ph.name}", ph.steps)
         forward = {f"phases.{ph.name}" for ph in self.phases}

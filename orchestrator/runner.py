@@ -365,7 +365,7 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
     phase = table.nodes[failed].phase
     if phase is None or phase not in table.phase_starts:
         raise UserError(f"run {run.run_id} failed in {failed}, which is not a forward phase: --retry restarts a forward phase")
-    start = table.phase_start(phase)
+    start = table.retry_start(phase)
     ctx = RunContext.from_json(run.context).for_retry()
     child = session.journal.create_run(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
                                        context=ctx.to_json(), parent_run_id=run.run_id)

@@ -172,3 +172,40 @@ def test_an_interrupted_host_stops_the_fleet_and_names_the_rest():
     result = run_fleet(["gpu03", "gpu04", "gpu23"], one)
     assert result.interrupted == "gpu04" and result.stopped_at == "gpu04" and result.not_started == ["gpu23"]
     assert result.outcome != "DONE" and "fleet interrupted at gpu04" in result.summary("v1", "rb")
+
+
+def test_a_switch_failure_is_retried_from_the_capacity_guard():
+    """The base tier's switch assumes a drained host: `resume --retry` restarts at the capacity
+    guard (retry_from: capacity), which checks the other hosts again and drains again."""
+    import copy
+
+    import yaml
+
+    from orchestrator.machine import compile_rollout
+    from orchestrator.runbook import RUNBOOK_DIR, parse_runbook
+
+    t = compile_rollout(BASE)
+    assert t.retry_start("switch") == "capacity.others-serve"
+    assert t.retry_start("drain") == t.phase_start("drain") == "drain.drain"
+    raw = yaml.safe_load((RUNBOOK_DIR / "base-glm53-w4afp8.yaml").read_text())
+    later = copy.deepcopy(raw)
+    next(p for p in later["phases"] if p["name"] == "drain")["retry_from"] = "switch"
+    with pytest.raises(UserError, match="retry_from: 'switch' is not an earlier phase"):
+        parse_runbook(later, source="t.yaml")
+
+
+def test_retry_run_starts_the_child_where_the_table_says():
+    """runner.retry_run uses Table.retry_start (with phase_start there, this test fails)."""
+    from types import SimpleNamespace
+
+    from orchestrator.runner import retry_run
+
+    journal = SqliteJournal(":memory:")
+    run = journal.create_run(host="gpu03", runbook=BASE.name, tag="v0.0.310", kind="rollout", state="switch.rollback.rejoined-old",
+                             context={"failure": {"state": "switch.rejoined", "event": "fail", "reason": "no rejoin"}})
+    lease, _ = journal.acquire_lease("gpu03", run.run_id, "t", 60)
+    journal.record_transition(lease, run.run_id, "switch.rollback.rejoined-old", "fail", "HALTED",
+                              context={"failure": {"state": "switch.rejoined", "event": "fail", "reason": "no rejoin"}},
+                              terminal=True, outcome="HALTED", message="halted")
+    child, _, _ = retry_run(SimpleNamespace(journal=journal), journal.get_run(run.run_id))
+    assert child.state == "capacity.others-serve" and child.parent_run_id == run.run_id
