@@ -54,16 +54,21 @@ def last_seq(fleet) -> int:
     return max((c.seq for c in fleet.calls), default=0)
 
 
+def serving_the_domain(e, host: str) -> bool:
+    """The simulator's own record: the host registered on the peers with a ready engine behind it."""
+    return e.fleet.hosts[host].domain_serving[-1][1]
+
+
 def on_fp8_and_registered(e, host: str) -> None:
     run = running(e.fleet, host)
     assert all(s in run for s in FP8) and not any(s in run for s in W4), sorted(run)
-    assert REGISTRAR in run
+    assert REGISTRAR in run and serving_the_domain(e, host)
 
 
 def on_w4afp8(e, host: str) -> None:
     run = running(e.fleet, host)
     assert all(s in run for s in W4) and not any(s in run for s in FP8), sorted(run)
-    assert REGISTRAR in run
+    assert REGISTRAR in run and serving_the_domain(e, host)
 
 
 def test_fleet_of_three_base_hosts_after_gpu02_ends_done(e2e_factory):
@@ -170,6 +175,7 @@ def test_a_registrar_that_never_rejoins_halts_for_a_human(e2e_factory):
     assert "switch.rejoined" in final.message
     run = running(e.fleet, "gpu03")
     assert all(s in run for s in FP8) and not any(s in run for s in W4)
+    assert not serving_the_domain(e, "gpu03")  # out of the pool, said so: a human looks at the registrar
     assert e.fleet.check_invariants() == []
 
 
@@ -179,8 +185,13 @@ def test_a_dist_store_error_on_one_engine_is_remedied_and_the_host_ends_done(e2e
     e = e2e_factory("dist-store-error:r2@gpu03", hosts=BASE_HOSTS)
     final = rollout(e, "gpu03")
     assert final.outcome == "DONE", final.message
-    downs = [c.body["services"] for c in mutating(e.fleet, "gpu03") if c.is_compose_down]
+    calls = mutating(e.fleet, "gpu03")
+    downs = [c.body["services"] for c in calls if c.is_compose_down]
     assert ["model-sg-glm53-w4afp8-tp4-r2"] in downs and ["model-sg-glm53-w4afp8-tp4-r1"] not in downs
+    # r2 starts again only after r1 serves: r1's cold start (1200 simulated s here) from the apply
+    [apply] = [c for c in calls if c.is_compose_up and "model-sg-glm53-w4afp8-tp4-r1" in c.body["services"]]
+    [again] = [c for c in calls if c.is_compose_up and c.body["services"] == ["model-sg-glm53-w4afp8-tp4-r2"]]
+    assert again.at - apply.at >= 1200 * 0.9
     on_w4afp8(e, "gpu03")
     assert e.fleet.check_invariants() == []
 
