@@ -294,3 +294,42 @@ def test_a_rollback_while_another_base_host_is_mid_run_is_refused(e2e_factory):
         asyncio.run(new_rollback(e.session, "gpu03", "all", None, None, None))
     assert [c for c in e.fleet.calls if c.seq > mark and c.host == "gpu03"] == []
     on_w4afp8(e, "gpu03")
+
+
+def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
+    """gpu03's rollout runs (a second process's journal session); gpu04's rollout, started while
+    gpu03 cold-starts, is refused at its capacity guard: nothing sent to gpu04 but reads and dry runs."""
+    import threading
+    import time
+
+    from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.clock import ScaledClock
+    from orchestrator.demo import demo_settings
+    from orchestrator.runner import Session, execute, new_rollout
+
+    from conftest import SPEED
+
+    e = e2e_factory(hosts=BASE_HOSTS)
+    other = Session.open(demo_settings(e.fleet, e.state_dir), clock=ScaledClock(SPEED),
+                         retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+    progress = RecordingProgress()
+    results = {}
+
+    def gpu03():
+        run, rb, table = new_rollout(other, "gpu03", BASE_TARGET_TAG, RUNBOOK)
+        journal_overrides(other.journal, run, ["gpu02"], "test")
+        results["gpu03"] = asyncio.run(execute(other, run, rb, table, progress=progress, yes=True, soak=0.0))
+
+    t = threading.Thread(target=gpu03, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not any(ev[0] == "step_started" and ev[1].get("state") == "switch.cold-start-r1" for ev in progress.events):
+        assert time.monotonic() < deadline and t.is_alive(), "gpu03 never reached its cold start"
+        time.sleep(0.01)
+    second = rollout(e, "gpu04")
+    t.join(120)
+    other.close()
+    assert second.outcome == "ABORTED" and "one host of the tier at a time" in second.message, second.message
+    assert mutating(e.fleet, "gpu04") == []
+    assert results["gpu03"].outcome == "DONE"
+    assert e.fleet.check_invariants() == []
