@@ -159,16 +159,7 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
                 running = apply(step, running)
             cur = table.edges[(cur, Event.OK)]
 
-    # happy path
-    running = set(prev_def)
-    cur = table.start
-    while cur not in TERMINALS:
-        running_at[cur] = set(running)
-        step = table.nodes[cur].step
-        if step is not None:
-            note(cur, step, running)
-            running = apply(step, running)
-        cur = table.edges[(cur, Event.OK)]
+    walk(table.start, set(prev_def))  # the happy path
     order = list(table.order)
     # every remedy chain, from its gate (it ends back at its gate)
     for sid in order:
