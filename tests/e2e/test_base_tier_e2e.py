@@ -303,14 +303,11 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
     import time
 
     from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
     from orchestrator.demo import demo_settings
     from orchestrator.runner import Session, execute, new_rollout
 
-    from conftest import SPEED
-
     e = e2e_factory(hosts=BASE_HOSTS)
-    other = Session.open(demo_settings(e.fleet, e.state_dir), clock=ScaledClock(SPEED),
+    other = Session.open(demo_settings(e.fleet, e.state_dir), clock=e.session.clock,
                          retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
     progress = RecordingProgress()
     results = {}
