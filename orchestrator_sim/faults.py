@@ -256,9 +256,9 @@ FAULTS.update(
                 "(`torch.distributed.DistStoreError: ...` traceback) and then never logs again nor "
                 "becomes ready, while docker shows it `running` (its ranks hang); a fresh container "
                 "of that service (scoped compose/down, then a dry-run-first compose/up) starts normally",
-                "the orchestrator restarts that one engine by hand once its sibling is up (scoped down "
-                "then up of the W4AFP8 file) and the rollout continues; or, if it does not, the "
-                "cold-start deadline expires and " + _BASE_ROLLBACK,
+                "the cold-start gate takes its remedy: that one engine is stopped (scoped down of the "
+                "W4AFP8 file), started again (dry run first) once its sibling serves, and the rollout "
+                "goes on to DONE (exit 0); a second DistStoreError fails the gate and " + _BASE_ROLLBACK,
                 scope="base",
             ),
             FaultInfo(
@@ -267,8 +267,8 @@ FAULTS.update(
                 "after the registrar's unregister the engines' sglang:num_running_reqs gauge stays at "
                 "6 instead of decaying to 0-1",
                 "the drain gate (gauges near zero within 5 minutes) times out before any engine is "
-                "stopped; the orchestrator brings the registrar back (rejoin) or halts for an "
-                "operator; the FP8 engines are never stopped",
+                "stopped; the drain phase's rollback starts the canonical registrar again and the "
+                "host rejoins (ROLLED_BACK, exit 3); the FP8 engines are never stopped",
                 scope="base",
             ),
             FaultInfo(
@@ -278,8 +278,8 @@ FAULTS.update(
                 "401 error, and exits 1 without `Download complete.` (an up that needs it as a "
                 "completed dependency fails: `service \"model-downloader\" didn't complete "
                 "successfully: exit 1`)",
-                "the pre-stage precondition fails: the orchestrator refuses before the drain (no "
-                "engine stopped, host still registered)",
+                "the pre-stage fails: the run ends ABORTED (exit 5) before the drain (no engine "
+                "stopped, host still registered)",
                 scope="base",
             ),
             FaultInfo(
@@ -289,8 +289,9 @@ FAULTS.update(
                 "probe (the one deployed before keeps the host registered): it logs `Model not ready yet "
                 "(attempt N/30), retrying in 30s...` every 30 s and never registers (after 30 tries "
                 "its registration loop's health check keeps failing too)",
-                "the rejoin gate (host listed healthy on both peers) times out; the orchestrator "
-                "halts for an operator or rolls the host back; it does not move to the next host",
+                "the rejoin gate (host listed healthy on both peers) times out; the host goes back to "
+                "the canonical file, whose rejoin times out the same way: HALTED (exit 4), the FP8 "
+                "engines serving and the host out of the pool for an operator; a fleet stops there",
                 scope="base",
             ),
             FaultInfo(
@@ -298,8 +299,8 @@ FAULTS.update(
                 "none",
                 "both model-proxy peers list that base host (e.g. `host-unhealthy@gpu04`) with "
                 "healthy=false under the base domain from the start",
-                "the capacity guard refuses to drain another base host while this one is unhealthy "
-                "(fewer than n-1 base hosts would serve); nothing is stopped",
+                "the capacity guard of another base host's rollout fails: ABORTED (exit 5) before its "
+                "drain, nothing stopped (fewer than n-1 base hosts would serve)",
                 scope="base",
             ),
         ]
