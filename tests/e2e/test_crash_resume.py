@@ -1,10 +1,14 @@
 """Crash tests: the orchestrator process is SIGKILLed right after a journal write, then
 `orchestrate resume` (a new process) finishes the run. The end state must equal an uninterrupted
-run's, and no mutating call may reach compose-manager more often than in the uninterrupted run.
+run's, no mutating call may reach compose-manager more often than in the uninterrupted run, and
+the simulator's invariants hold (for a base host: drained before any engine stops, the other base
+hosts carrying the domain).
 
-By default a representative set of kill points runs (the intent and the outcome of the first
-down, the r2 apply, the sidecars apply and the r1 apply, and a transition); set
-ORCHESTRATOR_CRASH_ALL=1 to kill after every journal write of an entire rollout."""
+Two rollouts: gpu02's long-context one, and a base host's (gpu03, among gpu04 and gpu23). By
+default a representative set of kill points runs for each (gpu02: the intent and the outcome of
+the first down, the r2 apply, the sidecars apply and the r1 apply; gpu03: of the drain, the stop of
+both FP8 engines, the W4AFP8 apply and the rejoin; and a transition); set ORCHESTRATOR_CRASH_ALL=1
+to kill after every journal write of both entire rollouts."""
 
 from __future__ import annotations
 
@@ -38,43 +42,57 @@ def _orchestrate(args, env, *, crashing=False):
     return subprocess.run(cmd + list(args), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def _mutating(fleet) -> collections.Counter:
+#: what is rolled out, on which simulated hosts, and which mutating intents are representative
+TARGETS = {
+    "gpu02": {"hosts": ("gpu02",), "host": "gpu02", "args": ["rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
+              # first down, r2 apply, sidecars, r1 apply (ordered as the runbook runs them)
+              "intents": (0, 2, 4, 7)},
+    "gpu03": {"hosts": ("gpu03", "gpu04", "gpu23"), "host": "gpu03",
+              "args": ["rollout", "gpu03", "--tag", "v0.0.310", "--yes", "--soak", "0", "--override-prerequisite", "gpu02"],
+              # downloader up (0), the drain (1), stop of both FP8 engines (4), the W4AFP8 apply (5), the rejoin (10)
+              "intents": (1, 4, 5, 10)},
+}
+
+
+def _mutating(fleet, host: str) -> collections.Counter:
     out: collections.Counter = collections.Counter()
     for c in fleet.calls:
-        if (c.is_compose_up and not c.body.get("dry_run")) or c.is_compose_down:
+        if c.host == host and ((c.is_compose_up and not c.body.get("dry_run")) or c.is_compose_down):
             out[(c.path, c.body["tag"], c.body["file"], tuple(c.body["services"]))] += 1
     return out
 
 
-def _end_state(fleet) -> dict[str, tuple[str, str]]:
-    return {c.service: (c.file, c.state) for c in fleet.host.containers() if c.state in ("running", "restarting")}
+def _end_state(fleet, host: str) -> dict[str, tuple[str, str]]:
+    return {c.service: (c.file, c.state) for c in fleet.hosts[host].containers() if c.state in ("running", "restarting")}
 
 
-def _fleet():
+def _fleet(target: str):
     from orchestrator_sim import SimConfig, SimFleet
 
-    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200))
+    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200, hosts=TARGETS[target]["hosts"]))
 
 
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    """One uninterrupted rollout, with every journal write logged (never killed)."""
-    state = tmp_path_factory.mktemp("baseline")
+@pytest.fixture(scope="module", params=sorted(TARGETS))
+def baseline(request, tmp_path_factory):
+    """One uninterrupted rollout per target, with every journal write logged (never killed)."""
+    target = TARGETS[request.param]
+    state = tmp_path_factory.mktemp(f"baseline-{request.param}")
     log = state / "writes.log"
-    with _fleet() as fleet:
-        r = _orchestrate(["rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
+    with _fleet(request.param) as fleet:
+        r = _orchestrate(target["args"],
                          _env(fleet, state, ORCHESTRATOR_TEST_KILL_AFTER="0", ORCHESTRATOR_TEST_WRITE_LOG=str(log)), crashing=True)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         writes = [ln.split() for ln in log.read_text().splitlines()]
-        return {"writes": writes, "mutating": _mutating(fleet), "end": _end_state(fleet)}
+        return {"target": request.param, "writes": writes, "mutating": _mutating(fleet, target["host"]),
+                "end": _end_state(fleet, target["host"])}
 
 
-def _kill_points(writes) -> list[int]:
+def _kill_points(writes, intents_at=(0, 2, 4, 7)) -> list[int]:
     if os.environ.get("ORCHESTRATOR_CRASH_ALL") == "1":
         return list(range(1, len(writes) + 1))
     points: list[int] = []
     intents = [i for i, w in enumerate(writes) if w[1] == "record_intent" and w[-1] == "True"]
-    for nth in (0, 2, 4, 7):  # first down, r2 apply, sidecars, r1 apply (ordered as the runbook runs them)
+    for nth in intents_at:
         if nth < len(intents):
             i = intents[nth]
             points += [i + 1, i + 2]  # right after the intent (call not sent) and after its outcome
@@ -84,14 +102,16 @@ def _kill_points(writes) -> list[int]:
 
 
 def test_kill_points_exist(baseline):
-    assert len(_kill_points(baseline["writes"])) >= 5
+    assert len(_kill_points(baseline["writes"], TARGETS[baseline["target"]]["intents"])) >= 5
 
 
 @pytest.mark.parametrize("slot", range(9))
 def test_sigkill_then_resume_reaches_the_same_end_without_duplicate_mutations(baseline, tmp_path, slot):
-    points = _kill_points(baseline["writes"])
+    name = baseline["target"]
+    target = TARGETS[name]
+    points = _kill_points(baseline["writes"], target["intents"])
     if os.environ.get("ORCHESTRATOR_CRASH_ALL") == "1":
-        chosen = points
+        chosen = points[slot::9]  # every write, shared out over the 9 slots (parallel under -n)
     elif slot < len(points):
         chosen = [points[slot]]
     else:
@@ -99,17 +119,16 @@ def test_sigkill_then_resume_reaches_the_same_end_without_duplicate_mutations(ba
     for k in chosen:
         state = tmp_path / f"k{k}"
         state.mkdir()
-        with _fleet() as fleet:
-            r = _orchestrate(["rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
-                             _env(fleet, state, ORCHESTRATOR_TEST_KILL_AFTER=str(k)), crashing=True)
+        with _fleet(name) as fleet:
+            r = _orchestrate(target["args"], _env(fleet, state, ORCHESTRATOR_TEST_KILL_AFTER=str(k)), crashing=True)
             assert r.returncode == -9, f"kill point {k}: {r.returncode} {r.stderr[-500:]}"
             runs = json.loads(_orchestrate(["runs", "--json"], _env(fleet, state)).stdout)
             run_id = runs[0]["run_id"]
             time.sleep(1.2)  # the killed runner's 1 s lease expires
             r2 = _orchestrate(["resume", run_id, "--yes"], _env(fleet, state))
             assert r2.returncode == 0, f"kill point {k}: resume exit {r2.returncode}\n{r2.stdout[-3000:]}\n{r2.stderr[-1000:]}"
-            assert _end_state(fleet) == baseline["end"], f"kill point {k}"
-            got = _mutating(fleet)
+            assert _end_state(fleet, target["host"]) == baseline["end"], f"kill point {k}"
+            got = _mutating(fleet, target["host"])
             extra = {req: n for req, n in got.items() if n > baseline["mutating"].get(req, 0)}
             assert extra == {}, f"kill point {k}: mutating calls sent more often than in an uninterrupted run: {extra}"
             assert fleet.check_invariants() == []
