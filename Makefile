@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench explore install clean diagram
+.PHONY: demo test bench explore install clean diagram crash-all
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,10 @@ explore: $(STAMP)
 	if [ "$(SEEDS)" != "1" ] && [ "$(SWEEP)" != "none" ]; then \
 	  $(BIN)/python -m orchestrator_sim.explore --sweep $(SWEEP) --jobs $(JOBS) --report .state/explore/sweep.md || rc=1; fi; \
 	exit $$rc
+
+## Crash at every journal write of gpu02's and a base host's rollout, then resume (tests/e2e/test_crash_resume.py).
+crash-all: $(STAMP)
+	ORCHESTRATOR_CRASH_ALL=1 $(BIN)/python -m pytest -q -n $(JOBS) tests/e2e/test_crash_resume.py
 
 clean:
 	rm -rf $(VENV) .state .pytest_cache .hypothesis
