@@ -265,6 +265,11 @@ def plan(
         if live or rollback is not None:
             raise UserError("--hosts plans a fleet rollout offline: --live and --rollback take one HOST")
         fleet = parse_hosts(hosts)
+        from orchestrator.inventory import load_inventory
+
+        known = load_inventory(_settings(inventory).inventory_path())
+        for h in fleet:
+            known.host(h)  # an unknown host is named before any runbook is chosen
         runbook = runbook or runbook_for(fleet, None).name
         host = fleet[0]
     if host is None:
@@ -457,6 +462,11 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
     hosts = parse_hosts(hosts_text)
     settings = _settings(inventory)
     settings.require_host_tokens("rollout")
+    from orchestrator.inventory import load_inventory
+
+    inv = load_inventory(settings.inventory_path())
+    for h in hosts:
+        inv.host(h)  # an unknown host is named before any runbook is chosen
     rb = runbook_for(hosts, runbook)
     runbook_ref = runbook or rb.name
     session = Session.open(settings)

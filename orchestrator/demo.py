@@ -77,6 +77,9 @@ def check_faults(specs: list[str], *, base_tier: bool = False) -> None:
         host = getattr(parsed, "host", None)
         if host is not None and host not in hosts:
             raise UserError(f"--fault {spec!r}: the demo simulates {', '.join(hosts)}, not {host}")
+        if host == DEMO_HOST and FAULTS[parsed.name].scope == "base":
+            raise UserError(f"--fault {spec!r}: {parsed.name} applies to the base hosts ({', '.join(BASE_HOSTS)}), "
+                            f"not {DEMO_HOST}")
 
 
 def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any,

@@ -35,8 +35,8 @@ OVERRIDE_GATE = "prerequisite:{host}"
 def parse_hosts(text: str) -> list[str]:
     """`gpu03,gpu04,gpu23` -> the hosts in order; empty names and repeats are refused."""
     hosts = [h.strip() for h in text.split(",")]
-    if not text.strip() or any(not h for h in hosts):
-        raise UserError(f"--hosts {text!r}: give host names separated by commas, e.g. --hosts gpu03,gpu04,gpu23")
+    if not text.strip() or any(not h for h in hosts) or any(len(h.split()) > 1 for h in hosts):
+        raise UserError(f"--hosts {text!r}: give host names separated by commas (no spaces), e.g. --hosts gpu03,gpu04,gpu23")
     repeated = sorted({h for h in hosts if hosts.count(h) > 1})
     if repeated:
         raise UserError(f"--hosts names {', '.join(repeated)} more than once: each host runs once, in the order given")
@@ -158,8 +158,9 @@ class FleetResult:
         if self.not_started:
             text += f"; not started: {', '.join(self.not_started)}"
         rest = [h for h in self.hosts if h not in done]
-        text += (f". Once {self.stopped_at} is settled, `orchestrate rollout --hosts {','.join(self.hosts)} --tag {tag} "
-                 f"--runbook {runbook}` goes on: a host already at the target ends DONE with nothing sent"
+        text += (f". Once what stopped the fleet at {self.stopped_at} is fixed (its run's message says what), "
+                 f"`orchestrate rollout --hosts {','.join(self.hosts)} --tag {tag} --runbook {runbook}` goes on: a host "
+                 f"already at the target ends DONE with nothing sent"
                  if rest else "")
         return text
 

@@ -163,10 +163,20 @@ class Executor:
         return f"{why}{tail}" + self._next_steps(to)
 
     def _next_steps(self, to: str) -> str:
-        if to == Outcome.HALTED:
-            return (f". Nothing more is sent. Look at the host (`orchestrate status {self.run.run_id}`); "
-                    f"once it is fixed, `orchestrate resume {self.run.run_id}` continues from this step")
-        return ""
+        """What to run once the host is fixed: a halted run has ended, so `resume` alone does
+        nothing; `--retry` starts its failed forward phase again (where the table says)."""
+        if to != Outcome.HALTED:
+            return ""
+        failure = self.ctx.failure
+        node = self.table.nodes.get(failure.state) if failure is not None else None
+        phase = node.phase if node is not None else None
+        if self.run.kind == "rollout" and phase in self.table.phase_starts:
+            then = (f"`orchestrate resume {self.run.run_id} --retry` starts phase {phase} again, "
+                    f"at {self.table.retry_start(phase)}")
+        else:
+            then = (f"`orchestrate rollout {self.run.host} --tag {self.run.tag}` places the host and goes on from its state, "
+                    f"or `orchestrate rollback {self.run.host}`")
+        return (f". Nothing more is sent. Look at the host (`orchestrate status {self.run.run_id}`); once it is fixed, {then}")
 
 
 __all__ = ["Executor", "RunnerFenced"]

@@ -450,6 +450,10 @@ class Runtime:
                     svc = c.service or c.name
                     v = await self.serving(svc, containers)
                     parts.append(f"{replica}: {svc} {'serving' if v.serving else 'NOT serving (' + v.why + ')'}")
+            if self.rb.capacity == "fleet":  # engines up is not traffic: say whether the peers route here
+                listed = await self._still_listed()
+                parts.append("in the pool: " + "; ".join(listed) if listed else
+                             "NOT in any pool on the model-proxy peers (look at model-proxy-registrar)")
             return "host now: " + "; ".join(parts)
         except ClientError as exc:
             return f"host now: unknown (docker/ps could not be read: {type(exc).__name__})"

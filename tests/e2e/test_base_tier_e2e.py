@@ -173,6 +173,9 @@ def test_a_registrar_that_never_rejoins_halts_for_a_human(e2e_factory):
     final = rollout(e, "gpu03")
     assert final.outcome == "HALTED", final.message
     assert "switch.rejoined" in final.message
+    # what works next, and the truth about traffic: engines up, but out of the pool
+    assert f"orchestrate resume {final.run_id} --retry` starts phase switch again, at capacity.others-serve" in final.message
+    assert "NOT in any pool on the model-proxy peers" in final.message
     run = running(e.fleet, "gpu03")
     assert all(s in run for s in FP8) and not any(s in run for s in W4)
     assert not serving_the_domain(e, "gpu03")  # out of the pool, said so: a human looks at the registrar
