@@ -834,8 +834,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     failed a read before any run acted 5, Ctrl-C 130, a bug 1 (ORCHESTRATOR_DEBUG=1 adds the traceback). No traceback for anything a user can fix."""
     from pydantic import ValidationError
 
+    from orchestrator.run_logs import ensure_configured
     from orchestrator.settings import describe_validation_error
 
+    if not os.environ.get("ORCHESTRATOR_DEBUG"):
+        # log events no run claims (a client's retries before a run exists) never reach stdout:
+        # a command prints its progress and its one line; a run's events go to its log file
+        ensure_configured()
     try:
         rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
