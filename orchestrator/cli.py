@@ -664,7 +664,8 @@ def status(
         tag = view["target_tag"] or "-"
         out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {tag}: [bold]{run.outcome or run.state}[/bold]",
                   markup=True)
-        out.print(f"{view['activity']}: {view['activity_detail']}", markup=False)
+        detail = view["activity_detail"]
+        out.print(detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}", markup=False)
         if run.message:
             out.print(run.message, markup=False)
         out.print(f"journal: {where['journal']}", markup=False)
@@ -702,6 +703,8 @@ def runs(
         if as_json:
             sys.stdout.write(json.dumps(items) + "\n")
             return
+        if not items:
+            out.print(f"no runs{' of ' + host if host else ''} in {session.settings.journal_location()}", markup=False)
         for v in items:
             updated = v["updated_at"][:16].replace("T", " ")
             out.print(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
