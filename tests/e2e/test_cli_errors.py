@@ -180,3 +180,28 @@ def test_a_bug_is_exit_1_in_one_line(monkeypatch, capsys, tmp_path):
     assert exc.value.code == 1
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "RuntimeError" in err and "a bug" in err
+
+
+def test_an_unreachable_host_system_is_one_line_with_no_retry_noise_on_stdout(tmp_path):
+    """Before any run exists, a client's retries are log events no run claims: they are dropped,
+    never printed (cli.main -> run_logs.ensure_configured). The error is one line, exit 5."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed = s.getsockname()[1]
+    s.close()  # nothing listens there: every connection is refused
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(
+        f"dashboard_url: http://127.0.0.1:{closed}\n"
+        f"model_proxy_peers: {{peer-a: 'http://127.0.0.1:{closed}'}}\n"
+        "hosts:\n  gpu02:\n"
+        f"    compose_manager_url: http://127.0.0.1:{closed}\n"
+        "    instance_name: gpu02\n    model_proxy_address: 203.0.113.2:8444\n"
+        f"    inference_endpoint: http://127.0.0.1:{closed}\n    soak_relay_base_url: http://127.0.0.1\n"
+        "    available_ram_gib: 1223\n    available_ram_source: test\n    gpus: 8\n    github_repo: nearai/cvm-compose-files\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(TOKENS, ORCHESTRATOR_INVENTORY=str(inventory), ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"))
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rollback", "gpu02"], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 5, (r.returncode, r.stderr, r.stdout[-500:])
+    assert r.stdout == "", r.stdout[-1000:]
+    assert len(r.stderr.splitlines()) == 1 and "ConnectError" in r.stderr and "Traceback" not in r.stderr
