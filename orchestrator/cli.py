@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from datetime import datetime, timezone
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -258,35 +256,33 @@ def plan(
         raise UserError(f"--format {fmt!r} is not one of text, markdown, json, mermaid, dot")
     fleet: list[str] = []
     if hosts is not None:
-        from orchestrator.fleet import parse_hosts, runbook_for
+        from orchestrator.fleet import parse_hosts
 
         if host is not None:
             raise UserError("give HOST or --hosts, not both")
         if live or rollback is not None:
             raise UserError("--hosts plans a fleet rollout offline: --live and --rollback take one HOST")
         fleet = parse_hosts(hosts)
-        from orchestrator.inventory import load_inventory
-
-        known = load_inventory(_settings(inventory).inventory_path())
-        for h in fleet:
-            known.host(h)  # an unknown host is named before any runbook is chosen
-        runbook = runbook or runbook_for(fleet, None).name
         host = fleet[0]
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
-    if runbook is None:
-        from orchestrator.fleet import default_runbook
-
-        runbook = default_runbook(host)
     settings = _settings(inventory)
     if live:
         if rollback is not None:
             raise UserError("--live previews a rollout; --rollback plans are offline only")
+        if runbook is None:
+            from orchestrator.fleet import default_runbook
+
+            runbook = default_runbook(host)
         _plan_live(settings, host, tag, runbook, fmt, compose_file)
         return
     inv = load_inventory(settings.inventory_path())
     for h in fleet:
-        inv.host(h)
+        inv.host(h)  # an unknown host is named before any runbook is chosen
+    if runbook is None:
+        from orchestrator.fleet import default_runbook, runbook_for
+
+        runbook = runbook_for(fleet, None).name if fleet else default_runbook(host)
     entry = inv.host(host)
     rb = _runbook(runbook)
     for h in fleet or [host]:
@@ -432,9 +428,9 @@ def rollout(
     session = Session.open(settings)
     try:
         if override_prerequisite:  # a typo never passes: only the runbook's prerequisites can be named
-            from orchestrator.prerequisites import unmet
+            from orchestrator.prerequisites import check_overrides
 
-            unmet(load_runbook(runbook).prerequisites, lambda h: [], datetime.now(timezone.utc), override_prerequisite)
+            check_overrides(load_runbook(runbook).prerequisites, override_prerequisite)
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
         run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
         _journal_overrides(session, run, override_prerequisite, rb)
@@ -471,8 +467,6 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
     runbook_ref = runbook or rb.name
     session = Session.open(settings)
     try:
-        for h in hosts:
-            session.inventory.host(h)  # an unknown host: one line, before anything runs
         refuse_unmet_prerequisites(rb, session.journal, overrides)
 
         def announce(host: str, i: int, n: int) -> None:

@@ -103,6 +103,7 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
                 console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); faults: {', '.join(faults) or 'none'}")
             run, rb, table = new_rollout(session, DEMO_HOST, DEMO_TAG, DEFAULT_RUNBOOK)
             final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
+            outcome = final.outcome or Outcome.HALTED
             if base_tier and final.outcome == Outcome.DONE:
                 def one(host: str) -> Any:
                     if console is not None:
@@ -113,9 +114,8 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
                 result = run_fleet(list(BASE_HOSTS), one)
                 if console is not None:
                     console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
-                final = result.runs[-1] if result.runs else final
-                if result.outcome != Outcome.DONE and final.outcome == Outcome.DONE:
-                    final = next(r for r in result.runs if r.outcome != Outcome.DONE)
+                final = result.runs[-1] if result.runs else final  # the fleet stops at its first run not DONE
+                outcome = result.outcome
         finally:
             session.close()
         violations = fleet.check_invariants()
@@ -130,4 +130,4 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
                     console.print(f"  - {v}")
             else:
                 console.print("simulator record: every apply followed a dry run of the same request, the env map was passed whole, services never empty")
-        return final.outcome or Outcome.HALTED
+        return outcome

@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.journal.base import RunRecord
 from orchestrator.outcome import Outcome
-from orchestrator.prerequisites import nothing_to_do, unmet
+from orchestrator.prerequisites import unmet_in
 from orchestrator.runbook import RUNBOOK_DIR, Runbook, load_runbook
 from orchestrator.user_errors import Refused, UserError
 
@@ -53,8 +53,7 @@ def runbook_for(hosts: Sequence[str], name: str | None) -> Runbook:
             raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {', '.join(foreign)}: "
                             f"pick the hosts' runbook with --runbook")
         return rb
-    shipped = [load_runbook(p.stem) for p in sorted(RUNBOOK_DIR.glob("*.yaml"))]
-    fits = [rb for rb in shipped if all(h in rb.hosts for h in hosts)]
+    fits = [rb for rb in shipped_runbooks() if all(h in rb.hosts for h in hosts)]
     if len(fits) != 1:
         which = ", ".join(rb.name for rb in fits) if fits else "none of the shipped runbooks"
         raise UserError(f"--hosts {','.join(hosts)}: {which} covers these hosts; name the runbook with --runbook")
@@ -66,14 +65,18 @@ def default_runbook(host: str) -> str:
     (whose own host check then says which hosts it is written for)."""
     from orchestrator.runbook import DEFAULT_RUNBOOK
 
-    fits = [p.stem for p in sorted(RUNBOOK_DIR.glob("*.yaml")) if host in load_runbook(p.stem).hosts]
+    fits = [rb.name for rb in shipped_runbooks() if host in rb.hosts]
     return fits[0] if len(fits) == 1 else DEFAULT_RUNBOOK
+
+
+def shipped_runbooks() -> list[Runbook]:
+    """Every runbook shipped in orchestrator/runbooks/, by file name."""
+    return [load_runbook(p.stem) for p in sorted(RUNBOOK_DIR.glob("*.yaml"))]
 
 
 def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None) -> None:
     """Refuse before any host is touched while a prerequisite does not hold (not overridden)."""
-    problems = unmet(rb.prerequisites, lambda h: journal.list_runs(h), now or datetime.now(timezone.utc), overrides,
-                     nothing_to_do(journal))
+    problems = unmet_in(journal, rb.prerequisites, now or datetime.now(timezone.utc), overrides)
     if problems:
         names = " ".join(f"--override-prerequisite {p.host}" for p in rb.prerequisites)
         raise Refused(f"prerequisite not met: {'; '.join(problems)}. Nothing was started; run the prerequisite first, "
@@ -88,9 +91,7 @@ def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by
     wanted = list(overrides)
     if rb is not None:
         when = now or datetime.now(timezone.utc)
-        wanted = [h for h in wanted
-                  if unmet([p for p in rb.prerequisites if p.host == h], lambda x: journal.list_runs(x), when, (),
-                           nothing_to_do(journal))]
+        wanted = [h for h in wanted if unmet_in(journal, [p for p in rb.prerequisites if p.host == h], when)]
     for host in wanted:
         journal.approve(run.run_id, OVERRIDE_GATE.format(host=host), by=f"--override-prerequisite ({by})")
     return wanted

@@ -26,16 +26,33 @@ def nothing_to_do(journal: Any) -> Callable[[Any], bool]:
     return check
 
 
+def check_overrides(prereqs: Iterable[Any], overrides: Iterable[str]) -> None:
+    """An override must name a prerequisite's host: a typo never passes (one line, exit 2)."""
+    prereqs = list(prereqs)
+    unknown = set(overrides) - {p.host for p in prereqs}
+    if unknown:
+        raise UserError(f"--override-prerequisite {', '.join(sorted(unknown))}: not a prerequisite of this runbook "
+                        f"(prerequisites: {', '.join(p.host for p in prereqs) or 'none'})")
+
+
+def unfinished(journal: Any, hosts: Iterable[str], *, but: str | None = None) -> list[tuple[str, Any]]:
+    """(host, run) for every run of these hosts that has not ended (run `but` left out): a host
+    whose run is interrupted or in flight may be out of its pool, or about to be."""
+    return [(h, r) for h in hosts for r in journal.list_runs(h, limit=50) if not r.terminal and r.run_id != but]
+
+
+def unmet_in(journal: Any, prereqs: Iterable[Any], now: datetime, overrides: Iterable[str] = ()) -> list[str]:
+    """`unmet`, reading the runs from the journal (a nothing-to-do DONE passed over)."""
+    return unmet(prereqs, lambda h: journal.list_runs(h), now, overrides, nothing_to_do(journal))
+
+
 def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = (),
           placed_only: Callable[[Any], bool] = lambda run: False) -> list[str]:
     """Why each prerequisite is not met (empty: all met). `runs_of(host)` -> that host's runs,
     newest first (journal `list_runs`); `placed_only(run)` -> it ended DONE with nothing to do."""
     prereqs = list(prereqs)
     overrides = set(overrides)
-    unknown = overrides - {p.host for p in prereqs}
-    if unknown:
-        raise UserError(f"--override-prerequisite {', '.join(sorted(unknown))}: not a prerequisite of this runbook "
-                        f"(prerequisites: {', '.join(p.host for p in prereqs) or 'none'})")
+    check_overrides(prereqs, overrides)
     out: list[str] = []
     for p in prereqs:
         if p.host in overrides:

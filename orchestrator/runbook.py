@@ -705,6 +705,19 @@ class Runbook(_Strict):
         return out + [(f"{where}.steps[{i}] ({st.id}).remedy", st.remedy.steps)
                       for where, steps in out for i, st in enumerate(steps) if st.remedy is not None]
 
+    def previous_ref_of(self) -> dict[str, str]:
+        """service -> the `<ref>` of the first `previous:<ref>` request that names it (the base
+        tier's FP8 r2 is stopped with `previous:model-sg-glm53-fp8-tp4-r1`): which previous deploy
+        tells the file its logs are read through."""
+        out: dict[str, str] = {}
+        for steps in self.step_lists():
+            for st in steps:
+                c = st.compose
+                if c is not None and c.file.startswith("previous:") and isinstance(c.services, list):
+                    for svc in c.services:
+                        out.setdefault(svc, c.file.split(":", 1)[1])
+        return out
+
     def step_lists(self) -> list[list[Step]]:
         """Every list of steps: preflight, each phase and its rollback, the whole-host rollback, and
         every gate's remedy (its requests count as the runbook's: `previous:` refs, one-shots)."""

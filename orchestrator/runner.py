@@ -466,16 +466,14 @@ def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
     """A host whose capacity is the fleet's (`capacity: fleet`) is not rolled back while another
     host of its runbook has a run that has not ended: that host may be out of the pool, and a
     rollback drains this one too. Finish or abort that run first."""
+    from orchestrator.prerequisites import unfinished
+
     if rb.capacity != "fleet":
         return
-    for other in rb.hosts:
-        if other == host:
-            continue
-        for r in session.journal.list_runs(other, limit=20):
-            if not r.terminal:
-                raise Refused(f"{other} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}: rolling {host} back now "
-                              f"would drain a second host of the tier. Let it end (or `orchestrate abort {r.run_id}`), then roll "
-                              f"{host} back. Nothing was changed")
+    for other, r in unfinished(session.journal, [h for h in rb.hosts if h != host]):
+        raise Refused(f"{other} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}: rolling {host} back now "
+                      f"would drain a second host of the tier. Let it end (or `orchestrate abort {r.run_id}`), then roll "
+                      f"{host} back. Nothing was changed")
 
 
 async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:

@@ -128,6 +128,7 @@ class Runtime:
         self.visit_key = ""
         self.log = log.bind(run_id=run.run_id, host=run.host)
         self._hb_next = 0.0
+        self._previous_ref_of = runbook.previous_ref_of()  # read on every log poll: once per run
 
     # -- small helpers ------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -316,17 +317,9 @@ class Runtime:
         """The compose file a service's logs are read through: the file that deployed it (this run,
         or the action log's previous deploy), else the file of a `previous:` request that names it
         (the base tier's FP8 r2 comes with `previous:model-sg-glm53-fp8-tp4-r1`), else the new file."""
-        known = self.ctx.deployed.get(service) or self.ctx.previous.get(service)
-        if known:
-            return known["file"]
-        for steps in self.rb.step_lists():
-            for st in steps:
-                c = st.compose
-                if c is not None and c.file.startswith("previous:") and isinstance(c.services, list) and service in c.services:
-                    ref = self.ctx.previous.get(c.file.split(":", 1)[1])
-                    if ref:
-                        return ref["file"]
-        return self.rb.file
+        known = (self.ctx.deployed.get(service) or self.ctx.previous.get(service)
+                 or self.ctx.previous.get(self._previous_ref_of.get(service, "")))
+        return known["file"] if known else self.rb.file
 
     def follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
         file = self.service_file(service)
@@ -398,12 +391,14 @@ class Runtime:
         if await self._in_flight():
             return ("refusing to stop " + ", ".join(engines) + ": compose-manager reports another operation in flight "
                     "(GET /status); nothing was stopped. Look at the host, then resume")
+        listed: list[str] | None = None  # asked of the peers once per guard, when it matters
         for e in engines:
             mine = await self.serving(e, containers)
             if not mine.serving and not mine.unknown:
                 continue  # stopping an engine known not to serve takes no capacity away
             if self.rb.capacity == "fleet":
-                listed = await self._still_listed()
+                if listed is None:
+                    listed = await self._still_listed()
                 if not listed:
                     continue  # drained: the runbook's other hosts carry the domain
                 return (f"refusing to stop {e}: it serves and {self.run.host} is not drained ({'; '.join(listed)}); "

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, Step
+from orchestrator.prerequisites import unfinished
 from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
@@ -203,13 +204,12 @@ class HostStateCheck:
             return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
                         f"Nothing was changed")
         if state.action == "done":
-            for other in rt.journal.list_runs(rt.run.host, limit=50):
-                if other.run_id != rt.run.run_id and not other.terminal:
-                    # the target is in place, but that run's remaining gates (its soak, its
-                    # approval) never passed: "nothing to do" must not stand in for them
-                    return fail(f"{rt.run.host} already runs the target, but run {other.run_id} ({other.kind}) stopped at "
-                                f"{other.state} before it ended: `orchestrate resume {other.run_id}` finishes it (its soak "
-                                f"and approval). Nothing was changed")
+            for _, other in unfinished(rt.journal, [rt.run.host], but=rt.run.run_id):
+                # the target is in place, but that run's remaining gates (its soak, its approval)
+                # never passed: "nothing to do" must not stand in for them
+                return fail(f"{rt.run.host} already runs the target, but run {other.run_id} ({other.kind}) stopped at "
+                            f"{other.state} before it ended: `orchestrate resume {other.run_id}` finishes it (its soak "
+                            f"and approval). Nothing was changed")
             return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do")
         target = first if state.action == "start" else state.action
         if (wanted or first) == target:

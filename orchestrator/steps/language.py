@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.durations import format_duration
 from orchestrator.machine import Node
-from orchestrator.prerequisites import nothing_to_do, unmet
+from orchestrator.prerequisites import unfinished, unmet_in
 from orchestrator.runbook import LogValue, Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
 from orchestrator.steps.evidence import error_text
@@ -137,7 +137,7 @@ class Presence:
                 return fail(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory (the runbook's "
                             f"hosts: {', '.join(rt.rb.hosts)}); add it to the inventory, or take it out of the runbook's "
                             f"hosts: if it no longer belongs to this tier")
-            busy = [(h, r) for h in others for r in rt.journal.list_runs(h, limit=20) if not r.terminal]
+            busy = unfinished(rt.journal, others)
             if busy:  # two hosts of one tier never leave it at once, even from two terminals
                 return fail("one host of the tier at a time: " + "; ".join(
                     f"{h} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}" for h, r in busy))
@@ -210,8 +210,7 @@ class Prerequisites:
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
-        problems = unmet(rt.rb.prerequisites, lambda h: rt.journal.list_runs(h), datetime.now(timezone.utc), overrides,
-                         nothing_to_do(rt.journal))
+        problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(timezone.utc), overrides)
         if problems:
             return fail("prerequisite not met: " + "; ".join(problems))
         return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))
