@@ -71,7 +71,7 @@ def fleet_rules(rb: Runbook, hosts: list[str]) -> list[str]:
     for p in rb.prerequisites:
         rules.append(f"before any host: {p.host}'s latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago "
                      f"(read from the journal; overridden only by name: --override-prerequisite {p.host})")
-    if any(st.presence is not None and st.presence.hosts == "others" for st in rb.preflight + [s for ph in rb.phases for s in ph.steps]):
+    if any(st.presence is not None and st.presence.hosts == "others" for steps in rb.step_lists() for st in steps):
         rules.append("before each host leaves the pool: both model-proxy peers list every other host of the runbook healthy "
                      "(capacity guard)")
     return rules
