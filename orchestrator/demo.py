@@ -32,7 +32,7 @@ BASE_TAG = "v0.0.310"
 def list_fault_table() -> str:
     from orchestrator_sim.faults import FAULTS
 
-    arg = {"replica": ":r1|:r2", "count": ":N", "none": ""}
+    arg = {"replica": ":r1|:r2", "count": ":N", "replica-count": ":r1|:r2[:N]", "none": ""}
     rows = []
     for name, f in FAULTS.items():
         base = f.scope == "base"

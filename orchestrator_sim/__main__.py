@@ -54,7 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _faults(_: argparse.Namespace) -> int:
     for f in FAULTS.values():
-        arg = {"replica": ":r1|r2", "count": ":N", "none": ""}[f.arg]
+        arg = {"replica": ":r1|r2", "count": ":N", "replica-count": ":r1|r2[:N]", "none": ""}[f.arg]
         scope = "  (base hosts; name@gpuNN for one host)" if f.scope == "base" else ""
         print(f"{f.name}{arg}{scope}\n  symptom:  {f.symptom}\n  expected: {f.expected_end_state}\n")
     return 0

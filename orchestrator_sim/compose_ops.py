@@ -282,16 +282,24 @@ class ComposeOperations(HostCore):
             raise ComposeError(400, f"file '{req.file}' not found at tag '{req.tag}'")
         return info, text
 
-    def _take_lock(self) -> None:
+    def _take_lock(self, req: ComposeRequest | None = None) -> None:
+        if req is not None and self._down_busy(req):
+            raise ComposeError(409, "another docker operation is already in progress: docker_restart")
         if self.faults.take("busy-409"):
             raise ComposeError(409, "another docker operation is already in progress: docker_restart")
         if self._op is not None:
             raise ComposeError(409, f"another docker operation is already in progress: {self._op.action}")
 
+    def _down_busy(self, req: ComposeRequest) -> bool:
+        """`down-busy:rN`: a down naming a running engine of slot rN is refused while the count lasts."""
+        slots = {c.slot for c in self._containers.values()
+                 if c.service in req.services and c.project == req.project and c.slot is not None and c.state == "running"}
+        return bool(slots) and self.faults.take_for("down-busy", slots)
+
     def _accept(self, action: str, body: Any, raw: str, call: RecordedCall | None, *, down: bool) -> tuple[Operation, WorkCopy | None]:
         """Parse, take the lock, validate (releasing the lock on a refusal): the accepted operation."""
         req = self.parse_request(body, raw, down=down)
-        self._take_lock()
+        self._take_lock(req if down else None)
         op = Operation(action=action, request=req, call=call, started_at=self.stamp())
         self._op = op
         try:

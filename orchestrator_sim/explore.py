@@ -62,7 +62,7 @@ PREVIOUS_TAG = "v0.0.290"
 TYPO_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canray.yaml"
 #: the faults a gpu02 schedule draws from: the base tier's (scope "base") never hit gpu02, so
 #: drawing them would only dilute the schedules (and shift every seed's draw)
-GPU02_FAULTS = frozenset(n for n, f in FAULTS.items() if f.scope != "base")
+GPU02_FAULTS = frozenset(n for n, f in FAULTS.items() if f.scope != "base" and f.drawn)
 #: faults whose gate fails on whichever replica is being moved (not tied to r1/r2)
 GATE_FAULTS = frozenset({"peer-missing", "cache-miss", "dry-run-extra-recreate", "dry-run-extra-remove",
                          "dry-run-not-dry", "perception-fails"})

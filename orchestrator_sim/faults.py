@@ -4,7 +4,8 @@ A fault spec is `name`, `name:arg`, `name@host` or `name:arg@host`. Engine fault
 (`r1` or `r2`, default `r2`): they hit the NEW engine of that replica, i.e. a container of that
 replica's slot created from the host's rollout target file (gpu02: the long-context file; a base
 host: the W4AFP8 base-tier file); the previous engines are never affected, so a rollback always
-works. `busy-409` and `server-500` take a count (default 1).
+works. `busy-409` and `server-500` take a count (default 1). `down-busy` takes a replica and a
+count (`down-busy:r1:6`, default 6: one compose/down, the client's five busy retries spent).
 
 Which hosts a fault hits (a fleet may simulate gpu02 and the base hosts gpu03, gpu04, gpu23):
 - `@gpuNN` limits the fault to that host, e.g. `no-rejoin@gpu04`, `dist-store-error:r1@gpu03`;
@@ -29,10 +30,12 @@ ENGINE_REPLICAS = ("r1", "r2")
 @dataclass(frozen=True)
 class FaultInfo:
     name: str
-    arg: str  # "replica", "count" or "none"
+    arg: str  # "replica", "count", "replica-count" or "none"
     symptom: str
     expected_end_state: str
     scope: str = "any"  # "base": only base-tier hosts (gpu03, gpu04, gpu23) unless `@host` says so
+    #: the schedule explorer draws it (False: aimed at one step, driven by its own case test)
+    drawn: bool = True
 
 
 _ROLLBACK_R2 = (
@@ -124,6 +127,18 @@ FAULTS: dict[str, FaultInfo] = {
             "the next N calls of a route needing the docker lock (compose/up, compose/down) get "
             "409 `another docker operation is already in progress: docker_restart`",
             _RECOVER + " (it retries with backoff)",
+        ),
+        FaultInfo(
+            "down-busy",
+            "replica-count",
+            "the next N compose/down calls that name a running engine of that replica (by default 6: "
+            "one down with the client's five busy retries spent) get 409 `another docker operation is "
+            "already in progress: docker_restart`; other calls are not affected. `down-busy:r1` hits "
+            "r1's step-7 stop of the old r1 (the same service name as the new r1)",
+            "that step's gate fails (compose-manager did not run the down) and the phase's rollback "
+            "runs; the rollback stops only containers this run created, so the old r1 it never touched "
+            "keeps serving beside the new r2 (HALTED, exit 4, the untouched r1 named as left running)",
+            drawn=False,
         ),
         FaultInfo(
             "server-500",
@@ -308,6 +323,8 @@ FAULTS.update(
 )
 
 ENGINE_FAULTS = frozenset(n for n, f in FAULTS.items() if f.arg == "replica")
+#: `down-busy` without a count: one compose/down refused through the client's five busy retries
+DOWN_BUSY_DEFAULT = 6
 
 
 @dataclass(frozen=True)
@@ -319,6 +336,8 @@ class FaultSpec:
 
     def __str__(self) -> str:
         at = f"@{self.host}" if self.host else ""
+        if self.replica and self.count is not None:
+            return f"{self.name}:{self.replica}:{self.count}{at}"
         if self.replica:
             return f"{self.name}:{self.replica}{at}"
         if self.count is not None:
@@ -344,6 +363,18 @@ def _parse_fault(spec: str) -> FaultSpec:
         if replica not in ENGINE_REPLICAS:
             raise ValueError(f"fault {name}: replica must be r1 or r2, not {arg!r}")
         return FaultSpec(name, replica=replica)
+    if info.arg == "replica-count":
+        replica, _, n = arg.partition(":")
+        replica = replica or "r2"
+        if replica not in ENGINE_REPLICAS:
+            raise ValueError(f"fault {name}: replica must be r1 or r2, not {replica!r}")
+        try:
+            count = int(n) if n else DOWN_BUSY_DEFAULT
+        except ValueError:
+            raise ValueError(f"fault {name}: count must be an integer, not {n!r}") from None
+        if count < 0:
+            raise ValueError(f"fault {name}: count must not be negative")
+        return FaultSpec(name, replica=replica, count=count)
     if info.arg == "count":
         try:
             count = int(arg) if arg else 1
@@ -400,6 +431,16 @@ class ActiveFaults:
         with self._lock:
             for s in self.specs:
                 if s.name == name and self._remaining.get(s, 0) > 0:
+                    self._remaining[s] -= 1
+                    return True
+            return False
+
+    def take_for(self, name: str, replicas: Iterable[str]) -> bool:
+        """Use one unit of a counted per-replica fault aimed at one of `replicas`; False once spent."""
+        wanted = set(replicas)
+        with self._lock:
+            for s in self.specs:
+                if s.name == name and s.replica in wanted and self._remaining.get(s, 0) > 0:
                     self._remaining[s] -= 1
                     return True
             return False

@@ -101,6 +101,12 @@ class RunContext:
     oneshots_removed: list[str] = field(default_factory=list)
     #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
     ready: dict[str, str] = field(default_factory=dict)
+    #: containers this run created / stopped, by container ID -> {service, state} (orchestrator.ownership):
+    #: a rollback step stops only what is in `created`, never a container it merely shares a name with
+    created: dict[str, dict[str, str]] = field(default_factory=dict)
+    stopped: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: why a rollback step left a container running (said in the run's final message)
+    not_stopped: list[str] = field(default_factory=list)
 
     @classmethod
     def new(cls, **kw: Any) -> "RunContext":
@@ -112,7 +118,7 @@ class RunContext:
                           budget_env_fingerprint=self.budget_env_fingerprint,
                           before=dict(self.before), deployed=dict(self.deployed), start_phase=self.start_phase,
                           placement=dict(self.placement), skip_tag_age_check=self.skip_tag_age_check, yes=self.yes,
-                          extra=dict(self.extra))
+                          extra=dict(self.extra), created=dict(self.created), stopped=dict(self.stopped))
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -124,6 +124,8 @@ class Executor:
             self.ctx.failure = Failure(state, outcome.event.value, note)
         terminal = to in TERMINALS
         message = self._final_message(state, to, note) if terminal else None
+        if message and self.ctx.not_stopped:  # a rollback left a container it did not create running
+            message = message.rstrip(".") + ". NOT stopped: " + "; ".join(self.ctx.not_stopped)
         if message and host_now:
             message = f"{message}. {host_now}" if not message.endswith(".") else f"{message} {host_now}"
         self.journal.record_transition(

@@ -592,6 +592,45 @@ class Runtime:
         self.ctx.deployed.update({s: {"tag": req.tag, "file": req.file} for s in req.services})
         self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
 
+    async def record_ownership(self, req: ComposeRequest, baseline: dict[str, Any], *, up: bool) -> None:
+        """The run's container ledger after a compose call (orchestrator.ownership): an up's new IDs
+        of the services it named are `created`; IDs gone since the journaled baseline are `stopped`
+        (a down: of the services it named; an up: any, its --remove-orphans included). Called again
+        on resume from the intent's baseline, so the ledger survives a crash before the transition."""
+        from orchestrator import ownership
+
+        before = ownership.baseline_ids(baseline)
+        try:
+            now = await self.ps()
+        except ClientError:
+            return  # docker/ps unreadable: the ledger is never guessed
+        state = self.node.id if self.node is not None else self.visit_key
+        if up:
+            ownership.record(self.ctx.created, ownership.created_ids(before, now, req.services), state)
+            ownership.record(self.ctx.stopped, ownership.gone_ids(before, now), state)
+        else:
+            ownership.record(self.ctx.stopped, ownership.gone_ids(before, now, req.services), state)
+
+    def not_owned(self, node: Node, present: list[Container]) -> dict[str, str]:
+        """Service -> why it is left running: in a rollback of a rollout (a phase's rollback, or the
+        whole-host rollback an abort takes), a down stops only containers this run created. An
+        operator's `orchestrate rollback` run is exempt: stopping the rolled-out engines is what
+        the operator asked for (the stop guard still applies)."""
+        from orchestrator import ownership
+
+        if node.section not in ownership.ROLLBACK_SECTIONS or self.table.kind != "rollout":
+            return {}
+        _, others = ownership.owned_split(present, self.ctx.created)
+        out = {}
+        for c in others:
+            why = ownership.not_ours_note(c, node.id, self.ctx.stopped)
+            out[c.service or c.name] = why
+            if why not in self.ctx.not_stopped:
+                self.ctx.not_stopped.append(why)
+            self.log.warning("rollback_left_unowned_container", service=c.service or c.name, container=c.id[:12])
+            self.emit("note", text=why)
+        return out
+
     async def host_cache(self) -> Any | None:
         """`GET /host/cache`, or None where compose-manager does not offer it (or it failed)."""
         reader = getattr(self.clients.compose, "host_cache", None)

@@ -15,10 +15,12 @@ Rules (each pinned by a test in tests/executor/):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.durations import format_duration
 from orchestrator.machine import Node
+from orchestrator.ownership import ps_ids
 from orchestrator.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.dry_run_check import judge_dry_run
@@ -97,7 +99,7 @@ class Up:
             # resume: what this visit already sent is settled first, before any comparison
             outcome = await rt.resume_effect(recorded)
             rt.ctx.checked_dry_run = None
-            return await self._judge(rt, node, req, outcome)
+            return await self._judged(rt, node, req, outcome)
         checked = rt.ctx.checked_dry_run
         if checked is None or (checked.tag, checked.file, tuple(checked.services), checked.project) != (
             req.tag, req.file, tuple(req.services), req.project
@@ -112,10 +114,18 @@ class Up:
             return self._again(rt, node, "containers changed since the dry run")
         svc = by_service(containers)
         baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
-                    "actions": await rt.action_count(), "record": await rt.success_record()}
+                    "actions": await rt.action_count(), "record": await rt.success_record(),
+                    "ps": ps_ids(containers)}  # the whole docker/ps: what this up creates and removes, by ID
         outcome = await rt.mutate("compose_up", req, baseline)
         rt.ctx.checked_dry_run = None
-        return await self._judge(rt, node, req, outcome)
+        return await self._judged(rt, node, req, outcome)
+
+    async def _judged(self, rt: "Runtime", node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+        """The up's verdict, then the run's container ledger: what it created and stopped, by ID."""
+        verdict = await self._judge(rt, node, req, outcome)
+        if outcome.get("status") != "refused":
+            await rt.record_ownership(req, outcome.get("baseline", {}), up=True)
+        return verdict
 
     @staticmethod
     def _again(rt: "Runtime", node: Node, why: str) -> StepOutcome:
@@ -167,6 +177,9 @@ class Down:
         downs = rt.visit_effects("compose_down")  # the first down and any resend of this visit
         resends = max(0, len(downs) - 1)
         if downs:
+            sent = downs[0].request.get("request", {}).get("services")
+            if sent and tuple(sent) != tuple(req.services):  # a rollback's down narrowed to what the run owns
+                req = replace(req, services=tuple(sent))
             # resume: the newest down this visit sent is settled first; earlier resends count
             outcome = await rt.resume_effect(downs[-1])
             if resends:
@@ -175,6 +188,12 @@ class Down:
             containers = await rt.ps()
             svc = by_service(containers)
             present = [s for s in req.services if s in svc]
+            left = rt.not_owned(node, [svc[s] for s in present])
+            if left:  # a rollback stops only containers this run created, never a namesake
+                present = [s for s in present if s not in left]
+                req = replace(req, services=tuple(s for s in req.services if s not in left))
+                if not req.services:
+                    return ok(" ".join(left.values()))
             # docker/ps lists running containers only: a finished one-shot (a perception check)
             # is invisible there but still exists, so its down is always sent (harmless if gone)
             oneshots = [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
@@ -195,6 +214,7 @@ class Down:
         if outcome["status"] == "refused":
             return fail(f"compose-manager did not run the down: {outcome.get('error')}")
         verdict = await rt.wait_gone(req, outcome, resends=resends)
+        await rt.record_ownership(req, outcome.get("baseline", {}), up=False)
         if verdict.event.value == "ok":
             running_engines = {c.name for c in await rt.ps() if rt.rb.replica_of(c.service or c.name)}
             for s in req.services:  # and no engine holds them once it is gone

@@ -22,6 +22,7 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "dry-run-extra-remove",
         "dry-run-not-dry",
         "busy-409",
+        "down-busy",
         "server-500",
         "cut-before-effect",
         "cut-after-effect",
@@ -47,7 +48,8 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
     assert all(f.symptom and f.expected_end_state for f in FAULTS.values())
     assert str(parse_fault("oom")) == "oom:r2" and parse_fault("cuda-801:r1").replica == "r1"
     assert parse_fault("busy-409:3").count == 3 and parse_fault("server-500").count == 1
-    for bad in ("nope", "oom:r3", "busy-409:x", "peer-missing:r1"):
+    assert str(parse_fault("down-busy:r1")) == "down-busy:r1:6" and parse_fault("down-busy:r2:3").count == 3
+    for bad in ("nope", "oom:r3", "busy-409:x", "peer-missing:r1", "down-busy:r3", "down-busy:r1:x", "down-busy:r1:-1"):
         with pytest.raises(ValueError):
             parse_fault(bad)
 
@@ -59,6 +61,21 @@ def test_busy_409(make_sim) -> None:
         r = sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)
         assert (r.status, r.error["error"]) == (409, "another docker operation is already in progress: docker_restart")
     assert sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True).ok
+
+
+def test_down_busy_refuses_only_downs_of_that_replicas_engine(make_sim) -> None:
+    """`down-busy:r1:2`: the next two downs naming the running r1 get 409; downs of other services
+    and every up go through; the third down of r1 is accepted."""
+    sim = make_sim(faults=["down-busy:r1:2"])
+    r1_id = {c.service: c.id for c in sim.fleet.host.containers()}[R1]
+    assert sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True).ok
+    assert sim.down(OLD_TAG, CANARY, [OLD_R2]).ok  # r2's down: not aimed at
+    for _ in range(2):
+        r = sim.down(NEW_TAG, TARGET, [R1])
+        assert (r.status, r.error["error"]) == (409, "another docker operation is already in progress: docker_restart")
+        assert {c.service: c.id for c in sim.fleet.host.containers() if c.state == "running"}[R1] == r1_id
+    assert sim.down(NEW_TAG, TARGET, [R1]).ok
+    assert R1 not in {c.service for c in sim.fleet.host.containers() if c.state == "running"}
 
 
 def test_server_500(make_sim) -> None:
