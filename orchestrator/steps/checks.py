@@ -52,6 +52,15 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
     return BudgetFit(problem, effective.bytes, rank, avail, report.page_cache_headroom_bytes)
 
 
+def target_needs_budget(rb: Runbook, file: str, services: "list[str] | tuple[str, ...]") -> bool:
+    """Whether a request's target is held to the runbook's HiCache budget rule: only an engine the
+    rule is about (`budget.engines`), from the file the rule describes (the runbook's new file). A
+    rollback to the previous file (the old FP8 r2) is judged by what it needs, never by the new
+    engines' budget: its dry run and its cold start judge it."""
+    b = rb.budget
+    return b is not None and file == rb.file and any(s in b.engines for s in services)
+
+
 def budget_verdict(rt: "Runtime") -> StepOutcome:
     """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
     assert rt.env is not None

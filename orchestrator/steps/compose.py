@@ -26,7 +26,7 @@ from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.dry_run_check import judge_dry_run
 from orchestrator.runbook import SELECTED, Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register, retry, skip
-from orchestrator.steps.checks import budget_verdict
+from orchestrator.steps.checks import budget_verdict, target_needs_budget
 
 if TYPE_CHECKING:
     from orchestrator.executor.runtime import Runtime
@@ -50,13 +50,18 @@ class DryRun:
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.plan is not None
         env = await rt.ensure_env()
-        if rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint:
+        req = rt.request(step, dry_run=True)
+        if rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint \
+                and node.section in ("rollback", "full_rollback") and not target_needs_budget(rt.rb, req.file, req.services):
+            # a rollback is judged by what its target needs: the new engines' budget is not its rule
+            rt.emit("note", text=f"the host's env map changed since the budget was checked; {', '.join(req.services)} from "
+                                 f"{req.file} is not held to the new engines' budget rule (its dry run and start judge it)")
+        elif rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint:
             # the env map changed since the budget was checked: check it again before planning
             verdict = budget_verdict(rt)
             if verdict.event.value != "ok":
                 return fail("the env map changed since preflight and no longer passes the budget check: " + verdict.note)
             rt.emit("note", text="the host's env map changed since the last dry run; the budget was checked again")
-        req = rt.request(step, dry_run=True)
         rt.ctx.checked_dry_run = None
         res = await rt.dry_run(req)
         if res.verdict != "done":

@@ -72,3 +72,95 @@ def test_a_refused_down_of_the_old_r1_never_lets_the_rollback_stop_it(e2e_factor
     assert now[R2_NEW].id in ctx["created"] and old_r1.id not in ctx["created"]
     assert old_r1.id not in ctx["stopped"]
     assert e.fleet.check_invariants() == []
+
+
+# -- case 9 ---------------------------------------------------------------------------------------
+SPEED = "3000"
+
+
+def _env(fleet, state: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(fleet.env_for_orchestrator(state / "inventory.yaml"))
+    env.update({"ORCHESTRATOR_STATE_DIR": str(state), "ORCHESTRATOR_TIME_SCALE": SPEED, "ORCHESTRATOR_LEASE_TTL": "1"})
+    env.update(extra)
+    return env
+
+
+def _orchestrate(args, env, *, crashing=False):
+    cmd = [sys.executable, str(HERE / "crashing_orchestrate.py")] if crashing else [sys.executable, "-m", "orchestrator.cli"]
+    return subprocess.run(cmd + list(args), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _fleet(*faults: str):
+    from orchestrator_sim import SimConfig, SimFleet
+
+    return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200, faults=list(faults), hosts=("gpu02",)))
+
+
+def _mutating(fleet) -> dict[tuple, int]:
+    out: dict[tuple, int] = {}
+    for c in fleet.calls:
+        if (c.is_compose_up and not c.body.get("dry_run")) or c.is_compose_down:
+            key = (c.path, c.body["tag"], c.body["file"], tuple(c.body["services"]))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+ROLLOUT = ["rollout", "gpu02", "--tag", "v0.0.300", "--yes"]
+
+
+def test_a_budget_change_after_a_crash_in_r2s_rollback_does_not_block_restoring_the_old_r2(tmp_path):
+    """The new r2 fails its cold start (oom): r2's rollback stops it, and the runner is killed right
+    after that down's outcome is journaled. GLM53_HICACHE_RAM_BUDGET then changes on the dashboard
+    to a value the NEW engines' rule refuses. The resumed rollback is judged by what its target
+    needs (the old FP8 r2 from the previous file): the old r2 is dry-run, brought back and serves;
+    ROLLED_BACK (exit 3), and no destructive call is sent more often than in an uninterrupted run."""
+    base_state = tmp_path / "baseline"
+    base_state.mkdir()
+    log = base_state / "writes.log"
+    with _fleet("oom:r2") as fleet:
+        r = _orchestrate(ROLLOUT, _env(fleet, base_state, ORCHESTRATOR_TEST_KILL_AFTER="0",
+                                       ORCHESTRATOR_TEST_WRITE_LOG=str(log)), crashing=True)
+        assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+        baseline = _mutating(fleet)
+    writes = [ln.split() for ln in log.read_text().splitlines()]
+    intents = [i for i, w in enumerate(writes) if w[1] == "record_intent" and w[-1] == "True"]
+    kinds = [writes[i][2] for i in intents]
+    # the rollback's up of the old r2 is the last mutating up; the down before it stopped the new r2
+    up_old = max(n for n, k in enumerate(kinds) if k == "compose_up")
+    stop_new = max(n for n, k in enumerate(kinds[:up_old]) if k.startswith("compose_down"))
+    at = intents[stop_new]
+    assert writes[at + 1][1] == "record_outcome"
+    kill = at + 2  # 1-based count of the down's outcome write
+
+    state = tmp_path / "crash"
+    state.mkdir()
+    with _fleet("oom:r2") as fleet:
+        r = _orchestrate(ROLLOUT, _env(fleet, state, ORCHESTRATOR_TEST_KILL_AFTER=str(kill)), crashing=True)
+        assert r.returncode == -9, r.stderr[-1000:]
+        assert R2_NEW not in running(fleet) and R2_OLD not in running(fleet)  # killed right after the stop
+        old_r1 = running(fleet)[R1]
+        env_before, mark = dict(fleet.dashboard_env), max(c.seq for c in fleet.calls)
+        fleet.set_env_var(BUDGET, "300GiB")  # the new engines' rule allows 406GiB only
+        run_id = json.loads(_orchestrate(["runs", "--json"], _env(fleet, state)).stdout)[0]["run_id"]
+        time.sleep(1.2)  # the killed runner's 1 s lease expires
+        r2 = _orchestrate(["resume", run_id, "--yes"], _env(fleet, state))
+        assert r2.returncode == 3, f"resume exit {r2.returncode}\n{r2.stdout[-3000:]}\n{r2.stderr[-1000:]}"
+        now = running(fleet)
+        assert now[R2_OLD].file == OLD_FILE and now[R2_OLD].ready, now.get(R2_OLD)
+        assert R2_NEW not in now
+        assert now[R1].id == old_r1.id  # r1 never touched
+        got = _mutating(fleet)
+        extra = {req: n for req, n in got.items() if n > baseline.get(req, 0)}
+        assert extra == {}, f"mutating calls sent more often than in an uninterrupted run: {extra}"
+        # the old r2 was brought back with the env map as it is now (passed whole)
+        ups = [c for c in fleet.calls if c.is_compose_up and not c.body.get("dry_run") and c.body["services"] == [R2_OLD]]
+        assert ups and ups[-1].body["env"].get(BUDGET) == "300GiB"
+        # every compose call passed the env map whole, as the dashboard held it when it was sent
+        from orchestrator_sim.invariants import env_difference
+
+        for c in fleet.calls:
+            if c.is_compose_up or c.is_compose_down:
+                assert not env_difference(c.body.get("env"), env_before if c.seq <= mark else fleet.dashboard_env), c.seq
+        whole = "did not pass the dashboard's env map whole"
+        assert [f for f in fleet.check_invariants() if whole not in f] == []
