@@ -105,7 +105,7 @@ class RunContext:
     #: a rollback step stops only what is in `created`, never a container it merely shares a name with
     created: dict[str, dict[str, str]] = field(default_factory=dict)
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: why a rollback step left a container running (said in the run's final message)
+    #: why a rollback step left an engine running (said in the run's final message)
     not_stopped: list[str] = field(default_factory=list)
 
     @classmethod

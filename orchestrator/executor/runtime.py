@@ -625,8 +625,8 @@ class Runtime:
         for c in others:
             why = ownership.not_ours_note(c, node.id, self.ctx.stopped)
             out[c.service or c.name] = why
-            if why not in self.ctx.not_stopped:
-                self.ctx.not_stopped.append(why)
+            if self.rb.replica_of(c.service or c.name) and why not in self.ctx.not_stopped:
+                self.ctx.not_stopped.append(why)  # an engine left running is said in the final message
             self.log.warning("rollback_left_unowned_container", service=c.service or c.name, container=c.id[:12])
             self.emit("note", text=why)
         return out

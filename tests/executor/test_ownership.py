@@ -15,9 +15,14 @@ restored):
           its `self.table.kind != "rollout"` exemption removed -> tests/e2e/test_cli_e2e.py::
           test_whole_host_rollback_after_done_restores_both_r2_first fails (an operator's
           `orchestrate rollback` run owns nothing, yet must stop the rolled-out engines).
+- engine  runtime.py:Runtime.not_owned, `self.rb.replica_of(...) and` dropped ->
+          test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_message fails
+          (a previous relay left running would be reported as if it were an engine).
 - narrow  steps/compose.py:Down.run, the resume path's `req = replace(req, services=sent)` deleted
           -> test_a_resumed_narrowed_down_waits_only_for_what_it_sent fails (it waits for the
           namesake it left running and fails).
+- retry   context.py:RunContext.for_retry, `created=..., stopped=...` dropped ->
+          test_a_retry_keeps_the_ledger_of_the_run_it_continues fails.
 - budget  steps/compose.py:DryRun.run, the rollback branch (`not target_needs_budget(...)`)
           deleted -> test_a_rollback_to_the_previous_file_is_not_held_to_the_new_budget fails;
           checks.py:target_needs_budget returning False always ->
@@ -234,3 +239,29 @@ async def test_a_rollback_to_a_new_file_engine_is_still_held_to_the_budget():
     done = await rig.step()
     assert done[0][0] == "fail" and "no longer passes the budget check" in done[0][1], done
     assert rig.compose.sent("dry_run") == []
+
+
+def test_a_retry_keeps_the_ledger_of_the_run_it_continues():
+    """`resume --retry` continues the same rollout: an abort's whole-host rollback in the child must
+    still stop the new r2 the parent created (and never what neither created)."""
+    from orchestrator.executor import RunContext
+
+    parent = RunContext.new(created={"abc": {"service": NEW_R2, "state": "r2.apply"}},
+                            stopped={"def": {"service": OLD_R2, "state": "r2.stop-old"}}, not_stopped=["a note"])
+    child = parent.for_retry()
+    assert child.created == parent.created and child.stopped == parent.stopped
+    assert child.not_stopped == []  # what the parent's rollback left running is its own message
+
+
+async def test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_message():
+    """r2's rollback after a cold-start failure: the soak relay running is the previous file's (the
+    run never started its own): it is left running, noted, and the final message names no engine."""
+    from fakes import RELAY
+
+    rig = Rig(state="r2.rollback.relay-stop", ctx=ctx_at())
+    rig.compose.run(R1)
+    relay = rig.compose.run(RELAY)
+    done = await rig.step()
+    assert done[0][0] == "ok" and relay.id[:12] in done[0][1], done
+    assert rig.compose.sent("down") == [] and rig.compose.host[RELAY].id == relay.id
+    assert rig.ctx.not_stopped == []
