@@ -25,7 +25,7 @@ from orchestrator.executor import Executor, RunContext
 from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.sqlite import SqliteJournal
-from orchestrator.machine import compile_rollout
+from orchestrator.machine import compile_rollback, compile_rollout
 from orchestrator.parsers.action_log import Action
 from orchestrator.parsers.docker_ps import Container
 from orchestrator.progress import RecordingProgress
@@ -285,20 +285,21 @@ class Rig:
     def __init__(self, *, state: str | None = None, ctx: RunContext | None = None,
                  start_phase: str | None = None, env: tuple[EnvMap, ...] = (ENV,), yes: bool = True,
                  soak: float | None = None, poll: float = 30.0, journal: SqliteJournal | None = None,
-                 rb: Any = None, host: str = "gpu02") -> None:
+                 rb: Any = None, host: str = "gpu02", kind: str = "rollout") -> None:
         self.rb = rb if rb is not None else RB  # another runbook (e.g. the base tier's) for its own rules
         self.clock = FakeClock()
         self.compose = FakeCompose(self.clock)
         self.dashboard = FakeDashboard(*env)
         self.clients = FakeClients(self.compose, self.dashboard, [FakePeer("peer-a"), FakePeer("peer-b")])
-        self.table = compile_rollout(self.rb, start_phase)
+        # kind "rollback": an operator's `orchestrate rollback --replica all` run (its own table)
+        self.table = compile_rollout(self.rb, start_phase) if kind == "rollout" else compile_rollback(self.rb, ["r1", "r2"])
         self.journal = journal or SqliteJournal(":memory:")
         self.redactor = Redactor()
         self.progress = RecordingProgress()
         self.yes, self.soak, self.poll = yes, soak, poll
         # no GitHub in these tests: the tag-age check has its own tests (tests/executor/test_preflight.py)
         ctx = ctx or RunContext.new(start_phase=start_phase, skip_tag_age_check=True)
-        self.run = self.journal.create_run(host=host, runbook=self.rb.name, tag=TAG, kind="rollout",
+        self.run = self.journal.create_run(host=host, runbook=self.rb.name, tag=TAG, kind=kind,
                                            state=state or self.table.start, context=ctx.to_json())
         self.lease, _ = self.journal.acquire_lease(host, self.run.run_id, "test-runner", 600)
         self.ex = self.resume()

@@ -12,8 +12,9 @@ restored):
           test_a_rollback_never_stops_a_namesake_it_did_not_create fails (the old r1 is stopped).
 - scope   runtime.py:Runtime.not_owned, the `node.section not in ROLLBACK_SECTIONS` return removed ->
           test_a_forward_stop_of_the_old_engine_is_not_held_to_ownership fails (r2.stop-old refused);
-          its `self.table.kind != "rollout"` exemption removed -> tests/e2e/test_cli_e2e.py::
-          test_whole_host_rollback_after_done_restores_both_r2_first fails (an operator's
+          its `self.table.kind != "rollout"` exemption removed ->
+          test_an_operators_rollback_run_stops_the_rolled_out_engine_it_did_not_create and
+          tests/e2e/test_cli_e2e.py::test_whole_host_rollback_after_done_restores_both_r2_first fail (an operator's
           `orchestrate rollback` run owns nothing, yet must stop the rolled-out engines).
 - engine  runtime.py:Runtime.not_owned, `self.rb.replica_of(...) and` dropped ->
           test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_message fails
@@ -264,4 +265,15 @@ async def test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_
     done = await rig.step()
     assert done[0][0] == "ok" and relay.id[:12] in done[0][1], done
     assert rig.compose.sent("down") == [] and rig.compose.host[RELAY].id == relay.id
+    assert rig.ctx.not_stopped == []
+
+
+async def test_an_operators_rollback_run_stops_the_rolled_out_engine_it_did_not_create():
+    """`orchestrate rollback --replica all` (a run of its own) was asked to stop the engines an
+    earlier rollout created: ownership does not hold it back; the stop guard still applies."""
+    rig = Rig(state="rollback-r2.stop-new", ctx=ctx_at(), kind="rollback")
+    rig.compose.run(R1, file=NEW_FILE, tag=TAG)  # r1 serves on the new file
+    rig.compose.run(NEW_R2, file=NEW_FILE, tag=TAG)
+    assert [e for e, _, _ in await rig.step()] == ["ok"]
+    assert [r.services for r in rig.compose.sent("down")] == [(NEW_R2,)]
     assert rig.ctx.not_stopped == []

@@ -71,7 +71,7 @@ async def test_down_when_the_other_replica_restarted_after_its_ready_line_halts(
 
 async def test_rollback_stop_of_the_only_serving_replica_halts():
     # `rollback --replica all` from a halted r1 phase: stopping the new r2 would leave nothing serving
-    rig = Rig(state="rollback-r2.stop-new", ctx=ctx_at())
+    rig = Rig(state="rollback-r2.stop-new", ctx=ctx_at(), kind="rollback")
     rig.compose.run(NEW_R2, file=RB.file, tag=TAG)
     rig.compose.run(R1, file=RB.file, tag=TAG, log=engine_log(ready=False))
     [(event, note, to)] = await rig.step()

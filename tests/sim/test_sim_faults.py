@@ -214,3 +214,17 @@ def test_weights_missing(make_sim) -> None:
     assert {v["name"] for v in default["volumes"]} == {"work_huggingface_cache", "work_kernel_cache"}
     missing = make_sim(faults=["weights-missing"]).cm("GET", "/host/cache").json()
     assert "models--graphistry--GLM-5.3-Flash-W4AFP8" not in missing["weights"]
+
+
+def test_container_ids_are_stable_per_seed_and_change_only_on_recreate(make_sim) -> None:
+    """docker ps `ID` (12 hex digits): the same for the same seed, kept while a container lives,
+    new when compose creates it again (what a run's ownership ledger relies on)."""
+    sim, twin = make_sim(), make_sim()
+    ids = {n: r["ID"] for n, r in sim.ps().items()}
+    assert ids == {n: r["ID"] for n, r in twin.ps().items()}
+    assert sim.down(OLD_TAG, CANARY, [R1]).ok
+    assert sim.up(OLD_TAG, CANARY, [R1], dry_run=True).ok
+    assert sim.up(OLD_TAG, CANARY, [R1], dry_run=False).ok  # the same definition, a new container
+    after = {n: r["ID"] for n, r in sim.ps().items()}
+    assert after[R1] != ids[R1]
+    assert {n: i for n, i in after.items() if n != R1} == {n: i for n, i in ids.items() if n != R1}
