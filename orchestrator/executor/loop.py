@@ -124,8 +124,8 @@ class Executor:
             self.ctx.failure = Failure(state, outcome.event.value, note)
         terminal = to in TERMINALS
         message = self._final_message(state, to, note) if terminal else None
-        if message and self.ctx.not_stopped:  # a rollback left a container it did not create running
-            message = message.rstrip(".") + ". NOT stopped: " + "; ".join(self.ctx.not_stopped)
+        if message and self.ctx.not_stopped and _LEFT not in message:  # a rollback left an engine it did not create
+            message = message.rstrip(".") + f". {_LEFT}: " + "; ".join(self.ctx.not_stopped)
         if message and host_now:
             message = f"{message}. {host_now}" if not message.endswith(".") else f"{message} {host_now}"
         self.journal.record_transition(
@@ -146,6 +146,9 @@ class Executor:
         operator_abort = failure is not None and failure.event == "abort"
         if (to == Outcome.HALTED or (to == Outcome.ABORTED and not operator_abort)) and node.halt_message \
                 and node.section == "rollback":
+            if self.ctx.not_stopped:  # the runbook's message tells of a stop this rollback did not make
+                why = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}" if failure else note
+                return " ".join(f"{why.rstrip('.')}. {_LEFT}: {'; '.join(self.ctx.not_stopped)}{self._next_steps(to)}".split())
             msg = node.halt_message.format(host=self.run.host, run_id=self.run.run_id, tag=self.run.tag)
             if failure:
                 msg = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}. " + msg
@@ -180,5 +183,8 @@ class Executor:
                     f"or `orchestrate rollback {self.run.host}`")
         return (f". Nothing more is sent. Look at the host (`orchestrate status {self.run.run_id}`); once it is fixed, {then}")
 
+
+#: how a final message names the engines a rollback left running because this run did not create them
+_LEFT = "The rollback left running what this run did not create"
 
 __all__ = ["Executor", "RunnerFenced"]

@@ -66,7 +66,8 @@ def test_a_refused_down_of_the_old_r1_never_lets_the_rollback_stop_it(e2e_factor
     assert not [c for c in e.fleet.timeline.changes() if c.slot == "r1"]  # r1 served at every moment
     assert now[R2_NEW].file == NEW_FILE
     # what was left running, and why, is in the final message
-    assert "NOT stopped" in final.message and old_r1.id[:12] in final.message, final.message
+    assert "left running what this run did not create" in final.message and old_r1.id[:12] in final.message, final.message
+    assert "The failing r1 was stopped" not in final.message and "--retry" in final.message, final.message
     # the journal's ledger: the new r2 is the run's, the old r1 never was
     ctx = e.session.journal.get_run(run.run_id).context
     assert now[R2_NEW].id in ctx["created"] and old_r1.id not in ctx["created"]

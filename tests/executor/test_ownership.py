@@ -19,6 +19,9 @@ restored):
 - engine  runtime.py:Runtime.not_owned, `self.rb.replica_of(...) and` dropped ->
           test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_message fails
           (a previous relay left running would be reported as if it were an engine).
+- message loop.py:Executor._final_message, the `if self.ctx.not_stopped:` branch disabled ->
+          test_a_rollback_never_stops_a_namesake_it_did_not_create fails (the runbook's halt text
+          claims "The failing r1 was stopped").
 - narrow  steps/compose.py:Down.run, the resume path's `req = replace(req, services=sent)` deleted
           -> test_a_resumed_narrowed_down_waits_only_for_what_it_sent fails (it waits for the
           namesake it left running and fails).
@@ -116,7 +119,9 @@ async def test_the_ledger_survives_a_crash_after_the_ups_outcome():
 def _at_r1_rollback(created_r1: bool) -> Rig:
     """r1's stop-old was refused, so r1's rollback runs: the new r2 (this run's) serves, and the
     r1 running is the OLD one (same service name) unless `created_r1`."""
-    rig = Rig(state="r1.rollback.stop-new", ctx=ctx_at())
+    from orchestrator.executor.context import Failure
+
+    rig = Rig(state="r1.rollback.stop-new", ctx=ctx_at(failure=Failure("r1.stop-old", "fail", "compose-manager did not run the down")))
     r2 = rig.compose.run(NEW_R2, file=NEW_FILE, tag=TAG)
     r1 = rig.compose.run(R1, file=NEW_FILE if created_r1 else OLD_FILE, tag=TAG if created_r1 else "v1")
     rig.ctx.created[r2.id] = {"service": NEW_R2, "state": "r2.apply"}
@@ -136,7 +141,9 @@ async def test_a_rollback_never_stops_a_namesake_it_did_not_create():
     assert rig.ctx.not_stopped and old_r1[:12] in rig.ctx.not_stopped[0]
     final = await rig.run_to_end()
     assert final.outcome == "HALTED"
-    assert "NOT stopped" in final.message and old_r1[:12] in final.message
+    assert "left running what this run did not create" in final.message and old_r1[:12] in final.message
+    assert "The failing r1 was stopped" not in final.message  # the runbook's text tells of a stop never made
+    assert f"orchestrate resume {rig.run.run_id} --retry" in final.message
 
 
 async def test_a_rollback_stops_the_engine_its_run_created():
