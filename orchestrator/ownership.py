@@ -76,10 +76,10 @@ def owned_split(present: Iterable[Container], created: Mapping[str, Any]) -> tup
 
 
 def not_ours_note(c: Container, state: str, stopped: Mapping[str, Any]) -> str:
-    """Why a rollback step left a container running: one sentence for the run's record."""
+    """Why a rollback step left a container running: one sentence for the run's record (naming
+    what this run did stop under that service name, if anything)."""
     svc = c.service or c.name
-    also = ("; this run stopped " + ", ".join(f"{v['service']} ({cid[:12]})" for cid, v in stopped.items()
-                                            if v.get("service") == svc)) if any(
-        v.get("service") == svc for v in stopped.values()) else ""
-    return (f"{state} did not stop {svc}: container {c.id[:12]} ({c.status or c.state}) is not one this run created "
-            f"(this run never started it), so it was left running{also}")
+    mine = [cid[:12] for cid, v in stopped.items() if v.get("service") == svc]
+    also = f" (this run stopped {', '.join(mine)} under that name)" if mine else ""
+    return (f"{state} did not stop {svc}: container {c.id[:12]} ({c.status or c.state}) is not one this run created, "
+            f"so it was left running{also}")

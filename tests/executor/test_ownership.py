@@ -284,3 +284,15 @@ async def test_an_operators_rollback_run_stops_the_rolled_out_engine_it_did_not_
     assert [e for e, _, _ in await rig.step()] == ["ok"]
     assert [r.services for r in rig.compose.sent("down")] == [(NEW_R2,)]
     assert rig.ctx.not_stopped == []
+
+
+def test_the_note_names_what_the_run_did_stop_under_that_name():
+    from orchestrator.ownership import not_ours_note
+
+    c = _c("0123456789abcdef", R1)
+    assert not_ours_note(c, "r1.rollback.stop-new", {}) == (
+        f"r1.rollback.stop-new did not stop {R1}: container 0123456789ab (Up 2 hours) is not one this run created, "
+        "so it was left running")
+    assert not_ours_note(c, "s", {"fedcba9876543210": {"service": R1, "state": "r1.stop-old"},
+                                  "aaaaaaaaaaaa": {"service": OLD_R2, "state": "r2.stop-old"}}).endswith(
+        "(this run stopped fedcba987654 under that name)")
