@@ -259,10 +259,13 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     if start_phase is not None:
         # a continued rollout keeps the rollback targets of the run that started it
         for earlier in session.journal.list_runs(host, limit=50):
-            prev = RunContext.from_json(earlier.context).previous
+            before = RunContext.from_json(earlier.context)
+            prev = before.previous
             if earlier.kind == "rollout" and earlier.tag == tag and prev:
                 ctx.previous = dict(prev)
                 ctx.previous_source = f"run {earlier.run_id}"
+                # and its container ledger: the continued rollout's rollbacks may stop what that run started
+                ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
                 break
     run = session.journal.create_run(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
                                      context=ctx.to_json())

@@ -165,3 +165,20 @@ def test_a_budget_change_after_a_crash_in_r2s_rollback_does_not_block_restoring_
                 assert not env_difference(c.body.get("env"), env_before if c.seq <= mark else fleet.dashboard_env), c.seq
         whole = "did not pass the dashboard's env map whole"
         assert [f for f in fleet.check_invariants() if whole not in f] == []
+
+
+def test_a_continued_rollout_keeps_the_ledger_of_the_run_it_continues(e2e_factory):
+    """r1 fails (oom) after r2 moved: HALTED with the new r2 serving. `rollout --continue` starts a
+    new run at phase r1; an abort there takes the whole-host rollback, whose first stop is the new
+    r2 the first run created: the continued run knows it as its rollout's own."""
+    from orchestrator.runner import execute, new_rollout
+
+    e = e2e_factory("oom:r1")
+    run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
+    first = asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))
+    assert first.outcome == "HALTED", first.message
+    new_r2 = running(e.fleet)[R2_NEW].id
+    assert new_r2 in first.context["created"]
+    second, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK, "r1")
+    assert second.context["created"] == first.context["created"]
+    assert second.context["stopped"] == first.context["stopped"]
