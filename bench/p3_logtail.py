@@ -173,7 +173,7 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
         clock = ManualClock()
         host = fleet.host
         host.clock = clock
-        host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "project": "work", "services": [CONTAINER],
+        host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "services": [CONTAINER],
                        "env": fleet.dashboard_env}, None)
         while (c := host.container(CONTAINER)) is None or c.state != "running":
             clock.t += 1.0
@@ -181,7 +181,7 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
                 raise RuntimeError("the simulated engine did not start")
 
         async def fetch(tail: int) -> str:
-            return host.compose_logs([CONTAINER], tail, "work")
+            return host.compose_logs([CONTAINER], tail)
 
         follower = LogFollower(fetch)
         tally = _Tally()

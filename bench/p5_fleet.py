@@ -61,7 +61,6 @@ def _generate(tmp: Path, n: int) -> tuple[Path, list[tuple[str, Path]]]:
             "available_ram_gib": 1223 + i % 7,
             "available_ram_source": f"MemAvailable of {name} at boot",
             "gpus": 8,
-            "project": "work",
         }
     inv = {"dashboard_url": "https://dashboard.example", "model_proxy_peers": {"peer-a": "https://a.example",
                                                                             "peer-b": "https://b.example"},
@@ -91,7 +90,7 @@ def planning(n: int = 100, *, compose_check: bool = True) -> dict[str, Any]:
         compiled = [(name, rb, compile_rollout(rb)) for name, rb in loaded]
         t0 = time.perf_counter()
         for name, rb, table in compiled:
-            build_plan(rb, table, host=name, tag="v0.0.300", project="work")
+            build_plan(rb, table, host=name, tag="v0.0.300")
         build_only = time.perf_counter() - t0
 
         def whole(compose: bool, fast_yaml: bool = False) -> float:
