@@ -72,7 +72,7 @@ def run(*, rounds: int = 5, progress: Any = None) -> dict[str, Any]:
         state.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
         env.update(ORCHESTRATOR_STATE_DIR=str(state), ORCHESTRATOR_INVENTORY=str(ROOT / "config" / "hosts.yaml"),
-                   PYTHONDONTWRITEBYTECODE="1")
+                   )
         _journal(state)
         orch = _orchestrate()
         commands: dict[str, list[str]] = {
