@@ -123,11 +123,13 @@ def render(res: dict[str, Any]) -> str:
         r0 = next((r for r in p1["runs"] if "as shipped" not in r["simulator"] and r.get("orchestrator") == "as is"), p1["runs"][0])
         mk = r0["by_kind_real"]
         out += ["", f"Mandatory waits of the run with the simulator fixed (real s; kinds overlap slightly): compose-manager operations {f(mk['compose'])}, "
-                f"cold starts {f(mk['cold_start'])}, discovery {f(mk['discovery'])}, soak {f(mk['soak'])}. "
+                f"cold starts {f(mk['cold_start'])}, discovery {f(mk['discovery'])}, soak {f(mk['soak'])}, one-shot runs (perception check) {f(mk.get('oneshot'))}. "
                 "Polling latency by gate (simulation s): " + ", ".join(f"{g} {f(v, 1)}" for g, v in r0["polling_latency_by_gate_sim_s"].items()) + "."]
         out += ["", "Orchestrator time by step (same run, real ms, largest first):", ""]
-        out += _table(["step", "orchestrator ms", "wall ms", "calls"],
-                      [[s["state"], f(s["orchestrator_real_s"] * 1000, 1), f(s["wall_real_s"] * 1000, 1), s["calls"]] for s in r0["top_steps"][:12]])
+        out += _table(["step", "orchestrator ms", "wall ms", "executor CPU ms (waits included)", "calls"],
+                      [[s["state"], f(s["orchestrator_real_s"] * 1000, 1), f(s["wall_real_s"] * 1000, 1),
+                        f((s.get("cpu_s") or 0) * 1000, 1) if s.get("cpu_s") is not None else "–", s["calls"]]
+                       for s in r0["top_steps"][:12]])
         d = p1.get("diagnostics", {})
         if d:
             out += ["", "Diagnostics: one request to the in-process simulator "
