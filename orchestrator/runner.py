@@ -162,6 +162,7 @@ async def execute(
             clock=session.clock, poll_interval=session.settings.poll_interval, redactor=session.redactor,
             progress=progress, yes=yes, soak_override=soak,
         )
+        ex.rt.log_probe_interval = session.settings.log_probe_interval
         try:
             # every log event of this task (clients included) carries the run: routed to its file
             with structlog.contextvars.bound_contextvars(run_id=run.run_id, host=run.host):
