@@ -128,7 +128,7 @@ async def _trial(kind: str, *, seed: int, setup_speed: float, measure_speed: flo
 
 def run(*, trials: dict[str, int], setup_speed: float = 2000.0, measure_speed: float = MEASURE_SPEED, margin_s: float = 25.0,
         base_cold_start_s: float = 600.0, fixed: bool = True, poll: float = POLL_INTERVAL_S, seed: int = 1,
-        probe: float | None = None, progress: Any = None) -> dict[str, Any]:
+        probe: float | None = None, warm_up: bool = True, progress: Any = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -136,7 +136,8 @@ def run(*, trials: dict[str, int], setup_speed: float = 2000.0, measure_speed: f
     random.Random(seed).shuffle(order)
     kw = dict(setup_speed=setup_speed, measure_speed=measure_speed, margin_s=margin_s,
               base_cold_start_s=base_cold_start_s, fixed=fixed, poll=poll, probe=probe)
-    asyncio.run(_trial("ready", seed=seed * 1000 + 999, **kw))  # warm-up (first imports, first TLS context): not counted
+    if warm_up:
+        asyncio.run(_trial("ready", seed=seed * 1000 + 999, **kw))  # warm-up (first imports, first TLS context): not counted
     next_seed = seed * 1000
     for i, kind in enumerate(order):
         for _attempt in range(3):
@@ -187,12 +188,14 @@ def suite(*, quick: bool = False, smoke: bool = False, progress: Any = None) -> 
     one run, same trials (same seeds)."""
     t0 = time.monotonic()
     if smoke:
-        trials = {"ready": 1, "oom": 1}
+        trials = {"oom": 1}
     elif quick:
         trials = {"ready": 4, "oom": 3, "cuda-801": 3}
     else:
         trials = {"ready": 10, "oom": 8, "cuda-801": 8}
-    out: dict[str, Any] = {"main": run(trials=trials, fixed=True, progress=progress),
-                           "before": run(trials=trials, fixed=True, probe=0.0, progress=progress)}
+    speed = 100.0 if smoke else MEASURE_SPEED
+    out: dict[str, Any] = {"main": run(trials=trials, fixed=True, measure_speed=speed, warm_up=not smoke, progress=progress),
+                           "before": run(trials=trials, fixed=True, probe=0.0, measure_speed=speed, warm_up=not smoke,
+                                         progress=progress)}
     out["real_s"] = time.monotonic() - t0
     return out

@@ -211,9 +211,9 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
         fleet.stop()
 
 
-def run(*, quick: bool = False, progress: Any = None) -> dict[str, Any]:
+def run(*, quick: bool = False, smoke: bool = False, progress: Any = None) -> dict[str, Any]:
     t0 = time.monotonic()
-    minutes = 5.0 if quick else 10.0
+    minutes = 0.5 if smoke else 5.0 if quick else 10.0
     cases: dict[str, dict[str, Any]] = {}
     for rate in (1.0, 10.0, 100.0):
         cases[f"{rate:g} lines/s"] = asyncio.run(_follow_synthetic(rate, minutes))
@@ -225,10 +225,19 @@ def run(*, quick: bool = False, progress: Any = None) -> dict[str, Any]:
             _follow_synthetic(rate, minutes, follower_class=LastPollWindowFollower))
     cases["10 lines/s + 1500-line burst, proposed window policy"] = asyncio.run(
         _follow_synthetic(10.0, minutes, bursts={10: 1500}, follower_class=LastPollWindowFollower))
-    cases["simulated engine (cold start + steady)"] = asyncio.run(_follow_simulated())
+    cold = 240.0 if smoke else 2400.0
+    cases["simulated engine (cold start + steady)"] = asyncio.run(
+        _follow_simulated(steady_minutes=0.5 if smoke else 10.0, cold_start_s=cold))
     goal = {name: {"bytes_ratio_met": (c["bytes_ratio"] or 0) <= 3.0, "no_line_missed": c["missed"] == 0}
             for name, c in cases.items()}
-    return {"poll_interval_s": POLL_S, "minutes": minutes, "cases": cases, "goal": goal, "real_s": time.monotonic() - t0}
+    # the cold-start gate's reads (issue 25): before (poll only) and after (log probes), happy and OOM
+    gate = {"happy": cold_start_cases(None, cold_start_s=cold), "oom:r2": cold_start_cases(["oom:r2"], cold_start_s=cold)}
+    if progress is not None:
+        for k, v in gate["happy"].items():
+            progress(f"P3 cold-start gate, {k}: {v['log_bytes_per_min'] / 1000:.1f} KB of log per minute, "
+                     f"line latency p95 {v['line_latency']['p95']:.1f} s")
+    return {"poll_interval_s": POLL_S, "minutes": minutes, "cases": cases, "goal": goal, "cold_start_gate": gate,
+            "real_s": time.monotonic() - t0}
 
 
 async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.0, faults: list[str] | None = None,
@@ -319,9 +328,11 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
 
 
 def cold_start_cases(faults: list[str] | None = None, cold_start_s: float = 2400.0,
-                     probes: tuple[float, ...] = (1.0,)) -> dict[str, Any]:
+                     probes: tuple[float, ...] | None = None) -> dict[str, Any]:
     """Before (the log read at every 10-second poll) and after (probes between polls), side by side."""
+    from orchestrator.settings import Settings
+
     cases = {"poll 10 s (before)": asyncio.run(_cold_start_gate(None, cold_start_s=cold_start_s, faults=faults))}
-    for p in probes:
+    for p in probes or (Settings.model_fields["log_probe_interval"].default,):
         cases[f"poll 10 s + probe {p:g} s (after)"] = asyncio.run(_cold_start_gate(p, cold_start_s=cold_start_s, faults=faults))
     return cases

@@ -64,7 +64,7 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     return cpu, wall, proc.returncode
 
 
-def run(*, rounds: int = 5, progress: Any = None) -> dict[str, Any]:
+def run(*, rounds: int = 5, warm: bool = True, progress: Any = None) -> dict[str, Any]:
     t0 = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="bench-p6-"))
     try:
@@ -83,7 +83,7 @@ def run(*, rounds: int = 5, progress: Any = None) -> dict[str, Any]:
             "status": [*orch, "status"],
             "runs": [*orch, "runs"],
         }
-        for argv in commands.values():  # warm the page cache and the .pyc files: not counted
+        for argv in commands.values() if warm else ():  # warm the page cache and the .pyc files: not counted
             _timed(argv, env)
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for r in range(rounds):
