@@ -64,7 +64,10 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     return cpu, wall, proc.returncode
 
 
-def run(*, rounds: int = 5, warm: bool = True, progress: Any = None) -> dict[str, Any]:
+def run(*, rounds: int = 5, warm: bool = True, before: str | None = None, progress: Any = None) -> dict[str, Any]:
+    """`before`: another `orchestrate` (e.g. the main checkout's venv, $BENCH_BEFORE_ORCHESTRATE) run
+    in the same rounds, for figures before and after side by side."""
+    before = before or os.environ.get("BENCH_BEFORE_ORCHESTRATE")
     t0 = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="bench-p6-"))
     try:
@@ -83,6 +86,9 @@ def run(*, rounds: int = 5, warm: bool = True, progress: Any = None) -> dict[str
             "status": [*orch, "status"],
             "runs": [*orch, "runs"],
         }
+        if before:
+            for name in ("--help", "--version", "plan", "status", "runs"):
+                commands[f"{name} (before)"] = [before, *commands[name][len(orch):]]
         for argv in commands.values() if warm else ():  # warm the page cache and the .pyc files: not counted
             _timed(argv, env)
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
@@ -100,7 +106,7 @@ def run(*, rounds: int = 5, warm: bool = True, progress: Any = None) -> dict[str
     for name, ss in samples.items():
         cpu = statistics.median(c for c, _ in ss)
         wall = statistics.median(w for _, w in ss)
-        limit = LIMITS.get(name)
+        limit = LIMITS.get(name)  # (the "before" rows have none)
         rows.append({
             "command": name, "cpu_s": cpu, "wall_s": wall,
             "cpu_ratio": cpu / base_cpu if base_cpu else None, "wall_ratio": wall / base_wall if base_wall else None,
