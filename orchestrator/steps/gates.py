@@ -169,7 +169,9 @@ class ColdStart:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
             recent = sum(n for at, n in reads if at > now - rt.poll)
-            if recent > CHATTY_LINES_PER_S * rt.poll:  # a chatty log is read at the poll cadence, unprobed
+            if c is None or recent > CHATTY_LINES_PER_S * rt.poll:
+                # not listed (nothing was read: a probe would always say news), or a chatty log:
+                # read at the poll cadence, unprobed
                 await rt.wait(max(0.0, ps_due - rt.clock.monotonic()))
                 waited = "unprobed"
             else:

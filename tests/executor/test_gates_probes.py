@@ -13,7 +13,8 @@ Mutation list (each guard disabled in the source, the test seen failing, the sou
   `read_due = now + FULL_READ_S` -> `now + 1e9` -> the same test fails (no full read);
 - gates.py:ColdStart.run, the chatty check -> test_a_chatty_log_gets_no_probes fails;
 - runtime.py:Runtime.wait_for_output, the MIN_PROBE_REAL_S check -> test_a_compressed_clock_gets_no_probes fails;
-- runtime.py:Runtime.wait_for_output, `except ClientError` -> test_a_failing_probe_is_not_a_failed_gate fails.
+- runtime.py:Runtime.wait_for_output, `except ClientError` -> test_a_failing_probe_is_not_a_failed_gate fails;
+- gates.py:ColdStart.run, `c is None or` in the unprobed wait -> test_an_engine_docker_ps_does_not_list_gets_no_probes fails.
 """
 
 from __future__ import annotations
@@ -114,3 +115,17 @@ async def test_a_failing_probe_is_not_a_failed_gate():
     rig.compose.logs = logs  # type: ignore[method-assign]
     [(event, note, _)] = await rig.step()
     assert (event, rig.ctx.ready.get(NEW_R2)) == ("ok", rig.compose.host[NEW_R2].id), note
+
+
+async def test_an_engine_docker_ps_does_not_list_gets_no_probes():
+    """Nothing of it was read, so every probe would say news: the gate keeps the poll cadence."""
+    rig = probed(at_cold_start(script=[(0.0, START)]))
+    del rig.compose.host[NEW_R2]  # not listed by docker/ps (an exited container)
+    ps = count_ps(rig)
+    rig.clock.limit = 300.0
+    try:
+        await rig.step()
+    except Exception:  # the clock's limit: the gate would wait for its 50-minute timeout
+        pass
+    assert 1 not in rig.compose.log_tails
+    assert ps[:4] == [0.0, 30.0, 60.0, 90.0]
