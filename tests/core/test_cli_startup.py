@@ -30,7 +30,7 @@ HEAVY_FOR_HELP = [
 ]
 # What the read-only commands must not import
 HEAVY_FOR_READS = [
-    "httpx", "prometheus_client", "starlette", "uvicorn", "structlog",
+    "httpx", "prometheus_client", "starlette", "uvicorn", "structlog", "tenacity",
     "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
 ]
 
