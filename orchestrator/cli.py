@@ -4,7 +4,6 @@ Ctrl-C (the run continues with `orchestrate resume RUN`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -12,29 +11,116 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
 
-from orchestrator.commands import parse_soak
-from orchestrator.durations import format_duration
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
-from orchestrator.journal.base import RunNotFound, RunRecord
-from orchestrator.machine import compile_rollback, compile_rollout
+from orchestrator.names import DEFAULT_RUNBOOK
 from orchestrator.outcome import Outcome
-from orchestrator.plan import build_plan, render_json, render_markdown, render_text
-from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
 from orchestrator.server.cli import serve_app
-from orchestrator.settings import Settings, load_settings
 from orchestrator.user_errors import UserError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.journal.base import RunRecord
+    from orchestrator.settings import Settings
+
+
+class _OnFirstUse:
+    """A module imported when one of its attributes is first read (asyncio: 40 ms of start-up)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attr)
+
+
+asyncio = _OnFirstUse("asyncio")
+
+
+class _ConsoleOnFirstUse:
+    """A rich Console made when first printed to (rich.console is 25 ms of start-up that `--help`,
+    plain click help, does not need)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, attr)
+
+
+# -- heavy modules load on first use, never at start-up: `orchestrate --help` and `--version` must
+# answer at once (pydantic, the runbook schema, the journal, the steps, httpx, prometheus_client and
+# the server stay unloaded; tests/core/test_cli_startup.py pins it). Each name below is what
+# the commands call; it imports its module when first called.
+def parse_soak(*a: Any, **k: Any) -> Any:
+    from orchestrator.commands import parse_soak as f
+    return f(*a, **k)
+
+
+def format_duration(*a: Any, **k: Any) -> Any:
+    from orchestrator.durations import format_duration as f
+    return f(*a, **k)
+
+
+def compile_rollout(*a: Any, **k: Any) -> Any:
+    from orchestrator.machine import compile_rollout as f
+    return f(*a, **k)
+
+
+def compile_rollback(*a: Any, **k: Any) -> Any:
+    from orchestrator.machine import compile_rollback as f
+    return f(*a, **k)
+
+
+def build_plan(*a: Any, **k: Any) -> Any:
+    from orchestrator.plan import build_plan as f
+    return f(*a, **k)
+
+
+def render_text(*a: Any, **k: Any) -> Any:
+    from orchestrator.plan import render_text as f
+    return f(*a, **k)
+
+
+def render_markdown(*a: Any, **k: Any) -> Any:
+    from orchestrator.plan import render_markdown as f
+    return f(*a, **k)
+
+
+def render_json(*a: Any, **k: Any) -> Any:
+    from orchestrator.plan import render_json as f
+    return f(*a, **k)
+
+
+def load_runbook(*a: Any, **k: Any) -> Any:
+    from orchestrator.runbook import load_runbook as f
+    return f(*a, **k)
+
+
+def load_settings(*a: Any, **k: Any) -> Any:
+    from orchestrator.settings import load_settings as f
+    return f(*a, **k)
 
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
 INTERRUPTED_EXIT = 130
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+# rich_markup_mode=None: click's plain help (typer's rich help loads rich's markdown and traceback
+# modules, ~90 ms, on every `--help`)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
+err: Any = _ConsoleOnFirstUse(stderr=True, highlight=False, soft_wrap=True)
+out: Any = _ConsoleOnFirstUse(highlight=False, soft_wrap=True)
 
 
 def _flag(name: str, help: str) -> Any:
@@ -71,16 +157,27 @@ def _version(value: bool) -> None:
             v = version("orchestrator")
         except PackageNotFoundError:  # pragma: no cover - running from a source tree
             v = "unknown (not installed)"
-        out.print(f"orchestrate {v}")
+        sys.stdout.write(f"orchestrate {v}\n")
         raise typer.Exit(0)
 
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     _v: bool = typer.Option(False, "--version", help="Print the version and exit", metavar="",
                             is_eager=True, callback=_version),
 ) -> None:
-    pass
+    if _drop_unclaimed_logs and ctx.invoked_subcommand not in _NO_CLIENTS:
+        from orchestrator.run_logs import ensure_configured
+
+        ensure_configured()
+
+
+#: Set by `main()` (not under ORCHESTRATOR_DEBUG): `_root` drops log events no run claims.
+_drop_unclaimed_logs = False
+#: Commands that read only the journal or a runbook, never a host client: they do not load structlog
+#: (`plan --live` installs the drop itself, in `_plan_live`).
+_NO_CLIENTS = frozenset({"plan", "status", "runs"})
 
 
 def _settings(inventory: Optional[Path]) -> Settings:
@@ -158,7 +255,7 @@ def _progress(as_json: bool) -> Any:
 
 
 def _finish(run: RunRecord, as_json: bool) -> None:
-    from orchestrator.runner import context_summary
+    from orchestrator.run_info import context_summary
 
     if as_json:
         sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
@@ -249,7 +346,7 @@ def plan(
     then read-only against the host (no down, no up without dry_run)."""
     from orchestrator.compose_check import check_against_compose_file
     from orchestrator.inventory import load_inventory
-    from orchestrator.runner import check_tag
+    from orchestrator.run_info import check_tag
 
     check_tag(tag)
     if fmt not in ("text", "markdown", "json", "mermaid", "dot"):
@@ -599,6 +696,8 @@ def resume(
 
 
 def _get_run(session: Any, run_id: str) -> RunRecord:
+    from orchestrator.journal.base import RunNotFound
+
     try:
         return session.journal.get_run(run_id)
     except RunNotFound:
@@ -608,15 +707,18 @@ def _get_run(session: Any, run_id: str) -> RunRecord:
 def _run_view(session: Any, run: RunRecord, tables: dict) -> dict[str, Any]:
     """The run's summary plus what `status`/`runs` print: its activity and its target tag."""
     from orchestrator.activity import run_activity, target_tag
-    from orchestrator.runner import context_summary, table_for
+    from orchestrator.run_info import context_summary, table_for
 
     key = (run.runbook, run.kind, tuple(run.context.get("replicas", ())))
-    if key not in tables:
-        try:
-            tables[key] = table_for(run, load_runbook(run.runbook))
-        except (UserError, ValueError):  # a runbook since removed: no approval detection
-            tables[key] = None
-    act = run_activity(run, session.journal, tables[key])
+
+    def table() -> Any:  # loaded only for a running run (approval detection): ended runs need no runbook
+        if key not in tables:
+            try:
+                tables[key] = table_for(run, load_runbook(run.runbook))
+            except (UserError, ValueError):  # a runbook since removed: no approval detection
+                tables[key] = None
+        return tables[key]
+    act = run_activity(run, session.journal, table)
     return {**context_summary(run), "target_tag": target_tag(run), "activity": act.label, "activity_detail": act.detail}
 
 
@@ -630,7 +732,7 @@ def status(
 ) -> None:
     """Where a run is (default: the newest): running, interrupted (its runner is gone),
     waiting for approval, or ended; its steps; which journal and inventory are used."""
-    from orchestrator.runner import table_for
+    from orchestrator.run_info import table_for
     from orchestrator.startup import ReadSession
 
     settings = _settings(inventory)
@@ -816,12 +918,9 @@ def _click_exceptions() -> tuple[type[BaseException], ...]:
     """typer vendors its own click (typer._click), whose exceptions derive from typer.TyperException;
     a separately installed click has its own classes. Both mean a usage error."""
     classes: list[type[BaseException]] = [typer.TyperException]
-    try:
-        import click
-
+    click = sys.modules.get("click")  # never imported: none of its exceptions was raised (and --help stays fast)
+    if click is not None:
         classes.append(click.exceptions.ClickException)
-    except ImportError:  # pragma: no cover
-        pass
     return tuple(classes)
 
 
@@ -829,15 +928,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Every way out of `orchestrate` is an exit code and, on an error, one line on stderr: usage
     and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), a host system that
     failed a read before any run acted 5, Ctrl-C 130, a bug 1 (ORCHESTRATOR_DEBUG=1 adds the traceback). No traceback for anything a user can fix."""
-    from pydantic import ValidationError
-
-    from orchestrator.run_logs import ensure_configured
-    from orchestrator.settings import describe_validation_error
-
+    global _drop_unclaimed_logs
     if not os.environ.get("ORCHESTRATOR_DEBUG"):
         # log events no run claims (a client's retries before a run exists) never reach stdout:
-        # a command prints its progress and its one line; a run's events go to its log file
-        ensure_configured()
+        # a command prints its progress and its one line; a run's events go to its log file.
+        # Installed by `_root` once a command is chosen (structlog is not loaded for `--help`)
+        _drop_unclaimed_logs = True
     try:
         rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
@@ -856,13 +952,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     except typer.Abort:
         err.print("orchestrate: aborted", markup=False)
         sys.exit(int(ExitCode.BAD_INPUT))
-    except ValidationError as exc:  # settings built outside load_settings
-        err.print(f"orchestrate: {describe_validation_error(exc)}", markup=False)
-        sys.exit(int(ExitCode.BAD_INPUT))
     except KeyboardInterrupt:
         err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(INTERRUPTED_EXIT)
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit 1
+        if "pydantic" in sys.modules:  # (never loaded: the error is no ValidationError)
+            from pydantic import ValidationError
+
+            if isinstance(exc, ValidationError):  # settings built outside load_settings
+                from orchestrator.settings import describe_validation_error
+
+                err.print(f"orchestrate: {describe_validation_error(exc)}", markup=False)
+                sys.exit(int(ExitCode.BAD_INPUT))
         from orchestrator.clients.errors import ClientError
         from orchestrator.executor import RunnerFenced
 

@@ -26,7 +26,7 @@ from orchestrator.user_errors import Refused, UserError
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 RUNBOOK_DIR = Path(__file__).resolve().parent / "runbooks"
-DEFAULT_RUNBOOK = "gpu02-glm53-w4afp8-long-context"
+from orchestrator.names import DEFAULT_RUNBOOK  # noqa: E402,F401 - defined where the CLI reads it without pydantic
 
 #: `services: selected` means "the services the previous dry run found on an older definition".
 SELECTED = "selected"

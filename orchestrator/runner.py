@@ -36,14 +36,9 @@ from orchestrator.user_errors import Refused, UserError
 #: The run-context key of the runbook a run started with (name, path, sha256); the server uses it too.
 RUNBOOK_IDENTITY = "runbook_identity"
 
-#: ASCII digits, the whole string (`re.match` with `$` let a trailing newline and other scripts' digits through).
-TAG_RE = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+")
-
-
-def check_tag(tag: str) -> str:
-    if not isinstance(tag, str) or not TAG_RE.fullmatch(tag):
-        raise UserError(f"tag {tag!r} is malformed: tags look like v0.0.N (e.g. v0.0.300)")
-    return tag
+# check_tag, TAG_RE, table_for, context_summary: in orchestrator/run_info.py (the read-only commands
+# import them without loading this module), re-exported here
+from orchestrator.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: E402,F401
 
 
 def owner_id() -> str:
@@ -167,6 +162,7 @@ async def execute(
             clock=session.clock, poll_interval=session.settings.poll_interval, redactor=session.redactor,
             progress=progress, yes=yes, soak_override=soak,
         )
+        ex.rt.log_probe_interval = session.settings.log_probe_interval
         try:
             # every log event of this task (clients included) carries the run: routed to its file
             with structlog.contextvars.bound_contextvars(run_id=run.run_id, host=run.host):
@@ -205,13 +201,6 @@ def notifier_for(session: Session) -> Notifier:
     """The webhook notifier of ORCHESTRATOR_NOTIFY_URL, its messages scrubbed by the session's redactor."""
     s = session.settings
     return Notifier(s.notify_url.get_secret_value(), s.notify_format, scrub=session.redactor.scrub)
-
-
-def table_for(run: RunRecord, rb: Runbook) -> Table:
-    ctx = RunContext.from_json(run.context)
-    if run.kind == "rollback":
-        return compile_rollback(rb, ctx.replicas or list(reversed(list(rb.replicas))))
-    return compile_rollout(rb, ctx.start_phase)
 
 
 def refuse_if_leased(session: Session, host: str) -> None:
@@ -518,15 +507,6 @@ async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, l
             f"Run `orchestrate rollback {host} --replica all` (in the runbook's safe order, one replica serving at every moment), "
             f"or retry {replica} from the new file with {retry}. Nothing was changed."
         )
-
-
-def context_summary(run: RunRecord) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id, "host": run.host, "kind": run.kind, "tag": run.tag, "runbook": run.runbook,
-        "state": run.state, "outcome": run.outcome, "message": run.message,
-        "created_at": run.created_at.isoformat(), "updated_at": run.updated_at.isoformat(),
-        "parent_run_id": run.parent_run_id,
-    }
 
 
 __all__ = ["Session", "execute", "new_rollout", "new_rollback", "retry_run", "table_for", "check_tag", "RunnerFenced"]

@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     state_dir: Path = Field(default_factory=default_state_dir)
     #: Seconds between polls of docker/ps, logs and peers while a gate is waited on.
     poll_interval: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    #: Seconds between the cheap log probes (`--tail 1`) an engine's cold-start gate sends between
+    #: two polls: a failure line is seen within this, not within a poll interval; 0 turns them off.
+    log_probe_interval: float = Field(default=1.75, ge=0, allow_inf_nan=False)
     #: `postgresql://...` selects the shared PostgreSQL journal (team mode); empty: SQLite in state_dir.
     database_url: str = ""
     #: Lease time-to-live in seconds; the runner renews it every third of that.

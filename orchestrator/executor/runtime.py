@@ -65,6 +65,8 @@ COLD_START_WINDOW = 4000
 SERVING_WINDOW = 5000
 #: A heartbeat line during a long wait, on the run's clock.
 HEARTBEAT_S = 300.0
+#: Log probes closer than this in real time are not sent (see Runtime.wait_for_output).
+MIN_PROBE_REAL_S = 0.01
 
 
 class AbortRequested(Exception):
@@ -148,6 +150,42 @@ class Runtime:
         await self.clock.sleep(self.poll if seconds is None else seconds)
         if abortable:
             self.check_abort()
+
+    #: Run-clock seconds between log probes in `wait_for_output` (runner.execute sets it from the
+    #: settings); 0: none, `wait()` alone.
+    log_probe_interval: float = 0.0
+
+    async def wait_for_output(self, follower: LogFollower, until: float | None = None) -> str:
+        """`wait()` until `until` (default: a poll from now), probing the log on the way (issue 25:
+        a failure line seen within seconds, not within a poll interval): every
+        `log_probe_interval` a `--tail 1` read (one line per container, where a poll reads at least
+        16), the last one at `until`. Returns "news" as soon as a probe shows a line the follower
+        has not read; "quiet" when the probes ran to the end and showed none (the caller may skip
+        its own log read: a line logged since is seen by the next probe); "unprobed" when they did
+        not run (none configured; a probe failed: the next poll judges; or probes would come less
+        than MIN_PROBE_REAL_S of real time apart, a time-compressed simulation whose host could
+        not serve that cadence)."""
+        step = self.log_probe_interval
+        end = until if until is not None else self.clock.monotonic() + self.poll
+        real = getattr(self.clock, "real_seconds", None)
+        outcome = "unprobed"
+        failed = False
+        while (left := end - self.clock.monotonic()) > 0:
+            if step <= 0 or failed or (real is not None and real(step) < MIN_PROBE_REAL_S):
+                outcome = "unprobed"
+                await self.clock.sleep(left)
+                break
+            await self.clock.sleep(min(step, left))
+            try:
+                if await follower.probe():
+                    outcome = "news"
+                    break
+                outcome = "quiet"
+            except ClientError:
+                failed = True
+                outcome = "unprobed"
+        self.check_abort()
+        return outcome
 
     def save_context(self) -> None:
         self.journal.update_context(self.lease, self.run.run_id, self.redactor.scrub_obj(self.ctx.to_json()))

@@ -7,19 +7,20 @@ Imported by orchestrator/cli.py at start-up, so it imports nothing heavy at modu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 from urllib.parse import urlsplit
 
 import typer
-from rich.console import Console
 
 from orchestrator.exit_codes import ExitCode
-from orchestrator.settings import Settings
 from orchestrator.user_errors import UserError
 
-serve_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+if TYPE_CHECKING:  # pydantic-settings loads only when a command reads its settings (`--help` stays fast)
+    from orchestrator.settings import Settings
+
+serve_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                         help="Team mode: accept rollouts over HTTP and run them here. See docs/team-mode.md.")
-token_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+token_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True, rich_markup_mode=None,
                         help="Per-operator tokens of `orchestrate serve` (a tokens file).")
 serve_app.add_typer(token_app, name="token")
 
@@ -35,6 +36,8 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
     from orchestrator.journal.base import JournalError
     from orchestrator.redaction import Redactor
     from orchestrator.server.serving import serve
+
+    from rich.console import Console
 
     err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
     try:
@@ -118,6 +121,8 @@ def token_add(
     tokens_file: Optional[Path] = TokensFileOpt,
 ) -> None:
     """Make a token for NAME: prints it once (give it to NAME), stores only its sha256 in the tokens file."""
+    from rich.console import Console
+
     from orchestrator.server.auth import add_token
 
     if tokens_file is None:
