@@ -10,8 +10,10 @@ single-token mode the token is an operator.
     GET  /ui, /ui/runs/{id}       the web page (orchestrator/server/pages.py; data via /ui/fragments/*, viewer)
     GET  /runs/{id}[?events_after=N]  viewer  summary + transitions + effects (+ lease, + this server's view)
     POST /runs                    operator  {"action": "rollout"|"rollback"|"resume", ...} -> 202 {"run_id": ...}
-    POST /runs/{id}/approve       operator  {"gate": "*"}
+    POST /runs/{id}/approve       operator  {"gate": "*"|GATE, "at_gate": false}  (a browser: at_gate, a named gate)
     POST /runs/{id}/abort         operator  {}
+    POST /runs/{id}/pause         operator  {}   the runner stops before its next safe step
+    POST /runs/{id}/continue      operator  {}
 
 Every request first passes orchestrator/server/guards.py (Host, Origin, Content-Type, size).
 Errors: orchestrator/server/errors.py.
@@ -49,7 +51,7 @@ from orchestrator.server.auth import Authenticator, Principal, TokensFile, check
 from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
 from orchestrator.server.errors import ApiError, PathScrubber, error_response
 from orchestrator.server.guards import MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
-from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, validation_message
+from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.server.worker import SessionFactory, Worker
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
@@ -74,6 +76,9 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
                                           ExitCode.BAD_INPUT)
             worker: Worker = state.worker
             public: Callable[[str], str] = state.public_text
+            bad = _control_chars(request)
+            if bad is not None:
+                return error_response(400, bad, ExitCode.BAD_INPUT)
             try:
                 return await handler(request, principal or Principal("anonymous", "viewer", verified=False))
             except ApiError as exc:
@@ -105,13 +110,49 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
     return deco
 
 
+def _control_chars(request: Request) -> str | None:
+    """A NUL or other control character in the path or a query value: the one line of a 400
+    (it once reached the journal as a 500 with a traceback)."""
+    for name, value in request.path_params.items():
+        if _has_control(str(value)):
+            return f"{name} holds a control character"
+    for name, value in request.query_params.multi_items():
+        if _has_control(name) or _has_control(value):
+            return f"the query parameter {name[:30]!r} holds a control character"
+    return None
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def _strings(obj: Any) -> Any:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
 async def _json_body(request: Request, *, optional: bool = False) -> Any:
     raw = await request.body()
     if not raw.strip():
         if optional:
             return {}
         raise ApiError(400, "the request needs a JSON body", ExitCode.BAD_INPUT)
-    return parse_json(raw)
+    body = parse_json(raw)
+    if any("\x00" in text for text in _strings(body)):
+        raise ApiError(400, "the request body holds a NUL character", ExitCode.BAD_INPUT)
+    return body
+
+
+def _from_browser(request: Request) -> bool:
+    """A request a browser made (the run page): browsers send Sec-Fetch-Site or Origin on a POST."""
+    return "sec-fetch-site" in request.headers or "origin" in request.headers
 
 
 def _by(request: Request, principal: Principal, given: str | None) -> str:
@@ -172,8 +213,25 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = ApproveBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
-    answer = await anyio.to_thread.run_sync(worker.approve, request.path_params["run_id"], body.gate, by, body.now)
+    # a browser (the run page) approves only the gate the run waits at, by name: never `*`
+    at_gate = body.at_gate or _from_browser(request)
+    answer = await anyio.to_thread.run_sync(functools.partial(
+        worker.approve, request.path_params["run_id"], body.gate, by, body.now, at_gate=at_gate))
     return JSONResponse(answer)
+
+
+async def pause_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    body = PauseBody.model_validate(await _json_body(request, optional=True))
+    by = _by(request, principal, body.by)
+    return JSONResponse(await anyio.to_thread.run_sync(worker.pause, request.path_params["run_id"], by))
+
+
+async def continue_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    body = PauseBody.model_validate(await _json_body(request, optional=True))
+    by = _by(request, principal, body.by)
+    return JSONResponse(await anyio.to_thread.run_sync(worker.continue_run, request.path_params["run_id"], by))
 
 
 async def abort_run(request: Request, principal: Principal) -> Response:
@@ -290,6 +348,8 @@ def create_app(
             Route("/runs/{run_id}", _route("viewer")(get_run), methods=["GET"]),
             Route("/runs/{run_id}/approve", _route("operator")(approve_run), methods=["POST"]),
             Route("/runs/{run_id}/abort", _route("operator")(abort_run), methods=["POST"]),
+            Route("/runs/{run_id}/pause", _route("operator")(pause_run), methods=["POST"]),
+            Route("/runs/{run_id}/continue", _route("operator")(continue_run), methods=["POST"]),
             # the web page (orchestrator/server/pages.py): shells and static files carry no data;
             # the fragments and /whoami need a viewer's token like the JSON routes
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),

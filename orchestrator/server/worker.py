@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import anyio.to_thread
 
-from orchestrator import commands
+from orchestrator import audit, commands
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.machine import Table
@@ -135,6 +135,8 @@ class ServerProgress:
             self.active.step, self.active.waiting = fields.get("state"), None
         elif kind == "waiting":
             self.active.waiting = fields.get("gate")
+        elif kind == "continued":
+            self.active.waiting = None
         elif kind == "transition":
             state = fields.get("state")
             if state is not None and state == self.step_state:
@@ -144,6 +146,10 @@ class ServerProgress:
             self.step_state = None
             self.active.waiting = None
             self.worker.count_effects_soon(self.active.run_id)
+        if kind == "note" and str(fields.get("text", "")).startswith("journal: "):
+            # where the journal (its URL: user, host, port) and the run log live is the server's own
+            # business: a viewer of this run never reads it
+            fields = {**fields, "text": "the journal and the run's log are kept on the server"}
         # JSON-safe and scrubbed again (the executor already hands over redacted text only)
         self.active.add_event(kind, self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str))))
 
@@ -218,6 +224,8 @@ class Worker:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
             prepared = await _in_thread(self._prepare, body, by)
+            if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
+                await _in_thread(self._audit_submission, prepared.run.run_id, body, by)
             active = self._launch(prepared)
             active.by = by
             return active
@@ -270,6 +278,13 @@ class Worker:
             s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: identity})
             run = s.journal.get_run(run.run_id)
         return _Prepared(run, rb, table, yes, soak, took_over)
+
+    def _audit_submission(self, run_id: str, body: Any, by: str) -> None:
+        if isinstance(body, ResumeBody):
+            audit.record(self.session.journal, run_id, "resumed", by,
+                         f"{'retry ' if body.retry else ''}via the server {owner_id()}")
+        else:
+            audit.record(self.session.journal, run_id, "submitted", by, f"{body.action} via the server {owner_id()}")
 
     def _refuse_if_busy(self, host: str) -> None:
         """Before journaling a new run: is the host visibly leased (here or by anyone)?"""
@@ -421,12 +436,17 @@ class Worker:
         run = self._get_run(run_id)
         lease = journal.current_lease(run.host)
         mine = self.runs.get(run_id)
+        items = audit.entries(journal, run_id)
+        paused = audit.paused_by(journal, run_id)
         return {
             **context_summary(run),
             "terminal": run.terminal,
             "failure": run.context.get("failure"),
             IDENTITY_KEY: run.context.get(IDENTITY_KEY),
             "abort_requested": journal.abort_requested(run_id),
+            "audit": [e.to_json() for e in items],
+            "who": audit.summary(items),
+            "paused": paused.to_json() if paused is not None else None,
             "approvals": sorted(journal.approvals(run_id)),
             "lease": None if lease is None or lease.run_id != run_id else {
                 "owner": lease.owner, "token": lease.token, "expires_at": lease.expires_at.isoformat()},
@@ -450,11 +470,34 @@ class Worker:
         pinned = identity.get("sha256") if isinstance(identity, dict) else None
         return commands.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
 
-    def approve(self, run_id: str, gate: str, by: str, now: bool = False) -> dict[str, Any]:
+    def approve(self, run_id: str, gate: str, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
+        """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
+        name; `*` and a gate not reached yet are refused (a wildcard once let a click during
+        r2's cold start pass r2.soak without stopping)."""
         run = self._get_run(run_id)
-        commands.approve(self.session.journal, run, gate, by, gates=None if run.terminal else self._gates(run), now=now)
+        gates = None if run.terminal else self._gates(run)
+        if at_gate and not run.terminal:
+            named = sorted(g for g in (gates or ()) if g != "*")
+            if gate == "*":
+                raise ApiError(400, "approve names the gate the run waits at (one of "
+                                    f"{', '.join(named) or 'its approval gates'}), not *", ExitCode.BAD_INPUT)
+            if run.state != gate:
+                raise Refused(f"run {run.run_id} is at {run.state}, not waiting at {gate[:60]}: nothing was approved")
+        commands.approve(self.session.journal, run, gate, by, gates=gates, now=now)
         self.log.info("approved", run_id=run.run_id, gate=gate, by=by)
         return {"run_id": run.run_id, "gate": gate, "approved_by": by}
+
+    def pause(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        message = commands.pause(self.session.journal, run, by)
+        self.log.info("pause_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, "paused_by": by, "message": message}
+
+    def continue_run(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        message = commands.continue_run(self.session.journal, run, by)
+        self.log.info("continue_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, "continued_by": by, "message": message}
 
     def abort(self, run_id: str, by: str) -> dict[str, Any]:
         run = self._get_run(run_id)
@@ -487,6 +530,9 @@ class Worker:
                 self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
                 continue
             active.adopted = True
+            with contextlib.suppress(Exception):  # who: this server, for the run's audit list
+                await _in_thread(audit.record, self.session.journal, run_id, "adopted", f"server {owner_id()}",
+                                 "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
                              detail="its lease expired with no runner renewing it: resumed here from the journal")
             adopted.append(run_id)
