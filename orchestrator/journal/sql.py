@@ -675,3 +675,16 @@ class SqlJournal(ABC):
         if row is None or row["action"] != "paused":
             return None
         return AuditEntry(row["action"], row["actor"], self._ts_value(row["at"]), row["detail"])
+
+    def submitters(self, run_ids: list[str]) -> dict[str, AuditEntry]:
+        """Who submitted each of `run_ids` (one query, for a runs list)."""
+        if not run_ids:
+            return {}
+        marks = ", ".join("?" for _ in run_ids)
+        with self._tx(write=False) as tx:
+            rows = tx.all(f"SELECT run_id, actor, at, detail FROM audit WHERE action = 'submitted' "
+                          f"AND run_id IN ({marks}) ORDER BY seq", *run_ids)
+        out: dict[str, AuditEntry] = {}
+        for r in rows:
+            out.setdefault(r["run_id"], AuditEntry("submitted", r["actor"], self._ts_value(r["at"]), r["detail"]))
+        return out

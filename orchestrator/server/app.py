@@ -356,6 +356,8 @@ def create_app(
             Route("/ui", pages.runs_page, methods=["GET"]),
             Route("/ui/runs/{run_id}", pages.run_page, methods=["GET"]),
             Route("/ui/static/{name}", pages.static_file, methods=["GET"]),
+            Route("/favicon.ico", lambda request: RedirectResponse("/ui/static/favicon.svg", status_code=301),
+                  methods=["GET"]),
             Route("/ui/fragments/runs", _route("viewer")(pages.runs_fragment), methods=["GET"]),
             Route("/ui/fragments/runs/{run_id}", _route("viewer")(pages.run_fragment), methods=["GET"]),
             Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),

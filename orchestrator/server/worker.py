@@ -34,6 +34,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,6 +75,12 @@ SessionFactory = Callable[[Settings], Session]
 KEEP_FINISHED = 200
 #: How many progress events per run the worker keeps for followers.
 KEEP_EVENTS = 200
+#: Earlier runs the expected remaining time is taken from (DONE runs of the same runbook and kind).
+HISTORY_RUNS = 5
+HISTORY_SCAN = 200
+HISTORY_MAX_AGE_S = 30.0
+#: How many lines of the followed log per run the worker keeps for the run page.
+KEEP_TAIL = 40
 #: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
 IDENTITY_KEY = "runbook_identity"
 
@@ -96,6 +103,8 @@ class ActiveRun:
     adopted: bool = False
     seq: int = 0
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
+    #: the last lines of the log the run follows (redacted by the executor and again here)
+    tail: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_TAIL))
 
     @property
     def active(self) -> bool:
@@ -108,7 +117,8 @@ class ActiveRun:
     def view(self, events_after: int = 0) -> dict[str, Any]:
         return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
                 "adopted": self.adopted,
-                "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after]}
+                "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after],
+                "tail": list(self.tail)}
 
 
 class ServerProgress:
@@ -130,6 +140,11 @@ class ServerProgress:
 
     def _event(self, kind: str, fields: dict[str, Any]) -> None:
         now = self.worker.clock_now()
+        if kind == "log_tail":
+            scrub = self.worker.redactor.scrub
+            for line in fields.get("lines") or []:
+                self.active.tail.append({"service": scrub(str(fields.get("service", ""))), "line": scrub(str(line))})
+            return
         if kind == "step_started":
             self.step_state, self.step_t0 = fields.get("state"), now
             self.active.step, self.active.waiting = fields.get("state"), None
@@ -164,6 +179,16 @@ class _Prepared:
     took_over: str | None
 
 
+def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
+    """Seconds spent in each state (a state visited twice: the sum), from the journal's transitions."""
+    out: dict[str, float] = {}
+    prev = started
+    for t in transitions:
+        out[t.from_state] = out.get(t.from_state, 0.0) + max(0.0, (t.at - prev).total_seconds())
+        prev = t.at
+    return out
+
+
 def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return anyio.to_thread.run_sync(fn, *args)
 
@@ -188,6 +213,8 @@ class Worker:
                                on_error=lambda exc: self.log.warning("metrics_journal_unreadable",
                                                                      error=f"{type(exc).__name__}"))
         self._closed = False
+        self._history: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._finished_durations: dict[str, dict[str, float]] = {}
 
     # -- session
 
@@ -463,6 +490,32 @@ class Worker:
             ],
             "worker": mine.view(events_after) if mine is not None else None,
         }
+
+    def history(self, run: RunRecord) -> dict[str, Any]:
+        """Median seconds per state over the last `HISTORY_RUNS` DONE runs of the same runbook and
+        kind (the run page's expected remaining time): `{"runs": n, "median": {state: s}}`."""
+        key = (run.runbook, run.kind)
+        hit = self._history.get(key)
+        if hit is not None and time.monotonic() - hit[0] < HISTORY_MAX_AGE_S:
+            return hit[1]
+        journal = self.session.journal
+        samples: dict[str, list[float]] = {}
+        n = 0
+        for r in journal.list_runs(limit=HISTORY_SCAN):
+            if n >= HISTORY_RUNS:
+                break
+            if r.run_id == run.run_id or r.runbook != run.runbook or r.kind != run.kind or r.outcome != "DONE":
+                continue
+            durations = self._finished_durations.get(r.run_id)
+            if durations is None:
+                durations = step_durations(r.created_at, journal.transitions(r.run_id))
+                self._finished_durations[r.run_id] = durations
+            n += 1
+            for state, seconds in durations.items():
+                samples.setdefault(state, []).append(seconds)
+        value = {"runs": n, "median": {k: statistics.median(v) for k, v in samples.items()}}
+        self._history[key] = (time.monotonic(), value)
+        return value
 
     def _gates(self, run: RunRecord) -> set[str]:
         """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""

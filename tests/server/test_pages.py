@@ -57,7 +57,7 @@ def test_a_run_page_shows_states_evidence_timeline_and_buttons_by_role(sim_fleet
         page = wait_for(lambda: (t := c.get(f"/ui/fragments/runs/{run_id}", headers=A).text)
                         and "waiting for: soak 0 s, then `orchestrate approve" in t and t, "the approval gate")
         assert 'class="state forward current" data-state="r2.soak"' in page
-        assert re.search(r'<button id="approve" data-gate="r2.soak">', page)  # live for an operator
+        assert re.search(r'<button id="approve" data-gate="r2.soak">Approve r2.soak<', page)  # live for an operator
         assert '<li class="state preflight passed" data-state="preflight.read-env"' in page
         assert "Evidence of each gate" in page and "Timeline (journal)" in page
         assert page.count('<li class="state') == len(re.findall(r'data-state="[a-z0-9.-]+"', page))
@@ -70,6 +70,13 @@ def test_a_run_page_shows_states_evidence_timeline_and_buttons_by_role(sim_fleet
         assert c.post(f"/runs/{run_id}/approve", json={"gate": "r2.soak"}, headers=A).status_code == 200
         done = wait_for(lambda: (t := c.get(f"/ui/fragments/runs/{run_id}", headers=A).text)
                         and 'class="outcome-DONE" data-field="state">DONE' in t and t, "the run to end")
-        assert '<button id="approve" data-gate="*" disabled' in done  # a finished run has no live buttons
+        assert '<button id="approve" data-gate="" disabled' in done  # a finished run has no live buttons
+        for b in ("pause", "continue", "abort"):
+            assert re.search(f'<button id="{b}"[^>]* disabled', done), b
+        # who did what, from the journal: the submitter and the approver, with their times
+        assert re.search(r'data-field="submitted">alice at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC<', done)
+        assert '<li data-action="approved">' in done and "<b>alice</b> approved r2.soak" in done
+        assert '<li data-action="submitted">' in done
+        assert 'class="message outcome-DONE"' in done  # not the amber warning box
         for secret in settings.tokens() + [op, viewer]:
             assert secret not in done and secret not in listing
