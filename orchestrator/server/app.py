@@ -187,7 +187,7 @@ async def metrics(request: Request, principal: Principal) -> Response:
 async def submit_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = SUBMIT.validate_python(await _json_body(request))
-    active = await worker.submit(body, by=_by(request, principal, None))
+    active = await worker.submit(body, by=_by(request, principal, body.by))
     return JSONResponse({"run_id": active.run_id}, status_code=202)
 
 

@@ -155,7 +155,7 @@ def _finish(p: _Printer, result: FollowResult) -> int:
 async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], follow: bool,
                   interval: float) -> int:
     if action in SUBMIT_ACTIONS:
-        run_id = await client.submit({"action": action, **payload})
+        run_id = await client.submit({"action": action, **payload, "by": _who()})
         if not follow:
             if p.as_json:
                 p.json({"event": "submitted", "run_id": run_id})

@@ -39,6 +39,8 @@ class RolloutBody(_Body):
     yes: bool = False
     #: Override of every soak.
     soak: Soak | None = None
+    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
+    by: Who | None = None
 
 
 class RollbackBody(_Body):
@@ -48,6 +50,8 @@ class RollbackBody(_Body):
     to_tag: Tag | None = None
     to_file: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     runbook: RunbookName | None = None
+    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
+    by: Who | None = None
 
 
 class ResumeBody(_Body):
@@ -56,6 +60,8 @@ class ResumeBody(_Body):
     retry: bool = False
     yes: bool = False
     soak: Soak | None = None
+    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
+    by: Who | None = None
 
 
 class ApproveBody(_Body):

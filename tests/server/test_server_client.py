@@ -71,6 +71,7 @@ def test_follow_prints_each_transition_once_in_order_and_exits_with_the_outcome(
         rc = remote(URL, TOKEN, "rollout", BODY, as_json=True, clock=FakeClock())
     assert rc == 4
     sent = json.loads(submit.calls[0].request.content)
+    assert "@" in sent.pop("by")  # who submits: user@machine, journaled as the submitter
     assert sent == {"action": "rollout", **BODY}
     assert submit.calls[0].request.headers["authorization"] == f"Bearer {TOKEN}"
     events = lines(capsys.readouterr().out)
