@@ -50,7 +50,7 @@ from orchestrator.server import pages
 from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
 from orchestrator.server.errors import ApiError, PathScrubber, error_response
-from orchestrator.server.guards import MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
+from orchestrator.server.guards import BODY_TIMEOUT_S, MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
 from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.server.worker import SessionFactory, Worker
 from orchestrator.settings import Settings
@@ -258,6 +258,7 @@ def create_app(
     max_body: int = MAX_BODY,
     adopt: bool = True,
     adopt_interval: float | None = None,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> Starlette:
     """The `orchestrate serve` app.
 
@@ -363,7 +364,8 @@ def create_app(
             Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),
         ],
         middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
-                               max_body=max_body)],
+                               max_body=max_body, body_timeout_s=body_timeout_s,
+                               authenticated=lambda header: auth.authenticate(header) is not None)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
