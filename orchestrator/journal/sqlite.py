@@ -118,7 +118,10 @@ class SqliteJournal(SqlJournal):
         return _utc(dt).strftime(_TS_FORMAT)
 
     def _ts_value(self, raw: Any) -> datetime:
-        return datetime.strptime(raw, _TS_FORMAT).replace(tzinfo=timezone.utc)
+        try:  # the C parser: strptime was most of the cost of listing runs (orchestrate serve's GET /runs)
+            return datetime.fromisoformat(raw).replace(tzinfo=timezone.utc)
+        except (TypeError, ValueError):
+            return datetime.strptime(raw, _TS_FORMAT).replace(tzinfo=timezone.utc)
 
     def _json_param(self, obj: dict | None) -> str | None:
         return None if obj is None else json.dumps(obj, ensure_ascii=False, allow_nan=False)

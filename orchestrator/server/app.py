@@ -197,8 +197,21 @@ async def list_runs(request: Request, principal: Principal) -> Response:
     if host is not None and len(host) > 64:
         raise ApiError(400, "host is at most 64 characters", ExitCode.BAD_INPUT)
     limit = _query_int(request, "limit", 50, 1, 1000)
-    runs = await anyio.to_thread.run_sync(worker.list_runs, host, limit)
+    runs = await _single_flight(request.app.state.inflight, ("runs", host, limit),
+                                lambda: anyio.to_thread.run_sync(worker.list_runs, host, limit))
     return JSONResponse(worker.redactor.scrub_obj({"runs": runs}))
+
+
+async def _single_flight(inflight: dict[Any, Any], key: Any, read: Callable[[], Awaitable[Any]]) -> Any:
+    """Requests for the same read while one is in flight share its answer (a crowd polling
+    GET /runs costs one journal read at a time, not one each); the answer is never older than
+    the read that was already running when the request came in."""
+    future = inflight.get(key)
+    if future is None:
+        future = asyncio.ensure_future(read())
+        inflight[key] = future
+        future.add_done_callback(lambda _: inflight.pop(key, None))
+    return await asyncio.shield(future)
 
 
 async def get_run(request: Request, principal: Principal) -> Response:
@@ -370,6 +383,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.worker = worker
+    app.state.inflight = {}
     app.state.auth = auth
     app.state.health = health
     app.state.public_text = public_text

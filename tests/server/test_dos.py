@@ -114,3 +114,29 @@ def test_one_address_cannot_take_the_server(settings, serve_app):
             return c.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
 
     wait_for(served, "127.0.0.2 to be served again", timeout=15)
+
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+from orchestrator.redaction import Redactor  # noqa: E402
+from orchestrator.server.config import ServerRedactor  # noqa: E402
+
+_secret = st.text(min_size=3, max_size=12)
+_leaf = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans())
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(secret=_secret, other=_secret, data=st.data())
+def test_the_fast_scrub_of_an_answer_hides_what_the_slow_one_hides(secret, other, data):
+    """ServerRedactor.scrub_obj's one-search fast path (it keeps GET /runs cheap under load)
+    must never let through what the string-by-string scrub hides: quotes, backslashes,
+    control characters and non-ASCII in the secret included."""
+    mixed = st.one_of(_leaf, st.builds(lambda a, b: a + secret + b, st.text(max_size=5), st.text(max_size=5)))
+    obj = data.draw(st.recursive(mixed, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                               st.dictionaries(st.text(max_size=5) | st.just(secret),
+                                                                               kids, max_size=4)), max_leaves=12))
+    fast = ServerRedactor(secret)
+    fast.attach(Redactor(other))
+    slow = Redactor(secret, other)
+    wrapped = {"runs": [obj]}
+    assert fast.scrub_obj(wrapped) == slow.scrub_obj(wrapped)
