@@ -8,8 +8,8 @@ until `continue` is journaled. An abort while paused is honoured at once (the cu
 rollback, as at any other wait).
 
 Safe points (`safe_points`, from the run's transition table): every preflight state, and every
-forward state that no `down` of its phase precedes without the phase's cold start (`logs` step)
-in between: a run never stays paused between a down and its replacement's readiness, where the
+forward state that no `down` of an engine (the runbook's `replicas:`) in its phase precedes
+without the phase's cold start (`logs` step) in between: a run never stays paused between a down and its replacement's readiness, where the
 host is a replica short. Rollback and remedy states are never safe points (a rollback finishes).
 A pause asked for at an unsafe state waits for the next safe one.
 """
@@ -22,10 +22,15 @@ from orchestrator import audit
 from orchestrator.machine import Table
 
 
-_CACHE: dict[int, tuple[Table, frozenset[str]]] = {}
+_CACHE: dict[tuple[int, frozenset[str]], tuple[Table, frozenset[str]]] = {}
 
 
-def _safe(table: Table) -> frozenset[str]:
+def _stops_an_engine(step: Any, engines: frozenset[str]) -> bool:
+    services = step.down.services
+    return services == "selected" or bool(set(services) & engines)  # "selected": assume an engine
+
+
+def _safe(table: Table, engines: frozenset[str]) -> frozenset[str]:
     safe: set[str] = set()
     open_down: dict[str | None, bool] = {}
     for sid in table.order:
@@ -38,27 +43,29 @@ def _safe(table: Table) -> frozenset[str]:
         if not open_down.get(node.phase, False):
             safe.add(sid)
         kind = node.step.kind if node.step is not None else None
-        if kind == "down":
+        if kind == "down" and _stops_an_engine(node.step, engines):
             open_down[node.phase] = True
         elif kind == "logs" and open_down.get(node.phase, False):
             open_down[node.phase] = False  # its replacement's readiness: safe again after it
     return frozenset(safe)
 
 
-def safe_points(table: Table) -> frozenset[str]:
-    """The states before which a paused run may stop."""
-    hit = _CACHE.get(id(table))
+def safe_points(table: Table, engines: Any) -> frozenset[str]:
+    """The states before which a paused run may stop (`engines`: the runbook's engine services;
+    a down of another service, a relay or a one-shot check, leaves the host its capacity)."""
+    key = (id(table), frozenset(engines))
+    hit = _CACHE.get(key)
     if hit is None or hit[0] is not table:
         if len(_CACHE) > 64:
             _CACHE.clear()
-        hit = _CACHE[id(table)] = (table, _safe(table))
+        hit = _CACHE[key] = (table, _safe(table, key[1]))
     return hit[1]
 
 
 async def honour_pause(rt: Any, state: str) -> None:
     """Before `state` runs: if a pause is journaled and `state` is a safe point, wait for continue."""
     held = audit.paused_by(rt.journal, rt.run.run_id)
-    if held is None or state not in safe_points(rt.table):
+    if held is None or state not in safe_points(rt.table, rt.rb.engines()):
         return
     audit.record(rt.journal, rt.run.run_id, "pause_honoured", held.by, state)
     rt.emit("paused", state=state, by=held.by, at=held.at.isoformat())
