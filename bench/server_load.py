@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import orchestrator
 
-            out: dict[str, Any] = {"orchestrator": str(Path(orchestrator.__file__).parent.parent)}
+            out: dict[str, Any] = {"orchestrator": str(Path(orchestrator.__file__).parent.parent),
+                                   "cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
             out["burst"] = asyncio.run(burst(base, args.clients, args.requests, args.client_addresses))
             time.sleep(1)
             out["held"] = asyncio.run(held(base, port, args.held, args.held_clients, args.seconds))
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, default=str))
         return 0
     b, h, o = out["burst"], out["held"], out["one_address"]
-    print(f"checkout: {out['orchestrator']}")
+    print(f"checkout: {out['orchestrator']}; {out['cpus']} CPUs, load average {out['load_before']:.1f} at the start")
     print(f"burst: {args.clients} clients x {args.requests} requests from {args.client_addresses} addresses: "
           f"{b['errors']} errors of {b['requests']} {b['error_kinds']}; p50 {b['p50_ms']:.0f} ms, "
           f"p95 {b['p95_ms']:.0f} ms, p99 {b['p99_ms']:.0f} ms, max {b['max_ms']:.0f} ms")
