@@ -374,6 +374,8 @@ def create_app(
                   methods=["GET"]),
             Route("/ui/fragments/runs", _route("viewer")(pages.runs_fragment), methods=["GET"]),
             Route("/ui/fragments/runs/{run_id}", _route("viewer")(pages.run_fragment), methods=["GET"]),
+            Route("/ui/fleet/{runbook}", pages.fleet_page, methods=["GET"]),
+            Route("/ui/fragments/fleet/{runbook}", _route("viewer")(pages.fleet_fragment), methods=["GET"]),
             Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),
         ],
         middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),

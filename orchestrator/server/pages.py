@@ -102,6 +102,11 @@ async def run_page(request: Request) -> Response:
     return _page(request, "run", f"{run_id} · orchestrate", run_id, run_id)
 
 
+async def fleet_page(request: Request) -> Response:
+    name = request.path_params["runbook"]
+    return _page(request, "fleet", f"{name} · orchestrate", f"Fleet: {name}", name)
+
+
 async def static_file(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in STATIC:
@@ -141,6 +146,7 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
             lease = None if r.terminal else journal.current_lease(r.host)
             sub = submitters.get(r.run_id)
             rows.append({"run_id": r.run_id, "host": r.host, "kind": r.kind, "tag": r.tag, "state": r.state,
+                         "runbook": r.runbook,
                          "outcome": r.outcome, "who": sub.by if sub is not None else "",
                          "runner": _runner(lease.owner) if lease is not None and lease.run_id == r.run_id else "",
                          "since": r.created_at.isoformat(), "updated": r.updated_at.isoformat()})
@@ -159,7 +165,20 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
                    f'<td class="state">{_e(state)}</td><td>{_e(r["who"])}</td><td>{_e(r["runner"])}</td>'
                    f'<td>{_e(_since(r["since"]))}</td></tr>')
     out.append("</tbody></table>")
+    fleets = sorted({r["runbook"] for r in rows if len(_hosts_of(r["runbook"])) > 1})
+    if fleets:
+        out.append('<p class="fleets">Fleets: ' + ", ".join(
+            f'<a href="/ui/fleet/{_e(name)}">{_e(name)}</a> ({_e(", ".join(_hosts_of(name)))})' for name in fleets)
+            + "</p>")
     return HTMLResponse("".join(out), headers=PAGE_HEADERS)
+
+
+@functools.lru_cache(maxsize=64)
+def _hosts_of(runbook: str) -> tuple[str, ...]:
+    try:
+        return tuple(load_runbook_checked(runbook)[0].hosts)
+    except Exception:  # noqa: BLE001 - a runbook this server does not have
+        return ()
 
 
 @functools.lru_cache(maxsize=64)
@@ -211,6 +230,60 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
 
     detail, table, gates = await anyio.to_thread.run_sync(read)
     return HTMLResponse(render_run(detail, table, gates, operator=principal.may("operator")), headers=PAGE_HEADERS)
+
+
+async def fleet_fragment(request: Request, principal: Principal) -> Response:
+    """A fleet run's page: the runbook's hosts in order (the order `rollout --hosts` takes them),
+    each host's latest run of this runbook (and `?tag=`), and which host the fleet is at."""
+    worker = request.app.state.worker
+    name = request.path_params["runbook"]
+    tag = request.query_params.get("tag") or None
+
+    def read() -> tuple[list[str], list[dict[str, Any]]]:
+        try:
+            rb, _ = load_runbook_checked(name)
+        except Exception:  # noqa: BLE001 - an unknown runbook name is the caller's mistake
+            from orchestrator.server.errors import ApiError
+            from orchestrator.exit_codes import ExitCode
+
+            raise ApiError(404, f"no runbook {name[:60]!r} on this server", ExitCode.BAD_INPUT) from None
+        journal = worker.session.journal
+        rows = []
+        for host in rb.hosts:
+            latest = next((r for r in journal.list_runs(host=host, limit=50)
+                           if r.runbook == name and r.kind == "rollout" and (tag is None or r.tag == tag)), None)
+            lease = journal.current_lease(host) if latest is not None and not latest.terminal else None
+            rows.append({"host": host, "run_id": latest.run_id if latest else "", "tag": latest.tag if latest else "",
+                         "state": latest.state if latest else "", "outcome": latest.outcome if latest else "",
+                         "terminal": latest.terminal if latest else False,
+                         "running": bool(lease is not None and latest is not None and lease.run_id == latest.run_id),
+                         "updated": latest.updated_at.isoformat() if latest else ""})
+        return list(rb.hosts), worker.redactor.scrub_obj(rows)
+
+    hosts, rows = await anyio.to_thread.run_sync(read)
+    at = next((r["host"] for r in rows if r["run_id"] and not r["terminal"]), None)
+    if at is None:
+        at = next((r["host"] for r in rows if r["outcome"] and r["outcome"] != "DONE"), None)
+    done = sum(1 for r in rows if r["outcome"] == "DONE")
+    out = [f'<section class="fleet"><p class="fleet-summary">{done} of {len(hosts)} hosts DONE'
+           + (f"; the fleet is at <b>{_e(at)}</b>" if at else "") + "</p><ol class=\"fleet-hosts\">"]
+    for r in rows:
+        cls = "host"
+        if r["host"] == at:
+            cls += " at"
+        if r["outcome"]:
+            cls += f" outcome-{r['outcome']}"
+        elif r["run_id"]:
+            cls += " running" if r["running"] else " interrupted"
+        else:
+            cls += " not-started"
+        what = r["outcome"] or (r["state"] + (" (running)" if r["running"] else " (no runner: resume it)")
+                                if r["run_id"] else "not started")
+        link = f'<a href="/ui/runs/{_e(r["run_id"])}">{_e(r["run_id"])}</a>' if r["run_id"] else ""
+        out.append(f'<li class="{_e(cls)}" data-host="{_e(r["host"])}"><b>{_e(r["host"])}</b> '
+                   f'<span class="state">{_e(what)}</span> {_e(r["tag"] or "")} {link}</li>')
+    out.append("</ol></section>")
+    return HTMLResponse("".join(out), headers=PAGE_HEADERS)
 
 
 def _fill(text: str, d: dict[str, Any]) -> str:
@@ -471,4 +544,4 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     return "".join(out)
 
 
-__all__ = ["runs_page", "run_page", "static_file", "whoami", "runs_fragment", "run_fragment", "render_run", "PAGE_HEADERS"]
+__all__ = ["runs_page", "run_page", "fleet_page", "fleet_fragment", "static_file", "whoami", "runs_fragment", "run_fragment", "render_run", "PAGE_HEADERS"]

@@ -80,3 +80,30 @@ def test_a_run_page_shows_states_evidence_timeline_and_buttons_by_role(sim_fleet
         assert 'class="message outcome-DONE"' in done  # not the amber warning box
         for secret in settings.tokens() + [op, viewer]:
             assert secret not in done and secret not in listing
+
+
+def test_a_fleet_page_lists_the_runbooks_hosts_in_order_and_where_the_fleet_is(settings):
+    from orchestrator.journal import SqliteJournal
+
+    app = create_app(settings, token=TOKEN, adopt=False)
+    with TestClient(app, base_url=BASE_URL) as c:
+        j = SqliteJournal(settings.journal_location())
+        done = j.create_run(host="gpu03", runbook="base-glm53-w4afp8", tag="v0.0.300", kind="rollout", state="INIT",
+                            context={})
+        lease, _ = j.acquire_lease("gpu03", done.run_id, "x:1", 60)
+        j.record_transition(lease, done.run_id, "INIT", "ok", "DONE", terminal=True, outcome="DONE", message="ok")
+        j.release(lease)
+        now = j.create_run(host="gpu04", runbook="base-glm53-w4afp8", tag="v0.0.300", kind="rollout",
+                           state="r1.cold-start", context={})
+        j.close()
+        assert "<title>base-glm53-w4afp8 · orchestrate</title>" in c.get("/ui/fleet/base-glm53-w4afp8").text
+        assert c.get("/ui/fragments/fleet/base-glm53-w4afp8").status_code == 401
+        page = c.get("/ui/fragments/fleet/base-glm53-w4afp8?tag=v0.0.300", headers=AUTH).text
+        hosts = re.findall(r'data-host="([a-z0-9]+)"', page)
+        assert hosts == ["gpu03", "gpu04", "gpu23"]
+        assert "1 of 3 hosts DONE; the fleet is at <b>gpu04</b>" in page
+        assert f'href="/ui/runs/{now.run_id}"' in page and "r1.cold-start (no runner: resume it)" in page
+        assert re.search(r'class="host not-started" data-host="gpu23"', page)
+        listing = c.get("/ui/fragments/runs", headers=AUTH).text
+        assert 'href="/ui/fleet/base-glm53-w4afp8"' in listing
+        assert c.get("/ui/fragments/fleet/nope", headers=AUTH).status_code == 404

@@ -57,7 +57,8 @@
   }
 
   async function refresh() {
-    const url = page === "run" ? "/ui/fragments/runs/" + encodeURIComponent(runId) : "/ui/fragments/runs";
+    const url = page === "run" ? "/ui/fragments/runs/" + encodeURIComponent(runId)
+      : page === "fleet" ? "/ui/fragments/fleet/" + encodeURIComponent(runId) + location.search : "/ui/fragments/runs";
     const r = await get(url);
     if (!r) return;
     // server-rendered, escaped HTML of this same origin
