@@ -738,7 +738,9 @@ def approve(
     try:
         run = _get_run(session, run_id)
         gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
-        out.print(commands.approve(session.journal, run, gate, owner_id(), gates, now=now))
+        from orchestrator.audit import cli_actor
+
+        out.print(commands.approve(session.journal, run, gate, cli_actor(), gates, now=now))  # who: user@machine
     finally:
         session.close()
 
@@ -761,7 +763,9 @@ def abort(
 
     session = ReadSession.open(_settings(inventory))
     try:
-        out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message)
+        from orchestrator.audit import cli_actor
+
+        out.print(commands.abort(session.journal, _get_run(session, run_id), cli_actor()).message)  # who: user@machine
     finally:
         session.close()
 

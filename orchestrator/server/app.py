@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,7 @@ def _by(request: Request, principal: Principal, given: str | None) -> str:
         return principal.name
     who = " ".join((given or "").split())[:100] or "anonymous"
     client = request.client.host if request.client else "?"
-    return f"{who} via {client} on {owner_id()}"
+    return f"{who} via {client} to {socket.gethostname()}"  # readable: never the raw pid:boot-uuid
 
 
 def _query_int(request: Request, name: str, default: int, low: int, high: int) -> int:

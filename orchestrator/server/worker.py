@@ -189,6 +189,13 @@ def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
     return out
 
 
+def _server_name() -> str:
+    """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
+    from orchestrator.journal.owner import describe_owner
+
+    return describe_owner(owner_id())
+
+
 def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return anyio.to_thread.run_sync(fn, *args)
 
@@ -309,9 +316,9 @@ class Worker:
     def _audit_submission(self, run_id: str, body: Any, by: str) -> None:
         if isinstance(body, ResumeBody):
             audit.record(self.session.journal, run_id, "resumed", by,
-                         f"{'retry ' if body.retry else ''}via the server {owner_id()}")
+                         f"{'retry ' if body.retry else ''}via the server {_server_name()}")
         else:
-            audit.record(self.session.journal, run_id, "submitted", by, f"{body.action} via the server {owner_id()}")
+            audit.record(self.session.journal, run_id, "submitted", by, f"{body.action} via the server {_server_name()}")
 
     def _refuse_if_busy(self, host: str) -> None:
         """Before journaling a new run: is the host visibly leased (here or by anyone)?"""
@@ -584,7 +591,7 @@ class Worker:
                 continue
             active.adopted = True
             with contextlib.suppress(Exception):  # who: this server, for the run's audit list
-                await _in_thread(audit.record, self.session.journal, run_id, "adopted", f"server {owner_id()}",
+                await _in_thread(audit.record, self.session.journal, run_id, "adopted", f"server {_server_name()}",
                                  "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
                              detail="its lease expired with no runner renewing it: resumed here from the journal")
