@@ -92,7 +92,7 @@ class Executor:
                     # handler); an abort is honoured at the next wait or step
                     rt.check_abort()
                     await honour_pause(rt, state)  # an operator's pause, at a safe point only
-                outcome = observed(rt, node, await self._perform(node))  # observe-only gates never fail
+                outcome = await self._perform(node)
             except AbortRequested:
                 outcome = StepOutcome(Event.ABORT, abort_note(self.journal, self.run.run_id))
             except (Fenced, LeaseLost) as exc:
@@ -103,6 +103,7 @@ class Executor:
                 outcome = StepOutcome(Event.HALT, str(exc))
             except ClientError as exc:
                 outcome = StepOutcome(Event.FAIL, rt.scrub(str(exc)))  # "system: detail", with the URL
+            outcome = observed(rt, node, outcome)  # an observe-only gate records a failure and never fails
             host_now = ""
             if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
                 host_now = await rt.host_now()

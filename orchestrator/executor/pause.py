@@ -78,8 +78,8 @@ async def honour_pause(rt: Any, state: str) -> None:
 
 
 def observed(rt: Any, node: Any, outcome: Any) -> Any:
-    """An observe-only gate (`observe: true`, runbook.OBSERVABLE_KINDS): a failure (or halt) becomes
-    OK with the failure kept in the journal's note, announced (event `observed`, notified); a pass is
+    """An observe-only gate (`observe: true`, runbook.OBSERVABLE_KINDS): a failure (its own, or a
+    host system's error while it read) becomes OK with the failure kept in the journal's note, announced (event `observed`, notified); a pass is
     noted as such. Any other step's outcome is returned unchanged."""
     from orchestrator.machine import Event
     from orchestrator.steps import StepOutcome
@@ -87,7 +87,7 @@ def observed(rt: Any, node: Any, outcome: Any) -> Any:
     step = getattr(node, "step", None)
     if step is None or not getattr(step, "observe", False):
         return outcome
-    if outcome.event in (Event.FAIL, Event.HALT):
+    if outcome.event == Event.FAIL:  # a HALT (a masked env map, an invalid request) still halts
         note = f"observe-only gate FAILED (the run goes on): {outcome.note}"
         rt.emit("observed", state=node.id, passed=False, note=outcome.note)
         rt.log.warning("observe_only_failed", note=outcome.note)
