@@ -140,3 +140,43 @@ def test_the_fast_scrub_of_an_answer_hides_what_the_slow_one_hides(secret, other
     slow = Redactor(secret, other)
     wrapped = {"runs": [obj]}
     assert fast.scrub_obj(wrapped) == slow.scrub_obj(wrapped)
+
+
+def test_one_turn_of_writes_goes_out_in_one_send_and_close_flushes_first():
+    import asyncio
+
+    from orchestrator.server.serving import _CoalescingTransport
+
+    class Raw:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+            self.closed = False
+
+        def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+        def is_closing(self) -> bool:
+            return self.closed
+
+        def close(self) -> None:
+            self.closed = True
+
+        def get_extra_info(self, name: str) -> str:
+            return f"info:{name}"
+
+    async def main() -> Raw:
+        raw = Raw()
+        t = _CoalescingTransport(raw, asyncio.get_running_loop())
+        t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        t.write(b"")
+        t.write(b'{"status": "ok"}')
+        assert raw.writes == []  # not yet: at the end of this turn
+        await asyncio.sleep(0)
+        assert raw.writes == [b'HTTP/1.1 200 OK\r\n\r\n{"status": "ok"}']
+        t.write(b"last")
+        t.close()  # what was written before a close is sent before it
+        assert raw.writes[-1] == b"last" and raw.closed
+        assert t.get_extra_info("peername") == "info:peername"
+        return raw
+
+    asyncio.run(main())
