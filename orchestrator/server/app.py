@@ -220,7 +220,17 @@ async def get_run(request: Request, principal: Principal) -> Response:
     after = _query_int(request, "events_after", 0, 0, 2**31)
     run_id = request.path_params["run_id"]
     detail = await anyio.to_thread.run_sync(functools.partial(worker.run_detail, run_id, events_after=after))
-    return JSONResponse(worker.redactor.scrub_obj(detail))
+    return JSONResponse(request.app.state.public_obj(worker.redactor.scrub_obj(detail)))
+
+
+def _map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_strings(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_map_strings(v, fn) for v in obj]
+    return obj
 
 
 async def approve_run(request: Request, principal: Principal) -> Response:
@@ -314,7 +324,9 @@ def create_app(
     if db_password:
         redactor.add(db_password)
     log = server_logger(redactor)
-    scrub_paths = PathScrubber(settings.state_dir, settings.journal_location() if not settings.database_url else None,
+    # where the journal lives (a file, or a URL naming user, host and port) and the state directory
+    # are the server's own business: scrubbed from every answer, to operators too
+    scrub_paths = PathScrubber(settings.state_dir, settings.journal_location(),
                                settings.inventory, RUNBOOK_DIR, Path(orchestrator.__file__).parent, tokens_file)
 
     def public_text(text: str) -> str:
@@ -390,6 +402,7 @@ def create_app(
     app.state.auth = auth
     app.state.health = health
     app.state.public_text = public_text
+    app.state.public_obj = lambda obj: _map_strings(obj, scrub_paths)
     return app
 
 

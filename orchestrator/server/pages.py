@@ -229,6 +229,7 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
         return worker.redactor.scrub_obj(detail), table, approval_gates(table)
 
     detail, table, gates = await anyio.to_thread.run_sync(read)
+    detail = request.app.state.public_obj(detail)  # no journal location, no state path
     return HTMLResponse(render_run(detail, table, gates, operator=principal.may("operator")), headers=PAGE_HEADERS)
 
 
@@ -395,6 +396,8 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         out.append(f'<p class="waiting">waiting for: {_e(w["waiting"])}</p>')
     if d.get("message"):
         out.append(f'<p class="message outcome-{_e(outcome or "running")}">{_e(d["message"])}</p>')
+    if w.get("error") and not terminal:
+        out.append(f'<p class="message outcome-HALTED" id="worker-error">this server: {_e(w["error"])}</p>')
     if d.get("abort_requested") and not terminal:
         ab = who.get("aborted") or {}
         by = f" by {ab.get('by')} at {_since(ab.get('at'))}" if ab else ""

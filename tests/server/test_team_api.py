@@ -81,6 +81,13 @@ def test_a_viewer_never_reads_where_the_journal_or_the_state_lives(settings, tmp
         text = c.get(f"/runs/{run.run_id}", headers={"Authorization": f"Bearer {viewer}"}).text
         assert str(settings.state_dir) not in text and "db.internal" not in text and "5432" not in text
         assert "kept on the server" in text
+        # and wherever else a path would show (a failed run's error, a message): the placeholder
+        active.error = f"OSError: [Errno 28] No space left on device: '{settings.state_dir}/logs/x.jsonl'"
+        for path in (f"/runs/{run.run_id}", f"/ui/fragments/runs/{run.run_id}"):
+            text = c.get(path, headers={"Authorization": f"Bearer {viewer}"}).text
+            assert str(settings.state_dir) not in text and "journal.sqlite3" not in text, path
+            assert "No space left on device: &#x27;&lt;server path&gt;" in text or \
+                "No space left on device: '<server path>" in text, path
 
 
 def test_approve_from_a_browser_names_the_waiting_gate(client, journal):
