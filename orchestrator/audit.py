@@ -12,6 +12,7 @@ the CLI records `user@machine` (`cli_actor`), never a process id.
 
 from __future__ import annotations
 
+import contextvars
 import getpass
 import socket
 from datetime import datetime, timezone
@@ -43,10 +44,19 @@ def cli_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+#: Set by `orchestrate serve` in the task that runs a run: the server journals who submitted,
+#: resumed or adopted it itself (with the token's name), so `record_start` adds nothing.
+RECORDED_BY_SERVER: contextvars.ContextVar[bool] = contextvars.ContextVar("recorded_by_server", default=False)
+
+
 def record_start(journal: Any, run: RunRecord, by: str) -> None:
-    """A run that has not taken a step yet and has no submitter journaled: journal `by` as its
-    submitter (the CLI's door; the server journals its own submissions before they start)."""
-    if getattr(journal, "record_audit", None) is None or journal.transitions(run.run_id):
+    """When a runner takes a run (its lease held): journal `by` as its submitter (a run that has
+    not taken a step and has none yet) or as who resumed it (the CLI's doors; the server journals
+    its own, see RECORDED_BY_SERVER)."""
+    if RECORDED_BY_SERVER.get() or getattr(journal, "record_audit", None) is None:
+        return
+    if journal.transitions(run.run_id):
+        record(journal, run.run_id, "resumed", by, "from the command line")
         return
     if any(e.action == "submitted" for e in entries(journal, run.run_id)):
         return

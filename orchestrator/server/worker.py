@@ -362,6 +362,7 @@ class Worker:
     async def _run(self, active: ActiveRun, progress: ServerProgress, p: _Prepared) -> None:
         run = p.run
         active.status = "running"
+        audit.RECORDED_BY_SERVER.set(True)  # this task's context only: the server journaled who
         try:
             final = await execute(self.session, run, p.rb, p.table, progress=progress, yes=p.yes, soak=p.soak)
             active.status, active.outcome = "finished", final.outcome

@@ -43,3 +43,25 @@ def test_pause_continue_and_who_in_status(settings):
     assert isinstance(r.exception, UserError) and "not paused" in str(r.exception)
     assert [e.action for e in j.audit(run.run_id) if e.action in ("paused", "continued")] == ["paused", "continued"]
     j.close()
+
+
+def test_a_cli_run_journals_its_submitter_and_a_cli_resume_who_resumed(settings):
+    from orchestrator import audit
+
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    j = SqliteJournal(settings.journal_location())
+    fresh = j.create_run(host="gpu02", runbook=RUNBOOK, tag="v0.0.300", kind="rollout", state="INIT", context={})
+    audit.record_start(j, fresh, "erin@laptop")
+    audit.record_start(j, fresh, "erin@laptop")  # once
+    assert [(e.action, e.by) for e in j.audit(fresh.run_id)] == [("submitted", "erin@laptop")]
+    lease, _ = j.acquire_lease("gpu02", fresh.run_id, "x:1", 60)
+    j.record_transition(lease, fresh.run_id, "INIT", "ok", "r2.stop-old")
+    audit.record_start(j, fresh, "frank@laptop")  # a resume
+    assert [(e.action, e.by) for e in j.audit(fresh.run_id)][-1] == ("resumed", "frank@laptop")
+    token = audit.RECORDED_BY_SERVER.set(True)  # the server journals its own
+    try:
+        audit.record_start(j, fresh, "server@x")
+    finally:
+        audit.RECORDED_BY_SERVER.reset(token)
+    assert len(j.audit(fresh.run_id)) == 2
+    j.close()
