@@ -8,7 +8,8 @@ Rules (`check_exposure`):
 
 Limits (`build_server`): idle keep-alive connections close after `KEEP_ALIVE_S`; request headers
 must arrive within `HEADER_TIMEOUT_S` (a slow-loris connection is closed); h11 buffers at most
-`MAX_HEADER_BYTES` of an incomplete request; one client address holds at most
+`MAX_HEADER_BYTES` of an incomplete request; a TLS handshake must finish within
+`HEADER_TIMEOUT_S` too (asyncio's default is 60 s); one client address holds at most
 `MAX_CONNECTIONS_PER_ADDRESS` connections (beyond that its new connection gets a 503 and is
 closed); at most `MAX_CONNECTIONS` connections at once in all (beyond that, 503). A state-changing
 request's body is read only after its token is checked, within `guards.BODY_TIMEOUT_S`. The
@@ -188,7 +189,37 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, QueryStringFilter) for f in access.filters):
         access.addFilter(QueryStringFilter())
-    return uvicorn.Server(config)
+    return _server_class()(config, handshake_timeout_s=header_timeout_s)
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        """uvicorn's server with a TLS handshake timeout (asyncio's default is 60 s, and a
+        connection in its handshake is not yet counted against its address's cap)."""
+
+        def __init__(self, config: Any, *, handshake_timeout_s: float) -> None:
+            super().__init__(config)
+            self.handshake_timeout_s = handshake_timeout_s
+
+        async def startup(self, sockets: Any = None) -> None:
+            loop = asyncio.get_running_loop()
+            original = loop.create_server
+            timeout = self.handshake_timeout_s
+
+            async def create_server(*args: Any, **kwargs: Any) -> Any:
+                if kwargs.get("ssl") is not None:
+                    kwargs.setdefault("ssl_handshake_timeout", timeout)
+                return await original(*args, **kwargs)
+
+            loop.create_server = create_server  # type: ignore[method-assign]
+            try:
+                await super().startup(sockets=sockets)
+            finally:
+                del loop.create_server  # the loop's own method again
+
+    return Server
 
 
 def raise_fd_limit(want: int) -> int:

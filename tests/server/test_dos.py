@@ -180,3 +180,31 @@ def test_one_turn_of_writes_goes_out_in_one_send_and_close_flushes_first():
         return raw
 
     asyncio.run(main())
+
+
+def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settings, tmp_path):
+    """Over TLS a connection is the protocol's (and its address's) only once its handshake is
+    done: a client that opens one and never says hello is closed after the header timeout, not
+    asyncio's 60 s."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_pem, key_pem = tmp_path / "s.pem", tmp_path / "s.key"
+    cert.private_key_pem.write_to_path(str(key_pem))
+    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = build_server(create_app(settings, token=TOKEN, adopt=False), "127.0.0.1", port, log_level="warning",
+                          tls_cert=cert_pem, tls_key=key_pem, header_timeout_s=0.5)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, "uvicorn to start", timeout=15)
+        s = connect(port)  # no ClientHello, ever
+        s.settimeout(20)
+        assert s.recv(1024) == b""  # closed by the server (asyncio's default would be 60 s: a timeout here)
+        s.close()
+    finally:
+        server.should_exit = True
+        thread.join(15)
