@@ -519,6 +519,18 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         out.append("\n".join(f"{_e(x.get('service'))} | {_e(x.get('line'))}" for x in tail[-20:]))
         out.append("</pre></section>")
 
+    # the canary's readout: what the direct checks and the metrics through the soak relay said
+    if table is not None:
+        canary = [t for t in d.get("transitions") or [] if t.get("note") and table.nodes.get(t["from"]) is not None
+                  and table.nodes[t["from"]].step is not None
+                  and table.nodes[t["from"]].step.kind in ("relay", "metrics")]
+        if canary:
+            out.append('<section class="canary"><h2>Canary readout (direct checks through the soak relay)</h2><dl>')
+            for t in canary:
+                out.append(f'<dt><code>{_e(t["from"])}</code> <span class="ev ev-{_e(t["event"])}">{_e(t["event"])}'
+                           f'</span></dt><dd>{_e(t["note"])}</dd>')
+            out.append("</dl></section>")
+
     # evidence: each gate's note (the latest transition out of it)
     notes: dict[str, dict[str, Any]] = {}
     for t in d.get("transitions") or []:

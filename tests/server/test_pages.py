@@ -60,6 +60,9 @@ def test_a_run_page_shows_states_evidence_timeline_and_buttons_by_role(sim_fleet
         assert re.search(r'<button id="approve" data-gate="r2.soak">Approve r2.soak<', page)  # live for an operator
         assert '<li class="state preflight passed" data-state="preflight.read-env"' in page
         assert "Evidence of each gate" in page and "Timeline (journal)" in page
+        # the canary's readout: r2's direct checks and metrics through the soak relay :8009
+        assert "Canary readout" in page and "<code>r2.relay-checks</code>" in page
+        assert '<li class="replica new-serving" data-replica="r2"><b>r2</b> new serving' in page
         assert page.count('<li class="state') == len(re.findall(r'data-state="[a-z0-9.-]+"', page))
         assert ">alice<" in page  # who submitted it
         listing = c.get("/ui/fragments/runs", headers=V).text
