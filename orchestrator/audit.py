@@ -18,6 +18,8 @@ import socket
 from datetime import datetime, timezone
 from typing import Any
 
+import structlog
+
 from orchestrator.journal.base import AuditEntry, RunRecord
 
 
@@ -55,12 +57,16 @@ def record_start(journal: Any, run: RunRecord, by: str) -> None:
     its own, see RECORDED_BY_SERVER)."""
     if RECORDED_BY_SERVER.get() or getattr(journal, "record_audit", None) is None:
         return
-    if journal.transitions(run.run_id):
-        record(journal, run.run_id, "resumed", by, "from the command line")
-        return
-    if any(e.action == "submitted" for e in entries(journal, run.run_id)):
-        return
-    record(journal, run.run_id, "submitted", by, f"{run.kind} from the command line")
+    try:
+        if journal.transitions(run.run_id):
+            record(journal, run.run_id, "resumed", by, "from the command line")
+            return
+        if any(e.action == "submitted" for e in entries(journal, run.run_id)):
+            return
+        record(journal, run.run_id, "submitted", by, f"{run.kind} from the command line")
+    except Exception as exc:  # noqa: BLE001 - saying who must never stop a run (nor leak its lease)
+        structlog.get_logger("orchestrator.audit").warning("audit_not_recorded", run_id=run.run_id,
+                                                           error=f"{type(exc).__name__}: {exc}")
 
 
 def when(at: datetime) -> str:
