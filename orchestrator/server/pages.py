@@ -338,7 +338,9 @@ def _replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[s
     state, outcome = d["state"], d.get("outcome")
     for phase in table.phase_starts:
         nodes = [table.nodes[s] for s in table.order if table.nodes[s].phase == phase and table.nodes[s].section == "forward"]
-        replica = next((n.replica for n in nodes if n.replica), None) or phase
+        replica = next((n.replica for n in nodes if n.replica), None)
+        if replica is None:
+            continue  # a phase of no one replica (reconcile: the shared services)
         down = next((n.id for n in nodes if n.step is not None and n.step.kind == "down"), None)
         ready = next((n.id for n in nodes if n.step is not None and n.step.kind == "logs"), None)
         ids = [n.id for n in nodes]
