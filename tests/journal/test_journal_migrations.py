@@ -68,6 +68,8 @@ def test_upgrading_an_older_store(store, clock) -> None:
     new.record_audit(run.run_id, "paused", "bob")  # v4's table works
     assert sorted((e.action, e.by) for e in new.audit(run.run_id)) == [("approved", "alice"), ("paused", "bob")]
     assert new.paused(run.run_id).by == "bob"
+    new.record_audit(run.run_id, "submitted", "carol", "rollout")
+    assert new.submitters([run.run_id, "nope"])[run.run_id].by == "carol" and new.submitters([]) == {}
 
 
 def test_a_newer_store_is_refused_by_an_older_orchestrator(store) -> None:
