@@ -216,6 +216,16 @@ def test_approve_is_only_for_the_gate_the_run_waits_at(browser, served):
     assert dialogs and "Approve r2.soak" in dialogs[0]  # a confirmation first
     audit = page.inner_text("section.audit")
     assert "alice approved r2.soak" in audit and "alice submitted" in audit
+    # the DONE message is green, not the amber warning box; the host's replicas are both new
+    colour = page.evaluate("() => getComputedStyle(document.querySelector('p.message')).backgroundColor")
+    assert colour == "rgb(218, 251, 225)", colour
+    assert "new serving" in page.inner_text('li.replica[data-replica="r1"]')
+    assert "new serving" in page.inner_text('li.replica[data-replica="r2"]')
+    assert page.query_selector("section.canary") and page.query_selector("li.state .took")
+    # the fleet page of the runbook: its one host, DONE
+    page.goto(f"{base}/ui/fleet/gpu02-glm53-w4afp8-long-context")
+    page.wait_for_selector('li.host[data-host="gpu02"].outcome-DONE')
+    assert "1 of 1 hosts DONE" in page.inner_text(".fleet-summary")
     ctx.close()
 
 
