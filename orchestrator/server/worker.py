@@ -462,8 +462,12 @@ class Worker:
         return True
 
     def list_runs(self, host: str | None, limit: int) -> list[dict[str, Any]]:
-        runs = self.session.journal.list_runs(host=host, limit=limit)
+        journal = self.session.journal
+        runs = journal.list_runs(host=host, limit=limit)
+        submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
         return [{**context_summary(r), "terminal": r.terminal,
+                 "submitted_by": (sub.by if (sub := submitters.get(r.run_id)) is not None else None),
+                 "submitted_at": sub.at.isoformat() if sub is not None else None,
                  "worker_status": self.runs[r.run_id].status if r.run_id in self.runs else None} for r in runs]
 
     def run_detail(self, run_id: str, *, events_after: int = 0) -> dict[str, Any]:

@@ -173,6 +173,8 @@ def test_the_submitter_and_the_adopter_are_journaled(settings, monkeypatch):
         who = c.get(f"/runs/{run_id}", headers=AUTH).json()["who"]
         assert who["submitted"]["by"].startswith("frank@laptop via ")  # single-token mode: the client's word
         assert "rollout via the server" in who["submitted"]["detail"]
+        listed = c.get("/runs", headers=AUTH).json()["runs"][0]
+        assert listed["submitted_by"].startswith("frank@laptop via ") and listed["submitted_at"]
         # an orphan: a run with a transition whose lease has lapsed, adopted by this server
         j = SqliteJournal(settings.journal_location())
         orphan = j.create_run(host="gpu13", runbook=RUNBOOK, tag="v0.0.300", kind="rollout", state="INIT", context={})
