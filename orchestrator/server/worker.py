@@ -314,6 +314,12 @@ class Worker:
         return _Prepared(run, rb, table, yes, soak, took_over)
 
     def _audit_submission(self, run_id: str, body: Any, by: str) -> None:
+        try:
+            self._record_submission(run_id, body, by)
+        except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
+            self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+
+    def _record_submission(self, run_id: str, body: Any, by: str) -> None:
         if isinstance(body, ResumeBody):
             audit.record(self.session.journal, run_id, "resumed", by,
                          f"{'retry ' if body.retry else ''}via the server {_server_name()}")
