@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench explore install clean diagram crash-all
+.PHONY: demo test bench server-load explore install clean diagram crash-all
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ diagram: $(STAMP)
 ## Benchmarks against the simulator (not part of the test suite).
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+## orchestrate serve under a crowd: 200 clients, 100 slow connections, one address (docs/team-mode.md).
+server-load: $(STAMP)
+	$(BIN)/python -m bench.server_load
 
 ## The seeded schedule explorer (docs/explorer.md): SEEDS schedules from SEED, then the full crash
 ## sweep (every journal write and every mutating call in flight). JOBS in parallel.

@@ -750,6 +750,10 @@ def status(
         view = _run_view(session, run, {})
         where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
         if as_json:
+            from orchestrator import audit
+
+            items = audit.entries(session.journal, run.run_id)
+            view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
             sys.stdout.write(json.dumps({**view, **where,
                                          "transitions": [[t.from_state, t.event, t.to_state, t.note] for t in transitions],
                                          "effects": [{"step": e.step, "kind": e.kind, "mutating": e.mutating,
@@ -764,6 +768,10 @@ def status(
         out.print(detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}", markup=False)
         if run.message:
             out.print(run.message, markup=False)
+        from orchestrator import audit
+
+        for line in audit.summary_lines(audit.entries(session.journal, run.run_id)):
+            out.print(line, markup=False)  # who did what (journaled)
         out.print(f"journal: {where['journal']}", markup=False)
         out.print(f"inventory: {where['inventory']}", markup=False)
         visited = {t.from_state: t.event for t in transitions}
@@ -832,7 +840,9 @@ def approve(
     try:
         run = _get_run(session, run_id)
         gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
-        out.print(commands.approve(session.journal, run, gate, owner_id(), gates, now=now))
+        from orchestrator.audit import cli_actor
+
+        out.print(commands.approve(session.journal, run, gate, cli_actor(), gates, now=now))  # who: user@machine
     finally:
         session.close()
 
@@ -855,7 +865,49 @@ def abort(
 
     session = ReadSession.open(_settings(inventory))
     try:
-        out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message)
+        from orchestrator.audit import cli_actor
+
+        out.print(commands.abort(session.journal, _get_run(session, run_id), cli_actor()).message)  # who: user@machine
+    finally:
+        session.close()
+
+
+@app.command()
+def pause(
+    run_id: str = RunIdArg,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Hold RUN_ID at its next safe step (never between a down and its replacement's readiness)
+    until `orchestrate continue RUN_ID` (journaled, with who asked)."""
+    _signal(run_id, "pause", inventory, server, server_ca)
+
+
+@app.command("continue")
+def continue_(
+    run_id: str = RunIdArg,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Let a paused RUN_ID go on (journaled, with who asked)."""
+    _signal(run_id, "continue", inventory, server, server_ca)
+
+
+def _signal(run_id: str, action: str, inventory: Optional[Path], server: Optional[str], server_ca: Optional[Path]) -> None:
+    if server:
+        from orchestrator.server.remote import remote, server_ca as ca, server_token
+
+        raise typer.Exit(remote(server, server_token(), action, {"run_id": run_id}, False, ca=ca(server_ca)))
+    from orchestrator import audit, commands
+    from orchestrator.startup import ReadSession
+
+    session = ReadSession.open(_settings(inventory))
+    try:
+        run = _get_run(session, run_id)
+        do = commands.pause if action == "pause" else commands.continue_run
+        out.print(do(session.journal, run, audit.cli_actor()), markup=False)
     finally:
         session.close()
 

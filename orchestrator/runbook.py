@@ -316,6 +316,9 @@ class OneShotSpec(_Strict):
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache")
+#: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
+#: that no stop guard, readiness or routing decision reads.
+OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache"]
 
@@ -343,12 +346,20 @@ class Step(_Strict):
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
     remedy: "Remedy | None" = None
+    #: An observe-only gate (a new check trialled in production): its pass or failure is journaled
+    #: and notified, and the run goes on either way. Only on gates that read evidence and are not
+    #: what a stop or the capacity promise rests on (OBSERVABLE_KINDS).
+    observe: bool = False
 
     @model_validator(mode="after")
     def _one_thing(self) -> "Step":
         kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"step {self.id!r} must do exactly one of {'/'.join(STEP_KINDS)}, not {kinds or 'none'}")
+        if self.observe and (kinds[0] not in OBSERVABLE_KINDS or self.remedy is not None):
+            raise ValueError(f"step {self.id!r}: observe: true is for evidence gates ({', '.join(OBSERVABLE_KINDS)}) "
+                             f"without a remedy, not a {kinds[0]} step: a run must never go on past a failed "
+                             f"stop, start, readiness, soak or routing check")
         if self.dry_run is not None and self.plan is None:
             raise ValueError(f"step {self.id!r}: a dry_run needs a plan: gate")
         if self.plan is not None and self.dry_run is None:

@@ -136,6 +136,9 @@ async def execute(
             f"{run.host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
             f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one rollout per host at a time; wait, or take it over once it expires"
         ) from None
+    from orchestrator import audit
+
+    audit.record_start(session.journal, run, audit.cli_actor())  # who: the server journals its own first
     progress = progress or NullProgress()
     notifier, own_notifier = session.notifier, None
     if notifier is None and session.settings.notify_url.get_secret_value():

@@ -11,6 +11,8 @@ import structlog
 from orchestrator.clients.errors import ClientError, RequestInvalid
 from orchestrator.clock import Clock
 from orchestrator.executor.context import Failure, RunContext
+from orchestrator.audit import abort_note
+from orchestrator.executor.pause import honour_pause, observed
 from orchestrator.executor.runtime import AbortRequested, MaskedEnv, Runtime
 from orchestrator.host_clients import HostClients
 from orchestrator.inventory import HostEntry
@@ -89,9 +91,10 @@ class Executor:
                     # a call of this visit whose outcome is unknown is settled first (by its
                     # handler); an abort is honoured at the next wait or step
                     rt.check_abort()
+                    await honour_pause(rt, state)  # an operator's pause, at a safe point only
                 outcome = await self._perform(node)
             except AbortRequested:
-                outcome = StepOutcome(Event.ABORT, "an operator asked to abort")
+                outcome = StepOutcome(Event.ABORT, abort_note(self.journal, self.run.run_id))
             except (Fenced, LeaseLost) as exc:
                 raise RunnerFenced(str(exc)) from None
             except RequestInvalid as exc:
@@ -100,6 +103,7 @@ class Executor:
                 outcome = StepOutcome(Event.HALT, str(exc))
             except ClientError as exc:
                 outcome = StepOutcome(Event.FAIL, rt.scrub(str(exc)))  # "system: detail", with the URL
+            outcome = observed(rt, node, outcome)  # an observe-only gate records a failure and never fails
             host_now = ""
             if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
                 host_now = await rt.host_now()

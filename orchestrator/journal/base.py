@@ -66,6 +66,23 @@ class EffectRecord:
     outcome_at: datetime | None
 
 
+#: What the audit list of a run records besides approvals and abort requests (their own tables).
+AUDIT_ACTIONS = frozenset({"submitted", "adopted", "resumed", "paused", "continued", "pause_honoured"})
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One line of a run's audit list: who (`by`) did what (`action`) when, and about what."""
+
+    action: str  # AUDIT_ACTIONS, or "approved" (detail: the gate) / "abort_requested"
+    by: str
+    at: datetime
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "by": self.by, "at": self.at.isoformat(), "detail": self.detail}
+
+
 @dataclass(frozen=True)
 class Lease:
     host: str

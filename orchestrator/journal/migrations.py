@@ -128,6 +128,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        4,
+        "who did what: the audit list of a run (submitted, adopted, paused, continued)",
+        (
+            """CREATE TABLE audit (
+                run_id TEXT NOT NULL REFERENCES runs (run_id),
+                seq {bigint} NOT NULL,
+                action TEXT NOT NULL,
+                actor TEXT NOT NULL,
+                at {ts} NOT NULL,
+                detail TEXT,
+                PRIMARY KEY (run_id, seq)
+            )""",
+        ),
+    ),
 )
 
 

@@ -27,7 +27,7 @@ from orchestrator.server.guards import is_loopback
 from orchestrator.user_errors import UserError
 
 SUBMIT_ACTIONS = ("rollout", "rollback", "resume")
-ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "status", "runs")
+ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "pause", "continue", "status", "runs")
 
 
 def server_token() -> str:
@@ -60,6 +60,22 @@ def check_server_url(server_url: str, ca: Path | None) -> str | None:
     if ca is not None and not Path(ca).is_file():
         return f"--server-ca {ca}: no such file"
     return None
+
+
+def _who_lines(run: dict[str, Any]) -> list[str]:
+    """`orchestrate status RUN --server URL`: who did what, from the server's audit list."""
+    from datetime import datetime
+
+    from orchestrator.audit import summary_lines
+    from orchestrator.journal.base import AuditEntry
+
+    items = []
+    for e in run.get("audit") or []:
+        try:
+            items.append(AuditEntry(e["action"], e["by"], datetime.fromisoformat(e["at"]), e.get("detail")))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return summary_lines(items)
 
 
 def _who() -> str:
@@ -155,7 +171,7 @@ def _finish(p: _Printer, result: FollowResult) -> int:
 async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], follow: bool,
                   interval: float) -> int:
     if action in SUBMIT_ACTIONS:
-        run_id = await client.submit({"action": action, **payload})
+        run_id = await client.submit({"action": action, **payload, "by": _who()})
         if not follow:
             if p.as_json:
                 p.json({"event": "submitted", "run_id": run_id})
@@ -175,7 +191,7 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             return int(ExitCode.UNEXPECTED)
         return _finish(p, result)
     run_id = str(payload.get("run_id") or "")
-    if action in ("approve", "abort", "status") and not run_id:
+    if action in ("approve", "abort", "pause", "continue", "status") and not run_id:
         raise UserError(f"{action} needs a run id")
     if action == "approve":
         res = await client.approve(run_id, str(payload.get("gate") or "*"), by=_who(), now=bool(payload.get("now")))
@@ -183,6 +199,12 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             p.json(res)
         else:
             p.line(f"approved {res['gate']} of {run_id}")
+    elif action in ("pause", "continue"):
+        res = await (client.pause if action == "pause" else client.continue_run)(run_id, by=_who())
+        if p.as_json:
+            p.json(res)
+        else:
+            p.line(res["message"])
     elif action == "abort":
         res = await client.abort(run_id, by=_who())
         if p.as_json:
@@ -197,6 +219,8 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             p.line(f"run {run['run_id']} {run['kind']} of {run['host']} to {run['tag']}: {run['outcome'] or run['state']}")
             if run.get("message"):
                 p.line(run["message"])
+            for line in _who_lines(run):
+                p.line(line)
             for t in run.get("transitions", []):
                 p.event("transition", {"state": t["from"], "event_name": t["event"], "to": t["to"], "note": t["note"],
                                        "at": t["at"]})

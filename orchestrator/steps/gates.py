@@ -165,6 +165,8 @@ class ColdStart:
                 if batch.new and gate.result.line and gate.result.line != shown:
                     shown = gate.result.line
                     rt.emit("log_line", service=service, line=rt.scrub(shown)[:200])
+                if batch.new:  # the run page's live tail of the followed log (redacted, last lines only)
+                    rt.emit("log_tail", service=service, lines=[rt.scrub(x.text)[:300] for x in batch.new[-8:]])
             if rt.clock.monotonic() >= deadline:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))

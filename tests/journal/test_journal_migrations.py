@@ -37,7 +37,7 @@ def raw(store, sql: str) -> list[tuple[Any, ...]]:
 
 def test_an_empty_store_is_migrated_to_the_latest_version(store) -> None:
     journal = store.open()
-    assert journal.applied_migrations == [m.version for m in MIGRATIONS] == [1, 2, 3]
+    assert journal.applied_migrations == [m.version for m in MIGRATIONS] == [1, 2, 3, 4]
     assert journal.schema_version() == LATEST
     rows = raw(store, "SELECT version, description FROM schema_version ORDER BY version")
     assert rows == [(m.version, m.description) for m in MIGRATIONS]
@@ -60,11 +60,16 @@ def test_upgrading_an_older_store(store, clock) -> None:
     old.close()
 
     new = store.open()
-    assert new.applied_migrations == [2, 3]
+    assert new.applied_migrations == [2, 3, 4]
     assert new.get_run(run.run_id).context == {"from": "v1"}
     lease, _ = new.acquire_lease("gpu02", run.run_id, "runner-a", 60)  # v2's table works
     new.approve(run.run_id, "gate-1", "alice")  # v3's table works
     assert new.approvals(run.run_id) == {"gate-1"}
+    new.record_audit(run.run_id, "paused", "bob")  # v4's table works
+    assert sorted((e.action, e.by) for e in new.audit(run.run_id)) == [("approved", "alice"), ("paused", "bob")]
+    assert new.paused(run.run_id).by == "bob"
+    new.record_audit(run.run_id, "submitted", "carol", "rollout")
+    assert new.submitters([run.run_id, "nope"])[run.run_id].by == "carol" and new.submitters([]) == {}
 
 
 def test_a_newer_store_is_refused_by_an_older_orchestrator(store) -> None:
@@ -98,7 +103,7 @@ def test_concurrent_first_opens_apply_each_migration_once(store) -> None:
 
     with ThreadPoolExecutor(max_workers=n) as pool:
         applied = [f.result(timeout=60) for f in [pool.submit(open_one) for _ in range(n)]]
-    assert sorted(v for versions in applied for v in versions) == [1, 2, 3]
+    assert sorted(v for versions in applied for v in versions) == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize(
@@ -151,4 +156,4 @@ def test_both_backends_share_the_logical_schema(tmp_path: Path, postgres_url: st
     pg = _postgres_columns(postgres_url, pg_schema)
     assert lite == pg
     assert set(lite) == {"schema_version", "runs", "transitions", "effects", "leases",
-                         "abort_requests", "approvals"}
+                         "abort_requests", "approvals", "audit"}
