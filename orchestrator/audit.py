@@ -18,7 +18,6 @@ import socket
 from datetime import datetime, timezone
 from typing import Any
 
-import structlog
 
 from orchestrator.journal.base import AuditEntry, RunRecord
 
@@ -65,6 +64,8 @@ def record_start(journal: Any, run: RunRecord, by: str) -> None:
             return
         record(journal, run.run_id, "submitted", by, f"{run.kind} from the command line")
     except Exception as exc:  # noqa: BLE001 - saying who must never stop a run (nor leak its lease)
+        import structlog  # lazily: the read-only commands never log (tests/core/test_cli_startup.py)
+
         structlog.get_logger("orchestrator.audit").warning("audit_not_recorded", run_id=run.run_id,
                                                            error=f"{type(exc).__name__}: {exc}")
 
