@@ -101,6 +101,9 @@ class RunContext:
     oneshots_removed: list[str] = field(default_factory=list)
     #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
     ready: dict[str, str] = field(default_factory=dict)
+    #: where this run last agreed with compose-manager's action log (`orchestrator.foreign_change`):
+    #: {"count": entries known, "last": the last one's identity, "effect_id": the journal's last effect then}
+    action_mark: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def new(cls, **kw: Any) -> "RunContext":

@@ -45,6 +45,8 @@ from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
 from orchestrator.logfollow import LogFollower
 from orchestrator.machine import Node, Table
 from orchestrator.parsers.docker_ps import Container, by_service, changed_containers, snapshot
+from orchestrator.foreign_change import foreign_message, new_mark, own_call, since_mark, unexplained
+from orchestrator.ps_compare import compare_ps, describe_changes
 from orchestrator.progress import Progress
 from orchestrator.redaction import Redactor
 from orchestrator.compose_refs import resolve_file, resolve_services
@@ -202,7 +204,9 @@ class Runtime:
         return await self.clients.compose.ps(self.entry.project)
 
     async def action_count(self) -> int:
-        return len(await self.clients.compose.action_log())
+        actions = await self.clients.compose.action_log()
+        self._fresh_actions = actions  # the foreign-change check of the call that follows uses this read
+        return len(actions)
 
     async def version_summary(self) -> dict[str, Any]:
         try:
@@ -218,6 +222,8 @@ class Runtime:
         entry alone is only an attempt. Success comes from compose-manager's own record
         (`/version` projects.<p>.current/previous) or from an up this journal saw succeed."""
         actions = await self.clients.compose.action_log()
+        if not self.ctx.action_mark:  # this run's first position in the log (foreign-change detection)
+            self.ctx.action_mark = new_mark(actions, self._last_effect_id())
         succeeded = await self._successful_deploys()
         missing = []
         for service in self.rb.previous_refs():
@@ -509,7 +515,8 @@ class Runtime:
 
     async def dry_run(self, req: ComposeRequest) -> DryRunCall:
         env = await self.ensure_env()
-        before = snapshot(await self.ps())
+        before_list = await self.ps()
+        before = snapshot(before_list)
         attempt = 0
         while True:
             attempt += 1
@@ -528,12 +535,52 @@ class Runtime:
                 self.log.warning("dry_run_retried", error=type(exc).__name__)
                 await self.wait()
         after_list = await self.ps()
-        changed = changed_containers(before, snapshot(after_list))
-        if changed:
+        changes = compare_ps(before_list, after_list)
+        if changes:
+            # a dry run is never in the action log: an entry this run did not make is someone else's
+            foreign = await self.check_foreign(advance=False)
+            if foreign:
+                return DryRunCall("changed", outcome=halt(f"{foreign} (changed: {describe_changes(changes)})"))
             return DryRunCall("changed", outcome=halt(
-                "a dry run changed real containers (" + ", ".join(changed) + "): docker/compose#14029. "
-                "Nothing more is sent; inspect the host before resuming"))
+                f"the dry run of {', '.join(req.services)} changed real containers: {describe_changes(changes)} "
+                "(docker/compose#14029: a dry run that recreates for real). Nothing more is sent; inspect the host before resuming"))
         return DryRunCall("done", stream=outcome, after=after_list)
+
+    # -- foreign changes (orchestrator.foreign_change) -------------------------------------------
+    def _last_effect_id(self) -> int:
+        return max((e.effect_id for e in self.journal.effects(self.run.run_id)), default=0)
+
+    async def check_foreign(self, *, advance: bool) -> str | None:
+        """One line naming an action-log entry since this run's mark that no call this run
+        journaled explains (None: none). `advance`: when clean, the mark moves to now."""
+        actions = getattr(self, "_fresh_actions", None)
+        self._fresh_actions = None
+        if actions is None:
+            actions = await self.clients.compose.action_log()
+        last_effect = self._last_effect_id()
+        mark = self.ctx.action_mark
+        if mark:
+            later = since_mark(actions, mark)
+            if later is None:
+                return (f"compose-manager's action log on {self.run.host} no longer holds the {mark.get('count')} entries this run "
+                        "read before (replaced or rewritten): who acted on the host cannot be told. Nothing more is sent; inspect the host")
+            effects = self.journal.effects(self.run.run_id)
+            own = [oc for e in effects if e.mutating and e.effect_id > int(mark.get("effect_id", 0))
+                   and (oc := own_call(e.kind, e.request)) is not None]
+            foreign = unexplained(later, own)
+            if foreign:
+                in_flight = None
+                status = getattr(self.clients.compose, "status", None)
+                if status is not None:
+                    try:
+                        st = await status()
+                        in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
+                    except (ClientError, AttributeError):
+                        in_flight = None
+                return self.scrub(foreign_message(self.run.host, foreign, in_flight=in_flight))
+        if advance:
+            self.ctx.action_mark = new_mark(actions, last_effect)
+        return None
 
     def journal_read(self, kind: str, req: ComposeRequest, outcome: dict[str, Any]) -> None:
         """A non-mutating effect is journaled after the fact (nothing to reconcile on resume)."""
@@ -563,8 +610,11 @@ class Runtime:
         return outcome | {"baseline": baseline}
 
     async def mutate(self, kind: str, req: ComposeRequest, baseline: dict[str, Any]) -> dict[str, Any]:
-        """Journal the intent, send once, journal the outcome."""
+        """Check for foreign changes, journal the intent, send once, journal the outcome."""
         env = await self.ensure_env()
+        foreign = await self.check_foreign(advance=True)
+        if foreign:
+            raise ForeignChange(foreign)
         if kind == "compose_up":  # a one-shot sent again may exist again, whatever the outcome
             self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
         intent = self.journal.record_intent(
@@ -776,6 +826,10 @@ class Runtime:
 
 class MaskedEnv(Exception):
     """The env map read mid-run holds masked credentials: halt, send nothing."""
+
+
+class ForeignChange(Exception):
+    """compose-manager's action log holds a call this run did not make: halt, send nothing."""
 
 
 def _record(rec: Any) -> dict[str, Any] | None:
