@@ -109,3 +109,29 @@ def foreign_message(host: str, foreign: Sequence[Action], *, in_flight: str | No
 
 def new_mark(actions: Sequence[Action], effect_id: int) -> dict[str, Any]:
     return {"count": len(actions), "last": identity(actions[-1]) if actions else None, "effect_id": effect_id}
+
+
+def unjournaled(actions: Iterable[Action], journaled: Sequence[OwnCall], *, file: str, tag: str) -> list[Action]:
+    """The `compose_up`/`compose_down` entries of `file`@`tag` that no journaled call explains
+    (each call explains at most one entry, in any order: the calls come from several runs)."""
+    pool = list(journaled)
+    out: list[Action] = []
+    for a in actions:
+        if a.action not in ("compose_up", "compose_down") or a.file != file or a.tag != tag:
+            continue
+        k = next((i for i, c in enumerate(pool) if c.explains(a)), None)
+        if k is None:
+            out.append(a)
+        else:
+            pool.pop(k)
+    return out
+
+
+def part_way_message(host: str, foreign: Sequence[Action], journal_location: str) -> str:
+    """A part-way host that this journal did not move: never `--continue` someone else's rollout."""
+    last = describe_action(foreign[-1])
+    more = f" ({len(foreign)} such entries)" if len(foreign) > 1 else ""
+    where = f" ({journal_location})" if journal_location else ""
+    return (f"{host} is part-way, but no run in this journal{where} moved it: compose-manager's action log records "
+            f"{last}{more}. Another orchestrator (another state directory or database) or a person is driving {host}: "
+            f"act from the journal that made these calls. Nothing was changed")

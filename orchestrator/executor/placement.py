@@ -43,9 +43,9 @@ async def _action_log(compose: Any) -> list[Any]:
 
 async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project: str | None,
                        on_dry_run: Callable[[ComposeRequest, Any], None] | None = None) -> dict[str, str]:
-    before = await compose.ps(project)
-    running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
     actions = await _action_log(compose)
+    before = await compose.ps(project)  # read right before the dry run, if one is sent
+    running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
     observed: dict[str, str] = {}
     judged = set(new_file_services(rb))
     for svc in observed_services(rb):

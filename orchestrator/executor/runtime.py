@@ -251,7 +251,20 @@ class Runtime:
     async def validate_previous_targets(self) -> StepOutcome | None:
         """A dry run of every distinct rollback target (tag, file): a rollback must never find out
         after a stop that its target does not exist. None when all are accepted."""
-        for (tag, file), services in group_targets(self.rb, self.ctx.previous).items():
+        from orchestrator.ps_compare import split_by_definition
+
+        running = {(c.service or c.name): c for c in await self.ps() if c.state in ("running", "restarting")}
+        actions = await self.clients.compose.action_log()
+        for (tag, file), all_services in group_targets(self.rb, self.ctx.previous).items():
+            # a check names only what it cannot recreate (docker/compose#14029): services absent
+            # or already running this very definition; the rest is checked by the rollback's own
+            # dry run, after its stop
+            services, held = split_by_definition(all_services, running, tag, file, actions)
+            if held:
+                self.emit("note", text=f"rollback target {file}@{tag}: {', '.join(held)} not dry-run now (running another "
+                                       f"definition, a dry run would plan its recreate); the rollback's own dry run checks it after its stop")
+            if not services:
+                continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=self.entry.project, dry_run=True)
             res = await self.dry_run(req)
             if res.verdict != "done":
@@ -547,6 +560,13 @@ class Runtime:
         return DryRunCall("done", stream=outcome, after=after_list)
 
     # -- foreign changes (orchestrator.foreign_change) -------------------------------------------
+    async def foreign_part_way(self) -> str | None:
+        """A part-way host whose target calls no run of this journal made: the refusal, or None."""
+        from orchestrator.foreign_check import refuse_foreign_part_way
+
+        actions = await self.clients.compose.action_log()
+        return refuse_foreign_part_way(self.journal, self.run.host, actions, self.rb.file, self.run.tag or "", "")
+
     def _last_effect_id(self) -> int:
         return max((e.effect_id for e in self.journal.effects(self.run.run_id)), default=0)
 
