@@ -133,5 +133,5 @@ def part_way_message(host: str, foreign: Sequence[Action], journal_location: str
     more = f" ({len(foreign)} such entries)" if len(foreign) > 1 else ""
     where = f" ({journal_location})" if journal_location else ""
     return (f"{host} is part-way, but no run in this journal{where} moved it: compose-manager's action log records "
-            f"{last}{more}. Another orchestrator (another state directory or database) or a person is driving {host}: "
-            f"act from the journal that made these calls. Nothing was changed")
+            f"{last}{more}. Another orchestrator (another state directory or database) or a person is driving {host}; "
+            f"nothing was changed: act from the journal that made these calls")

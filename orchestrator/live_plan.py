@@ -337,12 +337,12 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
                 # another definition now is checked by the step's own dry run, when the run gets there
                 running = {(c.service or c.name): c for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
-                safe, held = split_by_definition(list(req.services), running, req.tag, req.file, actions)
+                safe, held = split_by_definition(list(req.services), running, req.tag, req.file, actions, engines=set(rb.engines()))
                 if held:
                     lp.dry_runs.append(DryRunReport(purpose, req.redacted(len(env)), "not sent", "skip",
-                                                    f"not dry-run: {', '.join(held)} runs another definition, so the dry run would "
-                                                    f"plan a recreate (which docker/compose#14029 performs); the step's own dry run "
-                                                    f"checks it when the run gets there"))
+                                                    f"not dry-run: {', '.join(held)} runs now (an engine, or another definition, "
+                                                    f"which a dry run could recreate for real: docker/compose#14029); the step's own "
+                                                    f"dry run checks it when the run gets there"))
                     if st is not None or not safe:
                         continue
                     req = ComposeRequest(tag=req.tag, file=req.file, services=tuple(safe), project=req.project, dry_run=True)

@@ -20,7 +20,7 @@ compose-manager's action log gives the tag of the last up that named a service.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.parsers.action_log import Action
@@ -119,14 +119,15 @@ def on_definition(c: Container, service: str, tag: str, file: str, actions: Sequ
 
 
 def split_by_definition(services: Sequence[str], running: dict[str, Container], tag: str, file: str,
-                        actions: Sequence[Action]) -> tuple[list[str], list[str]]:
+                        actions: Sequence[Action], engines: Collection[str] = ()) -> tuple[list[str], list[str]]:
     """(may be named, held back): held back are the services running another definition than
-    `file`@`tag` (or one docker/ps cannot tell), which a dry run would plan to recreate."""
+    `file`@`tag` (or one docker/ps cannot tell), which a dry run would plan to recreate, and every
+    running engine of `engines` (a check never names a serving engine, whatever docker/ps says)."""
     safe: list[str] = []
     held: list[str] = []
     for s in services:
         c = running.get(s)
-        if c is None or on_definition(c, s, tag, file, actions):
+        if c is None or (s not in engines and on_definition(c, s, tag, file, actions)):
             safe.append(s)
         else:
             held.append(s)

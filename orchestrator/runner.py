@@ -424,7 +424,7 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
             running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
             # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
             # another definition is checked by the rollback's own dry run, after its stop
-            services, _held = split_by_definition(all_services, running, tag, file, actions)
+            services, _held = split_by_definition(all_services, running, tag, file, actions, engines=set(rb.engines()))
             if not services:
                 continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=entry.project, dry_run=True)

@@ -259,10 +259,10 @@ class Runtime:
             # a check names only what it cannot recreate (docker/compose#14029): services absent
             # or already running this very definition; the rest is checked by the rollback's own
             # dry run, after its stop
-            services, held = split_by_definition(all_services, running, tag, file, actions)
+            services, held = split_by_definition(all_services, running, tag, file, actions, engines=set(self.rb.engines()))
             if held:
-                self.emit("note", text=f"rollback target {file}@{tag}: {', '.join(held)} not dry-run now (running another "
-                                       f"definition, a dry run would plan its recreate); the rollback's own dry run checks it after its stop")
+                self.emit("note", text=f"rollback target {file}@{tag}: {', '.join(held)} not dry-run now (a running engine, or "
+                                       f"another definition a dry run could recreate); the rollback's own dry run checks it after its stop")
             if not services:
                 continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=self.entry.project, dry_run=True)
