@@ -105,8 +105,8 @@ def test_12_plan_live_that_changed_a_container_says_so(e2e_factory):
     the preview names the container, exits 4 and never claims that nothing was changed."""
     e = e2e_factory("dry-run-not-dry")
     lp, text, _ = _live(e)
-    assert lp.changed and R2_NEW in "; ".join(lp.changed), lp.changed
     assert "nothing was changed" not in text and "CONTAINERS CHANGED" in text
+    assert lp.changed and R2_NEW in "; ".join(lp.changed), lp.changed
     assert lp.exit_code == 4 and lp.verdict == "would refuse"
     assert any(R2_NEW in r and "new" in r for r in lp.reasons), lp.reasons
 
