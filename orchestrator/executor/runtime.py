@@ -560,6 +560,20 @@ class Runtime:
         return DryRunCall("done", stream=outcome, after=after_list)
 
     # -- foreign changes (orchestrator.foreign_change) -------------------------------------------
+    async def foreign_in_flight(self) -> str | None:
+        """Before a run acts: an operation compose-manager is running now was sent by someone else
+        (this run has sent nothing yet, and a run of this journal with an unsettled call is resumed
+        first). The refusal, or None."""
+        status = getattr(self.clients.compose, "status", None)
+        if status is None or any(e.mutating for e in self.journal.effects(self.run.run_id)):
+            return None
+        st = await status()
+        if st is None:
+            return None
+        what = f"{st.action} of {', '.join(st.services) or 'every service'}" + (f" ({st.file}@{st.tag})" if st.file else "")
+        return (f"compose-manager on {self.run.host} is running {what} since {st.started_at or 'an unknown time'}, which no run of "
+                f"this journal sent: another orchestrator or a person is acting on the host; nothing was changed")
+
     async def foreign_part_way(self) -> str | None:
         """A part-way host whose target calls no run of this journal made: the refusal, or None."""
         from orchestrator.foreign_check import refuse_foreign_part_way

@@ -133,3 +133,19 @@ async def test_placement_names_no_engine_in_any_state(old_r2, new_r2, r1, shared
     assert not named & set(RB.engines()), named
     if old_r2 == "old":
         assert rig.compose.sent("dry_run") == []  # an orphan of the new file runs: no dry run at all
+
+
+async def test_placement_refuses_while_someone_else_s_operation_is_in_flight():
+    """Mutation: HostStateCheck's `foreign_in_flight` call removed -> the run goes on (ok)."""
+    from orchestrator.parsers.compose_manager_reads import InFlight
+
+    rig = Rig(state="preflight.host-state", ctx=ctx_at())
+    host_before(rig.compose)
+
+    async def status():
+        return InFlight("compose_down", PERSON, OLD_TAG, "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml", (OLD_R2,))
+
+    rig.compose.status = status  # type: ignore[attr-defined]
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("fail", "ABORTED")
+    assert f"compose_down of {OLD_R2}" in note and PERSON in note and "no run of this journal" in note
