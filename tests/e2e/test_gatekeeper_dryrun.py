@@ -166,6 +166,9 @@ def test_13_a_second_journal_never_continues_or_blames_compose_for_a_rollout_it_
         text = r.stdout + r.stderr
         assert "no run in this journal" in text and f"({NEW_FILE}@{TAG})" in text, text
         assert "--continue" not in text and "14029" not in text, text
+        # its preview says the same (read-only)
+        r = cli_b("plan", "gpu02", "--tag", TAG, "--live")
+        assert r.returncode == 5 and "no run in this journal" in r.stdout and "--continue`" not in r.stdout, r.stdout[-2000:]
         # and --continue is refused the same way
         r = cli_b("rollout", "gpu02", "--tag", TAG, "--continue", "--yes")
         assert r.returncode == 5 and "no run in this journal" in r.stdout + r.stderr, (r.stdout, r.stderr)
