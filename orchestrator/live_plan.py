@@ -39,7 +39,6 @@ from orchestrator.envmap import EnvMap
 from orchestrator.exit_codes import ExitCode
 from orchestrator.machine import compile_rollout
 from orchestrator.executor.targets import journaled_successes, newest_successful, recorded_successes
-from orchestrator.parsers.docker_ps import changed_containers, snapshot
 from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.steps.checks import evaluate_budget
 from orchestrator.plan import Plan, build_plan, render_markdown, render_text

@@ -44,7 +44,7 @@ from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
 from orchestrator.logfollow import LogFollower
 from orchestrator.machine import Node, Table
-from orchestrator.parsers.docker_ps import Container, by_service, changed_containers, snapshot
+from orchestrator.parsers.docker_ps import Container, by_service, snapshot
 from orchestrator.foreign_change import foreign_message, new_mark, own_call, since_mark, unexplained
 from orchestrator.ps_compare import compare_ps, describe_changes
 from orchestrator.progress import Progress
