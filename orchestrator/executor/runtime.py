@@ -543,8 +543,11 @@ class Runtime:
                 # unless it changed something (then the comparison halts the run).
                 if attempt >= 3:
                     return DryRunCall("failed", outcome=fail(f"the dry run failed {attempt} times: {self.scrub(str(exc))}"))
-                if snapshot(await self.ps()) != before:
-                    return DryRunCall("changed", outcome=halt("a dry run that failed also changed real containers (docker/compose#14029); inspect the host"))
+                now = await self.ps()
+                if snapshot(now) != before:
+                    named = describe_changes(compare_ps(before_list, now)) or "container states"
+                    return DryRunCall("changed", outcome=halt(f"a dry run that failed also changed real containers: {named} "
+                                                              "(docker/compose#14029); inspect the host"))
                 self.log.warning("dry_run_retried", error=type(exc).__name__)
                 await self.wait()
         after_list = await self.ps()
