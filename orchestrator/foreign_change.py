@@ -103,8 +103,8 @@ def foreign_message(host: str, foreign: Sequence[Action], *, in_flight: str | No
     more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
     busy = f"; compose-manager is running {in_flight} now" if in_flight else ""
     return (f"foreign change on {host}: compose-manager's action log records {first}{more}, which this run did not make "
-            f"(another orchestrator or a person is acting on the host){busy}. Nothing more is sent and nothing is rolled back: "
-            f"find who did it, then resume or roll back deliberately")
+            f"(another orchestrator or a person is acting on the host){busy}; nothing is rolled back: find who did it "
+            f"before resuming or rolling back")
 
 
 def new_mark(actions: Sequence[Action], effect_id: int) -> dict[str, Any]:

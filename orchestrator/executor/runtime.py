@@ -559,7 +559,7 @@ class Runtime:
                 return DryRunCall("changed", outcome=halt(f"{foreign} (changed: {describe_changes(changes)})"))
             return DryRunCall("changed", outcome=halt(
                 f"the dry run of {', '.join(req.services)} changed real containers: {describe_changes(changes)} "
-                "(docker/compose#14029: a dry run that recreates for real). Nothing more is sent; inspect the host before resuming"))
+                "(docker/compose#14029: a dry run that recreates for real)"))
         return DryRunCall("done", stream=outcome, after=after_list)
 
     # -- foreign changes (orchestrator.foreign_change) -------------------------------------------
