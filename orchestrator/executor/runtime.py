@@ -28,6 +28,7 @@ import structlog
 from orchestrator.clients.model_proxy import split_host
 from orchestrator.clients.compose_manager import ComposeRequest, StreamOutcome
 from orchestrator.clients.errors import (
+    BadRequest,
     Busy,
     ClientError,
     ServerError,
@@ -570,7 +571,12 @@ class Runtime:
         status = getattr(self.clients.compose, "status", None)
         if status is None or any(e.mutating for e in self.journal.effects(self.run.run_id)):
             return None
-        st = await status()
+        try:
+            st = await status()
+        except BadRequest as exc:
+            if exc.status in (404, 405):  # a compose-manager without GET /status: the action log still guards every call
+                return None
+            raise
         if st is None:
             return None
         what = f"{st.action} of {', '.join(st.services) or 'every service'}" + (f" ({st.file}@{st.tag})" if st.file else "")

@@ -149,3 +149,17 @@ async def test_placement_refuses_while_someone_else_s_operation_is_in_flight():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("fail", "ABORTED")
     assert f"compose_down of {OLD_R2}" in note and PERSON in note and "no run of this journal" in note
+
+
+async def test_a_compose_manager_without_status_does_not_stop_placement():
+    from orchestrator.clients.errors import BadRequest
+
+    rig = Rig(state="preflight.host-state", ctx=ctx_at())
+    host_before(rig.compose)
+
+    async def status():
+        raise BadRequest("compose-manager", "404 Not Found", status=404)
+
+    rig.compose.status = status  # type: ignore[attr-defined]
+    [(event, note, to)] = await rig.step()
+    assert event == "ok", note
