@@ -436,6 +436,8 @@ def _plan_live(settings: Settings, host: str, tag: str, runbook: str, fmt: str, 
     sys.stdout.write({"text": render_live_text, "markdown": render_live_markdown, "json": render_live_json}[fmt](lp))
     for pr in problems:
         err.print(f"mismatch: {pr}")
+    if lp.changed:  # never a silent "nothing was changed": one line naming what changed
+        err.print(f"orchestrate: the preview changed real containers: {'; '.join(lp.changed)}", markup=False, soft_wrap=True)
     raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)
 
 

@@ -296,8 +296,21 @@ async def place_for_continue(session: Session, host: str, tag: str, runbook: str
     if state.action == "done":
         raise Refused(f"{host} already runs the target ({state.say}): nothing to continue")
     phase = rb.phases[0].name if state.action == "start" else state.action
+    await _refuse_foreign_part_way(session, host, rb, tag)
     _require_earlier_phases_passed(session, host, tag, rb, phase)
     return phase
+
+
+async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag: str) -> None:
+    """`--continue` never takes over a rollout that another journal (or a person) is driving."""
+    from orchestrator.foreign_check import refuse_foreign_part_way
+
+    async with _compose_client(session, session.inventory.host(host)) as cm:
+        actions = await cm.action_log()
+    msg = refuse_foreign_part_way(session.journal, host, actions, rb.file, tag,
+                                  session.redactor.scrub(session.settings.journal_location()))
+    if msg:
+        raise Refused(msg)
 
 
 def _require_earlier_phases_passed(session: Session, host: str, tag: str, rb: Runbook, phase: str) -> None:
@@ -397,14 +410,28 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
     session.redactor.add(*env.redaction_values())
+    from orchestrator.ps_compare import compare_ps, describe_changes, split_by_definition
+
     async with _compose_client(session, entry) as cm:
-        for (tag, file), services in targets.items():
+        actions = await cm.action_log()
+        for (tag, file), all_services in targets.items():
+            before = await cm.ps(entry.project)
+            running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
+            # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
+            # another definition is checked by the rollback's own dry run, after its stop
+            services, _held = split_by_definition(all_services, running, tag, file, actions, engines=set(rb.engines()))
+            if not services:
+                continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=entry.project, dry_run=True)
             try:
                 outcome = await cm.up(req, env)
             except (TagNotFound, TagTooRecent, BadRequest) as exc:
                 raise UserError(f"rollback target {file}@{tag} is not usable: {session.redactor.scrub(str(exc))}; "
                                 f"check --to-tag/--to-file. Nothing was stopped") from None
+            changes = compare_ps(before, await cm.ps(entry.project))
+            if changes:
+                raise Refused(f"the dry run of rollback target {file}@{tag} changed real containers: {describe_changes(changes)} "
+                              f"(docker/compose#14029, or someone else acting on {host}): inspect the host. Nothing more was sent")
             if outcome.status != "success":
                 raise UserError(f"rollback target {file}@{tag}: its dry run failed ("
                                 + session.redactor.scrub(" | ".join(outcome.lines[-2:])) + "); check --to-tag/--to-file. Nothing was stopped")

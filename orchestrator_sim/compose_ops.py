@@ -528,6 +528,14 @@ class ComposeOperations(HostCore):
             self._emit(op, plan_error)
             self._finish(op, False, 1)
             return
+        if req.dry_run and self.faults.active("dry-run-recreates") and any(i.action == "Recreated" for i in items):
+            # docker/compose#14029: `up -d --dry-run` that needs a recreate performs the real
+            # swap (and compose-manager's --remove-orphans with it), printed without the
+            # DRY-RUN prefix; the server still takes it for a dry run (no action, no success record)
+            yield from self._dry_run_for_real(op, cf, req, items, orphans)
+            op.plan = self._plan_event(items, orphans)
+            self._finish(op, True, 0)
+            return
         if req.dry_run:
             for line in self._dry_run_lines(items, orphans, req.project):
                 self._emit(op, line)
@@ -616,6 +624,45 @@ class ComposeOperations(HostCore):
             self._cut(op, "after-effect")
             return
         self._finish(op, True, 0)
+
+    def _dry_run_for_real(
+        self, op: Operation, cf: ComposeFile, req: ComposeRequest, items: list[PlanItem], orphans: list[Container]
+    ) -> Generator[float, None, None]:
+        """The `dry-run-recreates` fault: what a real `up -d --remove-orphans` of the request does,
+        orphans included, with plain (unprefixed) progress lines."""
+        if orphans:
+            stops = []
+            for c in orphans:
+                self._emit(op, f" Container {c.name}  Stopping")
+                stops.append((c, *self._begin_stop(c, ORPHAN_STOP_TIMEOUT_S)))
+            yield max(d for _, d, _ in stops)
+            for c, _, code in stops:
+                self._finish_stop(c, code)
+                self._remove(c)
+                self._emit(op, f" Container {c.name}  Removed")
+                op.effects.append(f"dry-run-orphan-removed:{c.name}")
+                self._orphans.append(
+                    OrphanRemoval(
+                        at=self._now,
+                        container=c.name,
+                        service=c.service,
+                        by_file=cf.path,
+                        by_tag=cf.tag,
+                        stop_timeout_s=ORPHAN_STOP_TIMEOUT_S,
+                        call_seq=op.call.seq if op.call else None,
+                    )
+                )
+        for item in items:
+            if item.action in ("Created", "Recreated"):
+                yield from self._apply_item(op, cf, req, item, quiet=False)
+                op.effects.append(f"dry-run-changed:{item.container}")
+        for item in items:
+            c = self._containers.get(item.container)
+            if item.action in ("Created", "Recreated") and c is not None and c.state == "created":
+                self._emit(op, f" Container {c.name}  Starting")
+                yield 0.5
+                self._start(c)
+                self._emit(op, f" Container {c.name}  Started")
 
     def _apply_item(
         self, op: Operation, cf: ComposeFile, req: ComposeRequest, item: PlanItem, *, quiet: bool

@@ -65,7 +65,7 @@ TYPO_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canray.yaml"
 GPU02_FAULTS = frozenset(n for n, f in FAULTS.items() if f.scope != "base" and f.drawn)
 #: faults whose gate fails on whichever replica is being moved (not tied to r1/r2)
 GATE_FAULTS = frozenset({"peer-missing", "cache-miss", "dry-run-extra-recreate", "dry-run-extra-remove",
-                         "dry-run-not-dry", "perception-fails"})
+                         "dry-run-not-dry", "dry-run-recreates", "perception-fails"})
 #: upper bound for a drawn kill point (an uninterrupted rollout makes ~this many journal writes)
 MAX_WRITE = 96
 MAX_MUTATING = 14

@@ -122,6 +122,21 @@ FAULTS: dict[str, FaultInfo] = {
             "for an operator (or rolls back) and never sends the apply",
         ),
         FaultInfo(
+            "dry-run-recreates",
+            "none",
+            "docker/compose#14029 as a real host shows it: a dry run whose plan recreates a running "
+            "container performs the real `up -d --remove-orphans` instead (the recreated containers get "
+            "new IDs and creation times; every container of the project that the file does not define is "
+            "stopped and removed as an orphan); those lines come WITHOUT the `DRY-RUN MODE -` prefix, the "
+            "stream still ends in success and the action log records nothing. A dry run that only creates "
+            "or finds everything unchanged stays dry",
+            "no dry run names a running engine or anything its phase does not act on (placement reads "
+            "docker/ps labels; previews and rollback-target checks skip services that run another "
+            "definition), so the serving replicas are never recreated by a check; where a step's own dry "
+            "run does recreate for real, the docker/ps comparison around it stops the run (HALTED) with "
+            "one line naming each changed container, and nothing more is sent",
+        ),
+        FaultInfo(
             "busy-409",
             "count",
             "the next N calls of a route needing the docker lock (compose/up, compose/down) get "

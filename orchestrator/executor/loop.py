@@ -13,7 +13,7 @@ from orchestrator.clock import Clock
 from orchestrator.executor.context import Failure, RunContext
 from orchestrator.audit import abort_note
 from orchestrator.executor.pause import honour_pause, observed
-from orchestrator.executor.runtime import AbortRequested, MaskedEnv, Runtime
+from orchestrator.executor.runtime import AbortRequested, ForeignChange, MaskedEnv, Runtime
 from orchestrator.host_clients import HostClients
 from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunRecord
@@ -99,7 +99,7 @@ class Executor:
                 raise RunnerFenced(str(exc)) from None
             except RequestInvalid as exc:
                 outcome = StepOutcome(Event.HALT, f"refused to send an invalid request: {rt.scrub(str(exc))}")
-            except (UnresolvedReference, MaskedEnv) as exc:
+            except (UnresolvedReference, MaskedEnv, ForeignChange) as exc:
                 outcome = StepOutcome(Event.HALT, str(exc))
             except ClientError as exc:
                 outcome = StepOutcome(Event.FAIL, rt.scrub(str(exc)))  # "system: detail", with the URL

@@ -91,6 +91,7 @@ def test_no_secret_reaches_the_journal_or_the_log(e2e_factory):
         ("dry-run-extra-recreate", "ROLLED_BACK"),
         ("dry-run-extra-remove", "ROLLED_BACK"),
         ("dry-run-not-dry", "HALTED"),
+        ("dry-run-recreates", "HALTED"),  # the relay's own dry run (r2) recreates it for real: named, halted
         ("busy-409:3", "DONE"),
         ("server-500:3", "DONE"),
         ("cut-before-effect", "DONE"),

@@ -21,6 +21,7 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "dry-run-extra-recreate",
         "dry-run-extra-remove",
         "dry-run-not-dry",
+        "dry-run-recreates",
         "busy-409",
         "down-busy",
         "server-500",
@@ -155,6 +156,23 @@ def test_dry_run_not_dry(make_sim) -> None:
     assert after[RELAY] != before[RELAY]  # docker/compose#14029: the relay was really recreated
     assert {n: v for n, v in after.items() if n != RELAY} == {n: v for n, v in before.items() if n != RELAY}
     assert sim.actions()[-1]["services"] == [RELAY] and sim.actions()[-1]["tag"] == OLD_TAG  # nothing recorded
+
+
+def test_dry_run_recreates_like_docker_compose_14029(make_sim) -> None:
+    """A dry run of the serving r1 from the new file (a recreate) really recreates r1 and removes
+    the old r2 as an orphan, with unprefixed lines; a dry run that only creates stays dry."""
+    sim = make_sim(faults=["dry-run-recreates"])
+    before = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
+    n_actions = len(sim.actions())
+    dry = sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)  # a create only: stays dry
+    assert dry.ok and {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()} == before
+    dry = sim.up(NEW_TAG, TARGET, [R1], dry_run=True)
+    assert dry.ok
+    after = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
+    assert after[R1] != before[R1]
+    assert OLD_R2 in before and OLD_R2 not in after  # orphan-removed
+    assert any(f"Container {R1}" in line and "Recreated" in line and "DRY-RUN" not in line for line in dry.lines)
+    assert len(sim.actions()) == n_actions  # the server took it for a dry run: nothing recorded
 
 
 @pytest.mark.parametrize("fault, value", [("budget-80pct", "80%"), ("budget-no-fit", "650GiB")])
