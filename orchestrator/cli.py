@@ -47,7 +47,7 @@ InventoryOpt = typer.Option(
     help="Host inventory YAML. Default: $ORCHESTRATOR_INVENTORY, else ./config/hosts.yaml, "
          "else $XDG_CONFIG_HOME/orchestrator/hosts.yaml (~/.config/orchestrator/hosts.yaml)")
 RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", metavar="NAME|PATH",
-                          help="Runbook: a name shipped in orchestrator/runbooks/, or a path to a runbook YAML")
+                          help="Runbook: a name shipped in runbooks/, or a path to a runbook YAML")
 RUN_JSON_HELP = ("Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each event "
                  "(run_started, step_started, waiting, log_line, effect, transition, note, run_finished), "
                  "then {\"event\": \"summary\", run_id, host, kind, tag, state, outcome, message, ...}")
@@ -368,7 +368,7 @@ def rollout(
     host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out (v0.0.N), e.g. v0.0.300"),
     runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
-                                          help="Runbook: a name shipped in orchestrator/runbooks/, or a path to a runbook "
+                                          help="Runbook: a name shipped in runbooks/, or a path to a runbook "
                                                "YAML. Default: the shipped runbook that names HOST (all of --hosts), else "
                                                f"{DEFAULT_RUNBOOK}"),
     yes: bool = YesOpt,

@@ -70,7 +70,7 @@ def default_runbook(host: str) -> str:
 
 
 def shipped_runbooks() -> list[Runbook]:
-    """Every runbook shipped in orchestrator/runbooks/, by file name."""
+    """Every runbook shipped in runbooks/, by file name."""
     return [load_runbook(p.stem) for p in sorted(RUNBOOK_DIR.glob("*.yaml"))]
 
 
