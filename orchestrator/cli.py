@@ -105,6 +105,8 @@ class LiveProgress:
         self.c = console
         self.t0 = time.monotonic()
         self.step_clock = 0.0
+        self.run: RunRecord | None = None  # set by _execute: the run whose end is printed (oncall.final_lines)
+        self.replicas: list[str] = []
 
     def _ts(self) -> str:
         e = time.monotonic() - self.t0
@@ -132,7 +134,15 @@ class LiveProgress:
             self.c.print(f"{ts}   [{colour}]{ev}[/{colour}]{took}{where}" + (f": {f['note']}" if f.get("note") else ""))
         elif kind == "run_finished":
             colour = "green" if f["outcome"] == Outcome.DONE else "red"
-            self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+            if self.run is None:
+                self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+                return
+            from orchestrator.oncall import final_lines
+
+            first, *rest = final_lines(self.run, self.replicas, outcome=f["outcome"], message=f.get("message") or "")
+            self.c.print(f"{ts} [bold {colour}]{first}[/bold {colour}]")
+            for line in rest:
+                self.c.print(line, markup=False)
         elif kind == "note":
             self.c.print(f"{ts}   note: {f['text']}")
         elif kind == "heartbeat":
@@ -160,10 +170,35 @@ def _progress(as_json: bool) -> Any:
 def _finish(run: RunRecord, as_json: bool) -> None:
     from orchestrator.runner import context_summary
 
+    from orchestrator.oncall import exit_code
+
     if as_json:
         sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
-    code = OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED)
-    raise typer.Exit(int(code))
+    raise typer.Exit(exit_code(run.kind, run.outcome))
+
+
+def _first_line(as_json: bool, what: str, settings: Settings) -> None:
+    """A mutating command's first line: what it does, with which inventory and journal (stdout;
+    with --json, one {"event": "using", ...} object instead)."""
+    from orchestrator.oncall import where
+
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": settings.inventory_choice().describe(),
+                                     "journal": settings.journal_location()}) + "\n")
+    else:
+        out.print(f"{what} · {where(settings)}", markup=False)
+
+
+def _record_options(run: RunRecord, *, yes: bool, soak: Optional[str]) -> None:
+    from orchestrator.oncall import record_options
+
+    record_options(run, yes=yes, soak=soak)
+
+
+def _require_real_inventory(settings: Settings, host: str) -> None:
+    from orchestrator.oncall import refuse_placeholder_inventory
+
+    refuse_placeholder_inventory(settings, host)
 
 
 def _run_async(coro: Any) -> Any:
@@ -186,6 +221,8 @@ def _execute(session: Any, run: RunRecord, rb: Any, table: Any, **kwargs: Any) -
     Ctrl-C exits at once."""
     from orchestrator.runner import execute
 
+    if isinstance(kwargs.get("progress"), LiveProgress):
+        kwargs["progress"].run, kwargs["progress"].replicas = run, list(rb.replicas)
     stopped_by: list[str] = []
 
     async def main() -> RunRecord | None:
@@ -424,7 +461,9 @@ def rollout(
     soak_s = parse_soak(soak)
     settings = _settings(inventory)
     settings.require_host_tokens("rollout")
+    _require_real_inventory(settings, host)
     _runbook(runbook)
+    _first_line(as_json, f"{host}: rollout to {tag} (runbook {Path(runbook).stem})", settings)
     session = Session.open(settings)
     try:
         if override_prerequisite:  # a typo never passes: only the runbook's prerequisites can be named
@@ -434,6 +473,7 @@ def rollout(
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
         run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
         _journal_overrides(session, run, override_prerequisite, rb)
+        _record_options(run, yes=yes, soak=soak)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
@@ -463,8 +503,10 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
     inv = load_inventory(settings.inventory_path())
     for h in hosts:
         inv.host(h)  # an unknown host is named before any runbook is chosen
+    _require_real_inventory(settings, hosts[0])
     rb = runbook_for(hosts, runbook)
     runbook_ref = runbook or rb.name
+    _first_line(as_json, f"{', '.join(hosts)}: fleet rollout to {tag} (runbook {rb.name})", settings)
     session = Session.open(settings)
     try:
         refuse_unmet_prerequisites(rb, session.journal, overrides)
@@ -478,6 +520,7 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
         def one(host: str) -> RunRecord:
             run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check)
             _journal_overrides(session, run, overrides, rb_)
+            _record_options(run, yes=yes, soak=soak)
             try:
                 final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
             except typer.Exit as exc:
@@ -516,17 +559,21 @@ def rollback(
                                           help="Compose file (repository path) to go back to (with --to-tag), e.g. prod/GLM-5.3-....yaml"),
     runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
                                           help="Runbook whose rollback to run (default: the last rollout's runbook)"),
+    yes: bool = YesOpt,
+    soak: Optional[str] = SoakOpt,
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
     server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
-    """Put HOST's replicas back on the previous tag and file, in a safe order."""
+    """Put HOST's replicas back on the previous tag and file, in a safe order. Exit 0 when the
+    replicas reached that target (3 is a rollout that rolled back)."""
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 
         raise typer.Exit(remote(server, server_token(), "rollback", {"host": host, "replica": replica, "to_tag": to_tag,
-                                                                     "to_file": to_file, "runbook": runbook}, as_json,
+                                                                     "to_file": to_file, "runbook": runbook, "yes": yes,
+                                                                     "soak": soak}, as_json,
                                 ca=ca(server_ca)))
     from orchestrator.runner import Session, check_tag, new_rollback
 
@@ -534,14 +581,20 @@ def rollback(
         raise UserError("--to-tag and --to-file go together")
     if to_tag is not None:
         check_tag(to_tag)
+    soak_s = parse_soak(soak)
     settings = _settings(inventory)
     settings.require_host_tokens("rollback")
+    _require_real_inventory(settings, host)
     if runbook is not None:
         _runbook(runbook)
     session = Session.open(settings)
     try:
+        from orchestrator.oncall import rollback_headline
+
         run, rb, table = _run_async(new_rollback(session, host, replica, runbook, to_tag, to_file))
-        final = _execute(session, run, rb, table, progress=_progress(as_json))
+        _first_line(as_json, rollback_headline(run, rb), settings)
+        _record_options(run, yes=yes, soak=soak)
+        final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
@@ -579,7 +632,14 @@ def resume(
         out.print(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}")
         _finish(run, as_json)
     settings.require_host_tokens("resume")
+    _require_real_inventory(settings, run.host)
     _runbook(run.runbook)
+    from orchestrator.oncall import kept_options
+
+    yes, soak, kept = kept_options(run, yes=yes, soak=soak)
+    soak_s = parse_soak(soak)
+    _first_line(as_json, f"{run.run_id}: {'retry' if retry else 'resume'} of the {run.kind} of {run.host} at {run.state}; "
+                         f"{kept}", settings)
     session = Session.open(settings)
     try:
         run = _get_run(session, run_id)
@@ -592,6 +652,7 @@ def resume(
             refuse_stale_resume(session, run)
             rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
             table = table_for(run, rb)
+        _record_options(run, yes=yes, soak=soak)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
@@ -730,7 +791,12 @@ def approve(
     try:
         run = _get_run(session, run_id)
         gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
-        out.print(commands.approve(session.journal, run, gate, owner_id(), gates, now=now))
+        out.print(commands.approve(session.journal, run, gate, owner_id(), gates, now=now)
+                  + f" (journal {session.settings.journal_location()})", markup=False)
+        from orchestrator.oncall import nobody_drives
+
+        if (idle := nobody_drives(session.journal, run)) is not None:
+            out.print(idle, markup=False)
     finally:
         session.close()
 
@@ -753,7 +819,8 @@ def abort(
 
     session = ReadSession.open(_settings(inventory))
     try:
-        out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message)
+        out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message
+                  + f" (journal {session.settings.journal_location()})", markup=False)
     finally:
         session.close()
 
@@ -784,8 +851,19 @@ def demo(
         raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
     check_faults(fault, base_tier=base_tier)
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
-    outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json),
-                       console=out if not as_json else None, base_tier=base_tier)
+    if state_dir is None:  # made here, so that a Ctrl-C can say where the demo's journal is
+        import tempfile
+
+        state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
+    try:
+        outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json),
+                           console=out if not as_json else None, base_tier=base_tier)
+    except KeyboardInterrupt:
+        from orchestrator.oncall import demo_interrupted
+
+        sys.stdout.flush()
+        err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)
+        raise typer.Exit(INTERRUPTED_EXIT) from None
     raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))
 
 
@@ -842,6 +920,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except typer.Exit as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # typer turns a Ctrl-C into a silent Exit(130)
+            err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(exc.exit_code)
     except UserError as exc:
         err.print(f"orchestrate: {exc}", markup=False)

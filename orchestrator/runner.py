@@ -420,6 +420,10 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     session.inventory.host(host)
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
+    if last is None and to_tag is None:  # one message and the one command that forces it (oncall.py)
+        from orchestrator.oncall import never_rolled_out
+
+        raise Refused(never_rolled_out(host, session.settings.journal_location()))
     rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)

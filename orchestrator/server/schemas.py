@@ -46,6 +46,9 @@ class RollbackBody(_Body):
     to_tag: Tag | None = None
     to_file: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     runbook: RunbookName | None = None
+    #: The flags rollout and resume have (`orchestrate rollback --yes --soak`).
+    yes: bool = False
+    soak: Soak | None = None
 
 
 class ResumeBody(_Body):

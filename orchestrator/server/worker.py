@@ -235,6 +235,7 @@ class Worker:
             run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK)
             new = True
         elif isinstance(body, RollbackBody):
+            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             last = s.journal.latest_run(body.host, kind="rollout")
