@@ -461,15 +461,15 @@ def rollout(
     soak_s = parse_soak(soak)
     settings = _settings(inventory)
     settings.require_host_tokens("rollout")
-    _require_real_inventory(settings, host)
     _runbook(runbook)
+    if override_prerequisite:  # a typo never passes: only the runbook's prerequisites can be named
+        from orchestrator.prerequisites import check_overrides
+
+        check_overrides(load_runbook(runbook).prerequisites, override_prerequisite)
+    _require_real_inventory(settings, host)
     _first_line(as_json, f"{host}: rollout to {tag} (runbook {Path(runbook).stem})", settings)
     session = Session.open(settings)
     try:
-        if override_prerequisite:  # a typo never passes: only the runbook's prerequisites can be named
-            from orchestrator.prerequisites import check_overrides
-
-            check_overrides(load_runbook(runbook).prerequisites, override_prerequisite)
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
         run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
         _journal_overrides(session, run, override_prerequisite, rb)
@@ -503,13 +503,14 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
     inv = load_inventory(settings.inventory_path())
     for h in hosts:
         inv.host(h)  # an unknown host is named before any runbook is chosen
-    _require_real_inventory(settings, hosts[0])
     rb = runbook_for(hosts, runbook)
     runbook_ref = runbook or rb.name
-    _first_line(as_json, f"{', '.join(hosts)}: fleet rollout to {tag} (runbook {rb.name})", settings)
     session = Session.open(settings)
     try:
         refuse_unmet_prerequisites(rb, session.journal, overrides)
+        for h in hosts:
+            _require_real_inventory(settings, h)
+        _first_line(as_json, f"{', '.join(hosts)}: fleet rollout to {tag} (runbook {rb.name})", settings)
 
         def announce(host: str, i: int, n: int) -> None:
             if as_json:
@@ -584,9 +585,12 @@ def rollback(
     soak_s = parse_soak(soak)
     settings = _settings(inventory)
     settings.require_host_tokens("rollback")
-    _require_real_inventory(settings, host)
     if runbook is not None:
         _runbook(runbook)
+    from orchestrator.fleet import default_runbook
+
+    _runbook(runbook or default_runbook(host)).rollback_replicas(replica)  # a wrong --replica is named first
+    _require_real_inventory(settings, host)
     session = Session.open(settings)
     try:
         from orchestrator.oncall import rollback_headline

@@ -56,7 +56,7 @@ def rollback_headline(run: Any, rb: Any) -> str:
     from orchestrator.executor.targets import group_targets
 
     ctx = run.context or {}
-    replicas = list(ctx.get("replicas") or rb.replicas)
+    replicas = sorted(ctx.get("replicas") or rb.replicas)
     targets = group_targets(rb, ctx.get("previous") or {})
     engines = {(tag, file) for (tag, file), services in targets.items() if any(rb.replica_of(s) for s in services)}
     shown = sorted(engines or targets)

@@ -66,7 +66,7 @@ def test_whole_host_rollback_after_done_restores_both_r2_first(cli):
     fleet = cli.fleet
     mark = len(fleet.calls)
     r = cli("rollback", "gpu02", "--replica", "all")
-    assert r.returncode == 3, r.stdout[-3000:] + r.stderr
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr  # the rollback asked for reached its target
     run = _running(fleet)
     assert run[R2_OLD].file == OLD_FILE and run[R1].file == OLD_FILE
     assert R2_NEW not in run
