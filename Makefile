@@ -23,7 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4
 
-## The README's state diagram, regenerated from the gpu02 runbook's transition table.
+## docs/design.md's state diagram, regenerated from the gpu02 runbook's transition table.
 diagram: $(STAMP)
 	$(BIN)/python scripts/update_readme_diagram.py
 
