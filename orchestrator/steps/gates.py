@@ -92,6 +92,7 @@ class ColdStart:
             return {"missing": gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in gate.seen.items()},
                     "last_line": rt.scrub(gate.result.line)[:160]}
         while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             c = by_service(await rt.ps()).get(service)
             if c is not None:
                 if first_id is None:
@@ -139,7 +140,7 @@ class ColdStart:
                 if batch.new and gate.result.line and gate.result.line != shown:
                     shown = gate.result.line
                     rt.emit("log_line", service=service, line=rt.scrub(shown)[:200])
-            if rt.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
             await rt.wait()
@@ -181,10 +182,11 @@ class Relay:
         deadline = rt.clock.monotonic() + rt.rb.timeouts.relay
         rt.emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
         while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             res = await client.direct_checks(rt.rb.model)
             if res.ok:
                 return ok(f"relay :{step.relay.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
-            if rt.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail(f"relay :{step.relay.port} direct checks failed: {rt.scrub(res.reason)}")
             await rt.wait()
 
@@ -212,10 +214,11 @@ class Verify:
             deadline = rt.clock.monotonic() + rt.rb.timeouts.discovery
             rt.emit("waiting", gate=f"both peers list {addr} healthy under {rt.rb.domains.long} only")
             while True:
+                seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
                 _, problems = await rt.peer_presence()
                 if not problems:
                     break
-                if rt.clock.monotonic() >= deadline:
+                if seen >= deadline:
                     return fail("; ".join(problems))
                 await rt.wait()
         notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []
