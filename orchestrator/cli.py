@@ -31,6 +31,8 @@ from orchestrator.user_errors import UserError
 
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
 INTERRUPTED_EXIT = 130
+#: Set once a command has said what a Ctrl-C stopped (else main() says it: typer's is silent).
+_INTERRUPT_TOLD: list[bool] = []
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -260,6 +262,7 @@ def _execute(session: Any, run: RunRecord, rb: Any, table: Any, **kwargs: Any) -
         return now
     err.print(f"orchestrate: stopped by {stopped_by[0]}: run {now.run_id} ({now.kind} of {now.host}) is at {now.state}, "
               f"lease released; continue with `orchestrate resume {now.run_id}`")
+    _INTERRUPT_TOLD.append(True)
     raise typer.Exit(INTERRUPTED_EXIT)
 
 
@@ -545,6 +548,7 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
     if result.refused is not None:
         raise typer.Exit(int(result.refused[1].code))
     if result.interrupted is not None:
+        _INTERRUPT_TOLD.append(True)
         raise typer.Exit(INTERRUPTED_EXIT)
     raise typer.Exit(int(OUTCOME_EXIT.get(result.outcome, ExitCode.UNEXPECTED)))
 
@@ -867,6 +871,7 @@ def demo(
 
         sys.stdout.flush()
         err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)
+        _INTERRUPT_TOLD.append(True)
         raise typer.Exit(INTERRUPTED_EXIT) from None
     raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))
 
@@ -922,9 +927,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         ensure_configured()
     try:
         rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False)
+        if rc == INTERRUPTED_EXIT and not _INTERRUPT_TOLD:  # typer turns a Ctrl-C into a silent 130
+            err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except typer.Exit as exc:
-        if isinstance(exc.__cause__, KeyboardInterrupt):  # typer turns a Ctrl-C into a silent Exit(130)
+        if isinstance(exc.__cause__, KeyboardInterrupt) and not _INTERRUPT_TOLD:
             err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(exc.exit_code)
     except UserError as exc:

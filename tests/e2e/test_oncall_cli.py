@@ -253,3 +253,17 @@ def test_a_placeholder_checkout_inventory_is_still_used_when_it_is_the_only_one(
     user.write_text("hosts: {}\n")
     choice = Settings().inventory_choice()
     assert choice.path == user and choice.source.endswith("./config/hosts.yaml is a placeholder")
+
+
+def test_ctrl_c_outside_a_run_is_said_not_silent(monkeypatch, capsys):
+    """typer turns a Ctrl-C into a silent exit 130: every command says it stopped."""
+    from orchestrator import cli, startup
+
+    def interrupted(cls, settings):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(startup.ReadSession, "open", classmethod(interrupted))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["runs"])
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == "orchestrate: stopped by Ctrl-C\n"
