@@ -66,12 +66,21 @@ class Cli:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait_for_state(self, state: str, timeout: float = 120.0) -> str:
+        """The newest run's id once it is at `state`, read from the journal file directly (a
+        process per look would miss a short state on a loaded machine)."""
+        from orchestrator.journal import SqliteJournal
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            r = self("status", "--json")
-            if r.returncode == 0 and json.loads(r.stdout)["state"] == state:
-                return json.loads(r.stdout)["run_id"]
-            time.sleep(0.2)
+            if Path(self.journal).is_file():
+                journal = SqliteJournal(self.journal)
+                try:
+                    runs = journal.list_runs(limit=1)
+                finally:
+                    journal.close()
+                if runs and runs[0].state == state:
+                    return runs[0].run_id
+            time.sleep(0.05)
         raise AssertionError(f"the run never reached {state}")
 
     def close(self) -> None:
@@ -133,7 +142,7 @@ def test_the_mutating_commands_take_the_same_flags():
 
 
 def test_resume_keeps_the_runs_own_soak_and_yes_and_says_so(tmp_path):
-    cli = Cli(tmp_path, speed="300")  # r2's cold start lasts seconds: long enough to stop the run in it
+    cli = Cli(tmp_path, speed="150")  # r2's cold start lasts seconds: long enough to stop the run in it
     try:
         proc = cli.background("rollout", "gpu02", "--tag", "v0.0.300", "--soak", "0", "--yes")
         try:
