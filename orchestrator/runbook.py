@@ -1,4 +1,4 @@
-"""Runbooks as data: the schema of `orchestrator/runbooks/*.yaml` and its loader.
+"""Runbooks as data: the schema of `runbooks/*.yaml` and its loader.
 
 A runbook is read top to bottom like the prose runbook it encodes: preflight checks that change
 nothing, then phases (one per replica, then reconcile), each a list of steps. A step does at most
@@ -25,7 +25,17 @@ from orchestrator.user_errors import Refused, UserError
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-RUNBOOK_DIR = Path(__file__).resolve().parent / "runbooks"
+
+
+def _shipped_runbooks() -> Path:
+    """The shipped runbooks' folder: `orchestrator/runbooks/` in an installed wheel (pyproject maps
+    the top-level `runbooks/` onto that package), the top-level `runbooks/` in a checkout."""
+    package = Path(__file__).resolve().parent
+    installed = package / "runbooks"
+    return installed if installed.is_dir() else package.parent / "runbooks"
+
+
+RUNBOOK_DIR = _shipped_runbooks()
 from orchestrator.names import DEFAULT_RUNBOOK  # noqa: E402,F401 - defined where the CLI reads it without pydantic
 
 #: `services: selected` means "the services the previous dry run found on an older definition".

@@ -457,9 +457,10 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     elif last is not None:
         previous = dict(RunContext.from_json(last.context).previous)
         source = f"run {last.run_id}"
-    else:
-        previous = await previous_from_action_log(session, host, rb)
-        source = "the action log"
+    else:  # nothing this journal moved (the new file's tag is unknown): one message, the one command that forces it
+        from orchestrator.oncall import never_rolled_out
+
+        raise Refused(never_rolled_out(host, session.settings.journal_location()))
     missing = [s for s in rb.previous_refs() if s not in previous]
     if missing:
         raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")

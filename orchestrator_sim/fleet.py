@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -518,6 +520,8 @@ class SimFleet:
         for per_host in relays.values():
             for relay in per_host.values():
                 relay.release_unused_socket()
+        for n, host in self.hosts.items():
+            host.settle_listeners = functools.partial(self._settle_relays, {n: relays[n]})  # type: ignore[attr-defined]
         every = [*listeners, *(r for per_host in relays.values() for r in per_host.values() if r.open)]
         while not all(lst.server is not None and lst.server.started for lst in every):
             if any(lst.task is not None and lst.task.done() for lst in every):
@@ -536,6 +540,24 @@ class SimFleet:
                 *(lst.stop() for lst in [*listeners, *(r for per_host in relays.values() for r in per_host.values())]),
                 return_exceptions=True,
             )
+
+    async def _settle_relays(self, relays: dict[str, dict[int, _Listener]], cap_s: float = 5.0) -> None:
+        """Open (or close) these relays' ports as their container now is, and wait (real time,
+        at most `cap_s`) until they listen (or are closed): a compose call's answer ends after it."""
+        deadline = time.monotonic() + cap_s
+        while True:
+            self._sync_relays(relays)
+            pending = []
+            for n, per_host in relays.items():
+                listening = self.hosts[n].relay_listening()
+                for relay in per_host.values():
+                    if listening and not (relay.server is not None and relay.server.started):
+                        pending.append(relay)
+                    elif not listening and (relay.open or relay.task is not None):
+                        pending.append(relay)
+            if not pending or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(TICK_S)
 
     def _sync_relays(self, relays: dict[str, dict[int, _Listener]]) -> None:
         for n, per_host in relays.items():

@@ -849,6 +849,7 @@ class Runtime:
         hard_deadline = self.clock.monotonic() + max(SETTLE_S, self.rb.timeouts.cold_start)
         base_ids = baseline.get("ids", {})
         while True:
+            seen = self.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             actions = await self.clients.compose.action_log()
             new_actions = actions[baseline.get("actions", 0):]
             recorded = any(a.action == "compose_up" and a.tag == req.tag and a.file == req.file
@@ -884,9 +885,9 @@ class Runtime:
                 return f"compose-manager finished; changed: {changed} of {list(req.services)}"
             if in_flight is True:
                 # still running (an image pull can be long): wait, bounded by the cold start
-                if self.clock.monotonic() >= hard_deadline:
+                if seen >= hard_deadline:
                     return f"compose-manager still reports the up in flight after {int(self.rb.timeouts.cold_start)} s"
-            elif self.clock.monotonic() >= deadline:
+            elif seen >= deadline:
                 if not recorded and not changed:
                     return "not_applied"
                 return f"action recorded: {recorded}; changed: {changed or 'none'} of {list(req.services)}"
@@ -905,6 +906,7 @@ class Runtime:
         zombie_polls = 0
         self.emit("waiting", gate=f"docker/ps no longer lists {', '.join(req.services)}")
         while True:
+            seen = self.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             by_svc = by_service(await self.ps())
             left = [by_svc[s] for s in req.services if s in by_svc]
             if not left and first.get("status") == "failure" and resends < MAX_DOWN_RESENDS:
@@ -923,7 +925,7 @@ class Runtime:
             resend_reason = None
             if zombie_polls >= 3:
                 resend_reason = "zombie: " + ", ".join(f"{c.name} {c.state}" for c in zombies)
-            elif still and self.clock.monotonic() >= no_effect_after and first.get("status") != "success":
+            elif still and seen >= no_effect_after and first.get("status") != "success":
                 resend_reason = "the down had no observable effect"
             if resend_reason:
                 refusal = await self.stop_guard([c.service or c.name for c in left])
@@ -939,7 +941,7 @@ class Runtime:
                 no_effect_after = self.clock.monotonic() + self.rb.timeouts.stop_grace + 4 * self.poll
                 deadline = self.clock.monotonic() + timeout
                 continue
-            if self.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail(f"{', '.join(c.name for c in left)} still listed after {int(timeout)} s")
             await self.wait(abortable=False)
 

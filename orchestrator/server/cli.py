@@ -78,8 +78,10 @@ def check_can_listen(bind: str, port: int) -> None:
 @serve_app.callback(invoke_without_command=True)
 def serve(
     ctx: typer.Context,
-    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on; not loopback: TLS needed"),
-    port: int = typer.Option(8000, "--port", metavar="PORT", help="TCP port to listen on (1-65535)"),
+    bind: str = typer.Option("127.0.0.1", "--bind", envvar="ORCHESTRATOR_SERVER_BIND",
+                             help="Address to listen on; not loopback: TLS needed (the image sets 0.0.0.0)"),
+    port: int = typer.Option(8000, "--port", metavar="PORT", envvar="ORCHESTRATOR_SERVER_PORT",
+                             help="TCP port to listen on (1-65535)"),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Server certificate chain (PEM)"),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Its private key (PEM)"),
     allowed_host: list[str] = typer.Option([], "--allowed-host",

@@ -21,7 +21,7 @@ import httpx
 from rich.console import Console
 
 from orchestrator.clock import Clock
-from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.exit_codes import ExitCode
 from orchestrator.server.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
 from orchestrator.server.guards import is_loopback
 from orchestrator.user_errors import UserError
@@ -153,7 +153,9 @@ def _finish(p: _Printer, result: FollowResult) -> int:
             p.json({"event": "summary", **_summary(run)})
         else:
             p.line(f"{outcome} {run.get('message') or ''}".rstrip(), style="bold green" if outcome == "DONE" else "bold red")
-        return int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED))
+        from orchestrator.oncall import exit_code
+
+        return exit_code(run.get("kind"), outcome)  # a rollback that reached its target: 0
     worker = run.get("worker") or {}
     if result.reason == "stopped":
         message = f"the server stopped run {run_id}: {worker.get('error') or worker.get('status')}"

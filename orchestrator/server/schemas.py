@@ -52,6 +52,9 @@ class RollbackBody(_Body):
     runbook: RunbookName | None = None
     #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
     by: Who | None = None
+    #: The flags rollout and resume have (`orchestrate rollback --yes --soak`).
+    yes: bool = False
+    soak: Soak | None = None
 
 
 class ResumeBody(_Body):

@@ -277,6 +277,7 @@ class Worker:
             run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK)
             new = True
         elif isinstance(body, RollbackBody):
+            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             last = s.journal.latest_run(body.host, kind="rollout")
@@ -286,8 +287,11 @@ class Worker:
             run, rb, table = asyncio.run(new_rollback(s, body.host, body.replica, name, body.to_tag, body.to_file))
             new = True
         else:
-            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
+            from orchestrator.oncall import kept_options
+
             run = self._get_run(body.run_id)
+            yes, soak_text, _ = kept_options(run, yes=body.yes, soak=body.soak)  # the run's own, unless given
+            soak = commands.parse_soak(soak_text, "soak")
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
                 raise Refused(f"run {run.run_id} is already running on this server")

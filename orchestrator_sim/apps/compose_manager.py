@@ -80,6 +80,12 @@ async def ndjson(host: SimHost, op: Operation) -> AsyncIterator[bytes]:
         if cut:
             raise StreamCut(f"{op.action} stream cut by a simulated fault")
         if done:
+            # the ports a started (or stopped) container opens (or closes) follow it before the
+            # answer ends, as on a host: real start-up latency of the simulator's own listeners is
+            # never counted as simulated time by the caller (a loaded machine; fleet.py)
+            settle = getattr(host, "settle_listeners", None)
+            if settle is not None:
+                await settle()
             if op.plan is not None:
                 yield (json.dumps(op.plan, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
             yield (json.dumps({"event": "done", "success": op.success, "exit_code": op.exit_code}, separators=(",", ":")) + "\n").encode()

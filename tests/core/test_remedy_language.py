@@ -168,9 +168,9 @@ def test_the_readme_example_loads():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "runbook-language.md").read_text()
     block = re.search(r"```yaml\n(  - id: cold-start-r1.*?)  ```", text, re.S)
-    assert block, "the README's remedy example is gone"
+    assert block, "docs/runbook-language.md's remedy example is gone"
     data = copy.deepcopy(RAW)
     steps = _switch(data)["steps"]
     i = [s["id"] for s in steps].index("cold-start-r1")

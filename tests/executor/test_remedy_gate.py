@@ -243,7 +243,7 @@ async def test_from_the_scoped_up_of_both_engines_to_the_markers_with_r2s_fault(
 
 
 # What SGLang really logs: one traceback whose first line is itself forbidden and whose last line
-# names the cause (the shape of ../shared/reference/samples/sglang-failures.log).
+# names the cause (the shape of tests/data/reference/samples/sglang-failures.log).
 TRACEBACK = [
     "[TP2] Scheduler hit an exception: Traceback (most recent call last):",
     '  File ".../sglang/srt/managers/scheduler.py", line 4546, in run_scheduler_process',
