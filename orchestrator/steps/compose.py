@@ -42,6 +42,10 @@ class DryRun:
         change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
         extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
         skip_ = "; if all are already current the up is skipped" if p.allow_unchanged else ""
+        spec = step.dry_run
+        if spec is not None and spec.force_recreate and isinstance(spec.services, list):
+            skip_ += (f"; force_recreate scoped to {', '.join(spec.services)}, whose only change is inline configs content "
+                      f"(compose would report it unchanged and keep the old config: docker/compose#11900)")
         return Description(f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
                            f"removes nothing and has no line we do not understand{skip_}")
 
