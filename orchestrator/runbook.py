@@ -525,6 +525,10 @@ class Runbook(_Strict):
     preflight: list[Step]
     phases: list[Phase] = Field(min_length=1)
     full_rollback: list[Phase] = Field(default_factory=list)
+    #: service -> why it is safe that a rollback leaves it on the new file (a forward step such as
+    #: the reconcile recreated it; the rollback does not undo that). A rollback's last line names
+    #: every service still on the new file with this reason, or says that the runbook gives none.
+    rollback_keeps: dict[str, str] = Field(default_factory=dict)
     #: replica -> the engine services that can serve as it (every definition, old and new). An
     #: engine is stopped only while it does not serve or another replica serves.
     replicas: dict[str, list[str]] = Field(default_factory=dict)
@@ -623,6 +627,9 @@ class Runbook(_Strict):
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
                 self._check_force_recreate(f"{lists_where}.steps[{i}] ({st.id})", st)
+        for svc in self.rollback_keeps:
+            if svc in self.engines():
+                raise ValueError(f"rollback_keeps.{svc}: an engine never stays on the new file after a rollback")
         seen_engines: set[str] = set()
         for replica, engines in self.replicas.items():
             if not engines:

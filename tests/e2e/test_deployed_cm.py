@@ -76,3 +76,115 @@ def test_gpu03_rollout_is_done_where_config_only_changes_do_not_recreate(e2e_fac
     assert [d for s, d in forced if s == [COLLECTOR]] == [True, False]
     collector = e.fleet.hosts["gpu03"].container(COLLECTOR)
     assert (collector.tag, collector.file) == (BASE_TARGET_TAG, BASE_NEW_FILE)
+
+
+# -- incident rollback from a machine without the rollout's journal ----------------------------
+
+OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
+ENGINES = ("model-sg-glm53-fp8-tp4-r2", "model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2")
+
+
+def _other_machine(e, tmp_path, name: str, *, shared: bool = False):
+    """A second orchestrator on the same simulated fleet: its own empty journal (another
+    machine), or `shared` the rollout's journal (team mode's shared database)."""
+    from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.clock import ScaledClock
+    from orchestrator.demo import demo_settings
+    from orchestrator.runner import Session
+
+    from tests.e2e.conftest import SPEED
+
+    state = e.state_dir if shared else tmp_path / name
+    state.mkdir(exist_ok=True)
+    session = Session.open(demo_settings(e.fleet, state), clock=ScaledClock(SPEED),
+                           retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+    return session, state
+
+
+def _done_gpu02(e):
+    from orchestrator.runner import new_rollout
+
+    run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
+    final = _execute(e, run, rb, table)
+    assert final.outcome == "DONE", final.message
+    # compose-manager's success record no longer holds the previous deploy
+    version = e.fleet.host.version()["projects"]["work"]
+    assert version["current"]["tag"] == version["previous"]["tag"] == "v0.0.300"
+
+
+def test_rollback_from_an_empty_journal_names_the_journal_and_the_command(e2e_factory, tmp_path):
+    from orchestrator.runner import new_rollback
+    from orchestrator.user_errors import Refused
+
+    e = e2e_factory()
+    _done_gpu02(e)
+    laptop, state = _other_machine(e, tmp_path, "laptop")
+    try:
+        before = len(e.fleet.calls)
+        with pytest.raises(Refused) as exc:
+            asyncio.run(new_rollback(laptop, "gpu02", "all", None, None, None))
+        msg = str(exc.value)
+        assert f"this machine's journal {state / 'journal.sqlite3'} holds no rollout of gpu02" in msg
+        assert "ORCHESTRATOR_DATABASE_URL" in msg
+        assert (f"`orchestrate rollback gpu02 --runbook {DEFAULT_RUNBOOK} --to-tag v0.0.290 --to-file {OLD_FILE}`"
+                in msg)
+        assert "\n" not in msg
+        # read-only: nothing but reads were sent
+        assert not [c for c in e.fleet.calls[before:] if c.is_compose_up or c.is_compose_down]
+    finally:
+        laptop.close()
+
+
+def test_rollback_with_an_explicit_target_from_an_empty_journal_is_rolled_back(e2e_factory, tmp_path):
+    from orchestrator.runner import execute, new_rollback
+
+    e = e2e_factory()
+    _done_gpu02(e)
+    laptop, _ = _other_machine(e, tmp_path, "laptop")
+    try:
+        before = len(e.fleet.calls)
+        run, rb, table = asyncio.run(new_rollback(laptop, "gpu02", "all", None, "v0.0.290", OLD_FILE))
+        final = asyncio.run(execute(laptop, run, rb, table, progress=RecordingProgress(), yes=True))
+    finally:
+        laptop.close()
+    assert final.outcome == "ROLLED_BACK", final.message
+    # the last line says it was an explicit target, and what stays on the new file and why
+    assert f"back to {OLD_FILE}@v0.0.290" in final.message
+    assert "target from the operator's explicit --to-tag/--to-file (no journaled rollout)" in final.message
+    assert f"nginx stays on {NEW_FILE}, which is safe: the new definition only adds a watcher" in final.message
+    calls = e.fleet.calls[before:]
+    # the target was dry-run-checked before the first stop
+    first_down = next(i for i, c in enumerate(calls) if c.is_compose_down)
+    assert any(c.is_compose_up and c.body.get("dry_run") and c.body["tag"] == "v0.0.290" and c.body["file"] == OLD_FILE
+               for c in calls[:first_down])
+    # the runbook's safe order: the new r2 stopped first, and only while r1 served
+    downs = [c.body["services"] for c in calls if c.is_compose_down]
+    assert downs.index(["model-sg-glm53-w4afp8-tp4-r2"]) < downs.index(["model-sg-glm53-w4afp8-tp4-r1"])
+    assert e.fleet.check_invariants() == []
+    host = e.fleet.host
+    for svc in ("model-sg-glm53-fp8-tp4-r2", "model-sg-glm53-w4afp8-tp4-r1"):
+        c = host.container(svc)
+        assert c is not None and c.state == "running" and (c.tag, c.file) == ("v0.0.290", OLD_FILE), svc
+    assert host.container("model-sg-glm53-w4afp8-tp4-r2") is None or host.container("model-sg-glm53-w4afp8-tp4-r2").state != "running"
+
+
+def test_a_machine_on_the_rollouts_shared_journal_rolls_back_with_no_flags(e2e_factory, tmp_path):
+    """Team mode: the rollout journaled its before-state at preflight; another machine reading the
+    same journal finds the targets without --to-tag/--to-file."""
+    from orchestrator.executor import RunContext
+    from orchestrator.runner import execute, last_changing_rollout, new_rollback
+
+    e = e2e_factory()
+    _done_gpu02(e)
+    other, _ = _other_machine(e, tmp_path, "", shared=True)
+    try:
+        last = last_changing_rollout(other, "gpu02")
+        assert last is not None
+        prev = RunContext.from_json(last.context).previous
+        assert prev["model-sg-glm53-fp8-tp4-r2"]["tag"] == "v0.0.290" and prev["proxy-glm53"]["file"] == OLD_FILE
+        run, rb, table = asyncio.run(new_rollback(other, "gpu02", "all", None, None, None))
+        final = asyncio.run(execute(other, run, rb, table, progress=RecordingProgress(), yes=True))
+    finally:
+        other.close()
+    assert final.outcome == "ROLLED_BACK", final.message
+    assert e.fleet.check_invariants() == []
