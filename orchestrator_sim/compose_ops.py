@@ -244,7 +244,7 @@ class ComposeOperations(HostCore):
             project=body.get("project") or PROJECT,
             services=list(services),
             env=dict(env),
-            force_recreate=bool(body.get("force_recreate") or False),
+            force_recreate=bool(body.get("force_recreate") or False) and not self.faults.active("force-recreate-ignored"),
             dry_run=False if down else bool(body.get("dry_run") or False),
         )
 

@@ -61,6 +61,25 @@ def test_gpu02_rollout_is_done_where_config_only_changes_do_not_recreate(e2e_fac
     assert e.fleet.host.container(RELAY) is None or e.fleet.host.container(RELAY).id != relay_before
 
 
+def test_a_forced_recreate_the_host_ignores_is_remedied_by_a_scoped_down_not_rolled_back(e2e_factory):
+    """compose-manager drops force_recreate: the relay's and the collector's forced dry runs plan
+    them `Running` (the new config would not take). Each dry run's own gate stops exactly that
+    service (never an engine) and plans again; the rollout is DONE with the new configs."""
+    from orchestrator.runner import new_rollout
+
+    e = e2e_factory("force-recreate-ignored")
+    run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
+    final = _execute(e, run, rb, table)
+    assert final.outcome == "DONE", final.message
+    assert e.fleet.check_invariants() == []
+    downs = [c.body["services"] for c in e.fleet.calls if c.is_compose_down]
+    assert downs.count([COLLECTOR]) == 1 and [RELAY] in downs
+    assert not [d for d in downs if any(s.startswith("model-sg-") for s in d) and d not in (
+        ["model-sg-glm53-fp8-tp4-r2"], ["model-sg-glm53-w4afp8-tp4-r1"])]  # only the runbook's own engine stops
+    collector = e.fleet.host.container(COLLECTOR)
+    assert (collector.tag, collector.file) == ("v0.0.300", NEW_FILE)
+
+
 def test_gpu03_rollout_is_done_where_config_only_changes_do_not_recreate(e2e_factory):
     from orchestrator.fleet import journal_overrides
     from orchestrator.runner import new_rollout

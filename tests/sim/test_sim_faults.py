@@ -21,6 +21,7 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "dry-run-extra-recreate",
         "dry-run-extra-remove",
         "dry-run-not-dry",
+        "force-recreate-ignored",
         "busy-409",
         "server-500",
         "cut-before-effect",
