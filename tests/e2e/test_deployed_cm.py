@@ -207,3 +207,13 @@ def test_a_machine_on_the_rollouts_shared_journal_rolls_back_with_no_flags(e2e_f
         other.close()
     assert final.outcome == "ROLLED_BACK", final.message
     assert e.fleet.check_invariants() == []
+
+
+def test_an_explicit_target_on_a_host_that_never_ran_the_new_file_is_refused_with_nothing_sent(e2e_factory):
+    from orchestrator.runner import new_rollback
+    from orchestrator.user_errors import Refused
+
+    e = e2e_factory()
+    with pytest.raises(Refused, match=f"compose-manager on gpu02 has no up of {NEW_FILE} in its action log"):
+        asyncio.run(new_rollback(e.session, "gpu02", "all", None, "v0.0.290", OLD_FILE))
+    assert not [c for c in e.fleet.calls if c.is_compose_up or c.is_compose_down]
