@@ -63,6 +63,10 @@ def _mutated(fn):
          "an up must be preceded by a dry_run of the same request (same file, services and force_recreate)"),
         (lambda d: _relay_pair(d)[1]["up"].__setitem__("force_recreate", False), "an up must be preceded by a dry_run"),
         (lambda d: d["phases"][0]["steps"][0]["down"].__setitem__("force_recreate", True), "down.force_recreate: a down recreates nothing"),
+        (lambda d: d["preflight"][-1]["dry_run"].__setitem__("services", ["glm53-soak-relay"])
+         or d["preflight"][-1]["dry_run"].__setitem__("force_recreate", True), "a preflight tag check recreates nothing"),
+        (lambda d: d["rollback_keeps"].__setitem__("model-sg-glm53-w4afp8-tp4-r1", "x"),
+         "rollback_keeps.model-sg-glm53-w4afp8-tp4-r1: an engine never stays on the new file"),
         (lambda d: (d["phases"][0]["steps"][1]["dry_run"].__setitem__("force_recreate", True),
                     d["phases"][0]["steps"][1]["dry_run"].__setitem__("services", "selected")), "needs an explicit services list"),
         (lambda d: d["phases"][0]["steps"].pop(1), "an up must be preceded by a dry_run of the same request"),

@@ -217,3 +217,31 @@ def test_an_explicit_target_on_a_host_that_never_ran_the_new_file_is_refused_wit
     with pytest.raises(Refused, match=f"compose-manager on gpu02 has no up of {NEW_FILE} in its action log"):
         asyncio.run(new_rollback(e.session, "gpu02", "all", None, "v0.0.290", OLD_FILE))
     assert not [c for c in e.fleet.calls if c.is_compose_up or c.is_compose_down]
+
+
+def test_a_base_host_rolls_back_from_an_empty_journal_with_an_explicit_target(e2e_factory, tmp_path):
+    """gpu03 DONE on one machine; from another (no journal) `rollback gpu03 --to-tag --to-file`:
+    the base runbook is the one written for gpu03, the host drained first, back on the canonical
+    file with its collector config."""
+    from orchestrator.fleet import journal_overrides
+    from orchestrator.runner import execute, new_rollback, new_rollout
+
+    canonical = "prod/GLM-5.3-Flash-SGL-TP4.yaml"
+    e = e2e_factory(hosts=("gpu03", "gpu04", "gpu23"))
+    run, rb, table = new_rollout(e.session, "gpu03", BASE_TARGET_TAG, "base-glm53-w4afp8")
+    journal_overrides(e.session.journal, run, ("gpu02",), "test")
+    assert _execute(e, run, rb, table, soak=0.0).outcome == "DONE"
+    laptop, _ = _other_machine(e, tmp_path, "laptop")
+    try:
+        run, rb, table = asyncio.run(new_rollback(laptop, "gpu03", "all", None, "v0.0.300", canonical))
+        assert rb.name == "base-glm53-w4afp8"
+        final = asyncio.run(execute(laptop, run, rb, table, progress=RecordingProgress(), yes=True))
+    finally:
+        laptop.close()
+    assert final.outcome == "ROLLED_BACK", final.message
+    assert "target from the operator's explicit --to-tag/--to-file" in final.message
+    assert e.fleet.check_invariants() == []
+    host = e.fleet.hosts["gpu03"]
+    for svc in ("model-sg-glm53-fp8-tp4-r1", "model-sg-glm53-fp8-tp4-r2", COLLECTOR):
+        c = host.container(svc)
+        assert c is not None and c.state == "running" and (c.tag, c.file) == ("v0.0.300", canonical), svc
