@@ -30,7 +30,7 @@ from orchestrator.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.startup import open_journal_for
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
-from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, identity_of, load_recorded_runbook, load_runbook
+from orchestrator.runbook import Runbook, identity_of, load_recorded_runbook, load_runbook
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
 
