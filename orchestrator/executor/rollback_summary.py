@@ -22,7 +22,7 @@ def targets_text(rt: "Runtime") -> str:
         return ""
     back = "; ".join(f"{file}@{tag} ({', '.join(services)})" for (tag, file), services in groups.items())
     source = rt.ctx.previous_source
-    return f"back to {back}" + (f", target from {source}" if source else "")
+    return f"Back to {back}" + (f", target from {source}" if source else "")
 
 
 async def still_on_new(rt: "Runtime") -> list[str]:

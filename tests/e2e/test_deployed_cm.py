@@ -168,7 +168,7 @@ def test_rollback_with_an_explicit_target_from_an_empty_journal_is_rolled_back(e
         laptop.close()
     assert final.outcome == "ROLLED_BACK", final.message
     # the last line says it was an explicit target, and what stays on the new file and why
-    assert f"back to {OLD_FILE}@v0.0.290" in final.message
+    assert f"Back to {OLD_FILE}@v0.0.290" in final.message
     assert "target from the operator's explicit --to-tag/--to-file (no journaled rollout)" in final.message
     assert f"nginx stays on {NEW_FILE}, which is safe: the new definition only adds a watcher" in final.message
     calls = e.fleet.calls[before:]
