@@ -90,7 +90,7 @@ def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) 
     body["env"] = f"<env map of {host}, read at run time>"
     path = "/compose/down" if step.down is not None else "/compose/up"
     if step.down is None:
-        body["force_recreate"] = False
+        body["force_recreate"] = bool(spec.force_recreate)  # only on services whose only change is inline configs
         body["dry_run"] = step.dry_run is not None
     return {"method": "POST", "path": path, "body": body}
 

@@ -23,13 +23,14 @@ from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal.base import Journal, LeaseHeld, LeaseLost, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
+from orchestrator import incident
 from orchestrator.machine import ABORTED, HALTED, Table, compile_rollback, compile_rollout
 from orchestrator.notify import FLUSH_S, Notifier, NotifyProgress
 from orchestrator.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.startup import open_journal_for
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
-from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, identity_of, load_recorded_runbook, load_runbook
+from orchestrator.runbook import Runbook, identity_of, load_recorded_runbook, load_runbook
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
 
@@ -442,7 +443,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     session.inventory.host(host)
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
-    rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
+    rb = load_runbook(runbook or (last.runbook if last else _runbook_of(host)))
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
     refuse_tier_busy(session, host, rb)
@@ -453,23 +454,25 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     if to_tag is not None:
         check_tag(to_tag)
         previous = {svc: {"tag": to_tag, "file": to_file or "", "commit": ""} for svc in rb.previous_refs()}
-        source = "--to-tag/--to-file"
+        source = "--to-tag/--to-file" if last is not None else incident.EXPLICIT
     elif last is not None:
         previous = dict(RunContext.from_json(last.context).previous)
         source = f"run {last.run_id}"
-    else:  # nothing this journal moved (the new file's tag is unknown): one message, the one command that forces it
-        from orchestrator.oncall import never_rolled_out
+    else:  # nothing this journal moved: the host's own history says whether any rollout moved it
+        history = await incident.host_history(session, host, rb)
+        if history.new_tag is None:  # never rolled out by anyone: one message, the one command that forces it
+            from orchestrator.oncall import never_rolled_out
 
-        raise Refused(never_rolled_out(host, session.settings.journal_location()))
+            raise Refused(never_rolled_out(host, session.settings.journal_location()))
+        # rolled out from another journal (another machine, team mode's database): name it and the exact command
+        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
     missing = [s for s in rb.previous_refs() if s not in previous]
+    if missing and last is None:
+        await _refuse_without_journal(session, host, rb, f"cannot establish the previous tag and file of {', '.join(missing)} "
+                                      f"from compose-manager (it remembers only its last two successful ups)")
     if missing:
         raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")
-    tag = last.tag if last is not None else None
-    if tag is None:
-        raise UserError(
-            f"no rollout of {host} that changed anything is journaled in {session.settings.journal_location()}, so the new file's "
-            f"tag is unknown: run this where the rollout's journal is (ORCHESTRATOR_STATE_DIR / ORCHESTRATOR_DATABASE_URL)"
-        )
+    tag = last.tag if last is not None else await _tag_without_journal(session, host, rb, explicit=to_tag is not None)
     if replica != "all":
         await refuse_alone(session, host, rb, replica, last)
     if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
@@ -477,12 +480,38 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     await validate_rollback_targets(session, host, rb, previous)
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
-                         extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else DEFAULT_RUNBOOK))})
+                         extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else rb.name))})
     run = session.journal.create_run(
         host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
         context=ctx.to_json(), parent_run_id=last.run_id if last else None,
     )
     return run, rb, table
+
+
+def _runbook_of(host: str) -> str:
+    """No journaled rollout names the runbook: the one shipped runbook written for `host`."""
+    from orchestrator.fleet import default_runbook
+
+    return default_runbook(host)
+
+
+async def _refuse_without_journal(session: Session, host: str, rb: Runbook, why: str) -> None:
+    """No journaled rollout and no explicit target: refused, naming the journal this machine
+    reads and the exact command, with a target read from compose-manager's action log."""
+    raise Refused(incident.no_journal_message(session, host, rb, await incident.host_history(session, host, rb), why))
+
+
+async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, explicit: bool) -> str:
+    """The tag of the runbook's new file (what the rollback stops), with no journaled rollout:
+    only with an explicit target, and read from compose-manager (its last successful up of that
+    file, else the newest up of it in the action log)."""
+    history = await incident.host_history(session, host, rb)
+    if not explicit:
+        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
+    if history.new_tag is None:
+        raise Refused(f"compose-manager on {host} has no up of {rb.file} in its action log: there is nothing of runbook "
+                      f"{rb.name}'s rollout to roll back. Nothing was changed")
+    return history.new_tag
 
 
 def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:

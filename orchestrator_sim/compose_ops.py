@@ -244,7 +244,7 @@ class ComposeOperations(HostCore):
             project=body.get("project") or PROJECT,
             services=list(services),
             env=dict(env),
-            force_recreate=bool(body.get("force_recreate") or False),
+            force_recreate=bool(body.get("force_recreate") or False) and not self.faults.active("force-recreate-ignored"),
             dry_run=False if down else bool(body.get("dry_run") or False),
         )
 
@@ -439,6 +439,7 @@ class ComposeOperations(HostCore):
             if n not in cf.services:
                 return [], [], f"no such service: {n}"
         items: list[PlanItem] = []
+        forced = set(names) if req.force_recreate else set()  # --force-recreate: the named services, not their dependencies
         for name in cf.closure(names):
             sd = cf.services[name]
             c = self._containers.get(sd.container_name)
@@ -456,7 +457,9 @@ class ComposeOperations(HostCore):
                 return [], [], f"Error response from daemon: removal of container {c.name} is already in progress"
             if c is None:
                 action = "Created"
-            elif req.force_recreate or c.config_hash != sd.config_hash:
+            elif name in forced or c.config_hash != sd.config_hash or (
+                not self.inline_configs_ignored and c.content_hash != sd.content_hash
+            ):
                 action = "Recreated"
             elif c.state in ("running", "restarting"):
                 action = "Running"

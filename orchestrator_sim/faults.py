@@ -106,6 +106,16 @@ FAULTS: dict[str, FaultInfo] = {
             "the previous file, dry run first; nginx is never recreated",
         ),
         FaultInfo(
+            "force-recreate-ignored",
+            "none",
+            "compose-manager drops `force_recreate` (a build whose request has no such field): a "
+            "forced dry run of a service whose only change is inline configs content plans it "
+            "`Running` and a forced up leaves its old container and old config (docker/compose#11900)",
+            "the forced dry run's own gate sees the service not recreated, stops exactly that "
+            "service with a scoped down (never an engine) and plans again (`Created`): the new "
+            "config takes and the rollout completes (DONE, exit 0), nothing rolled back",
+        ),
+        FaultInfo(
             "dry-run-extra-remove",
             "none",
             "every compose/up of the long-context file that does not name r1 also plans (and, if "

@@ -42,7 +42,7 @@ from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.apps.inference import build_inference_app, build_relay_app
 from orchestrator_sim.apps.model_proxy import build_model_proxy_app
 from orchestrator_sim.compose_repo import BASE_HOSTS, TARGET_TAG, SimRepository
-from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
+from orchestrator_sim.containers import BASE_DOMAIN, COMPOSE_VERSION, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
 from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.host import SimHost
 from orchestrator_sim.invariants import check_base_tier, check_invariants
@@ -70,6 +70,12 @@ class SimConfig:
     start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
     fresh_host: bool = False  # nothing deployed yet (as the recorded 8e07c35 exchanges start)
     hosts: Sequence[str] = ("gpu02",)  # any of gpu02, gpu03, gpu04, gpu23 (at least one)
+    # docker compose's release on every host (docker ps shows it as com.docker.compose.version).
+    # Its rules decide whether a change of inline `configs:` content alone recreates a service:
+    # from 2.23.1 on it does not (docker/compose#11900, open). `inline_configs_ignored` overrides
+    # that rule (False: the old assumption that such a change recreates, for comparison tests).
+    compose_version: str = COMPOSE_VERSION
+    inline_configs_ignored: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +260,8 @@ class SimFleet:
             "discovery_cycle_s": self.config.discovery_cycle_s,
             "recorder": self.recorder,
             "fresh": self.config.fresh_host,
+            "compose_version": self.config.compose_version,
+            "inline_configs_ignored": self.config.inline_configs_ignored,
         }
         self.hosts: dict[str, SimHost] = {}
         self._envs: dict[str, dict[str, str]] = {"gpu02": env}

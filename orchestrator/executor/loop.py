@@ -13,6 +13,7 @@ from orchestrator.clock import Clock
 from orchestrator.executor.context import Failure, RunContext
 from orchestrator.audit import abort_note
 from orchestrator.executor.pause import honour_pause, observed
+from orchestrator.executor.rollback_summary import rollback_summary
 from orchestrator.executor.runtime import AbortRequested, ForeignChange, MaskedEnv, Runtime
 from orchestrator.host_clients import HostClients
 from orchestrator.inventory import HostEntry
@@ -107,6 +108,9 @@ class Executor:
             host_now = ""
             if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
                 host_now = await rt.host_now()
+            if self.table.next(state, outcome.event) == Outcome.ROLLED_BACK:
+                summary = await rollback_summary(rt)
+                host_now = f"{summary}. {host_now}" if summary else host_now
             try:
                 self._transition(state, outcome, host_now)
             except (Fenced, LeaseLost) as exc:  # taken over during a step that wrote nothing

@@ -551,8 +551,12 @@ class Runtime:
         spec = step.compose
         assert spec is not None
         tag, file = resolve_file(spec.file, self.rb, self.run.tag, self.ctx.previous)
+        # force_recreate only as the runbook's step says (the loader allows it on no engine: the
+        # services whose only change is inline configs content, docker/compose#11900); a down never
+        force = bool(spec.force_recreate) and step.down is None
         return ComposeRequest(tag=tag, file=file, services=resolve_services(spec, self.ctx.selected),
-                              project=self.entry.project, force_recreate=False, dry_run=dry_run)
+                              project=self.entry.project, force_recreate=force, dry_run=dry_run,
+                              allow_force_recreate=force)
 
     def dry_run_record(self, req: ComposeRequest, env: EnvMap, after: list[Container] | None) -> DryRunRecord:
         snap = {c.name: [c.id, c.created_at, c.state] for c in (after or [])}

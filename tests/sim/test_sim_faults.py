@@ -22,6 +22,7 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "dry-run-extra-remove",
         "dry-run-not-dry",
         "dry-run-recreates",
+        "force-recreate-ignored",
         "busy-409",
         "down-busy",
         "server-500",
@@ -139,6 +140,12 @@ def test_dry_run_extra_recreate(make_sim) -> None:
     assert sim.ps()["nginx"]["ID"] != nginx_id
 
 
+def test_force_recreate_ignored(make_sim) -> None:
+    sim = make_sim(faults=["force-recreate-ignored"])
+    dry = sim.up(NEW_TAG, TARGET, [RELAY], dry_run=True, force_recreate=True)
+    assert dry.ok and dry.plan["plan"]["unchanged"] == [f"Container {RELAY}"]
+
+
 def test_dry_run_extra_remove(make_sim) -> None:
     sim = make_sim(faults=["dry-run-extra-remove"])
     assert sim.down(OLD_TAG, CANARY, [OLD_R2]).ok
@@ -150,7 +157,7 @@ def test_dry_run_extra_remove(make_sim) -> None:
 def test_dry_run_not_dry(make_sim) -> None:
     sim = make_sim(faults=["dry-run-not-dry"])
     before = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
-    dry = sim.up(NEW_TAG, TARGET, [RELAY], dry_run=True)
+    dry = sim.up(NEW_TAG, TARGET, [RELAY], dry_run=True, force_recreate=True)  # config-only change (#11900)
     assert dry.ok and all("DRY-RUN MODE" in line or line.startswith("[+]") for line in dry.lines)
     after = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
     assert after[RELAY] != before[RELAY]  # docker/compose#14029: the relay was really recreated
