@@ -330,9 +330,12 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 if st.dry_run.force_recreate:
                     # a forced recreate is always "needed": its dry run is the likeliest to be made real
                     # (docker/compose#14029), and this preview changes nothing. The run checks it.
-                    lp.warnings.append(f"phase {lp.start_phase} {st.id}: a forced recreate of {', '.join(st.dry_run.services)} "
-                                       f"(only inline configs content changed, docker/compose#11900) is not dry-run in a preview; "
-                                       f"the rollout dry-runs it before its up")
+                    req = ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services), project=entry.project,
+                                         dry_run=True, force_recreate=True)
+                    lp.dry_runs.append(DryRunReport(f"phase {lp.start_phase} {st.id}", req.redacted(len(env)), "not sent", "skip",
+                                                    f"not dry-run: a forced recreate of {', '.join(st.dry_run.services)} (only "
+                                                    f"inline configs content changed, docker/compose#11900) would be made real "
+                                                    f"by docker/compose#14029; the rollout dry-runs it before its up"))
                     continue
                 plans.append((f"phase {lp.start_phase} {st.id}", ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services),
                                                                                project=entry.project, dry_run=True), st, stopped))

@@ -209,7 +209,11 @@ class Down:
             containers = await rt.ps()
             svc = by_service(containers)
             present = [s for s in req.services if s in svc]
-            left = rt.not_owned(node, [svc[s] for s in present])
+            # a config recreate's own down (never an engine: config_recreate.stop_for_recreate) is part of
+            # restoring the target, not a stop of a namesake: a rollback restoring the old collector's
+            # config must stop the collector it did not create (tests/executor/test_secrets.py)
+            remedy = step.id.endswith(config_recreate.CONFIG_DOWN_SUFFIX)
+            left = {} if remedy else rt.not_owned(node, [svc[s] for s in present])
             if left:  # a rollback stops only containers this run created, never a namesake
                 present = [s for s in present if s not in left]
                 req = replace(req, services=tuple(s for s in req.services if s not in left))

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 _TAKES = ("created", "recreated")
 
+#: The id suffix of the remedy's own down (steps/compose.py: exempt from rollback ownership, see Down.run).
+CONFIG_DOWN_SUFFIX = "-config-down"
+
 
 def not_recreated(plan: DryRunResult, req: "ComposeRequest") -> list[str]:
     """Forced services the plan neither creates nor recreates (empty for an unforced request)."""
@@ -44,7 +47,7 @@ async def stop_for_recreate(rt: "Runtime", node: "Node", step: Step, services: l
     if engines:  # the loader refuses force_recreate on an engine; never stop one for a config
         return halt(f"refusing to stop {', '.join(engines)} for a config recreate: an engine is never stopped for that")
     assert step.dry_run is not None
-    down = Step(id=f"{step.id}-config-down", say=f"Stop {', '.join(services)} so that its new config takes",
+    down = Step(id=f"{step.id}{CONFIG_DOWN_SUFFIX}", say=f"Stop {', '.join(services)} so that its new config takes",
                 down=ComposeSpec(file=step.dry_run.file, services=list(services)))
     rt.emit("note", text=f"{', '.join(services)}: the forced dry run does not recreate it (its new inline config would not "
                          f"take): a scoped down of exactly that, then the dry run again")

@@ -59,7 +59,9 @@ def test_before_the_rollout_it_would_start(e2e_factory):
     assert_read_only(calls)
     assert lp.verdict == "would start" and lp.exit_code == 0, lp.reasons
     assert lp.state == "before" and lp.start_phase == "r2"
-    assert any("r2 relay-dry-run: a forced recreate of glm53-soak-relay" in w for w in lp.warnings), lp.warnings
+    # a forced recreate (inline configs only) is held back from a preview, said in its dry-run list
+    assert any(d.purpose == "phase r2 relay-dry-run" and d.status == "not sent" and "forced recreate of glm53-soak-relay" in d.note
+               for d in lp.dry_runs), lp.dry_runs
     assert text.rstrip().splitlines()[-1].startswith("verdict: would start")
     # placeholders filled: previous file and tag resolved, the env map's key count
     assert "<previous" not in text and f"{OLD_FILE}" in text and "v0.0.290" in text
