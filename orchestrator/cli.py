@@ -432,19 +432,13 @@ def rollout(
 
             check_overrides(load_runbook(runbook).prerequisites, override_prerequisite)
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
-        run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
-        _journal_overrides(session, run, override_prerequisite, rb)
+        # admitted with its prerequisites checked and the overrides journaled (orchestrator/admission.py)
+        run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check,
+                                     overrides=override_prerequisite)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
-
-
-def _journal_overrides(session: Any, run: RunRecord, overrides: list[str], rb: Any) -> None:
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.runner import owner_id
-
-    journal_overrides(session.journal, run, overrides, owner_id(), rb)
 
 
 def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
@@ -476,8 +470,8 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
                 out.rule(f"fleet {i + 1}/{n}: {host}")
 
         def one(host: str) -> RunRecord:
-            run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check)
-            _journal_overrides(session, run, overrides, rb_)
+            run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check,
+                                          overrides=overrides)
             try:
                 final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
             except typer.Exit as exc:
@@ -586,12 +580,11 @@ def resume(
         if retry:
             run, rb, table = retry_run(session, run)
         else:
-            from orchestrator.runbook import load_recorded_runbook
-            from orchestrator.runner import RUNBOOK_IDENTITY, refuse_stale_resume
+            from orchestrator.admission import resume_run
 
-            refuse_stale_resume(session, run)
-            rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
-            table = table_for(run, rb)
+            admitted, rb, table = resume_run(session, run.run_id)  # the one admission path
+            session.admitted[run.run_id] = admitted
+            run = admitted.run
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()

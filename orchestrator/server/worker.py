@@ -42,6 +42,7 @@ from typing import Any, Callable
 import anyio.to_thread
 
 from orchestrator import commands
+from orchestrator.admission import resume_run
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.machine import Table
@@ -232,7 +233,8 @@ class Worker:
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             checked, digest = load_runbook_checked(body.runbook or DEFAULT_RUNBOOK)
-            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK)
+            # admitted with the runbook's prerequisites checked (no override through the server)
+            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK, overrides=())
             new = True
         elif isinstance(body, RollbackBody):
             s.inventory.host(body.host)
@@ -261,7 +263,11 @@ class Worker:
                     raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
                                     code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
                 checked, digest = load_runbook_checked(run.runbook, pinned)
-                rb, table, new = checked, table_for(run, checked), False
+                # the one admission path: a run superseded by a later run of its host is refused
+                # here exactly as on the CLI (an adoption included)
+                admitted, rb, table = resume_run(s, run.run_id, checked)
+                s.admitted[run.run_id] = admitted
+                run, new = admitted.run, False
         if rb != checked:
             raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
         lease, took_over = self._claim(run, new=new)
@@ -279,11 +285,16 @@ class Worker:
         refuse_if_leased(self.session, host)
 
     def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
-        """Take the host's lease for the run now, so a busy host is a 409 to the submitter.
+        """The host's lease for the run, so a busy host is a 409 to the submitter: the one its
+        admission took (orchestrator/admission.py; `execute` runs under it), else taken now.
 
-        `execute` acquires it again under the same run id and owner (a renewal with a new token).
         A new run journaled a moment before another runner won the lease is left unstarted.
         """
+        admitted = self.session.admitted.get(run.run_id)
+        if admitted is not None:
+            taken = admitted.took_over
+            return admitted.lease, (None if taken is None else
+                                    f"took over the expired lease of run {taken.run_id} ({taken.owner})")
         try:
             lease, taken = self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl)
         except LeaseHeld as exc:
