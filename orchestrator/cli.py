@@ -744,11 +744,26 @@ def abort(
     from orchestrator.runner import owner_id
     from orchestrator.startup import ReadSession
 
-    session = ReadSession.open(_settings(inventory))
+    settings = _settings(inventory)
+    session = ReadSession.open(settings)
     try:
-        out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message)
+        run = _get_run(session, run_id)
+        result = commands.abort(session.journal, run, owner_id())
     finally:
         session.close()
+    if result.runner is None:  # nobody drives it: read the host and end it with what is true
+        from orchestrator.orphans import end_unowned
+        from orchestrator.runner import Session
+
+        full = Session.open(settings)
+        try:
+            ended = _run_async(end_unowned(full, full.journal.get_run(run_id), owner_id()))
+        finally:
+            full.close()
+        if ended is not None:
+            out.print(ended, markup=False)
+            return
+    out.print(result.message, markup=False)
 
 
 app.add_typer(serve_app, name="serve")  # `orchestrate serve`, `orchestrate serve token add` (server/cli.py)

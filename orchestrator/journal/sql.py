@@ -608,6 +608,45 @@ class SqlJournal(ABC):
                     self._ts_param(now), lease.host, lease.token,
                 )
 
+    def end_without_runner(self, run_id: str, from_state: str, outcome: str, message: str, *, note: str | None = None,
+                           takeover_if: Callable[[Lease], bool] | None = None) -> TransitionRecord:
+        """End a run that no runner drives (`orchestrate abort` of an orphan): its terminal
+        transition, written only if the run is still at `from_state` and no live runner holds its
+        host's lease for it (LeaseHeld otherwise; `takeover_if(holder)` says a holder is gone).
+        Not fenced by a token of its own: the lease row is locked and judged in this transaction,
+        and a runner that took the lease before it finds the run terminal (StateConflict)."""
+        _require_text(from_state, "from_state")
+        if outcome not in OUTCOMES:
+            raise JournalError(f"outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}")
+        with self._tx(write=True) as tx:
+            now = self._now(tx)
+            run = self._load_run(tx, run_id, lock=False)
+            row = self._lease_row(tx, run.host, self.lock_update)
+            if row is not None and row["released_at"] is None and row["run_id"] == run_id:
+                held = self._lease(row)
+                if held.expires_at > now and not (takeover_if is not None and takeover_if(held)):
+                    raise LeaseHeld(held)
+            run = self._load_run(tx, run_id, lock=True)
+            if run.terminal or run.state != from_state:
+                raise StateConflict(f"run {run_id} is {run.outcome or run.state} now, not at {from_state}")
+            seq = int(tx.one("SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM transitions WHERE run_id = ?",
+                             run_id)["seq"])  # type: ignore[index]
+            token = int(row["token"]) if row is not None else 0
+            tx.run(
+                "INSERT INTO transitions (run_id, seq, from_state, event, to_state, at, note, "
+                "lease_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                run_id, seq, from_state, "abort", outcome, self._ts_param(now), note, token,
+            )
+            tx.run(
+                "UPDATE runs SET state = ?, terminal = ?, outcome = ?, message = ?, updated_at = ? WHERE run_id = ?",
+                outcome, True, outcome, message, self._ts_param(now), run_id,
+            )
+            if row is not None and row["released_at"] is None and row["run_id"] == run_id:
+                # the orphan's own lease (expired, or its holder gone) ends with it
+                tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
+                       self._ts_param(now), run.host, int(row["token"]))
+        return TransitionRecord(run_id, seq, from_state, "abort", outcome, now, note)
+
     def claim_tier(self, tier: str, host: str, run_id: str, *,
                    takeover_if: Callable[[Lease], bool] | None = None) -> str | None:
         """Take the `capacity: fleet` tier `tier` for `run_id` on `host` (call it inside the

@@ -471,6 +471,15 @@ class Worker:
         run = self._get_run(run_id)
         result = commands.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
+        mine = self.runs.get(run.run_id)
+        if result.runner is None and not (mine is not None and mine.active):
+            # nobody drives it: read the host and end it with what is true (orchestrator/orphans.py)
+            from orchestrator.orphans import end_unowned
+
+            ended = asyncio.run(end_unowned(self.session, self.session.journal.get_run(run.run_id), by))
+            if ended is not None:
+                self.log.warning("orphan_ended", run_id=run.run_id, by=by)
+                return {"run_id": run.run_id, "abort_requested": True, "runner": None, "message": ended, "ended": True}
         return {"run_id": run.run_id, "abort_requested": True, "runner": result.runner, "message": result.message}
 
     # -- adoption of orphaned runs
