@@ -98,8 +98,9 @@ def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Chec
             run = journal.get_run(run.run_id)
     except LeaseHeld as exc:
         if run is not None and exc.holder_run_id == run.run_id and claim is not None:
-            raise Refused(f"run {run.run_id} is being run by {describe_owner(exc.owner)} (lease until "
-                          f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC): resume it only once that runner is gone") from None
+            raise Refused(f"{host} is leased by run {run.run_id} until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: run "
+                          f"{run.run_id} is being run by {describe_owner(exc.owner)}; resume it only once that runner "
+                          f"is gone") from None
         what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
         raise Refused(f"{host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
                       f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one run per host at a time; {what}. Wait, or "
