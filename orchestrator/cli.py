@@ -573,20 +573,14 @@ def rollout(
     session = Session.open(settings)
     try:
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
-        run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
-        _journal_overrides(session, run, override_prerequisite, rb)
+        # admitted with its prerequisites checked and the overrides journaled (orchestrator/admission.py)
+        run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check,
+                                     overrides=override_prerequisite)
         _record_options(run, yes=yes, soak=soak)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
-
-
-def _journal_overrides(session: Any, run: RunRecord, overrides: list[str], rb: Any) -> None:
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.runner import owner_id
-
-    journal_overrides(session.journal, run, overrides, owner_id(), rb)
 
 
 def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
@@ -621,8 +615,8 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
                 out.rule(f"fleet {i + 1}/{n}: {host}")
 
         def one(host: str) -> RunRecord:
-            run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check)
-            _journal_overrides(session, run, overrides, rb_)
+            run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check,
+                                          overrides=overrides)
             _record_options(run, yes=yes, soak=soak)
             try:
                 final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
@@ -753,12 +747,11 @@ def resume(
         if retry:
             run, rb, table = retry_run(session, run)
         else:
-            from orchestrator.runbook import load_recorded_runbook
-            from orchestrator.runner import RUNBOOK_IDENTITY, refuse_stale_resume
+            from orchestrator.admission import resume_run
 
-            refuse_stale_resume(session, run)
-            rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
-            table = table_for(run, rb)
+            admitted, rb, table = resume_run(session, run.run_id)  # the one admission path
+            session.admitted[run.run_id] = admitted
+            run = admitted.run
         _record_options(run, yes=yes, soak=soak)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
@@ -937,14 +930,28 @@ def abort(
     from orchestrator import commands
     from orchestrator.startup import ReadSession
 
-    session = ReadSession.open(_settings(inventory))
+    settings = _settings(inventory)
+    session = ReadSession.open(settings)
     try:
         from orchestrator.audit import cli_actor
 
-        out.print(commands.abort(session.journal, _get_run(session, run_id), cli_actor()).message  # who: user@machine
-                  + f" (journal {session.settings.journal_location()})", markup=False)
+        run = _get_run(session, run_id)
+        result = commands.abort(session.journal, run, cli_actor())  # who: user@machine
     finally:
         session.close()
+    if result.runner is None:  # nobody drives it: read the host and end it with what is true
+        from orchestrator.orphans import end_unowned
+        from orchestrator.runner import Session, owner_id
+
+        full = Session.open(settings)
+        try:
+            ended = _run_async(end_unowned(full, full.journal.get_run(run_id), owner_id()))
+        finally:
+            full.close()
+        if ended is not None:
+            out.print(ended + f" (journal {settings.journal_location()})", markup=False)
+            return
+    out.print(result.message + f" (journal {settings.journal_location()})", markup=False)
 
 
 @app.command()

@@ -60,8 +60,10 @@ class Executor:
         self.progress = progress or NullProgress()
         self.ctx = RunContext.from_json(run.context)
         if yes:
-            self.ctx.yes = True  # journaled with the next transition: a resume elsewhere keeps it
-        yes = yes or self.ctx.yes
+            self.ctx.yes = True  # journaled with the next transition: on record, never inherited
+        # Humans stay in the loop: only `--yes` on the command that runs the run now skips its
+        # approvals. A resume after Ctrl-C or a crash, and a run a server adopted, wait for a
+        # human at every approval gate whatever the run was started with (ctx.yes is history).
         self.machine = Machine(table, run.state)
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
                           clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,

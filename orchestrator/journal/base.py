@@ -40,6 +40,9 @@ class RunRecord:
     created_at: datetime
     updated_at: datetime
     parent_run_id: str | None
+    #: the journal's admission order (monotonic, assigned in the transaction that created the
+    #: run): what "a newer run" means everywhere, never `created_at` (a clock can step back)
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,17 @@ class _TakenOver(JournalError):
         self.holder_token = holder.token if holder else None
 
 
+class TierHeld(JournalError):
+    """Another host of a `capacity: fleet` tier holds the tier: its run is live."""
+
+    def __init__(self, tier: str, host: str, run_id: str, owner: str) -> None:
+        super().__init__(f"tier {tier} is held by run {run_id} on {host} (owner {owner})")
+        self.tier = tier
+        self.host = host
+        self.run_id = run_id
+        self.owner = owner
+
+
 class LeaseLost(_TakenOver):
     """heartbeat/release with a lease that was taken over (or released)."""
 
@@ -226,6 +240,12 @@ class Journal(Protocol):
     def heartbeat(self, lease: Lease, ttl_s: float) -> Lease: ...
     def release(self, lease: Lease) -> None: ...
     def current_lease(self, host: str) -> Lease | None: ...
+    def atomic(self) -> Any: ...
+    def claim_tier(self, tier: str, host: str, run_id: str, *,
+                   takeover_if: Callable[[Lease], bool] | None = None) -> str | None: ...
+    def end_without_runner(self, run_id: str, from_state: str, outcome: str, message: str, *,
+                           note: str | None = None,
+                           takeover_if: Callable[[Lease], bool] | None = None) -> TransitionRecord: ...
     def held_lease(self, host: str) -> Lease | None: ...
     def request_abort(self, run_id: str, by: str) -> None: ...
     def abort_requested(self, run_id: str) -> bool: ...

@@ -43,6 +43,7 @@ from typing import Any, Callable
 import anyio.to_thread
 
 from orchestrator import audit, commands
+from orchestrator.admission import resume_run
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.machine import Table
@@ -252,19 +253,23 @@ class Worker:
 
     # -- submissions
 
-    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> ActiveRun:
-        """`by`: who submitted it (the token's name), shown on the run's page by this server."""
+    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None, *,
+                     adopting: bool = False) -> ActiveRun:
+        """`by`: who submitted it (the token's name), shown on the run's page by this server.
+        `adopting`: this server resumes an orphan on its own, no human asked: it keeps the run's
+        `--soak` but never its `--yes` (issue 21: an adopted run waits for a human at every approval)."""
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
-            prepared = await _in_thread(self._prepare, body, by)
+            prepared = await _in_thread(self._prepare, body, by, adopting)
             if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
                 await _in_thread(self._audit_submission, prepared.run.run_id, body, by)
             active = self._launch(prepared)
             active.by = by
             return active
 
-    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> _Prepared:
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None,
+                 adopting: bool = False) -> _Prepared:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
         yes, soak, pinned = False, None, None
@@ -274,7 +279,8 @@ class Worker:
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             checked, digest = load_runbook_checked(body.runbook or DEFAULT_RUNBOOK)
-            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK)
+            # admitted with the runbook's prerequisites checked (no override through the server)
+            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK, overrides=())
             new = True
         elif isinstance(body, RollbackBody):
             soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
@@ -291,6 +297,8 @@ class Worker:
 
             run = self._get_run(body.run_id)
             yes, soak_text, _ = kept_options(run, yes=body.yes, soak=body.soak)  # the run's own, unless given
+            if adopting:  # no human asked for this resume: the stored --yes never passes an approval
+                yes = False
             soak = commands.parse_soak(soak_text, "soak")
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
@@ -307,7 +315,11 @@ class Worker:
                     raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
                                     code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
                 checked, digest = load_runbook_checked(run.runbook, pinned)
-                rb, table, new = checked, table_for(run, checked), False
+                # the one admission path: a run superseded by a later run of its host is refused
+                # here exactly as on the CLI (an adoption included)
+                admitted, rb, table = resume_run(s, run.run_id, checked)
+                s.admitted[run.run_id] = admitted
+                run, new = admitted.run, False
         if rb != checked:
             raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
         lease, took_over = self._claim(run, new=new)
@@ -338,11 +350,16 @@ class Worker:
         refuse_if_leased(self.session, host)
 
     def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
-        """Take the host's lease for the run now, so a busy host is a 409 to the submitter.
+        """The host's lease for the run, so a busy host is a 409 to the submitter: the one its
+        admission took (orchestrator/admission.py; `execute` runs under it), else taken now.
 
-        `execute` acquires it again under the same run id and owner (a renewal with a new token).
         A new run journaled a moment before another runner won the lease is left unstarted.
         """
+        admitted = self.session.admitted.get(run.run_id)
+        if admitted is not None:
+            taken = admitted.took_over
+            return admitted.lease, (None if taken is None else
+                                    f"took over the expired lease of run {taken.run_id} ({taken.owner})")
         try:
             lease, taken = self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl)
         except LeaseHeld as exc:
@@ -578,6 +595,15 @@ class Worker:
         run = self._get_run(run_id)
         result = commands.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
+        mine = self.runs.get(run.run_id)
+        if result.runner is None and not (mine is not None and mine.active):
+            # nobody drives it: read the host and end it with what is true (orchestrator/orphans.py)
+            from orchestrator.orphans import end_unowned
+
+            ended = asyncio.run(end_unowned(self.session, self.session.journal.get_run(run.run_id), by))
+            if ended is not None:
+                self.log.warning("orphan_ended", run_id=run.run_id, by=by)
+                return {"run_id": run.run_id, "abort_requested": True, "runner": None, "message": ended, "ended": True}
         return {"run_id": run.run_id, "abort_requested": True, "runner": result.runner, "message": result.message}
 
     # -- adoption of orphaned runs
@@ -600,7 +626,7 @@ class Worker:
         adopted: list[str] = []
         for run_id in await _in_thread(self.orphans):
             try:
-                active = await self.submit(ResumeBody(action="resume", run_id=run_id))
+                active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
             except (Refused, UserError, ApiError, LeaseHeld) as exc:  # another runner won it, or it ended
                 self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
                 continue
