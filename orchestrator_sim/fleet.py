@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import socket
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +55,23 @@ RELAY_PORTS = (8008, 8009)
 # The base-tier hosts' addresses (TEST-NET, as the peers' static list had them).
 BASE_HOST_IPS = {"gpu03": "203.0.113.3", "gpu04": "203.0.113.4", "gpu23": "203.0.113.23"}
 KNOWN_HOSTS = ("gpu02", *BASE_HOSTS)
+#: Every engine (every container) keeps only its last N log lines, as docker's log rotation
+#: (`max-size`/`max-file`) does on production hosts: `SimConfig.log_lines`'s default.
+LOG_LINES_ENV = "ORCHESTRATOR_SIM_LOG_LINES"
+
+
+def log_lines_from_env() -> int | None:
+    """ORCHESTRATOR_SIM_LOG_LINES as a positive line count (unset or empty: no rotation)."""
+    raw = os.environ.get(LOG_LINES_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{LOG_LINES_ENV} must be a positive number of log lines, not {raw!r}")
+    return n
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,10 @@ class SimConfig:
     start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
     fresh_host: bool = False  # nothing deployed yet (as the recorded 8e07c35 exchanges start)
     hosts: Sequence[str] = ("gpu02",)  # any of gpu02, gpu03, gpu04, gpu23 (at least one)
+    # docker's log rotation: every container keeps only its last N lines (None: all, up to
+    # host_core.LOG_CAP); a long-running engine's start and ready line are then long gone.
+    # Default: ORCHESTRATOR_SIM_LOG_LINES.
+    log_lines: int | None = field(default_factory=log_lines_from_env)
 
 
 @dataclass(frozen=True)
@@ -252,6 +274,7 @@ class SimFleet:
             "discovery_cycle_s": self.config.discovery_cycle_s,
             "recorder": self.recorder,
             "fresh": self.config.fresh_host,
+            "log_lines": self.config.log_lines,
         }
         self.hosts: dict[str, SimHost] = {}
         self._envs: dict[str, dict[str, str]] = {"gpu02": env}

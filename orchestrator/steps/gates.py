@@ -15,6 +15,16 @@ from orchestrator.parsers.docker_ps import by_service
 
 if TYPE_CHECKING:
     from orchestrator.executor.runtime import Runtime
+    from orchestrator.parsers.docker_ps import Container
+
+
+def long_up(c: "Container", cold_start_s: float) -> bool:
+    """docker says the container has run longer than a whole cold start may take: a log window
+    without its startup line has lost it to rotation (it will not come)."""
+    from orchestrator.serving_evidence import up_seconds
+
+    up = up_seconds(c.status)
+    return up is not None and up >= cold_start_s
 
 
 @register
@@ -99,11 +109,13 @@ class ColdStart:
                 if c.id != first_id:
                     return fail(f"{service} restarted during its cold start (container ID changed)")
                 batch = await follower.poll()
-                if first_poll and len(batch.new) >= follower.initial_tail - 1 and not any(g.startup in ln.text for ln in batch.new):
+                if first_poll and batch.new and not any(g.startup in ln.text for ln in batch.new) and (
+                        len(batch.new) >= follower.initial_tail - 1 or long_up(c, rt.rb.timeouts.cold_start)):
                     # a resumed gate whose engine has logged more than the window since it started:
                     # its per-rank milestones are out of reach. Never judge (or time out) blind.
-                    return halt(f"{service}: its start scrolled out of the first {follower.initial_tail} log lines, so its "
-                                f"milestones cannot be checked; nothing was stopped. Judge the engine by hand, then resume")
+                    return halt(f"{service}: its start scrolled out of the log window ({len(batch.new)} lines read; docker: "
+                                f"{c.status}), so its milestones cannot be checked; nothing was stopped. Judge the engine by "
+                                f"hand, then resume")
                 first_poll = False
                 for idx, ln in enumerate(batch.new):
                     if g.startup in ln.text:
@@ -272,9 +284,15 @@ class Soak:
         if replaced:
             return fail(f"during the soak: {replaced}")
         for svc in watched:
+            # the one serving model (orchestrator/serving_evidence.py): an engine known not to
+            # serve fails the soak; one whose evidence does not decide (its start rotated out of
+            # the log and nothing live says which engine carries the traffic) is watched, not
+            # failed: failing a healthy host's soak would roll back what serves
             verdict = await rt.serving(svc)
-            if not verdict.serving:
+            if verdict.not_serving:
                 return fail(f"during the soak: {verdict.why}")
+            if verdict.unknown:
+                rt.emit("note", text=f"soak: whether {svc} serves is unknown ({verdict.why}); it is watched for a restart or exit")
         logs = ForbiddenLines(rt, list(watched)) if step.soak.watch_logs and rt.rb.log_gates.forbidden else None
         gauges = SoakGaugeWatch(rt, step.soak) if step.soak.metrics else None
         rt.start_heartbeat()
