@@ -181,17 +181,19 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
            f"neither its start nor its ready line is in its last {len(log.lines)} log lines (rotated)")
     if peers is None:
         return unknown(f"{service}: {gap}; the model-proxy peers were not asked")
+    if peers.routed is None:
+        return unknown(f"{service}: {gap}; {peers.why}")
     if not peers.routed:
         return unknown(f"{service}: {gap}; {peers.why}")
     if all(v.not_serving for v in others.values()):
-        alone = "no other engine runs" if not others else "no other engine serves"
+        alone = "no other engine runs" if all("not running" in v.why for v in others.values()) else "no other engine serves"
         return serving(f"{service}: {gap}, but {peers.why} and {alone}")
     up = up_seconds(c.status)
     if log.lines is not None and up is not None and up >= cold_start_s:
         return serving(f"{service} has run for {c.status.removeprefix('Up ')} (longer than a cold start) with no start in its "
                        f"last {len(log.lines)} log lines, and {peers.why}")
-    why = (f"up only {c.status.removeprefix('Up ')}" if up is not None and up < cold_start_s else "its log cannot rule out a restart")
-    return unknown(f"{service}: {gap}; {peers.why}, but another engine may carry that and {why}")
+    short = f" and it is up only {c.status.removeprefix('Up ')}" if up is not None and up < cold_start_s else ""
+    return unknown(f"{service}: {gap}; {peers.why}, but another engine may be the one serving{short}")
 
 
 def base_verdict(service: str, c: Container | None, log: LogWindow, *, ready_marks: Sequence[str], startup: str,

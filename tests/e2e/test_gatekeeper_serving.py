@@ -119,3 +119,64 @@ def test_with_r1_in_a_cold_start_r2_stop_old_is_not_executed(short_logs):
     assert f"refusing to stop {R2_OLD}" in run.message and "no other replica does" in run.message
     assert "host now:" in run.message and f"{R2_OLD} serving" in run.message
     assert f"{R1} NOT serving" in run.message
+
+
+# -- "host now" says unknown when the evidence cannot decide (issue 22, issue 27) -----------------
+
+def _cli(fleet, tmp_path, *args, env_extra=None):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(fleet.env_for_orchestrator(tmp_path / "inventory.yaml"))
+    env.update({"ORCHESTRATOR_STATE_DIR": str(tmp_path / "state"), "ORCHESTRATOR_TIME_SCALE": str(SPEED)})
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], env=env, cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _host_now(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if "host now:" in ln]
+    assert lines, text[-2000:]
+    return lines[-1][lines[-1].index("host now:"):]
+
+
+@pytest.fixture
+def sim(request):
+    from orchestrator_sim import SimConfig, SimFleet
+
+    faults = getattr(request, "param", ())
+    fleet = SimFleet(SimConfig(speed=SPEED, cold_start_s=1200, faults=list(faults)))
+    fleet.__enter__()
+    yield fleet
+    fleet.__exit__(None, None, None)
+
+
+def test_a_wrong_dashboard_token_aborts_and_host_now_says_unknown_not_not_serving(sim, tmp_path):
+    """Issue 22: the abort is right ("Nothing was changed"); both replicas served, but their logs
+    could not be read (the new file was never fetched on the host: compose-manager answers 500),
+    so `host now` says "unknown" for each, never "NOT serving"."""
+    r = _cli(sim, tmp_path, "rollout", "gpu02", "--tag", "v0.0.300", "--yes",
+             env_extra={"ORCHESTRATOR_DASHBOARD_TOKEN": "0" * 32})
+    assert r.returncode == 5, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Nothing was changed" in r.stdout
+    now = _host_now(r.stdout)
+    assert "NOT serving" not in now, now
+    assert f"r1: {R1} unknown (" in now and f"r2: {R2_OLD} unknown (" in now, now
+    assert "its log could not be read" in now and "500" in now, now
+    assert [c for c in sim.calls if c.is_compose_down or (c.is_compose_up and not (c.body or {}).get("dry_run"))] == []
+
+
+@pytest.mark.parametrize("sim", [("tag-unknown",)], indirect=True)
+def test_logs_answered_500_make_host_now_unknown(sim, tmp_path):
+    """Issue 27: a service whose logs compose-manager cannot read (the file was never fetched on
+    the host: HTTP 500) is "unknown" in the `host now` line, not "NOT serving"."""
+    r = _cli(sim, tmp_path, "rollout", "gpu02", "--tag", "v0.0.300", "--yes")
+    assert r.returncode == 5, r.stdout[-2000:] + r.stderr[-2000:]
+    logs = [c for c in sim.calls if c.path == "/compose/logs"]
+    assert logs and all(c.status == 500 for c in logs), [(c.path, c.status) for c in logs]
+    now = _host_now(r.stdout)
+    assert "NOT serving" not in now, now
+    assert f"{R1} unknown (" in now and f"{R2_OLD} unknown (" in now, now
