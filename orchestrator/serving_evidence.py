@@ -181,9 +181,7 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
            f"neither its start nor its ready line is in its last {len(log.lines)} log lines (rotated)")
     if peers is None:
         return unknown(f"{service}: {gap}; the model-proxy peers were not asked")
-    if peers.routed is None:
-        return unknown(f"{service}: {gap}; {peers.why}")
-    if not peers.routed:
+    if not peers.routed:  # a peer does not list the host healthy, or could not be asked
         return unknown(f"{service}: {gap}; {peers.why}")
     if all(v.not_serving for v in others.values()):
         alone = "no other engine runs" if all("not running" in v.why for v in others.values()) else "no other engine serves"

@@ -1,0 +1,113 @@
+"""The serving model in the executor, with logs that docker's rotation cut short (issue 21 case 11).
+
+Mutation list (each guard changed in the source, the tests run and seen failing, the source
+restored):
+- runtime.py:Runtime.stop_guard, `if mine.not_serving: continue` -> `if not mine.serving:`
+  (an unknown engine stopped) -> test_an_unknown_engine_is_not_stopped_without_a_serving_other;
+  `if refusal: return refusal` disabled -> test_a_rotated_old_r2_is_not_stopped_while_r1_cold_starts;
+- runtime.py:Runtime.serving, the peers not asked (`peers=None`) ->
+  test_a_rotated_old_r2_is_not_stopped_while_r1_cold_starts (refused, but as "unknown", not as
+  the only serving engine) and test_a_rotated_r1_serves_and_the_old_r2_is_stopped (HALT);
+- runtime.py:Runtime.peers_view, a peer that cannot be asked counted as routing ->
+  test_an_unknown_engine_is_not_stopped_without_a_serving_other;
+- runtime.py:Runtime.host_now, "NOT serving (...)" for anything not serving ->
+  test_host_now_says_unknown_when_the_log_cannot_be_read;
+- steps/gates.py:Soak.run, `if verdict.not_serving` -> `if not verdict.serving` ->
+  test_the_soak_watches_an_engine_whose_serving_is_unknown (the soak fails);
+- steps/gates.py:ColdStart.run, the `long_up(...)` alternative removed ->
+  test_a_cold_start_gate_whose_start_rotated_out_halts_at_once (it waits 50 minutes, then FAIL).
+"""
+
+from __future__ import annotations
+
+from fakes import NEW_R2, OLD_R2, R1, RB, READY, STARTUP, TAG, Rig, ctx_at, engine_log
+
+from orchestrator.clients.errors import ServerError, TransportError
+
+NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500
+DAYS = -9 * 86400.0  # started nine days ago
+
+
+def rotated(rig: Rig, service: str, **kw):
+    return rig.compose.run(service, log=list(NOISE), started=DAYS, **kw)
+
+
+def at_stop_old() -> Rig:
+    return Rig(state="r2.stop-old", ctx=ctx_at())
+
+
+async def test_a_rotated_old_r2_is_not_stopped_while_r1_cold_starts():
+    rig = at_stop_old()
+    rotated(rig, OLD_R2)
+    rig.compose.run(R1, log=engine_log(ready=False), started=-600.0)  # restarted ten minutes ago
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert f"refusing to stop {OLD_R2}: it serves, and no other replica does" in note
+    assert rig.compose.sent("down") == []
+
+
+async def test_a_rotated_r1_serves_and_the_old_r2_is_stopped():
+    rig = at_stop_old()
+    rotated(rig, OLD_R2)
+    rotated(rig, R1)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert [r.services for r in rig.compose.sent("down")] == [(OLD_R2,)]
+
+
+async def test_an_unknown_engine_is_not_stopped_without_a_serving_other():
+    # both rotated and a peer cannot be asked: nothing live decides; unknown never permits a stop
+    rig = at_stop_old()
+    rotated(rig, OLD_R2)
+    rotated(rig, R1)
+    rig.clients.peers[1].error = TransportError("model-proxy:peer-b", "connection refused")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert f"refusing to stop {OLD_R2}: whether it serves is unknown" in note and "peer-b could not be asked" in note
+    assert rig.compose.sent("down") == []
+
+
+async def test_the_soak_watches_an_engine_whose_serving_is_unknown():
+    # r1 restarted 20 minutes ago (before this run's soak) and logged more than its window since:
+    # it is not known to serve, nor known not to. The soak watches it rather than failing.
+    rig = Rig(state="r2.soak", ctx=ctx_at())
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG, started=-600.0)
+    rig.compose.run(R1, log=list(NOISE), started=-1200.0)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r1.stop-old"), note
+    notes = [f["text"] for k, f in rig.progress.events if k == "note"]
+    assert any(f"whether {R1} serves is unknown" in t for t in notes), notes
+
+
+async def test_the_soak_fails_on_an_engine_known_not_to_serve():
+    rig = Rig(state="r2.soak", ctx=ctx_at())
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG, started=-600.0)
+    rig.compose.run(R1, log=list(NOISE) + [STARTUP.format(api_key="")], started=DAYS)
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and R1 in note and "ready line" in note
+
+
+async def test_a_cold_start_gate_whose_start_rotated_out_halts_at_once():
+    # a resumed gate on an engine up two hours whose 500-line window holds neither its start nor
+    # its milestones: they will never come, so it halts now (nothing stopped) instead of timing out
+    rig = Rig(state="r2.cold-start", ctx=ctx_at())
+    rig.compose.run(R1)
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG, log=list(NOISE) + [READY], started=-7200.0)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert "scrolled out of the log window" in note and rig.clock.now == 0.0
+    assert rig.compose.sent("down") == []
+
+
+async def test_host_now_says_unknown_when_the_log_cannot_be_read():
+    rig = at_stop_old()
+    rotated(rig, OLD_R2)
+    rig.compose.run(R1, started=DAYS)
+
+    async def logs_500(*a, **kw):
+        raise ServerError("compose-manager", "HTTP 500 open /app/work/x.yaml: no such file or directory")
+
+    rig.compose.logs = logs_500
+    line = await rig.ex.rt.host_now()
+    assert "NOT serving" not in line, line
+    assert f"{R1} unknown (" in line and "could not be read" in line and "500" in line, line
