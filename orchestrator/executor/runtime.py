@@ -387,6 +387,12 @@ class Runtime:
         return judge(service, c, log, ready_marks=g.required, startup=g.startup, ran_here=ran_here,
                      peers=await self.peers_view(), others=others, cold_start_s=self.rb.timeouts.cold_start)
 
+    async def running_engine_verdicts(self, containers: list[Container] | None = None) -> dict[str, Verdict]:
+        """The serving verdict of every engine docker/ps lists (running or restarting)."""
+        containers = containers if containers is not None else await self.ps()
+        engines = [(c.service or c.name) for c in containers if self.rb.replica_of(c.service or c.name)]
+        return {svc: await self.serving(svc, containers) for svc in engines}
+
     async def stop_guard(self, services: list[str]) -> str | None:
         """Why stopping these services now could take down the last serving replica (None: safe).
         An engine is stopped only when it is known not to serve, or (one-host capacity) an engine

@@ -111,3 +111,35 @@ async def test_host_now_says_unknown_when_the_log_cannot_be_read():
     line = await rig.ex.rt.host_now()
     assert "NOT serving" not in line, line
     assert f"{R1} unknown (" in line and "could not be read" in line and "500" in line, line
+
+
+# -- placement ------------------------------------------------------------------------------------
+# Mutation: steps/checks.py:HostStateCheck.run, the `if down:` refusal removed ->
+# test_a_host_at_target_with_an_engine_in_a_cold_start_is_not_done fails (DONE "nothing to do").
+
+def at_target(r1_log: list[str]) -> Rig:
+    from test_preflight import place
+
+    rig = Rig(state="preflight.host-state", ctx=ctx_at())
+    place(rig, old_r2=None, new_r2="new", r1="new", shared="new")
+    rig.compose.host[R1].log = list(r1_log)
+    return rig
+
+
+async def test_a_host_at_target_with_an_engine_in_a_cold_start_is_not_done():
+    rig = at_target(engine_log(ready=False))  # r1 restarted and is in a cold start
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("fail", "ABORTED"), note
+    assert f"{R1} NOT serving" in note and "Nothing was changed" in note
+    assert rig.ctx.placement["serving"][R1] == "not serving"
+    assert not rig.compose.sent("up") and not rig.compose.sent("down")
+
+
+async def test_a_host_at_target_with_rotated_logs_is_done():
+    rig = at_target(list(NOISE))
+    rig.compose.host[R1].started = DAYS
+    rig.compose.host[NEW_R2].log = list(NOISE)
+    rig.compose.host[NEW_R2].started = DAYS
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("skip", "DONE"), note
+    assert rig.ctx.placement["serving"] == {R1: "serving", NEW_R2: "serving"}
