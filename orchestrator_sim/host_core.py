@@ -719,6 +719,14 @@ class HostCore:
             self._append(c, sglang_log.nccl_error_lines(self.wall()))
             self._exit(c, 1)  # restarting; the restart policy starts it again (a cold start)
 
+    def clear_work_dir(self) -> None:
+        """compose-manager came back with an empty work dir (its container was recreated): every
+        file must be fetched again by an up or dry run naming it; until then `compose/logs` and
+        `compose/down` of that file fail (500 `open .../prod/X.yaml: no such file or directory`),
+        while the containers it deployed run on. For tests."""
+        with self._lock:
+            self._work_dir.clear()
+
     def booked_bytes(self) -> int:
         with self._lock:
             self.sync()

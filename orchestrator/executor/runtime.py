@@ -110,6 +110,7 @@ class Runtime:
         self.log = log.bind(run_id=run.run_id, host=run.host)
         self._hb_next = 0.0
         self._previous_ref_of = runbook.previous_ref_of()  # read on every log poll: once per run
+        self._files_by_action_log: dict[str, str] | None = None  # service -> file of its newest up (log_window)
 
     # -- small helpers ------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -328,10 +329,30 @@ class Runtime:
         """The engine's last SERVING_WINDOW log lines (docker's rotation may keep fewer), or why
         they could not be read (the file never fetched on the host, no env map, ...)."""
         try:
-            text = await self.clients.compose.logs(self.service_file(service), [service], SERVING_WINDOW, self.entry.project)
+            file = await self._log_file(service)
+            text = await self.clients.compose.logs(file, [service], SERVING_WINDOW, self.entry.project)
         except ClientError as exc:
             return LogWindow.unreadable(f"{type(exc).__name__}: {self.scrub(str(exc))[:160]}")
         return LogWindow(text.splitlines())
+
+    async def _log_file(self, service: str) -> str:
+        """The file a serving check reads `service`'s log through: the file that deployed it as
+        this run knows it (`service_file`), else the file of the newest up in compose-manager's
+        action log that named it (before the before-state is read, e.g. at placement or in an
+        early abort's `host now`: the new file may not define the old engine at all)."""
+        known = (self.ctx.deployed.get(service) or self.ctx.previous.get(service)
+                 or self.ctx.previous.get(self._previous_ref_of.get(service, "")))
+        if known:
+            return known["file"]
+        if self._files_by_action_log is None:
+            self._files_by_action_log = {}
+            try:
+                for act in await self.clients.compose.action_log():
+                    if act.action == "compose_up" and act.file:
+                        self._files_by_action_log.update({s: act.file for s in act.services})
+            except ClientError:
+                pass  # the new file, as before
+        return self._files_by_action_log.get(service, self.rb.file)
 
     async def peers_view(self) -> Peers:
         """Do the model-proxy peers route to this host (every peer lists it healthy under one of

@@ -154,29 +154,32 @@ def sim(request):
     fleet.__exit__(None, None, None)
 
 
-def test_a_wrong_dashboard_token_aborts_and_host_now_says_unknown_not_not_serving(sim, tmp_path):
-    """Issue 22: the abort is right ("Nothing was changed"); both replicas served, but their logs
-    could not be read (the new file was never fetched on the host: compose-manager answers 500),
-    so `host now` says "unknown" for each, never "NOT serving"."""
+def test_a_wrong_dashboard_token_aborts_and_host_now_says_what_serves(sim, tmp_path):
+    """Issue 22: the abort is right ("Nothing was changed"); both replicas served, and `host now`
+    says so (their logs are read through the file that deployed them, from the action log, not
+    through the new file, which does not define the old r2); never "NOT serving"."""
     r = _cli(sim, tmp_path, "rollout", "gpu02", "--tag", "v0.0.300", "--yes",
              env_extra={"ORCHESTRATOR_DASHBOARD_TOKEN": "0" * 32})
     assert r.returncode == 5, r.stdout[-2000:] + r.stderr[-2000:]
     assert "Nothing was changed" in r.stdout
     now = _host_now(r.stdout)
     assert "NOT serving" not in now, now
-    assert f"r1: {R1} unknown (" in now and f"r2: {R2_OLD} unknown (" in now, now
-    assert "its log could not be read" in now and "500" in now, now
+    assert now == f"host now: r1: {R1} serving; r2: {R2_OLD} serving", now
     assert [c for c in sim.calls if c.is_compose_down or (c.is_compose_up and not (c.body or {}).get("dry_run"))] == []
 
 
 @pytest.mark.parametrize("sim", [("tag-unknown",)], indirect=True)
 def test_logs_answered_500_make_host_now_unknown(sim, tmp_path):
-    """Issue 27: a service whose logs compose-manager cannot read (the file was never fetched on
-    the host: HTTP 500) is "unknown" in the `host now` line, not "NOT serving"."""
+    """Issue 27 (and issue 22's "unknown is unknown"): a service whose logs compose-manager cannot
+    read (the file was never fetched on the host: HTTP 500) is "unknown" in the `host now` line,
+    never "NOT serving": here compose-manager lost its work dir and the run aborts (unknown tag)
+    before any up or dry run fetched a file again."""
+    sim.host.clear_work_dir()
     r = _cli(sim, tmp_path, "rollout", "gpu02", "--tag", "v0.0.300", "--yes")
     assert r.returncode == 5, r.stdout[-2000:] + r.stderr[-2000:]
     logs = [c for c in sim.calls if c.path == "/compose/logs"]
     assert logs and all(c.status == 500 for c in logs), [(c.path, c.status) for c in logs]
     now = _host_now(r.stdout)
     assert "NOT serving" not in now, now
-    assert f"{R1} unknown (" in now and f"{R2_OLD} unknown (" in now, now
+    assert f"r1: {R1} unknown (" in now and f"r2: {R2_OLD} unknown (" in now, now
+    assert "its log could not be read" in now and "500" in now and "no such file" in now, now
