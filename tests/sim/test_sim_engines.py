@@ -65,7 +65,8 @@ def test_steady_state_noise_repeats_identical_lines(sim: Sim) -> None:
     assert any("Decode batch" in line or '"GET /health HTTP/1.1" 200 OK' in line for line in lines)
 
 
-def test_the_old_r2_logged_its_80_percent_budget(sim: Sim) -> None:
+def test_the_old_r2_logged_its_80_percent_budget(make_sim) -> None:
+    sim = make_sim(log_lines=None)  # its whole start: no log rotation (ORCHESTRATOR_SIM_LOG_LINES)
     lines = _body(sim.logs(OLD_R2, file=CANARY), OLD_R2)
     assert _rank_budgets(lines) == {r: [262552089395] for r in range(4)}
     assert all("budget=80%" in line for line in lines if "rank_budget_bytes" in line)
