@@ -17,8 +17,10 @@ Evidence, in order (the first that decides wins):
      container (`ran_here`: its ready line was seen by this run, nothing started since);
      for any other engine the log decides nothing. Never "not serving" for want of a line.
    A log that could not be read decides nothing either.
-3. Live evidence for an engine the log could not decide: both model-proxy peers route to the
-   host (list it healthy under a runbook domain), and either
+3. Live evidence for an engine the log could not decide: the soak relay, where it runs, answers
+   /health on the port of this engine's replica (the only engine of that replica running) ->
+   SERVING; else both model-proxy peers route to the host (list it healthy under a runbook
+   domain), and either
    - no other engine of the host serves (each is known NOT SERVING): the peers' health can only
      come from this engine; or
    - docker says it has run longer than a whole cold start may take (the runbook's cold-start
@@ -165,18 +167,22 @@ def from_log(service: str, log: LogWindow, *, ready_marks: Sequence[str], startu
 
 
 def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Sequence[str], startup: str, ran_here: bool,
-          peers: Peers | None, others: Mapping[str, Verdict], cold_start_s: float) -> Verdict:
+          peers: Peers | None, others: Mapping[str, Verdict], cold_start_s: float, relay: str | None = None) -> Verdict:
     """The verdict on one engine from every piece of evidence (module docstring).
 
     `others`: the verdicts on the host's other running engines from docker and the log alone
-    (`base_verdict`); `peers`: None when not asked (the caller asks only when needed)."""
+    (`base_verdict`); `peers`: None when not asked (the caller asks only when needed); `relay`:
+    set (to what it saw) when the soak relay's port of this engine's replica answered /health
+    while this engine is the only one of its replica running (live, per engine)."""
     decided = from_docker(service, c)
-    if decided is not None and (decided.not_serving or decided.serving):
+    if decided is not None:
         return decided
     assert c is not None
     decided = from_log(service, log, ready_marks=ready_marks, startup=startup, ran_here=ran_here)
     if decided is not None:
         return decided
+    if relay:
+        return serving(f"{service}: {relay}")
     gap = (f"its log could not be read ({log.error})" if log.lines is None else
            f"neither its start nor its ready line is in its last {len(log.lines)} log lines (rotated)")
     if peers is None:
@@ -218,3 +224,19 @@ def stop_refusal(stopping: str, mine: Verdict, others: Mapping[str, Verdict], ho
                 f"serve ({whys}); nothing was stopped. Judge the engines by hand, then resume")
     return (f"refusing to stop {stopping}: it serves, and no other replica does ({whys}); stopping it would leave "
             f"{host} with no serving replica. Nothing was stopped")
+
+
+def publishes(c: Container, port: int) -> bool:
+    """docker/ps `Ports` of `c` publish host port `port` (`0.0.0.0:8008-8009->8008-8009/tcp`)."""
+    for part in str(c.raw.get("Ports") or "").split(","):
+        host = part.strip().split("->", 1)[0]
+        if "->" not in part or ":" not in host:
+            continue
+        span = host.rsplit(":", 1)[1]
+        lo, _, hi = span.partition("-")
+        try:
+            if int(lo) <= port <= int(hi or lo):
+                return True
+        except ValueError:
+            continue
+    return False

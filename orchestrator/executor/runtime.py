@@ -405,8 +405,40 @@ class Runtime:
             o_log = await self.log_window(o) if oc is not None and from_docker(o, oc) is None else LogWindow(())
             others[o] = base_verdict(o, oc, o_log, ready_marks=g.required, startup=g.startup,
                                      ran_here=oc is not None and self.ctx.ready.get(o) == oc.id)
+        relay = await self._relay_health(service, containers)
         return judge(service, c, log, ready_marks=g.required, startup=g.startup, ran_here=ran_here,
-                     peers=await self.peers_view(), others=others, cold_start_s=self.rb.timeouts.cold_start)
+                     peers=None if relay else await self.peers_view(), others=others,
+                     cold_start_s=self.rb.timeouts.cold_start, relay=relay)
+
+    def _relay_ports(self) -> dict[str, tuple[int, str]]:
+        """replica -> (soak relay port, token variable), from the runbook's `relay:` gates."""
+        out: dict[str, tuple[int, str]] = {}
+        for ph in self.rb.phases:
+            for st in ph.steps:
+                if st.relay is not None and ph.replica:
+                    out.setdefault(ph.replica, (st.relay.port, st.relay.token_variable))
+        return out
+
+    async def _relay_health(self, service: str, containers: list[Container]) -> str | None:
+        """Live, per engine: where a container publishes the soak relay's port of this engine's
+        replica and this engine is the only one of its replica running, GET /health through it.
+        What it saw when it answered; None otherwise (no relay, a refusal, a 502: no evidence,
+        since the relay may route to a container that is gone). Only with the env map in hand
+        (its token): a serving check never reads the dashboard itself."""
+        from orchestrator.serving_evidence import publishes
+
+        replica = self.rb.replica_of(service)
+        port = self._relay_ports().get(replica or "")
+        if port is None or self.env is None:
+            return None
+        siblings = [c for c in containers if self.rb.replica_of(c.service or c.name) == replica]
+        if [c.service or c.name for c in siblings] != [service] or not any(publishes(c, port[0]) for c in containers):
+            return None
+        try:
+            await self.relay_client(port[0], self.env.get(port[1], "")).health()
+        except ClientError:
+            return None
+        return f"the soak relay :{port[0]} (its replica's port) answers /health"
 
     async def running_engine_verdicts(self, containers: list[Container] | None = None) -> dict[str, Verdict]:
         """The serving verdict of every engine docker/ps lists (running or restarting)."""

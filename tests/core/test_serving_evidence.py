@@ -62,9 +62,9 @@ def window(*lines: str) -> LogWindow:
     return LogWindow(list(lines))
 
 
-def judged(c=None, log=None, *, ran_here=False, peers=ROUTED, others=None, cold=COLD) -> Verdict:
+def judged(c=None, log=None, *, ran_here=False, peers=ROUTED, others=None, cold=COLD, relay=None) -> Verdict:
     return judge("e", ctr() if c is None else c, window(*NOISE) if log is None else log, ready_marks=MARKS, startup=STARTUP,
-                 ran_here=ran_here, peers=peers, others={} if others is None else others, cold_start_s=cold)
+                 ran_here=ran_here, peers=peers, others={} if others is None else others, cold_start_s=cold, relay=relay)
 
 
 # -- docker -----------------------------------------------------------------------------------------
@@ -215,3 +215,20 @@ def test_unknown_is_said_unknown():
     assert unknown("its log could not be read").phrase() == "unknown (its log could not be read)"
     assert not_serving("exited").phrase() == "NOT serving (exited)"
     assert serving("ready").phrase() == "serving"
+
+
+def test_the_relays_health_is_live_evidence_for_its_engine():
+    v = judged(ctr(status="Up 10 minutes"), others={"r2": serving("ready")}, peers=None, relay="the soak relay :8008 answers /health")
+    assert v.serving and ":8008" in v.why
+
+
+def test_published_ports_are_read_from_docker_ps():
+    from orchestrator.serving_evidence import publishes
+
+    def c(ports):
+        return Container(id="r", name="relay", image="nginx", state="running", status="Up", created_at="t", raw={"Ports": ports})
+
+    assert publishes(c("0.0.0.0:8008-8009->8008-8009/tcp"), 8009)
+    assert publishes(c("0.0.0.0:8008->8008/tcp, :::8008->8008/tcp"), 8008)
+    assert not publishes(c("8000/tcp"), 8000)  # exposed, not published
+    assert not publishes(c(""), 8008) and not publishes(c("0.0.0.0:8008-8009->8008-8009/tcp"), 8010)

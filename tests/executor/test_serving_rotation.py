@@ -143,3 +143,62 @@ async def test_a_host_at_target_with_rotated_logs_is_done():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("skip", "DONE"), note
     assert rig.ctx.placement["serving"] == {R1: "serving", NEW_R2: "serving"}
+
+
+# -- the soak relay's /health: live evidence for one engine -----------------------------------------
+# Mutations: runtime.py:Runtime._relay_health returning None at once ->
+# test_the_relays_health_makes_a_recently_restarted_r1_known_to_serve fails (HALT);
+# `except ClientError: return None` made to return the evidence ->
+# test_a_relay_that_answers_502_is_no_evidence fails (the down is sent).
+
+class _Relay:
+    def __init__(self, ok: bool, seen: list) -> None:
+        self.ok, self.seen = ok, seen
+
+    async def health(self) -> None:
+        self.seen.append("health")
+        if not self.ok:
+            raise ServerError("soak-relay", "HTTP 502 Bad Gateway", status=502)
+
+
+def with_relay(rig: Rig, *, ok: bool) -> list:
+    from orchestrator.parsers.docker_ps import Container
+
+    seen: list = []
+    plain = rig.compose.ps
+
+    async def ps(*a, **kw):
+        out = await plain(*a, **kw)
+        return out + [Container(id="relay-1", name="glm53-soak-relay", image="nginx", state="running", status="Up 3 days",
+                                created_at="t", service="glm53-soak-relay",
+                                raw={"Ports": "0.0.0.0:8008-8009->8008-8009/tcp"})]
+
+    rig.compose.ps = ps
+    rig.clients.relay = lambda url, token: _Relay(ok, seen)
+    return seen
+
+
+def at_stop_old_with_a_young_r1() -> Rig:
+    # r1 restarted 20 minutes ago and logged more than its window since; the old r2 up 9 days,
+    # both rotated: neither the log nor the peers tell which one carries the host's traffic
+    rig = at_stop_old()
+    rotated(rig, OLD_R2)
+    rig.compose.run(R1, log=list(NOISE), started=-1200.0)
+    return rig
+
+
+async def test_the_relays_health_makes_a_recently_restarted_r1_known_to_serve():
+    rig = at_stop_old_with_a_young_r1()
+    seen = with_relay(rig, ok=True)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.dry-run"), note
+    assert seen and [r.services for r in rig.compose.sent("down")] == [(OLD_R2,)]
+
+
+async def test_a_relay_that_answers_502_is_no_evidence():
+    rig = at_stop_old_with_a_young_r1()
+    seen = with_relay(rig, ok=False)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert seen and rig.compose.sent("down") == []
+    assert f"{R1} unknown" in note or "unknown (" in note
