@@ -168,14 +168,15 @@ def test_a_wrong_dashboard_token_aborts_and_host_now_says_what_serves(sim, tmp_p
     assert [c for c in sim.calls if c.is_compose_down or (c.is_compose_up and not (c.body or {}).get("dry_run"))] == []
 
 
-@pytest.mark.parametrize("sim", [("tag-unknown",)], indirect=True)
 def test_logs_answered_500_make_host_now_unknown(sim, tmp_path):
     """Issue 27 (and issue 22's "unknown is unknown"): a service whose logs compose-manager cannot
     read (the file was never fetched on the host: HTTP 500) is "unknown" in the `host now` line,
-    never "NOT serving": here compose-manager lost its work dir and the run aborts (unknown tag)
-    before any up or dry run fetched a file again."""
+    never "NOT serving". Here compose-manager lost its work dir, and the run aborts (a wrong
+    dashboard token) before any up or dry run fetched a file again and without the env map (so
+    without the soak relay's token): nothing live says which engine serves."""
     sim.host.clear_work_dir()
-    r = _cli(sim, tmp_path, "rollout", "gpu02", "--tag", "v0.0.300", "--yes")
+    r = _cli(sim, tmp_path, "rollout", "gpu02", "--tag", "v0.0.300", "--yes",
+             env_extra={"ORCHESTRATOR_DASHBOARD_TOKEN": "0" * 32})
     assert r.returncode == 5, r.stdout[-2000:] + r.stderr[-2000:]
     logs = [c for c in sim.calls if c.path == "/compose/logs"]
     assert logs and all(c.status == 500 for c in logs), [(c.path, c.status) for c in logs]
