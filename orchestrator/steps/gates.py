@@ -113,6 +113,11 @@ class ColdStart:
                         len(batch.new) >= follower.initial_tail - 1 or long_up(c, rt.rb.timeouts.cold_start)):
                     # a resumed gate whose engine has logged more than the window since it started:
                     # its per-rank milestones are out of reach. Never judge (or time out) blind.
+                    finished = self._start_rotated_out(rt, c, gate, [ln.text for ln in batch.new])
+                    if finished is not None:
+                        verdict = await rt.serving(service)
+                        if not verdict.not_serving:
+                            return ok(f"{service}: {finished}; serving: {verdict.state.value} ({verdict.why})")
                     return halt(f"{service}: its start scrolled out of the log window ({len(batch.new)} lines read; docker: "
                                 f"{c.status}), so its milestones cannot be checked; nothing was stopped. Judge the engine by "
                                 f"hand, then resume")
@@ -155,6 +160,22 @@ class ColdStart:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
             await rt.wait()
+
+    @staticmethod
+    def _start_rotated_out(rt: "Runtime", c: "Container", gate: LogGate, lines: list[str]) -> str | None:
+        """A resumed gate whose engine's start rotated out of its log, for a gate that needs only
+        the ready line (no per-rank milestones: those cannot be judged without the start): the
+        start finished when docker says the container has run, never restarted, longer than a
+        whole cold start may take and its window holds no start and no failure line. What that
+        evidence is, or None (the gate halts)."""
+        g = rt.rb.log_gates
+        if gate.required_per_rank or not c.is_running or not long_up(c, rt.rb.timeouts.cold_start):
+            return None
+        if any(bad in text for text in lines for bad in g.forbidden):
+            return None
+        return (f"its start rotated out of its log (the last {len(lines)} lines hold no start and no failure line) and docker "
+                f"says it has run {c.status.removeprefix('Up ')} without a restart, longer than a whole cold start: its start "
+                f"finished")
 
     @staticmethod
     def _failed_on_line(rt: "Runtime", node: Node, step: Step, record: list[str], why: str) -> StepOutcome:

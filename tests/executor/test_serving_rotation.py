@@ -202,3 +202,38 @@ async def test_a_relay_that_answers_502_is_no_evidence():
     assert (event, to) == ("halt", "HALTED"), note
     assert seen and rig.compose.sent("down") == []
     assert f"{R1} unknown" in note or "unknown (" in note
+
+
+# -- a resumed cold-start gate whose start rotated out, for a gate that needs only the ready line ---
+# Mutations: steps/gates.py:ColdStart._start_rotated_out, the `gate.required_per_rank` condition
+# removed -> test_a_cold_start_gate_whose_start_rotated_out_halts_at_once fails (it passes a
+# budget gate unverified); the forbidden-line condition removed ->
+# test_a_rotated_start_with_a_failure_line_in_the_window_halts fails; the `long_up` condition
+# removed -> test_a_young_rotated_engine_is_not_taken_as_started fails.
+
+def at_cold_start_old(log: list[str], started: float) -> Rig:
+    """r2's rollback: the old FP8 r2 is back (cold-start-old has no per-rank milestones)."""
+    rig = Rig(state="r2.rollback.cold-start-old", ctx=ctx_at())
+    rig.compose.run(R1)
+    rig.compose.run(OLD_R2, log=log, started=started)
+    return rig
+
+
+async def test_a_rotated_start_of_a_long_running_engine_passes_a_ready_line_gate():
+    rig = at_cold_start_old(list(NOISE), -7200.0)
+    [(event, note, to)] = await rig.step()
+    assert event == "ok", note
+    assert "rotated out" in note and "without a restart" in note and "serving:" in note
+
+
+async def test_a_rotated_start_with_a_failure_line_in_the_window_halts():
+    rig = at_cold_start_old(list(NOISE) + ["[TP1] NCCL error in: ProcessGroupNCCL.cpp"], -7200.0)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+
+
+async def test_a_young_rotated_engine_is_not_taken_as_started():
+    # up 10 minutes with 500 lines and no start: not long enough to call its start finished
+    rig = at_cold_start_old(list(NOISE) * 8, -600.0)
+    [(event, note, to)] = await rig.step()
+    assert event != "ok", note
