@@ -103,6 +103,17 @@ class Peers:
     why: str
 
 
+#: Lines SGLang logs only once its start is over: it answers /health, serves a request, runs a
+#: prefill or decode batch. A window holding one (and no startup line) saw the engine past its start.
+ACTIVITY_MARKS = ('"GET /health HTTP/1.1" 200', '"POST /v1/chat/completions HTTP/1.1" 200', '"POST /generate HTTP/1.1" 200',
+                  "Prefill batch", "Decode batch")
+
+
+def past_its_start(lines: Sequence[str]) -> bool:
+    """The window shows the engine working (ACTIVITY_MARKS): its start was over by then."""
+    return any(m in line for line in lines for m in ACTIVITY_MARKS)
+
+
 _UP_RE = re.compile(r"^Up\s+(?:(?P<less>Less than a second)|(?P<about>About an? )?(?P<n>\d+|an?)?\s*(?P<unit>second|minute|hour|day|week|month|year)s?)", re.I)
 _UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "month": 2592000, "year": 31536000}
 

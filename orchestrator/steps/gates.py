@@ -166,14 +166,20 @@ class ColdStart:
         """A resumed gate whose engine's start rotated out of its log, for a gate that needs only
         the ready line (no per-rank milestones: those cannot be judged without the start): the
         start finished when docker says the container has run, never restarted, longer than a
-        whole cold start may take and its window holds no start and no failure line. What that
-        evidence is, or None (the gate halts)."""
+        whole cold start may take and its window holds no start and no failure line but shows it
+        working (health checks answered, batches run). What that evidence is, or None (the gate
+        halts)."""
         g = rt.rb.log_gates
         if gate.required_per_rank or not c.is_running or not long_up(c, rt.rb.timeouts.cold_start):
             return None
         if any(bad in text for text in lines for bad in g.forbidden):
             return None
-        return (f"its start rotated out of its log (the last {len(lines)} lines hold no start and no failure line) and docker "
+        from orchestrator.serving_evidence import past_its_start
+
+        if not past_its_start(lines):  # a start that hangs logs no request, no batch, no health check
+            return None
+        return (f"its start rotated out of its log (the last {len(lines)} lines hold no start and no failure line, and show it "
+                f"answering health checks or serving) and docker "
                 f"says it has run {c.status.removeprefix('Up ')} without a restart, longer than a whole cold start: its start "
                 f"finished")
 

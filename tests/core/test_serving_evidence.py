@@ -232,3 +232,11 @@ def test_published_ports_are_read_from_docker_ps():
     assert publishes(c("0.0.0.0:8008->8008/tcp, :::8008->8008/tcp"), 8008)
     assert not publishes(c("8000/tcp"), 8000)  # exposed, not published
     assert not publishes(c(""), 8008) and not publishes(c("0.0.0.0:8008-8009->8008-8009/tcp"), 8010)
+
+
+def test_a_window_shows_an_engine_past_its_start_only_by_its_work():
+    from orchestrator.serving_evidence import past_its_start
+
+    assert past_its_start(NOISE[:1])
+    assert past_its_start(["[TP0] Decode batch, #running-req: 3"])
+    assert not past_its_start(["[TP0] Capture cuda graph begin.", "Loading safetensors checkpoint shards: 50%"])

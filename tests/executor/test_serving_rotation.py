@@ -237,3 +237,18 @@ async def test_a_young_rotated_engine_is_not_taken_as_started():
     rig = at_cold_start_old(list(NOISE) * 8, -600.0)
     [(event, note, to)] = await rig.step()
     assert event != "ok", note
+
+
+async def test_a_rotated_start_of_an_engine_docker_calls_unhealthy_halts():
+    # mutation: `if not verdict.not_serving` in ColdStart's rotated path made unconditional -> passes
+    rig = at_cold_start_old(list(NOISE), -7200.0)
+    rig.compose.host[OLD_R2].status = "Up 2 hours (unhealthy)"
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+
+
+async def test_a_rotated_window_that_shows_no_work_halts():
+    # mutation: the `past_its_start` condition in ColdStart._start_rotated_out removed -> passes
+    rig = at_cold_start_old(["[TP0] Capturing batches (bs=32): 50%"] * 500, -7200.0)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
