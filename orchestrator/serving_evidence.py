@@ -24,8 +24,9 @@ Evidence, in order (the first that decides wins):
    - no other engine of the host serves (each is known NOT SERVING): the peers' health can only
      come from this engine; or
    - docker says it has run longer than a whole cold start may take (the runbook's cold-start
-     limit) and its log window (read) holds no startup line: it is past its start, has not
-     started again, and the host it belongs to is routed to.
+     limit) and its log window (read) holds no startup line but shows it working (health checks
+     answered, batches run): it is past its start, has not started again, and the host it
+     belongs to is routed to.
 4. Otherwise UNKNOWN, with every reason. UNKNOWN never permits a stop (see `stop_refusal`).
 """
 
@@ -204,9 +205,9 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
         alone = "no other engine runs" if all("not running" in v.why for v in others.values()) else "no other engine serves"
         return serving(f"{service}: {gap}, but {peers.why} and {alone}")
     up = up_seconds(c.status)
-    if log.lines is not None and up is not None and up >= cold_start_s:
+    if log.lines is not None and up is not None and up >= cold_start_s and past_its_start(log.lines):
         return serving(f"{service} has run for {c.status.removeprefix('Up ')} (longer than a cold start) with no start in its "
-                       f"last {len(log.lines)} log lines, and {peers.why}")
+                       f"last {len(log.lines)} log lines, which show it working, and {peers.why}")
     short = f" and it is up only {c.status.removeprefix('Up ')}" if up is not None and up < cold_start_s else ""
     return unknown(f"{service}: {gap}; {peers.why}, but another engine may be the one serving{short}")
 

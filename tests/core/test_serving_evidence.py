@@ -240,3 +240,9 @@ def test_a_window_shows_an_engine_past_its_start_only_by_its_work():
     assert past_its_start(NOISE[:1])
     assert past_its_start(["[TP0] Decode batch, #running-req: 3"])
     assert not past_its_start(["[TP0] Capture cuda graph begin.", "Loading safetensors checkpoint shards: 50%"])
+
+
+def test_a_long_up_time_needs_a_window_that_shows_work():
+    # mutation: `past_its_start(log.lines)` removed from judge's Up-time rule -> serving
+    quiet = window(*["[TP0] Capture cuda graph begin."] * 500)
+    assert judged(log=quiet, others={"r2": serving("r2 is ready")}).unknown
