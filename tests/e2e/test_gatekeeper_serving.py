@@ -184,3 +184,21 @@ def test_logs_answered_500_make_host_now_unknown(sim, tmp_path):
     assert "NOT serving" not in now, now
     assert f"r1: {R1} unknown (" in now and f"r2: {R2_OLD} unknown (" in now, now
     assert "its log could not be read" in now and "500" in now and "no such file" in now, now
+
+
+@pytest.mark.parametrize("value", ["0", "lots"])
+def test_a_bad_log_lines_setting_is_one_line_exit_2(value):
+    """ORCHESTRATOR_SIM_LOG_LINES is the user's to set: a bad value names itself, exit 2, no
+    traceback (mutation: the demo's `except ValueError` removed -> exit 1 with a traceback)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env["ORCHESTRATOR_SIM_LOG_LINES"] = value
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "demo"], env=env, capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert r.returncode == 2, r.stdout[-1000:] + r.stderr[-1000:]
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "ORCHESTRATOR_SIM_LOG_LINES" in lines[0] and "Traceback" not in r.stderr
