@@ -376,6 +376,8 @@ class DoorMixin:
         from orchestrator_sim.explore import TAG
 
         v = a["variant"]
+        if v != "gpu02" and not self.s.fast:
+            self.gpu02_first()
         if v == "base-rollback":
             self.base_rollout("gpu04")
         if v == "gpu02":
@@ -389,8 +391,6 @@ class DoorMixin:
             args = ["rollout", "gpu04", "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0"] + (
                 ["--override-prerequisite", "gpu02"] if self.s.fast else [])
             label = "rollout gpu04"
-        if v != "gpu02" and not self.s.fast and v != "base-rollback":
-            self.gpu02_first()
         cmd, proc = self.door_cmd(label, args, background=True, grant="all" if v == "base-rollback" else None)
         start = len(self.fleet.recorder._calls)
         stopped = self._signal_at(proc, cmd, start, a["k"], signal.SIGSTOP)
