@@ -303,7 +303,7 @@ class Execution(DoorMixin):
         try:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
             try:
-                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY created_at, rowid").fetchall()
+                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY rowid").fetchall()  # insertion order: a stepped clock must not reorder them
             finally:
                 con.close()
         except sqlite3.Error:

@@ -285,9 +285,23 @@ class DoorMixin:
         self.url = url
         return url
 
+    def approve_waiting(self, going: Any, timeout: float = 150.0) -> None:
+        """Without --yes (or for a run the server adopted, which waits for a human whatever was
+        stored): the operator approves each soak gate the run waits at, by its name, from the CLI."""
+        t0 = time.monotonic()
+        approved: set[tuple[str, str]] = set()
+        while going() and time.monotonic() - t0 < timeout:
+            run = self.unfinished()
+            state = (run or {}).get("state") or ""
+            if run and "soak" in state and (run["run_id"], state) not in approved:
+                approved.add((run["run_id"], state))
+                self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
+            time.sleep(0.2)
+
     def stop_serve(self, timeout: float = 180.0) -> None:
         """Wait until every run of the journal ended (the server drives them), then stop the server."""
         cmd, proc = self.server
+        self.approve_waiting(lambda: proc.poll() is None and any(not r["terminal"] for r in self.runs()), timeout)
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout and proc.poll() is None:
             rs = self.runs()
@@ -457,13 +471,7 @@ class DoorMixin:
                 self.door_cmd("approve", ["approve", run["run_id"]])
             else:
                 self.page(action, run["run_id"])
-        if not self.s.yes:  # the operator approves what is left at the gates, by name, from the CLI
-            t0 = time.monotonic()
-            while proc.poll() is None and time.monotonic() - t0 < 150:
-                run = self.unfinished()
-                if run and run.get("state", "").startswith("awaiting") or (run and "approv" in (run.get("state") or "")):
-                    self.door_cmd("approve", ["approve", run["run_id"]])
-                time.sleep(0.3)
+        self.approve_waiting(lambda: proc.poll() is None)
         self.finish(cmd, proc)
         self.stop_serve()
 
