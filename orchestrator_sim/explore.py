@@ -270,6 +270,7 @@ class Execution(DoorMixin):
         self.env_before: dict[str, str] | None = None
         self.server: Any = None
         self.url = ""
+        self.approved: set[tuple[str, str]] = set()
         self.engines = attach_engine_log(self.fleet.host)
         self.commands: list[Command] = []
         #: operator asks: (sim time, who, slot or "all", the command, counted only if it exited 0)

@@ -289,7 +289,7 @@ class DoorMixin:
         """Without --yes (or for a run the server adopted, which waits for a human whatever was
         stored): the operator approves each soak gate the run waits at, by its name, from the CLI."""
         t0 = time.monotonic()
-        approved: set[tuple[str, str]] = set()
+        approved = self.approved
         while going() and time.monotonic() - t0 < timeout:
             run = self.unfinished()
             state = (run or {}).get("state") or ""
@@ -298,19 +298,32 @@ class DoorMixin:
                 self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
             time.sleep(0.2)
 
-    def stop_serve(self, timeout: float = 180.0) -> None:
-        """Wait until every run of the journal ended (the server drives them), then stop the server."""
+    def stop_serve(self, timeout: float = 180.0, quiet_s: float = 6.0) -> None:
+        """Wait until every run of the journal ended (the server drives them) or nothing happened
+        for `quiet_s` real seconds (no call reached the simulator: a run nobody drives, e.g. one
+        the server would not adopt), then stop the server."""
         cmd, proc = self.server
-        self.approve_waiting(lambda: proc.poll() is None and any(not r["terminal"] for r in self.runs()), timeout)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout and proc.poll() is None:
+        last_n, last_t = -1, time.monotonic()
+        while proc.poll() is None:
             rs = self.runs()
             if rs and all(r["terminal"] for r in rs):
                 break
-            time.sleep(0.1)
-        else:
-            if proc.poll() is None:
-                cmd.timed_out = any(not r["terminal"] for r in self.runs())
+            n = len(self.fleet.recorder._calls)
+            if n != last_n:
+                last_n, last_t = n, time.monotonic()
+            elif time.monotonic() - last_t > quiet_s:
+                cmd.note = "runs left unfinished with nobody driving them"
+                break
+            if time.monotonic() - t0 > timeout:
+                cmd.timed_out = True
+                break
+            run = self.unfinished()
+            state = (run or {}).get("state") or ""
+            if run and "soak" in state and (run["run_id"], state) not in self.approved:
+                self.approved.add((run["run_id"], state))
+                self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
+            time.sleep(0.2)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         self.finish(cmd, proc, timeout=30)
