@@ -132,7 +132,7 @@ def draw_door(rng: Any, s: Any) -> None:
         s.faults.append("dry-run-recreates")
         a["plan"] = True
     s.door_args = a
-    if d in ("base", "stall"):
+    if d in ("base", "stall") or a.get("host") in BASE:
         s.hosts = ALL_HOSTS
 
 
