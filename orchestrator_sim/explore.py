@@ -224,7 +224,7 @@ HOLES: dict[str, Schedule] = {
     "page-approve-in-cold-start": Schedule(seed=0, door="page", yes=False,
                                            door_args={"actions": [("page-approve", "done", 2)]}),
     "stall-rollback-gpu04": Schedule(seed=0, door="stall", hosts=("gpu02", "gpu03", "gpu04", "gpu23"),
-                                     door_args={"variant": "base-rollback", "k": 12}),
+                                     door_args={"variant": "base-rollback", "k": 3}),
     "clock-back-resume-after-rollback": Schedule(seed=0, door="clock", door_args={"kill": 60, "step": -3600,
                                                                                   "rollback": True, "when": "resume"}),
     "budget-changed-after-crash": Schedule(seed=0, door="env", door_args={
