@@ -216,9 +216,10 @@ HOLES: dict[str, Schedule] = {
     "oom-r1-then-retry": Schedule(seed=0, faults=["oom:r1"], after=[Action("retry")]),
     "oom-r1-then-rollback-all": Schedule(seed=0, faults=["oom:r1"], after=[Action("rollback", "all")]),
     # issue 21's cases through the new doors (explore_doors.py)
-    "serve-adopts-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("after", 60), "rollback": True,
+    # (mutating call 7 is the up of the new r1: killed during r1's cold start, rolled back by hand)
+    "serve-adopts-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("killdone", 7), "rollback": True,
                                                                              "adopt": True}),
-    "server-resume-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("after", 60), "rollback": True,
+    "server-resume-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("killdone", 7), "rollback": True,
                                                                               "adopt": False}),
     "sigint-then-adopted": Schedule(seed=0, door="serve", door_args={"crash": ("sigint", 40), "adopt": True}),
     "page-approve-in-cold-start": Schedule(seed=0, door="page", yes=False,
@@ -227,6 +228,8 @@ HOLES: dict[str, Schedule] = {
                                      door_args={"variant": "base-rollback", "k": 3}),
     "clock-back-resume-after-rollback": Schedule(seed=0, door="clock", door_args={"kill": 60, "step": -3600,
                                                                                   "rollback": True, "when": "resume"}),
+    "clock-back-rollback": Schedule(seed=0, door="clock", door_args={"kill": 60, "step": -3600, "rollback": True,
+                                                                     "when": "rollback"}),
     "budget-changed-after-crash": Schedule(seed=0, door="env", door_args={
         "change": ("GLM53_HICACHE_RAM_BUDGET", "650GiB"), "kill": 60, "then": "resume"}),
     "two-journals-gpu02": Schedule(seed=0, door="journals", door_args={"trigger": ("done", 2), "host": "gpu02"}),

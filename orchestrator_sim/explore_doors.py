@@ -102,7 +102,8 @@ def draw_door(rng: Any, s: Any) -> None:
             a["other"] = rng.choice(["rollout", "rollback"])
     elif d == "serve":
         r = rng.random()
-        a["crash"] = ("after", rng.randint(1, 96)) if r < 0.6 else ("sigint", rng.randint(1, 14))
+        a["crash"] = (("after", rng.randint(1, 96)) if r < 0.4 else ("killdone", rng.randint(1, 12)) if r < 0.7
+                      else ("sigint", rng.randint(1, 80)))
         a["rollback"] = rng.random() < 0.5
         a["adopt"] = rng.random() < 0.6
         s.yes = rng.random() < 0.7
@@ -182,7 +183,8 @@ class DoorMixin:
     # -- commands ------------------------------------------------------------------------------
     def door_cmd(self, label: str, args: list[str], *, kill_after: int = 0, sigint_at: int | None = None,
                  offset: float = 0.0, state: Path | None = None, during: list[Any] | None = None,
-                 grant: str | None = None, background: bool = False, client: bool = False) -> Any:
+                 grant: str | None = None, background: bool = False, client: bool = False,
+                 kill_done: int | None = None) -> Any:
         """Run `orchestrate ARGS` through explore_crash.py (kill after write N, clock offset), with a
         Ctrl-C (SIGINT) when the k-th call since it started arrives. `grant`: the operator's ask
         this command is (a slot or `all`), counted if it exits 0 or is still running."""
@@ -208,6 +210,8 @@ class DoorMixin:
         if sigint_at:
             threading.Thread(target=self._signal_at, args=(proc, cmd, start_calls, sigint_at, signal.SIGINT),
                              daemon=True).start()
+        if kill_done:
+            threading.Thread(target=self._kill_after_done, args=(proc, cmd, kill_done), daemon=True).start()
         if background:
             return cmd, proc
         from orchestrator_sim.explore import _Watcher
@@ -218,6 +222,23 @@ class DoorMixin:
         self.finish(cmd, proc)
         watcher.stop()
         return cmd
+
+    def _kill_after_done(self, proc: subprocess.Popen[str], cmd: Any, k: int, delay: float = 0.15) -> None:
+        """SIGKILL the command `delay` real seconds after the k-th mutating call since now was
+        answered (e.g. k=7: during r1's cold start)."""
+        start = sum(1 for c in self.fleet.recorder._calls if c.is_mutating)
+        while proc.poll() is None:
+            with self.fleet.recorder._lock:
+                muts = [c for c in self.fleet.recorder._calls if c.is_mutating][start:]
+            if len(muts) >= k and muts[k - 1].finished_at is not None:
+                time.sleep(delay)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    return
+                cmd.note = (cmd.note + " " if cmd.note else "") + f"SIGKILL {delay}s after mutating call {k} answered"
+                return
+            time.sleep(0.002)
 
     def _signal_at(self, proc: subprocess.Popen[str], cmd: Any, start: int, k: int, sig: int) -> bool:
         """Send `sig` to the command's process group when the k-th call since `start` arrived."""
@@ -441,7 +462,8 @@ class DoorMixin:
 
         kind, n = a["crash"]
         first = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, *self.yes()],
-                              kill_after=n if kind == "after" else 0, sigint_at=n if kind == "sigint" else None)
+                              kill_after=n if kind == "after" else 0, sigint_at=n if kind == "sigint" else None,
+                              kill_done=n if kind == "killdone" else None)
         if first.rc == 0:
             return
         run = self.unfinished()
