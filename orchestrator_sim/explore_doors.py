@@ -197,7 +197,7 @@ class DoorMixin:
         if client:
             env = {k: v for k, v in env.items() if not k.startswith("ORCHESTRATOR_")}
             env["ORCHESTRATOR_SERVER_TOKEN"] = SERVER_TOKEN
-        cmd = Command(label, args, sim_start=self.fleet.now())
+        cmd = Command(label, args, sim_start=self.fleet.now(), note=f"clock {offset:+g}s" if offset else "")
         if grant:  # an abort counts once accepted (exit 0); a rollback is the ask whatever it ends in
             self.grant(label, grant, cmd if args[0] == "abort" else None)
         start_calls = len(self.fleet.recorder._calls)

@@ -172,6 +172,20 @@ def test_schedule_keeps_the_promise(results, label) -> None:
     assert r.violations == [], f"{r.schedule}\nreproduce: {r.repro}\n" + "\n".join(r.violations + r.commands)
 
 
+#: what each door's schedule must show in its commands: the door was really entered
+DOOR_MARKS = {"base": "--hosts", "stall": "SIGSTOP at call", "serve": "serve: orchestrate serve",
+              "page": "--server http://127.0.0.1:", "clock": "clock ", "journals": "(another journal)",
+              "env": "rollout: orchestrate rollout gpu02"}
+
+
+def test_the_doors_are_really_entered(results) -> None:
+    for s in CI_SEEDS:
+        door = explore.draw(s).door
+        if door in DOOR_MARKS:
+            r = results[f"seed:{s}"]
+            assert any(DOOR_MARKS[door] in c for c in r.commands), (s, door, r.commands)
+
+
 def test_budget_reports_counts_per_kind(results) -> None:
     summary = explore.summarize(list(results.values()))
     assert summary["schedules"] == len(_labels())
