@@ -1,7 +1,9 @@
-"""`python -m bench [--quick] [--only P1,P2,...]`: run the benchmarks, write bench/results/latest.{md,json}.
+"""`python -m bench [--quick | --smoke] [--only P1,P2,...]`: run the benchmarks, write bench/results/latest.{md,json}.
 
 P1 overhead of a full rollout, P2 detection latency, P3 log-tail cost, P4 idle cost, P5 fleet
-(planning 100 hosts, 20 concurrent rollouts). docs/performance.md explains each.
+(planning 100 hosts, 20 concurrent rollouts), P6 the CLI's start-up. docs/performance.md explains each.
+`--smoke` runs every benchmark with tiny windows (CI: tests/bench/test_bench_smoke.py), asserting no
+timing, so that they cannot break unseen.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALL = ("P1", "P2", "P3", "P4", "P5")
+ALL = ("P1", "P2", "P3", "P4", "P5", "P6")
 
 
 def _log(t0: float) -> Callable[[str], None]:
@@ -27,6 +29,7 @@ def _log(t0: float) -> Callable[[str], None]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a shorter run (~2 minutes): fewer trials, shorter windows")
+    ap.add_argument("--smoke", action="store_true", help="every benchmark with tiny windows (~1 minute): checks they run, measures little")
     ap.add_argument("--only", default="", help="comma-separated subset of " + ",".join(ALL))
     ap.add_argument("--out", default=str(RESULTS), help="directory for latest.md and latest.json")
     args = ap.parse_args(argv)
@@ -35,19 +38,22 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ALL)}")
 
-    from bench import machine_info, p1_overhead, p2_detection, p3_logtail, p4_idle, p5_fleet, report
+    from bench import machine_info, p1_overhead, p2_detection, p3_logtail, p4_idle, p5_fleet, p6_startup, report
 
     t0 = time.monotonic()
     progress = _log(t0)
-    quick = args.quick
+    smoke = args.smoke
+    quick = args.quick or smoke
     runners: dict[str, Callable[[], dict[str, Any]]] = {
-        "P1": lambda: p1_overhead.run(quick=quick, progress=progress),
-        "P2": lambda: p2_detection.suite(quick=quick, progress=progress),
-        "P3": lambda: p3_logtail.run(quick=quick, progress=progress),
-        "P4": lambda: p4_idle.run(window_s=20.0 if quick else 60.0, progress=progress),
-        "P5": lambda: p5_fleet.run(quick=quick, progress=progress),
+        "P1": lambda: p1_overhead.run(quick=quick, smoke=smoke, progress=progress),
+        "P2": lambda: p2_detection.suite(quick=quick, smoke=smoke, progress=progress),
+        "P3": lambda: p3_logtail.run(quick=quick, smoke=smoke, progress=progress),
+        "P4": lambda: p4_idle.run(window_s=3.0 if smoke else 20.0 if quick else 60.0, progress=progress),
+        "P5": lambda: p5_fleet.run(quick=quick, smoke=smoke, progress=progress),
+        "P6": lambda: p6_startup.run(rounds=1 if smoke else 5, warm=not smoke, progress=progress),
     }
-    results: dict[str, Any] = {"machine": machine_info.describe(), "mode": "quick" if quick else "full", "selected": only}
+    mode = "smoke" if smoke else "quick" if quick else "full"
+    results: dict[str, Any] = {"machine": machine_info.describe(), "mode": mode, "selected": only}
     failed = False
     for name in ALL:
         if name not in only:

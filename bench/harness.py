@@ -58,7 +58,7 @@ class RunOutcome:
 class SimRun:
     def __init__(self, state_dir: Path, *, speed: float, cold_start_s: float, faults: list[str] | None = None,
                  seed: int | None = None, clock: Any = None, poll_interval: float = POLL_INTERVAL_S,
-                 fixed: bool = False) -> None:
+                 fixed: bool = False, log_probe_interval: float | None = None) -> None:
         self.state_dir = Path(state_dir)
         self._fixes = simulator_fixes(nodelay=fixed, tick=fixed)
         self._fixes.__enter__()
@@ -71,12 +71,15 @@ class SimRun:
         self.clock = self.fleet.clock
         self.events = SimEvents.attach(self.fleet)
         self.poll_interval = poll_interval
+        self.log_probe_interval = log_probe_interval  # None: the settings' default; 0: no probes (before issue 25)
         self.session: Session | None = None
 
     def __enter__(self) -> SimRun:
         self.fleet.__enter__()
         settings = demo_settings(self.fleet, self.state_dir)
         settings.poll_interval = self.poll_interval
+        if self.log_probe_interval is not None:
+            settings.log_probe_interval = self.log_probe_interval
         self.session = Session.open(settings, clock=self.clock, retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
         return self
 

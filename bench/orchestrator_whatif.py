@@ -123,3 +123,25 @@ def libyaml_loader(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         runbook_module.yaml, inventory_module.yaml = saved
+
+
+@contextlib.contextmanager
+def before_issue_25(enabled: bool = True) -> Iterator[None]:
+    """The executor's own work as it was before issue 25, for a side-by-side run: `scrub_obj` walks
+    every object (no JSON fast path) and the SQLite journal parses timestamps with strptime. (The
+    log probes are a setting: `log_probe_interval=0` turns them off; the P1 runs are compressed
+    past the probes' real-time floor anyway.)"""
+    if not enabled:
+        yield
+        return
+    from orchestrator.journal.sqlite import SqliteJournal
+    from orchestrator.redaction import Redactor
+
+    scrub, ts = Redactor.scrub_obj, SqliteJournal._ts_value
+    Redactor.scrub_obj = Redactor._scrub_walk  # type: ignore[method-assign]
+    SqliteJournal._ts_value = lambda self, raw: SqliteJournal._ts_strict(raw)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Redactor.scrub_obj = scrub  # type: ignore[method-assign]
+        SqliteJournal._ts_value = ts  # type: ignore[method-assign]

@@ -48,6 +48,11 @@ from bench.timed_progress import TimedProgress
 from bench.warp_clock import WarpClock
 
 R2_NEW = "model-sg-glm53-w4afp8-tp4-r2"
+#: The measured window's speed: x10, so that a real millisecond of the orchestrator's (or of a machine
+#: shared with other work) is 10 simulated ones, not 50 (the figures before issue 25 were at x50).
+MEASURE_SPEED = 10.0
+DETECTION_LIMIT_S = 2.0
+ROLLBACK_LIMIT_S = 3.0
 GATE = "r2.cold-start"
 FRACTION = {"ready": 1.0, "oom": dict(MILESTONES)["graph_end"], "cuda-801": dict(MILESTONES)["hicache"]}
 
@@ -61,7 +66,7 @@ def trial_table(table: Table) -> Table:
 
 
 async def _trial(kind: str, *, seed: int, setup_speed: float, measure_speed: float, margin_s: float,
-                 base_cold_start_s: float, fixed: bool, poll: float) -> dict[str, Any]:
+                 base_cold_start_s: float, fixed: bool, poll: float, probe: float | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     cold = base_cold_start_s + rng.uniform(0, poll)
     # The slow window opens margin_s + U(0, poll) before the event: the event then falls at a
@@ -71,7 +76,7 @@ async def _trial(kind: str, *, seed: int, setup_speed: float, measure_speed: flo
     faults = [] if kind == "ready" else [f"{kind}:r2"]
     with tempfile.TemporaryDirectory(prefix="bench-p2-") as tmp:
         sim = SimRun(Path(tmp), speed=setup_speed, cold_start_s=cold, faults=faults, seed=seed, clock=clock,
-                     poll_interval=poll, fixed=fixed)
+                     poll_interval=poll, fixed=fixed, log_probe_interval=probe)
         with sim:
             run, rb, table = sim.new_run()
             table = trial_table(table)
@@ -121,17 +126,18 @@ async def _trial(kind: str, *, seed: int, setup_speed: float, measure_speed: flo
     return row
 
 
-def run(*, trials: dict[str, int], setup_speed: float = 2000.0, measure_speed: float = 50.0, margin_s: float = 25.0,
+def run(*, trials: dict[str, int], setup_speed: float = 2000.0, measure_speed: float = MEASURE_SPEED, margin_s: float = 25.0,
         base_cold_start_s: float = 600.0, fixed: bool = True, poll: float = POLL_INTERVAL_S, seed: int = 1,
-        progress: Any = None) -> dict[str, Any]:
+        probe: float | None = None, warm_up: bool = True, progress: Any = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
     t0 = time.monotonic()
     order = [k for k, c in trials.items() for _ in range(c)]
     random.Random(seed).shuffle(order)
     kw = dict(setup_speed=setup_speed, measure_speed=measure_speed, margin_s=margin_s,
-              base_cold_start_s=base_cold_start_s, fixed=fixed, poll=poll)
-    asyncio.run(_trial("ready", seed=seed * 1000 + 999, **kw))  # warm-up (first imports, first TLS context): not counted
+              base_cold_start_s=base_cold_start_s, fixed=fixed, poll=poll, probe=probe)
+    if warm_up:
+        asyncio.run(_trial("ready", seed=seed * 1000 + 999, **kw))  # warm-up (first imports, first TLS context): not counted
     next_seed = seed * 1000
     for i, kind in enumerate(order):
         for _attempt in range(3):
@@ -145,8 +151,11 @@ def run(*, trials: dict[str, int], setup_speed: float = 2000.0, measure_speed: f
             progress(f"P2 trial {i + 1}/{len(order)} {kind}: detection {row.get('detection_s', float('nan')):.2f} s")
     ok = [r for r in rows if "detection_s" in r and not r.get("invalid")]
     det = [r["detection_s"] for r in ok]
+    from orchestrator.settings import Settings
+
     result: dict[str, Any] = {
         "poll_interval_s": poll,
+        "log_probe_interval_s": probe if probe is not None else Settings.model_fields["log_probe_interval"].default,
         "setup_speed": setup_speed,
         "measure_speed": measure_speed,
         "simulator": label(fixed),
@@ -165,20 +174,28 @@ def run(*, trials: dict[str, int], setup_speed: float = 2000.0, measure_speed: f
         "real_s": time.monotonic() - t0,
         "rows": rows,
     }
-    limit = 1.1 * poll
+    # issue 25: detection p95 <= 2 s after the line is logged, failure -> first rollback call p95 <= 3 s
     p95 = result["detection"]["p95"]
     p95_rb = result["failure_to_first_rollback_call"]["p95"]
-    result["goal"] = {"limit_s": limit, "detection_p95_met": p95 is not None and p95 <= limit,
-                      "rollback_call_p95_met": p95_rb is not None and p95_rb <= limit}
+    result["goal"] = {"limit_s": DETECTION_LIMIT_S, "rollback_limit_s": ROLLBACK_LIMIT_S,
+                      "detection_p95_met": p95 is not None and p95 <= DETECTION_LIMIT_S,
+                      "rollback_call_p95_met": p95_rb is not None and p95_rb <= ROLLBACK_LIMIT_S}
     return result
 
 
-def suite(*, quick: bool = False, progress: Any = None) -> dict[str, Any]:
+def suite(*, quick: bool = False, smoke: bool = False, progress: Any = None) -> dict[str, Any]:
+    """Before (probes off: a poll every 10 s) and after (the settings' log probes), side by side in
+    one run, same trials (same seeds)."""
     t0 = time.monotonic()
-    main_trials = {"ready": 4, "oom": 3, "cuda-801": 3} if quick else {"ready": 20, "oom": 15, "cuda-801": 15}
-    out: dict[str, Any] = {"main": run(trials=main_trials, fixed=True, progress=progress)}
-    if not quick:
-        out["as_shipped_sample"] = run(trials={"ready": 4, "oom": 3, "cuda-801": 3}, fixed=False, seed=2,
-                                       progress=progress)
+    if smoke:
+        trials = {"oom": 1}
+    elif quick:
+        trials = {"ready": 4, "oom": 3, "cuda-801": 3}
+    else:
+        trials = {"ready": 10, "oom": 8, "cuda-801": 8}
+    speed = 100.0 if smoke else MEASURE_SPEED
+    out: dict[str, Any] = {"main": run(trials=trials, fixed=True, measure_speed=speed, warm_up=not smoke, progress=progress),
+                           "before": run(trials=trials, fixed=True, probe=0.0, measure_speed=speed, warm_up=not smoke,
+                                         progress=progress)}
     out["real_s"] = time.monotonic() - t0
     return out

@@ -173,7 +173,7 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
         clock = ManualClock()
         host = fleet.host
         host.clock = clock
-        host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "project": "work", "services": [CONTAINER],
+        host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "services": [CONTAINER],
                        "env": fleet.dashboard_env}, None)
         while (c := host.container(CONTAINER)) is None or c.state != "running":
             clock.t += 1.0
@@ -181,7 +181,7 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
                 raise RuntimeError("the simulated engine did not start")
 
         async def fetch(tail: int) -> str:
-            return host.compose_logs([CONTAINER], tail, "work")
+            return host.compose_logs([CONTAINER], tail)
 
         follower = LogFollower(fetch)
         tally = _Tally()
@@ -211,9 +211,9 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
         fleet.stop()
 
 
-def run(*, quick: bool = False, progress: Any = None) -> dict[str, Any]:
+def run(*, quick: bool = False, smoke: bool = False, progress: Any = None) -> dict[str, Any]:
     t0 = time.monotonic()
-    minutes = 5.0 if quick else 10.0
+    minutes = 0.5 if smoke else 5.0 if quick else 10.0
     cases: dict[str, dict[str, Any]] = {}
     for rate in (1.0, 10.0, 100.0):
         cases[f"{rate:g} lines/s"] = asyncio.run(_follow_synthetic(rate, minutes))
@@ -225,7 +225,114 @@ def run(*, quick: bool = False, progress: Any = None) -> dict[str, Any]:
             _follow_synthetic(rate, minutes, follower_class=LastPollWindowFollower))
     cases["10 lines/s + 1500-line burst, proposed window policy"] = asyncio.run(
         _follow_synthetic(10.0, minutes, bursts={10: 1500}, follower_class=LastPollWindowFollower))
-    cases["simulated engine (cold start + steady)"] = asyncio.run(_follow_simulated())
+    cold = 240.0 if smoke else 2400.0
+    cases["simulated engine (cold start + steady)"] = asyncio.run(
+        _follow_simulated(steady_minutes=0.5 if smoke else 10.0, cold_start_s=cold))
     goal = {name: {"bytes_ratio_met": (c["bytes_ratio"] or 0) <= 3.0, "no_line_missed": c["missed"] == 0}
             for name, c in cases.items()}
-    return {"poll_interval_s": POLL_S, "minutes": minutes, "cases": cases, "goal": goal, "real_s": time.monotonic() - t0}
+    # the cold-start gate's reads (issue 25): before (poll only) and after (log probes), happy and OOM
+    gate = {"happy": cold_start_cases(None, cold_start_s=cold), "oom:r2": cold_start_cases(["oom:r2"], cold_start_s=cold)}
+    if progress is not None:
+        for k, v in gate["happy"].items():
+            progress(f"P3 cold-start gate, {k}: {v['log_bytes_per_min'] / 1000:.1f} KB of log per minute, "
+                     f"line latency p95 {v['line_latency']['p95']:.1f} s")
+    return {"poll_interval_s": POLL_S, "minutes": minutes, "cases": cases, "goal": goal, "cold_start_gate": gate,
+            "real_s": time.monotonic() - t0}
+
+
+async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.0, faults: list[str] | None = None,
+                           tick_s: float = 0.1) -> dict[str, Any]:
+    """The cold-start gate's reads of the simulated engine in virtual time (no sockets), as
+    steps/gates.py ColdStart makes them: `docker ps` every POLL_S; without probes the log is read at
+    each of those polls (before); with `probe_s`, a `--tail 1` probe every `probe_s` (the last one
+    at the poll), a probe that shows an unread line has the log read at once, and while the probes
+    say nothing is new the poll skips the log read but for one full read every FULL_READ_S
+    (Runtime.wait_for_output). Measured over the cold start (engine start to ready line or exit):
+    log bytes fetched per minute (probes included), `docker ps` calls and bytes per minute, and
+    each line's read latency (from the tick it appeared in the log to the read that yielded it)."""
+    from orchestrator.executor.runtime import COLD_START_WINDOW
+    from orchestrator.steps.gates import FULL_READ_S
+    from orchestrator_sim import SimConfig, SimFleet
+    from orchestrator_sim.compose_repo import TARGET_FILE, TARGET_TAG
+
+    from bench.stats import summary
+
+    fleet = SimFleet(SimConfig(speed=1, cold_start_s=cold_start_s, seed=5, faults=list(faults or [])))
+    try:
+        clock = ManualClock()
+        host = fleet.host
+        host.clock = clock
+        host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "services": [CONTAINER], "env": fleet.dashboard_env}, None)
+        while (c := host.container(CONTAINER)) is None or c.state != "running":
+            clock.t += 1.0
+            if clock.t > 600:
+                raise RuntimeError("the simulated engine did not start")
+        start = clock.t
+
+        async def fetch(tail: int) -> str:
+            return host.compose_logs([CONTAINER], tail)
+
+        follower = LogFollower(fetch, initial_tail=COLD_START_WINDOW, max_tail=max(COLD_START_WINDOW, 5000))
+        appeared: list[float] = []  # when each line of the log appeared (tick granularity)
+        latencies: list[float] = []
+        read = 0
+        ps_calls = ps_bytes = reads = 0
+        ps_due = read_due = clock.t
+        waited = "unprobed"
+        next_probe = float("inf")
+        ended_at = None
+        while ended_at is None:
+            n = len(host.logs(CONTAINER))
+            appeared += [clock.t] * (n - len(appeared))
+            act = False
+            if clock.t >= ps_due or clock.t >= next_probe:
+                if probe_s:
+                    if await follower.probe():
+                        waited, act = "news", True
+                    elif clock.t >= ps_due:
+                        waited, act = "quiet", True
+                    next_probe = min(clock.t + probe_s, ps_due if clock.t < ps_due else clock.t + POLL_S)
+                else:
+                    act = clock.t >= ps_due
+            if act:
+                c = host.container(CONTAINER)
+                if waited != "news" or ps_due <= clock.t:
+                    ps_calls += 1
+                    ps_bytes += len("\n".join(host.ps_lines()).encode())
+                    ps_due = clock.t + POLL_S
+                if not (waited == "quiet" and clock.t < read_due):
+                    reads += 1
+                    read_due = clock.t + FULL_READ_S
+                    batch = await follower.poll()
+                    for _ in batch.new:
+                        if read < len(appeared):
+                            latencies.append(clock.t - appeared[read])
+                        read += 1
+                if c is None or c.state != "running" or any(ln.endswith("ready to roll!") for ln in host.logs(CONTAINER)[-3:]) \
+                        and read >= n:
+                    ended_at = clock.t
+                if probe_s:
+                    next_probe = min(clock.t + probe_s, ps_due)
+                waited = "unprobed" if not probe_s else waited
+            clock.t += tick_s
+        minutes = (ended_at - start) / 60
+        return {
+            "probe_s": probe_s, "minutes": minutes, "reads": reads, "probes": follower.probes,
+            "log_bytes_per_min": follower.total_bytes / minutes, "probe_bytes_per_min": follower.probe_bytes / minutes,
+            "ps_calls_per_min": ps_calls / minutes, "ps_bytes_per_min": ps_bytes / minutes,
+            "all_bytes_per_min": (follower.total_bytes + ps_bytes) / minutes,
+            "lines": len(latencies), "line_latency": summary(latencies),
+        }
+    finally:
+        fleet.stop()
+
+
+def cold_start_cases(faults: list[str] | None = None, cold_start_s: float = 2400.0,
+                     probes: tuple[float, ...] | None = None) -> dict[str, Any]:
+    """Before (the log read at every 10-second poll) and after (probes between polls), side by side."""
+    from orchestrator.settings import Settings
+
+    cases = {"poll 10 s (before)": asyncio.run(_cold_start_gate(None, cold_start_s=cold_start_s, faults=faults))}
+    for p in probes or (Settings.model_fields["log_probe_interval"].default,):
+        cases[f"poll 10 s + probe {p:g} s (after)"] = asyncio.run(_cold_start_gate(p, cold_start_s=cold_start_s, faults=faults))
+    return cases

@@ -61,7 +61,6 @@ def _generate(tmp: Path, n: int) -> tuple[Path, list[tuple[str, Path]]]:
             "available_ram_gib": 1223 + i % 7,
             "available_ram_source": f"MemAvailable of {name} at boot",
             "gpus": 8,
-            "project": "work",
         }
     inv = {"dashboard_url": "https://dashboard.example", "model_proxy_peers": {"peer-a": "https://a.example",
                                                                             "peer-b": "https://b.example"},
@@ -91,7 +90,7 @@ def planning(n: int = 100, *, compose_check: bool = True) -> dict[str, Any]:
         compiled = [(name, rb, compile_rollout(rb)) for name, rb in loaded]
         t0 = time.perf_counter()
         for name, rb, table in compiled:
-            build_plan(rb, table, host=name, tag="v0.0.300", project="work")
+            build_plan(rb, table, host=name, tag="v0.0.300")
         build_only = time.perf_counter() - t0
 
         def whole(compose: bool, fast_yaml: bool = False) -> float:
@@ -210,13 +209,13 @@ def _analyse(results: list[tuple[Any, Any]], plan: list[list[str]], speed: float
         "failure_to_first_rollback_call": summary(reactions),
         "per_run": per_run,
     }
-    limit = 11.0
+    # issue 25: P1 0.3 s per replica, P2 detection p95 2 s and failure -> rollback call p95 3 s
     res["goal"] = {
-        "per_replica_met": bool(happy) and max(r["orchestrator_per_replica_real"] for r in happy) <= 2.0,
+        "per_replica_met": bool(happy) and max(r["orchestrator_per_replica_real"] for r in happy) <= 0.3,
         "ratio_met": bool(happy) and max(r["ratio"] for r in happy) <= 1.01,
-        "detection_p95_met": res["detection"]["p95"] is not None and res["detection"]["p95"] <= limit,
+        "detection_p95_met": res["detection"]["p95"] is not None and res["detection"]["p95"] <= 2.0,
         "rollback_call_p95_met": None if res["failure_to_first_rollback_call"]["p95"] is None
-        else res["failure_to_first_rollback_call"]["p95"] <= limit,
+        else res["failure_to_first_rollback_call"]["p95"] <= 3.0,
     }
     return res
 
@@ -325,18 +324,22 @@ def concurrency_separate(*, n: int = 20, speed: float = 20.0, cold_start_s: floa
     return res
 
 
-def run(*, quick: bool = False, progress: Any = None) -> dict[str, Any]:
+def run(*, quick: bool = False, smoke: bool = False, progress: Any = None) -> dict[str, Any]:
     from bench.sim_fixes import idle_cpu_fraction
 
     t0 = time.monotonic()
-    plan_res = planning(100, compose_check=not quick)
+    hosts = 5 if smoke else 100
+    plan_res = planning(hosts, compose_check=not quick)
     if progress is not None:
-        progress(f"P5 planning 100 hosts: build_plan {plan_res['build_plan_total_s']:.3f} s")
-    n = 5 if quick else 20
-    idle = {"fleets": n, "as_shipped": idle_cpu_fraction(fleets=n, fixed=False, seconds=2.0),
-            "fixed": idle_cpu_fraction(fleets=n, fixed=True, seconds=2.0)}
+        progress(f"P5 planning {hosts} hosts: build_plan {plan_res['build_plan_total_s']:.3f} s")
+    n = 2 if smoke else 5 if quick else 20
+    idle = {"fleets": n, "as_shipped": idle_cpu_fraction(fleets=n, fixed=False, seconds=0.5 if smoke else 2.0),
+            "fixed": idle_cpu_fraction(fleets=n, fixed=True, seconds=0.5 if smoke else 2.0)}
     layouts = []
-    if quick:
+    if smoke:  # tiny: two rollouts, the simulators in a process of their own
+        layouts.append(concurrency_separate(n=n, speed=1500.0, cold_start_s=300.0, soak=0.0, sim_processes=1,
+                                            faults=["oom:r2"], progress=progress))
+    elif quick:
         layouts.append(concurrency(n=n, speed=60.0, cold_start_s=300.0, soak=0.0, progress=progress))
     else:
         layouts.append(concurrency(n=n, speed=20.0, cold_start_s=300.0, soak=0.0, progress=progress))

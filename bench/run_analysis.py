@@ -134,7 +134,8 @@ def rollback_reactions(out: RunOutcome, table: Table) -> list[RollbackReaction]:
 
 
 def mandatory_intervals(out: RunOutcome, table: Table, soak_override: float | None = None) -> dict[str, list[tuple[float, float]]]:
-    parts: dict[str, list[tuple[float, float]]] = {"compose": [], "cold_start": [], "discovery": [], "soak": []}
+    parts: dict[str, list[tuple[float, float]]] = {"compose": [], "cold_start": [], "discovery": [], "soak": [],
+                                                   "oneshot": []}
     by_seq = {c.seq: c for c in out.calls}
     for e in out.events:
         if e.kind == "op_finished" and e.detail.get("seq") in by_seq:
@@ -143,6 +144,12 @@ def mandatory_intervals(out: RunOutcome, table: Table, soak_override: float | No
     for e in out.events:
         if e.kind == "started" and e.detail.get("kind") == "engine":
             started[e.name] = e.at
+        # a one-shot's run (the perception check's 120 s, a downloader): the step that waits for
+        # its verdict cannot end before it exits
+        if e.kind == "started" and e.detail.get("kind") == "oneshot":
+            started["@oneshot:" + e.name] = e.at
+        elif e.kind == "exited" and "@oneshot:" + e.name in started:
+            parts["oneshot"].append((started.pop("@oneshot:" + e.name), e.at))
         elif e.name in started and (e.kind == "ready" or e.kind == "exited"):
             parts["cold_start"].append((started.pop(e.name), e.at))
         if e.kind == "started" and e.name == "model-proxy-registrar":
@@ -224,7 +231,11 @@ def per_state(out: RunOutcome, table: Table, speed: float, *, soak_override: flo
     `(teardown)` from the last transition to the return (lease release, clients closed)."""
     parts = mandatory_intervals(out, table, soak_override)
     mandatory = union(x for v in parts.values() for x in v)
-    marks: list[tuple[float, str]] = [(e.sim, e.fields["state"]) for e in out.progress.events if e.kind == "step_started"]
+    started = [e for e in out.progress.events if e.kind == "step_started"]
+    marks: list[tuple[float, str]] = [(e.sim, e.fields["state"]) for e in started]
+    # the executor thread's CPU in each step (from the step's start to the next one's), waits included
+    cpus = [e.cpu for e in started] + [max((e.cpu for e in out.progress.events), default=0.0)]
+    step_cpu = [max(0.0, cpus[i + 1] - cpus[i]) for i in range(len(started))]
     rows = []
     bounds = [(out.sim_start, "(setup)")] + marks + [(max(e.sim for e in out.progress.events), "(teardown)")]
     for i, (t0, name) in enumerate(bounds):
@@ -233,6 +244,7 @@ def per_state(out: RunOutcome, table: Table, speed: float, *, soak_override: flo
             continue
         own = measure(subtract([(t0, t1)], mandatory))
         calls = sum(1 for c in out.calls if t0 <= c.at < t1)
-        rows.append({"state": name, "orchestrator_real_s": own / speed, "wall_real_s": (t1 - t0) / speed, "calls": calls})
+        rows.append({"state": name, "orchestrator_real_s": own / speed, "wall_real_s": (t1 - t0) / speed, "calls": calls,
+                     "cpu_s": step_cpu[i - 1] if 1 <= i <= len(step_cpu) else None})
     rows.sort(key=lambda r: -r["orchestrator_real_s"])
     return rows

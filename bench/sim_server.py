@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     fleet.clock = clock
     fleet.host.clock = clock
     with fleet:
-        fleet.host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "project": "work", "services": [ENGINE],
+        fleet.host.begin_up({"tag": TARGET_TAG, "file": TARGET_FILE, "services": [ENGINE],
                              "env": fleet.dashboard_env}, None)
         deadline = time.monotonic() + 30
         while (c := fleet.host.container(ENGINE)) is None or c.state != "running":

@@ -20,6 +20,7 @@ class Stamped:
     sim: float  # the run clock's monotonic() (simulation seconds)
     kind: str
     fields: dict[str, Any] = field(default_factory=dict)
+    cpu: float = 0.0  # time.thread_time() of the thread that emitted it (the executor's)
 
 
 class TimedProgress:
@@ -29,7 +30,7 @@ class TimedProgress:
         self.on_event = on_event
 
     def event(self, kind: str, **fields: Any) -> None:
-        ev = Stamped(time.monotonic(), self.clock.monotonic(), kind, fields)
+        ev = Stamped(time.monotonic(), self.clock.monotonic(), kind, fields, time.thread_time())
         self.events.append(ev)
         if self.on_event is not None:
             self.on_event(ev)

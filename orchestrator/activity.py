@@ -49,6 +49,8 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
         return Activity(INTERRUPTED, f"its runner's lease ({describe_owner(lease.owner)}) expired "
                                      f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC; {resume}")
     by = f"by {describe_owner(lease.owner)}"
+    if callable(table):  # made only for a run that is running (`runs` loads no runbook for ended runs)
+        table = table()
     node = table.nodes.get(run.state) if table is not None else None
     soak = getattr(getattr(node, "step", None), "soak", None)
     if soak is not None and getattr(soak, "approval", False):

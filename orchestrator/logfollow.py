@@ -79,6 +79,8 @@ class _Counters:
     total_new_lines: int = 0
     gaps: int = 0
     resets: int = 0
+    probes: int = 0
+    probe_bytes: int = 0
     history: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=3))
 
 
@@ -141,8 +143,39 @@ class LogFollower:
         return self._c.fetches
 
     @property
+    def probes(self) -> int:
+        return self._c.probes
+
+    @property
+    def probe_bytes(self) -> int:
+        return self._c.probe_bytes
+
+    @property
     def bytes_per_new_line(self) -> float | None:
         return self._c.total_bytes / self._c.total_new_lines if self._c.total_new_lines else None
+
+    # ------------------------------------------------------------------ probing
+
+    async def probe(self) -> bool:
+        """Whether the log holds a line the next `poll()` would yield, at the cost of one line per
+        container (`--tail 1`): True when a container's last line is not the last line read of it,
+        or a container was never read (before the first poll: when anything was logged). A line
+        repeated verbatim (a second identical `GET /health`) is not told apart from the one read:
+        the next poll still yields it. Its bytes count in `total_bytes` (and `probe_bytes`)."""
+        text = await self._fetch(1)
+        size = len(text.encode("utf-8", "replace"))
+        c = self._c
+        c.probes += 1
+        c.probe_bytes += size
+        c.total_bytes += size
+        lines = parse_compose_logs(text)
+        if not self._polled:
+            return bool(lines)
+        for line in lines:
+            track = self._tracks.get(line.container)
+            if track is None or not track.seen or track.seen[-1] != line.text:
+                return True
+        return False
 
     # ------------------------------------------------------------------ polling
 

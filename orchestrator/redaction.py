@@ -39,6 +39,10 @@ def reveal(secret: Any) -> str:
     return str(secret)
 
 
+def _not_json(obj: Any) -> Any:
+    raise TypeError(type(obj).__name__)
+
+
 def _variants(secret: str) -> set[str]:
     forms = {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret, safe="")}
     return {f for f in forms if len(f) >= MIN_SECRET_LEN}
@@ -99,7 +103,27 @@ class Redactor:
 
         `EnvMap` is returned as is (its renderings show keys only). Any other object whose
         `repr` contains a secret is replaced by its scrubbed `repr`.
+
+        Fast path (a run's context is scrubbed at every transition: walking it in Python was most of
+        the executor's own CPU): a JSON-shaped object whose JSON text holds no secret is returned
+        as is, unwalked and uncopied. JSON escapes character by character, and every secret's
+        JSON-escaped form is one of the forms searched for (`_variants`), so a secret inside any
+        string or key shows in that text; anything else (a match, a type JSON cannot write) takes
+        the walk below.
         """
+        pattern = self._compiled()
+        if pattern is None:
+            return obj  # no secret known: nothing to scrub
+        if isinstance(obj, (dict, list)):
+            try:
+                text = json.dumps(obj, default=_not_json)
+            except (TypeError, ValueError):
+                text = None
+            if text is not None and not pattern.search(text):
+                return obj
+        return self._scrub_walk(obj)
+
+    def _scrub_walk(self, obj: Any) -> Any:
         if isinstance(obj, str):
             return self.scrub(obj)
         if obj is None or isinstance(obj, (bool, int, float, EnvMap)):
@@ -108,13 +132,13 @@ class Redactor:
             text = obj.decode("utf-8", "replace")
             return self.scrub(text).encode() if self.contains_secret(text) else obj
         if isinstance(obj, Mapping):
-            return {self.scrub_obj(k): self.scrub_obj(v) for k, v in obj.items()}
+            return {self._scrub_walk(k): self._scrub_walk(v) for k, v in obj.items()}
         if isinstance(obj, list):
-            return [self.scrub_obj(v) for v in obj]
+            return [self._scrub_walk(v) for v in obj]
         if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-            return tuple(self.scrub_obj(v) for v in obj)
+            return tuple(self._scrub_walk(v) for v in obj)
         if isinstance(obj, (set, frozenset)):
-            return type(obj)(self.scrub_obj(v) for v in obj)
+            return type(obj)(self._scrub_walk(v) for v in obj)
         try:
             text = repr(obj)
         except Exception:  # noqa: BLE001 - a broken repr must not break logging

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator_sim.compose_repo import TARGET_FILE
-from orchestrator_sim.explore_doors import DoorMixin
+from orchestrator_sim.explore_entry import DoorMixin
 from orchestrator_sim.faults import ENGINE_FAULTS, FAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,10 +66,10 @@ TYPO_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canray.yaml"
 GPU02_FAULTS = frozenset(n for n, f in FAULTS.items() if f.scope != "base" and f.drawn)
 #: faults whose gate fails on whichever replica is being moved (not tied to r1/r2)
 GATE_FAULTS = frozenset({"peer-missing", "cache-miss", "dry-run-extra-recreate", "dry-run-extra-remove",
-                         "dry-run-not-dry", "perception-fails"})
+                         "dry-run-not-dry", "dry-run-recreates", "perception-fails"})
 #: upper bound for a drawn kill point (an uninterrupted rollout makes ~this many journal writes)
 MAX_WRITE = 96
-MAX_MUTATING = 14
+MAX_MUTATING = 15  # r2: 8 (its collector recreate alone since docker/compose#11900), r1: 6, reconcile: 1
 
 
 # ----------------------------------------------------------------------------- schedules
@@ -100,7 +100,7 @@ class Schedule:
     crash: tuple[str, int] | None = None  # ("after", N) journal write, ("inflight", k) mutating call
     during: list[Action] = field(default_factory=list)  # operator actions while the first rollout runs
     after: list[Action] = field(default_factory=list)  # operator actions once it ended
-    #: how the runs enter (explore_doors.py): "cli" is the gpu02 CLI schedule above
+    #: how the runs enter (explore_entry.py): "cli" is the gpu02 CLI schedule above
     door: str = "cli"
     door_args: dict[str, Any] = field(default_factory=dict)
     hosts: tuple[str, ...] = ("gpu02",)
@@ -127,7 +127,7 @@ class Schedule:
     def describe(self) -> str:
         parts = [f"faults=[{', '.join(self.faults)}]", "--yes" if self.yes else "approval by `approve`"]
         if self.door != "cli" or self.aimed or self.log_lines:
-            from orchestrator_sim.explore_doors import describe_door
+            from orchestrator_sim.explore_entry import describe_door
 
             parts.insert(0, describe_door(self))
         if self.fast:
@@ -141,7 +141,7 @@ class Schedule:
         return "; ".join(parts)
 
 
-#: how often each door is drawn (explore_doors.DOORS; `preview` only when the simulator has
+#: how often each door is drawn (explore_entry.DOORS; `preview` only when the simulator has
 #: the dry-run-recreates fault)
 DOOR_WEIGHTS = {"cli": 30, "base": 14, "stall": 10, "serve": 12, "page": 8, "clock": 8, "env": 8, "journals": 5,
                 "preview": 5}
@@ -150,7 +150,7 @@ DOOR_WEIGHTS = {"cli": 30, "base": 14, "stall": 10, "serve": 12, "page": 8, "clo
 def draw(seed: int, fast: bool = False) -> Schedule:
     """The schedule of a seed (pure: the same seed always draws the same schedule; `fast`: the CI
     form of the same schedule, see `Execution`)."""
-    from orchestrator_sim.explore_doors import doors_available, draw_door, draw_extras
+    from orchestrator_sim.explore_entry import doors_available, draw_door, draw_extras
 
     rng = random.Random(seed)
     doors = doors_available()
@@ -215,7 +215,7 @@ HOLES: dict[str, Schedule] = {
     "rollback-r1-after-done": Schedule(seed=0, after=[Action("rollback", "r1")]),
     "oom-r1-then-retry": Schedule(seed=0, faults=["oom:r1"], after=[Action("retry")]),
     "oom-r1-then-rollback-all": Schedule(seed=0, faults=["oom:r1"], after=[Action("rollback", "all")]),
-    # issue 21's cases through the new doors (explore_doors.py)
+    # issue 21's cases through the new doors (explore_entry.py)
     # (mutating call 7 is the up of the new r1: killed during r1's cold start, rolled back by hand)
     "serve-adopts-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("killdone", 7), "rollback": True,
                                                                              "adopt": True}),
@@ -271,7 +271,7 @@ class Execution(DoorMixin):
 
     def __init__(self, schedule: Schedule, workdir: Path, *, verbose: bool = False) -> None:
         from orchestrator_sim import SimConfig, SimFleet
-        from orchestrator_sim.explore_doors import aim, sim_field
+        from orchestrator_sim.explore_entry import aim, sim_field
         from orchestrator_sim.readiness import attach_engine_log
 
         self.s = schedule
@@ -322,7 +322,7 @@ class Execution(DoorMixin):
         try:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
             try:
-                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY rowid").fetchall()  # insertion order: a stepped clock must not reorder them
+                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY run_seq").fetchall()  # the journal's sequence, never a clock
             finally:
                 con.close()
         except sqlite3.Error:

@@ -6,7 +6,7 @@ ORCHESTRATOR_TEST_KILL_AFTER=N (0: never), ORCHESTRATOR_TEST_WRITE_LOG=path (one
 or the next write after it never happens.
 
 ORCHESTRATOR_TEST_CLOCK_OFFSET_S=S (test-only, the explorer's `clock` door): the orchestrator's wall
-clock reads S seconds off (a host whose clock was stepped), see explore_doors.clock_offset_hook.
+clock reads S seconds off (a host whose clock was stepped), see explore_entry.clock_offset_hook.
 """
 
 import os
@@ -42,7 +42,7 @@ for _n in ("record_transition", "record_intent", "record_outcome"):
     _wrap(SqlJournal, _n)
 
 from orchestrator.cli import main  # noqa: E402
-from orchestrator_sim.explore_doors import clock_offset_hook  # noqa: E402
+from orchestrator_sim.explore_entry import clock_offset_hook  # noqa: E402
 
 clock_offset_hook()
 

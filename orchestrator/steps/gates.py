@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 from orchestrator.budget import parse_budget, per_rank_bytes
 from orchestrator.durations import format_duration
 from orchestrator.log_gate import LogGate
+from orchestrator.logfollow import FollowBatch
 from orchestrator.steps.evidence import bound_text
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, SoakSpec, Step
@@ -15,6 +17,15 @@ from orchestrator.parsers.docker_ps import by_service
 
 if TYPE_CHECKING:
     from orchestrator.executor.runtime import Runtime
+
+
+#: While the cold-start gate's log probes say nothing is new, the log is still read whole this often
+#: (a line repeated verbatim is not told apart by a probe).
+FULL_READ_S = 60.0
+#: A log that gave more new lines than this per second over the last poll interval is read at the
+#: poll cadence without probes (each probe would bring a read of a few lines: more bytes per new
+#: line than a poll's read). An SGLang cold start prints a few lines per milestone, minutes apart.
+CHATTY_LINES_PER_S = 2.0
 
 
 @register
@@ -91,14 +102,29 @@ class ColdStart:
         def progress() -> dict:
             return {"missing": gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in gate.seen.items()},
                     "last_line": rt.scrub(gate.result.line)[:160]}
+        # Between polls the log is probed (rt.wait_for_output): a probe that shows a new line has
+        # the log read at once (docker/ps keeps its poll cadence); while the probes say nothing
+        # is new the log read is skipped, but for one full read every FULL_READ_S.
+        c = None
+        waited = "unprobed"
+        reads: deque[tuple[float, int]] = deque(maxlen=64)  # (when, new lines) of the recent log reads
+        ps_due = read_due = rt.clock.monotonic()
         while True:
-            c = by_service(await rt.ps()).get(service)
+            now = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
+            if c is None or waited == "unprobed" or now >= ps_due:
+                c = by_service(await rt.ps()).get(service)
+                ps_due = now + rt.poll
             if c is not None:
                 if first_id is None:
                     first_id = c.id
                 if c.id != first_id:
                     return fail(f"{service} restarted during its cold start (container ID changed)")
-                batch = await follower.poll()
+                if waited == "quiet" and now < read_due:
+                    batch = FollowBatch(new=[], gap=False, bytes_fetched=0, lines_fetched=0, fetches=0)
+                else:
+                    batch = await follower.poll()
+                    read_due = now + FULL_READ_S
+                    reads.append((now, len(batch.new)))
                 if first_poll and len(batch.new) >= follower.initial_tail - 1 and not any(g.startup in ln.text for ln in batch.new):
                     # a resumed gate whose engine has logged more than the window since it started:
                     # its per-rank milestones are out of reach. Never judge (or time out) blind.
@@ -139,10 +165,19 @@ class ColdStart:
                 if batch.new and gate.result.line and gate.result.line != shown:
                     shown = gate.result.line
                     rt.emit("log_line", service=service, line=rt.scrub(shown)[:200])
-            if rt.clock.monotonic() >= deadline:
+                if batch.new:  # the run page's live tail of the followed log (redacted, last lines only)
+                    rt.emit("log_tail", service=service, lines=[rt.scrub(x.text)[:300] for x in batch.new[-8:]])
+            if now >= deadline:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
-            await rt.wait()
+            recent = sum(n for at, n in reads if at > now - rt.poll)
+            if c is None or recent > CHATTY_LINES_PER_S * rt.poll:
+                # not listed (nothing was read: a probe would always say news), or a chatty log:
+                # read at the poll cadence, unprobed
+                await rt.wait(max(0.0, ps_due - rt.clock.monotonic()))
+                waited = "unprobed"
+            else:
+                waited = await rt.wait_for_output(follower, until=ps_due)
 
     @staticmethod
     def _failed_on_line(rt: "Runtime", node: Node, step: Step, record: list[str], why: str) -> StepOutcome:
@@ -181,10 +216,11 @@ class Relay:
         deadline = rt.clock.monotonic() + rt.rb.timeouts.relay
         rt.emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
         while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             res = await client.direct_checks(rt.rb.model)
             if res.ok:
                 return ok(f"relay :{step.relay.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
-            if rt.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail(f"relay :{step.relay.port} direct checks failed: {rt.scrub(res.reason)}")
             await rt.wait()
 
@@ -212,10 +248,11 @@ class Verify:
             deadline = rt.clock.monotonic() + rt.rb.timeouts.discovery
             rt.emit("waiting", gate=f"both peers list {addr} healthy under {rt.rb.domains.long} only")
             while True:
+                seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
                 _, problems = await rt.peer_presence()
                 if not problems:
                     break
-                if rt.clock.monotonic() >= deadline:
+                if seen >= deadline:
                     return fail("; ".join(problems))
                 await rt.wait()
         notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []

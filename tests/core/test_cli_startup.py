@@ -1,0 +1,110 @@
+"""`orchestrate` answers at once (issue 25): what each command may load before it answers.
+
+`--help` and `--version` load typer and nothing heavy: not pydantic (the runbook schema, the
+settings), not structlog, httpx, asyncio, prometheus_client, rich's console or the server. The
+read-only commands (`plan`, `status`, `runs`) never load the runner, the executor, the clients or
+httpx; `runs` loads no runbook for runs that are not running. Each case runs `orchestrate` in a
+process of its own and lists the modules it loaded (`python -X importtime` shows the costs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What `--help`/`--version` must not import (each costs 10-150 ms of start-up)
+HEAVY_FOR_HELP = [
+    "pydantic", "pydantic_settings", "structlog", "httpx", "asyncio", "prometheus_client", "yaml", "rich.console",
+    "click",  # a second copy of click beside typer's own
+    "starlette", "uvicorn",
+    "orchestrator.runbook", "orchestrator.settings", "orchestrator.journal", "orchestrator.steps",
+    "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
+    "orchestrator.run_logs", "orchestrator.plan", "orchestrator.machine",
+]
+# What the read-only commands must not import
+HEAVY_FOR_READS = [
+    "httpx", "prometheus_client", "starlette", "uvicorn", "structlog", "tenacity",
+    "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
+]
+
+PROBE = """
+import json, os, sys
+sys.argv = ["orchestrate", *json.loads(sys.argv[1])]
+from orchestrator.cli import main
+try:
+    main()
+finally:
+    with open(os.environ["MODULES_OUT"], "w") as fh:
+        json.dump(sorted(sys.modules), fh)
+"""
+
+
+def _loaded(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, set[str]]:
+    out = tmp_path / "modules.json"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    full_env.update(MODULES_OUT=str(out), ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"),
+                    ORCHESTRATOR_INVENTORY=str(ROOT / "config" / "hosts.yaml"), **env)
+    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], cwd=tmp_path, env=full_env,
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, set(json.loads(out.read_text()))
+
+
+def _heavy(loaded: set[str], names: list[str]) -> list[str]:
+    return sorted(n for n in names if n in loaded or any(m.startswith(n + ".") for m in loaded))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]], ids=["--help", "--version"])
+def test_help_and_version_load_nothing_heavy(argv, tmp_path):
+    rc, loaded = _loaded(argv, tmp_path)
+    assert rc in (0, 2)
+    assert "typer" in loaded  # the probe saw the command line itself
+    assert _heavy(loaded, HEAVY_FOR_HELP) == []
+
+
+def _journal_with_runs(tmp_path: Path) -> None:
+    from orchestrator.journal import open_journal
+    from orchestrator.redaction import Redactor
+
+    (tmp_path / "state").mkdir()
+    j = open_journal(str(tmp_path / "state" / "journal.sqlite3"), redactor=Redactor())
+    try:
+        for i in range(2):
+            j.create_run(host="gpu02", runbook="gpu02-glm53-w4afp8-long-context", tag=f"v0.0.30{i}", kind="rollout",
+                         state="preflight", context={})
+    finally:
+        j.close()
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["status", "--json"], ["status"],
+                                  ["plan", "gpu02", "--tag", "v0.0.300"]],
+                         ids=["runs", "runs-json", "status-json", "status", "plan"])
+def test_read_only_commands_load_no_runner_clients_or_httpx(argv, tmp_path):
+    _journal_with_runs(tmp_path)
+    rc, loaded = _loaded(argv, tmp_path)
+    assert rc == 0
+    assert _heavy(loaded, HEAVY_FOR_READS) == []
+
+
+def test_runs_loads_no_runbook_for_runs_that_are_not_running(tmp_path):
+    """The runbook is read only to tell a running run waiting for approval; the journal's runs here
+    are interrupted (no lease), so `runs` answers from the journal alone."""
+    _journal_with_runs(tmp_path)
+    rc, loaded = _loaded(["runs"], tmp_path)
+    assert rc == 0
+    assert "orchestrator.runbook" not in loaded and "orchestrator.machine" not in loaded
+
+
+def test_a_command_that_reaches_hosts_still_drops_unclaimed_log_events(tmp_path):
+    """`--help` no longer loads structlog, but a command that may call a host installs the drop
+    before it runs (log events no run claims never reach stdout)."""
+    rc, loaded = _loaded(["rollback", "gpu02", "--replica", "r3"], tmp_path,
+                         ORCHESTRATOR_COMPOSE_MANAGER_TOKEN="x", ORCHESTRATOR_DASHBOARD_TOKEN="y")
+    assert rc == 2
+    assert "orchestrator.run_logs" in loaded
