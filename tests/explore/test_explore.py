@@ -168,7 +168,7 @@ def test_schedule_keeps_the_promise(results, label) -> None:
 #: what each door's schedule must show in its commands: the door was really entered
 DOOR_MARKS = {"base": "--hosts", "stall": "SIGSTOP at call", "serve": "serve: orchestrate serve",
               "page": "--server http://127.0.0.1:", "clock": "clock ", "journals": "(another journal)",
-              "env": "rollout: orchestrate rollout gpu02"}
+              "env": "rollout: orchestrate rollout gpu02", "preview": "--live"}
 
 
 def test_the_doors_are_really_entered(results) -> None:
