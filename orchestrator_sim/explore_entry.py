@@ -535,6 +535,9 @@ class DoorMixin:
         self.env_before = dict(self.fleet.dashboard_env)
         self.fleet.set_env_var(key, value)
         self.log(f"dashboard: {key}={value}")
+        # a human changed the env map: the gates that re-check it (the budget, the env map whole)
+        # may fail on whichever replica is moved next, and rolling that replica back is the rule
+        self.grant(f"env map changed ({key})", "all")
         if first.rc == -9:
             self.wait_lease()
         then = a["then"]
