@@ -581,17 +581,7 @@ class ComposeOperations(HostCore):
                 self._remove(c)
                 self._emit(op, f" Container {c.name}  Removed")
                 op.effects.append(f"orphan-removed:{c.name}")
-                self._orphans.append(
-                    OrphanRemoval(
-                        at=self._now,
-                        container=c.name,
-                        service=c.service,
-                        by_file=cf.path,
-                        by_tag=cf.tag,
-                        stop_timeout_s=ORPHAN_STOP_TIMEOUT_S,
-                        call_seq=op.call.seq if op.call else None,
-                    )
-                )
+                self._record_orphan(op, cf, c)
             yield 0.5
         # create / recreate
         for item in items:
@@ -644,17 +634,7 @@ class ComposeOperations(HostCore):
                 self._remove(c)
                 self._emit(op, f" Container {c.name}  Removed")
                 op.effects.append(f"dry-run-orphan-removed:{c.name}")
-                self._orphans.append(
-                    OrphanRemoval(
-                        at=self._now,
-                        container=c.name,
-                        service=c.service,
-                        by_file=cf.path,
-                        by_tag=cf.tag,
-                        stop_timeout_s=ORPHAN_STOP_TIMEOUT_S,
-                        call_seq=op.call.seq if op.call else None,
-                    )
-                )
+                self._record_orphan(op, cf, c)
         for item in items:
             if item.action in ("Created", "Recreated"):
                 yield from self._apply_item(op, cf, req, item, quiet=False)
@@ -666,6 +646,13 @@ class ComposeOperations(HostCore):
                 yield 0.5
                 self._start(c)
                 self._emit(op, f" Container {c.name}  Started")
+
+    def _record_orphan(self, op: Any, cf: Any, c: Any) -> None:
+        """An orphan removed by an up (or by a dry run made real, docker/compose#14029): the record
+        the invariants read."""
+        self._orphans.append(OrphanRemoval(at=self._now, container=c.name, service=c.service, by_file=cf.path,
+                                           by_tag=cf.tag, stop_timeout_s=ORPHAN_STOP_TIMEOUT_S,
+                                           call_seq=op.call.seq if op.call else None))
 
     def _apply_item(
         self, op: Operation, cf: ComposeFile, req: ComposeRequest, item: PlanItem, *, quiet: bool

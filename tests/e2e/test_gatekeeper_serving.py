@@ -138,9 +138,13 @@ def _cli(fleet, tmp_path, *args, env_extra=None):
 
 
 def _host_now(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if "host now:" in ln]
-    assert lines, text[-2000:]
-    return lines[-1][lines[-1].index("host now:"):]
+    """The CLI's last lines `HOST now:` then one indented line per replica (issue 22's format),
+    as one `host now: r1: ...; r2: ...` string."""
+    lines = text.splitlines()
+    at = [i for i, ln in enumerate(lines) if ln.rstrip().endswith(" now:")]
+    assert at, text[-2000:]
+    replicas = [ln.strip() for ln in lines[at[-1] + 1:] if ln.startswith("  ")]
+    return "host now: " + "; ".join(replicas)
 
 
 @pytest.fixture
@@ -161,7 +165,7 @@ def test_a_wrong_dashboard_token_aborts_and_host_now_says_what_serves(sim, tmp_p
     r = _cli(sim, tmp_path, "rollout", "gpu02", "--tag", "v0.0.300", "--yes",
              env_extra={"ORCHESTRATOR_DASHBOARD_TOKEN": "0" * 32})
     assert r.returncode == 5, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "Nothing was changed" in r.stdout
+    assert "Nothing was changed" in " ".join(r.stdout.split())  # the message is wrapped
     now = _host_now(r.stdout)
     assert "NOT serving" not in now, now
     assert now == f"host now: r1: {R1} serving; r2: {R2_OLD} serving", now
