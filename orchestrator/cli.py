@@ -300,6 +300,13 @@ def _require_real_inventory(settings: Settings, host: str) -> None:
     refuse_placeholder_inventory(settings, host)
 
 
+def _journal_locked(exc: BaseException) -> bool:
+    """SQLite's "database is locked" (or busy) once its busy timeout ran out."""
+    import sqlite3
+
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
 def _run_async(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -1114,6 +1121,14 @@ def main(argv: Optional[list[str]] = None) -> None:
 
                 err.print(f"orchestrate: {describe_validation_error(exc)}", markup=False)
                 sys.exit(int(ExitCode.BAD_INPUT))
+        if "sqlite3" in sys.modules and _journal_locked(exc):
+            # another orchestrate process holds the SQLite journal's write lock past the busy timeout
+            # (one stopped with Ctrl-Z, or hung, in the middle of a write): say so, not a traceback
+            err.print("orchestrate: the journal is locked by another process (it has held the SQLite write lock for "
+                      "over 30 s: a stopped (Ctrl-Z) or hung `orchestrate`; find it with `ps`, let it go on (`fg`) or end "
+                      "it); try again once it is released. `orchestrate runs` (reads only) shows where each run is",
+                      markup=False)
+            sys.exit(int(ExitCode.BAD_INPUT))
         from orchestrator.clients.errors import ClientError
         from orchestrator.executor import RunnerFenced
 

@@ -182,6 +182,38 @@ def test_a_bug_is_exit_1_in_one_line(monkeypatch, capsys, tmp_path):
     assert len(err.splitlines()) == 1 and "RuntimeError" in err and "a bug" in err
 
 
+def test_a_journal_locked_by_a_stopped_process_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    """The explorer's `stall` door: a command stopped (Ctrl-Z) inside a journal write holds SQLite's
+    write lock; another command's write then fails with "database is locked" after the busy
+    timeout. One line naming what to do, exit 2, never a traceback (cli.main: _journal_locked)."""
+    import sqlite3
+
+    from orchestrator import cli, startup
+
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path))
+    db = tmp_path / "held.sqlite3"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")  # the stopped process's open write transaction
+    holder.execute("INSERT INTO t VALUES (1)")
+
+    def write(settings):
+        other = sqlite3.connect(db, timeout=0.05, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # what admission's transaction does first: it waits, then gives up
+
+    monkeypatch.setattr(startup.ReadSession, "open", classmethod(lambda cls, s: write(s)))
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["runs"])
+    finally:
+        holder.rollback()
+        holder.close()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "the journal is locked by another process" in err, err
+    assert "Traceback" not in err
+
+
 def test_an_unreachable_host_system_is_one_line_with_no_retry_noise_on_stdout(tmp_path):
     """Before any run exists, a client's retries are log events no run claims: they are dropped,
     never printed (cli.main -> run_logs.ensure_configured). The error is one line, exit 5."""
