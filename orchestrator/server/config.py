@@ -76,10 +76,12 @@ class ServerRedactor(Redactor):
             try:
                 text = json.dumps(obj)  # ensure_ascii: the escaped form `_variants` also matches
             except (TypeError, ValueError):
-                return super().scrub_obj(obj)
+                return self._scrub_walk(obj)
             if not self.contains_secret(text):
                 return obj
-        return super().scrub_obj(obj)
+        # the walk itself, never Redactor.scrub_obj: its own fast path knows only this redactor's
+        # secrets, not the attached ones (a run's env map values), and would let those through
+        return self._scrub_walk(obj)
 
 
 class _Stderr:

@@ -142,6 +142,18 @@ def test_the_fast_scrub_of_an_answer_hides_what_the_slow_one_hides(secret, other
     assert fast.scrub_obj(wrapped) == slow.scrub_obj(wrapped)
 
 
+def test_an_attached_secret_is_scrubbed_when_the_servers_own_secret_is_not_in_the_answer():
+    """Found by the property above after two fast paths met in a merge: the server's own secret
+    absent from an answer must not send it down Redactor.scrub_obj's fast path, which knows only
+    the server's secrets and not the attached ones (a run's env map values)."""
+    fast = ServerRedactor("0000")
+    fast.attach(Redactor("000"))
+    assert fast.scrub_obj({"runs": ["000"]}) == Redactor("0000", "000").scrub_obj({"runs": ["000"]}) == {"runs": ["***"]}
+    bare = ServerRedactor()  # no secret of its own, only attached ones
+    bare.attach(Redactor("s3cr3t-value"))
+    assert "s3cr3t-value" not in repr(bare.scrub_obj({"env": "x s3cr3t-value y"}))
+
+
 def test_one_turn_of_writes_goes_out_in_one_send_and_close_flushes_first():
     import asyncio
 
