@@ -391,6 +391,7 @@ class HostCore:
             return  # never another line
         if step == "ready":
             c.engine.ready = True
+            c.engine.ready_at = self._now
             self._update_slot(c.slot, c.name, "ready")
             self._schedule(NOISE_INTERVAL_S, self._engine_noise, c, run)
             return
