@@ -68,6 +68,8 @@ class SimConfig:
     start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
     fresh_host: bool = False  # nothing deployed yet (as the recorded 8e07c35 exchanges start)
     hosts: Sequence[str] = ("gpu02",)  # any of gpu02, gpu03, gpu04, gpu23 (at least one)
+    #: gpu02's starting point: "canary" (the canary file, before #294) or "long-context" (after it)
+    initial: str = "canary"
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,10 @@ class SimFleet:
             repo = repo.with_tag_age(TARGET_TAG, 5.0)
         if self.faults.active("tag-unknown"):
             repo = repo.without_tag(TARGET_TAG)
+        if self.config.initial == "long-context":
+            repo = repo.after_294()
+        elif self.config.initial != "canary":
+            raise ValueError(f"SimConfig.initial must be canary or long-context, not {self.config.initial!r}")
         names = tuple(self.config.hosts)
         if not names or len(set(names)) != len(names) or any(n not in KNOWN_HOSTS for n in names):
             raise ValueError(f"SimConfig.hosts must name distinct hosts of {KNOWN_HOSTS}, not {names!r}")

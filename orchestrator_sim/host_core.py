@@ -233,7 +233,8 @@ class HostCore:
             ports=sd.ports,
         )
         if kind == "engine":
-            fault = self.faults.engine_fault(sd.slot) if cf.path == self.target_file else None
+            # an engine of the initial deployment (created before t=0) is never a rollout's new engine
+            fault = self.faults.engine_fault(sd.slot) if cf.path == self.target_file and created_at >= 0 else None
             if fault == "dist-store-error":  # only the first container of that service fails
                 if (fault, sd.name) in self._spent_faults:
                     fault = None
