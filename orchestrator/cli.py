@@ -875,6 +875,9 @@ def demo(
                                     "event; no summary line (the exit code is the outcome)"),
     base_tier: bool = _flag("--base-tier", "Then the base tier: gpu03, gpu04, gpu23 one at a time (a fleet run), once "
                                            "gpu02 is DONE"),
+    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME",
+                                          help="A gpu02 runbook the demo simulates (e.g. gpu02-glm53-w4afp8-pdi2-canary: "
+                                               "the simulated gpu02 starts as #294 left it)"),
 ) -> None:
     """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
     from orchestrator.demo import check_faults, list_fault_table, run_demo
@@ -885,9 +888,14 @@ def demo(
     if not (math.isfinite(speed) and speed > 0):
         raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
     check_faults(fault, base_tier=base_tier)
+    if runbook is not None:
+        from orchestrator.demo import check_demo_runbook
+
+        check_demo_runbook(runbook, base_tier=base_tier)
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
     outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json),
-                       console=out if not as_json else None, base_tier=base_tier)
+                       console=out if not as_json else None, base_tier=base_tier,
+                       **({"runbook": runbook} if runbook is not None else {}))
     raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))
 
 

@@ -28,6 +28,7 @@ class GateResult:
     observed: float | None  # the ratio, or the value
     verdict: str
     why: str
+    bound: str = ""  # "<= 0.9", "within [0.5, 0.9]"
 
 
 def _bounds(lo: float | None, hi: float | None) -> str:
@@ -56,12 +57,12 @@ def ratio_gate(metric: str, candidate: str, control: str, lo: float | None, hi: 
     cand, ctrl = measure(metric, windows[candidate]), measure(metric, windows[control])
     short = [s for s in (_short_of(cand, candidate, metric, min_samples), _short_of(ctrl, control, metric, min_samples)) if s]
     if short:
-        return GateResult(text, metric, (candidate, control), None, NO_TRAFFIC, "; ".join(short))
+        return GateResult(text, metric, (candidate, control), None, NO_TRAFFIC, "; ".join(short), _bounds(lo, hi))
     assert cand.value is not None and ctrl.value is not None
     r = ratio(cand.value, ctrl.value)
     good = _check(r, lo, hi)
     return GateResult(text, metric, (candidate, control), r, PASS if good else FAIL,
-                      f"{candidate}/{control} = {_num(r)}" + ("" if good else f", not {_bounds(lo, hi)}"))
+                      f"{candidate}/{control} = {_num(r)}" + ("" if good else f", not {_bounds(lo, hi)}"), _bounds(lo, hi))
 
 
 def bound_gate(metric: str, replica: str, lo: float | None, hi: float | None,
@@ -70,11 +71,12 @@ def bound_gate(metric: str, replica: str, lo: float | None, hi: float | None,
     m = measure(metric, windows[replica])
     short = _short_of(m, replica, metric, min_samples)
     if short:
-        return GateResult(text, metric, (replica,), None, NO_TRAFFIC, short)
+        return GateResult(text, metric, (replica,), None, NO_TRAFFIC, short, _bounds(lo, hi))
     assert m.value is not None
     good = _check(m.value, lo, hi)
     return GateResult(text, metric, (replica,), m.value, PASS if good else FAIL,
-                      f"{replica} {metric} = {fmt_value(metric, m.value)}" + ("" if good else f", not {_bounds(lo, hi)}"))
+                      f"{replica} {metric} = {fmt_value(metric, m.value)}" + ("" if good else f", not {_bounds(lo, hi)}"),
+                      _bounds(lo, hi))
 
 
 def overall(results: Sequence[GateResult]) -> str:
@@ -95,7 +97,7 @@ def fmt_value(metric: str, v: float | None) -> str:
         return "-"
     unit = METRICS[metric].unit
     if unit == "s":
-        return f"{v * 1000:.1f} ms" if v < 10 else f"{v:.2f} s"
+        return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
     if unit == "share":
         return f"{v * 100:.2f} %"
     return f"{v:.3g}/s"
@@ -118,8 +120,8 @@ def readout(results: Sequence[GateResult], windows: Mapping[str, ReplicaWindow],
         elif len(g.replicas) == 2:
             obs = f"{g.replicas[0]}/{g.replicas[1]} {_num(g.observed)}"
         else:
-            obs = fmt_value(g.metric, g.observed)
-        bound = g.text.split(" ", 1)[1] if len(g.replicas) == 1 else g.text.split(" ", 2)[2]
+            obs = f"{g.replicas[0]} {fmt_value(g.metric, g.observed)}"
+        bound = f"{g.replicas[0]}/{g.replicas[1]} {g.bound}" if len(g.replicas) == 2 else f"{g.replicas[0]} {g.bound}"
         rows.append([g.metric, *vals, obs, bound, g.verdict.upper()])
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 

@@ -93,8 +93,8 @@ class Analysis:
         for r in replicas:  # a replica never read has an empty window: its gates lack traffic
             windows.setdefault(r, window_of(r, []))
         results = judge(spec, windows)
+        # the readout is the step's note: printed with its transition and journaled with it
         table = readout(results, windows, replicas, spec.window)
-        rt.emit("note", text=table)
         verdict = overall(results)
         if verdict == PASS:
             return ok(table)
