@@ -102,3 +102,33 @@ def test_orchestrate_plan_refuses_a_bad_analysis_with_one_line_and_exit_2(tmp_pa
     out = (res.stdout + res.stderr).strip()
     assert "unknown metric 'tpot_median'" in out and "Traceback" not in out
     assert len(out.splitlines()) == 1
+
+
+def test_the_shipped_pdi2_canary_gates_are_the_lab_results_as_thresholds():
+    from orchestrator.runbook import load_runbook
+
+    rb = load_runbook("gpu02-glm53-w4afp8-pdi2-canary")
+    [readout] = [s for ph in rb.phases for s in ph.steps if s.analysis is not None]
+    a = readout.analysis
+    assert a is not None and a.window == 1800 and a.min_samples == 200 and a.not_enough_traffic == "halt"
+    assert [g.text() for g in a.gates] == ["tpot_p50 r2/r1 <= 0.9", "ttft_p50 r2/r1 <= 1.05", "completion_rate of r2 >= 0.99"]
+    # r2 only: no mutating step of the canary or its rollback names r1
+    r1 = rb.replicas["r1"][0]
+    for steps in rb.step_lists():
+        for st in steps:
+            if st.mutating:
+                assert r1 not in st.compose.services, st.id  # type: ignore[union-attr]
+
+
+def _orchestrate(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "orchestrate"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_demo_runbook_names_a_runbook_the_demo_simulates_in_one_line():
+    res = _orchestrate("demo", "--runbook", "gpu02-nope")
+    out = (res.stdout + res.stderr).strip()
+    assert res.returncode == 2 and len(out.splitlines()) == 1, out
+    assert "--runbook 'gpu02-nope': the demo simulates" in out and "gpu02-glm53-w4afp8-pdi2-canary" in out
+    res = _orchestrate("demo", "--runbook", "gpu02-glm53-w4afp8-pdi2-canary", "--base-tier")
+    assert res.returncode == 2 and "--base-tier" in res.stdout + res.stderr
