@@ -109,3 +109,12 @@ def test_too_little_traffic_halts_with_the_readout_neither_promoting_nor_rejecti
     r2 = fleet.host.container(R2)
     assert r2.tag == CANARY_TAG and r2.state == "running"  # the candidate stays for a human to judge
     _r1_untouched(fleet, r1_before)
+
+
+def test_a_candidate_that_aborts_requests_fails_its_completion_rate_and_rolls_back(canary):
+    fleet, final, r1_before, progress, _ = canary("candidate-errors:r2")
+    assert final.outcome == "ROLLED_BACK", final.message
+    text = _readout(progress)
+    assert "FAIL: completion_rate of r2 >= 0.99: r2 completion_rate = 95" in text
+    assert fleet.host.container(R2).tag == "v0.0.300"
+    _r1_untouched(fleet, r1_before)
