@@ -132,3 +132,14 @@ def test_demo_runbook_names_a_runbook_the_demo_simulates_in_one_line():
     assert "--runbook 'gpu02-nope': the demo simulates" in out and "gpu02-glm53-w4afp8-pdi2-canary" in out
     res = _orchestrate("demo", "--runbook", "gpu02-glm53-w4afp8-pdi2-canary", "--base-tier")
     assert res.returncode == 2 and "--base-tier" in res.stdout + res.stderr
+
+
+def test_the_analysis_modules_are_in_the_pure_core_contract():
+    """lint-imports (tests/core/test_import_contracts.py) then keeps them free of httpx, asyncio,
+    the journal, the clients, the executor and the simulator."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[2] / ".importlinter")
+    pure = cfg["importlinter:contract:pure-core"]["source_modules"].split()
+    assert "orchestrator.analysis" in pure and "orchestrator.metricproviders" in pure
