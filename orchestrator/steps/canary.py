@@ -101,6 +101,9 @@ class Analysis:
         if verdict == FAIL:
             return fail(table)
         assert verdict == NO_TRAFFIC
-        why = ("not enough traffic to judge the candidate: neither promoted nor rolled back; read the readout, "
-               "then resume or roll back\n" + table)
+        run = getattr(rt, "run", None)
+        host = getattr(run, "host", "HOST")
+        why = (f"not enough traffic to judge the candidate: neither promoted nor rolled back (the candidate keeps "
+               f"serving beside the control); read the readout, then reject it with `orchestrate rollback {host} "
+               f"--replica {replicas[0]}` or judge it again\n" + table)
         return halt(why) if spec.not_enough_traffic == "halt" else fail(why)

@@ -45,6 +45,7 @@ def canary(tmp_path: Path):
         session = Session.open(demo_settings(fleet, state), clock=ScaledClock(SPEED),
                                retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
         opened.append((fleet, session))
+        make.session = session
         r1_before = fleet.host.container(R1)
         from orchestrator.runner import execute, new_rollout
 
@@ -116,5 +117,21 @@ def test_a_candidate_that_aborts_requests_fails_its_completion_rate_and_rolls_ba
     assert final.outcome == "ROLLED_BACK", final.message
     text = _readout(progress)
     assert "FAIL: completion_rate of r2 >= 0.99: r2 completion_rate = 95" in text
+    assert fleet.host.container(R2).tag == "v0.0.300"
+    _r1_untouched(fleet, r1_before)
+
+
+def test_after_too_little_traffic_the_operator_rejects_the_candidate_with_rollback_r2(canary):
+    """What the halt says to run: `orchestrate rollback gpu02 --replica r2` takes r2 back to #294."""
+    from orchestrator.runner import execute, new_rollback
+
+    fleet, final, r1_before, _, _ = canary("low-traffic")
+    assert final.outcome == "HALTED"
+    assert "orchestrate rollback gpu02 --replica r2" in (final.message or "")
+    session = canary.session
+    run, rb, table = asyncio.run(new_rollback(session, "gpu02", "r2", None, None, None))
+    assert rb.name == RUNBOOK
+    done = asyncio.run(execute(session, run, rb, table, progress=RecordingProgress(), yes=True))
+    assert done.outcome in ("DONE", "ROLLED_BACK"), done.message
     assert fleet.host.container(R2).tag == "v0.0.300"
     _r1_untouched(fleet, r1_before)
