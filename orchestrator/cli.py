@@ -241,6 +241,8 @@ class LiveProgress:
                 extra += f"; last line: {f['last_line'][:120]}"
             if f.get("awaiting"):
                 extra += f"; waiting for {f['awaiting']}"
+            if f.get("so_far"):
+                extra += f"; so far: {f['so_far']}"
             self.c.print(f"{ts}   still waiting: {f['what']}, {format_duration(f['elapsed'])}{timeout}{extra}")
 
 

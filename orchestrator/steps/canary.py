@@ -47,6 +47,22 @@ def judge(spec: "AnalysisSpec", windows: dict[str, "ReplicaWindow"]) -> list[Gat
     return out
 
 
+def so_far(spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]]) -> str:
+    """The gates on the window seen so far (a heartbeat's line: an operator watching sees the trend)."""
+    try:
+        windows = {r: window_of(r, s) for r, s in scrapes.items()}
+    except WindowError as exc:
+        return str(exc)
+    parts = []
+    for g in judge(spec, windows):
+        if g.observed is None:
+            parts.append(f"{g.metric}: {g.why.split(';')[0]}")
+        else:
+            obs = f"{g.replicas[0]}/{g.replicas[1]} {g.observed:.3g}" if len(g.replicas) == 2 else f"{g.observed:.3g}"
+            parts.append(f"{g.metric} {obs} ({'ok' if g.verdict == PASS else 'breaking ' + g.bound})")
+    return "; ".join(parts)
+
+
 @register
 class Analysis:
     key = "analysis"
@@ -84,7 +100,7 @@ class Analysis:
             elapsed = rt.clock.monotonic() - start
             if elapsed >= spec.window:
                 break
-            rt.tick("analysis of " + ", ".join(replicas), start, spec.window)
+            rt.tick("analysis of " + ", ".join(replicas), start, spec.window, lambda: {"so_far": so_far(spec, scrapes)})
             await rt.wait(min(spec.poll, max(0.0, spec.window - elapsed)))
         try:
             windows = {r: window_of(r, s) for r, s in scrapes.items() if s}

@@ -147,3 +147,19 @@ def test_a_candidate_that_stops_serving_fails_at_once():
     out = run(rt, step())
     assert out.event == Event.FAIL and "during the analysis: r2-engine restarted" in out.note
     assert rt.clock.t < 700
+
+
+def test_the_heartbeat_shows_the_gates_on_the_window_so_far():
+    from orchestrator.steps.canary import so_far
+
+    class Ticking(FakeRt):
+        lines: list[str] = []
+
+        def tick(self, what: str, started: float, timeout: Any, extra: Any = None) -> None:
+            if self.clock.t >= 900 and not self.lines:
+                self.lines.append(extra()["so_far"])
+
+    rt = Ticking({8008: (20, 0.030), 8009: (20, 0.042)})
+    run(rt, step())
+    assert rt.lines and rt.lines[0].startswith("tpot_p50 r2/r1 1.4") and "breaking <= 0.9" in rt.lines[0]
+    assert "served 0" in so_far(step().analysis, {"r1": [], "r2": []})  # type: ignore[arg-type]
