@@ -143,3 +143,22 @@ def test_the_analysis_modules_are_in_the_pure_core_contract():
     cfg.read(Path(__file__).resolve().parents[2] / ".importlinter")
     pure = cfg["importlinter:contract:pure-core"]["source_modules"].split()
     assert "orchestrator.analysis" in pure and "orchestrator.metricproviders" in pure
+
+
+def test_the_canary_plan_is_byte_identical_to_its_golden():
+    """The canary's plan (what an operator reviews: every gate with its thresholds), byte for byte.
+    Regenerate after an intended change with ORCHESTRATOR_UPDATE_GOLDEN=1 and review the diff."""
+    import os
+
+    from orchestrator.machine import compile_rollout
+    from orchestrator.plan import build_plan, render_text
+    from orchestrator.runbook import load_runbook
+
+    rb = load_runbook("gpu02-glm53-w4afp8-pdi2-canary")
+    out = render_text(build_plan(rb, compile_rollout(rb), host="gpu02", tag="v0.0.304"))
+    out = out if out.endswith("\n") else out + "\n"
+    path = Path(__file__).resolve().parent / "golden" / "plan-gpu02-pdi2-canary.text.txt"
+    if os.environ.get("ORCHESTRATOR_UPDATE_GOLDEN") == "1":
+        path.write_text(out)
+    assert out == path.read_text(), "the canary's plan changed: review it, then regenerate"
+    assert "tpot_p50 r2/r1 <= 0.9; ttft_p50 r2/r1 <= 1.05; completion_rate of r2 >= 0.99" in out

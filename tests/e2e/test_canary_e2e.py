@@ -135,3 +135,17 @@ def test_after_too_little_traffic_the_operator_rejects_the_candidate_with_rollba
     assert done.outcome in ("DONE", "ROLLED_BACK"), done.message
     assert fleet.host.container(R2).tag == "v0.0.300"
     _r1_untouched(fleet, r1_before)
+
+
+def test_orchestrate_demo_runs_the_canary_and_exits_with_its_outcome(tmp_path):
+    """`orchestrate demo --runbook gpu02-glm53-w4afp8-pdi2-canary --fault candidate-slower`: the real
+    CLI, exit 3 (rolled back) with the readout printed."""
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "orchestrate"
+    res = subprocess.run([str(exe), "demo", "--runbook", RUNBOOK, "--fault", "candidate-slower", "--speed", "3000",
+                          "--state-dir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "canary readout: FAIL" in res.stdout and "FAIL: tpot_p50 r2/r1 <= 0.9" in res.stdout
+    assert "ROLLED_BACK" in res.stdout
