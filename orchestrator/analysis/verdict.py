@@ -42,6 +42,8 @@ def _check(value: float, lo: float | None, hi: float | None) -> bool:
 
 
 def _short_of(m: Measurement, replica: str, metric: str, min_samples: int) -> str | None:
+    if m.absent is not None:
+        return f"{replica}'s /metrics carries no {m.absent} (is the relay route reaching an SGLang engine?)"
     if m.samples < min_samples or m.value is None:
         return f"{replica} served {int(m.samples)} {_unit_of_samples(metric)} in the window, the gate needs {min_samples}"
     return None

@@ -183,6 +183,9 @@ class Measurement:
 
     value: float | None
     samples: float
+    #: the series the replica's /metrics did not carry at all (not low traffic: a wrong engine, a
+    #: renamed metric, a scrape of something else)
+    absent: str | None = None
 
 
 def measure(metric: str, w: ReplicaWindow) -> Measurement:
@@ -190,11 +193,11 @@ def measure(metric: str, w: ReplicaWindow) -> Measurement:
     if d.kind == "quantile":
         h = w.histograms.get(d.source)
         if h is None:
-            return Measurement(None, 0.0)
+            return Measurement(None, 0.0, d.source if w.scrapes else None)
         return Measurement(quantile(d.q or 0.0, h), h.count)
     requests = w.counters.get(REQUESTS)
     if requests is None:
-        return Measurement(None, 0.0)
+        return Measurement(None, 0.0, REQUESTS if w.scrapes else None)
     if d.kind == "request_rate":
         return Measurement(requests / w.seconds if w.seconds > 0 else None, requests)
     if requests <= 0:

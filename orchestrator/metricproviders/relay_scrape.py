@@ -34,7 +34,7 @@ def parse_scrape(text: str, at: float) -> Scrape:
     try:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
-                if s.name in COUNTERS or (fam.type == "counter" and fam.name + "_total" in COUNTERS and s.name == fam.name + "_total"):
+                if s.name in COUNTERS:
                     counters[s.name] = counters.get(s.name, 0.0) + float(s.value)
                 elif fam.name in HISTOGRAMS:
                     if s.name == fam.name + "_bucket":

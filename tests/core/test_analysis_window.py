@@ -218,3 +218,12 @@ def test_the_window_sees_only_its_own_observations(before, during, restart_at, q
         return  # indistinguishable from growth without a restart (Prometheus cannot tell either)
     assert [c for _, c in inc.buckets] == [c for _, c in want.buckets]
     assert quantile(q, inc) == quantile(q, want)
+
+
+def test_a_metric_the_replica_does_not_expose_is_named_not_called_low_traffic():
+    w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)),
+         "r2": window_of("r2", [Scrape(0.0, {REQUESTS: 5.0}), Scrape(1800.0, {REQUESTS: 900.0})])}
+    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    assert g.verdict == NO_TRAFFIC and "r2's /metrics carries no sglang:time_per_output_token_seconds" in g.why
+    never_read = {"r1": w["r1"], "r2": window_of("r2", [])}
+    assert "r2 served 0" in ratio_gate("tpot_p50", "r2", "r1", None, 0.9, never_read, 200).why
