@@ -93,7 +93,8 @@ def test_a_slower_candidate_rolls_r2_back_to_294_with_r1_untouched(canary):
     assert final.outcome == "ROLLED_BACK", final.message
     text = _readout(progress)
     assert text.startswith("canary readout: FAIL")
-    assert "FAIL: tpot_p50 r2/r1 <= 0.9: r2/r1 = 1.4" in text
+    ratio = float(text.split("FAIL: tpot_p50 r2/r1 <= 0.9: r2/r1 = ", 1)[1].split(",", 1)[0])
+    assert 1.3 < ratio < 1.5  # the simulator's slower candidate: TPOT 1.4x
     r2 = fleet.host.container(R2)
     assert r2.tag == "v0.0.300" and r2.state == "running"  # back on #294's file and tag
     _r1_untouched(fleet, r1_before)
