@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench explore install clean diagram crash-all
+.PHONY: demo test bench server-load explore install clean diagram crash-all lock
 
-$(STAMP): pyproject.toml
+# Every dependency pinned by requirements.lock (as the image and CI install them).
+$(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --constraint requirements.lock -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,13 +23,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4
 
-## The README's state diagram, regenerated from the gpu02 runbook's transition table.
+## docs/design.md's state diagram, regenerated from the gpu02 runbook's transition table.
 diagram: $(STAMP)
 	$(BIN)/python scripts/update_readme_diagram.py
 
 ## Benchmarks against the simulator (not part of the test suite).
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+## orchestrate serve under a crowd: 200 clients, 100 slow connections, one address (docs/team-mode.md).
+server-load: $(STAMP)
+	$(BIN)/python -m bench.server_load
 
 ## The seeded schedule explorer (docs/explorer.md): SEEDS schedules from SEED, then the full crash
 ## sweep (every journal write and every mutating call in flight). JOBS in parallel.
@@ -46,6 +51,15 @@ explore: $(STAMP)
 ## Crash at every journal write of gpu02's and a base host's rollout, then resume (tests/e2e/test_crash_resume.py).
 crash-all: $(STAMP)
 	ORCHESTRATOR_CRASH_ALL=1 $(BIN)/python -m pytest -q -n $(JOBS) tests/e2e/test_crash_resume.py
+
+## Re-pin every dependency (runtime and test) in requirements.lock after a change to pyproject.toml.
+## pip-tools' pip-compile: maintained, and it resolves through pip itself, so it reads the same
+## index configuration (pip.conf) as every `pip install` here; kept out of .venv (a tool, not a dependency).
+lock:
+	$(PY) -m venv .state/pip-tools
+	.state/pip-tools/bin/pip install --quiet pip-tools
+	.state/pip-tools/bin/pip-compile --quiet --strip-extras --extra test --no-emit-index-url --no-emit-find-links \
+	  --output-file requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) .state .pytest_cache .hypothesis

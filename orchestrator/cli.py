@@ -114,6 +114,8 @@ def load_settings(*a: Any, **k: Any) -> Any:
 
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
 INTERRUPTED_EXIT = 130
+#: Set once a command has said what a Ctrl-C stopped (else main() says it: typer's is silent).
+_INTERRUPT_TOLD: list[bool] = []
 
 # rich_markup_mode=None: click's plain help (typer's rich help loads rich's markdown and traceback
 # modules, ~90 ms, on every `--help`)
@@ -133,7 +135,7 @@ InventoryOpt = typer.Option(
     help="Host inventory YAML. Default: $ORCHESTRATOR_INVENTORY, else ./config/hosts.yaml, "
          "else $XDG_CONFIG_HOME/orchestrator/hosts.yaml (~/.config/orchestrator/hosts.yaml)")
 RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", metavar="NAME|PATH",
-                          help="Runbook: a name shipped in orchestrator/runbooks/, or a path to a runbook YAML")
+                          help="Runbook: a name shipped in runbooks/, or a path to a runbook YAML")
 RUN_JSON_HELP = ("Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each event "
                  "(run_started, step_started, waiting, log_line, effect, transition, note, run_finished), "
                  "then {\"event\": \"summary\", run_id, host, kind, tag, state, outcome, message, ...}")
@@ -202,6 +204,8 @@ class LiveProgress:
         self.c = console
         self.t0 = time.monotonic()
         self.step_clock = 0.0
+        self.run: RunRecord | None = None  # set by _execute: the run whose end is printed (oncall.final_lines)
+        self.replicas: list[str] = []
 
     def _ts(self) -> str:
         e = time.monotonic() - self.t0
@@ -229,7 +233,15 @@ class LiveProgress:
             self.c.print(f"{ts}   [{colour}]{ev}[/{colour}]{took}{where}" + (f": {f['note']}" if f.get("note") else ""))
         elif kind == "run_finished":
             colour = "green" if f["outcome"] == Outcome.DONE else "red"
-            self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+            if self.run is None:
+                self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+                return
+            from orchestrator.oncall import final_lines
+
+            first, *rest = final_lines(self.run, self.replicas, outcome=f["outcome"], message=f.get("message") or "")
+            self.c.print(f"{ts} [bold {colour}]{first}[/bold {colour}]")
+            for line in rest:
+                self.c.print(line, markup=False)
         elif kind == "note":
             self.c.print(f"{ts}   note: {f['text']}")
         elif kind == "heartbeat":
@@ -259,10 +271,35 @@ def _progress(as_json: bool) -> Any:
 def _finish(run: RunRecord, as_json: bool) -> None:
     from orchestrator.run_info import context_summary
 
+    from orchestrator.oncall import exit_code
+
     if as_json:
         sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
-    code = OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED)
-    raise typer.Exit(int(code))
+    raise typer.Exit(exit_code(run.kind, run.outcome))
+
+
+def _first_line(as_json: bool, what: str, settings: Settings) -> None:
+    """A mutating command's first line: what it does, with which inventory and journal (stdout;
+    with --json, one {"event": "using", ...} object instead)."""
+    from orchestrator.oncall import where
+
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": settings.inventory_choice().describe(),
+                                     "journal": settings.journal_location()}) + "\n")
+    else:
+        out.print(f"{what} · {where(settings)}", markup=False)
+
+
+def _record_options(run: RunRecord, *, yes: bool, soak: Optional[str]) -> None:
+    from orchestrator.oncall import record_options
+
+    record_options(run, yes=yes, soak=soak)
+
+
+def _require_real_inventory(settings: Settings, host: str) -> None:
+    from orchestrator.oncall import refuse_placeholder_inventory
+
+    refuse_placeholder_inventory(settings, host)
 
 
 def _run_async(coro: Any) -> Any:
@@ -285,6 +322,8 @@ def _execute(session: Any, run: RunRecord, rb: Any, table: Any, **kwargs: Any) -
     Ctrl-C exits at once."""
     from orchestrator.runner import execute
 
+    if isinstance(kwargs.get("progress"), LiveProgress):
+        kwargs["progress"].run, kwargs["progress"].replicas = run, list(rb.replicas)
     stopped_by: list[str] = []
 
     async def main() -> RunRecord | None:
@@ -322,6 +361,7 @@ def _execute(session: Any, run: RunRecord, rb: Any, table: Any, **kwargs: Any) -
         return now
     err.print(f"orchestrate: stopped by {stopped_by[0]}: run {now.run_id} ({now.kind} of {now.host}) is at {now.state}, "
               f"lease released; continue with `orchestrate resume {now.run_id}`")
+    _INTERRUPT_TOLD.append(True)
     raise typer.Exit(INTERRUPTED_EXIT)
 
 
@@ -438,6 +478,8 @@ def _plan_live(settings: Settings, host: str, tag: str, runbook: str, fmt: str, 
     sys.stdout.write({"text": render_live_text, "markdown": render_live_markdown, "json": render_live_json}[fmt](lp))
     for pr in problems:
         err.print(f"mismatch: {pr}")
+    if lp.changed:  # never a silent "nothing was changed": one line naming what changed
+        err.print(f"orchestrate: the preview changed real containers: {'; '.join(lp.changed)}", markup=False, soft_wrap=True)
     raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)
 
 
@@ -467,7 +509,7 @@ def rollout(
     host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out (v0.0.N), e.g. v0.0.300"),
     runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
-                                          help="Runbook: a name shipped in orchestrator/runbooks/, or a path to a runbook "
+                                          help="Runbook: a name shipped in runbooks/, or a path to a runbook "
                                                "YAML. Default: the shipped runbook that names HOST (all of --hosts), else "
                                                f"{DEFAULT_RUNBOOK}"),
     yes: bool = YesOpt,
@@ -524,26 +566,23 @@ def rollout(
     settings = _settings(inventory)
     settings.require_host_tokens("rollout")
     _runbook(runbook)
+    if override_prerequisite:  # a typo never passes: only the runbook's prerequisites can be named
+        from orchestrator.prerequisites import check_overrides
+
+        check_overrides(load_runbook(runbook).prerequisites, override_prerequisite)
+    _require_real_inventory(settings, host)
+    _first_line(as_json, f"{host}: rollout to {tag} (runbook {Path(runbook).stem})", settings)
     session = Session.open(settings)
     try:
-        if override_prerequisite:  # a typo never passes: only the runbook's prerequisites can be named
-            from orchestrator.prerequisites import check_overrides
-
-            check_overrides(load_runbook(runbook).prerequisites, override_prerequisite)
         start_phase = _run_async(place_for_continue(session, host, tag, runbook)) if continue_ else None
-        run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check)
-        _journal_overrides(session, run, override_prerequisite, rb)
+        # admitted with its prerequisites checked and the overrides journaled (orchestrator/admission.py)
+        run, rb, table = new_rollout(session, host, tag, runbook, start_phase, skip_tag_age_check=skip_tag_age_check,
+                                     overrides=override_prerequisite)
+        _record_options(run, yes=yes, soak=soak)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
-
-
-def _journal_overrides(session: Any, run: RunRecord, overrides: list[str], rb: Any) -> None:
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.runner import owner_id
-
-    journal_overrides(session.journal, run, overrides, owner_id(), rb)
 
 
 def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
@@ -567,6 +606,9 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
     session = Session.open(settings)
     try:
         refuse_unmet_prerequisites(rb, session.journal, overrides)
+        for h in hosts:
+            _require_real_inventory(settings, h)
+        _first_line(as_json, f"{', '.join(hosts)}: fleet rollout to {tag} (runbook {rb.name})", settings)
 
         def announce(host: str, i: int, n: int) -> None:
             if as_json:
@@ -575,8 +617,9 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
                 out.rule(f"fleet {i + 1}/{n}: {host}")
 
         def one(host: str) -> RunRecord:
-            run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check)
-            _journal_overrides(session, run, overrides, rb_)
+            run, rb_, table = new_rollout(session, host, tag, runbook_ref, skip_tag_age_check=skip_tag_age_check,
+                                          overrides=overrides)
+            _record_options(run, yes=yes, soak=soak)
             try:
                 final = _execute(session, run, rb_, table, progress=_progress(as_json), yes=yes, soak=soak_s)
             except typer.Exit as exc:
@@ -600,6 +643,7 @@ def _rollout_fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bo
     if result.refused is not None:
         raise typer.Exit(int(result.refused[1].code))
     if result.interrupted is not None:
+        _INTERRUPT_TOLD.append(True)
         raise typer.Exit(INTERRUPTED_EXIT)
     raise typer.Exit(int(OUTCOME_EXIT.get(result.outcome, ExitCode.UNEXPECTED)))
 
@@ -615,17 +659,21 @@ def rollback(
                                           help="Compose file (repository path) to go back to (with --to-tag), e.g. prod/GLM-5.3-....yaml"),
     runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
                                           help="Runbook whose rollback to run (default: the last rollout's runbook)"),
+    yes: bool = YesOpt,
+    soak: Optional[str] = SoakOpt,
     as_json: bool = JsonOpt,
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
     server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
-    """Put HOST's replicas back on the previous tag and file, in a safe order."""
+    """Put HOST's replicas back on the previous tag and file, in a safe order. Exit 0 when the
+    replicas reached that target (3 is a rollout that rolled back)."""
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 
         raise typer.Exit(remote(server, server_token(), "rollback", {"host": host, "replica": replica, "to_tag": to_tag,
-                                                                     "to_file": to_file, "runbook": runbook}, as_json,
+                                                                     "to_file": to_file, "runbook": runbook, "yes": yes,
+                                                                     "soak": soak}, as_json,
                                 ca=ca(server_ca)))
     from orchestrator.runner import Session, check_tag, new_rollback
 
@@ -633,14 +681,23 @@ def rollback(
         raise UserError("--to-tag and --to-file go together")
     if to_tag is not None:
         check_tag(to_tag)
+    soak_s = parse_soak(soak)
     settings = _settings(inventory)
     settings.require_host_tokens("rollback")
     if runbook is not None:
         _runbook(runbook)
+    from orchestrator.fleet import default_runbook
+
+    _runbook(runbook or default_runbook(host)).rollback_replicas(replica)  # a wrong --replica is named first
+    _require_real_inventory(settings, host)
     session = Session.open(settings)
     try:
+        from orchestrator.oncall import rollback_headline
+
         run, rb, table = _run_async(new_rollback(session, host, replica, runbook, to_tag, to_file))
-        final = _execute(session, run, rb, table, progress=_progress(as_json))
+        _first_line(as_json, rollback_headline(run, rb), settings)
+        _record_options(run, yes=yes, soak=soak)
+        final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
     _finish(final, as_json)
@@ -678,19 +735,26 @@ def resume(
         out.print(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}")
         _finish(run, as_json)
     settings.require_host_tokens("resume")
+    _require_real_inventory(settings, run.host)
     _runbook(run.runbook)
+    from orchestrator.oncall import kept_options
+
+    yes, soak, kept = kept_options(run, yes=yes, soak=soak)
+    soak_s = parse_soak(soak)
+    _first_line(as_json, f"{run.run_id}: {'retry' if retry else 'resume'} of the {run.kind} of {run.host} at {run.state}; "
+                         f"{kept}", settings)
     session = Session.open(settings)
     try:
         run = _get_run(session, run_id)
         if retry:
             run, rb, table = retry_run(session, run)
         else:
-            from orchestrator.runbook import load_recorded_runbook
-            from orchestrator.runner import RUNBOOK_IDENTITY, refuse_stale_resume
+            from orchestrator.admission import resume_run
 
-            refuse_stale_resume(session, run)
-            rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
-            table = table_for(run, rb)
+            admitted, rb, table = resume_run(session, run.run_id)  # the one admission path
+            session.admitted[run.run_id] = admitted
+            run = admitted.run
+        _record_options(run, yes=yes, soak=soak)
         final = _execute(session, run, rb, table, progress=_progress(as_json), yes=yes, soak=soak_s)
     finally:
         session.close()
@@ -752,6 +816,10 @@ def status(
         view = _run_view(session, run, {})
         where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
         if as_json:
+            from orchestrator import audit
+
+            items = audit.entries(session.journal, run.run_id)
+            view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
             sys.stdout.write(json.dumps({**view, **where,
                                          "transitions": [[t.from_state, t.event, t.to_state, t.note] for t in transitions],
                                          "effects": [{"step": e.step, "kind": e.kind, "mutating": e.mutating,
@@ -766,6 +834,10 @@ def status(
         out.print(detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}", markup=False)
         if run.message:
             out.print(run.message, markup=False)
+        from orchestrator import audit
+
+        for line in audit.summary_lines(audit.entries(session.journal, run.run_id)):
+            out.print(line, markup=False)  # who did what (journaled)
         out.print(f"journal: {where['journal']}", markup=False)
         out.print(f"inventory: {where['inventory']}", markup=False)
         visited = {t.from_state: t.event for t in transitions}
@@ -827,14 +899,20 @@ def approve(
         raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate, "now": now}, False,
                                 ca=ca(server_ca)))
     from orchestrator import commands
-    from orchestrator.runner import owner_id
     from orchestrator.startup import ReadSession
 
     session = ReadSession.open(_settings(inventory))
     try:
         run = _get_run(session, run_id)
         gates = None if run.terminal else commands.run_gates(run, lambda: load_runbook(run.runbook))
-        out.print(commands.approve(session.journal, run, gate, owner_id(), gates, now=now))
+        from orchestrator.audit import cli_actor
+
+        out.print(commands.approve(session.journal, run, gate, cli_actor(), gates, now=now)  # who: user@machine
+                  + f" (journal {session.settings.journal_location()})", markup=False)
+        from orchestrator.oncall import nobody_drives
+
+        if (idle := nobody_drives(session.journal, run)) is not None:
+            out.print(idle, markup=False)
     finally:
         session.close()
 
@@ -852,12 +930,68 @@ def abort(
 
         raise typer.Exit(remote(server, server_token(), "abort", {"run_id": run_id}, False, ca=ca(server_ca)))
     from orchestrator import commands
-    from orchestrator.runner import owner_id
+    from orchestrator.startup import ReadSession
+
+    settings = _settings(inventory)
+    session = ReadSession.open(settings)
+    try:
+        from orchestrator.audit import cli_actor
+
+        run = _get_run(session, run_id)
+        result = commands.abort(session.journal, run, cli_actor())  # who: user@machine
+    finally:
+        session.close()
+    if result.runner is None:  # nobody drives it: read the host and end it with what is true
+        from orchestrator.orphans import end_unowned
+        from orchestrator.runner import Session, owner_id
+
+        full = Session.open(settings)
+        try:
+            ended = _run_async(end_unowned(full, full.journal.get_run(run_id), owner_id()))
+        finally:
+            full.close()
+        if ended is not None:
+            out.print(ended + f" (journal {settings.journal_location()})", markup=False)
+            return
+    out.print(result.message + f" (journal {settings.journal_location()})", markup=False)
+
+
+@app.command()
+def pause(
+    run_id: str = RunIdArg,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Hold RUN_ID at its next safe step (never between a down and its replacement's readiness)
+    until `orchestrate continue RUN_ID` (journaled, with who asked)."""
+    _signal(run_id, "pause", inventory, server, server_ca)
+
+
+@app.command("continue")
+def continue_(
+    run_id: str = RunIdArg,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Let a paused RUN_ID go on (journaled, with who asked)."""
+    _signal(run_id, "continue", inventory, server, server_ca)
+
+
+def _signal(run_id: str, action: str, inventory: Optional[Path], server: Optional[str], server_ca: Optional[Path]) -> None:
+    if server:
+        from orchestrator.server.remote import remote, server_ca as ca, server_token
+
+        raise typer.Exit(remote(server, server_token(), action, {"run_id": run_id}, False, ca=ca(server_ca)))
+    from orchestrator import audit, commands
     from orchestrator.startup import ReadSession
 
     session = ReadSession.open(_settings(inventory))
     try:
-        out.print(commands.abort(session.journal, _get_run(session, run_id), owner_id()).message)
+        run = _get_run(session, run_id)
+        do = commands.pause if action == "pause" else commands.continue_run
+        out.print(do(session.journal, run, audit.cli_actor()), markup=False)
     finally:
         session.close()
 
@@ -895,9 +1029,21 @@ def demo(
 
         check_demo_runbook(runbook, base_tier=base_tier)
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
-    outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json),
-                       console=out if not as_json else None, base_tier=base_tier,
-                       **({"runbook": runbook} if runbook is not None else {}))
+    if state_dir is None:  # made here, so that a Ctrl-C can say where the demo's journal is
+        import tempfile
+
+        state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
+    try:
+        outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json),
+                           console=out if not as_json else None, base_tier=base_tier,
+                           **({"runbook": runbook} if runbook is not None else {}))
+    except KeyboardInterrupt:
+        from orchestrator.oncall import demo_interrupted
+
+        sys.stdout.flush()
+        err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)
+        _INTERRUPT_TOLD.append(True)
+        raise typer.Exit(INTERRUPTED_EXIT) from None
     raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))
 
 
@@ -946,8 +1092,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         _drop_unclaimed_logs = True
     try:
         rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False)
+        if rc == INTERRUPTED_EXIT and not _INTERRUPT_TOLD:  # typer turns a Ctrl-C into a silent 130
+            err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except typer.Exit as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt) and not _INTERRUPT_TOLD:
+            err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(exc.exit_code)
     except UserError as exc:
         err.print(f"orchestrate: {exc}", markup=False)

@@ -81,4 +81,63 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
                                 f"which its plan gate does not allow")
             elif deps:
                 checks.append(f"step {s.id}: a scoped up also starts {', '.join(deps)} (depends_on), allowed")
+    config_checks, config_problems = check_config_only_recreates(rb, path)
+    checks += config_checks
+    problems += config_problems
     return checks, problems, set(cf.services)
+
+
+def _repo_root(rb: Runbook, path: Path) -> Path | None:
+    """The compose-files checkout `path` sits in, when it is the runbook's `file:` inside one."""
+    parts = Path(rb.file).parts
+    resolved = path.resolve()
+    if len(resolved.parts) > len(parts) and resolved.parts[-len(parts):] == parts:
+        return resolved.parents[len(parts) - 1]
+    return None
+
+
+def check_config_only_recreates(rb: Runbook, path: Path) -> tuple[list[str], list[str]]:
+    """Both files at hand (the new file inside a compose-files checkout that also holds the
+    `deploys:` files): the services whose only change is inline `configs:` content
+    (compose_file.config_only_changes; docker/compose#11900) must be force-recreated, and only
+    they. Forward (`file: new`) and back (`file: previous:...`, the rollbacks): a service of that
+    set that a dry run names must be force-recreated by some dry run of the same direction; a
+    forced dry run names nothing else."""
+    from orchestrator.compose_file import config_only_changes
+
+    root = _repo_root(rb, path)
+    previous = [root / f for f in rb.deploys] if root is not None else []
+    previous = [p for p in previous if p.is_file()]
+    if not previous:
+        return [], []
+    try:
+        new_text = path.read_text(encoding="utf-8")
+        config_only = sorted({s for p in previous for s in config_only_changes(
+            p.read_text(encoding="utf-8"), new_text, old_name=str(p), new_name=str(path))})
+    except (OSError, ComposeFileError) as exc:
+        return [], [f"the inline-configs comparison with {', '.join(str(p) for p in previous)} failed: {exc}"]
+    problems: list[str] = []
+    named: dict[str, set[str]] = {"new": set(), "previous": set()}
+    forced: dict[str, set[str]] = {"new": set(), "previous": set()}
+    for steps in rb.step_lists():
+        for s in steps:
+            spec = s.dry_run
+            if spec is None or spec.services == SELECTED or (s.plan is not None and s.plan.tag_only):
+                continue
+            kind = "new" if spec.file == "new" else "previous"
+            named[kind] |= set(spec.services)
+            if spec.force_recreate:
+                forced[kind] |= set(spec.services)
+                extra = [x for x in spec.services if x not in config_only]
+                if extra:
+                    problems.append(f"step {s.id}: force_recreate on {', '.join(extra)}, whose change is not inline configs "
+                                    f"content alone (compose recreates it when needed; force only {', '.join(config_only) or 'nothing'})")
+    for kind, where in (("new", "to the new file"), ("previous", "back to the previous file")):
+        missing = sorted((named[kind] & set(config_only)) - forced[kind])
+        if missing:
+            problems.append(f"{', '.join(missing)} differ only in inline configs content between {rb.file} and "
+                            f"{', '.join(rb.deploys)}: compose reports them unchanged and keeps the old config "
+                            f"(docker/compose#11900). Going {where}, dry-run and up each alone with force_recreate: true")
+    if config_only and not problems:
+        return [f"only inline configs content differs for {', '.join(config_only)}: force-recreated alone, both ways"], []
+    return [], problems

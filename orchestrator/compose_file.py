@@ -454,3 +454,54 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
                     )
                 seen.add(key_node.value)
         super().flatten_mapping(node)
+
+
+# --- inline configs that compose does not see change ---------------------------------------------
+
+#: Keys docker compose leaves out of a service's config hash (com.docker.compose.config-hash): a
+#: change of them alone recreates nothing.
+HASH_EXCLUDED = ("profiles", "depends_on", "build", "pull_policy", "scale")
+
+
+def _document(text: str, name: str) -> dict[str, Any]:
+    try:
+        document = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader subclass
+    except yaml.YAMLError as exc:
+        raise ComposeFileError(f"compose file {name} is invalid YAML: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("services"), dict):
+        raise ComposeFileError(f"compose file {name} has no `services` mapping")
+    return document
+
+
+def _config_sources(body: Any) -> list[str]:
+    refs = body.get("configs") if isinstance(body, dict) else None
+    return [str(r.get("source")) if isinstance(r, dict) else str(r) for r in refs or []]
+
+
+def config_only_changes(old_text: str, new_text: str, *, old_name: str = "<old>", new_name: str = "<new>") -> list[str]:
+    """Services of the new file whose only change from the old file is the content of an inline
+    `configs:` entry they use (`configs: {x: {content: ...}}`).
+
+    docker compose hashes a service's own definition (less HASH_EXCLUDED) and the *reference* to a
+    config, never the inline content (docker/compose#11900, open; #13045 in 2.38.2): a dry run
+    reports such a service unchanged and an up leaves its container, old config and all. Such a
+    service must be recreated explicitly (a `force_recreate` scoped to it). Compared as written,
+    before interpolation (the same env map interpolates both the same way)."""
+    old, new = _document(old_text, old_name), _document(new_text, new_name)
+
+    def contents(doc: dict[str, Any]) -> dict[str, Any]:
+        return {str(k): (v or {}).get("content") for k, v in (doc.get("configs") or {}).items() if isinstance(v, dict) or v is None}
+
+    old_cfg, new_cfg = contents(old), contents(new)
+    out: list[str] = []
+    for name, body in new["services"].items():
+        before = old["services"].get(name)
+        if not isinstance(body, dict) or not isinstance(before, dict):
+            continue
+        strip = lambda b: {k: v for k, v in b.items() if k not in HASH_EXCLUDED}  # noqa: E731
+        if strip(body) != strip(before):
+            continue  # its definition changed: compose recreates it anyway
+        sources = _config_sources(body)
+        if any(new_cfg.get(s) is not None and new_cfg.get(s) != old_cfg.get(s) for s in sources):
+            out.append(str(name))
+    return out

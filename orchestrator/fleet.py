@@ -1,6 +1,6 @@
 """Fleet runs: one runbook over several hosts, one host at a time (`rollout --hosts a,b,c`).
 
-Rules (the base tier's order, `../shared/reference/base-tier/base-tier-runbook.md` section 2):
+Rules (the base tier's order, `docs/reference/base-tier-runbook.md` section 2):
 - the hosts run in the order given, each a normal rollout run of its own (own lease, journal run,
   gates, rollback); the next starts only after the previous one ended DONE, which for a runbook
   whose soak asks for approval means its soak passed and an operator approved it;
@@ -70,7 +70,7 @@ def default_runbook(host: str) -> str:
 
 
 def shipped_runbooks() -> list[Runbook]:
-    """Every runbook shipped in orchestrator/runbooks/, by file name."""
+    """Every runbook shipped in runbooks/, by file name."""
     return [load_runbook(p.stem) for p in sorted(RUNBOOK_DIR.glob("*.yaml"))]
 
 

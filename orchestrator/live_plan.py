@@ -39,7 +39,6 @@ from orchestrator.envmap import EnvMap
 from orchestrator.exit_codes import ExitCode
 from orchestrator.machine import compile_rollout
 from orchestrator.executor.targets import journaled_successes, newest_successful, recorded_successes
-from orchestrator.parsers.docker_ps import changed_containers, snapshot
 from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.steps.checks import evaluate_budget
 from orchestrator.plan import Plan, build_plan, render_markdown, render_text
@@ -112,6 +111,9 @@ class LivePlan:
     verdict: str = WOULD_START
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: containers a dry run (or someone else, meanwhile) changed: the preview then never says
+    #: "nothing was changed"
+    changed: list[str] = field(default_factory=list)
 
     def refuse(self, reason: str) -> None:
         self.verdict = WOULD_REFUSE
@@ -119,6 +121,8 @@ class LivePlan:
 
     @property
     def exit_code(self) -> int:
+        if self.changed:  # the host is no longer as it was read: as for a halted run, a human looks first
+            return int(ExitCode.HALTED)
         return int(ExitCode.ABORTED if self.verdict == WOULD_REFUSE else ExitCode.DONE)
 
     @property
@@ -268,6 +272,8 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
             except PlacementError as exc:
                 lp.refuse(f"cannot place {host} in the runbook: {scrub(str(exc))}")
                 dry_runs_ok = not exc.changed
+                if exc.changed:
+                    lp.changed.append(scrub(str(exc)))
         state = None
         if observed is not None:
             lp.observed = dict(observed)
@@ -287,9 +293,16 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 elif state.action == "start":
                     lp.start_phase = rb.phases[0].name
                 else:
+                    from orchestrator.foreign_check import refuse_foreign_part_way
+
                     lp.start_phase = state.action
-                    lp.refuse(f"{host} is part-way: {state.name} ({state.say}); to continue from phase {state.action}, "
-                              f"run `orchestrate rollout {host} --tag {tag} --continue`")
+                    foreign = refuse_foreign_part_way(session.journal, host, await cm.action_log(), rb.file, tag,
+                                                      scrub(session.settings.journal_location()))
+                    if foreign:  # someone else's rollout: never "run --continue"
+                        lp.refuse(foreign)
+                    else:
+                        lp.refuse(f"{host} is part-way: {state.name} ({state.say}); to continue from phase {state.action}, "
+                                  f"run `orchestrate rollout {host} --tag {tag} --continue`")
 
         continuing = state is not None and state.action not in ("start", "done")
         lp.previous, lp.previous_source = await _resolve_previous(session, cm, host, entry.project, rb, tag, continuing)
@@ -314,9 +327,34 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 plans.append(("rollback target", ComposeRequest(tag=t, file=f, services=tuple(services), project=entry.project,
                                                                 dry_run=True), None, set()))
             for st, stopped in phase_dry_run_steps(rb, lp.start_phase):
+                if st.dry_run.force_recreate:
+                    # a forced recreate is always "needed": its dry run is the likeliest to be made real
+                    # (docker/compose#14029), and this preview changes nothing. The run checks it.
+                    req = ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services), project=entry.project,
+                                         dry_run=True, force_recreate=True)
+                    lp.dry_runs.append(DryRunReport(f"phase {lp.start_phase} {st.id}", req.redacted(len(env)), "not sent", "skip",
+                                                    f"not dry-run: a forced recreate of {', '.join(st.dry_run.services)} (only "
+                                                    f"inline configs content changed, docker/compose#11900) would be made real "
+                                                    f"by docker/compose#14029; the rollout dry-runs it before its up"))
+                    continue
                 plans.append((f"phase {lp.start_phase} {st.id}", ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services),
                                                                                project=entry.project, dry_run=True), st, stopped))
+            from orchestrator.ps_compare import split_by_definition
+
+            actions = await cm.action_log()
             for purpose, req, st, stopped in plans:
+                # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
+                # another definition now is checked by the step's own dry run, when the run gets there
+                running = {(c.service or c.name): c for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
+                safe, held = split_by_definition(list(req.services), running, req.tag, req.file, actions, engines=set(rb.engines()))
+                if held:
+                    lp.dry_runs.append(DryRunReport(purpose, req.redacted(len(env)), "not sent", "skip",
+                                                    f"not dry-run: {', '.join(held)} runs now (an engine, or another definition, "
+                                                    f"which a dry run could recreate for real: docker/compose#14029); the step's own "
+                                                    f"dry run checks it when the run gets there"))
+                    if st is not None or not safe:
+                        continue
+                    req = ComposeRequest(tag=req.tag, file=req.file, services=tuple(safe), project=req.project, dry_run=True)
                 if not await _planned_dry_run(cm, env, entry.project, purpose, req, st, stopped, lp, record):
                     break
 
@@ -353,6 +391,10 @@ async def _planned_dry_run(cm: _ReadOnlyCompose, env: EnvMap, project: str | Non
                            step: Step | None, stopped: set[str], lp: LivePlan, record: Any) -> bool:
     """One dry run, docker/ps compared around it, judged like its step would be. False: stop
     sending dry runs (docker/ps changed)."""
+    from orchestrator.foreign_change import describe_action
+    from orchestrator.ps_compare import compare_ps, describe_changes
+
+    n_actions = len(await cm.action_log())
     before = await cm.ps(project)
     try:
         out = await cm.up(req, env)
@@ -362,9 +404,16 @@ async def _planned_dry_run(cm: _ReadOnlyCompose, env: EnvMap, project: str | Non
         lp.refuse(f"{purpose}: {note}")
         return True
     after = await cm.ps(project)
-    if changed_containers(snapshot(before), snapshot(after)):
-        record(purpose, req, out, "refuse", "docker/ps changed across the dry run (docker/compose#14029)")
-        lp.refuse(f"{purpose}: the dry run changed real containers (docker/compose#14029): inspect the host; no more dry runs were sent")
+    changes = compare_ps(before, after)
+    if changes:
+        named = describe_changes(changes)
+        later = (await cm.action_log())[n_actions:]
+        why = (f"compose-manager's action log records {describe_action(later[0])} meanwhile (someone else is acting on the host)"
+               if later else "docker/compose#14029: the dry run recreated for real")
+        lp.changed.append(f"{purpose}: {named}")
+        record(purpose, req, out, "refuse", f"docker/ps changed across the dry run: {named} ({why})")
+        lp.refuse(f"{purpose}: the dry run of {', '.join(req.services)} changed real containers: {named} ({why}); "
+                  f"inspect the host; no more dry runs were sent")
         return False
     if out.status != "success":
         note = f"the dry run did not succeed ({out.status}): " + " | ".join(out.lines[-2:])
@@ -419,7 +468,9 @@ def _live_sections(lp: LivePlan) -> list[tuple[str, list[str]]]:
 
 
 def render_live_text(lp: LivePlan) -> str:
-    out = [render_text(lp.plan).rstrip("\n"), "", "== Live (read from the host; nothing was changed)"]
+    head = ("== Live (read from the host; nothing was changed)" if not lp.changed else
+            "== Live (read from the host; CONTAINERS CHANGED during the preview: " + "; ".join(lp.changed) + ")")
+    out = [render_text(lp.plan).rstrip("\n"), "", head]
     for title, lines in _live_sections(lp):
         out.append(f"{title}:")
         out += [f"    {ln}" for ln in lines]
@@ -430,6 +481,8 @@ def render_live_text(lp: LivePlan) -> str:
 def render_live_markdown(lp: LivePlan) -> str:
     mark = {WOULD_START: "✅", NOTHING_TO_DO: "✅", WOULD_REFUSE: "⛔"}[lp.verdict]
     out = [f"**{mark} {lp.verdict_line}**", "", render_markdown(lp.plan).rstrip("\n"), ""]
+    if lp.changed:
+        out[1:1] = ["", "**CONTAINERS CHANGED during the preview: " + "; ".join(lp.changed) + "**"]
     for title, lines in _live_sections(lp):
         out += ["<details>", f"<summary>{title}</summary>", ""] + [f"- {ln}" for ln in lines] + ["", "</details>", ""]
     return "\n".join(out)

@@ -182,6 +182,13 @@ class NotifyProgress:
                     self._announced.add(gate)
                     self._post("waiting_for_approval", None,
                                f":raised_hand: {self._what()} waits for an approval at {self._state}: {gate}")
+            elif kind == "observed" and not fields.get("passed"):
+                self._post("observe_only_failed", None,
+                           f":mag: {self._what()}: the observe-only gate {fields.get('state')} failed "
+                           f"(the run goes on): {fields.get('note') or ''}".rstrip(": "))
+            elif kind == "paused":
+                self._post("paused", None, f":pause_button: {self._what()} paused by {fields.get('by')} "
+                                           f"before {fields.get('state')}")
             elif kind == "run_finished":
                 outcome = str(fields.get("outcome") or "")
                 message = str(fields.get("message") or "")

@@ -90,7 +90,7 @@ def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) 
     body["env"] = f"<env map of {host}, read at run time>"
     path = "/compose/down" if step.down is not None else "/compose/up"
     if step.down is None:
-        body["force_recreate"] = False
+        body["force_recreate"] = bool(spec.force_recreate)  # only on services whose only change is inline configs
         body["dry_run"] = step.dry_run is not None
     return {"method": "POST", "path": path, "body": body}
 
@@ -212,7 +212,8 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         steps.append(PlanStep(
             number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
             request=_request(step, rb, host, tag, project),
-            gate=desc.gate,
+            gate=desc.gate + (" (observe only: its pass or failure is recorded and notified; the run goes on either way)"
+                              if getattr(step, "observe", False) else ""),
             on_fail=_target(table, ev.get(Event.FAIL)) or "",
             on_abort=_target(table, ev.get(Event.ABORT)),
             on_skip=_target(table, ev.get(Event.SKIP)),

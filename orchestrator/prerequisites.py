@@ -1,8 +1,8 @@
 """Prerequisites: another host's run in the journal, DONE and soaked. Pure: the caller passes the
 runs it read from the journal and the time now.
 
-Rule: the latest rollout of `runbook` on `host` decides (a later rollback or a failed retry
-supersedes an older DONE); it must have ended DONE at least `soaked` seconds ago (its own soak
+Rule: the latest run of `runbook` on `host` decides, in the journal's order (a later rollback, unless
+it ended ABORTED having changed nothing, or a failed retry supersedes an older DONE); it must have ended DONE at least `soaked` seconds ago (its own soak
 step passed before it could end DONE). A run that ended DONE only because preflight found the host
 already at the target ("nothing to do") proves no soak: it is passed over, and the run before it
 decides. An operator overrides one prerequisite only by naming its host; an override of a host
@@ -57,9 +57,16 @@ def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterab
     for p in prereqs:
         if p.host in overrides:
             continue
-        latest = next((r for r in runs_of(p.host) if r.kind == "rollout" and r.runbook == p.runbook and not placed_only(r)), None)
-        if latest is None:
+        # the newest run of the runbook on the host that may have changed it decides: a rollback
+        # that did not end ABORTED (refused before any change) supersedes the DONE before it
+        latest = next((r for r in runs_of(p.host) if r.runbook == p.runbook and not placed_only(r)
+                       and (r.kind == "rollout" or (r.kind == "rollback" and r.outcome != "ABORTED"))), None)
+        if latest is None or (latest.kind == "rollback" and not any(
+                r.kind == "rollout" and r.runbook == p.runbook for r in runs_of(p.host))):
             out.append(f"{p.host}: no {p.runbook} rollout in the journal")
+        elif latest.kind == "rollback":
+            out.append(f"{p.host}: rollback {latest.run_id} ({latest.outcome or 'still running'}) took it back after "
+                       f"its last {p.runbook} rollout; roll {p.host} out again (and soak it) first")
         elif latest.outcome != "DONE":
             out.append(f"{p.host}: its latest {p.runbook} rollout {latest.run_id} is {latest.outcome or 'still running'}, not DONE")
         else:

@@ -1,10 +1,11 @@
-"""Runbooks as data: the schema of `orchestrator/runbooks/*.yaml` and its loader.
+"""Runbooks as data: the schema of `runbooks/*.yaml` and its loader.
 
 A runbook is read top to bottom like the prose runbook it encodes: preflight checks that change
 nothing, then phases (one per replica, then reconcile), each a list of steps. A step does at most
 one thing (a scoped `down`, a `dry_run`, an `up`) or waits on one gate (`logs`, `relay`, `verify`,
 `soak`, a preflight `check`); each phase names its rollback. The loader refuses what the runbook
-rules forbid, naming the field: unknown keys, an empty services list, `force_recreate: true`, an
+rules forbid, naming the field: unknown keys, an empty services list, `force_recreate: true` on an
+engine or a down (it is only for the services whose only change is inline `configs:` content), an
 `up` not preceded by a dry run of the same request, a file reference it cannot resolve.
 """
 
@@ -26,7 +27,17 @@ from orchestrator.user_errors import Refused, UserError
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-RUNBOOK_DIR = Path(__file__).resolve().parent / "runbooks"
+
+
+def _shipped_runbooks() -> Path:
+    """The shipped runbooks' folder: `orchestrator/runbooks/` in an installed wheel (pyproject maps
+    the top-level `runbooks/` onto that package), the top-level `runbooks/` in a checkout."""
+    package = Path(__file__).resolve().parent
+    installed = package / "runbooks"
+    return installed if installed.is_dir() else package.parent / "runbooks"
+
+
+RUNBOOK_DIR = _shipped_runbooks()
 from orchestrator.names import DEFAULT_RUNBOOK  # noqa: E402,F401 - defined where the CLI reads it without pydantic
 
 #: `services: selected` means "the services the previous dry run found on an older definition".
@@ -67,15 +78,19 @@ class ComposeSpec(_Strict):
                 raise ValueError("services lists a service twice")
         return v
 
-    @field_validator("force_recreate")
-    @classmethod
-    def _no_force(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("force_recreate: true is never allowed (the runbook recreates only what a dry run shows)")
-        return v
+    @model_validator(mode="after")
+    def _force_scoped(self) -> "ComposeSpec":
+        # `force_recreate: true` recreates services whose only change is the content of an inline
+        # `configs:` entry: docker compose leaves that content out of its change detection
+        # (docker/compose#11900), so without it the new config never takes. The request must name
+        # those services explicitly; the Runbook refuses it on an engine, on a down and in preflight.
+        if self.force_recreate and not isinstance(self.services, list):
+            raise ValueError("force_recreate: true needs an explicit services list (the services whose only change is "
+                             "inline configs content), not services: selected")
+        return self
 
-    def key(self) -> tuple[str, tuple[str, ...] | str]:
-        return (self.file, tuple(self.services) if isinstance(self.services, list) else self.services)
+    def key(self) -> tuple[str, tuple[str, ...] | str, bool]:
+        return (self.file, tuple(self.services) if isinstance(self.services, list) else self.services, self.force_recreate)
 
 
 class DryRunExpectation(_Strict):
@@ -317,6 +332,9 @@ class OneShotSpec(_Strict):
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache", "analysis")
+#: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
+#: that no stop guard, readiness or routing decision reads.
+OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache", "analysis"]
 
@@ -346,12 +364,20 @@ class Step(_Strict):
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
     remedy: "Remedy | None" = None
+    #: An observe-only gate (a new check trialled in production): its pass or failure is journaled
+    #: and notified, and the run goes on either way. Only on gates that read evidence and are not
+    #: what a stop or the capacity promise rests on (OBSERVABLE_KINDS).
+    observe: bool = False
 
     @model_validator(mode="after")
     def _one_thing(self) -> "Step":
         kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"step {self.id!r} must do exactly one of {'/'.join(STEP_KINDS)}, not {kinds or 'none'}")
+        if self.observe and (kinds[0] not in OBSERVABLE_KINDS or self.remedy is not None):
+            raise ValueError(f"step {self.id!r}: observe: true is for evidence gates ({', '.join(OBSERVABLE_KINDS)}) "
+                             f"without a remedy, not a {kinds[0]} step: a run must never go on past a failed "
+                             f"stop, start, readiness, soak or routing check")
         if self.dry_run is not None and self.plan is None:
             raise ValueError(f"step {self.id!r}: a dry_run needs a plan: gate")
         if self.plan is not None and self.dry_run is None:
@@ -523,6 +549,10 @@ class Runbook(_Strict):
     preflight: list[Step]
     phases: list[Phase] = Field(min_length=1)
     full_rollback: list[Phase] = Field(default_factory=list)
+    #: service -> why it is safe that a rollback leaves it on the new file (a forward step such as
+    #: the reconcile recreated it; the rollback does not undo that). A rollback's last line names
+    #: every service still on the new file with this reason, or says that the runbook gives none.
+    rollback_keeps: dict[str, str] = Field(default_factory=dict)
     #: replica -> the engine services that can serve as it (every definition, old and new). An
     #: engine is stopped only while it does not serve or another replica serves.
     replicas: dict[str, list[str]] = Field(default_factory=dict)
@@ -620,6 +650,12 @@ class Runbook(_Strict):
                     for key in [*st.labels.log_tags, *st.labels.otel_labels, *st.labels.metric_labels]:
                         if key not in vals:
                             raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): replica_values.{st.labels.replica} has no {key!r}")
+        for lists_where, steps in self._named_step_lists():
+            for i, st in enumerate(steps):
+                self._check_force_recreate(f"{lists_where}.steps[{i}] ({st.id})", st)
+        for svc in self.rollback_keeps:
+            if svc in self.engines():
+                raise ValueError(f"rollback_keeps.{svc}: an engine never stays on the new file after a rollback")
         seen_engines: set[str] = set()
         for replica, engines in self.replicas.items():
             if not engines:
@@ -628,6 +664,21 @@ class Runbook(_Strict):
                 raise ValueError(f"replicas.{replica}: a service belongs to one replica only")
             seen_engines |= set(engines)
         return self
+
+    def _check_force_recreate(self, here: str, st: Step) -> None:
+        """force_recreate only on a dry run / up naming no engine: a forced recreate of an engine
+        would stop a serving replica that no dry run said needed it."""
+        if st.down is not None and st.down.force_recreate:
+            raise ValueError(f"{here}.down.force_recreate: a down recreates nothing (remove it)")
+        for kind, spec in (("dry_run", st.dry_run), ("up", st.up)):
+            if spec is None or not spec.force_recreate:
+                continue
+            engines = [s for s in spec.services if s in self.engines() or (self.budget and s in self.budget.engines)]
+            if engines:
+                raise ValueError(f"{here}.{kind}.force_recreate: never on an engine ({', '.join(engines)}): it is only for "
+                                 f"services whose only change is inline configs content (docker/compose#11900)")
+            if st.plan is not None and st.plan.tag_only:
+                raise ValueError(f"{here}.{kind}.force_recreate: a preflight tag check recreates nothing (remove it)")
 
     def _check_remedy(self, here: str, st: Step, *, forward: bool) -> None:
         """The rules of `Remedy` (its docstring gives the reasons), naming the field."""
@@ -754,7 +805,7 @@ def _check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = Tru
             if last_dry_run is None or last_dry_run.dry_run is None or last_dry_run.dry_run.key() != s.up.key():
                 raise ValueError(
                     f"{where}.steps[{i}] ({s.id}): an up must be preceded by a dry_run of the same request "
-                    f"(same file and services)"
+                    f"(same file, services and force_recreate)"
                 )
             last_dry_run = None  # one dry run covers one up
         elif s.down is not None:

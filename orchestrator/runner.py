@@ -7,6 +7,7 @@ every path runs the same code against whatever transport and clock they are give
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -23,13 +24,14 @@ from orchestrator.host_clients import build_host_clients
 from orchestrator.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.journal.base import Journal, LeaseHeld, LeaseLost, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
+from orchestrator import incident
 from orchestrator.machine import ABORTED, HALTED, Table, compile_rollback, compile_rollout
 from orchestrator.notify import FLUSH_S, Notifier, NotifyProgress
 from orchestrator.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.startup import open_journal_for
 from orchestrator.redaction import Redactor
 from orchestrator.run_logs import ROUTER, open_run_log
-from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, identity_of, load_recorded_runbook, load_runbook
+from orchestrator.runbook import Runbook, identity_of, load_recorded_runbook, load_runbook
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
 
@@ -60,6 +62,9 @@ class Session:
     #: A long-lived notifier (orchestrate serve keeps one); None: `execute` makes one per run
     #: when ORCHESTRATOR_NOTIFY_URL is set and flushes it, bounded, when the run ends.
     notifier: Notifier | None = None
+    #: runs admitted by orchestrator/admission.py and not yet executed: run id -> Admitted (the
+    #: lease admission took is the one `execute` runs under)
+    admitted: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> "Session":
@@ -128,14 +133,21 @@ async def execute(
     """
     entry = session.inventory.host(run.host)
     owner = owner_id()
+    admitted = session.admitted.pop(run.run_id, None)
     try:
-        lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
-                                                     takeover_if=lambda held: holder_gone(held.owner))
+        if admitted is not None:  # orchestrator/admission.py took the lease with the run
+            lease, taken = admitted.lease, admitted.took_over
+        else:
+            lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
+                                                         takeover_if=lambda held: holder_gone(held.owner))
     except LeaseHeld as exc:
         raise Refused(
             f"{run.host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
             f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one rollout per host at a time; wait, or take it over once it expires"
         ) from None
+    from orchestrator import audit
+
+    audit.record_start(session.journal, run, audit.cli_actor())  # who: the server journals its own first
     progress = progress or NullProgress()
     notifier, own_notifier = session.notifier, None
     if notifier is None and session.settings.notify_url.get_secret_value():
@@ -228,9 +240,14 @@ def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
 
 
 def new_rollout(session: Session, host: str, tag: str, runbook: str,
-                start_phase: str | None = None, *, skip_tag_age_check: bool = False) -> tuple[RunRecord, Runbook, Table]:
+                start_phase: str | None = None, *, skip_tag_age_check: bool = False,
+                overrides: Sequence[str] | None = None) -> tuple[RunRecord, Runbook, Table]:
     """A rollout run. `start_phase` (from `--continue`, after `place_for_continue`) starts the
-    procedure part-way; preflight's host-state check confirms the host is still there."""
+    procedure part-way; preflight's host-state check confirms the host is still there.
+    `overrides` (the CLI's `--override-prerequisite`, () for none): the runbook's prerequisites
+    are checked at admission and the overrides journaled with the run; None leaves both to the
+    run's own `check: prerequisites` gate (callers that journal overrides themselves)."""
+    from orchestrator import admission
     check_tag(tag)
     session.inventory.host(host)
     refuse_if_leased(session, host)
@@ -256,9 +273,21 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
                 # and its container ledger: the continued rollout's rollbacks may stop what that run started
                 ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
                 break
-    run = session.journal.create_run(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
-                                     context=ctx.to_json())
-    return run, rb, table
+    checks = []
+    if start_phase is not None:
+        checks.append(lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase))
+    after = None
+    if overrides is not None:
+        checks.append(admission.prerequisites_hold(session, rb, overrides))
+        if overrides:
+            from orchestrator.fleet import journal_overrides
+
+            after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731
+    got = admission.admit(session, host=host, rb=rb, checks=checks, after=after,
+                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
+                                      context=ctx.to_json()))
+    session.admitted[got.run.run_id] = got
+    return got.run, rb, table
 
 
 async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[str, str]:
@@ -293,8 +322,21 @@ async def place_for_continue(session: Session, host: str, tag: str, runbook: str
     if state.action == "done":
         raise Refused(f"{host} already runs the target ({state.say}): nothing to continue")
     phase = rb.phases[0].name if state.action == "start" else state.action
+    await _refuse_foreign_part_way(session, host, rb, tag)
     _require_earlier_phases_passed(session, host, tag, rb, phase)
     return phase
+
+
+async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag: str) -> None:
+    """`--continue` never takes over a rollout that another journal (or a person) is driving."""
+    from orchestrator.foreign_check import refuse_foreign_part_way
+
+    async with _compose_client(session, session.inventory.host(host)) as cm:
+        actions = await cm.action_log()
+    msg = refuse_foreign_part_way(session.journal, host, actions, rb.file, tag,
+                                  session.redactor.scrub(session.settings.journal_location()))
+    if msg:
+        raise Refused(msg)
 
 
 def _require_earlier_phases_passed(session: Session, host: str, tag: str, rb: Runbook, phase: str) -> None:
@@ -331,7 +373,7 @@ def refuse_stale_resume(session: Session, run: RunRecord) -> None:
     """A run is continued only if no later run changed its host since (a newer rollout, a
     `--continue`, a rollback): its context describes a host that no longer exists."""
     for other in session.journal.list_runs(run.host, limit=50):
-        if other.run_id == run.run_id or other.created_at <= run.created_at:
+        if other.run_id == run.run_id or other.seq <= run.seq:  # the journal's order, never a clock
             continue
         if other.kind == "rollout" and other.parent_run_id == run.run_id:
             continue  # its own `--retry` child
@@ -359,9 +401,13 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
         raise UserError(f"run {run.run_id} failed in {failed}, which is not a forward phase: --retry restarts a forward phase")
     start = table.retry_start(phase)
     ctx = RunContext.from_json(run.context).for_retry()
-    child = session.journal.create_run(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
-                                       context=ctx.to_json(), parent_run_id=run.run_id)
-    return child, rb, table
+    from orchestrator import admission
+
+    got = admission.admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)],
+                          create=dict(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
+                                      context=ctx.to_json(), parent_run_id=run.run_id))
+    session.admitted[got.run.run_id] = got
+    return got.run, rb, table
 
 
 def last_changing_rollout(session: Session, host: str) -> RunRecord | None:
@@ -394,14 +440,28 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
     session.redactor.add(*env.redaction_values())
+    from orchestrator.ps_compare import compare_ps, describe_changes, split_by_definition
+
     async with _compose_client(session, entry) as cm:
-        for (tag, file), services in targets.items():
+        actions = await cm.action_log()
+        for (tag, file), all_services in targets.items():
+            before = await cm.ps(entry.project)
+            running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
+            # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
+            # another definition is checked by the rollback's own dry run, after its stop
+            services, _held = split_by_definition(all_services, running, tag, file, actions, engines=set(rb.engines()))
+            if not services:
+                continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=entry.project, dry_run=True)
             try:
                 outcome = await cm.up(req, env)
             except (TagNotFound, TagTooRecent, BadRequest) as exc:
                 raise UserError(f"rollback target {file}@{tag} is not usable: {session.redactor.scrub(str(exc))}; "
                                 f"check --to-tag/--to-file. Nothing was stopped") from None
+            changes = compare_ps(before, await cm.ps(entry.project))
+            if changes:
+                raise Refused(f"the dry run of rollback target {file}@{tag} changed real containers: {describe_changes(changes)} "
+                              f"(docker/compose#14029, or someone else acting on {host}): inspect the host. Nothing more was sent")
             if outcome.status != "success":
                 raise UserError(f"rollback target {file}@{tag}: its dry run failed ("
                                 + session.redactor.scrub(" | ".join(outcome.lines[-2:])) + "); check --to-tag/--to-file. Nothing was stopped")
@@ -412,7 +472,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     session.inventory.host(host)
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
-    rb = load_runbook(runbook or (last.runbook if last else DEFAULT_RUNBOOK))
+    rb = load_runbook(runbook or (last.runbook if last else _runbook_of(host)))
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
     refuse_tier_busy(session, host, rb)
@@ -423,35 +483,71 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     if to_tag is not None:
         check_tag(to_tag)
         previous = {svc: {"tag": to_tag, "file": to_file or "", "commit": ""} for svc in rb.previous_refs()}
-        source = "--to-tag/--to-file"
+        source = "--to-tag/--to-file" if last is not None else incident.EXPLICIT
     elif last is not None:
         previous = dict(RunContext.from_json(last.context).previous)
         source = f"run {last.run_id}"
-    else:
-        previous = await previous_from_action_log(session, host, rb)
-        source = "the action log"
+    else:  # nothing this journal moved: the host's own history says whether any rollout moved it
+        history = await incident.host_history(session, host, rb)
+        if history.new_tag is None:  # never rolled out by anyone: one message, the one command that forces it
+            from orchestrator.oncall import never_rolled_out
+
+            raise Refused(never_rolled_out(host, session.settings.journal_location()))
+        # rolled out from another journal (another machine, team mode's database): name it and the exact command
+        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
     missing = [s for s in rb.previous_refs() if s not in previous]
+    if missing and last is None:
+        await _refuse_without_journal(session, host, rb, f"cannot establish the previous tag and file of {', '.join(missing)} "
+                                      f"from compose-manager (it remembers only its last two successful ups)")
     if missing:
         raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")
-    tag = last.tag if last is not None else None
-    if tag is None:
-        raise UserError(
-            f"no rollout of {host} that changed anything is journaled in {session.settings.journal_location()}, so the new file's "
-            f"tag is unknown: run this where the rollout's journal is (ORCHESTRATOR_STATE_DIR / ORCHESTRATOR_DATABASE_URL)"
-        )
+    tag = last.tag if last is not None else await _tag_without_journal(session, host, rb, explicit=to_tag is not None)
     if replica != "all":
         await refuse_alone(session, host, rb, replica, last)
     if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
         await refuse_nothing_to_roll_back(session, host, rb, tag)
     await validate_rollback_targets(session, host, rb, previous)
+    await refuse_tier_short(session, host, rb)
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
-                         extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else DEFAULT_RUNBOOK))})
-    run = session.journal.create_run(
-        host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
-        context=ctx.to_json(), parent_run_id=last.run_id if last else None,
-    )
-    return run, rb, table
+                         extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else rb.name))})
+    from orchestrator import admission
+
+    # the host reads above took time: what they were judged against is judged again, in the
+    # transaction that creates the run and takes the leases
+    got = admission.admit(session, host=host, rb=rb,
+                          checks=[admission.tier_not_busy(session, host, rb),
+                                  admission.same_newest_changing_rollout(session, host, last)],
+                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
+                                      context=ctx.to_json(), parent_run_id=last.run_id if last else None))
+    session.admitted[got.run.run_id] = got
+    return got.run, rb, table
+
+
+def _runbook_of(host: str) -> str:
+    """No journaled rollout names the runbook: the one shipped runbook written for `host`."""
+    from orchestrator.fleet import default_runbook
+
+    return default_runbook(host)
+
+
+async def _refuse_without_journal(session: Session, host: str, rb: Runbook, why: str) -> None:
+    """No journaled rollout and no explicit target: refused, naming the journal this machine
+    reads and the exact command, with a target read from compose-manager's action log."""
+    raise Refused(incident.no_journal_message(session, host, rb, await incident.host_history(session, host, rb), why))
+
+
+async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, explicit: bool) -> str:
+    """The tag of the runbook's new file (what the rollback stops), with no journaled rollout:
+    only with an explicit target, and read from compose-manager (its last successful up of that
+    file, else the newest up of it in the action log)."""
+    history = await incident.host_history(session, host, rb)
+    if not explicit:
+        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
+    if history.new_tag is None:
+        raise Refused(f"compose-manager on {host} has no up of {rb.file} in its action log: there is nothing of runbook "
+                      f"{rb.name}'s rollout to roll back. Nothing was changed")
+    return history.new_tag
 
 
 def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
@@ -466,6 +562,61 @@ def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
         raise Refused(f"{other} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}: rolling {host} back now "
                       f"would drain a second host of the tier. Let it end (or `orchestrate abort {r.run_id}`), then roll "
                       f"{host} back. Nothing was changed")
+
+
+async def tier_listing(session: Session, rb: Runbook, hosts: Sequence[str]) -> dict[str, list[str]]:
+    """For each host: why the model-proxy peers do not route the runbook's base domain to it
+    (empty: every peer lists it healthy). Read-only; a peer that cannot be asked is a reason
+    (capacity is never assumed)."""
+    from orchestrator.clients.errors import ClientError
+    from orchestrator.clients.model_proxy import ModelProxyClient
+
+    domain = rb.domains.of("base")
+    out: dict[str, list[str]] = {h: [] for h in hosts}
+    peers = [ModelProxyClient(name, str(url).rstrip("/"), session.settings.model_proxy_token, transport=session.transport,
+                              retry=session.retry, clock=session.clock)
+             for name, url in session.inventory.model_proxy_peers.items()]
+    try:
+        for peer in peers:
+            for h in hosts:
+                addr = session.inventory.host(h).model_proxy_address
+                try:
+                    got = await peer.presence(addr, domain)
+                except ClientError as exc:
+                    out[h].append(f"{peer.name} could not be asked ({type(exc).__name__})")
+                    continue
+                if not (got.listed and got.healthy):
+                    out[h].append(f"{peer.name} does not list it healthy under {domain}")
+    finally:
+        for peer in peers:
+            await peer.aclose()
+    return out
+
+
+async def refuse_tier_short(session: Session, host: str, rb: Runbook) -> None:
+    """A rollback of a `capacity: fleet` host that the peers route to drains it: admitted only
+    while every other host of the tier is in the pool, as the peers list it (their live pool
+    listings, not the journal: a HALTED host outside the pool has no unfinished run). A host
+    that is itself out of the pool only comes back: its rollback takes no capacity away."""
+    if rb.capacity != "fleet":
+        return
+    others = [h for h in rb.hosts if h != host]
+    unknown = [h for h in others if h not in session.inventory.hosts]
+    if unknown:
+        raise Refused(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory; rolling {host} back "
+                      f"could leave the tier short. Nothing was changed")
+    listing = await tier_listing(session, rb, [host, *others])
+    if listing[host]:
+        return  # not in the pool now: the rollback brings it back
+    short = {h: why for h, why in listing.items() if h != host and why}
+    if short:
+        serving = len(rb.hosts) - len(short)
+        raise Refused(f"rolling {host} back drains it, and the model-proxy peers route the base domain to only "
+                      f"{serving} of {len(rb.hosts)} hosts of the tier now ("
+                      + "; ".join(f"{h}: {', '.join(why)}" for h, why in short.items())
+                      + f"): that would leave {serving - 1} serving. Bring "
+                      f"{', '.join(short)} back into the pool first (`orchestrate rollback {next(iter(short))}` if "
+                      f"its run ended outside it). Nothing was changed")
 
 
 async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:

@@ -70,6 +70,31 @@ class InventoryChoice:
         return f"{self.path} (from {self.source})"
 
 
+def placeholder_hosts(text: str) -> str | None:
+    """The first URL of an inventory's text whose host is a reserved placeholder name (RFC 2606:
+    `.invalid`, `.example`, `example.com/net/org`); None when it names none."""
+    import re
+    from urllib.parse import urlsplit
+
+    for url in re.findall(r"https?://[^\s\"']+", text):
+        name = (urlsplit(url).hostname or "").lower()
+        if name.endswith((".invalid", ".example")) or name in ("example.com", "example.net", "example.org"):
+            return url
+    return None
+
+
+def is_placeholder_inventory(path: Path) -> bool:
+    """Every URL of the inventory is a placeholder (the checkout's config/hosts.yaml as shipped)."""
+    import re
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    urls = re.findall(r"https?://[^\s\"']+", text)
+    return bool(urls) and all(placeholder_hosts(u) for u in urls)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ORCHESTRATOR_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
@@ -136,9 +161,13 @@ class Settings(BaseSettings):
         if self.inventory is not None:
             return InventoryChoice(Path(self.inventory), self._inventory_source)
         candidates = ((LOCAL_INVENTORY, "./config/hosts.yaml"), (user_inventory(), "$XDG_CONFIG_HOME/orchestrator/hosts.yaml"))
-        for path, source in candidates:
-            if path.is_file():
-                return InventoryChoice(path, source)
+        found = [(path, source) for path, source in candidates if path.is_file()]
+        if len(found) > 1 and is_placeholder_inventory(found[0][0]):
+            # a checkout's placeholder (every URL .invalid) never wins over the user's own inventory
+            path, source = found[1]
+            return InventoryChoice(path, f"{source}; ./config/hosts.yaml is a placeholder")
+        for path, source in found:
+            return InventoryChoice(path, source)
         return InventoryChoice(None, "", tuple(p for p, _ in candidates))
 
     def inventory_path(self) -> Path:

@@ -244,7 +244,7 @@ class ComposeOperations(HostCore):
             project=body.get("project") or PROJECT,
             services=list(services),
             env=dict(env),
-            force_recreate=bool(body.get("force_recreate") or False),
+            force_recreate=bool(body.get("force_recreate") or False) and not self.faults.active("force-recreate-ignored"),
             dry_run=False if down else bool(body.get("dry_run") or False),
         )
 
@@ -439,6 +439,7 @@ class ComposeOperations(HostCore):
             if n not in cf.services:
                 return [], [], f"no such service: {n}"
         items: list[PlanItem] = []
+        forced = set(names) if req.force_recreate else set()  # --force-recreate: the named services, not their dependencies
         for name in cf.closure(names):
             sd = cf.services[name]
             c = self._containers.get(sd.container_name)
@@ -456,7 +457,9 @@ class ComposeOperations(HostCore):
                 return [], [], f"Error response from daemon: removal of container {c.name} is already in progress"
             if c is None:
                 action = "Created"
-            elif req.force_recreate or c.config_hash != sd.config_hash:
+            elif name in forced or c.config_hash != sd.config_hash or (
+                not self.inline_configs_ignored and c.content_hash != sd.content_hash
+            ):
                 action = "Recreated"
             elif c.state in ("running", "restarting"):
                 action = "Running"
@@ -527,6 +530,14 @@ class ComposeOperations(HostCore):
         if plan_error:
             self._emit(op, plan_error)
             self._finish(op, False, 1)
+            return
+        if req.dry_run and self.faults.active("dry-run-recreates") and any(i.action == "Recreated" for i in items):
+            # docker/compose#14029: `up -d --dry-run` that needs a recreate performs the real
+            # swap (and compose-manager's --remove-orphans with it), printed without the
+            # DRY-RUN prefix; the server still takes it for a dry run (no action, no success record)
+            yield from self._dry_run_for_real(op, cf, req, items, orphans)
+            op.plan = self._plan_event(items, orphans)
+            self._finish(op, True, 0)
             return
         if req.dry_run:
             for line in self._dry_run_lines(items, orphans, req.project):
@@ -616,6 +627,45 @@ class ComposeOperations(HostCore):
             self._cut(op, "after-effect")
             return
         self._finish(op, True, 0)
+
+    def _dry_run_for_real(
+        self, op: Operation, cf: ComposeFile, req: ComposeRequest, items: list[PlanItem], orphans: list[Container]
+    ) -> Generator[float, None, None]:
+        """The `dry-run-recreates` fault: what a real `up -d --remove-orphans` of the request does,
+        orphans included, with plain (unprefixed) progress lines."""
+        if orphans:
+            stops = []
+            for c in orphans:
+                self._emit(op, f" Container {c.name}  Stopping")
+                stops.append((c, *self._begin_stop(c, ORPHAN_STOP_TIMEOUT_S)))
+            yield max(d for _, d, _ in stops)
+            for c, _, code in stops:
+                self._finish_stop(c, code)
+                self._remove(c)
+                self._emit(op, f" Container {c.name}  Removed")
+                op.effects.append(f"dry-run-orphan-removed:{c.name}")
+                self._orphans.append(
+                    OrphanRemoval(
+                        at=self._now,
+                        container=c.name,
+                        service=c.service,
+                        by_file=cf.path,
+                        by_tag=cf.tag,
+                        stop_timeout_s=ORPHAN_STOP_TIMEOUT_S,
+                        call_seq=op.call.seq if op.call else None,
+                    )
+                )
+        for item in items:
+            if item.action in ("Created", "Recreated"):
+                yield from self._apply_item(op, cf, req, item, quiet=False)
+                op.effects.append(f"dry-run-changed:{item.container}")
+        for item in items:
+            c = self._containers.get(item.container)
+            if item.action in ("Created", "Recreated") and c is not None and c.state == "created":
+                self._emit(op, f" Container {c.name}  Starting")
+                yield 0.5
+                self._start(c)
+                self._emit(op, f" Container {c.name}  Started")
 
     def _apply_item(
         self, op: Operation, cf: ComposeFile, req: ComposeRequest, item: PlanItem, *, quiet: bool

@@ -52,6 +52,7 @@ class Container:
     gpus: tuple[str, ...] = ()  # device_ids reserved by the service (nvidia)
     ports: tuple[tuple[int, int], ...] = ()  # published (host, container) ports, from the file
     relay_routes: dict[int, str] = field(default_factory=dict)
+    content_hash: str = ""  # the inline configs' content the container was created with (never shown)
     relay_token: str | None = None
     proxy_pool: list[str] = field(default_factory=list)
     state: str = "created"

@@ -65,10 +65,10 @@ TYPO_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canray.yaml"
 GPU02_FAULTS = frozenset(n for n, f in FAULTS.items() if f.scope != "base" and f.drawn)
 #: faults whose gate fails on whichever replica is being moved (not tied to r1/r2)
 GATE_FAULTS = frozenset({"peer-missing", "cache-miss", "dry-run-extra-recreate", "dry-run-extra-remove",
-                         "dry-run-not-dry", "perception-fails"})
+                         "dry-run-not-dry", "dry-run-recreates", "perception-fails"})
 #: upper bound for a drawn kill point (an uninterrupted rollout makes ~this many journal writes)
 MAX_WRITE = 96
-MAX_MUTATING = 14
+MAX_MUTATING = 15  # r2: 8 (its collector recreate alone since docker/compose#11900), r1: 6, reconcile: 1
 
 
 # ----------------------------------------------------------------------------- schedules
@@ -251,7 +251,7 @@ class Execution:
         try:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
             try:
-                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY created_at, rowid").fetchall()
+                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY run_seq").fetchall()
             finally:
                 con.close()
         except sqlite3.Error:

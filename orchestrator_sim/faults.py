@@ -106,6 +106,16 @@ FAULTS: dict[str, FaultInfo] = {
             "the previous file, dry run first; nginx is never recreated",
         ),
         FaultInfo(
+            "force-recreate-ignored",
+            "none",
+            "compose-manager drops `force_recreate` (a build whose request has no such field): a "
+            "forced dry run of a service whose only change is inline configs content plans it "
+            "`Running` and a forced up leaves its old container and old config (docker/compose#11900)",
+            "the forced dry run's own gate sees the service not recreated, stops exactly that "
+            "service with a scoped down (never an engine) and plans again (`Created`): the new "
+            "config takes and the rollout completes (DONE, exit 0), nothing rolled back",
+        ),
+        FaultInfo(
             "dry-run-extra-remove",
             "none",
             "every compose/up of the long-context file that does not name r1 also plans (and, if "
@@ -120,6 +130,21 @@ FAULTS: dict[str, FaultInfo] = {
             "(new IDs and creation times in docker ps) while printing DRY-RUN lines",
             "the docker/ps comparison around the dry run sees the change; the orchestrator halts "
             "for an operator (or rolls back) and never sends the apply",
+        ),
+        FaultInfo(
+            "dry-run-recreates",
+            "none",
+            "docker/compose#14029 as a real host shows it: a dry run whose plan recreates a running "
+            "container performs the real `up -d --remove-orphans` instead (the recreated containers get "
+            "new IDs and creation times; every container of the project that the file does not define is "
+            "stopped and removed as an orphan); those lines come WITHOUT the `DRY-RUN MODE -` prefix, the "
+            "stream still ends in success and the action log records nothing. A dry run that only creates "
+            "or finds everything unchanged stays dry",
+            "no dry run names a running engine or anything its phase does not act on (placement reads "
+            "docker/ps labels; previews and rollback-target checks skip services that run another "
+            "definition), so the serving replicas are never recreated by a check; where a step's own dry "
+            "run does recreate for real, the docker/ps comparison around it stops the run (HALTED) with "
+            "one line naming each changed container, and nothing more is sent",
         ),
         FaultInfo(
             "busy-409",

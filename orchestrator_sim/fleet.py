@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,7 +42,7 @@ from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.apps.inference import build_inference_app, build_relay_app
 from orchestrator_sim.apps.model_proxy import build_model_proxy_app
 from orchestrator_sim.compose_repo import BASE_HOSTS, TARGET_TAG, SimRepository
-from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
+from orchestrator_sim.containers import BASE_DOMAIN, COMPOSE_VERSION, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
 from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.host import SimHost
 from orchestrator_sim.invariants import check_base_tier, check_invariants
@@ -68,6 +70,12 @@ class SimConfig:
     start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
     fresh_host: bool = False  # nothing deployed yet (as the recorded 8e07c35 exchanges start)
     hosts: Sequence[str] = ("gpu02",)  # any of gpu02, gpu03, gpu04, gpu23 (at least one)
+    # docker compose's release on every host (docker ps shows it as com.docker.compose.version).
+    # Its rules decide whether a change of inline `configs:` content alone recreates a service:
+    # from 2.23.1 on it does not (docker/compose#11900, open). `inline_configs_ignored` overrides
+    # that rule (False: the old assumption that such a change recreates, for comparison tests).
+    compose_version: str = COMPOSE_VERSION
+    inline_configs_ignored: bool | None = None
     #: gpu02's starting point: "canary" (the canary file, before #294) or "long-context" (after it)
     initial: str = "canary"
 
@@ -258,6 +266,8 @@ class SimFleet:
             "discovery_cycle_s": self.config.discovery_cycle_s,
             "recorder": self.recorder,
             "fresh": self.config.fresh_host,
+            "compose_version": self.config.compose_version,
+            "inline_configs_ignored": self.config.inline_configs_ignored,
         }
         self.hosts: dict[str, SimHost] = {}
         self._envs: dict[str, dict[str, str]] = {"gpu02": env}
@@ -524,6 +534,8 @@ class SimFleet:
         for per_host in relays.values():
             for relay in per_host.values():
                 relay.release_unused_socket()
+        for n, host in self.hosts.items():
+            host.settle_listeners = functools.partial(self._settle_relays, {n: relays[n]})  # type: ignore[attr-defined]
         every = [*listeners, *(r for per_host in relays.values() for r in per_host.values() if r.open)]
         while not all(lst.server is not None and lst.server.started for lst in every):
             if any(lst.task is not None and lst.task.done() for lst in every):
@@ -542,6 +554,24 @@ class SimFleet:
                 *(lst.stop() for lst in [*listeners, *(r for per_host in relays.values() for r in per_host.values())]),
                 return_exceptions=True,
             )
+
+    async def _settle_relays(self, relays: dict[str, dict[int, _Listener]], cap_s: float = 5.0) -> None:
+        """Open (or close) these relays' ports as their container now is, and wait (real time,
+        at most `cap_s`) until they listen (or are closed): a compose call's answer ends after it."""
+        deadline = time.monotonic() + cap_s
+        while True:
+            self._sync_relays(relays)
+            pending = []
+            for n, per_host in relays.items():
+                listening = self.hosts[n].relay_listening()
+                for relay in per_host.values():
+                    if listening and not (relay.server is not None and relay.server.started):
+                        pending.append(relay)
+                    elif not listening and (relay.open or relay.task is not None):
+                        pending.append(relay)
+            if not pending or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(TICK_S)
 
     def _sync_relays(self, relays: dict[str, dict[int, _Listener]]) -> None:
         for n, per_host in relays.items():

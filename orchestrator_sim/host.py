@@ -23,8 +23,15 @@ from typing import Any
 from orchestrator.clock import Clock
 from orchestrator_sim import sglang_log
 from orchestrator_sim.compose_ops import IMAGE, ComposeOperations, Operation, OrphanRemoval, WorkCopy
-from orchestrator_sim.compose_repo import BASE_TARGET_FILE, REGISTRAR_SERVICE, TARGET_FILE, SimRepository, load_compose
-from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, Container
+from orchestrator_sim.compose_repo import (
+    BASE_TARGET_FILE,
+    REGISTRAR_SERVICE,
+    TARGET_FILE,
+    SimRepository,
+    inline_config_changes_ignored,
+    load_compose,
+)
+from orchestrator_sim.containers import BASE_DOMAIN, COMPOSE_VERSION, HOST_IP, LONG_DOMAIN, Container
 from orchestrator_sim.engine_cache import PrefixCache
 from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.hicache_budget import GIB, resolve_budget
@@ -57,6 +64,8 @@ class SimHost(ComposeOperations, ServingPaths):
         fresh: bool = False,
         name: str = "gpu02",
         domain: str = LONG_DOMAIN,
+        compose_version: str = COMPOSE_VERSION,
+        inline_configs_ignored: bool | None = None,
     ) -> None:
         """`fresh`: a host where nothing was ever deployed (only compose-manager's start in the
         action log), as the recorded 8e07c35 exchanges begin; default: the canary deployed
@@ -70,6 +79,11 @@ class SimHost(ComposeOperations, ServingPaths):
         self._lock = RLock()
         self.clock = clock
         self.name = name
+        self.compose_version = compose_version
+        # compose's behaviour for that release (docker/compose#11900) unless a test says otherwise
+        self.inline_configs_ignored = (
+            inline_config_changes_ignored(compose_version) if inline_configs_ignored is None else inline_configs_ignored
+        )
         self.domain = domain
         self.base = domain == BASE_DOMAIN
         self.target_file = BASE_TARGET_FILE if self.base else TARGET_FILE

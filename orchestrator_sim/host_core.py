@@ -27,7 +27,6 @@ from orchestrator_sim.compose_repo import (
     SimRepository,
 )
 from orchestrator_sim.containers import (
-    COMPOSE_VERSION,
     CONFIG_DIR,
     HOST_IP,
     MODEL_PROXY_PORT,
@@ -86,6 +85,8 @@ class HostCore:
     recorder: CallRecorder | None
     timeline: ServingTimeline
     name: str  # gpu02, gpu03, ...
+    compose_version: str  # docker compose's release on the host (docker ps: com.docker.compose.version)
+    inline_configs_ignored: bool  # a change of inline `configs:` content alone recreates nothing (#11900)
     domain: str  # the model-proxy domain its registrar registers under
     base: bool  # a base-tier host: its registrar and downloader are simulated step by step
     target_file: str  # the rollout's new file on this host (engine faults hit its engines)
@@ -202,7 +203,7 @@ class HostCore:
             "com.docker.compose.project.config_files": f"{CONFIG_DIR}/{cf.path}",
             "com.docker.compose.project.working_dir": CONFIG_DIR,
             "com.docker.compose.service": sd.name,
-            "com.docker.compose.version": COMPOSE_VERSION,
+            "com.docker.compose.version": self.compose_version,
             **sd.labels,
         }
         if sd.is_engine:
@@ -231,6 +232,7 @@ class HostCore:
             has_healthcheck=sd.has_healthcheck,
             gpus=sd.device_ids,
             ports=sd.ports,
+            content_hash=sd.content_hash,
         )
         if kind == "engine":
             # an engine of the initial deployment (created before t=0) is never a rollout's new engine

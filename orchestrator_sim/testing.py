@@ -131,11 +131,12 @@ class SimDriver:
     def down(self, tag: str, file: str, services: list[str], **kw: Any) -> Stream:
         return self.stream("/compose/down", self.request(tag, file, services, **kw))
 
-    def safe_up(self, tag: str, file: str, services: list[str]) -> Stream:
-        """Dry run, then apply: what a correct orchestrator sends."""
-        dry = self.up(tag, file, services, dry_run=True)
+    def safe_up(self, tag: str, file: str, services: list[str], *, force_recreate: bool = False) -> Stream:
+        """Dry run, then apply: what a correct orchestrator sends. `force_recreate` for services
+        whose only change is inline configs content (compose would not recreate them: #11900)."""
+        dry = self.up(tag, file, services, dry_run=True, force_recreate=force_recreate)
         assert dry.ok, dry
-        applied = self.up(tag, file, services, dry_run=False)
+        applied = self.up(tag, file, services, dry_run=False, force_recreate=force_recreate)
         assert applied.ok, applied
         return applied
 

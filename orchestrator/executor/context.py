@@ -107,6 +107,9 @@ class RunContext:
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)
     #: why a rollback step left an engine running (said in the run's final message)
     not_stopped: list[str] = field(default_factory=list)
+    #: where this run last agreed with compose-manager's action log (`orchestrator.foreign_change`):
+    #: {"count": entries known, "last": the last one's identity, "effect_id": the journal's last effect then}
+    action_mark: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def new(cls, **kw: Any) -> "RunContext":

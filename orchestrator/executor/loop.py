@@ -11,7 +11,10 @@ import structlog
 from orchestrator.clients.errors import ClientError, RequestInvalid
 from orchestrator.clock import Clock
 from orchestrator.executor.context import Failure, RunContext
-from orchestrator.executor.runtime import AbortRequested, MaskedEnv, Runtime
+from orchestrator.audit import abort_note
+from orchestrator.executor.pause import honour_pause, observed
+from orchestrator.executor.rollback_summary import rollback_summary
+from orchestrator.executor.runtime import AbortRequested, ForeignChange, MaskedEnv, Runtime
 from orchestrator.host_clients import HostClients
 from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunRecord
@@ -57,8 +60,10 @@ class Executor:
         self.progress = progress or NullProgress()
         self.ctx = RunContext.from_json(run.context)
         if yes:
-            self.ctx.yes = True  # journaled with the next transition: a resume elsewhere keeps it
-        yes = yes or self.ctx.yes
+            self.ctx.yes = True  # journaled with the next transition: on record, never inherited
+        # Humans stay in the loop: only `--yes` on the command that runs the run now skips its
+        # approvals. A resume after Ctrl-C or a crash, and a run a server adopted, wait for a
+        # human at every approval gate whatever the run was started with (ctx.yes is history).
         self.machine = Machine(table, run.state)
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
                           clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,
@@ -89,20 +94,25 @@ class Executor:
                     # a call of this visit whose outcome is unknown is settled first (by its
                     # handler); an abort is honoured at the next wait or step
                     rt.check_abort()
+                    await honour_pause(rt, state)  # an operator's pause, at a safe point only
                 outcome = await self._perform(node)
             except AbortRequested:
-                outcome = StepOutcome(Event.ABORT, "an operator asked to abort")
+                outcome = StepOutcome(Event.ABORT, abort_note(self.journal, self.run.run_id))
             except (Fenced, LeaseLost) as exc:
                 raise RunnerFenced(str(exc)) from None
             except RequestInvalid as exc:
                 outcome = StepOutcome(Event.HALT, f"refused to send an invalid request: {rt.scrub(str(exc))}")
-            except (UnresolvedReference, MaskedEnv) as exc:
+            except (UnresolvedReference, MaskedEnv, ForeignChange) as exc:
                 outcome = StepOutcome(Event.HALT, str(exc))
             except ClientError as exc:
                 outcome = StepOutcome(Event.FAIL, rt.scrub(str(exc)))  # "system: detail", with the URL
+            outcome = observed(rt, node, outcome)  # an observe-only gate records a failure and never fails
             host_now = ""
             if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
                 host_now = await rt.host_now()
+            if self.table.next(state, outcome.event) == Outcome.ROLLED_BACK:
+                summary = await rollback_summary(rt)
+                host_now = f"{summary}. {host_now}" if summary else host_now
             try:
                 self._transition(state, outcome, host_now)
             except (Fenced, LeaseLost) as exc:  # taken over during a step that wrote nothing

@@ -28,6 +28,7 @@ import structlog
 from orchestrator.clients.model_proxy import split_host
 from orchestrator.clients.compose_manager import ComposeRequest, StreamOutcome
 from orchestrator.clients.errors import (
+    BadRequest,
     Busy,
     ClientError,
     ServerError,
@@ -44,7 +45,9 @@ from orchestrator.inventory import HostEntry
 from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
 from orchestrator.logfollow import LogFollower
 from orchestrator.machine import Node, Table
-from orchestrator.parsers.docker_ps import Container, by_service, changed_containers, snapshot
+from orchestrator.parsers.docker_ps import Container, by_service, snapshot
+from orchestrator.foreign_change import foreign_message, new_mark, own_call, since_mark, unexplained
+from orchestrator.ps_compare import compare_ps, describe_changes
 from orchestrator.progress import Progress
 from orchestrator.redaction import Redactor
 from orchestrator.compose_refs import resolve_file, resolve_services
@@ -240,7 +243,9 @@ class Runtime:
         return await self.clients.compose.ps(self.entry.project)
 
     async def action_count(self) -> int:
-        return len(await self.clients.compose.action_log())
+        actions = await self.clients.compose.action_log()
+        self._fresh_actions = actions  # the foreign-change check of the call that follows uses this read
+        return len(actions)
 
     async def version_summary(self) -> dict[str, Any]:
         try:
@@ -256,6 +261,8 @@ class Runtime:
         entry alone is only an attempt. Success comes from compose-manager's own record
         (`/version` projects.<p>.current/previous) or from an up this journal saw succeed."""
         actions = await self.clients.compose.action_log()
+        if not self.ctx.action_mark:  # this run's first position in the log (foreign-change detection)
+            self.ctx.action_mark = new_mark(actions, self._last_effect_id())
         succeeded = await self._successful_deploys()
         missing = []
         for service in self.rb.previous_refs():
@@ -283,7 +290,20 @@ class Runtime:
     async def validate_previous_targets(self) -> StepOutcome | None:
         """A dry run of every distinct rollback target (tag, file): a rollback must never find out
         after a stop that its target does not exist. None when all are accepted."""
-        for (tag, file), services in group_targets(self.rb, self.ctx.previous).items():
+        from orchestrator.ps_compare import split_by_definition
+
+        running = {(c.service or c.name): c for c in await self.ps() if c.state in ("running", "restarting")}
+        actions = await self.clients.compose.action_log()
+        for (tag, file), all_services in group_targets(self.rb, self.ctx.previous).items():
+            # a check names only what it cannot recreate (docker/compose#14029): services absent
+            # or already running this very definition; the rest is checked by the rollback's own
+            # dry run, after its stop
+            services, held = split_by_definition(all_services, running, tag, file, actions, engines=set(self.rb.engines()))
+            if held:
+                self.emit("note", text=f"rollback target {file}@{tag}: {', '.join(held)} not dry-run now (a running engine, or "
+                                       f"another definition a dry run could recreate); the rollback's own dry run checks it after its stop")
+            if not services:
+                continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=self.entry.project, dry_run=True)
             res = await self.dry_run(req)
             if res.verdict != "done":
@@ -531,8 +551,12 @@ class Runtime:
         spec = step.compose
         assert spec is not None
         tag, file = resolve_file(spec.file, self.rb, self.run.tag, self.ctx.previous)
+        # force_recreate only as the runbook's step says (the loader allows it on no engine: the
+        # services whose only change is inline configs content, docker/compose#11900); a down never
+        force = bool(spec.force_recreate) and step.down is None
         return ComposeRequest(tag=tag, file=file, services=resolve_services(spec, self.ctx.selected),
-                              project=self.entry.project, force_recreate=False, dry_run=dry_run)
+                              project=self.entry.project, force_recreate=force, dry_run=dry_run,
+                              allow_force_recreate=force)
 
     def dry_run_record(self, req: ComposeRequest, env: EnvMap, after: list[Container] | None) -> DryRunRecord:
         snap = {c.name: [c.id, c.created_at, c.state] for c in (after or [])}
@@ -547,7 +571,8 @@ class Runtime:
 
     async def dry_run(self, req: ComposeRequest) -> DryRunCall:
         env = await self.ensure_env()
-        before = snapshot(await self.ps())
+        before_list = await self.ps()
+        before = snapshot(before_list)
         attempt = 0
         while True:
             attempt += 1
@@ -561,17 +586,86 @@ class Runtime:
                 # unless it changed something (then the comparison halts the run).
                 if attempt >= 3:
                     return DryRunCall("failed", outcome=fail(f"the dry run failed {attempt} times: {self.scrub(str(exc))}"))
-                if snapshot(await self.ps()) != before:
-                    return DryRunCall("changed", outcome=halt("a dry run that failed also changed real containers (docker/compose#14029); inspect the host"))
+                now = await self.ps()
+                if snapshot(now) != before:
+                    named = describe_changes(compare_ps(before_list, now)) or "container states"
+                    return DryRunCall("changed", outcome=halt(f"a dry run that failed also changed real containers: {named} "
+                                                              "(docker/compose#14029); inspect the host"))
                 self.log.warning("dry_run_retried", error=type(exc).__name__)
                 await self.wait()
         after_list = await self.ps()
-        changed = changed_containers(before, snapshot(after_list))
-        if changed:
+        changes = compare_ps(before_list, after_list)
+        if changes:
+            # a dry run is never in the action log: an entry this run did not make is someone else's
+            foreign = await self.check_foreign(advance=False)
+            if foreign:
+                return DryRunCall("changed", outcome=halt(f"{foreign} (changed: {describe_changes(changes)})"))
             return DryRunCall("changed", outcome=halt(
-                "a dry run changed real containers (" + ", ".join(changed) + "): docker/compose#14029. "
-                "Nothing more is sent; inspect the host before resuming"))
+                f"the dry run of {', '.join(req.services)} changed real containers: {describe_changes(changes)} "
+                "(docker/compose#14029: a dry run that recreates for real)"))
         return DryRunCall("done", stream=outcome, after=after_list)
+
+    # -- foreign changes (orchestrator.foreign_change) -------------------------------------------
+    async def foreign_in_flight(self) -> str | None:
+        """Before a run acts: an operation compose-manager is running now was sent by someone else
+        (this run has sent nothing yet, and a run of this journal with an unsettled call is resumed
+        first). The refusal, or None."""
+        status = getattr(self.clients.compose, "status", None)
+        if status is None or any(e.mutating for e in self.journal.effects(self.run.run_id)):
+            return None
+        try:
+            st = await status()
+        except BadRequest as exc:
+            if exc.status in (404, 405):  # a compose-manager without GET /status: the action log still guards every call
+                return None
+            raise
+        if st is None:
+            return None
+        what = f"{st.action} of {', '.join(st.services) or 'every service'}" + (f" ({st.file}@{st.tag})" if st.file else "")
+        return (f"compose-manager on {self.run.host} is running {what} since {st.started_at or 'an unknown time'}, which no run of "
+                f"this journal sent: another orchestrator or a person is acting on the host; nothing was changed")
+
+    async def foreign_part_way(self) -> str | None:
+        """A part-way host whose target calls no run of this journal made: the refusal, or None."""
+        from orchestrator.foreign_check import refuse_foreign_part_way
+
+        actions = await self.clients.compose.action_log()
+        return refuse_foreign_part_way(self.journal, self.run.host, actions, self.rb.file, self.run.tag or "", "")
+
+    def _last_effect_id(self) -> int:
+        return max((e.effect_id for e in self.journal.effects(self.run.run_id)), default=0)
+
+    async def check_foreign(self, *, advance: bool) -> str | None:
+        """One line naming an action-log entry since this run's mark that no call this run
+        journaled explains (None: none). `advance`: when clean, the mark moves to now."""
+        actions = getattr(self, "_fresh_actions", None)
+        self._fresh_actions = None
+        if actions is None:
+            actions = await self.clients.compose.action_log()
+        last_effect = self._last_effect_id()
+        mark = self.ctx.action_mark
+        if mark:
+            later = since_mark(actions, mark)
+            if later is None:
+                return (f"compose-manager's action log on {self.run.host} no longer holds the {mark.get('count')} entries this run "
+                        "read before (replaced or rewritten): who acted on the host cannot be told. Nothing more is sent; inspect the host")
+            effects = self.journal.effects(self.run.run_id)
+            own = [oc for e in effects if e.mutating and e.effect_id > int(mark.get("effect_id", 0))
+                   and (oc := own_call(e.kind, e.request)) is not None]
+            foreign = unexplained(later, own)
+            if foreign:
+                in_flight = None
+                status = getattr(self.clients.compose, "status", None)
+                if status is not None:
+                    try:
+                        st = await status()
+                        in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
+                    except (ClientError, AttributeError):
+                        in_flight = None
+                return self.scrub(foreign_message(self.run.host, foreign, in_flight=in_flight))
+        if advance:
+            self.ctx.action_mark = new_mark(actions, last_effect)
+        return None
 
     def journal_read(self, kind: str, req: ComposeRequest, outcome: dict[str, Any]) -> None:
         """A non-mutating effect is journaled after the fact (nothing to reconcile on resume)."""
@@ -601,8 +695,11 @@ class Runtime:
         return outcome | {"baseline": baseline}
 
     async def mutate(self, kind: str, req: ComposeRequest, baseline: dict[str, Any]) -> dict[str, Any]:
-        """Journal the intent, send once, journal the outcome."""
+        """Check for foreign changes, journal the intent, send once, journal the outcome."""
         env = await self.ensure_env()
+        foreign = await self.check_foreign(advance=True)
+        if foreign:
+            raise ForeignChange(foreign)
         if kind == "compose_up":  # a one-shot sent again may exist again, whatever the outcome
             self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
         intent = self.journal.record_intent(
@@ -756,6 +853,7 @@ class Runtime:
         hard_deadline = self.clock.monotonic() + max(SETTLE_S, self.rb.timeouts.cold_start)
         base_ids = baseline.get("ids", {})
         while True:
+            seen = self.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             actions = await self.clients.compose.action_log()
             new_actions = actions[baseline.get("actions", 0):]
             recorded = any(a.action == "compose_up" and a.tag == req.tag and a.file == req.file
@@ -791,9 +889,9 @@ class Runtime:
                 return f"compose-manager finished; changed: {changed} of {list(req.services)}"
             if in_flight is True:
                 # still running (an image pull can be long): wait, bounded by the cold start
-                if self.clock.monotonic() >= hard_deadline:
+                if seen >= hard_deadline:
                     return f"compose-manager still reports the up in flight after {int(self.rb.timeouts.cold_start)} s"
-            elif self.clock.monotonic() >= deadline:
+            elif seen >= deadline:
                 if not recorded and not changed:
                     return "not_applied"
                 return f"action recorded: {recorded}; changed: {changed or 'none'} of {list(req.services)}"
@@ -812,6 +910,7 @@ class Runtime:
         zombie_polls = 0
         self.emit("waiting", gate=f"docker/ps no longer lists {', '.join(req.services)}")
         while True:
+            seen = self.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             by_svc = by_service(await self.ps())
             left = [by_svc[s] for s in req.services if s in by_svc]
             if not left and first.get("status") == "failure" and resends < MAX_DOWN_RESENDS:
@@ -830,7 +929,7 @@ class Runtime:
             resend_reason = None
             if zombie_polls >= 3:
                 resend_reason = "zombie: " + ", ".join(f"{c.name} {c.state}" for c in zombies)
-            elif still and self.clock.monotonic() >= no_effect_after and first.get("status") != "success":
+            elif still and seen >= no_effect_after and first.get("status") != "success":
                 resend_reason = "the down had no observable effect"
             if resend_reason:
                 refusal = await self.stop_guard([c.service or c.name for c in left])
@@ -846,13 +945,17 @@ class Runtime:
                 no_effect_after = self.clock.monotonic() + self.rb.timeouts.stop_grace + 4 * self.poll
                 deadline = self.clock.monotonic() + timeout
                 continue
-            if self.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail(f"{', '.join(c.name for c in left)} still listed after {int(timeout)} s")
             await self.wait(abortable=False)
 
 
 class MaskedEnv(Exception):
     """The env map read mid-run holds masked credentials: halt, send nothing."""
+
+
+class ForeignChange(Exception):
+    """compose-manager's action log holds a call this run did not make: halt, send nothing."""
 
 
 def _record(rec: Any) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from orchestrator.journal.base import (
     RunNotFound,
     RunRecord,
     StateConflict,
+    TierHeld,
     TransitionRecord,
     make_run_id,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "SchemaTooNew",
     "SqliteJournal",
     "StateConflict",
+    "TierHeld",
     "TransitionRecord",
     "make_run_id",
     "open_journal",

@@ -40,6 +40,9 @@ class RunRecord:
     created_at: datetime
     updated_at: datetime
     parent_run_id: str | None
+    #: the journal's admission order (monotonic, assigned in the transaction that created the
+    #: run): what "a newer run" means everywhere, never `created_at` (a clock can step back)
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,23 @@ class EffectRecord:
     intent_at: datetime
     outcome: dict | None  # None: intent recorded, outcome unknown (crash in between)
     outcome_at: datetime | None
+
+
+#: What the audit list of a run records besides approvals and abort requests (their own tables).
+AUDIT_ACTIONS = frozenset({"submitted", "adopted", "resumed", "paused", "continued", "pause_honoured"})
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One line of a run's audit list: who (`by`) did what (`action`) when, and about what."""
+
+    action: str  # AUDIT_ACTIONS, or "approved" (detail: the gate) / "abort_requested"
+    by: str
+    at: datetime
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "by": self.by, "at": self.at.isoformat(), "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,17 @@ class _TakenOver(JournalError):
         self.holder_run_id = holder.run_id if holder else None
         self.holder_owner = holder.owner if holder else None
         self.holder_token = holder.token if holder else None
+
+
+class TierHeld(JournalError):
+    """Another host of a `capacity: fleet` tier holds the tier: its run is live."""
+
+    def __init__(self, tier: str, host: str, run_id: str, owner: str) -> None:
+        super().__init__(f"tier {tier} is held by run {run_id} on {host} (owner {owner})")
+        self.tier = tier
+        self.host = host
+        self.run_id = run_id
+        self.owner = owner
 
 
 class LeaseLost(_TakenOver):
@@ -209,6 +240,12 @@ class Journal(Protocol):
     def heartbeat(self, lease: Lease, ttl_s: float) -> Lease: ...
     def release(self, lease: Lease) -> None: ...
     def current_lease(self, host: str) -> Lease | None: ...
+    def atomic(self) -> Any: ...
+    def claim_tier(self, tier: str, host: str, run_id: str, *,
+                   takeover_if: Callable[[Lease], bool] | None = None) -> str | None: ...
+    def end_without_runner(self, run_id: str, from_state: str, outcome: str, message: str, *,
+                           note: str | None = None,
+                           takeover_if: Callable[[Lease], bool] | None = None) -> TransitionRecord: ...
     def held_lease(self, host: str) -> Lease | None: ...
     def request_abort(self, run_id: str, by: str) -> None: ...
     def abort_requested(self, run_id: str) -> bool: ...

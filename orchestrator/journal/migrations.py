@@ -128,6 +128,44 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        4,
+        "runs ordered by a journal sequence, never by a clock; tier leases (orchestrator/admission.py)",
+        (
+            # The order runs were admitted in: assigned by the journal inside the transaction that
+            # creates the run, so a wall clock stepped back cannot make an older run look newer.
+            "ALTER TABLE runs ADD COLUMN run_seq {bigint}",
+            # runs journaled before this migration keep the order their clocks gave them
+            """UPDATE runs SET run_seq = (SELECT COUNT(*) FROM runs r2 WHERE r2.created_at < runs.created_at
+                                         OR (r2.created_at = runs.created_at AND r2.run_id <= runs.run_id))""",
+            "CREATE UNIQUE INDEX runs_by_seq ON runs (run_seq)",
+            "CREATE INDEX runs_by_host_seq ON runs (host, run_seq)",
+            # One row per `capacity: fleet` tier: the run that last took the tier. It holds the
+            # tier while that run holds its own host's lease (no TTL of its own: the host lease's
+            # heartbeat, release and takeover are the tier's).
+            """CREATE TABLE tier_leases (
+                tier TEXT PRIMARY KEY,
+                host TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                acquired_at {ts} NOT NULL
+            )""",
+        ),
+    ),
+    Migration(
+        5,
+        "who did what: the audit list of a run (submitted, adopted, paused, continued)",
+        (
+            """CREATE TABLE audit (
+                run_id TEXT NOT NULL REFERENCES runs (run_id),
+                seq {bigint} NOT NULL,
+                action TEXT NOT NULL,
+                actor TEXT NOT NULL,
+                at {ts} NOT NULL,
+                detail TEXT,
+                PRIMARY KEY (run_id, seq)
+            )""",
+        ),
+    ),
 )
 
 

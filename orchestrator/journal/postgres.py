@@ -88,6 +88,10 @@ class PostgresJournal(SqlJournal):
             with self._conn.cursor() as cur:
                 yield Tx(cur, placeholder="%s")
 
+    def _serialize_admissions(self, tx: Tx) -> None:
+        # released at the end of the transaction; re-taking it in the same transaction is a no-op
+        tx.run("SELECT pg_advisory_xact_lock(hashtext('orchestrator.journal.admission:' || COALESCE(current_schema(), '')))")
+
     def _db_now(self, tx: Tx) -> datetime:
         row = tx.one("SELECT clock_timestamp() AS now")
         assert row is not None

@@ -22,6 +22,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from orchestrator.journal.base import (
+    AUDIT_ACTIONS,
+    AuditEntry,
     EffectRecord,
     Fenced,
     JournalError,
@@ -35,6 +37,7 @@ from orchestrator.journal.base import (
     RunNotFound,
     RunRecord,
     StateConflict,
+    TierHeld,
     TransitionRecord,
     _RUN_ID_RE,
     _superseded_text,
@@ -82,7 +85,7 @@ class Tx:
 
 _RUN_COLS = (
     "run_id, host, runbook, tag, kind, state, terminal, outcome, message, context, "
-    "created_at, updated_at, parent_run_id"
+    "created_at, updated_at, parent_run_id, run_seq"
 )
 _EFFECT_COLS = (
     "run_id, effect_id, step, kind, mutating, request, intent_at, outcome, outcome_at"
@@ -105,6 +108,8 @@ class SqlJournal(ABC):
         self._lock = threading.RLock()
         self._closed = False
         self.applied_migrations: list[int] = []
+        #: the transaction `atomic()` opened (its thread holds `_lock`): every call joins it
+        self._open_tx: Tx | None = None
 
     # ---- dialect hooks
 
@@ -130,6 +135,10 @@ class SqlJournal(ABC):
     def _db_now(self, tx: Tx) -> datetime:
         return datetime.now(timezone.utc)
 
+    def _serialize_admissions(self, tx: Tx) -> None:
+        """Make admissions (and run creations) one at a time across processes. SQLite: its
+        BEGIN IMMEDIATE already holds the file's write lock; PostgreSQL overrides this."""
+
     # ---- plumbing
 
     @contextmanager
@@ -137,8 +146,30 @@ class SqlJournal(ABC):
         with self._lock:
             if self._closed:
                 raise JournalError("the journal is closed")
+            if self._open_tx is not None:  # inside atomic(): one transaction for everything
+                yield self._open_tx
+                return
             with self._transaction(write) as tx:
                 yield tx
+
+    @contextmanager
+    def atomic(self) -> Iterator[Tx]:
+        """One write transaction that every journal call of this thread joins until it ends:
+        what `orchestrator/admission.py` evaluates its checks and takes its leases in. All of it
+        commits, or (on any exception) none of it. Admissions are serialised across processes
+        (SQLite's write lock; a PostgreSQL advisory lock), so two admissions never interleave."""
+        with self._lock:
+            if self._closed:
+                raise JournalError("the journal is closed")
+            if self._open_tx is not None:
+                raise JournalError("atomic() does not nest")
+            with self._transaction(True) as tx:
+                self._serialize_admissions(tx)
+                self._open_tx = tx
+                try:
+                    yield tx
+                finally:
+                    self._open_tx = None
 
     def _now(self, tx: Tx) -> datetime:
         return _utc(self._now_fn()) if self._now_fn is not None else _utc(self._db_now(tx))
@@ -186,6 +217,7 @@ class SqlJournal(ABC):
             created_at=self._ts_value(row["created_at"]),
             updated_at=self._ts_value(row["updated_at"]),
             parent_run_id=row["parent_run_id"],
+            seq=int(row["run_seq"] or 0),
         )
 
     def _transition(self, row: dict[str, Any]) -> TransitionRecord:
@@ -298,15 +330,17 @@ class SqlJournal(ABC):
                     raise JournalError(f"could not allocate a run id for host {host}")
             elif tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is not None:
                 raise JournalError(f"run {run_id} already exists")
+            self._serialize_admissions(tx)  # the sequence below is taken one creator at a time
+            seq = int(tx.one("SELECT COALESCE(MAX(run_seq), 0) + 1 AS n FROM runs")["n"])  # type: ignore[index]
             tx.run(
-                f"INSERT INTO runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 run_id, host, runbook, tag, kind, state, False, None, None,
-                self._json_param(ctx), self._ts_param(now), self._ts_param(now), parent_run_id,
+                self._json_param(ctx), self._ts_param(now), self._ts_param(now), parent_run_id, seq,
             )
         return RunRecord(
             run_id=run_id, host=host, runbook=runbook, tag=tag, kind=kind, state=state,
             terminal=False, outcome=None, message=None, context=ctx, created_at=now,
-            updated_at=now, parent_run_id=parent_run_id,
+            updated_at=now, parent_run_id=parent_run_id, seq=seq,
         )
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -318,7 +352,7 @@ class SqlJournal(ABC):
         with self._tx(write=False) as tx:
             rows = tx.all(
                 f"SELECT {_RUN_COLS} FROM runs {where}"
-                "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+                "ORDER BY run_seq DESC LIMIT ?",
                 *params, int(limit),
             )
         return [self._run(r) for r in rows]
@@ -342,7 +376,7 @@ class SqlJournal(ABC):
             sql += " AND kind = ?"
             params += (kind,)
         with self._tx(write=False) as tx:
-            row = tx.one(sql + " ORDER BY created_at DESC, run_id DESC LIMIT 1", *params)
+            row = tx.one(sql + " ORDER BY run_seq DESC LIMIT 1", *params)
         return self._run(row) if row else None
 
     def transitions(self, run_id: str) -> list[TransitionRecord]:
@@ -576,6 +610,75 @@ class SqlJournal(ABC):
                     self._ts_param(now), lease.host, lease.token,
                 )
 
+    def end_without_runner(self, run_id: str, from_state: str, outcome: str, message: str, *, note: str | None = None,
+                           takeover_if: Callable[[Lease], bool] | None = None) -> TransitionRecord:
+        """End a run that no runner drives (`orchestrate abort` of an orphan): its terminal
+        transition, written only if the run is still at `from_state` and no live runner holds its
+        host's lease for it (LeaseHeld otherwise; `takeover_if(holder)` says a holder is gone).
+        Not fenced by a token of its own: the lease row is locked and judged in this transaction,
+        and a runner that took the lease before it finds the run terminal (StateConflict)."""
+        _require_text(from_state, "from_state")
+        if outcome not in OUTCOMES:
+            raise JournalError(f"outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}")
+        with self._tx(write=True) as tx:
+            now = self._now(tx)
+            run = self._load_run(tx, run_id, lock=False)
+            row = self._lease_row(tx, run.host, self.lock_update)
+            if row is not None and row["released_at"] is None and row["run_id"] == run_id:
+                held = self._lease(row)
+                if held.expires_at > now and not (takeover_if is not None and takeover_if(held)):
+                    raise LeaseHeld(held)
+            run = self._load_run(tx, run_id, lock=True)
+            if run.terminal or run.state != from_state:
+                raise StateConflict(f"run {run_id} is {run.outcome or run.state} now, not at {from_state}")
+            seq = int(tx.one("SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM transitions WHERE run_id = ?",
+                             run_id)["seq"])  # type: ignore[index]
+            token = int(row["token"]) if row is not None else 0
+            tx.run(
+                "INSERT INTO transitions (run_id, seq, from_state, event, to_state, at, note, "
+                "lease_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                run_id, seq, from_state, "abort", outcome, self._ts_param(now), note, token,
+            )
+            tx.run(
+                "UPDATE runs SET state = ?, terminal = ?, outcome = ?, message = ?, updated_at = ? WHERE run_id = ?",
+                outcome, True, outcome, message, self._ts_param(now), run_id,
+            )
+            if row is not None and row["released_at"] is None and row["run_id"] == run_id:
+                # the orphan's own lease (expired, or its holder gone) ends with it
+                tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
+                       self._ts_param(now), run.host, int(row["token"]))
+        return TransitionRecord(run_id, seq, from_state, "abort", outcome, now, note)
+
+    def claim_tier(self, tier: str, host: str, run_id: str, *,
+                   takeover_if: Callable[[Lease], bool] | None = None) -> str | None:
+        """Take the `capacity: fleet` tier `tier` for `run_id` on `host` (call it inside the
+        transaction that takes `host`'s lease). The tier is held by the run that last took it
+        for as long as that run holds its own host's lease: unreleased and unexpired, and not
+        judged gone by `takeover_if` (journal/owner.py). Raises TierHeld while another host's run
+        holds it; returns the run id of a holder it replaced whose lease had lapsed, else None."""
+        _require_text(tier, "tier")
+        _require_text(host, "host")
+        _require_text(run_id, "run_id")
+        with self._tx(write=True) as tx:
+            now = self._now(tx)
+            row = tx.one(f"SELECT tier, host, run_id FROM tier_leases WHERE tier = ?{self.lock_update}", tier)
+            previous: str | None = None
+            if row is not None and row["run_id"] != run_id:
+                held = self._lease_row(tx, row["host"], "")
+                if (held is not None and row["host"] != host and held["run_id"] == row["run_id"]
+                        and held["released_at"] is None):
+                    lease = self._lease(held)
+                    if lease.expires_at > now and not (takeover_if is not None and takeover_if(lease)):
+                        raise TierHeld(tier, row["host"], row["run_id"], lease.owner)
+                previous = row["run_id"]
+            if row is None:
+                tx.run("INSERT INTO tier_leases (tier, host, run_id, acquired_at) VALUES (?, ?, ?, ?)",
+                       tier, host, run_id, self._ts_param(now))
+            else:
+                tx.run("UPDATE tier_leases SET host = ?, run_id = ?, acquired_at = ? WHERE tier = ?",
+                       host, run_id, self._ts_param(now), tier)
+        return previous
+
     def current_lease(self, host: str) -> Lease | None:
         with self._tx(write=False) as tx:
             now = self._now(tx)
@@ -635,3 +738,54 @@ class SqlJournal(ABC):
             self._run_exists(tx, run_id)
             rows = tx.all("SELECT gate FROM approvals WHERE run_id = ?", run_id)
         return {r["gate"] for r in rows}
+
+    # ---- who did what (not fenced: operators and servers write these, not only runners)
+
+    def record_audit(self, run_id: str, action: str, by: str, detail: str | None = None) -> AuditEntry:
+        """Append one line to the run's audit list (`AUDIT_ACTIONS`): who did what, journaled."""
+        if action not in AUDIT_ACTIONS:
+            raise JournalError(f"unknown audit action {action!r}")
+        _require_text(by, "by")
+        with self._tx(write=True) as tx:
+            now = self._now(tx)
+            self._run_exists(tx, run_id)
+            row = tx.one("SELECT MAX(seq) AS seq FROM audit WHERE run_id = ?", run_id)
+            seq = int(row["seq"]) + 1 if row and row["seq"] is not None else 1
+            tx.run("INSERT INTO audit (run_id, seq, action, actor, at, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                   run_id, seq, action, by, self._ts_param(now), detail)
+        return AuditEntry(action, by, now, detail)
+
+    def audit(self, run_id: str) -> list[AuditEntry]:
+        """The run's audit list, oldest first: its audit rows, approvals and abort request."""
+        with self._tx(write=False) as tx:
+            self._run_exists(tx, run_id)
+            rows = tx.all("SELECT seq, action, actor, at, detail FROM audit WHERE run_id = ? ORDER BY seq", run_id)
+            approvals = tx.all("SELECT gate, approved_by, approved_at FROM approvals WHERE run_id = ?", run_id)
+            aborts = tx.all("SELECT requested_by, requested_at FROM abort_requests WHERE run_id = ?", run_id)
+        out = [AuditEntry(r["action"], r["actor"], self._ts_value(r["at"]), r["detail"]) for r in rows]
+        out += [AuditEntry("approved", a["approved_by"], self._ts_value(a["approved_at"]), a["gate"]) for a in approvals]
+        out += [AuditEntry("abort_requested", a["requested_by"], self._ts_value(a["requested_at"]), None) for a in aborts]
+        out.sort(key=lambda e: e.at)  # stable: audit rows keep their order at one timestamp
+        return out
+
+    def paused(self, run_id: str) -> AuditEntry | None:
+        """The pause that holds the run now (the latest pause/continue is a pause), or None."""
+        with self._tx(write=False) as tx:
+            row = tx.one("SELECT action, actor, at, detail FROM audit WHERE run_id = ? AND action IN ('paused', "
+                         "'continued') ORDER BY seq DESC LIMIT 1", run_id)
+        if row is None or row["action"] != "paused":
+            return None
+        return AuditEntry(row["action"], row["actor"], self._ts_value(row["at"]), row["detail"])
+
+    def submitters(self, run_ids: list[str]) -> dict[str, AuditEntry]:
+        """Who submitted each of `run_ids` (one query, for a runs list)."""
+        if not run_ids:
+            return {}
+        marks = ", ".join("?" for _ in run_ids)
+        with self._tx(write=False) as tx:
+            rows = tx.all(f"SELECT run_id, actor, at, detail FROM audit WHERE action = 'submitted' "
+                          f"AND run_id IN ({marks}) ORDER BY seq", *run_ids)
+        out: dict[str, AuditEntry] = {}
+        for r in rows:
+            out.setdefault(r["run_id"], AuditEntry("submitted", r["actor"], self._ts_value(r["at"]), r["detail"]))
+        return out

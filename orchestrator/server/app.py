@@ -10,8 +10,10 @@ single-token mode the token is an operator.
     GET  /ui, /ui/runs/{id}       the web page (orchestrator/server/pages.py; data via /ui/fragments/*, viewer)
     GET  /runs/{id}[?events_after=N]  viewer  summary + transitions + effects (+ lease, + this server's view)
     POST /runs                    operator  {"action": "rollout"|"rollback"|"resume", ...} -> 202 {"run_id": ...}
-    POST /runs/{id}/approve       operator  {"gate": "*"}
+    POST /runs/{id}/approve       operator  {"gate": "*"|GATE, "at_gate": false}  (a browser: at_gate, a named gate)
     POST /runs/{id}/abort         operator  {}
+    POST /runs/{id}/pause         operator  {}   the runner stops before its next safe step
+    POST /runs/{id}/continue      operator  {}
 
 Every request first passes orchestrator/server/guards.py (Host, Origin, Content-Type, size).
 Errors: orchestrator/server/errors.py.
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -48,8 +51,8 @@ from orchestrator.server import pages
 from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
 from orchestrator.server.errors import ApiError, PathScrubber, error_response
-from orchestrator.server.guards import MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
-from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, validation_message
+from orchestrator.server.guards import BODY_TIMEOUT_S, MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
+from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.server.worker import SessionFactory, Worker
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
@@ -74,6 +77,9 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
                                           ExitCode.BAD_INPUT)
             worker: Worker = state.worker
             public: Callable[[str], str] = state.public_text
+            bad = _control_chars(request)
+            if bad is not None:
+                return error_response(400, bad, ExitCode.BAD_INPUT)
             try:
                 return await handler(request, principal or Principal("anonymous", "viewer", verified=False))
             except ApiError as exc:
@@ -105,13 +111,49 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
     return deco
 
 
+def _control_chars(request: Request) -> str | None:
+    """A NUL or other control character in the path or a query value: the one line of a 400
+    (it once reached the journal as a 500 with a traceback)."""
+    for name, value in request.path_params.items():
+        if _has_control(str(value)):
+            return f"{name} holds a control character"
+    for name, value in request.query_params.multi_items():
+        if _has_control(name) or _has_control(value):
+            return f"the query parameter {name[:30]!r} holds a control character"
+    return None
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def _strings(obj: Any) -> Any:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
 async def _json_body(request: Request, *, optional: bool = False) -> Any:
     raw = await request.body()
     if not raw.strip():
         if optional:
             return {}
         raise ApiError(400, "the request needs a JSON body", ExitCode.BAD_INPUT)
-    return parse_json(raw)
+    body = parse_json(raw)
+    if any("\x00" in text for text in _strings(body)):
+        raise ApiError(400, "the request body holds a NUL character", ExitCode.BAD_INPUT)
+    return body
+
+
+def _from_browser(request: Request) -> bool:
+    """A request a browser made (the run page): browsers send Sec-Fetch-Site or Origin on a POST."""
+    return "sec-fetch-site" in request.headers or "origin" in request.headers
 
 
 def _by(request: Request, principal: Principal, given: str | None) -> str:
@@ -120,7 +162,7 @@ def _by(request: Request, principal: Principal, given: str | None) -> str:
         return principal.name
     who = " ".join((given or "").split())[:100] or "anonymous"
     client = request.client.host if request.client else "?"
-    return f"{who} via {client} on {owner_id()}"
+    return f"{who} via {client} to {socket.gethostname()}"  # readable: never the raw pid:boot-uuid
 
 
 def _query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -146,7 +188,7 @@ async def metrics(request: Request, principal: Principal) -> Response:
 async def submit_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = SUBMIT.validate_python(await _json_body(request))
-    active = await worker.submit(body, by=_by(request, principal, None))
+    active = await worker.submit(body, by=_by(request, principal, body.by))
     return JSONResponse({"run_id": active.run_id}, status_code=202)
 
 
@@ -156,8 +198,21 @@ async def list_runs(request: Request, principal: Principal) -> Response:
     if host is not None and len(host) > 64:
         raise ApiError(400, "host is at most 64 characters", ExitCode.BAD_INPUT)
     limit = _query_int(request, "limit", 50, 1, 1000)
-    runs = await anyio.to_thread.run_sync(worker.list_runs, host, limit)
+    runs = await _single_flight(request.app.state.inflight, ("runs", host, limit),
+                                lambda: anyio.to_thread.run_sync(worker.list_runs, host, limit))
     return JSONResponse(worker.redactor.scrub_obj({"runs": runs}))
+
+
+async def _single_flight(inflight: dict[Any, Any], key: Any, read: Callable[[], Awaitable[Any]]) -> Any:
+    """Requests for the same read while one is in flight share its answer (a crowd polling
+    GET /runs costs one journal read at a time, not one each); the answer is never older than
+    the read that was already running when the request came in."""
+    future = inflight.get(key)
+    if future is None:
+        future = asyncio.ensure_future(read())
+        inflight[key] = future
+        future.add_done_callback(lambda _: inflight.pop(key, None))
+    return await asyncio.shield(future)
 
 
 async def get_run(request: Request, principal: Principal) -> Response:
@@ -165,15 +220,42 @@ async def get_run(request: Request, principal: Principal) -> Response:
     after = _query_int(request, "events_after", 0, 0, 2**31)
     run_id = request.path_params["run_id"]
     detail = await anyio.to_thread.run_sync(functools.partial(worker.run_detail, run_id, events_after=after))
-    return JSONResponse(worker.redactor.scrub_obj(detail))
+    return JSONResponse(request.app.state.public_obj(worker.redactor.scrub_obj(detail)))
+
+
+def _map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_strings(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_map_strings(v, fn) for v in obj]
+    return obj
 
 
 async def approve_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = ApproveBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
-    answer = await anyio.to_thread.run_sync(worker.approve, request.path_params["run_id"], body.gate, by, body.now)
+    # a browser (the run page) approves only the gate the run waits at, by name: never `*`
+    at_gate = body.at_gate or _from_browser(request)
+    answer = await anyio.to_thread.run_sync(functools.partial(
+        worker.approve, request.path_params["run_id"], body.gate, by, body.now, at_gate=at_gate))
     return JSONResponse(answer)
+
+
+async def pause_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    body = PauseBody.model_validate(await _json_body(request, optional=True))
+    by = _by(request, principal, body.by)
+    return JSONResponse(await anyio.to_thread.run_sync(worker.pause, request.path_params["run_id"], by))
+
+
+async def continue_run(request: Request, principal: Principal) -> Response:
+    worker: Worker = request.app.state.worker
+    body = PauseBody.model_validate(await _json_body(request, optional=True))
+    by = _by(request, principal, body.by)
+    return JSONResponse(await anyio.to_thread.run_sync(worker.continue_run, request.path_params["run_id"], by))
 
 
 async def abort_run(request: Request, principal: Principal) -> Response:
@@ -200,6 +282,7 @@ def create_app(
     max_body: int = MAX_BODY,
     adopt: bool = True,
     adopt_interval: float | None = None,
+    body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> Starlette:
     """The `orchestrate serve` app.
 
@@ -241,7 +324,9 @@ def create_app(
     if db_password:
         redactor.add(db_password)
     log = server_logger(redactor)
-    scrub_paths = PathScrubber(settings.state_dir, settings.journal_location() if not settings.database_url else None,
+    # where the journal lives (a file, or a URL naming user, host and port) and the state directory
+    # are the server's own business: scrubbed from every answer, to operators too
+    scrub_paths = PathScrubber(settings.state_dir, settings.journal_location(),
                                settings.inventory, RUNBOOK_DIR, Path(orchestrator.__file__).parent, tokens_file)
 
     def public_text(text: str) -> str:
@@ -290,25 +375,34 @@ def create_app(
             Route("/runs/{run_id}", _route("viewer")(get_run), methods=["GET"]),
             Route("/runs/{run_id}/approve", _route("operator")(approve_run), methods=["POST"]),
             Route("/runs/{run_id}/abort", _route("operator")(abort_run), methods=["POST"]),
+            Route("/runs/{run_id}/pause", _route("operator")(pause_run), methods=["POST"]),
+            Route("/runs/{run_id}/continue", _route("operator")(continue_run), methods=["POST"]),
             # the web page (orchestrator/server/pages.py): shells and static files carry no data;
             # the fragments and /whoami need a viewer's token like the JSON routes
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
             Route("/ui", pages.runs_page, methods=["GET"]),
             Route("/ui/runs/{run_id}", pages.run_page, methods=["GET"]),
             Route("/ui/static/{name}", pages.static_file, methods=["GET"]),
+            Route("/favicon.ico", lambda request: RedirectResponse("/ui/static/favicon.svg", status_code=301),
+                  methods=["GET"]),
             Route("/ui/fragments/runs", _route("viewer")(pages.runs_fragment), methods=["GET"]),
             Route("/ui/fragments/runs/{run_id}", _route("viewer")(pages.run_fragment), methods=["GET"]),
+            Route("/ui/fleet/{runbook}", pages.fleet_page, methods=["GET"]),
+            Route("/ui/fragments/fleet/{runbook}", _route("viewer")(pages.fleet_fragment), methods=["GET"]),
             Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),
         ],
         middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
-                               max_body=max_body)],
+                               max_body=max_body, body_timeout_s=body_timeout_s,
+                               authenticated=lambda header: auth.authenticate(header) is not None)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
     app.state.worker = worker
+    app.state.inflight = {}
     app.state.auth = auth
     app.state.health = health
     app.state.public_text = public_text
+    app.state.public_obj = lambda obj: _map_strings(obj, scrub_paths)
     return app
 
 

@@ -31,7 +31,7 @@ TokensFileOpt = typer.Option(None, "--tokens-file", envvar="ORCHESTRATOR_SERVER_
 def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, insecure_no_auth: bool = False,
               tls_cert: Path | None = None, tls_key: Path | None = None, insecure_plaintext_on_network: bool = False,
               allowed_hosts: list[str] | None = None, tokens_file: Path | None = None,
-              protect_metrics: bool = False, adopt: bool = True) -> int:
+              protect_metrics: bool = False, adopt: bool = True, max_connections_per_address: int | None = None) -> int:
     """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
     from orchestrator.journal.base import JournalError
     from orchestrator.redaction import Redactor
@@ -43,7 +43,8 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
     try:
         serve(settings, bind, port, token, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert, tls_key=tls_key,
               insecure_plaintext_on_network=insecure_plaintext_on_network, allowed_hosts=allowed_hosts,
-              tokens_file=tokens_file, protect_metrics=protect_metrics, adopt=adopt)
+              tokens_file=tokens_file, protect_metrics=protect_metrics, adopt=adopt,
+              **({"max_connections_per_address": max_connections_per_address} if max_connections_per_address else {}))
     except UserError as exc:
         err.print(f"orchestrate: {exc}")
         return int(exc.code)
@@ -77,8 +78,10 @@ def check_can_listen(bind: str, port: int) -> None:
 @serve_app.callback(invoke_without_command=True)
 def serve(
     ctx: typer.Context,
-    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on; not loopback: TLS needed"),
-    port: int = typer.Option(8000, "--port", metavar="PORT", help="TCP port to listen on (1-65535)"),
+    bind: str = typer.Option("127.0.0.1", "--bind", envvar="ORCHESTRATOR_SERVER_BIND",
+                             help="Address to listen on; not loopback: TLS needed (the image sets 0.0.0.0)"),
+    port: int = typer.Option(8000, "--port", metavar="PORT", envvar="ORCHESTRATOR_SERVER_PORT",
+                             help="TCP port to listen on (1-65535)"),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Server certificate chain (PEM)"),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Its private key (PEM)"),
     allowed_host: list[str] = typer.Option([], "--allowed-host",
@@ -93,6 +96,9 @@ def serve(
     inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory YAML"),
     no_adopt: bool = typer.Option(False, "--no-adopt", metavar="",
                                   help="Do not adopt runs whose lease expired with no runner (see docs/team-mode.md)"),
+    per_address: int = typer.Option(128, "--max-connections-per-address", metavar="N",
+                                    help="Connections one client address may hold at once (beyond: 503, closed); "
+                                         "raise it for a team behind one NAT address"),
 ) -> None:
     """Team mode: accept rollouts over HTTP and run them here, so they outlive the laptop that asked.
     Token: $ORCHESTRATOR_SERVER_TOKEN or --tokens-file. See docs/team-mode.md."""
@@ -102,11 +108,13 @@ def serve(
 
     settings = load_settings().with_inventory(inventory)
     check_can_listen(bind, port)
+    if not 1 <= per_address <= 100_000:
+        raise UserError(f"--max-connections-per-address {per_address}: use 1-100000")
     try:
         code = run_serve(bind, port, None, settings, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert,
                          tls_key=tls_key, insecure_plaintext_on_network=insecure_plaintext,
                          allowed_hosts=allowed_host, tokens_file=tokens_file, protect_metrics=protect_metrics,
-                         adopt=not no_adopt)
+                         adopt=not no_adopt, max_connections_per_address=per_address)
     except SystemExit as exc:  # uvicorn's startup failure (3): not a rollback
         if exc.code == 3:
             raise UserError(f"the server could not start on {bind}:{port} (uvicorn's reason is above)") from None

@@ -163,6 +163,12 @@ class ServerClient:
     async def abort(self, run_id: str, by: str | None = None) -> dict[str, Any]:
         return await self._post(f"/runs/{run_id}/abort", {"by": by})
 
+    async def pause(self, run_id: str, by: str | None = None) -> dict[str, Any]:
+        return await self._post(f"/runs/{run_id}/pause", {"by": by})
+
+    async def continue_run(self, run_id: str, by: str | None = None) -> dict[str, Any]:
+        return await self._post(f"/runs/{run_id}/continue", {"by": by})
+
     async def health(self) -> dict[str, Any]:
         return await self._get("/healthz")
 

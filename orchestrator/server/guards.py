@@ -5,6 +5,9 @@
 - **State-changing methods** (anything but GET/HEAD/OPTIONS) need `Content-Type:
   application/json` (415): a browser cannot send that cross-site without a CORS preflight, which
   this server never grants. A foreign `Origin`, or `Sec-Fetch-Site: cross-site|same-site`, is a 403.
+- **Token before body**: a state-changing request without a valid bearer token is a 401 before
+  any byte of its body is read (and its connection is closed); a body must arrive within
+  `BODY_TIMEOUT_S` (408). A GET's body is never read.
 - **Body size**: at most `max_body` bytes (64 KiB), by Content-Length or as streamed: 413.
 - **JSON** (`parse_json`): at most `MAX_JSON_DEPTH` levels (a 400, not a RecursionError 500),
   no NaN/Infinity constants.
@@ -12,10 +15,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,6 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from orchestrator.exit_codes import ExitCode
 
 MAX_BODY = 64 * 1024
+#: Seconds a state-changing request's whole body may take to arrive (after its headers).
+BODY_TIMEOUT_S = 10.0
 MAX_JSON_DEPTH = 32
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -84,10 +90,18 @@ def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], max_body: int = MAX_BODY) -> None:
+    """`authenticated(authorization header) -> bool`: checked before a state-changing request's
+    body is read (a client without a valid token cannot hold the server with a slow body); the
+    body must then arrive within `body_timeout_s` (408). Safe methods' bodies are never read."""
+
+    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], max_body: int = MAX_BODY,
+                 authenticated: Callable[[str | None], bool] | None = None,
+                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         self.allowed_hosts = frozenset(allowed_hosts)
         self.max_body = max_body
+        self.authenticated = authenticated
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -98,20 +112,32 @@ class RequestGuard:
             status, message = problem
             await _answer(status, message, scope, receive, send)
             return
+        if scope["method"] in SAFE_METHODS:
+            await self.app(scope, receive, send)  # no route reads a GET's body: it is never read
+            return
+        if self.authenticated is not None and not self.authenticated(Headers(scope=scope).get("authorization")):
+            # before any byte of the body: a client without a token gets nothing held for it
+            await _answer(401, "missing or wrong bearer token (ORCHESTRATOR_SERVER_TOKEN)", scope, receive, send)
+            return
         body: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                await _answer(413, f"the request body is larger than {self.max_body} bytes", scope, receive, send)
-                return
-            body.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client went away
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body:
+                        await _answer(413, f"the request body is larger than {self.max_body} bytes", scope, receive, send)
+                        return
+                    body.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await _answer(408, f"the request body did not arrive within {self.body_timeout_s:g} s", scope, receive, send)
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -149,6 +175,9 @@ class RequestGuard:
 
 
 async def _answer(status: int, message: str, scope: Scope, receive: Receive, send: Send) -> None:
+    headers = {"Connection": "close"} if status in (401, 408, 413) else {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     response = JSONResponse({"error": message, "exit_code": int(ExitCode.BAD_INPUT)}, status_code=status,
-                            headers={"Connection": "close"} if status == 413 else None)
+                            headers=headers or None)
     await response(scope, receive, send)

@@ -21,13 +21,13 @@ import httpx
 from rich.console import Console
 
 from orchestrator.clock import Clock
-from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.exit_codes import ExitCode
 from orchestrator.server.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
 from orchestrator.server.guards import is_loopback
 from orchestrator.user_errors import UserError
 
 SUBMIT_ACTIONS = ("rollout", "rollback", "resume")
-ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "status", "runs")
+ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "pause", "continue", "status", "runs")
 
 
 def server_token() -> str:
@@ -60,6 +60,22 @@ def check_server_url(server_url: str, ca: Path | None) -> str | None:
     if ca is not None and not Path(ca).is_file():
         return f"--server-ca {ca}: no such file"
     return None
+
+
+def _who_lines(run: dict[str, Any]) -> list[str]:
+    """`orchestrate status RUN --server URL`: who did what, from the server's audit list."""
+    from datetime import datetime
+
+    from orchestrator.audit import summary_lines
+    from orchestrator.journal.base import AuditEntry
+
+    items = []
+    for e in run.get("audit") or []:
+        try:
+            items.append(AuditEntry(e["action"], e["by"], datetime.fromisoformat(e["at"]), e.get("detail")))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return summary_lines(items)
 
 
 def _who() -> str:
@@ -137,7 +153,9 @@ def _finish(p: _Printer, result: FollowResult) -> int:
             p.json({"event": "summary", **_summary(run)})
         else:
             p.line(f"{outcome} {run.get('message') or ''}".rstrip(), style="bold green" if outcome == "DONE" else "bold red")
-        return int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED))
+        from orchestrator.oncall import exit_code
+
+        return exit_code(run.get("kind"), outcome)  # a rollback that reached its target: 0
     worker = run.get("worker") or {}
     if result.reason == "stopped":
         message = f"the server stopped run {run_id}: {worker.get('error') or worker.get('status')}"
@@ -155,7 +173,7 @@ def _finish(p: _Printer, result: FollowResult) -> int:
 async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], follow: bool,
                   interval: float) -> int:
     if action in SUBMIT_ACTIONS:
-        run_id = await client.submit({"action": action, **payload})
+        run_id = await client.submit({"action": action, **payload, "by": _who()})
         if not follow:
             if p.as_json:
                 p.json({"event": "submitted", "run_id": run_id})
@@ -175,7 +193,7 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             return int(ExitCode.UNEXPECTED)
         return _finish(p, result)
     run_id = str(payload.get("run_id") or "")
-    if action in ("approve", "abort", "status") and not run_id:
+    if action in ("approve", "abort", "pause", "continue", "status") and not run_id:
         raise UserError(f"{action} needs a run id")
     if action == "approve":
         res = await client.approve(run_id, str(payload.get("gate") or "*"), by=_who(), now=bool(payload.get("now")))
@@ -183,6 +201,12 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             p.json(res)
         else:
             p.line(f"approved {res['gate']} of {run_id}")
+    elif action in ("pause", "continue"):
+        res = await (client.pause if action == "pause" else client.continue_run)(run_id, by=_who())
+        if p.as_json:
+            p.json(res)
+        else:
+            p.line(res["message"])
     elif action == "abort":
         res = await client.abort(run_id, by=_who())
         if p.as_json:
@@ -197,6 +221,8 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             p.line(f"run {run['run_id']} {run['kind']} of {run['host']} to {run['tag']}: {run['outcome'] or run['state']}")
             if run.get("message"):
                 p.line(run["message"])
+            for line in _who_lines(run):
+                p.line(line)
             for t in run.get("transitions", []):
                 p.event("transition", {"state": t["from"], "event_name": t["event"], "to": t["to"], "note": t["note"],
                                        "at": t["at"]})

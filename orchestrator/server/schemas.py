@@ -20,9 +20,11 @@ Tag = Annotated[str, Field(min_length=1, max_length=64)]
 RunbookName = Annotated[str, Field(min_length=1, max_length=100)]
 RunId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 #: A duration ("30m", "0") or a number of seconds: finite, 0 to 7 days.
+#: (strict: `true` is not a 1-second soak)
 Soak = Union[Annotated[str, Field(min_length=1, max_length=32)],
-             Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)]]
-Who = Annotated[str, Field(max_length=100)]
+             Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False, strict=True)]]
+#: No control characters (a NUL byte once reached the journal as a 500).
+Who = Annotated[str, Field(max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
 class _Body(BaseModel):
@@ -37,6 +39,8 @@ class RolloutBody(_Body):
     yes: bool = False
     #: Override of every soak.
     soak: Soak | None = None
+    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
+    by: Who | None = None
 
 
 class RollbackBody(_Body):
@@ -46,6 +50,11 @@ class RollbackBody(_Body):
     to_tag: Tag | None = None
     to_file: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     runbook: RunbookName | None = None
+    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
+    by: Who | None = None
+    #: The flags rollout and resume have (`orchestrate rollback --yes --soak`).
+    yes: bool = False
+    soak: Soak | None = None
 
 
 class ResumeBody(_Body):
@@ -54,17 +63,28 @@ class ResumeBody(_Body):
     retry: bool = False
     yes: bool = False
     soak: Soak | None = None
+    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
+    by: Who | None = None
 
 
 class ApproveBody(_Body):
     gate: Annotated[str, Field(min_length=1, max_length=MAX_GATE_LEN)] = "*"
     #: also end the rest of the soak at once
     now: bool = False
+    #: Approve only the gate the run waits at now (`gate` names it; `*` refused): what the run page
+    #: sends, and what every browser request is held to (app.approve_run).
+    at_gate: bool = False
     #: Shown in the journal in single-token mode; with per-operator tokens the token's name is used.
     by: Who | None = None
 
 
 class AbortBody(_Body):
+    by: Who | None = None
+
+
+class PauseBody(_Body):
+    """pause and continue"""
+
     by: Who | None = None
 
 

@@ -34,6 +34,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from typing import Any, Callable
 
 import anyio.to_thread
 
-from orchestrator import commands
+from orchestrator import audit, commands
+from orchestrator.admission import resume_run
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.machine import Table
@@ -74,6 +76,12 @@ SessionFactory = Callable[[Settings], Session]
 KEEP_FINISHED = 200
 #: How many progress events per run the worker keeps for followers.
 KEEP_EVENTS = 200
+#: Earlier runs the expected remaining time is taken from (DONE runs of the same runbook and kind).
+HISTORY_RUNS = 5
+HISTORY_SCAN = 200
+HISTORY_MAX_AGE_S = 30.0
+#: How many lines of the followed log per run the worker keeps for the run page.
+KEEP_TAIL = 40
 #: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
 IDENTITY_KEY = "runbook_identity"
 
@@ -96,6 +104,8 @@ class ActiveRun:
     adopted: bool = False
     seq: int = 0
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
+    #: the last lines of the log the run follows (redacted by the executor and again here)
+    tail: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_TAIL))
 
     @property
     def active(self) -> bool:
@@ -108,7 +118,8 @@ class ActiveRun:
     def view(self, events_after: int = 0) -> dict[str, Any]:
         return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
                 "adopted": self.adopted,
-                "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after]}
+                "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after],
+                "tail": list(self.tail)}
 
 
 class ServerProgress:
@@ -130,11 +141,18 @@ class ServerProgress:
 
     def _event(self, kind: str, fields: dict[str, Any]) -> None:
         now = self.worker.clock_now()
+        if kind == "log_tail":
+            scrub = self.worker.redactor.scrub
+            for line in fields.get("lines") or []:
+                self.active.tail.append({"service": scrub(str(fields.get("service", ""))), "line": scrub(str(line))})
+            return
         if kind == "step_started":
             self.step_state, self.step_t0 = fields.get("state"), now
             self.active.step, self.active.waiting = fields.get("state"), None
         elif kind == "waiting":
             self.active.waiting = fields.get("gate")
+        elif kind == "continued":
+            self.active.waiting = None
         elif kind == "transition":
             state = fields.get("state")
             if state is not None and state == self.step_state:
@@ -144,6 +162,10 @@ class ServerProgress:
             self.step_state = None
             self.active.waiting = None
             self.worker.count_effects_soon(self.active.run_id)
+        if kind == "note" and str(fields.get("text", "")).startswith("journal: "):
+            # where the journal (its URL: user, host, port) and the run log live is the server's own
+            # business: a viewer of this run never reads it
+            fields = {**fields, "text": "the journal and the run's log are kept on the server"}
         # JSON-safe and scrubbed again (the executor already hands over redacted text only)
         self.active.add_event(kind, self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str))))
 
@@ -156,6 +178,23 @@ class _Prepared:
     yes: bool
     soak: float | None
     took_over: str | None
+
+
+def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
+    """Seconds spent in each state (a state visited twice: the sum), from the journal's transitions."""
+    out: dict[str, float] = {}
+    prev = started
+    for t in transitions:
+        out[t.from_state] = out.get(t.from_state, 0.0) + max(0.0, (t.at - prev).total_seconds())
+        prev = t.at
+    return out
+
+
+def _server_name() -> str:
+    """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
+    from orchestrator.journal.owner import describe_owner
+
+    return describe_owner(owner_id())
 
 
 def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -182,6 +221,8 @@ class Worker:
                                on_error=lambda exc: self.log.warning("metrics_journal_unreadable",
                                                                      error=f"{type(exc).__name__}"))
         self._closed = False
+        self._history: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._finished_durations: dict[str, dict[str, float]] = {}
 
     # -- session
 
@@ -212,17 +253,23 @@ class Worker:
 
     # -- submissions
 
-    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> ActiveRun:
-        """`by`: who submitted it (the token's name), shown on the run's page by this server."""
+    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None, *,
+                     adopting: bool = False) -> ActiveRun:
+        """`by`: who submitted it (the token's name), shown on the run's page by this server.
+        `adopting`: this server resumes an orphan on its own, no human asked: it keeps the run's
+        `--soak` but never its `--yes` (issue 21: an adopted run waits for a human at every approval)."""
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
-            prepared = await _in_thread(self._prepare, body, by)
+            prepared = await _in_thread(self._prepare, body, by, adopting)
+            if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
+                await _in_thread(self._audit_submission, prepared.run.run_id, body, by)
             active = self._launch(prepared)
             active.by = by
             return active
 
-    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None) -> _Prepared:
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None,
+                 adopting: bool = False) -> _Prepared:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
         yes, soak, pinned = False, None, None
@@ -232,9 +279,11 @@ class Worker:
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             checked, digest = load_runbook_checked(body.runbook or DEFAULT_RUNBOOK)
-            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK)
+            # admitted with the runbook's prerequisites checked (no override through the server)
+            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK, overrides=())
             new = True
         elif isinstance(body, RollbackBody):
+            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             last = s.journal.latest_run(body.host, kind="rollout")
@@ -244,8 +293,13 @@ class Worker:
             run, rb, table = asyncio.run(new_rollback(s, body.host, body.replica, name, body.to_tag, body.to_file))
             new = True
         else:
-            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
+            from orchestrator.oncall import kept_options
+
             run = self._get_run(body.run_id)
+            yes, soak_text, _ = kept_options(run, yes=body.yes, soak=body.soak)  # the run's own, unless given
+            if adopting:  # no human asked for this resume: the stored --yes never passes an approval
+                yes = False
+            soak = commands.parse_soak(soak_text, "soak")
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
                 raise Refused(f"run {run.run_id} is already running on this server")
@@ -261,7 +315,11 @@ class Worker:
                     raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
                                     code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
                 checked, digest = load_runbook_checked(run.runbook, pinned)
-                rb, table, new = checked, table_for(run, checked), False
+                # the one admission path: a run superseded by a later run of its host is refused
+                # here exactly as on the CLI (an adoption included)
+                admitted, rb, table = resume_run(s, run.run_id, checked)
+                s.admitted[run.run_id] = admitted
+                run, new = admitted.run, False
         if rb != checked:
             raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
         lease, took_over = self._claim(run, new=new)
@@ -271,6 +329,19 @@ class Worker:
             run = s.journal.get_run(run.run_id)
         return _Prepared(run, rb, table, yes, soak, took_over)
 
+    def _audit_submission(self, run_id: str, body: Any, by: str) -> None:
+        try:
+            self._record_submission(run_id, body, by)
+        except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
+            self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+
+    def _record_submission(self, run_id: str, body: Any, by: str) -> None:
+        if isinstance(body, ResumeBody):
+            audit.record(self.session.journal, run_id, "resumed", by,
+                         f"{'retry ' if body.retry else ''}via the server {_server_name()}")
+        else:
+            audit.record(self.session.journal, run_id, "submitted", by, f"{body.action} via the server {_server_name()}")
+
     def _refuse_if_busy(self, host: str) -> None:
         """Before journaling a new run: is the host visibly leased (here or by anyone)?"""
         for r in list(self.runs.values()):
@@ -279,11 +350,16 @@ class Worker:
         refuse_if_leased(self.session, host)
 
     def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
-        """Take the host's lease for the run now, so a busy host is a 409 to the submitter.
+        """The host's lease for the run, so a busy host is a 409 to the submitter: the one its
+        admission took (orchestrator/admission.py; `execute` runs under it), else taken now.
 
-        `execute` acquires it again under the same run id and owner (a renewal with a new token).
         A new run journaled a moment before another runner won the lease is left unstarted.
         """
+        admitted = self.session.admitted.get(run.run_id)
+        if admitted is not None:
+            taken = admitted.took_over
+            return admitted.lease, (None if taken is None else
+                                    f"took over the expired lease of run {taken.run_id} ({taken.owner})")
         try:
             lease, taken = self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl)
         except LeaseHeld as exc:
@@ -313,6 +389,7 @@ class Worker:
     async def _run(self, active: ActiveRun, progress: ServerProgress, p: _Prepared) -> None:
         run = p.run
         active.status = "running"
+        audit.RECORDED_BY_SERVER.set(True)  # this task's context only: the server journaled who
         try:
             final = await execute(self.session, run, p.rb, p.table, progress=progress, yes=p.yes, soak=p.soak)
             active.status, active.outcome = "finished", final.outcome
@@ -412,8 +489,12 @@ class Worker:
         return True
 
     def list_runs(self, host: str | None, limit: int) -> list[dict[str, Any]]:
-        runs = self.session.journal.list_runs(host=host, limit=limit)
+        journal = self.session.journal
+        runs = journal.list_runs(host=host, limit=limit)
+        submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
         return [{**context_summary(r), "terminal": r.terminal,
+                 "submitted_by": (sub.by if (sub := submitters.get(r.run_id)) is not None else None),
+                 "submitted_at": sub.at.isoformat() if sub is not None else None,
                  "worker_status": self.runs[r.run_id].status if r.run_id in self.runs else None} for r in runs]
 
     def run_detail(self, run_id: str, *, events_after: int = 0) -> dict[str, Any]:
@@ -421,12 +502,17 @@ class Worker:
         run = self._get_run(run_id)
         lease = journal.current_lease(run.host)
         mine = self.runs.get(run_id)
+        items = audit.entries(journal, run_id)
+        paused = audit.paused_by(journal, run_id)
         return {
             **context_summary(run),
             "terminal": run.terminal,
             "failure": run.context.get("failure"),
             IDENTITY_KEY: run.context.get(IDENTITY_KEY),
             "abort_requested": journal.abort_requested(run_id),
+            "audit": [e.to_json() for e in items],
+            "who": audit.summary(items),
+            "paused": paused.to_json() if paused is not None else None,
             "approvals": sorted(journal.approvals(run_id)),
             "lease": None if lease is None or lease.run_id != run_id else {
                 "owner": lease.owner, "token": lease.token, "expires_at": lease.expires_at.isoformat()},
@@ -444,22 +530,80 @@ class Worker:
             "worker": mine.view(events_after) if mine is not None else None,
         }
 
+    def history(self, run: RunRecord) -> dict[str, Any]:
+        """Median seconds per state over the last `HISTORY_RUNS` DONE runs of the same runbook and
+        kind (the run page's expected remaining time): `{"runs": n, "median": {state: s}}`."""
+        key = (run.runbook, run.kind)
+        hit = self._history.get(key)
+        if hit is not None and time.monotonic() - hit[0] < HISTORY_MAX_AGE_S:
+            return hit[1]
+        journal = self.session.journal
+        samples: dict[str, list[float]] = {}
+        n = 0
+        for r in journal.list_runs(limit=HISTORY_SCAN):
+            if n >= HISTORY_RUNS:
+                break
+            if r.run_id == run.run_id or r.runbook != run.runbook or r.kind != run.kind or r.outcome != "DONE":
+                continue
+            durations = self._finished_durations.get(r.run_id)
+            if durations is None:
+                durations = step_durations(r.created_at, journal.transitions(r.run_id))
+                self._finished_durations[r.run_id] = durations
+            n += 1
+            for state, seconds in durations.items():
+                samples.setdefault(state, []).append(seconds)
+        value = {"runs": n, "median": {k: statistics.median(v) for k, v in samples.items()}}
+        self._history[key] = (time.monotonic(), value)
+        return value
+
     def _gates(self, run: RunRecord) -> set[str]:
         """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
         identity = run.context.get(IDENTITY_KEY) or {}
         pinned = identity.get("sha256") if isinstance(identity, dict) else None
         return commands.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
 
-    def approve(self, run_id: str, gate: str, by: str, now: bool = False) -> dict[str, Any]:
+    def approve(self, run_id: str, gate: str, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
+        """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
+        name; `*` and a gate not reached yet are refused (a wildcard once let a click during
+        r2's cold start pass r2.soak without stopping)."""
         run = self._get_run(run_id)
-        commands.approve(self.session.journal, run, gate, by, gates=None if run.terminal else self._gates(run), now=now)
+        gates = None if run.terminal else self._gates(run)
+        if at_gate and not run.terminal:
+            named = sorted(g for g in (gates or ()) if g != "*")
+            if gate == "*":
+                raise ApiError(400, "approve names the gate the run waits at (one of "
+                                    f"{', '.join(named) or 'its approval gates'}), not *", ExitCode.BAD_INPUT)
+            if run.state != gate:
+                raise Refused(f"run {run.run_id} is at {run.state}, not waiting at {gate[:60]}: nothing was approved")
+        commands.approve(self.session.journal, run, gate, by, gates=gates, now=now)
         self.log.info("approved", run_id=run.run_id, gate=gate, by=by)
         return {"run_id": run.run_id, "gate": gate, "approved_by": by}
+
+    def pause(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        message = commands.pause(self.session.journal, run, by)
+        self.log.info("pause_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, "paused_by": by, "message": message}
+
+    def continue_run(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        message = commands.continue_run(self.session.journal, run, by)
+        self.log.info("continue_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, "continued_by": by, "message": message}
 
     def abort(self, run_id: str, by: str) -> dict[str, Any]:
         run = self._get_run(run_id)
         result = commands.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
+        mine = self.runs.get(run.run_id)
+        if result.runner is None and not (mine is not None and mine.active):
+            # nobody drives it: read the host and end it with what is true (orchestrator/orphans.py)
+            from orchestrator.orphans import end_unowned
+
+            ended = asyncio.run(end_unowned(self.session, self.session.journal.get_run(run.run_id), by))
+            if ended is not None:
+                self.log.warning("orphan_ended", run_id=run.run_id, by=by)
+                return {"run_id": run.run_id, "abort_requested": True, "runner": None, "message": ended, "ended": True}
         return {"run_id": run.run_id, "abort_requested": True, "runner": result.runner, "message": result.message}
 
     # -- adoption of orphaned runs
@@ -482,11 +626,14 @@ class Worker:
         adopted: list[str] = []
         for run_id in await _in_thread(self.orphans):
             try:
-                active = await self.submit(ResumeBody(action="resume", run_id=run_id))
+                active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
             except (Refused, UserError, ApiError, LeaseHeld) as exc:  # another runner won it, or it ended
                 self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
                 continue
             active.adopted = True
+            with contextlib.suppress(Exception):  # who: this server, for the run's audit list
+                await _in_thread(audit.record, self.session.journal, run_id, "adopted", f"server {_server_name()}",
+                                 "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
                              detail="its lease expired with no runner renewing it: resumed here from the journal")
             adopted.append(run_id)

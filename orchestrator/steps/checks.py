@@ -221,6 +221,11 @@ class HostStateCheck:
                             f"and approval). Nothing was changed")
             return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do")
         target = first if state.action == "start" else state.action
+        foreign = await rt.foreign_in_flight()  # someone else is acting on the host right now
+        if not foreign and state.action != "start":
+            foreign = await rt.foreign_part_way()  # never continue a rollout another process drives
+        if foreign:
+            return fail(foreign)
         if (wanted or first) == target:
             return ok(f"{rt.run.host} is in state {state.name} ({state.say}): the procedure runs from phase {target}")
         if state.action == "start":

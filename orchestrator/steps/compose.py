@@ -26,6 +26,7 @@ from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.dry_run_check import judge_dry_run
 from orchestrator.runbook import SELECTED, Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register, retry, skip
+from orchestrator.steps import config_recreate
 from orchestrator.steps.checks import budget_verdict, target_needs_budget
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class DryRun:
         change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
         extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
         skip_ = "; if all are already current the up is skipped" if p.allow_unchanged else ""
+        spec = step.dry_run
+        if spec is not None and spec.force_recreate and isinstance(spec.services, list):
+            skip_ += (f"; force_recreate scoped to {', '.join(spec.services)}, whose only change is inline configs content "
+                      f"(compose would report it unchanged and keep the old config: docker/compose#11900)")
         return Description(f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
                            f"removes nothing and has no line we do not understand{skip_}")
 
@@ -74,6 +79,17 @@ class DryRun:
         if step.plan.tag_only:
             return ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
         plan = parse_dry_run(lines, project=rt.entry.project)
+        stale = config_recreate.not_recreated(plan, req)
+        if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
+            # a forced recreate the host did not plan: its config would not take (docker/compose#11900)
+            rt.ctx.retries[config_recreate.remedy_key(node)] = 1
+            stopped = await config_recreate.stop_for_recreate(rt, node, step, stale)
+            if stopped.event.value != "ok":
+                return stopped
+            return await self.run(rt, node, step)
+        if stale:
+            return fail(f"dry run of {', '.join(req.services)} from {req.file}@{req.tag}: force_recreate does not recreate "
+                        f"{', '.join(stale)} even after a scoped down, so its new inline config would not take")
         listed = list(req.services) if step.plan.change == SELECTED else list(step.plan.change or req.services)
         verdict = judge_dry_run(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
         rt.ctx.plans[node.id] = {"actions": dict(plan.actions), "verdict": verdict.verdict}
@@ -193,7 +209,11 @@ class Down:
             containers = await rt.ps()
             svc = by_service(containers)
             present = [s for s in req.services if s in svc]
-            left = rt.not_owned(node, [svc[s] for s in present])
+            # a config recreate's own down (never an engine: config_recreate.stop_for_recreate) is part of
+            # restoring the target, not a stop of a namesake: a rollback restoring the old collector's
+            # config must stop the collector it did not create (tests/executor/test_secrets.py)
+            remedy = step.id.endswith(config_recreate.CONFIG_DOWN_SUFFIX)
+            left = {} if remedy else rt.not_owned(node, [svc[s] for s in present])
             if left:  # a rollback stops only containers this run created, never a namesake
                 present = [s for s in present if s not in left]
                 req = replace(req, services=tuple(s for s in req.services if s not in left))

@@ -82,16 +82,17 @@ class MetricsEvidence:
                 deadline = rt.clock.monotonic() + (g.within or 0.0)
                 rt.emit("waiting", gate=f"{where}: {bound_text(g)}")
                 while True:
+                    seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
                     try:
                         problem = gauge_problem(await client.metrics_text(), g)
                     except Exception as exc:  # noqa: BLE001 - a relay just started may refuse a moment: polled like the gauge
-                        if rt.clock.monotonic() >= deadline:
+                        if seen >= deadline:
                             raise
                         problem = rt.scrub(error_text(exc))
                     if problem is None:
                         notes.append(f"{bound_text(g)} holds")
                         break
-                    if rt.clock.monotonic() >= deadline:
+                    if seen >= deadline:
                         return fail(f"{where}: {rt.scrub(problem)}")
                     await rt.wait()
         except MetricsTextError as exc:

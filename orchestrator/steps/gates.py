@@ -110,7 +110,7 @@ class ColdStart:
         reads: deque[tuple[float, int]] = deque(maxlen=64)  # (when, new lines) of the recent log reads
         ps_due = read_due = rt.clock.monotonic()
         while True:
-            now = rt.clock.monotonic()
+            now = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             if c is None or waited == "unprobed" or now >= ps_due:
                 c = by_service(await rt.ps()).get(service)
                 ps_due = now + rt.poll
@@ -165,7 +165,9 @@ class ColdStart:
                 if batch.new and gate.result.line and gate.result.line != shown:
                     shown = gate.result.line
                     rt.emit("log_line", service=service, line=rt.scrub(shown)[:200])
-            if rt.clock.monotonic() >= deadline:
+                if batch.new:  # the run page's live tail of the followed log (redacted, last lines only)
+                    rt.emit("log_tail", service=service, lines=[rt.scrub(x.text)[:300] for x in batch.new[-8:]])
+            if now >= deadline:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
             recent = sum(n for at, n in reads if at > now - rt.poll)
@@ -214,10 +216,11 @@ class Relay:
         deadline = rt.clock.monotonic() + rt.rb.timeouts.relay
         rt.emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
         while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             res = await client.direct_checks(rt.rb.model)
             if res.ok:
                 return ok(f"relay :{step.relay.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
-            if rt.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail(f"relay :{step.relay.port} direct checks failed: {rt.scrub(res.reason)}")
             await rt.wait()
 
@@ -245,10 +248,11 @@ class Verify:
             deadline = rt.clock.monotonic() + rt.rb.timeouts.discovery
             rt.emit("waiting", gate=f"both peers list {addr} healthy under {rt.rb.domains.long} only")
             while True:
+                seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
                 _, problems = await rt.peer_presence()
                 if not problems:
                     break
-                if rt.clock.monotonic() >= deadline:
+                if seen >= deadline:
                     return fail("; ".join(problems))
                 await rt.wait()
         notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []

@@ -148,6 +148,7 @@ class Presence:
         deadline = rt.clock.monotonic() + p.within
         rt.emit("waiting", gate=f"both peers: {shown} " + describe_roles(p.listed, p.absent))
         while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             problems: list[str] = []
             try:
                 for peer in rt.clients.peers:
@@ -165,7 +166,7 @@ class Presence:
                 problems.append(rt.scrub(error_text(exc)))
             if not problems:
                 return ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
-            if rt.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail("; ".join(problems))
             await rt.wait()
 

@@ -79,6 +79,7 @@ class OneShotCompletion:
         first_id: str | None = None
         rt.emit("waiting", gate=f"{o.service} to finish")
         while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             c = by_service(await rt.ps()).get(o.service)
             if c is not None and first_id is None:
                 first_id = c.id
@@ -89,7 +90,7 @@ class OneShotCompletion:
                 return fail(f"{o.service} is restarting ({c.status}); a one-shot must run once")
             if finished:
                 break
-            if rt.clock.monotonic() >= deadline:
+            if seen >= deadline:
                 return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
             await rt.wait()
         try:

@@ -43,6 +43,7 @@ from orchestrator_sim.serving import nginx_error_page
 COMMIT = "8e07c35"
 STREAM_POLL_S = 0.005  # real seconds between looks at an operation's output
 _HEX = re.compile(r"^(?:[0-9a-fA-F]{2})+$")
+NONCE_BYTES = 32  # 8e07c35: the report_data's second half is the nonce itself, exactly 32 bytes
 MISSING_AUTH = "Missing or invalid Authorization header"
 INVALID_TOKEN = "Invalid token"
 
@@ -80,6 +81,12 @@ async def ndjson(host: SimHost, op: Operation) -> AsyncIterator[bytes]:
         if cut:
             raise StreamCut(f"{op.action} stream cut by a simulated fault")
         if done:
+            # the ports a started (or stopped) container opens (or closes) follow it before the
+            # answer ends, as on a host: real start-up latency of the simulator's own listeners is
+            # never counted as simulated time by the caller (a loaded machine; fleet.py)
+            settle = getattr(host, "settle_listeners", None)
+            if settle is not None:
+                await settle()
             if op.plan is not None:
                 yield (json.dumps(op.plan, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
             yield (json.dumps({"event": "done", "success": op.success, "exit_code": op.exit_code}, separators=(",", ":")) + "\n").encode()
@@ -205,6 +212,8 @@ def build_compose_manager_app(host: SimHost, token: str, faults: ActiveFaults, r
         nonce = request.query_params.get("nonce")
         if nonce is not None and not _HEX.match(nonce):
             return error(400, "nonce must be hex-encoded")
+        if nonce is not None and len(nonce) != 2 * NONCE_BYTES:
+            return error(400, f"nonce must be exactly {NONCE_BYTES} bytes")
         return JSONResponse(host.attestation(nonce.lower() if nonce else None))
 
     async def ps_dispatch(request: Request) -> Response:

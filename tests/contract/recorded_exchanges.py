@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-EXCHANGES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "samples" / "compose-manager-8e07c35" / "exchanges.jsonl"
+#: Test data carried by the repository (tests/data/reference/README.md says where it comes from).
+EXCHANGES = Path(__file__).resolve().parents[1] / "data" / "reference" / "samples" / "compose-manager-8e07c35" / "exchanges.jsonl"
 _CLIP = re.compile(r"\.\.\. \[(\d+) chars\]$")
 
 

@@ -2,7 +2,7 @@
 
 Golden files pin the gpu02 rollout's Mermaid and dot output; regenerate after an intended runbook
 change with `ORCHESTRATOR_UPDATE_GOLDEN=1 pytest tests/core/test_diagram.py`, then `make diagram`
-for the README, and review the diff.
+for docs/design.md, and review the diff.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_the_readme_embeds_the_generated_diagram():
         from update_readme_diagram import readme_block
     finally:
         sys.path.pop(0)
-    assert readme_block() in (ROOT / "README.md").read_text(), "README's diagram is stale: run `make diagram`"
+    assert readme_block() in (ROOT / "docs" / "design.md").read_text(), "docs/design.md's diagram is stale: run `make diagram`"
 
 
 @pytest.mark.parametrize("fmt,head", [("mermaid", "flowchart TD"), ("dot", 'digraph "rollout"')])

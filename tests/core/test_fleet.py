@@ -207,5 +207,7 @@ def test_retry_run_starts_the_child_where_the_table_says():
     journal.record_transition(lease, run.run_id, "switch.rollback.rejoined-old", "fail", "HALTED",
                               context={"failure": {"state": "switch.rejoined", "event": "fail", "reason": "no rejoin"}},
                               terminal=True, outcome="HALTED", message="halted")
-    child, _, _ = retry_run(SimpleNamespace(journal=journal), journal.get_run(run.run_id))
+    journal.release(lease)
+    session = SimpleNamespace(journal=journal, settings=SimpleNamespace(lease_ttl=60), admitted={})
+    child, _, _ = retry_run(session, journal.get_run(run.run_id))
     assert child.state == "capacity.others-serve" and child.parent_run_id == run.run_id

@@ -57,7 +57,7 @@ def test_budget_rule_refuses_a_host_too_small():
 
 def test_phase_dry_runs_know_what_the_phase_stopped_before_them():
     steps = phase_dry_run_steps(RB, "r2")
-    assert [s.id for s, _ in steps] == ["dry-run", "relay-dry-run", "sidecars-dry-run", "perception-dry-run"]
+    assert [s.id for s, _ in steps] == ["dry-run", "relay-dry-run", "sidecars-dry-run", "collector-dry-run", "perception-dry-run"]
     assert steps[0][1] == {"model-sg-glm53-fp8-tp4-r2"}
     assert [s.id for s, _ in phase_dry_run_steps(RB, "reconcile")] == ["dry-run-all"]  # `selected` depends on it
 

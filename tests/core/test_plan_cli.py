@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-REF = Path(__file__).resolve().parents[3] / "shared" / "reference" / "compose"
 ROOT = Path(__file__).resolve().parents[2]
+REF = ROOT / "tests" / "data" / "reference" / "compose"
 
 
 def orchestrate(*args: str) -> subprocess.CompletedProcess:
@@ -48,7 +48,6 @@ def test_plan_text_and_markdown_read_like_a_checklist(fmt, needle):
     assert "orphans: none" in r.stdout
 
 
-@pytest.mark.skipif(not REF.exists(), reason="../shared/reference/compose not present")
 def test_compose_file_check_flags_the_later_revisions_650gib_r2():
     r = orchestrate("plan", "gpu02", "--tag", "v0.0.300", "--compose-file", str(REF / "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"))
     assert r.returncode == 1

@@ -83,7 +83,8 @@ def _set(path_fn, key, value):
         (lambda d: _remedy(d)["steps"].pop(2), "(cold-start-r1).remedy.steps[2] (start-r1): an up must be preceded by a dry_run"),
         (lambda d: _remedy(d)["steps"][3]["up"].__setitem__("services", ["nginx"]), "an up must be preceded by a dry_run"),
         (lambda d: _remedy(d)["steps"][0]["down"].__setitem__("services", []), "services must not be empty"),
-        (lambda d: _remedy(d)["steps"][3]["up"].__setitem__("force_recreate", True), "force_recreate: true is never allowed"),
+        (lambda d: (_remedy(d)["steps"][2]["dry_run"].__setitem__("force_recreate", True),
+                    _remedy(d)["steps"][3]["up"].__setitem__("force_recreate", True)), "(dry-run-r1).dry_run.force_recreate: never on an engine"),
         (lambda d: _remedy(d)["steps"].insert(0, {"id": "x", "say": "x", "check": "env_map"}), "check: is a preflight step"),
         (lambda d: _remedy(d)["steps"][0].__setitem__("remedy", copy.deepcopy(_remedy(RAW))), "has no remedy of its own"),
         (lambda d: _remedy(d)["steps"].append(dict(_remedy(d)["steps"][0])), "step id 'stop-r1' is used twice"),
@@ -168,9 +169,9 @@ def test_the_readme_example_loads():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "runbook-language.md").read_text()
     block = re.search(r"```yaml\n(  - id: cold-start-r1.*?)  ```", text, re.S)
-    assert block, "the README's remedy example is gone"
+    assert block, "docs/runbook-language.md's remedy example is gone"
     data = copy.deepcopy(RAW)
     steps = _switch(data)["steps"]
     i = [s["id"] for s in steps].index("cold-start-r1")

@@ -20,9 +20,28 @@ def test_gpu02_runbook_encodes_the_procedure():
     assert r2.steps[0].down.file == "previous:model-sg-glm53-fp8-tp4-r2"
     assert rb.replica_of(r2.steps[0].down.services[0]) == "r2" and rb.replica_of("model-sg-glm53-w4afp8-tp4-r1") == "r1"
     sidecars = next(s for s in r2.steps if s.id == "sidecars-up")
-    assert sidecars.up.services == ["proxy-glm53", "otelcol-contrib", "dcgm-glm53"]
+    assert sidecars.up.services == ["proxy-glm53", "dcgm-glm53"]
     assert [p.replica for p in rb.full_rollback] == ["r2", "r1"]
     assert set(rb.previous_refs()) == {"model-sg-glm53-fp8-tp4-r2", "proxy-glm53", "model-sg-glm53-w4afp8-tp4-r1"}
+
+
+def _relay_pair(d):
+    steps = d["phases"][0]["steps"]
+    return [st for st in steps if st["id"] in ("relay-dry-run", "relay-up")]
+
+
+def test_config_only_services_are_recreated_by_a_scoped_force_recreate():
+    """The relay and the collector differ between the canary and the long-context file only in
+    their inline configs: compose would not recreate them (docker/compose#11900), so their dry
+    runs and ups force it, each scoped to that one service."""
+    rb = parse_runbook(copy.deepcopy(RAW), source="t.yaml")
+    for ph in rb.phases:
+        for st in ph.steps:
+            c = st.compose
+            if c is not None and st.down is None and c.force_recreate:
+                assert c.services in (["glm53-soak-relay"], ["otelcol-contrib"]), st.id
+    forced = [st.id for st in rb.phases[0].steps if st.compose is not None and st.compose.force_recreate]
+    assert forced == ["relay-dry-run", "relay-up", "collector-dry-run", "collector-up"]
 
 
 def _mutated(fn):
@@ -37,7 +56,19 @@ def _mutated(fn):
         (lambda d: d.__setitem__("colour", "red"), "colour: unknown key"),
         (lambda d: d["phases"][0]["steps"][0].__setitem__("typo", 1), "typo: unknown key"),
         (lambda d: d["phases"][0]["steps"][1]["dry_run"].__setitem__("services", []), "services must not be empty"),
-        (lambda d: d["phases"][0]["steps"][2]["up"].__setitem__("force_recreate", True), "force_recreate: true is never allowed"),
+        (lambda d: (d["phases"][0]["steps"][1]["dry_run"].__setitem__("force_recreate", True),
+                    d["phases"][0]["steps"][2]["up"].__setitem__("force_recreate", True)),
+         "(dry-run).dry_run.force_recreate: never on an engine (model-sg-glm53-w4afp8-tp4-r2)"),
+        (lambda d: d["phases"][0]["steps"][2]["up"].__setitem__("force_recreate", True),
+         "an up must be preceded by a dry_run of the same request (same file, services and force_recreate)"),
+        (lambda d: _relay_pair(d)[1]["up"].__setitem__("force_recreate", False), "an up must be preceded by a dry_run"),
+        (lambda d: d["phases"][0]["steps"][0]["down"].__setitem__("force_recreate", True), "down.force_recreate: a down recreates nothing"),
+        (lambda d: d["preflight"][-1]["dry_run"].__setitem__("services", ["glm53-soak-relay"])
+         or d["preflight"][-1]["dry_run"].__setitem__("force_recreate", True), "a preflight tag check recreates nothing"),
+        (lambda d: d["rollback_keeps"].__setitem__("model-sg-glm53-w4afp8-tp4-r1", "x"),
+         "rollback_keeps.model-sg-glm53-w4afp8-tp4-r1: an engine never stays on the new file"),
+        (lambda d: (d["phases"][0]["steps"][1]["dry_run"].__setitem__("force_recreate", True),
+                    d["phases"][0]["steps"][1]["dry_run"].__setitem__("services", "selected")), "needs an explicit services list"),
         (lambda d: d["phases"][0]["steps"].pop(1), "an up must be preceded by a dry_run of the same request"),
         (lambda d: d["phases"][0]["steps"][2]["up"].__setitem__("services", ["nginx"]), "an up must be preceded by a dry_run"),
         (lambda d: d["phases"][0]["steps"][1]["dry_run"].__setitem__("file", "../etc/passwd"), "file must be 'new' or 'previous:<service>'"),

@@ -301,7 +301,7 @@ def test_a_rollback_while_another_base_host_is_mid_run_is_refused(e2e_factory):
 
 def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
     """gpu03's rollout runs (a second process's journal session); gpu04's rollout, started while
-    gpu03 cold-starts, is refused at its capacity guard: nothing sent to gpu04 but reads and dry runs."""
+    gpu03 cold-starts, is refused at admission (the tier's lease): nothing sent to gpu04 at all."""
     import threading
     import time
 
@@ -326,10 +326,12 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
     while not any(ev[0] == "step_started" and ev[1].get("state") == "switch.cold-start-r1" for ev in progress.events):
         assert time.monotonic() < deadline and t.is_alive(), "gpu03 never reached its cold start"
         time.sleep(0.01)
-    second = rollout(e, "gpu04")
+    # admission (orchestrator/admission.py): gpu03's run holds the tier, so gpu04's is not even created
+    with pytest.raises(Refused, match="one host of the tier"):
+        rollout(e, "gpu04")
     t.join(120)
     other.close()
-    assert second.outcome == "ABORTED" and "one host of the tier at a time" in second.message, second.message
-    assert mutating(e.fleet, "gpu04") == []
+    assert e.session.journal.list_runs("gpu04") == []
+    assert [c for c in e.fleet.calls if c.host == "gpu04"] == []
     assert results["gpu03"].outcome == "DONE"
     assert e.fleet.check_invariants() == []

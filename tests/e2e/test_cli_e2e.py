@@ -66,7 +66,7 @@ def test_whole_host_rollback_after_done_restores_both_r2_first(cli):
     fleet = cli.fleet
     mark = len(fleet.calls)
     r = cli("rollback", "gpu02", "--replica", "all")
-    assert r.returncode == 3, r.stdout[-3000:] + r.stderr
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr  # the rollback asked for reached its target
     run = _running(fleet)
     assert run[R2_OLD].file == OLD_FILE and run[R1].file == OLD_FILE
     assert R2_NEW not in run
@@ -100,7 +100,8 @@ def test_r1_failure_halts_exit_4_and_says_what_to_run(cli):
                             "ORCHESTRATOR_TIME_SCALE": SPEED},
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 4, r.stdout[-2000:]
-    assert "r2 alone" in r.stdout and "orchestrate rollback gpu02 --replica all" in r.stdout and "--retry" in r.stdout
+    said = " ".join(r.stdout.split())  # the ending is wrapped for a terminal (oncall.final_lines)
+    assert "r2 alone" in said and "orchestrate rollback gpu02 --replica all" in said and "--retry" in said
     assert _running(fleet)[R2_NEW].ready
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}, **env_inv,
            "ORCHESTRATOR_STATE_DIR": str(Path(env_inv["ORCHESTRATOR_INVENTORY"]).parent / "st"), "ORCHESTRATOR_TIME_SCALE": SPEED}

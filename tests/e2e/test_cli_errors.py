@@ -200,8 +200,12 @@ def test_an_unreachable_host_system_is_one_line_with_no_retry_noise_on_stdout(tm
         "    available_ram_gib: 1223\n    available_ram_source: test\n    gpus: 8\n    github_repo: nearai/cvm-compose-files\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
     env.update(TOKENS, ORCHESTRATOR_INVENTORY=str(inventory), ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"))
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rollback", "gpu02"], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120)
+    # --continue reads the host (read-only) before any run exists
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rollout", "gpu02", "--tag", "v0.0.300", "--continue"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 5, (r.returncode, r.stderr, r.stdout[-500:])
-    assert r.stdout == "", r.stdout[-1000:]
+    # stdout: the command's first line (what, which inventory and journal) and nothing else
+    assert r.stdout.splitlines() == [f"gpu02: rollout to v0.0.300 (runbook gpu02-glm53-w4afp8-long-context) · inventory "
+                                     f"{inventory} (from ORCHESTRATOR_INVENTORY); journal {tmp_path / 'state' / 'journal.sqlite3'}"], \
+        r.stdout[-1000:]
     assert len(r.stderr.splitlines()) == 1 and "ConnectError" in r.stderr and "Traceback" not in r.stderr

@@ -44,6 +44,8 @@ def assert_read_only(calls):
     assert not [c for c in cm if c.is_compose_up and not c.dry_run], "plan --live sent an up without dry_run: true"
     ups = [c for c in cm if c.is_compose_up]
     assert ups, "no dry run was sent at all (placement needs one)"
+    # a forced recreate's dry run is the likeliest to be made real (docker/compose#14029): never in a preview
+    assert not [c for c in ups if (c.body or {}).get("force_recreate")], "plan --live sent a forced dry run"
     # docker/ps read right before and right after every dry run
     seqs = sorted(cm, key=lambda c: c.seq)
     for i, c in enumerate(seqs):
@@ -57,6 +59,9 @@ def test_before_the_rollout_it_would_start(e2e_factory):
     assert_read_only(calls)
     assert lp.verdict == "would start" and lp.exit_code == 0, lp.reasons
     assert lp.state == "before" and lp.start_phase == "r2"
+    # a forced recreate (inline configs only) is held back from a preview, said in its dry-run list
+    assert any(d.purpose == "phase r2 relay-dry-run" and d.status == "not sent" and "forced recreate of glm53-soak-relay" in d.note
+               for d in lp.dry_runs), lp.dry_runs
     assert text.rstrip().splitlines()[-1].startswith("verdict: would start")
     # placeholders filled: previous file and tag resolved, the env map's key count
     assert "<previous" not in text and f"{OLD_FILE}" in text and "v0.0.290" in text

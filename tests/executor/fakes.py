@@ -161,7 +161,8 @@ class FakeCompose:
             status = c.status or {"running": f"Up {int(self.clock.now - c.started)} seconds",
                                   "restarting": "Restarting (1) 2 seconds ago"}.get(c.state, "Exited (1) 2 seconds ago")
             out.append(Container(id=c.id, name=svc, image="img", state=c.state, status=status,
-                                 created_at=f"created-{c.id}", service=svc))
+                                 created_at=f"created-{c.id}", service=svc,
+                                 labels={"com.docker.compose.project.config_files": f"/app/work/{c.file}"}))
         return out
 
     async def logs(self, file: str, services: list[str], tail: int, project: str | None = None) -> str:

@@ -232,9 +232,9 @@ async def test_from_the_scoped_up_of_both_engines_to_the_markers_with_r2s_fault(
         return [START, DSE] if (svc == R2 and starts[svc] == 1) else [START, READY]
 
     rig.compose.boot = boot
-    done = await rig.step(11)
+    done = await rig.step(13)
     assert [(e, to) for e, _, to in done] == [
-        ("ok", "switch.apply"), ("ok", GATE1), ("ok", GATE2),
+        ("ok", "switch.apply"), ("ok", "switch.collector-dry-run"), ("ok", "switch.collector-up"), ("ok", GATE1), ("ok", GATE2),
         ("remedy", REMEDY2[0]), ("ok", REMEDY2[1]), ("ok", REMEDY2[2]), ("ok", REMEDY2[3]), ("ok", GATE2),
         ("ok", "switch.markers-r1"), ("ok", "switch.markers-r2"), ("ok", "switch.relay-dry-run")], done
     assert starts == {R1: 1, R2: 2}
@@ -243,7 +243,7 @@ async def test_from_the_scoped_up_of_both_engines_to_the_markers_with_r2s_fault(
 
 
 # What SGLang really logs: one traceback whose first line is itself forbidden and whose last line
-# names the cause (the shape of ../shared/reference/samples/sglang-failures.log).
+# names the cause (the shape of tests/data/reference/samples/sglang-failures.log).
 TRACEBACK = [
     "[TP2] Scheduler hit an exception: Traceback (most recent call last):",
     '  File ".../sglang/srt/managers/scheduler.py", line 4546, in run_scheduler_process',

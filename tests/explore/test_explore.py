@@ -27,7 +27,7 @@ CI_HOLES = ["rerun-after-done", "inflight-r2-up", "kill-after-r2-up-intent", "ab
             "rollback-typo-after-done"]
 CI_SEEDS = [0, 5, 7, 8, 10, 11]  # faults, crashes, operator actions (see test_ci_seeds_cover_every_kind)
 CI_WRITES = [8, 30, 60, 90]  # spread over the ~96 journal writes of an uninterrupted rollout (make explore: all)
-CI_INFLIGHT = [1, 5, 10, 11, 14]  # of its 14 mutating calls: the first down, both perception-check ups (5, 11), the reconcile up
+CI_INFLIGHT = [1, 6, 10, 12, 15]  # of its 15 mutating calls: the first down, both perception-check ups (6, 12), the reconcile up
 
 #: Violations the explorer found and that are not fixed yet (xfail, with the diagnosis). Empty: the
 #: reconcile-up-in-flight finding (a one-shot restarted in place keeps its ID) is fixed in settle_up.

@@ -35,9 +35,21 @@ def raw(store, sql: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in conn.execute(sql).fetchall()]
 
 
+def raw_write(store, sql: str) -> None:
+    """Write behind the journal's back (rows in an older schema than the code writes)."""
+    if store.backend == "sqlite":
+        with sqlite3.connect(store.location) as conn:
+            conn.execute(sql)
+        return
+    import psycopg
+
+    with psycopg.connect(store.location, options=f"-csearch_path={store.schema}") as conn:
+        conn.execute(sql)
+
+
 def test_an_empty_store_is_migrated_to_the_latest_version(store) -> None:
     journal = store.open()
-    assert journal.applied_migrations == [m.version for m in MIGRATIONS] == [1, 2, 3]
+    assert journal.applied_migrations == [m.version for m in MIGRATIONS] == [1, 2, 3, 4, 5]
     assert journal.schema_version() == LATEST
     rows = raw(store, "SELECT version, description FROM schema_version ORDER BY version")
     assert rows == [(m.version, m.description) for m in MIGRATIONS]
@@ -55,16 +67,33 @@ def test_reopening_applies_nothing_and_keeps_the_data(store, make_run) -> None:
 def test_upgrading_an_older_store(store, clock) -> None:
     old = store.open(schema_migrations=MIGRATIONS[:1])
     assert old.applied_migrations == [1]
-    run = old.create_run(host="gpu02", runbook="rb", tag=None, kind="rollout", state="INIT",
-                         context={"from": "v1"})
     old.close()
+    # two v1 runs (the code of today writes v4 rows): the one created later by its clock is newer
+    for run_id, at in (("gpu02-b", "2026-11-30T08:13:00.000000Z"), ("gpu02-a", "2026-11-30T08:12:00.000000Z")):
+        ts = f"'{at}'" if store.backend == "sqlite" else f"TIMESTAMPTZ '{at}'"
+        ctx = "'{\"from\": \"v1\"}'"
+        raw_write(store, f"INSERT INTO runs (run_id, host, runbook, tag, kind, state, terminal, outcome, message, "
+                         f"context, created_at, updated_at, parent_run_id) VALUES ('{run_id}', 'gpu02', 'rb', NULL, "
+                         f"'rollout', 'INIT', {'0' if store.backend == 'sqlite' else 'false'}, NULL, NULL, {ctx}, "
+                         f"{ts}, {ts}, NULL)")
 
     new = store.open()
-    assert new.applied_migrations == [2, 3]
-    assert new.get_run(run.run_id).context == {"from": "v1"}
+    assert new.applied_migrations == [2, 3, 4, 5]
+    run = new.get_run("gpu02-a")
+    assert run.context == {"from": "v1"}
+    # v4: the sequence backfilled in the old clock order, and new runs come after
+    assert [r.run_id for r in new.list_runs("gpu02")] == ["gpu02-b", "gpu02-a"]
+    assert new.get_run("gpu02-b").seq == 2 and run.seq == 1
+    later = new.create_run(host="gpu02", runbook="rb", tag=None, kind="rollout", state="INIT", context={})
+    assert later.seq == 3 and new.list_runs("gpu02")[0].run_id == later.run_id
     lease, _ = new.acquire_lease("gpu02", run.run_id, "runner-a", 60)  # v2's table works
     new.approve(run.run_id, "gate-1", "alice")  # v3's table works
     assert new.approvals(run.run_id) == {"gate-1"}
+    new.record_audit(run.run_id, "paused", "bob")  # v4's table works
+    assert sorted((e.action, e.by) for e in new.audit(run.run_id)) == [("approved", "alice"), ("paused", "bob")]
+    assert new.paused(run.run_id).by == "bob"
+    new.record_audit(run.run_id, "submitted", "carol", "rollout")
+    assert new.submitters([run.run_id, "nope"])[run.run_id].by == "carol" and new.submitters([]) == {}
 
 
 def test_a_newer_store_is_refused_by_an_older_orchestrator(store) -> None:
@@ -98,7 +127,7 @@ def test_concurrent_first_opens_apply_each_migration_once(store) -> None:
 
     with ThreadPoolExecutor(max_workers=n) as pool:
         applied = [f.result(timeout=60) for f in [pool.submit(open_one) for _ in range(n)]]
-    assert sorted(v for versions in applied for v in versions) == [1, 2, 3]
+    assert sorted(v for versions in applied for v in versions) == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize(
@@ -151,4 +180,4 @@ def test_both_backends_share_the_logical_schema(tmp_path: Path, postgres_url: st
     pg = _postgres_columns(postgres_url, pg_schema)
     assert lite == pg
     assert set(lite) == {"schema_version", "runs", "transitions", "effects", "leases",
-                         "abort_requests", "approvals"}
+                         "abort_requests", "approvals", "tier_leases", "audit"}

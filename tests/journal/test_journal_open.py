@@ -50,7 +50,7 @@ def test_postgresql_url_selects_postgres(postgres_url: str, pg_schema: str) -> N
     url = f"{postgres_url}?options=-csearch_path%3D{pg_schema}"
     with open_journal(url) as journal:
         assert isinstance(journal, PostgresJournal)
-        assert journal.applied_migrations == [1, 2, 3]
+        assert journal.applied_migrations == [1, 2, 3, 4, 5]
         run = journal.create_run(host="gpu02", runbook="rb", tag=None, kind="rollout",
                                  state="INIT", context={"db": "clock"})
         # No injected clock: the database's clock, in UTC.

@@ -9,6 +9,7 @@ Skipped only when Chromium or playwright is not there or Chromium cannot start.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import threading
@@ -173,4 +174,125 @@ def test_a_wrong_token_is_refused_and_a_viewer_cannot_act(browser, served):
         headers: {'Authorization': 'Bearer ' + sessionStorage.getItem('orchestrator-token'),
                   'Content-Type': 'application/json'}, body: '{}'})).status""", run_id)
     assert status == 403
+    ctx.close()
+
+
+def snapshot(page) -> tuple[str | None, str]:
+    """One look at the page (it is replaced every second): the current state and the waiting line."""
+    return page.evaluate("""() => [
+        (document.querySelector('li.state.current') || {dataset: {}}).dataset.state || null,
+        (document.querySelector('p.waiting') || {}).textContent || '']""")
+
+
+def test_approve_is_only_for_the_gate_the_run_waits_at(browser, served):
+    """Issue 21 case 3: on 77b15ae Approve was live in every state and sent `*`: clicked during
+    r2's cold start it approved r2.soak ahead, and the run passed the soak without stopping."""
+    base, tokens, _ = served
+    run_id = submit(base, tokens["alice"])
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    page.goto(f"{base}/ui/runs/{run_id}")
+    enter_token(page, tokens["alice"])
+    page.wait_for_selector('li.state.current[data-state="r2.cold-start"]', timeout=90_000)
+    assert page.is_disabled("#approve")  # not at an approval gate: nothing to approve
+    assert page.get_attribute("#approve", "data-gate") == ""
+    # forced from the page anyway: a wildcard is refused, and so is a gate not reached yet
+    forced = page.evaluate("""async (id) => {
+        const send = async (body) => (await fetch('/runs/' + id + '/approve', {method: 'POST',
+            headers: {'Authorization': 'Bearer ' + sessionStorage.getItem('orchestrator-token'),
+                      'Content-Type': 'application/json'}, body: JSON.stringify(body)})).status;
+        return [await send({gate: '*'}), await send({gate: 'r2.soak'})];
+    }""", run_id)
+    assert forced == [400, 409], forced
+    # the run stops at r2.soak and waits for a human; only now is Approve live, naming the gate
+    page.wait_for_selector("p.waiting:has-text('orchestrate approve')", timeout=90_000)
+    state, _ = snapshot(page)
+    assert state == "r2.soak"
+    assert not page.is_disabled("#approve") and page.inner_text("#approve") == "Approve r2.soak"
+    page.click("#approve")
+    page.wait_for_selector('dd[data-field="state"].outcome-DONE', timeout=120_000)
+    assert dialogs and "Approve r2.soak" in dialogs[0]  # a confirmation first
+    audit = page.inner_text("section.audit")
+    assert "alice approved r2.soak" in audit and "alice submitted" in audit
+    # the DONE message is green, not the amber warning box; the host's replicas are both new
+    colour = page.evaluate("() => getComputedStyle(document.querySelector('p.message')).backgroundColor")
+    assert colour == "rgb(218, 251, 225)", colour
+    assert "new serving" in page.inner_text('li.replica[data-replica="r1"]')
+    assert "new serving" in page.inner_text('li.replica[data-replica="r2"]')
+    assert page.query_selector("section.canary") and page.query_selector("li.state .took")
+    # the fleet page of the runbook: its one host, DONE
+    page.goto(f"{base}/ui/fleet/gpu02-glm53-w4afp8-long-context")
+    page.wait_for_selector('li.host[data-host="gpu02"].outcome-DONE')
+    assert "1 of 1 hosts DONE" in page.inner_text(".fleet-summary")
+    ctx.close()
+
+
+def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served):
+    base, tokens, _ = served
+    run_id = submit(base, tokens["alice"])
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.on("dialog", lambda d: d.accept())
+    page.goto(f"{base}/ui/runs/{run_id}")
+    enter_token(page, tokens["alice"])
+    page.wait_for_selector("#pause:not([disabled])", timeout=30_000)
+    page.click("#pause")
+    page.wait_for_selector("p.paused:has-text('paused by alice')", timeout=30_000)
+    page.wait_for_selector("p.waiting:has-text('paused by alice before')", timeout=90_000)
+    held, waiting = snapshot(page)
+    # a safe point: never between r2's down and its replacement's readiness
+    assert held not in ("r2.dry-run", "r2.apply", "r2.cold-start"), held
+    assert f"orchestrate continue {run_id}" in waiting
+    time.sleep(3)  # (about 50 simulated minutes): the run has not moved
+    assert snapshot(page)[0] == held
+    assert not page.is_disabled("#continue") and page.is_disabled("#pause")
+    page.click("#continue")
+    page.wait_for_selector("p.waiting:has-text('orchestrate approve')", timeout=120_000)
+    audit = page.inner_text("section.audit")
+    assert "alice asked to pause" in audit and "alice continued" in audit and f"paused before {held}" in audit
+    ctx.close()
+
+
+def test_the_page_after_an_abort_says_who_and_keeps_no_stale_line(browser, served):
+    base, tokens, _ = served
+    run_id = submit(base, tokens["alice"])
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    page.on("dialog", lambda d: d.accept())
+    page.goto(f"{base}/ui/runs/{run_id}")
+    enter_token(page, tokens["alice"])
+    page.wait_for_selector("p.waiting:has-text('orchestrate approve')", timeout=90_000)
+    runner = page.inner_text('dd[data-field="runner"]')
+    assert runner and not re.search(r":\d+:[0-9a-f-]{30,}", runner), runner  # not the raw pid:boot-uuid
+    assert "{host}" not in page.inner_text("#content") and "{run_id}" not in page.inner_text("#content")
+    page.click("#abort")
+    page.wait_for_selector("#action-result.ok", timeout=30_000)
+    text = page.inner_text("#action-result")
+    time.sleep(1.5)  # a refresh later: the answer keeps its text and its colour while the run goes on
+    if page.get_attribute(".run", "data-terminal") == "0":
+        assert page.get_attribute("#action-result", "class") == "ok" and page.inner_text("#action-result") == text
+    page.wait_for_selector('dd[data-field="state"].outcome-ROLLED_BACK', timeout=120_000)
+    time.sleep(1.5)
+    content = page.inner_text("#content")
+    assert "takes the rollback at its next check" not in content  # nothing stale once the run has ended
+    assert "alice asked to abort" in page.inner_text("p.message")  # who, in the run's own message
+    assert "alice asked to abort" in page.inner_text("section.audit")
+    assert not missing, missing  # the favicon too
+    ctx.close()
+
+
+def test_a_wrong_token_is_told_apart_from_the_first_prompt(browser, served):
+    base, tokens, _ = served
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.goto(f"{base}/ui")
+    page.wait_for_selector("#token-form:not([hidden])")
+    first = page.inner_text("#status")
+    enter_token(page, "not-the-token-" + "y" * 30)
+    page.wait_for_selector("#status.error:has-text('refused that token')")
+    assert page.inner_text("#status") != first
     ctx.close()

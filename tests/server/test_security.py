@@ -318,11 +318,24 @@ def test_runbook_errors_name_no_path_and_no_yaml_line(tmp_path):
     assert str(tmp_path) not in str(e.value) and "broken" in str(e.value)
 
 
-def test_errors_do_not_reveal_the_servers_paths(live, settings):
+def test_errors_do_not_reveal_the_servers_paths(live, settings, monkeypatch):
+    """A rollback with no journaled rollout and no target: the refusal names the journal this
+    machine reads (here the server's SQLite path) and compose-manager's history (stubbed: the
+    inventory's host is never contacted); the server's answer hides the path."""
+    import orchestrator.incident
+    import orchestrator.runner
+
+    async def no_previous(*_a, **_k):
+        return {}
+
+    async def no_history(*_a, **_k):
+        return orchestrator.incident.HostHistory(None, None, None)
+
+    monkeypatch.setattr(orchestrator.runner, "previous_from_action_log", no_previous)
+    monkeypatch.setattr(orchestrator.incident, "host_history", no_history)
     url, _ = live
-    r = httpx.post(f"{url}/runs", json={"action": "rollback", "host": "gpu02", "to_tag": "v0.0.299",
-                                        "to_file": "prod/x.yaml"}, headers=AUTH, timeout=10)
-    assert r.status_code == 400 and "no rollout of gpu02 that changed anything is journaled" in r.json()["error"]
+    r = httpx.post(f"{url}/runs", json={"action": "rollback", "host": "gpu02"}, headers=AUTH, timeout=10)
+    assert r.status_code == 409 and "holds no rollout of gpu02" in r.json()["error"]
     assert str(settings.state_dir) not in r.text and "<server path>" in r.text
 
 

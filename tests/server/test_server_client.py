@@ -71,6 +71,7 @@ def test_follow_prints_each_transition_once_in_order_and_exits_with_the_outcome(
         rc = remote(URL, TOKEN, "rollout", BODY, as_json=True, clock=FakeClock())
     assert rc == 4
     sent = json.loads(submit.calls[0].request.content)
+    assert "@" in sent.pop("by")  # who submits: user@machine, journaled as the submitter
     assert sent == {"action": "rollout", **BODY}
     assert submit.calls[0].request.headers["authorization"] == f"Bearer {TOKEN}"
     events = lines(capsys.readouterr().out)
@@ -202,3 +203,14 @@ def test_server_text_is_not_read_as_rich_markup(capsys):
                                                     terminal=True, outcome="ROLLED_BACK"))
         assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=FakeClock()) == 3
     assert "[bold]x[/bold] [/red]" in capsys.readouterr().out
+
+
+def test_pause_and_continue(capsys):
+    with respx.mock(base_url=URL) as r:
+        p = r.post(f"/runs/{RUN}/pause").respond(200, json={"run_id": RUN, "paused_by": "x", "message": "pause recorded"})
+        c = r.post(f"/runs/{RUN}/continue").respond(200, json={"run_id": RUN, "continued_by": "x",
+                                                              "message": "continue recorded"})
+        assert remote(URL, TOKEN, "pause", {"run_id": RUN}, as_json=False) == 0
+        assert remote(URL, TOKEN, "continue", {"run_id": RUN}, as_json=False) == 0
+    assert "@" in json.loads(p.calls[0].request.content)["by"] and "@" in json.loads(c.calls[0].request.content)["by"]
+    assert capsys.readouterr().out == "pause recorded\ncontinue recorded\n"

@@ -21,6 +21,8 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "dry-run-extra-recreate",
         "dry-run-extra-remove",
         "dry-run-not-dry",
+        "dry-run-recreates",
+        "force-recreate-ignored",
         "busy-409",
         "down-busy",
         "server-500",
@@ -141,6 +143,12 @@ def test_dry_run_extra_recreate(make_sim) -> None:
     assert sim.ps()["nginx"]["ID"] != nginx_id
 
 
+def test_force_recreate_ignored(make_sim) -> None:
+    sim = make_sim(faults=["force-recreate-ignored"])
+    dry = sim.up(NEW_TAG, TARGET, [RELAY], dry_run=True, force_recreate=True)
+    assert dry.ok and dry.plan["plan"]["unchanged"] == [f"Container {RELAY}"]
+
+
 def test_dry_run_extra_remove(make_sim) -> None:
     sim = make_sim(faults=["dry-run-extra-remove"])
     assert sim.down(OLD_TAG, CANARY, [OLD_R2]).ok
@@ -152,12 +160,29 @@ def test_dry_run_extra_remove(make_sim) -> None:
 def test_dry_run_not_dry(make_sim) -> None:
     sim = make_sim(faults=["dry-run-not-dry"])
     before = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
-    dry = sim.up(NEW_TAG, TARGET, [RELAY], dry_run=True)
+    dry = sim.up(NEW_TAG, TARGET, [RELAY], dry_run=True, force_recreate=True)  # config-only change (#11900)
     assert dry.ok and all("DRY-RUN MODE" in line or line.startswith("[+]") for line in dry.lines)
     after = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
     assert after[RELAY] != before[RELAY]  # docker/compose#14029: the relay was really recreated
     assert {n: v for n, v in after.items() if n != RELAY} == {n: v for n, v in before.items() if n != RELAY}
     assert sim.actions()[-1]["services"] == [RELAY] and sim.actions()[-1]["tag"] == OLD_TAG  # nothing recorded
+
+
+def test_dry_run_recreates_like_docker_compose_14029(make_sim) -> None:
+    """A dry run of the serving r1 from the new file (a recreate) really recreates r1 and removes
+    the old r2 as an orphan, with unprefixed lines; a dry run that only creates stays dry."""
+    sim = make_sim(faults=["dry-run-recreates"])
+    before = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
+    n_actions = len(sim.actions())
+    dry = sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)  # a create only: stays dry
+    assert dry.ok and {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()} == before
+    dry = sim.up(NEW_TAG, TARGET, [R1], dry_run=True)
+    assert dry.ok
+    after = {n: (r["ID"], r["CreatedAt"]) for n, r in sim.ps().items()}
+    assert after[R1] != before[R1]
+    assert OLD_R2 in before and OLD_R2 not in after  # orphan-removed
+    assert any(f"Container {R1}" in line and "Recreated" in line and "DRY-RUN" not in line for line in dry.lines)
+    assert len(sim.actions()) == n_actions  # the server took it for a dry run: nothing recorded
 
 
 @pytest.mark.parametrize("fault, value", [("budget-80pct", "80%"), ("budget-no-fit", "650GiB")])

@@ -141,6 +141,15 @@ def test_empty_services_and_force_recreate() -> None:
     assert any("call #3" in p and "force_recreate" in p for p in problems)
 
 
+def test_force_recreate_is_allowed_only_on_requests_naming_no_engine() -> None:
+    c = Calls()
+    c.up(True, services=["glm53-soak-relay"], body={"force_recreate": True})
+    c.up(False, services=["glm53-soak-relay"], body={"force_recreate": True})
+    assert not [p for p in c.check() if "force_recreate" in p]
+    c.up(True, services=["glm53-soak-relay", NEW_R2], body={"force_recreate": True})
+    assert [p for p in c.check() if "force_recreate" in p and NEW_R2 in p]
+
+
 def test_env_map_not_passed_whole_names_keys_never_values() -> None:
     c = Calls()
     partial = {k: v for k, v in ENV.items() if k != "PROXY_TOKEN"}

@@ -18,11 +18,18 @@ from orchestrator_sim.testing import (
 from orchestrator_sim.testing import SimDriver as Sim
 
 SIDECARS = ["proxy-glm53", "otelcol-contrib", "dcgm-glm53"]
+COLLECTOR = "otelcol-contrib"  # its only change between the files is its inline config (#11900)
+
+
+def _sidecars(sim: Sim, tag: str, file: str) -> None:
+    """The runbook's sidecar steps: proxy and exporter, then the collector force-recreated alone."""
+    sim.safe_up(tag, file, [s for s in SIDECARS if s != COLLECTOR])
+    sim.safe_up(tag, file, [COLLECTOR], force_recreate=True)
 RECONCILE = ["model-downloader", "nginx", "model-proxy-registrar", "proxy-glm53", "dcgm-glm53", "otelcol-contrib"]
 
 
 def _verify(sim: Sim, port: int, engine: str) -> None:
-    sim.safe_up(NEW_TAG, TARGET, [RELAY])
+    sim.safe_up(NEW_TAG, TARGET, [RELAY], force_recreate=True)
     sim.wait(lambda: sim.relay(port, "GET", "/health").status_code == 200, f"relay :{port}")
     assert sim.fleet.calls[-1].effects == [f"served-by:{engine}"]
     assert sim.relay(port, "GET", "/v1/models").status_code == 200
@@ -34,7 +41,7 @@ def test_the_full_rollout_keeps_every_invariant(sim: Sim) -> None:
     sim.swap_r2()
     assert "rank_budget_bytes=108984795136" in sim.logs(NEW_R2)
     _verify(sim, 8009, NEW_R2)
-    sim.safe_up(NEW_TAG, TARGET, SIDECARS)
+    _sidecars(sim, NEW_TAG, TARGET)
     sim.wait(sim.long_listing, "gpu02 listed")
     first = [{"role": "user", "content": "A long shared prefix for the cache check. " * 30}]
     a = sim.chat(first).json()
@@ -69,12 +76,12 @@ def test_the_full_rollout_keeps_every_invariant(sim: Sim) -> None:
 
 def test_rolling_r2_back_keeps_every_invariant(sim: Sim) -> None:
     sim.swap_r2()
-    sim.safe_up(NEW_TAG, TARGET, SIDECARS)
+    _sidecars(sim, NEW_TAG, TARGET)
     # rollback of r2: down the new engine with the new file, the previous engine from the previous file
     assert sim.down(NEW_TAG, TARGET, [NEW_R2]).ok
     sim.safe_up(OLD_TAG, CANARY, [OLD_R2])
     sim.wait_ready(OLD_R2)
-    sim.safe_up(OLD_TAG, CANARY, SIDECARS)
+    _sidecars(sim, OLD_TAG, CANARY)
     for name in (OLD_R2, *SIDECARS):
         assert sim.fleet.host.container(name).tag == OLD_TAG, name
     assert NEW_R2 not in sim.ps()

@@ -12,6 +12,7 @@
   const form = document.getElementById("token-form");
   const forget = document.getElementById("forget");
   let timer = null;
+  let lastResult = { text: "", cls: "", state: "" };
 
   function token() { return sessionStorage.getItem(KEY) || ""; }
   function headers(extra) {
@@ -30,7 +31,13 @@
 
   async function get(url) {
     const r = await fetch(url, { headers: headers(), credentials: "omit", cache: "no-store" });
-    if (r.status === 401) { askToken("Enter your token (the server refused this one or none was given)."); return null; }
+    if (r.status === 401) {
+      const had = token() !== "";
+      if (had) sessionStorage.removeItem(KEY);
+      askToken(had ? "The server refused that token: check it (ORCHESTRATOR_SERVER_TOKEN or your own from `orchestrate serve token add`) and enter it again."
+                   : "Enter your token to see the runs.");
+      return null;
+    }
     if (!r.ok) {
       let msg = r.status + "";
       try { msg = (await r.json()).error || msg; } catch (e) { /* not JSON */ }
@@ -50,16 +57,18 @@
   }
 
   async function refresh() {
-    const url = page === "run" ? "/ui/fragments/runs/" + encodeURIComponent(runId) : "/ui/fragments/runs";
+    const url = page === "run" ? "/ui/fragments/runs/" + encodeURIComponent(runId)
+      : page === "fleet" ? "/ui/fragments/fleet/" + encodeURIComponent(runId) + location.search : "/ui/fragments/runs";
     const r = await get(url);
     if (!r) return;
     // server-rendered, escaped HTML of this same origin
     const focused = document.activeElement && document.activeElement.id;
-    const result = document.getElementById("action-result");
-    const kept = result ? result.textContent : "";
     content.innerHTML = await r.text();
+    // the answer to the last action (and its colour) outlives the refresh, until the run ends
+    const run = content.querySelector(".run");
+    if (run && run.dataset.terminal === "1" && lastResult.state !== run.dataset.outcome) lastResult = { text: "", cls: "", state: run.dataset.outcome };
     const again = document.getElementById("action-result");
-    if (again) again.textContent = kept;
+    if (again) { again.textContent = lastResult.text; again.className = lastResult.cls; }
     if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
     wire();
     say("updated " + new Date().toLocaleTimeString(), "ok");
@@ -67,27 +76,38 @@
   }
 
   async function post(path, payload) {
-    const out = document.getElementById("action-result");
     const r = await fetch(path, {
       method: "POST", credentials: "omit", cache: "no-store",
       headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify(payload),
     });
     let answer = {};
     try { answer = await r.json(); } catch (e) { /* not JSON */ }
-    if (out) {
-      out.textContent = r.ok ? (answer.message || "done: " + path.split("/").pop()) : ("refused (" + r.status + "): " + (answer.error || ""));
-      out.className = r.ok ? "ok" : "error";
-    }
+    lastResult = {
+      text: r.ok ? (answer.message || "done: " + path.split("/").pop()) : ("refused (" + r.status + "): " + (answer.error || "")),
+      cls: r.ok ? "ok" : "error", state: "",
+    };
     await refresh();
   }
 
   function wire() {
+    const base = "/runs/" + encodeURIComponent(runId);
     const approve = document.getElementById("approve");
     const abort = document.getElementById("abort");
-    if (approve) approve.onclick = () => post("/runs/" + encodeURIComponent(runId) + "/approve", { gate: approve.dataset.gate || "*" });
-    if (abort) abort.onclick = () => {
-      if (window.confirm("Abort " + runId + "? The current phase's rollback runs.")) post("/runs/" + encodeURIComponent(runId) + "/abort", {});
+    const pause = document.getElementById("pause");
+    const cont = document.getElementById("continue");
+    // Approve names the gate the run waits at (never "*"): the server refuses any other from a page
+    if (approve) approve.onclick = () => {
+      const gate = approve.dataset.gate;
+      if (!gate) return;
+      if (window.confirm("Approve " + gate + " of " + runId + "? The run goes on past this gate.")) post(base + "/approve", { gate: gate, at_gate: true });
     };
+    if (abort) abort.onclick = () => {
+      if (window.confirm("Abort " + runId + "? The current phase's rollback runs.")) post(base + "/abort", {});
+    };
+    if (pause) pause.onclick = () => {
+      if (window.confirm("Pause " + runId + "? The runner stops before its next safe step and waits for Continue.")) post(base + "/pause", {});
+    };
+    if (cont) cont.onclick = () => post(base + "/continue", {});
   }
 
   async function start() {

@@ -1,0 +1,146 @@
+"""Who did what to a run: the journaled audit list, read the same way by every surface.
+
+The list (`journal.audit(run_id)`, journal/sql.py) is the union of the `audit` table (submitted,
+resumed, adopted, paused, continued, pause_honoured), the approvals and the abort request, each
+with who and when. `summary` turns it into the few lines every surface shows (the API, the run
+page, `orchestrate status`, the run's final message): submitter, approvers, aborter, adopter,
+pauses. Journals without an audit table (test doubles) give an empty list: never an error.
+
+Names: the server records the token's name (per-operator tokens) or "<client's word> via <addr>";
+the CLI records `user@machine` (`cli_actor`), never a process id.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import getpass
+import socket
+from datetime import datetime, timezone
+from typing import Any
+
+
+from orchestrator.journal.base import AuditEntry, RunRecord
+
+
+def entries(journal: Any, run_id: str) -> list[AuditEntry]:
+    read = getattr(journal, "audit", None)
+    if read is None:
+        return []
+    return list(read(run_id))
+
+
+def record(journal: Any, run_id: str, action: str, by: str, detail: str | None = None) -> AuditEntry | None:
+    write = getattr(journal, "record_audit", None)
+    if write is None:
+        return None
+    return write(run_id, action, by, detail)
+
+
+def cli_actor() -> str:
+    """The person at this terminal, as the journal names them: `user@machine`."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in this environment
+        user = "someone"
+    return f"{user}@{socket.gethostname()}"
+
+
+#: Set by `orchestrate serve` in the task that runs a run: the server journals who submitted,
+#: resumed or adopted it itself (with the token's name), so `record_start` adds nothing.
+RECORDED_BY_SERVER: contextvars.ContextVar[bool] = contextvars.ContextVar("recorded_by_server", default=False)
+
+
+def record_start(journal: Any, run: RunRecord, by: str) -> None:
+    """When a runner takes a run (its lease held): journal `by` as its submitter (a run that has
+    not taken a step and has none yet) or as who resumed it (the CLI's doors; the server journals
+    its own, see RECORDED_BY_SERVER)."""
+    if RECORDED_BY_SERVER.get() or getattr(journal, "record_audit", None) is None:
+        return
+    try:
+        if journal.transitions(run.run_id):
+            record(journal, run.run_id, "resumed", by, "from the command line")
+            return
+        if any(e.action == "submitted" for e in entries(journal, run.run_id)):
+            return
+        record(journal, run.run_id, "submitted", by, f"{run.kind} from the command line")
+    except Exception as exc:  # noqa: BLE001 - saying who must never stop a run (nor leak its lease)
+        import structlog  # lazily: the read-only commands never log (tests/core/test_cli_startup.py)
+
+        structlog.get_logger("orchestrator.audit").warning("audit_not_recorded", run_id=run.run_id,
+                                                           error=f"{type(exc).__name__}: {exc}")
+
+
+def when(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def paused_by(journal: Any, run_id: str) -> AuditEntry | None:
+    read = getattr(journal, "paused", None)
+    return read(run_id) if read is not None else None
+
+
+def abort_note(journal: Any, run_id: str) -> str:
+    """The note of an operator's abort: who asked, and when."""
+    for e in entries(journal, run_id):
+        if e.action == "abort_requested":
+            return f"{e.by} asked to abort at {when(e.at)}"
+    return "an operator asked to abort"
+
+
+def summary(items: list[AuditEntry]) -> dict[str, Any]:
+    """Who submitted, approved (per gate), aborted, adopted, paused: `{"submitted": {"by", "at"}, ...}`."""
+    out: dict[str, Any] = {"submitted": None, "approved": [], "aborted": None, "adopted": [], "paused": None,
+                           "resumed": []}
+    for e in items:
+        line = {"by": e.by, "at": e.at.isoformat(), "detail": e.detail}
+        if e.action == "submitted" and out["submitted"] is None:
+            out["submitted"] = line
+        elif e.action == "approved" and not (e.detail or "").endswith("!now"):
+            out["approved"].append({**line, "gate": e.detail})
+        elif e.action == "abort_requested":
+            out["aborted"] = line
+        elif e.action == "adopted":
+            out["adopted"].append(line)
+        elif e.action == "resumed":
+            out["resumed"].append(line)
+        elif e.action == "paused":
+            out["paused"] = line
+        elif e.action == "continued":
+            out["paused"] = None
+    return out
+
+
+_SAY = {"submitted": "submitted", "resumed": "resumed", "adopted": "adopted", "paused": "asked to pause",
+        "continued": "continued", "pause_honoured": "paused at", "approved": "approved", "abort_requested":
+        "asked to abort"}
+
+
+def line(e: AuditEntry) -> str:
+    """One line of the audit list: `2026-12-01 23:10:05 UTC  alice approved r2.soak`."""
+    what = _SAY.get(e.action, e.action)
+    detail = f" {e.detail}" if e.detail else ""
+    if e.action == "pause_honoured":
+        return f"{when(e.at)}  the runner paused before {e.detail} ({e.by})"
+    return f"{when(e.at)}  {e.by} {what}{detail}"
+
+
+def summary_lines(items: list[AuditEntry]) -> list[str]:
+    """`who:` lines for `orchestrate status` and the final message."""
+    s = summary(items)
+    out = []
+    if s["submitted"]:
+        out.append(f"submitted by {s['submitted']['by']} at {when(datetime.fromisoformat(s['submitted']['at']))}")
+    for a in s["adopted"]:
+        out.append(f"adopted by {a['by']} at {when(datetime.fromisoformat(a['at']))}")
+    for a in s["approved"]:
+        out.append(f"{a['gate']} approved by {a['by']} at {when(datetime.fromisoformat(a['at']))}")
+    if s["aborted"]:
+        out.append(f"abort asked by {s['aborted']['by']} at {when(datetime.fromisoformat(s['aborted']['at']))}")
+    if s["paused"]:
+        out.append(f"paused by {s['paused']['by']} at {when(datetime.fromisoformat(s['paused']['at']))}: "
+                   f"`orchestrate continue` goes on")
+    return out
+
+
+__all__ = ["entries", "record", "record_start", "cli_actor", "abort_note", "summary", "summary_lines", "line",
+           "paused_by", "when"]

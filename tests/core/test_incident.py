@@ -1,0 +1,42 @@
+"""Reading a rollback target from compose-manager's history when no journal holds the rollout
+(orchestrator/incident.py): the new file's tag, and the suggestion the refusal prints."""
+
+from __future__ import annotations
+
+from orchestrator.incident import EXPLICIT, command, read_history
+from orchestrator.parsers.action_log import Action
+from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
+
+RB = load_runbook(DEFAULT_RUNBOOK)
+NEW, OLD = RB.file, RB.deploys[0]
+
+
+def up(tag, file, *services, at="2026-11-01T00:00:00.000000000+00:00"):
+    return Action(timestamp=at, action="compose_up", tag=tag, commit=None, file=file, file_sha256=None, services=services)
+
+
+def test_after_a_whole_rollout_the_suggestion_is_the_last_other_file_before_the_new_one():
+    actions = [up("v0.0.280", OLD, "nginx"), up("v0.0.290", OLD, "model-sg-glm53-fp8-tp4-r2", at="T290"),
+               up("v0.0.290", OLD, "glm53-soak-relay", at="T290b"),
+               up("v0.0.300", NEW, "model-sg-glm53-w4afp8-tp4-r2"), up("v0.0.300", NEW, "glm53-soak-relay"),
+               up("v0.0.300", NEW, "nginx")]
+    h = read_history(actions, ("v0.0.300", NEW), RB)
+    assert (h.new_tag, h.suggested, h.suggested_at) == ("v0.0.300", ("v0.0.290", OLD), "T290b")
+    assert command("gpu02", RB, h.suggested) == f"orchestrate rollback gpu02 --runbook {RB.name} --to-tag v0.0.290 --to-file {OLD}"
+
+
+def test_the_new_tag_comes_from_the_action_log_when_the_last_success_is_another_file():
+    actions = [up("v0.0.290", OLD, "x"), up("v0.0.300", NEW, "y"), up("v0.0.290", OLD, "z")]
+    h = read_history(actions, ("v0.0.290", OLD), RB)
+    assert h.new_tag == "v0.0.300" and h.suggested == ("v0.0.290", OLD)
+
+
+def test_a_host_that_never_ran_the_new_file_has_no_new_tag():
+    h = read_history([up("v0.0.290", OLD, "x")], ("v0.0.290", OLD), RB)
+    assert h.new_tag is None
+
+
+def test_a_file_outside_deploys_is_not_suggested():
+    h = read_history([up("v0.0.100", "prod/Other.yaml", "x"), up("v0.0.300", NEW, "y")], None, RB)
+    assert h.suggested is None and command("gpu02", RB, None).endswith("--to-tag TAG --to-file FILE")
+    assert "explicit" in EXPLICIT
