@@ -36,13 +36,13 @@ server-load: $(STAMP)
 	$(BIN)/python -m bench.server_load
 
 ## The seeded schedule explorer (docs/explorer.md): SEEDS schedules from SEED, then the full crash
-## sweep (every journal write and every mutating call in flight). JOBS in parallel.
+## sweep (every journal write and every mutating call in flight). JOBS in parallel; FAST=1: the CI (fast) form.
 SEEDS ?= 100
 SEED ?= 0
 JOBS ?= 2
 SWEEP ?= all
 explore: $(STAMP)
-	@rc=0; $(BIN)/python -m orchestrator_sim.explore --seed $(SEED) --seeds $(SEEDS) --jobs $(JOBS) \
+	@rc=0; $(BIN)/python -m orchestrator_sim.explore --seed $(SEED) --seeds $(SEEDS) --jobs $(JOBS) $(if $(FAST),--fast,) \
 	  --report .state/explore/seeds.md || rc=1; \
 	if [ "$(SEEDS)" != "1" ] && [ "$(SWEEP)" != "none" ]; then \
 	  $(BIN)/python -m orchestrator_sim.explore --sweep $(SWEEP) --jobs $(JOBS) --report .state/explore/sweep.md || rc=1; fi; \

@@ -109,7 +109,13 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
     state_dir.mkdir(parents=True, exist_ok=True)
     hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
     initial, tag = DEMO_RUNBOOKS[runbook]
-    with SimFleet(SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=initial)) as fleet:
+    try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
+        config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=initial)
+    except ValueError as exc:
+        from orchestrator.user_errors import UserError
+
+        raise UserError(str(exc)) from None
+    with SimFleet(config) as fleet:
         settings = demo_settings(fleet, state_dir)
         clock = ScaledClock(speed)
         session = Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))

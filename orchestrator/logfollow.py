@@ -24,6 +24,10 @@ the interleaving of containers differs between two calls):
   to reappear verbatim at the start of the window; with real engine logs (timestamps, counters)
   that does not happen. A log made of one line repeated more than `keep_lines` times cannot be
   followed exactly by content: every poll then reports a gap.
+- Rotation. docker's log rotation keeps only a container's last lines, so a log shorter than
+  asked for may have lost its start since the last poll: when the exact case's prefix does not
+  match, a single strong alignment (below) means the log rotated (its new lines are yielded, no
+  gap), not that the container restarted.
 - The first poll yields its whole window (the starting point: no gap, even if the log is
   longer). A container first seen later with a full window is grown like the others.
 
@@ -281,6 +285,12 @@ class LogFollower:
         if complete and track.exact:
             if count <= len(window) and window[:count][-len(seen):] == seen:
                 return _Decision(count, "ok")
+            # docker's log rotation: a log shorter than the window asked for is not always the
+            # whole log; its start may have been cut since the last poll. Where what we saw
+            # ends (one strong alignment) the log rotated, it did not restart.
+            strong = self._strong_alignments(window, seen, len(window))
+            if len(strong) == 1:
+                return _Decision(strong[0], "ok")
             return _Decision(0, "reset")
         upper = min(len(window), count) if track.exact else len(window)
         strong = self._strong_alignments(window, seen, upper)

@@ -31,6 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
         seed=args.seed,
         available_ram_gib=args.available_ram_gib,
         hosts=tuple(args.host or ("gpu02",)),
+        **({"log_lines": args.log_lines} if args.log_lines is not None else {}),  # else ORCHESTRATOR_SIM_LOG_LINES
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -60,6 +61,16 @@ def _faults(_: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of lines, not {text!r}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestrator_sim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--seed", type=int, default=None)
     serve.add_argument("--available-ram-gib", type=float, default=1223)
+    serve.add_argument("--log-lines", type=_positive, default=None,
+                       help="docker's log rotation: every container keeps only its last N log lines "
+                            "(default: ORCHESTRATOR_SIM_LOG_LINES, else no rotation)")
     serve.set_defaults(func=_serve)
     faults = sub.add_parser("faults", help="print the fault table")
     faults.set_defaults(func=_faults)

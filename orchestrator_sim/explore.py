@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator_sim.compose_repo import TARGET_FILE
+from orchestrator_sim.explore_entry import DoorMixin
 from orchestrator_sim.faults import ENGINE_FAULTS, FAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,10 +100,22 @@ class Schedule:
     crash: tuple[str, int] | None = None  # ("after", N) journal write, ("inflight", k) mutating call
     during: list[Action] = field(default_factory=list)  # operator actions while the first rollout runs
     after: list[Action] = field(default_factory=list)  # operator actions once it ended
+    #: how the runs enter (explore_entry.py): "cli" is the gpu02 CLI schedule above
+    door: str = "cli"
+    door_args: dict[str, Any] = field(default_factory=dict)
+    hosts: tuple[str, ...] = ("gpu02",)
+    #: busy-409/server-500 aimed at one host's k-th eligible request: (name, host, k, count)
+    aimed: list[tuple[str, str, int, int]] = field(default_factory=list)
+    log_lines: int | None = None  # every engine keeps only its last N log lines (if the simulator can)
+    fast: bool = False  # the CI form: shorter cold starts, base hosts without gpu02's run first
 
     @property
     def kinds(self) -> list[str]:
-        out = []
+        out = [f"door:{self.door}"] if self.door != "cli" else []
+        if self.aimed:
+            out.append("aimed")
+        if self.log_lines:
+            out.append("short-logs")
         if self.faults:
             out.append("faults")
         if self.crash or any(a.crash for a in self.after):
@@ -113,6 +126,12 @@ class Schedule:
 
     def describe(self) -> str:
         parts = [f"faults=[{', '.join(self.faults)}]", "--yes" if self.yes else "approval by `approve`"]
+        if self.door != "cli" or self.aimed or self.log_lines:
+            from orchestrator_sim.explore_entry import describe_door
+
+            parts.insert(0, describe_door(self))
+        if self.fast:
+            parts.append("fast")
         if self.crash:
             parts.append(f"kill {'after journal write' if self.crash[0] == 'after' else 'with mutating call in flight'} #{self.crash[1]}")
         if self.during:
@@ -122,10 +141,31 @@ class Schedule:
         return "; ".join(parts)
 
 
-def draw(seed: int) -> Schedule:
-    """The schedule of a seed (pure: the same seed always draws the same schedule)."""
+#: how often each door is drawn (explore_entry.DOORS; `preview` only when the simulator has
+#: the dry-run-recreates fault)
+DOOR_WEIGHTS = {"cli": 30, "base": 14, "stall": 10, "serve": 12, "page": 8, "clock": 8, "env": 8, "journals": 5,
+                "preview": 5}
+
+
+def draw(seed: int, fast: bool = False) -> Schedule:
+    """The schedule of a seed (pure: the same seed always draws the same schedule; `fast`: the CI
+    form of the same schedule, see `Execution`)."""
+    from orchestrator_sim.explore_entry import doors_available, draw_door, draw_extras
+
     rng = random.Random(seed)
-    s = Schedule(seed=seed)
+    doors = doors_available()
+    door = rng.choices(doors, weights=[DOOR_WEIGHTS[d] for d in doors])[0]
+    s = Schedule(seed=seed, door=door, fast=fast)
+    if door != "cli":
+        draw_door(rng, s)
+        draw_extras(rng, s)
+        return s
+    _draw_cli(rng, s)
+    draw_extras(rng, s)
+    return s
+
+
+def _draw_cli(rng: random.Random, s: Schedule) -> None:
     names = sorted(GPU02_FAULTS)
     n_faults = rng.choices([0, 1, 2], weights=[45, 45, 10])[0]
     for name in rng.sample(names, n_faults):
@@ -157,7 +197,6 @@ def draw(seed: int) -> Schedule:
             if kind in ("rerun", "rollback") and rng.random() < 0.25:
                 a.crash = ("after", rng.randint(1, 40))
             s.after.append(a)
-    return s
 
 
 #: The holes the executor was just changed to close, as fixed schedules (`--hole NAME`). The
@@ -176,6 +215,24 @@ HOLES: dict[str, Schedule] = {
     "rollback-r1-after-done": Schedule(seed=0, after=[Action("rollback", "r1")]),
     "oom-r1-then-retry": Schedule(seed=0, faults=["oom:r1"], after=[Action("retry")]),
     "oom-r1-then-rollback-all": Schedule(seed=0, faults=["oom:r1"], after=[Action("rollback", "all")]),
+    # issue 21's cases through the new doors (explore_entry.py)
+    # (mutating call 7 is the up of the new r1: killed during r1's cold start, rolled back by hand)
+    "serve-adopts-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("killdone", 7), "rollback": True,
+                                                                             "adopt": True}),
+    "server-resume-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("killdone", 7), "rollback": True,
+                                                                              "adopt": False}),
+    "sigint-then-adopted": Schedule(seed=0, door="serve", door_args={"crash": ("sigint", 40), "adopt": True}),
+    "page-approve-in-cold-start": Schedule(seed=0, door="page", yes=False,
+                                           door_args={"actions": [("page-approve", "done", 2)]}),
+    "stall-rollback-gpu04": Schedule(seed=0, door="stall", hosts=("gpu02", "gpu03", "gpu04", "gpu23"),
+                                     door_args={"variant": "base-rollback", "k": 3}),
+    "clock-back-resume-after-rollback": Schedule(seed=0, door="clock", door_args={"kill": 60, "step": -3600,
+                                                                                  "rollback": True, "when": "resume"}),
+    "clock-back-rollback": Schedule(seed=0, door="clock", door_args={"kill": 60, "step": -3600, "rollback": True,
+                                                                     "when": "rollback"}),
+    "budget-changed-after-crash": Schedule(seed=0, door="env", door_args={
+        "change": ("GLM53_HICACHE_RAM_BUDGET", "650GiB"), "kill": 60, "then": "resume"}),
+    "two-journals-gpu02": Schedule(seed=0, door="journals", door_args={"trigger": ("done", 2), "host": "gpu02"}),
 }
 
 
@@ -195,7 +252,7 @@ class Command:
 
 def _mutating_key(c: Any) -> tuple[Any, ...]:
     b = c.body if isinstance(c.body, dict) else {}
-    return (c.path, b.get("tag"), b.get("file"), tuple(b.get("services") or ()))
+    return (c.path, b.get("tag"), b.get("file"), tuple(b.get("services") or ()), getattr(c, "host", "") or "")
 
 
 def _effective(c: Any) -> bool:
@@ -206,18 +263,32 @@ def end_state(fleet: Any) -> dict[str, tuple[str, str]]:
     return {c.service: (c.file, c.state) for c in fleet.host.containers() if c.state in ("running", "restarting")}
 
 
-class Execution:
+FAST_COLD_START_S = 900.0  # the CI form: 0.3 s real per cold start
+
+
+class Execution(DoorMixin):
     """One schedule against one fresh simulator."""
 
     def __init__(self, schedule: Schedule, workdir: Path, *, verbose: bool = False) -> None:
         from orchestrator_sim import SimConfig, SimFleet
+        from orchestrator_sim.explore_entry import aim, sim_field
         from orchestrator_sim.readiness import attach_engine_log
 
         self.s = schedule
         self.dir = workdir
         self.verbose = verbose
-        self.fleet = SimFleet(SimConfig(speed=SPEED, faults=list(schedule.faults), cold_start_s=COLD_START_S,
-                                        seed=schedule.seed))
+        extra: dict[str, Any] = {}
+        log_field = sim_field("log_lines")
+        if schedule.log_lines and log_field:
+            extra[log_field] = schedule.log_lines
+        self.fleet = SimFleet(SimConfig(speed=SPEED, faults=list(schedule.faults),
+                                        cold_start_s=FAST_COLD_START_S if schedule.fast else COLD_START_S,
+                                        seed=schedule.seed, hosts=tuple(schedule.hosts), **extra))
+        aim(self.fleet, schedule.aimed)
+        self.env_before: dict[str, str] | None = None
+        self.server: Any = None
+        self.url = ""
+        self.approved: set[tuple[str, str]] = set()
         self.engines = attach_engine_log(self.fleet.host)
         self.commands: list[Command] = []
         #: operator asks: (sim time, who, slot or "all", the command, counted only if it exited 0)
@@ -244,14 +315,14 @@ class Execution:
         if self.verbose:
             print(f"  [{self.fleet.now():7.0f}s] {msg}", flush=True)
 
-    def runs(self) -> list[dict[str, Any]]:
-        db = self.dir / "journal.sqlite3"
+    def runs(self, state: Path | None = None) -> list[dict[str, Any]]:
+        db = (state or self.dir) / "journal.sqlite3"
         if not db.exists():
             return []
         try:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
             try:
-                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY run_seq").fetchall()
+                rows = con.execute("SELECT run_id, kind, state, terminal, outcome, created_at FROM runs ORDER BY run_seq").fetchall()  # the journal's sequence, never a clock
             finally:
                 con.close()
         except sqlite3.Error:
@@ -357,6 +428,9 @@ class Execution:
 
     def execute(self) -> None:
         s = self.s
+        if s.door != "cli":
+            self.execute_door()
+            return
         with self.fleet:
             # the first rollout, with its crash point and in-run operator actions
             args = ["rollout", "gpu02", "--tag", TAG] + (["--yes"] if s.yes else [])
@@ -473,8 +547,14 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
     out: list[str] = []
     calls = ex.fleet.calls
     # I4 (and I1 through the timeline: serving means ready)
-    for v in ex.fleet.check_invariants():
-        out.append(("I1 serving: " if "not serving" in v else "I4 rules: ") + v)
+    found = ex.fleet.check_invariants()
+    if ex.env_before is not None:  # the env map changed mid-history: a call is judged by either map
+        before = set(ex.fleet.check_invariants(dashboard_env=ex.env_before))
+        found = [v for v in found if "env map" not in v or v in before]
+    for v in found:
+        label = ("I1 serving: " if "not serving" in v else "I1 capacity: " if "base hosts served" in v
+                 else "I4 rules: ")
+        out.append(label + v)
     # I2: a ready engine of the new definition stopped without a failed gate on it or an operator's ask
     faults = [f.partition(":") for f in ex.s.faults]
     for e in ex.engines.events():
@@ -490,13 +570,14 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
               if e.call_seq else "no compose call")
         out.append(f"I2 teardown: the ready new {e.slot} ({e.container} {e.container_id}) was stopped at t={e.at:.0f}s by "
                    f"{by}, with no failed gate on {e.slot} and no operator asking")
-    # I3: consecutive accepted compose calls with the same request
-    prev = None
+    # I3: consecutive accepted compose calls with the same request (per host)
+    prev: dict[str, Any] = {}
     for c in sorted((c for c in calls if _effective(c)), key=lambda c: c.seq):
-        if prev is not None and _mutating_key(prev) == _mutating_key(c):
-            out.append(f"I3 duplicate: call #{c.seq} repeats call #{prev.seq} ({c.path} {_mutating_key(c)[2]} "
-                       f"{','.join(_mutating_key(c)[3])}) with nothing accepted in between")
-        prev = c
+        p = prev.get(c.host or "")
+        if p is not None and _mutating_key(p) == _mutating_key(c):
+            out.append(f"I3 duplicate: call #{c.seq} repeats call #{p.seq} ({c.host + ' ' if c.host else ''}{c.path} "
+                       f"{_mutating_key(c)[2]} {','.join(_mutating_key(c)[3])}) with nothing accepted in between")
+        prev[c.host or ""] = c
     # I3 against an uninterrupted run of the same faults (crash schedules)
     if reference is not None:
         first = collections.Counter(_mutating_key(c) for c in calls if c.is_mutating and c.seq <= ex.first_run_end_seq
@@ -520,14 +601,16 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
     return out
 
 
-_REFERENCES: dict[tuple[tuple[str, ...], bool], dict[str, Any]] = {}
+_REFERENCES: dict[Any, dict[str, Any]] = {}
 
 
-def reference_for(faults: list[str], yes: bool, seed: int, workroot: Path) -> dict[str, Any]:
-    """An uninterrupted first rollout with the same faults (cached per process)."""
-    key = (tuple(faults), yes)
+def reference_for(faults: list[str], yes: bool, seed: int, workroot: Path, like: Schedule | None = None) -> dict[str, Any]:
+    """An uninterrupted first rollout with the same faults (cached per process); `like`: take its
+    form (fast), aimed faults and log length too."""
+    extra = (like.fast, tuple(like.aimed), like.log_lines) if like is not None else (False, (), None)
+    key: Any = (tuple(faults), yes) if extra == (False, (), None) else (tuple(faults), yes, extra)
     if key not in _REFERENCES:
-        s = Schedule(seed=seed, faults=list(faults), yes=True)
+        s = Schedule(seed=seed, faults=list(faults), yes=True, fast=extra[0], aimed=list(extra[1]), log_lines=extra[2])
         d = Path(tempfile.mkdtemp(prefix="ref-", dir=workroot))
         ex = Execution(s, d)
         ex.execute()
@@ -559,10 +642,10 @@ def run_schedule(s: Schedule, workroot: Path | None = None, *, verbose: bool = F
         for e in ex.engines.events():
             print(f"  [{e.at:7.0f}s] {e.slot} {e.container} {e.file.rsplit('/', 1)[-1]} {e.reason}"
                   + (f" (by call #{e.call_seq} {e.call_action})" if e.call_seq else ""))
-    if s.crash is not None and not [a for a in s.during if a.kind in ("abort", "second-runner")]:
+    if s.door == "cli" and s.crash is not None and not [a for a in s.during if a.kind in ("abort", "second-runner")]:
         ex.first_end_state = ex.state_after_first
         if reference is None:
-            reference = reference_for(s.faults, s.yes, s.seed, workroot)
+            reference = reference_for(s.faults, s.yes, s.seed, workroot, like=s)
     else:
         reference = None
     violations = judge(ex, reference)
@@ -571,8 +654,9 @@ def run_schedule(s: Schedule, workroot: Path | None = None, *, verbose: bool = F
                   repro or repro_line(s.seed), ex.first_outcome, label=label)
 
 
-def run_seed(seed: int, workroot: Path | None = None, *, verbose: bool = False) -> Result:
-    return run_schedule(draw(seed), workroot, verbose=verbose)
+def run_seed(seed: int, workroot: Path | None = None, *, verbose: bool = False, fast: bool = False) -> Result:
+    return run_schedule(draw(seed, fast), workroot, verbose=verbose,
+                        repro=repro_line(seed) + (" --fast" if fast else ""))
 
 
 def run_hole(name: str, workroot: Path | None = None, *, verbose: bool = False) -> Result:
@@ -651,8 +735,8 @@ def print_result(r: Result) -> None:
         print(f"{'':15} reproduce: {r.repro}", flush=True)
 
 
-def _seed_job(seed: int, workroot: str) -> Result:
-    return run_seed(seed, Path(workroot))
+def _seed_job(seed: int, workroot: str, fast: bool = False) -> Result:
+    return run_seed(seed, Path(workroot), fast=fast)
 
 
 def _hole_job(name: str, workroot: str) -> Result:
@@ -671,6 +755,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", choices=["writes", "inflight", "all"], default=None)
     p.add_argument("--hole", action="append", default=None,
                    help=f"run a known-hole schedule by name (or 'all'): {', '.join(HOLES)}")
+    p.add_argument("--fast", action="store_true", help="the CI form of each seed's schedule (shorter cold starts, "
+                   "base hosts without gpu02's run first)")
+    p.add_argument("--door", action="append", default=None,
+                   help="with --seeds: only the seeds whose schedule enters by this door (repeatable)")
     p.add_argument("--points", default=None, help="sweep only these points (comma separated)")
     p.add_argument("--report", default=str(ROOT / ".state" / "explore" / "report.md"))
     p.add_argument("--workdir", default=None)
@@ -717,14 +805,16 @@ def main(argv: list[str] | None = None) -> int:
         first = args.seed if args.seed is not None else 0
         n = args.seeds if args.seeds is not None else (1 if args.seed is not None else 20)
         seeds = list(range(first, first + n))
+        if args.door:
+            seeds = [sd for sd in seeds if draw(sd).door in args.door]
         if n == 1:
-            r = run_seed(seeds[0], workroot, verbose=True)
+            r = run_seed(seeds[0], workroot, verbose=True, fast=args.fast)
             collect([r])
         elif pool:
-            collect([pool.submit(_seed_job, sd, str(workroot)) for sd in seeds])
+            collect([pool.submit(_seed_job, sd, str(workroot), args.fast) for sd in seeds])
         else:
             for sd in seeds:
-                collect([run_seed(sd, workroot)])
+                collect([run_seed(sd, workroot, fast=args.fast)])
         title = f"schedule explorer: seeds {first}..{first + n - 1}"
     if pool:
         pool.shutdown()

@@ -4,6 +4,9 @@
 ORCHESTRATOR_TEST_KILL_AFTER=N (0: never), ORCHESTRATOR_TEST_WRITE_LOG=path (one line per write:
 `count method kind mutating`). The write that triggers the kill has been committed; the HTTP call
 or the next write after it never happens.
+
+ORCHESTRATOR_TEST_CLOCK_OFFSET_S=S (test-only, the explorer's `clock` door): the orchestrator's wall
+clock reads S seconds off (a host whose clock was stepped), see explore_entry.clock_offset_hook.
 """
 
 import os
@@ -39,6 +42,9 @@ for _n in ("record_transition", "record_intent", "record_outcome"):
     _wrap(SqlJournal, _n)
 
 from orchestrator.cli import main  # noqa: E402
+from orchestrator_sim.explore_entry import clock_offset_hook  # noqa: E402
+
+clock_offset_hook()
 
 sys.argv[0] = "orchestrate"
 main()

@@ -20,13 +20,14 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import random
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -56,6 +57,23 @@ RELAY_PORTS = (8008, 8009)
 # The base-tier hosts' addresses (TEST-NET, as the peers' static list had them).
 BASE_HOST_IPS = {"gpu03": "203.0.113.3", "gpu04": "203.0.113.4", "gpu23": "203.0.113.23"}
 KNOWN_HOSTS = ("gpu02", *BASE_HOSTS)
+#: Every engine (every container) keeps only its last N log lines, as docker's log rotation
+#: (`max-size`/`max-file`) does on production hosts: `SimConfig.log_lines`'s default.
+LOG_LINES_ENV = "ORCHESTRATOR_SIM_LOG_LINES"
+
+
+def log_lines_from_env() -> int | None:
+    """ORCHESTRATOR_SIM_LOG_LINES as a positive line count (unset or empty: no rotation)."""
+    raw = os.environ.get(LOG_LINES_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{LOG_LINES_ENV} must be a positive number of log lines, not {raw!r}")
+    return n
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,10 @@ class SimConfig:
     # that rule (False: the old assumption that such a change recreates, for comparison tests).
     compose_version: str = COMPOSE_VERSION
     inline_configs_ignored: bool | None = None
+    # docker's log rotation: every container keeps only its last N lines (None: all, up to
+    # host_core.LOG_CAP); a long-running engine's start and ready line are then long gone.
+    # Default: ORCHESTRATOR_SIM_LOG_LINES.
+    log_lines: int | None = field(default_factory=log_lines_from_env)
     #: gpu02's starting point: "canary" (the canary file, before #294) or "long-context" (after it)
     initial: str = "canary"
 
@@ -268,6 +290,7 @@ class SimFleet:
             "fresh": self.config.fresh_host,
             "compose_version": self.config.compose_version,
             "inline_configs_ignored": self.config.inline_configs_ignored,
+            "log_lines": self.config.log_lines,
         }
         self.hosts: dict[str, SimHost] = {}
         self._envs: dict[str, dict[str, str]] = {"gpu02": env}

@@ -66,6 +66,7 @@ class SimHost(ComposeOperations, ServingPaths):
         domain: str = LONG_DOMAIN,
         compose_version: str = COMPOSE_VERSION,
         inline_configs_ignored: bool | None = None,
+        log_lines: int | None = None,
     ) -> None:
         """`fresh`: a host where nothing was ever deployed (only compose-manager's start in the
         action log), as the recorded 8e07c35 exchanges begin; default: the canary deployed
@@ -75,7 +76,13 @@ class SimHost(ComposeOperations, ServingPaths):
         `domain` decides the host's role: gpu02 serves the long domain (its registrar is listed
         a discovery cycle after it starts, as before); a base-domain host's registrar, drain and
         downloader are simulated step by step (host_core.py) and its rollout file is the
-        W4AFP8 base-tier file."""
+        W4AFP8 base-tier file.
+
+        `log_lines`: docker's log rotation, every container keeps only its last N lines (an
+        engine that has run for days has logged far more than that since its ready line)."""
+        if log_lines is not None and log_lines < 1:
+            raise ValueError(f"log_lines must be a positive number of lines, not {log_lines!r}")
+        self.log_lines = log_lines
         self._lock = RLock()
         self.clock = clock
         self.name = name
@@ -189,6 +196,14 @@ class SimHost(ComposeOperations, ServingPaths):
             c.log += self._engine_step_lines(c, step, ts)
         c.engine.ready = True
         c.engine.cache = PrefixCache(hicache=c.engine.hicache)
+        if self.log_lines is not None:
+            # its days of steady-state chatter since the ready line, as far back as the rotated
+            # window reaches (each turn logs at least two lines)
+            ready_at = t0 + default_cold
+            turns = min(int((-600.0 - ready_at) // NOISE_INTERVAL_S), self.log_lines // 2 + 1)
+            for k in range(turns, 0, -1):
+                c.log += sglang_log.noise_lines(self.wall(-600.0 - NOISE_INTERVAL_S * k), self.rng)
         for k in range(3):
             c.log += sglang_log.noise_lines(self.wall(-600.0 + 200.0 * k), self.rng)
+        self._append(c, [])  # the rotation's cut
         self._schedule(NOISE_INTERVAL_S, self._engine_noise, c, c.run)

@@ -87,6 +87,7 @@ class HostCore:
     name: str  # gpu02, gpu03, ...
     compose_version: str  # docker compose's release on the host (docker ps: com.docker.compose.version)
     inline_configs_ignored: bool  # a change of inline `configs:` content alone recreates nothing (#11900)
+    log_lines: int | None  # docker's log rotation: each container keeps its last N lines (None: LOG_CAP)
     domain: str  # the model-proxy domain its registrar registers under
     base: bool  # a base-tier host: its registrar and downloader are simulated step by step
     target_file: str  # the rollout's new file on this host (engine faults hit its engines)
@@ -255,8 +256,9 @@ class HostCore:
 
     def _append(self, c: Container, lines: list[str]) -> None:
         c.log.extend(lines)
-        if len(c.log) > LOG_CAP:
-            del c.log[: len(c.log) - LOG_CAP]
+        cap = min(LOG_CAP, self.log_lines) if self.log_lines is not None else LOG_CAP
+        if len(c.log) > cap:
+            del c.log[: len(c.log) - cap]
 
     def _booked(self, exclude: Container | None = None) -> int:
         return sum(
@@ -705,6 +707,29 @@ class HostCore:
             self.sync()
             c = self._containers.get(name)
             return list(c.log) if c else list(self._removed_logs.get(name, []))
+
+    def crash(self, name: str, *, hang_cold_start: bool = False) -> None:
+        """What a production host may do on its own: engine `name`'s process dies (an NCCL
+        error, exit 1) and its restart policy brings the same container back into a cold start,
+        which never finishes with `hang_cold_start`. For tests: an engine in a cold start that no
+        run started (e.g. r1 while a rollout is about to stop the old r2)."""
+        with self._lock:
+            self.sync()
+            c = self._containers.get(name)
+            if c is None or c.engine is None or c.state != "running":
+                raise ValueError(f"{name} is not a running engine")
+            if hang_cold_start:
+                c.engine.fault = "cold-start-hang"
+            self._append(c, sglang_log.nccl_error_lines(self.wall()))
+            self._exit(c, 1)  # restarting; the restart policy starts it again (a cold start)
+
+    def clear_work_dir(self) -> None:
+        """compose-manager came back with an empty work dir (its container was recreated): every
+        file must be fetched again by an up or dry run naming it; until then `compose/logs` and
+        `compose/down` of that file fail (500 `open .../prod/X.yaml: no such file or directory`),
+        while the containers it deployed run on. For tests."""
+        with self._lock:
+            self._work_dir.clear()
 
     def booked_bytes(self) -> int:
         with self._lock:

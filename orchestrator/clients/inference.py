@@ -262,6 +262,12 @@ class SoakRelayClient(_OpenAIEndpoint):
         )
         return result
 
+    async def health(self) -> None:
+        """GET /health through the relay (this replica's engine answers it); raises the client's
+        errors (a refused connection: the relay does not run; 502: the engine behind it does not
+        answer, or the relay routes to another container)."""
+        await self._call("GET", "/health", want_json=False)
+
     async def metrics_text(self) -> str:
         """GET /metrics through the relay: the engine's Prometheus text, unparsed (the caller parses
         it with prometheus_client's parser). Raises the client's errors like every other route."""

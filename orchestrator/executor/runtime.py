@@ -9,16 +9,15 @@ Rules kept here (each pinned by a test in tests/executor/):
 - every mutating call is journaled as an intent before it is sent and an outcome after; on resume
   an intent without an outcome is settled by observation (compose-manager's `GET /status`, the
   action log and docker/ps), never sent again;
-- an engine *serves* only when its container runs, is not restarting, its log since the
-  container started holds the ready line, and no startup line follows that ready line (a restart
-  inside the same container); `stop_guard` allows stopping an engine only while it does not serve
-  or an engine of another replica serves;
+- whether an engine *serves* is the one three-valued model of orchestrator/serving_evidence.py
+  (docker/ps, the log window, the model-proxy peers; never "not serving" for a ready line that
+  docker's log rotation dropped); `stop_guard` allows stopping an engine only while it is known
+  not to serve or an engine of another replica is known to serve: "unknown" never permits it;
 - a dry run that changed docker/ps halts the run (docker/compose#14029).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,7 @@ from orchestrator.progress import Progress
 from orchestrator.redaction import Redactor
 from orchestrator.compose_refs import resolve_file, resolve_services
 from orchestrator.runbook import Runbook, Step
+from orchestrator.serving_evidence import LogWindow, Peers, Verdict, judge, stop_refusal, up_seconds
 from orchestrator.steps.base import StepOutcome, fail, halt
 
 log = structlog.get_logger("orchestrator.executor")
@@ -86,28 +86,9 @@ class DryRunCall:
     outcome: StepOutcome | None = None
 
 
-@dataclass
-class ServingVerdict:
-    serving: bool
-    why: str
-    #: True when the evidence could not decide (log unreadable): callers take the safe side
-    unknown: bool = False
-
-
-_UP_RE = re.compile(r"^Up\s+(?:(?P<less>Less than a second)|(?P<about>About an? )?(?P<n>\d+|an?)?\s*(?P<unit>second|minute|hour|day|week|month|year)s?)", re.I)
-_UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "month": 2592000, "year": 31536000}
-
-
-def up_seconds(status: str) -> float | None:
-    """Seconds since start from docker's `Up 5 minutes` (None when the status is not `Up ...`)."""
-    m = _UP_RE.match(status.strip())
-    if not m:
-        return None
-    if m.group("less"):
-        return 0.0
-    n = m.group("n")
-    count = 1 if n in (None, "a", "an") else int(n)
-    return float(count * _UNIT[m.group("unit").lower()])
+#: The one serving model (orchestrator/serving_evidence.py): three-valued, "unknown" never
+#: permits a stop. `ServingVerdict` is its verdict (`serving`, `not_serving`, `unknown`, `why`).
+ServingVerdict = Verdict
 
 
 class Runtime:
@@ -134,6 +115,7 @@ class Runtime:
         self.log = log.bind(run_id=run.run_id, host=run.host)
         self._hb_next = 0.0
         self._previous_ref_of = runbook.previous_ref_of()  # read on every log poll: once per run
+        self._files_by_action_log: dict[str, str] | None = None  # service -> file of its newest up (log_window)
 
     # -- small helpers ------------------------------------------------------------------------
     def scrub(self, text: str) -> str:
@@ -400,47 +382,133 @@ class Runtime:
         except PlacementError as exc:
             return halt(str(exc)) if exc.changed else fail(str(exc))
 
-    # -- serving ---------------------------------------------------------------------------------
-    async def serving(self, service: str, containers: list[Container] | None = None) -> ServingVerdict:
-        """Serving = ready and stayed ready (see the module docstring)."""
-        by_svc = by_service(containers if containers is not None else await self.ps())
-        c = by_svc.get(service)
-        if c is None:
-            return ServingVerdict(False, f"{service} is not running")
-        if c.state != "running" or c.restarting:
-            return ServingVerdict(False, f"{service} is {c.state} ({c.status})")
+    # -- serving (the one model: orchestrator/serving_evidence.py) ------------------------------
+    async def log_window(self, service: str) -> LogWindow:
+        """The engine's last SERVING_WINDOW log lines (docker's rotation may keep fewer), or why
+        they could not be read (the file never fetched on the host, no env map, ...)."""
         try:
-            text = await self.clients.compose.logs(self.service_file(service), [service], SERVING_WINDOW, self.entry.project)
+            file = await self._log_file(service)
+            text = await self.clients.compose.logs(file, [service], SERVING_WINDOW, self.entry.project)
         except ClientError as exc:
-            return ServingVerdict(False, f"{service}: its log could not be read ({type(exc).__name__})", unknown=True)
-        ready_marks = list(self.rb.log_gates.required)
-        last_ready = last_start = -1
-        lines = text.splitlines()
-        for i, line in enumerate(lines):
-            if any(m in line for m in ready_marks):
-                last_ready = i
-            if self.rb.log_gates.startup in line:
-                last_start = i
-        if last_ready < 0 and last_start < 0 and len(lines) >= SERVING_WINDOW:
-            # a long-running engine: its start (and ready line) scrolled out of the window, and it
-            # has not started again within it. Up longer than a whole cold start: it serves.
-            if self.ctx.ready.get(service) == c.id:
-                return ServingVerdict(True, f"{service} passed its cold start in this run (same container) and has not "
-                                            f"started again since")
-            up = up_seconds(c.status)
-            if up is not None and up >= self.rb.timeouts.cold_start:
-                return ServingVerdict(True, f"{service} has run for {c.status.removeprefix('Up ')} without a restart in its last "
-                                            f"{SERVING_WINDOW} log lines")
-            return ServingVerdict(False, f"{service}: its start scrolled out of the log window and its Up time "
-                                         f"({c.status}) cannot rule out a cold start", unknown=True)
-        if last_ready < 0:
-            return ServingVerdict(False, f"{service} runs but has not logged its ready line (cold start?)")
-        if last_start > last_ready:
-            return ServingVerdict(False, f"{service} started again after its ready line (a restart inside its container)")
-        return ServingVerdict(True, f"{service} is ready")
+            return LogWindow.unreadable(f"{type(exc).__name__}: {self.scrub(str(exc))[:160]}")
+        return LogWindow(text.splitlines())
+
+    async def _log_file(self, service: str) -> str:
+        """The file a serving check reads `service`'s log through: the file that deployed it as
+        this run knows it (`service_file`), else the file of the newest up in compose-manager's
+        action log that named it (before the before-state is read, e.g. at placement or in an
+        early abort's `host now`: the new file may not define the old engine at all)."""
+        known = (self.ctx.deployed.get(service) or self.ctx.previous.get(service)
+                 or self.ctx.previous.get(self._previous_ref_of.get(service, "")))
+        if known:
+            return known["file"]
+        if self._files_by_action_log is None:
+            self._files_by_action_log = {}
+            try:
+                for act in await self.clients.compose.action_log():
+                    if act.action == "compose_up" and act.file:
+                        self._files_by_action_log.update({s: act.file for s in act.services})
+            except ClientError:
+                pass  # the new file, as before
+        return self._files_by_action_log.get(service, self.rb.file)
+
+    async def peers_view(self) -> Peers:
+        """Do the model-proxy peers route to this host (every peer lists it healthy under one of
+        the runbook's domains)? A peer that cannot be asked leaves it undecided (None)."""
+        addr = split_host(self.entry.model_proxy_address)
+        if not self.clients.peers:
+            return Peers(None, "no model-proxy peer is configured")
+        missing = []
+        for peer in self.clients.peers:
+            routed = False
+            for domain in self.rb.domains.roles().values():
+                try:
+                    got = await peer.presence(addr, domain)
+                except ClientError as exc:
+                    return Peers(None, f"model-proxy {peer.name} could not be asked ({type(exc).__name__})")
+                if got.listed and got.healthy:
+                    routed = True
+                    break
+            if not routed:
+                missing.append(peer.name)
+        if missing:
+            return Peers(False, f"{', '.join(missing)} does not list {addr} healthy")
+        names = " and ".join(p.name for p in self.clients.peers)
+        return Peers(True, f"the model-proxy peers ({names}) route to {addr}")
+
+    async def serving(self, service: str, containers: list[Container] | None = None) -> Verdict:
+        """Serving, not serving or unknown, from docker/ps, the log window and the peers (see
+        orchestrator/serving_evidence.py); the peers and the other engines' logs are read only
+        when docker and this engine's log do not decide."""
+        from orchestrator.serving_evidence import base_verdict, from_docker, from_log
+
+        containers = containers if containers is not None else await self.ps()
+        by_svc = by_service(containers)
+        c = by_svc.get(service)
+        g = self.rb.log_gates
+        decided = from_docker(service, c)
+        if decided is not None:
+            return decided
+        assert c is not None
+        ran_here = self.ctx.ready.get(service) == c.id
+        log = await self.log_window(service)
+        decided = from_log(service, log, ready_marks=g.required, startup=g.startup, ran_here=ran_here)
+        if decided is not None:
+            return decided
+        others: dict[str, Verdict] = {}
+        for o in self.rb.engines():
+            if o == service:
+                continue
+            oc = by_svc.get(o)
+            o_log = await self.log_window(o) if oc is not None and from_docker(o, oc) is None else LogWindow(())
+            others[o] = base_verdict(o, oc, o_log, ready_marks=g.required, startup=g.startup,
+                                     ran_here=oc is not None and self.ctx.ready.get(o) == oc.id)
+        relay = await self._relay_health(service, containers)
+        return judge(service, c, log, ready_marks=g.required, startup=g.startup, ran_here=ran_here,
+                     peers=None if relay else await self.peers_view(), others=others,
+                     cold_start_s=self.rb.timeouts.cold_start, relay=relay)
+
+    def _relay_ports(self) -> dict[str, tuple[int, str]]:
+        """replica -> (soak relay port, token variable), from the runbook's `relay:` gates."""
+        out: dict[str, tuple[int, str]] = {}
+        for ph in self.rb.phases:
+            for st in ph.steps:
+                if st.relay is not None and ph.replica:
+                    out.setdefault(ph.replica, (st.relay.port, st.relay.token_variable))
+        return out
+
+    async def _relay_health(self, service: str, containers: list[Container]) -> str | None:
+        """Live, per engine: where a container publishes the soak relay's port of this engine's
+        replica and this engine is the only one of its replica running, GET /health through it.
+        What it saw when it answered; None otherwise (no relay, a refusal, a 502: no evidence,
+        since the relay may route to a container that is gone). Only with the env map in hand
+        (its token): a serving check never reads the dashboard itself."""
+        from orchestrator.serving_evidence import publishes
+
+        replica = self.rb.replica_of(service)
+        port = self._relay_ports().get(replica or "")
+        if port is None or self.env is None:
+            return None
+        siblings = [c for c in containers if self.rb.replica_of(c.service or c.name) == replica]
+        if [c.service or c.name for c in siblings] != [service] or not any(publishes(c, port[0]) for c in containers):
+            return None
+        try:
+            await self.relay_client(port[0], self.env.get(port[1], "")).health()
+        except ClientError:
+            return None
+        return f"the soak relay :{port[0]} (its replica's port) answers /health"
+
+    async def running_engine_verdicts(self, containers: list[Container] | None = None) -> dict[str, Verdict]:
+        """The serving verdict of every engine docker/ps lists (running or restarting)."""
+        containers = containers if containers is not None else await self.ps()
+        engines = [(c.service or c.name) for c in containers if self.rb.replica_of(c.service or c.name)]
+        return {svc: await self.serving(svc, containers) for svc in engines}
 
     async def stop_guard(self, services: list[str]) -> str | None:
-        """Why stopping these services now would take down the last serving replica (None: safe)."""
+        """Why stopping these services now could take down the last serving replica (None: safe).
+        An engine is stopped only when it is known not to serve, or (one-host capacity) an engine
+        of another replica is known to serve, or (fleet capacity) the peers no longer list the
+        host. "Unknown" never permits a stop."""
         engines = [s for s in services if self.rb.replica_of(s)]
         if not engines:
             return None
@@ -452,22 +520,21 @@ class Runtime:
         listed: list[str] | None = None  # asked of the peers once per guard, when it matters
         for e in engines:
             mine = await self.serving(e, containers)
-            if not mine.serving and not mine.unknown:
+            if mine.not_serving:
                 continue  # stopping an engine known not to serve takes no capacity away
             if self.rb.capacity == "fleet":
                 if listed is None:
                     listed = await self._still_listed()
                 if not listed:
                     continue  # drained: the runbook's other hosts carry the domain
-                return (f"refusing to stop {e}: it serves and {self.run.host} is not drained ({'; '.join(listed)}); "
+                return (f"refusing to stop {e}: it {'serves' if mine.serving else 'may serve (' + mine.why + ')'} and "
+                        f"{self.run.host} is not drained ({'; '.join(listed)}); "
                         f"stopping it would cut traffic the model-proxy still sends here. Nothing was stopped")
             others = [o for o in self.rb.engines() if self.rb.replica_of(o) not in stopping]
-            verdicts = [await self.serving(o, containers) for o in others]
-            if any(v.serving for v in verdicts):
-                continue
-            whys = "; ".join(v.why for v in verdicts) or "the runbook names no other replica"
-            return (f"refusing to stop {e}: it serves, and no other replica does ({whys}); stopping it would leave "
-                    f"{self.run.host} with no serving replica. Nothing was stopped")
+            verdicts = {o: await self.serving(o, containers) for o in others}
+            refusal = stop_refusal(e, mine, verdicts, self.run.host)
+            if refusal:
+                return refusal
         return None
 
     #: `ip:port` -> `ip` (a peer asked about a bare host matches every port of it)
@@ -502,7 +569,7 @@ class Runtime:
                 for c in running:
                     svc = c.service or c.name
                     v = await self.serving(svc, containers)
-                    parts.append(f"{replica}: {svc} {'serving' if v.serving else 'NOT serving (' + v.why + ')'}")
+                    parts.append(f"{replica}: {svc} {v.phrase()}")
             if self.rb.capacity == "fleet":  # engines up is not traffic: say whether the peers route here
                 listed = await self._still_listed()
                 parts.append("in the pool: " + "; ".join(listed) if listed else

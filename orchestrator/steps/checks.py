@@ -212,14 +212,23 @@ class HostStateCheck:
             diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
             return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
                         f"Nothing was changed")
+        # the one serving model (orchestrator/serving_evidence.py): what each engine's evidence says
+        verdicts = await rt.running_engine_verdicts()
+        rt.ctx.placement["serving"] = {svc: v.state.value for svc, v in verdicts.items()}
+        serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())
         if state.action == "done":
+            down = [f"{svc} {v.phrase()}" for svc, v in verdicts.items() if v.not_serving]
+            if down:  # the target is in place but not serving: "nothing to do" would be untrue
+                return fail(f"{rt.run.host} already runs the target ({state.say}), but {'; '.join(down)}. Nothing was "
+                            f"changed; look at the host (a rollout has nothing to deploy here)")
             for _, other in unfinished(rt.journal, [rt.run.host], but=rt.run.run_id):
                 # the target is in place, but that run's remaining gates (its soak, its approval)
                 # never passed: "nothing to do" must not stand in for them
                 return fail(f"{rt.run.host} already runs the target, but run {other.run_id} ({other.kind}) stopped at "
                             f"{other.state} before it ended: `orchestrate resume {other.run_id}` finishes it (its soak "
                             f"and approval). Nothing was changed")
-            return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do")
+            return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do"
+                        + (f" (engines: {serving_note})" if any(not v.serving for v in verdicts.values()) else ""))
         target = first if state.action == "start" else state.action
         foreign = await rt.foreign_in_flight()  # someone else is acting on the host right now
         if not foreign and state.action != "start":
@@ -227,7 +236,8 @@ class HostStateCheck:
         if foreign:
             return fail(foreign)
         if (wanted or first) == target:
-            return ok(f"{rt.run.host} is in state {state.name} ({state.say}): the procedure runs from phase {target}")
+            return ok(f"{rt.run.host} is in state {state.name} ({state.say}): the procedure runs from phase {target}"
+                      + (f"; engines: {serving_note}" if serving_note else ""))
         if state.action == "start":
             return fail(f"{rt.run.host} is in state {state.name} ({state.say}): start from the beginning, without --continue")
         return fail(

@@ -17,6 +17,16 @@ from orchestrator.parsers.docker_ps import by_service
 
 if TYPE_CHECKING:
     from orchestrator.executor.runtime import Runtime
+    from orchestrator.parsers.docker_ps import Container
+
+
+def long_up(c: "Container", cold_start_s: float) -> bool:
+    """docker says the container has run longer than a whole cold start may take: a log window
+    without its startup line has lost it to rotation (it will not come)."""
+    from orchestrator.serving_evidence import up_seconds
+
+    up = up_seconds(c.status)
+    return up is not None and up >= cold_start_s
 
 
 #: While the cold-start gate's log probes say nothing is new, the log is still read whole this often
@@ -125,11 +135,18 @@ class ColdStart:
                     batch = await follower.poll()
                     read_due = now + FULL_READ_S
                     reads.append((now, len(batch.new)))
-                if first_poll and len(batch.new) >= follower.initial_tail - 1 and not any(g.startup in ln.text for ln in batch.new):
+                if first_poll and batch.new and not any(g.startup in ln.text for ln in batch.new) and (
+                        len(batch.new) >= follower.initial_tail - 1 or long_up(c, rt.rb.timeouts.cold_start)):
                     # a resumed gate whose engine has logged more than the window since it started:
                     # its per-rank milestones are out of reach. Never judge (or time out) blind.
-                    return halt(f"{service}: its start scrolled out of the first {follower.initial_tail} log lines, so its "
-                                f"milestones cannot be checked; nothing was stopped. Judge the engine by hand, then resume")
+                    finished = self._start_rotated_out(rt, c, gate, [ln.text for ln in batch.new])
+                    if finished is not None:
+                        verdict = await rt.serving(service)
+                        if not verdict.not_serving:
+                            return ok(f"{service}: {finished}; serving: {verdict.state.value} ({verdict.why})")
+                    return halt(f"{service}: its start scrolled out of the log window ({len(batch.new)} lines read; docker: "
+                                f"{c.status}), so its milestones cannot be checked; nothing was stopped. Judge the engine by "
+                                f"hand, then resume")
                 first_poll = False
                 for idx, ln in enumerate(batch.new):
                     if g.startup in ln.text:
@@ -178,6 +195,28 @@ class ColdStart:
                 waited = "unprobed"
             else:
                 waited = await rt.wait_for_output(follower, until=ps_due)
+
+    @staticmethod
+    def _start_rotated_out(rt: "Runtime", c: "Container", gate: LogGate, lines: list[str]) -> str | None:
+        """A resumed gate whose engine's start rotated out of its log, for a gate that needs only
+        the ready line (no per-rank milestones: those cannot be judged without the start): the
+        start finished when docker says the container has run, never restarted, longer than a
+        whole cold start may take and its window holds no start and no failure line but shows it
+        working (health checks answered, batches run). What that evidence is, or None (the gate
+        halts)."""
+        g = rt.rb.log_gates
+        if gate.required_per_rank or not c.is_running or not long_up(c, rt.rb.timeouts.cold_start):
+            return None
+        if any(bad in text for text in lines for bad in g.forbidden):
+            return None
+        from orchestrator.serving_evidence import past_its_start
+
+        if not past_its_start(lines):  # a start that hangs logs no request, no batch, no health check
+            return None
+        return (f"its start rotated out of its log (the last {len(lines)} lines hold no start and no failure line, and show it "
+                f"answering health checks or serving) and docker "
+                f"says it has run {c.status.removeprefix('Up ')} without a restart, longer than a whole cold start: its start "
+                f"finished")
 
     @staticmethod
     def _failed_on_line(rt: "Runtime", node: Node, step: Step, record: list[str], why: str) -> StepOutcome:
@@ -309,9 +348,15 @@ class Soak:
         if replaced:
             return fail(f"during the soak: {replaced}")
         for svc in watched:
+            # the one serving model (orchestrator/serving_evidence.py): an engine known not to
+            # serve fails the soak; one whose evidence does not decide (its start rotated out of
+            # the log and nothing live says which engine carries the traffic) is watched, not
+            # failed: failing a healthy host's soak would roll back what serves
             verdict = await rt.serving(svc)
-            if not verdict.serving:
+            if verdict.not_serving:
                 return fail(f"during the soak: {verdict.why}")
+            if verdict.unknown:
+                rt.emit("note", text=f"soak: whether {svc} serves is unknown ({verdict.why}); it is watched for a restart or exit")
         logs = ForbiddenLines(rt, list(watched)) if step.soak.watch_logs and rt.rb.log_gates.forbidden else None
         gauges = SoakGaugeWatch(rt, step.soak) if step.soak.metrics else None
         rt.start_heartbeat()

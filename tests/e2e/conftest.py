@@ -27,8 +27,10 @@ def e2e_factory(tmp_path):
 
     opened = []
 
-    def make(*faults: str, hosts: tuple[str, ...] = ("gpu02",)) -> E2E:
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, hosts=hosts))
+    def make(*faults: str, hosts: tuple[str, ...] = ("gpu02",), **config: object) -> E2E:
+        # config: more SimConfig fields (e.g. log_lines=None: every engine's whole log, whatever
+        # ORCHESTRATOR_SIM_LOG_LINES says)
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, hosts=hosts, **config))
         fleet.__enter__()
         state = tmp_path / f"state{len(opened)}"
         state.mkdir()

@@ -44,7 +44,8 @@ def _applies(fleet) -> dict[tuple[str, ...], int]:
 
 #: The applies of one uninterrupted gpu02 rollout (the soak relay is started once per replica).
 ONE_ROLLOUT = {
-    ("model-sg-glm53-w4afp8-tp4-r2",): 1, ("glm53-soak-relay",): 2, ("proxy-glm53", "otelcol-contrib", "dcgm-glm53"): 1,
+    ("model-sg-glm53-w4afp8-tp4-r2",): 1, ("glm53-soak-relay",): 2, ("proxy-glm53", "dcgm-glm53"): 1,
+    ("otelcol-contrib",): 1,  # force-recreated alone: only its inline config changes (docker/compose#11900)
     ("model-sg-glm53-w4afp8-tp4-r1",): 1, ("model-downloader", "nginx"): 1, ("glm53-perception-check",): 2,
 }
 

@@ -85,7 +85,9 @@ SERVING_CASES = [
     # (case, state, status override, log, serving)
     ("running, ready", "running", None, engine_log(), True),
     ("running, no ready line", "running", None, engine_log(ready=False), False),
-    ("running, no ready and no startup line in the window", "running", None, engine_log(ready=False)[1:], False),
+    # issue 21 case 11: a window without its start (docker's log rotation) is no evidence of a cold
+    # start; here the peers route to the host and no other engine runs, so it is this one that serves
+    ("running, no ready and no startup line in the window", "running", None, engine_log(ready=False)[1:], True),
     ("running, a startup after the ready line", "running", None, engine_log() + [STARTUP.format(api_key="")], False),
     ("running, ready after a second startup", "running", None, engine_log() + engine_log(), True),
     ("state restarting", "restarting", None, engine_log(), False),

@@ -1,7 +1,7 @@
 """The seeded schedule explorer (orchestrator_sim/explore.py, docs/explorer.md) on a fixed, bounded
-budget: the known-hole schedules, a fixed set of seeds and a deterministic subset of the crash
-sweep, two at a time (the module takes about 3 minutes on 2 cores). `make explore SEEDS=N` runs
-more seeds and the whole sweep (every journal write, every mutating call in flight).
+budget: a few known-hole schedules, a fixed set of seeds in their fast (CI) form covering every
+door (explore_entry.py), and a deterministic subset of the crash sweep, two at a time.
+`make explore SEEDS=N` runs more seeds in their full form and the whole sweep.
 
 Each schedule runs the real CLI in subprocesses against a fresh simulator and is judged on the
 simulator's own record: one replica ready at every moment (I1), no ready new engine torn down
@@ -19,15 +19,17 @@ from pathlib import Path
 import pytest
 
 from orchestrator_sim import explore
+from orchestrator_sim.explore_entry import aim, doors_available, sim_field
 from orchestrator_sim.faults import FAULTS
 
 pytestmark = pytest.mark.e2e
 
-CI_HOLES = ["rerun-after-done", "inflight-r2-up", "kill-after-r2-up-intent", "abort-r1-cold-start",
-            "rollback-typo-after-done"]
-CI_SEEDS = [0, 5, 7, 8, 10, 11]  # faults, crashes, operator actions (see test_ci_seeds_cover_every_kind)
-CI_WRITES = [8, 30, 60, 90]  # spread over the ~96 journal writes of an uninterrupted rollout (make explore: all)
-CI_INFLIGHT = [1, 6, 10, 12, 15]  # of its 15 mutating calls: the first down, both perception-check ups (6, 12), the reconcile up
+CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done"]
+#: fast-form seeds: every door (see test_ci_seeds_cover_every_door), the gpu02 CLI schedules with
+#: faults, crashes and operator actions, aimed 409/500s
+CI_SEEDS = [0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 20, 24, 26, 35, 46]
+CI_WRITES = [60]  # of the ~96 journal writes of an uninterrupted rollout (make explore: all)
+CI_INFLIGHT = [12]  # of its 15 mutating calls: the second perception-check up
 
 #: Violations the explorer found and that are not fixed yet (xfail, with the diagnosis). Empty: the
 #: reconcile-up-in-flight finding (a one-shot restarted in place keeps its ID) is fixed in settle_up.
@@ -46,7 +48,7 @@ def _job(label: str, workroot: str, base: dict | None) -> explore.Result:
     if kind == "hole":
         return explore.run_hole(arg, Path(workroot))
     if kind == "seed":
-        return explore.run_seed(int(arg), Path(workroot))
+        return explore.run_seed(int(arg), Path(workroot), fast=True)
     assert base is not None
     return explore.sweep_point(kind, int(arg), base, Path(workroot))
 
@@ -67,12 +69,21 @@ def results(tmp_path_factory) -> dict[str, explore.Result]:
 
 
 def test_draw_is_deterministic_and_covers_every_fault_and_action() -> None:
-    schedules = [explore.draw(s) for s in range(400)]
-    assert [s.describe() for s in schedules] == [explore.draw(s).describe() for s in range(400)]
+    schedules = [explore.draw(s) for s in range(600)]
+    assert [s.describe() for s in schedules] == [explore.draw(s).describe() for s in range(600)]
     kinds = collections.Counter(k for s in schedules for k in s.kinds)
-    assert {"faults", "crashes", "operator"} <= set(kinds)
-    drawn = {f.partition(":")[0] for s in schedules for f in s.faults}
+    assert {"faults", "crashes", "operator", "aimed"} <= set(kinds)
+    cli = [s for s in schedules if s.door == "cli"]
+    drawn = {f.partition(":")[0] for s in cli for f in s.faults}
     assert drawn == {n for n, f in FAULTS.items() if f.scope != "base" and f.drawn}  # gpu02's faults (not those aimed at one step)
+    base = {f.partition(":")[0].partition("@")[0] for s in schedules if s.door == "base" for f in s.faults}
+    assert base == {n for n, f in FAULTS.items() if f.scope == "base"}
+    assert {d for s in schedules for d in [s.door]} == set(doors_available())
+    assert {a[0] for s in schedules for a in s.aimed} == {"busy-409", "server-500"}
+    assert {s.door_args["step"] for s in schedules if s.door == "clock"} == {-3600, 3600}
+    assert {s.door_args["variant"] for s in schedules if s.door == "stall"} == {"gpu02", "base-rollout", "base-rollback"}
+    assert {s.door_args["adopt"] for s in schedules if s.door == "serve"} == {True, False}
+    schedules = cli
     actions = {a.kind for s in schedules for a in s.during + s.after}
     assert actions == {"abort", "approve", "second-runner", "rerun", "rollback", "rollback-typo", "resume", "retry"}
     assert {s.crash[0] for s in schedules if s.crash} == {"after", "inflight"}
@@ -80,7 +91,47 @@ def test_draw_is_deterministic_and_covers_every_fault_and_action() -> None:
 
 def test_ci_seeds_cover_every_kind() -> None:
     kinds = {k for s in CI_SEEDS for k in explore.draw(s).kinds}
-    assert {"faults", "crashes", "operator"} <= kinds
+    assert {"faults", "crashes", "operator", "aimed"} <= kinds
+
+
+def test_ci_seeds_cover_every_door() -> None:
+    assert {explore.draw(s).door for s in CI_SEEDS} >= set(doors_available()) - {"preview"}
+
+
+def test_a_door_needing_a_simulator_knob_is_drawn_only_when_the_simulator_has_it() -> None:
+    """Short logs and the dry run that really recreates are drawn only when the simulator exposes
+    them (a SimConfig field, a fault in the table): the explorer runs before and after they land."""
+    schedules = [explore.draw(s) for s in range(600)]
+    assert any(s.log_lines for s in schedules) == (sim_field("log_lines") is not None)
+    assert any(s.door == "preview" for s in schedules) == ("dry-run-recreates" in FAULTS)
+
+
+def test_an_aimed_fault_hits_exactly_the_kth_request() -> None:
+    from orchestrator_sim import SimConfig, SimFleet
+
+    fleet = SimFleet(SimConfig(speed=3000))
+    aim(fleet, [("busy-409", "gpu02", 3, 2)])
+    assert [fleet.hosts["gpu02"].faults.take("busy-409") for _ in range(6)] == [False, False, True, True, False, False]
+    assert fleet.hosts["gpu02"].faults.take("server-500") is False
+
+
+def test_the_clock_hook_steps_the_orchestrators_wall_clock() -> None:
+    """ORCHESTRATOR_TEST_CLOCK_OFFSET_S (explore_crash.py only) moves the journal's and the
+    runner's `now` by the offset; without it the clock is untouched."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv=['x']\n"
+            "from orchestrator_sim.explore_entry import clock_offset_hook\n"
+            "clock_offset_hook()\n"
+            "import orchestrator.journal.sql as s, orchestrator.runner as r, datetime as d\n"
+            "n = d.datetime.now(d.timezone.utc)\n"
+            "print(round((s.datetime.now(d.timezone.utc) - n).total_seconds()), round((r.datetime.now(d.timezone.utc) - n).total_seconds()))")
+    for offset, want in (("-3600", "-3600 -3600"), ("", "0 0")):
+        env = {**os.environ, "ORCHESTRATOR_TEST_CLOCK_OFFSET_S": offset}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.stdout.split() == want.split(), out.stderr[-1000:]
 
 
 def test_the_judge_sees_a_teardown_nobody_asked_for(tmp_path) -> None:
@@ -112,6 +163,20 @@ def test_schedule_keeps_the_promise(results, label) -> None:
         if r.violations:
             pytest.xfail(f"known: {KNOWN[label]} ({'; '.join(r.violations)})")
     assert r.violations == [], f"{r.schedule}\nreproduce: {r.repro}\n" + "\n".join(r.violations + r.commands)
+
+
+#: what each door's schedule must show in its commands: the door was really entered
+DOOR_MARKS = {"base": "--hosts", "stall": "SIGSTOP at call", "serve": "serve: orchestrate serve",
+              "page": "--server http://127.0.0.1:", "clock": "clock ", "journals": "(another journal)",
+              "env": "rollout: orchestrate rollout gpu02", "preview": "--live"}
+
+
+def test_the_doors_are_really_entered(results) -> None:
+    for s in CI_SEEDS:
+        door = explore.draw(s).door
+        if door in DOOR_MARKS:
+            r = results[f"seed:{s}"]
+            assert any(DOOR_MARKS[door] in c for c in r.commands), (s, door, r.commands)
 
 
 def test_budget_reports_counts_per_kind(results) -> None:

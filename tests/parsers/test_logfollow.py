@@ -309,3 +309,34 @@ async def test_overlap_made_of_one_repeated_line_is_not_an_anchor():
     assert logs.calls[-2:] == [16, 32]
     assert not batch.gap
     assert [line.text for line in batch.new] == new
+
+
+class RotatingLogs(FakeLogs):
+    """docker's log rotation: each container keeps only its last `keep` lines."""
+
+    def __init__(self, keep, **kw):
+        super().__init__(**kw)
+        self.keep = keep
+
+    def add(self, container, lines):
+        super().add(container, lines)
+        del self.logs[container][: max(0, len(self.logs[container]) - self.keep)]
+
+
+async def test_a_rotated_log_is_followed_without_gap_or_reset():
+    """A 500-line rotated log asked for with a wider window: fewer lines than asked is not the
+    whole log; the follower finds where it left off (mutation: without the rotation alignment in
+    `_locate` every poll is a reset, the whole window yielded again as new)."""
+    logs = RotatingLogs(500)
+    counter = iter(range(10**6))
+    logs.add(R2, [f"[TP0] line {next(counter)} Decode batch" for _ in range(800)])
+    f = LogFollower(logs.fetch, initial_tail=4000, max_tail=5000)
+    first = await f.poll()
+    assert len(first.new) == 500 and not first.gap
+    for burst in (3, 40, 120, 7):
+        fresh = [f"[TP0] line {next(counter)} Decode batch" for _ in range(burst)]
+        logs.add(R2, fresh)
+        batch = await f.poll()
+        assert [ln.text for ln in batch.new] == fresh
+        assert not batch.gap and not batch.reset_containers
+    assert f.resets == 0 and f.gaps == 0

@@ -335,7 +335,8 @@ def test_errors_do_not_reveal_the_servers_paths(live, settings, monkeypatch):
     monkeypatch.setattr(orchestrator.incident, "host_history", no_history)
     url, _ = live
     r = httpx.post(f"{url}/runs", json={"action": "rollback", "host": "gpu02"}, headers=AUTH, timeout=10)
-    assert r.status_code == 409 and "holds no rollout of gpu02" in r.json()["error"]
+    # compose-manager shows no rollout either: the one never-rolled-out message, its journal path redacted
+    assert r.status_code == 409 and "gpu02 was never rolled out by this journal (<server path>)" in r.json()["error"]
     assert str(settings.state_dir) not in r.text and "<server path>" in r.text
 
 

@@ -65,7 +65,8 @@ def test_steady_state_noise_repeats_identical_lines(sim: Sim) -> None:
     assert any("Decode batch" in line or '"GET /health HTTP/1.1" 200 OK' in line for line in lines)
 
 
-def test_the_old_r2_logged_its_80_percent_budget(sim: Sim) -> None:
+def test_the_old_r2_logged_its_80_percent_budget(make_sim) -> None:
+    sim = make_sim(log_lines=None)  # its whole start: no log rotation (ORCHESTRATOR_SIM_LOG_LINES)
     lines = _body(sim.logs(OLD_R2, file=CANARY), OLD_R2)
     assert _rank_budgets(lines) == {r: [262552089395] for r in range(4)}
     assert all("budget=80%" in line for line in lines if "rank_budget_bytes" in line)
@@ -169,3 +170,61 @@ def test_cold_start_hang_fault(make_sim) -> None:
     log = sim.logs(NEW_R2)
     assert "fired up and ready" not in log and "Capture cuda graph end" not in log
     assert sim.ps()[NEW_R2]["State"] == "running" and not sim.ready(NEW_R2)
+
+
+# -- docker's log rotation (SimConfig.log_lines / ORCHESTRATOR_SIM_LOG_LINES) -----------------------
+
+READY_LINE = "The server is fired up and ready to roll!"
+STARTUP_LINE = "server_args=ServerArgs("
+
+
+def test_log_rotation_keeps_only_the_last_n_lines(make_sim) -> None:
+    """A long-running engine has logged far more than the window since its ready line: with
+    rotation its start and ready line are gone; a new engine's start is in its (short) window."""
+    sim = make_sim(log_lines=500)
+    for svc in (R1, OLD_R2):
+        lines = _body(sim.logs(svc, file=CANARY), svc)
+        assert len(lines) == 500
+        assert not any(READY_LINE in ln or STARTUP_LINE in ln for ln in lines)
+        assert all('"GET /health HTTP/1.1" 200 OK' in ln or "Decode batch" in ln for ln in lines)
+    sim.swap_r2()
+    new = _body(sim.logs(NEW_R2), NEW_R2)
+    assert len(new) < 500 and STARTUP_LINE in new[0] and any(READY_LINE in ln for ln in new)
+    sim.wait_sim(3 * 3600)  # hours of chatter: the window never grows past the rotation
+    assert len(sim.fleet.host.logs(R1)) == 500
+
+
+def test_without_rotation_an_engine_keeps_its_start(make_sim) -> None:
+    sim = make_sim(log_lines=None)
+    lines = _body(sim.logs(R1, file=CANARY), R1)
+    assert STARTUP_LINE in lines[0] and any(READY_LINE in ln for ln in lines)
+
+
+def test_log_lines_default_comes_from_the_environment(monkeypatch) -> None:
+    import pytest
+
+    from orchestrator_sim import SimConfig
+    from orchestrator_sim.fleet import LOG_LINES_ENV
+
+    monkeypatch.setenv(LOG_LINES_ENV, "123")
+    assert SimConfig().log_lines == 123
+    monkeypatch.setenv(LOG_LINES_ENV, "")
+    assert SimConfig().log_lines is None
+    for bad in ("0", "lots"):
+        monkeypatch.setenv(LOG_LINES_ENV, bad)
+        with pytest.raises(ValueError, match=LOG_LINES_ENV):
+            SimConfig()
+
+
+def test_a_crashed_engine_restarts_into_a_cold_start_that_can_hang(make_sim) -> None:
+    sim = make_sim(log_lines=500)
+    first = sim.fleet.host.container(R1).id
+    sim.fleet.host.crash(R1, hang_cold_start=True)
+    assert sim.fleet.host.container(R1).state == "restarting"
+    sim.wait_sim(2 * 600)  # twice the cold start: it never becomes ready
+    view = sim.fleet.host.container(R1)
+    assert view.state == "running" and not view.ready and view.id == first  # the same container, restarted
+    lines = _body(sim.logs(R1, file=CANARY), R1)
+    assert any("NCCL error" in ln for ln in lines)
+    assert STARTUP_LINE in [ln for ln in lines if STARTUP_LINE in ln][-1]
+    assert not any(READY_LINE in ln for ln in lines)

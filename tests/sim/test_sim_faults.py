@@ -187,7 +187,7 @@ def test_dry_run_recreates_like_docker_compose_14029(make_sim) -> None:
 
 @pytest.mark.parametrize("fault, value", [("budget-80pct", "80%"), ("budget-no-fit", "650GiB")])
 def test_budget_faults_put_the_override_in_the_dashboards_env_map(make_sim, fault: str, value: str) -> None:
-    sim = make_sim(faults=[fault])
+    sim = make_sim(faults=[fault], log_lines=None)  # the old r2's whole start: no log rotation
     instances = sim.client.get(
         sim.fleet.urls.dashboard + "/api/instances", headers={"Authorization": f"Bearer {sim.fleet.tokens.dashboard}"}
     ).json()
