@@ -253,6 +253,8 @@ class LiveProgress:
                 extra += f"; last line: {f['last_line'][:120]}"
             if f.get("awaiting"):
                 extra += f"; waiting for {f['awaiting']}"
+            if f.get("so_far"):
+                extra += f"; so far: {f['so_far']}"
             self.c.print(f"{ts}   still waiting: {f['what']}, {format_duration(f['elapsed'])}{timeout}{extra}")
 
 
@@ -1016,6 +1018,9 @@ def demo(
                                     "event; no summary line (the exit code is the outcome)"),
     base_tier: bool = _flag("--base-tier", "Then the base tier: gpu03, gpu04, gpu23 one at a time (a fleet run), once "
                                            "gpu02 is DONE"),
+    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME",
+                                          help="A gpu02 runbook the demo simulates (e.g. gpu02-glm53-w4afp8-pdi2-canary: "
+                                               "the simulated gpu02 starts as #294 left it)"),
 ) -> None:
     """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
     from orchestrator.demo import check_faults, list_fault_table, run_demo
@@ -1026,6 +1031,10 @@ def demo(
     if not (math.isfinite(speed) and speed > 0):
         raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
     check_faults(fault, base_tier=base_tier)
+    if runbook is not None:
+        from orchestrator.demo import check_demo_runbook
+
+        check_demo_runbook(runbook, base_tier=base_tier)
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
     if state_dir is None:  # made here, so that a Ctrl-C can say where the demo's journal is
         import tempfile
@@ -1033,7 +1042,8 @@ def demo(
         state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     try:
         outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=_progress(as_json),
-                           console=out if not as_json else None, base_tier=base_tier)
+                           console=out if not as_json else None, base_tier=base_tier,
+                           **({"runbook": runbook} if runbook is not None else {}))
     except KeyboardInterrupt:
         from orchestrator.oncall import demo_interrupted
 

@@ -27,6 +27,20 @@ DEMO_TAG = "v0.0.300"
 BASE_HOSTS = ("gpu03", "gpu04", "gpu23")
 BASE_RUNBOOK = "base-glm53-w4afp8"
 BASE_TAG = "v0.0.310"
+#: `demo --runbook NAME`: the gpu02 runbooks the demo simulates -> (gpu02's starting point, tag)
+DEMO_RUNBOOKS = {
+    DEFAULT_RUNBOOK: ("canary", DEMO_TAG),
+    "gpu02-glm53-w4afp8-pdi2-canary": ("long-context", "v0.0.304"),  # #299: r2 at pdi 2, from #294
+}
+
+
+def check_demo_runbook(name: str, *, base_tier: bool = False) -> None:
+    from orchestrator.user_errors import UserError
+
+    if name not in DEMO_RUNBOOKS:
+        raise UserError(f"--runbook {name!r}: the demo simulates {', '.join(DEMO_RUNBOOKS)}")
+    if base_tier and name != DEFAULT_RUNBOOK:
+        raise UserError(f"--runbook {name} and --base-tier: the base tier follows {DEFAULT_RUNBOOK} only")
 
 
 def list_fault_table() -> str:
@@ -83,7 +97,7 @@ def check_faults(specs: list[str], *, base_tier: bool = False) -> None:
 
 
 def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any,
-             base_tier: bool = False) -> str:
+             base_tier: bool = False, runbook: str = DEFAULT_RUNBOOK) -> str:
     """gpu02's rollout on a simulated gpu02; with `base_tier`, then the base tier's fleet run
     (gpu03, gpu04, gpu23 one at a time, orchestrator/fleet.py) once gpu02 is DONE."""
     from orchestrator.clients.retry import RetryPolicy
@@ -94,8 +108,9 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     state_dir.mkdir(parents=True, exist_ok=True)
     hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
+    initial, tag = DEMO_RUNBOOKS[runbook]
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
-        config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts)
+        config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=initial)
     except ValueError as exc:
         from orchestrator.user_errors import UserError
 
@@ -107,7 +122,7 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
         try:
             if console is not None:
                 console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); faults: {', '.join(faults) or 'none'}")
-            run, rb, table = new_rollout(session, DEMO_HOST, DEMO_TAG, DEFAULT_RUNBOOK)
+            run, rb, table = new_rollout(session, DEMO_HOST, tag, runbook)
             final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
             outcome = final.outcome or Outcome.HALTED
             if base_tier and final.outcome == Outcome.DONE:

@@ -20,6 +20,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from orchestrator.analysis.spec import AnalysisSpec, check_against_runbook as _check_analysis
 from orchestrator.durations import parse_duration
 from orchestrator.user_errors import Refused, UserError
 
@@ -330,12 +331,12 @@ class OneShotSpec(_Strict):
 
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-              "markers", "presence", "capture", "cache")
+              "markers", "presence", "capture", "cache", "analysis")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
 OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-                   "markers", "presence", "capture", "cache"]
+                   "markers", "presence", "capture", "cache", "analysis"]
 
 
 class Step(_Strict):
@@ -357,6 +358,8 @@ class Step(_Strict):
     presence: PresenceSpec | None = None
     capture: CaptureSpec | None = None
     cache: CacheSpec | None = None
+    #: issue 23: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
+    analysis: AnalysisSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
@@ -638,6 +641,8 @@ class Runbook(_Strict):
                     for role in [*st.presence.listed, *st.presence.absent]:
                         if role not in self.domains.roles():
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
+                if st.analysis is not None:
+                    _check_analysis(here, st.analysis, self.replicas)
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:

@@ -94,6 +94,7 @@ class SimRepository:
     initial_actions: tuple[InitialAction, ...]
     compose_dir: Path = COMPOSE_DIR
     base_initial_actions: tuple[InitialAction, ...] = ()
+    long_context_initial_actions: tuple[InitialAction, ...] = ()
 
     @classmethod
     def load(cls, path: Path = TAGS_FILE) -> SimRepository:
@@ -125,11 +126,16 @@ class SimRepository:
             initial_actions=actions,
             compose_dir=path.parent,
             base_initial_actions=actions_of(raw.get("base_initial_deployment")),
+            long_context_initial_actions=actions_of(raw.get("long_context_initial_deployment")),
         )
 
     def for_base_host(self) -> SimRepository:
         """The same repository as a base-tier host starts from (its own initial deployment)."""
         return replace(self, initial_actions=self.base_initial_actions)
+
+    def after_294(self) -> SimRepository:
+        """gpu02 as #294 left it (the canaries start here): `long_context_initial_deployment`."""
+        return replace(self, initial_actions=self.long_context_initial_actions)
 
     def tag(self, name: str) -> TagInfo | None:
         return self.tags.get(name)
@@ -138,7 +144,8 @@ class SimRepository:
         info = self.tags.get(tag)
         if info is None or path not in info.files:
             return None
-        return (self.compose_dir / path).read_text()
+        at_tag = self.compose_dir / "tags" / tag / path  # a file that differs at this tag (a canary)
+        return (at_tag if at_tag.exists() else self.compose_dir / path).read_text()
 
     def known_files(self) -> set[str]:
         return {f for t in self.tags.values() for f in t.files}

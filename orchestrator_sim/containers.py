@@ -26,6 +26,10 @@ class EngineRun:
     booked_bytes: int = 0
     cache: PrefixCache = field(default_factory=lambda: PrefixCache(hicache=False))
     counters: EngineCounters = field(default_factory=EngineCounters)
+    #: live traffic (live_traffic.py): sim time it became ready, seconds served so far, last accrual
+    ready_at: float | None = None
+    live_s: float = 0.0
+    live_at: float | None = None
 
 
 @dataclass

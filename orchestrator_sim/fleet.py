@@ -98,6 +98,8 @@ class SimConfig:
     # host_core.LOG_CAP); a long-running engine's start and ready line are then long gone.
     # Default: ORCHESTRATOR_SIM_LOG_LINES.
     log_lines: int | None = field(default_factory=log_lines_from_env)
+    #: gpu02's starting point: "canary" (the canary file, before #294) or "long-context" (after it)
+    initial: str = "canary"
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,10 @@ class SimFleet:
             repo = repo.with_tag_age(TARGET_TAG, 5.0)
         if self.faults.active("tag-unknown"):
             repo = repo.without_tag(TARGET_TAG)
+        if self.config.initial == "long-context":
+            repo = repo.after_294()
+        elif self.config.initial != "canary":
+            raise ValueError(f"SimConfig.initial must be canary or long-context, not {self.config.initial!r}")
         names = tuple(self.config.hosts)
         if not names or len(set(names)) != len(names) or any(n not in KNOWN_HOSTS for n in names):
             raise ValueError(f"SimConfig.hosts must name distinct hosts of {KNOWN_HOSTS}, not {names!r}")

@@ -236,7 +236,8 @@ class HostCore:
             content_hash=sd.content_hash,
         )
         if kind == "engine":
-            fault = self.faults.engine_fault(sd.slot) if cf.path == self.target_file else None
+            # an engine of the initial deployment (created before t=0) is never a rollout's new engine
+            fault = self.faults.engine_fault(sd.slot) if cf.path == self.target_file and created_at >= 0 else None
             if fault == "dist-store-error":  # only the first container of that service fails
                 if (fault, sd.name) in self._spent_faults:
                     fault = None
@@ -395,6 +396,7 @@ class HostCore:
             return  # never another line
         if step == "ready":
             c.engine.ready = True
+            c.engine.ready_at = self._now
             self._update_slot(c.slot, c.name, "ready")
             self._schedule(NOISE_INTERVAL_S, self._engine_noise, c, run)
             return

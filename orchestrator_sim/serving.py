@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from orchestrator_sim import sglang_log
+from orchestrator_sim import live_traffic, sglang_log
 from orchestrator_sim.compose_repo import PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
 from orchestrator_sim.containers import SERVED_MODEL, Container
 from orchestrator_sim.engine_cache import CacheLookup, chat_completion_body, completion_text, render_prompt, tokenize
@@ -229,8 +229,10 @@ class ServingPaths(HostCore):
         # /metrics (what the relay returns) never carries them.
         label = f'{{model_name="{SERVED_MODEL}"}}'
         rate = k.cached_tokens / k.prompt_tokens if k.prompt_tokens else 0.0
+        prof, live_n, live_aborted = self._live_traffic(c)
         rows = [
-            ("sglang:num_requests_total", "counter", "Number of requests processed.", k.requests),
+            ("sglang:num_requests_total", "counter", "Number of requests processed.", k.requests + live_n),
+            ("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", live_aborted),
             ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", k.prompt_tokens),
             (
                 "sglang:generation_tokens_total",
@@ -253,4 +255,22 @@ class ServingPaths(HostCore):
         out = []
         for name, kind, help_text, value in rows:
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
+        finished = live_n - live_aborted
+        out += live_traffic.histogram_lines(live_traffic.TTFT, live_traffic.TTFT_BUCKETS, prof.ttft_s, finished, label)
+        out += live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, prof.tpot_s, finished, label)
         return "\n".join(out) + "\n"
+
+    def _live_traffic(self, c: Container) -> tuple[live_traffic.Profile, int, int]:
+        """The engine's share of the domain's live traffic since it became ready: (profile,
+        requests, aborted). Time counts while the engine serves (ready, in proxy-glm53's pool, the
+        serving path up), as seen at each scrape."""
+        e = c.engine
+        assert e is not None
+        since = e.live_at if e.live_at is not None else (e.ready_at if e.ready_at is not None else c.started_at)
+        proxy = self._containers.get(PROXY_SERVICE)
+        if e.ready and proxy is not None and c.name in proxy.proxy_pool and self._serving_path_ok() and since is not None:
+            e.live_s += max(0.0, self._now - since)
+        e.live_at = self._now
+        prof = live_traffic.profile(c.command, c.env, e.fault, low_traffic=self.faults.active("low-traffic"))
+        n, aborted = live_traffic.served(prof, e.live_s)
+        return prof, n, aborted

@@ -1,0 +1,173 @@
+"""The runbook's `analysis:` step (issue 23): compare replicas over a window of live traffic.
+
+    - id: canary-readout
+      say: Compare r2 (pdi 2) with r1 (the #294 control) over 30 minutes of live traffic
+      analysis:
+        window: 30m          # how long the replicas are watched
+        poll: 1m             # a scrape of every replica this often
+        min_samples: 200     # fewer observations of a gate's metric: "not enough traffic"
+        not_enough_traffic: halt   # halt (a human decides; default) or fail (the phase's rollback)
+        relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}
+        gates:
+          - ratio: {metric: tpot_p50, candidate: r2, control: r1, max: 0.9}
+          - max: {metric: error_rate, replica: r2, value: 0.01}
+
+Like Argo Rollouts' AnalysisTemplate (a metric, an interval, a success condition, a count) and
+Kayenta's judge (candidate vs control per metric, a minimum of data or no verdict), but with the
+three verdicts said out loud: a gate without enough traffic never passes. Metrics are the names
+of `orchestrator.analysis.window.METRICS` (quantiles of SGLang's TTFT/TPOT histograms taken from
+bucket deltas, error and completion rates, request rate), read from each replica's own /metrics
+through the soak relay's per-replica routes. Pure: the loader's part only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.analysis.window import METRICS
+from orchestrator.durations import format_duration, parse_duration
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _metric(v: str) -> str:
+    if v not in METRICS:
+        raise ValueError(f"unknown metric {v!r}: one of {', '.join(METRICS)}")
+    return v
+
+
+class RatioGate(_Strict):
+    """candidate's metric / control's metric within [min, max] (e.g. TPOT p50 at most 0.9x)."""
+
+    metric: str
+    candidate: str = Field(min_length=1)
+    control: str | None = None
+    min: float | None = None
+    max: float | None = None
+
+    _m = field_validator("metric")(classmethod(lambda cls, v: _metric(v)))
+
+    @model_validator(mode="after")
+    def _sound(self) -> "RatioGate":
+        if not self.control:
+            raise ValueError(f"ratio of {self.metric} needs control: (the replica the candidate is compared with)")
+        if self.control == self.candidate:
+            raise ValueError(f"ratio of {self.metric} compares {self.candidate} with itself")
+        if self.min is None and self.max is None:
+            raise ValueError(f"ratio of {self.metric} needs min: or max: (a bound that bounds nothing is a typo)")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"ratio of {self.metric}: min is above max")
+        return self
+
+
+class BoundGate(_Strict):
+    """One replica's metric at most (`max:`) or at least (`min:`) `value`."""
+
+    metric: str
+    replica: str = Field(min_length=1)
+    value: float
+
+    _m = field_validator("metric")(classmethod(lambda cls, v: _metric(v)))
+
+
+class AnalysisGate(_Strict):
+    ratio: RatioGate | None = None
+    max: BoundGate | None = None
+    min: BoundGate | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "AnalysisGate":
+        given = [k for k in ("ratio", "max", "min") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a gate is exactly one of ratio:, max:, min:, not {given or 'none'}")
+        return self
+
+    def replicas(self) -> list[str]:
+        if self.ratio is not None:
+            return [self.ratio.candidate, self.ratio.control or ""]
+        b = self.max or self.min
+        assert b is not None
+        return [b.replica]
+
+    def text(self) -> str:
+        if self.ratio is not None:
+            r = self.ratio
+            bound = (f"within [{r.min:g}, {r.max:g}]" if r.min is not None and r.max is not None
+                     else f">= {r.min:g}" if r.min is not None else f"<= {r.max:g}")
+            return f"{r.metric} {r.candidate}/{r.control} {bound}"
+        if self.max is not None:
+            return f"{self.max.metric} of {self.max.replica} <= {self.max.value:g}"
+        assert self.min is not None
+        return f"{self.min.metric} of {self.min.replica} >= {self.min.value:g}"
+
+
+class AnalysisRelay(_Strict):
+    """The soak relay's per-replica routes: replica -> port, and the env-map variable of its token."""
+
+    token_variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    ports: dict[str, int] = Field(min_length=1)
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not 0 < p < 65536 for p in v.values()):
+            raise ValueError("a relay port is within 1..65535")
+        if len(set(v.values())) != len(v):
+            raise ValueError("two replicas share a relay port (each route reaches one engine)")
+        return v
+
+
+class AnalysisSpec(_Strict):
+    window: float
+    poll: float
+    min_samples: int = Field(ge=1)
+    not_enough_traffic: Literal["halt", "fail"] = "halt"
+    relay: AnalysisRelay
+    gates: list[AnalysisGate] = Field(min_length=1)
+
+    _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
+
+    @model_validator(mode="after")
+    def _sound(self) -> "AnalysisSpec":
+        if self.poll <= 0:
+            raise ValueError("poll must be longer than 0 s")
+        if self.window < self.poll:
+            raise ValueError(f"the window ({format_duration(self.window)}) is shorter than the poll "
+                             f"({format_duration(self.poll)}): it would hold one scrape, no increase")
+        for g in self.gates:
+            for r in g.replicas():
+                if r not in self.relay.ports:
+                    raise ValueError(f"gate {g.text()!r} reads {r}, which relay.ports does not route "
+                                     f"(routes: {', '.join(self.relay.ports)})")
+        return self
+
+    def replicas(self) -> list[str]:
+        """Every replica a gate reads, candidates first (the readout's column order)."""
+        out: list[str] = []
+        for g in self.gates:
+            for r in g.replicas():
+                if r not in out:
+                    out.append(r)
+        cands = [g.ratio.candidate for g in self.gates if g.ratio is not None]
+        return sorted(out, key=lambda r: (r not in cands, out.index(r)))
+
+    def describe(self) -> str:
+        return (f"analysis over {format_duration(self.window)} (a scrape of {', '.join(self.replicas())} every "
+                f"{format_duration(self.poll)} through relay :"
+                + "/:".join(str(self.relay.ports[r]) for r in self.replicas())
+                + f"; each gate needs {self.min_samples} samples per replica): "
+                + "; ".join(g.text() for g in self.gates)
+                + f". Any gate broken fails the phase; not enough traffic {'halts for a human' if self.not_enough_traffic == 'halt' else 'fails the phase'}")
+
+
+def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, list[str]]) -> None:
+    """The loader's cross-checks: every replica the analysis routes is one of the runbook's."""
+    if replicas:
+        for r in spec.relay.ports:
+            if r not in replicas:
+                raise ValueError(f"{here}: analysis.relay.ports names {r!r}, not a replica of the runbook "
+                                 f"({', '.join(replicas)})")

@@ -1,0 +1,214 @@
+"""Window arithmetic: what happened on one replica between the first and the last scrape of a
+window, from cumulative Prometheus counters and histograms.
+
+Pure (no I/O, no clock). The rules, Prometheus' own:
+- A counter's increase over a series of scrapes is the sum of its step-to-step increases; a value
+  lower than the one before is a reset (the engine restarted and counts from 0 again), so that
+  step contributes the new value whole (`increase()` in PromQL does the same).
+- A histogram's increase is taken bucket by bucket the same way; a step where the count or any
+  bucket went down is a reset of the whole histogram (the buckets restart together).
+- A quantile is read from the increased buckets by linear interpolation inside the bucket that
+  holds the rank (`histogram_quantile()`): never from the lifetime totals, which would mix in
+  what the engine served before the window.
+- No samples, no number: a quantile of an empty histogram and a ratio over zero requests are
+  `None`, and the gate that asks for them says "not enough traffic".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+class WindowError(ValueError):
+    """The scrapes cannot be combined (a histogram whose bucket layout changed inside the window)."""
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative buckets `(le, count)` sorted by `le`, the last `+Inf`; `count`; `sum`."""
+
+    buckets: tuple[tuple[float, float], ...]
+    count: float
+    sum: float = 0.0
+
+    def layout(self) -> tuple[float, ...]:
+        return tuple(le for le, _ in self.buckets)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One read of one replica's /metrics at run-clock time `at` (seconds)."""
+
+    at: float
+    counters: Mapping[str, float] = field(default_factory=dict)
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+
+
+def counter_increase(values: Sequence[float]) -> tuple[float, int]:
+    """(increase over the series, resets seen). A drop is a restart: the new value counts whole."""
+    total, resets = 0.0, 0
+    for prev, cur in zip(values, values[1:]):
+        if cur < prev:
+            resets += 1
+            total += cur
+        else:
+            total += cur - prev
+    return total, resets
+
+
+def _hist_reset(prev: Histogram, cur: Histogram) -> bool:
+    return cur.count < prev.count or any(c < p for (_, p), (_, c) in zip(prev.buckets, cur.buckets))
+
+
+def histogram_increase(series: Sequence[Histogram]) -> tuple[Histogram, int]:
+    """(the buckets' increase over the series, resets seen). Needs at least one histogram; a
+    single one is an increase of nothing (the window has no width)."""
+    if not series:
+        raise WindowError("no histogram to take an increase of")
+    layout = series[0].layout()
+    counts = [0.0] * len(layout)
+    total = sum_ = 0.0
+    resets = 0
+    for prev, cur in zip(series, series[1:]):
+        if cur.layout() != layout:
+            raise WindowError(f"the histogram's buckets changed inside the window ({len(layout)} -> {len(cur.layout())} "
+                              f"buckets): the engine restarted with another configuration")
+        if _hist_reset(prev, cur):
+            resets += 1
+            step = [c for _, c in cur.buckets]
+            total += cur.count
+            sum_ += cur.sum
+        else:
+            step = [c - p for (_, p), (_, c) in zip(prev.buckets, cur.buckets)]
+            total += cur.count - prev.count
+            sum_ += cur.sum - prev.sum
+        counts = [a + b for a, b in zip(counts, step)]
+    return Histogram(tuple(zip(layout, counts)), total, sum_), resets
+
+
+def quantile(q: float, h: Histogram) -> float | None:
+    """`histogram_quantile(q, h)`: None without observations; inside the `+Inf` bucket, the highest
+    finite bound (what Prometheus answers: the true value is only known to be above it)."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile {q} is not within [0, 1]")
+    if not h.buckets or h.buckets[-1][1] <= 0:
+        return None
+    total = h.buckets[-1][1]
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for i, (le, count) in enumerate(h.buckets):
+        if count >= rank and count > prev_count:
+            if math.isinf(le):
+                return h.buckets[i - 1][0] if i > 0 else None
+            if i == 0 and le <= 0:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return h.buckets[-2][0] if len(h.buckets) > 1 else None
+
+
+@dataclass(frozen=True)
+class ReplicaWindow:
+    """What one replica did inside the window: increases of every counter and histogram."""
+
+    replica: str
+    seconds: float
+    scrapes: int
+    resets: int
+    counters: Mapping[str, float]
+    histograms: Mapping[str, Histogram]
+
+
+def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
+    """The increases between the first and last scrape (sorted by time). A metric missing from
+    some scrapes is taken over the scrapes that carry it (an engine that was briefly unreadable)."""
+    ordered = sorted(scrapes, key=lambda s: s.at)
+    seconds = ordered[-1].at - ordered[0].at if ordered else 0.0
+    counters: dict[str, float] = {}
+    hists: dict[str, Histogram] = {}
+    resets = 0
+    for name in sorted({n for s in ordered for n in s.counters}):
+        inc, r = counter_increase([s.counters[name] for s in ordered if name in s.counters])
+        counters[name] = inc
+        resets = max(resets, r)
+    for name in sorted({n for s in ordered for n in s.histograms}):
+        h, r = histogram_increase([s.histograms[name] for s in ordered if name in s.histograms])
+        hists[name] = h
+        resets = max(resets, r)
+    return ReplicaWindow(replica, seconds, len(ordered), resets, counters, hists)
+
+
+# --------------------------------------------------------------------------- the metrics a gate names
+#: SGLang's own series (sglang/srt/metrics/collector.py): latency histograms in seconds, request
+#: counters. `num_aborted_requests_total` counts requests the engine aborted (errors, timeouts,
+#: client aborts): the engine's own error count; SGLang keeps no per-status HTTP counter.
+TTFT = "sglang:time_to_first_token_seconds"
+TPOT = "sglang:time_per_output_token_seconds"
+REQUESTS = "sglang:num_requests_total"
+ABORTED = "sglang:num_aborted_requests_total"
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    kind: str  # quantile | error_rate | completion_rate | request_rate
+    source: str
+    q: float | None = None
+    unit: str = "s"  # s | share | per_s
+    doc: str = ""
+
+
+def _quantiles(prefix: str, series: str, what: str) -> dict[str, MetricDef]:
+    return {f"{prefix}_p{p}": MetricDef(f"{prefix}_p{p}", "quantile", series, p / 100, "s", f"{what} p{p} over the window")
+            for p in (50, 90, 95, 99)}
+
+
+METRICS: dict[str, MetricDef] = {
+    **_quantiles("ttft", TTFT, "time to first token"),
+    **_quantiles("tpot", TPOT, "time per output token"),
+    "error_rate": MetricDef("error_rate", "error_rate", ABORTED, unit="share",
+                            doc="aborted requests / requests over the window"),
+    "completion_rate": MetricDef("completion_rate", "completion_rate", ABORTED, unit="share",
+                                 doc="1 - aborted requests / requests over the window"),
+    "request_rate": MetricDef("request_rate", "request_rate", REQUESTS, unit="per_s",
+                              doc="requests per second over the window"),
+}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A metric's value over a replica's window and how many observations it rests on."""
+
+    value: float | None
+    samples: float
+    #: the series the replica's /metrics did not carry at all (not low traffic: a wrong engine, a
+    #: renamed metric, a scrape of something else)
+    absent: str | None = None
+
+
+def measure(metric: str, w: ReplicaWindow) -> Measurement:
+    d = METRICS[metric]
+    if d.kind == "quantile":
+        h = w.histograms.get(d.source)
+        if h is None:
+            return Measurement(None, 0.0, d.source if w.scrapes else None)
+        return Measurement(quantile(d.q or 0.0, h), h.count)
+    requests = w.counters.get(REQUESTS)
+    if requests is None:
+        return Measurement(None, 0.0, REQUESTS if w.scrapes else None)
+    if d.kind == "request_rate":
+        return Measurement(requests / w.seconds if w.seconds > 0 else None, requests)
+    if requests <= 0:
+        return Measurement(None, 0.0)
+    aborted = w.counters.get(ABORTED, 0.0)
+    share = min(1.0, aborted / requests)
+    return Measurement(share if d.kind == "error_rate" else 1.0 - share, requests)
+
+
+def ratio(candidate: float, control: float) -> float:
+    """candidate / control; 0/0 is 1 (equal), x/0 with x > 0 is infinite (worse without bound)."""
+    if control == 0:
+        return 1.0 if candidate == 0 else math.inf
+    return candidate / control

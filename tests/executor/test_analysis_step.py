@@ -1,0 +1,165 @@
+"""The `analysis:` step's handler (steps/canary.py) against a scripted runtime: the window is
+polled, the verdict maps to ok / fail / halt, unreadable relays and a candidate that stops
+serving fail it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from orchestrator.machine import Event
+from orchestrator.runbook import Step
+from orchestrator.steps import handler_for
+from orchestrator_sim import live_traffic
+
+LABEL = '{model_name="m"}'
+
+
+def text(tpot_s: float, n: int, aborted: int = 0) -> str:
+    lines = [f"# TYPE sglang:num_requests_total counter", f"sglang:num_requests_total{LABEL} {n}",
+             f"# TYPE sglang:num_aborted_requests_total counter", f"sglang:num_aborted_requests_total{LABEL} {aborted}"]
+    lines += live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, tpot_s, n - aborted, LABEL)
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Clock:
+    t: float = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    async def sleep(self, s: float) -> None:
+        self.t += s
+
+
+@dataclass
+class Relay:
+    rt: "FakeRt"
+    port: int
+
+    async def metrics_text(self) -> str:
+        return self.rt.serve(self.port)
+
+
+@dataclass
+class FakeRt:
+    """per port: requests per minute and TPOT median; `broken`: ports that answer with an error."""
+
+    rates: dict[int, tuple[float, float]]
+    broken: set[int] = field(default_factory=set)
+    stops_serving_at: float | None = None
+    clock: Clock = field(default_factory=Clock)
+    scrapes: int = 0
+
+    def serve(self, port: int) -> str:
+        if port in self.broken:
+            raise ConnectionError(f"relay :{port} refused")
+        self.scrapes += 1
+        rate, tpot = self.rates[port]
+        return text(tpot, int(1000 + rate * self.clock.t / 60))
+
+    async def watch_engines(self) -> dict[str, Any]:
+        return {"r2-engine": ("id", 100.0)}
+
+    async def engines_still_serving(self, watched: dict[str, Any]) -> str | None:
+        if self.stops_serving_at is not None and self.clock.t >= self.stops_serving_at:
+            return "r2-engine restarted (docker/ps: Up 3 seconds)"
+        return None
+
+    async def ensure_env(self) -> dict[str, str]:
+        return {"PROXY_TOKEN": "t"}
+
+    def relay_client(self, port: int, token: str) -> Relay:
+        return Relay(self, port)
+
+    def start_heartbeat(self) -> float:
+        return 0.0
+
+    def tick(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def emit(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def scrub(self, s: str) -> str:
+        return s
+
+    async def wait(self, seconds: float | None = None) -> None:
+        await self.clock.sleep(seconds or 60.0)
+
+
+def step(**over: Any) -> Step:
+    analysis = {
+        "window": "30m", "poll": "1m", "min_samples": 200,
+        "relay": {"token_variable": "PROXY_TOKEN", "ports": {"r1": 8008, "r2": 8009}},
+        "gates": [{"ratio": {"metric": "tpot_p50", "candidate": "r2", "control": "r1", "max": 0.9}}],
+        **over,
+    }
+    return Step.model_validate({"id": "readout", "say": "r2 against r1", "analysis": analysis})
+
+
+def run(rt: FakeRt, st: Step):
+    return asyncio.run(handler_for(st).run(rt, None, st))  # type: ignore[arg-type]
+
+
+def test_a_faster_candidate_passes_after_the_whole_window_with_the_readout_as_note():
+    rt = FakeRt({8008: (20, 0.030), 8009: (20, 0.019)})
+    out = run(rt, step())
+    assert out.event == Event.OK
+    assert out.note.startswith("canary readout: PASS over 30 min")
+    assert rt.clock.t >= 1800 and rt.scrapes == 2 * 31  # every poll, both replicas
+
+
+def test_a_slower_candidate_fails_with_the_readout():
+    out = run(FakeRt({8008: (20, 0.030), 8009: (20, 0.042)}), step())
+    assert out.event == Event.FAIL and "canary readout: FAIL" in out.note and "r2/r1 = 1.4" in out.note
+
+
+def test_too_little_traffic_halts_by_default_and_fails_when_the_runbook_says_so():
+    low = {8008: (1, 0.030), 8009: (1, 0.019)}
+    out = run(FakeRt(low), step())
+    assert out.event == Event.HALT and "neither promoted nor rolled back" in out.note
+    assert "NOT ENOUGH TRAFFIC" in out.note
+    assert run(FakeRt(low), step(not_enough_traffic="fail")).event == Event.FAIL
+
+
+def test_a_relay_unreadable_three_polls_in_a_row_fails_and_two_do_not():
+    rt = FakeRt({8008: (20, 0.030), 8009: (20, 0.019)}, broken={8008})
+    out = run(rt, step())
+    assert out.event == Event.FAIL and "r1's metrics (relay :8008) could not be read 3 times" in out.note
+    assert rt.clock.t == pytest.approx(120)
+
+    class Blip(FakeRt):
+        def serve(self, port: int) -> str:
+            if port == 8008 and 60 <= self.clock.t <= 120:
+                raise ConnectionError("blip")
+            return super().serve(port)
+
+    assert run(Blip({8008: (20, 0.030), 8009: (20, 0.019)}), step()).event == Event.OK
+
+
+def test_a_candidate_that_stops_serving_fails_at_once():
+    rt = FakeRt({8008: (20, 0.030), 8009: (20, 0.019)}, stops_serving_at=600)
+    out = run(rt, step())
+    assert out.event == Event.FAIL and "during the analysis: r2-engine restarted" in out.note
+    assert rt.clock.t < 700
+
+
+def test_the_heartbeat_shows_the_gates_on_the_window_so_far():
+    from orchestrator.steps.canary import so_far
+
+    class Ticking(FakeRt):
+        lines: list[str] = []
+
+        def tick(self, what: str, started: float, timeout: Any, extra: Any = None) -> None:
+            if self.clock.t >= 900 and not self.lines:
+                self.lines.append(extra()["so_far"])
+
+    rt = Ticking({8008: (20, 0.030), 8009: (20, 0.042)})
+    run(rt, step())
+    assert rt.lines and rt.lines[0].startswith("tpot_p50 r2/r1 1.4") and "breaking <= 0.9" in rt.lines[0]
+    assert "served 0" in so_far(step().analysis, {"r1": [], "r2": []})  # type: ignore[arg-type]

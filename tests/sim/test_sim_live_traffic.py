@@ -1,0 +1,84 @@
+"""The simulated engines' live traffic (issue 23): SGLang's histograms and counters through the
+soak relay, following each engine's configuration and the canary faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.analysis.verdict import NO_TRAFFIC, PASS, FAIL, ratio_gate
+from orchestrator.analysis.window import measure, window_of
+from orchestrator.metricproviders.relay_scrape import parse_scrape
+from orchestrator_sim import live_traffic
+from orchestrator_sim.testing import NEW_TAG, RELAY, TARGET
+from orchestrator_sim.testing import SimDriver as Sim
+
+PROXY = "proxy-glm53"
+
+
+def _window(sim: Sim, ports: dict[str, int], minutes: float):
+    first = {r: parse_scrape(sim.relay(p, "GET", "/metrics").text, sim.fleet.now()) for r, p in ports.items()}
+    sim.wait_sim(minutes * 60)
+    last = {r: parse_scrape(sim.relay(p, "GET", "/metrics").text, sim.fleet.now()) for r, p in ports.items()}
+    return {r: window_of(r, [first[r], last[r]]) for r in ports}
+
+
+def test_serving_engines_show_live_traffic_with_sglang_histograms(sim: Sim) -> None:
+    w = _window(sim, {"r1": 8008, "r2": 8009}, 30)
+    for r in ("r1", "r2"):
+        req = measure("request_rate", w[r])
+        assert w[r].seconds >= 1800
+        # 20 requests a minute (the window's ends are stamped after each scrape answered: a loaded
+        # machine's latency at x12000 is simulated minutes, hence the tolerance)
+        assert req.value == pytest.approx(live_traffic.REQ_PER_MIN / 60, rel=0.15)
+        tpot = measure("tpot_p50", w[r]).value
+        assert tpot == pytest.approx(live_traffic.BASE_TPOT_S, rel=0.08)  # interpolated inside SGLang's buckets
+        assert measure("ttft_p50", w[r]).value == pytest.approx(live_traffic.BASE_TTFT_S, rel=0.15)
+        assert measure("error_rate", w[r]).value == 0.0
+
+
+def test_low_traffic_leaves_too_few_samples(make_sim) -> None:
+    sim = make_sim(faults=["low-traffic"])
+    w = _window(sim, {"r1": 8008, "r2": 8009}, 30)
+    assert measure("request_rate", w["r2"]).value == pytest.approx(live_traffic.LOW_REQ_PER_MIN / 60, rel=0.1)
+    assert ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200).verdict == NO_TRAFFIC
+
+
+def test_a_slower_candidate_shows_in_its_tpot_and_r1_is_unchanged(make_sim) -> None:
+    sim = make_sim(faults=["candidate-slower:r2"])
+    sim.swap_r2()
+    sim.safe_up(NEW_TAG, TARGET, [PROXY])  # proxy-glm53 now pools the new r2
+    sim.safe_up(NEW_TAG, TARGET, [RELAY], force_recreate=True)  # :8009 reaches it (inline config: #11900)
+    sim.wait(lambda: sim.relay(8009, "GET", "/health").status_code == 200, "relay up")
+    w = _window(sim, {"r1": 8008, "r2": 8009}, 30)
+    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    assert g.verdict == FAIL and g.observed == pytest.approx(1.4, rel=0.1)
+    assert measure("tpot_p50", w["r1"]).value == pytest.approx(live_traffic.BASE_TPOT_S, rel=0.08)
+
+
+def test_a_restarted_engine_resets_its_counters() -> None:
+    p = live_traffic.profile("sglang serve --prefill-decode-interval 1", {}, None, low_traffic=False)
+    label = '{model_name="m"}'
+    before = "\n".join(live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, p.tpot_s, 500, label)) + "\n"
+    after = "\n".join(live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, p.tpot_s, 40, label)) + "\n"
+    w = window_of("r2", [parse_scrape(before, 0.0), parse_scrape(after, 60.0)])
+    assert w.resets == 1 and measure("tpot_p50", w).samples == 40
+
+
+def test_profiles_follow_the_engine_flags() -> None:
+    pdi1 = live_traffic.profile("sglang serve --prefill-decode-interval 1", {}, None, low_traffic=False)
+    pdi2 = live_traffic.profile("sglang serve --prefill-decode-interval 2", {}, None, low_traffic=False)
+    assert pdi2.tpot_s / pdi1.tpot_s == pytest.approx(0.63)  # inside the lab's 0.53-0.72x
+    assert pdi2.ttft_s / pdi1.ttft_s == pytest.approx(1.015)  # a TTFT cost of at most 2 %
+    split = live_traffic.profile("sglang serve --chunked-prefill-size 16384", {"SGLANG_DSA_INDEXER_QSPLIT": "1"}, None,
+                                 low_traffic=False)
+    assert split.ttft_s < pdi1.ttft_s and split.tpot_s < pdi1.tpot_s
+    no_split = live_traffic.profile("sglang serve --chunked-prefill-size 16384", {}, None, low_traffic=False)
+    assert no_split.ttft_s == pdi1.ttft_s
+    assert live_traffic.profile("x", {}, "candidate-errors", low_traffic=False).error_share == 0.05
+    assert live_traffic.profile("x", {}, None, low_traffic=True).req_per_min == live_traffic.LOW_REQ_PER_MIN
+
+
+def test_pass_verdict_between_equal_replicas_within_a_loose_bound(sim: Sim) -> None:
+    w = _window(sim, {"r1": 8008, "r2": 8009}, 20)
+    assert w["r2"].replica == "r2" and measure("tpot_p50", w["r2"]).samples >= 200
+    assert ratio_gate("tpot_p50", "r2", "r1", 0.9, 1.1, w, 200).verdict == PASS
