@@ -180,6 +180,7 @@ class ServerClient:
         orphan = 0
         failed = 0
         handed_off = False
+        finished_seen = False  # a "finished" worker over a run not yet terminal: read again once
         while True:
             try:
                 run = await self.run(run_id, events_after=last_event)
@@ -209,6 +210,11 @@ class ServerClient:
             if run.get("terminal"):
                 return FollowResult(run, "terminal")
             status = (worker or {}).get("status")
+            if status == "finished" and not finished_seen:
+                # the answer reads the journal, then the worker: a run that ended between the two
+                # shows "finished" over a run not yet terminal. Read once more before giving up on it
+                finished_seen = True
+                continue
             if status in STOPPED:
                 return FollowResult(run, "stopped")
             if status in HANDED_OFF and not handed_off:

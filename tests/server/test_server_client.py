@@ -103,6 +103,22 @@ def test_exit_code_of_each_outcome(outcome, code, capsys):
     assert f"a ok -> {outcome}" in out
 
 
+def test_a_finished_worker_over_a_run_not_yet_terminal_is_read_again(capsys):
+    """The server's answer reads the journal, then the worker: a run that ended between the two
+    shows a "finished" worker over a run not yet terminal (seen once in CI: ROLLED_BACK exited 1).
+    The follower reads once more and exits with the outcome."""
+    a = [t(1, "a", "ok", "b")]
+    with respx.mock(base_url=URL) as r:
+        r.post("/runs").respond(202, json={"run_id": RUN})
+        r.get(f"/runs/{RUN}").mock(side_effect=[
+            httpx.Response(200, json=run(a, worker=worker("finished"))),
+            httpx.Response(200, json=run(a + [t(2, "b", "fail", "ROLLED_BACK")], terminal=True, outcome="ROLLED_BACK",
+                                         worker=worker("finished"))),
+        ])
+        assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=FakeClock()) == 3
+    assert "ROLLED_BACK" in capsys.readouterr().out.splitlines()[-1]
+
+
 def test_a_run_nobody_holds_stops_the_follower_with_resume_advice(capsys):
     with respx.mock(base_url=URL) as r:
         r.post("/runs").respond(202, json={"run_id": RUN})
