@@ -194,6 +194,12 @@ def build_compose_manager_app(host: SimHost, token: str, faults: ActiveFaults, r
 
     @route()
     async def docker_ps(request: Request) -> Response:
+        # what docker/ps lists running has its ports open, as on a host: a call whose client went
+        # away before its answer ended (a SIGKILLed orchestrator) skipped the settle in `ndjson`,
+        # so the next read settles the listeners first (real latency, never simulated time)
+        settle = getattr(host, "settle_listeners", None)
+        if settle is not None:
+            await settle()
         return JSONResponse({"status": "ok", "output": "\n".join(host.ps_lines())})
 
     async def docker_ps_post(request: Request) -> Response:
