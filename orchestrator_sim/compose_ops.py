@@ -569,19 +569,7 @@ class ComposeOperations(HostCore):
             return
         # orphans (and a fault's extra removal) with a plain 10 s stop
         if orphans:
-            stops = []
-            for c in orphans:
-                self._emit(op, f" Container {c.name}  Stopping")
-                stops.append((c, *self._begin_stop(c, ORPHAN_STOP_TIMEOUT_S)))
-            yield max(d for _, d, _ in stops)
-            for c, _, code in stops:
-                self._finish_stop(c, code)
-                self._emit(op, f" Container {c.name}  Stopped")
-                self._emit(op, f" Container {c.name}  Removing")
-                self._remove(c)
-                self._emit(op, f" Container {c.name}  Removed")
-                op.effects.append(f"orphan-removed:{c.name}")
-                self._record_orphan(op, cf, c)
+            yield from self._remove_orphans(op, cf, orphans, effect="orphan-removed", steps=("Stopped", "Removing"))
             yield 0.5
         # create / recreate
         for item in items:
@@ -624,17 +612,7 @@ class ComposeOperations(HostCore):
         """The `dry-run-recreates` fault: what a real `up -d --remove-orphans` of the request does,
         orphans included, with plain (unprefixed) progress lines."""
         if orphans:
-            stops = []
-            for c in orphans:
-                self._emit(op, f" Container {c.name}  Stopping")
-                stops.append((c, *self._begin_stop(c, ORPHAN_STOP_TIMEOUT_S)))
-            yield max(d for _, d, _ in stops)
-            for c, _, code in stops:
-                self._finish_stop(c, code)
-                self._remove(c)
-                self._emit(op, f" Container {c.name}  Removed")
-                op.effects.append(f"dry-run-orphan-removed:{c.name}")
-                self._record_orphan(op, cf, c)
+            yield from self._remove_orphans(op, cf, orphans, effect="dry-run-orphan-removed", steps=())
         for item in items:
             if item.action in ("Created", "Recreated"):
                 yield from self._apply_item(op, cf, req, item, quiet=False)
@@ -646,6 +624,24 @@ class ComposeOperations(HostCore):
                 yield 0.5
                 self._start(c)
                 self._emit(op, f" Container {c.name}  Started")
+
+    def _remove_orphans(self, op: Any, cf: Any, orphans: list[Any], *, effect: str,
+                        steps: tuple[str, ...]) -> Generator[float, None, None]:
+        """Stop (plain 10 s stop) and remove `orphans`, as `up --remove-orphans` does; `steps`: the
+        progress lines between Stopping and Removed (a dry run made real prints fewer)."""
+        stops = []
+        for c in orphans:
+            self._emit(op, f" Container {c.name}  Stopping")
+            stops.append((c, *self._begin_stop(c, ORPHAN_STOP_TIMEOUT_S)))
+        yield max(d for _, d, _ in stops)
+        for c, _, code in stops:
+            self._finish_stop(c, code)
+            for word in steps:
+                self._emit(op, f" Container {c.name}  {word}")
+            self._remove(c)
+            self._emit(op, f" Container {c.name}  Removed")
+            op.effects.append(f"{effect}:{c.name}")
+            self._record_orphan(op, cf, c)
 
     def _record_orphan(self, op: Any, cf: Any, c: Any) -> None:
         """An orphan removed by an up (or by a dry run made real, docker/compose#14029): the record
