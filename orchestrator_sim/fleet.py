@@ -225,7 +225,7 @@ class _Listener:
         self.task = asyncio.create_task(self.server.serve(sockets=[sock]))
         return True
 
-    async def stop(self) -> None:
+    async def stop(self, *, reserve: bool = True) -> None:
         if self.server is None:
             return
         server, task = self.server, self.task
@@ -235,6 +235,23 @@ class _Listener:
             listening.close()  # refuse new connections now, not at uvicorn's next tick
         if task is not None:
             await task
+        if reserve:
+            self._reserve()
+
+    def _reserve(self) -> None:
+        """Keep the port bound, not listening, while the container is stopped: connections are
+        refused exactly as on a closed port, and no other process (another test worker's simulator
+        binding port 0) can take it meanwhile and answer in the relay's place."""
+        if self._sock is not None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, self.port))
+        except OSError:
+            sock.close()
+            return
+        self._sock = sock
 
     def release_unused_socket(self) -> None:
         if self._sock is not None:
@@ -554,9 +571,6 @@ class SimFleet:
         for listener in listeners:
             listener.start()
         self._sync_relays(relays)
-        for per_host in relays.values():
-            for relay in per_host.values():
-                relay.release_unused_socket()
         for n, host in self.hosts.items():
             host.settle_listeners = functools.partial(self._settle_relays, {n: relays[n]})  # type: ignore[attr-defined]
         every = [*listeners, *(r for per_host in relays.values() for r in per_host.values() if r.open)]
@@ -574,9 +588,12 @@ class SimFleet:
                     await asyncio.wait_for(self._stop_requested.wait(), TICK_S)
         finally:
             await asyncio.gather(
-                *(lst.stop() for lst in [*listeners, *(r for per_host in relays.values() for r in per_host.values())]),
+                *(lst.stop(reserve=False) for lst in [*listeners, *(r for per_host in relays.values() for r in per_host.values())]),
                 return_exceptions=True,
             )
+            for per_host in relays.values():
+                for relay in per_host.values():
+                    relay.release_unused_socket()
 
     async def _settle_relays(self, relays: dict[str, dict[int, _Listener]], cap_s: float = 5.0) -> None:
         """Open (or close) these relays' ports as their container now is, and wait (real time,
