@@ -642,7 +642,7 @@ class Runbook(_Strict):
                         if role not in self.domains.roles():
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
                 if st.analysis is not None:
-                    _check_analysis(here, st.analysis, self.replicas)
+                    _check_analysis(here, st.analysis, self.replicas, self.replica_gpus)
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:
