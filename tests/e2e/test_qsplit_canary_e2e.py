@@ -1,0 +1,102 @@
+"""The #302 canary end to end (issue 23): r2 alone on the v2 image 8ff1a487b98a with
+SGLANG_DSA_INDEXER_QSPLIT=1 and 16384-token chunks against r1, the untouched #294 control; device
+memory read from the simulator's DCGM exporter through the relay's :8010 route.
+
+- the simulator's #302 engine (TTFT and TPOT 0.7x, 9.3 GB free vs r1's 3.7 GB) is promoted;
+- a memory squeeze (`memory-squeeze:r2`: 1.5 GB free) fails the device-memory gate: r2 goes back
+  to the #294 file and tag, r1 the same container throughout;
+- a watch on r1 during r2's cold start (`serving-errors:r1`: r1 aborts 20 %) fails the phase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from orchestrator.progress import RecordingProgress
+
+pytestmark = pytest.mark.e2e
+
+SPEED = 3000.0
+RUNBOOK = "gpu02-glm53-w4afp8-qsplit-canary"
+CANARY_TAG = "v0.0.305"
+R1 = "model-sg-glm53-w4afp8-tp4-r1"
+R2 = "model-sg-glm53-w4afp8-tp4-r2"
+
+
+@pytest.fixture
+def canary(tmp_path: Path):
+    from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.clock import ScaledClock
+    from orchestrator.demo import demo_settings
+    from orchestrator.runner import Session, execute, new_rollout
+    from orchestrator_sim import SimConfig, SimFleet
+
+    opened = []
+
+    def make(*faults: str):
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, initial="long-context"))
+        fleet.__enter__()
+        state = tmp_path / f"state{len(opened)}"
+        state.mkdir()
+        session = Session.open(demo_settings(fleet, state), clock=ScaledClock(SPEED),
+                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+        opened.append((fleet, session))
+        r1_before = fleet.host.container(R1)
+        run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, RUNBOOK)
+        progress = RecordingProgress()
+        final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
+        return fleet, final, r1_before, progress, session
+
+    yield make
+    for fleet, session in opened:
+        session.close()
+        fleet.__exit__(None, None, None)
+
+
+def _notes(progress: RecordingProgress) -> list[str]:
+    return [f.get("note") or "" for k, f in progress.events if k == "transition"]
+
+
+def _readout(progress: RecordingProgress) -> str:
+    found = [n for n in _notes(progress) if "canary readout:" in n]
+    assert found, _notes(progress)
+    return found[-1][found[-1].index("canary readout:"):]
+
+
+def _r1_untouched(fleet, r1_before) -> None:
+    r1 = fleet.host.container(R1)
+    assert r1 is not None and r1.id == r1_before.id and r1.state == "running" and r1.tag == "v0.0.300"
+    for c in fleet.calls:
+        if (c.is_compose_up and not (c.body or {}).get("dry_run")) or c.is_compose_down:
+            assert R1 not in (c.body or {}).get("services", []), c.body
+
+
+def test_the_302_candidate_is_promoted_on_latency_and_device_memory(canary):
+    fleet, final, r1_before, progress, _ = canary()
+    assert final.outcome == "DONE", final.message
+    text = _readout(progress)
+    assert text.startswith("canary readout: PASS"), text
+    row = next(line for line in text.splitlines() if line.startswith("min_free_device_memory_gb") and "r2/r1" in line)
+    assert "9.3 GB" in row and "3.7 GB" in row, text
+    r2 = fleet.host.container(R2)
+    assert r2.tag == CANARY_TAG and r2.state == "running"
+    assert "8ff1a487b98a" in r2.image
+    _r1_untouched(fleet, r1_before)
+    assert fleet.check_invariants() == []
+
+
+def test_a_memory_squeeze_fails_the_canary_and_rolls_r2_back_with_r1_untouched(canary):
+    fleet, final, r1_before, progress, _ = canary("memory-squeeze:r2")
+    assert final.outcome == "ROLLED_BACK", final.message
+    text = _readout(progress)
+    assert text.startswith("canary readout: FAIL"), text
+    assert "FAIL: min_free_device_memory_gb of r2 >= 6: r2 min_free_device_memory_gb = 1.5 GB, not >= 6" in text, text
+    # the latency gates still passed: the readout says which gate failed, not only that one did
+    assert "FAIL: tpot_p50" not in text
+    r2 = fleet.host.container(R2)
+    assert r2.tag == "v0.0.300" and r2.state == "running" and "fde25985" in r2.image
+    _r1_untouched(fleet, r1_before)
+    assert fleet.check_invariants() == []
