@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.spec import AnalysisSpec, check_against_runbook as _check_analysis
+from orchestrator.analysis.watch_spec import WatchSpec, check_watch as _check_watch
 from orchestrator.durations import parse_duration
 from orchestrator.user_errors import Refused, UserError
 
@@ -360,6 +361,8 @@ class Step(_Strict):
     cache: CacheSpec | None = None
     #: issue 23: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
     analysis: AnalysisSpec | None = None
+    #: issue 23: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
+    watch: WatchSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
@@ -643,6 +646,8 @@ class Runbook(_Strict):
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
                 if st.analysis is not None:
                     _check_analysis(here, st.analysis, self.replicas, self.replica_gpus)
+                if st.watch is not None:
+                    _check_watch(here, st.kind, st.watch, self.replicas)
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:

@@ -100,3 +100,18 @@ def test_a_memory_squeeze_fails_the_canary_and_rolls_r2_back_with_r1_untouched(c
     assert r2.tag == "v0.0.300" and r2.state == "running" and "fde25985" in r2.image
     _r1_untouched(fleet, r1_before)
     assert fleet.check_invariants() == []
+
+
+def test_a_watch_on_r1_during_r2s_cold_start_fails_the_phase(canary):
+    """`serving-errors:r1`: the control aborts 20 % of its requests. The watch on r1 during r2's cold
+    start breaches its 2 % bound before r2 is ready: the cold start is stopped and fails, the phase
+    rolls r2 back to #294; r1 itself is never touched (the orchestrator reports, a human judges r1)."""
+    fleet, final, r1_before, progress, _ = canary("serving-errors:r1")
+    assert final.outcome == "ROLLED_BACK", final.message
+    notes = _notes(progress)
+    hit = [n for n in notes if n.startswith("watch on r1 during cold-start: r1 error_rate = ")]
+    assert hit and "not <= 0.02" in hit[0], notes
+    assert not any("canary readout:" in n for n in notes)  # the phase never reached its readout
+    r2 = fleet.host.container(R2)
+    assert r2.tag == "v0.0.300" and r2.state == "running"
+    _r1_untouched(fleet, r1_before)
