@@ -123,7 +123,7 @@ class Executor:
         if node.step is None:  # a marker state (an empty rollback that halts)
             return StepOutcome(Event.OK, "handing over to a human")
         if node.step.watch is not None:  # issue 23: the step runs beside a watch of another replica
-            from orchestrator.steps.watch import run_watched
+            from orchestrator.executor.watch import run_watched
 
             return await run_watched(self.rt, node, handler_for(node.step))
         return await handler_for(node.step).run(self.rt, node, node.step)
