@@ -147,3 +147,20 @@ def test_a_watch_breaches_on_enough_traffic_only_and_on_a_queue_at_once():
     assert breach(w, [_s(0, 100, 0), _s(30, 140, 0)]) is None
     found = breach(w, [_s(0, 100, 0), _s(30, 101, 0, queue=9)])  # a gauge needs no traffic
     assert found and "queue_depth_max = 9 over the last 30 s" in found
+
+
+def test_the_302_canary_plan_is_byte_identical_to_its_golden():
+    """Every gate with its thresholds and the watch, byte for byte. Regenerate after an intended
+    change with ORCHESTRATOR_UPDATE_GOLDEN=1 and review the diff."""
+    import os
+
+    from orchestrator.machine import compile_rollout
+    from orchestrator.plan import build_plan, render_text
+
+    rb = parse_runbook(copy.deepcopy(RAW))
+    out = render_text(build_plan(rb, compile_rollout(rb), host="gpu02", tag="v0.0.305"))
+    out = out if out.endswith("\n") else out + "\n"
+    path = Path(__file__).resolve().parent / "golden" / "plan-gpu02-qsplit-canary.text.txt"
+    if os.environ.get("ORCHESTRATOR_UPDATE_GOLDEN") == "1":
+        path.write_text(out)
+    assert out == path.read_text(), "the #302 canary's plan changed: review it, then regenerate"
