@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.spec import AnalysisSpec, check_against_runbook as _check_analysis
+from orchestrator.analysis.quiet_spec import QuietSpec, check_quiet as _check_quiet
 from orchestrator.analysis.watch_spec import WatchSpec, check_watch as _check_watch
 from orchestrator.durations import parse_duration
 from orchestrator.user_errors import Refused, UserError
@@ -332,12 +333,12 @@ class OneShotSpec(_Strict):
 
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-              "markers", "presence", "capture", "cache", "analysis")
+              "markers", "presence", "capture", "cache", "analysis", "quiet")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
 OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-                   "markers", "presence", "capture", "cache", "analysis"]
+                   "markers", "presence", "capture", "cache", "analysis", "quiet"]
 
 
 class Step(_Strict):
@@ -363,6 +364,8 @@ class Step(_Strict):
     analysis: AnalysisSpec | None = None
     #: issue 23: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
     watch: WatchSpec | None = None
+    #: issue 23: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
+    quiet: QuietSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
@@ -646,6 +649,8 @@ class Runbook(_Strict):
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
                 if st.analysis is not None:
                     _check_analysis(here, st.analysis, self.replicas, self.replica_gpus)
+                if st.quiet is not None:
+                    _check_quiet(here, st.quiet, self.replicas)
                 if st.watch is not None:
                     _check_watch(here, st.kind, st.watch, self.replicas)
                 if st.labels is not None:

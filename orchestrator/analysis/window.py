@@ -145,7 +145,9 @@ def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
     for name in sorted({n for s in ordered for n in s.gauges}):
         vals = [s.gauges[name] for s in ordered if name in s.gauges]
         gauges[name] = (min(vals), max(vals), len(vals))
-    return ReplicaWindow(replica, seconds, len(ordered), resets, counters, hists, gauges)
+    # the engine's scrapes (a DCGM read merged into the series is not one of the engine's)
+    engine = sum(1 for s in ordered if s.counters or s.histograms) or len(ordered)
+    return ReplicaWindow(replica, seconds, engine, resets, counters, hists, gauges)
 
 
 # --------------------------------------------------------------------------- the metrics a gate names

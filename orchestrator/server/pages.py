@@ -212,8 +212,8 @@ def run_table(run: Any) -> Table | None:
 def approval_gates(table: Table | None) -> set[str]:
     if table is None:
         return set()
-    return {s for s, n in table.nodes.items() if n.step is not None and n.step.kind == "soak"
-            and n.step.soak is not None and n.step.soak.approval}
+    return {s for s, n in table.nodes.items() if n.step is not None and (n.step.kind == "quiet" or (
+            n.step.kind == "soak" and n.step.soak is not None and n.step.soak.approval))}
 
 
 async def run_fragment(request: Request, principal: Principal) -> Response:

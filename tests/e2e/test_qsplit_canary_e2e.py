@@ -11,6 +11,7 @@ memory read from the simulator's DCGM exporter through the relay's :8010 route.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,11 @@ R1 = "model-sg-glm53-w4afp8-tp4-r1"
 R2 = "model-sg-glm53-w4afp8-tp4-r2"
 
 
+NOON = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)  # outside the runbook's 01:00-05:00 quiet window
+
+
 @pytest.fixture
-def canary(tmp_path: Path):
+def canary(tmp_path: Path, monkeypatch):
     from orchestrator.clients.retry import RetryPolicy
     from orchestrator.clock import ScaledClock
     from orchestrator.demo import demo_settings
@@ -36,7 +40,10 @@ def canary(tmp_path: Path):
 
     opened = []
 
-    def make(*faults: str):
+    def make(*faults: str, wall: datetime = NOON):
+        import orchestrator.steps.quiet as quiet
+
+        monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
         fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, initial="long-context"))
         fleet.__enter__()
         state = tmp_path / f"state{len(opened)}"
@@ -77,6 +84,9 @@ def _r1_untouched(fleet, r1_before) -> None:
 def test_the_302_candidate_is_promoted_on_latency_and_device_memory(canary):
     fleet, final, r1_before, progress, _ = canary()
     assert final.outcome == "DONE", final.message
+    # live traffic (40 requests/min on the long domain) never got quiet at noon: after 2 h, --yes went on
+    quiet = [n for n in _notes(progress) if n.startswith("not quiet after 2h")]
+    assert quiet and "requests/min, not below 10); a human approved going on" in quiet[0], _notes(progress)
     text = _readout(progress)
     assert text.startswith("canary readout: PASS"), text
     row = next(line for line in text.splitlines() if line.startswith("min_free_device_memory_gb") and "r2/r1" in line)
@@ -115,3 +125,15 @@ def test_a_watch_on_r1_during_r2s_cold_start_fails_the_phase(canary):
     r2 = fleet.host.container(R2)
     assert r2.tag == "v0.0.300" and r2.state == "running"
     _r1_untouched(fleet, r1_before)
+
+
+def test_the_swap_waits_for_a_quiet_long_domain_or_the_night_window(canary):
+    """`low-traffic` (1 request/min per engine): quiet within its 10-minute rate window, no human asked
+    (the analysis then halts for too little traffic, as it must). At 02:30 UTC: inside the window at once."""
+    fleet, final, _, progress, _ = canary("low-traffic")
+    quiet = [n for n in _notes(progress) if n.startswith("the long domain is quiet: ")]
+    assert quiet and "(below 10)" in quiet[0], _notes(progress)
+    assert final.outcome == "HALTED", final.message
+    fleet, final, _, progress, _ = canary("memory-squeeze:r2", wall=datetime(2026, 12, 2, 2, 30, tzinfo=timezone.utc))
+    assert any(n.startswith("inside the 01:00-05:00 UTC window after 0s") for n in _notes(progress)), _notes(progress)
+    assert final.outcome == "ROLLED_BACK"
