@@ -40,7 +40,7 @@ def canary(tmp_path: Path, monkeypatch):
 
     opened = []
 
-    def make(*faults: str, wall: datetime = NOON):
+    def make(*faults: str, wall: datetime = NOON, yes: bool = True, human=None):
         import orchestrator.steps.quiet as quiet
 
         monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
@@ -54,7 +54,16 @@ def canary(tmp_path: Path, monkeypatch):
         r1_before = fleet.host.container(R1)
         run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, RUNBOOK)
         progress = RecordingProgress()
-        final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
+
+        async def go():
+            helper = asyncio.ensure_future(human(session, run.run_id, progress, fleet)) if human else None
+            try:
+                return await execute(session, run, rb, table, progress=progress, yes=yes)
+            finally:
+                if helper is not None:
+                    helper.cancel()
+
+        final = asyncio.run(go())
         return fleet, final, r1_before, progress, session
 
     yield make
@@ -137,3 +146,24 @@ def test_the_swap_waits_for_a_quiet_long_domain_or_the_night_window(canary):
     fleet, final, _, progress, _ = canary("memory-squeeze:r2", wall=datetime(2026, 12, 2, 2, 30, tzinfo=timezone.utc))
     assert any(n.startswith("inside the 01:00-05:00 UTC window after 0s") for n in _notes(progress)), _notes(progress)
     assert final.outcome == "ROLLED_BACK"
+
+
+def test_without_yes_the_quiet_wait_asks_a_human_and_r2_stays_up_until_approved(canary):
+    """At noon, on full traffic, nothing ends the wait but a human: after 2 h the run says what to run
+    and waits; r2 is not stopped before `orchestrate approve` (here the journal's approve)."""
+    seen: dict = {}
+
+    async def human(session, run_id, progress, fleet):
+        while not any(k == "waiting" and "go on anyway with `orchestrate approve" in str(f.get("gate"))
+                      for k, f in progress.events):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # 15 more simulated minutes: the run must still wait
+        seen["r2_at_ask"] = fleet.host.container(R2).tag
+        seen["downs_at_ask"] = sum(1 for c in fleet.calls if c.is_compose_down and R2 in (c.body or {}).get("services", []))
+        session.journal.approve(run_id, "*", by="alice")
+
+    fleet, final, r1_before, progress, _ = canary("memory-squeeze:r2", yes=False, human=human)
+    assert seen == {"r2_at_ask": "v0.0.300", "downs_at_ask": 0}
+    assert any(n.startswith("not quiet after 2h") and "a human approved going on" in n for n in _notes(progress))
+    assert final.outcome == "ROLLED_BACK"  # then the canary ran (and its memory squeeze failed it)
+    _r1_untouched(fleet, r1_before)
