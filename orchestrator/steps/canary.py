@@ -137,10 +137,11 @@ class Analysis:
         # the readout is the step's note: printed with its transition and journaled with it
         table = readout(results, windows, replicas, spec.window)
         verdict = overall(results)
-        if verdict == PASS:
-            return ok(table)
+        cand = replicas[0]
+        if verdict == PASS:  # the decision last, in a word (a human reads the verdict, then what happens)
+            return ok(table + f"\n=> PROMOTE: {cand} stays on the candidate")
         if verdict == FAIL:
-            return fail(table)
+            return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
         assert verdict == NO_TRAFFIC
         run = getattr(rt, "run", None)
         host = getattr(run, "host", "HOST")
