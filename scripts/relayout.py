@@ -17,7 +17,11 @@ What it does, in this order:
 4. Lists every package in pyproject's [tool.setuptools] packages, and installs the layers
    contract (scripts/relayout_layers.ini) into .importlinter.
 
-Afterwards: `.venv/bin/lint-imports`, the tests, then `git add -A && git commit`.
+Afterwards: `.venv/bin/lint-imports`, the tests, then `git add -A && git commit`; README's "Where
+things are" section is drafted in scripts/relayout_README_tree.md.
+
+The table's [move] entries whose module is gone are skipped (already moved, or taken apart by
+someone else); a move onto a file that exists fails the run, naming both.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class RelayoutError(Exception):
 
 @dataclass
 class Table:
+    package: str
     move: dict[str, str]
     keep: set[str]
     packages: dict[str, str]
@@ -53,17 +58,18 @@ class Table:
     @classmethod
     def load(cls, path: Path) -> "Table":
         data = tomllib.loads(path.read_text())
-        t = cls(dict(data.get("move", {})), set(data.get("keep", {}).get("modules", [])), dict(data.get("packages", {})),
-                list(data.get("rewrite", {}).get("exclude", [])),
-                [re.compile(p) for p in data.get("rewrite", {}).get("keep_patterns", [])])
+        rewrite = data.get("rewrite", {})
+        t = cls(data.get("package", PACKAGE), dict(data.get("move", {})), set(data.get("keep", {}).get("modules", [])),
+                dict(data.get("packages", {})), list(rewrite.get("exclude", [])),
+                [re.compile(p) for p in rewrite.get("keep_patterns", [])])
         t.validate()
         return t
 
     def validate(self) -> None:
         for old, new in self.move.items():
             for name in (old, new):
-                if not name.startswith(PACKAGE + ".") or not all(p.isidentifier() for p in name.split(".")):
-                    raise RelayoutError(f"table: {name!r} is not a module of {PACKAGE}")
+                if not name.startswith(self.package + ".") or not all(p.isidentifier() for p in name.split(".")):
+                    raise RelayoutError(f"table: {name!r} is not a module of {self.package}")
             if old == new:
                 raise RelayoutError(f"table: {old} moves to itself: list it under [keep]")
             for other in self.move:  # a new name that starts with an old one would be rewritten again
@@ -125,7 +131,7 @@ def make_plan(root: Path, table: Table) -> Plan:
     plan = Plan()
     files = tracked(root)
     for rel in files:
-        if not rel.startswith(PACKAGE + "/"):
+        if not rel.startswith(table.package + "/"):
             continue
         if rel.endswith(".py"):
             module = module_of(rel)
@@ -133,7 +139,7 @@ def make_plan(root: Path, table: Table) -> Plan:
             module = ".".join(rel.split("/")[:-1])
         key = table.key_for(module)
         if key is None:
-            if module != PACKAGE and not table.placed(module) and rel.endswith(".py"):
+            if module != table.package and not table.placed(module) and rel.endswith(".py"):
                 plan.unmapped.append(rel)
             continue
         new = table.new_name(module)
@@ -160,26 +166,27 @@ class Rewriter:
 
     def __init__(self, table: Table) -> None:
         self.table = table
+        self.package = pkg = table.package
         keys = sorted(table.move, key=len, reverse=True)
-        tails = [re.escape(k[len(PACKAGE) + 1:]) for k in keys]
+        tails = [re.escape(k[len(pkg) + 1:]) for k in keys]
         alt = "|".join(tails)
         # dotted: orchestrator.runner, orchestrator.executor.loop (not orchestrator_sim, not a.orchestrator.x)
-        self.dotted = re.compile(rf"(?<![\w.]){PACKAGE}\.({alt})(?![\w])")
+        self.dotted = re.compile(rf"(?<![\w.]){pkg}\.({alt})(?![\w])")
         # regex-escaped: orchestrator\.healthcheck
         esc = "|".join(t.replace(r"\.", r"\\\.") for t in tails)
-        self.escaped = re.compile(rf"(?<![\w.]){PACKAGE}\\\.({esc})(?![\w])")
+        self.escaped = re.compile(rf"(?<![\w.]){pkg}\\\.({esc})(?![\w])")
         # paths: orchestrator/runner.py, orchestrator/executor/ (not /etc/orchestrator/...: no key there)
-        paths = "|".join(re.escape(k[len(PACKAGE) + 1:].replace(".", "/")) for k in keys)
-        self.paths = re.compile(rf"(?<![\w.~-]){PACKAGE}/({paths})(?=\.py\b|/|\.(?!\w)|[^\w./-]|$)", re.M)
+        paths = "|".join(re.escape(k[len(pkg) + 1:].replace(".", "/")) for k in keys)
+        self.paths = re.compile(rf"(?<![\w.~-]){pkg}/({paths})(?=\.py\b|/|\.(?!\w)|[^\w./-]|$)", re.M)
 
     def _dotted(self, m: re.Match[str]) -> str:
-        return self.table.new_name(f"{PACKAGE}.{m.group(1)}")
+        return self.table.new_name(f"{self.package}.{m.group(1)}")
 
     def _escaped(self, m: re.Match[str]) -> str:
-        return self.table.new_name(f"{PACKAGE}.{m.group(1).replace(chr(92) + '.', '.')}").replace(".", "\\.")
+        return self.table.new_name(f"{self.package}.{m.group(1).replace(chr(92) + '.', '.')}").replace(".", "\\.")
 
     def _path(self, m: re.Match[str]) -> str:
-        return self.table.new_name(f"{PACKAGE}.{m.group(1).replace('/', '.')}").replace(".", "/")
+        return self.table.new_name(f"{self.package}.{m.group(1).replace('/', '.')}").replace(".", "/")
 
     def text(self, text: str) -> str:
         protected: dict[str, str] = {}
@@ -218,7 +225,7 @@ class Rewriter:
                 absolute = ".".join(base + ([node.module] if node.module else []))
             else:
                 absolute = node.module or ""
-            if absolute != PACKAGE and not absolute.startswith(PACKAGE + "."):
+            if absolute != self.package and not absolute.startswith(self.package + "."):
                 continue
             groups: dict[str, list[str]] = {}
             changed = bool(node.level)
@@ -256,19 +263,21 @@ def excluded(rel: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(rel, p) for p in patterns)
 
 
-def update_pyproject(root: Path) -> bool:
+def update_pyproject(root: Path, package: str) -> bool:
     """Every package directory of orchestrator/ in [tool.setuptools] packages (after the dotted rewrite)."""
     path = root / "pyproject.toml"
+    if not path.exists():
+        return False
     text = path.read_text()
     m = re.search(r"^packages = \[\n(.*?)^\]", text, re.S | re.M)
     if not m:
         return False
     listed = re.findall(r'"([\w.]+)"', m.group(1))
-    on_disk = sorted(".".join(p.parent.relative_to(root).parts) for p in (root / PACKAGE).rglob("__init__.py"))
+    on_disk = sorted(".".join(p.parent.relative_to(root).parts) for p in (root / package).rglob("__init__.py"))
     missing = [p for p in on_disk if p not in listed]
     if not missing:
         return False
-    ours = [p for p in listed if p == PACKAGE or p.startswith(PACKAGE + ".")]
+    ours = [p for p in listed if p == package or p.startswith(package + ".")]
     at = listed.index(ours[-1]) + 1 if ours else len(listed)
     names = sorted(set(ours) | set(missing), key=lambda p: (p.split(".")[1:2] == ["runbooks"], p))
     listed = names + [p for p in listed[at:] if p not in names]
@@ -286,6 +295,8 @@ def update_pyproject(root: Path) -> bool:
 
 def install_layers(root: Path) -> bool:
     path = root / ".importlinter"
+    if not path.exists():
+        return False
     text = path.read_text()
     if "[importlinter:contract:layers]" in text:
         return False
@@ -338,7 +349,7 @@ def relayout(root: Path, table: Table, *, dry_run: bool, allow_dirty: bool = Fal
     for old, new in plan.moves:
         (root / new).parent.mkdir(parents=True, exist_ok=True)
         git(root, "mv", old, new)
-    _remove_leftovers(root, [old for old, _ in plan.moves])
+    _remove_leftovers(root, table.package, [old for old, _ in plan.moves])
     changed = 0
     for rel in tracked(root):
         if excluded(rel, table.exclude):
@@ -357,11 +368,11 @@ def relayout(root: Path, table: Table, *, dry_run: bool, allow_dirty: bool = Fal
             path.write_text(new_text, encoding="utf-8")
             changed += 1
     report.append(f"rewrote {changed} files")
-    if update_pyproject(root):
+    if update_pyproject(root, table.package):
         report.append("pyproject.toml: every package listed")
     if install_layers(root):
         report.append(".importlinter: the layers contract installed")
-    git(root, "add", "-A", PACKAGE, "pyproject.toml", ".importlinter")
+    git(root, "add", "-A", table.package, *[f for f in ("pyproject.toml", ".importlinter") if (root / f).exists()])
     return report
 
 
@@ -374,11 +385,11 @@ def _would_change(root: Path, rel: str, rewriter: Rewriter) -> bool:
         text, module_of(rel), module_of(rel), rel.endswith("__init__.py")) != text)
 
 
-def _remove_leftovers(root: Path, old_paths: list[str]) -> None:
+def _remove_leftovers(root: Path, package: str, old_paths: list[str]) -> None:
     """The old folders git mv emptied: their __pycache__ (else Python would import an empty
     namespace package by the old name) and the folders themselves."""
     for folder in sorted({(root / p).parent for p in old_paths}, key=lambda p: len(p.parts), reverse=True):
-        if not folder.is_dir() or folder == root / PACKAGE:
+        if not folder.is_dir() or folder == root / package:
             continue
         cache = folder / "__pycache__"
         if cache.is_dir():
@@ -387,7 +398,7 @@ def _remove_leftovers(root: Path, old_paths: list[str]) -> None:
             cache.rmdir()
         if not any(folder.iterdir()):
             folder.rmdir()
-    top = root / PACKAGE / "__pycache__"
+    top = root / package / "__pycache__"
     if top.is_dir():  # stale bytecode of moved top-level modules
         for f in top.iterdir():
             if f.name.split(".")[0] not in {"__init__"}:
