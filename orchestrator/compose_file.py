@@ -23,26 +23,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
 
+from orchestrator.durations import parse_go_duration as parse_duration  # stop_grace_period; re-exported
+
 CONDITIONS = frozenset({"service_started", "service_healthy", "service_completed_successfully"})
 
-_DURATION_UNITS = {
-    "ns": Decimal("1e-9"),
-    "us": Decimal("1e-6"),
-    "µs": Decimal("1e-6"),  # U+00B5 micro sign
-    "μs": Decimal("1e-6"),  # U+03BC Greek mu
-    "ms": Decimal("1e-3"),
-    "s": Decimal(1),
-    "m": Decimal(60),
-    "h": Decimal(3600),
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPERATORS = (":-", ":?", ":+", "-", "?", "+")  # longest first
 
@@ -53,27 +42,6 @@ class ComposeFileError(ValueError):
 
 class InterpolationError(ComposeFileError):
     """A `${...}` expression that is malformed, or a required variable that is missing."""
-
-
-# --- durations ----------------------------------------------------------------------------------
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go duration, as compose reads `stop_grace_period`: `5m`, `1h30m`, `500ms`.
-
-    Units: h m s ms us (µs) ns; parts may be fractional (`1.5h`); `0` alone is allowed. No sign,
-    no bare number (compose refuses `30`: write `30s`).
-    """
-    stripped = text.strip()
-    if stripped == "0":
-        return 0.0
-    if not _DURATION.fullmatch(stripped):
-        raise ValueError(
-            f"duration {text!r} is not understood: use e.g. 30s, 5m, 1h30m or 500ms"
-        )
-    parts = _DURATION_PART.findall(stripped)
-    total = sum((Decimal(number) * _DURATION_UNITS[unit] for number, unit in parts), Decimal(0))
-    return float(total)
 
 
 # --- interpolation ------------------------------------------------------------------------------

@@ -9,14 +9,44 @@ from __future__ import annotations
 
 import math
 import re
-
-from orchestrator.compose_file import parse_duration as _compose_duration
+from decimal import Decimal
 
 #: The longest duration accepted anywhere (runbook timeouts, soaks, `--soak`): 7 days.
 MAX_DURATION_S = 7 * 24 * 3600.0
 #: A bare number of seconds: ASCII digits only (`str.isdigit` also accepts other scripts' digits).
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _HINT = "use e.g. 50m, 30s, 1h30m"
+#: Go's duration units, as compose reads `stop_grace_period` (compose_file.py uses this parser).
+_DURATION_UNITS = {
+    "ns": Decimal("1e-9"),
+    "us": Decimal("1e-6"),
+    "µs": Decimal("1e-6"),  # U+00B5 micro sign
+    "μs": Decimal("1e-6"),  # U+03BC Greek mu
+    "ms": Decimal("1e-3"),
+    "s": Decimal(1),
+    "m": Decimal(60),
+    "h": Decimal(3600),
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go duration, as compose reads `stop_grace_period`: `5m`, `1h30m`, `500ms`.
+
+    Units: h m s ms us (µs) ns; parts may be fractional (`1.5h`); `0` alone is allowed. No sign,
+    no bare number (compose refuses `30`: write `30s`).
+    """
+    stripped = text.strip()
+    if stripped == "0":
+        return 0.0
+    if not _DURATION.fullmatch(stripped):
+        raise ValueError(
+            f"duration {text!r} is not understood: use e.g. 30s, 5m, 1h30m or 500ms"
+        )
+    parts = _DURATION_PART.findall(stripped)
+    total = sum((Decimal(number) * _DURATION_UNITS[unit] for number, unit in parts), Decimal(0))
+    return float(total)
 
 
 def parse_duration(text: str | int | float, *, max_s: float = MAX_DURATION_S) -> float:
@@ -34,8 +64,8 @@ def parse_duration(text: str | int | float, *, max_s: float = MAX_DURATION_S) ->
     else:
         stripped = text.strip()
         try:
-            value = float(stripped) if _SECONDS.fullmatch(stripped) else _compose_duration(stripped)
-        except Exception as exc:  # compose_file raises its own error type
+            value = float(stripped) if _SECONDS.fullmatch(stripped) else parse_go_duration(stripped)
+        except Exception as exc:  # parse_go_duration's own message names the Go form
             raise ValueError(f"duration {text[:40]!r} is not understood: {_HINT}") from exc
     if not math.isfinite(value):
         raise ValueError(f"duration {text!r} is not a finite number of seconds")

@@ -34,7 +34,9 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _shipped_runbooks() -> Path:
     """The shipped runbooks' folder: `orchestrator/runbooks/` in an installed wheel (pyproject maps
     the top-level `runbooks/` onto that package), the top-level `runbooks/` in a checkout."""
-    package = Path(__file__).resolve().parent
+    import orchestrator  # the package's own folder, wherever in it this module lives (issue 26's relayout)
+
+    package = Path(orchestrator.__file__).resolve().parent
     installed = package / "runbooks"
     return installed if installed.is_dir() else package.parent / "runbooks"
 

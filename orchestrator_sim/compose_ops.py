@@ -21,13 +21,13 @@ import hashlib
 import json
 import re
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from orchestrator_sim.compose_repo import TagInfo, sha256_text
-
 from orchestrator_sim.compose_repo import NGINX_SERVICE, TARGET_FILE, ComposeFile, load_compose
+from orchestrator_sim.compose_records import ComposeRequest, Operation, OrphanRemoval  # noqa: F401 - re-exported (host.py, apps)
 from orchestrator_sim.containers import CONFIG_DIR, PROJECT, Container
 from orchestrator_sim.host_core import ORPHAN_STOP_TIMEOUT_S, HostCore
 from orchestrator_sim.interpolation import InterpolationError
@@ -92,43 +92,6 @@ def _column(raw: str, key: str | None) -> int:
             except ValueError:
                 pass
     return len(raw.rstrip())
-
-
-@dataclass(frozen=True)
-class OrphanRemoval:
-    at: float
-    container: str
-    service: str
-    by_file: str
-    by_tag: str
-    stop_timeout_s: float
-    call_seq: int | None
-
-
-@dataclass
-class ComposeRequest:
-    tag: str
-    file: str
-    project: str
-    services: list[str]
-    env: dict[str, str]
-    force_recreate: bool
-    dry_run: bool
-
-
-@dataclass
-class Operation:
-    action: str  # compose_up | compose_down
-    request: ComposeRequest
-    call: RecordedCall | None
-    lines: list[tuple[str, str]] = field(default_factory=list)  # (event, data)
-    done: bool = False
-    success: bool = False
-    exit_code: int = 0
-    cut: bool = False
-    effects: list[str] = field(default_factory=list)
-    started_at: str = ""
-    plan: dict[str, Any] | None = None  # the dry run's `plan` event, sent before `done`
 
 
 @dataclass

@@ -43,7 +43,7 @@ from orchestrator_sim.recording import CallRecorder
 from orchestrator_sim.timeline import SLOTS, ServingTimeline
 
 if TYPE_CHECKING:
-    from orchestrator_sim.compose_ops import Operation, OrphanRemoval
+    from orchestrator_sim.compose_records import Operation, OrphanRemoval
 
 ORPHAN_STOP_TIMEOUT_S = 10.0
 DOWNLOADER_RUN_S = 20.0

@@ -52,7 +52,7 @@ from orchestrator.redaction import Redactor
 from orchestrator.compose_refs import resolve_file, resolve_services
 from orchestrator.runbook import Runbook, Step
 from orchestrator.serving_evidence import LogWindow, Peers, Verdict, judge, stop_refusal, up_seconds
-from orchestrator.steps.base import StepOutcome, fail, halt
+from orchestrator.steps.outcome import StepOutcome, fail, halt
 
 log = structlog.get_logger("orchestrator.executor")
 
@@ -967,7 +967,7 @@ class Runtime:
     async def wait_gone(self, req: ComposeRequest, first: dict[str, Any], *, resends: int = 0) -> StepOutcome:
         """Wait until docker/ps no longer lists the services. `resends`: downs this visit already
         sent again (a resume counts them from the journal, so the cap holds across crashes)."""
-        from orchestrator.steps.base import ok
+        from orchestrator.steps.outcome import ok
 
         timeout = self.rb.timeouts.gone
         deadline = self.clock.monotonic() + timeout

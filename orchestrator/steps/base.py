@@ -5,41 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.machine import Event, Node
+from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, Step
+from orchestrator.steps.outcome import StepOutcome, fail, halt, ok, remedy, retry, skip  # noqa: F401 - the handlers' names
 
 if TYPE_CHECKING:  # the executor's live services; never imported at run time here
     from orchestrator.executor.runtime import Runtime
-
-
-@dataclass
-class StepOutcome:
-    event: Event
-    note: str = ""
-
-
-def ok(note: str = "") -> StepOutcome:
-    return StepOutcome(Event.OK, note)
-
-
-def fail(note: str) -> StepOutcome:
-    return StepOutcome(Event.FAIL, note)
-
-
-def halt(note: str) -> StepOutcome:
-    return StepOutcome(Event.HALT, note)
-
-
-def retry(note: str) -> StepOutcome:
-    return StepOutcome(Event.RETRY, note)
-
-
-def remedy(note: str) -> StepOutcome:
-    return StepOutcome(Event.REMEDY, note)
-
-
-def skip(note: str) -> StepOutcome:
-    return StepOutcome(Event.SKIP, note)
 
 
 @dataclass(frozen=True)

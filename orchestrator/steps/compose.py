@@ -83,7 +83,7 @@ class DryRun:
         if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
             # a forced recreate the host did not plan: its config would not take (docker/compose#11900)
             rt.ctx.retries[config_recreate.remedy_key(node)] = 1
-            stopped = await config_recreate.stop_for_recreate(rt, node, step, stale)
+            stopped = await config_recreate.stop_for_recreate(rt, node, step, stale, Down())
             if stopped.event.value != "ok":
                 return stopped
             return await self.run(rt, node, step)

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from orchestrator.clients.compose_manager import ComposeRequest
     from orchestrator.executor.runtime import Runtime
     from orchestrator.machine import Node
-    from orchestrator.steps.base import StepOutcome
+    from orchestrator.steps.base import Handler
+    from orchestrator.steps.outcome import StepOutcome
 
 _TAKES = ("created", "recreated")
 
@@ -38,10 +39,10 @@ def remedy_key(node: "Node") -> str:
     return f"{node.id}:config-down"
 
 
-async def stop_for_recreate(rt: "Runtime", node: "Node", step: Step, services: list[str]) -> "StepOutcome":
-    """The scoped down of `services` (never an engine), through the Down step's own rules."""
-    from orchestrator.steps.compose import Down
-    from orchestrator.steps.base import halt
+async def stop_for_recreate(rt: "Runtime", node: "Node", step: Step, services: list[str], down_step: "Handler") -> "StepOutcome":
+    """The scoped down of `services` (never an engine), through the Down step's own rules
+    (`down_step`: the `down` handler, passed in by compose.py so that this module does not import it back)."""
+    from orchestrator.steps.outcome import halt
 
     engines = [s for s in services if rt.rb.replica_of(s)]
     if engines:  # the loader refuses force_recreate on an engine; never stop one for a config
@@ -51,4 +52,4 @@ async def stop_for_recreate(rt: "Runtime", node: "Node", step: Step, services: l
                 down=ComposeSpec(file=step.dry_run.file, services=list(services)))
     rt.emit("note", text=f"{', '.join(services)}: the forced dry run does not recreate it (its new inline config would not "
                          f"take): a scoped down of exactly that, then the dry run again")
-    return await Down().run(rt, node, down)
+    return await down_step.run(rt, node, down)
