@@ -21,6 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.spec import AnalysisSpec, check_against_runbook as _check_analysis
+from orchestrator.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ManualSpec, ProxyPoolSpec, PullRequestSpec,
+                                     check_against_runbook as _check_gate)
 from orchestrator.durations import parse_duration
 from orchestrator.user_errors import Refused, UserError
 
@@ -331,12 +333,17 @@ class OneShotSpec(_Strict):
 
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-              "markers", "presence", "capture", "cache", "analysis")
+              "markers", "presence", "capture", "cache", "analysis",
+              "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation")
+#: issue 23's gates outside the engines (orchestrator/gate_specs.py)
+EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
-OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache")
+OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
+                    "http_json", "attestation")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-                   "markers", "presence", "capture", "cache", "analysis"]
+                   "markers", "presence", "capture", "cache", "analysis",
+                   "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation"]
 
 
 class Step(_Strict):
@@ -360,6 +367,13 @@ class Step(_Strict):
     cache: CacheSpec | None = None
     #: issue 23: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
     analysis: AnalysisSpec | None = None
+    #: issue 23: gates outside the engines (orchestrator/gate_specs.py)
+    env: EnvSpec | None = None
+    manual: ManualSpec | None = None
+    proxy_pool: ProxyPoolSpec | None = None
+    pull_request: PullRequestSpec | None = None
+    http_json: HttpJsonSpec | None = None
+    attestation: AttestationSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
@@ -643,6 +657,8 @@ class Runbook(_Strict):
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
                 if st.analysis is not None:
                     _check_analysis(here, st.analysis, self.replicas)
+                if st.kind in EXTERNAL_KINDS:
+                    _check_gate(here, st.kind, getattr(st, st.kind), self.replicas, self.hosts)
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:
