@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.durations import format_duration
 from orchestrator.gate_specs import EnvSpec, fill, needs_file_sha
-from orchestrator.machine import Node
+from orchestrator.machine import Event, Node
 from orchestrator.runbook import Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
 from orchestrator.steps.evidence import error_text
@@ -145,3 +145,35 @@ class Manual:
 def manual_edits(steps: list[Step]) -> list[str]:
     """The manual edits a list of steps will ask a human for, in order."""
     return [f"{st.id}: {st.manual.edit}" for st in steps if st.manual is not None]
+
+
+def manual_edits_ahead(table: Any, start: str) -> list[str]:
+    """The manual edits the rollback entered at `start` will ask for (its OK path, while it stays in
+    a rollback section): said when the rollback starts, before anything of it runs."""
+    out: list[str] = []
+    cur, seen = start, set()
+    while cur in table.nodes and cur not in seen:
+        node = table.nodes[cur]
+        if node.section not in ("rollback", "full_rollback"):
+            break
+        seen.add(cur)
+        if node.step is not None and node.step.manual is not None:
+            out.append(f"{cur}: {node.step.manual.edit}")
+        nxt = table.edges.get((cur, Event.OK))
+        if nxt is None:
+            break
+        cur = nxt
+    return out
+
+
+def manual_plan_lines(table: Any) -> list[str]:
+    """`plan`'s up-front list: every manual edit, and which rollback needs one."""
+    lines = []
+    for sid in table.order:
+        node = table.nodes[sid]
+        if node.step is None or node.step.manual is None:
+            continue
+        where = {"rollback": f"the rollback of phase {node.phase}", "full_rollback": "the whole-host rollback"}.get(
+            node.section, f"phase {node.phase}" if node.phase else node.section)
+        lines.append(f"{where} needs a human's edit at {sid}: {node.step.manual.edit}")
+    return lines
