@@ -182,11 +182,10 @@ class ComposeOperations(HostCore):
             source = "client"
             if nonce is None:
                 nonce, source = "".join(self.rng.choice("0123456789abcdef") for _ in range(64)), "server"
-        if self.faults.active("attestation-file-mismatch"):  # the attested file is not the tag's
-            for entry in reversed(actions):
+        if self.faults.active("attestation-file-mismatch"):  # the attested files are not the tags'
+            for entry in actions:
                 if entry.get("action") == "compose_up" and entry.get("file_sha256"):
                     entry["file_sha256"] = hashlib.sha256(b"another file").hexdigest()
-                    break
         canon = json.dumps(actions[:-1] if self.faults.active("attestation-stale") else actions, separators=(",", ":"))
         actions_hash = hashlib.sha256(canon.encode()).hexdigest()
         report_data = actions_hash + hashlib.sha256(bytes.fromhex(nonce) if len(nonce) % 2 == 0 else nonce.encode()).hexdigest()

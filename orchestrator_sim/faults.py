@@ -373,7 +373,7 @@ FAULTS.update({f.name: f for f in [
     FaultInfo("proxy-pool-stale", "none", "the in-host proxy's /backends/list leaves r2's engines out", _GATE_FAILS, drawn=False),
     FaultInfo("attestation-stale", "none", "the attestation report's actions_hash does not cover its last action",
               _GATE_FAILS, drawn=False),
-    FaultInfo("attestation-file-mismatch", "none", "the attestation report's last compose_up carries another file's sha256",
+    FaultInfo("attestation-file-mismatch", "none", "the attestation report's compose_ups carry another file's sha256",
               _GATE_FAILS, drawn=False),
     FaultInfo("hash-unregistered", "none", "the compose-hash registry does not list the target tag's file", _GATE_FAILS,
               drawn=False),
