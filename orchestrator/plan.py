@@ -245,7 +245,10 @@ _SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Proced
 
 
 def render_json(plan: Plan) -> str:
-    return json.dumps(asdict(plan), indent=2, sort_keys=False)
+    out = asdict(plan)
+    if not out["manual"]:  # issue 23: only a runbook with manual edits has the key
+        del out["manual"]
+    return json.dumps(out, indent=2, sort_keys=False)
 
 
 def _req_line(req: dict[str, Any]) -> str:
