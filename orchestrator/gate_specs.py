@@ -116,6 +116,8 @@ class ManualSpec(_Strict):
     edit: str = Field(min_length=1)
     verify: ManualVerify
 
+    _e = field_validator("edit")(classmethod(lambda cls, v: check_placeholders(v, "manual.edit")))
+
     def text(self) -> str:
         return (f"MANUAL EDIT by a human: {self.edit}; then `orchestrate approve RUN_ID --gate <this state>` (or --yes); "
                 f"then verified: {self.verify.env.text()}")

@@ -123,6 +123,7 @@ class Manual:
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         m = step.manual
         assert m is not None
+        edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out
         announced = False
         start = rt.start_heartbeat()
         while not ({node.id, "*"} & rt.approvals()):
@@ -130,15 +131,15 @@ class Manual:
                 rt.approve(node.id, by="--yes")
                 break
             if not announced:
-                rt.emit("waiting", gate=f"MANUAL EDIT: {m.edit}; once made, `orchestrate approve {rt.run.run_id} --gate "
+                rt.emit("waiting", gate=f"MANUAL EDIT: {edit}; once made, `orchestrate approve {rt.run.run_id} --gate "
                                         f"{node.id}` (then it is verified: {m.verify.env.text()})")
-                rt.log.warning("manual_edit_awaited", state=node.id, edit=m.edit)
+                rt.log.warning("manual_edit_awaited", state=node.id, edit=edit)
                 announced = True
-            rt.tick(f"manual edit at {node.id}", start, None, lambda: {"awaiting": "approval", "edit": m.edit})
+            rt.tick(f"manual edit at {node.id}", start, None, lambda: {"awaiting": "approval", "edit": edit})
             await rt.wait()
         verdict = await env_gate(rt, m.verify.env)
         if verdict.event.value != "ok":
-            return fail(f"the manual edit was approved but does not hold: {verdict.note} (edit: {m.edit})")
+            return fail(f"the manual edit was approved but does not hold: {verdict.note} (edit: {edit})")
         return ok(f"manual edit made and verified: {verdict.note}")
 
 

@@ -100,6 +100,7 @@ def _one(step: dict, *, preflight: bool = False) -> dict:
     ({"env": {"host": "others", "absent": ["A"]}}, "not others"),
     ({"env": {"equals": {"A": "{image}"}}}, "unknown placeholder {image}"),
     ({"manual": {"edit": "do it"}}, "verify"),
+    ({"manual": {"edit": "set X={image}", "verify": {"env": {"absent": ["A"]}}}}, "manual.edit: unknown placeholder {image}"),
     ({"manual": {"edit": "", "verify": {"env": {"absent": ["A"]}}}}, "edit"),
     ({"proxy_pool": {"port": 8000}}, "needs contains: or lacks:"),
     ({"proxy_pool": {"port": 8000, "contains": ["r3"]}}, "'r3', not a replica of the runbook"),

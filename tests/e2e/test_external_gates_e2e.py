@@ -76,7 +76,10 @@ def test_every_gate_passes_on_a_healthy_host_with_a_human_making_the_edit(e2e_fa
     assert f"attested: {R2} <- prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml@{TAG}" in text
     assert "hashes holds" in text
     assert e.fleet.host.container(R2).tag == TAG
-    assert NOTE not in json.dumps(human.events)  # the env value itself is never printed
+    waits = [f["gate"] for k, f in human.events if k == "waiting" and "MANUAL EDIT" in str(f.get("gate"))]
+    assert f"set CANARY_NOTE={NOTE} in gpu02's env map" in waits[0]  # the instruction, its placeholders filled
+    verified = [f["note"] for k, f in human.events if k == "transition" and f["state"] == "canary.note-canary"]
+    assert verified and NOTE not in verified[0]  # what the gate read is never printed
     assert invariants(e) == []
 
 
