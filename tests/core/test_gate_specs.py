@@ -142,3 +142,24 @@ def test_orchestrate_plan_refuses_a_wrong_gate_with_one_line_and_exit_2(tmp_path
     out = (res.stdout + res.stderr).strip()
     assert "'r9', not a replica of the runbook" in out and "Traceback" not in out
     assert len(out.splitlines()) == 1
+
+
+def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path):
+    from orchestrator.activity import run_activity
+    from orchestrator.journal.owner import owner_text
+    from orchestrator.journal.sqlite import SqliteJournal
+    from orchestrator.machine import compile_rollout
+
+    rb = parse_runbook(with_gates())
+    table = compile_rollout(rb)
+    j = SqliteJournal(tmp_path / "j.sqlite3")
+    try:
+        run = j.create_run(host="gpu02", runbook=rb.name, tag="v0.0.304", kind="rollout", state="canary.note-canary", context={})
+        j.acquire_lease("gpu02", run.run_id, owner_text(), 60)
+        act = run_activity(run, j, table)
+        assert act.label == "waiting for approval"
+        assert "set CANARY_NOTE" in act.detail and f"--gate canary.note-canary" in act.detail
+        j.approve(run.run_id, "canary.note-canary", by="carol")
+        assert run_activity(run, j, table).label == "running"  # approved: verifying the edit
+    finally:
+        j.close()
