@@ -226,12 +226,39 @@ class AttestationSpec(_Strict):
                 f"{', '.join(self.services)} names the run's tag, the runbook's file and that file's sha256 at the tag (GitHub)")
 
 
-def check_against_runbook(here: str, kind: str, spec: object, replicas: dict[str, list[str]], hosts: list[str]) -> None:
+class ImageSpec(_Strict):
+    """`image: {service: svc, digest: "sha256:8ff1a487b98a"}` or `image: {service: svc, replica: r2}` (the
+    digest prefix is then `replica_values.<replica>.engine_image`): the running container's image is
+    pinned by that digest (docker/ps's Image `repo@sha256:<hex>`), not a tag that may have moved."""
+
+    service: str = Field(min_length=1)
+    digest: str | None = Field(default=None, pattern=r"^(sha256:)?[0-9a-f]{12,64}$")
+    replica: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "ImageSpec":
+        if (self.digest is None) == (self.replica is None):
+            raise ValueError("an image gate needs exactly one of digest: or replica: (its replica_values.engine_image)")
+        return self
+
+    def text(self, replica_values: dict[str, dict[str, str]] | None = None) -> str:
+        want = self.digest or (f"{(replica_values or {}).get(self.replica or '', {}).get('engine_image', '?')} "
+                               f"(replica_values.{self.replica}.engine_image)")
+        return f"docker/ps: {self.service} runs an image pinned by digest sha256:{want.removeprefix('sha256:')}"
+
+
+def check_against_runbook(here: str, kind: str, spec: object, replicas: dict[str, list[str]], hosts: list[str],
+                          values: dict[str, dict[str, str]] | None = None) -> None:
     """The loader's cross-checks of these gates against the runbook (one line, naming the field)."""
     if isinstance(spec, ProxyPoolSpec):
         for r in [*spec.contains, *spec.lacks]:
             if r not in replicas:
                 raise ValueError(f"{here}: proxy_pool names {r!r}, not a replica of the runbook ({', '.join(replicas) or 'none'})")
+    if isinstance(spec, ImageSpec) and spec.replica is not None:
+        engine_image = (values or {}).get(spec.replica, {}).get("engine_image")
+        if not engine_image or not re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", engine_image):
+            raise ValueError(f"{here}: image.replica {spec.replica!r} needs replica_values.{spec.replica}.engine_image "
+                             f"(a digest prefix of 12 to 64 hex digits)")
     env = spec.verify.env if isinstance(spec, ManualSpec) else spec if isinstance(spec, EnvSpec) else None
     if env is not None and env.host == "others":
         raise ValueError(f"{here}: env.host is this or one host's name, not others")

@@ -21,8 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.spec import AnalysisSpec, check_against_runbook as _check_analysis
-from orchestrator.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ManualSpec, ProxyPoolSpec, PullRequestSpec,
-                                     check_against_runbook as _check_gate)
+from orchestrator.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ImageSpec, ManualSpec, ProxyPoolSpec,
+                                     PullRequestSpec, check_against_runbook as _check_gate)
 from orchestrator.durations import parse_duration
 from orchestrator.user_errors import Refused, UserError
 
@@ -334,16 +334,16 @@ class OneShotSpec(_Strict):
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache", "analysis",
-              "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation")
+              "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
 #: issue 23's gates outside the engines (orchestrator/gate_specs.py)
-EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation")
+EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
 OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
-                    "http_json", "attestation")
+                    "http_json", "attestation", "image")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache", "analysis",
-                   "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation"]
+                   "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image"]
 
 
 class Step(_Strict):
@@ -374,6 +374,7 @@ class Step(_Strict):
     pull_request: PullRequestSpec | None = None
     http_json: HttpJsonSpec | None = None
     attestation: AttestationSpec | None = None
+    image: ImageSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
@@ -658,7 +659,7 @@ class Runbook(_Strict):
                 if st.analysis is not None:
                     _check_analysis(here, st.analysis, self.replicas)
                 if st.kind in EXTERNAL_KINDS:
-                    _check_gate(here, st.kind, getattr(st, st.kind), self.replicas, self.hosts)
+                    _check_gate(here, st.kind, getattr(st, st.kind), self.replicas, self.hosts, self.replica_values)
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:

@@ -251,3 +251,32 @@ def bound_report(report: dict[str, Any]) -> list[str]:
     elif data not in str(report.get("quote") or ""):
         problems.append("the quote does not carry report_data")
     return problems
+
+
+def image_digest(image: str) -> str | None:
+    """The hex digest of `repo@sha256:<hex>` (None: the image is named by a tag only)."""
+    _, at, digest = image.partition("@sha256:")
+    return digest.lower() if at and digest else None
+
+
+@register
+class Image:
+    key = "image"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.image is not None
+        return Description(step.image.text(rb.replica_values))
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        spec = step.image
+        assert spec is not None
+        want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")
+        running = [c for c in await rt.ps() if (c.service or c.name) == spec.service]
+        if not running:
+            return fail(f"{spec.service} is not running (docker/ps): its image cannot be checked")
+        got = image_digest(running[0].image or "")
+        if got is None:
+            return fail(f"{spec.service} runs {running[0].image!r}, named by a tag, not pinned by a digest")
+        if not got.startswith(want.lower()):
+            return fail(f"{spec.service} runs sha256:{got[:12]}, not the pinned sha256:{want[:12]}")
+        return ok(f"{spec.service} runs sha256:{got[:12]} as pinned")

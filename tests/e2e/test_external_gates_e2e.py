@@ -75,6 +75,7 @@ def test_every_gate_passes_on_a_healthy_host_with_a_human_making_the_edit(e2e_fa
     assert "the host's proxy (:8000) lists r2" in text
     assert f"attested: {R2} <- prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml@{TAG}" in text
     assert "hashes holds" in text
+    assert f"{R2} runs sha256:fde25985aea3 as pinned" in text
     assert e.fleet.host.container(R2).tag == TAG
     waits = [f["gate"] for k, f in human.events if k == "waiting" and "MANUAL EDIT" in str(f.get("gate"))]
     assert f"set CANARY_NOTE={NOTE} in gpu02's env map" in waits[0]  # the instruction, its placeholders filled

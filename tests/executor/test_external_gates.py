@@ -85,6 +85,11 @@ class FakeRt:
     async def ensure_env(self) -> EnvMap:
         return self.env or await self.read_env()
 
+    containers: list[Any] = []
+
+    async def ps(self) -> list[Any]:
+        return self.containers
+
     def scrub(self, text: str) -> str:
         return self.redactor.scrub(text)
 
@@ -302,3 +307,19 @@ async def test_attestation_fails_naming_the_mismatch(rep, words):
     github()
     out = await run(FakeRt(report=rep), "attested")
     assert out.event.value == "fail" and words in out.note, out.note
+
+
+# -- image ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("image, verdict, words", [
+    ("docker.io/nearaidev/sglang@sha256:fde25985aea3ebabf1eb581ae21d53be8540e32933eef942ee8b962a1bfbea20", "ok",
+     "runs sha256:fde25985aea3 as pinned"),
+    ("docker.io/nearaidev/sglang@sha256:8ff1a487b98a" + "0" * 52, "fail", "not the pinned sha256:fde25985aea3"),
+    ("docker.io/nearaidev/sglang:glm53-hicache-w4afp8-v1", "fail", "named by a tag, not pinned by a digest"),
+    (None, "fail", "is not running"),
+])
+async def test_image_is_pinned_by_the_replicas_digest(image, verdict, words):
+    rt = FakeRt()
+    rt.containers = [] if image is None else [SimpleNamespace(service=R2, name=R2, image=image)]
+    out = await run(rt, "r2-image")
+    assert out.event.value == verdict and words in out.note, out.note
