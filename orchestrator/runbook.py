@@ -197,7 +197,16 @@ class CaptureSpec(_Strict):
     """Keep services' logs in the run log (before a stop removes the container and its log)."""
 
     services: list[str] = Field(min_length=1)
-    tail: int = Field(default=2000, gt=0, le=20000)
+    tail: int = Field(default=2000, gt=0, le=1_000_000)
+    #: issue 23: each service's log goes to its own file in the run's directory
+    #: (`<state>/logs/<run_id>/<service>.log`, scrubbed), not into the run log; up to 1,000,000 lines
+    to_file: bool = False
+
+    @model_validator(mode="after")
+    def _big_to_file(self) -> "CaptureSpec":
+        if self.tail > 20000 and not self.to_file:
+            raise ValueError("a capture of more than 20000 lines goes to a file: set to_file: true")
+        return self
 
 
 class Prerequisite(_Strict):

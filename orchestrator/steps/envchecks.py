@@ -178,3 +178,4 @@ def manual_plan_lines(table: Any) -> list[str]:
             node.section, f"phase {node.phase}" if node.phase else node.section)
         lines.append(f"{where} needs a human's edit at {sid}: {node.step.manual.edit}")
     return lines
+

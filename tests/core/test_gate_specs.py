@@ -32,6 +32,8 @@ FORWARD = [
     {"id": "proxy-pool", "say": "gpu02's own proxy lists r2 healthy",
      "proxy_pool": {"port": 8000, "contains": ["r2"], "within": "2m"}},
     {"id": "r2-image", "say": "r2 runs the image its replica values pin", "image": {"service": R2, "replica": "r2"}},
+    {"id": "r2-whole-log", "say": "Keep r2's whole log in the run's directory",
+     "capture": {"services": [R2], "tail": 1000000, "to_file": True}},
     {"id": "attested", "say": "compose-manager attests r2's file and tag",
      "attestation": {"services": [R2]}},
     {"id": "hash-registered", "say": "The canary file's hash is registered",
@@ -75,6 +77,7 @@ def test_the_gates_load_and_plan_renders_each_with_its_thresholds():
     assert "MANUAL EDIT by a human: set CANARY_NOTE" in texts["note-canary"] and "orchestrate approve" in texts["note-canary"]
     assert "/backends/list on :8000" in texts["proxy-pool"] and "lists r2 healthy within 2m" in texts["proxy-pool"]
     assert "runs an image pinned by digest sha256:fde25985aea3 (replica_values.r2.engine_image)" in texts["r2-image"]
+    assert "kept, scrubbed, in the run's directory (logs/<run id>/<service>.log)" in texts["r2-whole-log"]
     assert "fresh 32-byte nonce" in texts["attested"] and R2 in texts["attested"]
     assert f"GET {REGISTRY}" in texts["hash-registered"] and "hashes contains '{file_sha256}'" in texts["hash-registered"]
     text = render_text(build_plan(rb, compile_rollout(rb), host="gpu02", tag="v0.0.304"))
@@ -115,6 +118,7 @@ def _one(step: dict, *, preflight: bool = False) -> dict:
     ({"http_json": {"url": "http://x/", "path": "a..b", "equals": 1}}, "empty segment"),
     ({"attestation": {"services": []}}, "services"),
     ({"image": {"service": R2}}, "exactly one of digest: or replica:"),
+    ({"capture": {"services": [R2], "tail": 30000}}, "set to_file: true"),
     ({"image": {"service": R2, "digest": "sha256:xyz"}}, "digest"),
     ({"image": {"service": R2, "replica": "r9"}}, "needs replica_values.r9.engine_image"),
     ({"manual": {"edit": "x", "verify": {"env": {"absent": ["A"]}}}, "observe": True}, "observe: true is for evidence gates"),

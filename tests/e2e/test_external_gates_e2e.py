@@ -76,6 +76,10 @@ def test_every_gate_passes_on_a_healthy_host_with_a_human_making_the_edit(e2e_fa
     assert f"attested: {R2} <- prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml@{TAG}" in text
     assert "hashes holds" in text
     assert f"{R2} runs sha256:fde25985aea3 as pinned" in text
+    kept = e.state_dir / "logs" / final.run_id / f"{R2}.log"  # the whole log, beside the run's log
+    lines = kept.read_text().splitlines()
+    assert len(lines) > 50 and any("The server is fired up and ready to roll!" in ln for ln in lines)
+    assert e.fleet.dashboard_env["PROXY_TOKEN"] not in kept.read_text()
     assert e.fleet.host.container(R2).tag == TAG
     waits = [f["gate"] for k, f in human.events if k == "waiting" and "MANUAL EDIT" in str(f.get("gate"))]
     assert f"set CANARY_NOTE={NOTE} in gpu02's env map" in waits[0]  # the instruction, its placeholders filled
