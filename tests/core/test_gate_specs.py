@@ -84,6 +84,10 @@ def test_the_gates_load_and_plan_renders_each_with_its_thresholds():
     manual = [ln for ln in text.splitlines() if ln.startswith("MANUAL: ")]
     assert len(manual) == 2, text[:2000]
     assert "the rollback of phase canary needs a human's edit at canary.rollback.unnote-canary" in manual[1]
+    from orchestrator.diagram import render_mermaid
+
+    drawn = render_mermaid(compile_rollout(rb))
+    assert '["canary.note-canary (MANUAL EDIT)"]' in drawn and '["canary.rollback.unnote-canary (MANUAL EDIT)"]' in drawn
 
 
 def _bad(raw: dict) -> str:
