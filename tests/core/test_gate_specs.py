@@ -176,3 +176,14 @@ def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path
         assert run_activity(run, j, table).label == "running"  # approved: verifying the edit
     finally:
         j.close()
+
+
+def test_a_rollback_entered_anywhere_names_its_manual_edits_before_it_runs():
+    from orchestrator.machine import compile_rollout
+    from orchestrator.steps.envchecks import manual_edits_ahead
+
+    table = compile_rollout(parse_runbook(with_gates()))
+    ahead = manual_edits_ahead(table, "canary.rollback.unnote-canary")
+    assert ahead == ["canary.rollback.unnote-canary: remove CANARY_NOTE from gpu02's env map on the dashboard"]
+    assert manual_edits_ahead(table, "canary.rollback.relay-stop") == []  # past it: nothing more to ask
+    assert manual_edits_ahead(table, "canary.verify") == []  # a forward state is no rollback

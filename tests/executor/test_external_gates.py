@@ -1,6 +1,23 @@
 """Issue 23's gates outside the engines, one handler at a time, over respx (GitHub, the registry,
 the in-host proxy) and a small fake runtime: each passes on good evidence and fails, naming it, on
-bad evidence. Values of the env map never appear in a note."""
+bad evidence. Values of the env map never appear in a note.
+
+Mutation list (each guard disabled in the source, the named test seen failing, the source restored):
+- envchecks.judge_env's `absent` check -> test_env_passes_when_absent_and_equal_...;
+- envchecks.Manual's approval loop (`while not ({node.id, "*"} & rt.approvals())` -> `while False`) ->
+  test_manual_waits_for_its_approval_then_verifies_the_edit; its verification (`if verdict... != "ok"`) ->
+  test_manual_approved_but_not_made_fails_after_its_window;
+- external.judge_pull_request's `if not status.checks` and `if merged and not status.merged` ->
+  test_pull_request_fails_naming_what_is_not_green;
+- external.bound_report's actions_hash check and Attestation's file_sha256 comparison ->
+  test_attestation_fails_naming_the_mismatch;
+- ProxyPool's `contains` check -> test_proxy_pool_needs_r2_listed_healthy; HttpJson's `matches` ->
+  test_http_json_contains_the_file_hash_at_the_tag;
+- gate_specs.check_against_runbook's replica and `host: others` checks, commands.approval_gates' manual
+  gate, activity's manual WAITING -> tests/core/test_gate_specs.py;
+- executor/loop.py's rollback announcement -> tests/e2e/test_external_gates_e2e.py (proxy-pool-stale) and
+  test_a_rollback_entered_anywhere_names_its_manual_edits_before_it_runs (manual_edits_ahead).
+"""
 
 from __future__ import annotations
 
