@@ -154,9 +154,11 @@ class HttpJson:
         assert spec is not None and rt.clients.external is not None
         texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
         seen: list[str] = []
+        known: dict[str, str] = {}
 
         async def check() -> list[str]:
-            values = await placeholder_values(rt, *texts)
+            values = known or await placeholder_values(rt, *texts)  # read once (GitHub for {file_sha256})
+            known.update(values)
             url = fill(spec.url, values)
             token = None
             if spec.token_variable:
