@@ -31,6 +31,7 @@ BASE_TAG = "v0.0.310"
 DEMO_RUNBOOKS = {
     DEFAULT_RUNBOOK: ("canary", DEMO_TAG),
     "gpu02-glm53-w4afp8-pdi2-canary": ("long-context", "v0.0.304"),  # #299: r2 at pdi 2, from #294
+    "gpu02-glm53-w4afp8-qsplit-canary": ("long-context", "v0.0.305"),  # #302: r2 on the v2 image, QSPLIT, 16384 chunks
 }
 
 

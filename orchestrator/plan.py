@@ -214,7 +214,8 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         steps.append(PlanStep(
             number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
             request=_request(step, rb, host, tag, project),
-            gate=desc.gate + (" (observe only: its pass or failure is recorded and notified; the run goes on either way)"
+            gate=desc.gate + (f"; {step.watch.describe()}" if getattr(step, "watch", None) is not None else "")
+            + (" (observe only: its pass or failure is recorded and notified; the run goes on either way)"
                               if getattr(step, "observe", False) else ""),
             on_fail=_target(table, ev.get(Event.FAIL)) or "",
             on_abort=_target(table, ev.get(Event.ABORT)),

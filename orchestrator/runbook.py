@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.analysis.spec import AnalysisSpec, check_against_runbook as _check_analysis
 from orchestrator.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ImageSpec, ManualSpec, ProxyPoolSpec,
                                      PullRequestSpec, check_against_runbook as _check_gate)
+from orchestrator.analysis.quiet_spec import QuietSpec, check_quiet as _check_quiet
+from orchestrator.analysis.watch_spec import WatchSpec, check_watch as _check_watch
 from orchestrator.durations import parse_duration
 from orchestrator.user_errors import Refused, UserError
 
@@ -342,7 +344,7 @@ class OneShotSpec(_Strict):
 
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-              "markers", "presence", "capture", "cache", "analysis",
+              "markers", "presence", "capture", "cache", "analysis", "quiet",
               "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
 #: issue 23's gates outside the engines (orchestrator/gate_specs.py)
 EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
@@ -351,7 +353,7 @@ EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "a
 OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
                     "http_json", "attestation", "image")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-                   "markers", "presence", "capture", "cache", "analysis",
+                   "markers", "presence", "capture", "cache", "analysis", "quiet",
                    "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image"]
 
 
@@ -384,6 +386,10 @@ class Step(_Strict):
     http_json: HttpJsonSpec | None = None
     attestation: AttestationSpec | None = None
     image: ImageSpec | None = None
+    #: issue 23: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
+    watch: WatchSpec | None = None
+    #: issue 23: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
+    quiet: QuietSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
@@ -666,7 +672,11 @@ class Runbook(_Strict):
                         if role not in self.domains.roles():
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
                 if st.analysis is not None:
-                    _check_analysis(here, st.analysis, self.replicas)
+                    _check_analysis(here, st.analysis, self.replicas, self.replica_gpus)
+                if st.quiet is not None:
+                    _check_quiet(here, st.quiet, self.replicas)
+                if st.watch is not None:
+                    _check_watch(here, st.kind, st.watch, self.replicas)
                 if st.kind in EXTERNAL_KINDS:
                     _check_gate(here, st.kind, getattr(st, st.kind), self.replicas, self.hosts, self.replica_values)
                 if st.labels is not None:

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from threading import RLock
 
+from orchestrator_sim.canary_faults import canary_faults
+
 ENGINE_REPLICAS = ("r1", "r2")
 
 
@@ -347,22 +349,8 @@ FAULTS.update(
     }
 )
 
-# Issue 23's canary faults (live traffic, orchestrator_sim/live_traffic.py): aimed at a canary's
-# analysis, so the schedule explorer does not draw them.
-_CANARY_ROLLBACK = ("the canary's analysis gate fails on the candidate's readout; the orchestrator rolls r2 back "
-                    "to the previous file and tag, r1 untouched (ROLLED_BACK, exit 3)")
-FAULTS.update({f.name: f for f in [
-    FaultInfo("candidate-slower", "replica",
-              "the new engine's live traffic decodes slower: TPOT 1.4x of a pdi-1 engine in its /metrics histograms",
-              _CANARY_ROLLBACK, drawn=False),
-    FaultInfo("candidate-errors", "replica",
-              "the new engine aborts 5 % of its live requests (sglang:num_aborted_requests_total)",
-              _CANARY_ROLLBACK, drawn=False),
-    FaultInfo("low-traffic", "none",
-              "live traffic drops to 1 request per minute per engine (the long domain at night)",
-              "a canary's analysis sees too few samples: neither promoted nor rolled back, the run halts "
-              "for a human with the readout (HALTED, exit 4)", drawn=False),
-]})
+# Issue 23's canary faults (live traffic, device memory): orchestrator_sim/canary_faults.py
+FAULTS.update(canary_faults(FaultInfo))
 
 # Issue 23's gates outside the engines (orchestrator/steps/external.py): aimed at one gate each.
 _GATE_FAILS = "the gate naming it fails: the phase's rollback (ROLLED_BACK, exit 3), or ABORTED in preflight"

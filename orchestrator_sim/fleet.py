@@ -54,7 +54,7 @@ from orchestrator_sim.timeline import ServingTimeline
 LOOPBACK = "127.0.0.1"
 TICK_S = 0.005  # real seconds between two runs of due events
 PEERS = ("peer-a", "peer-b")
-RELAY_PORTS = (8008, 8009)
+RELAY_PORTS = (8008, 8009, 8010)  # 8010: the #302 relay's DCGM route
 # The base-tier hosts' addresses (TEST-NET, as the peers' static list had them).
 BASE_HOST_IPS = {"gpu03": "203.0.113.3", "gpu04": "203.0.113.4", "gpu23": "203.0.113.23"}
 KNOWN_HOSTS = ("gpu02", *BASE_HOSTS)
@@ -452,6 +452,7 @@ class SimFleet:
     def _inventory_entry(self, name: str) -> str:
         urls, host = self.host_urls[name], self.hosts[name]
         relay_ports = {p: int(u.rsplit(":", 1)[1]) for p, u in urls.relay.items()}
+        relay_ports[8000] = int(urls.proxy.rsplit(":", 1)[1])  # issue 23: the in-host proxy's /backends/list
         return (
             f"  {name}:\n"
             f"    compose_manager_url: {urls.compose_manager}\n"
@@ -459,8 +460,7 @@ class SimFleet:
             f"    model_proxy_address: {host.host_ip}:{MODEL_PROXY_PORT}\n"
             f"    inference_endpoint: {urls.inference}\n"
             f"    soak_relay_base_url: http://{LOOPBACK}\n"
-            f"    soak_relay_port_map: {{8008: {relay_ports[8008]}, 8009: {relay_ports[8009]}, "
-            f"8000: {int(urls.proxy.rsplit(':', 1)[1])}}}\n"
+            "    soak_relay_port_map: {" + ", ".join(f"{p}: {q}" for p, q in relay_ports.items()) + "}\n"
             f"    available_ram_gib: {self.config.available_ram_gib:g}\n"
             f'    available_ram_source: "simulated {name} (MemAvailable at boot)"\n'
             "    gpus: 8\n"

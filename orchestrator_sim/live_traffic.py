@@ -62,7 +62,8 @@ def profile(command: str, env: dict[str, str], fault: str | None, *, low_traffic
         tpot *= 0.7
     if fault == "candidate-slower":
         tpot = BASE_TPOT_S * 1.4
-    return Profile(ttft, tpot, 0.05 if fault == "candidate-errors" else 0.0,
+    errors = {"candidate-errors": 0.05, "serving-errors": 0.2}.get(fault or "", 0.0)
+    return Profile(ttft, tpot, errors,
                    LOW_REQ_PER_MIN if low_traffic else REQ_PER_MIN)
 
 

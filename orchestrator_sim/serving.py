@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from orchestrator_sim import live_traffic, sglang_log
+from orchestrator_sim import device_memory, live_traffic, sglang_log
 from orchestrator_sim.compose_repo import PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
 from orchestrator_sim.containers import SERVED_MODEL, Container
 from orchestrator_sim.engine_cache import CacheLookup, chat_completion_body, completion_text, render_prompt, tokenize
@@ -196,6 +196,8 @@ class ServingPaths(HostCore):
             if method not in ("GET", "POST", "HEAD"):
                 return 403, nginx_error_page(403, "Forbidden"), "text/html", None
             backend = relay.relay_routes.get(port)
+            if backend == device_memory.DCGM_SERVICE:  # issue 23: the #302 relay's DCGM route
+                return self._dcgm_route(path, method)
             engine = self._containers.get(backend) if backend else None
             if engine is None or not engine.ready or engine.engine is None:
                 return 502, nginx_error_page(502, "Bad Gateway"), "text/html", None
@@ -238,6 +240,15 @@ class ServingPaths(HostCore):
                 "application/json",
                 engine.name,
             )
+
+    def _dcgm_route(self, path: str, method: str) -> tuple[int, str | dict[str, Any], str, str | None]:
+        dcgm = self._containers.get(device_memory.DCGM_SERVICE)
+        if dcgm is None or not dcgm.up:
+            return 502, nginx_error_page(502, "Bad Gateway"), "text/html", None
+        if path != "/metrics" or method != "GET":
+            return 404, nginx_error_page(404, "Not Found"), "text/html", dcgm.name
+        text = device_memory.dcgm_text(self._containers.values(), self.host_ip)
+        return 200, text, "text/plain; version=0.0.4", dcgm.name
 
     def _metrics_text(self, c: Container) -> str:
         assert c.engine is not None
@@ -289,6 +300,9 @@ class ServingPaths(HostCore):
         if e.ready and proxy is not None and c.name in proxy.proxy_pool and self._serving_path_ok() and since is not None:
             e.live_s += max(0.0, self._now - since)
         e.live_at = self._now
-        prof = live_traffic.profile(c.command, c.env, e.fault, low_traffic=self.faults.active("low-traffic"))
+        fault = e.fault
+        if any(f.name == "serving-errors" and f.replica == e.slot for f in self.faults.specs):
+            fault = "serving-errors"  # the replica's serving engine, whatever created it
+        prof = live_traffic.profile(c.command, c.env, fault, low_traffic=self.faults.active("low-traffic"))
         n, aborted = live_traffic.served(prof, e.live_s)
         return prof, n, aborted

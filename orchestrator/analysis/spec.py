@@ -86,6 +86,11 @@ class AnalysisGate(_Strict):
             raise ValueError(f"a gate is exactly one of ratio:, max:, min:, not {given or 'none'}")
         return self
 
+    def metric(self) -> str:
+        b = self.ratio or self.max or self.min
+        assert b is not None
+        return b.metric
+
     def replicas(self) -> list[str]:
         if self.ratio is not None:
             return [self.ratio.candidate, self.ratio.control or ""]
@@ -121,12 +126,20 @@ class AnalysisRelay(_Strict):
         return v
 
 
+class DcgmRoute(_Strict):
+    """The soak-relay port whose route reaches DCGM's exporter (device memory, per GPU); its token is
+    `relay.token_variable`'s. A replica's GPUs are the runbook's `replica_gpus`."""
+
+    port: int = Field(gt=0, lt=65536)
+
+
 class AnalysisSpec(_Strict):
     window: float
     poll: float
     min_samples: int = Field(ge=1)
     not_enough_traffic: Literal["halt", "fail"] = "halt"
     relay: AnalysisRelay
+    dcgm: DcgmRoute | None = None
     gates: list[AnalysisGate] = Field(min_length=1)
 
     _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
@@ -138,7 +151,13 @@ class AnalysisSpec(_Strict):
         if self.window < self.poll:
             raise ValueError(f"the window ({format_duration(self.window)}) is shorter than the poll "
                              f"({format_duration(self.poll)}): it would hold one scrape, no increase")
+        if self.dcgm is not None and self.dcgm.port in self.relay.ports.values():
+            raise ValueError(f"dcgm.port {self.dcgm.port} is also a replica's relay port (each route reaches one backend)")
         for g in self.gates:
+            metric = g.metric()
+            if METRICS[metric].origin == "dcgm" and self.dcgm is None:
+                raise ValueError(f"gate {g.text()!r} reads {metric} from DCGM's exporter: the analysis needs "
+                                 f"dcgm: {{port: N}} (the relay route that reaches it)")
             for r in g.replicas():
                 if r not in self.relay.ports:
                     raise ValueError(f"gate {g.text()!r} reads {r}, which relay.ports does not route "
@@ -159,13 +178,22 @@ class AnalysisSpec(_Strict):
         return (f"analysis over {format_duration(self.window)} (a scrape of {', '.join(self.replicas())} every "
                 f"{format_duration(self.poll)} through relay :"
                 + "/:".join(str(self.relay.ports[r]) for r in self.replicas())
+                + (f", DCGM through :{self.dcgm.port}" if self.dcgm is not None else "")
                 + f"; each gate needs {self.min_samples} samples per replica): "
                 + "; ".join(g.text() for g in self.gates)
                 + f". Any gate broken fails the phase; not enough traffic {'halts for a human' if self.not_enough_traffic == 'halt' else 'fails the phase'}")
 
 
-def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, list[str]]) -> None:
-    """The loader's cross-checks: every replica the analysis routes is one of the runbook's."""
+def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, list[str]],
+                          gpus: dict[str, list[int]] | None = None) -> None:
+    """The loader's cross-checks: every replica the analysis routes is one of the runbook's; a DCGM
+    gate's replica has GPUs in `replica_gpus` (its device memory is the lowest of theirs)."""
+    for g in spec.gates:
+        if METRICS[g.metric()].origin == "dcgm":
+            for r in g.replicas():
+                if r not in (gpus or {}):
+                    raise ValueError(f"{here}: gate {g.text()!r} reads {r}'s GPUs from DCGM, but replica_gpus "
+                                     f"does not list {r}'s GPUs")
     if replicas:
         for r in spec.relay.ports:
             if r not in replicas:

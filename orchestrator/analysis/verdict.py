@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.analysis.window import METRICS, Measurement, ReplicaWindow, measure, ratio
+from orchestrator.analysis.window import GAUGE_MIN_SCRAPES, METRICS, Measurement, ReplicaWindow, measure, ratio
 
 PASS = "pass"
 FAIL = "fail"
@@ -44,12 +44,18 @@ def _check(value: float, lo: float | None, hi: float | None) -> bool:
 def _short_of(m: Measurement, replica: str, metric: str, min_samples: int) -> str | None:
     if m.absent is not None:
         return f"{replica}'s /metrics carries no {m.absent} (is the relay route reaching an SGLang engine?)"
+    if METRICS[metric].kind.startswith("gauge"):
+        if m.samples < GAUGE_MIN_SCRAPES or m.value is None:
+            return f"{replica}'s {metric} was read {int(m.samples)} times in the window, the gate needs {GAUGE_MIN_SCRAPES}"
+        return None
     if m.samples < min_samples or m.value is None:
         return f"{replica} served {int(m.samples)} {_unit_of_samples(metric)} in the window, the gate needs {min_samples}"
     return None
 
 
 def _unit_of_samples(metric: str) -> str:
+    if METRICS[metric].kind.startswith("gauge"):
+        return "scrapes"
     return "requests" if METRICS[metric].kind != "quantile" else f"{metric.split('_')[0].upper()} observations"
 
 
@@ -102,6 +108,10 @@ def fmt_value(metric: str, v: float | None) -> str:
         return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
     if unit == "share":
         return f"{v * 100:.2f} %"
+    if unit == "GB":
+        return f"{v:.1f} GB"
+    if unit == "requests":
+        return f"{v:g}"
     return f"{v:.3g}/s"
 
 

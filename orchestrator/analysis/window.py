@@ -44,6 +44,8 @@ class Scrape:
     at: float
     counters: Mapping[str, float] = field(default_factory=dict)
     histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    #: point-in-time values (a queue's depth, a GPU's free memory): judged by their extreme
+    gauges: Mapping[str, float] = field(default_factory=dict)
 
 
 def counter_increase(values: Sequence[float]) -> tuple[float, int]:
@@ -119,6 +121,8 @@ class ReplicaWindow:
     resets: int
     counters: Mapping[str, float]
     histograms: Mapping[str, Histogram]
+    #: gauge -> (lowest, highest, scrapes carrying it) over the window
+    gauges: Mapping[str, tuple[float, float, int]] = field(default_factory=dict)
 
 
 def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
@@ -137,7 +141,13 @@ def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
         h, r = histogram_increase([s.histograms[name] for s in ordered if name in s.histograms])
         hists[name] = h
         resets = max(resets, r)
-    return ReplicaWindow(replica, seconds, len(ordered), resets, counters, hists)
+    gauges: dict[str, tuple[float, float, int]] = {}
+    for name in sorted({n for s in ordered for n in s.gauges}):
+        vals = [s.gauges[name] for s in ordered if name in s.gauges]
+        gauges[name] = (min(vals), max(vals), len(vals))
+    # the engine's scrapes (a DCGM read merged into the series is not one of the engine's)
+    engine = sum(1 for s in ordered if s.counters or s.histograms) or len(ordered)
+    return ReplicaWindow(replica, seconds, engine, resets, counters, hists, gauges)
 
 
 # --------------------------------------------------------------------------- the metrics a gate names
@@ -148,16 +158,23 @@ TTFT = "sglang:time_to_first_token_seconds"
 TPOT = "sglang:time_per_output_token_seconds"
 REQUESTS = "sglang:num_requests_total"
 ABORTED = "sglang:num_aborted_requests_total"
+QUEUE = "sglang:num_queue_reqs"
+#: DCGM's per-GPU free framebuffer (MiB); orchestrator/metricproviders/dcgm.py gives each replica
+#: the lowest of its GPUs' (runbook `replica_gpus`)
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
 
 
 @dataclass(frozen=True)
 class MetricDef:
     name: str
-    kind: str  # quantile | error_rate | completion_rate | request_rate
+    kind: str  # quantile | error_rate | completion_rate | request_rate | gauge_min | gauge_max
     source: str
     q: float | None = None
-    unit: str = "s"  # s | share | per_s
+    unit: str = "s"  # s | share | per_s | GB | requests
     doc: str = ""
+    scale: float = 1.0  # a gauge's value is divided by this (DCGM's MiB -> GB)
+    #: where the series is read: "engine" (the replica's own /metrics) or "dcgm" (the exporter)
+    origin: str = "engine"
 
 
 def _quantiles(prefix: str, series: str, what: str) -> dict[str, MetricDef]:
@@ -174,7 +191,14 @@ METRICS: dict[str, MetricDef] = {
                                  doc="1 - aborted requests / requests over the window"),
     "request_rate": MetricDef("request_rate", "request_rate", REQUESTS, unit="per_s",
                               doc="requests per second over the window"),
+    "queue_depth_max": MetricDef("queue_depth_max", "gauge_max", QUEUE, unit="requests",
+                                 doc="the most requests waiting in the engine's queue at any scrape"),
+    "min_free_device_memory_gb": MetricDef(
+        "min_free_device_memory_gb", "gauge_min", FB_FREE, unit="GB", scale=1024.0, origin="dcgm",
+        doc="the least free device memory (GB) on any of the replica's GPUs at any scrape (DCGM)"),
 }
+#: gauges need this many scrapes carrying them (a value seen once is not a window)
+GAUGE_MIN_SCRAPES = 2
 
 
 @dataclass(frozen=True)
@@ -190,6 +214,11 @@ class Measurement:
 
 def measure(metric: str, w: ReplicaWindow) -> Measurement:
     d = METRICS[metric]
+    if d.kind in ("gauge_min", "gauge_max"):
+        g = w.gauges.get(d.source)
+        if g is None:
+            return Measurement(None, 0.0, d.source if w.scrapes else None)
+        return Measurement((g[0] if d.kind == "gauge_min" else g[1]) / d.scale, float(g[2]))
     if d.kind == "quantile":
         h = w.histograms.get(d.source)
         if h is None:

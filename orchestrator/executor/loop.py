@@ -122,6 +122,10 @@ class Executor:
     async def _perform(self, node: Node) -> StepOutcome:
         if node.step is None:  # a marker state (an empty rollback that halts)
             return StepOutcome(Event.OK, "handing over to a human")
+        if node.step.watch is not None:  # issue 23: the step runs beside a watch of another replica
+            from orchestrator.executor.watch import run_watched
+
+            return await run_watched(self.rt, node, handler_for(node.step))
         return await handler_for(node.step).run(self.rt, node, node.step)
 
     def _transition(self, state: str, outcome: StepOutcome, host_now: str = "") -> None:

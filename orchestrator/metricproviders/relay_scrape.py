@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 #: the histograms and counters any analysis metric reads (others in the text are ignored)
 HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind == "quantile")
-COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind != "quantile")})
+COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind not in ("quantile", "gauge_min", "gauge_max"))})
+#: the engine's own gauges a metric reads (summed over label sets); DCGM's are metricproviders/dcgm.py's
+GAUGES = frozenset(d.source for d in METRICS.values() if d.kind.startswith("gauge") and d.origin == "engine")
 
 
 def parse_scrape(text: str, at: float) -> Scrape:
@@ -28,13 +30,16 @@ def parse_scrape(text: str, at: float) -> Scrape:
     from prometheus_client.parser import text_string_to_metric_families
 
     counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
     counts: dict[str, float] = {}
     sums: dict[str, float] = {}
     try:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
-                if s.name in COUNTERS:
+                if s.name in GAUGES:
+                    gauges[s.name] = gauges.get(s.name, 0.0) + float(s.value)
+                elif s.name in COUNTERS:
                     counters[s.name] = counters.get(s.name, 0.0) + float(s.value)
                 elif fam.name in HISTOGRAMS:
                     if s.name == fam.name + "_bucket":
@@ -53,7 +58,7 @@ def parse_scrape(text: str, at: float) -> Scrape:
             raise MetricsTextError(f"histogram {name} has no +Inf bucket")
         layout = tuple(sorted(b.items()))
         hists[name] = Histogram(layout, counts.get(name, layout[-1][1]), sums.get(name, 0.0))
-    return Scrape(at, counters, hists)
+    return Scrape(at, counters, hists, gauges)
 
 
 async def read_scrape(rt: "Runtime", port: int, token_variable: str) -> Scrape:

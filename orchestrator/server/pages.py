@@ -212,8 +212,8 @@ def run_table(run: Any) -> Table | None:
 def approval_gates(table: Table | None) -> set[str]:
     if table is None:
         return set()
-    return {s for s, n in table.nodes.items() if n.step is not None and n.step.kind == "soak"
-            and n.step.soak is not None and n.step.soak.approval}
+    return {s for s, n in table.nodes.items() if n.step is not None and (n.step.kind == "quiet" or (
+            n.step.kind == "soak" and n.step.soak is not None and n.step.soak.approval))}
 
 
 async def run_fragment(request: Request, principal: Principal) -> Response:
@@ -525,12 +525,16 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     if table is not None:
         canary = [t for t in d.get("transitions") or [] if t.get("note") and table.nodes.get(t["from"]) is not None
                   and table.nodes[t["from"]].step is not None
-                  and table.nodes[t["from"]].step.kind in ("relay", "metrics")]
+                  and table.nodes[t["from"]].step.kind in ("relay", "metrics", "analysis")]
         if canary:
             out.append('<section class="canary"><h2>Canary readout (direct checks through the soak relay)</h2><dl>')
             for t in canary:
+                note = t["note"]
+                # issue 23: an analysis' readout is a table: kept monospaced, its columns aligned
+                body = (f'<pre class="readout">{_e(note[note.index("canary readout:"):])}</pre>'
+                        if "canary readout:" in note else _e(note))
                 out.append(f'<dt><code>{_e(t["from"])}</code> <span class="ev ev-{_e(t["event"])}">{_e(t["event"])}'
-                           f'</span></dt><dd>{_e(t["note"])}</dd>')
+                           f'</span></dt><dd>{body}</dd>')
             out.append("</dl></section>")
 
     # evidence: each gate's note (the latest transition out of it)

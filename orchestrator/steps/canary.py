@@ -63,6 +63,27 @@ def so_far(spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]]) -> str:
     return "; ".join(parts)
 
 
+async def _read_dcgm(rt: "Runtime", spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]],
+                    misses: dict[str, int]) -> str | None:
+    """One scrape of DCGM's exporter, each replica's lowest free GPU memory added to its scrapes."""
+    from orchestrator.metricproviders.dcgm import read_dcgm
+
+    assert spec.dcgm is not None
+    try:
+        per = await read_dcgm(rt, spec.dcgm.port, spec.relay.token_variable,
+                              {r: rt.rb.replica_gpus.get(r, []) for r in scrapes})
+        misses["dcgm"] = 0
+    except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+        misses["dcgm"] = misses.get("dcgm", 0) + 1
+        if misses["dcgm"] >= MISSES:
+            return (f"analysis: DCGM's metrics (relay :{spec.dcgm.port}) could not be read {MISSES} times in a row: "
+                    f"{rt.scrub(error_text(exc))}")
+        return None
+    for r, sc in per.items():
+        scrapes[r].append(sc)
+    return None
+
+
 @register
 class Analysis:
     key = "analysis"
@@ -87,6 +108,10 @@ class Analysis:
             problem = await rt.engines_still_serving(watched)
             if problem:
                 return fail(f"during the analysis: {problem}")
+            if spec.dcgm is not None:
+                problem = await _read_dcgm(rt, spec, scrapes, misses)
+                if problem:
+                    return fail(problem)
             for r in replicas:
                 port = spec.relay.ports[r]
                 try:
@@ -112,10 +137,11 @@ class Analysis:
         # the readout is the step's note: printed with its transition and journaled with it
         table = readout(results, windows, replicas, spec.window)
         verdict = overall(results)
-        if verdict == PASS:
-            return ok(table)
+        cand = replicas[0]
+        if verdict == PASS:  # the decision last, in a word (a human reads the verdict, then what happens)
+            return ok(table + f"\n=> PROMOTE: {cand} stays on the candidate")
         if verdict == FAIL:
-            return fail(table)
+            return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
         assert verdict == NO_TRAFFIC
         run = getattr(rt, "run", None)
         host = getattr(run, "host", "HOST")

@@ -25,9 +25,10 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None or shutil.which("bas
 
 
 def test_runbooks_affected_by_names_the_deploying_runbook_and_its_role():
-    # the LongContext file is #294's runbook's new file and the pdi-2 canary's (issue 23), which edits r2 in it
+    # the LongContext file is #294's runbook's new file and the pdi-2 and #302 canaries' (issue 23), which edit r2 in it
     assert [(a.runbook.name, a.role) for a in runbooks_affected_by(NEW)] == [("gpu02-glm53-w4afp8-long-context", "new"),
-                                                                               ("gpu02-glm53-w4afp8-pdi2-canary", "new")]
+                                                                               ("gpu02-glm53-w4afp8-pdi2-canary", "new"),
+                                                                               ("gpu02-glm53-w4afp8-qsplit-canary", "new")]
     assert [(a.runbook.name, a.role) for a in runbooks_affected_by("./" + OLD)] == [("gpu02-glm53-w4afp8-long-context", "previous")]
     assert runbooks_affected_by("prod/Unrelated.yaml") == []
 

@@ -177,3 +177,29 @@ def test_halt_texts_on_the_page_name_the_host_and_the_run():
     html = render_run(d, table, set(), operator=False)
     assert "{host}" not in html and "{tag}" not in html and "{run_id}" not in html
     assert "pre-staged on gpu03" in html and "orchestrate rollout gpu03 --tag v0.0.300" in html
+
+
+def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
+    """Issue 23: the analysis step's readout (its transition note) is shown in a <pre> table."""
+    from datetime import datetime, timezone
+
+    from orchestrator.journal.base import RunRecord
+    from orchestrator.runbook import load_runbook
+    from orchestrator.runner import table_for
+    from orchestrator.server.pages import approval_gates, render_run
+
+    t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
+    rb = load_runbook("gpu02-glm53-w4afp8-qsplit-canary")
+    run = RunRecord("r", "gpu02", rb.name, "v0.0.305", "rollout", "ROLLED_BACK", True, "ROLLED_BACK", None, {}, t0, t0, None)
+    table = table_for(run, rb)
+    note = ("canary readout: FAIL over 30 min, r2: 62 scrapes, r1: 62 scrapes\n"
+            "metric                     r2            r1            observed      bound          verdict\n"
+            "min_free_device_memory_gb  1.5 GB (n=31)  3.7 GB (n=31)  r2 1.5 GB  r2 >= 6  FAIL")
+    d = {"run_id": "r", "host": "gpu02", "kind": "rollout", "tag": "v0.0.305", "runbook": rb.name, "state": "ROLLED_BACK",
+         "outcome": "ROLLED_BACK", "message": "rolled back", "terminal": True, "created_at": t0.isoformat(),
+         "updated_at": t0.isoformat(), "now": t0.isoformat(),
+         "transitions": [{"seq": 1, "from": "canary.readout", "event": "fail", "to": "canary.rollback.relay-stop",
+                          "at": t0.isoformat(), "note": note}]}
+    html = render_run(d, table, approval_gates(table), operator=False)
+    assert '<pre class="readout">canary readout: FAIL over 30 min' in html
+    assert "min_free_device_memory_gb  1.5 GB (n=31)" in html

@@ -49,6 +49,8 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "candidate-slower",
         "candidate-errors",
         "low-traffic",
+        "memory-squeeze",
+        "serving-errors",
         # issue 23's gates outside the engines
         "pr-unmerged",
         "ci-failing",

@@ -1,0 +1,173 @@
+"""The #302 canary end to end (issue 23): r2 alone on the v2 image 8ff1a487b98a with
+SGLANG_DSA_INDEXER_QSPLIT=1 and 16384-token chunks against r1, the untouched #294 control; device
+memory read from the simulator's DCGM exporter through the relay's :8010 route.
+
+- the simulator's #302 engine (TTFT and TPOT 0.7x, 9.3 GB free vs r1's 3.7 GB) is promoted;
+- a memory squeeze (`memory-squeeze:r2`: 1.5 GB free) fails the device-memory gate: r2 goes back
+  to the #294 file and tag, r1 the same container throughout;
+- a watch on r1 during r2's cold start (`serving-errors:r1`: r1 aborts 20 %) fails the phase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from orchestrator.progress import RecordingProgress
+
+pytestmark = pytest.mark.e2e
+
+SPEED = 3000.0
+RUNBOOK = "gpu02-glm53-w4afp8-qsplit-canary"
+CANARY_TAG = "v0.0.305"
+R1 = "model-sg-glm53-w4afp8-tp4-r1"
+R2 = "model-sg-glm53-w4afp8-tp4-r2"
+
+
+NOON = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)  # outside the runbook's 01:00-05:00 quiet window
+
+
+@pytest.fixture
+def canary(tmp_path: Path, monkeypatch):
+    from orchestrator.clients.retry import RetryPolicy
+    from orchestrator.clock import ScaledClock
+    from orchestrator.demo import demo_settings
+    from orchestrator.runner import Session, execute, new_rollout
+    from orchestrator_sim import SimConfig, SimFleet
+
+    opened = []
+
+    def make(*faults: str, wall: datetime = NOON, yes: bool = True, human=None, cold_start_s: float = 1200):
+        import orchestrator.steps.quiet as quiet
+
+        monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"))
+        fleet.__enter__()
+        state = tmp_path / f"state{len(opened)}"
+        state.mkdir()
+        session = Session.open(demo_settings(fleet, state), clock=ScaledClock(SPEED),
+                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+        opened.append((fleet, session))
+        r1_before = fleet.host.container(R1)
+        run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, RUNBOOK)
+        progress = RecordingProgress()
+
+        async def go():
+            helper = asyncio.ensure_future(human(session, run.run_id, progress, fleet)) if human else None
+            try:
+                return await execute(session, run, rb, table, progress=progress, yes=yes)
+            finally:
+                if helper is not None:
+                    helper.cancel()
+
+        final = asyncio.run(go())
+        return fleet, final, r1_before, progress, session
+
+    yield make
+    for fleet, session in opened:
+        session.close()
+        fleet.__exit__(None, None, None)
+
+
+def _notes(progress: RecordingProgress) -> list[str]:
+    return [f.get("note") or "" for k, f in progress.events if k == "transition"]
+
+
+def _readout(progress: RecordingProgress) -> str:
+    found = [n for n in _notes(progress) if "canary readout:" in n]
+    assert found, _notes(progress)
+    return found[-1][found[-1].index("canary readout:"):]
+
+
+def _r1_untouched(fleet, r1_before) -> None:
+    r1 = fleet.host.container(R1)
+    assert r1 is not None and r1.id == r1_before.id and r1.state == "running" and r1.tag == "v0.0.300"
+    for c in fleet.calls:
+        if (c.is_compose_up and not (c.body or {}).get("dry_run")) or c.is_compose_down:
+            assert R1 not in (c.body or {}).get("services", []), c.body
+
+
+def test_the_302_candidate_is_promoted_on_latency_and_device_memory(canary):
+    fleet, final, r1_before, progress, _ = canary()
+    assert final.outcome == "DONE", final.message
+    # live traffic (40 requests/min on the long domain) never got quiet at noon: after 2 h, --yes went on
+    quiet = [n for n in _notes(progress) if n.startswith("not quiet after 2h")]
+    assert quiet and "requests/min, not below 10); a human approved going on" in quiet[0], _notes(progress)
+    text = _readout(progress)
+    assert text.startswith("canary readout: PASS"), text
+    assert text.endswith("=> PROMOTE: r2 stays on the candidate"), text
+    row = next(line for line in text.splitlines() if line.startswith("min_free_device_memory_gb") and "r2/r1" in line)
+    assert "9.3 GB" in row and "3.7 GB" in row, text
+    r2 = fleet.host.container(R2)
+    assert r2.tag == CANARY_TAG and r2.state == "running"
+    assert "8ff1a487b98a" in r2.image
+    _r1_untouched(fleet, r1_before)
+    assert fleet.check_invariants() == []
+
+
+def test_a_memory_squeeze_fails_the_canary_and_rolls_r2_back_with_r1_untouched(canary):
+    fleet, final, r1_before, progress, _ = canary("memory-squeeze:r2")
+    assert final.outcome == "ROLLED_BACK", final.message
+    text = _readout(progress)
+    assert text.startswith("canary readout: FAIL"), text
+    assert text.endswith("=> REJECT: r2 goes back to what it ran before (the phase's rollback)"), text
+    assert "FAIL: min_free_device_memory_gb of r2 >= 6: r2 min_free_device_memory_gb = 1.5 GB, not >= 6" in text, text
+    # the latency gates still passed: the readout says which gate failed, not only that one did
+    assert "FAIL: tpot_p50" not in text
+    r2 = fleet.host.container(R2)
+    assert r2.tag == "v0.0.300" and r2.state == "running" and "fde25985" in r2.image
+    _r1_untouched(fleet, r1_before)
+    assert fleet.check_invariants() == []
+
+
+def test_a_watch_on_r1_during_r2s_cold_start_fails_the_phase(canary):
+    """`serving-errors:r1`: the control aborts 20 % of its requests. The watch on r1 during r2's cold
+    start breaches its 2 % bound before r2 is ready: the cold start is stopped and fails, the phase
+    rolls r2 back to #294; r1 itself is never touched (the orchestrator reports, a human judges r1)."""
+    # a 45-minute cold start (the runbook allows 50): a loaded machine's slow scrapes still get two
+    # polls of r1 in before r2 is ready
+    fleet, final, r1_before, progress, _ = canary("serving-errors:r1", cold_start_s=2700)
+    assert final.outcome == "ROLLED_BACK", final.message
+    notes = _notes(progress)
+    hit = [n for n in notes if n.startswith("watch on r1 during cold-start: r1 error_rate = ")]
+    assert hit and "not <= 0.02" in hit[0], notes
+    assert not any("canary readout:" in n for n in notes)  # the phase never reached its readout
+    r2 = fleet.host.container(R2)
+    assert r2.tag == "v0.0.300" and r2.state == "running"
+    _r1_untouched(fleet, r1_before)
+
+
+def test_the_swap_waits_for_a_quiet_long_domain_or_the_night_window(canary):
+    """`low-traffic` (1 request/min per engine): quiet within its 10-minute rate window, no human asked
+    (the analysis then halts for too little traffic, as it must). At 02:30 UTC: inside the window at once."""
+    fleet, final, _, progress, _ = canary("low-traffic")
+    quiet = [n for n in _notes(progress) if n.startswith("the long domain is quiet: ")]
+    assert quiet and "(below 10)" in quiet[0], _notes(progress)
+    assert final.outcome == "HALTED", final.message
+    fleet, final, _, progress, _ = canary("memory-squeeze:r2", wall=datetime(2026, 12, 2, 2, 30, tzinfo=timezone.utc))
+    assert any(n.startswith("inside the 01:00-05:00 UTC window after 0s") for n in _notes(progress)), _notes(progress)
+    assert final.outcome == "ROLLED_BACK"
+
+
+def test_without_yes_the_quiet_wait_asks_a_human_and_r2_stays_up_until_approved(canary):
+    """At noon, on full traffic, nothing ends the wait but a human: after 2 h the run says what to run
+    and waits; r2 is not stopped before `orchestrate approve` (here the journal's approve)."""
+    seen: dict = {}
+
+    async def human(session, run_id, progress, fleet):
+        while not any(k == "waiting" and "go on anyway with `orchestrate approve" in str(f.get("gate"))
+                      for k, f in progress.events):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # 15 more simulated minutes: the run must still wait
+        seen["r2_at_ask"] = fleet.host.container(R2).tag
+        seen["downs_at_ask"] = sum(1 for c in fleet.calls if c.is_compose_down and R2 in (c.body or {}).get("services", []))
+        session.journal.approve(run_id, "*", by="alice")
+
+    fleet, final, r1_before, progress, _ = canary("memory-squeeze:r2", yes=False, human=human)
+    assert seen == {"r2_at_ask": "v0.0.300", "downs_at_ask": 0}
+    assert any(n.startswith("not quiet after 2h") and "a human approved going on" in n for n in _notes(progress))
+    assert final.outcome == "ROLLED_BACK"  # then the canary ran (and its memory squeeze failed it)
+    _r1_untouched(fleet, r1_before)
