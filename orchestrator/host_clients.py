@@ -18,6 +18,7 @@ from orchestrator.clients.retry import RetryPolicy
 from orchestrator.clock import Clock
 from orchestrator.inventory import HostEntry, Inventory
 from orchestrator.clients.github import GitHubClient
+from orchestrator.clients.http_json import ExternalReads
 from orchestrator.redaction import Redactor
 from orchestrator.settings import Settings
 
@@ -33,6 +34,10 @@ class HostClients:
     github: GitHubClient | None = None
     #: every inventory host -> its model-proxy address (the capacity guard reads the other hosts')
     addresses: dict[str, str] = field(default_factory=dict)
+    #: every inventory host -> its dashboard instance name (an `env:` gate on another host)
+    instance_names: dict[str, str] = field(default_factory=dict)
+    #: issue 23's read-only external gates (orchestrator/clients/http_json.py)
+    external: ExternalReads | None = None
     _opened: list = field(default_factory=list)
 
     def relay(self, url: str, token: str) -> SoakRelayClient:
@@ -58,6 +63,8 @@ def build_host_clients(
     def relay_factory(url: str, token: str) -> SoakRelayClient:
         return SoakRelayClient(url, token, transport=transport, redactor=redactor)
 
+    github = GitHubClient(settings.github_api_url, settings.github_token, transport=transport, retry=retry,
+                          redactor=redactor, clock=clock)
     return HostClients(
         compose=ComposeManagerClient(
             str(entry.compose_manager_url).rstrip("/"),
@@ -76,7 +83,8 @@ def build_host_clients(
         inference=InferenceClient(str(entry.inference_endpoint).rstrip("/"), settings.inference_token,
                                   transport=transport, redactor=redactor),
         relay_factory=relay_factory,
-        github=GitHubClient(settings.github_api_url, settings.github_token, transport=transport, retry=retry,
-                            redactor=redactor, clock=clock),
+        github=github,
         addresses={name: h.model_proxy_address for name, h in inventory.hosts.items()},
+        instance_names={name: h.instance_name for name, h in inventory.hosts.items()},
+        external=ExternalReads(redactor, github, transport),
     )

@@ -58,6 +58,8 @@ class Plan:
     #: steps are shown for the first host; every host runs the same steps in turn.
     fleet: list[str] = field(default_factory=list)
     fleet_rules: list[str] = field(default_factory=list)
+    #: issue 23: every manual edit, and which rollback needs one (said before the steps)
+    manual: list[str] = field(default_factory=list)
 
 
 def fleet_rules(rb: Runbook, hosts: list[str]) -> list[str]:
@@ -230,6 +232,9 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         steps=steps,
     )
     plan.orphan_basis = _orphan_analysis(steps, table, rb, new_file_services)
+    from orchestrator.steps.envchecks import manual_plan_lines
+
+    plan.manual = manual_plan_lines(table)
     return plan
 
 
@@ -241,7 +246,10 @@ _SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Proced
 
 
 def render_json(plan: Plan) -> str:
-    return json.dumps(asdict(plan), indent=2, sort_keys=False)
+    out = asdict(plan)
+    if not out["manual"]:  # issue 23: only a runbook with manual edits has the key
+        del out["manual"]
+    return json.dumps(out, indent=2, sort_keys=False)
 
 
 def _req_line(req: dict[str, Any]) -> str:
@@ -250,6 +258,7 @@ def _req_line(req: dict[str, Any]) -> str:
 
 def render_text(plan: Plan) -> str:
     out = [f"{plan.title}", f"host {plan.host}  tag {plan.tag}  runbook {plan.runbook}", f"budget: {plan.budget}", ""]
+    out[3:3] = [f"MANUAL: {m}" for m in plan.manual]
     if plan.fleet:
         out[1] = f"fleet {' -> '.join(plan.fleet)}  tag {plan.tag}  runbook {plan.runbook}"
         out[3:3] = ["", "== Fleet order", *(f"- {r}" for r in plan.fleet_rules),

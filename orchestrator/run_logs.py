@@ -21,10 +21,18 @@ from orchestrator.redaction import Redactor
 class RunLogRouter:
     def __init__(self) -> None:
         self._files: dict[str, tuple[TextIO, Redactor]] = {}
+        self._paths: dict[str, Path] = {}
         self._lock = threading.Lock()
+
+    def directory(self, run_id: str) -> Path | None:
+        """`<state>/logs/<run_id>/`, for files a run keeps beside its log (a whole captured
+        service log); None when the run's log is not open in this process."""
+        path = self._paths.get(run_id)
+        return path.parent / run_id if path is not None else None
 
     def open(self, run_id: str, path: Path, redactor: Redactor) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._paths[run_id] = path
         with self._lock:
             if run_id not in self._files:
                 self._files[run_id] = (path.open("a", encoding="utf-8"), redactor)

@@ -21,6 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.analysis.spec import AnalysisSpec, check_against_runbook as _check_analysis
+from orchestrator.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ImageSpec, ManualSpec, ProxyPoolSpec,
+                                     PullRequestSpec, check_against_runbook as _check_gate)
 from orchestrator.analysis.quiet_spec import QuietSpec, check_quiet as _check_quiet
 from orchestrator.analysis.watch_spec import WatchSpec, check_watch as _check_watch
 from orchestrator.durations import parse_duration
@@ -199,7 +201,16 @@ class CaptureSpec(_Strict):
     """Keep services' logs in the run log (before a stop removes the container and its log)."""
 
     services: list[str] = Field(min_length=1)
-    tail: int = Field(default=2000, gt=0, le=20000)
+    tail: int = Field(default=2000, gt=0, le=1_000_000)
+    #: issue 23: each service's log goes to its own file in the run's directory
+    #: (`<state>/logs/<run_id>/<service>.log`, scrubbed), not into the run log; up to 1,000,000 lines
+    to_file: bool = False
+
+    @model_validator(mode="after")
+    def _big_to_file(self) -> "CaptureSpec":
+        if self.tail > 20000 and not self.to_file:
+            raise ValueError("a capture of more than 20000 lines goes to a file: set to_file: true")
+        return self
 
 
 class Prerequisite(_Strict):
@@ -335,12 +346,17 @@ class OneShotSpec(_Strict):
 
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-              "markers", "presence", "capture", "cache", "analysis", "quiet")
+              "markers", "presence", "capture", "cache", "analysis", "quiet",
+              "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
+#: issue 23's gates outside the engines (orchestrator/gate_specs.py)
+EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
-OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache")
+OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
+                    "http_json", "attestation", "image")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-                   "markers", "presence", "capture", "cache", "analysis", "quiet"]
+                   "markers", "presence", "capture", "cache", "analysis", "quiet",
+                   "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image"]
 
 
 class Step(_Strict):
@@ -364,6 +380,14 @@ class Step(_Strict):
     cache: CacheSpec | None = None
     #: issue 23: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
     analysis: AnalysisSpec | None = None
+    #: issue 23: gates outside the engines (orchestrator/gate_specs.py)
+    env: EnvSpec | None = None
+    manual: ManualSpec | None = None
+    proxy_pool: ProxyPoolSpec | None = None
+    pull_request: PullRequestSpec | None = None
+    http_json: HttpJsonSpec | None = None
+    attestation: AttestationSpec | None = None
+    image: ImageSpec | None = None
     #: issue 23: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
     watch: WatchSpec | None = None
     #: issue 23: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
@@ -655,6 +679,8 @@ class Runbook(_Strict):
                     _check_quiet(here, st.quiet, self.replicas)
                 if st.watch is not None:
                     _check_watch(here, st.kind, st.watch, self.replicas)
+                if st.kind in EXTERNAL_KINDS:
+                    _check_gate(here, st.kind, getattr(st, st.kind), self.replicas, self.hosts, self.replica_values)
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:

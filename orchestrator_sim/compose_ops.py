@@ -145,7 +145,11 @@ class ComposeOperations(HostCore):
             source = "client"
             if nonce is None:
                 nonce, source = "".join(self.rng.choice("0123456789abcdef") for _ in range(64)), "server"
-        canon = json.dumps(actions, separators=(",", ":"))
+        if self.faults.active("attestation-file-mismatch"):  # the attested files are not the tags'
+            for entry in actions:
+                if entry.get("action") == "compose_up" and entry.get("file_sha256"):
+                    entry["file_sha256"] = hashlib.sha256(b"another file").hexdigest()
+        canon = json.dumps(actions[:-1] if self.faults.active("attestation-stale") else actions, separators=(",", ":"))
         actions_hash = hashlib.sha256(canon.encode()).hexdigest()
         report_data = actions_hash + hashlib.sha256(bytes.fromhex(nonce) if len(nonce) % 2 == 0 else nonce.encode()).hexdigest()
         quote = "04000200" + hashlib.sha256(b"simulated td quote").hexdigest() * 4 + report_data

@@ -352,6 +352,21 @@ FAULTS.update(
 # Issue 23's canary faults (live traffic, device memory): orchestrator_sim/canary_faults.py
 FAULTS.update(canary_faults(FaultInfo))
 
+# Issue 23's gates outside the engines (orchestrator/steps/external.py): aimed at one gate each.
+_GATE_FAILS = "the gate naming it fails: the phase's rollback (ROLLED_BACK, exit 3), or ABORTED in preflight"
+FAULTS.update({f.name: f for f in [
+    FaultInfo("pr-unmerged", "none", "GitHub: the target tag's commit belongs to an open (unmerged) PR", _GATE_FAILS, drawn=False),
+    FaultInfo("ci-failing", "none", "GitHub: the target tag's PR head has a check run concluded failure", _GATE_FAILS, drawn=False),
+    FaultInfo("ci-pending", "none", "GitHub: the target tag's PR head has a check run still in progress", _GATE_FAILS, drawn=False),
+    FaultInfo("proxy-pool-stale", "none", "the in-host proxy's /backends/list leaves r2's engines out", _GATE_FAILS, drawn=False),
+    FaultInfo("attestation-stale", "none", "the attestation report's actions_hash does not cover its last action",
+              _GATE_FAILS, drawn=False),
+    FaultInfo("attestation-file-mismatch", "none", "the attestation report's compose_ups carry another file's sha256",
+              _GATE_FAILS, drawn=False),
+    FaultInfo("hash-unregistered", "none", "the compose-hash registry does not list the target tag's file", _GATE_FAILS,
+              drawn=False),
+]})
+
 ENGINE_FAULTS = frozenset(n for n, f in FAULTS.items() if f.arg == "replica")
 #: `down-busy` without a count: one compose/down refused through the client's five busy retries
 DOWN_BUSY_DEFAULT = 6

@@ -40,7 +40,8 @@ from orchestrator.clock import ScaledClock
 from orchestrator_sim.apps.compose_manager import StreamCut, build_compose_manager_app
 from orchestrator_sim.apps.dashboard import DashboardState, build_dashboard_app
 from orchestrator_sim.apps.github import build_github_app
-from orchestrator_sim.apps.inference import build_inference_app, build_relay_app
+from orchestrator_sim.apps.inference import build_host_proxy_app, build_inference_app, build_relay_app
+from orchestrator_sim.apps.registry import build_registry_app
 from orchestrator_sim.apps.model_proxy import build_model_proxy_app
 from orchestrator_sim.compose_repo import BASE_HOSTS, TARGET_TAG, SimRepository
 from orchestrator_sim.containers import BASE_DOMAIN, COMPOSE_VERSION, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
@@ -110,6 +111,8 @@ class FleetUrls:
     inference: str
     relay: dict[int, str]
     github: str = ""  # the simulated GitHub REST API (ORCHESTRATOR_GITHUB_API_URL)
+    registry: str = ""  # issue 23: the compose-hash registry (a read-only HTTP/JSON gate's URL)
+    proxy: str = ""  # issue 23: the host's own inference proxy (its /backends/list), port 8000
 
 
 @dataclass(frozen=True)
@@ -337,9 +340,9 @@ class SimFleet:
         self.hosts = {n: self.hosts[n] for n in names}
         self.host = self.hosts.get("gpu02") or self.hosts[names[0]]
         self.epoch = epoch
-        self._sockets = {name: _bind(reuse=False) for name in ("dashboard", "github", *PEERS)}
+        self._sockets = {name: _bind(reuse=False) for name in ("dashboard", "github", "registry", *PEERS)}
         self._host_sockets = {
-            n: {name: _bind(reuse=False) for name in ("compose-manager", "inference")} for n in names
+            n: {name: _bind(reuse=False) for name in ("compose-manager", "inference", "proxy")} for n in names
         }
         self._relay_sockets = {n: {p: _bind() for p in RELAY_PORTS} for n in names}
         port = {name: s.getsockname()[1] for name, s in self._sockets.items()}
@@ -353,6 +356,8 @@ class SimFleet:
                 inference=f"http://{LOOPBACK}:{own['inference']}",
                 relay={p: f"http://{LOOPBACK}:{s.getsockname()[1]}" for p, s in self._relay_sockets[n].items()},
                 github=f"http://{LOOPBACK}:{port['github']}",
+                registry=f"http://{LOOPBACK}:{port['registry']}",
+                proxy=f"http://{LOOPBACK}:{own['proxy']}",
             )
 
         self.host_urls: dict[str, FleetUrls] = {n: urls(n) for n in names}
@@ -447,6 +452,7 @@ class SimFleet:
     def _inventory_entry(self, name: str) -> str:
         urls, host = self.host_urls[name], self.hosts[name]
         relay_ports = {p: int(u.rsplit(":", 1)[1]) for p, u in urls.relay.items()}
+        relay_ports[8000] = int(urls.proxy.rsplit(":", 1)[1])  # issue 23: the in-host proxy's /backends/list
         return (
             f"  {name}:\n"
             f"    compose_manager_url: {urls.compose_manager}\n"
@@ -538,6 +544,7 @@ class SimFleet:
         apps: dict[str, ASGIApp] = {
             "dashboard": build_dashboard_app(self.dashboard, self.tokens.dashboard),
             "github": build_github_app(self.host.repo, self.epoch, self.faults),
+            "registry": build_registry_app(self.host.repo, self.faults),
         }
         for peer in PEERS:
             apps[peer] = build_model_proxy_app(hosts, peer, self.tokens.model_proxy, self.faults)
@@ -549,6 +556,7 @@ class SimFleet:
         apps: dict[str, ASGIApp] = {
             "compose-manager": build_compose_manager_app(host, self.tokens.compose_manager, host.faults, rec),
             "inference": build_inference_app(host, self.tokens.inference, rec),
+            "proxy": build_host_proxy_app(host),
         }
         return {name: RecordingMiddleware(app, rec, name, host.name) for name, app in apps.items()}
 

@@ -162,6 +162,24 @@ class ServingPaths(HostCore):
         self._round_robin += 1
         return pool[self._round_robin % len(pool)]
 
+    def proxy_backends(self, authorization: str | None) -> tuple[int, dict[str, Any]]:
+        """The in-host proxy's `GET /backends/list` (issue 23; ASSUMED the model-proxy's shape):
+        its pool (VLLM_BACKEND_URLS) with each engine's readiness. `proxy-pool-stale` leaves r2's
+        engines out of the answer (a pool that did not take the new engine)."""
+        with self._lock:
+            self.sync()
+            proxy = self._containers.get(PROXY_SERVICE)
+            if proxy is None or not proxy.up:
+                return 502, {"error": "the inference proxy is not running"}
+            token = proxy.env.get("TOKEN")
+            if not token or authorization != f"Bearer {token}":
+                return 401, {"error": "unauthorized"}
+            pool = [n for n in proxy.proxy_pool
+                    if not (self.faults.active("proxy-pool-stale") and n.endswith("-r2"))]
+            backends = [{"address": f"{n}:8000", "healthy": bool((e := self._containers.get(n)) is not None and e.ready)}
+                        for n in pool]
+            return 200, {"domain": "local", "backends": backends}
+
     def relay_request(
         self, port: int, method: str, path: str, authorization: str | None, body: Any
     ) -> tuple[int, str | dict[str, Any], str, str | None]:

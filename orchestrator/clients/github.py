@@ -89,7 +89,11 @@ class GitHubClient(HttpSession):
         self.retry = retry or RetryPolicy(max_attempts=3, deadline_s=30)
         self._clock = clock or RealClock()
 
-    async def _get(self, path: str) -> dict[str, Any]:
+    async def _get_list(self, path: str) -> list[Any]:
+        """A GET whose answer is a JSON list (issue 23: a commit's pull requests)."""
+        return await self._get(path, want=list)  # type: ignore[return-value]
+
+    async def _get(self, path: str, want: type = dict) -> dict[str, Any]:
         async def attempt() -> dict[str, Any]:
             try:
                 response = await self._http.get(path)
@@ -112,8 +116,8 @@ class GitHubClient(HttpSession):
                 payload = response.json()
             except ValueError:
                 raise GitHubUnreachable(SYSTEM, f"answer to {path} is not JSON") from None
-            if not isinstance(payload, dict):
-                raise GitHubUnreachable(SYSTEM, f"answer to {path} is not an object")
+            if not isinstance(payload, want):
+                raise GitHubUnreachable(SYSTEM, f"answer to {path} is not a JSON {want.__name__}")
             return payload
 
         try:

@@ -137,6 +137,12 @@ class Executor:
             # is told as "then <state> halted: <why>" (_final_message), never in its place
             self.ctx.failure = Failure(state, outcome.event.value, note)
         terminal = to in TERMINALS
+        if not terminal and not in_rollback and self.table.nodes[to].section in ("rollback", "full_rollback"):
+            from orchestrator.steps.envchecks import manual_edits_ahead
+
+            for edit in manual_edits_ahead(self.table, to):  # issue 23: said up front, before the rollback runs
+                self.log.warning("rollback_needs_manual_edit", edit=edit)
+                self.rt.emit("note", text=f"this rollback needs a human's edit: {edit}")
         message = self._final_message(state, to, note) if terminal else None
         if message and self.ctx.not_stopped and _LEFT not in message:  # a rollback left an engine it did not create
             message = message.rstrip(".") + f". {_LEFT}: " + "; ".join(self.ctx.not_stopped)

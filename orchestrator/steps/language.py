@@ -182,6 +182,9 @@ class Capture:
     def describe(self, step: Step, rb: Runbook) -> Description:
         c = step.capture
         assert c is not None
+        if c.to_file:
+            return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept, scrubbed, in the run's directory "
+                               f"(logs/<run id>/<service>.log)")
         return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept in the run log")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
@@ -195,6 +198,13 @@ class Capture:
                 rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
                 continue
             lines = text.splitlines()
+            if c.to_file:
+                from orchestrator.steps.logfile import save_log  # issue 23: the whole log in the run's directory
+
+                where = save_log(rt, svc, [rt.scrub(ln) for ln in lines])
+                rt.log.info("log_capture_file", service=svc, path=str(where), lines=len(lines))
+                kept.append(f"{svc} ({len(lines)} lines in {where})")
+                continue
             rt.log.info("log_capture", service=svc, lines=[rt.scrub(ln) for ln in lines])
             kept.append(f"{svc} ({len(lines)} lines)")
         return ok("captured " + (", ".join(kept) or "nothing (no log)"))

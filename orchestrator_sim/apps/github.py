@@ -18,6 +18,7 @@ fault shows here too). `github-down` answers 503 to everything.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from datetime import datetime, timedelta
 from typing import Any
@@ -118,9 +119,55 @@ def build_github_app(repo: SimRepository, epoch: datetime, faults: ActiveFaults)
         return _answer({"status": status, "ahead_by": ahead, "behind_by": behind, "total_commits": ahead,
                         "merge_base_commit": {"sha": h[0] if status == "behind" else b[0]}})
 
+    async def pulls(request: Request) -> Response:
+        """`commits/{sha}/pulls` (issue 23): the PR each tag's commit came from, merged to main
+        unless `pr-unmerged`."""
+        if (refused := await guard(request)) is not None:
+            return refused
+        found = resolve(request.path_params["sha"])
+        if found is None:
+            return _answer({"message": "No commit found", "documentation_url": DOCS, "status": "422"}, 422)
+        sha, age = found
+        if sha == main_sha:
+            return _answer([])
+        number = 100 + int(sha[:6], 16) % 900
+        merged = not faults.active("pr-unmerged")
+        return _answer([{"number": number, "state": "closed" if merged else "open", "merged_at": date(age) if merged else None,
+                         "head": {"sha": hashlib.sha1(f"{sha} head".encode()).hexdigest(), "ref": f"release-{number}"},
+                         "base": {"ref": MAIN}}])
+
+    async def check_runs(request: Request) -> Response:
+        """`commits/{sha}/check-runs`: the compose-files CI (validate, lint); `ci-failing` fails
+        validate, `ci-pending` leaves it in progress."""
+        if (refused := await guard(request)) is not None:
+            return refused
+        validate = {"name": "validate", "status": "completed", "conclusion": "success"}
+        if faults.active("ci-failing"):
+            validate["conclusion"] = "failure"
+        if faults.active("ci-pending"):
+            validate.update(status="in_progress", conclusion=None)
+        runs = [validate, {"name": "lint", "status": "completed", "conclusion": "success"}]
+        return _answer({"total_count": len(runs), "check_runs": runs})
+
+    async def contents(request: Request) -> Response:
+        """`contents/{path}?ref=<tag>`: a compose file's bytes at a tag, base64 (as GitHub)."""
+        if (refused := await guard(request)) is not None:
+            return refused
+        path, ref = request.path_params["path"], request.query_params.get("ref", MAIN)
+        text = repo.file_text(ref, path)
+        if text is None:
+            return _not_found()
+        raw = text.encode()
+        return _answer({"type": "file", "encoding": "base64", "path": path, "size": len(raw),
+                        "sha": hashlib.sha1(b"blob %d\0" % len(raw) + raw).hexdigest(),
+                        "content": base64.b64encode(raw).decode()})
+
     prefix = "/repos/{owner}/{repo}"
     return Starlette(
         routes=[
+            Route(prefix + "/commits/{sha}/pulls", pulls, methods=["GET"]),
+            Route(prefix + "/commits/{sha}/check-runs", check_runs, methods=["GET"]),
+            Route(prefix + "/contents/{path:path}", contents, methods=["GET"]),
             Route(prefix + "/git/ref/tags/{tag:path}", git_ref, methods=["GET"]),
             Route(prefix + "/git/tags/{sha}", git_tag, methods=["GET"]),
             Route(prefix + "/commits/{ref:path}", commit, methods=["GET"]),

@@ -62,3 +62,13 @@ def build_relay_app(host: SimHost, port: int, recorder: CallRecorder) -> Starlet
         return PlainTextResponse(out, status_code=status, media_type=media)
 
     return Starlette(routes=[Route("/{path:path}", relay, methods=_ALL_METHODS)])
+
+
+def build_host_proxy_app(host: SimHost) -> Starlette:
+    """The host's own inference proxy (proxy-glm53) on its port: `GET /backends/list` (issue 23)."""
+
+    async def backends(request: Request) -> Response:
+        status, body = host.proxy_backends(request.headers.get("authorization"))
+        return JSONResponse(body, status_code=status)
+
+    return Starlette(routes=[Route("/backends/list", backends, methods=["GET"])])

@@ -52,7 +52,7 @@ def test_serve_writes_its_state_dir_and_stops_on_sigterm(tmp_path: Path) -> None
         assert set(inventory["model_proxy_peers"]) == {"peer-a", "peer-b"}
         gpu02 = inventory["hosts"]["gpu02"]
         assert gpu02["instance_name"] == "gpu02" and gpu02["model_proxy_address"] == "203.0.113.2:8444"
-        assert set(gpu02["soak_relay_port_map"]) == {8008, 8009, 8010} and gpu02["gpus"] == 8
+        assert set(gpu02["soak_relay_port_map"]) == {8000, 8008, 8009, 8010} and gpu02["gpus"] == 8  # 8000: the in-host proxy (issue 23)
         assert gpu02["available_ram_gib"] == 1223 and gpu02["soak_relay_base_url"] == "http://127.0.0.1"
         env = dict(line.split("=", 1) for line in (tmp_path / "sim.env").read_text().splitlines())
         assert set(env) == {

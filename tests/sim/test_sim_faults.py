@@ -51,6 +51,14 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "low-traffic",
         "memory-squeeze",
         "serving-errors",
+        # issue 23's gates outside the engines
+        "pr-unmerged",
+        "ci-failing",
+        "ci-pending",
+        "proxy-pool-stale",
+        "attestation-stale",
+        "attestation-file-mismatch",
+        "hash-unregistered",
     }
     assert all(f.symptom and f.expected_end_state for f in FAULTS.values())
     assert str(parse_fault("oom")) == "oom:r2" and parse_fault("cuda-801:r1").replica == "r1"
@@ -258,3 +266,36 @@ def test_container_ids_are_stable_per_seed_and_change_only_on_recreate(make_sim)
     after = {n: r["ID"] for n, r in sim.ps().items()}
     assert after[R1] != ids[R1]
     assert {n: i for n, i in after.items() if n != R1} == {n: i for n, i in ids.items() if n != R1}
+
+
+def test_the_external_gate_faults_show_on_their_surfaces(make_sim) -> None:
+    """Issue 23: GitHub's PR and check runs, the in-host proxy, the registry and the attestation
+    report each change under their fault (and only then)."""
+    import hashlib
+    import json
+
+    def surfaces(sim):
+        gh = sim.fleet.urls.github + "/repos/" + sim.fleet.host.repo.name
+        sha = sim.client.get(gh + "/git/ref/tags/" + TARGET_TAG_NAME).json()["object"]["sha"]
+        pr = sim.client.get(gh + f"/commits/{sha}/pulls").json()[0]
+        runs = sim.client.get(gh + f"/commits/{pr['head']['sha']}/check-runs").json()["check_runs"]
+        token = sim.fleet.dashboard_env["PROXY_TOKEN"]
+        pool = sim.client.get(sim.fleet.urls.proxy + "/backends/list", headers={"Authorization": f"Bearer {token}"}).json()
+        hashes = sim.client.get(sim.fleet.urls.registry + "/v1/compose-hashes").json()["hashes"]
+        rep = sim.client.get(sim.fleet.urls.compose_manager + "/v1/attestation/report", params={"nonce": "ab" * 32}).json()
+        bound = rep["actions_hash"] == hashlib.sha256(json.dumps(rep["actions"], separators=(",", ":")).encode()).hexdigest()
+        return pr["merged_at"] is not None, {r["name"]: (r["status"], r["conclusion"]) for r in runs}, \
+            [b["address"].split(":")[0] for b in pool["backends"]], bool(hashes), bound
+
+    merged, runs, pool, hashes, bound = surfaces(make_sim())
+    assert merged and runs["validate"] == ("completed", "success") and hashes and bound
+    assert any(a.endswith("-r2") for a in pool)
+    assert not surfaces(make_sim(faults=["pr-unmerged"]))[0]
+    assert surfaces(make_sim(faults=["ci-failing"]))[1]["validate"] == ("completed", "failure")
+    assert surfaces(make_sim(faults=["ci-pending"]))[1]["validate"] == ("in_progress", None)
+    assert not any(a.endswith("-r2") for a in surfaces(make_sim(faults=["proxy-pool-stale"]))[2])
+    assert not surfaces(make_sim(faults=["hash-unregistered"]))[3]
+    assert not surfaces(make_sim(faults=["attestation-stale"]))[4]
+
+
+TARGET_TAG_NAME = "v0.0.300"
