@@ -57,3 +57,52 @@ def test_serve_adopts_a_run_ctrl_c_d_after_the_capacity_guard_and_drains_with_no
                   and "model-proxy-registrar" in ((c.body or {}).get("services") or [])]
         time.sleep(0.5)
     assert drains == [], "serve adopted the Ctrl-C'd run and drained gpu03 with gpu04 out of the pool"
+
+
+def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_out(e2e_factory, monkeypatch):
+    """No Ctrl-C at all: the page's Pause (or `orchestrate pause`), asked while `capacity.others-serve`
+    runs, is honoured before `drain.drain` (a safe point). While the run is paused for hours its
+    tier lease keeps other runs out, but gpu04 leaves the pool on its own; Continue drains gpu03
+    without judging capacity again."""
+    import asyncio
+
+    from orchestrator import audit, commands
+    from orchestrator.fleet import journal_overrides
+    from orchestrator.progress import RecordingProgress
+    from orchestrator.runner import execute, new_rollout
+    from orchestrator.steps import language
+
+    e = e2e_factory(hosts=BASE_HOSTS)
+    original = language.Presence.run
+
+    async def presence_then_pause(self, rt, node, step):
+        out = await original(self, rt, node, step)
+        if node.id == "capacity.others-serve":
+            commands.pause(rt.journal, rt.journal.get_run(rt.run.run_id), "alice")  # clicked while it checked
+        return out
+
+    monkeypatch.setattr(language.Presence, "run", presence_then_pause)
+
+    async def scenario():
+        run, rb, table = new_rollout(e.session, "gpu03", BASE_TARGET_TAG, "base-glm53-w4afp8")
+        journal_overrides(e.session.journal, run, ["gpu02"], "test")
+        task = asyncio.create_task(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True, soak=0.0))
+        for _ in range(2000):
+            if any(a.action == "pause_honoured" for a in audit.entries(e.session.journal, run.run_id)) \
+                    if hasattr(audit, "entries") else e.session.journal.get_run(run.run_id).state == "drain.drain":
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)
+        assert e.session.journal.get_run(run.run_id).state == "drain.drain"
+        gpu04 = e.fleet.hosts["gpu04"]
+        gpu04.faults.specs = (*gpu04.faults.specs, FaultSpec("host-unhealthy", host="gpu04"))
+        gpu04.sync()
+        mark = max((c.seq for c in e.fleet.calls), default=0)
+        commands.continue_run(e.session.journal, e.session.journal.get_run(run.run_id), "alice")
+        final = await task
+        return final, mark
+
+    final, mark = asyncio.run(scenario())
+    drains = [c for c in e.fleet.calls if c.host == "gpu03" and c.seq > mark and c.is_compose_down
+              and "model-proxy-registrar" in ((c.body or {}).get("services") or [])]
+    assert drains == [], f"continue drained gpu03 with gpu04 out of the pool ({final.outcome})"
