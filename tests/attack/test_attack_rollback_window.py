@@ -1,6 +1,10 @@
 """Attack: a rollback's live capacity read (`refuse_tier_short`) is advisory, and what admission
 re-checks in the journal (the tier busy: a run that has not ended) does not cover a run that
-ENDED outside the pool in between (case 7's HALTED host, reached through case 4's window)."""
+ENDED outside the pool in between (case 7's HALTED host, reached through case 4's window).
+
+Fixed twice: admission refuses a rollback while another tier host's newest run sent a drain and
+ended HALTED (orchestrator/leave_pool.py `refuse_tier_halted`), and the live leave-pool guard
+would halt it right before its drain."""
 
 from __future__ import annotations
 
@@ -57,6 +61,8 @@ def test_rollback_stalled_after_its_pool_read_drains_a_second_host_when_another_
                          and ((c.is_compose_up and not (c.body or {}).get("dry_run")) or c.is_compose_down)]
         assert gpu04_changes == [], f"gpu04 was rolled back (drained) with gpu03 out of the pool: {result}"
         assert [p for p in e.fleet.check_invariants() if "base hosts served" in p] == []
+        # refused at admission (the journal: gpu03's run HALTED after its drain), naming the way out
+        assert isinstance(result, Refused) and "orchestrate rollback gpu03" in str(result), result
     finally:
         other.close()
 
