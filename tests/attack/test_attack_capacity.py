@@ -106,3 +106,25 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
     drains = [c for c in e.fleet.calls if c.host == "gpu03" and c.seq > mark and c.is_compose_down
               and "model-proxy-registrar" in ((c.body or {}).get("services") or [])]
     assert drains == [], f"continue drained gpu03 with gpu04 out of the pool ({final.outcome})"
+
+
+def test_a_resumed_rollback_does_not_drain_while_another_base_host_is_out(team):
+    """The rollback table has a drain and no capacity step: `rollback gpu03` Ctrl-C'd right at its
+    `drain`, gpu04 leaves the pool meanwhile, `resume` goes on. The live leave-pool guard halts it
+    there (nothing sent), naming gpu04 (orchestrator/leave_pool.py)."""
+    t = team(BASE_HOSTS)
+    ok(t.run("rollout", "gpu03", "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0", "--override-prerequisite", "gpu02"))
+    r = t.run("rollback", "gpu03", signal_at="gpu03:rollback-host.drain:SIGINT")
+    assert r.returncode == 130, r.stdout[-2000:] + r.stderr[-2000:]
+    [run] = [x for x in t.runs("gpu03") if x.kind == "rollback"]
+    assert run.state == "rollback-host.drain" and not run.terminal
+    gpu04 = t.fleet.hosts["gpu04"]
+    gpu04.faults.specs = (*gpu04.faults.specs, FaultSpec("host-unhealthy", host="gpu04"))
+    gpu04.sync()
+    mark = t.mark()
+    r = t.run("resume", run.run_id)
+    drains = [c for c in t.mutating("gpu03", mark) if c.is_compose_down
+              and "model-proxy-registrar" in ((c.body or {}).get("services") or [])]
+    assert drains == [], "the resumed rollback drained gpu03 with gpu04 out of the pool: " + r.stdout[-1500:]
+    assert "refusing to take gpu03 out of the pool: gpu04" in r.stdout + r.stderr, r.stdout[-1500:] + r.stderr[-800:]
+    assert t.fleet.hosts["gpu03"].domain_serving[-1][1]  # gpu03 stays in the pool
