@@ -141,7 +141,12 @@ def prerequisites_hold(session: "Session", rb: "Runbook", overrides: Iterable[st
 def tier_not_busy(session: "Session", host: str, rb: "Runbook") -> Check:
     from orchestrator.runner import refuse_tier_busy
 
-    return lambda: refuse_tier_busy(session, host, rb)
+    from orchestrator.leave_pool import refuse_tier_halted
+
+    def check() -> None:
+        refuse_tier_busy(session, host, rb)
+        refuse_tier_halted(session.journal, rb, host)  # a tier host HALTED outside the pool (journal)
+    return check
 
 
 def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> tuple[Admitted, "Runbook", Any]:

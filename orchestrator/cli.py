@@ -893,7 +893,8 @@ def runs(
 @app.command()
 def approve(
     run_id: str = RunIdArg,
-    gate: str = typer.Option("*", "--gate", metavar="STATE", help="Which soak/approval state, e.g. r2.soak (default: any)"),
+    gate: Optional[str] = typer.Option(None, "--gate", metavar="STATE",
+                                       help="Which soak/approval state, e.g. r2.soak, or '*' (default: the one it waits at)"),
     now: bool = _flag("--now", "Also end the rest of the soak at once (default: the soak runs its full time)"),
     inventory: Optional[Path] = InventoryOpt,
     server: Optional[str] = ServerOpt,
@@ -903,7 +904,7 @@ def approve(
     if server:
         from orchestrator.server.remote import remote, server_ca as ca, server_token
 
-        raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "gate": gate, "now": now}, False,
+        raise typer.Exit(remote(server, server_token(), "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False,
                                 ca=ca(server_ca)))
     from orchestrator import commands
     from orchestrator.startup import ReadSession

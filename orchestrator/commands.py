@@ -68,21 +68,25 @@ def _refuse_if_finished(run: RunRecord) -> None:
         raise UserError(f"run {run.run_id} already ended {run.outcome}")
 
 
-def approve(journal: Journal, run: RunRecord, gate: str, by: str, gates: Collection[str] | None = None,
+def approve(journal: Journal, run: RunRecord, gate: str | None, by: str, gates: Collection[str] | None = None,
             *, now: bool = False) -> str:
     """Journal an approval of `gate` for `run`; returns the line to show. `gates`: the accepted names.
+    `gate` None: the gate the run waits at now (refused when it waits at none).
 
     `now` also ends the rest of that soak (journaled as `<gate>!now`): the operator has seen
     enough. The soak still watches both replicas until the moment it ends."""
     _refuse_if_finished(run)
-    gate = str(gate)
+    from orchestrator.approval_scope import stored_name, waiting_gate
+
+    gate = waiting_gate(run, gates) if gate is None else str(gate)  # no gate given: the one it waits at
     if not gate or len(gate) > MAX_GATE_LEN:
         raise UserError(f"gate must be 1 to {MAX_GATE_LEN} characters")
     if gates is not None and gate not in gates:
         raise UserError(f"gate {gate[:60]!r} is not an approval gate of run {run.run_id}: one of {', '.join(sorted(gates))}")
-    journal.approve(run.run_id, gate, by=by)
+    stored = stored_name(journal, run.run_id, gate)  # a `*` again: a fresh row (approval_scope.py)
+    journal.approve(run.run_id, stored, by=by)
     if now:
-        journal.approve(run.run_id, f"{gate}!now", by=by)
+        journal.approve(run.run_id, f"{stored}!now", by=by)
         return f"approved {gate} of {run.run_id} and ended the rest of its soak"
     return f"approved {gate} of {run.run_id}"
 

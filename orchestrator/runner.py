@@ -606,8 +606,8 @@ async def refuse_tier_short(session: Session, host: str, rb: Runbook) -> None:
         raise Refused(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory; rolling {host} back "
                       f"could leave the tier short. Nothing was changed")
     listing = await tier_listing(session, rb, [host, *others])
-    if listing[host]:
-        return  # not in the pool now: the rollback brings it back
+    if listing[host] and not any("could not be asked" in why for why in listing[host]):
+        return  # every peer answered and none lists it: not in the pool now, the rollback brings it back
     short = {h: why for h, why in listing.items() if h != host and why}
     if short:
         serving = len(rb.hosts) - len(short)

@@ -401,7 +401,8 @@ class Execution(DoorMixin):
         """An operator action during a run (asynchronous: its process is awaited at the end)."""
         if a.kind in ("abort", "approve"):
             assert run_id is not None
-            cmd, proc = self.spawn(a.kind, [a.kind, run_id], primed=primed)
+            # an approve names `*` (every later gate): `approve RUN` alone approves only the gate it waits at
+            cmd, proc = self.spawn(a.kind, [a.kind, run_id] + (["--gate", "*"] if a.kind == "approve" else []), primed=primed)
             if a.kind == "abort":
                 self.grant("abort", "all", cmd)  # counts if the abort was accepted (exit 0)
         else:  # second-runner

@@ -481,7 +481,7 @@ class DoorMixin:
             if target is None:
                 break
             if action == "approve":
-                self.door_cmd("approve", ["approve", target["run_id"]])
+                self.door_cmd("approve", ["approve", target["run_id"], "--gate", "*"])  # by name (approval_scope.py)
             else:
                 self.page(action, target["run_id"])
         self.stop_serve()
@@ -505,7 +505,7 @@ class DoorMixin:
             if run is None:
                 break
             if action == "approve":
-                self.door_cmd("approve", ["approve", run["run_id"]])
+                self.door_cmd("approve", ["approve", run["run_id"], "--gate", "*"])  # by name (approval_scope.py)
             else:
                 self.page(action, run["run_id"])
         self.approve_waiting(lambda: proc.poll() is None)

@@ -60,10 +60,12 @@ class Executor:
         self.progress = progress or NullProgress()
         self.ctx = RunContext.from_json(run.context)
         if yes:
-            self.ctx.yes = True  # journaled with the next transition: on record, never inherited
-        # Humans stay in the loop: only `--yes` on the command that runs the run now skips its
-        # approvals. A resume after Ctrl-C or a crash, and a run a server adopted, wait for a
-        # human at every approval gate whatever the run was started with (ctx.yes is history).
+            self.ctx.yes = True  # journaled with the next transition: the run's stored --yes
+        # Humans stay in the loop: only the `yes` the caller passes here skips approvals. A person's
+        # `orchestrate resume RUN` (or `resume --server`) passes the stored --yes unless given again,
+        # and says so on its first line (issue 22's rule); a run a server adopts on its own never
+        # inherits it and waits for a human at every approval gate (case 2). A `*` approval from
+        # before a resume or an adoption is not read after it (orchestrator/approval_scope.py).
         self.machine = Machine(table, run.state)
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
                           clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,

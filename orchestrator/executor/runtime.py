@@ -41,6 +41,7 @@ from orchestrator.executor.context import DryRunRecord, RunContext
 from orchestrator.executor.targets import group_targets, journaled_successes, newest_successful, recorded_successes
 from orchestrator.host_clients import HostClients
 from orchestrator.inventory import HostEntry
+from orchestrator import leave_pool
 from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
 from orchestrator.logfollow import LogFollower
 from orchestrator.machine import Node, Table
@@ -176,7 +177,9 @@ class Runtime:
         self.journal.update_context(self.lease, self.run.run_id, self.redactor.scrub_obj(self.ctx.to_json()))
 
     def approvals(self) -> set[str]:
-        return self.journal.approvals(self.run.run_id)
+        from orchestrator.approval_scope import effective  # a `*` from before a resume/adoption is not read
+
+        return effective(self.journal, self.run.run_id)
 
     def approve(self, gate: str, by: str) -> None:
         self.journal.approve(self.run.run_id, gate, by=by)
@@ -999,7 +1002,8 @@ class Runtime:
             elif still and seen >= no_effect_after and first.get("status") != "success":
                 resend_reason = "the down had no observable effect"
             if resend_reason:
-                refusal = await self.stop_guard([c.service or c.name for c in left])
+                refusal = (await leave_pool.guard(self, [c.service or c.name for c in left])
+                           or await self.stop_guard([c.service or c.name for c in left]))
                 if refusal:  # the world changed since the first down: never resend blindly
                     return halt(refusal)
                 if resends >= MAX_DOWN_RESENDS:

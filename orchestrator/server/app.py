@@ -10,7 +10,7 @@ single-token mode the token is an operator.
     GET  /ui, /ui/runs/{id}       the web page (orchestrator/server/pages.py; data via /ui/fragments/*, viewer)
     GET  /runs/{id}[?events_after=N]  viewer  summary + transitions + effects (+ lease, + this server's view)
     POST /runs                    operator  {"action": "rollout"|"rollback"|"resume", ...} -> 202 {"run_id": ...}
-    POST /runs/{id}/approve       operator  {"gate": "*"|GATE, "at_gate": false}  (a browser: at_gate, a named gate)
+    POST /runs/{id}/approve       operator  {"gate": GATE|"*" (none: the waiting one), "at_gate": false}  (a browser: at_gate, a named gate)
     POST /runs/{id}/abort         operator  {}
     POST /runs/{id}/pause         operator  {}   the runner stops before its next safe step
     POST /runs/{id}/continue      operator  {}

@@ -157,8 +157,10 @@ class ServerClient:
             params["host"] = host
         return (await self._get("/runs", params=params))["runs"]
 
-    async def approve(self, run_id: str, gate: str = "*", by: str | None = None, now: bool = False) -> dict[str, Any]:
-        return await self._post(f"/runs/{run_id}/approve", {"gate": gate, "by": by, "now": now})
+    async def approve(self, run_id: str, gate: str | None = None, by: str | None = None, now: bool = False) -> dict[str, Any]:
+        """`gate` None: the server approves the gate the run waits at now (never `*` unless named)."""
+        body: dict[str, Any] = {"by": by, "now": now} | ({"gate": gate} if gate else {})
+        return await self._post(f"/runs/{run_id}/approve", body)
 
     async def abort(self, run_id: str, by: str | None = None) -> dict[str, Any]:
         return await self._post(f"/runs/{run_id}/abort", {"by": by})

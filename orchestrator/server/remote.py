@@ -196,7 +196,7 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
     if action in ("approve", "abort", "pause", "continue", "status") and not run_id:
         raise UserError(f"{action} needs a run id")
     if action == "approve":
-        res = await client.approve(run_id, str(payload.get("gate") or "*"), by=_who(), now=bool(payload.get("now")))
+        res = await client.approve(run_id, (str(payload["gate"]) if payload.get("gate") else None), by=_who(), now=bool(payload.get("now")))
         if p.as_json:
             p.json(res)
         else:

@@ -68,7 +68,8 @@ class ResumeBody(_Body):
 
 
 class ApproveBody(_Body):
-    gate: Annotated[str, Field(min_length=1, max_length=MAX_GATE_LEN)] = "*"
+    #: None: the gate the run waits at now (refused when it waits at none); `*` only by name
+    gate: Annotated[str, Field(min_length=1, max_length=MAX_GATE_LEN)] | None = None
     #: also end the rest of the soak at once
     now: bool = False
     #: Approve only the gate the run waits at now (`gate` names it; `*` refused): what the run page

@@ -562,12 +562,16 @@ class Worker:
         pinned = identity.get("sha256") if isinstance(identity, dict) else None
         return commands.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
 
-    def approve(self, run_id: str, gate: str, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
+    def approve(self, run_id: str, gate: str | None, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
         """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
         name; `*` and a gate not reached yet are refused (a wildcard once let a click during
         r2's cold start pass r2.soak without stopping)."""
         run = self._get_run(run_id)
         gates = None if run.terminal else self._gates(run)
+        if gate is None and not run.terminal:  # no gate named: the one it waits at now (approval_scope.py)
+            from orchestrator.approval_scope import waiting_gate
+
+            gate = waiting_gate(run, gates)
         if at_gate and not run.terminal:
             named = sorted(g for g in (gates or ()) if g != "*")
             if gate == "*":

@@ -27,7 +27,7 @@ from orchestrator.durations import format_duration
 from orchestrator.machine import Node
 from orchestrator.prerequisites import unfinished, unmet_in
 from orchestrator.runbook import LogValue, Runbook, Step
-from orchestrator.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register
 from orchestrator.steps.evidence import error_text
 
 if TYPE_CHECKING:
@@ -165,7 +165,10 @@ class Presence:
             except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
                 problems.append(rt.scrub(error_text(exc)))
             if not problems:
-                return ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
+                from orchestrator.leave_pool import recheck_after_drain  # a drain confirmed: the tier again
+
+                short = await recheck_after_drain(rt, step) if p.absent else None
+                return halt(short) if short else ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
             if seen >= deadline:
                 return fail("; ".join(problems))
             await rt.wait()

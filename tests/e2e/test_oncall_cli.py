@@ -190,7 +190,7 @@ def test_approve_of_a_run_no_process_drives_says_it_needs_resume(cli):
     r = cli("approve", run_id)
     assert r.returncode == 0, r.stderr
     out = lines(r.stdout)
-    assert out[0] == f"approved * of {run_id} (journal {cli.journal})"
+    assert out[0] == f"approved r2.soak of {run_id} (journal {cli.journal})"  # the gate it waits at, never *
     assert out[-1].startswith(f"no process drives {run_id} (") and \
         out[-1].endswith(f"): nothing happens until `orchestrate resume {run_id}` continues it"), out[-1]
 

@@ -105,6 +105,20 @@ def test_approve_from_a_browser_names_the_waiting_gate(client, journal):
     journal.close()
 
 
+def test_approve_with_no_gate_approves_the_waiting_gate_or_is_a_400(client, journal):
+    """An API approve that names no gate (the CLI's `approve RUN --server`): the gate the run waits
+    at now, never `*` (tests/attack/test_attack_wildcard_approve.py)."""
+    early = run_at(journal, "r2.cold-start")
+    r = client.post(f"/runs/{early.run_id}/approve", json={}, headers=AUTH)
+    assert r.status_code == 400 and "not at an approval gate" in r.json()["error"], r.text
+    assert journal.approvals(early.run_id) == set()
+    waiting = run_at(journal, "r2.soak", host="gpu13")
+    r = client.post(f"/runs/{waiting.run_id}/approve", json={}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["gate"] == "r2.soak", r.text
+    assert journal.approvals(waiting.run_id) == {"r2.soak"}
+    journal.close()
+
+
 def test_approve_at_the_gate_from_a_browser_is_journaled(settings, client):
     j = SqliteJournal(settings.journal_location())
     run = j.create_run(host="gpu13", runbook=RUNBOOK, tag="v0.0.300", kind="rollout", state="r2.soak", context={})
