@@ -54,6 +54,10 @@ class HttpSession:
         if secret:
             self.redactor.add(secret)
             headers["Authorization"] = f"Bearer {secret}"
+        if transport is None:  # production: the lean wire (orchestrator.clients.lean_transport)
+            from orchestrator.clients.lean_transport import LeanTransport
+
+            transport = LeanTransport(verify=shared_context())
         self._http = httpx.AsyncClient(
             verify=shared_context(), base_url=self.base_url, transport=transport,
             timeout=httpx.Timeout(timeout_s), headers=headers,
