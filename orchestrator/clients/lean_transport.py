@@ -134,7 +134,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         try:
             try:
                 conn.writer.write(head + body)
-                await _within(timeouts.get("write"), conn.writer.drain(), httpx.WriteTimeout, request)
+                if conn.writer.transport.get_write_buffer_size():  # what the socket did not take at once
+                    await _within(timeouts.get("write"), conn.writer.drain(), httpx.WriteTimeout, request)
             except OSError as exc:
                 raise httpx.WriteError(str(exc) or type(exc).__name__, request=request) from None
             read_timeout = timeouts.get("read")
@@ -221,6 +222,9 @@ class _Body(httpx.AsyncByteStream):
 
     async def _read(self, n: int, exact: bool) -> bytes:
         reader = self._conn.reader
+        buffered = len(reader._buffer)  # type: ignore[attr-defined]
+        if buffered and (not exact or buffered >= n):  # answered from the buffer: no wait, no timer
+            return await (reader.readexactly(n) if exact else reader.read(n))
         try:
             aw = reader.readexactly(n) if exact else reader.read(n)
             return await _within(self._timeout, aw, httpx.ReadTimeout, self._request)
