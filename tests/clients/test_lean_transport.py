@@ -150,3 +150,52 @@ async def test_head_and_204_carry_no_body():
         assert (await client.delete("/")).status_code == 204
         assert (await client.get("/")).json() == {"ok": True}
     assert server.connections == 1
+
+
+def _self_signed(tmp_path):
+    """A certificate for `localhost`, made here (no network, no file of the project)."""
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert_file, key_file)
+    trusting = ssl.create_default_context(cafile=str(cert_file))
+    return server, trusting
+
+
+async def test_tls_verifies_the_peer_with_the_given_context(tmp_path):
+    import ssl
+
+    server_ctx, trusting = _self_signed(tmp_path)
+    server = Server([ok(), ok(b'{"n": 2}')])
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=server_ctx)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"https://localhost:{port}", transport=LeanTransport(verify=trusting)) as client:
+            assert (await client.get("/a")).json() == {"ok": True}
+            assert (await client.get("/b")).json() == {"n": 2}
+        assert server.connections == 1
+        async with httpx.AsyncClient(base_url=f"https://localhost:{port}",
+                                     transport=LeanTransport(verify=ssl.create_default_context())) as client:
+            with pytest.raises(httpx.ConnectError):  # not trusted: refused before anything is sent
+                await client.get("/c")
+    finally:
+        srv.close()
