@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import SimRun
+from bench.before_p1_cuts import before_p1_cuts
 from bench.orchestrator_whatif import before_issue_25, orchestrator_changes
 from bench.sim_fixes import label
 from bench.run_analysis import detections, per_state, split
@@ -32,7 +33,8 @@ from bench.run_analysis import detections, per_state, split
 
 def one(*, speed: float, cold_start_s: float, fixed: bool, changes: bool = False, seed: int = 7,
         before: bool = False) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-p1-") as tmp, orchestrator_changes(changes), before_issue_25(before):
+    with tempfile.TemporaryDirectory(prefix="bench-p1-") as tmp, orchestrator_changes(changes), before_issue_25(before), \
+            before_p1_cuts(before):
         sim = SimRun(Path(tmp), speed=speed, cold_start_s=cold_start_s, seed=seed, fixed=fixed)
         with sim:
             run, rb, table = sim.new_run()
@@ -47,7 +49,7 @@ def one(*, speed: float, cold_start_s: float, fixed: bool, changes: bool = False
         "cold_start_sim_s": cold_start_s,
         "cold_start_real_s": cold_start_s / speed,
         "simulator": label(fixed),
-        "orchestrator": "as before issue 25 (scrub walk, strptime)" if before else
+        "orchestrator": "as before issue 25 (scrub walk, strptime, asdict, httpcore, tenacity per call, ps parse, cookie jar)" if before else
         "with the recommended changes (shared TLS context, sniffio)" if changes else "as is",
         "outcome": out.final.outcome,
         "invariant_violations": violations,
@@ -67,7 +69,10 @@ def one(*, speed: float, cold_start_s: float, fixed: bool, changes: bool = False
             x["cpu_s"] or 0.0 for x in steps if x["state"].endswith((".cold-start", ".soak")))) / 2,
         "goal": {
             "ratio_met": d["ratio"] <= 1.01,
-            "per_replica_met": d["orchestrator_per_replica_real"] <= 0.3,  # issue 25
+            "per_replica_met": d["orchestrator_per_replica_real"] <= 0.3,  # issue 25, wall (simulator in-process)
+            # issue 25's goal read as the orchestrator's own CPU outside the waits (load-robust)
+            "cpu_per_replica_met": (out.thread_cpu_s - sum(
+                x["cpu_s"] or 0.0 for x in steps if x["state"].endswith((".cold-start", ".soak")))) / 2 <= 0.3,
         },
     }
 

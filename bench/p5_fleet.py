@@ -167,7 +167,7 @@ def concurrency(*, n: int = 20, speed: float = 20.0, cold_start_s: float = 600.0
                 "simulator": label(fixed), "layout": f"one process: {n} simulators (threads) and {n} executors",
                 "invariant_violations": violations, "batch_real_s": batch_real,
                 "cpu_orchestrator_thread_s": cpu_main, "cpu_simulator_threads_s": cpu_proc - cpu_main,
-                "setup_real_s": t1 - t0, "event_loop": lag})
+                "setup_real_s": t1 - t0, "event_loop": lag, "capacity": _capacity(n, speed, batch_real, cpu_main)})
     return res
 
 
@@ -218,6 +218,22 @@ def _analyse(results: list[tuple[Any, Any]], plan: list[list[str]], speed: float
         else res["failure_to_first_rollback_call"]["p95"] <= 3.0,
     }
     return res
+
+
+def _capacity(n: int, speed: float, batch_real: float, cpu_s: float) -> dict[str, Any]:
+    """What the orchestrator's CPU says, independent of the machine's load: CPU per replica (every
+    poll and probe of the waits included), the cores the batch kept busy, and the same batch at x1.
+
+    Polls and probes come at fixed simulated intervals, so a batch does the same work at any
+    compression; at xS it is done in 1/S of the real time. Its demand at x1 is therefore the
+    measured demand / S, and 2 cores carry 2 / (demand at x1 per rollout) rollouts at x1 (the
+    orchestrator alone; the simulators are not part of a real deployment)."""
+    demand = cpu_s / batch_real if batch_real > 0 else None
+    per_rollout_x1 = demand / speed / n if demand else None
+    return {"cpu_per_replica_s": cpu_s / (2 * n), "cpu_cores_busy": demand,
+            "cpu_cores_at_x1": demand / speed if demand else None,
+            "rollouts_two_cores_carry_at_this_speed": 2 / (demand / n) if demand else None,
+            "rollouts_two_cores_carry_at_x1": 2 / per_rollout_x1 if per_rollout_x1 else None}
 
 
 def _fault_plan(n: int, faults: list[str]) -> list[list[str]]:
@@ -320,7 +336,8 @@ def concurrency_separate(*, n: int = 20, speed: float = 20.0, cold_start_s: floa
     res.update({"runs": n, "speed": speed, "cold_start_sim_s": cold_start_s, "soak_override_s": soak,
                 "simulator": label(True), "layout": f"{n} simulators in {sim_processes} processes of their own; the {n} executors alone in this one",
                 "invariant_violations": violations, "batch_real_s": batch_real,
-                "cpu_orchestrator_process_s": orch_cpu, "cpu_simulator_process_s": server_cpu, "event_loop": lag})
+                "cpu_orchestrator_process_s": orch_cpu, "cpu_simulator_process_s": server_cpu, "event_loop": lag,
+                "capacity": _capacity(n, speed, batch_real, orch_cpu)})
     return res
 
 
@@ -345,6 +362,9 @@ def run(*, quick: bool = False, smoke: bool = False, progress: Any = None) -> di
         layouts.append(concurrency(n=n, speed=20.0, cold_start_s=300.0, soak=0.0, progress=progress))
         layouts.append(concurrency_separate(n=n, speed=20.0, cold_start_s=300.0, soak=0.0, sim_processes=2,
                                             progress=progress))
+        # the same layout with one rollout alone: its CPU per replica is the reference the 20 are read against
+        layouts.append(concurrency_separate(n=1, speed=20.0, cold_start_s=300.0, soak=0.0, sim_processes=1,
+                                            faults=[], progress=progress))
     for conc in layouts:
         if progress is not None:
             progress(f"P5 {conc['layout']}: own work/replica p50 {conc['own_work_per_replica_real']['p50']:.2f} s, "

@@ -17,7 +17,8 @@ Rules and reasons:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -124,6 +125,26 @@ class RunContext:
                           extra=dict(self.extra), created=dict(self.created), stopped=dict(self.stopped))
 
     def to_json(self) -> dict[str, Any]:
+        """The context as the journal stores it: a deep copy, `extra`'s keys at the top level.
+
+        Fast path (it runs at every transition): the deep copy is a JSON round trip done in C, kept
+        only when it equals the object it copied (a tuple, a non-string key or a NaN would not
+        survive it unchanged: those take `asdict`'s walk, as before)."""
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}
+        for name in ("checked_dry_run", "failure"):
+            if data[name] is not None:
+                data[name] = asdict(data[name])
+        extra = data.pop("extra") or {}
+        shallow = {**extra, **data}
+        try:
+            copied = json.loads(json.dumps(shallow))
+        except (TypeError, ValueError):
+            copied = None
+        if copied is not None and copied == shallow:
+            return copied
+        return self._to_json_walk()
+
+    def _to_json_walk(self) -> dict[str, Any]:
         data = asdict(self)
         extra = data.pop("extra") or {}
         return {**extra, **data}
@@ -140,3 +161,6 @@ class RunContext:
             f = kw["failure"]
             kw["failure"] = Failure(f["state"], f["event"], f["reason"])
         return cls(**kw)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(RunContext))

@@ -123,20 +123,39 @@ def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -
 
 
 def parse_docker_ps(output: str) -> list[Container]:
-    """Parse `docker ps --format json` output; blank lines are skipped, a bad line raises ParseError."""
+    """Parse `docker ps --format json` output; blank lines are skipped, a bad line raises ParseError.
+
+    Every gate polls docker/ps, and between two polls most lines are the same text: a line already
+    parsed is answered from a small cache keyed by its exact text (a `Container` is frozen and
+    nothing changes its dicts; a line that fails to parse is never cached).
+    """
     containers: list[Container] = []
     for line_no, line in enumerate(output.splitlines(), start=1):
         line = line.strip()
         if not line:
             continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            raise ParseError("not JSON", line_no=line_no) from None
-        items = obj if isinstance(obj, list) else [obj]
-        for item in items:
-            containers.append(container_from_json(item, line_no=line_no))
+        parsed = _LINE_CACHE.get(line)
+        if parsed is None:
+            parsed = _parse_line(line, line_no)
+            if len(_LINE_CACHE) >= _LINE_CACHE_SIZE:
+                _LINE_CACHE.pop(next(iter(_LINE_CACHE)))  # the oldest entry
+            _LINE_CACHE[line] = parsed
+        containers.extend(parsed)
     return containers
+
+
+def _parse_line(line: str, line_no: int) -> tuple[Container, ...]:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise ParseError("not JSON", line_no=line_no) from None
+    items = obj if isinstance(obj, list) else [obj]
+    return tuple(container_from_json(item, line_no=line_no) for item in items)
+
+
+#: parsed docker/ps lines by their text, oldest first (bounded: a host lists tens of containers)
+_LINE_CACHE: dict[str, tuple[Container, ...]] = {}
+_LINE_CACHE_SIZE = 512
 
 
 def for_service(containers: Iterable[Container], service: str, project: str | None = None) -> list[Container]:

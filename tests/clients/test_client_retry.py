@@ -99,3 +99,25 @@ def test_backoff_bounds():
     for n, base in [(1, 0.5), (2, 1), (3, 2), (5, 8), (9, 8)]:
         value = policy.backoff(n, rng)
         assert base / 2 <= value <= base
+
+
+async def test_first_attempt_fast_path_calls_fn_once_per_attempt_and_logs_tenacitys_attempt_numbers(monkeypatch):
+    """The first attempt runs outside tenacity; a failure is handed over as that attempt, never run twice."""
+    import orchestrator.clients.retry as retry_mod
+
+    logged = []
+    monkeypatch.setattr(retry_mod.log, "info", lambda event, **kw: logged.append(kw["attempt"]))
+    clock = FakeClock()
+    fn, calls = failing(transport(), transport())
+    assert await call_with_retry(fn, RetryPolicy(deadline_s=1000), mutating=False, what="read", clock=clock) == "ok"
+    assert len(calls) == 3 and len(clock.sleeps) == 2 and logged == [1, 2]
+    # a first success never builds tenacity's machinery; a first failure that is not retried is raised as is
+    monkeypatch.setattr(retry_mod, "AsyncRetrying", None)
+    fn, calls = failing()
+    assert await call_with_retry(fn, RetryPolicy(), mutating=False, what="read", clock=clock) == "ok" and len(calls) == 1
+    monkeypatch.undo()
+    error = BadRequest("x", "no")
+    fn, calls = failing(error)
+    with pytest.raises(BadRequest) as got:
+        await call_with_retry(fn, RetryPolicy(), mutating=True, what="up", clock=FakeClock())
+    assert got.value is error and len(calls) == 1

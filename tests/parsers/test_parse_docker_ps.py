@@ -101,3 +101,26 @@ def test_for_service_filters_by_label_and_project():
 def test_parse_labels_mapping_and_keys_without_values():
     assert parse_labels({"a": "1", "b": None}) == {"a": "1", "b": ""}
     assert parse_labels("lonely,k=v") == {"lonely": "", "k": "v"}
+
+
+def test_line_cache_answers_a_changed_line_anew():
+    """docker/ps lines are cached by their exact text: a line whose status changed (same ID) is parsed anew."""
+    from orchestrator.parsers import docker_ps
+
+    line = '{"ID":"abc","Names":"model-sg-r1","State":"running","Status":"Up 1 minute","Labels":"com.docker.compose.service=r1"}'
+    first = docker_ps.parse_docker_ps(line + "\n")
+    again = docker_ps.parse_docker_ps(line + "\n")
+    assert again == first and again[0] is first[0]  # the cache answered
+    changed = docker_ps.parse_docker_ps(line.replace("Up 1 minute", "Restarting (1) 2 seconds ago") + "\n")
+    assert changed[0].status.startswith("Restarting") and changed[0].restarting
+    for i in range(docker_ps._LINE_CACHE_SIZE + 5):  # bounded
+        docker_ps.parse_docker_ps(line.replace("abc", f"id{i}"))
+    assert len(docker_ps._LINE_CACHE) <= docker_ps._LINE_CACHE_SIZE
+
+
+def test_line_cache_never_keeps_a_bad_line():
+    from orchestrator.parsers import docker_ps
+
+    for _ in range(2):
+        with pytest.raises(ParseError):
+            docker_ps.parse_docker_ps('{"Names":"no-id"}\n')

@@ -1,0 +1,41 @@
+"""The clients' cookie jar skips answers that set no cookie (a fast path) and keeps those that do."""
+
+from __future__ import annotations
+
+import http.cookiejar
+
+import httpx
+
+from orchestrator.clients.http_session import HttpSession
+
+
+class _Client(HttpSession):
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+        self._open_session("http://cm.test", "tok", transport=transport, timeout_s=5, redactor=None)
+
+
+def _transport(set_cookie: bool) -> httpx.MockTransport:
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers = {"Set-Cookie": "session=abc; Path=/"} if set_cookie else {}
+        return httpx.Response(200, json={"ok": True}, headers=headers)
+
+    return httpx.MockTransport(handler)
+
+
+async def test_an_answer_that_sets_a_cookie_still_sets_it():
+    client = _Client(_transport(set_cookie=True))
+    async with client:
+        await client._http.get("/version")
+        assert client._http.cookies.get("session") == "abc"
+
+
+async def test_an_answer_without_set_cookie_never_reaches_the_jar(monkeypatch):
+    calls = []
+    real = http.cookiejar.CookieJar.extract_cookies
+    monkeypatch.setattr(http.cookiejar.CookieJar, "extract_cookies",
+                        lambda self, *a: calls.append(1) or real(self, *a))
+    client = _Client(_transport(set_cookie=False))
+    async with client:
+        response = await client._http.get("/version")
+        assert response.json() == {"ok": True} and not client._http.cookies
+    assert calls == []
