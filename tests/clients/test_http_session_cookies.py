@@ -39,3 +39,26 @@ async def test_an_answer_without_set_cookie_never_reaches_the_jar(monkeypatch):
         response = await client._http.get("/version")
         assert response.json() == {"ok": True} and not client._http.cookies
     assert calls == []
+
+
+def test_the_lean_wire_gives_way_to_a_configured_proxy_and_to_the_escape_hatch(monkeypatch):
+    """The lean transport connects directly: where an operator configured a proxy (httpx honours
+    HTTP(S)_PROXY/ALL_PROXY), or asked for httpx's wire, the clients use httpx's own transport."""
+    from orchestrator.clients.compose_manager import ComposeManagerClient
+    from orchestrator.clients.http_session import lean_wire_allowed
+    from orchestrator.clients.lean_transport import LeanTransport
+
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+              "ORCHESTRATOR_HTTP_WIRE"):
+        monkeypatch.delenv(k, raising=False)
+    assert lean_wire_allowed()
+    assert not lean_wire_allowed({"HTTPS_PROXY": "http://proxy.internal:3128"})
+    assert not lean_wire_allowed({"all_proxy": "socks5://127.0.0.1:1080"})
+    assert not lean_wire_allowed({"ORCHESTRATOR_HTTP_WIRE": "httpx"})
+
+    def wire(client) -> object:
+        return client._http._transport
+
+    assert isinstance(wire(ComposeManagerClient("http://127.0.0.1:9", "t0ken")), LeanTransport)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert not isinstance(wire(ComposeManagerClient("http://127.0.0.1:9", "t0ken")), LeanTransport)
