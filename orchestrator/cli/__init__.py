@@ -19,9 +19,7 @@ from typing import Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from orchestrator.cli.render import INTERRUPT_TOLD, err, out
-from orchestrator.exit_codes import ExitCode
-from orchestrator.service.requests import INTERRUPTED_EXIT
+from orchestrator.exit_codes import INTERRUPTED_EXIT, ExitCode
 from orchestrator.user_errors import UserError
 
 #: Every command, in `--help` order: its name -> its module in orchestrator/cli/commands/.
@@ -55,11 +53,13 @@ class LazyGroup(TyperGroup):
         cmd = self.commands.get(cmd_name)
         if cmd is None:
             module = importlib.import_module(f"orchestrator.cli.commands.{COMMANDS[cmd_name]}")
+            from orchestrator.cli.params import light
+
             cmd = typer.main.get_command(module.app)
             cmd.name = cmd_name
             for c in [cmd, *getattr(cmd, "commands", {}).values()]:
                 _plain_help(c)
-            self.commands[cmd_name] = cmd
+            self.commands[cmd_name] = light(cmd)
         return cmd
 
 
@@ -99,7 +99,9 @@ def _root(
 
 def _command() -> Any:
     """The click command behind `app` (its commands load on first look-up: `get_command`)."""
-    return _plain_help(typer.main.get_command(app))
+    from orchestrator.cli.params import light
+
+    return light(_plain_help(typer.main.get_command(app)))
 
 
 def _journal_locked(exc: BaseException) -> bool:
@@ -131,6 +133,8 @@ def _click_exceptions() -> tuple[type[BaseException], ...]:
 
 def _unexpected(exc: Exception) -> int:
     """The one place an unexpected error becomes an exit code and one line."""
+    from orchestrator.cli.render import err
+
     if "pydantic" in sys.modules:  # (never loaded: the error is no ValidationError)
         from pydantic import ValidationError
 
@@ -171,6 +175,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), a host system that
     failed a read before any run acted 5, Ctrl-C 130, a bug 1 (ORCHESTRATOR_DEBUG=1 adds the traceback). No traceback for anything a user can fix."""
     global _drop_unclaimed_logs
+    from orchestrator.cli import render  # the consoles: made on first print
+    err, out, told = render.err, render.out, render.INTERRUPT_TOLD
     if not os.environ.get("ORCHESTRATOR_DEBUG"):
         # log events no run claims (a client's retries before a run exists) never reach stdout:
         # a command prints its progress and its one line; a run's events go to its log file.
@@ -178,11 +184,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         _drop_unclaimed_logs = True
     try:
         rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False)
-        if rc == INTERRUPTED_EXIT and not INTERRUPT_TOLD:  # typer turns a Ctrl-C into a silent 130
+        if rc == INTERRUPTED_EXIT and not told:  # typer turns a Ctrl-C into a silent 130
             err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except typer.Exit as exc:
-        if isinstance(exc.__cause__, KeyboardInterrupt) and not INTERRUPT_TOLD:
+        if isinstance(exc.__cause__, KeyboardInterrupt) and not told:
             err.print("orchestrate: stopped by Ctrl-C", markup=False)
         sys.exit(exc.exit_code)
     except UserError as exc:

@@ -44,7 +44,7 @@ YesOpt = flag("--yes", "Approve the soaks' manual approval gates without waiting
 
 def settings(inventory: Optional[Path]) -> Any:
     """The environment's settings with --inventory; an invalid variable is one UserError line."""
-    from orchestrator.service.runs import load_settings_for
+    from orchestrator.service.reads import load_settings_for
 
     return load_settings_for(inventory)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from orchestrator.outcome import Outcome
-from orchestrator.service.requests import INTERRUPTED_EXIT
+from orchestrator.exit_codes import INTERRUPTED_EXIT
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,6 +41,12 @@ class _ConsoleOnFirstUse:
 
 err: Any = _ConsoleOnFirstUse(stderr=True, highlight=False, soft_wrap=True)
 out: Any = _ConsoleOnFirstUse(highlight=False, soft_wrap=True)
+
+
+def plain(line: str) -> None:
+    """One line on stdout as it is (what `out.print(line, markup=False)` prints to a pipe or a
+    terminal: no markup, no highlight, no wrap), without loading rich."""
+    sys.stdout.write(line + "\n")
 
 
 def format_duration(*a: Any, **k: Any) -> Any:

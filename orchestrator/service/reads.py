@@ -7,6 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def load_settings_for(inventory: Any) -> Any:
+    """The environment's settings with --inventory; an invalid variable is one UserError line."""
+    from orchestrator.settings import load_settings
+
+    return load_settings().with_inventory(inventory)
+
+
 def get_run(session: Any, run_id: str) -> Any:
     """The journaled run, or one line naming the journal searched (exit 2)."""
     from orchestrator.journal.base import RunNotFound
@@ -39,4 +46,4 @@ def run_view(session: Any, run: Any, tables: dict) -> dict[str, Any]:
     return {**context_summary(run), "target_tag": target_tag(run), "activity": act.label, "activity_detail": act.detail}
 
 
-__all__ = ["get_run", "run_view"]
+__all__ = ["load_settings_for", "get_run", "run_view"]

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from orchestrator.journal.base import RunRecord
 
-#: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
-INTERRUPTED_EXIT = 130
+from orchestrator.exit_codes import INTERRUPTED_EXIT
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from orchestrator.service.requests import (
     RolloutRequest,
     RunResult,
 )
-from orchestrator.service.reads import get_run
+from orchestrator.service.reads import get_run, load_settings_for
 from orchestrator.service.signals import parse_soak
 from orchestrator.user_errors import UserError
 
@@ -47,13 +47,6 @@ class Hooks:
     host_done: Callable[[RunRecord], None] = _none
     #: Ctrl-C stopped a run at a safe point (its lease released): say where it is
     interrupted: Callable[[RunResult], None] = _none
-
-
-def load_settings_for(inventory: Path | None) -> Any:
-    """The environment's settings with --inventory; an invalid variable is one UserError line."""
-    from orchestrator.settings import load_settings
-
-    return load_settings().with_inventory(inventory)
 
 
 def load_runbook_text(name: str) -> Any:

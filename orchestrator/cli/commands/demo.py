@@ -11,7 +11,7 @@ import typer
 
 from orchestrator.cli.options import command_app, flag
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
-from orchestrator.service.requests import INTERRUPTED_EXIT
+from orchestrator.exit_codes import INTERRUPTED_EXIT
 from orchestrator.user_errors import UserError
 
 app = command_app()

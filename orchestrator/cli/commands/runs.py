@@ -24,7 +24,7 @@ def runs(
 ) -> None:
     """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
     tag it goes back to), state or outcome, activity (running, interrupted, waiting for approval, ended)."""
-    from orchestrator.cli.render import out
+    from orchestrator.cli.render import plain
     from orchestrator.service.reads import run_view
     from orchestrator.startup import ReadSession
 
@@ -36,10 +36,10 @@ def runs(
             sys.stdout.write(json.dumps(items) + "\n")
             return
         if not items:
-            out.print(f"no runs{' of ' + host if host else ''} in {session.settings.journal_location()}", markup=False)
+            plain(f"no runs{' of ' + host if host else ''} in {session.settings.journal_location()}")
         for v in items:
             updated = v["updated_at"][:16].replace("T", " ")
-            out.print(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
-                      f"{v['outcome'] or v['state']:<28} {v['activity']:<20} {updated}", markup=False)
+            plain(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
+                  f"{v['outcome'] or v['state']:<28} {v['activity']:<20} {updated}")
     finally:
         session.close()
