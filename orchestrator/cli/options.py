@@ -49,6 +49,14 @@ def settings(inventory: Optional[Path]) -> Any:
     return load_settings_for(inventory)
 
 
+def read_settings(inventory: Optional[Path]) -> Any:
+    """The settings of a command that only reads (the journal, the inventory, a runbook): without
+    pydantic when the environment is plainly valid (orchestrator/startup.py), same errors."""
+    from orchestrator.startup import read_settings as read
+
+    return read(inventory)
+
+
 def remote(server: str, action: str, body: dict[str, Any], as_json: bool, server_ca: Optional[Path]) -> None:
     """Send the command to `orchestrate serve` at `server` instead; exit with its code."""
     from orchestrator.server.remote import remote as send, server_ca as ca, server_token

@@ -14,6 +14,17 @@ def load_settings_for(inventory: Any) -> Any:
     return load_settings().with_inventory(inventory)
 
 
+def load_runbook_text(name: str) -> Any:
+    """Load a runbook before anything else happens (a missing or binary file: one line, exit 2)."""
+    from orchestrator.runbook import load_runbook
+    from orchestrator.user_errors import UserError
+
+    try:
+        return load_runbook(name)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"runbook {name} is not UTF-8 text (byte {exc.start}); pass a runbook YAML") from None
+
+
 def get_run(session: Any, run_id: str) -> Any:
     """The journaled run, or one line naming the journal searched (exit 2)."""
     from orchestrator.journal.base import RunNotFound
@@ -46,4 +57,4 @@ def run_view(session: Any, run: Any, tables: dict) -> dict[str, Any]:
     return {**context_summary(run), "target_tag": target_tag(run), "activity": act.label, "activity_detail": act.detail}
 
 
-__all__ = ["load_settings_for", "get_run", "run_view"]
+__all__ = ["load_settings_for", "load_runbook_text", "get_run", "run_view"]

@@ -22,7 +22,7 @@ from orchestrator.service.requests import (
     RolloutRequest,
     RunResult,
 )
-from orchestrator.service.reads import get_run, load_settings_for
+from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
 from orchestrator.service.signals import parse_soak
 from orchestrator.user_errors import UserError
 
@@ -47,16 +47,6 @@ class Hooks:
     host_done: Callable[[RunRecord], None] = _none
     #: Ctrl-C stopped a run at a safe point (its lease released): say where it is
     interrupted: Callable[[RunResult], None] = _none
-
-
-def load_runbook_text(name: str) -> Any:
-    """Load a runbook before anything else happens (a missing or binary file: one line, exit 2)."""
-    from orchestrator.runbook import load_runbook
-
-    try:
-        return load_runbook(name)
-    except UnicodeDecodeError as exc:
-        raise UserError(f"runbook {name} is not UTF-8 text (byte {exc.start}); pass a runbook YAML") from None
 
 
 def exit_code(run: RunRecord) -> int:

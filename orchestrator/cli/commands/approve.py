@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, flag, remote
-from orchestrator.cli.options import settings as load_settings
+from orchestrator.cli.options import read_settings as load_settings
 
 app = command_app()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
-from orchestrator.cli.options import settings as load_settings
+from orchestrator.cli.options import read_settings as load_settings
 
 app = command_app()
 

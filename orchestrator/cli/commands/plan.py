@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from orchestrator.cli.options import InventoryOpt, command_app, settings as load_settings
+from orchestrator.cli.options import InventoryOpt, command_app, read_settings, settings as load_settings
 from orchestrator.exit_codes import ExitCode
 from orchestrator.names import DEFAULT_RUNBOOK
 from orchestrator.user_errors import UserError
@@ -42,7 +42,7 @@ def plan(
     from orchestrator.inventory import load_inventory
     from orchestrator.machine import compile_rollback, compile_rollout
     from orchestrator.run_info import check_tag
-    from orchestrator.service.runs import load_runbook_text
+    from orchestrator.service.reads import load_runbook_text
 
     check_tag(tag)
     if fmt not in ("text", "markdown", "json", "mermaid", "dot"):
@@ -59,7 +59,7 @@ def plan(
         host = fleet[0]
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
-    settings = load_settings(inventory)
+    settings = read_settings(inventory)
     if live:
         if rollback is not None:
             raise UserError("--live previews a rollout; --rollback plans are offline only")
@@ -67,7 +67,7 @@ def plan(
             from orchestrator.fleet import default_runbook
 
             runbook = default_runbook(host)
-        _plan_live(settings, host, tag, runbook, fmt, compose_file)
+        _plan_live(load_settings(inventory), host, tag, runbook, fmt, compose_file)
         return
     inv = load_inventory(settings.inventory_path())
     for h in fleet:

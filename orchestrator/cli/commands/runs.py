@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from orchestrator.cli.options import InventoryOpt, command_app, flag, settings as load_settings
+from orchestrator.cli.options import InventoryOpt, command_app, flag, read_settings as load_settings
 
 app = command_app()
 
