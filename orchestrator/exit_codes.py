@@ -16,6 +16,9 @@ class ExitCode(IntEnum):
     ABORTED = 5
 
 
+#: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
+INTERRUPTED_EXIT = 130
+
 #: Terminal outcome of a run -> the exit code the command returns.
 OUTCOME_EXIT = {
     Outcome.DONE: ExitCode.DONE,

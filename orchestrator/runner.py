@@ -126,7 +126,7 @@ async def execute(
 
     The lease is released on every way out except a fencing (then it is someone else's): a
     failure while setting up (before the executor acted), a bug, and a cancellation. Cancelling
-    is how Ctrl-C stops a run (cli.py): the executor's journal writes are synchronous, so a
+    is how Ctrl-C stops a run (service/stoppable.py): the executor's journal writes are synchronous, so a
     cancellation lands at an await between two writes; the journal already says where the run
     is, and `orchestrate resume` continues from there. A lease whose holder process is gone
     (same machine, journal/owner.py) is taken over at once instead of waiting for its TTL.

@@ -20,8 +20,6 @@ run is created or a lease taken (`require_host_tokens`).
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,69 +28,23 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.user_errors import UserError
 
-#: The inventory in the working directory (a checkout of the deploy repository).
-LOCAL_INVENTORY = Path("config/hosts.yaml")
+# where things live (pure, no pydantic: the read-only commands use them without these settings)
+from orchestrator.names import (  # noqa: E402,F401
+    LOCAL_INVENTORY,
+    InventoryChoice,
+    _xdg_dir,
+    choose_inventory,
+    default_state_dir,
+    is_placeholder_inventory,
+    placeholder_hosts,
+    user_inventory,
+)
+
 #: Backwards-compatible name: the first place searched after --inventory/$ORCHESTRATOR_INVENTORY.
 DEFAULT_INVENTORY = LOCAL_INVENTORY
 
 HOST_TOKENS = ("compose_manager_token", "dashboard_token", "model_proxy_token", "inference_token")
 JOURNAL_URL_PREFIXES = ("postgresql://", "postgres://", "sqlite:///")
-
-
-def _xdg_dir(var: str, fallback: tuple[str, ...]) -> Path:
-    """An XDG base directory: the variable if it holds an absolute path (the spec says to ignore
-    relative ones), else the fallback under the home directory."""
-    value = os.environ.get(var, "")
-    if value and Path(value).is_absolute():
-        return Path(value)
-    return Path.home().joinpath(*fallback)
-
-
-def default_state_dir() -> Path:
-    return _xdg_dir("XDG_STATE_HOME", (".local", "state")) / "orchestrator"
-
-
-def user_inventory() -> Path:
-    return _xdg_dir("XDG_CONFIG_HOME", (".config",)) / "orchestrator" / "hosts.yaml"
-
-
-@dataclass(frozen=True)
-class InventoryChoice:
-    """Which inventory a command uses and why (`status` prints it)."""
-
-    path: Path | None  # None: none found
-    source: str  # "--inventory", "ORCHESTRATOR_INVENTORY", "./config/hosts.yaml", "$XDG_CONFIG_HOME/..."
-    searched: tuple[Path, ...] = ()
-
-    def describe(self) -> str:
-        if self.path is None:
-            return "none found (searched " + ", ".join(str(p) for p in self.searched) + ")"
-        return f"{self.path} (from {self.source})"
-
-
-def placeholder_hosts(text: str) -> str | None:
-    """The first URL of an inventory's text whose host is a reserved placeholder name (RFC 2606:
-    `.invalid`, `.example`, `example.com/net/org`); None when it names none."""
-    import re
-    from urllib.parse import urlsplit
-
-    for url in re.findall(r"https?://[^\s\"']+", text):
-        name = (urlsplit(url).hostname or "").lower()
-        if name.endswith((".invalid", ".example")) or name in ("example.com", "example.net", "example.org"):
-            return url
-    return None
-
-
-def is_placeholder_inventory(path: Path) -> bool:
-    """Every URL of the inventory is a placeholder (the checkout's config/hosts.yaml as shipped)."""
-    import re
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
-    urls = re.findall(r"https?://[^\s\"']+", text)
-    return bool(urls) and all(placeholder_hosts(u) for u in urls)
 
 
 class Settings(BaseSettings):
@@ -158,17 +110,7 @@ class Settings(BaseSettings):
         return s
 
     def inventory_choice(self) -> InventoryChoice:
-        if self.inventory is not None:
-            return InventoryChoice(Path(self.inventory), self._inventory_source)
-        candidates = ((LOCAL_INVENTORY, "./config/hosts.yaml"), (user_inventory(), "$XDG_CONFIG_HOME/orchestrator/hosts.yaml"))
-        found = [(path, source) for path, source in candidates if path.is_file()]
-        if len(found) > 1 and is_placeholder_inventory(found[0][0]):
-            # a checkout's placeholder (every URL .invalid) never wins over the user's own inventory
-            path, source = found[1]
-            return InventoryChoice(path, f"{source}; ./config/hosts.yaml is a placeholder")
-        for path, source in found:
-            return InventoryChoice(path, source)
-        return InventoryChoice(None, "", tuple(p for p, _ in candidates))
+        return choose_inventory(self.inventory, self._inventory_source)
 
     def inventory_path(self) -> Path:
         """The inventory to load, or a UserError naming every place searched."""

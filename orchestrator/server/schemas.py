@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from orchestrator.commands import MAX_GATE_LEN
+from orchestrator.service.signals import MAX_GATE_LEN
 from orchestrator.durations import MAX_DURATION_S
 
 Host = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]

@@ -42,8 +42,7 @@ from typing import Any, Callable
 
 import anyio.to_thread
 
-from orchestrator import audit, commands
-from orchestrator.admission import resume_run
+from orchestrator import audit
 from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.machine import Table
@@ -55,18 +54,18 @@ from orchestrator.runner import (
     check_tag,
     context_summary,
     execute,
-    new_rollback,
     notifier_for,
-    new_rollout,
     owner_id,
     refuse_if_leased,
-    retry_run,
     table_for,
 )
 from orchestrator.server.config import ServerRedactor
 from orchestrator.server.errors import ApiError
 from orchestrator.server.metrics import Metrics
 from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
+from orchestrator.service import signals
+from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
+from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.settings import Settings
 from orchestrator.user_errors import Refused, UserError
 
@@ -272,34 +271,31 @@ class Worker:
                  adopting: bool = False) -> _Prepared:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
-        yes, soak, pinned = False, None, None
+        # the service's admission, exactly as the CLI's (orchestrator/service/admit.py -> admission.py)
+        pinned = None
         if isinstance(body, RolloutBody):
-            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
-            check_tag(body.tag)
-            s.inventory.host(body.host)
-            self._refuse_if_busy(body.host)
-            checked, digest = load_runbook_checked(body.runbook or DEFAULT_RUNBOOK)
+            req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or DEFAULT_RUNBOOK, yes=body.yes,
+                                 soak=body.soak)
+            signals.parse_soak(req.soak, "soak")
+            check_tag(req.tag)
+            s.inventory.host(req.host)
+            self._refuse_if_busy(req.host)
+            checked, digest = load_runbook_checked(req.runbook)
             # admitted with the runbook's prerequisites checked (no override through the server)
-            run, rb, table = new_rollout(s, body.host, body.tag, body.runbook or DEFAULT_RUNBOOK, overrides=())
-            new = True
+            adm = admit_rollout(s, req, soak_name="soak")
         elif isinstance(body, RollbackBody):
-            soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
+            signals.parse_soak(body.soak, "soak")
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             last = s.journal.latest_run(body.host, kind="rollout")
             name = body.runbook or (last.runbook if last else DEFAULT_RUNBOOK)
             checked, digest = load_runbook_checked(name)
-            # new_rollback reads the host's action log (async I/O): its own loop in this thread.
-            run, rb, table = asyncio.run(new_rollback(s, body.host, body.replica, name, body.to_tag, body.to_file))
-            new = True
+            adm = admit_rollback(s, RollbackRequest(host=body.host, replica=body.replica, runbook=name, to_tag=body.to_tag,
+                                                    to_file=body.to_file, yes=body.yes, soak=body.soak), soak_name="soak")
         else:
-            from orchestrator.oncall import kept_options
-
             run = self._get_run(body.run_id)
-            yes, soak_text, _ = kept_options(run, yes=body.yes, soak=body.soak)  # the run's own, unless given
-            if adopting:  # no human asked for this resume: the stored --yes never passes an approval
-                yes = False
-            soak = commands.parse_soak(soak_text, "soak")
+            req_r = ResumeRequest(run_id=run.run_id, retry=body.retry, yes=body.yes, soak=body.soak, adopting=adopting)
+            resume_options(run, req_r, soak_name="soak")  # the run's own options, unless given (a bad --soak: 400)
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
                 raise Refused(f"run {run.run_id} is already running on this server")
@@ -308,8 +304,7 @@ class Worker:
             if body.retry:
                 self._refuse_if_busy(run.host)
                 checked, digest = load_runbook_checked(run.runbook, pinned)
-                run, rb, table = retry_run(s, run)
-                new = True
+                adm = admit_resume(s, run, req_r, soak_name="soak")
             else:
                 if run.terminal:
                     raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
@@ -317,9 +312,8 @@ class Worker:
                 checked, digest = load_runbook_checked(run.runbook, pinned)
                 # the one admission path: a run superseded by a later run of its host is refused
                 # here exactly as on the CLI (an adoption included)
-                admitted, rb, table = resume_run(s, run.run_id, checked)
-                s.admitted[run.run_id] = admitted
-                run, new = admitted.run, False
+                adm = admit_resume(s, run, req_r, checked=checked, soak_name="soak")
+        run, rb, table, yes, soak, new = adm.run, adm.rb, adm.table, adm.yes, adm.soak, adm.new
         if rb != checked:
             raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
         lease, took_over = self._claim(run, new=new)
@@ -370,7 +364,7 @@ class Worker:
                 ) from None
             if new:
                 self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
-            raise Refused(commands.lease_refused(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
+            raise Refused(signals.lease_refused(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
                                                  f"run {run.run_id} was not started")) from None
         if taken is None:
             return lease, None
@@ -560,7 +554,7 @@ class Worker:
         """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
         identity = run.context.get(IDENTITY_KEY) or {}
         pinned = identity.get("sha256") if isinstance(identity, dict) else None
-        return commands.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
+        return signals.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
 
     def approve(self, run_id: str, gate: str | None, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
         """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
@@ -579,25 +573,25 @@ class Worker:
                                     f"{', '.join(named) or 'its approval gates'}), not *", ExitCode.BAD_INPUT)
             if run.state != gate:
                 raise Refused(f"run {run.run_id} is at {run.state}, not waiting at {gate[:60]}: nothing was approved")
-        commands.approve(self.session.journal, run, gate, by, gates=gates, now=now)
+        signals.approve(self.session.journal, run, gate, by, gates=gates, now=now)
         self.log.info("approved", run_id=run.run_id, gate=gate, by=by)
         return {"run_id": run.run_id, "gate": gate, "approved_by": by}
 
     def pause(self, run_id: str, by: str) -> dict[str, Any]:
         run = self._get_run(run_id)
-        message = commands.pause(self.session.journal, run, by)
+        message = signals.pause(self.session.journal, run, by)
         self.log.info("pause_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "paused_by": by, "message": message}
 
     def continue_run(self, run_id: str, by: str) -> dict[str, Any]:
         run = self._get_run(run_id)
-        message = commands.continue_run(self.session.journal, run, by)
+        message = signals.continue_run(self.session.journal, run, by)
         self.log.info("continue_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "continued_by": by, "message": message}
 
     def abort(self, run_id: str, by: str) -> dict[str, Any]:
         run = self._get_run(run_id)
-        result = commands.abort(self.session.journal, run, by)
+        result = signals.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
         mine = self.runs.get(run.run_id)
         if result.runner is None and not (mine is not None and mine.active):

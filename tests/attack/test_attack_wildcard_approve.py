@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_factory):
-    from orchestrator import commands
+    from orchestrator.service import signals as commands
     from orchestrator.exit_codes import ExitCode
     from orchestrator.progress import RecordingProgress
     from orchestrator.runbook import load_runbook

@@ -28,11 +28,15 @@ HEAVY_FOR_HELP = [
     "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
     "orchestrator.run_logs", "orchestrator.plan", "orchestrator.machine",
 ]
-# What the read-only commands must not import
+# What the read-only commands must not import: pydantic-settings (and the asyncio it loads) nor
+# typer's pydantic coercion of parameters (orchestrator/cli/params.py), nor the service's run path
 HEAVY_FOR_READS = [
-    "httpx", "prometheus_client", "starlette", "uvicorn", "structlog", "tenacity",
-    "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
+    "httpx", "prometheus_client", "starlette", "uvicorn", "structlog", "tenacity", "pydantic_settings", "asyncio",
+    "typer._adapters", "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
+    "orchestrator.service.runs", "orchestrator.service.admit", "orchestrator.settings",
 ]
+# `runs` reads the journal alone: no pydantic at all, no rich console (its lines are plain text)
+HEAVY_FOR_RUNS = ["pydantic", "rich.console", "orchestrator.runbook"]
 
 PROBE = """
 import json, os, sys
@@ -99,6 +103,25 @@ def test_runs_loads_no_runbook_for_runs_that_are_not_running(tmp_path):
     rc, loaded = _loaded(["runs"], tmp_path)
     assert rc == 0
     assert "orchestrator.runbook" not in loaded and "orchestrator.machine" not in loaded
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"]], ids=["runs", "runs-json"])
+def test_runs_loads_no_pydantic_and_no_rich(argv, tmp_path):
+    """`runs` is what on-call types first: settings without pydantic (orchestrator/startup.py
+    read_settings), parameters without typer's pydantic coercion, plain lines without rich."""
+    _journal_with_runs(tmp_path)
+    rc, loaded = _loaded(argv, tmp_path)
+    assert rc == 0
+    assert _heavy(loaded, HEAVY_FOR_RUNS) == []
+
+
+def test_a_command_loads_only_its_own_module(tmp_path):
+    """One module per command (orchestrator/cli/commands/): `status` imports its own, no other."""
+    _journal_with_runs(tmp_path)
+    rc, loaded = _loaded(["status", "--json"], tmp_path)
+    assert rc == 0
+    commands = sorted(m for m in loaded if m.startswith("orchestrator.cli.commands."))
+    assert commands == ["orchestrator.cli.commands.status"]
 
 
 def test_a_command_that_reaches_hosts_still_drops_unclaimed_log_events(tmp_path):

@@ -134,7 +134,7 @@ def test_a_wrong_construct_is_refused_in_one_line_naming_it(step, words):
 
 
 def test_the_manual_step_is_an_approval_gate_of_the_run(tmp_path: Path):
-    from orchestrator.commands import approval_gates
+    from orchestrator.service.signals import approval_gates
     from orchestrator.journal.sqlite import SqliteJournal
 
     rb = parse_runbook(with_gates())

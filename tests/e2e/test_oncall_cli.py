@@ -133,8 +133,8 @@ def test_rollback_of_a_host_never_rolled_out_is_one_message_with_the_forcing_com
 def test_the_mutating_commands_take_the_same_flags():
     from orchestrator.cli import _command
 
-    commands = _command().commands
-    flags = {name: {o for p in commands[name].params for o in p.opts if o.startswith("--")}
+    root = _command()
+    flags = {name: {o for p in root.get_command(None, name).params for o in p.opts if o.startswith("--")}
              for name in ("rollout", "rollback", "resume")}
     shared = {"--yes", "--soak", "--json", "--inventory", "--server", "--server-ca"}
     for name, have in flags.items():

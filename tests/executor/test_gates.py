@@ -226,7 +226,7 @@ async def test_resumed_soak_fails_when_an_engine_was_replaced_while_the_runner_w
 async def test_approve_now_ends_the_rest_of_the_soak():
     """`orchestrate approve RUN --now` journals `<gate>!now`: the soak ends at once, approved.
     Mutation: Soak.run's `ended_early` (drop the `!now` check) -> the soak waits its full 30 min."""
-    from orchestrator import commands
+    from orchestrator.service import signals as commands
 
     rig = at_soak(yes=False)
     commands.approve(rig.journal, rig.journal.get_run(rig.run.run_id), "r2.soak", "alice", now=True)

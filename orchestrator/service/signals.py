@@ -1,4 +1,4 @@
-"""What the CLI and `orchestrate serve` both do for an operator: approve, abort, the lease-refused
+"""What the CLI and `orchestrate serve` both do for an operator: approve, abort, pause, continue, the lease-refused
 text and the `--soak` / `soak` parser. Written once here so the two front ends cannot drift.
 
 Rules:
@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from orchestrator.durations import parse_duration
-from orchestrator.journal.base import Journal, RunRecord
-from orchestrator.runbook import Runbook
 from orchestrator.user_errors import UserError
+
+if TYPE_CHECKING:
+    from orchestrator.journal.base import Journal, RunRecord
+    from orchestrator.runbook import Runbook
 
 #: The longest gate name accepted (node ids are far shorter).
 MAX_GATE_LEN = 200
@@ -41,7 +44,7 @@ def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint
 
 def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
     """`*` and the ids of the run's soak steps that wait for an approval."""
-    from orchestrator.runner import table_for
+    from orchestrator.run_info import table_for
 
     table = table_for(run, rb)
     gates = {"*"}

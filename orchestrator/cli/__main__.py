@@ -1,0 +1,5 @@
+"""`python -m orchestrator.cli ...`: the same as `orchestrate ...`."""
+
+from orchestrator.cli import main
+
+main()

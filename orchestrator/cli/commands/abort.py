@@ -1,0 +1,53 @@
+"""`orchestrate abort`: ask a run to take its rollback (a journal signal; a run nobody drives is
+ended here with what the host shows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
+from orchestrator.cli.options import settings as load_settings
+
+app = command_app()
+
+
+@app.command()
+def abort(
+    run_id: str = RunIdArg,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
+    if server:
+        remote(server, "abort", {"run_id": run_id}, False, server_ca)
+    from orchestrator.cli.render import out
+    from orchestrator.service import signals
+    from orchestrator.service.reads import get_run
+    from orchestrator.startup import ReadSession
+
+    settings = load_settings(inventory)
+    session = ReadSession.open(settings)
+    try:
+        from orchestrator.audit import cli_actor
+
+        run = get_run(session, run_id)
+        result = signals.abort(session.journal, run, cli_actor())  # who: user@machine
+    finally:
+        session.close()
+    if result.runner is None:  # nobody drives it: read the host and end it with what is true
+        import asyncio
+
+        from orchestrator.orphans import end_unowned
+        from orchestrator.runner import Session, owner_id
+
+        full = Session.open(settings)
+        try:
+            ended = asyncio.run(end_unowned(full, full.journal.get_run(run_id), owner_id()))
+        finally:
+            full.close()
+        if ended is not None:
+            out.print(ended + f" (journal {settings.journal_location()})", markup=False)
+            return
+    out.print(result.message + f" (journal {settings.journal_location()})", markup=False)

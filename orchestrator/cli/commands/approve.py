@@ -1,0 +1,48 @@
+"""`orchestrate approve`: end a soak's approval gate (a journal signal, service.signals)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, flag, remote
+from orchestrator.cli.options import read_settings as load_settings
+
+app = command_app()
+
+
+@app.command()
+def approve(
+    run_id: str = RunIdArg,
+    gate: Optional[str] = typer.Option(None, "--gate", metavar="STATE",
+                                       help="Which soak/approval state, e.g. r2.soak, or '*' (default: the one it waits at)"),
+    now: bool = flag("--now", "Also end the rest of the soak at once (default: the soak runs its full time)"),
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."""
+    if server:
+        remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
+    from orchestrator.cli.render import out
+    from orchestrator.runbook import load_runbook
+    from orchestrator.service import signals
+    from orchestrator.service.reads import get_run
+    from orchestrator.startup import ReadSession
+
+    session = ReadSession.open(load_settings(inventory))
+    try:
+        run = get_run(session, run_id)
+        gates = None if run.terminal else signals.run_gates(run, lambda: load_runbook(run.runbook))
+        from orchestrator.audit import cli_actor
+
+        out.print(signals.approve(session.journal, run, gate, cli_actor(), gates, now=now)  # who: user@machine
+                  + f" (journal {session.settings.journal_location()})", markup=False)
+        from orchestrator.oncall import nobody_drives
+
+        if (idle := nobody_drives(session.journal, run)) is not None:
+            out.print(idle, markup=False)
+    finally:
+        session.close()

@@ -1,0 +1,36 @@
+"""`orchestrate ci-preview`: the compose-files repository's CI check."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.options import command_app
+from orchestrator.exit_codes import ExitCode
+
+app = command_app()
+
+
+@app.command("ci-preview")
+def ci_preview(
+    changed: list[str] = typer.Option([], "--changed", help="A changed file, relative to the repository root (repeatable)"),
+    repo: Path = typer.Option(Path("."), "--repo", help="The compose-files checkout the changed files are read from"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Optional host inventory (for each host's compose project)"),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Append the markdown here too (e.g. $GITHUB_STEP_SUMMARY)"),
+) -> None:
+    """CI for the compose-files repository: the offline plan of every runbook a changed file affects,
+    as markdown; exit 1 when a changed file no longer matches a runbook that deploys it."""
+    from orchestrator import ci_preview as ci
+    from orchestrator.cli.render import err
+
+    md, failures = ci.preview(changed, ci.check_repo(repo), projects=ci.inventory_projects(inventory))
+    sys.stdout.write(md)
+    if summary is not None:
+        with summary.open("a", encoding="utf-8") as fh:
+            fh.write(md)
+    for f in failures:
+        err.print(f"mismatch: {f}")
+    raise typer.Exit(int(ExitCode.UNEXPECTED) if failures else 0)

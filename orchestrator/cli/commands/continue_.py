@@ -1,0 +1,23 @@
+"""`orchestrate continue`: let a paused run go on (a journal signal, service.signals)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app
+
+app = command_app()
+
+
+@app.command("continue")
+def continue_(
+    run_id: str = RunIdArg,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Let a paused RUN_ID go on (journaled, with who asked)."""
+    from orchestrator.cli.commands.pause import signal_run
+
+    signal_run(run_id, "continue", inventory, server, server_ca)

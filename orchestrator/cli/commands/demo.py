@@ -1,0 +1,67 @@
+"""`orchestrate demo`: a full rollout against the built-in simulator (orchestrator/demo.py)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.options import command_app, flag
+from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.exit_codes import INTERRUPTED_EXIT
+from orchestrator.user_errors import UserError
+
+app = command_app()
+
+
+@app.command()
+def demo(
+    fault: list[str] = typer.Option([], "--fault", metavar="NAME[:ARG]",
+                                    help="Inject a named fault into the simulator (repeatable); see --list-faults"),
+    speed: float = typer.Option(600.0, "--speed", metavar="X", help="Simulated seconds per real second (> 0)"),
+    list_faults: bool = flag("--list-faults", "List the faults, their symptom and the run's expected end, and exit"),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR",
+                                             help="Where the demo's journal and logs go (default: a new temporary directory)"),
+    as_json: bool = flag("--json", "Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each "
+                                   "event; no summary line (the exit code is the outcome)"),
+    base_tier: bool = flag("--base-tier", "Then the base tier: gpu03, gpu04, gpu23 one at a time (a fleet run), once "
+                                          "gpu02 is DONE"),
+    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME",
+                                          help="A gpu02 runbook the demo simulates (e.g. gpu02-glm53-w4afp8-pdi2-canary: "
+                                               "the simulated gpu02 starts as #294 left it)"),
+) -> None:
+    """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
+    from orchestrator.cli.render import INTERRUPT_TOLD, err, out, progress
+    from orchestrator.demo import check_faults, list_fault_table, run_demo
+    from orchestrator.settings import load_settings
+
+    if list_faults:
+        out.print(list_fault_table(), markup=False)
+        return
+    if not (math.isfinite(speed) and speed > 0):
+        raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
+    check_faults(fault, base_tier=base_tier)
+    if runbook is not None:
+        from orchestrator.demo import check_demo_runbook
+
+        check_demo_runbook(runbook, base_tier=base_tier)
+    load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
+    if state_dir is None:  # made here, so that a Ctrl-C can say where the demo's journal is
+        import tempfile
+
+        state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
+    try:
+        outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=progress(as_json),
+                           console=out if not as_json else None, base_tier=base_tier,
+                           **({"runbook": runbook} if runbook is not None else {}))
+    except KeyboardInterrupt:
+        from orchestrator.oncall import demo_interrupted
+
+        sys.stdout.flush()
+        err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)
+        INTERRUPT_TOLD.append(True)
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+    raise typer.Exit(int(OUTCOME_EXIT.get(outcome, ExitCode.UNEXPECTED)))

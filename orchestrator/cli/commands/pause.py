@@ -1,0 +1,42 @@
+"""`orchestrate pause`: hold a run at its next safe step (a journal signal, service.signals)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
+from orchestrator.cli.options import read_settings as load_settings
+
+app = command_app()
+
+
+@app.command()
+def pause(
+    run_id: str = RunIdArg,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Hold RUN_ID at its next safe step (never between a down and its replacement's readiness)
+    until `orchestrate continue RUN_ID` (journaled, with who asked)."""
+    signal_run(run_id, "pause", inventory, server, server_ca)
+
+
+def signal_run(run_id: str, action: str, inventory: Optional[Path], server: Optional[str], server_ca: Optional[Path]) -> None:
+    """`pause` or `continue`: journaled with who asked (here, or through --server)."""
+    if server:
+        remote(server, action, {"run_id": run_id}, False, server_ca)
+    from orchestrator import audit
+    from orchestrator.cli.render import out
+    from orchestrator.service import signals
+    from orchestrator.service.reads import get_run
+    from orchestrator.startup import ReadSession
+
+    session = ReadSession.open(load_settings(inventory))
+    try:
+        run = get_run(session, run_id)
+        do = signals.pause if action == "pause" else signals.continue_run
+        out.print(do(session.journal, run, audit.cli_actor()), markup=False)
+    finally:
+        session.close()

@@ -1,0 +1,143 @@
+"""`orchestrate plan`: the offline (or `--live`, read-only) preview of a run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from orchestrator.cli.options import InventoryOpt, command_app, read_settings, settings as load_settings
+from orchestrator.exit_codes import ExitCode
+from orchestrator.names import DEFAULT_RUNBOOK
+from orchestrator.user_errors import UserError
+
+app = command_app()
+
+
+@app.command()
+def plan(
+    host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
+    tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out, e.g. v0.0.300"),
+    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
+                                          help="Runbook (default: the shipped runbook that names HOST, all of --hosts, "
+                                               f"else {DEFAULT_RUNBOOK})"),
+    fmt: str = typer.Option("text", "--format", metavar="text|markdown|json|mermaid|dot",
+                            help="Output format (mermaid, dot: the state diagram drawn from the transition table)"),
+    compose_file: Optional[Path] = typer.Option(None, "--compose-file", metavar="PATH",
+                                                help="Check the runbook against this compose file (the new file); exit 1 on a mismatch"),
+    rollback: Optional[str] = typer.Option(None, "--rollback", metavar="r1|r2|all", help="Plan a standalone rollback instead"),
+    inventory: Optional[Path] = InventoryOpt,
+    live: bool = typer.Option(False, "--live", help="Read the host (never change it): env map keys, budget, host state, "
+                              "rollback targets, GPUs, model cache, dry runs; ends with a verdict (exit 0, or 5 would refuse)"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="H1,H2,...",
+                                        help="Plan a fleet run: the host order and the rules between hosts, then the steps"),
+) -> None:
+    """Preview every step, request, gate and rollback transition. Offline: never contacts a host
+    (needs the inventory only to check HOST exists and name its compose project), unless --live:
+    then read-only against the host (no down, no up without dry_run)."""
+    from orchestrator.cli.render import err
+    from orchestrator.compose_check import check_against_compose_file
+    from orchestrator.inventory import load_inventory
+    from orchestrator.machine import compile_rollback, compile_rollout
+    from orchestrator.run_info import check_tag
+    from orchestrator.service.reads import load_runbook_text
+
+    check_tag(tag)
+    if fmt not in ("text", "markdown", "json", "mermaid", "dot"):
+        raise UserError(f"--format {fmt!r} is not one of text, markdown, json, mermaid, dot")
+    fleet: list[str] = []
+    if hosts is not None:
+        from orchestrator.fleet import parse_hosts
+
+        if host is not None:
+            raise UserError("give HOST or --hosts, not both")
+        if live or rollback is not None:
+            raise UserError("--hosts plans a fleet rollout offline: --live and --rollback take one HOST")
+        fleet = parse_hosts(hosts)
+        host = fleet[0]
+    if host is None:
+        raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
+    settings = read_settings(inventory)
+    if live:
+        if rollback is not None:
+            raise UserError("--live previews a rollout; --rollback plans are offline only")
+        if runbook is None:
+            from orchestrator.fleet import default_runbook
+
+            runbook = default_runbook(host)
+        _plan_live(load_settings(inventory), host, tag, runbook, fmt, compose_file)
+        return
+    inv = load_inventory(settings.inventory_path())
+    for h in fleet:
+        inv.host(h)  # an unknown host is named before any runbook is chosen
+    if runbook is None:
+        from orchestrator.fleet import default_runbook, runbook_for
+
+        runbook = runbook_for(fleet, None).name if fleet else default_runbook(host)
+    entry = inv.host(host)
+    rb = load_runbook_text(runbook)
+    for h in fleet or [host]:
+        if h not in rb.hosts:
+            raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {h}")
+    table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback, "--rollback"))
+    new_services = None
+    checks: list[str] = []
+    problems: list[str] = []
+    if compose_file is not None:
+        checks, problems, new_services = check_against_compose_file(rb, compose_file)
+    if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/diagram.py)
+        from orchestrator.diagram import render_dot, render_mermaid
+
+        sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
+        return
+    from orchestrator.plan import build_plan, render_json, render_markdown, render_text
+
+    p = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_services)
+    p.checks, p.problems = checks, problems
+    if fleet:
+        from orchestrator.plan import fleet_rules
+
+        p.fleet, p.fleet_rules = fleet, fleet_rules(rb, fleet)
+    text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)
+    sys.stdout.write(text)
+    if problems:
+        for pr in problems:
+            err.print(f"mismatch: {pr}")
+        raise typer.Exit(int(ExitCode.UNEXPECTED))
+
+
+def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path]) -> None:
+    """`plan --live`: orchestrator.live_plan, with the inventory's tokens from the settings."""
+    import asyncio
+
+    from orchestrator.cli.render import err
+    from orchestrator.compose_check import check_against_compose_file
+    from orchestrator.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
+    from orchestrator.run_logs import ensure_configured
+    from orchestrator.runbook import load_runbook
+    from orchestrator.runner import Session
+
+    ensure_configured()  # client log events are dropped: stdout holds the plan only
+    unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
+                                    ("ORCHESTRATOR_DASHBOARD_TOKEN", settings.dashboard_token)) if not tok.get_secret_value()]
+    if unset:
+        raise UserError(f"plan --live reads the host: set {' and '.join(unset)} (the inventory's tokens)")
+    problems: list[str] = []
+    checks: list[str] = []
+    new_services = None
+    if compose_file is not None:
+        checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file)
+    session = Session.open(settings)
+    try:
+        lp = asyncio.run(build_live_plan(session, host, tag, runbook, new_file_services=new_services))
+    finally:
+        session.close()
+    lp.plan.checks, lp.plan.problems = checks, problems
+    sys.stdout.write({"text": render_live_text, "markdown": render_live_markdown, "json": render_live_json}[fmt](lp))
+    for pr in problems:
+        err.print(f"mismatch: {pr}")
+    if lp.changed:  # never a silent "nothing was changed": one line naming what changed
+        err.print(f"orchestrate: the preview changed real containers: {'; '.join(lp.changed)}", markup=False, soft_wrap=True)
+    raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)

@@ -1,0 +1,42 @@
+"""`orchestrate resume`: continue a run (or `--retry` a halted rollout's phase), through the service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.cli.options import (
+    InventoryOpt,
+    JsonOpt,
+    RunIdArg,
+    ServerCaOpt,
+    ServerOpt,
+    SoakOpt,
+    YesOpt,
+    command_app,
+    flag,
+    remote,
+)
+
+app = command_app()
+
+
+@app.command()
+def resume(
+    run_id: str = RunIdArg,
+    retry: bool = flag("--retry", "A halted rollout: start its failed phase again (as a new run)"),
+    yes: bool = YesOpt,
+    soak: Optional[str] = SoakOpt,
+    as_json: bool = JsonOpt,
+    inventory: Optional[Path] = InventoryOpt,
+    server: Optional[str] = ServerOpt,
+    server_ca: Optional[Path] = ServerCaOpt,
+) -> None:
+    """Continue a run after a crash or Ctrl-C (no mutating call whose outcome is journaled is sent again)."""
+    if server:
+        remote(server, "resume", {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json, server_ca)
+    from orchestrator.cli.render import finish, hooks
+    from orchestrator.service import runs
+    from orchestrator.service.requests import ResumeRequest
+
+    finish(runs.resume(ResumeRequest(run_id=run_id, retry=retry, yes=yes, soak=soak), inventory, hooks(as_json)), as_json)

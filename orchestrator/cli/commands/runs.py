@@ -1,0 +1,45 @@
+"""`orchestrate runs`: the journal's runs, newest first (reads the journal only)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.options import InventoryOpt, command_app, flag, read_settings as load_settings
+
+app = command_app()
+
+
+@app.command()
+def runs(
+    host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Only this host's runs"),
+    as_json: bool = flag("--json", "Machine output: one JSON array of run summaries, newest first (run_id, host, kind, "
+                                   "tag, target_tag, state, outcome, message, activity, activity_detail, created_at, "
+                                   "updated_at, parent_run_id)"),
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
+    tag it goes back to), state or outcome, activity (running, interrupted, waiting for approval, ended)."""
+    from orchestrator.cli.render import plain
+    from orchestrator.service.reads import run_view
+    from orchestrator.startup import ReadSession
+
+    session = ReadSession.open(load_settings(inventory))
+    try:
+        tables: dict = {}
+        items = [run_view(session, r, tables) for r in session.journal.list_runs(host=host, limit=50)]
+        if as_json:
+            sys.stdout.write(json.dumps(items) + "\n")
+            return
+        if not items:
+            plain(f"no runs{' of ' + host if host else ''} in {session.settings.journal_location()}")
+        for v in items:
+            updated = v["updated_at"][:16].replace("T", " ")
+            plain(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
+                  f"{v['outcome'] or v['state']:<28} {v['activity']:<20} {updated}")
+    finally:
+        session.close()

@@ -1,0 +1,85 @@
+"""`orchestrate status`: where a run is, its steps, who did what (reads the journal only)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.options import InventoryOpt, command_app, flag, read_settings as load_settings
+from orchestrator.user_errors import UserError
+
+app = command_app()
+
+
+@app.command()
+def status(
+    run_id: Optional[str] = typer.Argument(None, metavar="[RUN_ID]", help="Run id (default: the newest run)"),
+    as_json: bool = flag("--json", "Machine output: one JSON object: the run's summary (run_id, host, kind, tag, "
+                                   "target_tag, state, outcome, message, activity, activity_detail, ...), journal, "
+                                   "inventory, transitions [[from, event, to, note], ...] and effects [{step, kind, mutating, status}, ...]"),
+    inventory: Optional[Path] = InventoryOpt,
+) -> None:
+    """Where a run is (default: the newest): running, interrupted (its runner is gone),
+    waiting for approval, or ended; its steps; which journal and inventory are used."""
+    from orchestrator.cli.render import out
+    from orchestrator.run_info import table_for
+    from orchestrator.service.reads import get_run, run_view
+    from orchestrator.startup import ReadSession
+
+    settings = load_settings(inventory)
+    session = ReadSession.open(settings)
+    try:
+        if run_id is None:
+            runs = session.journal.list_runs(limit=1)
+            if not runs:
+                raise UserError(f"no runs journaled yet in {settings.journal_location()}")
+            run = runs[0]
+        else:
+            run = get_run(session, run_id)
+        transitions = session.journal.transitions(run.run_id)
+        effects = session.journal.effects(run.run_id)
+        view = run_view(session, run, {})
+        where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
+        if as_json:
+            from orchestrator import audit
+
+            items = audit.entries(session.journal, run.run_id)
+            view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
+            sys.stdout.write(json.dumps({**view, **where,
+                                         "transitions": [[t.from_state, t.event, t.to_state, t.note] for t in transitions],
+                                         "effects": [{"step": e.step, "kind": e.kind, "mutating": e.mutating,
+                                                      "status": (e.outcome or {}).get("status")} for e in effects]}, default=str) + "\n")
+            return
+        from orchestrator.runbook import load_runbook
+
+        rb = load_runbook(run.runbook)
+        table = table_for(run, rb)
+        tag = view["target_tag"] or "-"
+        out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {tag}: [bold]{run.outcome or run.state}[/bold]",
+                  markup=True)
+        detail = view["activity_detail"]
+        out.print(detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}", markup=False)
+        if run.message:
+            out.print(run.message, markup=False)
+        from orchestrator import audit
+
+        for line in audit.summary_lines(audit.entries(session.journal, run.run_id)):
+            out.print(line, markup=False)  # who did what (journaled)
+        out.print(f"journal: {where['journal']}", markup=False)
+        out.print(f"inventory: {where['inventory']}", markup=False)
+        visited = {t.from_state: t.event for t in transitions}
+        for sid in table.order:
+            node = table.nodes[sid]
+            mark = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![/red]", "halt": "[red]![/red]",
+                    "abort": "[yellow]a[/yellow]", "retry": "[yellow]r[/yellow]", "remedy": "[yellow]m[/yellow]"}.get(visited.get(sid, ""), " ")
+            if sid == run.state and not run.terminal:
+                mark = "[cyan]>[/cyan]"
+            if node.section in ("rollback", "full_rollback", "remedy") and sid not in visited and sid != run.state:
+                continue
+            out.print(f"[{mark}] {sid}: {node.step.say if node.step else ''}")
+    finally:
+        session.close()

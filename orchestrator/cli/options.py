@@ -1,0 +1,64 @@
+"""The options the commands share, and the small helpers every command module uses. Loads typer
+only: a command module imports its heavy parts when it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from orchestrator.names import DEFAULT_RUNBOOK
+
+
+def flag(name: str, help: str) -> Any:
+    """A real flag: takes no value, and `--help` shows no `<bool>` that invites `--yes true`."""
+    return typer.Option(False, name, help=help, metavar="")
+
+
+def command_app() -> typer.Typer:
+    """The Typer of one command module (plain click help: typer's rich help costs ~90 ms)."""
+    return typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+InventoryOpt = typer.Option(
+    None, "--inventory", metavar="PATH",
+    help="Host inventory YAML. Default: $ORCHESTRATOR_INVENTORY, else ./config/hosts.yaml, "
+         "else $XDG_CONFIG_HOME/orchestrator/hosts.yaml (~/.config/orchestrator/hosts.yaml)")
+RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", metavar="NAME|PATH",
+                          help="Runbook: a name shipped in runbooks/, or a path to a runbook YAML")
+RUN_JSON_HELP = ("Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each event "
+                 "(run_started, step_started, waiting, log_line, effect, transition, note, run_finished), "
+                 "then {\"event\": \"summary\", run_id, host, kind, tag, state, outcome, message, ...}")
+JsonOpt = flag("--json", RUN_JSON_HELP)
+ServerOpt = typer.Option(None, "--server", metavar="URL",
+                         help="Send this to the `orchestrate serve` at URL instead of running it here (token: $ORCHESTRATOR_SERVER_TOKEN)")
+ServerCaOpt = typer.Option(None, "--server-ca", metavar="FILE",
+                           help="CA certificate that the --server https:// URL must chain to (default: $ORCHESTRATOR_SERVER_CA)")
+HostArg = typer.Argument(..., metavar="HOST", help="Host name from the inventory, e.g. gpu02")
+RunIdArg = typer.Argument(..., metavar="RUN_ID", help="Run id, as `orchestrate runs` lists them (e.g. gpu02-20261130T0812-7f3a)")
+SoakOpt = typer.Option(None, "--soak", metavar="DURATION",
+                       help="Override every soak duration (e.g. 30m, 2h; 0 skips the wait, not the approval)")
+YesOpt = flag("--yes", "Approve the soaks' manual approval gates without waiting for `orchestrate approve`")
+
+
+def settings(inventory: Optional[Path]) -> Any:
+    """The environment's settings with --inventory; an invalid variable is one UserError line."""
+    from orchestrator.service.reads import load_settings_for
+
+    return load_settings_for(inventory)
+
+
+def read_settings(inventory: Optional[Path]) -> Any:
+    """The settings of a command that only reads (the journal, the inventory, a runbook): without
+    pydantic when the environment is plainly valid (orchestrator/startup.py), same errors."""
+    from orchestrator.startup import read_settings as read
+
+    return read(inventory)
+
+
+def remote(server: str, action: str, body: dict[str, Any], as_json: bool, server_ca: Optional[Path]) -> None:
+    """Send the command to `orchestrate serve` at `server` instead; exit with its code."""
+    from orchestrator.server.remote import remote as send, server_ca as ca, server_token
+
+    raise typer.Exit(send(server, server_token(), action, body, as_json, ca=ca(server_ca)))

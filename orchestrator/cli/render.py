@@ -1,0 +1,195 @@
+"""How the CLI shows things: the consoles (made on first use), human and JSON progress, a
+command's first line, and the end of a run the service returns (its exit code)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from orchestrator.outcome import Outcome
+from orchestrator.exit_codes import INTERRUPTED_EXIT
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.journal.base import RunRecord
+    from orchestrator.service.requests import RunResult
+
+#: Set once a command has said what a Ctrl-C stopped (else main() says it: typer's is silent).
+INTERRUPT_TOLD: list[bool] = []
+
+
+class _ConsoleOnFirstUse:
+    """A rich Console made when first printed to (rich.console is 25 ms of start-up that `--help`,
+    plain click help, does not need)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, attr)
+
+
+err: Any = _ConsoleOnFirstUse(stderr=True, highlight=False, soft_wrap=True)
+out: Any = _ConsoleOnFirstUse(highlight=False, soft_wrap=True)
+
+
+def plain(line: str) -> None:
+    """One line on stdout as it is (what `out.print(line, markup=False)` prints to a pipe or a
+    terminal: no markup, no highlight, no wrap), without loading rich."""
+    sys.stdout.write(line + "\n")
+
+
+def format_duration(*a: Any, **k: Any) -> Any:
+    from orchestrator.durations import format_duration as f
+    return f(*a, **k)
+
+
+class LiveProgress:
+    """Human progress: the current step, elapsed time, the gate being waited on, the last
+    interesting log line, each step's outcome. Long waits also show their length on the run's
+    clock (in the demo, simulated time: a 50-minute cold start takes seconds)."""
+
+    def __init__(self, console: Console) -> None:
+        self.c = console
+        self.t0 = time.monotonic()
+        self.step_clock = 0.0
+        self.run: RunRecord | None = None  # set by attach_run: the run whose end is printed (oncall.final_lines)
+        self.replicas: list[str] = []
+
+    def attach_run(self, run: RunRecord, replicas: list[str]) -> None:
+        self.run, self.replicas = run, list(replicas)
+
+    def _ts(self) -> str:
+        e = time.monotonic() - self.t0
+        return f"[dim]{int(e) // 60:02d}:{e % 60:04.1f}[/dim]"
+
+    def event(self, kind: str, **f: Any) -> None:
+        ts = self._ts()
+        if kind == "run_started":
+            self.c.print(f"{ts} run [bold]{f['run_id']}[/bold] on {f['host']} from {f['state']}")
+        elif kind == "step_started":
+            self.step_clock = f.get("clock", 0.0)
+            self.c.print(f"{ts} [bold cyan]{f['state']}[/bold cyan] {f.get('say', '')}")
+        elif kind == "waiting":
+            self.c.print(f"{ts}   waiting on: {f['gate']}")
+        elif kind == "log_line":
+            self.c.print(f"{ts}   [dim]{f['service']}: {f['line'][:150]}[/dim]")
+        elif kind == "effect":
+            self.c.print(f"{ts}   -> {f['action']} {', '.join(f['services'])} ({f['file']}@{f['tag']})")
+        elif kind == "transition":
+            ev = f["event_name"]
+            colour = {"ok": "green", "skip": "green", "fail": "red", "halt": "red", "abort": "yellow", "retry": "yellow"}.get(ev, "white")
+            waited = f.get("clock", 0.0) - self.step_clock
+            took = f" after {format_duration(waited)}" if waited >= 600 else ""
+            where = "" if ev == "ok" and not f["to"].isupper() else f" -> {f['to']}"
+            self.c.print(f"{ts}   [{colour}]{ev}[/{colour}]{took}{where}" + (f": {f['note']}" if f.get("note") else ""))
+        elif kind == "run_finished":
+            colour = "green" if f["outcome"] == Outcome.DONE else "red"
+            if self.run is None:
+                self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+                return
+            from orchestrator.oncall import final_lines
+
+            first, *rest = final_lines(self.run, self.replicas, outcome=f["outcome"], message=f.get("message") or "")
+            self.c.print(f"{ts} [bold {colour}]{first}[/bold {colour}]")
+            for line in rest:
+                self.c.print(line, markup=False)
+        elif kind == "note":
+            self.c.print(f"{ts}   note: {f['text']}")
+        elif kind == "heartbeat":
+            timeout = f" / {format_duration(f['timeout'])}" if f.get("timeout") else ""
+            extra = ""
+            if f.get("missing"):
+                extra += "; missing: " + "; ".join(f["missing"])[:200]
+            if f.get("last_line"):
+                extra += f"; last line: {f['last_line'][:120]}"
+            if f.get("awaiting"):
+                extra += f"; waiting for {f['awaiting']}"
+            if f.get("so_far"):
+                extra += f"; so far: {f['so_far']}"
+            self.c.print(f"{ts}   still waiting: {f['what']}, {format_duration(f['elapsed'])}{timeout}{extra}")
+
+
+class JsonProgress:
+    def event(self, kind: str, **f: Any) -> None:
+        sys.stdout.write(json.dumps({"event": kind, **f}, default=str) + "\n")
+        sys.stdout.flush()
+
+
+def progress(as_json: bool) -> Any:
+    return JsonProgress() if as_json else LiveProgress(out)
+
+
+def first_line(as_json: bool, what: str, settings: Any) -> None:
+    """A mutating command's first line: what it does, with which inventory and journal (stdout;
+    with --json, one {"event": "using", ...} object instead)."""
+    from orchestrator.oncall import where
+
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": settings.inventory_choice().describe(),
+                                     "journal": settings.journal_location()}) + "\n")
+    else:
+        out.print(f"{what} · {where(settings)}", markup=False)
+
+
+def summary(run: RunRecord) -> None:
+    """The one JSON summary line of a run (--json)."""
+    from orchestrator.run_info import context_summary
+
+    sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
+
+
+def interrupted(result: RunResult) -> None:
+    """Ctrl-C stopped the run at a safe point: where it is, how to continue."""
+    now = result.run
+    err.print(f"orchestrate: stopped by {result.stopped_by}: run {now.run_id} ({now.kind} of {now.host}) is at {now.state}, "
+              f"lease released; continue with `orchestrate resume {now.run_id}`")
+    INTERRUPT_TOLD.append(True)
+
+
+def hard_stop(run: RunRecord, signame: str) -> None:
+    """The second Ctrl-C: no more waiting for a safe point."""
+    import os
+
+    err.print(f"orchestrate: second {signame}: exiting at once; run {run.run_id} may have stopped mid-step: "
+              f"`orchestrate resume {run.run_id}` continues it (on this machine its lease is taken over at once)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(INTERRUPTED_EXIT)
+
+
+def hooks(as_json: bool) -> Any:
+    """The service's hooks for a run command: this CLI's progress, first line and Ctrl-C lines."""
+    from orchestrator.service.runs import Hooks
+
+    def fleet_host(host: str, i: int, n: int) -> None:
+        if as_json:
+            sys.stdout.write(json.dumps({"event": "fleet_host", "host": host, "index": i + 1, "of": n}) + "\n")
+        else:
+            out.rule(f"fleet {i + 1}/{n}: {host}")
+
+    return Hooks(progress=lambda: progress(as_json), first_line=lambda what, s: first_line(as_json, what, s),
+                 hard_stop=hard_stop, fleet_host=fleet_host, host_done=summary if as_json else (lambda run: None),
+                 interrupted=interrupted)
+
+
+def finish(result: RunResult, as_json: bool) -> None:
+    """Render a run the service ran (or found ended) and exit with its code."""
+    if result.interrupted:
+        raise typer.Exit(INTERRUPTED_EXIT)
+    if result.already_ended:
+        run = result.run
+        out.print(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}")
+    if as_json:
+        summary(result.run)
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,60 @@
+"""What the read-only commands ask of the journal (`status`, `runs`, `approve`...): a run by id,
+and a run's view (its summary, activity and target tag). Light: no runner, no client, no runbook
+unless a running run needs one to tell an approval wait."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def load_settings_for(inventory: Any) -> Any:
+    """The environment's settings with --inventory; an invalid variable is one UserError line."""
+    from orchestrator.settings import load_settings
+
+    return load_settings().with_inventory(inventory)
+
+
+def load_runbook_text(name: str) -> Any:
+    """Load a runbook before anything else happens (a missing or binary file: one line, exit 2)."""
+    from orchestrator.runbook import load_runbook
+    from orchestrator.user_errors import UserError
+
+    try:
+        return load_runbook(name)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"runbook {name} is not UTF-8 text (byte {exc.start}); pass a runbook YAML") from None
+
+
+def get_run(session: Any, run_id: str) -> Any:
+    """The journaled run, or one line naming the journal searched (exit 2)."""
+    from orchestrator.journal.base import RunNotFound
+    from orchestrator.user_errors import UserError
+
+    try:
+        return session.journal.get_run(run_id)
+    except RunNotFound:
+        raise UserError(f"no run {run_id!r} in {session.settings.journal_location()}: `orchestrate runs` lists them") from None
+
+
+def run_view(session: Any, run: Any, tables: dict) -> dict[str, Any]:
+    """The run's summary plus what `status`/`runs` print: its activity and its target tag."""
+    from orchestrator.activity import run_activity, target_tag
+    from orchestrator.run_info import context_summary, table_for
+    from orchestrator.user_errors import UserError
+
+    key = (run.runbook, run.kind, tuple(run.context.get("replicas", ())))
+
+    def table() -> Any:  # loaded only for a running run (approval detection): ended runs need no runbook
+        if key not in tables:
+            from orchestrator.runbook import load_runbook
+
+            try:
+                tables[key] = table_for(run, load_runbook(run.runbook))
+            except (UserError, ValueError):  # a runbook since removed: no approval detection
+                tables[key] = None
+        return tables[key]
+    act = run_activity(run, session.journal, table)
+    return {**context_summary(run), "target_tag": target_tag(run), "activity": act.label, "activity_detail": act.detail}
+
+
+__all__ = ["load_settings_for", "load_runbook_text", "get_run", "run_view"]

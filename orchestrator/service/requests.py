@@ -1,0 +1,113 @@
+"""What a front end hands the service, and what it gets back (typed; no I/O, nothing heavy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.journal.base import RunRecord
+
+from orchestrator.exit_codes import INTERRUPTED_EXIT
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """`orchestrate rollout HOST --tag TAG` (and `POST /runs {"action": "rollout"}`)."""
+
+    host: str
+    tag: str
+    runbook: str
+    yes: bool = False
+    soak: str | None = None
+    #: `--continue`: place the host in the runbook (read-only) and start at the phase its state names
+    continue_: bool = False
+    skip_tag_age_check: bool = False
+    #: `--override-prerequisite` hosts; () checks the prerequisites at admission with none overridden
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RollbackRequest:
+    """`orchestrate rollback HOST` (and `POST /runs {"action": "rollback"}`)."""
+
+    host: str
+    replica: str = "all"
+    runbook: str | None = None
+    to_tag: str | None = None
+    to_file: str | None = None
+    yes: bool = False
+    soak: str | None = None
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """`orchestrate resume RUN_ID [--retry]` (and `POST /runs {"action": "resume"}`, adoption)."""
+
+    run_id: str
+    retry: bool = False
+    yes: bool = False
+    soak: str | None = None
+    #: no human asked (the server adopts an orphan): the run's stored `--yes` never passes an approval
+    adopting: bool = False
+
+
+@dataclass(frozen=True)
+class FleetRequest:
+    """`orchestrate rollout --hosts H1,H2,... --tag TAG`: each host a normal rollout, one at a time."""
+
+    hosts: tuple[str, ...]
+    tag: str
+    runbook: str | None = None
+    yes: bool = False
+    soak: str | None = None
+    skip_tag_age_check: bool = False
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass
+class Admitted:
+    """A request admitted into a session: its run journaled and leased, ready to execute."""
+
+    run: RunRecord
+    rb: Any
+    table: Any
+    yes: bool = False
+    soak: float | None = None
+    #: the soak as given (journaled with the run's options)
+    soak_text: str | None = None
+    #: a new run (rollout, rollback, retry) rather than one continued
+    new: bool = True
+    #: what `resume` kept of the run's own options (for the first line)
+    kept: str = ""
+
+
+@dataclass
+class RunResult:
+    """How a run ended here: its record, the exit code, and whether Ctrl-C stopped it."""
+
+    run: RunRecord
+    exit_code: int
+    interrupted: bool = False
+    #: the Ctrl-C's name (`Ctrl-C`, `SIGTERM`) when interrupted
+    stopped_by: str = ""
+    #: the run had already ended before this command (resume of a finished run): nothing executed
+    already_ended: bool = False
+
+
+@dataclass
+class FleetOutcome:
+    """How a fleet run ended: orchestrator.fleet's FleetResult, the exit code."""
+
+    result: Any
+    exit_code: int
+    runbook: str
+    hosts: list[str] = field(default_factory=list)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.result.interrupted is not None
+
+
+__all__ = ["RolloutRequest", "RollbackRequest", "ResumeRequest", "FleetRequest", "Admitted", "RunResult",
+           "FleetOutcome", "INTERRUPTED_EXIT"]

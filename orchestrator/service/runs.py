@@ -1,0 +1,212 @@
+"""A request run to its end on this machine: the checks a user can fail (before a run exists or a
+lease is taken), the session opened, admission (service.admit), the options the run keeps,
+execution (stoppable), the lease released and the session closed, the exit code.
+
+The front end gives a `Hooks`: how it shows progress and its first line, and what a second
+Ctrl-C does; it renders the typed result (service.requests). Nothing here prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.journal.base import RunRecord
+from orchestrator.service.requests import (
+    INTERRUPTED_EXIT,
+    Admitted,
+    FleetOutcome,
+    FleetRequest,
+    ResumeRequest,
+    RollbackRequest,
+    RolloutRequest,
+    RunResult,
+)
+from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
+from orchestrator.service.signals import parse_soak
+from orchestrator.user_errors import UserError
+
+
+def _none(*_a: Any) -> None:
+    return None
+
+
+@dataclass
+class Hooks:
+    """What the front end shows; defaults show nothing."""
+
+    #: a new progress sink for each run (LiveProgress, JsonProgress, a server's ...)
+    progress: Callable[[], Any] = lambda: None
+    #: (what the command does, the settings): the command's first line
+    first_line: Callable[[str, Any], None] = _none
+    #: the second Ctrl-C: must not return
+    hard_stop: Callable[[RunRecord, str], None] | None = None
+    #: a fleet run starts its host: (host, index from 0, of how many)
+    fleet_host: Callable[[str, int, int], None] = _none
+    #: a fleet run's host ended (not interrupted)
+    host_done: Callable[[RunRecord], None] = _none
+    #: Ctrl-C stopped a run at a safe point (its lease released): say where it is
+    interrupted: Callable[[RunResult], None] = _none
+
+
+def exit_code(run: RunRecord) -> int:
+    from orchestrator.oncall import exit_code as code
+
+    return code(run.kind, run.outcome)
+
+
+def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
+    """Keep the run's options, execute it (the lease released on every way out), the exit code."""
+    from orchestrator.oncall import record_options
+    from orchestrator.service.stoppable import execute_stoppable
+
+    record_options(adm.run, yes=adm.yes, soak=adm.soak_text)
+    final, stopped_by = execute_stoppable(session, adm.run, adm.rb, adm.table, hard_stop=hooks.hard_stop,
+                                          progress=hooks.progress(), yes=adm.yes, soak=adm.soak)
+    if stopped_by is not None:
+        result = RunResult(final, INTERRUPTED_EXIT, interrupted=True, stopped_by=stopped_by)
+        hooks.interrupted(result)
+        return result
+    return RunResult(final, exit_code(final))
+
+
+def _open(settings: Any) -> Any:
+    from orchestrator.runner import Session
+
+    return Session.open(settings)
+
+
+def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
+    """`orchestrate rollout HOST`: every check a user can fail comes before a run exists or a lease is taken."""
+    from orchestrator.oncall import refuse_placeholder_inventory
+    from orchestrator.run_info import check_tag
+
+    check_tag(req.tag)
+    parse_soak(req.soak)
+    settings = load_settings_for(inventory)
+    settings.require_host_tokens("rollout")
+    rb = load_runbook_text(req.runbook)
+    if req.overrides:  # a typo never passes: only the runbook's prerequisites can be named
+        from orchestrator.prerequisites import check_overrides
+
+        check_overrides(rb.prerequisites, list(req.overrides))
+    refuse_placeholder_inventory(settings, req.host)
+    hooks.first_line(f"{req.host}: rollout to {req.tag} (runbook {Path(req.runbook).stem})", settings)
+    session = _open(settings)
+    try:
+        # admitted with its prerequisites checked and the overrides journaled (orchestrator/admission.py)
+        return _execute(session, admit_rollout(session, req), hooks)
+    finally:
+        session.close()
+
+
+def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
+    """`orchestrate rollback HOST`: its first line names the target, once admission found it."""
+    from orchestrator.fleet import default_runbook
+    from orchestrator.oncall import refuse_placeholder_inventory, rollback_headline
+    from orchestrator.run_info import check_tag
+
+    if (req.to_tag is None) != (req.to_file is None):
+        raise UserError("--to-tag and --to-file go together")
+    if req.to_tag is not None:
+        check_tag(req.to_tag)
+    parse_soak(req.soak)
+    settings = load_settings_for(inventory)
+    settings.require_host_tokens("rollback")
+    if req.runbook is not None:
+        load_runbook_text(req.runbook)
+    load_runbook_text(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
+    refuse_placeholder_inventory(settings, req.host)
+    session = _open(settings)
+    try:
+        adm = admit_rollback(session, req)
+        hooks.first_line(rollback_headline(adm.run, adm.rb), settings)
+        return _execute(session, adm, hooks)
+    finally:
+        session.close()
+
+
+def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
+    """`orchestrate resume RUN_ID [--retry]`: a run that already ended is reported, not run."""
+    from orchestrator.oncall import kept_options, refuse_placeholder_inventory
+    from orchestrator.startup import ReadSession
+
+    parse_soak(req.soak)
+    settings = load_settings_for(inventory)
+    reader = ReadSession.open(settings)
+    try:
+        run = get_run(reader, req.run_id)
+    finally:
+        reader.close()
+    if run.terminal and not req.retry:
+        return RunResult(run, exit_code(run), already_ended=True)
+    settings.require_host_tokens("resume")
+    refuse_placeholder_inventory(settings, run.host)
+    load_runbook_text(run.runbook)
+    _, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
+    parse_soak(soak_text)
+    hooks.first_line(f"{run.run_id}: {'retry' if req.retry else 'resume'} of the {run.kind} of {run.host} at {run.state}; "
+                     f"{kept}", settings)
+    session = _open(settings)
+    try:
+        return _execute(session, admit_resume(session, get_run(session, req.run_id), req), hooks)
+    finally:
+        session.close()
+
+
+def check_fleet_options(tag: str, soak: str | None) -> None:
+    """What `rollout --hosts` checks before it reads the host list."""
+    from orchestrator.run_info import check_tag
+
+    check_tag(tag)
+    parse_soak(soak)
+
+
+def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutcome:
+    """`rollout --hosts`: orchestrator.fleet's rules; each host a normal rollout run, one at a time."""
+    from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+    from orchestrator.fleet import Interrupted, refuse_unmet_prerequisites, run_fleet, runbook_for
+    from orchestrator.inventory import load_inventory
+    from orchestrator.oncall import refuse_placeholder_inventory
+
+    check_fleet_options(req.tag, req.soak)
+    hosts = list(req.hosts)
+    settings = load_settings_for(inventory)
+    settings.require_host_tokens("rollout")
+    inv = load_inventory(settings.inventory_path())
+    for h in hosts:
+        inv.host(h)  # an unknown host is named before any runbook is chosen
+    rb = runbook_for(hosts, req.runbook)
+    runbook_ref = req.runbook or rb.name
+    session = _open(settings)
+    try:
+        refuse_unmet_prerequisites(rb, session.journal, req.overrides)
+        for h in hosts:
+            refuse_placeholder_inventory(settings, h)
+        hooks.first_line(f"{', '.join(hosts)}: fleet rollout to {req.tag} (runbook {rb.name})", settings)
+
+        def one(host: str) -> RunRecord:
+            one_req = RolloutRequest(host=host, tag=req.tag, runbook=runbook_ref, yes=req.yes, soak=req.soak,
+                                     skip_tag_age_check=req.skip_tag_age_check, overrides=req.overrides)
+            result = _execute(session, admit_rollout(session, one_req), hooks)
+            if result.interrupted:
+                raise Interrupted(host)
+            hooks.host_done(result.run)
+            return result.run
+
+        result = run_fleet(hosts, one, hooks.fleet_host)
+    finally:
+        session.close()
+    if result.refused is not None:
+        code = int(result.refused[1].code)
+    elif result.interrupted is not None:
+        code = INTERRUPTED_EXIT
+    else:
+        code = int(OUTCOME_EXIT.get(result.outcome, ExitCode.UNEXPECTED))
+    return FleetOutcome(result, code, runbook_ref, hosts)
+
+
+from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout  # noqa: E402
+
+__all__ = ["Hooks", "rollout", "rollback", "resume", "fleet", "check_fleet_options", "get_run", "exit_code",
+           "load_settings_for", "load_runbook_text"]
