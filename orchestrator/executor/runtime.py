@@ -507,11 +507,18 @@ class Runtime:
         engines = [(c.service or c.name) for c in containers if self.rb.replica_of(c.service or c.name)]
         return {svc: await self.serving(svc, containers) for svc in engines}
 
+    async def recheck_after_drain(self, step: Any) -> str | None:
+        """Right after a drain is confirmed: the tier again (leave_pool.recheck_after_drain)."""
+        return await leave_pool.recheck_after_drain(self, step)
+
     async def stop_guard(self, services: list[str]) -> str | None:
         """Why stopping these services now could take down the last serving replica (None: safe).
         An engine is stopped only when it is known not to serve, or (one-host capacity) an engine
         of another replica is known to serve, or (fleet capacity) the peers no longer list the
-        host. "Unknown" never permits a stop."""
+        host. "Unknown" never permits a stop. A call that takes the host out of a fleet's pool
+        first asks the tier live, right now (leave_pool.py)."""
+        if refusal := await leave_pool.guard(self, services):
+            return refusal
         engines = [s for s in services if self.rb.replica_of(s)]
         if not engines:
             return None
@@ -1002,8 +1009,7 @@ class Runtime:
             elif still and seen >= no_effect_after and first.get("status") != "success":
                 resend_reason = "the down had no observable effect"
             if resend_reason:
-                refusal = (await leave_pool.guard(self, [c.service or c.name for c in left])
-                           or await self.stop_guard([c.service or c.name for c in left]))
+                refusal = await self.stop_guard([c.service or c.name for c in left])
                 if refusal:  # the world changed since the first down: never resend blindly
                     return halt(refusal)
                 if resends >= MAX_DOWN_RESENDS:

@@ -26,7 +26,6 @@ from orchestrator.parsers.dry_run import parse_dry_run
 from orchestrator.dry_run_check import judge_dry_run
 from orchestrator.runbook import SELECTED, Runbook, Step
 from orchestrator.steps.base import Description, StepOutcome, fail, halt, ok, register, retry, skip
-from orchestrator import leave_pool
 from orchestrator.steps import config_recreate
 from orchestrator.steps.checks import budget_verdict, target_needs_budget
 
@@ -225,8 +224,8 @@ class Down:
             oneshots = [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
             if not present and not oneshots:
                 return ok(f"{', '.join(req.services)} not running: nothing to stop")
-            # a call that takes the host out of a fleet's pool asks the tier live, right now (leave_pool.py)
-            refusal = await leave_pool.guard(rt, present) or await rt.stop_guard(present)
+            # stop_guard: a call that takes the host out of a fleet's pool asks the tier live, right now
+            refusal = await rt.stop_guard(present)
             if refusal:
                 return halt(refusal)
             engines = {c.name for c in containers if rt.rb.replica_of(c.service or c.name)}

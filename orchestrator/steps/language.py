@@ -165,9 +165,7 @@ class Presence:
             except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
                 problems.append(rt.scrub(error_text(exc)))
             if not problems:
-                from orchestrator.leave_pool import recheck_after_drain  # a drain confirmed: the tier again
-
-                short = await recheck_after_drain(rt, step) if p.absent else None
+                short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
                 return halt(short) if short else ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
             if seen >= deadline:
                 return fail("; ".join(problems))

@@ -66,7 +66,8 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
     without judging capacity again."""
     import asyncio
 
-    from orchestrator import audit, commands
+    from orchestrator import audit
+    from orchestrator.service import signals as commands
     from orchestrator.fleet import journal_overrides
     from orchestrator.progress import RecordingProgress
     from orchestrator.runner import execute, new_rollout

@@ -62,7 +62,8 @@ def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_
 def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(e2e_factory):
     import time
 
-    from orchestrator import audit, commands
+    from orchestrator import audit
+    from orchestrator.service import signals as commands
     from orchestrator.approval_scope import effective
     from orchestrator.runbook import load_runbook
     from orchestrator.runner import new_rollout
