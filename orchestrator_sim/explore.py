@@ -108,6 +108,9 @@ class Schedule:
     aimed: list[tuple[str, str, int, int]] = field(default_factory=list)
     log_lines: int | None = None  # every engine keeps only its last N log lines (if the simulator can)
     fast: bool = False  # the CI form: shorter cold starts, base hosts without gpu02's run first
+    #: product guards broken on purpose in every command (test-only, explore_human.BREAKS): a hole
+    #: schedule showing the judge sees what the guard prevents
+    breaks: tuple[str, ...] = ()
 
     @property
     def kinds(self) -> list[str]:
@@ -232,6 +235,14 @@ HOLES: dict[str, Schedule] = {
                                                                      "when": "rollback"}),
     "budget-changed-after-crash": Schedule(seed=0, door="env", door_args={
         "change": ("GLM53_HICACHE_RAM_BUDGET", "650GiB"), "kill": 60, "then": "resume"}),
+    # the judge of invariant H against a product guard broken on purpose (explore_human.BREAKS):
+    # these must show H1/H2 (tests/explore/test_explore_human.py); without the break they keep H
+    "broken-adopted-keeps-yes": Schedule(seed=0, door="serve", breaks=("inherit-yes",),
+                                         door_args={"crash": ("sigint", 40), "adopt": True}),
+    "ctrl-c-resume-without-yes": Schedule(seed=0, door="serve", door_args={"crash": ("sigint", 40), "adopt": False,
+                                                                          "resume_yes": False}),
+    "broken-page-approves-any-gate": Schedule(seed=0, door="page", yes=False, breaks=("page-any-gate",),
+                                              door_args={"actions": [("page-approve", "done", 2)]}),
     "two-journals-gpu02": Schedule(seed=0, door="journals", door_args={"trigger": ("done", 2), "host": "gpu02"}),
 }
 
@@ -248,6 +259,10 @@ class Command:
     tail: str = ""
     timed_out: bool = False
     note: str = ""
+    wall_start: float = field(default_factory=time.time)  # the host's wall clock (invariant H)
+    wall_end: float | None = None
+    offset: float = 0.0  # the command's clock step (the clock door)
+    kept_yes: bool = False  # it said it kept the run's own --yes (a resume)
 
 
 def _mutating_key(c: Any) -> tuple[Any, ...]:
@@ -263,6 +278,8 @@ def end_state(fleet: Any) -> dict[str, tuple[str, str]]:
     return {c.service: (c.file, c.state) for c in fleet.host.containers() if c.state in ("running", "restarting")}
 
 
+#: commands are forked by a warm fork server (explore_fork.py); EXPLORE_FORK=0: a fresh interpreter each
+FORK = os.environ.get("EXPLORE_FORK", "1") != "0"
 FAST_COLD_START_S = 900.0  # the CI form: 0.3 s real per cold start
 
 
@@ -289,6 +306,7 @@ class Execution(DoorMixin):
         self.server: Any = None
         self.url = ""
         self.approved: set[tuple[str, str]] = set()
+        self.waiting_since: dict[tuple[str, str], float] = {}
         self.engines = attach_engine_log(self.fleet.host)
         self.commands: list[Command] = []
         #: operator asks: (sim time, who, slot or "all", the command, counted only if it exited 0)
@@ -308,6 +326,8 @@ class Execution(DoorMixin):
         env.update(self.fleet.env_for_orchestrator(self.dir / "inventory.yaml"))
         env.update({"ORCHESTRATOR_STATE_DIR": str(self.dir), "ORCHESTRATOR_TIME_SCALE": f"{SPEED:g}",
                     "ORCHESTRATOR_LEASE_TTL": f"{LEASE_TTL:g}", "PYTHONUNBUFFERED": "1"})
+        if self.s.breaks:  # a hole schedule with a product guard broken on purpose (explore_human.py)
+            env["ORCHESTRATOR_TEST_BREAK"] = ",".join(self.s.breaks)
         env.update(extra)
         return env
 
@@ -344,22 +364,39 @@ class Execution(DoorMixin):
             primed.stdin = None  # communicate() must not flush it
             proc = primed
         else:
-            mod = "orchestrator_sim.explore_crash" if kill_after else "orchestrator.cli"
             extra = {"ORCHESTRATOR_TEST_KILL_AFTER": str(kill_after)} if kill_after else {}
-            proc = subprocess.Popen([sys.executable, "-m", mod, *args], env=self.env(**extra), cwd=CLI_CWD,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            proc = self.launch(args, self.env(**extra), crash=bool(kill_after))
         with self.lock:
             self.commands.append(cmd)
         self.log(f"$ orchestrate {' '.join(args)}" + (f"  (killed after journal write {kill_after})" if kill_after else ""))
         return cmd, proc
 
-    def prime(self) -> subprocess.Popen[str]:
+    def launch(self, args: list[str], env: dict[str, str], *, crash: bool = True) -> Any:
+        """Start `orchestrate ARGS` as its own process (session, process group): forked by this
+        process's fork server (explore_fork.py, the CLI imported once), or with EXPLORE_FORK=0 a
+        fresh interpreter (`python -m orchestrator_sim.explore_crash` / `orchestrator.cli`)."""
+        if FORK:
+            from orchestrator_sim.explore_fork import spawn
+
+            with self.lock:
+                self.n_out = getattr(self, "n_out", 0) + 1
+                out = self.dir / f"cmd-{self.n_out}.out"
+            return spawn(args, env, CLI_CWD, out)
+        mod = "orchestrator_sim.explore_crash" if crash else "orchestrator.cli"
+        return subprocess.Popen([sys.executable, "-m", mod, *args], env=env, cwd=CLI_CWD,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def prime(self) -> subprocess.Popen[str] | None:
+        if FORK:  # a fork of the warm server lands within milliseconds: nothing to prime
+            return None
         return subprocess.Popen([sys.executable, "-m", "orchestrator_sim.explore_cli"], env=self.env(), cwd=CLI_CWD,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
 
     @staticmethod
-    def unprime(proc: subprocess.Popen[str]) -> None:
+    def unprime(proc: subprocess.Popen[str] | None) -> None:
+        if proc is None:
+            return
         try:
             assert proc.stdin is not None
             proc.stdin.close()
@@ -377,7 +414,9 @@ class Execution(DoorMixin):
             cmd.timed_out = True
         cmd.rc = proc.returncode
         cmd.sim_end = self.fleet.now()
+        cmd.wall_end = time.time()
         cmd.tail = (out or "")[-1500:]
+        cmd.kept_yes = any("keeps the run's own options" in ln and "--yes" in ln for ln in (out or "").splitlines())
         self.log(f"  -> exit {cmd.rc}{' (timed out)' if cmd.timed_out else ''}{' ' + cmd.note if cmd.note else ''}")
         if self.verbose and cmd.rc not in (0, -9):
             print("     | " + "\n     | ".join(cmd.tail.splitlines()[-6:]), flush=True)
@@ -592,6 +631,10 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
             diff = {k: (ex.first_end_state.get(k), reference["end"].get(k))
                     for k in set(ex.first_end_state) | set(reference["end"]) if ex.first_end_state.get(k) != reference["end"].get(k)}
             out.append(f"end: the end state differs from the uninterrupted run's: {diff}")
+    # H: humans stay in the loop (orchestrator_sim/explore_human.py)
+    from orchestrator_sim.explore_human import check_humans
+
+    out += check_humans([ex.dir / "journal.sqlite3", ex.dir / "other-journal" / "journal.sqlite3"], ex.commands)
     # liveness
     for c in ex.commands:
         if c.timed_out:
@@ -672,10 +715,10 @@ def baseline(workroot: Path) -> dict[str, Any]:
     ex = Execution(Schedule(seed=0), d)
     with ex.fleet:
         env = ex.env(ORCHESTRATOR_TEST_KILL_AFTER="0", ORCHESTRATOR_TEST_WRITE_LOG=str(log))
-        r = subprocess.run([sys.executable, "-m", "orchestrator_sim.explore_crash", "rollout", "gpu02", "--tag", TAG, "--yes"],
-                           env=env, cwd=CLI_CWD, capture_output=True, text=True, timeout=CMD_TIMEOUT_S)
-        if r.returncode != 0:
-            raise RuntimeError(f"the uninterrupted rollout failed ({r.returncode}): {r.stdout[-2000:]}")
+        proc = ex.launch(["rollout", "gpu02", "--tag", TAG, "--yes"], env)
+        out, _ = proc.communicate(timeout=CMD_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the uninterrupted rollout failed ({proc.returncode}): {(out or '')[-2000:]}")
         calls = ex.fleet.calls
         return {
             "writes": [ln.split() for ln in log.read_text().splitlines()],

@@ -51,8 +51,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator_sim.explore_human import PAGE_BY
+
 SERVER_TOKEN = "explore-server-token-6f1e2d3c4b5a69788796a5b4c3d2e1f0"
 BASE = ("gpu03", "gpu04", "gpu23")
+#: how long the explorer's human lets a run sit at an approval gate before approving it (real s;
+#: gpu02's 30 min soak is 0.6 s at speed 3000)
+HUMAN_DELAY_S = 1.0
 ALL_HOSTS = ("gpu02", *BASE)
 DOORS = ("cli", "base", "stall", "serve", "page", "clock", "env", "journals", "preview")
 BASE_FAULTS = ("dist-store-error", "drain-stuck", "downloader-fails", "no-rejoin", "host-unhealthy")
@@ -111,6 +116,8 @@ def draw_door(rng: Any, s: Any) -> None:
         s.yes = rng.random() < 0.7
         if rng.random() < 0.5:
             a["page"] = [(rng.choice(["page-approve", "approve", "page-abort"]), rng.uniform(0.5, 6.0))]
+        if not a["adopt"]:  # a person resumes the Ctrl-C'd/killed run through --server, with or without --yes
+            a["resume_yes"] = rng.random() < 0.5
     elif d == "page":
         s.yes = rng.random() < 0.4
         acts = []
@@ -200,11 +207,11 @@ class DoorMixin:
             env = {k: v for k, v in env.items() if not k.startswith("ORCHESTRATOR_")}
             env["ORCHESTRATOR_SERVER_TOKEN"] = SERVER_TOKEN
         cmd = Command(label, args, sim_start=self.fleet.now(), note=f"clock {offset:+g}s" if offset else "")
+        cmd.offset = offset
         if grant:  # an abort counts once accepted (exit 0); a rollback is the ask whatever it ends in
             self.grant(label, grant, cmd if args[0] == "abort" else None)
         start_calls = len(self.fleet.recorder._calls)
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator_sim.explore_crash", *args], env=env, cwd=self.cli_cwd(),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = self.launch(args, env)
         with self.lock:
             self.commands.append(cmd)
         self.log(f"$ orchestrate {' '.join(args)}" + (f"  (killed after journal write {kill_after})" if kill_after else "")
@@ -286,9 +293,7 @@ class DoorMixin:
         port = free_port()
         args = ["serve", "--port", str(port)] + ([] if adopt else ["--no-adopt"])
         env = self.env(ORCHESTRATOR_SERVER_TOKEN=SERVER_TOKEN)
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator_sim.explore_crash", *args], env=env,
-                                cwd=self.cli_cwd(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = self.launch(args, env)
         cmd = Command("serve", args, sim_start=self.fleet.now())
         self.commands.append(cmd)
         self.server = (cmd, proc)
@@ -312,14 +317,25 @@ class DoorMixin:
         """Without --yes (or for a run the server adopted, which waits for a human whatever was
         stored): the operator approves each soak gate the run waits at, by its name, from the CLI."""
         t0 = time.monotonic()
-        approved = self.approved
         while going() and time.monotonic() - t0 < timeout:
-            run = self.unfinished()
-            state = (run or {}).get("state") or ""
-            if run and "soak" in state and (run["run_id"], state) not in approved:
-                approved.add((run["run_id"], state))
-                self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
-            time.sleep(0.2)
+            self.approve_if_waited()
+            time.sleep(0.1)
+
+    def approve_if_waited(self) -> None:
+        """The human: approves a soak gate by name once the run has sat at it for HUMAN_DELAY_S real
+        seconds (longer than any soak of the explorer's runbooks at its speed), so that a run that
+        passes a gate without waiting for a human shows (invariant H1, explore_human.py)."""
+        if self.s.door_args.get("no_human"):
+            return
+        run = self.unfinished()
+        state = (run or {}).get("state") or ""
+        if not run or "soak" not in state or (run["run_id"], state) in self.approved:
+            return
+        key = (run["run_id"], state)
+        first = self.waiting_since.setdefault(key, time.monotonic())
+        if time.monotonic() - first >= HUMAN_DELAY_S:
+            self.approved.add(key)
+            self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
 
     def stop_serve(self, timeout: float = 180.0, quiet_s: float = 6.0) -> None:
         """Wait until every run of the journal ended (the server drives them) or nothing happened
@@ -341,12 +357,8 @@ class DoorMixin:
             if time.monotonic() - t0 > timeout:
                 cmd.timed_out = True
                 break
-            run = self.unfinished()
-            state = (run or {}).get("state") or ""
-            if run and "soak" in state and (run["run_id"], state) not in self.approved:
-                self.approved.add((run["run_id"], state))
-                self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
-            time.sleep(0.2)
+            self.approve_if_waited()
+            time.sleep(0.1)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         self.finish(cmd, proc, timeout=30)
@@ -366,7 +378,10 @@ class DoorMixin:
                 frag = httpx.get(f"{self.url}/ui/fragments/runs/{run_id}", headers=h, timeout=10).text
                 m = re.search(r'id="approve" data-gate="([^"]*)"', frag)
                 gate = (m.group(1) if m else "") or "*"
-                r = httpx.post(f"{self.url}/runs/{run_id}/approve", json={"gate": gate}, headers=h, timeout=10)
+                # a browser's POST (Origin): the gate the button names, or `*` as a stale page
+                # (the app.js before issue 21) sends when none is named; the server must refuse it
+                r = httpx.post(f"{self.url}/runs/{run_id}/approve", json={"gate": gate, "by": PAGE_BY},
+                               headers={**h, "Origin": self.url}, timeout=10)
                 self.log(f"page Approve (gate {gate}) -> {r.status_code}")
             else:
                 r = httpx.post(f"{self.url}/runs/{run_id}/abort", json={}, headers=h, timeout=10)
@@ -474,7 +489,8 @@ class DoorMixin:
             self.door_cmd("rollback", ["rollback", "gpu02", "--replica", "all"], grant="all")
         url = self.start_serve(adopt=a["adopt"])
         if not a["adopt"] and run:
-            self.door_cmd("resume --server", ["resume", run["run_id"], *self.yes(), "--server", url], client=True)
+            yes = self.yes() if a.get("resume_yes", True) else []
+            self.door_cmd("resume --server", ["resume", run["run_id"], *yes, "--server", url], client=True)
         for action, at in a.get("page", []):
             time.sleep(at)
             target = self.unfinished()

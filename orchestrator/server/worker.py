@@ -273,6 +273,7 @@ class Worker:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
         yes, soak, pinned = False, None, None
+        kept_note = None  # a person's resume that keeps the run's --yes says so (issue 21)
         if isinstance(body, RolloutBody):
             soak, yes = commands.parse_soak(body.soak, "soak"), body.yes
             check_tag(body.tag)
@@ -296,9 +297,11 @@ class Worker:
             from orchestrator.oncall import kept_options
 
             run = self._get_run(body.run_id)
-            yes, soak_text, _ = kept_options(run, yes=body.yes, soak=body.soak)  # the run's own, unless given
+            yes, soak_text, kept = kept_options(run, yes=body.yes, soak=body.soak)  # the run's own, unless given
             if adopting:  # no human asked for this resume: the stored --yes never passes an approval
                 yes = False
+            elif yes and not body.yes:
+                kept_note = kept
             soak = commands.parse_soak(soak_text, "soak")
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
@@ -323,6 +326,7 @@ class Worker:
         if rb != checked:
             raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
         lease, took_over = self._claim(run, new=new)
+        took_over = "; ".join(x for x in (took_over, kept_note) if x) or None
         identity = {"name": run.runbook, "sha256": digest}
         if run.context.get(IDENTITY_KEY) != identity:
             s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: identity})
