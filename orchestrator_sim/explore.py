@@ -35,6 +35,7 @@ import json
 import logging
 import sys
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -67,12 +68,15 @@ def summarize(results: list[Result]) -> dict[str, Any]:
     }
 
 
-def write_report(results: list[Result], path: Path, title: str) -> dict[str, Any]:
+def write_report(results: list[Result], path: Path, title: str, wall_s: float | None = None) -> dict[str, Any]:
     summary = summarize(results)
+    if wall_s is not None:
+        summary["wall_seconds"] = round(wall_s, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", "", f"schedules: {summary['schedules']}; by kind: "
              + ", ".join(f"{k} {n}" for k, n in summary["by_kind"].items())
-             + f"; violating: {len(summary['violating'])}; total {summary['seconds']} s of schedules", ""]
+             + f"; violating: {len(summary['violating'])}; total {summary['seconds']} s of schedules"
+             + (f"; {wall_s:.0f} s wall" if wall_s is not None else ""), ""]
     for r in results:
         if not r.ok:
             lines += [f"## {'seed ' + str(r.seed) if r.seed is not None else r.label}: {r.schedule}", "",
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default=None)
     args = p.parse_args(argv)
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # a killed client's socket errors
+    t0 = time.monotonic()
     workroot = Path(args.workdir or tempfile.mkdtemp(prefix="explore-"))
     workroot.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         title = f"schedule explorer: seeds {first}..{first + n - 1}"
     if pool:
         pool.shutdown()
-    summary = write_report(results, Path(args.report), title)
+    summary = write_report(results, Path(args.report), title, time.monotonic() - t0)
     print(f"{summary['schedules']} schedules ({', '.join(f'{k} {v}' for k, v in summary['by_kind'].items())}); "
           f"{len(summary['violating'])} violating; report: {args.report}")
     return 1 if summary["violating"] else 0
