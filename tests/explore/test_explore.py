@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
+import fcntl
+import json
 import random
 from pathlib import Path
 
@@ -59,9 +62,7 @@ def _job(label: str, workroot: str, base: dict | None) -> explore.Result:
     return explore.sweep_point(kind, int(arg), base, Path(workroot))
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, explore.Result]:
-    workroot = tmp_path_factory.mktemp("explore")
+def _run_all(workroot: Path) -> dict[str, explore.Result]:
     base = explore.baseline(workroot)
     out: dict[str, explore.Result] = {}
     with concurrent.futures.ProcessPoolExecutor(max_workers=CI_JOBS) as pool:
@@ -72,6 +73,24 @@ def results(tmp_path_factory) -> dict[str, explore.Result]:
     print(f"\nexplorer: {summary['schedules']} schedules, by kind {summary['by_kind']}, "
           f"{len(summary['violating'])} violating; report {workroot / 'report.md'}")
     return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, worker_id) -> dict[str, explore.Result]:
+    """The CI set, run once per test session: under xdist every worker that gets one of these tests
+    needs the results, and the first one to come runs the schedules while the others wait for its
+    file (the lock-and-share recipe of pytest-xdist), so the schedules never run twice."""
+    if worker_id == "master":
+        return _run_all(tmp_path_factory.mktemp("explore"))
+    shared = tmp_path_factory.getbasetemp().parent
+    with open(shared / "explore-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "explore-ci.json"
+        if done.exists():
+            return {k: explore.Result(**v) for k, v in json.loads(done.read_text()).items()}
+        out = _run_all(tmp_path_factory.mktemp("explore"))
+        done.write_text(json.dumps({k: dataclasses.asdict(v) for k, v in out.items()}))
+        return out
 
 
 def test_draw_is_deterministic_and_covers_every_fault_and_action() -> None:
