@@ -64,7 +64,7 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
     prev: dict[str, Any] = {}
     for c in sorted((c for c in calls if _effective(c)), key=lambda c: c.seq):
         p = prev.get(c.host or "")
-        if p is not None and _mutating_key(p) == _mutating_key(c):
+        if p is not None and _mutating_key(p) == _mutating_key(c) and not _operator_started_over(ex, p, c):
             out.append(f"I3 duplicate: call #{c.seq} repeats call #{p.seq} ({c.host + ' ' if c.host else ''}{c.path} "
                        f"{_mutating_key(c)[2]} {','.join(_mutating_key(c)[3])}) with nothing accepted in between")
         prev[c.host or ""] = c
@@ -93,6 +93,24 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
         elif c.rc == 1:
             out.append(f"live: `orchestrate {' '.join(c.argv)}` exited 1 (unexpected error): {c.tail[-300:]!r}")
     return out
+
+
+def _command_at(ex: Execution, t: float) -> Any:
+    """The run command (not an approve/abort) that was running at simulated time `t`, if one."""
+    for c in ex.commands:
+        if c.argv and c.argv[0] in ("rollout", "resume", "rollback") and c.sim_start <= t <= (c.sim_end or float("inf")):
+            return c
+    return None
+
+
+def _operator_started_over(ex: Execution, p: Any, c: Any) -> bool:
+    """Call `c` repeats `p`, but the operator started over: `p`'s command ended on its own (not
+    killed, not Ctrl-C'd) and `c` came from a later `rollout` the operator ran (a new run, e.g. the
+    fleet again after a gpu03 run ABORTED because model-downloader failed: its one-shot runs again).
+    A run that repeats its own call (a resume, a takeover) is still judged."""
+    a, b = _command_at(ex, p.at), _command_at(ex, c.at)
+    return (a is not None and b is not None and a is not b and b.argv[0] == "rollout" and a.rc not in (None, -9, 130)
+            and not a.timed_out and a.sim_end is not None and a.sim_end <= b.sim_start)
 
 
 _REFERENCES: dict[Any, dict[str, Any]] = {}
