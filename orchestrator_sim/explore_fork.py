@@ -266,7 +266,12 @@ def server_for(cwd: Path) -> ForkServer:
             if not _SERVERS:
                 import atexit
 
-                atexit.register(close_all)  # waited for: its CPU (and its commands') is this process's
+                import multiprocessing.util
+
+                # waited for at exit, so its CPU (and its commands') counts as this process's: atexit
+                # for a plain process, a finalizer for a multiprocessing worker (which skips atexit)
+                atexit.register(close_all)
+                multiprocessing.util.Finalize(None, close_all, exitpriority=0)
             s = _SERVERS[str(cwd)] = ForkServer(cwd)
         return s
 
