@@ -102,9 +102,13 @@ class DoorRuns(DoorMixin):
         from orchestrator_sim.explore import TAG
 
         kind, n = a["crash"]
-        first = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, *self.yes()],
-                              kill_after=n if kind == "after" else 0, sigint_at=n if kind == "sigint" else None,
-                              kill_done=n if kind == "killdone" else None)
+        first, proc = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, *self.yes()], background=True,
+                                    kill_after=n if kind == "after" else 0, sigint_at=n if kind == "sigint" else None,
+                                    kill_done=n if kind == "killdone" else None)
+        # without --yes the first rollout waits at r2.soak: the human approves it (seed 163 waited
+        # there until the explorer's timeout when its kill point came after the gate)
+        self.approve_waiting(lambda: proc.poll() is None)
+        self.finish(first, proc)
         if first.rc == 0:
             return
         run = self.unfinished()
