@@ -36,7 +36,8 @@ server-load: $(STAMP)
 	$(BIN)/python -m bench.server_load
 
 ## The seeded schedule explorer (docs/explorer.md): SEEDS schedules from SEED, then the full crash
-## sweep (every journal write and every mutating call in flight). JOBS in parallel; FAST=1: the CI (fast) form.
+## sweep (every journal write and every mutating call in flight). JOBS in parallel; FAST=1: the CI (fast) form;
+## SWEEP=none: the seeds only (the 1000-seed run of docs/explorer.md: make explore SEEDS=1000 FAST=1 SWEEP=none).
 SEEDS ?= 100
 SEED ?= 0
 JOBS ?= 2

@@ -7,17 +7,20 @@ or the next write after it never happens.
 
 ORCHESTRATOR_TEST_CLOCK_OFFSET_S=S (test-only, the explorer's `clock` door): the orchestrator's wall
 clock reads S seconds off (a host whose clock was stepped), see explore_entry.clock_offset_hook.
+
+Run as `python -m orchestrator_sim.explore_crash ARGS`, or by the explorer's fork server
+(explore_fork.py): `install()` once in the warm interpreter, `configure()` and `run_cli()` in
+each forked command.
 """
 
 import os
 import signal
 import sys
 
-from orchestrator.journal.sql import SqlJournal
-
-KILL_AFTER = int(os.environ.get("ORCHESTRATOR_TEST_KILL_AFTER", "0"))
-LOG = os.environ.get("ORCHESTRATOR_TEST_WRITE_LOG")
+KILL_AFTER = 0
+LOG: str | None = None
 count = 0
+_installed = False
 
 
 def _wrap(cls, name):
@@ -38,13 +41,40 @@ def _wrap(cls, name):
     setattr(cls, name, wrapped)
 
 
-for _n in ("record_transition", "record_intent", "record_outcome"):
-    _wrap(SqlJournal, _n)
+def install() -> None:
+    """Wrap the journal's writes (once per interpreter)."""
+    global _installed
+    if _installed:
+        return
+    from orchestrator.journal.sql import SqlJournal
 
-from orchestrator.cli import main  # noqa: E402
-from orchestrator_sim.explore_entry import clock_offset_hook  # noqa: E402
+    for _n in ("record_transition", "record_intent", "record_outcome"):
+        _wrap(SqlJournal, _n)
+    _installed = True
 
-clock_offset_hook()
 
-sys.argv[0] = "orchestrate"
-main()
+def configure() -> None:
+    """Read this command's hooks from its environment (a forked command: after its env is set)."""
+    global KILL_AFTER, LOG, count
+    KILL_AFTER = int(os.environ.get("ORCHESTRATOR_TEST_KILL_AFTER", "0") or 0)
+    LOG = os.environ.get("ORCHESTRATOR_TEST_WRITE_LOG")
+    count = 0
+    if os.environ.get("ORCHESTRATOR_TEST_BREAK"):
+        from orchestrator_sim.explore_human import apply_breaks
+
+        apply_breaks()
+
+
+def run_cli() -> None:
+    from orchestrator.cli import main
+    from orchestrator_sim.explore_entry import clock_offset_hook
+
+    clock_offset_hook()
+    sys.argv[0] = "orchestrate"
+    main()
+
+
+if __name__ == "__main__":
+    install()
+    configure()
+    run_cli()

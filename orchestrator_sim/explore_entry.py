@@ -51,8 +51,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator_sim.explore_human import PAGE_BY
+
 SERVER_TOKEN = "explore-server-token-6f1e2d3c4b5a69788796a5b4c3d2e1f0"
 BASE = ("gpu03", "gpu04", "gpu23")
+#: how long the explorer's human lets a run sit at an approval gate before approving it (real s;
+#: gpu02's 30 min soak is 0.6 s at speed 3000)
+HUMAN_DELAY_S = 1.0
 ALL_HOSTS = ("gpu02", *BASE)
 DOORS = ("cli", "base", "stall", "serve", "page", "clock", "env", "journals", "preview")
 BASE_FAULTS = ("dist-store-error", "drain-stuck", "downloader-fails", "no-rejoin", "host-unhealthy")
@@ -111,6 +116,8 @@ def draw_door(rng: Any, s: Any) -> None:
         s.yes = rng.random() < 0.7
         if rng.random() < 0.5:
             a["page"] = [(rng.choice(["page-approve", "approve", "page-abort"]), rng.uniform(0.5, 6.0))]
+        if not a["adopt"]:  # a person resumes the Ctrl-C'd/killed run through --server, with or without --yes
+            a["resume_yes"] = rng.random() < 0.5
     elif d == "page":
         s.yes = rng.random() < 0.4
         acts = []
@@ -200,11 +207,11 @@ class DoorMixin:
             env = {k: v for k, v in env.items() if not k.startswith("ORCHESTRATOR_")}
             env["ORCHESTRATOR_SERVER_TOKEN"] = SERVER_TOKEN
         cmd = Command(label, args, sim_start=self.fleet.now(), note=f"clock {offset:+g}s" if offset else "")
+        cmd.offset = offset
         if grant:  # an abort counts once accepted (exit 0); a rollback is the ask whatever it ends in
             self.grant(label, grant, cmd if args[0] == "abort" else None)
         start_calls = len(self.fleet.recorder._calls)
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator_sim.explore_crash", *args], env=env, cwd=self.cli_cwd(),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = self.launch(args, env)
         with self.lock:
             self.commands.append(cmd)
         self.log(f"$ orchestrate {' '.join(args)}" + (f"  (killed after journal write {kill_after})" if kill_after else "")
@@ -286,9 +293,7 @@ class DoorMixin:
         port = free_port()
         args = ["serve", "--port", str(port)] + ([] if adopt else ["--no-adopt"])
         env = self.env(ORCHESTRATOR_SERVER_TOKEN=SERVER_TOKEN)
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator_sim.explore_crash", *args], env=env,
-                                cwd=self.cli_cwd(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = self.launch(args, env)
         cmd = Command("serve", args, sim_start=self.fleet.now())
         self.commands.append(cmd)
         self.server = (cmd, proc)
@@ -312,14 +317,25 @@ class DoorMixin:
         """Without --yes (or for a run the server adopted, which waits for a human whatever was
         stored): the operator approves each soak gate the run waits at, by its name, from the CLI."""
         t0 = time.monotonic()
-        approved = self.approved
         while going() and time.monotonic() - t0 < timeout:
-            run = self.unfinished()
-            state = (run or {}).get("state") or ""
-            if run and "soak" in state and (run["run_id"], state) not in approved:
-                approved.add((run["run_id"], state))
-                self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
-            time.sleep(0.2)
+            self.approve_if_waited()
+            time.sleep(0.1)
+
+    def approve_if_waited(self) -> None:
+        """The human: approves a soak gate by name once the run has sat at it for HUMAN_DELAY_S real
+        seconds (longer than any soak of the explorer's runbooks at its speed), so that a run that
+        passes a gate without waiting for a human shows (invariant H1, explore_human.py)."""
+        if self.s.door_args.get("no_human"):
+            return
+        run = self.unfinished()
+        state = (run or {}).get("state") or ""
+        if not run or "soak" not in state or (run["run_id"], state) in self.approved:
+            return
+        key = (run["run_id"], state)
+        first = self.waiting_since.setdefault(key, time.monotonic())
+        if time.monotonic() - first >= HUMAN_DELAY_S:
+            self.approved.add(key)
+            self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
 
     def stop_serve(self, timeout: float = 180.0, quiet_s: float = 6.0) -> None:
         """Wait until every run of the journal ended (the server drives them) or nothing happened
@@ -341,12 +357,8 @@ class DoorMixin:
             if time.monotonic() - t0 > timeout:
                 cmd.timed_out = True
                 break
-            run = self.unfinished()
-            state = (run or {}).get("state") or ""
-            if run and "soak" in state and (run["run_id"], state) not in self.approved:
-                self.approved.add((run["run_id"], state))
-                self.door_cmd("approve", ["approve", run["run_id"], "--gate", state])
-            time.sleep(0.2)
+            self.approve_if_waited()
+            time.sleep(0.1)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         self.finish(cmd, proc, timeout=30)
@@ -366,7 +378,10 @@ class DoorMixin:
                 frag = httpx.get(f"{self.url}/ui/fragments/runs/{run_id}", headers=h, timeout=10).text
                 m = re.search(r'id="approve" data-gate="([^"]*)"', frag)
                 gate = (m.group(1) if m else "") or "*"
-                r = httpx.post(f"{self.url}/runs/{run_id}/approve", json={"gate": gate}, headers=h, timeout=10)
+                # a browser's POST (Origin): the gate the button names, or `*` as a stale page
+                # (the app.js before issue 21) sends when none is named; the server must refuse it
+                r = httpx.post(f"{self.url}/runs/{run_id}/approve", json={"gate": gate, "by": PAGE_BY},
+                               headers={**h, "Origin": self.url}, timeout=10)
                 self.log(f"page Approve (gate {gate}) -> {r.status_code}")
             else:
                 r = httpx.post(f"{self.url}/runs/{run_id}/abort", json={}, headers=h, timeout=10)
@@ -375,206 +390,6 @@ class DoorMixin:
                     self.grant("page-abort", "all")
         except httpx.HTTPError as exc:
             self.log(f"page {action}: {exc}")
-
-    # -- the doors -----------------------------------------------------------------------------
-    def execute_door(self) -> None:
-        with self.fleet:
-            getattr(self, "door_" + self.s.door)(self.s.door_args)
-            self.ensure_first()
-            self.final_state = self.end_state_now()
-
-    def end_state_now(self) -> dict[str, tuple[str, str]]:
-        from orchestrator_sim.explore import end_state
-
-        return end_state(self.fleet)
-
-    def gpu02_first(self) -> None:
-        from orchestrator_sim.explore import TAG
-
-        self.door_cmd("gpu02", ["rollout", "gpu02", "--tag", TAG, "--yes", "--soak", "0"])
-
-    def base_rollout(self, host: str, **kw: Any) -> Any:
-        from orchestrator_sim import BASE_TARGET_TAG
-
-        over = ["--override-prerequisite", "gpu02"] if self.s.fast else []
-        return self.door_cmd(f"rollout {host}", ["rollout", host, "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0", *over], **kw)
-
-    def door_base(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim import BASE_TARGET_TAG
-
-        if not self.s.fast:
-            self.gpu02_first()
-        over = ["--override-prerequisite", "gpu02"] if self.s.fast else []
-        fleet_args = ["rollout", "--hosts", ",".join(a["order"]), "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0", *over]
-        crash = a.get("crash")
-        kill = crash[1] if crash and crash[0] == "after" else 0
-        sigint = crash[1] if crash and crash[0] == "sigint" else None
-        first = self.door_cmd("fleet", fleet_args, kill_after=kill, sigint_at=sigint)
-        if crash and first.rc != 0:
-            self.wait_lease()
-            run = self.unfinished()
-            then = a.get("then")
-            if then == "abort" and run:
-                self.door_cmd("abort", ["abort", run["run_id"]], grant="all")
-            elif then == "resume" and run:
-                self.door_cmd("resume", ["resume", run["run_id"], "--yes", "--soak", "0"])
-            self.door_cmd("fleet-again", fleet_args)
-        if a.get("rollback"):
-            self.door_cmd(f"rollback {a['rollback']}", ["rollback", a["rollback"]], grant="all")
-
-    def door_stall(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
-
-        v = a["variant"]
-        if v != "gpu02" and not self.s.fast:
-            self.gpu02_first()
-        if v == "base-rollback":
-            self.base_rollout("gpu04")
-        if v == "gpu02":
-            args = ["rollout", "gpu02", "--tag", TAG, "--yes"]
-            label = "rollout gpu02"
-        elif v == "base-rollback":
-            args, label = ["rollback", "gpu04"], "rollback gpu04"
-        else:
-            from orchestrator_sim import BASE_TARGET_TAG
-
-            args = ["rollout", "gpu04", "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0"] + (
-                ["--override-prerequisite", "gpu02"] if self.s.fast else [])
-            label = "rollout gpu04"
-        cmd, proc = self.door_cmd(label, args, background=True, grant="all" if v == "base-rollback" else None)
-        start = len(self.fleet.recorder._calls)
-        stopped = self._signal_at(proc, cmd, start, a["k"], signal.SIGSTOP)
-        if stopped:
-            self.wait_lease()  # a stall longer than the lease: the stalled runner's lease has expired
-            if v == "gpu02":
-                if a["other"] == "rollout":
-                    self.door_cmd("second rollout gpu02", ["rollout", "gpu02", "--tag", TAG, "--yes"])
-                else:
-                    self.door_cmd("rollback gpu02", ["rollback", "gpu02", "--replica", "all"], grant="all")
-            else:
-                self.base_rollout("gpu03")
-            try:
-                os.killpg(proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        self.finish(cmd, proc)
-
-    def door_serve(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
-
-        kind, n = a["crash"]
-        first = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, *self.yes()],
-                              kill_after=n if kind == "after" else 0, sigint_at=n if kind == "sigint" else None,
-                              kill_done=n if kind == "killdone" else None)
-        if first.rc == 0:
-            return
-        run = self.unfinished()
-        if a.get("rollback"):
-            self.wait_lease()
-            self.door_cmd("rollback", ["rollback", "gpu02", "--replica", "all"], grant="all")
-        url = self.start_serve(adopt=a["adopt"])
-        if not a["adopt"] and run:
-            self.door_cmd("resume --server", ["resume", run["run_id"], *self.yes(), "--server", url], client=True)
-        for action, at in a.get("page", []):
-            time.sleep(at)
-            target = self.unfinished()
-            if target is None:
-                break
-            if action == "approve":
-                self.door_cmd("approve", ["approve", target["run_id"], "--gate", "*"])  # by name (approval_scope.py)
-            else:
-                self.page(action, target["run_id"])
-        self.stop_serve()
-
-    def door_page(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
-
-        url = self.start_serve()
-        cmd, proc = self.door_cmd("rollout --server", ["rollout", "gpu02", "--tag", TAG, *self.yes(), "--server", url],
-                                  background=True, client=True)
-        muts0 = 0
-        for action, when, k in a["actions"]:
-            t0 = time.monotonic()
-            while proc.poll() is None and time.monotonic() - t0 < 120:
-                with self.fleet.recorder._lock:
-                    muts = [c for c in self.fleet.recorder._calls if c.is_mutating][muts0:]
-                if len(muts) >= k and (when == "mut" or muts[k - 1].finished_at is not None):
-                    break
-                time.sleep(0.005)
-            run = self.unfinished()
-            if run is None:
-                break
-            if action == "approve":
-                self.door_cmd("approve", ["approve", run["run_id"], "--gate", "*"])  # by name (approval_scope.py)
-            else:
-                self.page(action, run["run_id"])
-        self.approve_waiting(lambda: proc.poll() is None)
-        self.finish(cmd, proc)
-        self.stop_serve()
-
-    def door_clock(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
-
-        first = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, "--yes"], kill_after=a["kill"])
-        if first.rc == 0:
-            return
-        run = self.unfinished()
-        self.wait_lease()
-        if a["rollback"]:
-            self.door_cmd("rollback", ["rollback", "gpu02", "--replica", "all"], grant="all",
-                          offset=a["step"] if a["when"] == "rollback" else 0)
-        if run:
-            self.door_cmd("resume", ["resume", run["run_id"], "--yes"], offset=a["step"] if a["when"] == "resume" else 0)
-
-    def door_env(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
-
-        first = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, "--yes"], kill_after=a["kill"])
-        run = self.unfinished() or self.newest_run()
-        key, value = a["change"]
-        self.env_before = dict(self.fleet.dashboard_env)
-        self.fleet.set_env_var(key, value)
-        self.log(f"dashboard: {key}={value}")
-        # a human changed the env map: the gates that re-check it (the budget, the env map whole)
-        # may fail on whichever replica is moved next, and rolling that replica back is the rule
-        self.grant(f"env map changed ({key})", "all")
-        if first.rc == -9:
-            self.wait_lease()
-        then = a["then"]
-        if then == "rollback":
-            self.door_cmd("rollback", ["rollback", "gpu02", "--replica", "all"], grant="all")
-        elif then == "rerun":
-            self.door_cmd("rerun", ["rollout", "gpu02", "--tag", TAG, "--yes"])
-        elif run:
-            self.door_cmd(then, ["resume", run["run_id"], "--yes"] + (["--retry"] if then == "retry" else []))
-
-    def door_journals(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim import BASE_TARGET_TAG
-        from orchestrator_sim.explore import TAG
-
-        other = self.dir / "other-journal"
-        other.mkdir(exist_ok=True)
-        host = a["host"]
-        tag = TAG if host == "gpu02" else BASE_TARGET_TAG
-        over = [] if host == "gpu02" else ["--override-prerequisite", "gpu02", "--soak", "0"]
-        args = ["rollout", host, "--tag", tag, "--yes", *over]
-        cmd, proc = self.door_cmd("rollout", args, background=True)
-        kind, k = a["trigger"]
-        t0 = time.monotonic()
-        while proc.poll() is None and time.monotonic() - t0 < 120:
-            with self.fleet.recorder._lock:
-                muts = [c for c in self.fleet.recorder._calls if c.is_mutating]
-            if len(muts) >= k and (kind == "mut" or muts[k - 1].finished_at is not None):
-                break
-            time.sleep(0.005)
-        self.door_cmd("rollout (another journal)", args, state=other)
-        self.finish(cmd, proc)
-
-    def door_preview(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
-
-        self.door_cmd("plan --live", ["plan", "gpu02", "--tag", TAG, "--live"])
-        self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, "--yes"])
 
 
 def clock_offset_hook() -> None:

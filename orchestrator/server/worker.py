@@ -273,6 +273,7 @@ class Worker:
         s = self.session
         # the service's admission, exactly as the CLI's (orchestrator/service/admit.py -> admission.py)
         pinned = None
+        kept_note = None  # a person's resume that keeps the run's --yes says so (issue 21)
         if isinstance(body, RolloutBody):
             req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or DEFAULT_RUNBOOK, yes=body.yes,
                                  soak=body.soak)
@@ -295,7 +296,10 @@ class Worker:
         else:
             run = self._get_run(body.run_id)
             req_r = ResumeRequest(run_id=run.run_id, retry=body.retry, yes=body.yes, soak=body.soak, adopting=adopting)
-            resume_options(run, req_r, soak_name="soak")  # the run's own options, unless given (a bad --soak: 400)
+            # the run's own options, unless given (a bad --soak: 400); an adoption never keeps --yes
+            kept_yes, _, _, kept = resume_options(run, req_r, soak_name="soak")
+            if kept_yes and not body.yes:
+                kept_note = kept
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
                 raise Refused(f"run {run.run_id} is already running on this server")
@@ -317,6 +321,7 @@ class Worker:
         if rb != checked:
             raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
         lease, took_over = self._claim(run, new=new)
+        took_over = "; ".join(x for x in (took_over, kept_note) if x) or None
         identity = {"name": run.runbook, "sha256": digest}
         if run.context.get(IDENTITY_KEY) != identity:
             s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: identity})

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
+import fcntl
+import json
 import random
 from pathlib import Path
 
@@ -24,10 +27,16 @@ from orchestrator_sim.faults import FAULTS
 
 pytestmark = pytest.mark.e2e
 
-CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done"]
-#: fast-form seeds: every door (see test_ci_seeds_cover_every_door), the gpu02 CLI schedules with
-#: faults, crashes and operator actions, aimed 409/500s
-CI_SEEDS = [0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 20, 24, 26, 35, 46]
+CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
+            # invariant H: an adopted run and a person's resume without --yes wait for a human; the page
+            # approves only the gate that waits (explore_human.py)
+            "sigint-then-adopted", "ctrl-c-resume-without-yes", "page-approve-in-cold-start"]
+#: hole schedules with a product guard broken on purpose: the judge must see each (H1/H2)
+CI_BROKEN = {"broken-adopted-keeps-yes": "H1 human", "broken-page-approves-any-gate": "H2 page"}
+#: fast-form seeds 0-99 (the issue asks for at least 100 in CI): every door (see
+#: test_ci_seeds_cover_every_door) and every kind; `make explore` runs more
+CI_SEEDS = list(range(100))
+CI_JOBS = 4  # schedules mostly wait (leases, cold starts, soaks): 4 at a time keep 2 cores busy
 CI_WRITES = [60]  # of the ~96 journal writes of an uninterrupted rollout (make explore: all)
 CI_INFLIGHT = [12]  # of its 15 mutating calls: the second perception-check up
 
@@ -37,7 +46,7 @@ KNOWN: dict[str, str] = {}
 
 
 def _labels() -> list[str]:
-    return ([f"hole:{h}" for h in CI_HOLES] + [f"seed:{s}" for s in CI_SEEDS]
+    return ([f"hole:{h}" for h in CI_HOLES] + [f"broken:{h}" for h in CI_BROKEN] + [f"seed:{s}" for s in CI_SEEDS]
             + [f"after:{k}" for k in CI_WRITES] + [f"inflight:{k}" for k in CI_INFLIGHT])
 
 
@@ -45,7 +54,7 @@ def _job(label: str, workroot: str, base: dict | None) -> explore.Result:
     kind, _, arg = label.partition(":")
     if base is not None:  # the uninterrupted run without faults is the baseline: do not run it again
         explore._REFERENCES.setdefault(((), True), base)
-    if kind == "hole":
+    if kind in ("hole", "broken"):
         return explore.run_hole(arg, Path(workroot))
     if kind == "seed":
         return explore.run_seed(int(arg), Path(workroot), fast=True)
@@ -53,12 +62,10 @@ def _job(label: str, workroot: str, base: dict | None) -> explore.Result:
     return explore.sweep_point(kind, int(arg), base, Path(workroot))
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, explore.Result]:
-    workroot = tmp_path_factory.mktemp("explore")
+def _run_all(workroot: Path) -> dict[str, explore.Result]:
     base = explore.baseline(workroot)
     out: dict[str, explore.Result] = {}
-    with concurrent.futures.ProcessPoolExecutor(max_workers=2) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=CI_JOBS) as pool:
         futs = {label: pool.submit(_job, label, str(workroot), base) for label in _labels()}
         for label, f in futs.items():
             out[label] = f.result()
@@ -66,6 +73,24 @@ def results(tmp_path_factory) -> dict[str, explore.Result]:
     print(f"\nexplorer: {summary['schedules']} schedules, by kind {summary['by_kind']}, "
           f"{len(summary['violating'])} violating; report {workroot / 'report.md'}")
     return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, worker_id) -> dict[str, explore.Result]:
+    """The CI set, run once per test session: under xdist every worker that gets one of these tests
+    needs the results, and the first one to come runs the schedules while the others wait for its
+    file (the lock-and-share recipe of pytest-xdist), so the schedules never run twice."""
+    if worker_id == "master":
+        return _run_all(tmp_path_factory.mktemp("explore"))
+    shared = tmp_path_factory.getbasetemp().parent
+    with open(shared / "explore-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "explore-ci.json"
+        if done.exists():
+            return {k: explore.Result(**v) for k, v in json.loads(done.read_text()).items()}
+        out = _run_all(tmp_path_factory.mktemp("explore"))
+        done.write_text(json.dumps({k: dataclasses.asdict(v) for k, v in out.items()}))
+        return out
 
 
 def test_draw_is_deterministic_and_covers_every_fault_and_action() -> None:
@@ -156,7 +181,7 @@ def test_the_judge_sees_a_teardown_nobody_asked_for(tmp_path) -> None:
     assert any(v.startswith("I1 serving") for v in found), found
 
 
-@pytest.mark.parametrize("label", _labels())
+@pytest.mark.parametrize("label", [x for x in _labels() if not x.startswith("broken:")])
 def test_schedule_keeps_the_promise(results, label) -> None:
     r = results[label]
     if label in KNOWN:
@@ -172,14 +197,25 @@ DOOR_MARKS = {"base": "--hosts", "stall": "SIGSTOP at call", "serve": "serve: or
 
 
 def test_the_doors_are_really_entered(results) -> None:
+    """Every door is really entered by at least one CI seed (a stall at call k needs k calls)."""
+    entered = collections.defaultdict(list)
     for s in CI_SEEDS:
         door = explore.draw(s).door
         if door in DOOR_MARKS:
-            r = results[f"seed:{s}"]
-            assert any(DOOR_MARKS[door] in c for c in r.commands), (s, door, r.commands)
+            entered[door].append(any(DOOR_MARKS[door] in c for c in results[f"seed:{s}"].commands))
+    assert {d for d, seen in entered.items() if any(seen)} == set(DOOR_MARKS) & set(doors_available()), dict(entered)
 
 
 def test_budget_reports_counts_per_kind(results) -> None:
     summary = explore.summarize(list(results.values()))
     assert summary["schedules"] == len(_labels())
     assert {"faults", "crashes", "operator"} <= set(summary["by_kind"])
+
+
+@pytest.mark.parametrize("name", list(CI_BROKEN))
+def test_the_judge_sees_a_human_left_out(results, name) -> None:
+    """With the product's guard broken on purpose (an adopted run passing its gates on the stored
+    --yes; the server taking `*` from the run page), invariant H must name it; the same schedule
+    without the break (sigint-then-adopted, page-approve-in-cold-start) keeps every invariant."""
+    r = results[f"broken:{name}"]
+    assert any(v.startswith(CI_BROKEN[name]) for v in r.violations), (r.violations, r.commands)
