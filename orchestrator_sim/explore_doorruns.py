@@ -23,12 +23,12 @@ class DoorRuns(DoorMixin):
             self.final_state = self.end_state_now()
 
     def end_state_now(self) -> dict[str, tuple[str, str]]:
-        from orchestrator_sim.explore import end_state
+        from orchestrator_sim.explore_common import end_state
 
         return end_state(self.fleet)
 
     def gpu02_first(self) -> None:
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         self.door_cmd("gpu02", ["rollout", "gpu02", "--tag", TAG, "--yes", "--soak", "0"])
 
@@ -62,7 +62,7 @@ class DoorRuns(DoorMixin):
             self.door_cmd(f"rollback {a['rollback']}", ["rollback", a["rollback"]], grant="all")
 
     def door_stall(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         v = a["variant"]
         if v != "gpu02" and not self.s.fast:
@@ -99,7 +99,7 @@ class DoorRuns(DoorMixin):
         self.finish(cmd, proc)
 
     def door_serve(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         kind, n = a["crash"]
         first, proc = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, *self.yes()], background=True,
@@ -131,7 +131,7 @@ class DoorRuns(DoorMixin):
         self.stop_serve()
 
     def door_page(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         url = self.start_serve()
         cmd, proc = self.door_cmd("rollout --server", ["rollout", "gpu02", "--tag", TAG, *self.yes(), "--server", url],
@@ -157,7 +157,7 @@ class DoorRuns(DoorMixin):
         self.stop_serve()
 
     def door_clock(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         first = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, "--yes"], kill_after=a["kill"])
         if first.rc == 0:
@@ -171,7 +171,7 @@ class DoorRuns(DoorMixin):
             self.door_cmd("resume", ["resume", run["run_id"], "--yes"], offset=a["step"] if a["when"] == "resume" else 0)
 
     def door_env(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         first = self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, "--yes"], kill_after=a["kill"])
         run = self.unfinished() or self.newest_run()
@@ -194,7 +194,7 @@ class DoorRuns(DoorMixin):
 
     def door_journals(self, a: dict[str, Any]) -> None:
         from orchestrator_sim import BASE_TARGET_TAG
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         other = self.dir / "other-journal"
         other.mkdir(exist_ok=True)
@@ -215,7 +215,7 @@ class DoorRuns(DoorMixin):
         self.finish(cmd, proc)
 
     def door_preview(self, a: dict[str, Any]) -> None:
-        from orchestrator_sim.explore import TAG
+        from orchestrator_sim.explore_common import TAG
 
         self.door_cmd("plan --live", ["plan", "gpu02", "--tag", TAG, "--live"])
         self.door_cmd("rollout", ["rollout", "gpu02", "--tag", TAG, "--yes"])

@@ -197,7 +197,7 @@ class DoorMixin:
         """Run `orchestrate ARGS` through explore_crash.py (kill after write N, clock offset), with a
         Ctrl-C (SIGINT) when the k-th call since it started arrives. `grant`: the operator's ask
         this command is (a slot or `all`), counted if it exits 0 or is still running."""
-        from orchestrator_sim.explore import Command
+        from orchestrator_sim.explore_common import Command
 
         extra = {"ORCHESTRATOR_TEST_KILL_AFTER": str(kill_after), "ORCHESTRATOR_TEST_CLOCK_OFFSET_S": f"{offset:g}"}
         if state is not None:
@@ -223,7 +223,7 @@ class DoorMixin:
             threading.Thread(target=self._kill_after_done, args=(proc, cmd, kill_done), daemon=True).start()
         if background:
             return cmd, proc
-        from orchestrator_sim.explore import _Watcher
+        from orchestrator_sim.explore_common import _Watcher
 
         start_muts = sum(1 for c in self.fleet.recorder._calls if c.is_mutating)
         watcher = _Watcher(self, proc, cmd, start_muts, None, during or [])
@@ -263,7 +263,7 @@ class DoorMixin:
         return False
 
     def cli_cwd(self) -> Path:
-        from orchestrator_sim.explore import CLI_CWD
+        from orchestrator_sim.explore_common import CLI_CWD
 
         return CLI_CWD
 
@@ -274,7 +274,7 @@ class DoorMixin:
         return None
 
     def wait_lease(self) -> None:
-        from orchestrator_sim.explore import LEASE_TTL
+        from orchestrator_sim.explore_common import LEASE_TTL
 
         time.sleep(LEASE_TTL + 0.3)
 
@@ -288,7 +288,7 @@ class DoorMixin:
 
     # -- serve ---------------------------------------------------------------------------------
     def start_serve(self, *, adopt: bool = True) -> str:
-        from orchestrator_sim.explore import Command
+        from orchestrator_sim.explore_common import Command
 
         port = free_port()
         args = ["serve", "--port", str(port)] + ([] if adopt else ["--no-adopt"])

@@ -12,27 +12,8 @@ from typing import Any
 
 from orchestrator_sim.faults import FAULTS
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Where the CLI subprocesses run (their working directory comes first on sys.path). Point
-#: ORCHESTRATOR_EXPLORE_SRC at a directory holding another `orchestrator/` (e.g. an older commit's,
-#: from `git archive`) to explore that executor against this simulator.
-CLI_CWD = Path(os.environ.get("ORCHESTRATOR_EXPLORE_SRC") or ROOT)
-SPEED = 3000.0  # simulated seconds per real second (as tests/e2e)
-COLD_START_S = 2400.0  # 0.8 s real: room for an operator action to land inside a cold start
-LEASE_TTL = 1.5  # seconds; a killed runner's lease expires after this
-CMD_TIMEOUT_S = 240.0
-TAG = "v0.0.300"
-PREVIOUS_TAG = "v0.0.290"
-TYPO_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canray.yaml"
-#: the faults a gpu02 schedule draws from: the base tier's (scope "base") never hit gpu02, so
-#: drawing them would only dilute the schedules (and shift every seed's draw)
-GPU02_FAULTS = frozenset(n for n, f in FAULTS.items() if f.scope != "base" and f.drawn)
-#: faults whose gate fails on whichever replica is being moved (not tied to r1/r2)
-GATE_FAULTS = frozenset({"peer-missing", "cache-miss", "dry-run-extra-recreate", "dry-run-extra-remove",
-                         "dry-run-not-dry", "dry-run-recreates", "perception-fails"})
-#: upper bound for a drawn kill point (an uninterrupted rollout makes ~this many journal writes)
-MAX_WRITE = 96
-MAX_MUTATING = 15  # r2: 8 (its collector recreate alone since docker/compose#11900), r1: 6, reconcile: 1
+from orchestrator_sim.explore_common import ROOT, CLI_CWD, SPEED, COLD_START_S, LEASE_TTL, CMD_TIMEOUT_S, TAG, \
+    PREVIOUS_TAG, TYPO_FILE, GPU02_FAULTS, GATE_FAULTS, MAX_WRITE, MAX_MUTATING  # noqa: F401 - re-exported
 
 
 # ----------------------------------------------------------------------------- schedules

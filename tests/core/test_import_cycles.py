@@ -25,8 +25,6 @@ KNOWN = [
     # the runner and the admission path hand the session back and forth: the application service
     # (issue 26, orchestrator/service/) takes them apart
     {"orchestrator.admission", "orchestrator.incident", "orchestrator.runner"},
-    # the explorer's entry and its driver: the explorer's own split
-    {"orchestrator_sim.explore", "orchestrator_sim.explore_entry"},
 ]
 
 
