@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench server-load explore install clean diagram crash-all lock
+.PHONY: demo test test-short-logs bench server-load explore install clean diagram crash-all lock
 
 # Every dependency pinned by requirements.lock (as the image and CI install them).
 $(STAMP): pyproject.toml requirements.lock
@@ -22,6 +22,17 @@ demo: $(STAMP)
 ## The whole test suite (unit, property, end-to-end over loopback, PostgreSQL journal).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4
+
+## Issue 21: the whole suite, then the demo's fault cases, with every simulated engine keeping only its
+## last LOG_LINES log lines (docker's log rotation), in chunks of JOBS workers (docs/explorer.md, "Short logs").
+LOG_LINES ?= 500
+SHORT_LOG_CHUNKS ?= tests/e2e tests/sim tests/server tests/executor tests/core tests/journal tests/clients tests/contract tests/parsers tests/explore
+test-short-logs: $(STAMP)
+	@rc=0; for chunk in $(SHORT_LOG_CHUNKS); do \
+	  echo "== $$chunk (logs keep $(LOG_LINES) lines)"; \
+	  $(BIN)/python -m pytest -q -n $(JOBS) --sim-log-lines $(LOG_LINES) $$chunk || rc=1; done; \
+	$(BIN)/python scripts/short_logs_demo.py --lines $(LOG_LINES) --jobs $(JOBS) || rc=1; \
+	exit $$rc
 
 ## docs/design.md's state diagram, regenerated from the gpu02 runbook's transition table.
 diagram: $(STAMP)

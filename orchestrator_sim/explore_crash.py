@@ -5,6 +5,8 @@ ORCHESTRATOR_TEST_KILL_AFTER=N (0: never), ORCHESTRATOR_TEST_WRITE_LOG=path (one
 `count method kind mutating`). The write that triggers the kill has been committed; the HTTP call
 or the next write after it never happens.
 
+ORCHESTRATOR_TEST_KILL_AT_CONTEXT=KEY[:N]: right after a context write that carries KEY (below).
+
 ORCHESTRATOR_TEST_CLOCK_OFFSET_S=S (test-only, the explorer's `clock` door): the orchestrator's wall
 clock reads S seconds off (a host whose clock was stepped), see explore_entry.clock_offset_hook.
 
@@ -50,7 +52,23 @@ def install() -> None:
 
     for _n in ("record_transition", "record_intent", "record_outcome"):
         _wrap(SqlJournal, _n)
+    _update = SqlJournal.update_context
+
+    def _update_then_kill(self, lease, run_id, context):
+        _update(self, lease, run_id, context)
+        if _AT_CONTEXT[0] and (context or {}).get(_AT_CONTEXT[0]):
+            _AT_CONTEXT[1] -= 1
+            if _AT_CONTEXT[1] == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    SqlJournal.update_context = _update_then_kill
     _installed = True
+
+
+#: ORCHESTRATOR_TEST_KILL_AT_CONTEXT=KEY[:N]: SIGKILL right after the Nth (default 1st) context write
+#: whose KEY is non-empty (e.g. `milestones`: mid cold start, after the gate journaled what it saw).
+#: Context writes are not counted in KILL_AFTER's numbering (the sweep's write points stay as they were).
+_AT_CONTEXT: list = ["", 0]
 
 
 def configure() -> None:
@@ -59,6 +77,8 @@ def configure() -> None:
     KILL_AFTER = int(os.environ.get("ORCHESTRATOR_TEST_KILL_AFTER", "0") or 0)
     LOG = os.environ.get("ORCHESTRATOR_TEST_WRITE_LOG")
     count = 0
+    key, _, nth = os.environ.get("ORCHESTRATOR_TEST_KILL_AT_CONTEXT", "").partition(":")
+    _AT_CONTEXT[:] = [key, int(nth or "1")]
     if os.environ.get("ORCHESTRATOR_TEST_BREAK"):
         from orchestrator_sim.explore_human import apply_breaks
 

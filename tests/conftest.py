@@ -13,6 +13,29 @@ from collections.abc import Iterator
 
 import pytest
 
+#: docker's log rotation in every simulator a test starts (issue 21): `--sim-log-lines N` sets it for the
+#: whole run, in-process (SimConfig's default) and in subprocesses (inherited); `make test-short-logs`.
+SIM_LOG_LINES_ENV = "ORCHESTRATOR_SIM_LOG_LINES"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sim-log-lines", type=int, default=None, metavar="N",
+                     help="every simulated engine keeps only its last N log lines (sets ORCHESTRATOR_SIM_LOG_LINES)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    n = config.getoption("--sim-log-lines", default=None)
+    if n is not None:
+        if n < 1:
+            raise pytest.UsageError(f"--sim-log-lines must be a positive number of lines, not {n}")
+        os.environ[SIM_LOG_LINES_ENV] = str(n)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    n = os.environ.get(SIM_LOG_LINES_ENV)
+    return f"simulated engines keep their last {n} log lines ({SIM_LOG_LINES_ENV})" if n else None
+
+
 @pytest.fixture(autouse=True)
 def _isolated_xdg(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads or writes the real ~/.local/state/orchestrator or ~/.config/orchestrator:

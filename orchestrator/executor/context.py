@@ -102,6 +102,9 @@ class RunContext:
     oneshots_removed: list[str] = field(default_factory=list)
     #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
     ready: dict[str, str] = field(default_factory=dict)
+    #: a cold-start gate's progress: service -> {container, per_rank, once, start, last}
+    #: (orchestrator/steps/cold_start_memory.py): a resumed gate counts it as seen
+    milestones: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: containers this run created / stopped, by container ID -> {service, state} (orchestrator.ownership):
     #: a rollback step stops only what is in `created`, never a container it merely shares a name with
     created: dict[str, dict[str, str]] = field(default_factory=dict)

@@ -439,10 +439,12 @@ class Runtime:
         names = " and ".join(p.name for p in self.clients.peers)
         return Peers(True, f"the model-proxy peers ({names}) route to {addr}")
 
-    async def serving(self, service: str, containers: list[Container] | None = None) -> Verdict:
+    async def serving(self, service: str, containers: list[Container] | None = None, *, live: bool = False) -> Verdict:
         """Serving, not serving or unknown, from docker/ps, the log window and the peers (see
         orchestrator/serving_evidence.py); the peers and the other engines' logs are read only
-        when docker and this engine's log do not decide."""
+        when docker and this engine's log do not decide. `live`: this engine's ready line (and this
+        run's cold start of it) count for nothing, only live evidence says serving (a cold-start gate
+        whose milestones rotated out, steps/cold_start_memory.py)."""
         from orchestrator.serving_evidence import base_verdict, from_docker, from_log
 
         containers = containers if containers is not None else await self.ps()
@@ -453,9 +455,10 @@ class Runtime:
         if decided is not None:
             return decided
         assert c is not None
-        ran_here = self.ctx.ready.get(service) == c.id
+        ran_here = self.ctx.ready.get(service) == c.id and not live
+        marks = () if live else g.required
         log = await self.log_window(service)
-        decided = from_log(service, log, ready_marks=g.required, startup=g.startup, ran_here=ran_here)
+        decided = from_log(service, log, ready_marks=marks, startup=g.startup, ran_here=ran_here)
         if decided is not None:
             return decided
         others: dict[str, Verdict] = {}
@@ -467,7 +470,7 @@ class Runtime:
             others[o] = base_verdict(o, oc, o_log, ready_marks=g.required, startup=g.startup,
                                      ran_here=oc is not None and self.ctx.ready.get(o) == oc.id)
         relay = await self._relay_health(service, containers)
-        return judge(service, c, log, ready_marks=g.required, startup=g.startup, ran_here=ran_here,
+        return judge(service, c, log, ready_marks=marks, startup=g.startup, ran_here=ran_here,
                      peers=None if relay else await self.peers_view(), others=others,
                      cold_start_s=self.rb.timeouts.cold_start, relay=relay)
 

@@ -9,6 +9,7 @@ from orchestrator.budget import parse_budget, per_rank_bytes
 from orchestrator.durations import format_duration
 from orchestrator.log_gate import LogGate
 from orchestrator.logfollow import FollowBatch
+from orchestrator.steps.cold_start_memory import ColdStartMemory
 from orchestrator.steps.evidence import bound_text
 from orchestrator.machine import Node
 from orchestrator.runbook import Runbook, SoakSpec, Step
@@ -101,6 +102,9 @@ class ColdStart:
         g = rt.rb.log_gates
         gate = LogGate(g.ranks, list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected)
         follower = rt.follower(service)
+        memory = ColdStartMemory(rt, service, g.startup)
+        resumed = lost = False
+        lost_for_good = False  # the start rotated out of a window that will not bring it back (full, or a long-running engine)
         deadline = rt.clock.monotonic() + rt.rb.timeouts.cold_start
         first_id: str | None = None
         first_poll = True
@@ -127,6 +131,7 @@ class ColdStart:
             if c is not None:
                 if first_id is None:
                     first_id = c.id
+                    resumed = memory.restore(c.id, gate)  # what this run saw of this container's start before
                 if c.id != first_id:
                     return fail(f"{service} restarted during its cold start (container ID changed)")
                 if waited == "quiet" and now < read_due:
@@ -135,18 +140,27 @@ class ColdStart:
                     batch = await follower.poll()
                     read_due = now + FULL_READ_S
                     reads.append((now, len(batch.new)))
-                if first_poll and batch.new and not any(g.startup in ln.text for ln in batch.new) and (
-                        len(batch.new) >= follower.initial_tail - 1 or long_up(c, rt.rb.timeouts.cold_start)):
-                    # a resumed gate whose engine has logged more than the window since it started:
-                    # its per-rank milestones are out of reach. Never judge (or time out) blind.
-                    finished = self._start_rotated_out(rt, c, gate, [ln.text for ln in batch.new])
+                texts = [ln.text for ln in batch.new]
+                if first_poll and resumed and memory.restarted_in_window(texts):
+                    return fail(f"{service} started again inside its container while no runner watched (its startup line is "
+                                f"not the one this run saw before)")
+                if first_poll and resumed and memory.start and not any(g.startup in t for t in texts):
+                    starts = 1  # its start was seen before the resume: another startup line is a restart
+                if first_poll and batch.new and not any(g.startup in t for t in texts):
+                    lost_for_good = len(batch.new) >= follower.initial_tail - 1 or long_up(c, rt.rb.timeouts.cold_start)
+                if first_poll and batch.new and not any(g.startup in t for t in texts) and (
+                        lost_for_good or (resumed and memory.lines_lost(texts))):
+                    # a resumed gate whose engine has logged more than its log keeps since this run last read
+                    # it: milestones may have rotated out unread. Never judge (or time out) blind: what the
+                    # journal says was seen counts, and live evidence of a ready engine stands in for the rest
+                    lost = True
+                    finished = self._start_rotated_out(rt, c, gate, texts)
                     if finished is not None:
                         verdict = await rt.serving(service)
                         if not verdict.not_serving:
                             return ok(f"{service}: {finished}; serving: {verdict.state.value} ({verdict.why})")
-                    return halt(f"{service}: its start scrolled out of the log window ({len(batch.new)} lines read; docker: "
-                                f"{c.status}), so its milestones cannot be checked; nothing was stopped. Judge the engine by "
-                                f"hand, then resume")
+                    if not resumed and any(bad in t for t in texts for bad in g.forbidden):
+                        return halt(memory.rotated_text(c.status, len(texts), ""))
                 first_poll = False
                 for idx, ln in enumerate(batch.new):
                     if g.startup in ln.text:
@@ -171,7 +185,20 @@ class ColdStart:
                         return self._failed_on_line(rt, node, step, record, f"{service}: {res.reason}: {evidence}")
                     if res.passed:
                         rt.ctx.ready[service] = c.id
-                        return ok(f"{service}: {res.reason}")
+                        return ok(f"{service}: {res.reason}" + (f" (with what this run saw before its resume: {memory.seen_text()})"
+                                                               if resumed else ""))
+                memory.note(gate, [ln.text for ln in batch.new])
+                live = ""
+                if lost and batch.new and (resumed or c.id in rt.ctx.created):  # an engine this run started
+                    verdict = await rt.serving(service, live=True)
+                    live = f"; live evidence: {verdict.phrase()}"
+                    if verdict.serving:
+                        rt.ctx.ready[service] = c.id
+                        return ok(f"{service}: lines of its cold start rotated out of its log unread (seen before: "
+                                  f"{memory.seen_text()}; not in the log now: {'; '.join(gate.missing())}), and live "
+                                  f"evidence says it serves: {verdict.why}")
+                if lost and batch.new and lost_for_good:
+                    return halt(memory.rotated_text(c.status, len(batch.new), live))
                 rt.tick(f"{service} cold start", hb_start, deadline - hb_start, progress)
                 if c.restarting:
                     why = f"; {gate.result.reason}: {rt.scrub(gate.result.line)[:200]}" if gate.result.failed else (

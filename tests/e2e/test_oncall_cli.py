@@ -218,7 +218,8 @@ def test_abort_during_r1s_cold_start_ends_saying_how_to_finish_the_abort(tmp_pat
 
 
 def test_ctrl_c_during_the_demo_says_what_happened(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    # the demo's simulator keeps the suite's log rotation (`--sim-log-lines`, make test-short-logs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_") or k == "ORCHESTRATOR_SIM_LOG_LINES"}
     state = tmp_path / "demo"
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "demo", "--speed", "50", "--state-dir", str(state)],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,0 +1,100 @@
+"""A resumed cold-start gate whose engine's start rotated out of a short log (issue 21: every
+engine keeps only its last N lines) — steps/cold_start_memory.py.
+
+Mutation list (each guard changed in the source, the tests run and seen failing, the source
+restored):
+- gates.py:ColdStart.run, `resumed = memory.restore(...)` -> `resumed = False` ->
+  test_a_resumed_gate_counts_what_it_journaled_and_passes_on_live_evidence (HALT) and
+  test_a_start_rotated_out_mid_cold_start_completes_from_the_journal (FAIL at the deadline);
+- gates.py:ColdStart.run, `rt.serving(service, live=True)` -> `rt.serving(service)` ->
+  test_the_ready_line_alone_does_not_stand_in_for_rotated_milestones (ok on the log's ready line);
+- gates.py:ColdStart.run, the `memory.restarted_in_window` check removed ->
+  test_a_startup_line_other_than_the_journaled_one_fails;
+- gates.py:ColdStart.run, `memory.note(...)` removed -> test_the_gate_journals_its_milestones_as_it_sees_them;
+- gates.py:ColdStart.run, `or c.id in rt.ctx.created` removed ->
+  test_an_engine_this_run_created_passes_on_live_evidence_without_a_journal (HALT).
+"""
+
+from __future__ import annotations
+
+from fakes import NEW_R2, R1, RANK_BUDGET, RB, READY, STARTUP, TAG, Rig, ctx_at
+
+from orchestrator.clients.errors import TransportError
+from orchestrator.executor.context import RunContext
+from orchestrator.steps.cold_start_memory import line_hash
+
+NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500
+BUDGET_LINE = f"rank_budget_bytes={RANK_BUDGET}"
+HICACHE = "HiCache startup RAM allocated"
+
+
+def at_cold_start(log: list[str], *, started: float = -7200.0, **kw) -> tuple[Rig, str]:
+    rig = Rig(state="r2.cold-start", ctx=ctx_at(**kw))
+    rig.compose.run(R1)  # serving (its whole log)
+    cid = rig.compose.run(NEW_R2, file=RB.file, tag=TAG, log=log, started=started).id
+    return rig, cid
+
+
+def journal(rig: Rig, cid: str, *, per_rank=(BUDGET_LINE,), start: str = STARTUP.format(api_key=""), last: str = "a line long gone"):
+    rig.ctx.milestones[NEW_R2] = {"container": cid, "per_rank": {p: [0, 1, 2, 3] for p in per_rank}, "once": [],
+                                  "start": line_hash(start), "last": line_hash(last)}
+
+
+async def test_a_resumed_gate_counts_what_it_journaled_and_passes_on_live_evidence():
+    # crashed mid cold start after the budget lines; down two hours: the engine's 500 lines are
+    # health checks only. The peers route to gpu02 and it has run longer than a cold start,
+    # showing it working: live evidence says it serves (before: HALT, "scrolled out")
+    rig, cid = at_cold_start(list(NOISE))
+    journal(rig, cid)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.relay-dry-run"), note
+    assert "rotated out of its log unread" in note and "live evidence says it serves" in note and BUDGET_LINE in note
+    assert rig.ctx.ready[NEW_R2] == cid
+
+
+async def test_an_engine_this_run_created_passes_on_live_evidence_without_a_journal():
+    # killed right after the apply (no gate poll yet): the container is this run's (ctx.created)
+    rig, cid = at_cold_start(list(NOISE))
+    rig.ctx.created[cid] = {"service": NEW_R2, "state": "r2.apply"}
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.relay-dry-run"), note
+
+
+async def test_the_ready_line_alone_does_not_stand_in_for_rotated_milestones():
+    # nothing live decides (a peer cannot be asked): the log's ready line is not live evidence
+    rig, cid = at_cold_start(list(NOISE) + [READY])
+    journal(rig, cid)
+    rig.clients.peers[1].error = TransportError("model-proxy:peer-b", "connection refused")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert "scrolled out of the log window" in note and "seen before the resume" in note
+    assert rig.compose.sent("down") == []
+
+
+async def test_a_start_rotated_out_mid_cold_start_completes_from_the_journal():
+    # down five minutes mid cold start, the budget lines (journaled) rotated out; the rest comes
+    # in the window: the journal and the window together are every milestone
+    tail = [f"[TP{i}] {HICACHE}" for i in range(4)] + [READY]
+    rig, cid = at_cold_start(tail, started=-300.0)
+    journal(rig, cid)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.relay-dry-run"), note
+    assert "every rank logged its milestones" in note and "saw before its resume" in note
+
+
+async def test_a_startup_line_other_than_the_journaled_one_fails():
+    # the engine started again inside its container while no runner watched
+    rig, cid = at_cold_start([STARTUP.format(api_key="")] + [f"[TP{i}] {BUDGET_LINE}" for i in range(4)], started=-300.0)
+    journal(rig, cid, start="[2026-01-01 00:00:00] server_args=ServerArgs(an earlier start)")
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "started again inside its container while no runner watched" in note, note
+
+
+async def test_the_gate_journals_its_milestones_as_it_sees_them():
+    rig, cid = at_cold_start([STARTUP.format(api_key="")] + [f"[TP{i}] {BUDGET_LINE}" for i in range(4)], started=0.0)
+    rig.compose.host[NEW_R2].script = [(600.0, READY)]  # the HiCache lines never come: it times out
+    [(event, note, to)] = await rig.step()
+    assert event == "fail", note
+    saved = RunContext.from_json(rig.journal.get_run(rig.run.run_id).context).milestones[NEW_R2]
+    assert saved["container"] == cid and saved["per_rank"][BUDGET_LINE] == [0, 1, 2, 3] and saved["start"]
+    assert saved["per_rank"][HICACHE] == []
