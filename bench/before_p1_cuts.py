@@ -19,8 +19,8 @@ from typing import Any
 
 
 def _parse_docker_ps_uncached(output: str) -> list[Any]:
-    from orchestrator.parsers import ParseError
-    from orchestrator.parsers.docker_ps import container_from_json
+    from orchestrator.hosts.parsers import ParseError
+    from orchestrator.hosts.parsers.docker_ps import container_from_json
 
     containers = []
     for line_no, line in enumerate(output.splitlines(), start=1):
@@ -40,10 +40,10 @@ def _retry_without_fast_path() -> Any:
     """`call_with_retry` as it was: tenacity from the first attempt (its retry log left out)."""
     from tenacity import AsyncRetrying
 
-    from orchestrator.clients import retry as retry_mod
+    from orchestrator.hosts.clients import retry as retry_mod
 
     async def call_with_retry(fn: Any, policy: Any, *, mutating: bool, what: str, clock: Any = None) -> Any:
-        from orchestrator.clock import RealClock
+        from orchestrator.util.clock import RealClock
 
         clock = clock or RealClock()
         budget = retry_mod._Budget(policy=policy, started=clock.monotonic())
@@ -94,8 +94,8 @@ def before_p1_cuts(enabled: bool = True) -> Iterator[None]:
         return
     import httpx
 
-    from orchestrator.clients import compose_manager, dashboard, github, http_session, lean_transport, model_proxy
-    from orchestrator.executor.context import RunContext
+    from orchestrator.hosts.clients import compose_manager, dashboard, github, http_session, lean_transport, model_proxy
+    from orchestrator.engine.executor.context import RunContext
 
     saved: list[tuple[Any, str, Any]] = []
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.clients.retry import RetryPolicy
-from orchestrator.demo import DEMO_HOST, DEMO_TAG, demo_settings
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.service.demo import DEMO_HOST, DEMO_TAG, demo_settings
 from orchestrator.journal.base import RunRecord
-from orchestrator.machine import Table
-from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook
-from orchestrator.runner import Session, execute, new_rollout
+from orchestrator.language.machine import Table
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, Runbook
+from orchestrator.service.runner import Session, execute, new_rollout
 from orchestrator_sim import SimConfig, SimFleet
 
 from bench.http_timing import HttpTimings, fleet_ports

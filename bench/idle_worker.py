@@ -40,11 +40,11 @@ def _cpu() -> float:
 
 
 async def _wait(state: Path, window: float, poll: float) -> dict[str, Any]:
-    from orchestrator.clock import RealClock
-    from orchestrator.machine import DONE, HALTED, Event, compile_rollout
-    from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
-    from orchestrator.runner import Session, execute
-    from orchestrator.settings import Settings
+    from orchestrator.util.clock import RealClock
+    from orchestrator.language.machine import DONE, HALTED, Event, compile_rollout
+    from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
+    from orchestrator.service.runner import Session, execute
+    from orchestrator.util.settings import Settings
 
     rss_imported = _rss_kib()
     for line in (state / "sim.env").read_text().splitlines():

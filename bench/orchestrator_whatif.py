@@ -114,8 +114,8 @@ def libyaml_loader(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    import orchestrator.inventory as inventory_module
-    import orchestrator.runbook as runbook_module
+    import orchestrator.hosts.inventory as inventory_module
+    import orchestrator.language.runbook as runbook_module
 
     saved = runbook_module.yaml, inventory_module.yaml
     runbook_module.yaml = inventory_module.yaml = _LibyamlModule()  # type: ignore[assignment]
@@ -135,7 +135,7 @@ def before_issue_25(enabled: bool = True) -> Iterator[None]:
         yield
         return
     from orchestrator.journal.sqlite import SqliteJournal
-    from orchestrator.redaction import Redactor
+    from orchestrator.hosts.redaction import Redactor
 
     scrub, ts = Redactor.scrub_obj, SqliteJournal._ts_value
     Redactor.scrub_obj = Redactor._scrub_walk  # type: ignore[method-assign]

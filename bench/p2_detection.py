@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.machine import DONE, ROLLED_BACK, Event, Table
+from orchestrator.language.machine import DONE, ROLLED_BACK, Event, Table
 from orchestrator_sim.sglang_log import MILESTONES
 
 from bench.harness import POLL_INTERVAL_S, SimRun
@@ -151,7 +151,7 @@ def run(*, trials: dict[str, int], setup_speed: float = 2000.0, measure_speed: f
             progress(f"P2 trial {i + 1}/{len(order)} {kind}: detection {row.get('detection_s', float('nan')):.2f} s")
     ok = [r for r in rows if "detection_s" in r and not r.get("invalid")]
     det = [r["detection_s"] for r in ok]
-    from orchestrator.settings import Settings
+    from orchestrator.util.settings import Settings
 
     result: dict[str, Any] = {
         "poll_interval_s": poll,

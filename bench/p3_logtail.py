@@ -1,7 +1,7 @@
 """P3 log-tail cost: what `LogFollower` fetches per new log line, and whether it loses any.
 
 compose-manager's logs route only offers `--tail N`, so the follower re-fetches a window each poll
-and finds the new lines by overlap (orchestrator/logfollow.py). Driven here without sockets or real
+and finds the new lines by overlap (orchestrator/hosts/logfollow.py). Driven here without sockets or real
 time, one poll per 10 s (the poll interval) of virtual time:
 
 - synthetic engine logs at 1, 10 and 100 lines/s for 10 minutes (the first poll sees the empty log
@@ -30,8 +30,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orchestrator.logfollow import LogFollower
-from orchestrator.parsers.compose_logs import last_redraw
+from orchestrator.hosts.logfollow import LogFollower
+from orchestrator.hosts.parsers.compose_logs import last_redraw
 
 CONTAINER = "model-sg-glm53-w4afp8-tp4-r2"
 POLL_S = 10.0
@@ -250,8 +250,8 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
     (Runtime.wait_for_output). Measured over the cold start (engine start to ready line or exit):
     log bytes fetched per minute (probes included), `docker ps` calls and bytes per minute, and
     each line's read latency (from the tick it appeared in the log to the read that yielded it)."""
-    from orchestrator.executor.runtime import COLD_START_WINDOW
-    from orchestrator.steps.gates import FULL_READ_S
+    from orchestrator.engine.executor.runtime import COLD_START_WINDOW
+    from orchestrator.engine.steps.gates import FULL_READ_S
     from orchestrator_sim import SimConfig, SimFleet
     from orchestrator_sim.compose_repo import TARGET_FILE, TARGET_TAG
 
@@ -330,7 +330,7 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
 def cold_start_cases(faults: list[str] | None = None, cold_start_s: float = 2400.0,
                      probes: tuple[float, ...] | None = None) -> dict[str, Any]:
     """Before (the log read at every 10-second poll) and after (probes between polls), side by side."""
-    from orchestrator.settings import Settings
+    from orchestrator.util.settings import Settings
 
     cases = {"poll 10 s (before)": asyncio.run(_cold_start_gate(None, cold_start_s=cold_start_s, faults=faults))}
     for p in probes or (Settings.model_fields["log_probe_interval"].default,):

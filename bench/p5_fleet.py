@@ -32,10 +32,10 @@ from typing import Any
 
 import yaml
 
-from orchestrator.inventory import load_inventory
-from orchestrator.machine import compile_rollout
-from orchestrator.plan import build_plan, render_json, render_markdown, render_text
-from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook, resolve_runbook_path
+from orchestrator.hosts.inventory import load_inventory
+from orchestrator.language.machine import compile_rollout
+from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook, resolve_runbook_path
 
 from bench.harness import SimRun
 from bench.loop_lag import with_loop_lag
@@ -78,7 +78,7 @@ def _generate(tmp: Path, n: int) -> tuple[Path, list[tuple[str, Path]]]:
 
 
 def planning(n: int = 100, *, compose_check: bool = True) -> dict[str, Any]:
-    from orchestrator.compose_check import check_against_compose_file
+    from orchestrator.previews.compose_check import check_against_compose_file
 
     from bench.orchestrator_whatif import libyaml_loader
 
@@ -255,10 +255,10 @@ def concurrency_separate(*, n: int = 20, speed: float = 20.0, cold_start_s: floa
     import subprocess
     import sys
 
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.demo import DEMO_HOST, DEMO_TAG
-    from orchestrator.runner import Session, new_rollout
-    from orchestrator.settings import Settings
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.service.demo import DEMO_HOST, DEMO_TAG
+    from orchestrator.service.runner import Session, new_rollout
+    from orchestrator.util.settings import Settings
     from orchestrator_sim import RecordedCall
 
     from bench.harness import RemoteSimClock, execute_timed

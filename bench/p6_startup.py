@@ -42,7 +42,7 @@ def _journal(state: Path) -> None:
         "import sys\n"
         "from pathlib import Path\n"
         "from orchestrator.journal import open_journal\n"
-        "from orchestrator.redaction import Redactor\n"
+        "from orchestrator.hosts.redaction import Redactor\n"
         "j = open_journal(str(Path(sys.argv[1]) / 'journal.sqlite3'), redactor=Redactor())\n"
         "for i in range(3):\n"
         "    j.create_run(host='gpu02', runbook='gpu02-glm53-w4afp8-long-context', tag=f'v0.0.30{i}', kind='rollout',\n"

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.machine import Table
+from orchestrator.language.machine import Table
 
 from bench.harness import RunOutcome
 from bench.intervals import clip, measure, subtract, union

@@ -415,10 +415,10 @@ def clock_offset_hook() -> None:
         def utcnow(cls) -> Any:  # type: ignore[override]
             return _dt.datetime.utcnow() + offset
 
-    for mod in ("orchestrator.cli", "orchestrator.runner", "orchestrator.journal.sql", "orchestrator.journal.base",
-                "orchestrator.steps.language", "orchestrator.activity", "orchestrator.fleet",
-                "orchestrator.prerequisites", "orchestrator.executor.runtime", "orchestrator.server.worker",
-                "orchestrator.server.pages", "orchestrator.startup"):
+    for mod in ("orchestrator.cli", "orchestrator.service.runner", "orchestrator.journal.sql", "orchestrator.journal.base",
+                "orchestrator.engine.steps.language", "orchestrator.service.activity", "orchestrator.engine.fleet",
+                "orchestrator.engine.prerequisites", "orchestrator.engine.executor.runtime", "orchestrator.server.worker",
+                "orchestrator.server.pages", "orchestrator.service.startup"):
         try:
             importlib.import_module(mod)
         except ImportError:

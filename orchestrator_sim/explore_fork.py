@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 #: modules the CLI imports lazily (per command); importing them in the server shares them by fork
-PRELOAD = ("orchestrator.cli", "orchestrator.runner", "orchestrator.commands", "orchestrator.oncall",
-           "orchestrator.admission", "orchestrator.fleet", "orchestrator.executor", "orchestrator.executor.loop",
-           "orchestrator.executor.runtime", "orchestrator.journal.sql", "orchestrator.steps", "orchestrator.plan",
-           "orchestrator.live_plan", "orchestrator.server.app", "orchestrator.server.worker", "orchestrator.server.cli",
-           "orchestrator.server.client", "orchestrator.server.remote", "orchestrator.server.pages", "orchestrator.incident",
-           "orchestrator.settings", "orchestrator.host_clients", "orchestrator.startup", "orchestrator.activity",
+PRELOAD = ("orchestrator.cli", "orchestrator.service.runner", "orchestrator.service.commands", "orchestrator.service.oncall",
+           "orchestrator.service.admission", "orchestrator.engine.fleet", "orchestrator.engine.executor", "orchestrator.engine.executor.loop",
+           "orchestrator.engine.executor.runtime", "orchestrator.journal.sql", "orchestrator.engine.steps", "orchestrator.previews.plan",
+           "orchestrator.previews.live_plan", "orchestrator.server.app", "orchestrator.server.worker", "orchestrator.server.cli",
+           "orchestrator.server.client", "orchestrator.server.remote", "orchestrator.server.pages", "orchestrator.service.incident",
+           "orchestrator.util.settings", "orchestrator.hosts.host_clients", "orchestrator.service.startup", "orchestrator.service.activity",
            "httpx", "structlog", "tenacity", "uvicorn", "fastapi", "yaml", "rich.console", "rich.live", "sqlite3")
 
 

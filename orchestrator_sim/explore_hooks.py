@@ -39,7 +39,7 @@ if SHIFT:
 
 STALL = os.environ.get("ORCHESTRATOR_TEST_STALL_FILE")
 if STALL:
-    import orchestrator.runner as _runner
+    import orchestrator.service.runner as _runner
 
     _validate = _runner.validate_rollback_targets
 

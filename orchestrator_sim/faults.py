@@ -352,7 +352,7 @@ FAULTS.update(
 # Issue 23's canary faults (live traffic, device memory): orchestrator_sim/canary_faults.py
 FAULTS.update(canary_faults(FaultInfo))
 
-# Issue 23's gates outside the engines (orchestrator/steps/external.py): aimed at one gate each.
+# Issue 23's gates outside the engines (orchestrator/engine/steps/external.py): aimed at one gate each.
 _GATE_FAILS = "the gate naming it fails: the phase's rollback (ROLLED_BACK, exit 3), or ABORTED in preflight"
 FAULTS.update({f.name: f for f in [
     FaultInfo("pr-unmerged", "none", "GitHub: the target tag's commit belongs to an open (unmerged) PR", _GATE_FAILS, drawn=False),

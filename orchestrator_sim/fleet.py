@@ -36,7 +36,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from orchestrator.clock import ScaledClock
+from orchestrator.util.clock import ScaledClock
 from orchestrator_sim.apps.compose_manager import StreamCut, build_compose_manager_app
 from orchestrator_sim.apps.dashboard import DashboardState, build_dashboard_app
 from orchestrator_sim.apps.github import build_github_app

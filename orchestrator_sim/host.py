@@ -20,7 +20,7 @@ from pathlib import Path
 from threading import RLock
 from typing import Any
 
-from orchestrator.clock import Clock
+from orchestrator.util.clock import Clock
 from orchestrator_sim import sglang_log
 from orchestrator_sim.compose_ops import IMAGE, ComposeOperations, Operation, OrphanRemoval, WorkCopy
 from orchestrator_sim.compose_repo import (

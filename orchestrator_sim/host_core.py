@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from threading import RLock
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.clock import Clock
+from orchestrator.util.clock import Clock
 from orchestrator_sim import docker_format, sglang_log
 from orchestrator_sim.compose_repo import (
     DOWNLOADER_SERVICE,

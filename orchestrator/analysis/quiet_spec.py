@@ -17,7 +17,7 @@ approval; `--yes` approves) and keeps waiting for either.
         or_between: "01:00-05:00"
         wait_at_most: 2h
 
-Pure: the loader's part and the arithmetic (orchestrator/steps/quiet.py runs it).
+Pure: the loader's part and the arithmetic (orchestrator/engine/steps/quiet.py runs it).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.analysis.spec import AnalysisRelay
-from orchestrator.durations import format_duration, parse_duration
+from orchestrator.util.durations import format_duration, parse_duration
 
 _HHMM = re.compile(r"^([01]\d|2[0-4]):([0-5]\d)$")
 

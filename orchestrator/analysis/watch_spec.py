@@ -15,7 +15,7 @@ Like Argo Rollouts' background analysis (a metric watched for the whole of a ste
 aborts the rollout), on a replica that is not the one being changed. A breach (a bound crossed on
 enough traffic), or a replica whose metrics cannot be read 3 polls in a row, stops the step and
 fails it: the phase's rollback follows. A watch never passes a step by itself: the step's own gate
-decides. Pure: the loader's part only (orchestrator/executor/watch.py runs it).
+decides. Pure: the loader's part only (orchestrator/engine/executor/watch.py runs it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.analysis.window import METRICS
-from orchestrator.durations import format_duration, parse_duration
+from orchestrator.util.durations import format_duration, parse_duration
 
 #: kinds a watch may not sit on: interrupting a compose call half sent leaves the host unknown
 UNWATCHABLE = ("down", "up", "dry_run")

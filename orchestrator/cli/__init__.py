@@ -19,8 +19,8 @@ from typing import Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from orchestrator.exit_codes import INTERRUPTED_EXIT, ExitCode
-from orchestrator.user_errors import UserError
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT, ExitCode
+from orchestrator.util.user_errors import UserError
 
 #: Every command, in `--help` order: its name -> its module in orchestrator/cli/commands/.
 COMMANDS: dict[str, str] = {
@@ -92,7 +92,7 @@ def _root(
                             is_eager=True, callback=_version),
 ) -> None:
     if _drop_unclaimed_logs and ctx.invoked_subcommand not in _NO_CLIENTS:
-        from orchestrator.run_logs import ensure_configured
+        from orchestrator.service.run_logs import ensure_configured
 
         ensure_configured()
 
@@ -139,7 +139,7 @@ def _unexpected(exc: Exception) -> int:
         from pydantic import ValidationError
 
         if isinstance(exc, ValidationError):  # settings built outside load_settings
-            from orchestrator.settings import describe_validation_error
+            from orchestrator.util.settings import describe_validation_error
 
             err.print(f"orchestrate: {describe_validation_error(exc)}", markup=False)
             return int(ExitCode.BAD_INPUT)
@@ -151,8 +151,8 @@ def _unexpected(exc: Exception) -> int:
                   "it); try again once it is released. `orchestrate runs` (reads only) shows where each run is",
                   markup=False)
         return int(ExitCode.BAD_INPUT)
-    from orchestrator.clients.errors import ClientError
-    from orchestrator.executor import RunnerFenced
+    from orchestrator.hosts.clients.errors import ClientError
+    from orchestrator.engine.executor import RunnerFenced
 
     if isinstance(exc, ClientError):
         # a host system failed while the command read it, before any run acted: nothing changed

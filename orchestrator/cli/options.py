@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from orchestrator.names import DEFAULT_RUNBOOK
+from orchestrator.language.names import DEFAULT_RUNBOOK
 
 
 def flag(name: str, help: str) -> Any:
@@ -51,8 +51,8 @@ def settings(inventory: Optional[Path]) -> Any:
 
 def read_settings(inventory: Optional[Path]) -> Any:
     """The settings of a command that only reads (the journal, the inventory, a runbook): without
-    pydantic when the environment is plainly valid (orchestrator/startup.py), same errors."""
-    from orchestrator.startup import read_settings as read
+    pydantic when the environment is plainly valid (orchestrator/service/startup.py), same errors."""
+    from orchestrator.service.startup import read_settings as read
 
     return read(inventory)
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from orchestrator.outcome import Outcome
-from orchestrator.exit_codes import INTERRUPTED_EXIT
+from orchestrator.util.outcome import Outcome
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,7 +50,7 @@ def plain(line: str) -> None:
 
 
 def format_duration(*a: Any, **k: Any) -> Any:
-    from orchestrator.durations import format_duration as f
+    from orchestrator.util.durations import format_duration as f
     return f(*a, **k)
 
 
@@ -98,7 +98,7 @@ class LiveProgress:
             if self.run is None:
                 self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
                 return
-            from orchestrator.oncall import final_lines
+            from orchestrator.service.oncall import final_lines
 
             first, *rest = final_lines(self.run, self.replicas, outcome=f["outcome"], message=f.get("message") or "")
             self.c.print(f"{ts} [bold {colour}]{first}[/bold {colour}]")
@@ -133,7 +133,7 @@ def progress(as_json: bool) -> Any:
 def first_line(as_json: bool, what: str, settings: Any) -> None:
     """A mutating command's first line: what it does, with which inventory and journal (stdout;
     with --json, one {"event": "using", ...} object instead)."""
-    from orchestrator.oncall import where
+    from orchestrator.service.oncall import where
 
     if as_json:
         sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": settings.inventory_choice().describe(),
@@ -144,7 +144,7 @@ def first_line(as_json: bool, what: str, settings: Any) -> None:
 
 def summary(run: RunRecord) -> None:
     """The one JSON summary line of a run (--json)."""
-    from orchestrator.run_info import context_summary
+    from orchestrator.service.run_info import context_summary
 
     sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
 

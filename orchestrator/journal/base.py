@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
 
-from orchestrator.outcome import Outcome
+from orchestrator.util.outcome import Outcome
 
 RUN_KINDS = frozenset({"rollout", "rollback"})
 OUTCOMES = frozenset(o.value for o in Outcome)

@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.journal.base import JournalError
 from orchestrator.journal.sql import Tx
-from orchestrator.outcome import Outcome
+from orchestrator.util.outcome import Outcome
 
 DIALECT_TYPES: dict[str, dict[str, str]] = {
     "sqlite": {"ts": "TEXT", "json": "TEXT", "bool": "INTEGER", "bigint": "INTEGER"},
@@ -130,7 +130,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         4,
-        "runs ordered by a journal sequence, never by a clock; tier leases (orchestrator/admission.py)",
+        "runs ordered by a journal sequence, never by a clock; tier leases (orchestrator/service/admission.py)",
         (
             # The order runs were admitted in: assigned by the journal inside the transaction that
             # creates the run, so a wall clock stepped back cannot make an older run look newer.

@@ -155,7 +155,7 @@ class SqlJournal(ABC):
     @contextmanager
     def atomic(self) -> Iterator[Tx]:
         """One write transaction that every journal call of this thread joins until it ends:
-        what `orchestrator/admission.py` evaluates its checks and takes its leases in. All of it
+        what `orchestrator/service/admission.py` evaluates its checks and takes its leases in. All of it
         commits, or (on any exception) none of it. Admissions are serialised across processes
         (SQLite's write lock; a PostgreSQL advisory lock), so two admissions never interleave."""
         with self._lock:

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.window import FB_FREE, Scrape
-from orchestrator.metrics_text import MetricsTextError
+from orchestrator.metricproviders.metrics_text import MetricsTextError
 
 if TYPE_CHECKING:
-    from orchestrator.executor.runtime import Runtime
+    from orchestrator.engine.executor.runtime import Runtime
 
 
 def parse_dcgm(text: str, at: float, replica_gpus: Mapping[str, Sequence[int]]) -> dict[str, Scrape]:

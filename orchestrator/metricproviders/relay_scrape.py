@@ -12,10 +12,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.window import METRICS, REQUESTS, Histogram, Scrape
-from orchestrator.metrics_text import MetricsTextError
+from orchestrator.metricproviders.metrics_text import MetricsTextError
 
 if TYPE_CHECKING:
-    from orchestrator.executor.runtime import Runtime
+    from orchestrator.engine.executor.runtime import Runtime
 
 #: the histograms and counters any analysis metric reads (others in the text are ignored)
 HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind == "quantile")

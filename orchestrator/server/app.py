@@ -42,11 +42,11 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 import orchestrator
-from orchestrator.clients.errors import ClientError
-from orchestrator.exit_codes import ExitCode
+from orchestrator.hosts.clients.errors import ClientError
+from orchestrator.util.exit_codes import ExitCode
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
-from orchestrator.runbook import RUNBOOK_DIR
-from orchestrator.runner import Session, owner_id
+from orchestrator.language.runbook import RUNBOOK_DIR
+from orchestrator.service.runner import Session, owner_id
 from orchestrator.server import pages
 from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
@@ -54,8 +54,8 @@ from orchestrator.server.errors import ApiError, PathScrubber, error_response
 from orchestrator.server.guards import BODY_TIMEOUT_S, MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
 from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.server.worker import SessionFactory, Worker
-from orchestrator.settings import Settings
-from orchestrator.user_errors import Refused, UserError
+from orchestrator.util.settings import Settings
+from orchestrator.util.user_errors import Refused, UserError
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 ROLES = ("viewer", "operator")
 MIN_TOKEN_LEN = 32

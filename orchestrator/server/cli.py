@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 
 import typer
 
-from orchestrator.exit_codes import ExitCode
-from orchestrator.user_errors import UserError
+from orchestrator.util.exit_codes import ExitCode
+from orchestrator.util.user_errors import UserError
 
 if TYPE_CHECKING:  # pydantic-settings loads only when a command reads its settings (`--help` stays fast)
-    from orchestrator.settings import Settings
+    from orchestrator.util.settings import Settings
 
 serve_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                         help="Team mode: accept rollouts over HTTP and run them here. See docs/team-mode.md.")
@@ -34,7 +34,7 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
               protect_metrics: bool = False, adopt: bool = True, max_connections_per_address: int | None = None) -> int:
     """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
     from orchestrator.journal.base import JournalError
-    from orchestrator.redaction import Redactor
+    from orchestrator.hosts.redaction import Redactor
     from orchestrator.server.serving import serve
 
     from rich.console import Console
@@ -104,7 +104,7 @@ def serve(
     Token: $ORCHESTRATOR_SERVER_TOKEN or --tokens-file. See docs/team-mode.md."""
     if ctx.invoked_subcommand is not None:
         return
-    from orchestrator.settings import load_settings
+    from orchestrator.util.settings import load_settings
 
     settings = load_settings().with_inventory(inventory)
     check_can_listen(bind, port)

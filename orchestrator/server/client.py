@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from orchestrator.clock import Clock, RealClock
-from orchestrator.exit_codes import ExitCode
+from orchestrator.util.clock import Clock, RealClock
+from orchestrator.util.exit_codes import ExitCode
 
 #: Worker statuses after which this server will not move the run any further ("finished" with an
 #: unfinished run cannot happen: execute returns after the terminal transition is journaled).
@@ -60,7 +60,7 @@ class FollowResult:
 
 def ca_context(ca: Path) -> ssl.SSLContext:
     """A client TLS context that trusts only the CA certificate(s) in `ca`."""
-    from orchestrator.user_errors import UserError
+    from orchestrator.util.user_errors import UserError
 
     try:
         return ssl.create_default_context(cafile=str(ca))

@@ -11,8 +11,8 @@ import structlog
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.redaction import Redactor, reveal
-from orchestrator.settings import Settings
+from orchestrator.hosts.redaction import Redactor, reveal
+from orchestrator.util.settings import Settings
 
 
 class ServerConfig(BaseSettings):

@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from orchestrator.exit_codes import ExitCode
+from orchestrator.util.exit_codes import ExitCode
 
 
 class ApiError(Exception):

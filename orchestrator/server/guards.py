@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.exit_codes import ExitCode
+from orchestrator.util.exit_codes import ExitCode
 
 MAX_BODY = 64 * 1024
 #: Seconds a state-changing request's whole body may take to arrive (after its headers).

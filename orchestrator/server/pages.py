@@ -39,9 +39,9 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from orchestrator.machine import TERMINALS, Table
-from orchestrator.runbook import load_runbook_checked
-from orchestrator.runner import table_for
+from orchestrator.language.machine import TERMINALS, Table
+from orchestrator.language.runbook import load_runbook_checked
+from orchestrator.service.runner import table_for
 from orchestrator.server.auth import Principal
 
 #: Headers of every page and fragment.
@@ -245,7 +245,7 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
             rb, _ = load_runbook_checked(name)
         except Exception:  # noqa: BLE001 - an unknown runbook name is the caller's mistake
             from orchestrator.server.errors import ApiError
-            from orchestrator.exit_codes import ExitCode
+            from orchestrator.util.exit_codes import ExitCode
 
             raise ApiError(404, f"no runbook {name[:60]!r} on this server", ExitCode.BAD_INPUT) from None
         journal = worker.session.journal

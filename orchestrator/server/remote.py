@@ -2,7 +2,7 @@
 
 `remote` sends one action to a server and
 (for rollout, rollback and resume) follows the run, printing what happens, and returns the exit
-code the same command would return run locally (orchestrator/exit_codes.py).
+code the same command would return run locally (orchestrator/util/exit_codes.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 import httpx
 from rich.console import Console
 
-from orchestrator.clock import Clock
-from orchestrator.exit_codes import ExitCode
+from orchestrator.util.clock import Clock
+from orchestrator.util.exit_codes import ExitCode
 from orchestrator.server.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
 from orchestrator.server.guards import is_loopback
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 SUBMIT_ACTIONS = ("rollout", "rollback", "resume")
 ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "pause", "continue", "status", "runs")
@@ -66,7 +66,7 @@ def _who_lines(run: dict[str, Any]) -> list[str]:
     """`orchestrate status RUN --server URL`: who did what, from the server's audit list."""
     from datetime import datetime
 
-    from orchestrator.audit import summary_lines
+    from orchestrator.journal.audit import summary_lines
     from orchestrator.journal.base import AuditEntry
 
     items = []
@@ -153,7 +153,7 @@ def _finish(p: _Printer, result: FollowResult) -> int:
             p.json({"event": "summary", **_summary(run)})
         else:
             p.line(f"{outcome} {run.get('message') or ''}".rstrip(), style="bold green" if outcome == "DONE" else "bold red")
-        from orchestrator.oncall import exit_code
+        from orchestrator.service.oncall import exit_code
 
         return exit_code(run.get("kind"), outcome)  # a rollback that reached its target: 0
     worker = run.get("worker") or {}

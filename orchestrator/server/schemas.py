@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from orchestrator.service.signals import MAX_GATE_LEN
-from orchestrator.durations import MAX_DURATION_S
+from orchestrator.util.durations import MAX_DURATION_S
 
 Host = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 Tag = Annotated[str, Field(min_length=1, max_length=64)]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.server.guards import is_loopback
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 KEEP_ALIVE_S = 5
 HEADER_TIMEOUT_S = 10.0

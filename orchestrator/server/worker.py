@@ -42,13 +42,13 @@ from typing import Any, Callable
 
 import anyio.to_thread
 
-from orchestrator import audit
-from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.journal import audit
+from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
-from orchestrator.machine import Table
-from orchestrator.notify import FLUSH_S
-from orchestrator.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook_checked
-from orchestrator.runner import (
+from orchestrator.language.machine import Table
+from orchestrator.service.notify import FLUSH_S
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook_checked
+from orchestrator.service.runner import (
     RunnerFenced,
     Session,
     check_tag,
@@ -66,8 +66,8 @@ from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
 from orchestrator.service import signals
 from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
 from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
-from orchestrator.settings import Settings
-from orchestrator.user_errors import Refused, UserError
+from orchestrator.util.settings import Settings
+from orchestrator.util.user_errors import Refused, UserError
 
 SessionFactory = Callable[[Settings], Session]
 
@@ -350,7 +350,7 @@ class Worker:
 
     def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
         """The host's lease for the run, so a busy host is a 409 to the submitter: the one its
-        admission took (orchestrator/admission.py; `execute` runs under it), else taken now.
+        admission took (orchestrator/service/admission.py; `execute` runs under it), else taken now.
 
         A new run journaled a moment before another runner won the lease is left unstarted.
         """
@@ -568,7 +568,7 @@ class Worker:
         run = self._get_run(run_id)
         gates = None if run.terminal else self._gates(run)
         if gate is None and not run.terminal:  # no gate named: the one it waits at now (approval_scope.py)
-            from orchestrator.approval_scope import waiting_gate
+            from orchestrator.engine.approval_scope import waiting_gate
 
             gate = waiting_gate(run, gates)
         if at_gate and not run.terminal:
@@ -600,8 +600,8 @@ class Worker:
         self.log.info("abort_requested", run_id=run.run_id, by=by)
         mine = self.runs.get(run.run_id)
         if result.runner is None and not (mine is not None and mine.active):
-            # nobody drives it: read the host and end it with what is true (orchestrator/orphans.py)
-            from orchestrator.orphans import end_unowned
+            # nobody drives it: read the host and end it with what is true (orchestrator/service/orphans.py)
+            from orchestrator.service.orphans import end_unowned
 
             ended = asyncio.run(end_unowned(self.session, self.session.journal.get_run(run.run_id), by))
             if ended is not None:

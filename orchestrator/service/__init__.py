@@ -2,7 +2,7 @@
 
 A front end (the CLI's commands, `orchestrate serve`'s worker) parses its input into a request
 (`service.requests`), hands it to a function here, and renders what comes back. Opening the
-session, the checks a user can fail before anything exists, admission (orchestrator/admission.py,
+session, the checks a user can fail before anything exists, admission (orchestrator/service/admission.py,
 the one admission path), the options a run keeps, placement (`--continue`), execution (stoppable
 by Ctrl-C), the lease's release and the exit code all live in this package:
 

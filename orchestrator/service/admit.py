@@ -1,6 +1,6 @@
 """A request admitted into an open session: the run journaled, its lease taken, the options it
 runs with. The CLI (`service.runs`) and `orchestrate serve`'s worker both admit through here, and
-this goes through orchestrator/admission.py (the one admission path) via the runner's
+this goes through orchestrator/service/admission.py (the one admission path) via the runner's
 `new_rollout`, `new_rollback`, `retry_run` and `admission.resume_run`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def admit_rollout(session: Any, req: RolloutRequest, *, soak_name: str = "--soak
                   overrides: tuple[str, ...] | None = None) -> Admitted:
     """A new rollout run. `--continue` first places the host (read-only) at the phase its state
     names; admission checks the runbook's prerequisites and journals `req.overrides`."""
-    from orchestrator.runner import new_rollout, place_for_continue
+    from orchestrator.service.runner import new_rollout, place_for_continue
 
     soak = parse_soak(req.soak, soak_name)
     start_phase = asyncio.run(place_for_continue(session, req.host, req.tag, req.runbook)) if req.continue_ else None
@@ -29,7 +29,7 @@ def admit_rollout(session: Any, req: RolloutRequest, *, soak_name: str = "--soak
 
 def admit_rollback(session: Any, req: RollbackRequest, *, soak_name: str = "--soak") -> Admitted:
     """A new rollback run (its targets validated with dry runs before anything is stopped)."""
-    from orchestrator.runner import new_rollback
+    from orchestrator.service.runner import new_rollback
 
     soak = parse_soak(req.soak, soak_name)
     # new_rollback reads the host (async I/O): its own loop (the server calls this in a thread)
@@ -40,7 +40,7 @@ def admit_rollback(session: Any, req: RollbackRequest, *, soak_name: str = "--so
 def resume_options(run: RunRecord, req: ResumeRequest, *, soak_name: str = "--soak") -> tuple[bool, str | None, float | None, str]:
     """(yes, soak as given, soak seconds, what was kept): the run's own options unless given again;
     an adoption (no human asked) never keeps `--yes`."""
-    from orchestrator.oncall import kept_options
+    from orchestrator.service.oncall import kept_options
 
     yes, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
     if req.adopting:
@@ -53,8 +53,8 @@ def admit_resume(session: Any, run: RunRecord, req: ResumeRequest, *, checked: A
     """`resume`: the run continued under the one admission path (a run superseded by a later
     run of its host is refused); `--retry`: its failed phase again, as a new run.
     `checked`: the runbook the caller verified against the run's pinned identity."""
-    from orchestrator.admission import resume_run
-    from orchestrator.runner import retry_run
+    from orchestrator.service.admission import resume_run
+    from orchestrator.service.runner import retry_run
 
     yes, soak_text, soak, kept = resume_options(run, req, soak_name=soak_name)
     if req.retry:

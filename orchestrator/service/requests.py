@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from orchestrator.journal.base import RunRecord
 
-from orchestrator.exit_codes import INTERRUPTED_EXIT
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class RunResult:
 
 @dataclass
 class FleetOutcome:
-    """How a fleet run ended: orchestrator.fleet's FleetResult, the exit code."""
+    """How a fleet run ended: orchestrator.engine.fleet's FleetResult, the exit code."""
 
     result: Any
     exit_code: int

@@ -24,7 +24,7 @@ from orchestrator.service.requests import (
 )
 from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
 from orchestrator.service.signals import parse_soak
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 
 def _none(*_a: Any) -> None:
@@ -50,14 +50,14 @@ class Hooks:
 
 
 def exit_code(run: RunRecord) -> int:
-    from orchestrator.oncall import exit_code as code
+    from orchestrator.service.oncall import exit_code as code
 
     return code(run.kind, run.outcome)
 
 
 def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
     """Keep the run's options, execute it (the lease released on every way out), the exit code."""
-    from orchestrator.oncall import record_options
+    from orchestrator.service.oncall import record_options
     from orchestrator.service.stoppable import execute_stoppable
 
     record_options(adm.run, yes=adm.yes, soak=adm.soak_text)
@@ -71,15 +71,15 @@ def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
 
 
 def _open(settings: Any) -> Any:
-    from orchestrator.runner import Session
+    from orchestrator.service.runner import Session
 
     return Session.open(settings)
 
 
 def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate rollout HOST`: every check a user can fail comes before a run exists or a lease is taken."""
-    from orchestrator.oncall import refuse_placeholder_inventory
-    from orchestrator.run_info import check_tag
+    from orchestrator.service.oncall import refuse_placeholder_inventory
+    from orchestrator.service.run_info import check_tag
 
     check_tag(req.tag)
     parse_soak(req.soak)
@@ -87,14 +87,14 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
     settings.require_host_tokens("rollout")
     rb = load_runbook_text(req.runbook)
     if req.overrides:  # a typo never passes: only the runbook's prerequisites can be named
-        from orchestrator.prerequisites import check_overrides
+        from orchestrator.engine.prerequisites import check_overrides
 
         check_overrides(rb.prerequisites, list(req.overrides))
     refuse_placeholder_inventory(settings, req.host)
     hooks.first_line(f"{req.host}: rollout to {req.tag} (runbook {Path(req.runbook).stem})", settings)
     session = _open(settings)
     try:
-        # admitted with its prerequisites checked and the overrides journaled (orchestrator/admission.py)
+        # admitted with its prerequisites checked and the overrides journaled (orchestrator/service/admission.py)
         return _execute(session, admit_rollout(session, req), hooks)
     finally:
         session.close()
@@ -102,9 +102,9 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
 
 def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate rollback HOST`: its first line names the target, once admission found it."""
-    from orchestrator.fleet import default_runbook
-    from orchestrator.oncall import refuse_placeholder_inventory, rollback_headline
-    from orchestrator.run_info import check_tag
+    from orchestrator.engine.fleet import default_runbook
+    from orchestrator.service.oncall import refuse_placeholder_inventory, rollback_headline
+    from orchestrator.service.run_info import check_tag
 
     if (req.to_tag is None) != (req.to_file is None):
         raise UserError("--to-tag and --to-file go together")
@@ -128,8 +128,8 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
 
 def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate resume RUN_ID [--retry]`: a run that already ended is reported, not run."""
-    from orchestrator.oncall import kept_options, refuse_placeholder_inventory
-    from orchestrator.startup import ReadSession
+    from orchestrator.service.oncall import kept_options, refuse_placeholder_inventory
+    from orchestrator.service.startup import ReadSession
 
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
@@ -156,18 +156,18 @@ def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResul
 
 def check_fleet_options(tag: str, soak: str | None) -> None:
     """What `rollout --hosts` checks before it reads the host list."""
-    from orchestrator.run_info import check_tag
+    from orchestrator.service.run_info import check_tag
 
     check_tag(tag)
     parse_soak(soak)
 
 
 def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutcome:
-    """`rollout --hosts`: orchestrator.fleet's rules; each host a normal rollout run, one at a time."""
-    from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
-    from orchestrator.fleet import Interrupted, refuse_unmet_prerequisites, run_fleet, runbook_for
-    from orchestrator.inventory import load_inventory
-    from orchestrator.oncall import refuse_placeholder_inventory
+    """`rollout --hosts`: orchestrator.engine.fleet's rules; each host a normal rollout run, one at a time."""
+    from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
+    from orchestrator.engine.fleet import Interrupted, refuse_unmet_prerequisites, run_fleet, runbook_for
+    from orchestrator.hosts.inventory import load_inventory
+    from orchestrator.service.oncall import refuse_placeholder_inventory
 
     check_fleet_options(req.tag, req.soak)
     hosts = list(req.hosts)

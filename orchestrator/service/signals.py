@@ -5,7 +5,7 @@ Rules:
 - approve and abort are signals in the journal, refused on a finished run;
 - an approval names `*` (any gate) or one of the run's approval gates (a soak step with
   `approval: true`): a typo must not be journaled as an approval that nothing ever reads;
-- a soak override is a finite duration of at most 7 days (orchestrator/durations.py).
+- a soak override is a finite duration of at most 7 days (orchestrator/util/durations.py).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from orchestrator.durations import parse_duration
-from orchestrator.user_errors import UserError
+from orchestrator.util.durations import parse_duration
+from orchestrator.util.user_errors import UserError
 
 if TYPE_CHECKING:
     from orchestrator.journal.base import Journal, RunRecord
-    from orchestrator.runbook import Runbook
+    from orchestrator.language.runbook import Runbook
 
 #: The longest gate name accepted (node ids are far shorter).
 MAX_GATE_LEN = 200
@@ -44,7 +44,7 @@ def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint
 
 def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
     """`*` and the ids of the run's soak steps that wait for an approval."""
-    from orchestrator.run_info import table_for
+    from orchestrator.service.run_info import table_for
 
     table = table_for(run, rb)
     gates = {"*"}
@@ -79,7 +79,7 @@ def approve(journal: Journal, run: RunRecord, gate: str | None, by: str, gates: 
     `now` also ends the rest of that soak (journaled as `<gate>!now`): the operator has seen
     enough. The soak still watches both replicas until the moment it ends."""
     _refuse_if_finished(run)
-    from orchestrator.approval_scope import stored_name, waiting_gate
+    from orchestrator.engine.approval_scope import stored_name, waiting_gate
 
     gate = waiting_gate(run, gates) if gate is None else str(gate)  # no gate given: the one it waits at
     if not gate or len(gate) > MAX_GATE_LEN:
@@ -118,7 +118,7 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
 
 def pause(journal: Journal, run: RunRecord, by: str) -> str:
     """Journal a pause request: the runner stops before its next safe step (executor/pause.py)."""
-    from orchestrator import audit
+    from orchestrator.journal import audit
 
     _refuse_if_finished(run)
     held = audit.paused_by(journal, run.run_id)
@@ -132,7 +132,7 @@ def pause(journal: Journal, run: RunRecord, by: str) -> str:
 
 def continue_run(journal: Journal, run: RunRecord, by: str) -> str:
     """Journal the end of a pause; refused when the run is not paused."""
-    from orchestrator import audit
+    from orchestrator.journal import audit
 
     _refuse_if_finished(run)
     if audit.paused_by(journal, run.run_id) is None:

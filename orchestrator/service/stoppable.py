@@ -30,7 +30,7 @@ def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
                       hard_stop: Callable[[RunRecord, str], None] | None = None,
                       **kwargs: Any) -> tuple[RunRecord, str | None]:
     """(the run as it ended or stopped, what stopped it: None, `Ctrl-C` or a signal's name)."""
-    from orchestrator.runner import execute
+    from orchestrator.service.runner import execute
 
     progress = kwargs.get("progress")
     attach = getattr(progress, "attach_run", None)

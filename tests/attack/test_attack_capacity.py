@@ -66,12 +66,12 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
     without judging capacity again."""
     import asyncio
 
-    from orchestrator import audit
+    from orchestrator.journal import audit
     from orchestrator.service import signals as commands
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runner import execute, new_rollout
-    from orchestrator.steps import language
+    from orchestrator.engine.fleet import journal_overrides
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.engine.steps import language
 
     e = e2e_factory(hosts=BASE_HOSTS)
     original = language.Presence.run
@@ -112,7 +112,7 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
 def test_a_resumed_rollback_does_not_drain_while_another_base_host_is_out(team):
     """The rollback table has a drain and no capacity step: `rollback gpu03` Ctrl-C'd right at its
     `drain`, gpu04 leaves the pool meanwhile, `resume` goes on. The live leave-pool guard halts it
-    there (nothing sent), naming gpu04 (orchestrator/leave_pool.py)."""
+    there (nothing sent), naming gpu04 (orchestrator/engine/leave_pool.py)."""
     t = team(BASE_HOSTS)
     ok(t.run("rollout", "gpu03", "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0", "--override-prerequisite", "gpu02"))
     r = t.run("rollback", "gpu03", signal_at="gpu03:rollback-host.drain:SIGINT")

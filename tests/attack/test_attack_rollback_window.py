@@ -3,7 +3,7 @@ re-checks in the journal (the tier busy: a run that has not ended) does not cove
 ENDED outside the pool in between (case 7's HALTED host, reached through case 4's window).
 
 Fixed twice: admission refuses a rollback while another tier host's newest run sent a drain and
-ended HALTED (orchestrator/leave_pool.py `refuse_tier_halted`), and the live leave-pool guard
+ended HALTED (orchestrator/engine/leave_pool.py `refuse_tier_halted`), and the live leave-pool guard
 would halt it right before its drain."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ BASE_RB = "base-glm53-w4afp8"
 
 def test_rollback_stalled_after_its_pool_read_drains_a_second_host_when_another_run_halted_outside_the_pool(
         e2e_factory, monkeypatch):
-    from orchestrator import runner
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.demo import demo_settings
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runner import Session, execute, new_rollback, new_rollout
-    from orchestrator.user_errors import Refused
+    from orchestrator.service import runner
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.engine.fleet import journal_overrides
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.service.runner import Session, execute, new_rollback, new_rollout
+    from orchestrator.util.user_errors import Refused
 
     e = e2e_factory("no-rejoin@gpu03", hosts=BASE_HOSTS)
     # a second terminal on the same journal

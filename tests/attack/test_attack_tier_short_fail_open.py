@@ -1,4 +1,4 @@
-"""Attack: `refuse_tier_short` (orchestrator/runner.py) returns early when the host being rolled
+"""Attack: `refuse_tier_short` (orchestrator/service/runner.py) returns early when the host being rolled
 back has ANY reason in its listing, taken to mean "not in the pool now: the rollback brings it
 back". A peer that could not be asked about that host is such a reason, so one timed-out peer
 query skips the whole capacity check (fail-open), although the docstring of `tier_listing` says
@@ -20,12 +20,12 @@ BASE_RB = "base-glm53-w4afp8"
 
 
 def test_one_unanswered_peer_query_about_the_host_itself_skips_the_capacity_check(e2e_factory, monkeypatch):
-    from orchestrator.clients.errors import TransportError
-    from orchestrator.clients.model_proxy import ModelProxyClient
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runner import execute, new_rollback, new_rollout
-    from orchestrator.user_errors import Refused
+    from orchestrator.hosts.clients.errors import TransportError
+    from orchestrator.hosts.clients.model_proxy import ModelProxyClient
+    from orchestrator.engine.fleet import journal_overrides
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.service.runner import execute, new_rollback, new_rollout
+    from orchestrator.util.user_errors import Refused
 
     e = e2e_factory(hosts=BASE_HOSTS)
 

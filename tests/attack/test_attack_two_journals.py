@@ -4,7 +4,7 @@ foreign-change detection compares one host's action log with one journal. Nothin
 host's run, and the capacity guard's peer read races the other host's drain.
 
 Mitigated, not closed (docs/admission.md, "Two journals"): right after its drain is confirmed each
-run reads the other hosts at the peers again (orchestrator/leave_pool.py `recheck_after_drain`);
+run reads the other hosts at the peers again (orchestrator/engine/leave_pool.py `recheck_after_drain`);
 the tier short, it rejoins at once and halts naming the other host. What remains is the window
 between the two drains and that rejoin: bounded, and the tier is whole again at the end."""
 
@@ -21,12 +21,12 @@ BASE_RB = "base-glm53-w4afp8"
 
 
 def test_two_journals_drain_two_base_hosts_at_once(e2e_factory):
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.demo import demo_settings
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runner import Session, execute, new_rollout
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.engine.fleet import journal_overrides
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.service.runner import Session, execute, new_rollout
 
     e = e2e_factory(hosts=BASE_HOSTS)
     other_state = e.state_dir.parent / "other-state"

@@ -2,7 +2,7 @@
 gate `*`, journaled once and read by EVERY later soak gate of the run (steps/gates.py: `{node.id,
 "*"} & approvals`), also after a Ctrl-C and by a run `serve` adopts.
 
-Now (orchestrator/approval_scope.py): with no gate given the approval is of the gate the run waits
+Now (orchestrator/engine/approval_scope.py): with no gate given the approval is of the gate the run waits
 at now, refused with one line (exit 2) when it waits at none; `*` only when named, and a `*` from
 before a resume or an adoption is not read after it."""
 
@@ -17,11 +17,11 @@ pytestmark = pytest.mark.e2e
 
 def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_factory):
     from orchestrator.service import signals as commands
-    from orchestrator.exit_codes import ExitCode
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runbook import load_runbook
-    from orchestrator.runner import execute, new_rollout
-    from orchestrator.user_errors import Refused, UserError
+    from orchestrator.util.exit_codes import ExitCode
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.language.runbook import load_runbook
+    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.util.user_errors import Refused, UserError
 
     e = e2e_factory()
     journal = e.session.journal
@@ -62,11 +62,11 @@ def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_
 def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(e2e_factory):
     import time
 
-    from orchestrator import audit
+    from orchestrator.journal import audit
     from orchestrator.service import signals as commands
-    from orchestrator.approval_scope import effective
-    from orchestrator.runbook import load_runbook
-    from orchestrator.runner import new_rollout
+    from orchestrator.engine.approval_scope import effective
+    from orchestrator.language.runbook import load_runbook
+    from orchestrator.service.runner import new_rollout
 
     e = e2e_factory()
     journal = e.session.journal

@@ -6,9 +6,9 @@ import json
 
 import httpx
 
-from orchestrator.clients.compose_manager import ComposeRequest
-from orchestrator.clients.retry import RetryPolicy
-from orchestrator.envmap import EnvMap
+from orchestrator.hosts.clients.compose_manager import ComposeRequest
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.hosts.envmap import EnvMap
 
 BASE = "http://cm.test:8080"
 TOKEN = "cm-token-0123456789abcdef"

@@ -6,8 +6,8 @@ import pytest
 import respx
 from helpers_compose import BASE, ENV, FAST, HTML_502, NEW_FILE, R2, REQ, TOKEN, done_line, error, event_line, stream
 
-from orchestrator.clients.compose_manager import ComposeManagerClient, ComposeRequest
-from orchestrator.clients.errors import (
+from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
+from orchestrator.hosts.clients.errors import (
     BadRequest,
     Busy,
     MalformedResponse,
@@ -18,8 +18,8 @@ from orchestrator.clients.errors import (
     TransportError,
     Unauthorized,
 )
-from orchestrator.envmap import EnvMap
-from orchestrator.parsers.dry_run import parse_dry_run
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.parsers.dry_run import parse_dry_run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "reference" / "samples"
 
@@ -248,7 +248,7 @@ async def test_action_log_uses_a_fresh_nonce_and_applies_last_deploy(router, cli
     actions = await client.action_log()
     nonce = route.calls.last.request.url.params["nonce"]
     assert len(nonce) == 64 and int(nonce, 16) >= 0
-    from orchestrator.parsers.action_log import last_deploy
+    from orchestrator.hosts.parsers.action_log import last_deploy
 
     assert last_deploy(actions, R2).tag == "new"
     assert last_deploy(actions, "model-sg-glm53-w4afp8-tp4-r1").tag == "old"

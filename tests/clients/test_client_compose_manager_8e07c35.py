@@ -12,11 +12,11 @@ import pytest
 import respx
 from helpers_compose import BASE, ENV, REQ, TOKEN, error
 
-from orchestrator.clients.compose_manager import ComposeManagerClient, ComposeRequest
-from orchestrator.clients.errors import MalformedResponse, RequestInvalid, TagNotFound
-from orchestrator.clients.retry import RetryPolicy
-from orchestrator.inventory import load_inventory
-from orchestrator.user_errors import UserError
+from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
+from orchestrator.hosts.clients.errors import MalformedResponse, RequestInvalid, TagNotFound
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.hosts.inventory import load_inventory
+from orchestrator.util.user_errors import UserError
 
 
 class FakeClock:

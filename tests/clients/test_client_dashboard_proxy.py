@@ -2,11 +2,11 @@ import httpx
 import pytest
 import respx
 
-from orchestrator.clients.dashboard import DashboardClient
-from orchestrator.clients.errors import HostListedTwice, HostNotFound, MalformedResponse, RequestInvalid, Unauthorized
-from orchestrator.clients.model_proxy import ModelProxyClient, parse_backends_list
-from orchestrator.clients.retry import RetryPolicy
-from orchestrator.envmap import EnvMap
+from orchestrator.hosts.clients.dashboard import DashboardClient
+from orchestrator.hosts.clients.errors import HostListedTwice, HostNotFound, MalformedResponse, RequestInvalid, Unauthorized
+from orchestrator.hosts.clients.model_proxy import ModelProxyClient, parse_backends_list
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.hosts.envmap import EnvMap
 
 DASH = "http://dashboard.test"
 DASH_TOKEN = "dash-token-abcdef123456"

@@ -6,8 +6,8 @@ import structlog
 from pydantic import SecretStr
 from rich.pretty import pretty_repr
 
-from orchestrator.envmap import EnvMap
-from orchestrator.redaction import MASK, Redactor, redact_body
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.redaction import MASK, Redactor, redact_body
 
 VALUES = {"PROXY_TOKEN": "sk-proxy-0123456789", "ENV": "prod", "EMPTY": "", "ONE": "1", "HOST_IP": "10.0.0.2"}
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 import respx
 
-from orchestrator.clients.errors import Unauthorized
-from orchestrator.clients.github import GitHubClient, GitHubUnreachable
-from orchestrator.clients.retry import RetryPolicy
+from orchestrator.hosts.clients.errors import Unauthorized
+from orchestrator.hosts.clients.github import GitHubClient, GitHubUnreachable
+from orchestrator.hosts.clients.retry import RetryPolicy
 
 API = "http://gh.test"
 REPO = "nearai/cvm-compose-files"

@@ -5,8 +5,8 @@ import httpx
 import pytest
 import respx
 
-from orchestrator.clients.errors import RequestInvalid, ServerError
-from orchestrator.clients.inference import InferenceClient, SoakRelayClient
+from orchestrator.hosts.clients.errors import RequestInvalid, ServerError
+from orchestrator.hosts.clients.inference import InferenceClient, SoakRelayClient
 
 LONG = "https://glm-5-3-flash-long.completions.test"
 RELAY = "http://10.0.0.2:8009"
@@ -128,7 +128,7 @@ async def test_relay_direct_check_failures(kwargs, reason):
 
 
 async def test_completion_text_is_scrubbed_with_the_shared_redactor():
-    from orchestrator.redaction import Redactor
+    from orchestrator.hosts.redaction import Redactor
 
     with respx.mock(base_url=LONG) as r:
         r.post("/v1/chat/completions").mock(return_value=completion("served by cvm-gpu02-label today", 10, 0))

@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from orchestrator.clients.errors import BadRequest, Busy, ServerError, TransportError
-from orchestrator.clients.retry import RetryPolicy, call_with_retry
+from orchestrator.hosts.clients.errors import BadRequest, Busy, ServerError, TransportError
+from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
 
 
 class FakeClock:
@@ -103,7 +103,7 @@ def test_backoff_bounds():
 
 async def test_first_attempt_fast_path_calls_fn_once_per_attempt_and_logs_tenacitys_attempt_numbers(monkeypatch):
     """The first attempt runs outside tenacity; a failure is handed over as that attempt, never run twice."""
-    import orchestrator.clients.retry as retry_mod
+    import orchestrator.hosts.clients.retry as retry_mod
 
     logged = []
     monkeypatch.setattr(retry_mod.log, "info", lambda event, **kw: logged.append(kw["attempt"]))

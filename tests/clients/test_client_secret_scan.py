@@ -12,13 +12,13 @@ import respx
 from helpers_compose import BASE, ENV, FAST, REQ, TOKEN, ChunkStream, done_line, event_line
 from structlog.testing import capture_logs
 
-from orchestrator.clients.compose_manager import ComposeManagerClient, ComposeRequest
-from orchestrator.clients.dashboard import DashboardClient
-from orchestrator.clients.errors import ClientError
-from orchestrator.clients.inference import InferenceClient, SoakRelayClient
-from orchestrator.clients.model_proxy import ModelProxyClient
-from orchestrator.envmap import EnvMap
-from orchestrator.redaction import Redactor
+from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
+from orchestrator.hosts.clients.dashboard import DashboardClient
+from orchestrator.hosts.clients.errors import ClientError
+from orchestrator.hosts.clients.inference import InferenceClient, SoakRelayClient
+from orchestrator.hosts.clients.model_proxy import ModelProxyClient
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.redaction import Redactor
 
 SECRETS = [TOKEN] + sorted(ENV.redaction_values())
 assert len(SECRETS) >= 2, 'the fixture env map must hold a credential'

@@ -6,7 +6,7 @@ import http.cookiejar
 
 import httpx
 
-from orchestrator.clients.http_session import HttpSession
+from orchestrator.hosts.clients.http_session import HttpSession
 
 
 class _Client(HttpSession):
@@ -44,9 +44,9 @@ async def test_an_answer_without_set_cookie_never_reaches_the_jar(monkeypatch):
 def test_the_lean_wire_gives_way_to_a_configured_proxy_and_to_the_escape_hatch(monkeypatch):
     """The lean transport connects directly: where an operator configured a proxy (httpx honours
     HTTP(S)_PROXY/ALL_PROXY), or asked for httpx's wire, the clients use httpx's own transport."""
-    from orchestrator.clients.compose_manager import ComposeManagerClient
-    from orchestrator.clients.http_session import lean_wire_allowed
-    from orchestrator.clients.lean_transport import LeanTransport
+    from orchestrator.hosts.clients.compose_manager import ComposeManagerClient
+    from orchestrator.hosts.clients.http_session import lean_wire_allowed
+    from orchestrator.hosts.clients.lean_transport import LeanTransport
 
     for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
               "ORCHESTRATOR_HTTP_WIRE"):

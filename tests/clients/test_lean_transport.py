@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from orchestrator.clients.errors import NOT_SENT
-from orchestrator.clients.lean_transport import LeanTransport
+from orchestrator.hosts.clients.errors import NOT_SENT
+from orchestrator.hosts.clients.lean_transport import LeanTransport
 
 
 class Server:

@@ -1,4 +1,4 @@
-"""The notifier's delivery rules (orchestrator/notify.py): never waits, retries what may pass,
+"""The notifier's delivery rules (orchestrator/service/notify.py): never waits, retries what may pass,
 gives up on what will not, redacts."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 import httpx
 
-from orchestrator.notify import Notifier, NotifyProgress
-from orchestrator.redaction import Redactor
+from orchestrator.service.notify import Notifier, NotifyProgress
+from orchestrator.hosts.redaction import Redactor
 
 URL = "https://hooks.example.invalid/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX"
 

@@ -6,7 +6,7 @@ import json
 
 import httpx
 
-from orchestrator.notify import Notifier, NotifyProgress
+from orchestrator.service.notify import Notifier, NotifyProgress
 
 URL = "https://hooks.example.invalid/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX"
 TABLE = ("canary readout: PASS over 30 min, r2: 31 scrapes, r1: 31 scrapes\n"

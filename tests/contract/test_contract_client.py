@@ -16,8 +16,8 @@ import httpx
 import pytest
 from recorded_exchanges import EXCHANGE_LIST, Exchange
 
-from orchestrator.clients.compose_manager import ComposeManagerClient, ComposeRequest
-from orchestrator.clients.errors import (
+from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
+from orchestrator.hosts.clients.errors import (
     BadRequest,
     Busy,
     ComposeFailed,
@@ -27,10 +27,10 @@ from orchestrator.clients.errors import (
     Unauthorized,
     error_for_status,
 )
-from orchestrator.clients.retry import RetryPolicy
-from orchestrator.envmap import EnvMap
-from orchestrator.parsers.compose_manager_reads import VersionInfo
-from orchestrator.redaction import Redactor
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.parsers.compose_manager_reads import VersionInfo
+from orchestrator.hosts.redaction import Redactor
 
 BASE = "http://cm.test:8080"
 POLICY = RetryPolicy.immediate(busy_retries=2, max_attempts=3, tag_not_found_retries=2)

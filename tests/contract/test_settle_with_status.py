@@ -8,9 +8,9 @@ import asyncio
 
 import httpx
 
-from orchestrator.clients.compose_manager import ComposeManagerClient, ComposeRequest
-from orchestrator.clients.retry import RetryPolicy
-from orchestrator.envmap import EnvMap
+from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.hosts.envmap import EnvMap
 from orchestrator_sim.testing import CANARY, OLD_TAG, in_process_compose_manager
 
 

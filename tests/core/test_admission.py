@@ -1,4 +1,4 @@
-"""orchestrator/admission.py and its journal support, one guard per test (issue 21).
+"""orchestrator/service/admission.py and its journal support, one guard per test (issue 21).
 
 Each test names the guard it checks; deleting that guard makes it fail:
 - the journal's run sequence (sql.py create_run / list_runs ORDER BY run_seq) -> the clock tests;
@@ -21,12 +21,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import admission
+from orchestrator.service import admission
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import LeaseHeld
-from orchestrator.prerequisites import unmet
-from orchestrator.runbook import load_runbook
-from orchestrator.user_errors import Refused
+from orchestrator.engine.prerequisites import unmet
+from orchestrator.language.runbook import load_runbook
+from orchestrator.util.user_errors import Refused
 
 GPU02 = load_runbook("gpu02-glm53-w4afp8-long-context")
 BASE = load_runbook("base-glm53-w4afp8")
@@ -227,7 +227,7 @@ def test_a_run_with_a_live_runner_is_never_ended_from_outside(journal, clock):
 
 
 def test_an_orphan_that_changed_its_host_and_can_resume_is_left_to_resume(journal):
-    from orchestrator.orphans import end_unowned
+    from orchestrator.service.orphans import end_unowned
 
     s = session(journal)
     run = journal.create_run(**new("gpu02"))

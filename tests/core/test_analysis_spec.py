@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from orchestrator.analysis.spec import AnalysisSpec
-from orchestrator.runbook import RUNBOOK_DIR, parse_runbook
-from orchestrator.steps import handler_for
-from orchestrator.user_errors import UserError
+from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
+from orchestrator.engine.steps import handler_for
+from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
 GOOD = {
@@ -105,7 +105,7 @@ def test_orchestrate_plan_refuses_a_bad_analysis_with_one_line_and_exit_2(tmp_pa
 
 
 def test_the_shipped_pdi2_canary_gates_are_the_lab_results_as_thresholds():
-    from orchestrator.runbook import load_runbook
+    from orchestrator.language.runbook import load_runbook
 
     rb = load_runbook("gpu02-glm53-w4afp8-pdi2-canary")
     [readout] = [s for ph in rb.phases for s in ph.steps if s.analysis is not None]
@@ -150,9 +150,9 @@ def test_the_canary_plan_is_byte_identical_to_its_golden():
     Regenerate after an intended change with ORCHESTRATOR_UPDATE_GOLDEN=1 and review the diff."""
     import os
 
-    from orchestrator.machine import compile_rollout
-    from orchestrator.plan import build_plan, render_text
-    from orchestrator.runbook import load_runbook
+    from orchestrator.language.machine import compile_rollout
+    from orchestrator.previews.plan import build_plan, render_text
+    from orchestrator.language.runbook import load_runbook
 
     rb = load_runbook("gpu02-glm53-w4afp8-pdi2-canary")
     out = render_text(build_plan(rb, compile_rollout(rb), host="gpu02", tag="v0.0.304"))

@@ -14,7 +14,7 @@ from orchestrator.analysis.window import (
     measure, quantile, ratio, window_of,
 )
 from orchestrator.metricproviders.relay_scrape import parse_scrape
-from orchestrator.metrics_text import MetricsTextError
+from orchestrator.metricproviders.metrics_text import MetricsTextError
 
 LES = (0.01, 0.02, 0.05, 0.1, math.inf)
 

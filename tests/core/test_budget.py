@@ -1,4 +1,4 @@
-"""orchestrator.budget: parsing, per-rank shares, start-order resolution and the fit check.
+"""orchestrator.hosts.budget: parsing, per-rank shares, start-order resolution and the fit check.
 
 Worked numbers come from the seed PR and the gpu02 runbook ("HiCache host-memory budget").
 """
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.budget import (
+from orchestrator.hosts.budget import (
     GIB,
     UNITS,
     Budget,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ci_preview import runbooks_affected_by
+from orchestrator.previews.ci_preview import runbooks_affected_by
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "ci" / "preview.sh"

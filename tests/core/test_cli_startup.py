@@ -24,19 +24,19 @@ HEAVY_FOR_HELP = [
     "pydantic", "pydantic_settings", "structlog", "httpx", "asyncio", "prometheus_client", "yaml", "rich.console",
     "click",  # a second copy of click beside typer's own
     "starlette", "uvicorn",
-    "orchestrator.runbook", "orchestrator.settings", "orchestrator.journal", "orchestrator.steps",
-    "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
-    "orchestrator.run_logs", "orchestrator.plan", "orchestrator.machine",
+    "orchestrator.language.runbook", "orchestrator.util.settings", "orchestrator.journal", "orchestrator.engine.steps",
+    "orchestrator.service.runner", "orchestrator.engine.executor", "orchestrator.hosts.clients", "orchestrator.server.app",
+    "orchestrator.service.run_logs", "orchestrator.previews.plan", "orchestrator.language.machine",
 ]
 # What the read-only commands must not import: pydantic-settings (and the asyncio it loads) nor
 # typer's pydantic coercion of parameters (orchestrator/cli/params.py), nor the service's run path
 HEAVY_FOR_READS = [
     "httpx", "prometheus_client", "starlette", "uvicorn", "structlog", "tenacity", "pydantic_settings", "asyncio",
-    "typer._adapters", "orchestrator.runner", "orchestrator.executor", "orchestrator.clients", "orchestrator.server.app",
-    "orchestrator.service.runs", "orchestrator.service.admit", "orchestrator.settings",
+    "typer._adapters", "orchestrator.service.runner", "orchestrator.engine.executor", "orchestrator.hosts.clients", "orchestrator.server.app",
+    "orchestrator.service.runs", "orchestrator.service.admit", "orchestrator.util.settings",
 ]
 # `runs` reads the journal alone: no pydantic at all, no rich console (its lines are plain text)
-HEAVY_FOR_RUNS = ["pydantic", "rich.console", "orchestrator.runbook"]
+HEAVY_FOR_RUNS = ["pydantic", "rich.console", "orchestrator.language.runbook"]
 
 PROBE = """
 import json, os, sys
@@ -74,7 +74,7 @@ def test_help_and_version_load_nothing_heavy(argv, tmp_path):
 
 def _journal_with_runs(tmp_path: Path) -> None:
     from orchestrator.journal import open_journal
-    from orchestrator.redaction import Redactor
+    from orchestrator.hosts.redaction import Redactor
 
     (tmp_path / "state").mkdir()
     j = open_journal(str(tmp_path / "state" / "journal.sqlite3"), redactor=Redactor())
@@ -102,12 +102,12 @@ def test_runs_loads_no_runbook_for_runs_that_are_not_running(tmp_path):
     _journal_with_runs(tmp_path)
     rc, loaded = _loaded(["runs"], tmp_path)
     assert rc == 0
-    assert "orchestrator.runbook" not in loaded and "orchestrator.machine" not in loaded
+    assert "orchestrator.language.runbook" not in loaded and "orchestrator.language.machine" not in loaded
 
 
 @pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"]], ids=["runs", "runs-json"])
 def test_runs_loads_no_pydantic_and_no_rich(argv, tmp_path):
-    """`runs` is what on-call types first: settings without pydantic (orchestrator/startup.py
+    """`runs` is what on-call types first: settings without pydantic (orchestrator/service/startup.py
     read_settings), parameters without typer's pydantic coercion, plain lines without rich."""
     _journal_with_runs(tmp_path)
     rc, loaded = _loaded(argv, tmp_path)
@@ -130,4 +130,4 @@ def test_a_command_that_reaches_hosts_still_drops_unclaimed_log_events(tmp_path)
     rc, loaded = _loaded(["rollback", "gpu02", "--replica", "r3"], tmp_path,
                          ORCHESTRATOR_COMPOSE_MANAGER_TOKEN="x", ORCHESTRATOR_DASHBOARD_TOKEN="y")
     assert rc == 2
-    assert "orchestrator.run_logs" in loaded
+    assert "orchestrator.service.run_logs" in loaded

@@ -1,4 +1,4 @@
-"""orchestrator.compose_file: the real compose files of gpu02's rollout, plus synthetic edge cases."""
+"""orchestrator.hosts.compose_file: the real compose files of gpu02's rollout, plus synthetic edge cases."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.budget import GIB, check_fit, parse_budget
-from orchestrator.compose_file import (
+from orchestrator.hosts.budget import GIB, check_fit, parse_budget
+from orchestrator.hosts.compose_file import (
     BudgetExpr,
     ComposeFile,
     ComposeFileError,

@@ -1,4 +1,4 @@
-"""The state diagram (orchestrator/diagram.py) is generated from the transition table.
+"""The state diagram (orchestrator/previews/diagram.py) is generated from the transition table.
 
 Golden files pin the gpu02 rollout's Mermaid and dot output; regenerate after an intended runbook
 change with `ORCHESTRATOR_UPDATE_GOLDEN=1 pytest tests/core/test_diagram.py`, then `make diagram`
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.diagram import render_dot, render_mermaid
-from orchestrator.machine import TERMINALS, compile_rollback, compile_rollout
-from orchestrator.runbook import load_runbook
+from orchestrator.previews.diagram import render_dot, render_mermaid
+from orchestrator.language.machine import TERMINALS, compile_rollback, compile_rollout
+from orchestrator.language.runbook import load_runbook
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -1,4 +1,4 @@
-"""Fleet runs (orchestrator/fleet.py): the order, the stop at the first host that is not DONE,
+"""Fleet runs (orchestrator/engine/fleet.py): the order, the stop at the first host that is not DONE,
 the prerequisite refusal and its override by name, the user errors.
 
 Mutation list (each rule was disabled in the source, the test run and seen failing):
@@ -16,10 +16,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestrator.fleet import FleetResult, journal_overrides, parse_hosts, refuse_unmet_prerequisites, run_fleet, runbook_for
+from orchestrator.engine.fleet import FleetResult, journal_overrides, parse_hosts, refuse_unmet_prerequisites, run_fleet, runbook_for
 from orchestrator.journal.sqlite import SqliteJournal
-from orchestrator.runbook import load_runbook
-from orchestrator.user_errors import Refused, UserError
+from orchestrator.language.runbook import load_runbook
+from orchestrator.util.user_errors import Refused, UserError
 
 BASE = load_runbook("base-glm53-w4afp8")
 GPU02_RB = "gpu02-glm53-w4afp8-long-context"
@@ -162,7 +162,7 @@ def test_an_override_of_a_prerequisite_that_holds_is_not_journaled():
 
 
 def test_an_interrupted_host_stops_the_fleet_and_names_the_rest():
-    from orchestrator.fleet import Interrupted
+    from orchestrator.engine.fleet import Interrupted
 
     def one(h: str) -> _Run:
         if h == "gpu04":
@@ -181,8 +181,8 @@ def test_a_switch_failure_is_retried_from_the_capacity_guard():
 
     import yaml
 
-    from orchestrator.machine import compile_rollout
-    from orchestrator.runbook import RUNBOOK_DIR, parse_runbook
+    from orchestrator.language.machine import compile_rollout
+    from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 
     t = compile_rollout(BASE)
     assert t.retry_start("switch") == "capacity.others-serve"
@@ -198,7 +198,7 @@ def test_retry_run_starts_the_child_where_the_table_says():
     """runner.retry_run uses Table.retry_start (with phase_start there, this test fails)."""
     from types import SimpleNamespace
 
-    from orchestrator.runner import retry_run
+    from orchestrator.service.runner import retry_run
 
     journal = SqliteJournal(":memory:")
     run = journal.create_run(host="gpu03", runbook=BASE.name, tag="v0.0.310", kind="rollout", state="switch.rollback.rejoined-old",

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.runbook import RUNBOOK_DIR, parse_runbook
-from orchestrator.steps import handler_for
-from orchestrator.user_errors import UserError
+from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
+from orchestrator.engine.steps import handler_for
+from orchestrator.util.user_errors import UserError
 
 CANARY = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-pdi2-canary.yaml").read_text())
 R2 = "model-sg-glm53-w4afp8-tp4-r2"
@@ -66,8 +66,8 @@ def with_gates(registry: str = REGISTRY, *, forward: list | None = None, preflig
 
 
 def test_the_gates_load_and_plan_renders_each_with_its_thresholds():
-    from orchestrator.machine import compile_rollout
-    from orchestrator.plan import build_plan, render_text
+    from orchestrator.language.machine import compile_rollout
+    from orchestrator.previews.plan import build_plan, render_text
 
     rb = parse_runbook(with_gates())
     texts = {st.id: handler_for(st).describe(st, rb).gate for steps in rb.step_lists() for st in steps}
@@ -84,7 +84,7 @@ def test_the_gates_load_and_plan_renders_each_with_its_thresholds():
     manual = [ln for ln in text.splitlines() if ln.startswith("MANUAL: ")]
     assert len(manual) == 2, text[:2000]
     assert "the rollback of phase canary needs a human's edit at canary.rollback.unnote-canary" in manual[1]
-    from orchestrator.diagram import render_mermaid
+    from orchestrator.previews.diagram import render_mermaid
 
     drawn = render_mermaid(compile_rollout(rb))
     assert '["canary.note-canary (MANUAL EDIT)"]' in drawn and '["canary.rollback.unnote-canary (MANUAL EDIT)"]' in drawn
@@ -158,10 +158,10 @@ def test_orchestrate_plan_refuses_a_wrong_gate_with_one_line_and_exit_2(tmp_path
 
 
 def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path):
-    from orchestrator.activity import run_activity
+    from orchestrator.service.activity import run_activity
     from orchestrator.journal.owner import owner_text
     from orchestrator.journal.sqlite import SqliteJournal
-    from orchestrator.machine import compile_rollout
+    from orchestrator.language.machine import compile_rollout
 
     rb = parse_runbook(with_gates())
     table = compile_rollout(rb)
@@ -179,8 +179,8 @@ def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path
 
 
 def test_a_rollback_entered_anywhere_names_its_manual_edits_before_it_runs():
-    from orchestrator.machine import compile_rollout
-    from orchestrator.steps.envchecks import manual_edits_ahead
+    from orchestrator.language.machine import compile_rollout
+    from orchestrator.engine.steps.envchecks import manual_edits_ahead
 
     table = compile_rollout(parse_runbook(with_gates()))
     ahead = manual_edits_ahead(table, "canary.rollback.unnote-canary")

@@ -10,14 +10,14 @@ import pytest
 import respx
 import yaml
 
-from orchestrator.clients.errors import ServerError
-from orchestrator.clients.inference import SoakRelayClient
-from orchestrator.metrics_text import MetricsTextError, samples, total
-from orchestrator.runbook import RUNBOOK_DIR, GaugeBound, parse_runbook
-from orchestrator.steps.evidence import gauge_problem
-from orchestrator.steps.oneshot import exit_code, judge_output
-from orchestrator.steps.telemetry import log_tags
-from orchestrator.user_errors import UserError
+from orchestrator.hosts.clients.errors import ServerError
+from orchestrator.hosts.clients.inference import SoakRelayClient
+from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
+from orchestrator.language.runbook import RUNBOOK_DIR, GaugeBound, parse_runbook
+from orchestrator.engine.steps.evidence import gauge_problem
+from orchestrator.engine.steps.oneshot import exit_code, judge_output
+from orchestrator.engine.steps.telemetry import log_tags
+from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
 TEXT = """# HELP sglang:hicache_host_hit_tokens_total Prompt tokens restored.

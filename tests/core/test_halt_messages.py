@@ -6,8 +6,8 @@ halt message must not offer `rollback --replica all` as a way out (it used to)."
 
 from __future__ import annotations
 
-from orchestrator.machine import Event, Machine, compile_rollout
-from orchestrator.runbook import load_runbook
+from orchestrator.language.machine import Event, Machine, compile_rollout
+from orchestrator.language.runbook import load_runbook
 
 
 def _r1_halt_message() -> str:

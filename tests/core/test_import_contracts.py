@@ -28,7 +28,7 @@ def test_contracts_are_kept():
 def test_a_broken_contract_is_reported(tmp_path):
     """The check can fail: a copy of the config that forbids what plan really imports is broken."""
     cfg = (ROOT / ".importlinter").read_text().replace("    orchestrator_sim\n\n[importlinter:contract:sim-only-from-demo]",
-                                                       "    orchestrator_sim\n    orchestrator.runbook\n\n[importlinter:contract:sim-only-from-demo]")
+                                                       "    orchestrator_sim\n    orchestrator.language.runbook\n\n[importlinter:contract:sim-only-from-demo]")
     bad = tmp_path / "importlinter.ini"
     bad.write_text(cfg)
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")

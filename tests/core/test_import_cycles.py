@@ -24,7 +24,7 @@ PACKAGES = ("orchestrator", "orchestrator_sim")
 KNOWN = [
     # the runner and the admission path hand the session back and forth: the application service
     # (issue 26, orchestrator/service/) takes them apart
-    {"orchestrator.admission", "orchestrator.incident", "orchestrator.runner"},
+    {"orchestrator.service.admission", "orchestrator.service.incident", "orchestrator.service.runner"},
 ]
 
 

@@ -1,11 +1,11 @@
 """Reading a rollback target from compose-manager's history when no journal holds the rollout
-(orchestrator/incident.py): the new file's tag, and the suggestion the refusal prints."""
+(orchestrator/service/incident.py): the new file's tag, and the suggestion the refusal prints."""
 
 from __future__ import annotations
 
-from orchestrator.incident import EXPLICIT, command, read_history
-from orchestrator.parsers.action_log import Action
-from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
+from orchestrator.service.incident import EXPLICIT, command, read_history
+from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
 
 RB = load_runbook(DEFAULT_RUNBOOK)
 NEW, OLD = RB.file, RB.deploys[0]

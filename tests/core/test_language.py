@@ -9,10 +9,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import yaml
 
-from orchestrator.prerequisites import unmet
-from orchestrator.runbook import RUNBOOK_DIR, LogValue, Prerequisite, parse_runbook
-from orchestrator.steps.language import judge_markers
-from orchestrator.user_errors import UserError
+from orchestrator.engine.prerequisites import unmet
+from orchestrator.language.runbook import RUNBOOK_DIR, LogValue, Prerequisite, parse_runbook
+from orchestrator.engine.steps.language import judge_markers
+from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
 NOW = datetime(2026, 9, 30, 12, tzinfo=timezone.utc)
@@ -81,7 +81,7 @@ def test_loader_refuses_bad_language_fields(mutate, needle):
 
 
 def test_base_tier_runbook_loads_with_unknown_markers_left_null():
-    from orchestrator.runbook import load_runbook
+    from orchestrator.language.runbook import load_runbook
 
     rb = load_runbook("base-glm53-w4afp8")
     assert rb.budget is None and rb.hosts == ["gpu03", "gpu04", "gpu23"]

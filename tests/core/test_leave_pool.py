@@ -1,5 +1,5 @@
-"""The live leave-pool guard's rules (orchestrator/leave_pool.py) and the scoped approvals
-(orchestrator/approval_scope.py), with fake peers and journals. End-to-end: tests/attack/."""
+"""The live leave-pool guard's rules (orchestrator/engine/leave_pool.py) and the scoped approvals
+(orchestrator/engine/approval_scope.py), with fake peers and journals. End-to-end: tests/attack/."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import leave_pool
-from orchestrator.clients.errors import TransportError
-from orchestrator.clients.model_proxy import Presence
-from orchestrator.runbook import load_runbook
-from orchestrator.user_errors import Refused, UserError
+from orchestrator.engine import leave_pool
+from orchestrator.hosts.clients.errors import TransportError
+from orchestrator.hosts.clients.model_proxy import Presence
+from orchestrator.language.runbook import load_runbook
+from orchestrator.util.user_errors import Refused, UserError
 
 BASE = load_runbook("base-glm53-w4afp8")
 ADDR = {h: f"10.0.0.{i}:8000" for i, h in enumerate(BASE.hosts)}
@@ -98,7 +98,7 @@ def test_a_run_halted_before_any_drain_is_not_outside_the_pool():
 
 
 def test_approve_without_a_gate_names_the_gate_the_run_waits_at():
-    from orchestrator.approval_scope import waiting_gate
+    from orchestrator.engine.approval_scope import waiting_gate
 
     gates = {"*", "r2.soak"}
     assert waiting_gate(SimpleNamespace(run_id="x", state="r2.soak"), gates) == "r2.soak"

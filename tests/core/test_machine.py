@@ -4,10 +4,10 @@ invariants a random walk through the table keeps (hypothesis)."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from orchestrator.machine import (
+from orchestrator.language.machine import (
     ABORTED, DONE, HALTED, ROLLED_BACK, Event, IllegalTransition, Machine, compile_rollback, compile_rollout,
 )
-from orchestrator.runbook import load_runbook
+from orchestrator.language.runbook import load_runbook
 
 RB = load_runbook()
 T = compile_rollout(RB)

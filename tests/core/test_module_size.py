@@ -21,11 +21,11 @@ OVERSIZED = {
     # cli.py and server/worker.py: +1 each for scripts/relayout.py, which splits their
     # `from orchestrator import audit, commands` into one import per layer package
     "orchestrator/cli.py": 1163,
-    "orchestrator/clients/compose_manager.py": 573,
-    "orchestrator/executor/runtime.py": 1037,
+    "orchestrator/hosts/clients/compose_manager.py": 573,
+    "orchestrator/engine/executor/runtime.py": 1037,
     "orchestrator/journal/sql.py": 791,
-    "orchestrator/runbook.py": 934,
-    "orchestrator/runner.py": 663,
+    "orchestrator/language/runbook.py": 934,
+    "orchestrator/service/runner.py": 663,
     "orchestrator/server/pages.py": 564,
     "orchestrator/server/worker.py": 679,
     "orchestrator_sim/compose_ops.py": 740,

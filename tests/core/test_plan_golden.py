@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.machine import compile_rollback, compile_rollout
-from orchestrator.plan import build_plan, render_json, render_markdown, render_text
-from orchestrator.runbook import load_runbook
+from orchestrator.language.machine import compile_rollback, compile_rollout
+from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
+from orchestrator.language.runbook import load_runbook
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 RENDER = {"text": render_text, "markdown": render_markdown, "json": render_json}
@@ -50,7 +50,7 @@ def test_a_runbook_change_changes_the_plan():
 
 def test_base_tier_fleet_plan_is_byte_identical():
     """The base tier's fleet plan: the host order and its rules, then one host's steps."""
-    from orchestrator.plan import fleet_rules
+    from orchestrator.previews.plan import fleet_rules
 
     rb = load_runbook("base-glm53-w4afp8")
     hosts = ["gpu03", "gpu04", "gpu23"]

@@ -1,5 +1,5 @@
-"""The pure halves of scoped dry runs (`orchestrator.ps_compare`) and foreign-change detection
-(`orchestrator.foreign_change`).
+"""The pure halves of scoped dry runs (`orchestrator.hosts.ps_compare`) and foreign-change detection
+(`orchestrator.engine.foreign_change`).
 
 Mutation list (each guard deleted in the source, the test seen failing, the source restored):
 - compare_ps: the `gone` branch -> test_a_container_gone_is_named; the ID/creation branch ->
@@ -16,7 +16,7 @@ Mutation list (each guard deleted in the source, the test seen failing, the sour
 
 from __future__ import annotations
 
-from orchestrator.foreign_change import (
+from orchestrator.engine.foreign_change import (
     OwnCall,
     describe_action,
     new_mark,
@@ -25,9 +25,9 @@ from orchestrator.foreign_change import (
     unexplained,
     unjournaled,
 )
-from orchestrator.parsers.action_log import Action
-from orchestrator.parsers.docker_ps import Container
-from orchestrator.ps_compare import CONFIG_FILES_LABEL, compare_ps, split_by_definition
+from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.hosts.parsers.docker_ps import Container
+from orchestrator.hosts.ps_compare import CONFIG_FILES_LABEL, compare_ps, split_by_definition
 
 NEW = "prod/New.yaml"
 OLD = "prod/Old.yaml"

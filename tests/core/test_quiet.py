@@ -10,9 +10,9 @@ import yaml
 
 from orchestrator.analysis.quiet_spec import inside
 from orchestrator.analysis.window import REQUESTS, Scrape
-from orchestrator.runbook import RUNBOOK_DIR, parse_runbook
-from orchestrator.steps.quiet import rate_per_min
-from orchestrator.user_errors import UserError
+from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
+from orchestrator.engine.steps.quiet import rate_per_min
+from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-qsplit-canary.yaml").read_text())
 
@@ -27,7 +27,7 @@ def _bad(mutate) -> str:
 
 
 def test_the_shipped_quiet_wait_loads_and_plan_says_its_bounds():
-    from orchestrator.steps import handler_for
+    from orchestrator.engine.steps import handler_for
 
     rb = parse_runbook(copy.deepcopy(RAW))
     st = next(s for s in rb.phases[0].steps if s.id == "wait-for-quiet")

@@ -1,4 +1,4 @@
-"""The read-only commands' settings without pydantic (orchestrator/startup.py `read_settings`):
+"""The read-only commands' settings without pydantic (orchestrator/service/startup.py `read_settings`):
 for every environment they take the fast path on, they see what `Settings` sees (the journal,
 the inventory chosen and why, the secrets to redact); anything `Settings` would convert or refuse
 goes to `Settings` itself, so an invalid variable is still its one line (issue 25)."""
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.settings import Settings, load_settings
-from orchestrator.startup import ReadSettings, read_settings
-from orchestrator.user_errors import UserError
+from orchestrator.util.settings import Settings, load_settings
+from orchestrator.service.startup import ReadSettings, read_settings
+from orchestrator.util.user_errors import UserError
 
 
 @pytest.fixture

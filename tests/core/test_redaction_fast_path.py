@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.redaction import MASK, Redactor
+from orchestrator.hosts.redaction import MASK, Redactor
 
 # secrets with what JSON escapes: quotes, backslashes, control characters, non-ASCII, astral
 SECRETS = ['tok"en\\1', "s3cr\u00e9t-\u4e2d", "line\nbreak", "emoji\U0001F600x", "plain-token-123", "a/b+c=d"]

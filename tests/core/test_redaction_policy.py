@@ -1,5 +1,5 @@
-from orchestrator.envmap import EnvMap
-from orchestrator.redaction import Redactor
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.redaction import Redactor
 
 
 def test_credentials_and_long_values_are_hidden_labels_and_paths_survive():

@@ -18,9 +18,9 @@ import copy
 import pytest
 import yaml
 
-from orchestrator.machine import HALTED, Event, Machine, compile_rollout
-from orchestrator.runbook import RUNBOOK_DIR, load_runbook, parse_runbook
-from orchestrator.user_errors import UserError
+from orchestrator.language.machine import HALTED, Event, Machine, compile_rollout
+from orchestrator.language.runbook import RUNBOOK_DIR, load_runbook, parse_runbook
+from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "base-glm53-w4afp8.yaml").read_text())
 R1 = "model-sg-glm53-w4afp8-tp4-r1"

@@ -5,8 +5,8 @@ import copy
 import pytest
 import yaml
 
-from orchestrator.runbook import RUNBOOK_DIR, load_runbook, parse_runbook
-from orchestrator.user_errors import UserError
+from orchestrator.language.runbook import RUNBOOK_DIR, load_runbook, parse_runbook
+from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
 
@@ -98,8 +98,8 @@ def test_a_run_resumes_only_with_the_runbook_it_started_with(tmp_path):
     file and refuses when it changed (never another file of the same name)."""
     import shutil
 
-    from orchestrator.runbook import identity_of, load_recorded_runbook
-    from orchestrator.user_errors import Refused
+    from orchestrator.language.runbook import identity_of, load_recorded_runbook
+    from orchestrator.util.user_errors import Refused
 
     copy = tmp_path / "gpu02-glm53-w4afp8-long-context.yaml"
     shutil.copy(RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml", copy)

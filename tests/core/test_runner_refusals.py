@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.journal import open_journal
-from orchestrator.runbook import load_runbook
-from orchestrator.runner import _require_earlier_phases_passed, refuse_stale_resume, refuse_unsettled
-from orchestrator.user_errors import Refused
+from orchestrator.language.runbook import load_runbook
+from orchestrator.service.runner import _require_earlier_phases_passed, refuse_stale_resume, refuse_unsettled
+from orchestrator.util.user_errors import Refused
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.outcome import Outcome
-from orchestrator.user_errors import UserError
+from orchestrator.util.outcome import Outcome
+from orchestrator.util.user_errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "orchestrator"

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.settings import Settings, load_settings
-from orchestrator.user_errors import UserError
+from orchestrator.util.settings import Settings, load_settings
+from orchestrator.util.user_errors import UserError
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def _run(kind="rollout", tag="v0.0.300", context=None, terminal=False, outcome=N
 
 
 def test_a_rollbacks_target_tag_is_the_tag_it_goes_back_to():
-    from orchestrator.activity import target_tag
+    from orchestrator.service.activity import target_tag
 
     assert target_tag(_run()) == "v0.0.300"
     back = _run(kind="rollback", context={"previous": {"r2": {"tag": "v0.0.290", "file": "f"}, "r1": {"tag": "v0.0.290", "file": "f"}}})
@@ -97,7 +97,7 @@ def test_a_rollbacks_target_tag_is_the_tag_it_goes_back_to():
 
 
 def test_activity_from_the_lease(tmp_path):
-    from orchestrator.activity import run_activity
+    from orchestrator.service.activity import run_activity
     from orchestrator.journal import SqliteJournal
     from orchestrator.journal.owner import owner_text
 
@@ -116,8 +116,8 @@ def test_activity_from_the_lease(tmp_path):
 
 
 def test_a_connection_error_names_the_url():
-    from orchestrator.clients.errors import transport_error
-    from orchestrator.redaction import Redactor
+    from orchestrator.hosts.clients.errors import transport_error
+    from orchestrator.hosts.redaction import Redactor
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -140,7 +140,7 @@ def test_a_connection_error_names_the_url():
 def test_a_bad_time_scale_is_one_line_naming_the_switch(value):
     """ORCHESTRATOR_TIME_SCALE is no setting (never read from .env): a test-only switch, checked
     where the clock is chosen."""
-    from orchestrator.clock import clock_for
+    from orchestrator.util.clock import clock_for
 
     with pytest.raises(UserError) as exc:
         clock_for(["http://127.0.0.1:1"], {"ORCHESTRATOR_TIME_SCALE": value})
@@ -148,7 +148,7 @@ def test_a_bad_time_scale_is_one_line_naming_the_switch(value):
 
 
 def test_a_time_scale_against_a_real_host_is_refused():
-    from orchestrator.clock import RealClock, ScaledClock, clock_for
+    from orchestrator.util.clock import RealClock, ScaledClock, clock_for
 
     with pytest.raises(UserError, match="loopback"):
         clock_for(["http://127.0.0.1:1", "https://gpu02.example.invalid:8080"], {"ORCHESTRATOR_TIME_SCALE": "6000"})

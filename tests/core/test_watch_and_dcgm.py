@@ -14,10 +14,10 @@ import yaml
 from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, bound_gate, ratio_gate
 from orchestrator.analysis.watch_spec import WatchSpec
 from orchestrator.analysis.window import ABORTED, FB_FREE, QUEUE, REQUESTS, Scrape, window_of
-from orchestrator.executor.watch import breach
+from orchestrator.engine.executor.watch import breach
 from orchestrator.metricproviders.dcgm import parse_dcgm
-from orchestrator.runbook import RUNBOOK_DIR, parse_runbook
-from orchestrator.user_errors import UserError
+from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
+from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-qsplit-canary.yaml").read_text())
 
@@ -154,8 +154,8 @@ def test_the_302_canary_plan_is_byte_identical_to_its_golden():
     change with ORCHESTRATOR_UPDATE_GOLDEN=1 and review the diff."""
     import os
 
-    from orchestrator.machine import compile_rollout
-    from orchestrator.plan import build_plan, render_text
+    from orchestrator.language.machine import compile_rollout
+    from orchestrator.previews.plan import build_plan, render_text
 
     rb = parse_runbook(copy.deepcopy(RAW))
     out = render_text(build_plan(rb, compile_rollout(rb), host="gpu02", tag="v0.0.305"))

@@ -19,10 +19,10 @@ class E2E:
 
 @pytest.fixture
 def e2e_factory(tmp_path):
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.demo import demo_settings
-    from orchestrator.runner import Session
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import Session
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []

@@ -11,10 +11,10 @@ import asyncio
 
 import pytest
 
-from orchestrator.fleet import journal_overrides, refuse_unmet_prerequisites, run_fleet
-from orchestrator.progress import RecordingProgress
-from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
-from orchestrator.user_errors import Refused
+from orchestrator.engine.fleet import journal_overrides, refuse_unmet_prerequisites, run_fleet
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
+from orchestrator.util.user_errors import Refused
 from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG
 
 pytestmark = pytest.mark.e2e
@@ -27,14 +27,14 @@ REGISTRAR = "model-proxy-registrar"
 
 
 def execute_run(e, run, rb, table, *, soak: float | None = 0.0):
-    from orchestrator.runner import execute
+    from orchestrator.service.runner import execute
 
     return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True, soak=soak))
 
 
 def rollout(e, host: str, *, overrides=("gpu02",), soak: float | None = 0.0):
     """One base host's rollout; gpu02's prerequisite overridden by name unless told otherwise."""
-    from orchestrator.runner import new_rollout
+    from orchestrator.service.runner import new_rollout
 
     run, rb, table = new_rollout(e.session, host, BASE_TARGET_TAG, RUNBOOK)
     journal_overrides(e.session.journal, run, overrides, "test")
@@ -75,7 +75,7 @@ def test_fleet_of_three_base_hosts_after_gpu02_ends_done(e2e_factory):
     """gpu02's long-context run first (the real prerequisite, no override), then the fleet: each
     base host DONE, one at a time (no call that changes a host before the previous host ended),
     the invariants of every host and of the base pool held throughout."""
-    from orchestrator.runner import new_rollout
+    from orchestrator.service.runner import new_rollout
 
     e = e2e_factory(hosts=("gpu02", *BASE_HOSTS))
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -272,7 +272,7 @@ def test_demo_base_tier_stops_the_fleet_at_the_host_whose_gate_failed(tmp_path):
 def test_a_rollback_of_a_base_host_already_on_fp8_is_refused_without_change(e2e_factory):
     """After a rolled-back rollout, `orchestrate rollback gpu03` would only drain a healthy FP8 host:
     refused (exit 5), only read-only calls sent (runner.refuse_nothing_to_roll_back)."""
-    from orchestrator.runner import new_rollback
+    from orchestrator.service.runner import new_rollback
 
     e = e2e_factory("perception-fails@gpu03", hosts=BASE_HOSTS)
     assert rollout(e, "gpu03").outcome == "ROLLED_BACK"
@@ -286,7 +286,7 @@ def test_a_rollback_of_a_base_host_already_on_fp8_is_refused_without_change(e2e_
 def test_a_rollback_while_another_base_host_is_mid_run_is_refused(e2e_factory):
     """gpu03 DONE; gpu04's rollout is interrupted mid-switch (its run has not ended): rolling gpu03
     back would take a second base host out, so it is refused (runner.refuse_tier_busy)."""
-    from orchestrator.runner import new_rollback
+    from orchestrator.service.runner import new_rollback
 
     e = e2e_factory(hosts=BASE_HOSTS)
     assert rollout(e, "gpu03").outcome == "DONE"
@@ -305,9 +305,9 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
     import threading
     import time
 
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.demo import demo_settings
-    from orchestrator.runner import Session, execute, new_rollout
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import Session, execute, new_rollout
 
     e = e2e_factory(hosts=BASE_HOSTS)
     other = Session.open(demo_settings(e.fleet, e.state_dir), clock=e.session.clock,
@@ -326,7 +326,7 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
     while not any(ev[0] == "step_started" and ev[1].get("state") == "switch.cold-start-r1" for ev in progress.events):
         assert time.monotonic() < deadline and t.is_alive(), "gpu03 never reached its cold start"
         time.sleep(0.01)
-    # admission (orchestrator/admission.py): gpu03's run holds the tier, so gpu04's is not even created
+    # admission (orchestrator/service/admission.py): gpu03's run holds the tier, so gpu04's is not even created
     with pytest.raises(Refused, match="one host of the tier"):
         rollout(e, "gpu04")
     t.join(120)

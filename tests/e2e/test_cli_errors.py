@@ -167,7 +167,8 @@ def test_every_argument_and_option_has_help():
 
 def test_a_bug_is_exit_1_in_one_line(monkeypatch, capsys, tmp_path):
     """Exit 1 stays for real bugs: an exception nobody expected."""
-    from orchestrator import cli, startup
+    from orchestrator import cli
+    from orchestrator.service import startup
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path))
 
@@ -188,7 +189,8 @@ def test_a_journal_locked_by_a_stopped_process_is_one_line_exit_2(monkeypatch, c
     timeout. One line naming what to do, exit 2, never a traceback (cli.main: _journal_locked)."""
     import sqlite3
 
-    from orchestrator import cli, startup
+    from orchestrator import cli
+    from orchestrator.service import startup
 
     monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path))
     db = tmp_path / "held.sqlite3"

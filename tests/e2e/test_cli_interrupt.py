@@ -57,7 +57,7 @@ def sim(tmp_path):
 
 
 def _activity(journal_path: Path, run_id: str):
-    from orchestrator.activity import run_activity
+    from orchestrator.service.activity import run_activity
 
     j = _journal(journal_path)
     try:

@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-from orchestrator.progress import RecordingProgress
-from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
 from orchestrator_sim import BASE_TARGET_TAG
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +25,7 @@ BASE_NEW_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8.yaml"
 
 
 def _execute(e, run, rb, table, **kw):
-    from orchestrator.runner import execute
+    from orchestrator.service.runner import execute
 
     return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True, **kw))
 
@@ -42,7 +42,7 @@ def test_the_simulated_host_ignores_config_only_changes_by_default(e2e_factory):
 
 
 def test_gpu02_rollout_is_done_where_config_only_changes_do_not_recreate(e2e_factory):
-    from orchestrator.runner import new_rollout
+    from orchestrator.service.runner import new_rollout
 
     e = e2e_factory()
     relay_before = e.fleet.host.container(RELAY).id
@@ -65,7 +65,7 @@ def test_a_forced_recreate_the_host_ignores_is_remedied_by_a_scoped_down_not_rol
     """compose-manager drops force_recreate: the relay's and the collector's forced dry runs plan
     them `Running` (the new config would not take). Each dry run's own gate stops exactly that
     service (never an engine) and plans again; the rollout is DONE with the new configs."""
-    from orchestrator.runner import new_rollout
+    from orchestrator.service.runner import new_rollout
 
     e = e2e_factory("force-recreate-ignored")
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -81,8 +81,8 @@ def test_a_forced_recreate_the_host_ignores_is_remedied_by_a_scoped_down_not_rol
 
 
 def test_gpu03_rollout_is_done_where_config_only_changes_do_not_recreate(e2e_factory):
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.runner import new_rollout
+    from orchestrator.engine.fleet import journal_overrides
+    from orchestrator.service.runner import new_rollout
 
     e = e2e_factory(hosts=("gpu03", "gpu04", "gpu23"))
     run, rb, table = new_rollout(e.session, "gpu03", BASE_TARGET_TAG, "base-glm53-w4afp8")
@@ -106,10 +106,10 @@ ENGINES = ("model-sg-glm53-fp8-tp4-r2", "model-sg-glm53-w4afp8-tp4-r1", "model-s
 def _other_machine(e, tmp_path, name: str, *, shared: bool = False):
     """A second orchestrator on the same simulated fleet: its own empty journal (another
     machine), or `shared` the rollout's journal (team mode's shared database)."""
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.demo import demo_settings
-    from orchestrator.runner import Session
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import Session
 
     from tests.e2e.conftest import SPEED
 
@@ -121,7 +121,7 @@ def _other_machine(e, tmp_path, name: str, *, shared: bool = False):
 
 
 def _done_gpu02(e):
-    from orchestrator.runner import new_rollout
+    from orchestrator.service.runner import new_rollout
 
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
     final = _execute(e, run, rb, table)
@@ -132,8 +132,8 @@ def _done_gpu02(e):
 
 
 def test_rollback_from_an_empty_journal_names_the_journal_and_the_command(e2e_factory, tmp_path):
-    from orchestrator.runner import new_rollback
-    from orchestrator.user_errors import Refused
+    from orchestrator.service.runner import new_rollback
+    from orchestrator.util.user_errors import Refused
 
     e = e2e_factory()
     _done_gpu02(e)
@@ -155,7 +155,7 @@ def test_rollback_from_an_empty_journal_names_the_journal_and_the_command(e2e_fa
 
 
 def test_rollback_with_an_explicit_target_from_an_empty_journal_is_rolled_back(e2e_factory, tmp_path):
-    from orchestrator.runner import execute, new_rollback
+    from orchestrator.service.runner import execute, new_rollback
 
     e = e2e_factory()
     _done_gpu02(e)
@@ -190,8 +190,8 @@ def test_rollback_with_an_explicit_target_from_an_empty_journal_is_rolled_back(e
 def test_a_machine_on_the_rollouts_shared_journal_rolls_back_with_no_flags(e2e_factory, tmp_path):
     """Team mode: the rollout journaled its before-state at preflight; another machine reading the
     same journal finds the targets without --to-tag/--to-file."""
-    from orchestrator.executor import RunContext
-    from orchestrator.runner import execute, last_changing_rollout, new_rollback
+    from orchestrator.engine.executor import RunContext
+    from orchestrator.service.runner import execute, last_changing_rollout, new_rollback
 
     e = e2e_factory()
     _done_gpu02(e)
@@ -210,8 +210,8 @@ def test_a_machine_on_the_rollouts_shared_journal_rolls_back_with_no_flags(e2e_f
 
 
 def test_an_explicit_target_on_a_host_that_never_ran_the_new_file_is_refused_with_nothing_sent(e2e_factory):
-    from orchestrator.runner import new_rollback
-    from orchestrator.user_errors import Refused
+    from orchestrator.service.runner import new_rollback
+    from orchestrator.util.user_errors import Refused
 
     e = e2e_factory()
     with pytest.raises(Refused, match=f"compose-manager on gpu02 has no up of {NEW_FILE} in its action log"):
@@ -223,8 +223,8 @@ def test_a_base_host_rolls_back_from_an_empty_journal_with_an_explicit_target(e2
     """gpu03 DONE on one machine; from another (no journal) `rollback gpu03 --to-tag --to-file`:
     the base runbook is the one written for gpu03, the host drained first, back on the canonical
     file with its collector config."""
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.runner import execute, new_rollback, new_rollout
+    from orchestrator.engine.fleet import journal_overrides
+    from orchestrator.service.runner import execute, new_rollback, new_rollout
 
     canonical = "prod/GLM-5.3-Flash-SGL-TP4.yaml"
     e = e2e_factory(hosts=("gpu03", "gpu04", "gpu23"))

@@ -1,6 +1,6 @@
 """Issue 21, one gatekeeper: cases 1, 2, 4, 5, 7, 8 and 10, end to end against the simulator, as an
-on-call team would meet them (orchestrator/admission.py: every door into a run is one admission
-transaction; orchestrator/orphans.py: an abort of a run nobody drives ends it truthfully).
+on-call team would meet them (orchestrator/service/admission.py: every door into a run is one admission
+transaction; orchestrator/service/orphans.py: an abort of a run nobody drives ends it truthfully).
 
 Judged on the simulator's own record (its calls per host, its containers, the peers' pools, its
 invariant checker), never on what the orchestrator says about itself. The CLI runs in its own
@@ -316,10 +316,10 @@ def test_case7_a_rollback_counts_the_hosts_the_peers_route_to(e2e_factory):
     """gpu03 DONE; gpu04's rollout HALTS outside the model-proxy pool (its registrar never rejoins):
     its run has ended, but the peers route the base domain to 2 of 3 hosts. `rollback gpu03` would
     leave 1: refused (exit 5, naming gpu04), nothing sent to gpu03 but reads."""
-    from orchestrator.fleet import journal_overrides
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runner import execute, new_rollback, new_rollout
-    from orchestrator.user_errors import Refused
+    from orchestrator.engine.fleet import journal_overrides
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.service.runner import execute, new_rollback, new_rollout
+    from orchestrator.util.user_errors import Refused
 
     e = e2e_factory("no-rejoin@gpu04", hosts=BASE_HOSTS)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e
 
@@ -56,8 +56,8 @@ def test_12_rollout_on_a_14029_host_never_recreates_the_serving_r1(e2e_factory):
     """Preflight (placement, rollback-target checks, tag check) sends no dry run that plans a
     recreate; the first step dry run that does (the relay's, in r2) is caught by the docker/ps
     comparison: HALTED naming the relay, r1 never touched, the host serving throughout."""
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runner import execute, new_rollout
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.service.runner import execute, new_rollout
 
     e = e2e_factory("dry-run-recreates")
     before = _ids(e.fleet)
@@ -79,7 +79,7 @@ def test_12_rollout_on_a_14029_host_never_recreates_the_serving_r1(e2e_factory):
 
 
 def _live(e):
-    from orchestrator.live_plan import build_live_plan, render_live_text
+    from orchestrator.previews.live_plan import build_live_plan, render_live_text
 
     mark = max((c.seq for c in e.fleet.calls), default=0)
     lp = asyncio.run(build_live_plan(e.session, "gpu02", TAG, DEFAULT_RUNBOOK))

@@ -1,7 +1,7 @@
 """Issue 21, case 11 (docker log rotation) against the simulator: every engine keeps only its last
 500 log lines, so the long-running engines' start and ready lines are long gone.
 
-Before the one serving model (orchestrator/serving_evidence.py) a window without the ready line
+Before the one serving model (orchestrator/engine/serving_evidence.py) a window without the ready line
 read as "not serving": the soak failed on a healthy host, an r2 failure could not roll back (its
 stop guard saw no serving r1), and the stop guard let `r2.stop-old` stop the only serving engine
 while r1 was in a cold start. Judged on the simulator's own record (its calls and containers).
@@ -13,8 +13,8 @@ import asyncio
 
 import pytest
 
-from orchestrator.progress import RecordingProgress
-from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e
 
@@ -30,10 +30,10 @@ R2_OLD = "model-sg-glm53-fp8-tp4-r2"
 @pytest.fixture
 def short_logs(tmp_path):
     """A gpu02 fleet whose containers keep only their last LOG_LINES log lines, and a session."""
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.demo import demo_settings
-    from orchestrator.runner import Session
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import Session
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []
@@ -55,7 +55,7 @@ def short_logs(tmp_path):
 
 
 def rollout(session, progress=None):
-    from orchestrator.runner import execute, new_rollout
+    from orchestrator.service.runner import execute, new_rollout
 
     run, rb, table = new_rollout(session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK, None)
     return asyncio.run(execute(session, run, rb, table, progress=progress or RecordingProgress(), yes=True))

@@ -9,8 +9,8 @@ import time
 import pytest
 from pydantic import SecretStr
 
-from orchestrator.notify import FLUSH_S
-from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.service.notify import FLUSH_S
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 from helpers_webhook import BlackHole, Receiver
 
@@ -41,7 +41,7 @@ class Approver:
 
 
 def notify_run(e, url: str, fmt: str, *, yes: bool):
-    from orchestrator.runner import execute, new_rollout
+    from orchestrator.service.runner import execute, new_rollout
 
     e.session.settings = e.session.settings.model_copy(
         update={"notify_url": SecretStr(url), "notify_format": fmt, "public_url": PUBLIC})

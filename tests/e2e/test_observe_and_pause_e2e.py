@@ -8,9 +8,9 @@ import asyncio
 import pytest
 import yaml
 
-from orchestrator.executor.pause import safe_points
-from orchestrator.progress import RecordingProgress
-from orchestrator.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook, parse_runbook
+from orchestrator.engine.executor.pause import safe_points
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook, parse_runbook
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +34,7 @@ def observing(step_id: str):
 
 
 def test_an_observe_only_gate_records_its_failure_and_the_run_goes_on(e2e_factory):
-    from orchestrator.runner import execute, new_rollout, table_for
+    from orchestrator.service.runner import execute, new_rollout, table_for
 
     e = e2e_factory("labels-wrong")  # r2's telemetry-labels gate fails (config_variant)
     run, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -58,7 +58,7 @@ def test_observe_is_refused_on_a_step_a_stop_or_readiness_rests_on():
 
 def test_safe_points_never_sit_between_a_down_and_its_replacements_readiness():
     from orchestrator.journal.base import RunRecord
-    from orchestrator.runner import table_for
+    from orchestrator.service.runner import table_for
     from datetime import datetime, timezone
 
     now = datetime.now(timezone.utc)
@@ -74,8 +74,8 @@ def test_safe_points_never_sit_between_a_down_and_its_replacements_readiness():
 
 
 def test_a_pause_asked_during_a_cold_start_holds_after_readiness_until_continue(e2e_factory):
-    from orchestrator import audit
-    from orchestrator.runner import execute, new_rollout
+    from orchestrator.journal import audit
+    from orchestrator.service.runner import execute, new_rollout
 
     e = e2e_factory()
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)

@@ -252,7 +252,7 @@ def test_a_placeholder_inventory_is_never_used_for_a_real_host(cli):
 
 def test_a_placeholder_checkout_inventory_is_still_used_when_it_is_the_only_one(tmp_path, monkeypatch):
     """Precedence only: with no inventory of the user's, the checkout's is what `plan` reads (offline)."""
-    from orchestrator.settings import Settings
+    from orchestrator.util.settings import Settings
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
@@ -267,7 +267,8 @@ def test_a_placeholder_checkout_inventory_is_still_used_when_it_is_the_only_one(
 
 def test_ctrl_c_outside_a_run_is_said_not_silent(monkeypatch, capsys):
     """typer turns a Ctrl-C into a silent exit 130: every command says it stopped."""
-    from orchestrator import cli, startup
+    from orchestrator import cli
+    from orchestrator.service import startup
 
     def interrupted(cls, settings):
         raise KeyboardInterrupt

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e
 
@@ -22,15 +22,15 @@ OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 
 
 def rollout(e):
-    from orchestrator.progress import RecordingProgress
-    from orchestrator.runner import execute, new_rollout
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.service.runner import execute, new_rollout
 
     run, rb, table = new_rollout(e.session, "gpu02", TAG, DEFAULT_RUNBOOK)
     return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))
 
 
 def live(e):
-    from orchestrator.live_plan import build_live_plan, render_live_markdown, render_live_text
+    from orchestrator.previews.live_plan import build_live_plan, render_live_markdown, render_live_text
 
     mark = max((c.seq for c in e.fleet.calls), default=0)
     lp = asyncio.run(build_live_plan(e.session, "gpu02", TAG, DEFAULT_RUNBOOK))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.progress import RecordingProgress
+from orchestrator.engine.progress import RecordingProgress
 
 pytestmark = pytest.mark.e2e
 
@@ -32,16 +32,16 @@ NOON = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)  # outside the runbook'
 
 @pytest.fixture
 def canary(tmp_path: Path, monkeypatch):
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.demo import demo_settings
-    from orchestrator.runner import Session, execute, new_rollout
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import Session, execute, new_rollout
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []
 
     def make(*faults: str, wall: datetime = NOON, yes: bool = True, human=None, cold_start_s: float = 1200):
-        import orchestrator.steps.quiet as quiet
+        import orchestrator.engine.steps.quiet as quiet
 
         monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
         fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"))

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from orchestrator.progress import RecordingProgress
-from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +19,7 @@ OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 
 
 def rollout(e, *, tag="v0.0.300", yes=True):
-    from orchestrator.runner import execute, new_rollout
+    from orchestrator.service.runner import execute, new_rollout
 
     run, rb, table = new_rollout(e.session, "gpu02", tag, DEFAULT_RUNBOOK)
     progress = RecordingProgress()

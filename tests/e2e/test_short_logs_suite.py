@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.progress import RecordingProgress
-from orchestrator.runbook import DEFAULT_RUNBOOK
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +30,7 @@ R2_OLD = "model-sg-glm53-fp8-tp4-r2"
 
 
 def rollout(e):
-    from orchestrator.runner import execute, new_rollout
+    from orchestrator.service.runner import execute, new_rollout
 
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
     return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))

@@ -17,21 +17,21 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from orchestrator.clients.compose_manager import ComposeRequest, StreamOutcome
-from orchestrator.clients.inference import CacheHitResult, Completion, RelayCheckResult
-from orchestrator.clients.model_proxy import Presence
-from orchestrator.envmap import EnvMap
-from orchestrator.executor import Executor, RunContext
-from orchestrator.inventory import HostEntry
+from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
+from orchestrator.hosts.clients.inference import CacheHitResult, Completion, RelayCheckResult
+from orchestrator.hosts.clients.model_proxy import Presence
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.engine.executor import Executor, RunContext
+from orchestrator.hosts.inventory import HostEntry
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.sqlite import SqliteJournal
-from orchestrator.machine import compile_rollback, compile_rollout
-from orchestrator.parsers.action_log import Action
-from orchestrator.parsers.docker_ps import Container
-from orchestrator.progress import RecordingProgress
-from orchestrator.redaction import Redactor
-from orchestrator.runbook import load_runbook
-from orchestrator.steps import StepOutcome
+from orchestrator.language.machine import compile_rollback, compile_rollout
+from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.hosts.parsers.docker_ps import Container
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.language.runbook import load_runbook
+from orchestrator.engine.steps import StepOutcome
 
 def _core_rules_only(rb):
     """The gpu02 runbook without its verification gates (metrics evidence, telemetry labels, the
@@ -175,7 +175,7 @@ class FakeCompose:
 
     async def version(self) -> Any:
         # compose-manager's success record: the previous configuration's up succeeded
-        from orchestrator.parsers.compose_manager_reads import parse_version
+        from orchestrator.hosts.parsers.compose_manager_reads import parse_version
 
         return parse_version({"status": "ok", "tag": OLD_TAG, "commit": "abc", "file": OLD_FILE,
                               "projects": {"work": {"current": {"tag": OLD_TAG, "commit": "abc", "file": OLD_FILE}}}})

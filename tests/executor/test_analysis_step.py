@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.machine import Event
-from orchestrator.runbook import Step
-from orchestrator.steps import handler_for
+from orchestrator.language.machine import Event
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps import handler_for
 from orchestrator_sim import live_traffic
 
 LABEL = '{model_name="m"}'
@@ -150,7 +150,7 @@ def test_a_candidate_that_stops_serving_fails_at_once():
 
 
 def test_the_heartbeat_shows_the_gates_on_the_window_so_far():
-    from orchestrator.steps.canary import so_far
+    from orchestrator.engine.steps.canary import so_far
 
     class Ticking(FakeRt):
         lines: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.executor.context import DryRunRecord, Failure, RunContext, same_request
+from orchestrator.engine.executor.context import DryRunRecord, Failure, RunContext, same_request
 
 
 def test_round_trip_keeps_every_field_and_unknown_keys():

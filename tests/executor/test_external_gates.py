@@ -31,13 +31,13 @@ import httpx
 import pytest
 import respx
 
-from orchestrator.clients.github import GitHubClient
-from orchestrator.clients.http_json import ExternalReads
-from orchestrator.envmap import EnvMap
-from orchestrator.gate_specs import json_at
-from orchestrator.redaction import Redactor
-from orchestrator.runbook import parse_runbook
-from orchestrator.steps import handler_for
+from orchestrator.hosts.clients.github import GitHubClient
+from orchestrator.hosts.clients.http_json import ExternalReads
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.language.gate_specs import json_at
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.language.runbook import parse_runbook
+from orchestrator.engine.steps import handler_for
 from tests.core.test_gate_specs import R2, with_gates
 
 GH = "https://api.github.test"
@@ -151,8 +151,8 @@ async def test_env_passes_when_absent_and_equal_and_fails_naming_the_key_never_t
 
 
 async def test_env_on_another_host_reads_its_map_by_instance_name():
-    from orchestrator.gate_specs import EnvSpec
-    from orchestrator.steps.envchecks import env_gate
+    from orchestrator.language.gate_specs import EnvSpec
+    from orchestrator.engine.steps.envchecks import env_gate
 
     rt = FakeRt({"gpu02": [{}], "gpu23": [{"LONG_TIER_ONLY": "false"}]})
     out = await env_gate(rt, EnvSpec(host="gpu23", equals={"LONG_TIER_ONLY": "true"}))  # type: ignore[arg-type]
@@ -278,7 +278,7 @@ async def test_http_json_contains_the_file_hash_at_the_tag():
 
 
 def test_json_path_and_matching():
-    from orchestrator.steps.external import matches
+    from orchestrator.engine.steps.external import matches
 
     doc = {"a": {"b": [{"c": 3}, {"c": "x"}]}, "ok": True}
     assert json_at(doc, "a.b.1.c") == "x" and json_at(doc, "a.b.-1.c") == "x"

@@ -18,8 +18,8 @@ restored):
 
 from __future__ import annotations
 
-from orchestrator.clients.errors import ClientError
-from orchestrator.runbook import load_runbook
+from orchestrator.hosts.clients.errors import ClientError
+from orchestrator.language.runbook import load_runbook
 
 from fakes import NEW_R2, OLD_R2, R1, RB, FakePeer, Rig, ctx_at, engine_log
 
@@ -127,7 +127,7 @@ async def test_capacity_guard_refuses_while_another_host_of_the_tier_has_a_run_t
 
 
 async def _cache_step(weights):
-    from orchestrator.parsers.compose_manager_reads import parse_host_cache
+    from orchestrator.hosts.parsers.compose_manager_reads import parse_host_cache
 
     rig = Rig(state="prestage.snapshot-cached", rb=BASE, host="gpu03")
     if weights is not None:
@@ -169,7 +169,7 @@ async def test_verify_tries_the_cache_hit_pair_as_often_as_the_runbook_says():
     """The base domain balances over several engines: a follow-up that lands elsewhere reports no
     cached tokens. `verify.attempts` (3 on the base tier) tries the pair again (steps/gates.py:
     Verify.run, the loop cut to one try -> the first case fails)."""
-    from orchestrator.clients.inference import CacheHitResult
+    from orchestrator.hosts.clients.inference import CacheHitResult
 
     for misses, outcome in ((2, "ok"), (3, "fail")):
         rig = Rig(state="switch.verify", rb=BASE, host="gpu03")

@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 
 from fakes import NEW_R2, OLD_R2, OLD_TAG, R1, RB, SHARED, SIDECARS, TAG, Rig, ctx_at, host_before
-from orchestrator.clients.compose_manager import StreamOutcome
-from orchestrator.foreign_change import new_mark
-from orchestrator.parsers.action_log import Action
+from orchestrator.hosts.clients.compose_manager import StreamOutcome
+from orchestrator.engine.foreign_change import new_mark
+from orchestrator.hosts.parsers.action_log import Action
 
 PERSON = "2026-12-01T03:04:05.000000001+00:00"
 
@@ -137,7 +137,7 @@ async def test_placement_names_no_engine_in_any_state(old_r2, new_r2, r1, shared
 
 async def test_placement_refuses_while_someone_else_s_operation_is_in_flight():
     """Mutation: HostStateCheck's `foreign_in_flight` call removed -> the run goes on (ok)."""
-    from orchestrator.parsers.compose_manager_reads import InFlight
+    from orchestrator.hosts.parsers.compose_manager_reads import InFlight
 
     rig = Rig(state="preflight.host-state", ctx=ctx_at())
     host_before(rig.compose)
@@ -152,7 +152,7 @@ async def test_placement_refuses_while_someone_else_s_operation_is_in_flight():
 
 
 async def test_a_compose_manager_without_status_does_not_stop_placement():
-    from orchestrator.clients.errors import BadRequest
+    from orchestrator.hosts.clients.errors import BadRequest
 
     rig = Rig(state="preflight.host-state", ctx=ctx_at())
     host_before(rig.compose)

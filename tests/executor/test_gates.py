@@ -30,7 +30,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import NEW_R2, R1, RANK_BUDGET, RB, READY, STARTUP, TAG, ClockLimit, Rig, ctx_at, engine_log
-from orchestrator.executor.runtime import COLD_START_WINDOW
+from orchestrator.engine.executor.runtime import COLD_START_WINDOW
 
 START = STARTUP.format(api_key="")
 MILESTONES = engine_log(ready=False)[1:]
@@ -305,7 +305,7 @@ QUEUE = "sglang:num_queue_reqs"
 
 def metrics_soak(values, *, errors=()):
     """r2's soak watching the queue gauge through :8009; `values` by poll, `errors` polls that fail."""
-    from orchestrator.runbook import GaugeBound, RelaySpec, SoakGauges
+    from orchestrator.language.runbook import GaugeBound, RelaySpec, SoakGauges
 
     soak = RB.phase("r2").steps[-1]
     assert soak.soak is not None

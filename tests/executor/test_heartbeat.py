@@ -22,8 +22,8 @@ import asyncio
 import pytest
 
 from fakes import ENV, Rig
-from orchestrator.envmap import EnvMap
-from orchestrator.executor import RunnerFenced, run_with_heartbeat
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.engine.executor import RunnerFenced, run_with_heartbeat
 from orchestrator.journal.base import JournalError, LeaseLost
 from orchestrator.journal.sqlite import SqliteJournal
 

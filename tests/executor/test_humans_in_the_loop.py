@@ -1,6 +1,6 @@
 """Humans stay in the loop (issue 21, case 2): a run resumed after Ctrl-C or a crash, or adopted by
 a server, waits for a human at every approval gate whatever `--yes` it was started with; only
-`--yes` on the very command that runs it now skips them (orchestrator/executor/loop.py: with
+`--yes` on the very command that runs it now skips them (orchestrator/engine/executor/loop.py: with
 `yes = yes or self.ctx.yes` back, these tests fail)."""
 
 from __future__ import annotations

@@ -36,10 +36,10 @@ restored):
 from __future__ import annotations
 
 from fakes import ENV, NEW_R2, OLD_FILE, OLD_R2, R1, RB, TAG, Rig, ctx_at, host_before
-from orchestrator.envmap import EnvMap
-from orchestrator.ownership import created_ids, gone_ids, owned_split, ps_ids, record
-from orchestrator.parsers.docker_ps import Container
-from orchestrator.steps.checks import target_needs_budget
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.engine.ownership import created_ids, gone_ids, owned_split, ps_ids, record
+from orchestrator.hosts.parsers.docker_ps import Container
+from orchestrator.engine.steps.checks import target_needs_budget
 
 NEW_FILE = RB.file
 BUDGET = RB.budget.variable
@@ -119,7 +119,7 @@ async def test_the_ledger_survives_a_crash_after_the_ups_outcome():
 def _at_r1_rollback(created_r1: bool) -> Rig:
     """r1's stop-old was refused, so r1's rollback runs: the new r2 (this run's) serves, and the
     r1 running is the OLD one (same service name) unless `created_r1`."""
-    from orchestrator.executor.context import Failure
+    from orchestrator.engine.executor.context import Failure
 
     rig = Rig(state="r1.rollback.stop-new", ctx=ctx_at(failure=Failure("r1.stop-old", "fail", "compose-manager did not run the down")))
     r2 = rig.compose.run(NEW_R2, file=NEW_FILE, tag=TAG)
@@ -252,7 +252,7 @@ async def test_a_rollback_to_a_new_file_engine_is_still_held_to_the_budget():
 def test_a_retry_keeps_the_ledger_of_the_run_it_continues():
     """`resume --retry` continues the same rollout: an abort's whole-host rollback in the child must
     still stop the new r2 the parent created (and never what neither created)."""
-    from orchestrator.executor import RunContext
+    from orchestrator.engine.executor import RunContext
 
     parent = RunContext.new(created={"abc": {"service": NEW_R2, "state": "r2.apply"}},
                             stopped={"def": {"service": OLD_R2, "state": "r2.stop-old"}}, not_stopped=["a note"])
@@ -287,7 +287,7 @@ async def test_an_operators_rollback_run_stops_the_rolled_out_engine_it_did_not_
 
 
 def test_the_note_names_what_the_run_did_stop_under_that_name():
-    from orchestrator.ownership import not_ours_note
+    from orchestrator.engine.ownership import not_ours_note
 
     c = _c("0123456789abcdef", R1)
     assert not_ours_note(c, "r1.rollback.stop-new", {}) == (

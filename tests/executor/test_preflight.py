@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import ENV, NEW_R2, OLD_R2, R1, RB, SHARED, SIDECARS, TAG, Rig, ctx_at, host_before
-from orchestrator.envmap import EnvMap
+from orchestrator.hosts.envmap import EnvMap
 
 
 # -- rule 13 --------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ class _GitHub:
 
 
 async def _tag_age(rig_kw, github):
-    from orchestrator.executor.context import RunContext
+    from orchestrator.engine.executor.context import RunContext
     from tests.executor.fakes import Rig
 
     rig = Rig(state="preflight.tag-age", ctx=RunContext.new(**rig_kw))
@@ -153,7 +153,7 @@ async def _tag_age(rig_kw, github):
 
 
 async def test_unreachable_github_refuses_unless_skipped():
-    from orchestrator.clients.github import GitHubUnreachable
+    from orchestrator.hosts.clients.github import GitHubUnreachable
 
     gh = _GitHub(exc=GitHubUnreachable("github", "rate limited"))
     (ev, note, to), = await _tag_age({}, gh)
@@ -163,7 +163,7 @@ async def test_unreachable_github_refuses_unless_skipped():
 
 
 async def test_a_young_tag_is_refused_and_an_old_merged_one_passes():
-    from orchestrator.clients.github import TagCheck
+    from orchestrator.hosts.clients.github import TagCheck
 
     (ev, note, to), = await _tag_age({}, _GitHub(TagCheck(ok=False, reason="its commit is 3 h old, less than 48 h")))
     assert (ev, to) == ("fail", "ABORTED") and "3 h old" in note

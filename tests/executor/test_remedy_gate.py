@@ -33,9 +33,9 @@ from __future__ import annotations
 import pytest
 
 from fakes import TAG, Rig
-from orchestrator.executor import RunContext
-from orchestrator.machine import Event
-from orchestrator.runbook import load_runbook
+from orchestrator.engine.executor import RunContext
+from orchestrator.language.machine import Event
+from orchestrator.language.runbook import load_runbook
 
 RB = load_runbook("base-glm53-w4afp8")
 R1 = "model-sg-glm53-w4afp8-tp4-r1"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from orchestrator.clients.errors import TransportError
-from orchestrator.executor.rollback_summary import CONFIG_FILES, rollback_summary
-from orchestrator.parsers.docker_ps import Container
-from orchestrator.runbook import DEFAULT_RUNBOOK, load_runbook
+from orchestrator.hosts.clients.errors import TransportError
+from orchestrator.engine.executor.rollback_summary import CONFIG_FILES, rollback_summary
+from orchestrator.hosts.parsers.docker_ps import Container
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
 
 RB = load_runbook(DEFAULT_RUNBOOK)
 OLD = RB.deploys[0]

@@ -27,7 +27,7 @@ import pytest
 import structlog
 
 from fakes import ENV, NEW_R2, R1, RB, SECRETS, Rig, ctx_at, engine_log, host_before
-from orchestrator.clients.compose_manager import StreamOutcome
+from orchestrator.hosts.clients.compose_manager import StreamOutcome
 
 
 def secret_engine_log(svc: str) -> list[str]:

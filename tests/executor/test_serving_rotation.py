@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from fakes import NEW_R2, OLD_R2, R1, RB, READY, STARTUP, TAG, Rig, ctx_at, engine_log
 
-from orchestrator.clients.errors import ServerError, TransportError
+from orchestrator.hosts.clients.errors import ServerError, TransportError
 
 NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500
 DAYS = -9 * 86400.0  # started nine days ago
@@ -162,7 +162,7 @@ class _Relay:
 
 
 def with_relay(rig: Rig, *, ok: bool) -> list:
-    from orchestrator.parsers.docker_ps import Container
+    from orchestrator.hosts.parsers.docker_ps import Container
 
     seen: list = []
     plain = rig.compose.ps

@@ -24,7 +24,7 @@ async def test_a_stall_while_a_down_settles_sends_no_second_down():
 
     def down_takes_a_moment(verb, req, env):
         if verb == "down":
-            from orchestrator.clients.compose_manager import StreamOutcome
+            from orchestrator.hosts.clients.compose_manager import StreamOutcome
 
             return StreamOutcome("success", 0, [f" ✔ Container {OLD_R2}  Stopping"], done_seen=True)
         return None

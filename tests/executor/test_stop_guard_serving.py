@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.clients.compose_manager import StreamOutcome
+from orchestrator.hosts.clients.compose_manager import StreamOutcome
 
 from fakes import NEW_R2, OLD_R2, R1, READY, STARTUP, RB, TAG, Rig, ctx_at, engine_log
 
@@ -249,7 +249,7 @@ async def test_a_resend_in_flight_at_a_crash_is_settled_not_sent_again():
             return None
         calls["n"] += 1
         if calls["n"] == 1:  # the first down "fails" and leaves the container: a resend follows
-            from orchestrator.clients.compose_manager import StreamOutcome
+            from orchestrator.hosts.clients.compose_manager import StreamOutcome
             return StreamOutcome("failure", 1, ["Error response from daemon: removal already in progress"])
         rig.compose.host.pop(OLD_R2, None)  # the resend takes effect ...
         raise Crash()                        # ... and the runner dies before journaling it

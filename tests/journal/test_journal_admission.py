@@ -1,4 +1,4 @@
-"""What orchestrator/admission.py needs of both backends (issue 21): the run sequence, `atomic()`,
+"""What orchestrator/service/admission.py needs of both backends (issue 21): the run sequence, `atomic()`,
 tier leases and ending a run nobody drives, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.logfollow import LogFollower
-from orchestrator.parsers.compose_logs import LogLine
+from orchestrator.hosts.logfollow import LogFollower
+from orchestrator.hosts.parsers.compose_logs import LogLine
 
 R2 = "model-sg-glm53-w4afp8-tp4-r2"
 DECODE = "[2025-12-12 08:43:59 TP0] Decode batch, #running-req: 6, #token: 1920, token usage: 0.94"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.logfollow import LogFollower
+from orchestrator.hosts.logfollow import LogFollower
 
 ENGINE = "model-sg-glm53-w4afp8-tp4-r2"
 

@@ -1,7 +1,7 @@
 import pytest
 
-from orchestrator.parsers import ParseError
-from orchestrator.parsers.action_log import Action, last_deploy, parse_action_log
+from orchestrator.hosts.parsers import ParseError
+from orchestrator.hosts.parsers.action_log import Action, last_deploy, parse_action_log
 
 R1 = "model-sg-glm53-w4afp8-tp4-r1"
 R2_OLD = "model-sg-glm53-fp8-tp4-r2"

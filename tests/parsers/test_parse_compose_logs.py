@@ -1,4 +1,4 @@
-from orchestrator.parsers.compose_logs import LogLine, parse_compose_logs
+from orchestrator.hosts.parsers.compose_logs import LogLine, parse_compose_logs
 
 ENGINE = "model-sg-glm53-w4afp8-tp4-r2"
 

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from orchestrator.parsers import ParseError
-from orchestrator.parsers.docker_ps import for_service, parse_docker_ps, parse_labels, zombies
+from orchestrator.hosts.parsers import ParseError
+from orchestrator.hosts.parsers.docker_ps import for_service, parse_docker_ps, parse_labels, zombies
 
 
 def ps_line(**fields):
@@ -105,7 +105,7 @@ def test_parse_labels_mapping_and_keys_without_values():
 
 def test_line_cache_answers_a_changed_line_anew():
     """docker/ps lines are cached by their exact text: a line whose status changed (same ID) is parsed anew."""
-    from orchestrator.parsers import docker_ps
+    from orchestrator.hosts.parsers import docker_ps
 
     line = '{"ID":"abc","Names":"model-sg-r1","State":"running","Status":"Up 1 minute","Labels":"com.docker.compose.service=r1"}'
     first = docker_ps.parse_docker_ps(line + "\n")
@@ -119,7 +119,7 @@ def test_line_cache_answers_a_changed_line_anew():
 
 
 def test_line_cache_never_keeps_a_bad_line():
-    from orchestrator.parsers import docker_ps
+    from orchestrator.hosts.parsers import docker_ps
 
     for _ in range(2):
         with pytest.raises(ParseError):

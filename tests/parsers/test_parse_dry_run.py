@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.parsers.dry_run import container_service, parse_dry_run
+from orchestrator.hosts.parsers.dry_run import container_service, parse_dry_run
 
 
 def blocks(text: str) -> dict[str, list[str]]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from orchestrator.settings import Settings
+from orchestrator.util.settings import Settings
 
 from helpers_server import HOST_TOKEN, INVENTORY, COLD_START_S, SPEED
 

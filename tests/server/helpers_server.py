@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from orchestrator.settings import Settings
+from orchestrator.util.settings import Settings
 
 TOKEN = "srv-7d3c1f0a9b2e4d6f8a1c3e5b7d9f0a2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -84,8 +84,8 @@ def sim_settings(fleet: Any, state_dir: Path, *, database_url: str = "") -> Sett
 
 
 def sim_session_factory(settings: Settings) -> Any:
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.runner import Session
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.runner import Session
 
     return Session.open(settings, clock=ScaledClock(SPEED), retry=RetryPolicy(deadline_s=900, busy_wait_s=5))

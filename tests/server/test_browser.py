@@ -52,9 +52,9 @@ def served(tmp_path):
     sim = pytest.importorskip("orchestrator_sim", exc_type=ImportError)
     import uvicorn
 
-    from orchestrator.clients.retry import RetryPolicy
-    from orchestrator.clock import ScaledClock
-    from orchestrator.runner import Session
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.service.runner import Session
 
     fleet = sim.SimFleet(sim.SimConfig(speed=SPEED, cold_start_s=COLD_START_S))
     fleet.__enter__()

@@ -118,7 +118,7 @@ def test_one_address_cannot_take_the_server(settings, serve_app):
 
 from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
 
-from orchestrator.redaction import Redactor  # noqa: E402
+from orchestrator.hosts.redaction import Redactor  # noqa: E402
 from orchestrator.server.config import ServerRedactor  # noqa: E402
 
 _secret = st.text(min_size=3, max_size=12)

@@ -118,8 +118,8 @@ def test_the_run_fragment_shows_durations_expected_remaining_the_host_and_a_paus
     from datetime import datetime, timedelta, timezone
 
     from orchestrator.journal.base import RunRecord
-    from orchestrator.runbook import load_runbook
-    from orchestrator.runner import table_for
+    from orchestrator.language.runbook import load_runbook
+    from orchestrator.service.runner import table_for
     from orchestrator.server.pages import approval_gates, render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
@@ -162,8 +162,8 @@ def test_halt_texts_on_the_page_name_the_host_and_the_run():
     from datetime import datetime, timezone
 
     from orchestrator.journal.base import RunRecord
-    from orchestrator.runbook import load_runbook
-    from orchestrator.runner import table_for
+    from orchestrator.language.runbook import load_runbook
+    from orchestrator.service.runner import table_for
     from orchestrator.server.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
@@ -184,8 +184,8 @@ def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
     from datetime import datetime, timezone
 
     from orchestrator.journal.base import RunRecord
-    from orchestrator.runbook import load_runbook
-    from orchestrator.runner import table_for
+    from orchestrator.language.runbook import load_runbook
+    from orchestrator.service.runner import table_for
     from orchestrator.server.pages import approval_gates, render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)

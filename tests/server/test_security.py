@@ -23,17 +23,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 import orchestrator.server.worker as worker_mod
-from orchestrator.durations import parse_duration
+from orchestrator.util.durations import parse_duration
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import JournalError
-from orchestrator.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked, runbook_identity
-from orchestrator.runner import check_tag, owner_id
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked, runbook_identity
+from orchestrator.service.runner import check_tag, owner_id
 from orchestrator.server.app import create_app
 from orchestrator.server.auth import add_token, check_token_strength
 from orchestrator.server.cli import run_serve
 from orchestrator.server.remote import remote
 from orchestrator.server.serving import QueryStringFilter, build_server
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 from helpers_server import AUTH, HOST_TOKEN, TOKEN, wait_for
 
@@ -183,7 +183,7 @@ def test_healthz_and_a_running_request_stay_fast_while_metrics_is_hammered(setti
 
 
 def test_the_servers_journal_calls_run_off_the_event_loop(settings, serve_app, fake_execute):
-    from orchestrator.runner import Session
+    from orchestrator.service.runner import Session
 
     calls: list[tuple[str, bool]] = []
 
@@ -322,17 +322,17 @@ def test_errors_do_not_reveal_the_servers_paths(live, settings, monkeypatch):
     """A rollback with no journaled rollout and no target: the refusal names the journal this
     machine reads (here the server's SQLite path) and compose-manager's history (stubbed: the
     inventory's host is never contacted); the server's answer hides the path."""
-    import orchestrator.incident
-    import orchestrator.runner
+    import orchestrator.service.incident
+    import orchestrator.service.runner
 
     async def no_previous(*_a, **_k):
         return {}
 
     async def no_history(*_a, **_k):
-        return orchestrator.incident.HostHistory(None, None, None)
+        return orchestrator.service.incident.HostHistory(None, None, None)
 
-    monkeypatch.setattr(orchestrator.runner, "previous_from_action_log", no_previous)
-    monkeypatch.setattr(orchestrator.incident, "host_history", no_history)
+    monkeypatch.setattr(orchestrator.service.runner, "previous_from_action_log", no_previous)
+    monkeypatch.setattr(orchestrator.service.incident, "host_history", no_history)
     url, _ = live
     r = httpx.post(f"{url}/runs", json={"action": "rollback", "host": "gpu02"}, headers=AUTH, timeout=10)
     # compose-manager shows no rollout either: the one never-rolled-out message, its journal path redacted

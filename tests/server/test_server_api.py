@@ -15,9 +15,9 @@ from starlette.testclient import TestClient
 import orchestrator.server.worker as server_mod
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import LeaseHeld
-from orchestrator.runner import owner_id
+from orchestrator.service.runner import owner_id
 from orchestrator.server.app import create_app
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 from helpers_server import AUTH, BASE_URL, HOST_TOKEN, TOKEN, wait_for
 
@@ -210,7 +210,7 @@ def test_a_lease_won_by_another_runner_after_the_check_leaves_the_run_unstarted(
     r = client.post("/runs", json=ROLLOUT, headers=AUTH)
     assert r.status_code == 409 and r.json()["exit_code"] == 5
     assert holder.run_id in r.json()["error"] and "nothing was started" in r.json()["error"]
-    # admission (orchestrator/admission.py) journals the run and takes the lease in one transaction:
+    # admission (orchestrator/service/admission.py) journals the run and takes the lease in one transaction:
     # the loser leaves no run behind
     assert [x.run_id for x in journal.list_runs()] == [holder.run_id]
     assert started == []

@@ -6,10 +6,10 @@ import json
 
 from typer.testing import CliRunner
 
-from orchestrator.audit import cli_actor
+from orchestrator.journal.audit import cli_actor
 from orchestrator.cli import app
 from orchestrator.journal import SqliteJournal
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 RUNBOOK = "gpu02-glm53-w4afp8-long-context"
 
@@ -46,7 +46,7 @@ def test_pause_continue_and_who_in_status(settings):
 
 
 def test_a_cli_run_journals_its_submitter_and_a_cli_resume_who_resumed(settings):
-    from orchestrator import audit
+    from orchestrator.journal import audit
 
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     j = SqliteJournal(settings.journal_location())

@@ -25,12 +25,12 @@ def abort(
     from orchestrator.cli.render import out
     from orchestrator.service import signals
     from orchestrator.service.reads import get_run
-    from orchestrator.startup import ReadSession
+    from orchestrator.service.startup import ReadSession
 
     settings = load_settings(inventory)
     session = ReadSession.open(settings)
     try:
-        from orchestrator.audit import cli_actor
+        from orchestrator.journal.audit import cli_actor
 
         run = get_run(session, run_id)
         result = signals.abort(session.journal, run, cli_actor())  # who: user@machine
@@ -39,8 +39,8 @@ def abort(
     if result.runner is None:  # nobody drives it: read the host and end it with what is true
         import asyncio
 
-        from orchestrator.orphans import end_unowned
-        from orchestrator.runner import Session, owner_id
+        from orchestrator.service.orphans import end_unowned
+        from orchestrator.service.runner import Session, owner_id
 
         full = Session.open(settings)
         try:

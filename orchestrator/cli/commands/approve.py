@@ -27,20 +27,20 @@ def approve(
     if server:
         remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
     from orchestrator.cli.render import out
-    from orchestrator.runbook import load_runbook
+    from orchestrator.language.runbook import load_runbook
     from orchestrator.service import signals
     from orchestrator.service.reads import get_run
-    from orchestrator.startup import ReadSession
+    from orchestrator.service.startup import ReadSession
 
     session = ReadSession.open(load_settings(inventory))
     try:
         run = get_run(session, run_id)
         gates = None if run.terminal else signals.run_gates(run, lambda: load_runbook(run.runbook))
-        from orchestrator.audit import cli_actor
+        from orchestrator.journal.audit import cli_actor
 
         out.print(signals.approve(session.journal, run, gate, cli_actor(), gates, now=now)  # who: user@machine
                   + f" (journal {session.settings.journal_location()})", markup=False)
-        from orchestrator.oncall import nobody_drives
+        from orchestrator.service.oncall import nobody_drives
 
         if (idle := nobody_drives(session.journal, run)) is not None:
             out.print(idle, markup=False)

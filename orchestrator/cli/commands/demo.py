@@ -1,4 +1,4 @@
-"""`orchestrate demo`: a full rollout against the built-in simulator (orchestrator/demo.py)."""
+"""`orchestrate demo`: a full rollout against the built-in simulator (orchestrator/service/demo.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Optional
 import typer
 
 from orchestrator.cli.options import command_app, flag
-from orchestrator.exit_codes import OUTCOME_EXIT, ExitCode
-from orchestrator.exit_codes import INTERRUPTED_EXIT
-from orchestrator.user_errors import UserError
+from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT
+from orchestrator.util.user_errors import UserError
 
 app = command_app()
 
@@ -35,8 +35,8 @@ def demo(
 ) -> None:
     """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
     from orchestrator.cli.render import INTERRUPT_TOLD, err, out, progress
-    from orchestrator.demo import check_faults, list_fault_table, run_demo
-    from orchestrator.settings import load_settings
+    from orchestrator.service.demo import check_faults, list_fault_table, run_demo
+    from orchestrator.util.settings import load_settings
 
     if list_faults:
         out.print(list_fault_table(), markup=False)
@@ -45,7 +45,7 @@ def demo(
         raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
     check_faults(fault, base_tier=base_tier)
     if runbook is not None:
-        from orchestrator.demo import check_demo_runbook
+        from orchestrator.service.demo import check_demo_runbook
 
         check_demo_runbook(runbook, base_tier=base_tier)
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
@@ -58,7 +58,7 @@ def demo(
                            console=out if not as_json else None, base_tier=base_tier,
                            **({"runbook": runbook} if runbook is not None else {}))
     except KeyboardInterrupt:
-        from orchestrator.oncall import demo_interrupted
+        from orchestrator.service.oncall import demo_interrupted
 
         sys.stdout.flush()
         err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)

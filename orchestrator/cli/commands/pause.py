@@ -27,11 +27,11 @@ def signal_run(run_id: str, action: str, inventory: Optional[Path], server: Opti
     """`pause` or `continue`: journaled with who asked (here, or through --server)."""
     if server:
         remote(server, action, {"run_id": run_id}, False, server_ca)
-    from orchestrator import audit
+    from orchestrator.journal import audit
     from orchestrator.cli.render import out
     from orchestrator.service import signals
     from orchestrator.service.reads import get_run
-    from orchestrator.startup import ReadSession
+    from orchestrator.service.startup import ReadSession
 
     session = ReadSession.open(load_settings(inventory))
     try:

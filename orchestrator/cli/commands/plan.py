@@ -9,9 +9,9 @@ from typing import Any, Optional
 import typer
 
 from orchestrator.cli.options import InventoryOpt, command_app, read_settings, settings as load_settings
-from orchestrator.exit_codes import ExitCode
-from orchestrator.names import DEFAULT_RUNBOOK
-from orchestrator.user_errors import UserError
+from orchestrator.util.exit_codes import ExitCode
+from orchestrator.language.names import DEFAULT_RUNBOOK
+from orchestrator.util.user_errors import UserError
 
 app = command_app()
 
@@ -38,10 +38,10 @@ def plan(
     (needs the inventory only to check HOST exists and name its compose project), unless --live:
     then read-only against the host (no down, no up without dry_run)."""
     from orchestrator.cli.render import err
-    from orchestrator.compose_check import check_against_compose_file
-    from orchestrator.inventory import load_inventory
-    from orchestrator.machine import compile_rollback, compile_rollout
-    from orchestrator.run_info import check_tag
+    from orchestrator.previews.compose_check import check_against_compose_file
+    from orchestrator.hosts.inventory import load_inventory
+    from orchestrator.language.machine import compile_rollback, compile_rollout
+    from orchestrator.service.run_info import check_tag
     from orchestrator.service.reads import load_runbook_text
 
     check_tag(tag)
@@ -49,7 +49,7 @@ def plan(
         raise UserError(f"--format {fmt!r} is not one of text, markdown, json, mermaid, dot")
     fleet: list[str] = []
     if hosts is not None:
-        from orchestrator.fleet import parse_hosts
+        from orchestrator.engine.fleet import parse_hosts
 
         if host is not None:
             raise UserError("give HOST or --hosts, not both")
@@ -64,7 +64,7 @@ def plan(
         if rollback is not None:
             raise UserError("--live previews a rollout; --rollback plans are offline only")
         if runbook is None:
-            from orchestrator.fleet import default_runbook
+            from orchestrator.engine.fleet import default_runbook
 
             runbook = default_runbook(host)
         _plan_live(load_settings(inventory), host, tag, runbook, fmt, compose_file)
@@ -73,7 +73,7 @@ def plan(
     for h in fleet:
         inv.host(h)  # an unknown host is named before any runbook is chosen
     if runbook is None:
-        from orchestrator.fleet import default_runbook, runbook_for
+        from orchestrator.engine.fleet import default_runbook, runbook_for
 
         runbook = runbook_for(fleet, None).name if fleet else default_runbook(host)
     entry = inv.host(host)
@@ -87,17 +87,17 @@ def plan(
     problems: list[str] = []
     if compose_file is not None:
         checks, problems, new_services = check_against_compose_file(rb, compose_file)
-    if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/diagram.py)
-        from orchestrator.diagram import render_dot, render_mermaid
+    if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
+        from orchestrator.previews.diagram import render_dot, render_mermaid
 
         sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
         return
-    from orchestrator.plan import build_plan, render_json, render_markdown, render_text
+    from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
 
     p = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_services)
     p.checks, p.problems = checks, problems
     if fleet:
-        from orchestrator.plan import fleet_rules
+        from orchestrator.previews.plan import fleet_rules
 
         p.fleet, p.fleet_rules = fleet, fleet_rules(rb, fleet)
     text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)
@@ -109,15 +109,15 @@ def plan(
 
 
 def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path]) -> None:
-    """`plan --live`: orchestrator.live_plan, with the inventory's tokens from the settings."""
+    """`plan --live`: orchestrator.previews.live_plan, with the inventory's tokens from the settings."""
     import asyncio
 
     from orchestrator.cli.render import err
-    from orchestrator.compose_check import check_against_compose_file
-    from orchestrator.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
-    from orchestrator.run_logs import ensure_configured
-    from orchestrator.runbook import load_runbook
-    from orchestrator.runner import Session
+    from orchestrator.previews.compose_check import check_against_compose_file
+    from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
+    from orchestrator.service.run_logs import ensure_configured
+    from orchestrator.language.runbook import load_runbook
+    from orchestrator.service.runner import Session
 
     ensure_configured()  # client log events are dropped: stdout holds the plan only
     unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),

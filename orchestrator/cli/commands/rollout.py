@@ -20,8 +20,8 @@ from orchestrator.cli.options import (
     flag,
     remote,
 )
-from orchestrator.names import DEFAULT_RUNBOOK
-from orchestrator.user_errors import UserError
+from orchestrator.language.names import DEFAULT_RUNBOOK
+from orchestrator.util.user_errors import UserError
 
 app = command_app()
 
@@ -70,7 +70,7 @@ def rollout(
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
     if runbook is None:
-        from orchestrator.fleet import default_runbook
+        from orchestrator.engine.fleet import default_runbook
 
         runbook = default_runbook(host)
     if server:
@@ -90,8 +90,8 @@ def _fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak
            inventory: Optional[Path], skip_tag_age_check: bool, overrides: list[str]) -> None:
     """`rollout --hosts`: the service's fleet run; its summary and exit code here."""
     from orchestrator.cli.render import INTERRUPT_TOLD, err, hooks, out
-    from orchestrator.fleet import parse_hosts
-    from orchestrator.outcome import Outcome
+    from orchestrator.engine.fleet import parse_hosts
+    from orchestrator.util.outcome import Outcome
     from orchestrator.service import runs
     from orchestrator.service.requests import FleetRequest
 

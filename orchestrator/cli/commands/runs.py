@@ -26,7 +26,7 @@ def runs(
     tag it goes back to), state or outcome, activity (running, interrupted, waiting for approval, ended)."""
     from orchestrator.cli.render import plain
     from orchestrator.service.reads import run_view
-    from orchestrator.startup import ReadSession
+    from orchestrator.service.startup import ReadSession
 
     session = ReadSession.open(load_settings(inventory))
     try:

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from orchestrator.cli.options import InventoryOpt, command_app, flag, read_settings as load_settings
-from orchestrator.user_errors import UserError
+from orchestrator.util.user_errors import UserError
 
 app = command_app()
 
@@ -26,9 +26,9 @@ def status(
     """Where a run is (default: the newest): running, interrupted (its runner is gone),
     waiting for approval, or ended; its steps; which journal and inventory are used."""
     from orchestrator.cli.render import out
-    from orchestrator.run_info import table_for
+    from orchestrator.service.run_info import table_for
     from orchestrator.service.reads import get_run, run_view
-    from orchestrator.startup import ReadSession
+    from orchestrator.service.startup import ReadSession
 
     settings = load_settings(inventory)
     session = ReadSession.open(settings)
@@ -45,7 +45,7 @@ def status(
         view = run_view(session, run, {})
         where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
         if as_json:
-            from orchestrator import audit
+            from orchestrator.journal import audit
 
             items = audit.entries(session.journal, run.run_id)
             view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
@@ -54,7 +54,7 @@ def status(
                                          "effects": [{"step": e.step, "kind": e.kind, "mutating": e.mutating,
                                                       "status": (e.outcome or {}).get("status")} for e in effects]}, default=str) + "\n")
             return
-        from orchestrator.runbook import load_runbook
+        from orchestrator.language.runbook import load_runbook
 
         rb = load_runbook(run.runbook)
         table = table_for(run, rb)
@@ -65,7 +65,7 @@ def status(
         out.print(detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}", markup=False)
         if run.message:
             out.print(run.message, markup=False)
-        from orchestrator import audit
+        from orchestrator.journal import audit
 
         for line in audit.summary_lines(audit.entries(session.journal, run.run_id)):
             out.print(line, markup=False)  # who did what (journaled)

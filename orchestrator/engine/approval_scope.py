@@ -1,0 +1,71 @@
+"""Which approval an `approve` names, and which approvals a runner may read (issue 21, case D1).
+
+- With no gate given (`orchestrate approve RUN`, `POST /runs/{id}/approve` without `gate`), the
+  approval is of the gate the run waits at NOW (its state is one of its approval gates); a run
+  waiting at none is refused with one line (exit 2). A `*` is given only by name (`--gate '*'`).
+- A `*` approval is scoped to the runner that was driving (or about to drive) the run when it was
+  given: one given before a resume or an adoption (journaled `resumed` / `adopted`) does not count
+  after it. The journal keeps one row per (run, gate), so a `*` given again is journaled under a
+  fresh name (`*#2`, `*#3`, ...) that reads as `*` (`*#2!now` as `*!now`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from orchestrator.util.user_errors import UserError
+
+WILDCARD = "*"
+
+
+def waiting_gate(run: Any, gates: Collection[str] | None) -> str:
+    """The approval gate `run` waits at now; UserError (one line, exit 2) when it waits at none."""
+    named = sorted(g for g in (gates or ()) if g != WILDCARD)
+    if run.state in named:
+        return str(run.state)
+    raise UserError(f"run {run.run_id} is at {run.state}, not at an approval gate: nothing was approved. Approve when it "
+                    f"waits ({', '.join(named) or 'its approval gates'}), or name a gate with --gate")
+
+
+def stored_name(journal: Any, run_id: str, gate: str) -> str:
+    """The name a new approval of `gate` is journaled under (a repeated `*` gets a fresh one)."""
+    if gate != WILDCARD:
+        return gate
+    have = journal.approvals(run_id)
+    if WILDCARD not in have:
+        return WILDCARD
+    n = 2
+    while f"{WILDCARD}#{n}" in have:
+        n += 1
+    return f"{WILDCARD}#{n}"
+
+
+def _wild(name: str) -> bool:
+    return name.split("!", 1)[0].split("#", 1)[0] == WILDCARD
+
+
+def _read_as(name: str) -> str:
+    if not _wild(name):
+        return name
+    return WILDCARD + ("!now" if name.endswith("!now") else "")
+
+
+def effective(journal: Any, run_id: str) -> set[str]:
+    """The approvals a runner of `run_id` reads now: every named gate; a `*` only if given after
+    the run's latest resume or adoption (journal time)."""
+    from orchestrator.journal import audit
+
+    raw = set(journal.approvals(run_id))
+    if not any(_wild(g) for g in raw):
+        return raw
+    items = audit.entries(journal, run_id)
+    since = max((e.at for e in items if e.action in ("resumed", "adopted")), default=None)
+    fresh = {e.detail for e in items if e.action == "approved" and e.detail and _wild(e.detail)
+             and (since is None or e.at > since)}
+    if since is None and not items:
+        fresh = {g for g in raw if _wild(g)}  # a journal without an audit list (test doubles)
+    return {g for g in raw if not _wild(g)} | {_read_as(g) for g in fresh}
+
+
+__all__ = ["WILDCARD", "waiting_gate", "stored_name", "effective"]

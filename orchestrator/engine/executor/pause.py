@@ -1,0 +1,101 @@
+"""Pause and continue: an operator holds a run at its next safe point, then lets it go on.
+
+`orchestrate pause RUN` (or the API, or the page) journals a `paused` audit line; the runner
+checks it before each step (`honour_pause`, called from the run loop) and, where the step about
+to start is a **safe point**, stops there: it journals `pause_honoured` (who asked, before which
+step), says what it waits for, keeps renewing its lease (the heartbeat runs beside it) and polls
+until `continue` is journaled. An abort while paused is honoured at once (the current phase's
+rollback, as at any other wait).
+
+Safe points (`safe_points`, from the run's transition table): every preflight state, and every
+forward state that no `down` of an engine (the runbook's `replicas:`) in its phase precedes
+without the phase's cold start (`logs` step) in between: a run never stays paused between a down and its replacement's readiness, where the
+host is a replica short. Rollback and remedy states are never safe points (a rollback finishes).
+A pause asked for at an unsafe state waits for the next safe one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.journal import audit
+from orchestrator.language.machine import Table
+
+
+_CACHE: dict[tuple[int, frozenset[str]], tuple[Table, frozenset[str]]] = {}
+
+
+def _stops_an_engine(step: Any, engines: frozenset[str]) -> bool:
+    services = step.down.services
+    return services == "selected" or bool(set(services) & engines)  # "selected": assume an engine
+
+
+def _safe(table: Table, engines: frozenset[str]) -> frozenset[str]:
+    safe: set[str] = set()
+    open_down: dict[str | None, bool] = {}
+    for sid in table.order:
+        node = table.nodes[sid]
+        if node.section == "preflight":
+            safe.add(sid)
+            continue
+        if node.section != "forward":
+            continue
+        if not open_down.get(node.phase, False):
+            safe.add(sid)
+        kind = node.step.kind if node.step is not None else None
+        if kind == "down" and _stops_an_engine(node.step, engines):
+            open_down[node.phase] = True
+        elif kind == "logs" and open_down.get(node.phase, False):
+            open_down[node.phase] = False  # its replacement's readiness: safe again after it
+    return frozenset(safe)
+
+
+def safe_points(table: Table, engines: Any) -> frozenset[str]:
+    """The states before which a paused run may stop (`engines`: the runbook's engine services;
+    a down of another service, a relay or a one-shot check, leaves the host its capacity)."""
+    key = (id(table), frozenset(engines))
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not table:
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        hit = _CACHE[key] = (table, _safe(table, key[1]))
+    return hit[1]
+
+
+async def honour_pause(rt: Any, state: str) -> None:
+    """Before `state` runs: if a pause is journaled and `state` is a safe point, wait for continue."""
+    held = audit.paused_by(rt.journal, rt.run.run_id)
+    if held is None or state not in safe_points(rt.table, rt.rb.engines()):
+        return
+    audit.record(rt.journal, rt.run.run_id, "pause_honoured", held.by, state)
+    rt.emit("paused", state=state, by=held.by, at=held.at.isoformat())
+    rt.emit("waiting", gate=f"paused by {held.by} before {state}: `orchestrate continue {rt.run.run_id}` goes on")
+    rt.log.info("paused", by=held.by, before=state)
+    while audit.paused_by(rt.journal, rt.run.run_id) is not None:
+        await rt.wait()  # honours an abort (the rollback of the current phase)
+    rt.emit("continued", state=state)
+    rt.log.info("continued", before=state)
+
+
+def observed(rt: Any, node: Any, outcome: Any) -> Any:
+    """An observe-only gate (`observe: true`, runbook.OBSERVABLE_KINDS): a failure (its own, or a
+    host system's error while it read) becomes OK with the failure kept in the journal's note, announced (event `observed`, notified); a pass is
+    noted as such. Any other step's outcome is returned unchanged."""
+    from orchestrator.language.machine import Event
+    from orchestrator.engine.steps import StepOutcome
+
+    step = getattr(node, "step", None)
+    if step is None or not getattr(step, "observe", False):
+        return outcome
+    if outcome.event == Event.FAIL:  # a HALT (a masked env map, an invalid request) still halts
+        note = f"observe-only gate FAILED (the run goes on): {outcome.note}"
+        rt.emit("observed", state=node.id, passed=False, note=outcome.note)
+        rt.log.warning("observe_only_failed", note=outcome.note)
+        return StepOutcome(Event.OK, note)
+    if outcome.event == Event.OK:
+        rt.emit("observed", state=node.id, passed=True, note=outcome.note)
+        return StepOutcome(Event.OK, f"observe-only gate passed: {outcome.note}")
+    return outcome
+
+
+__all__ = ["safe_points", "honour_pause", "observed"]

@@ -1,0 +1,100 @@
+"""Observing what the host runs, for placement (`orchestrator.engine.host_state`): read-only.
+
+docker/ps says what runs and, by each container's `config_files` label, which file created it;
+the action log says at which tag that file was last applied to it. An engine (a service of a
+replica) is placed from these alone: `new` when it runs from the new file at the tag, `previous`
+when it runs another definition. No dry run ever names an engine or a running service that a
+rollout would not touch first: on a host with docker/compose#14029 a dry run that plans a
+recreate performs it, with compose-manager's `--remove-orphans` (the serving r1 recreated, the
+old r2 removed).
+
+A dry run is sent only to tell a host at the target from one whose shared services still need
+reconciling, and only when everything else already matches a `done` state (every engine new, no
+service the target declares absent running, so nothing is an orphan): it names the shared
+services that state declares, never an engine. docker/ps is compared around it; a change is
+named container by container, and an action-log entry that appeared meanwhile (a dry run is never
+recorded) names who else acted instead of blaming compose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.hosts.clients.compose_manager import ComposeRequest
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.engine.foreign_change import describe_action
+from orchestrator.engine.host_state import matches, new_file_services, observed_services
+from orchestrator.hosts.parsers.dry_run import parse_dry_run
+from orchestrator.hosts.ps_compare import compare_ps, describe_changes, on_definition
+from orchestrator.language.runbook import Runbook
+
+
+class PlacementError(Exception):
+    def __init__(self, text: str, *, changed: bool = False) -> None:
+        super().__init__(text)
+        self.changed = changed
+
+
+async def _action_log(compose: Any) -> list[Any]:
+    reader = getattr(compose, "action_log", None)
+    return list(await reader()) if reader is not None else []
+
+
+async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project: str | None,
+                       on_dry_run: Callable[[ComposeRequest, Any], None] | None = None) -> dict[str, str]:
+    actions = await _action_log(compose)
+    before = await compose.ps(project)  # read right before the dry run, if one is sent
+    running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
+    observed: dict[str, str] = {}
+    judged = set(new_file_services(rb))
+    for svc in observed_services(rb):
+        c = running.get(svc)
+        if c is None:
+            observed[svc] = "absent"
+            continue
+        if svc not in judged:  # declared only `running` or `absent`: which file does not matter
+            observed[svc] = "running"
+            continue
+        on = on_definition(c, svc, tag, rb.file, actions)
+        observed[svc] = "other" if on is None else ("new" if on else "previous")
+    shared = _shared_to_dry_run(rb, observed)
+    if not shared:
+        return observed
+    req = ComposeRequest(tag=tag, file=rb.file, services=tuple(shared), project=project, dry_run=True)
+    outcome = await compose.up(req, env)
+    if on_dry_run is not None:
+        on_dry_run(req, outcome)
+    after = await compose.ps(project)
+    changes = compare_ps(before, after)
+    if changes:
+        later = (await _action_log(compose))[len(actions):]
+        if later:
+            raise PlacementError(f"the host changed while it was being read: compose-manager's action log records "
+                                 f"{describe_action(later[0])}, which no dry run makes (another orchestrator or a person is "
+                                 f"acting on it; changed: {describe_changes(changes)})", changed=True)
+        raise PlacementError(f"the placement dry run of {', '.join(shared)} changed real containers: {describe_changes(changes)} "
+                             f"(docker/compose#14029): inspect the host", changed=True)
+    if outcome.status != "success":
+        raise PlacementError(f"the placement dry run of {rb.file}@{tag} did not succeed: " + " | ".join(outcome.lines[-3:]))
+    planned = dict(parse_dry_run(outcome.lines, project=project).actions)
+    for svc in shared:
+        act = planned.get(svc, "unchanged")
+        observed[svc] = "new" if act == "unchanged" else ("previous" if act == "recreated" else "other")
+    return observed
+
+
+def _shared_to_dry_run(rb: Runbook, observed: dict[str, str]) -> list[str]:
+    """The running shared services a `done` state declares on the new file, when that state is
+    otherwise matched (its engines and absences already hold): only then can a dry run of them
+    change where the host is placed, and only then is nothing on the host an orphan of the new file."""
+    out: list[str] = []
+    for state in rb.host_states:
+        if state.action != "done":
+            continue
+        shared = [s for s, want in state.services.items()
+                  if want in ("new", "previous") and not rb.replica_of(s) and observed.get(s, "absent") != "absent"]
+        rest_ok = all(matches(want, observed.get(s, "absent")) for s, want in state.services.items() if s not in shared)
+        if rest_ok:
+            out += [s for s in shared if s not in out]
+    return out

@@ -1,0 +1,93 @@
+"""Running a step under its `watch:` (orchestrator/analysis/watch_spec.py): the step and the watch
+run side by side; the first to end decides. The step ending ends the watch (its outcome stands);
+a breach cancels the step and fails it, naming the breach, so the phase's rollback follows.
+
+Each poll scrapes the watched replica's /metrics through its relay route; the rates are taken over
+the scrapes of the last `window` (window arithmetic of orchestrator/analysis/window.py, counter
+resets included); a rate on fewer than `min_samples` requests is not judged (a quiet replica is
+not a failing one), a gauge is judged at every scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+from orchestrator.analysis.verdict import fmt_value
+from orchestrator.analysis.window import METRICS, Scrape, WindowError, measure, window_of
+from orchestrator.engine.steps.base import StepOutcome, fail
+from orchestrator.engine.steps.evidence import error_text
+
+if TYPE_CHECKING:
+    from orchestrator.analysis.watch_spec import WatchSpec
+    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.language.machine import Node
+    from orchestrator.engine.steps.base import Handler
+
+MISSES = 3
+
+
+def breach(spec: "WatchSpec", scrapes: list[Scrape]) -> str | None:
+    """The first bound the window crosses on enough traffic, said in one phrase; else None."""
+    try:
+        w = window_of(spec.replica, scrapes)
+    except WindowError as exc:
+        return str(exc)
+    for metric, lo, hi in spec.bounds():
+        m = measure(metric, w)
+        if m.value is None:
+            continue
+        if not METRICS[metric].kind.startswith("gauge") and m.samples < spec.min_samples:
+            continue
+        if (hi is not None and m.value > hi) or (lo is not None and m.value < lo):
+            bound = f"<= {hi:g}" if hi is not None else f">= {lo:g}"
+            return (f"{spec.replica} {metric} = {fmt_value(metric, m.value)} over the last "
+                    f"{int(w.seconds)} s ({int(m.samples)} samples), not {bound}")
+    return None
+
+
+async def watch(rt: "Runtime", spec: "WatchSpec") -> str:
+    """Poll until a breach; return it (the caller cancels this when the step ends first)."""
+    from orchestrator.metricproviders.relay_scrape import read_scrape
+
+    scrapes: list[Scrape] = []
+    misses = 0
+    while True:
+        try:
+            s = await read_scrape(rt, spec.relay.port, spec.relay.token_variable)
+            misses = 0
+            scrapes.append(s)
+            # keep the last `window` (and the scrape just before it: the increase's start)
+            while len(scrapes) > 2 and scrapes[1].at <= s.at - spec.window:
+                scrapes.pop(0)
+            found = breach(spec, scrapes) if len(scrapes) >= 2 else None
+            if found:
+                return found
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+            misses += 1
+            if misses >= MISSES:
+                return (f"{spec.replica}'s metrics (relay :{spec.relay.port}) could not be read {MISSES} times in a "
+                        f"row: {rt.scrub(error_text(exc))}")
+        await rt.wait(spec.poll)
+
+
+async def run_watched(rt: "Runtime", node: "Node", handler: "Handler") -> StepOutcome:
+    step = node.step
+    assert step is not None and step.watch is not None
+    spec = step.watch
+    work = asyncio.ensure_future(handler.run(rt, node, step))
+    watcher = asyncio.ensure_future(watch(rt, spec))
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (work, watcher):
+            if not t.done():
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+    if work.done() and not work.cancelled():
+        return work.result()  # the step ended first: its own outcome (or its exception) stands
+    return fail(f"watch on {spec.replica} during {step.id}: {watcher.result()}")

@@ -1,0 +1,137 @@
+"""Foreign changes: compose-manager calls this run's journal did not make (pure).
+
+compose-manager (8e07c35) appends `compose_up` / `compose_down` to its action log when it
+accepts the request, before docker runs, whatever the outcome (`compose-manager-as-deployed.md`);
+a dry run is never recorded. So, from a position in the log this run knows (its *mark*), every
+later entry must be one of the mutating calls this run journaled since then, in the same order.
+A journaled call may be missing from the log (a 409, a 400 or a connection that failed before the
+server accepted it), never the other way round: an entry no journaled call explains was made by
+someone else (another orchestrator with its own journal, a human with curl) and the host is no
+longer what this run's decisions were based on. The run stops there: no rollback of healthy
+things, no blame on a compose bug.
+
+`compose_manager_started` entries (compose-manager itself restarted) change no container and are
+not foreign. Any other action (`docker_restart`, ...) is.
+
+The mark is (entries known, the last one's identity, the last journal effect id at that moment):
+log and journal positions taken together, so a resumed run that crashed between journaling a call
+and recording its outcome still explains its own call (the effect is after the mark, and its
+entry after the mark's position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.hosts.parsers.action_log import Action
+
+#: Entries that change no container: compose-manager's own restart.
+BENIGN = frozenset({"compose_manager_started"})
+
+
+@dataclass(frozen=True)
+class OwnCall:
+    """A mutating call this run journaled, as the action log would record it."""
+
+    action: str  # compose_up | compose_down
+    tag: str | None
+    file: str | None
+    services: tuple[str, ...]
+
+    def explains(self, a: Action) -> bool:
+        return (a.action == self.action and a.tag == self.tag and a.file == self.file
+                and sorted(a.services) == sorted(self.services))
+
+
+def own_call(kind: str, request: dict[str, Any]) -> OwnCall | None:
+    """The action-log entry a journaled mutating effect (kind, request) would leave, if any."""
+    if kind.startswith("compose_down"):
+        action = "compose_down"
+    elif kind.startswith("compose_up"):
+        action = "compose_up"
+    else:
+        return None
+    body = request.get("request", request) if isinstance(request, dict) else {}
+    services = body.get("services") or ()
+    return OwnCall(action, body.get("tag"), body.get("file"), tuple(services))
+
+
+def identity(a: Action) -> list[Any]:
+    return [a.timestamp, a.action, a.tag, a.file, list(a.services)]
+
+
+def since_mark(actions: Sequence[Action], mark: dict[str, Any]) -> list[Action] | None:
+    """The entries after the mark; None when the log no longer holds the mark's last entry where
+    it was (the log was replaced or rewritten: nothing can be explained)."""
+    count = int(mark.get("count", 0))
+    if len(actions) < count:
+        return None
+    last = mark.get("last")
+    if count and last is not None and identity(actions[count - 1]) != list(last):
+        return None
+    return list(actions[count:])
+
+
+def unexplained(new_actions: Iterable[Action], own: Sequence[OwnCall]) -> list[Action]:
+    """The entries no call of `own` explains, matched in order (a call may have left no entry)."""
+    out: list[Action] = []
+    i = 0
+    for a in new_actions:
+        if a.action in BENIGN:
+            continue
+        j = next((k for k in range(i, len(own)) if own[k].explains(a)), None)
+        if j is None:
+            out.append(a)
+        else:
+            i = j + 1
+    return out
+
+
+def describe_action(a: Action) -> str:
+    """`compose_down of nginx (prod/X.yaml@v0.0.300) at 2026-11-30T20:01:45.05+00:00`."""
+    what = ", ".join(a.services) if a.services else ("every service" if a.action.startswith("compose_") else "")
+    where = f"{a.file}@{a.tag}" if a.file and a.tag else (a.file or a.tag or "")
+    text = a.action + (f" of {what}" if what else "") + (f" ({where})" if where else "")
+    return text + f" at {a.timestamp or 'an unrecorded time'}"
+
+
+def foreign_message(host: str, foreign: Sequence[Action], *, in_flight: str | None = None) -> str:
+    """One line naming what someone else did, for the run's end message."""
+    first = describe_action(foreign[0])
+    more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+    busy = f"; compose-manager is running {in_flight} now" if in_flight else ""
+    return (f"foreign change on {host}: compose-manager's action log records {first}{more}, which this run did not make "
+            f"(another orchestrator or a person is acting on the host){busy}; nothing is rolled back: find who did it "
+            f"before resuming or rolling back")
+
+
+def new_mark(actions: Sequence[Action], effect_id: int) -> dict[str, Any]:
+    return {"count": len(actions), "last": identity(actions[-1]) if actions else None, "effect_id": effect_id}
+
+
+def unjournaled(actions: Iterable[Action], journaled: Sequence[OwnCall], *, file: str, tag: str) -> list[Action]:
+    """The `compose_up`/`compose_down` entries of `file`@`tag` that no journaled call explains
+    (each call explains at most one entry, in any order: the calls come from several runs)."""
+    pool = list(journaled)
+    out: list[Action] = []
+    for a in actions:
+        if a.action not in ("compose_up", "compose_down") or a.file != file or a.tag != tag:
+            continue
+        k = next((i for i, c in enumerate(pool) if c.explains(a)), None)
+        if k is None:
+            out.append(a)
+        else:
+            pool.pop(k)
+    return out
+
+
+def part_way_message(host: str, foreign: Sequence[Action], journal_location: str) -> str:
+    """A part-way host that this journal did not move: never `--continue` someone else's rollout."""
+    last = describe_action(foreign[-1])
+    more = f" ({len(foreign)} such entries)" if len(foreign) > 1 else ""
+    where = f" ({journal_location})" if journal_location else ""
+    return (f"{host} is part-way, but no run in this journal{where} moved it: compose-manager's action log records "
+            f"{last}{more}. Another orchestrator (another state directory or database) or a person is driving {host}; "
+            f"nothing was changed: act from the journal that made these calls")

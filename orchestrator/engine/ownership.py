@@ -1,0 +1,85 @@
+"""Runs own containers, not names: which containers a run created and stopped, by container ID.
+
+A compose service name is not an identity: the old r1 and the new r1 are both
+`model-sg-glm53-w4afp8-tp4-r1`. A rollback that stops "r1" by name after r1's own stop was
+refused (compose-manager answered 409 busy) would stop the OLD r1, never touched and serving. So
+the run keeps a ledger in its context (journaled with every transition, and rebuilt on resume from
+the docker/ps baseline each compose call journals in its intent):
+
+- `created`: container ID -> {service, state}: IDs of the services an `up` named that docker/ps
+  lists after the up and did not list before it (a recreate gives a new ID; a restart in place
+  keeps it);
+- `stopped`: container ID -> {service, state}: IDs docker/ps listed before a `down` (or an `up`,
+  whose `--remove-orphans` may stop others) and no longer lists after it.
+
+A rollback step's down stops only containers in `created` (`owned_split`); a container running
+under that service name that this run did not create is left running, and why is recorded
+(`not_stopped`) and said in the run's final message. Pure: no I/O; the executor and the steps
+feed it docker/ps as read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any
+
+from orchestrator.hosts.parsers.docker_ps import Container
+
+#: sections of the state table whose downs may stop only what the run created
+ROLLBACK_SECTIONS = frozenset({"rollback", "full_rollback"})
+
+
+def ps_ids(containers: Iterable[Container]) -> dict[str, str]:
+    """docker/ps as a baseline to journal with a compose call: container ID -> service."""
+    return {c.id: (c.service or c.name) for c in containers if c.id}
+
+
+def baseline_ids(baseline: Mapping[str, Any]) -> dict[str, str]:
+    """The ID -> service baseline a journaled call recorded: its whole docker/ps (`ps`) or, for an
+    intent journaled before the ledger existed, the IDs of the services it named (`ids`)."""
+    ps = baseline.get("ps")
+    if isinstance(ps, Mapping):
+        return {str(k): str(v) for k, v in ps.items()}
+    ids = baseline.get("ids") or {}
+    return {str(cid): str(svc) for svc, cid in ids.items() if cid}
+
+
+def created_ids(before: Mapping[str, str], after: Iterable[Container], services: Iterable[str]) -> dict[str, str]:
+    """IDs of `services` that docker/ps lists now and did not list before: what an up created."""
+    wanted = set(services)
+    return {c.id: svc for c in after if (svc := c.service or c.name) in wanted and c.id and c.id not in before}
+
+
+def gone_ids(before: Mapping[str, str], after: Iterable[Container], services: Iterable[str] | None = None) -> dict[str, str]:
+    """IDs listed before and not now (of `services` only, when given): what a call stopped."""
+    now = {c.id for c in after}
+    wanted = set(services) if services is not None else None
+    return {cid: svc for cid, svc in before.items() if cid not in now and (wanted is None or svc in wanted)}
+
+
+def record(ledger: MutableMapping[str, dict[str, str]], found: Mapping[str, str], state: str) -> list[str]:
+    """Add `found` (ID -> service) to a ledger, keeping the first state that saw each ID; the IDs added."""
+    added = []
+    for cid, svc in found.items():
+        if cid not in ledger:
+            ledger[cid] = {"service": svc, "state": state}
+            added.append(cid)
+    return added
+
+
+def owned_split(present: Iterable[Container], created: Mapping[str, Any]) -> tuple[list[Container], list[Container]]:
+    """(containers this run created, containers it did not) among those a rollback would stop."""
+    mine, others = [], []
+    for c in present:
+        (mine if c.id in created else others).append(c)
+    return mine, others
+
+
+def not_ours_note(c: Container, state: str, stopped: Mapping[str, Any]) -> str:
+    """Why a rollback step left a container running: one sentence for the run's record (naming
+    what this run did stop under that service name, if anything)."""
+    svc = c.service or c.name
+    mine = [cid[:12] for cid, v in stopped.items() if v.get("service") == svc]
+    also = f" (this run stopped {', '.join(mine)} under that name)" if mine else ""
+    return (f"{state} did not stop {svc}: container {c.id[:12]} ({c.status or c.state}) is not one this run created, "
+            f"so it was left running{also}")

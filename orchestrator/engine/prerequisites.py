@@ -1,0 +1,77 @@
+"""Prerequisites: another host's run in the journal, DONE and soaked. Pure: the caller passes the
+runs it read from the journal and the time now.
+
+Rule: the latest run of `runbook` on `host` decides, in the journal's order (a later rollback, unless
+it ended ABORTED having changed nothing, or a failed retry supersedes an older DONE); it must have ended DONE at least `soaked` seconds ago (its own soak
+step passed before it could end DONE). A run that ended DONE only because preflight found the host
+already at the target ("nothing to do") proves no soak: it is passed over, and the run before it
+decides. An operator overrides one prerequisite only by naming its host; an override of a host
+that is not a prerequisite is refused, so a typo never passes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable
+
+from orchestrator.util.durations import format_duration
+from orchestrator.util.user_errors import UserError
+
+
+def nothing_to_do(journal: Any) -> Callable[[Any], bool]:
+    """`run -> True` when the run ended DONE at preflight's host-state check (nothing to do)."""
+    def check(run: Any) -> bool:
+        return run.outcome == "DONE" and any(t.event == "skip" and t.to_state == "DONE" and t.from_state.startswith("preflight.")
+                                             for t in journal.transitions(run.run_id))
+    return check
+
+
+def check_overrides(prereqs: Iterable[Any], overrides: Iterable[str]) -> None:
+    """An override must name a prerequisite's host: a typo never passes (one line, exit 2)."""
+    prereqs = list(prereqs)
+    unknown = set(overrides) - {p.host for p in prereqs}
+    if unknown:
+        raise UserError(f"--override-prerequisite {', '.join(sorted(unknown))}: not a prerequisite of this runbook "
+                        f"(prerequisites: {', '.join(p.host for p in prereqs) or 'none'})")
+
+
+def unfinished(journal: Any, hosts: Iterable[str], *, but: str | None = None) -> list[tuple[str, Any]]:
+    """(host, run) for every run of these hosts that has not ended (run `but` left out): a host
+    whose run is interrupted or in flight may be out of its pool, or about to be."""
+    return [(h, r) for h in hosts for r in journal.list_runs(h, limit=50) if not r.terminal and r.run_id != but]
+
+
+def unmet_in(journal: Any, prereqs: Iterable[Any], now: datetime, overrides: Iterable[str] = ()) -> list[str]:
+    """`unmet`, reading the runs from the journal (a nothing-to-do DONE passed over)."""
+    return unmet(prereqs, lambda h: journal.list_runs(h), now, overrides, nothing_to_do(journal))
+
+
+def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = (),
+          placed_only: Callable[[Any], bool] = lambda run: False) -> list[str]:
+    """Why each prerequisite is not met (empty: all met). `runs_of(host)` -> that host's runs,
+    newest first (journal `list_runs`); `placed_only(run)` -> it ended DONE with nothing to do."""
+    prereqs = list(prereqs)
+    overrides = set(overrides)
+    check_overrides(prereqs, overrides)
+    out: list[str] = []
+    for p in prereqs:
+        if p.host in overrides:
+            continue
+        # the newest run of the runbook on the host that may have changed it decides: a rollback
+        # that did not end ABORTED (refused before any change) supersedes the DONE before it
+        latest = next((r for r in runs_of(p.host) if r.runbook == p.runbook and not placed_only(r)
+                       and (r.kind == "rollout" or (r.kind == "rollback" and r.outcome != "ABORTED"))), None)
+        if latest is None or (latest.kind == "rollback" and not any(
+                r.kind == "rollout" and r.runbook == p.runbook for r in runs_of(p.host))):
+            out.append(f"{p.host}: no {p.runbook} rollout in the journal")
+        elif latest.kind == "rollback":
+            out.append(f"{p.host}: rollback {latest.run_id} ({latest.outcome or 'still running'}) took it back after "
+                       f"its last {p.runbook} rollout; roll {p.host} out again (and soak it) first")
+        elif latest.outcome != "DONE":
+            out.append(f"{p.host}: its latest {p.runbook} rollout {latest.run_id} is {latest.outcome or 'still running'}, not DONE")
+        else:
+            ended = latest.updated_at if latest.updated_at.tzinfo else latest.updated_at.replace(tzinfo=now.tzinfo)
+            if now - ended < timedelta(seconds=p.soaked):
+                out.append(f"{p.host}: {latest.run_id} ended DONE {format_duration((now - ended).total_seconds())} ago, "
+                           f"less than the {format_duration(p.soaked)} soak")
+    return out

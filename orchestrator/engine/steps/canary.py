@@ -1,0 +1,151 @@
+"""`analysis:`: candidate vs control over a window of live traffic, then the readout (issue 23).
+
+Every `poll`, each replica the gates read is scraped through its soak-relay route; the engines
+stay watched as in a soak (a candidate that restarts or stops serving fails the phase at once).
+When the window is over, the increases between the first and last scrape are judged
+(orchestrator/analysis): any gate broken -> FAIL (the phase's rollback: the candidate goes back);
+a gate without `min_samples` -> not enough traffic, which never passes: it halts for a human
+(default) or fails, as the runbook says. The readout table is printed and journaled (the step's
+note) whatever the verdict.
+
+A relay that cannot be read for 3 polls in a row fails the step (unwatched is not judged). A
+resumed run starts the window again (the scrapes are not journaled): the verdict then rests on a
+whole window seen by one runner.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, GateResult, bound_gate, overall, ratio_gate, readout
+from orchestrator.analysis.window import Scrape, WindowError, window_of
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Runbook, Step
+from orchestrator.engine.steps.base import Description, StepOutcome, fail, halt, ok, register
+from orchestrator.engine.steps.evidence import error_text
+
+if TYPE_CHECKING:
+    from orchestrator.analysis.spec import AnalysisSpec
+    from orchestrator.analysis.window import ReplicaWindow
+    from orchestrator.engine.executor.runtime import Runtime
+
+MISSES = 3
+
+
+def judge(spec: "AnalysisSpec", windows: dict[str, "ReplicaWindow"]) -> list[GateResult]:
+    out: list[GateResult] = []
+    for g in spec.gates:
+        if g.ratio is not None:
+            r = g.ratio
+            assert r.control is not None
+            out.append(ratio_gate(r.metric, r.candidate, r.control, r.min, r.max, windows, spec.min_samples))
+        elif g.max is not None:
+            out.append(bound_gate(g.max.metric, g.max.replica, None, g.max.value, windows, spec.min_samples))
+        else:
+            assert g.min is not None
+            out.append(bound_gate(g.min.metric, g.min.replica, g.min.value, None, windows, spec.min_samples))
+    return out
+
+
+def so_far(spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]]) -> str:
+    """The gates on the window seen so far (a heartbeat's line: an operator watching sees the trend)."""
+    try:
+        windows = {r: window_of(r, s) for r, s in scrapes.items()}
+    except WindowError as exc:
+        return str(exc)
+    parts = []
+    for g in judge(spec, windows):
+        if g.observed is None:
+            parts.append(f"{g.metric}: {g.why.split(';')[0]}")
+        else:
+            obs = f"{g.replicas[0]}/{g.replicas[1]} {g.observed:.3g}" if len(g.replicas) == 2 else f"{g.observed:.3g}"
+            parts.append(f"{g.metric} {obs} ({'ok' if g.verdict == PASS else 'breaking ' + g.bound})")
+    return "; ".join(parts)
+
+
+async def _read_dcgm(rt: "Runtime", spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]],
+                    misses: dict[str, int]) -> str | None:
+    """One scrape of DCGM's exporter, each replica's lowest free GPU memory added to its scrapes."""
+    from orchestrator.metricproviders.dcgm import read_dcgm
+
+    assert spec.dcgm is not None
+    try:
+        per = await read_dcgm(rt, spec.dcgm.port, spec.relay.token_variable,
+                              {r: rt.rb.replica_gpus.get(r, []) for r in scrapes})
+        misses["dcgm"] = 0
+    except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+        misses["dcgm"] = misses.get("dcgm", 0) + 1
+        if misses["dcgm"] >= MISSES:
+            return (f"analysis: DCGM's metrics (relay :{spec.dcgm.port}) could not be read {MISSES} times in a row: "
+                    f"{rt.scrub(error_text(exc))}")
+        return None
+    for r, sc in per.items():
+        scrapes[r].append(sc)
+    return None
+
+
+@register
+class Analysis:
+    key = "analysis"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.analysis is not None
+        return Description(step.analysis.describe())
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        from orchestrator.metricproviders.relay_scrape import read_scrape
+
+        spec = step.analysis
+        assert spec is not None
+        replicas = spec.replicas()
+        scrapes: dict[str, list[Scrape]] = {r: [] for r in replicas}
+        misses = {r: 0 for r in replicas}
+        watched = await rt.watch_engines()
+        rt.start_heartbeat()
+        start = rt.clock.monotonic()
+        rt.emit("waiting", gate=f"analysis: {', '.join(replicas)} over {int(spec.window)} s of live traffic")
+        while True:
+            problem = await rt.engines_still_serving(watched)
+            if problem:
+                return fail(f"during the analysis: {problem}")
+            if spec.dcgm is not None:
+                problem = await _read_dcgm(rt, spec, scrapes, misses)
+                if problem:
+                    return fail(problem)
+            for r in replicas:
+                port = spec.relay.ports[r]
+                try:
+                    scrapes[r].append(await read_scrape(rt, port, spec.relay.token_variable))
+                    misses[r] = 0
+                except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+                    misses[r] += 1
+                    if misses[r] >= MISSES:
+                        return fail(f"analysis: {r}'s metrics (relay :{port}) could not be read {MISSES} times in a row: "
+                                    f"{rt.scrub(error_text(exc))}")
+            elapsed = rt.clock.monotonic() - start
+            if elapsed >= spec.window:
+                break
+            rt.tick("analysis of " + ", ".join(replicas), start, spec.window, lambda: {"so_far": so_far(spec, scrapes)})
+            await rt.wait(min(spec.poll, max(0.0, spec.window - elapsed)))
+        try:
+            windows = {r: window_of(r, s) for r, s in scrapes.items() if s}
+        except WindowError as exc:
+            return fail(f"analysis: {exc}")
+        for r in replicas:  # a replica never read has an empty window: its gates lack traffic
+            windows.setdefault(r, window_of(r, []))
+        results = judge(spec, windows)
+        # the readout is the step's note: printed with its transition and journaled with it
+        table = readout(results, windows, replicas, spec.window)
+        verdict = overall(results)
+        cand = replicas[0]
+        if verdict == PASS:  # the decision last, in a word (a human reads the verdict, then what happens)
+            return ok(table + f"\n=> PROMOTE: {cand} stays on the candidate")
+        if verdict == FAIL:
+            return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
+        assert verdict == NO_TRAFFIC
+        run = getattr(rt, "run", None)
+        host = getattr(run, "host", "HOST")
+        why = (f"not enough traffic to judge the candidate: neither promoted nor rolled back (the candidate keeps "
+               f"serving beside the control); read the readout, then reject it with `orchestrate rollback {host} "
+               f"--replica {replicas[0]}` or judge it again\n" + table)
+        return halt(why) if spec.not_enough_traffic == "halt" else fail(why)

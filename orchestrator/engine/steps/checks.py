@@ -1,0 +1,316 @@
+"""Preflight checks: the env map, the RAM budget, the before-state. They change nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Runbook, Step
+from orchestrator.engine.prerequisites import unfinished
+from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+
+if TYPE_CHECKING:
+    from orchestrator.engine.executor.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class BudgetFit:
+    """The budget rule's verdict on one env value (`problem` None: it passes)."""
+
+    problem: str | None
+    replica_bytes: int = 0
+    rank_bytes: int = 0
+    available_bytes: int = 0
+    page_cache_headroom_bytes: int = 0
+
+
+def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str) -> BudgetFit | None:
+    """The HiCache budget rule (pure; preflight, a changed env map mid-run and `plan --live` use
+    it): the variable unset or one of the allowed values, and every replica's budget fits the
+    host's RAM minus the reserve with the page-cache room left. None: no budget in the runbook."""
+    b = rb.budget
+    if b is None:
+        return None
+    allowed = [parse_budget(a) for a in b.allowed]
+    if raw is not None:
+        try:
+            value = parse_budget(raw)
+        except ValueError:
+            value = None
+        if value is None or all(value != a for a in allowed):
+            return BudgetFit(f"{b.variable} is set in the env map to a value other than {' or '.join(b.allowed)} "
+                             f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
+    effective = parse_budget(b.default) if raw is None else parse_budget(raw)
+    avail = int(available_ram_gib * GIB)
+    report = check_fit([effective] * b.replicas, avail, parse_budget(b.reserve).bytes, parse_budget(b.min_page_cache).bytes)
+    rank = per_rank_bytes(effective.bytes, b.ranks_per_replica)
+    problem = None if report.ok else (
+        f"{b.replicas} x {format_gib(effective.bytes)} does not fit {host}'s {format_gib(avail)} available "
+        f"({source}) minus the {b.reserve} reserve: " + "; ".join(report.problems))
+    return BudgetFit(problem, effective.bytes, rank, avail, report.page_cache_headroom_bytes)
+
+
+def target_needs_budget(rb: Runbook, file: str, services: "list[str] | tuple[str, ...]") -> bool:
+    """Whether a request's target is held to the runbook's HiCache budget rule: only an engine the
+    rule is about (`budget.engines`), from the file the rule describes (the runbook's new file). A
+    rollback to the previous file (the old FP8 r2) is judged by what it needs, never by the new
+    engines' budget: its dry run and its cold start judge it."""
+    b = rb.budget
+    return b is not None and file == rb.file and any(s in b.engines for s in services)
+
+
+def budget_verdict(rt: "Runtime") -> StepOutcome:
+    """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
+    assert rt.env is not None
+    b = rt.rb.budget
+    fit = evaluate_budget(rt.rb, rt.env.get(b.variable) if b else None, rt.entry.available_ram_gib,
+                          rt.entry.available_ram_source, rt.run.host)
+    if fit is None:
+        return ok("no HiCache host-RAM budget in this runbook")
+    if fit.replica_bytes:
+        rt.ctx.budget = {"replica_bytes": fit.replica_bytes, "rank_budget_bytes": fit.rank_bytes}
+    if fit.problem:
+        return fail(fit.problem)
+    rt.ctx.budget_env_fingerprint = rt.env.fingerprint()
+    return ok(
+        f"{b.replicas} x {format_gib(fit.replica_bytes)} fits in {format_gib(fit.available_bytes)} minus {b.reserve}, "
+        f"leaving {format_gib(fit.page_cache_headroom_bytes)} for page cache; every rank must log rank_budget_bytes={fit.rank_bytes}"
+    )
+
+
+@register
+class EnvMapCheck:
+    key = "check.env_map"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the dashboard lists the host exactly once; its env map is kept in memory only; "
+                           "no credential value is a mask or a placeholder")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        env = await rt.read_env()
+        masked = env.masked_credentials()
+        if masked:
+            return fail(
+                f"the env map of {rt.entry.instance_name} holds masked or placeholder values for {', '.join(masked)} "
+                f"(copied from a redacted view?): deploying it would break the host; fix them in the dashboard"
+            )
+        return ok(f"read the env map of {rt.entry.instance_name}: {len(env)} keys (values are never shown)")
+
+
+@register
+class BudgetCheck:
+    key = "check.budget"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        b = rb.budget
+        return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
+                           f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        await rt.ensure_env()
+        return budget_verdict(rt)
+
+
+async def record_rollback_targets(rt: "Runtime", before: dict[str, Any]) -> StepOutcome | None:
+    """Record /version and docker/ps in `before`; establish the previous successful deploy of every
+    service a `previous:` request names, and dry-run-check each target. A refusal, or None."""
+    await rt.ensure_env()
+    before["version"] = await rt.version_summary()
+    containers = await rt.ps()
+    before["ps"] = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
+    missing = await rt.establish_previous()
+    if missing:
+        return fail(
+            "cannot establish the previous successful deploy (tag and file) of " + ", ".join(missing)
+            + ": without a rollback target the rollout does not start"
+        )
+    return await rt.validate_previous_targets()
+
+
+@register
+class RollbackTargetsCheck:
+    """`check: rollback_targets`: the part of the before-state every runbook needs (the previous
+    successful deploy of every service a `previous:` request names, each dry-run-checked before
+    anything is stopped), without gpu02's peer and completion checks (a runbook states those as
+    `presence:` and `verify:` gates of its own)."""
+
+    key = "check.rollback_targets"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
+                           "needs is known, and a dry run of each accepts its tag and file (checked before anything is stopped)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        before: dict[str, Any] = {}
+        refused = await record_rollback_targets(rt, before)
+        if refused is not None:
+            return refused
+        rt.ctx.before = before
+        prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
+        return ok(f"rollback targets recorded; previous deploys: {prev}")
+
+
+@register
+class BeforeStateCheck:
+    key = "check.before_state"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the previous successful deploy (tag and file) of every service a rollback needs is known, and a dry run "
+                           "of each accepts its tag and file (checked before anything is stopped); both peers "
+                           "list the host healthy under the long domain and not under the base domain; one long-domain "
+                           "completion succeeds")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        before: dict[str, Any] = {}
+        refused = await record_rollback_targets(rt, before)
+        if refused is not None:
+            return refused
+        peers, problems = await rt.peer_presence()
+        before["peers"] = peers
+        comp = await rt.completion_once()
+        before["completion"] = comp
+        rt.ctx.before = before
+        if problems:
+            return fail("before-state: " + "; ".join(problems) + " (the host must be healthy before a rollout starts)")
+        if not comp.get("ok"):
+            return fail(f"before-state: a long-domain completion failed ({comp.get('reason')}); the host must serve before a rollout starts")
+        prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
+        return ok(f"before-state recorded; previous deploys: {prev}")
+
+
+@register
+class HostStateCheck:
+    """Place the host in the runbook's declared host states (see `orchestrator.engine.host_state`).
+
+    before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
+    part-way -> OK only when the run was started at that state's phase with the operator's
+    `--continue`, else FAIL (ABORTED) naming the state and the exact command; unrecognised ->
+    FAIL (ABORTED) with the difference to the nearest declared state."""
+
+    key = "check.host_state"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        states = "; ".join(f"{s.name} -> {s.action}" for s in rb.host_states)
+        return Description("what each service runs (docker/ps, and a dry run of the new file at the tag) matches a declared host state: "
+                           f"{states}. A part-way state continues only with --continue; an unknown one is refused")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        from orchestrator.engine import host_state
+        from orchestrator.engine.steps.base import skip
+
+        observed = await rt.observe_host()
+        if isinstance(observed, StepOutcome):
+            return observed
+        state = host_state.place(rt.rb, observed)
+        rt.ctx.placement = {"observed": dict(observed), "state": state.name if state else None}
+        first = rt.rb.phases[0].name
+        wanted = rt.ctx.start_phase
+        if state is None:
+            near = host_state.nearest(rt.rb, observed)
+            diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
+            return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
+                        f"Nothing was changed")
+        # the one serving model (orchestrator/engine/serving_evidence.py): what each engine's evidence says
+        verdicts = await rt.running_engine_verdicts()
+        rt.ctx.placement["serving"] = {svc: v.state.value for svc, v in verdicts.items()}
+        serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())
+        if state.action == "done":
+            down = [f"{svc} {v.phrase()}" for svc, v in verdicts.items() if v.not_serving]
+            if down:  # the target is in place but not serving: "nothing to do" would be untrue
+                return fail(f"{rt.run.host} already runs the target ({state.say}), but {'; '.join(down)}. Nothing was "
+                            f"changed; look at the host (a rollout has nothing to deploy here)")
+            for _, other in unfinished(rt.journal, [rt.run.host], but=rt.run.run_id):
+                # the target is in place, but that run's remaining gates (its soak, its approval)
+                # never passed: "nothing to do" must not stand in for them
+                return fail(f"{rt.run.host} already runs the target, but run {other.run_id} ({other.kind}) stopped at "
+                            f"{other.state} before it ended: `orchestrate resume {other.run_id}` finishes it (its soak "
+                            f"and approval). Nothing was changed")
+            return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do"
+                        + (f" (engines: {serving_note})" if any(not v.serving for v in verdicts.values()) else ""))
+        target = first if state.action == "start" else state.action
+        foreign = await rt.foreign_in_flight()  # someone else is acting on the host right now
+        if not foreign and state.action != "start":
+            foreign = await rt.foreign_part_way()  # never continue a rollout another process drives
+        if foreign:
+            return fail(foreign)
+        if (wanted or first) == target:
+            return ok(f"{rt.run.host} is in state {state.name} ({state.say}): the procedure runs from phase {target}"
+                      + (f"; engines: {serving_note}" if serving_note else ""))
+        if state.action == "start":
+            return fail(f"{rt.run.host} is in state {state.name} ({state.say}): start from the beginning, without --continue")
+        return fail(
+            f"{rt.run.host} is part-way: {state.name} ({state.say}). Nothing was changed. To continue from phase {target}, "
+            f"run `orchestrate rollout {rt.run.host} --tag {rt.run.tag} --continue`"
+        )
+
+
+@register
+class TagAgeCheck:
+    """The tag is merged to main and its commit is at least `min_tag_age` old, from GitHub's API
+    for the host's `github_repo`. compose-manager's own age gate is off in production
+    (MIN_TAG_AGE_HOURS=0), so this is ours to check. When GitHub cannot answer, the run stops
+    unless the operator passed `--skip-tag-age-check` (journaled in the run)."""
+
+    key = "check.tag_age"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        from orchestrator.util.durations import format_duration
+
+        return Description(f"GitHub: the tag exists in the host's compose-files repository, is merged to main and its commit is at least "
+                           f"{format_duration(rb.min_tag_age)} old (unreachable GitHub: refused unless --skip-tag-age-check)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        verdict = await rt.check_tag_age()
+        if verdict is None:
+            return ok("tag age not checked: --skip-tag-age-check")
+        good, text = verdict
+        return ok(text) if good else fail(text)
+
+
+@register
+class ModelCacheCheck:
+    """The runbook's `weights` are in the host's model cache (`GET /host/cache`). Missing weights
+    are a warning, not a failure: the plan allows the model-downloader, but the cold start then
+    includes a download and the operator should know before the maintenance window starts."""
+
+    key = "check.model_cache"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("GET /host/cache lists " + (", ".join(rb.weights) or "the runbook's weights")
+                           + "; missing weights are named (the cold start then includes a download), never a failure")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        cache = await rt.host_cache()
+        if cache is None:
+            return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
+        missing = [w for w in rt.rb.weights if not cache.holds(w)]
+        if missing:
+            rt.emit("note", text=f"the host's model cache does not hold {', '.join(missing)}: the cold start includes a download")
+            return ok(f"model cache: {', '.join(missing)} NOT cached (the cold start includes a download)")
+        return ok(f"model cache holds {', '.join(rt.rb.weights) or 'nothing the runbook names'}")
+
+
+@register
+class CacheHolds:
+    """`cache: {holds: [org/repo]}`: see runbook.CacheSpec. Missing -> FAIL naming what is missing."""
+
+    key = "cache"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.cache is not None
+        return Description(f"GET /host/cache lists {', '.join(step.cache.holds)} (else the pre-stage did not fetch it: fail "
+                           f"before the host is touched; not checked where compose-manager does not answer it)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        assert step.cache is not None
+        cache = await rt.host_cache()
+        if cache is None:
+            rt.emit("note", text="GET /host/cache did not answer: the model cache was not checked")
+            return ok("GET /host/cache did not answer: the model cache was not checked")
+        missing = [w for w in step.cache.holds if not cache.holds(w)]
+        if missing:
+            return fail(f"the model cache does not hold {', '.join(missing)} (it holds {', '.join(cache.weights) or 'nothing'}): "
+                        f"the pre-stage did not fetch it; nothing was changed")
+        return ok(f"the model cache holds {', '.join(step.cache.holds)}")

@@ -1,0 +1,55 @@
+"""A forced recreate that did not take, caught at its own dry run and remedied there.
+
+A dry run with `force_recreate` names only services whose only change is inline `configs:`
+content (the loader refuses it on an engine): compose would otherwise keep their old config
+(docker/compose#11900). When the plan still neither creates nor recreates one of them (a host that
+does not honour `force_recreate`, or an exited container compose would merely start), the new
+config would not take. The remedy, once per visit: a scoped down of exactly those services (the
+Down step itself: stop guard, journaled, settled on resume), then the dry run again, which now
+plans them `Created`. A second miss fails the gate (the phase's rollback)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.hosts.parsers.dry_run import DryRunResult
+from orchestrator.language.runbook import ComposeSpec, Step
+
+if TYPE_CHECKING:
+    from orchestrator.hosts.clients.compose_manager import ComposeRequest
+    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.language.machine import Node
+    from orchestrator.engine.steps.base import Handler
+    from orchestrator.engine.steps.outcome import StepOutcome
+
+_TAKES = ("created", "recreated")
+
+#: The id suffix of the remedy's own down (steps/compose.py: exempt from rollback ownership, see Down.run).
+CONFIG_DOWN_SUFFIX = "-config-down"
+
+
+def not_recreated(plan: DryRunResult, req: "ComposeRequest") -> list[str]:
+    """Forced services the plan neither creates nor recreates (empty for an unforced request)."""
+    if not req.force_recreate:
+        return []
+    return [s for s in req.services if plan.actions.get(s) not in _TAKES]
+
+
+def remedy_key(node: "Node") -> str:
+    return f"{node.id}:config-down"
+
+
+async def stop_for_recreate(rt: "Runtime", node: "Node", step: Step, services: list[str], down_step: "Handler") -> "StepOutcome":
+    """The scoped down of `services` (never an engine), through the Down step's own rules
+    (`down_step`: the `down` handler, passed in by compose.py so that this module does not import it back)."""
+    from orchestrator.engine.steps.outcome import halt
+
+    engines = [s for s in services if rt.rb.replica_of(s)]
+    if engines:  # the loader refuses force_recreate on an engine; never stop one for a config
+        return halt(f"refusing to stop {', '.join(engines)} for a config recreate: an engine is never stopped for that")
+    assert step.dry_run is not None
+    down = Step(id=f"{step.id}{CONFIG_DOWN_SUFFIX}", say=f"Stop {', '.join(services)} so that its new config takes",
+                down=ComposeSpec(file=step.dry_run.file, services=list(services)))
+    rt.emit("note", text=f"{', '.join(services)}: the forced dry run does not recreate it (its new inline config would not "
+                         f"take): a scoped down of exactly that, then the dry run again")
+    return await down_step.run(rt, node, down)

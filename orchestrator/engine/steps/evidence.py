@@ -1,0 +1,125 @@
+"""Metrics evidence: Prometheus text read from one engine through the soak relay.
+
+Rules:
+- the text is parsed with prometheus_client's parser (`orchestrator.metricproviders.metrics_text`), never by hand;
+- host-restore evidence: a counter must rise across a follow-up whose prefix left the device pool.
+  The gate drives that follow-up itself through the relay (which reaches exactly this replica's
+  engine): the prompt, `evict` unrelated prompts, a read, the prompt again, a second read. A
+  counter that is absent counts as not risen (an engine without HiCache does not expose it);
+- a gauge must lie within its bounds on every label set; with `within` it is polled until it does
+  (a drain: running requests down to 0) and fails when the time runs out; within that time a
+  relay that does not answer yet (just started) is polled again, not failed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.util.durations import format_duration
+from orchestrator.language.machine import Event, Node
+from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
+from orchestrator.language.runbook import GaugeBound, Runbook, Step
+from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+
+if TYPE_CHECKING:
+    from orchestrator.engine.executor.runtime import Runtime
+
+
+def error_text(exc: BaseException) -> str:
+    """A client error's detail (the clients' errors carry one), else the exception's name and text."""
+    return str(getattr(exc, "detail", "") or f"{type(exc).__name__}: {exc}")
+
+
+def bound_text(g: GaugeBound) -> str:
+    if g.min is not None and g.max is not None:
+        rng = f"{g.min:g} <= {g.name} <= {g.max:g}"
+    elif g.max is not None:
+        rng = f"{g.name} <= {g.max:g}"
+    else:
+        rng = f"{g.name} >= {g.min:g}"
+    return rng + (f" within {format_duration(g.within)}" if g.within else "")
+
+
+def gauge_problem(text: str, g: GaugeBound) -> str | None:
+    found = samples(text, g.name)
+    if not found:
+        return f"{g.name} is not exposed"
+    for s in found:
+        if (g.min is not None and s.value < g.min) or (g.max is not None and s.value > g.max):
+            return f"{g.name}{s.labels or ''} = {s.value:g}, outside {bound_text(g)}"
+    return None
+
+
+@register
+class MetricsEvidence:
+    key = "metrics"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        m = step.metrics
+        assert m is not None
+        parts = []
+        if m.increase:
+            parts.append(f"through the soak relay :{m.relay.port}, a prompt, {m.evict} unrelated prompts, then the prompt again: "
+                         f"{', '.join(m.increase)} rises across that follow-up (host-restore evidence)")
+        if m.gauges:
+            parts.append(f"/metrics on :{m.relay.port}: " + "; ".join(bound_text(g) for g in m.gauges))
+        return Description("; ".join(parts))
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        m = step.metrics
+        assert m is not None
+        env = await rt.ensure_env()
+        client = rt.relay_client(m.relay.port, env.get(m.relay.token_variable, ""))
+        where = f"relay :{m.relay.port}"
+        notes: list[str] = []
+        try:
+            if m.increase:
+                res = await self._host_restore(rt, client, node, m.increase, m.evict, where)
+                if res.event is not Event.OK:
+                    return res
+                notes.append(res.note)
+            for g in m.gauges:
+                deadline = rt.clock.monotonic() + (g.within or 0.0)
+                rt.emit("waiting", gate=f"{where}: {bound_text(g)}")
+                while True:
+                    seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
+                    try:
+                        problem = gauge_problem(await client.metrics_text(), g)
+                    except Exception as exc:  # noqa: BLE001 - a relay just started may refuse a moment: polled like the gauge
+                        if seen >= deadline:
+                            raise
+                        problem = rt.scrub(error_text(exc))
+                    if problem is None:
+                        notes.append(f"{bound_text(g)} holds")
+                        break
+                    if seen >= deadline:
+                        return fail(f"{where}: {rt.scrub(problem)}")
+                    await rt.wait()
+        except MetricsTextError as exc:
+            return fail(f"{where}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the relay's client errors, named in the note
+            return fail(f"{where}: {rt.scrub(error_text(exc))}")
+        return ok(f"{where}: " + "; ".join(notes))
+
+    async def _host_restore(self, rt: "Runtime", client: Any, node: Node, counters: list[str], evict: int,
+                            where: str) -> StepOutcome:
+        nonce = f"{rt.run.run_id}-{node.id}"
+        doc = f"Host-restore check {nonce}. " + (
+            "This prefix is sent once, pushed out of the device pool by unrelated prompts, then sent again. " * 24)
+        rt.emit("waiting", gate=f"{where}: {', '.join(counters)} rises across a follow-up whose prefix left the device pool")
+        await client.prompt(rt.rb.model, doc)
+        for i in range(evict):
+            await client.prompt(rt.rb.model, f"Unrelated filler {i} for {nonce}. " + "Nothing here repeats the check prefix. " * 24)
+        before = await client.metrics_text()
+        second = await client.prompt(rt.rb.model, doc)
+        after = await client.metrics_text()
+        rose = []
+        for name in counters:
+            b, a = total(before, name), total(after, name)
+            if a is None:
+                return fail(f"{where}: {name} is not exposed (no HiCache host tier on this engine?)")
+            if b is None or a <= b:
+                return fail(f"{where}: {name} did not rise across the follow-up ({b if b is not None else 'absent':} -> {a:g}; "
+                            f"the follow-up reported {second.cached_tokens} cached tokens): no host-restore evidence")
+            rose.append(f"{name} {b:g} -> {a:g}")
+        return ok("host-restore evidence: " + ", ".join(rose))

@@ -1,0 +1,284 @@
+"""Gates on what the engines do not say themselves (issue 23): the host's own proxy pool, the tag's
+PR and CI, a read-only HTTP/JSON answer, compose-manager's attestation report.
+
+Rules:
+- every read here is a GET; none changes what it reads;
+- a source that cannot be read fails the gate (polled first when the gate has `within`): an
+  unreachable GitHub, registry or proxy is never read as a pass;
+- `proxy_pool:` a backend belongs to a replica when its address's host part is one of the
+  replica's engine services (compose's container name); `contains` needs one listed healthy;
+- `pull_request:` the tag's commit -> the PR it belongs to (GitHub's commits/{sha}/pulls, the
+  merged one first) -> the check runs of that PR's head: green means every run completed with
+  success, neutral or skipped, at least one ran, and every `required` name is among them;
+- `attestation:` see gate_specs.AttestationSpec. ASSUMED (not in the references): actions_hash is
+  the sha256 of the actions as compact JSON, and report_data opens with it (the simulator's
+  8e07c35 model); the TDX quote's signature is not verified here (that is DCAP's job).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.language.gate_specs import fill, json_at
+from orchestrator.language.machine import Node
+from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
+from orchestrator.language.runbook import Runbook, Step
+from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.envchecks import placeholder_values, poll
+from orchestrator.engine.steps.evidence import error_text
+
+if TYPE_CHECKING:
+    from orchestrator.engine.executor.runtime import Runtime
+
+GREEN = frozenset({"success", "neutral", "skipped"})
+
+
+def _clip(value: Any, n: int = 160) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def matches(value: Any, equals: Any = None, contains: str | None = None) -> bool:
+    """`equals`: the same JSON value (a string expectation compares with the value as text when it
+    is a number or a boolean); `contains`: an element of a list, a key of an object, a substring."""
+    if contains is None:
+        if isinstance(equals, str) and not isinstance(value, str):
+            return value is not None and json.dumps(value) == equals
+        if isinstance(value, bool) or isinstance(equals, bool):
+            return value is equals
+        return bool(value == equals)
+    if isinstance(value, list):
+        return any(x == contains or (not isinstance(x, str) and str(x) == contains) for x in value)
+    if isinstance(value, dict):
+        return contains in value
+    return isinstance(value, str) and contains in value
+
+
+def judge_pull_request(status: Any, merged: bool, green: bool, required: list[str]) -> list[str]:
+    if status.number is None:
+        return [f"commit {status.commit[:12]} belongs to no pull request (pushed to main directly?)"]
+    problems = []
+    if merged and not status.merged:
+        problems.append(f"PR #{status.number} is not merged")
+    if green:
+        if not status.checks:
+            problems.append(f"no CI check ran on PR #{status.number}'s head {str(status.head)[:12]}")
+        for name, (state, conclusion) in sorted(status.checks.items()):
+            if state != "completed":
+                problems.append(f"check {name} is {state}")
+            elif conclusion not in GREEN:
+                problems.append(f"check {name} concluded {conclusion}")
+        problems += [f"required check {n} did not run" for n in required if n not in status.checks]
+    return problems
+
+
+@register
+class ProxyPool:
+    key = "proxy_pool"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.proxy_pool is not None
+        return Description(step.proxy_pool.text())
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        p = step.proxy_pool
+        assert p is not None and rt.clients.external is not None
+        url = rt.entry.relay_url(p.port)
+        listed: list[str] = []
+
+        async def check() -> list[str]:
+            env = await rt.ensure_env()
+            backends = await rt.clients.external.proxy_backends(url, env.get(p.token_variable, ""))  # type: ignore[union-attr]
+            listed[:] = [f"{b.address}{'' if b.healthy else ' (unhealthy)'}" for b in backends]
+            problems = []
+            for r in p.contains:
+                engines = set(rt.rb.replicas.get(r, []))
+                if not any(b.host in engines and b.healthy for b in backends):
+                    problems.append(f"does not list {r} ({', '.join(sorted(engines))}) healthy")
+            for r in p.lacks:
+                engines = set(rt.rb.replicas.get(r, []))
+                hit = [b.address for b in backends if b.host in engines]
+                if hit:
+                    problems.append(f"still lists {r} ({', '.join(hit)})")
+            return problems
+
+        if p.within:
+            rt.emit("waiting", gate=p.text())
+        problems = await poll(rt, p.within, check)
+        pool = f"pool: {', '.join(listed) or 'empty'}"
+        if problems:
+            return fail(f"the host's proxy (:{p.port}) " + "; ".join(problems) + f" ({pool})")
+        return ok(f"the host's proxy (:{p.port}) " + " and ".join(
+            [f"lists {r}" for r in p.contains] + [f"does not list {r}" for r in p.lacks]) + f" ({pool})")
+
+
+@register
+class PullRequest:
+    key = "pull_request"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.pull_request is not None
+        return Description(step.pull_request.text() + " (an unreachable GitHub fails it)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        spec = step.pull_request
+        assert spec is not None
+        repo, tag, ext = rt.entry.github_repo, rt.run.tag or "", rt.clients.external
+        if repo is None or ext is None:
+            return fail(f"the inventory names no github_repo for {rt.run.host}: tag {tag}'s PR and CI cannot be checked")
+        try:
+            status = await ext.pull_request(repo, tag)
+        except Exception as exc:  # noqa: BLE001 - GitHubUnreachable and the client's errors, named
+            return fail(f"GitHub could not say whether tag {tag}'s PR is merged and green: {rt.scrub(error_text(exc))}")
+        if status is None:
+            return fail(f"tag {tag} does not exist in {repo}")
+        problems = judge_pull_request(status, spec.merged, spec.checks == "green", spec.required)
+        if problems:
+            return fail(f"tag {tag} ({status.commit[:12]}) in {repo}: " + "; ".join(problems))
+        return ok(f"tag {tag}: PR #{status.number} merged" + (f", {len(status.checks)} CI checks green ("
+                                                           f"{', '.join(sorted(status.checks))})" if spec.checks == "green" else ""))
+
+
+@register
+class HttpJson:
+    key = "http_json"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.http_json is not None
+        return Description(step.http_json.text())
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        spec = step.http_json
+        assert spec is not None and rt.clients.external is not None
+        texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
+        seen: list[str] = []
+        known: dict[str, str] = {}
+
+        async def check() -> list[str]:
+            values = known or await placeholder_values(rt, *texts)  # read once (GitHub for {file_sha256})
+            known.update(values)
+            url = fill(spec.url, values)
+            token = None
+            if spec.token_variable:
+                token = (await rt.ensure_env()).get(spec.token_variable) or None
+            payload = await rt.clients.external.json(url, token)  # type: ignore[union-attr]
+            try:
+                value = json_at(payload, spec.path)
+            except KeyError as exc:
+                return [f"GET {url}: no {exc.args[0]!r} on the way to {spec.path}"]
+            seen[:] = [_clip(value)]
+            equals = fill(spec.equals, values) if isinstance(spec.equals, str) else spec.equals
+            contains = fill(spec.contains, values) if spec.contains is not None else None
+            if not matches(value, equals, contains):
+                want = f"equal {_clip(equals)}" if contains is None else f"contain {contains!r}"
+                return [f"GET {url}: {spec.path} is {_clip(value)}, which does not {want}"]
+            return []
+
+        if spec.within:
+            rt.emit("waiting", gate=spec.text())
+        problems = await poll(rt, spec.within, check)
+        if problems:
+            return fail(rt.scrub("; ".join(problems)))
+        return ok(rt.scrub(f"{spec.path} holds ({seen[0] if seen else ''})"))
+
+
+@register
+class Attestation:
+    key = "attestation"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.attestation is not None
+        return Description(step.attestation.text())
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        spec = step.attestation
+        assert spec is not None
+        try:
+            report = await rt.clients.compose.attestation_report()  # a fresh nonce, checked echoed
+        except Exception as exc:  # noqa: BLE001 - the client's errors, named
+            return fail(f"attestation report could not be read: {rt.scrub(error_text(exc))}")
+        problems = bound_report(report)
+        try:
+            actions = parse_action_log(report)
+        except Exception as exc:  # noqa: BLE001 - ParseError
+            return fail(f"attestation report's actions do not parse: {exc}")
+        repo, ext = rt.entry.github_repo, rt.clients.external
+        sha_cache: dict[tuple[str, str], str | None] = {}
+        lines = []
+        for svc in spec.services:
+            want = rt.ctx.deployed.get(svc) or {"tag": rt.run.tag or "", "file": rt.rb.file}
+            got = last_deploy(actions, svc)
+            if got is None:
+                problems.append(f"no compose_up of {svc} is attested")
+                continue
+            if (got.tag, got.file) != (want["tag"], want["file"]):
+                problems.append(f"{svc}: attested {got.file}@{got.tag}, deployed {want['file']}@{want['tag']}")
+                continue
+            key = (want["file"], want["tag"])
+            if key not in sha_cache:
+                if repo is None or ext is None:
+                    return fail("the attested file hash cannot be checked: the inventory names no github_repo for "
+                                f"{rt.run.host}")
+                try:
+                    sha_cache[key] = await ext.file_sha256(repo, *key)
+                except Exception as exc:  # noqa: BLE001 - GitHub's errors, named
+                    return fail(f"{key[0]}@{key[1]} could not be read from GitHub to check its hash: {rt.scrub(error_text(exc))}")
+            expected = sha_cache[key]
+            if expected is None:
+                problems.append(f"{key[0]} is not in {repo} at {key[1]}")
+            elif got.file_sha256 != expected:
+                problems.append(f"{svc}: attested file_sha256 {str(got.file_sha256)[:12]} is not that of {key[0]}@{key[1]} "
+                                f"({expected[:12]})")
+            else:
+                lines.append(f"{svc} <- {key[0]}@{key[1]} (sha256 {expected[:12]})")
+        if problems:
+            return fail("attestation: " + "; ".join(problems))
+        return ok("attested: " + "; ".join(lines))
+
+
+def bound_report(report: dict[str, Any]) -> list[str]:
+    """The report's own consistency (ASSUMED formula, see the module doc)."""
+    actions = report.get("actions")
+    if not isinstance(actions, list):
+        return ["the report has no actions list"]
+    digest = hashlib.sha256(json.dumps(actions, separators=(",", ":")).encode()).hexdigest()
+    problems = []
+    if report.get("actions_hash") != digest:
+        problems.append("actions_hash is not the sha256 of the reported actions (a log rewritten or stale)")
+    data = str(report.get("report_data") or "")
+    if not data.startswith(str(report.get("actions_hash"))):
+        problems.append("report_data does not open with actions_hash (the quote does not bind this log)")
+    elif data not in str(report.get("quote") or ""):
+        problems.append("the quote does not carry report_data")
+    return problems
+
+
+def image_digest(image: str) -> str | None:
+    """The hex digest of `repo@sha256:<hex>` (None: the image is named by a tag only)."""
+    _, at, digest = image.partition("@sha256:")
+    return digest.lower() if at and digest else None
+
+
+@register
+class Image:
+    key = "image"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        assert step.image is not None
+        return Description(step.image.text(rb.replica_values))
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        spec = step.image
+        assert spec is not None
+        want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")
+        running = [c for c in await rt.ps() if (c.service or c.name) == spec.service]
+        if not running:
+            return fail(f"{spec.service} is not running (docker/ps): its image cannot be checked")
+        got = image_digest(running[0].image or "")
+        if got is None:
+            return fail(f"{spec.service} runs {running[0].image!r}, named by a tag, not pinned by a digest")
+        if not got.startswith(want.lower()):
+            return fail(f"{spec.service} runs sha256:{got[:12]}, not the pinned sha256:{want[:12]}")
+        return ok(f"{spec.service} runs sha256:{got[:12]} as pinned")

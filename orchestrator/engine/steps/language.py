@@ -1,0 +1,228 @@
+"""Runbook-language gates: per-service log markers with numeric tolerances, domain roles on both
+peers (drain / rejoin), log capture before a stop, prerequisites from the journal.
+
+Rules:
+- markers: the service's log since its container started (a wide window) must hold every
+  `require` marker and no `forbid` marker; a marker the runbook leaves null is unknown and is
+  reported as not checked (never an invented string); each numeric value is checked on every
+  matching line, and at least `at_least` lines must match;
+- presence: on every model-proxy peer the host is listed healthy under each `listed` role's domain
+  and not listed at all (on any port) under each `absent` role's domain, polled until `within`
+  runs out. With `hosts: others` (the capacity guard) the runbook's other hosts must be listed, and
+  none of them may have a run that has not ended (one host of a tier at a time, whoever runs it);
+  an other host the inventory does not know fails the gate;
+- capture: the services' last `tail` lines go to the run log (`log_capture`), scrubbed; a service
+  with no log is noted, not failed (capturing must never block a rollback);
+- prerequisites: see `orchestrator.engine.prerequisites`; overridden only by an approval named
+  `prerequisite:<host>` (`orchestrate approve RUN_ID --gate prerequisite:gpu02`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from orchestrator.util.durations import format_duration
+from orchestrator.language.machine import Node
+from orchestrator.engine.prerequisites import unfinished, unmet_in
+from orchestrator.language.runbook import LogValue, Runbook, Step
+from orchestrator.engine.steps.base import Description, StepOutcome, fail, halt, ok, register
+from orchestrator.engine.steps.evidence import error_text
+
+if TYPE_CHECKING:
+    from orchestrator.engine.executor.runtime import Runtime
+
+MARKER_WINDOW = 5000
+
+
+def value_text(v: LogValue) -> str:
+    if v.equals is not None:
+        bound = f"= {v.equals:g}" + (f" +/- {v.tolerance:g}" if v.tolerance else "")
+    else:
+        bound = " and ".join(x for x in (f">= {v.min:g}" if v.min is not None else "", f"<= {v.max:g}" if v.max is not None else "") if x)
+    return f"/{v.pattern}/ {bound} on every line (at least {v.at_least})"
+
+
+def judge_markers(lines: list[str], markers: dict[str, str | None], require: list[str], forbid: list[str],
+                  values: list[LogValue]) -> tuple[list[str], list[str]]:
+    """(problems, not checked) for a service's log lines."""
+    problems: list[str] = []
+    unknown: list[str] = []
+    for name in require:
+        text = markers.get(name)
+        if text is None:
+            unknown.append(name)
+        elif not any(text in ln for ln in lines):
+            problems.append(f"required marker {name} ({text!r}) not in the log")
+    for name in forbid:
+        text = markers.get(name)
+        if text is None:
+            unknown.append(name)
+            continue
+        hit = next((ln for ln in lines if text in ln), None)
+        if hit is not None:
+            problems.append(f"forbidden marker {name}: {hit.strip()[:200]}")
+    for v in values:
+        rx = re.compile(v.pattern)
+        seen = 0
+        for ln in lines:
+            m = rx.search(ln)
+            if not m:
+                continue
+            seen += 1
+            try:
+                x = float(m.group(1))
+            except ValueError:
+                problems.append(f"/{v.pattern}/ matched a non-number {m.group(1)!r}")
+                continue
+            low = v.min if v.equals is None else v.equals - v.tolerance
+            high = v.max if v.equals is None else v.equals + v.tolerance
+            if (low is not None and x < low) or (high is not None and x > high):
+                problems.append(f"{m.group(0)} is outside {value_text(v)}")
+                break
+        if seen < v.at_least:
+            problems.append(f"/{v.pattern}/ matched {seen} line(s), at least {v.at_least} needed")
+    return problems, unknown
+
+
+@register
+class Markers:
+    key = "markers"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        m = step.markers
+        assert m is not None
+        parts = []
+        for verb, names in (("logs", m.require), ("never logs", m.forbid)):
+            if names:
+                parts.append(f"{verb} " + ", ".join(f"{n} ({rb.log_markers[n]!r})" if rb.log_markers.get(n) else
+                                                  f"{n} (NOT CHECKED: marker unknown, set log_markers.{n})" for n in names))
+        parts += [value_text(v) for v in m.values]
+        return Description(f"{m.service} " + "; ".join(parts))
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        m = step.markers
+        assert m is not None
+        try:
+            text = await rt.clients.compose.logs(rt.service_file(m.service), [m.service], MARKER_WINDOW, rt.entry.project)
+        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+            return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
+        lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
+        problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values)
+        if problems:
+            return fail(f"{m.service}: " + rt.scrub("; ".join(problems)))
+        return ok(f"{m.service}: log markers hold" + (f" (not checked, marker unknown: {', '.join(unknown)})" if unknown else ""))
+
+
+@register
+class Presence:
+    key = "presence"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        p = step.presence
+        assert p is not None
+        parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
+        parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
+        who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
+        return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        p = step.presence
+        assert p is not None
+        if p.hosts == "others":
+            others = [h for h in rt.rb.hosts if h != rt.run.host]
+            unknown = [h for h in others if h not in rt.clients.addresses]
+            if unknown:  # never assume a host we cannot ask about carries the domain
+                return fail(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory (the runbook's "
+                            f"hosts: {', '.join(rt.rb.hosts)}); add it to the inventory, or take it out of the runbook's "
+                            f"hosts: if it no longer belongs to this tier")
+            busy = unfinished(rt.journal, others)
+            if busy:  # two hosts of one tier never leave it at once, even from two terminals
+                return fail("one host of the tier at a time: " + "; ".join(
+                    f"{h} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}" for h, r in busy))
+            targets = {h: rt.clients.addresses[h] for h in others}
+        else:
+            targets = {rt.run.host: rt.entry.model_proxy_address}
+        shown = ", ".join(f"{h} ({a})" for h, a in targets.items())
+        deadline = rt.clock.monotonic() + p.within
+        rt.emit("waiting", gate=f"both peers: {shown} " + describe_roles(p.listed, p.absent))
+        while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
+            problems: list[str] = []
+            try:
+                for peer in rt.clients.peers:
+                    for host, addr in targets.items():
+                        for role in p.listed:
+                            got = await peer.presence(addr, rt.rb.domains.of(role))
+                            if not (got.listed and got.healthy):
+                                problems.append(f"{peer.name} does not list {host} ({addr}) healthy under "
+                                                f"{rt.rb.domains.of(role)}")
+                        for role in p.absent:  # any port of the host: a registration on another port is not a drain
+                            got = await peer.presence(rt.host_part(addr), rt.rb.domains.of(role))
+                            if got.listed:
+                                problems.append(f"{peer.name} still lists {host} ({addr}) under {rt.rb.domains.of(role)}")
+            except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
+                problems.append(rt.scrub(error_text(exc)))
+            if not problems:
+                short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
+                return halt(short) if short else ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
+            if seen >= deadline:
+                return fail("; ".join(problems))
+            await rt.wait()
+
+
+def describe_roles(listed: list[str], absent: list[str]) -> str:
+    return ", ".join([f"listed under {r}" for r in listed] + [f"absent from {r}" for r in absent])
+
+
+@register
+class Capture:
+    key = "capture"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        c = step.capture
+        assert c is not None
+        if c.to_file:
+            return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept, scrubbed, in the run's directory "
+                               f"(logs/<run id>/<service>.log)")
+        return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept in the run log")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        c = step.capture
+        assert c is not None
+        kept = []
+        for svc in c.services:
+            try:
+                text = await rt.clients.compose.logs(rt.service_file(svc), [svc], c.tail, rt.entry.project)
+            except Exception as exc:  # noqa: BLE001 - capturing never blocks what follows
+                rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
+                continue
+            lines = text.splitlines()
+            if c.to_file:
+                from orchestrator.engine.steps.logfile import save_log  # issue 23: the whole log in the run's directory
+
+                where = save_log(rt, svc, [rt.scrub(ln) for ln in lines])
+                rt.log.info("log_capture_file", service=svc, path=str(where), lines=len(lines))
+                kept.append(f"{svc} ({len(lines)} lines in {where})")
+                continue
+            rt.log.info("log_capture", service=svc, lines=[rt.scrub(ln) for ln in lines])
+            kept.append(f"{svc} ({len(lines)} lines)")
+        return ok("captured " + (", ".join(kept) or "nothing (no log)"))
+
+
+@register
+class Prerequisites:
+    key = "check.prerequisites"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return Description("the journal holds, for each of " + "; ".join(
+            f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
+            + " (overridden only by name: rollout --override-prerequisite <host>, or approve --gate prerequisite:<host>)")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
+        problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(timezone.utc), overrides)
+        if problems:
+            return fail("prerequisite not met: " + "; ".join(problems))
+        return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))

@@ -1,0 +1,116 @@
+"""One-shot completion: wait for a container that runs once (a perception check, a downloader)
+to finish, and judge it by its exit code and its final line.
+
+Rules:
+- pass = exited with code 0 and, when the step names them, the last non-empty line contains
+  `last_line` and/or a JSON line `{"event": <ok_event>, "ok": true}` was printed (the last such
+  event counts);
+- a non-zero exit, an `ok: false` event, a restart or the timeout fails the gate;
+- whether docker/ps lists exited containers is not known for the real compose-manager (base-tier
+  reference, open questions): a container not listed after it was started is judged by its log
+  alone, and that is said in the note;
+- its whole output goes to the run log (`oneshot_output`), scrubbed, pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+from orchestrator.util.durations import format_duration
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Runbook, Step
+from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.engine.steps.evidence import error_text
+
+if TYPE_CHECKING:
+    from orchestrator.engine.executor.runtime import Runtime
+
+_EXITED = re.compile(r"^Exited \((-?\d+)\)")
+OUTPUT_TAIL = 2000
+
+
+def exit_code(status: str) -> int | None:
+    m = _EXITED.match(status.strip())
+    return int(m.group(1)) if m else None
+
+
+def judge_output(lines: list[str], last_line: str | None, ok_event: str | None) -> str | None:
+    """None when the output shows a pass, else why not."""
+    text = [ln.strip() for ln in lines if ln.strip()]
+    if last_line is not None and (not text or last_line not in text[-1]):
+        return f"the last line is not {last_line!r}: {text[-1][:200] if text else 'no output'}"
+    if ok_event is not None:
+        verdict = None
+        for ln in text:
+            try:
+                obj = json.loads(ln)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and obj.get("event") == ok_event:
+                verdict = obj.get("ok")
+        if verdict is None:
+            return f"no {ok_event!r} event in its output"
+        if verdict is not True:
+            return f"{ok_event}: ok={json.dumps(verdict)}"
+    return None
+
+
+@register
+class OneShotCompletion:
+    key = "oneshot"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        o = step.oneshot
+        assert o is not None
+        want = ["exits 0"]
+        if o.ok_event:
+            want.append(f'logs {{"event": "{o.ok_event}", "ok": true}}')
+        if o.last_line:
+            want.append(f"its last line contains {o.last_line!r}")
+        return Description(f"{o.service} " + " and ".join(want) + f" within {format_duration(o.timeout)}; its output kept in the run log")
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        o = step.oneshot
+        assert o is not None
+        deadline = rt.clock.monotonic() + o.timeout
+        first_id: str | None = None
+        rt.emit("waiting", gate=f"{o.service} to finish")
+        while True:
+            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
+            c = by_service(await rt.ps()).get(o.service)
+            if c is not None and first_id is None:
+                first_id = c.id
+            if c is not None and c.id != first_id:
+                return fail(f"{o.service} was replaced while it ran (container ID changed)")
+            finished = c is None or c.state in ("exited", "dead")
+            if c is not None and c.restarting:
+                return fail(f"{o.service} is restarting ({c.status}); a one-shot must run once")
+            if finished:
+                break
+            if seen >= deadline:
+                return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
+            await rt.wait()
+        try:
+            text = await rt.clients.compose.logs(rt.service_file(o.service), [o.service], OUTPUT_TAIL, rt.entry.project)
+        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+            return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
+        lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
+        rt.log.info("oneshot_output", service=o.service, lines=[rt.scrub(ln) for ln in lines])
+        if lines:
+            rt.emit("log_line", service=o.service, line=rt.scrub(lines[-1])[:200])
+        code = exit_code(c.status) if c is not None else None
+        if c is None and not lines:
+            return fail(f"{o.service} is not in docker/ps and logged nothing: it never ran")
+        if c is not None and code is None:
+            return fail(f"{o.service} ended as {c.state} ({c.status}) without an exit code")
+        if code not in (None, 0):
+            why = judge_output(lines, o.last_line, o.ok_event)
+            return fail(f"{o.service} exited {code}" + (f"; {rt.scrub(why)}" if why else ""))
+        why = judge_output(lines, o.last_line, o.ok_event)
+        if why:
+            return fail(f"{o.service}: {rt.scrub(why)}")
+        return ok(f"{o.service} " + ("exited 0" if code == 0 else "is no longer listed (judged by its output alone)")
+                  + (f" and logged {o.ok_event} ok" if o.ok_event else ""))

@@ -1,0 +1,42 @@
+"""What a step handler returns: the event it feeds the machine, and a note.
+
+Its own module, below both the handlers and the executor's `Runtime` (which builds outcomes for
+the handlers it serves): `steps/base.py` imports `Runtime` for its annotations and `Runtime`
+imports these, so they cannot live in `base` without an import circle (issue 26).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.language.machine import Event
+
+
+@dataclass
+class StepOutcome:
+    event: Event
+    note: str = ""
+
+
+def ok(note: str = "") -> StepOutcome:
+    return StepOutcome(Event.OK, note)
+
+
+def fail(note: str) -> StepOutcome:
+    return StepOutcome(Event.FAIL, note)
+
+
+def halt(note: str) -> StepOutcome:
+    return StepOutcome(Event.HALT, note)
+
+
+def retry(note: str) -> StepOutcome:
+    return StepOutcome(Event.RETRY, note)
+
+
+def remedy(note: str) -> StepOutcome:
+    return StepOutcome(Event.REMEDY, note)
+
+
+def skip(note: str) -> StepOutcome:
+    return StepOutcome(Event.SKIP, note)

@@ -1,0 +1,93 @@
+"""Telemetry labels: an engine's docker/ps `Labels` and its metrics carry the values its replica
+declares in the runbook (`replica_values`: precision, config_variant, engine_image, ...).
+
+Where each value must appear is the step's choice, key by key: the `key:value` tags of the
+container's `com.datadoghq.ad.logs` label (the log tags), the `nearai.otel.<key>` labels (the scrape
+labels), and the labels of every sample of one metric read through the soak relay. Every mismatch
+is reported, not only the first, so one run shows the whole telemetry drift.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from orchestrator.language.machine import Node
+from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
+from orchestrator.language.runbook import Runbook, Step
+from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.engine.steps.evidence import error_text
+
+if TYPE_CHECKING:
+    from orchestrator.engine.executor.runtime import Runtime
+
+LOG_LABEL = "com.datadoghq.ad.logs"
+
+
+def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
+    """`key:value` tags of the datadog log label -> key -> values (a malformed label has none)."""
+    try:
+        configs = json.loads(labels.get(LOG_LABEL, "") or "[]")
+    except ValueError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for cfg in configs if isinstance(configs, list) else []:
+        for tag in (cfg.get("tags") or []) if isinstance(cfg, dict) else []:
+            if isinstance(tag, str) and ":" in tag:
+                k, v = tag.split(":", 1)
+                out.setdefault(k, []).append(v)
+    return out
+
+
+@register
+class TelemetryLabels:
+    key = "labels"
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        lb = step.labels
+        assert lb is not None
+        vals = rb.replica_values.get(lb.replica, {})
+        parts = []
+        if lb.log_tags:
+            parts.append("log tags " + ", ".join(f"{k}:{vals.get(k)}" for k in lb.log_tags))
+        if lb.otel_labels:
+            parts.append("labels " + ", ".join(f"nearai.otel.{k}={vals.get(k)}" for k in lb.otel_labels))
+        if lb.metric_labels and lb.relay is not None:
+            parts.append(f"{lb.metric} through :{lb.relay.port} labelled " + ", ".join(lb.metric_labels))
+        return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
+
+    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+        lb = step.labels
+        assert lb is not None
+        vals = rt.rb.replica_values[lb.replica]
+        c = by_service(await rt.ps()).get(lb.service)
+        if c is None:
+            return fail(f"{lb.service} is not in docker/ps: no labels to check")
+        problems: list[str] = []
+        tags = log_tags(c.labels)
+        for k in lb.log_tags:
+            if vals[k] not in tags.get(k, []):
+                problems.append(f"log tag {k}: want {vals[k]}, found {', '.join(tags.get(k, [])) or 'none'}")
+        for k in lb.otel_labels:
+            got = c.labels.get(f"nearai.otel.{k}")
+            if got != vals[k]:
+                problems.append(f"label nearai.otel.{k}: want {vals[k]}, found {got if got is not None else 'none'}")
+        if lb.metric_labels and lb.relay is not None:
+            env = await rt.ensure_env()
+            client = rt.relay_client(lb.relay.port, env.get(lb.relay.token_variable, ""))
+            try:
+                found = samples(await client.metrics_text(), lb.metric)
+            except MetricsTextError as exc:
+                return fail(f"relay :{lb.relay.port}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - the relay's client errors, named in the note
+                return fail(f"relay :{lb.relay.port}: {rt.scrub(error_text(exc))}")
+            if not found:
+                problems.append(f"{lb.metric} is not exposed through :{lb.relay.port}")
+            for k in lb.metric_labels:
+                bad = sorted({s.labels.get(k, "none") for s in found if s.labels.get(k) != vals[k]})
+                if bad:
+                    problems.append(f"metric label {k}: want {vals[k]}, found {', '.join(bad)}")
+        if problems:
+            return fail(f"{lb.service} telemetry does not match {lb.replica}'s values: " + rt.scrub("; ".join(problems)))
+        return ok(f"{lb.service} carries {lb.replica}'s " + ", ".join(sorted({*lb.log_tags, *lb.otel_labels, *lb.metric_labels})))

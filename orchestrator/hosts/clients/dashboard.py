@@ -1,0 +1,185 @@
+"""Client for the gpu-manager dashboard: the source of truth of each host's full env map.
+
+`GET {dashboard}/api/instances` (bearer auth) answers a list of
+`{"id","name","url","bearer_token","github_repo","env_vars":{...}}`. The env map is kept exactly
+as read (an `EnvMap`); a value that is not a string is refused (`MalformedResponse` naming the
+instance and the key), never converted. Every env value read is added to the client's
+`Redactor`, and so is each instance's `bearer_token`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import structlog
+from pydantic import SecretStr
+
+from orchestrator.hosts.clients.errors import (
+    HostListedTwice,
+    HostNotFound,
+    MalformedResponse,
+    RequestInvalid,
+    error_for_status,
+    parse_json,
+    transport_error,
+)
+from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
+from orchestrator.util.clock import Clock, RealClock
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.redaction import Redactor, reveal
+from orchestrator.hosts.clients.http_session import HttpSession
+
+log = structlog.get_logger(__name__)
+
+SYSTEM = "dashboard"
+
+
+@dataclass(frozen=True)
+class Instance:
+    id: str
+    name: str
+    url: str
+    github_repo: str | None
+    env: EnvMap
+    env_present: bool = True
+    bearer_token: SecretStr | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def compose_url(self) -> str:
+        return self.url
+
+
+def normalize_url(url: str) -> str:
+    """For matching a compose-manager URL: scheme and host lowercased, trailing slash dropped."""
+    try:
+        parsed = httpx.URL(url.strip())
+    except Exception:  # noqa: BLE001 - an unparsable URL is compared as text
+        return url.strip().rstrip("/").lower()
+    path = parsed.path.rstrip("/")
+    port = f":{parsed.port}" if parsed.port is not None else ""
+    return f"{parsed.scheme.lower()}://{parsed.host.lower()}{port}{path}"
+
+
+def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
+    """The dashboard's instance list. Accepts a JSON list (documented) or `{"instances": [...]}`."""
+    if isinstance(payload, dict) and isinstance(payload.get("instances"), list):
+        payload = payload["instances"]
+    if not isinstance(payload, list):
+        raise MalformedResponse(SYSTEM, f"/api/instances answered a JSON {type(payload).__name__}, expected a list")
+    instances: list[Instance] = []
+    for index, item in enumerate(payload):
+        if not isinstance(item, dict):
+            raise MalformedResponse(SYSTEM, f"instance {index} is not an object")
+        name = item.get("name")
+        url = item.get("url")
+        if not isinstance(name, str) or not name:
+            raise MalformedResponse(SYSTEM, f"instance {index} has no name")
+        if not isinstance(url, str) or not url:
+            raise MalformedResponse(SYSTEM, f"instance {name!r} has no url")
+        raw_env = item.get("env_vars")
+        env_present = raw_env is not None
+        if raw_env is None:
+            raw_env = {}
+        if not isinstance(raw_env, dict):
+            raise MalformedResponse(SYSTEM, f"instance {name!r}: env_vars is not an object")
+        for key, value in raw_env.items():
+            if not isinstance(value, str):
+                # Name the key, never the value.
+                raise MalformedResponse(
+                    SYSTEM, f"instance {name!r}: env var {key!r} is a {type(value).__name__}, expected a string"
+                )
+        env = EnvMap(raw_env)
+        redactor.add(*env.redaction_values())
+        token = item.get("bearer_token")
+        if isinstance(token, str) and token and set(token) != {"*"}:
+            redactor.add(token)
+            bearer: SecretStr | None = SecretStr(token)
+        else:
+            bearer = None
+        repo = item.get("github_repo")
+        instances.append(
+            Instance(
+                id=str(item.get("id", "")),
+                name=name,
+                url=url,
+                github_repo=repo if isinstance(repo, str) else None,
+                env=env,
+                env_present=env_present,
+                bearer_token=bearer,
+            )
+        )
+    return instances
+
+
+class DashboardClient(HttpSession):
+    def __init__(
+        self,
+        base_url: str,
+        token: Any,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30,
+        redactor: Redactor | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        secret = reveal(token)
+        if not secret:
+            raise RequestInvalid(SYSTEM, "token: empty dashboard token", field="token")
+        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor)
+        self.retry = retry or RetryPolicy()
+        self._clock = clock or RealClock()
+
+
+
+
+
+    async def list_instances(self) -> list[Instance]:
+        async def attempt() -> Any:
+            try:
+                response = await self._http.get("/api/instances")
+            except httpx.HTTPError as exc:
+                raise transport_error(SYSTEM, exc, self.redactor) from None
+            if not response.is_success:
+                raise error_for_status(SYSTEM, response, self.redactor)
+            return parse_json(SYSTEM, response, self.redactor)
+
+        payload = await call_with_retry(attempt, self.retry, mutating=False, what="dashboard instances", clock=self._clock)
+        instances = parse_instances(payload, self.redactor)
+        log.info("dashboard.instances", count=len(instances))
+        return instances
+
+    async def instance(self, name: str | None = None, compose_url: str | None = None) -> Instance:
+        """The one instance with this name (or compose-manager URL): HostNotFound / HostListedTwice."""
+        if (name is None) == (compose_url is None):
+            raise RequestInvalid(SYSTEM, "give exactly one of name or compose_url", field="name")
+        instances = await self.list_instances()
+        if name is not None:
+            host = repr(name)
+            matches = [i for i in instances if i.name == name]
+        else:
+            assert compose_url is not None
+            host = f"at {compose_url!r}"
+            wanted = normalize_url(compose_url)
+            matches = [i for i in instances if normalize_url(i.url) == wanted]
+        if not matches:
+            known = ", ".join(sorted(i.name for i in instances)) or "none"
+            raise HostNotFound(SYSTEM, f"the dashboard lists no instance {host} (instances: {known})")
+        if len(matches) > 1:
+            ids = ", ".join(f"{i.id or '?'} ({i.name})" for i in matches)
+            raise HostListedTwice(
+                SYSTEM,
+                f"the dashboard lists instance {host} {len(matches)} times (ids: {ids}); "
+                "which env map is the host's is unknowable: fix the dashboard",
+            )
+        found = matches[0]
+        log.info("dashboard.instance", **self.redactor.scrub_obj(dict(name=found.name, id=found.id, env_keys=len(found.env))))
+        return found
+
+    async def env_map(self, name: str | None = None, compose_url: str | None = None) -> EnvMap:
+        found = await self.instance(name=name, compose_url=compose_url)
+        if not found.env_present:
+            raise MalformedResponse(SYSTEM, f"instance {found.name!r} has no env_vars: its full env map is unknown")
+        return found.env

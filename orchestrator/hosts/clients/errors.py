@@ -1,0 +1,230 @@
+"""The client error taxonomy, and the mapping from HTTP answers and transport failures to it.
+
+Every message is built from text that went through a `Redactor` holding the token(s) and the env
+values of the call: a server's error text may echo the request. Bodies that are not JSON (an HTML
+error page from a proxy) are never quoted, only described (content type and size).
+
+HTTP status mapping (`error_for_status`):
+- 401/403 -> `Unauthorized`
+- 400 `tag too recent: ...` -> `TagTooRecent`; 400 `tag not found: ...` -> `TagNotFound`
+- 409 -> `Busy` (`in_flight` = the text after `already in progress:`)
+- any other 4xx -> `BadRequest`. A `text/plain` 4xx body is the server's own message (8e07c35's
+  422 `Failed to deserialize the JSON body ...: missing field `tag``) and is quoted, scrubbed and
+  clipped; HTML and other bodies are only described.
+- 500 `docker compose failed (exit N): ...` -> `ComposeFailed`: docker compose itself refused
+  (e.g. `no such service: X` for logs). Deterministic, so never retried, unlike other 5xx.
+- 5xx -> `ServerError`, whatever the body is. An HTML 502 page from a proxy is a `ServerError`
+  (status 502), not a `MalformedResponse`: the status says the server side failed, which is what
+  the retry policy needs to know. `MalformedResponse` is for a 2xx answer whose body is not what
+  the API promises (HTML, non-JSON, a bad NDJSON line, a missing field).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from orchestrator.hosts.redaction import Redactor
+
+MAX_DETAIL_CHARS = 500
+
+
+class ClientError(Exception):
+    """A call to an external system failed. `system` names it, `detail` says why (scrubbed)."""
+
+    def __init__(self, system: str, detail: str, *, status: int | None = None) -> None:
+        self.system = system
+        self.detail = detail
+        self.status = status
+        super().__init__(f"{system}: {detail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.system, self.detail, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[ClientError], system: str, detail: str, state: dict[str, Any]) -> ClientError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, f"{system}: {detail}")
+    err.__dict__.update(state)
+    return err
+
+
+class Unauthorized(ClientError):
+    """401/403: missing or wrong token."""
+
+
+class TagTooRecent(ClientError):
+    """400 `tag too recent: ...`: the tag's commit has not cleared the age gate."""
+
+
+class TagNotFound(ClientError):
+    """400 `tag not found: ...`."""
+
+
+class Busy(ClientError):
+    """409: another docker operation is in progress on the host (the server refused; nothing done)."""
+
+    def __init__(self, system: str, detail: str, *, in_flight: str = "", status: int | None = 409) -> None:
+        super().__init__(system, detail, status=status)
+        self.in_flight = in_flight
+
+
+class BadRequest(ClientError):
+    """Any other 4xx: the server refused the request."""
+
+
+class ServerError(ClientError):
+    """5xx. On a mutating call the server may have acted: callers treat it as an unknown outcome."""
+
+    def __init__(self, system: str, detail: str, *, status: int = 500) -> None:
+        super().__init__(system, detail, status=status)
+
+
+class ComposeFailed(ClientError):
+    """500 `docker compose failed (exit N):\nstderr: ...`: the command ran and refused; retrying
+    gives the same answer. `stderr` holds docker compose's own message (scrubbed)."""
+
+    def __init__(self, system: str, detail: str, *, stderr: str = "", status: int = 500) -> None:
+        super().__init__(system, detail, status=status)
+        self.stderr = stderr
+
+
+class TransportError(ClientError):
+    """Connect/read timeout, connection reset, ... `request_sent` is False only when nothing left us."""
+
+    def __init__(self, system: str, detail: str, *, request_sent: bool = True) -> None:
+        super().__init__(system, detail)
+        self.request_sent = request_sent
+
+
+class MalformedResponse(ClientError):
+    """A 2xx answer that is not what the API promises (HTML, non-JSON, bad NDJSON line, bad field)."""
+
+
+class RequestInvalid(ClientError, ValueError):
+    """Our own validation refused to send the request. `field` names the offending field."""
+
+    def __init__(self, system: str, detail: str, *, field: str = "") -> None:
+        super().__init__(system, detail)
+        self.field = field
+
+
+class HostNotFound(ClientError):
+    """The dashboard lists no instance for the host."""
+
+
+class HostListedTwice(ClientError):
+    """The dashboard lists the host more than once: which env map is the truth is unknowable."""
+
+
+# --------------------------------------------------------------------------------------------
+# Mapping helpers shared by the clients
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= MAX_DETAIL_CHARS else text[:MAX_DETAIL_CHARS] + "..."
+
+
+def describe_body(response: httpx.Response) -> str:
+    """`text/html, 1234 bytes`: how a body that is not JSON is named in messages."""
+    ctype = response.headers.get("content-type", "no content type").split(";")[0].strip()
+    return f"{ctype}, {len(response.content)} bytes"
+
+
+def _is_plain_text(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/plain"
+
+
+def server_message(response: httpx.Response) -> str | None:
+    """The `error` (or `detail`/`message`) text of a JSON error body, else None."""
+    try:
+        payload = json.loads(response.content)
+    except ValueError:
+        return None
+    if isinstance(payload, dict):
+        for key in ("error", "detail", "message"):
+            value = payload.get(key)
+            if isinstance(value, str):
+                return value
+            if isinstance(value, dict) and isinstance(value.get("message"), str):
+                return value["message"]
+    if isinstance(payload, str):
+        return payload
+    return None
+
+
+def error_for_status(system: str, response: httpx.Response, redactor: Redactor) -> ClientError:
+    """The taxonomy error for a non-2xx answer (body already read)."""
+    status = response.status_code
+    raw = server_message(response)
+    text = _clip(redactor.scrub(raw)) if raw is not None else None
+    if text is None and 400 <= status < 500 and _is_plain_text(response) and response.content.strip():
+        text = _clip(redactor.scrub(response.content.decode("utf-8", "replace")))
+    shown = text if text is not None else f"non-JSON body ({describe_body(response)})"
+    if status in (401, 403):
+        return Unauthorized(system, f"HTTP {status} unauthorized: {shown}", status=status)
+    if status == 409:
+        in_flight = ""
+        if text and "in progress:" in text:
+            in_flight = text.split("in progress:", 1)[1].strip()
+        return Busy(system, f"HTTP 409 busy: {shown}", in_flight=in_flight)
+    if status == 400 and text is not None:
+        lowered = text.lower()
+        if lowered.startswith("tag too recent"):
+            return TagTooRecent(system, text, status=status)
+        if lowered.startswith("tag not found"):
+            return TagNotFound(system, text, status=status)
+    if 400 <= status < 500:
+        return BadRequest(system, f"HTTP {status}: {shown}", status=status)
+    if status == 500 and text is not None and text.startswith("docker compose failed"):
+        stderr = text.split("stderr:", 1)[1].split("\n\nstdout:", 1)[0].strip() if "stderr:" in text else text
+        return ComposeFailed(system, f"HTTP 500 docker compose failed: {stderr}", stderr=stderr)
+    if status >= 500:
+        return ServerError(system, f"HTTP {status}: {shown}", status=status)
+    return MalformedResponse(system, f"unexpected HTTP {status}: {shown}", status=status)
+
+
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol, httpx.LocalProtocolError)
+
+
+def transport_error(system: str, exc: httpx.HTTPError, redactor: Redactor, *, request_sent: bool | None = None) -> TransportError:
+    """A `TransportError` for an httpx failure; `request_sent` defaults from the exception type."""
+    sent = not isinstance(exc, NOT_SENT) if request_sent is None else request_sent
+    what = type(exc).__name__
+    text = _clip(redactor.scrub(str(exc))) if str(exc) else ""
+    where = request_target(exc, redactor)
+    return TransportError(system, f"{what}{' on ' + where if where else ''}{': ' + text if text else ''}", request_sent=sent)
+
+
+def request_target(exc: httpx.HTTPError, redactor: Redactor) -> str:
+    """`GET https://host:port/path` of the failed request (no query string, no credentials),
+    so that "cannot connect" names what could not be reached; '' when httpx does not say."""
+    try:
+        request = exc.request
+    except RuntimeError:  # an httpx error raised without a request
+        return ""
+    url = request.url
+    port = f":{url.port}" if url.port else ""
+    return redactor.scrub(f"{request.method} {url.scheme}://{url.host}{port}{url.path}")
+
+
+def parse_json(system: str, response: httpx.Response, redactor: Redactor) -> Any:
+    """The JSON body of a 2xx answer, or `MalformedResponse` (the body described, never quoted)."""
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        raise MalformedResponse(system, f"answer is not JSON ({describe_body(response)})", status=response.status_code) from None
+
+
+def check_ok_envelope(system: str, payload: Any, redactor: Redactor) -> dict[str, Any]:
+    """compose-manager's `{"status":"ok", ...}` envelope; `{"status":"error"}` becomes BadRequest."""
+    if not isinstance(payload, dict):
+        raise MalformedResponse(system, f"answer is a JSON {type(payload).__name__}, expected an object")
+    if payload.get("status") == "error":
+        message = payload.get("error")
+        text = _clip(redactor.scrub(message)) if isinstance(message, str) else "no message"
+        raise BadRequest(system, f"error answer with a 2xx status: {text}")
+    return payload

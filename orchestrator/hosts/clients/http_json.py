@@ -1,0 +1,115 @@
+"""Read-only HTTP for issue 23's external gates: a JSON GET of any URL (a compose-hash registry),
+the host's own inference proxy's `/backends/list`, and the GitHub reads the PR/CI and attestation
+gates need (a tag's PR, its check runs, a file's bytes at a tag).
+
+Only GETs: a gate never changes what it reads. Errors are the client taxonomy's (`ClientError`);
+a bearer token is registered with the redactor. ASSUMED: the in-host proxy answers
+`/backends/list` with the model-proxy's shape (`orchestrator.hosts.clients.model_proxy`), its backends'
+addresses being `container:port` (vllm-proxy-rs's pool is `VLLM_BACKEND_URLS`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from orchestrator.hosts.clients.errors import error_for_status, parse_json, transport_error
+from orchestrator.hosts.clients.github import GitHubClient, GitHubUnreachable, _NotFound
+from orchestrator.hosts.clients.http_session import shared_context
+from orchestrator.hosts.clients.model_proxy import Backend, parse_backends_list
+from orchestrator.hosts.redaction import Redactor
+
+SYSTEM = "http-json"
+
+
+async def get_json(url: str, token: str | None, *, transport: httpx.AsyncBaseTransport | None, redactor: Redactor,
+                   system: str = SYSTEM, params: dict[str, str] | None = None, timeout_s: float = 20) -> Any:
+    """One GET; the JSON body of a 2xx answer, else the taxonomy's error naming the status."""
+    headers = {"Accept": "application/json"}
+    if token:
+        redactor.add(token)
+        headers["Authorization"] = f"Bearer {token}"
+    async with httpx.AsyncClient(verify=shared_context(), transport=transport, timeout=httpx.Timeout(timeout_s)) as http:
+        try:
+            response = await http.get(url, headers=headers, params=params)
+        except httpx.HTTPError as exc:
+            raise transport_error(system, exc, redactor) from None
+    if not response.is_success:
+        raise error_for_status(system, response, redactor)
+    return parse_json(system, response, redactor)
+
+
+@dataclass(frozen=True)
+class PullRequestStatus:
+    """What GitHub says about the PR a commit came from, and its head's check runs."""
+
+    commit: str
+    number: int | None = None
+    merged: bool = False
+    head: str | None = None
+    #: check run name -> (status, conclusion)
+    checks: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+
+@dataclass
+class ExternalReads:
+    """The reads issue 23's external gates make (one per run, beside the host's clients)."""
+
+    redactor: Redactor
+    github: GitHubClient | None = None
+    transport: httpx.AsyncBaseTransport | None = None
+
+    async def json(self, url: str, token: str | None = None) -> Any:
+        return await get_json(url, token, transport=self.transport, redactor=self.redactor)
+
+    async def proxy_backends(self, base_url: str, token: str | None) -> list[Backend]:
+        payload = await get_json(base_url.rstrip("/") + "/backends/list", token, transport=self.transport,
+                                 redactor=self.redactor, system="in-host proxy")
+        return parse_backends_list(payload, "in-host proxy")
+
+    def _gh(self) -> GitHubClient:
+        if self.github is None:
+            raise GitHubUnreachable("github", "no GitHub client is configured")
+        return self.github
+
+    async def pull_request(self, repo: str, tag: str) -> PullRequestStatus | None:
+        """The merged (else the first) PR the tag's commit belongs to, with its head's check runs;
+        None when the tag does not exist. `GitHubUnreachable` when GitHub cannot answer."""
+        gh = self._gh()
+        sha = await gh.tag_commit(repo, tag)
+        if sha is None:
+            return None
+        try:
+            pulls = await gh._get_list(f"/repos/{repo}/commits/{sha}/pulls")
+        except _NotFound:
+            pulls = []
+        if not pulls:
+            return PullRequestStatus(sha)
+        pr = next((p for p in pulls if isinstance(p, dict) and p.get("merged_at")), pulls[0])
+        head = ((pr.get("head") or {}).get("sha")) or sha
+        try:
+            runs = await gh._get(f"/repos/{repo}/commits/{head}/check-runs")
+        except _NotFound:
+            runs = {}
+        checks: dict[str, tuple[str, str | None]] = {}
+        for run in runs.get("check_runs") or []:
+            if isinstance(run, dict) and isinstance(run.get("name"), str):
+                checks[run["name"]] = (str(run.get("status")), run.get("conclusion"))
+        return PullRequestStatus(sha, pr.get("number"), bool(pr.get("merged_at")), head, checks)
+
+    async def file_sha256(self, repo: str, path: str, tag: str) -> str | None:
+        """sha256 of a file's bytes at a tag (GitHub's contents API); None if it is not there."""
+        gh = self._gh()
+        try:
+            payload = await gh._get(f"/repos/{repo}/contents/{quote(path)}?ref={quote(tag, safe='')}")
+        except _NotFound:
+            return None
+        content = payload.get("content")
+        if payload.get("encoding") != "base64" or not isinstance(content, str):
+            raise GitHubUnreachable("github", f"contents of {path}@{tag} are not base64")
+        return hashlib.sha256(base64.b64decode(content)).hexdigest()

@@ -1,0 +1,475 @@
+"""A docker compose file, modelled as far as the orchestrator needs it.
+
+Loaded with PyYAML's safe loader, whose YAML 1.1 merge keys (`<<: *anchor`) docker compose also
+uses: merged keys are seen, an explicit key wins over a merged one, and a merge is shallow (a
+service that sets `environment:` replaces the anchor's whole list, it does not extend it).
+Duplicate keys in one mapping are refused, as compose refuses them.
+
+What is modelled per service: container name, profiles, `depends_on` (with conditions),
+`stop_grace_period`, `environment`, image. What a file would do to a running project is answered
+by `closure` (what a scoped `up` starts), `orphans_if_applied` (what `up --remove-orphans`
+removes) and `budget_of` (the HiCache budget expression of an engine).
+
+Interpolation (`resolve_env_value`) follows compose's rules: `$VAR`, `${VAR}`, `${VAR:-d}`
+(unset or empty -> d), `${VAR-d}` (unset -> d), `${VAR:?e}`, `${VAR?e}`, `${VAR:+r}`, `${VAR+r}`,
+nesting in the argument, `$$` for a literal `$`. Error messages never contain a variable's value.
+
+Not modelled: `extends`, `env_file`, `include`, multiple files, and the YAML 1.1 vs 1.2 scalar
+differences (an unquoted `yes` in a mapping-form environment reads as `true` here).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from orchestrator.util.durations import parse_go_duration as parse_duration  # stop_grace_period; re-exported
+
+CONDITIONS = frozenset({"service_started", "service_healthy", "service_completed_successfully"})
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OPERATORS = (":-", ":?", ":+", "-", "?", "+")  # longest first
+
+
+class ComposeFileError(ValueError):
+    """A compose file that cannot be used; the message names the file and what is wrong."""
+
+
+class InterpolationError(ComposeFileError):
+    """A `${...}` expression that is malformed, or a required variable that is missing."""
+
+
+# --- interpolation ------------------------------------------------------------------------------
+
+
+class _Var(NamedTuple):
+    name: str
+    operator: str  # "" for $VAR / ${VAR}
+    argument: str | None  # raw text after the operator, may itself hold expressions
+
+
+def _scan(raw: str) -> list[str | _Var]:
+    """Split `raw` into literal text (with `$$` already unescaped) and variable references."""
+    parts: list[str | _Var] = []
+    text: list[str] = []
+
+    def flush() -> None:
+        if text:
+            parts.append("".join(text))
+            text.clear()
+
+    i = 0
+    while i < len(raw):
+        if raw[i] != "$":
+            text.append(raw[i])
+            i += 1
+        elif raw.startswith("$$", i):
+            text.append("$")
+            i += 2
+        elif raw.startswith("${", i):
+            end = _closing_brace(raw, i + 2)
+            body = raw[i + 2 : end]
+            name = _NAME.match(body)
+            rest = body[name.end() :] if name else ""
+            operator = next((op for op in _OPERATORS if rest.startswith(op)), None)
+            if name is None or (rest and operator is None):
+                raise InterpolationError(f"invalid interpolation format {raw[i:end + 1]!r}")
+            flush()
+            argument = rest[len(operator) :] if operator else None
+            parts.append(_Var(name.group(), operator or "", argument))
+            i = end + 1
+        elif name := _NAME.match(raw, i + 1):
+            flush()
+            parts.append(_Var(name.group(), "", None))
+            i = name.end()
+        else:  # a `$` that starts no variable is kept as is
+            text.append("$")
+            i += 1
+    flush()
+    return parts
+
+
+def _closing_brace(raw: str, start: int) -> int:
+    depth = 0
+    i = start
+    while i < len(raw):
+        if raw.startswith("$$", i):
+            i += 2
+            continue
+        if raw.startswith("${", i):
+            depth += 1
+            i += 2
+            continue
+        if raw[i] == "}":
+            if depth == 0:
+                return i
+            depth -= 1
+        i += 1
+    raise InterpolationError(f"unterminated '${{' in {raw!r}")
+
+
+def resolve_env_value(raw: str, env: Mapping[str, str]) -> str:
+    """`raw` interpolated against `env` with compose's rules (see the module docstring).
+
+    An unset variable without a default becomes the empty string (compose warns and does the
+    same). `${VAR:?message}` / `${VAR?message}` raise `InterpolationError` naming the variable.
+    """
+    out: list[str] = []
+    for part in _scan(raw):
+        out.append(part if isinstance(part, str) else _resolve_var(part, env))
+    return "".join(out)
+
+
+def _resolve_var(var: _Var, env: Mapping[str, str]) -> str:
+    is_set = var.name in env
+    value = env.get(var.name, "")
+    non_empty = is_set and value != ""
+    argument = var.argument or ""
+    match var.operator:
+        case "":
+            return value
+        case ":-":
+            return value if non_empty else resolve_env_value(argument, env)
+        case "-":
+            return value if is_set else resolve_env_value(argument, env)
+        case ":+":
+            return resolve_env_value(argument, env) if non_empty else ""
+        case "+":
+            return resolve_env_value(argument, env) if is_set else ""
+        case ":?" | "?":
+            if non_empty or (is_set and var.operator == "?"):
+                return value
+            raise InterpolationError(
+                f"required variable {var.name} is missing a value: {argument}"
+            )
+    raise AssertionError(var.operator)
+
+
+@dataclass(frozen=True)
+class BudgetExpr:
+    """An environment value that is one variable with an optional default, or a literal.
+
+    `${VAR:-406GiB}` and `${VAR-406GiB}` -> variable `VAR`, default `406GiB`; `${VAR}` -> default
+    None; a literal `406GiB` -> variable None, default `406GiB` (the value in effect). The default
+    is kept as written. `resolve(env)` gives the value compose would pass to the engine.
+    """
+
+    variable: str | None
+    default: str | None
+    raw: str
+
+    @classmethod
+    def parse(cls, raw: str) -> BudgetExpr:
+        parts = _scan(raw)
+        variables = [p for p in parts if isinstance(p, _Var)]
+        if not variables:
+            return cls(variable=None, default="".join(parts), raw=raw)  # type: ignore[arg-type]
+        var = parts[0]
+        if len(parts) == 1 and isinstance(var, _Var) and var.operator in ("", ":-", "-"):
+            return cls(variable=var.name, default=var.argument, raw=raw)
+        raise InterpolationError(
+            f"{raw!r} is not a single ${{VAR}}, ${{VAR:-default}} or ${{VAR-default}} expression"
+        )
+
+    def resolve(self, env: Mapping[str, str]) -> str:
+        return resolve_env_value(self.raw, env)
+
+
+# --- the file -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServiceDef:
+    """One service, after merge keys are applied.
+
+    `depends_on` maps a service to its condition (the list form means `service_started`).
+    `environment` keeps values as written (`${GLM53_HICACHE_RAM_BUDGET:-406GiB}`); an entry with
+    no value (`- FOO`, or `FOO:` with nothing after it) maps to None: compose passes FOO through
+    from its own environment, or leaves it unset.
+    """
+
+    name: str
+    container_name: str | None
+    profiles: tuple[str, ...]
+    depends_on: dict[str, str]
+    stop_grace_period_s: float | None
+    environment: dict[str, str | None]
+    image: str | None
+
+
+@dataclass
+class ComposeFile:
+    path: str
+    services: dict[str, ServiceDef]
+
+    @classmethod
+    def load(cls, path: str | Path) -> ComposeFile:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ComposeFileError(f"compose file {path} is unreadable: {reason}") from exc
+        return cls.from_text(text, str(path))
+
+    @classmethod
+    def from_text(cls, text: str, name: str = "<text>") -> ComposeFile:
+        try:
+            document = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader subclass
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            what = exc.problem or exc.context or "syntax error"
+            raise ComposeFileError(f"compose file {name} is invalid YAML{where}: {what}") from exc
+        except yaml.YAMLError as exc:
+            raise ComposeFileError(f"compose file {name} is invalid YAML: {exc}") from exc
+        if document is None:
+            raise ComposeFileError(f"compose file {name} is empty: it has no `services`")
+        if not isinstance(document, dict):
+            raise ComposeFileError(f"compose file {name} is not a mapping at the top level")
+        services = document.get("services")
+        if not isinstance(services, dict) or not services:
+            raise ComposeFileError(f"compose file {name} has no `services` mapping")
+        return cls(
+            path=name,
+            services={str(key): _service(name, str(key), body) for key, body in services.items()},
+        )
+
+    def defined(self, service: str) -> bool:
+        return service in self.services
+
+    def closure(self, services: Iterable[str]) -> list[str]:
+        """`services` plus everything they depend on, transitively; dependencies first.
+
+        Order: depth-first in the order given, dependencies in the order the file declares them.
+        An undefined service or a dependency cycle raises `ComposeFileError`.
+        """
+        order: list[str] = []
+        state: dict[str, str] = {}
+
+        def visit(name: str, needed_by: str | None) -> None:
+            if name not in self.services:
+                suffix = f" (a dependency of {needed_by})" if needed_by else ""
+                raise ComposeFileError(f"compose file {self.path} does not define {name}{suffix}")
+            if state.get(name) == "done":
+                return
+            if state.get(name) == "visiting":
+                raise ComposeFileError(
+                    f"compose file {self.path}: dependency cycle through {name}"
+                )
+            state[name] = "visiting"
+            for dependency in self.services[name].depends_on:
+                visit(dependency, name)
+            state[name] = "done"
+            order.append(name)
+
+        for service in _names(services):
+            visit(service, None)
+        return order
+
+    def dependencies_of(self, services: Iterable[str]) -> set[str]:
+        requested = _names(services)
+        return set(self.closure(requested)) - set(requested)
+
+    def orphans_if_applied(self, running_services: Iterable[str]) -> set[str]:
+        """Running services this file does not define: what `up --remove-orphans` removes.
+
+        Compose removes them whatever `services` list the `up` is scoped to.
+        """
+        return {name for name in _names(running_services) if name not in self.services}
+
+    def budget_of(
+        self, service: str, var_prefix: str = "SGLANG_HICACHE_RAM_BUDGET"
+    ) -> BudgetExpr | None:
+        """The budget expression of `service`'s environment key `var_prefix` (an exact key name).
+
+        None when the service does not set the key. A pass-through entry (`- KEY`) reads as
+        `${KEY}`.
+        """
+        if service not in self.services:
+            raise ComposeFileError(f"compose file {self.path} does not define {service}")
+        environment = self.services[service].environment
+        if var_prefix not in environment:
+            return None
+        raw = environment[var_prefix]
+        if raw is None:
+            return BudgetExpr(variable=var_prefix, default=None, raw=f"${{{var_prefix}}}")
+        try:
+            return BudgetExpr.parse(raw)
+        except InterpolationError as exc:
+            where = f"compose file {self.path}, {service}, {var_prefix}"
+            raise InterpolationError(f"{where}: {exc}") from exc
+
+
+def _names(services: Iterable[str]) -> list[str]:
+    if isinstance(services, str):
+        raise TypeError("give a list of service names, not one string")
+    return list(services)
+
+
+# --- building services --------------------------------------------------------------------------
+
+
+def _service(file: str, name: str, body: Any) -> ServiceDef:
+    where = f"compose file {file}, service {name}"
+    if not isinstance(body, dict):
+        raise ComposeFileError(f"{where}: the service is not a mapping")
+    grace = body.get("stop_grace_period")
+    return ServiceDef(
+        name=name,
+        container_name=_optional_str(where, "container_name", body.get("container_name")),
+        profiles=tuple(str(p) for p in _list(where, "profiles", body.get("profiles"))),
+        depends_on=_depends_on(where, body.get("depends_on")),
+        stop_grace_period_s=None if grace is None else _grace(where, grace),
+        environment=_environment(where, body.get("environment")),
+        image=_optional_str(where, "image", body.get("image")),
+    )
+
+
+def _optional_str(where: str, key: str, value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ComposeFileError(f"{where}: {key} must be a string")
+
+
+def _list(where: str, key: str, value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ComposeFileError(f"{where}: {key} must be a list")
+    return value
+
+
+def _depends_on(where: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        return {str(name): "service_started" for name in value}
+    if not isinstance(value, dict):
+        raise ComposeFileError(f"{where}: depends_on must be a list or a mapping")
+    result: dict[str, str] = {}
+    for dependency, spec in value.items():
+        if spec is None:
+            spec = {}
+        condition = spec.get("condition", "service_started") if isinstance(spec, dict) else None
+        if condition not in CONDITIONS:
+            raise ComposeFileError(
+                f"{where}: depends_on {dependency} has condition {condition!r}; "
+                f"use one of {', '.join(sorted(CONDITIONS))}"
+            )
+        result[str(dependency)] = condition
+    return result
+
+
+def _grace(where: str, value: Any) -> float:
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    if not isinstance(value, str):
+        raise ComposeFileError(f"{where}: stop_grace_period {value!r} needs a unit, e.g. 30s or 5m")
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ComposeFileError(f"{where}: stop_grace_period {exc}") from exc
+
+
+def _environment(where: str, value: Any) -> dict[str, str | None]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return {str(key): _scalar(item) for key, item in value.items()}
+    if not isinstance(value, list):
+        raise ComposeFileError(f"{where}: environment must be a list or a mapping")
+    result: dict[str, str | None] = {}
+    for entry in value:
+        key, sep, item = str(entry).partition("=")
+        result[key] = item if sep else None
+    return result
+
+
+def _scalar(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    raise ComposeFileError(f"environment value of type {type(value).__name__} is not a scalar")
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader, refusing duplicate keys within one mapping (merged keys excepted)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._checked: set[int] = set()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Runs before any merge rewrites node.value, so the first visit sees the keys as written.
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key_node.value!r}", key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        super().flatten_mapping(node)
+
+
+# --- inline configs that compose does not see change ---------------------------------------------
+
+#: Keys docker compose leaves out of a service's config hash (com.docker.compose.config-hash): a
+#: change of them alone recreates nothing.
+HASH_EXCLUDED = ("profiles", "depends_on", "build", "pull_policy", "scale")
+
+
+def _document(text: str, name: str) -> dict[str, Any]:
+    try:
+        document = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader subclass
+    except yaml.YAMLError as exc:
+        raise ComposeFileError(f"compose file {name} is invalid YAML: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("services"), dict):
+        raise ComposeFileError(f"compose file {name} has no `services` mapping")
+    return document
+
+
+def _config_sources(body: Any) -> list[str]:
+    refs = body.get("configs") if isinstance(body, dict) else None
+    return [str(r.get("source")) if isinstance(r, dict) else str(r) for r in refs or []]
+
+
+def config_only_changes(old_text: str, new_text: str, *, old_name: str = "<old>", new_name: str = "<new>") -> list[str]:
+    """Services of the new file whose only change from the old file is the content of an inline
+    `configs:` entry they use (`configs: {x: {content: ...}}`).
+
+    docker compose hashes a service's own definition (less HASH_EXCLUDED) and the *reference* to a
+    config, never the inline content (docker/compose#11900, open; #13045 in 2.38.2): a dry run
+    reports such a service unchanged and an up leaves its container, old config and all. Such a
+    service must be recreated explicitly (a `force_recreate` scoped to it). Compared as written,
+    before interpolation (the same env map interpolates both the same way)."""
+    old, new = _document(old_text, old_name), _document(new_text, new_name)
+
+    def contents(doc: dict[str, Any]) -> dict[str, Any]:
+        return {str(k): (v or {}).get("content") for k, v in (doc.get("configs") or {}).items() if isinstance(v, dict) or v is None}
+
+    old_cfg, new_cfg = contents(old), contents(new)
+    out: list[str] = []
+    for name, body in new["services"].items():
+        before = old["services"].get(name)
+        if not isinstance(body, dict) or not isinstance(before, dict):
+            continue
+        strip = lambda b: {k: v for k, v in b.items() if k not in HASH_EXCLUDED}  # noqa: E731
+        if strip(body) != strip(before):
+            continue  # its definition changed: compose recreates it anyway
+        sources = _config_sources(body)
+        if any(new_cfg.get(s) is not None and new_cfg.get(s) != old_cfg.get(s) for s in sources):
+            out.append(str(name))
+    return out

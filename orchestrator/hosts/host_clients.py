@@ -1,0 +1,90 @@
+"""The clients one run uses to talk to one host, built from settings and the inventory.
+
+`transport` is httpx's seam: None in production, a respx or ASGI transport in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import httpx
+
+from orchestrator.hosts.clients.compose_manager import ComposeManagerClient
+from orchestrator.hosts.clients.dashboard import DashboardClient
+from orchestrator.hosts.clients.inference import InferenceClient, SoakRelayClient
+from orchestrator.hosts.clients.model_proxy import ModelProxyClient
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.util.clock import Clock
+from orchestrator.hosts.inventory import HostEntry, Inventory
+from orchestrator.hosts.clients.github import GitHubClient
+from orchestrator.hosts.clients.http_json import ExternalReads
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.util.settings import Settings
+
+
+@dataclass
+class HostClients:
+    compose: ComposeManagerClient
+    dashboard: DashboardClient
+    peers: list[ModelProxyClient]
+    inference: InferenceClient
+    relay_factory: Callable[[str, str], SoakRelayClient]
+    #: GitHub, for the orchestrator's own tag check (merged, old enough); None in some tests
+    github: GitHubClient | None = None
+    #: every inventory host -> its model-proxy address (the capacity guard reads the other hosts')
+    addresses: dict[str, str] = field(default_factory=dict)
+    #: every inventory host -> its dashboard instance name (an `env:` gate on another host)
+    instance_names: dict[str, str] = field(default_factory=dict)
+    #: issue 23's read-only external gates (orchestrator/hosts/clients/http_json.py)
+    external: ExternalReads | None = None
+    _opened: list = field(default_factory=list)
+
+    def relay(self, url: str, token: str) -> SoakRelayClient:
+        client = self.relay_factory(url, token)
+        self._opened.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        for c in [self.compose, self.dashboard, self.inference, *self.peers, *self._opened, *([self.github] if self.github else [])]:
+            await c.aclose()
+
+
+def build_host_clients(
+    settings: Settings,
+    inventory: Inventory,
+    entry: HostEntry,
+    redactor: Redactor,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+    clock: Clock | None = None,
+) -> HostClients:
+    def relay_factory(url: str, token: str) -> SoakRelayClient:
+        return SoakRelayClient(url, token, transport=transport, redactor=redactor)
+
+    github = GitHubClient(settings.github_api_url, settings.github_token, transport=transport, retry=retry,
+                          redactor=redactor, clock=clock)
+    return HostClients(
+        compose=ComposeManagerClient(
+            str(entry.compose_manager_url).rstrip("/"),
+            settings.compose_manager_token,
+            transport=transport,
+            retry=retry,
+            redactor=redactor,
+            clock=clock,
+        ),
+        dashboard=DashboardClient(str(inventory.dashboard_url).rstrip("/"), settings.dashboard_token,
+                                  transport=transport, retry=retry, clock=clock),
+        peers=[
+            ModelProxyClient(name, str(url).rstrip("/"), settings.model_proxy_token, transport=transport, retry=retry, clock=clock)
+            for name, url in inventory.model_proxy_peers.items()
+        ],
+        inference=InferenceClient(str(entry.inference_endpoint).rstrip("/"), settings.inference_token,
+                                  transport=transport, redactor=redactor),
+        relay_factory=relay_factory,
+        github=github,
+        addresses={name: h.model_proxy_address for name, h in inventory.hosts.items()},
+        instance_names={name: h.instance_name for name, h in inventory.hosts.items()},
+        external=ExternalReads(redactor, github, transport),
+    )

@@ -1,0 +1,118 @@
+"""The host inventory (`config/hosts.yaml`): where each host's services live. No secrets here.
+
+Schema-validated with pydantic; unknown keys are errors so a typo cannot silently drop a field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator
+
+from orchestrator.util.user_errors import UserError
+
+#: compose-manager refuses these project names (400); the default project is `work`.
+RESERVED_PROJECTS = frozenset({"work", "dstack"})
+
+#: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostEntry(_Strict):
+    compose_manager_url: HttpUrl
+    #: The host's instance name in the gpu-manager dashboard (where its env map lives).
+    instance_name: str = Field(min_length=1)
+    #: `ip:port` under which model-proxy lists this host.
+    model_proxy_address: str = Field(pattern=r"^[^\s:]+:\d{1,5}$")
+    #: OpenAI-compatible endpoint of the host's long domain.
+    inference_endpoint: HttpUrl
+    #: Base URL of the soak relay; the runbook names each replica's port (r1 :8008, r2 :8009).
+    soak_relay_base_url: HttpUrl
+    #: Optional runbook port -> reachable port (a tunnel, a port-forward, the simulator).
+    soak_relay_port_map: dict[int, int] = Field(default_factory=dict)
+    available_ram_gib: float = Field(gt=0)
+    #: Where the RAM figure came from (e.g. "MemAvailable on 2026-09-23 via the dashboard").
+    available_ram_source: str = Field(min_length=1)
+    gpus: int = Field(gt=0)
+    #: compose project, only for a NON-default one: omit it for the default project. `work` (the
+    #: default) and `dstack` are reserved: compose-manager 8e07c35 answers 400 if they are sent.
+    project: str | None = None
+    #: The compose-files repository (`owner/name`) the host's compose-manager fetches tags from;
+    #: the orchestrator checks tags against it on GitHub (exists, merged to main, old enough).
+    github_repo: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+    @field_validator("project")
+    @classmethod
+    def _not_reserved(cls, v: str | None) -> str | None:
+        if v in RESERVED_PROJECTS:
+            raise ValueError(f"{v!r} is reserved by compose-manager; omit it for the default project")
+        return v
+
+    def relay_url(self, port: int) -> str:
+        base = str(self.soak_relay_base_url).rstrip("/")
+        return f"{base}:{self.soak_relay_port_map.get(port, port)}"
+
+
+class Inventory(_Strict):
+    dashboard_url: HttpUrl
+    model_proxy_peers: dict[str, HttpUrl]
+
+    def urls(self) -> list[str]:
+        """Every URL the inventory names (the time-scale guard checks they are all loopback)."""
+        out = [str(self.dashboard_url)] + [str(u) for u in self.model_proxy_peers.values()]
+        for h in self.hosts.values():
+            out += [str(h.compose_manager_url), str(h.inference_endpoint), str(h.soak_relay_base_url)]
+        return out
+    hosts: dict[str, HostEntry]
+
+    @field_validator("model_proxy_peers")
+    @classmethod
+    def _two_peers(cls, v: dict[str, HttpUrl]) -> dict[str, HttpUrl]:
+        if not v:
+            raise ValueError("at least one model-proxy peer is required")
+        return v
+
+    def host(self, name: str) -> HostEntry:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            known = ", ".join(sorted(self.hosts)) or "none"
+            raise UserError(
+                f"unknown host {name!r}: the inventory lists {known}; add it to the inventory or fix the name"
+            ) from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    if loc.endswith(".project") and err.get("input") in RESERVED_PROJECTS:
+        return f"{loc}: {err['input']!r} is reserved (project: omit it for the default project)"
+    return f"{loc}: {err['msg']}"
+
+
+def load_inventory(path: Path) -> Inventory:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(
+            f"cannot read inventory {path}: {exc.strerror}; pass --inventory PATH or set ORCHESTRATOR_INVENTORY"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"inventory {path} is not UTF-8 text (byte {exc.start}); pass the YAML inventory") from None
+    try:
+        data = yaml.load(text, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"inventory {path}{where} is not valid YAML; fix the file") from None
+    if not isinstance(data, dict):
+        raise UserError(f"inventory {path} must be a mapping with dashboard_url, model_proxy_peers, hosts")
+    try:
+        return Inventory.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"inventory {path} is invalid at {_first_error(exc)}") from None

@@ -1,0 +1,325 @@
+"""Following `docker compose logs` when the only primitive is `--tail N` (no `since`, no follow).
+
+Each `poll()` fetches the last `tail` lines and yields only the lines not seen before.
+
+How the new lines are found (per container, because `--tail N` is applied per container and
+the interleaving of containers differs between two calls):
+
+- Exact case. A container that returned fewer lines than asked for returned its whole log. If
+  we have followed it from its first line, the first `count` lines are the ones we saw: the
+  rest is new. If they do not match, the container's log restarted (the container was
+  replaced): `reset` and `gap` are reported and its whole log is new.
+- Full window. The window is the last `tail` lines of a longer log. We look for the alignments
+  `p` (the first `p` window lines are the end of what we saw) at which the window's start
+  matches the seen lines (we compare up to `keep_lines` of them). An alignment is *strong* when
+  it compares at least `min_overlap` lines (or every line we keep, when we keep fewer) and those
+  lines are not all the same line. A single strong alignment is taken. Several (a run of
+  identical lines, such as repeated "Decode batch" lines, can align in many places) or none
+  (the window starts after the last line we saw, or overlaps by too little): the window is
+  doubled (up to `max_tail`) and fetched again. At `max_tail`: with several strong alignments
+  the earliest is taken (so no new line is lost; some may repeat); with none the whole window
+  is new. Both report `gap=True`: the yielded lines may not be exactly the stream.
+
+  A wrong single strong alignment needs `min_overlap` consecutive lines that are not all alike
+  to reappear verbatim at the start of the window; with real engine logs (timestamps, counters)
+  that does not happen. A log made of one line repeated more than `keep_lines` times cannot be
+  followed exactly by content: every poll then reports a gap.
+- Rotation. docker's log rotation keeps only a container's last lines, so a log shorter than
+  asked for may have lost its start since the last poll: when the exact case's prefix does not
+  match, a single strong alignment (below) means the log rotated (its new lines are yielded, no
+  gap), not that the container restarted.
+- The first poll yields its whole window (the starting point: no gap, even if the log is
+  longer). A container first seen later with a full window is grown like the others.
+
+Window policy (a benchmark measures bytes fetched per new line): the next poll asks for
+`2 x (most new lines of one container in the last 3 polls) + min_overlap` lines, at least the
+tail that resolved a poll that needed to grow in the last 3 polls, clamped to
+[`min_tail`, `max_tail`]. Quiet polls therefore shrink the window back to `min_tail`.
+
+Memory: at most `keep_lines` seen lines per container.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from orchestrator.hosts.parsers.compose_logs import LogLine, parse_compose_logs
+
+
+@dataclass
+class FollowBatch:
+    new: list[LogLine]
+    gap: bool
+    bytes_fetched: int
+    lines_fetched: int
+    fetches: int = 1
+    tail: int = 0  # the window of the last fetch of this poll
+    gap_containers: tuple[str, ...] = ()
+    reset_containers: tuple[str, ...] = ()
+
+
+@dataclass
+class _Track:
+    seen: deque[str]
+    count: int = 0  # lines yielded for this container (its log position when `exact`)
+    exact: bool = False  # followed from the container's first line
+
+
+@dataclass
+class _Decision:
+    start: int
+    kind: str  # "ok" | "grow" | "gap" | "reset"
+    resolved_exactly: bool = False
+
+
+@dataclass
+class _Counters:
+    polls: int = 0
+    fetches: int = 0
+    total_bytes: int = 0
+    total_lines_fetched: int = 0
+    total_new_lines: int = 0
+    gaps: int = 0
+    resets: int = 0
+    probes: int = 0
+    probe_bytes: int = 0
+    history: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=3))
+
+
+class LogFollower:
+    def __init__(
+        self,
+        fetch: Callable[[int], Awaitable[str]],
+        *,
+        initial_tail: int = 200,
+        max_tail: int = 5000,
+        min_tail: int | None = None,
+        min_overlap: int = 8,
+        keep_lines: int = 512,
+    ) -> None:
+        if min_overlap < 1:
+            raise ValueError("min_overlap must be >= 1")
+        if not 1 <= initial_tail <= max_tail:
+            raise ValueError("need 1 <= initial_tail <= max_tail")
+        if keep_lines < min_overlap:
+            raise ValueError("keep_lines must be >= min_overlap")
+        self._fetch = fetch
+        self.initial_tail = initial_tail
+        self.max_tail = max_tail
+        self.min_overlap = min_overlap
+        self.keep_lines = keep_lines
+        self.min_tail = min(max_tail, min_tail if min_tail is not None else max(2 * min_overlap, 16))
+        self.tail = initial_tail
+        self._tracks: dict[str, _Track] = {}
+        self._polled = False
+        self._c = _Counters()
+
+    # ------------------------------------------------------------------ counters
+
+    @property
+    def total_bytes(self) -> int:
+        return self._c.total_bytes
+
+    @property
+    def total_lines_fetched(self) -> int:
+        return self._c.total_lines_fetched
+
+    @property
+    def total_new_lines(self) -> int:
+        return self._c.total_new_lines
+
+    @property
+    def gaps(self) -> int:
+        return self._c.gaps
+
+    @property
+    def resets(self) -> int:
+        return self._c.resets
+
+    @property
+    def polls(self) -> int:
+        return self._c.polls
+
+    @property
+    def fetches(self) -> int:
+        return self._c.fetches
+
+    @property
+    def probes(self) -> int:
+        return self._c.probes
+
+    @property
+    def probe_bytes(self) -> int:
+        return self._c.probe_bytes
+
+    @property
+    def bytes_per_new_line(self) -> float | None:
+        return self._c.total_bytes / self._c.total_new_lines if self._c.total_new_lines else None
+
+    # ------------------------------------------------------------------ probing
+
+    async def probe(self) -> bool:
+        """Whether the log holds a line the next `poll()` would yield, at the cost of one line per
+        container (`--tail 1`): True when a container's last line is not the last line read of it,
+        or a container was never read (before the first poll: when anything was logged). A line
+        repeated verbatim (a second identical `GET /health`) is not told apart from the one read:
+        the next poll still yields it. Its bytes count in `total_bytes` (and `probe_bytes`)."""
+        text = await self._fetch(1)
+        size = len(text.encode("utf-8", "replace"))
+        c = self._c
+        c.probes += 1
+        c.probe_bytes += size
+        c.total_bytes += size
+        lines = parse_compose_logs(text)
+        if not self._polled:
+            return bool(lines)
+        for line in lines:
+            track = self._tracks.get(line.container)
+            if track is None or not track.seen or track.seen[-1] != line.text:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ polling
+
+    async def poll(self) -> FollowBatch:
+        tail = self.tail
+        fetched_bytes = fetched_lines = fetches = 0
+        while True:
+            text = await self._fetch(tail)
+            fetches += 1
+            fetched_bytes += len(text.encode("utf-8", "replace"))
+            window = parse_compose_logs(text)
+            fetched_lines += len(window)
+            groups: dict[str, list[str]] = {}
+            for line in window:
+                groups.setdefault(line.container, []).append(line.text)
+            decisions = {name: self._locate(name, texts, complete=len(texts) < tail) for name, texts in groups.items()}
+            if tail < self.max_tail and any(d.kind == "grow" for d in decisions.values()):
+                tail = min(self.max_tail, tail * 2)
+                continue
+            break
+
+        gap_containers: list[str] = []
+        reset_containers: list[str] = []
+        for name, decision in decisions.items():
+            if decision.kind == "grow":  # at max_tail
+                decision.kind = "gap"
+            if decision.kind in ("gap", "reset"):
+                gap_containers.append(name)
+            if decision.kind == "reset":
+                reset_containers.append(name)
+
+        new: list[LogLine] = []
+        position: dict[str, int] = {}
+        for line in window:
+            index = position.get(line.container, 0)
+            position[line.container] = index + 1
+            if index >= decisions[line.container].start:
+                new.append(line)
+
+        most_new = 0
+        for name, texts in groups.items():
+            decision = decisions[name]
+            fresh = texts[decision.start :]
+            most_new = max(most_new, len(fresh))
+            track = self._tracks.get(name)
+            if track is None:
+                track = self._tracks[name] = _Track(seen=deque(maxlen=self.keep_lines))
+                track.exact = len(texts) < tail
+                track.count = 0
+            if decision.kind == "ok":
+                track.seen.extend(fresh)
+                track.count += len(fresh)
+                if decision.resolved_exactly:
+                    track.exact = True
+                    track.count = len(texts)
+            else:
+                track.seen.clear()
+                track.seen.extend(texts)
+                if decision.kind == "reset":
+                    track.exact = True
+                    track.count = len(texts)
+                else:
+                    track.exact = False
+                    track.count += len(fresh)
+
+        gap = bool(gap_containers)
+        c = self._c
+        c.polls += 1
+        c.fetches += fetches
+        c.total_bytes += fetched_bytes
+        c.total_lines_fetched += fetched_lines
+        c.total_new_lines += len(new)
+        c.gaps += int(gap)
+        c.resets += len(reset_containers)
+        c.history.append((most_new, tail if fetches > 1 else 0))
+        self._polled = True
+        self.tail = self._next_tail()
+        return FollowBatch(
+            new=new,
+            gap=gap,
+            bytes_fetched=fetched_bytes,
+            lines_fetched=fetched_lines,
+            fetches=fetches,
+            tail=tail,
+            gap_containers=tuple(gap_containers),
+            reset_containers=tuple(reset_containers),
+        )
+
+    def _next_tail(self) -> int:
+        recent_new = max(n for n, _ in self._c.history)
+        grown = max(t for _, t in self._c.history)
+        wanted = max(2 * recent_new + self.min_overlap, grown)
+        return max(self.min_tail, min(self.max_tail, wanted))
+
+    def _locate(self, name: str, window: list[str], *, complete: bool) -> _Decision:
+        track = self._tracks.get(name)
+        if track is None or track.count == 0:
+            if not self._polled or complete:
+                return _Decision(0, "ok", resolved_exactly=complete)
+            return _Decision(0, "grow")
+        seen = list(track.seen)
+        count = track.count
+        if complete and track.exact:
+            if count <= len(window) and window[:count][-len(seen):] == seen:
+                return _Decision(count, "ok")
+            # docker's log rotation: a log shorter than the window asked for is not always the
+            # whole log; its start may have been cut since the last poll. Where what we saw
+            # ends (one strong alignment) the log rotated, it did not restart.
+            strong = self._strong_alignments(window, seen, len(window))
+            if len(strong) == 1:
+                return _Decision(strong[0], "ok")
+            return _Decision(0, "reset")
+        upper = min(len(window), count) if track.exact else len(window)
+        strong = self._strong_alignments(window, seen, upper)
+        if len(strong) == 1:
+            return _Decision(strong[0], "ok", resolved_exactly=complete)
+        if complete:
+            # The whole log is in the window but our position in it is unknown.
+            return _Decision(min(strong), "gap") if strong else _Decision(0, "reset")
+        if strong:
+            return _Decision(min(strong), "grow")
+        return _Decision(0, "grow")
+
+    def _strong_alignments(self, window: list[str], seen: list[str], upper: int) -> list[int]:
+        """Alignments p (1..upper) where window[:p] ends like `seen`, comparing enough varied lines."""
+        if not seen:
+            return []
+        n_seen = len(seen)
+        last = seen[-1]
+        run = 1  # length of the trailing run of identical lines in `seen`
+        while run < n_seen and seen[-run - 1] == last:
+            run += 1
+        need = max(min(n_seen, self.min_overlap), run + 1)
+        if need > n_seen:
+            return []
+        out: list[int] = []
+        for p in range(need, upper + 1):
+            if window[p - 1] != last:
+                continue
+            c = min(p, n_seen)
+            if window[p - c : p] == seen[n_seen - c :]:
+                out.append(p)
+        return out

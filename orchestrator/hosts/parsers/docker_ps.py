@@ -1,0 +1,189 @@
+"""`docker ps --format json` output (as compose-manager's `/docker/ps` returns it) -> `Container`s.
+
+One JSON object per line. `Labels` is one comma-separated `k=v` string; a label value may itself
+contain commas (`com.docker.compose.depends_on=a:service_started:false,b:...`), so a segment
+without `=` continues the previous value. `Names` may list several names (`a,b`): `name` is the
+first, `names` all of them. A whole JSON array on one line (old `compose ps` format) is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.hosts.parsers import ParseError
+
+SERVICE_LABEL = "com.docker.compose.service"
+PROJECT_LABEL = "com.docker.compose.project"
+CONFIG_HASH_LABEL = "com.docker.compose.config-hash"
+ONEOFF_LABEL = "com.docker.compose.oneoff"
+
+ZOMBIE_STATES = frozenset({"removing", "dead"})
+
+
+@dataclass(frozen=True)
+class Container:
+    id: str
+    name: str
+    image: str
+    state: str
+    status: str
+    created_at: str
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    service: str | None = None
+    project: str | None = None
+    names: tuple[str, ...] = ()
+    health: str = ""
+    exit_code: int | None = None
+    running_for: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
+
+    @property
+    def restarting(self) -> bool:
+        return self.state == "restarting" or self.status.startswith("Restarting")
+
+    @property
+    def is_zombie(self) -> bool:
+        """A container a down failed to remove: listed as `removing` or `dead`."""
+        return self.state in ZOMBIE_STATES
+
+    @property
+    def is_running(self) -> bool:
+        return self.state == "running" and not self.restarting
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.labels.get(CONFIG_HASH_LABEL)
+
+    @property
+    def oneoff(self) -> bool:
+        return self.labels.get(ONEOFF_LABEL, "").lower() == "true"
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """(ID, CreatedAt): changes when the container is recreated (the dry-run hazard check)."""
+        return (self.id, self.created_at)
+
+
+def parse_labels(labels: str | Mapping[str, Any] | None) -> dict[str, str]:
+    if labels is None:
+        return {}
+    if isinstance(labels, Mapping):
+        return {str(k): "" if v is None else str(v) for k, v in labels.items()}
+    out: dict[str, str] = {}
+    last: str | None = None
+    for segment in labels.split(","):
+        if "=" in segment:
+            key, value = segment.split("=", 1)
+            out[key] = value
+            last = key
+        elif last is not None:
+            out[last] += "," + segment
+        elif segment.strip():
+            out[segment] = ""
+    return out
+
+
+def _str(obj: Mapping[str, Any], key: str) -> str:
+    value = obj.get(key)
+    return "" if value is None else str(value)
+
+
+def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -> Container:
+    if not isinstance(obj, Mapping):
+        raise ParseError("not a JSON object", line_no=line_no)
+    cid = _str(obj, "ID")
+    if not cid:
+        raise ParseError("container without ID", line_no=line_no)
+    names_field = obj.get("Names", obj.get("Name", ""))
+    if isinstance(names_field, list):
+        names = tuple(str(n).lstrip("/") for n in names_field if n)
+    else:
+        names = tuple(n.strip().lstrip("/") for n in str(names_field or "").split(",") if n.strip())
+    labels = parse_labels(obj.get("Labels"))
+    exit_code = obj.get("ExitCode")
+    return Container(
+        id=cid,
+        name=names[0] if names else "",
+        image=_str(obj, "Image"),
+        state=_str(obj, "State").lower(),
+        status=_str(obj, "Status"),
+        created_at=_str(obj, "CreatedAt"),
+        labels=labels,
+        service=labels.get(SERVICE_LABEL) or (_str(obj, "Service") or None),
+        project=labels.get(PROJECT_LABEL) or (_str(obj, "Project") or None),
+        names=names,
+        health=_str(obj, "Health"),
+        exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
+        running_for=_str(obj, "RunningFor"),
+        raw=dict(obj),
+    )
+
+
+def parse_docker_ps(output: str) -> list[Container]:
+    """Parse `docker ps --format json` output; blank lines are skipped, a bad line raises ParseError.
+
+    Every gate polls docker/ps, and between two polls most lines are the same text: a line already
+    parsed is answered from a small cache keyed by its exact text (a `Container` is frozen and
+    nothing changes its dicts; a line that fails to parse is never cached).
+    """
+    containers: list[Container] = []
+    for line_no, line in enumerate(output.splitlines(), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        parsed = _LINE_CACHE.get(line)
+        if parsed is None:
+            parsed = _parse_line(line, line_no)
+            if len(_LINE_CACHE) >= _LINE_CACHE_SIZE:
+                _LINE_CACHE.pop(next(iter(_LINE_CACHE)))  # the oldest entry
+            _LINE_CACHE[line] = parsed
+        containers.extend(parsed)
+    return containers
+
+
+def _parse_line(line: str, line_no: int) -> tuple[Container, ...]:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise ParseError("not JSON", line_no=line_no) from None
+    items = obj if isinstance(obj, list) else [obj]
+    return tuple(container_from_json(item, line_no=line_no) for item in items)
+
+
+#: parsed docker/ps lines by their text, oldest first (bounded: a host lists tens of containers)
+_LINE_CACHE: dict[str, tuple[Container, ...]] = {}
+_LINE_CACHE_SIZE = 512
+
+
+def for_service(containers: Iterable[Container], service: str, project: str | None = None) -> list[Container]:
+    """The containers of one compose service (optionally of one project); falls back to the name."""
+    out = []
+    for c in containers:
+        if project is not None and c.project is not None and c.project != project:
+            continue
+        if c.service == service or (c.service is None and service in c.names):
+            out.append(c)
+    return out
+
+
+def zombies(containers: Iterable[Container]) -> list[Container]:
+    return [c for c in containers if c.is_zombie]
+
+
+def by_service(containers: Iterable[Container]) -> dict[str, Container]:
+    """Containers by their compose service (the name when a container carries no label)."""
+    return {(c.service or c.name): c for c in containers}
+
+
+def snapshot(containers: Iterable[Container]) -> dict[str, tuple[str, str, str]]:
+    """What docker/ps said, to compare later: name -> (id, created_at, state)."""
+    return {c.name: (c.id, c.created_at, c.state) for c in containers}
+
+
+def changed_containers(before: Mapping[str, Sequence[str]], after: Mapping[str, Sequence[str]]) -> list[str]:
+    """Names created, removed or recreated (another ID or creation time) between two snapshots:
+    what a dry run must never do (docker/compose#14029)."""
+    return sorted(n for n in set(before) | set(after) if tuple(before.get(n, (None,))[:2]) != tuple(after.get(n, (None,))[:2]))

@@ -1,0 +1,134 @@
+"""docker/ps around a dry run, and which services a dry run may name (pure).
+
+docker/compose#14029: `docker compose up -d --dry-run` that decides a running container needs a
+recreate performs the real swap (new ID), and compose-manager's `--remove-orphans` with it; its
+lines then lack the `DRY-RUN MODE -` prefix and the stream still ends in success. Two rules follow:
+
+- `compare_ps`: docker/ps read before and after EVERY dry run; a container that was recreated
+  (another ID or creation time), is gone, is new, or restarted in place (its `Up` time went back,
+  or it is restarting now) is a change, named one by one (`describe_changes`).
+- `split_by_definition`: a check (placement, a preview, a rollback-target check) names only
+  services that cannot be recreated by it: absent ones, or ones docker/ps shows running from the
+  very file (and, by the action log, tag) the dry run asks for. A service running another
+  definition would be planned as a recreate, which is what #14029 performs for real.
+
+docker/ps gives the file a container was created from in the label
+`com.docker.compose.project.config_files` (`/app/work/prod/X.yaml` on compose-manager 8e07c35);
+compose-manager's action log gives the tag of the last up that named a service.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.hosts.parsers.docker_ps import Container
+
+CONFIG_FILES_LABEL = "com.docker.compose.project.config_files"
+
+_UP_RE = re.compile(r"^Up\s+(?:(?P<less>Less than a second)|(?P<about>About an? )?(?P<n>\d+|an?)?\s*"
+                    r"(?P<unit>second|minute|hour|day|week|month|year)s?)", re.I)
+_UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "month": 2592000, "year": 31536000}
+
+
+def up_for(status: str) -> float | None:
+    """Seconds since start from docker's `Up 5 minutes` (None when the status is not `Up ...`).
+    docker's human durations never go down while a container keeps running."""
+    m = _UP_RE.match((status or "").strip())
+    if not m:
+        return None
+    if m.group("less"):
+        return 0.0
+    n = m.group("n")
+    return float((1 if n in (None, "a", "an") else int(n)) * _UNIT[m.group("unit").lower()])
+
+
+@dataclass(frozen=True)
+class ContainerChange:
+    name: str
+    what: str  # recreated | gone | new | restarted
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.detail}"
+
+
+def compare_ps(before: Iterable[Container], after: Iterable[Container]) -> list[ContainerChange]:
+    """What changed between two docker/ps reads, one entry per container (by name)."""
+    b = {c.name: c for c in before}
+    a = {c.name: c for c in after}
+    out: list[ContainerChange] = []
+    for name in sorted(set(b) | set(a)):
+        old, new = b.get(name), a.get(name)
+        if new is None:
+            assert old is not None
+            out.append(ContainerChange(name, "gone", f"gone (was {old.id[:12]})"))
+        elif old is None:
+            out.append(ContainerChange(name, "new", f"new ({new.id[:12]})"))
+        elif (old.id, old.created_at) != (new.id, new.created_at):
+            out.append(ContainerChange(name, "recreated", f"recreated ({old.id[:12]} -> {new.id[:12]})"))
+        elif old.state == "running" and not old.restarting and (new.state != "running" or new.restarting):
+            out.append(ContainerChange(name, "restarted", f"restarted ({new.id[:12]} now {new.state}: {new.status})"))
+        else:
+            t0, t1 = up_for(old.status), up_for(new.status)
+            if t0 is not None and t1 is not None and t1 < t0:
+                out.append(ContainerChange(name, "restarted", f"restarted in place ({new.id[:12]}: {old.status!r} -> {new.status!r})"))
+    return out
+
+
+def describe_changes(changes: Sequence[ContainerChange]) -> str:
+    return ", ".join(str(c) for c in changes)
+
+
+def created_from(c: Container) -> tuple[str, ...]:
+    """The compose files a container was created from (its config_files label), as given."""
+    raw = c.labels.get(CONFIG_FILES_LABEL, "")
+    return tuple(f.strip() for f in raw.split(",") if f.strip())
+
+
+def runs_from(c: Container, file: str) -> bool | None:
+    """Was `c` created from `file` (a path relative to compose-manager's work dir)? None: unknown."""
+    files = created_from(c)
+    if not files:
+        return None
+    file = file.lstrip("/")
+    return any(f == file or f.endswith("/" + file) for f in files)
+
+
+def last_up_naming(actions: Iterable[Action], service: str) -> Action | None:
+    """The last `compose_up` the action log holds that named `service` (or named no services)."""
+    found = None
+    for a in actions:
+        if a.action == "compose_up" and a.covers(service):
+            found = a
+    return found
+
+
+def on_definition(c: Container, service: str, tag: str, file: str, actions: Sequence[Action]) -> bool | None:
+    """Does the running `c` come from `file` at `tag`? False when its label names another file or
+    the last up that named it ran another tag; None when docker/ps does not say (no label)."""
+    on = runs_from(c, file)
+    if not on:
+        return on
+    last = last_up_naming(actions, service)
+    if last is not None and last.file == file and last.tag is not None and last.tag != tag:
+        return False
+    return True
+
+
+def split_by_definition(services: Sequence[str], running: dict[str, Container], tag: str, file: str,
+                        actions: Sequence[Action], engines: Collection[str] = ()) -> tuple[list[str], list[str]]:
+    """(may be named, held back): held back are the services running another definition than
+    `file`@`tag` (or one docker/ps cannot tell), which a dry run would plan to recreate, and every
+    running engine of `engines` (a check never names a serving engine, whatever docker/ps says)."""
+    safe: list[str] = []
+    held: list[str] = []
+    for s in services:
+        c = running.get(s)
+        if c is None or (s not in engines and on_definition(c, s, tag, file, actions)):
+            safe.append(s)
+        else:
+            held.append(s)
+    return safe, held

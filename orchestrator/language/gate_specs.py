@@ -1,0 +1,264 @@
+"""The runbook's gates on things outside the engines (issue 23, items 3-6): pure specs, the
+loader's part only (the handlers are orchestrator/engine/steps/envchecks.py and steps/external.py).
+
+- `env:` the env map of this host or of another named host (the dashboard's): keys `absent`,
+  keys that `equals` a value (values are never shown: a mismatch says "differs");
+- `manual:` an edit a human makes (e.g. on the dashboard): the run names it, waits for the
+  approval of this step (`orchestrate approve RUN_ID --gate <state>`), then `verify:` checks it
+  (an `env:` check) before going on. A rollback holding one says so up front (plan, rollback start);
+- `proxy_pool:` the host's own inference proxy (`GET /backends/list` on its port, through the
+  host's address like the soak relay) lists / does not list a replica's engines;
+- `pull_request:` the tag's commit came from a merged PR whose CI checks are green (GitHub API);
+- `http_json:` a read-only GET of a URL whose JSON answer at `path` equals / contains a value
+  (e.g. a compose-hash registry);
+- `attestation:` compose-manager's attestation report: bound to a fresh nonce, its action log
+  hash matches its actions, and the last up of each service names the run's tag, the runbook's
+  file and that file's sha256 at the tag (read from GitHub).
+
+Text values may name `{host}`, `{tag}`, `{file}`, `{run_id}` and `{file_sha256}` (the sha256 of
+the runbook's file at the run's tag, read from GitHub); anything else in braces is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.util.durations import format_duration, parse_duration
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PLACEHOLDERS = ("host", "tag", "file", "run_id", "file_sha256")
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _secs(v: object) -> float:
+    return parse_duration(v)  # type: ignore[arg-type]
+
+
+def check_placeholders(text: str, what: str) -> str:
+    for name in _BRACES.findall(text):
+        if name not in PLACEHOLDERS:
+            raise ValueError(f"{what}: unknown placeholder {{{name}}} (one of {', '.join('{' + p + '}' for p in PLACEHOLDERS)})")
+    return text
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """`text` with its placeholders replaced (every one is known: the loader checked)."""
+    return _BRACES.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def json_at(payload: Any, path: str) -> Any:
+    """The value at a dotted path (`a.b.0.c`: object keys, list indexes). KeyError naming the
+    segment that is not there."""
+    cur = payload
+    for part in path.split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.lstrip("-").isdigit() and -len(cur) <= int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            raise KeyError(part)
+    return cur
+
+
+def needs_file_sha(*texts: str) -> bool:
+    return any("{file_sha256}" in t for t in texts)
+
+
+class EnvSpec(_Strict):
+    """`env: {host: this, absent: [KEY], equals: {KEY: value}, within: 0s}`."""
+
+    #: `this` (the run's host) or another inventory host's name (its env map on the dashboard)
+    host: str = Field(default="this", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    absent: list[str] = Field(default_factory=list)
+    equals: dict[str, str] = Field(default_factory=dict)
+    #: polled until it holds (0: checked once)
+    within: float = 0.0
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
+
+    @model_validator(mode="after")
+    def _sound(self) -> "EnvSpec":
+        if not self.absent and not self.equals:
+            raise ValueError("an env check needs absent: or equals: (it would check nothing)")
+        for k in [*self.absent, *self.equals]:
+            if not _KEY.match(k):
+                raise ValueError(f"env key {k!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        both = set(self.absent) & set(self.equals)
+        if both:
+            raise ValueError(f"env key {sorted(both)[0]!r} cannot be both absent and equal to a value")
+        for k, v in self.equals.items():
+            check_placeholders(v, f"env.equals.{k}")
+        return self
+
+    def text(self) -> str:
+        who = "this host's" if self.host == "this" else f"{self.host}'s"
+        parts = [f"{k} absent" for k in self.absent] + [f"{k} = {v!r}" for k, v in self.equals.items()]
+        return (f"{who} env map (dashboard): {', '.join(parts)}"
+                + (f", polled up to {format_duration(self.within)}" if self.within else ""))
+
+
+class ManualVerify(_Strict):
+    env: EnvSpec
+
+
+class ManualSpec(_Strict):
+    """`manual: {edit: "...", verify: {env: {...}}}`: a human's edit, approved, then verified."""
+
+    #: what the human must do, in words (where and what): printed, journaled, shown by `plan`
+    edit: str = Field(min_length=1)
+    verify: ManualVerify
+
+    _e = field_validator("edit")(classmethod(lambda cls, v: check_placeholders(v, "manual.edit")))
+
+    def text(self) -> str:
+        return (f"MANUAL EDIT by a human: {self.edit}; then `orchestrate approve RUN_ID --gate <this state>` (or --yes); "
+                f"then verified: {self.verify.env.text()}")
+
+
+class ProxyPoolSpec(_Strict):
+    """`proxy_pool: {port: 8000, token_variable: PROXY_TOKEN, contains: [r2], lacks: [r1], within: 5m}`."""
+
+    port: int = Field(gt=0, lt=65536)
+    token_variable: str = Field(default="PROXY_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: replicas one of whose engines the pool must list healthy
+    contains: list[str] = Field(default_factory=list)
+    #: replicas none of whose engines the pool may list
+    lacks: list[str] = Field(default_factory=list)
+    within: float = 0.0
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
+
+    @model_validator(mode="after")
+    def _sound(self) -> "ProxyPoolSpec":
+        if not self.contains and not self.lacks:
+            raise ValueError("a proxy_pool gate needs contains: or lacks: (it would check nothing)")
+        if set(self.contains) & set(self.lacks):
+            raise ValueError("a replica cannot be both contained in and lacking from the proxy's pool")
+        return self
+
+    def text(self) -> str:
+        parts = [f"lists {r} healthy" for r in self.contains] + [f"does not list {r}" for r in self.lacks]
+        return (f"the host's own proxy (GET /backends/list on :{self.port}) {' and '.join(parts)}"
+                + (f" within {format_duration(self.within)}" if self.within else ""))
+
+
+class PullRequestSpec(_Strict):
+    """`pull_request: {merged: true, checks: green, required: [validate]}` for the run's tag."""
+
+    merged: bool = True
+    checks: Literal["green", "ignore"] = "green"
+    #: check runs that must be there (and green): a renamed or skipped CI job is not green
+    required: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _sound(self) -> "PullRequestSpec":
+        if not self.merged and self.checks == "ignore":
+            raise ValueError("a pull_request gate with merged: false and checks: ignore checks nothing")
+        if self.required and self.checks == "ignore":
+            raise ValueError("required: check runs need checks: green")
+        return self
+
+    def text(self) -> str:
+        parts = ["the tag's commit comes from a PR merged to main"] if self.merged else ["the tag's commit has a PR"]
+        if self.checks == "green":
+            parts.append("every CI check run of the PR's head completed green (success, neutral or skipped)"
+                         + (f", including {', '.join(self.required)}" if self.required else ""))
+        return "GitHub: " + "; ".join(parts)
+
+
+class HttpJsonSpec(_Strict):
+    """`http_json: {url: ..., path: a.b.0.c, equals: v | contains: v, token_variable: X, within: 2m}`."""
+
+    url: str
+    path: str = Field(min_length=1)
+    equals: str | int | float | bool | None = None
+    contains: str | None = None
+    #: the env-map variable holding a bearer token for the URL (none: no Authorization header)
+    token_variable: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    within: float = 0.0
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        check_placeholders(v, "http_json.url")
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"http_json.url {v!r} must be an http(s) URL")
+        return v
+
+    @model_validator(mode="after")
+    def _sound(self) -> "HttpJsonSpec":
+        given = [k for k in ("equals", "contains") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"http_json needs exactly one of equals:, contains:, not {given or 'none'}")
+        for part in self.path.split("."):
+            if not part:
+                raise ValueError(f"http_json.path {self.path!r} has an empty segment")
+        for v in (self.equals, self.contains):
+            if isinstance(v, str):
+                check_placeholders(v, "http_json expected value")
+        return self
+
+    def text(self) -> str:
+        want = f"equals {self.equals!r}" if self.equals is not None else f"contains {self.contains!r}"
+        return (f"GET {self.url} (read-only): the JSON at {self.path} {want}"
+                + (f", polled up to {format_duration(self.within)}" if self.within else ""))
+
+
+class AttestationSpec(_Strict):
+    """`attestation: {services: [svc]}`: what compose-manager attests for these services."""
+
+    services: list[str] = Field(min_length=1)
+
+    def text(self) -> str:
+        return ("compose-manager's attestation report (GET /v1/attestation/report with a fresh 32-byte nonce): the nonce is "
+                "echoed, actions_hash is the sha256 of its actions and opens report_data, and the last compose_up of "
+                f"{', '.join(self.services)} names the run's tag, the runbook's file and that file's sha256 at the tag (GitHub)")
+
+
+class ImageSpec(_Strict):
+    """`image: {service: svc, digest: "sha256:8ff1a487b98a"}` or `image: {service: svc, replica: r2}` (the
+    digest prefix is then `replica_values.<replica>.engine_image`): the running container's image is
+    pinned by that digest (docker/ps's Image `repo@sha256:<hex>`), not a tag that may have moved."""
+
+    service: str = Field(min_length=1)
+    digest: str | None = Field(default=None, pattern=r"^(sha256:)?[0-9a-f]{12,64}$")
+    replica: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "ImageSpec":
+        if (self.digest is None) == (self.replica is None):
+            raise ValueError("an image gate needs exactly one of digest: or replica: (its replica_values.engine_image)")
+        return self
+
+    def text(self, replica_values: dict[str, dict[str, str]] | None = None) -> str:
+        want = self.digest or (f"{(replica_values or {}).get(self.replica or '', {}).get('engine_image', '?')} "
+                               f"(replica_values.{self.replica}.engine_image)")
+        return f"docker/ps: {self.service} runs an image pinned by digest sha256:{want.removeprefix('sha256:')}"
+
+
+def check_against_runbook(here: str, kind: str, spec: object, replicas: dict[str, list[str]], hosts: list[str],
+                          values: dict[str, dict[str, str]] | None = None) -> None:
+    """The loader's cross-checks of these gates against the runbook (one line, naming the field)."""
+    if isinstance(spec, ProxyPoolSpec):
+        for r in [*spec.contains, *spec.lacks]:
+            if r not in replicas:
+                raise ValueError(f"{here}: proxy_pool names {r!r}, not a replica of the runbook ({', '.join(replicas) or 'none'})")
+    if isinstance(spec, ImageSpec) and spec.replica is not None:
+        engine_image = (values or {}).get(spec.replica, {}).get("engine_image")
+        if not engine_image or not re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", engine_image):
+            raise ValueError(f"{here}: image.replica {spec.replica!r} needs replica_values.{spec.replica}.engine_image "
+                             f"(a digest prefix of 12 to 64 hex digits)")
+    env = spec.verify.env if isinstance(spec, ManualSpec) else spec if isinstance(spec, EnvSpec) else None
+    if env is not None and env.host == "others":
+        raise ValueError(f"{here}: env.host is this or one host's name, not others")

@@ -1,0 +1,110 @@
+"""`orchestrate ci-preview --changed FILE...`: the compose-files repository's CI job, as code.
+
+For every changed file some packaged runbook names (`runbooks_affected_by`), the offline plan of
+each host the runbook is written for, as markdown for a CI job summary:
+
+- the runbook's `file:` (the file it deploys) changed: the plan with the compose-file check
+  (`plan --compose-file`), and a mismatch fails the job (exit 1) with the mismatch named;
+- a file in its `deploys:` (the previous file its rollbacks go back to) changed: the plan is shown
+  without the check (the check's rules are about the new file), so the reviewer sees which
+  rollback the change reaches;
+- a changed file no runbook names: listed as unaffected; the job passes.
+
+Offline like `plan`: no host is contacted, no tag exists yet (the plan shows `<tag of this
+change>`). The inventory is optional: without one, requests show the default compose project.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from orchestrator.language.machine import compile_rollout
+from orchestrator.previews.plan import build_plan, render_markdown
+from orchestrator.language.runbook import RUNBOOK_DIR, Runbook, load_runbook, runbook_names
+from orchestrator.util.user_errors import UserError
+
+CI_TAG = "<tag of this change>"
+
+
+def _norm(path: str) -> str:
+    return str(PurePosixPath(path.replace("\\", "/")))
+
+
+@dataclass(frozen=True)
+class Affected:
+    runbook: Runbook
+    #: `new`: the file the runbook deploys (checked); `previous`: a file its rollbacks go back to.
+    role: str
+
+
+def runbooks_affected_by(path: str, directory: Path = RUNBOOK_DIR) -> list[Affected]:
+    """The packaged runbooks that name `path` (relative to the compose-files repository root) as
+    their `file:` or in their `deploys:`, in name order."""
+    want = _norm(path)
+    out: list[Affected] = []
+    for name in runbook_names(directory):
+        rb = load_runbook(str(directory / f"{name}.yaml"))
+        if _norm(rb.file) == want:
+            out.append(Affected(rb, "new"))
+        elif want in {_norm(f) for f in rb.deploys}:
+            out.append(Affected(rb, "previous"))
+    return out
+
+
+def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] | None = None,
+            directory: Path = RUNBOOK_DIR) -> tuple[str, list[str]]:
+    """(markdown, mismatches): one section per (changed file, affected runbook, host)."""
+    from orchestrator.previews.compose_check import check_against_compose_file
+
+    projects = projects or {}
+    out = ["## orchestrate: rollout preview", ""]
+    failures: list[str] = []
+    unaffected: list[str] = []
+    for path in changed:
+        affected = runbooks_affected_by(path, directory)
+        if not affected:
+            unaffected.append(path)
+            continue
+        file_on_disk = repo / path
+        for a in affected:
+            rb = a.runbook
+            checks: list[str] = []
+            problems: list[str] = []
+            new_services = None
+            if a.role == "new":
+                if not file_on_disk.is_file():
+                    problems = [f"{path} was deleted, but runbook {rb.name} deploys it"]
+                else:
+                    checks, problems, new_services = check_against_compose_file(rb, file_on_disk)
+            verdict = "**mismatch**" if problems else ("checked" if a.role == "new" else "rollback target, not checked")
+            out += [f"### `{path}` — runbook `{rb.name}` ({verdict})", ""]
+            if a.role == "previous":
+                out += [f"`{path}` is the previous file runbook `{rb.name}`'s rollbacks go back to; the compose-file "
+                        f"check applies to its new file `{rb.file}` only.", ""]
+            failures += [f"{path} vs runbook {rb.name}: {p}" for p in problems]
+            for host in rb.hosts:
+                plan = build_plan(rb, compile_rollout(rb), host=host, tag=CI_TAG, project=projects.get(host),
+                                  new_file_services=new_services)
+                plan.checks, plan.problems = checks, problems
+                out += [render_markdown(plan), ""]
+    if unaffected:
+        out += ["### Not deployed by any runbook", ""] + [f"- `{p}`" for p in unaffected] + [""]
+    if not changed:
+        out += ["No changed files.", ""]
+    return "\n".join(out), failures
+
+
+def inventory_projects(inventory: Path | None) -> dict[str, str | None]:
+    if inventory is None:
+        return {}
+    from orchestrator.hosts.inventory import load_inventory
+
+    inv = load_inventory(inventory)
+    return {name: inv.host(name).project for name in inv.hosts}
+
+
+def check_repo(repo: Path) -> Path:
+    if not repo.is_dir():
+        raise UserError(f"--repo {repo} is not a directory: pass the compose-files checkout")
+    return repo

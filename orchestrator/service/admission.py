@@ -1,0 +1,167 @@
+"""The one admission path: every way a run enters (a start, `--continue`, a rollback, `resume`,
+`resume --retry`, a fleet step, a server submission, a server adoption, a `--server` resume) is
+admitted here, and only here.
+
+Admission is ONE journal transaction (`Journal.atomic()`) that
+
+1. evaluates the checks that read the journal: no other run of the host left a compose call
+   whose outcome is unknown (`refuse_unsettled`); a resumed run has not ended and is not
+   superseded by a later run that acted on its host (`refuse_stale_resume`, by the journal's
+   run sequence, never a clock); plus the door's own checks (the tier busy for a rollback, the
+   prerequisites of a rollout, the rollout a rollback undoes still the newest one...);
+2. creates the run (a start) or claims it (a resume);
+3. takes the host's lease (a lease of a process that is gone, journal/owner.py, is taken over);
+4. takes the tier's lease where the runbook has `capacity: fleet`: one run at a time among the
+   hosts of the tier, for as long as that run holds its host's lease;
+5. journals what the door adds (prerequisite overrides as approvals).
+
+All of it commits, or none of it: a check that passed cannot be acted on later by a run whose
+world changed in between (a stalled terminal, a second terminal, a server), because the check is
+evaluated again in the transaction that acts. Checks made before admission (reading the host:
+placement, dry runs of rollback targets, the peers' pools) are advisory only; what they found is
+judged again here against the journal, and the tier lease keeps another run of the tier out of
+the window between such a read and the admission.
+
+Admissions are serialised across processes (SQLite's write lock, a PostgreSQL advisory lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
+from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
+from orchestrator.util.user_errors import Refused, UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from orchestrator.language.runbook import Runbook
+    from orchestrator.service.runner import Session
+
+Check = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A run admitted: journaled (created or claimed), its host's lease (and its tier's) held."""
+
+    run: RunRecord
+    lease: Lease
+    #: the host lease this admission took over (its holder's process was gone, or it expired)
+    took_over: Lease | None = None
+    #: the tier this run holds (`capacity: fleet` runbooks), None otherwise
+    tier: str | None = None
+
+
+def tier_of(rb: "Runbook") -> str | None:
+    """The tier a run of `rb` holds while it runs: the runbook's hosts, when its capacity is the
+    fleet's (a run drains its host and the other hosts of the tier carry the domain)."""
+    return f"capacity:{rb.name}" if rb.capacity == "fleet" else None
+
+
+def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Check] = (),
+          create: dict[str, Any] | None = None, claim: str | None = None,
+          after: Callable[[RunRecord], None] | None = None) -> Admitted:
+    """The one admission transaction (module docstring). Exactly one of `create` (the keyword
+    arguments of `Journal.create_run`, host included) and `claim` (the id of a run to resume).
+    `checks` read the journal and raise `Refused`/`UserError`; `after(run)` journals what the
+    door adds. Raises `Refused` (exit 5) when anything is not admitted; nothing is written then."""
+    from orchestrator.service.runner import refuse_stale_resume, refuse_unsettled
+
+    if (create is None) == (claim is None):
+        raise ValueError("admit: give create or claim")
+    journal = session.journal
+    tier = tier_of(rb)
+    run: RunRecord | None = None
+    try:
+        with journal.atomic():
+            if claim is not None:
+                run = journal.get_run(claim)
+                if run.host != host:
+                    raise UserError(f"run {claim} is a run of {run.host}, not {host}")
+                if run.terminal:
+                    raise Refused(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "))
+                refuse_stale_resume(session, run)
+            refuse_unsettled(session, host, except_run=claim)
+            for check in checks:
+                check()
+            if create is not None:
+                run = journal.create_run(**create)
+            assert run is not None
+            lease, took_over = journal.acquire_lease(host, run.run_id, owner_text(), session.settings.lease_ttl,
+                                                     takeover_if=lambda held: holder_gone(held.owner))
+            if tier is not None:
+                journal.claim_tier(tier, host, run.run_id, takeover_if=lambda held: holder_gone(held.owner))
+            if after is not None:
+                after(run)
+            run = journal.get_run(run.run_id)
+    except LeaseHeld as exc:
+        if run is not None and exc.holder_run_id == run.run_id and claim is not None:
+            raise Refused(f"{host} is leased by run {run.run_id} until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: run "
+                          f"{run.run_id} is being run by {describe_owner(exc.owner)}; resume it only once that runner "
+                          f"is gone") from None
+        what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
+        raise Refused(f"{host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
+                      f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one run per host at a time; {what}. Wait, or "
+                      f"`orchestrate resume {exc.holder_run_id}` once it expires") from None
+    except TierHeld as exc:
+        what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
+        raise Refused(f"{exc.host} has run {exc.run_id} in flight ({describe_owner(exc.owner)}): one host of the "
+                      f"tier ({', '.join(rb.hosts)}) at a time, so {host} is not taken out of it now; {what}. "
+                      f"Let that run end, then try again") from None
+    return Admitted(run, lease, took_over, tier)
+
+
+# --------------------------------------------------------------------------- the doors' checks
+
+
+def same_newest_changing_rollout(session: "Session", host: str, expected: RunRecord | None) -> Check:
+    """A rollback undoes the rollout it read before its (slow) host reads: admitted only if that
+    is still the newest rollout of the host that changed anything."""
+    from orchestrator.service.runner import last_changing_rollout
+
+    def check() -> None:
+        now = last_changing_rollout(session, host)
+        if (now.run_id if now else None) != (expected.run_id if expected else None):
+            raise Refused(f"run {now.run_id if now else '?'} changed {host} while this rollback was being prepared "
+                          f"(it read run {expected.run_id if expected else 'none'}): nothing was started; look at "
+                          f"`orchestrate runs --host {host}` and run the rollback again")
+    return check
+
+
+def prerequisites_hold(session: "Session", rb: "Runbook", overrides: Iterable[str]) -> Check:
+    """A rollout of a runbook with prerequisites: each holds, or is overridden by name."""
+    from orchestrator.engine.fleet import refuse_unmet_prerequisites
+
+    names = list(overrides)
+    return lambda: refuse_unmet_prerequisites(rb, session.journal, names)
+
+
+def tier_not_busy(session: "Session", host: str, rb: "Runbook") -> Check:
+    from orchestrator.service.runner import refuse_tier_busy
+
+    from orchestrator.engine.leave_pool import refuse_tier_halted
+
+    def check() -> None:
+        refuse_tier_busy(session, host, rb)
+        refuse_tier_halted(session.journal, rb, host)  # a tier host HALTED outside the pool (journal)
+    return check
+
+
+def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> tuple[Admitted, "Runbook", Any]:
+    """`resume RUN` (CLI, server, adoption): the run admitted again, its recorded runbook (or
+    `rb`, the caller's checked copy of it) and table."""
+    from orchestrator.language.runbook import load_recorded_runbook
+    from orchestrator.service.runner import RUNBOOK_IDENTITY, table_for
+
+    run = session.journal.get_run(run_id)
+    if rb is None:
+        rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
+    table = table_for(run, rb)
+    admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
+    return admitted, rb, table
+
+
+__all__ = ["Admitted", "admit", "tier_of", "resume_run", "same_newest_changing_rollout", "prerequisites_hold",
+           "tier_not_busy"]

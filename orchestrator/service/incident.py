@@ -1,0 +1,94 @@
+"""An incident rollback from a machine that does not hold the rollout's journal.
+
+compose-manager remembers only its last two successful ups, and every up counts (a sidecar's, a
+relay's): after a whole rollout both name the new tag, so the previous tag and file cannot be
+read back from the host's success record. Two ways remain, both here:
+
+- the rollout's own journal: every rollout journals its before-state (the previous tag and file
+  of every service a rollback needs) at preflight, before anything changes. In team mode that
+  journal is the shared PostgreSQL database (ORCHESTRATOR_DATABASE_URL): any machine pointed at
+  it rolls back with no flags;
+- an explicit target: `orchestrate rollback HOST --to-tag T --to-file F`, with no journal at all.
+  The new file's tag (what the rollback stops) is read from compose-manager; the target is
+  dry-run-checked before anything is stopped, then the runbook's whole-host rollback runs in its
+  safe order with every guard (the stop guard included).
+
+Without either, the refusal names the journal this machine reads and the exact command, with a
+target read from compose-manager's history (the action log: every up ever accepted, in order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.language.runbook import Runbook
+
+if TYPE_CHECKING:
+    from orchestrator.service.runner import Session
+    from orchestrator.util.settings import Settings
+
+EXPLICIT = "the operator's explicit --to-tag/--to-file (no journaled rollout)"
+
+
+def journal_description(settings: "Settings") -> str:
+    """Which journal this machine reads, never quoting a database URL (it may hold a password)."""
+    if settings.database_url:
+        return "the shared PostgreSQL journal (ORCHESTRATOR_DATABASE_URL)"
+    return f"this machine's journal {settings.state_dir / 'journal.sqlite3'}"
+
+
+@dataclass(frozen=True)
+class HostHistory:
+    """What compose-manager says of the rollout's file on a host: the tag it was last deployed at
+    (None: never), and the newest up of another file before that file's first up at that tag
+    (the likely previous deploy: a suggestion to check, never applied without a dry run)."""
+
+    new_tag: str | None
+    suggested: tuple[str, str] | None
+    suggested_at: str | None
+
+
+def read_history(actions: list[Action], current: tuple[str, str] | None, rb: Runbook) -> HostHistory:
+    """From the action log (oldest first) and the last successful up (`current`: tag, file)."""
+    new_tag = current[0] if current is not None and current[1] == rb.file else None
+    if new_tag is None:
+        new_tag = next((a.tag for a in reversed(actions) if a.action == "compose_up" and a.file == rb.file and a.tag), None)
+    first_new = next((i for i, a in enumerate(actions)
+                      if a.action == "compose_up" and a.file == rb.file and a.tag == new_tag), len(actions))
+    known = set(rb.deploys)
+    before = [a for a in actions[:first_new] if a.action == "compose_up" and a.tag and a.file and a.file != rb.file]
+    pick = next((a for a in reversed(before) if not known or a.file in known), None)
+    return HostHistory(new_tag, (pick.tag, pick.file) if pick else None, pick.timestamp if pick else None)  # type: ignore[arg-type]
+
+
+async def host_history(session: "Session", host: str, rb: Runbook) -> HostHistory:
+    from orchestrator.service.runner import _compose_client
+
+    entry = session.inventory.host(host)
+    async with _compose_client(session, entry) as cm:
+        actions = list(await cm.action_log())
+        version = await cm.version()
+    cur = version.project(entry.project).current
+    return read_history(actions, (cur.tag, cur.file) if cur is not None and cur.tag and cur.file else None, rb)
+
+
+def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
+    tag, file = target if target is not None else ("TAG", "FILE")
+    return f"orchestrate rollback {host} --runbook {rb.name} --to-tag {tag} --to-file {file}"
+
+
+def no_journal_message(session: "Session", host: str, rb: Runbook, history: HostHistory, why: str) -> str:
+    """The refusal when neither a journaled rollout nor an explicit target is at hand (one line)."""
+    where = journal_description(session.settings)
+    if history.suggested is not None:
+        target = (f"compose-manager's action log shows {history.suggested[1]}@{history.suggested[0]} as the last other "
+                  f"file deployed before {rb.file}" + (f" (at {history.suggested_at})" if history.suggested_at else "")
+                  + "; check it, it is dry-run before anything stops")
+    else:
+        target = "compose-manager's action log shows no earlier deploy to suggest: take the tag and file from the rollout's change"
+    return (f"{why}; {where} holds no rollout of {host}. The rollout's journal holds its before-state (previous tag and "
+            f"file of every service): run this where that journal is (team mode: the same ORCHESTRATOR_DATABASE_URL as "
+            f"the server that ran it), or give the target explicitly: `{command(host, rb, history.suggested)}` "
+            f"({target})")

@@ -1,0 +1,92 @@
+"""Time, injected: the executor and the simulator never call the wall clock directly.
+
+`RealClock` is production. `ScaledClock(speed)` runs `speed` clock-seconds per real second, so
+the simulator and the orchestrator can agree that a 50-minute cold start takes five real seconds
+while every code path (timeouts, poll intervals, grace periods) stays the production one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float:
+        """Seconds on this clock since an arbitrary origin."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep `seconds` of this clock's time."""
+
+
+class RealClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class ScaledClock:
+    """`speed` clock-seconds pass per real second (speed 600: 50 minutes in 5 seconds)."""
+
+    def __init__(self, speed: float) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.speed = speed
+        self._origin = time.monotonic()
+
+    def monotonic(self) -> float:
+        return (time.monotonic() - self._origin) * self.speed
+
+    def real_seconds(self, seconds: float) -> float:
+        return seconds / self.speed
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+
+TIME_SCALE_VAR = "ORCHESTRATOR_TIME_SCALE"
+
+
+def _loopback(url: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def clock_for(urls: list[str], environ: dict[str, str] | None = None) -> "Clock":
+    """The clock a command runs on: `RealClock`, unless the test-only switch
+    `ORCHESTRATOR_TIME_SCALE` is set in the process environment (never read from `.env`) *and*
+    every system the command talks to is on loopback (the simulator). A production host is never
+    on loopback, so a scaled clock can never make a healthy engine "time out" on a real rollout.
+    """
+    import os
+
+    from orchestrator.util.user_errors import UserError
+
+    env = os.environ if environ is None else environ
+    raw = env.get(TIME_SCALE_VAR, "").strip()
+    if not raw:
+        return RealClock()
+    try:
+        speed = float(raw)
+    except ValueError:
+        raise UserError(f"{TIME_SCALE_VAR}={raw!r} is not a number (it is a test-only switch: unset it)") from None
+    if speed == 1.0:
+        return RealClock()
+    if not (0 < speed < 1e6):
+        raise UserError(f"{TIME_SCALE_VAR} must be a positive number (it is a test-only switch: unset it)")
+    remote = [u for u in urls if not _loopback(u)]
+    if remote:
+        raise UserError(f"{TIME_SCALE_VAR} is a test-only switch for the simulator on loopback, and this inventory names "
+                        f"{remote[0]}: unset {TIME_SCALE_VAR}")
+    return ScaledClock(speed)

@@ -1,0 +1,173 @@
+"""Configuration from the environment (prefix ORCHESTRATOR_) and an optional `.env` file.
+
+Tokens are `SecretStr`: they print as `**********` and only `.get_secret_value()` reveals them,
+which only the HTTP clients call.
+
+Where things live when nothing is set (XDG base directories, so that every working directory of
+one user shares one journal and two rollouts of one host from two shells meet the same lease):
+
+- state (the SQLite journal and the per-run logs): `$ORCHESTRATOR_STATE_DIR`, else
+  `$XDG_STATE_HOME/orchestrator`, else `~/.local/state/orchestrator`;
+- the host inventory, first found of: `--inventory`, `$ORCHESTRATOR_INVENTORY`,
+  `./config/hosts.yaml`, `$XDG_CONFIG_HOME/orchestrator/hosts.yaml` (else
+  `~/.config/orchestrator/hosts.yaml`). An explicit path that does not exist is an error, never
+  a reason to fall through to the next place.
+
+A bad value (`ORCHESTRATOR_POLL_INTERVAL=abc`, a `mysql://` database URL) is one line naming the
+variable (`load_settings`), and the acting commands check every token they will send before a
+run is created or a lease taken (`require_host_tokens`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.util.user_errors import UserError
+
+# where things live (pure, no pydantic: the read-only commands use them without these settings)
+from orchestrator.language.names import (  # noqa: E402,F401
+    LOCAL_INVENTORY,
+    InventoryChoice,
+    _xdg_dir,
+    choose_inventory,
+    default_state_dir,
+    is_placeholder_inventory,
+    placeholder_hosts,
+    user_inventory,
+)
+
+#: Backwards-compatible name: the first place searched after --inventory/$ORCHESTRATOR_INVENTORY.
+DEFAULT_INVENTORY = LOCAL_INVENTORY
+
+HOST_TOKENS = ("compose_manager_token", "dashboard_token", "model_proxy_token", "inference_token")
+JOURNAL_URL_PREFIXES = ("postgresql://", "postgres://", "sqlite:///")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ORCHESTRATOR_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    compose_manager_token: SecretStr = SecretStr("")
+    dashboard_token: SecretStr = SecretStr("")
+    model_proxy_token: SecretStr = SecretStr("")
+    inference_token: SecretStr = SecretStr("")
+    #: Optional GitHub token for the tag checks (unauthenticated: 60 requests an hour per IP).
+    github_token: SecretStr = SecretStr("")
+    #: GitHub REST API base URL (the simulator points it at loopback).
+    github_api_url: str = "https://api.github.com"
+
+    #: Explicit inventory (ORCHESTRATOR_INVENTORY or --inventory); None: searched (`inventory_choice`).
+    inventory: Path | None = None
+    state_dir: Path = Field(default_factory=default_state_dir)
+    #: Seconds between polls of docker/ps, logs and peers while a gate is waited on.
+    poll_interval: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    #: Seconds between the cheap log probes (`--tail 1`) an engine's cold-start gate sends between
+    #: two polls: a failure line is seen within this, not within a poll interval; 0 turns them off.
+    log_probe_interval: float = Field(default=1.75, ge=0, allow_inf_nan=False)
+    #: `postgresql://...` selects the shared PostgreSQL journal (team mode); empty: SQLite in state_dir.
+    database_url: str = ""
+    #: Lease time-to-live in seconds; the runner renews it every third of that.
+    lease_ttl: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    #: Team notifications (orchestrator/service/notify.py): a webhook called when a run waits for an
+    #: approval and when it ends. A secret (a Slack webhook URL is its own credential): redacted.
+    notify_url: SecretStr = SecretStr("")
+    #: `slack` ({"text": ...}, also Mattermost/Rocket.Chat/Teams-compatible) or `json` (the fields).
+    notify_format: Literal["slack", "json"] = "slack"
+    #: The URL people reach `orchestrate serve` at (e.g. https://orchestrate.internal:8443): the
+    #: notifications link to the run's page there. Empty: no link.
+    public_url: str = ""
+    # The clock is never a setting: ORCHESTRATOR_TIME_SCALE is a test-only switch read from the
+    # process environment, honoured only against a loopback simulator (orchestrator.util.clock.clock_for).
+
+    _inventory_source: str = PrivateAttr(default="ORCHESTRATOR_INVENTORY")
+
+    @field_validator("inventory", mode="before")
+    @classmethod
+    def _empty_inventory(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("database_url")
+    @classmethod
+    def _journal_url(cls, v: str) -> str:
+        v = v.strip()
+        if v and not v.startswith(JOURNAL_URL_PREFIXES):
+            scheme = v.split("://", 1)[0] + "://" if "://" in v else "a value without a scheme"
+            # the value itself may hold a password: only its scheme is named
+            raise ValueError(f"must be postgresql://... (team mode) or sqlite:///PATH, not {scheme}")
+        return v
+
+    def with_inventory(self, path: Path | None) -> Settings:
+        """These settings with `--inventory PATH` (None: unchanged)."""
+        if path is None:
+            return self
+        s = self.model_copy(update={"inventory": path})
+        s._inventory_source = "--inventory"
+        return s
+
+    def inventory_choice(self) -> InventoryChoice:
+        return choose_inventory(self.inventory, self._inventory_source)
+
+    def inventory_path(self) -> Path:
+        """The inventory to load, or a UserError naming every place searched."""
+        choice = self.inventory_choice()
+        if choice.path is None:
+            raise UserError(
+                "no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
+                + " or ".join(str(p) for p in choice.searched)
+            )
+        return choice.path
+
+    def journal_location(self) -> str:
+        return self.database_url or str(self.state_dir / "journal.sqlite3")
+
+    def tokens(self) -> list[str]:
+        """Every configured secret, for the redactor."""
+        return [
+            s.get_secret_value()
+            for s in (
+                self.compose_manager_token,
+                self.dashboard_token,
+                self.model_proxy_token,
+                self.inference_token,
+                self.github_token,
+                self.notify_url,
+            )
+            if s.get_secret_value()
+        ]
+
+    def missing_host_tokens(self) -> list[str]:
+        """The environment variables of the host tokens that are unset, empty or blank."""
+        return [f"ORCHESTRATOR_{name.upper()}" for name in HOST_TOKENS
+                if not getattr(self, name).get_secret_value().strip()]
+
+    def require_host_tokens(self, what: str) -> None:
+        """A command that acts on a host calls all four systems: refuse before any run or lease
+        exists when one of their tokens is missing (an empty token used to surface as a crash at
+        the first call, with the run unfinished and the host leased)."""
+        missing = self.missing_host_tokens()
+        if missing:
+            raise UserError(f"{what} needs {', '.join(missing)}: set {'it' if len(missing) == 1 else 'them'} "
+                            f"in the environment or .env (nothing was started)")
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line for the first invalid setting: the variable and what is wrong, never the value
+    (it may be a token or a database URL with a password)."""
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err.get("loc") else "?"
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"ORCHESTRATOR_{field.upper()} (environment or .env) is invalid: {msg}{more}; fix or unset it"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """`Settings(**overrides)`, with an invalid environment turned into one UserError line."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise UserError(describe_validation_error(exc)) from None
