@@ -92,7 +92,7 @@ def _root(
                             is_eager=True, callback=_version),
 ) -> None:
     if _drop_unclaimed_logs and ctx.invoked_subcommand not in _NO_CLIENTS:
-        from orchestrator.service.run_logs import ensure_configured
+        from orchestrator.engine.run_logs import ensure_configured
 
         ensure_configured()
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from orchestrator.language.names import DEFAULT_RUNBOOK
+from orchestrator.util.names import DEFAULT_RUNBOOK
 
 
 def flag(name: str, help: str) -> Any:

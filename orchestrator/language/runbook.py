@@ -44,7 +44,7 @@ def _shipped_runbooks() -> Path:
 
 
 RUNBOOK_DIR = _shipped_runbooks()
-from orchestrator.language.names import DEFAULT_RUNBOOK  # noqa: E402,F401 - defined where the CLI reads it without pydantic
+from orchestrator.util.names import DEFAULT_RUNBOOK  # noqa: E402,F401 - defined where the CLI reads it without pydantic
 
 #: `services: selected` means "the services the previous dry run found on an older definition".
 SELECTED = "selected"

@@ -30,7 +30,7 @@ from orchestrator.service.notify import FLUSH_S, Notifier, NotifyProgress
 from orchestrator.engine.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.service.startup import open_journal_for
 from orchestrator.hosts.redaction import Redactor
-from orchestrator.service.run_logs import ROUTER, open_run_log
+from orchestrator.engine.run_logs import ROUTER, open_run_log
 from orchestrator.language.runbook import Runbook, identity_of, load_recorded_runbook, load_runbook
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError

@@ -121,7 +121,7 @@ class ReadSettings:
         return ReadSettings(self.values, path, self.state_dir, self.database_url, "--inventory")
 
     def inventory_choice(self) -> Any:
-        from orchestrator.language.names import choose_inventory
+        from orchestrator.util.names import choose_inventory
 
         return choose_inventory(self.inventory, self._inventory_source)
 
@@ -142,7 +142,7 @@ class ReadSettings:
 
 
 def _default_state_dir() -> Path:
-    from orchestrator.language.names import default_state_dir
+    from orchestrator.util.names import default_state_dir
 
     return default_state_dir()
 
@@ -153,7 +153,7 @@ def _plain_environment() -> dict[str, str] | None:
     refuse, a name given twice)."""
     if os.path.exists(".env"):
         return None
-    from orchestrator.language.names import LOCAL_INVENTORY  # noqa: F401 - (names: no pydantic)
+    from orchestrator.util.names import LOCAL_INVENTORY  # noqa: F401 - (names: no pydantic)
 
     known = {*_SECRETS, *_TEXTS, *_FLOATS, "notify_format", "inventory", "state_dir", "database_url"}
     out: dict[str, str] = {}

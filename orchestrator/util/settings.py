@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from orchestrator.util.user_errors import UserError
 
 # where things live (pure, no pydantic: the read-only commands use them without these settings)
-from orchestrator.language.names import (  # noqa: E402,F401
+from orchestrator.util.names import (  # noqa: E402,F401
     LOCAL_INVENTORY,
     InventoryChoice,
     _xdg_dir,

@@ -26,7 +26,7 @@ HEAVY_FOR_HELP = [
     "starlette", "uvicorn",
     "orchestrator.language.runbook", "orchestrator.util.settings", "orchestrator.journal", "orchestrator.engine.steps",
     "orchestrator.service.runner", "orchestrator.engine.executor", "orchestrator.hosts.clients", "orchestrator.server.app",
-    "orchestrator.service.run_logs", "orchestrator.previews.plan", "orchestrator.language.machine",
+    "orchestrator.engine.run_logs", "orchestrator.previews.plan", "orchestrator.language.machine",
 ]
 # What the read-only commands must not import: pydantic-settings (and the asyncio it loads) nor
 # typer's pydantic coercion of parameters (orchestrator/cli/params.py), nor the service's run path
@@ -130,4 +130,4 @@ def test_a_command_that_reaches_hosts_still_drops_unclaimed_log_events(tmp_path)
     rc, loaded = _loaded(["rollback", "gpu02", "--replica", "r3"], tmp_path,
                          ORCHESTRATOR_COMPOSE_MANAGER_TOKEN="x", ORCHESTRATOR_DASHBOARD_TOKEN="y")
     assert rc == 2
-    assert "orchestrator.service.run_logs" in loaded
+    assert "orchestrator.engine.run_logs" in loaded

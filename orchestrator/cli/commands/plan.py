@@ -10,7 +10,7 @@ import typer
 
 from orchestrator.cli.options import InventoryOpt, command_app, read_settings, settings as load_settings
 from orchestrator.util.exit_codes import ExitCode
-from orchestrator.language.names import DEFAULT_RUNBOOK
+from orchestrator.util.names import DEFAULT_RUNBOOK
 from orchestrator.util.user_errors import UserError
 
 app = command_app()
@@ -115,7 +115,7 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     from orchestrator.cli.render import err
     from orchestrator.previews.compose_check import check_against_compose_file
     from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
-    from orchestrator.service.run_logs import ensure_configured
+    from orchestrator.engine.run_logs import ensure_configured
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.runner import Session
 

@@ -20,7 +20,7 @@ from orchestrator.cli.options import (
     flag,
     remote,
 )
-from orchestrator.language.names import DEFAULT_RUNBOOK
+from orchestrator.util.names import DEFAULT_RUNBOOK
 from orchestrator.util.user_errors import UserError
 
 app = command_app()

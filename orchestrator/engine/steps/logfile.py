@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 def save_log(rt: "Runtime", service: str, lines: list[str]) -> Any:
     """Write a captured service log (already scrubbed) to `<state>/logs/<run_id>/<service>.log`
     (capture's `to_file`); the path, or a note that the run log is not open here."""
-    from orchestrator.service.run_logs import ROUTER
+    from orchestrator.engine.run_logs import ROUTER
 
     where = ROUTER.directory(rt.run.run_id)
     if where is None:
