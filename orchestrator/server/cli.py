@@ -1,6 +1,6 @@
 """`orchestrate serve` and `orchestrate serve token add`: the server side of the command line.
 
-Imported by orchestrator/cli.py at start-up, so it imports nothing heavy at module level
+Imported by the CLI (orchestrator/cli/) at start-up, so it imports nothing heavy at module level
 (starlette and uvicorn load only when a server starts).
 """
 
