@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.outcome import Outcome
 
-#: What the journaled final message appends (executor/runtime.py `host_now`).
+#: What the journaled final message appends (executor/runtime_serving.py `host_now`).
 HOST_NOW = "host now: "
 #: Where the run keeps the options it was started with (RunContext.extra: carried unchanged).
 OPTIONS_KEY = "cli_options"

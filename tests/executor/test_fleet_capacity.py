@@ -3,12 +3,12 @@ drain, and the capacity guard (`presence: {hosts: others}`) asks the peers about
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):
-- runtime.py:Runtime.stop_guard, the `if self.rb.capacity == "fleet"` block removed -> the
+- runtime_guards.py:RuntimeGuards.stop_guard, the `if self.rb.capacity == "fleet"` block removed -> the
   host rule judges: test_fleet_down_once_drained_is_sent_though_no_other_replica_serves fails
   (HALT: no other replica serves);
 - same block, `if not listed: continue` made unconditional -> test_fleet_down_while_still_listed
   _halts_and_sends_nothing and test_fleet_down_when_a_peer_cannot_be_asked_halts fail;
-- runtime.py:Runtime._still_listed, the `except ClientError` branch made to `continue` ->
+- runtime_guards.py:RuntimeGuards._still_listed, the `except ClientError` branch made to `continue` ->
   test_fleet_down_when_a_peer_cannot_be_asked_halts fails;
 - steps/language.py:Presence.run, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
   _host_the_inventory_does_not_know fails (a KeyError, not a named refusal);
@@ -106,7 +106,7 @@ async def test_capacity_guard_fails_for_a_host_the_inventory_does_not_know():
 
 async def test_fleet_drain_is_judged_on_any_port_of_the_host():
     """The registrar registers HOST_IP:8000 while the inventory may name another port: a host
-    listed on any port is not drained (runtime.py:Runtime._still_listed asks with the bare host;
+    listed on any port is not drained (runtime_guards.py:RuntimeGuards._still_listed asks with the bare host;
     with the inventory's `ip:port` this test fails: the down is sent)."""
     host = "10.0.0.2"  # fakes.ENTRY.model_proxy_address is 10.0.0.2:8000
     rig = at_stop_old(lambda addr, domain: (addr == host and domain == RB.domains.long, True))

@@ -1,11 +1,11 @@
 """Foreign-change detection and scoped dry runs in the executor (issue 21, cases 12 and 13).
 
 Mutation list (each guard deleted in the source, the test seen failing, the source restored):
-- runtime.py Runtime.mutate: `if foreign: raise ForeignChange(foreign)` removed ->
+- runtime_compose.py RuntimeCompose.mutate: `if foreign: raise ForeignChange(foreign)` removed ->
   test_a_call_someone_else_made_halts_before_the_next_mutating_call (the down is sent).
-- runtime.py Runtime.dry_run: the `if foreign:` branch removed ->
+- runtime_compose.py RuntimeCompose.dry_run: the `if foreign:` branch removed ->
   test_a_dry_run_change_beside_a_foreign_entry_names_it_and_does_not_blame_compose (14029 blamed).
-- runtime.py Runtime.validate_previous_targets: `engines=set(self.rb.engines())` dropped ->
+- runtime_preflight.py RuntimePreflight.validate_previous_targets: `engines=set(self.rb.engines())` dropped ->
   test_the_before_state_target_check_never_names_a_running_engine.
 - placement.py: the shared-only dry run replaced by 77b15ae's (every running new-file service) ->
   test_placement_names_no_engine_in_any_state.

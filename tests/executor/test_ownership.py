@@ -8,15 +8,15 @@ restored):
           steps/compose.py:Down.run, `await rt.record_ownership(..., up=False)` deleted -> that
           test, test_a_rollback_stops_the_engine_its_run_created and
           test_a_resumed_narrowed_down_waits_only_for_what_it_sent fail (no stopped IDs).
-- owner   runtime.py:Runtime.not_owned, `_, others = owned_split(...)` -> `others = []` ->
+- owner   runtime_guards.py:RuntimeGuards.not_owned, `_, others = owned_split(...)` -> `others = []` ->
           test_a_rollback_never_stops_a_namesake_it_did_not_create fails (the old r1 is stopped).
-- scope   runtime.py:Runtime.not_owned, the `node.section not in ROLLBACK_SECTIONS` return removed ->
+- scope   runtime_guards.py:RuntimeGuards.not_owned, the `node.section not in ROLLBACK_SECTIONS` return removed ->
           test_a_forward_stop_of_the_old_engine_is_not_held_to_ownership fails (r2.stop-old refused);
           its `self.table.kind != "rollout"` exemption removed ->
           test_an_operators_rollback_run_stops_the_rolled_out_engine_it_did_not_create and
           tests/e2e/test_cli_e2e.py::test_whole_host_rollback_after_done_restores_both_r2_first fail (an operator's
           `orchestrate rollback` run owns nothing, yet must stop the rolled-out engines).
-- engine  runtime.py:Runtime.not_owned, `self.rb.replica_of(...) and` dropped ->
+- engine  runtime_guards.py:RuntimeGuards.not_owned, `self.rb.replica_of(...) and` dropped ->
           test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_message fails
           (a previous relay left running would be reported as if it were an engine).
 - message loop.py:Executor._final_message, the `if self.ctx.not_stopped:` branch disabled ->
