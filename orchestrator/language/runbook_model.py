@@ -1,0 +1,351 @@
+"""The runbook document itself: `Runbook` (its top-level keys), the blocks it holds (`Budget`,
+`Timeouts`, `LogGates`, `HostState`, `Domains`), the rules that need the whole runbook (a remedy's
+marker in `log_markers`, a budget check with a `budget:` block, force_recreate never on an engine,
+each external or analysis gate checked against the replicas...) and the queries the rest of the
+code asks of a loaded runbook (its engines, phases, step lists, `previous:` references).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.analysis.quiet_spec import check_quiet as _check_quiet
+from orchestrator.analysis.spec import check_against_runbook as _check_analysis
+from orchestrator.analysis.watch_spec import check_watch as _check_watch
+from orchestrator.language.gate_specs import check_against_runbook as _check_gate
+from orchestrator.language.step_specs import Prerequisite, _seconds, _Strict
+from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, check_sequence as _check_sequence
+from orchestrator.util.user_errors import UserError
+
+
+class Budget(_Strict):
+    variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    default: str
+    allowed: list[str] = Field(min_length=1)
+    replicas: int = Field(gt=0)
+    ranks_per_replica: int = Field(gt=0)
+    reserve: str
+    min_page_cache: str = "0"
+    engines: list[str] = Field(min_length=1)
+
+
+class Timeouts(_Strict):
+    cold_start: float
+    stop_grace: float
+    gone: float
+    relay: float
+    discovery: float
+
+    _d = field_validator("*", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+
+class LogGates(_Strict):
+    ranks: int = Field(gt=0)
+    required_per_rank: list[str]
+    required: list[str]
+    forbidden: list[str]
+    #: The line every start of an engine logs first. Seen again after it started (or after its
+    #: ready line), it means the engine restarted inside its container: a cold start that saw it
+    #: fails, and an engine that logged it after its ready line is not serving.
+    startup: str = "server_args=ServerArgs("
+
+
+#: What a service runs in a declared host state: `absent` (not in docker/ps), `new` (running, and
+#: the new file's dry run at the tag plans nothing for it), `previous` (running, and that dry run
+#: would recreate it), `running` (running, either definition).
+ServiceState = Literal["absent", "new", "previous", "running"]
+
+
+class HostState(_Strict):
+    """A state of the host the runbook recognises, and where a rollout continues from it."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    say: str = Field(min_length=1)
+    services: dict[str, ServiceState] = Field(min_length=1)
+    #: `start`: run from the beginning; `done`: nothing to do; a phase name: continue there, only
+    #: with the operator's explicit `--continue`.
+    action: str
+
+
+class Domains(BaseModel):
+    """Domain roles -> model-proxy domains. `long` and `base` are the two tiers every shipped gate
+    knows (gpu02's verify and before-state name them); a runbook may name more roles for its
+    `presence:` gates (e.g. `canary: ...`), each a domain of its own."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    long: str
+    base: str
+
+    def roles(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.model_dump().items()}
+
+    def of(self, role: str) -> str:
+        return self.roles()[role]
+
+
+class Runbook(_Strict):
+    name: str
+    title: str
+    hosts: list[str] = Field(min_length=1)
+    file: str
+    #: Other compose files this runbook deploys (the previous files its rollbacks go back to, as
+    #: of writing): with `file`, how a CI job finds the runbooks a changed file affects
+    #: (`orchestrator.previews.ci_preview.runbooks_affected_by`) without reading code.
+    deploys: list[str] = Field(default_factory=list)
+    model: str
+    #: Hugging Face repos (`org/name`) the new file's engines load: `plan --live` asks the host's
+    #: model cache whether it holds them (missing weights mean a download before the cold start).
+    weights: list[str] = Field(default_factory=list)
+    #: replica -> the GPU indexes its engine holds. With compose-manager's `GET /host/gpu`, an
+    #: engine's down is sent only while no other engine holds those GPUs, and its gate passes only
+    #: once no engine does (the new engine must find them free). Monitoring containers that see
+    #: every GPU (the DCGM exporter) are not engines and do not count.
+    replica_gpus: dict[str, list[int]] = Field(default_factory=dict)
+    domains: Domains
+    #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
+    #: `logs: {budget: true}` need it.
+    budget: Budget | None = None
+    timeouts: Timeouts
+    log_gates: LogGates
+    preflight: list[Step]
+    phases: list[Phase] = Field(min_length=1)
+    full_rollback: list[Phase] = Field(default_factory=list)
+    #: service -> why it is safe that a rollback leaves it on the new file (a forward step such as
+    #: the reconcile recreated it; the rollback does not undo that). A rollback's last line names
+    #: every service still on the new file with this reason, or says that the runbook gives none.
+    rollback_keeps: dict[str, str] = Field(default_factory=dict)
+    #: replica -> the engine services that can serve as it (every definition, old and new). An
+    #: engine is stopped only while it does not serve or another replica serves.
+    replicas: dict[str, list[str]] = Field(default_factory=dict)
+    #: The orchestrator's own tag check (compose-manager's is off in production): the tag is merged
+    #: to main in the compose-files repository and its commit at least this old.
+    min_tag_age: float = 48 * 3600.0
+    #: The host states the runbook recognises (before / part-way / at target), checked in order.
+    host_states: list[HostState] = Field(default_factory=list)
+    #: Per-replica values (telemetry the new file declares for each replica): replica -> key -> value.
+    #: A labels gate checks the keys it names against its replica's values here.
+    replica_values: dict[str, dict[str, str]] = Field(default_factory=dict)
+    #: Named log markers for `markers:` gates. null = the exact line is not known (say so in a
+    #: comment); the gate then reports the marker as not checked instead of inventing a string.
+    log_markers: dict[str, str | None] = Field(default_factory=dict)
+    #: Other hosts' runs that must be DONE and soaked first (`check: prerequisites`, fleet runs).
+    prerequisites: list[Prerequisite] = Field(default_factory=list)
+    #: Who carries the traffic while an engine is stopped. `host` (gpu02): another replica of the
+    #: same host must serve (the stop guard). `fleet` (the base tier, whose host moves as a whole):
+    #: the run's host must first be withdrawn from every domain on every model-proxy peer (the
+    #: drain); the other hosts of `hosts:` carry the domain, which a `presence: {hosts: others}`
+    #: gate confirms before the drain.
+    capacity: Literal["host", "fleet"] = "host"
+
+    _age = field_validator("min_tag_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+    @field_validator("file")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if not v or v.startswith("/") or ".." in Path(v).parts:
+            raise ValueError("file must be a relative path inside the compose-files repository")
+        return v
+
+    @field_validator("deploys")
+    @classmethod
+    def _relative_all(cls, v: list[str]) -> list[str]:
+        for f in v:
+            if not f or f.startswith("/") or ".." in Path(f).parts:
+                raise ValueError(f"deploys: {f!r} must be a relative path inside the compose-files repository")
+        return v
+
+    @model_validator(mode="after")
+    def _rules(self) -> "Runbook":
+        for p in self.preflight:
+            if p.mutating:
+                raise ValueError(f"preflight step {p.id!r} must not mutate (no down/up in preflight)")
+        _check_sequence("preflight", self.preflight, allow_mutation=False)
+        names = set()
+        for ph in self.phases:
+            if ph.name in names:
+                raise ValueError(f"phase {ph.name!r} is defined twice")
+            names.add(ph.name)
+            _check_sequence(f"phases.{ph.name}", ph.steps)
+            if ph.rollback is not None:
+                _check_sequence(f"phases.{ph.name}.rollback", ph.rollback.steps)
+                if ph.rollback.ends in ("halted", "aborted") and not ph.rollback.message:
+                    raise ValueError(f"phases.{ph.name}.rollback: ends: {ph.rollback.ends} needs a message for the operator")
+                if ph.rollback.ends == "aborted" and ph.rollback.steps:
+                    raise ValueError(f"phases.{ph.name}.rollback: ends: aborted means nothing to undo: it takes no steps "
+                                     f"(use ends: rolled_back)")
+        for i, ph in enumerate(self.phases):
+            if ph.retry_from is not None and ph.retry_from not in [p.name for p in self.phases[:i]]:
+                raise ValueError(f"phases.{ph.name}.retry_from: {ph.retry_from!r} is not an earlier phase "
+                                 f"({', '.join(p.name for p in self.phases[:i]) or 'none'})")
+        for ph in self.full_rollback:
+            _check_sequence(f"full_rollback.{ph.name}", ph.steps)
+        forward = {f"phases.{ph.name}" for ph in self.phases}
+        for i, hs in enumerate(self.host_states):
+            if hs.action not in ("start", "done") and hs.action not in names:
+                raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
+        for lists_where, steps in self._named_step_lists():
+            for i, st in enumerate(steps):
+                here = f"{lists_where}.steps[{i}] ({st.id})"
+                if st.remedy is not None:
+                    self._check_remedy(here, st, forward=lists_where in forward)
+                if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
+                    raise ValueError(f"{here}: a budget check needs the runbook's budget: block")
+                if st.check == "prerequisites" and not self.prerequisites:
+                    raise ValueError(f"{here}: check: prerequisites needs a prerequisites: list")
+                if st.markers is not None:
+                    for name in [*st.markers.require, *st.markers.forbid]:
+                        if name not in self.log_markers:
+                            raise ValueError(f"{here}: marker {name!r} is not in log_markers")
+                if st.presence is not None:
+                    if st.presence.hosts == "others" and len(self.hosts) < 2:
+                        raise ValueError(f"{here}: presence hosts: others needs at least two hosts: in the runbook")
+                    for role in [*st.presence.listed, *st.presence.absent]:
+                        if role not in self.domains.roles():
+                            raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
+                if st.analysis is not None:
+                    _check_analysis(here, st.analysis, self.replicas, self.replica_gpus)
+                if st.quiet is not None:
+                    _check_quiet(here, st.quiet, self.replicas)
+                if st.watch is not None:
+                    _check_watch(here, st.kind, st.watch, self.replicas)
+                if st.kind in EXTERNAL_KINDS:
+                    _check_gate(here, st.kind, getattr(st, st.kind), self.replicas, self.hosts, self.replica_values)
+                if st.labels is not None:
+                    vals = self.replica_values.get(st.labels.replica)
+                    if vals is None:
+                        raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): labels.replica {st.labels.replica!r} has no replica_values entry")
+                    for key in [*st.labels.log_tags, *st.labels.otel_labels, *st.labels.metric_labels]:
+                        if key not in vals:
+                            raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): replica_values.{st.labels.replica} has no {key!r}")
+        for lists_where, steps in self._named_step_lists():
+            for i, st in enumerate(steps):
+                self._check_force_recreate(f"{lists_where}.steps[{i}] ({st.id})", st)
+        for svc in self.rollback_keeps:
+            if svc in self.engines():
+                raise ValueError(f"rollback_keeps.{svc}: an engine never stays on the new file after a rollback")
+        seen_engines: set[str] = set()
+        for replica, engines in self.replicas.items():
+            if not engines:
+                raise ValueError(f"replicas.{replica}: list the engine services of this replica")
+            if seen_engines & set(engines):
+                raise ValueError(f"replicas.{replica}: a service belongs to one replica only")
+            seen_engines |= set(engines)
+        return self
+
+    def _check_force_recreate(self, here: str, st: Step) -> None:
+        """force_recreate only on a dry run / up naming no engine: a forced recreate of an engine
+        would stop a serving replica that no dry run said needed it."""
+        if st.down is not None and st.down.force_recreate:
+            raise ValueError(f"{here}.down.force_recreate: a down recreates nothing (remove it)")
+        for kind, spec in (("dry_run", st.dry_run), ("up", st.up)):
+            if spec is None or not spec.force_recreate:
+                continue
+            engines = [s for s in spec.services if s in self.engines() or (self.budget and s in self.budget.engines)]
+            if engines:
+                raise ValueError(f"{here}.{kind}.force_recreate: never on an engine ({', '.join(engines)}): it is only for "
+                                 f"services whose only change is inline configs content (docker/compose#11900)")
+            if st.plan is not None and st.plan.tag_only:
+                raise ValueError(f"{here}.{kind}.force_recreate: a preflight tag check recreates nothing (remove it)")
+
+    def _check_remedy(self, here: str, st: Step, *, forward: bool) -> None:
+        """The rules of `Remedy` (its docstring gives the reasons), naming the field."""
+        rem = st.remedy
+        assert rem is not None
+        where = f"{here}.remedy"
+        if not forward:
+            raise ValueError(f"{where}: a remedy belongs to a gate of a forward phase (a failure in preflight aborts, "
+                             f"one in a rollback halts)")
+        if st.logs is None:
+            raise ValueError(f"{where}: only a logs: gate takes a remedy (it is the gate that fails on a log marker)")
+        if rem.marker not in self.log_markers:
+            raise ValueError(f"{where}.marker: {rem.marker!r} is not in log_markers")
+        text = self.log_markers[rem.marker]
+        if text is None:
+            raise ValueError(f"{where}.marker: log_markers.{rem.marker} is null (its text is unknown), so this remedy "
+                             f"could never be taken; set the marker's text or remove the remedy")
+        if not any(bad in text for bad in self.log_gates.forbidden):
+            raise ValueError(f"{where}.marker: the text of {rem.marker!r} ({text!r}) contains none of log_gates.forbidden, "
+                             f"so the gate never fails on it and the remedy could never be taken")
+        for j, rs in enumerate(rem.steps):
+            if rs.remedy is not None:
+                raise ValueError(f"{where}.steps[{j}] ({rs.id}): a remedy step has no remedy of its own (a failure in a "
+                                 f"remedy takes the phase's rollback)")
+            if rs.check is not None:
+                raise ValueError(f"{where}.steps[{j}] ({rs.id}): check: is a preflight step, not a remedy step")
+        _check_sequence(where, rem.steps)
+
+    # -- queries the rest of the code asks -------------------------------------------------
+    def phase(self, name: str) -> Phase:
+        for ph in self.phases + self.full_rollback:
+            if ph.name == name:
+                return ph
+        raise KeyError(name)
+
+    def oneshot_services(self) -> set[str]:
+        """Services a `oneshot:` gate waits for (they exit when done; docker/ps no longer lists them)."""
+        return {st.oneshot.service for steps in self.step_lists() for st in steps if st.oneshot is not None}
+
+    def replica_of(self, service: str) -> str | None:
+        for replica, engines in self.replicas.items():
+            if service in engines:
+                return replica
+        return None
+
+    def engines(self) -> list[str]:
+        return [e for engines in self.replicas.values() for e in engines]
+
+    def rollback_replicas(self, which: str, option: str = "--replica") -> list[str]:
+        """`all` -> every replica in the whole-host rollback's safe order; else that one replica."""
+        order = [ph.replica for ph in self.full_rollback if ph.replica]
+        if which == "all":
+            return order
+        if which not in order:
+            raise UserError(f"{option} {which!r} is not one of {', '.join(order + ['all'])}")
+        return [which]
+
+    def phase_names(self) -> list[str]:
+        return [ph.name for ph in self.phases]
+
+    def previous_refs(self) -> list[str]:
+        """Services whose previous deploy must be read from the action log during preflight."""
+        seen: list[str] = []
+        for steps in self.step_lists():
+            for s in steps:
+                c = s.compose
+                if c is not None and c.file.startswith("previous:"):
+                    svc = c.file.split(":", 1)[1]
+                    if svc not in seen:
+                        seen.append(svc)
+        return seen
+
+    def _named_step_lists(self) -> list[tuple[str, list[Step]]]:
+        out = [("preflight", self.preflight)]
+        for ph in self.phases:
+            out.append((f"phases.{ph.name}", ph.steps))
+            if ph.rollback:
+                out.append((f"phases.{ph.name}.rollback", ph.rollback.steps))
+        out += [(f"full_rollback.{ph.name}", ph.steps) for ph in self.full_rollback]
+        return out + [(f"{where}.steps[{i}] ({st.id}).remedy", st.remedy.steps)
+                      for where, steps in out for i, st in enumerate(steps) if st.remedy is not None]
+
+    def previous_ref_of(self) -> dict[str, str]:
+        """service -> the `<ref>` of the first `previous:<ref>` request that names it (the base
+        tier's FP8 r2 is stopped with `previous:model-sg-glm53-fp8-tp4-r1`): which previous deploy
+        tells the file its logs are read through."""
+        out: dict[str, str] = {}
+        for steps in self.step_lists():
+            for st in steps:
+                c = st.compose
+                if c is not None and c.file.startswith("previous:") and isinstance(c.services, list):
+                    for svc in c.services:
+                        out.setdefault(svc, c.file.split(":", 1)[1])
+        return out
+
+    def step_lists(self) -> list[list[Step]]:
+        """Every list of steps: preflight, each phase and its rollback, the whole-host rollback, and
+        every gate's remedy (its requests count as the runbook's: `previous:` refs, one-shots)."""
+        return [steps for _, steps in self._named_step_lists()]

@@ -1,0 +1,193 @@
+"""A runbook's steps and the lists they form: `Step` (does one thing or waits on one gate), a logs
+gate's `Remedy`, a phase's `Rollback`, a `Phase`, and the rules of one list of steps
+(`check_sequence`: unique ids, an up preceded by a dry run of the same request, `services: selected`
+after a dry run that selects, a one-shot after the up that starts it).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from orchestrator.analysis.quiet_spec import QuietSpec
+from orchestrator.analysis.spec import AnalysisSpec
+from orchestrator.analysis.watch_spec import WatchSpec
+from orchestrator.language.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ImageSpec, ManualSpec, ProxyPoolSpec,
+                                              PullRequestSpec)
+from orchestrator.language.step_specs import (SELECTED, CacheSpec, CaptureSpec, ComposeSpec, DryRunExpectation, LabelsSpec,
+                                              LogsSpec, MarkersSpec, MetricsSpec, OneShotSpec, PresenceSpec, RelaySpec,
+                                              SoakSpec, VerifySpec, _Strict)
+
+
+STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
+              "markers", "presence", "capture", "cache", "analysis", "quiet",
+              "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
+#: issue 23's gates outside the engines (orchestrator/language/gate_specs.py)
+EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
+#: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
+#: that no stop guard, readiness or routing decision reads.
+OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
+                    "http_json", "attestation", "image")
+StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
+                   "markers", "presence", "capture", "cache", "analysis", "quiet",
+                   "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image"]
+
+
+class Step(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    say: str = Field(min_length=1)
+    check: Literal["env_map", "budget", "host_state", "before_state", "rollback_targets", "tag_age", "prerequisites",
+                   "model_cache"] | None = None
+    down: ComposeSpec | None = None
+    dry_run: ComposeSpec | None = None
+    up: ComposeSpec | None = None
+    logs: LogsSpec | None = None
+    relay: RelaySpec | None = None
+    verify: VerifySpec | None = None
+    soak: SoakSpec | None = None
+    metrics: MetricsSpec | None = None
+    labels: LabelsSpec | None = None
+    oneshot: OneShotSpec | None = None
+    markers: MarkersSpec | None = None
+    presence: PresenceSpec | None = None
+    capture: CaptureSpec | None = None
+    cache: CacheSpec | None = None
+    #: issue 23: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
+    analysis: AnalysisSpec | None = None
+    #: issue 23: gates outside the engines (orchestrator/language/gate_specs.py)
+    env: EnvSpec | None = None
+    manual: ManualSpec | None = None
+    proxy_pool: ProxyPoolSpec | None = None
+    pull_request: PullRequestSpec | None = None
+    http_json: HttpJsonSpec | None = None
+    attestation: AttestationSpec | None = None
+    image: ImageSpec | None = None
+    #: issue 23: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
+    watch: WatchSpec | None = None
+    #: issue 23: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
+    quiet: QuietSpec | None = None
+    plan: DryRunExpectation | None = None
+    #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
+    #: line carrying a named log marker (see `Remedy`).
+    remedy: "Remedy | None" = None
+    #: An observe-only gate (a new check trialled in production): its pass or failure is journaled
+    #: and notified, and the run goes on either way. Only on gates that read evidence and are not
+    #: what a stop or the capacity promise rests on (OBSERVABLE_KINDS).
+    observe: bool = False
+
+    @model_validator(mode="after")
+    def _one_thing(self) -> "Step":
+        kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"step {self.id!r} must do exactly one of {'/'.join(STEP_KINDS)}, not {kinds or 'none'}")
+        if self.observe and (kinds[0] not in OBSERVABLE_KINDS or self.remedy is not None):
+            raise ValueError(f"step {self.id!r}: observe: true is for evidence gates ({', '.join(OBSERVABLE_KINDS)}) "
+                             f"without a remedy, not a {kinds[0]} step: a run must never go on past a failed "
+                             f"stop, start, readiness, soak or routing check")
+        if self.dry_run is not None and self.plan is None:
+            raise ValueError(f"step {self.id!r}: a dry_run needs a plan: gate")
+        if self.plan is not None and self.dry_run is None:
+            raise ValueError(f"step {self.id!r}: plan: belongs to a dry_run step")
+        return self
+
+    @property
+    def kind(self) -> StepKind:
+        for k in STEP_KINDS:
+            if getattr(self, k) is not None:
+                return k  # type: ignore[return-value]
+        raise AssertionError("validated above")
+
+    @property
+    def compose(self) -> ComposeSpec | None:
+        return self.down or self.dry_run or self.up
+
+    @property
+    def mutating(self) -> bool:
+        return self.kind in ("down", "up")
+
+
+class Remedy(_Strict):
+    """A known fault's own way out, taken instead of the phase's rollback.
+
+    On a `logs:` (cold-start) gate: when the gate fails on a forbidden line that carries the text
+    of log marker `marker` (a name in the runbook's `log_markers:`), the gate sends REMEDY instead
+    of FAIL, the remedy's `steps` run, and the run goes back to the gate, which reads the engine's
+    log afresh (from its new container's start). Rules, and why:
+
+    - Back to the gate, not past it: the gate's own `ok` stays the one record that the engine
+      passed its cold start (the journal, `rollout --continue`, `status` read it), and a second
+      marker line after the remedy is judged by the same gate and the same cap.
+    - `max` (default 1) lives in the compiled table (`Table.remedy_caps`): once the remedy was taken
+      that many times in this run, the marker fails the gate as before (-> the phase's rollback).
+    - Any failure or abort inside the remedy takes the phase's rollback; a halt halts. A remedy's
+      steps are checked like any other list (an up needs a dry run of the same request before it
+      in the remedy, no empty services, no force_recreate) and run with every executor rule (stop
+      guard, dry run before up, journaled effects, resume at any of its states).
+    - Only a forward phase's `logs:` gate takes one (a rollback's failure halts; no other gate
+      fails on a log marker); a remedy step has no remedy of its own and no preflight `check:`.
+    - A marker left null (its text unknown) could never trigger: the loader refuses it, as it
+      refuses a marker whose text contains none of `log_gates.forbidden` (the gate would never fail
+      on it). The key is `marker:`, not `on:` (YAML 1.1 reads a bare `on` as true).
+    """
+
+    marker: str = Field(min_length=1)
+    max: int = Field(default=1, ge=1, le=5)
+    steps: list["Step"] = Field(min_length=1)
+
+
+class Rollback(_Strict):
+    steps: list[Step] = Field(default_factory=list)
+    #: rolled_back: the steps undid the phase. halted: a human must act (message required).
+    #: aborted: the phase changed nothing that needs undoing (no steps allowed; message
+    #: required): the run ends ABORTED, exit 5, e.g. a refusal before the host is touched.
+    ends: Literal["rolled_back", "halted", "aborted"]
+    #: For `ends: halted|aborted`: what the operator is told. `{host}`, `{run_id}`, `{tag}` are filled in.
+    message: str | None = None
+
+
+Step.model_rebuild()
+
+
+class Phase(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    title: str = ""
+    replica: str | None = None
+    steps: list[Step] = Field(min_length=1)
+    rollback: Rollback | None = None
+    #: Where `resume --retry` restarts after this phase failed: an earlier forward phase whose work
+    #: this one assumes (the base tier's switch assumes a drained host: it restarts at the capacity
+    #: guard, which checks the other hosts again, then drains again). Default: this phase.
+    retry_from: str | None = None
+
+
+def check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = True) -> None:
+    ids: set[str] = set()
+    last_dry_run: Step | None = None
+    selected_available = False
+    started: set[str] = set()
+    for i, s in enumerate(steps):
+        if s.id in ids:
+            raise ValueError(f"{where}.steps[{i}]: step id {s.id!r} is used twice")
+        ids.add(s.id)
+        c = s.compose
+        if c is not None and c.services == SELECTED and not selected_available:
+            raise ValueError(f"{where}.steps[{i}] ({s.id}): services: selected needs an earlier dry run with select_changed: true")
+        if s.dry_run is not None:
+            last_dry_run = s
+            if s.plan is not None and s.plan.select_changed:
+                selected_available = True
+        elif s.oneshot is not None and s.oneshot.service not in started:
+            raise ValueError(f"{where}.steps[{i}] ({s.id}): oneshot waits for {s.oneshot.service!r}, which no earlier up in "
+                             f"this list starts")
+        elif s.up is not None:
+            if isinstance(s.up.services, list):
+                started.update(s.up.services)
+            if last_dry_run is None or last_dry_run.dry_run is None or last_dry_run.dry_run.key() != s.up.key():
+                raise ValueError(
+                    f"{where}.steps[{i}] ({s.id}): an up must be preceded by a dry_run of the same request "
+                    f"(same file, services and force_recreate)"
+                )
+            last_dry_run = None  # one dry run covers one up
+        elif s.down is not None:
+            last_dry_run = None  # the state changed since the dry run
