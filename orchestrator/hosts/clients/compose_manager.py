@@ -35,22 +35,35 @@ The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes the
   final error says so.
 - `/version`'s top-level fields are the last ATTEMPTED up; `projects.work.current/previous` the
   last successful ones (`VersionInfo`). `status()` tells whether an operation holds the lock.
+
+The request checks and `ComposeRequest` are in compose_manager_request.py, the NDJSON stream's
+reading and judging (`StreamOutcome`) in compose_manager_stream.py; both are importable from here.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
-import re
 import secrets
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import PurePosixPath
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 import structlog
 
+from orchestrator.hosts.clients.compose_manager_request import (
+    ENV_KEY_RE,
+    PROJECT_RE,
+    RESERVED_PROJECTS,
+    SERVICE_RE,
+    SYSTEM,
+    ComposeRequest,
+    ComposeVerb,
+    _invalid,
+    validate_env,
+    validate_file,
+    validate_project,
+    validate_services,
+)
+from orchestrator.hosts.clients.compose_manager_stream import EventCallback, StreamOutcome, consume_stream
 from orchestrator.hosts.clients.errors import (
     ComposeFailed,
     MalformedResponse,
@@ -61,8 +74,8 @@ from orchestrator.hosts.clients.errors import (
     parse_json,
     transport_error,
 )
+from orchestrator.hosts.clients.http_session import HttpSession
 from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
-from orchestrator.util.clock import Clock, RealClock
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers import ParseError
 from orchestrator.hosts.parsers.action_log import Action, parse_action_log
@@ -79,159 +92,15 @@ from orchestrator.hosts.parsers.compose_manager_reads import (
 )
 from orchestrator.hosts.parsers.docker_ps import Container, parse_docker_ps
 from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.hosts.clients.http_session import HttpSession
+from orchestrator.util.clock import Clock, RealClock
 
 log = structlog.get_logger(__name__)
 
-SYSTEM = "compose-manager"
-
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-#: compose-manager 8e07c35 answers 400 `compose project name "work" is reserved` for these.
-RESERVED_PROJECTS = frozenset({DEFAULT_PROJECT, "dstack"})
-_BAD_TEXT_RE = re.compile(r"[\x00-\x1f\x7f]")
-
-ComposeVerb = Literal["up", "down"]
-EventCallback = Callable[[dict[str, Any]], Any]
-
-
-def _invalid(field_name: str, detail: str) -> RequestInvalid:
-    return RequestInvalid(SYSTEM, f"{field_name}: {detail}", field=field_name)
-
-
-def validate_file(file: Any) -> None:
-    """A repository path: non-empty, relative, no `..`, no control characters."""
-    if not isinstance(file, str) or not file.strip():
-        raise _invalid("file", "must be a non-empty path in the compose-files repository")
-    if _BAD_TEXT_RE.search(file):
-        raise _invalid("file", "contains a control character")
-    if file.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", file):
-        raise _invalid("file", "must be relative to the repository root, not absolute")
-    if ".." in PurePosixPath(file.replace("\\", "/")).parts:
-        raise _invalid("file", "must not contain '..'")
-
-
-def validate_services(services: Any, *, allow_empty: bool = False) -> None:
-    if isinstance(services, str) or not isinstance(services, (list, tuple)):
-        raise _invalid("services", "must be a list of service names")
-    if not services and not allow_empty:
-        raise _invalid("services", "must not be empty (an empty list means every service of the file)")
-    for name in services:
-        if not isinstance(name, str) or not name.strip():
-            raise _invalid("services", "contains an empty service name")
-        if not SERVICE_RE.match(name):
-            raise _invalid("services", f"{name!r} is not a valid compose service name")
-
-
-def validate_project(project: Any) -> None:
-    """None (the default project `work`) or a non-reserved compose project name."""
-    if project is None:
-        return
-    if not isinstance(project, str) or not PROJECT_RE.match(project):
-        raise _invalid("project", "must be a compose project name ([a-z0-9][a-z0-9_-]*) or None")
-    if project in RESERVED_PROJECTS:
-        raise _invalid("project", f"{project!r} is reserved by compose-manager: omit it for the default project")
-
-
-def validate_env(env: Any) -> None:
-    if not isinstance(env, EnvMap):
-        raise _invalid("env", f"must be an EnvMap read from the dashboard, got {type(env).__name__}")
-    if len(env) == 0:
-        raise _invalid("env", "is empty: every call passes the host's full env map")
-    for key, value in env.items():
-        if not ENV_KEY_RE.match(key):
-            raise _invalid("env", f"key {key!r} does not match [A-Za-z_][A-Za-z0-9_]*")
-        if "\n" in value or "\r" in value:
-            raise _invalid("env", f"value of {key} contains a newline")  # never the value
-        if "\x00" in value:
-            raise _invalid("env", f"value of {key} contains a NUL byte")
-
-
-@dataclass(frozen=True)
-class ComposeRequest:
-    tag: str
-    file: str
-    services: tuple[str, ...]
-    project: str | None = None
-    force_recreate: bool = False
-    dry_run: bool = False
-    allow_force_recreate: bool = False  # set only by a runbook step that explicitly allows it
-
-    def __post_init__(self) -> None:
-        if isinstance(self.services, list):
-            object.__setattr__(self, "services", tuple(self.services))
-
-    def validate(self, env: EnvMap, *, action: ComposeVerb = "up") -> None:
-        """Raise `RequestInvalid` naming the first bad field (env values are never quoted)."""
-        if not isinstance(self.tag, str) or not self.tag or any(c.isspace() for c in self.tag) or _BAD_TEXT_RE.search(self.tag):
-            raise _invalid("tag", "must be a non-empty git tag without whitespace")
-        validate_file(self.file)
-        validate_services(self.services)
-        validate_project(self.project)
-        if not isinstance(self.force_recreate, bool) or not isinstance(self.dry_run, bool):
-            raise _invalid("force_recreate", "force_recreate and dry_run must be booleans")
-        if self.force_recreate and not self.allow_force_recreate:
-            raise _invalid("force_recreate", "true is only allowed by a step that explicitly allows it")
-        if action == "down" and self.dry_run:
-            raise _invalid("dry_run", "compose/down ignores dry_run and would act at once; refusing")
-        validate_env(env)
-
-    def _base(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"tag": self.tag, "file": self.file}
-        if self.project is not None:
-            body["project"] = self.project
-        body["services"] = list(self.services)
-        return body
-
-    def body(self, env: EnvMap, *, action: ComposeVerb = "up") -> dict[str, Any]:
-        """The JSON body. Holds every env value: never log it (use `redacted`)."""
-        body = self._base()
-        body["env"] = env.as_body()
-        if action == "up":
-            body["force_recreate"] = self.force_recreate
-            body["dry_run"] = self.dry_run
-        return body
-
-    def redacted(self, n_keys: int | None = None, *, action: ComposeVerb = "up") -> dict[str, Any]:
-        """The body as it may be logged or journaled: env shown as `<env map: N keys>`."""
-        body = self._base()
-        body["env"] = f"<env map: {n_keys} keys>" if n_keys is not None else "<env map>"
-        if action == "up":
-            body["force_recreate"] = self.force_recreate
-            body["dry_run"] = self.dry_run
-        return body
-
-    def as_apply(self) -> ComposeRequest:
-        return replace(self, dry_run=False)
-
-    def as_dry_run(self) -> ComposeRequest:
-        return replace(self, dry_run=True)
-
-    def same_request(self, other: ComposeRequest) -> bool:
-        """Equal in every field except `dry_run` (the apply matches the dry run it follows)."""
-        return isinstance(other, ComposeRequest) and replace(other, dry_run=self.dry_run) == self
-
-
-@dataclass
-class StreamOutcome:
-    status: Literal["success", "failure", "unknown"]
-    exit_code: int | None
-    lines: list[str] = field(default_factory=list)
-    error: str | None = None
-    events: int = 0
-    done_seen: bool = False
-    #: A dry run's `{"event":"plan","exit_code":N,"plan":{"create","recreate","remove","unchanged"},...}`
-    #: (compose-manager 8e07c35), scrubbed; None when the stream had none.
-    plan_event: dict[str, Any] | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status == "success"
-
-    @property
-    def unknown(self) -> bool:
-        return self.status == "unknown"
+__all__ = [
+    "ENV_KEY_RE", "PROJECT_RE", "RESERVED_PROJECTS", "SERVICE_RE", "SYSTEM", "ComposeManagerClient",
+    "ComposeRequest", "ComposeVerb", "EventCallback", "StreamOutcome", "validate_env", "validate_file",
+    "validate_project", "validate_services",
+]
 
 
 class _SentButLost(Exception):
@@ -477,97 +346,4 @@ class ComposeManagerClient(HttpSession):
         return outcome
 
     async def _consume(self, response: httpx.Response, on_event: EventCallback | None) -> StreamOutcome:
-        lines: list[str] = []
-        problems: list[str] = []
-        done: dict[str, Any] | None = None
-        plan_event: dict[str, Any] | None = None
-        events = 0
-        line_no = 0
-
-        async def handle(raw: bytes) -> None:
-            nonlocal done, events, line_no, plan_event
-            line_no += 1
-            text = raw.decode("utf-8", "replace").strip()
-            if not text:
-                return
-            try:
-                event = json.loads(text)
-            except ValueError:
-                problems.append(f"malformed NDJSON line {line_no} ({len(text)} chars, not JSON)")
-                return
-            if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-                problems.append(f"malformed NDJSON line {line_no} (no 'event' field)")
-                return
-            kind = event["event"]
-            if kind in ("stdout", "stderr"):
-                data = event.get("data")
-                if not isinstance(data, str):
-                    problems.append(f"malformed NDJSON line {line_no} ({kind} event without 'data' text)")
-                    return
-                data = self.redactor.scrub(data)
-                lines.append(data)
-                safe: dict[str, Any] = {"event": kind, "data": data}
-            elif kind == "done":
-                if done is not None:
-                    problems.append(f"second 'done' event on line {line_no}")
-                done = event
-                safe = self.redactor.scrub_obj(event)
-            elif kind == "plan":
-                safe = self.redactor.scrub_obj(event)
-                if plan_event is not None:
-                    problems.append(f"second 'plan' event on line {line_no}")
-                plan_event = safe
-            else:
-                log.debug("compose.stream.unknown_event", kind=self.redactor.scrub(kind), line=line_no)
-                safe = self.redactor.scrub_obj(event)
-            if done is not None and kind != "done":
-                log.warning("compose.stream.after_done", line=line_no, kind=self.redactor.scrub(kind))
-            events += 1
-            if on_event is not None:
-                result = on_event(safe)
-                if inspect.isawaitable(result):
-                    await result
-
-        buffer = b""
-        try:
-            async for chunk in response.aiter_bytes():
-                *complete, buffer = (buffer + chunk).split(b"\n")
-                for raw in complete:
-                    await handle(raw)
-            if buffer:
-                # A last line without its newline: complete JSON is accepted, a cut line is malformed.
-                await handle(buffer)
-                buffer = b""
-        except httpx.ReadTimeout:
-            problems.append(f"no stream data for {self.stream_idle_timeout_s:g} s (read timeout)")
-        except httpx.HTTPError as exc:
-            problems.append(f"stream broke: {transport_error(SYSTEM, exc, self.redactor).detail}")
-        finally:
-            await response.aclose()
-
-        outcome = self._judge(lines, problems, done, events)
-        outcome.plan_event = plan_event
-        return outcome
-
-    @staticmethod
-    def _judge(lines: list[str], problems: list[str], done: dict[str, Any] | None, events: int) -> StreamOutcome:
-        exit_code = None
-        if done is not None:
-            code = done.get("exit_code")
-            exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
-        if problems:
-            return StreamOutcome("unknown", exit_code, lines, "; ".join(problems), events, done is not None)
-        if done is None:
-            return StreamOutcome("unknown", None, lines, f"stream ended after {events} events without a 'done' event", events, False)
-        success = done.get("success")
-        if not isinstance(success, bool):
-            return StreamOutcome("unknown", exit_code, lines, "'done' event without a boolean 'success'", events, True)
-        if success and exit_code not in (0, None):
-            return StreamOutcome("unknown", exit_code, lines, f"'done' says success with exit code {exit_code}", events, True)
-        if success:
-            return StreamOutcome("success", exit_code, lines, None, events, True)
-        last = next((line for line in reversed(lines) if line.strip()), "")
-        reason = f"docker compose failed (exit code {exit_code})"
-        if last:
-            reason += f"; last output: {last.strip()[:300]}"
-        return StreamOutcome("failure", exit_code, lines, reason, events, True)
+        return await consume_stream(response, on_event, redactor=self.redactor, idle_timeout_s=self.stream_idle_timeout_s)

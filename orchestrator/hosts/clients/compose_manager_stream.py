@@ -1,0 +1,149 @@
+"""Reading a compose-manager NDJSON stream (`compose/up`, `compose/down`) into a `StreamOutcome`.
+
+Every line is scrubbed before it is kept or handed to `on_event`. Success or failure is only
+judged from a well-formed `done` event on a clean stream: a malformed line, a read timeout, a
+broken connection or a missing `done` give status "unknown" (the command may have run: find out
+from `docker/ps`, never assume). A dry run's `plan` event is kept as `StreamOutcome.plan_event`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import structlog
+
+from orchestrator.hosts.clients.compose_manager_request import SYSTEM
+from orchestrator.hosts.clients.errors import transport_error
+from orchestrator.hosts.redaction import Redactor
+
+log = structlog.get_logger(__name__)
+
+EventCallback = Callable[[dict[str, Any]], Any]
+
+
+@dataclass
+class StreamOutcome:
+    status: Literal["success", "failure", "unknown"]
+    exit_code: int | None
+    lines: list[str] = field(default_factory=list)
+    error: str | None = None
+    events: int = 0
+    done_seen: bool = False
+    #: A dry run's `{"event":"plan","exit_code":N,"plan":{"create","recreate","remove","unchanged"},...}`
+    #: (compose-manager 8e07c35), scrubbed; None when the stream had none.
+    plan_event: dict[str, Any] | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "success"
+
+    @property
+    def unknown(self) -> bool:
+        return self.status == "unknown"
+
+
+async def consume_stream(
+    response: httpx.Response, on_event: EventCallback | None, *, redactor: Redactor, idle_timeout_s: float
+) -> StreamOutcome:
+    """Read the whole stream (closing the response), calling `on_event` with each scrubbed event."""
+    lines: list[str] = []
+    problems: list[str] = []
+    done: dict[str, Any] | None = None
+    plan_event: dict[str, Any] | None = None
+    events = 0
+    line_no = 0
+
+    async def handle(raw: bytes) -> None:
+        nonlocal done, events, line_no, plan_event
+        line_no += 1
+        text = raw.decode("utf-8", "replace").strip()
+        if not text:
+            return
+        try:
+            event = json.loads(text)
+        except ValueError:
+            problems.append(f"malformed NDJSON line {line_no} ({len(text)} chars, not JSON)")
+            return
+        if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+            problems.append(f"malformed NDJSON line {line_no} (no 'event' field)")
+            return
+        kind = event["event"]
+        if kind in ("stdout", "stderr"):
+            data = event.get("data")
+            if not isinstance(data, str):
+                problems.append(f"malformed NDJSON line {line_no} ({kind} event without 'data' text)")
+                return
+            data = redactor.scrub(data)
+            lines.append(data)
+            safe: dict[str, Any] = {"event": kind, "data": data}
+        elif kind == "done":
+            if done is not None:
+                problems.append(f"second 'done' event on line {line_no}")
+            done = event
+            safe = redactor.scrub_obj(event)
+        elif kind == "plan":
+            safe = redactor.scrub_obj(event)
+            if plan_event is not None:
+                problems.append(f"second 'plan' event on line {line_no}")
+            plan_event = safe
+        else:
+            log.debug("compose.stream.unknown_event", kind=redactor.scrub(kind), line=line_no)
+            safe = redactor.scrub_obj(event)
+        if done is not None and kind != "done":
+            log.warning("compose.stream.after_done", line=line_no, kind=redactor.scrub(kind))
+        events += 1
+        if on_event is not None:
+            result = on_event(safe)
+            if inspect.isawaitable(result):
+                await result
+
+    buffer = b""
+    try:
+        async for chunk in response.aiter_bytes():
+            *complete, buffer = (buffer + chunk).split(b"\n")
+            for raw in complete:
+                await handle(raw)
+        if buffer:
+            # A last line without its newline: complete JSON is accepted, a cut line is malformed.
+            await handle(buffer)
+            buffer = b""
+    except httpx.ReadTimeout:
+        problems.append(f"no stream data for {idle_timeout_s:g} s (read timeout)")
+    except httpx.HTTPError as exc:
+        problems.append(f"stream broke: {transport_error(SYSTEM, exc, redactor).detail}")
+    finally:
+        await response.aclose()
+
+    outcome = judge_stream(lines, problems, done, events)
+    outcome.plan_event = plan_event
+    return outcome
+
+
+def judge_stream(lines: list[str], problems: list[str], done: dict[str, Any] | None, events: int) -> StreamOutcome:
+    """The outcome of a stream: success or failure only on a well-formed `done` event and a clean
+    stream; anything else (a problem, no `done`, a `done` that contradicts itself) is unknown."""
+    exit_code = None
+    if done is not None:
+        code = done.get("exit_code")
+        exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if problems:
+        return StreamOutcome("unknown", exit_code, lines, "; ".join(problems), events, done is not None)
+    if done is None:
+        return StreamOutcome("unknown", None, lines, f"stream ended after {events} events without a 'done' event", events, False)
+    success = done.get("success")
+    if not isinstance(success, bool):
+        return StreamOutcome("unknown", exit_code, lines, "'done' event without a boolean 'success'", events, True)
+    if success and exit_code not in (0, None):
+        return StreamOutcome("unknown", exit_code, lines, f"'done' says success with exit code {exit_code}", events, True)
+    if success:
+        return StreamOutcome("success", exit_code, lines, None, events, True)
+    last = next((line for line in reversed(lines) if line.strip()), "")
+    reason = f"docker compose failed (exit code {exit_code})"
+    if last:
+        reason += f"; last output: {last.strip()[:300]}"
+    return StreamOutcome("failure", exit_code, lines, reason, events, True)
