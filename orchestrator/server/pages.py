@@ -22,6 +22,7 @@ Rules and reasons:
 - **Escaped and redacted**: every value goes through `html.escape` after the worker's redactor;
   the pages send a strict Content-Security-Policy (scripts and styles from this server only, no
   inline script, no framing).
+- **The run's fragment** is rendered by orchestrator/server/run_view.py (helpers: page_format.py).
 - **The states come from the run's transition table** (`runner.table_for` on its pinned runbook),
   never from a hand-kept list: the current state is highlighted in the same order `plan` shows.
 """
@@ -29,7 +30,6 @@ Rules and reasons:
 from __future__ import annotations
 
 import functools
-import html
 from datetime import datetime, timezone
 from importlib import resources
 from string import Template
@@ -39,10 +39,13 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from orchestrator.language.machine import TERMINALS, Table
+from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
-from orchestrator.service.runner import table_for
 from orchestrator.server.auth import Principal
+from orchestrator.server.page_format import _e, _runner, _since
+# the run's fragment is rendered in orchestrator/server/run_view.py, re-exported here
+from orchestrator.server.run_view import render_run
+from orchestrator.service.runner import table_for
 
 #: Headers of every page and fragment.
 PAGE_HEADERS = {
@@ -68,24 +71,6 @@ _SHELL = Template("""<!doctype html>
 <main><h1>$heading</h1><p id="status" class="status" role="status"></p><div id="content"></div></main>
 <script src="/ui/static/app.js"></script></body></html>
 """)
-
-_SECTION = {"preflight": "Preflight (changes nothing)", "forward": "Procedure",
-            "remedy": "Remedy of the gate above (taken only on its log marker)", "rollback": "Rollback of a phase",
-            "full_rollback": "Whole-host rollback"}
-
-
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _since(iso: str | None) -> str:
-    if not iso:
-        return ""
-    try:
-        at = datetime.fromisoformat(iso)
-    except ValueError:
-        return iso
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _page(request: Request, page: str, title: str, heading: str, run_id: str = "") -> Response:
@@ -120,18 +105,6 @@ async def whoami(request: Request, principal: Principal) -> Response:
 
 
 # -- fragments (server-rendered HTML, role viewer)
-
-
-def _runner(owner: str | None) -> str:
-    """A lease owner as a person reads it (`pid 4242 on vm`), never the raw `host:pid:boot:start`."""
-    if not owner:
-        return ""
-    from orchestrator.journal.owner import describe_owner
-
-    try:
-        return describe_owner(owner)
-    except Exception:  # noqa: BLE001 - an owner text of another version: shown as it is
-        return owner
 
 
 async def runs_fragment(request: Request, principal: Principal) -> Response:
@@ -285,284 +258,6 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
                    f'<span class="state">{_e(what)}</span> {_e(r["tag"] or "")} {link}</li>')
     out.append("</ol></section>")
     return HTMLResponse("".join(out), headers=PAGE_HEADERS)
-
-
-def _fill(text: str, d: dict[str, Any]) -> str:
-    """A runbook text with `{host}`, `{run_id}`, `{tag}` filled in (others left as written)."""
-    values = {"host": d.get("host") or "", "run_id": d.get("run_id") or "", "tag": d.get("tag") or ""}
-
-    class Keep(dict):  # type: ignore[type-arg]
-        def __missing__(self, key: str) -> str:
-            return "{" + key + "}"
-
-    try:
-        return text.format_map(Keep(values))
-    except (ValueError, IndexError, AttributeError):
-        return text
-
-
-def _at(iso: str | None) -> datetime | None:
-    if not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-
-
-def _dur(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = int(max(0, seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-
-
-def _durations(d: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    prev = _at(d.get("created_at"))
-    for t in d.get("transitions") or []:
-        at = _at(t["at"])
-        if prev is not None and at is not None:
-            out[t["from"]] = out.get(t["from"], 0.0) + max(0.0, (at - prev).total_seconds())
-        prev = at
-    return out
-
-
-def _replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[str, str, str]]:
-    """Each forward phase's replica as the journal tells it: (phase, picture class, words)."""
-    out: list[tuple[str, str, str]] = []
-    state, outcome = d["state"], d.get("outcome")
-    for phase in table.phase_starts:
-        nodes = [table.nodes[s] for s in table.order if table.nodes[s].phase == phase and table.nodes[s].section == "forward"]
-        replica = next((n.replica for n in nodes if n.replica), None)
-        if replica is None:
-            continue  # a phase of no one replica (reconcile: the shared services)
-        down = next((n.id for n in nodes if n.step is not None and n.step.kind == "down"), None)
-        ready = next((n.id for n in nodes if n.step is not None and n.step.kind == "logs"), None)
-        ids = [n.id for n in nodes]
-        if outcome == "DONE":
-            pic = ("new-serving", "new serving")
-        elif outcome in ("ROLLED_BACK", "ABORTED"):
-            pic = ("old-serving", "old serving (as before the run)") if down in passed or outcome == "ROLLED_BACK" \
-                else ("old-serving", "old serving, untouched")
-        elif outcome == "HALTED":
-            pic = ("unknown", "unknown: look at the host (`orchestrate host now`)")
-        elif state in ids:
-            i = ids.index(state)
-            if ready in passed:
-                pic = ("new-serving", "new serving")
-            elif down is not None and state == down:
-                pic = ("stopping", "old stopping")
-            elif down is not None and ids.index(down) < i and (ready is None or i <= ids.index(ready)):
-                pic = ("cold-starting", "new cold-starting" if state == ready else "down: new one starting")
-            else:
-                pic = ("old-serving", "old serving")
-        elif ready is not None and ready in passed:
-            pic = ("new-serving", "new serving")
-        elif table.nodes.get(state) is not None and table.nodes[state].section in ("rollback", "full_rollback"):
-            pic = ("stopping", "in rollback") if table.nodes[state].phase == phase else ("old-serving", "not yet touched")
-        else:
-            pic = ("old-serving", "old serving")
-        out.append((str(replica), pic[0], pic[1]))
-    return out
-
-
-def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, operator: bool) -> str:
-    """The run's fragment: summary, who did what, buttons, the host's picture, states (current
-    highlighted, with durations and the expected remaining time), evidence, log tail, timeline."""
-    state, outcome, terminal = d["state"], d.get("outcome"), d["terminal"]
-    w = d.get("worker") or {}
-    lease = d.get("lease") or {}
-    who = d.get("who") or {}
-    paused = d.get("paused")
-    sub = who.get("submitted") or {}
-    out = [f'<div class="run" data-terminal="{"1" if terminal else "0"}" data-outcome="{_e(outcome or "")}">'
-           '<section class="summary"><dl>']
-    for k, v in (("host", d["host"]), ("kind", d["kind"]), ("tag", d.get("tag")), ("runbook", d.get("runbook")),
-                 ("state", outcome or state),
-                 ("submitted by", f"{sub.get('by')} at {_since(sub.get('at'))}" if sub else "not journaled"),
-                 ("runner", _runner(lease.get("owner")) or ("none (resume it)" if not terminal else "")),
-                 ("since", _since(d.get("created_at"))), ("updated", _since(d.get("updated_at")))):
-        cls = f' class="outcome-{_e(outcome)}"' if k == "state" and outcome else ""
-        out.append(f"<dt>{_e(k)}</dt><dd{cls} data-field=\"{_e(k.split()[0])}\">{_e(v)}</dd>")
-    out.append("</dl>")
-    if paused and not terminal:
-        out.append(f'<p class="paused" id="paused">paused by {_e(paused["by"])} at {_e(_since(paused["at"]))}: the '
-                   f"runner stops before its next safe step (never between a down and its replacement's readiness) "
-                   f"and waits for Continue (`orchestrate continue {_e(d['run_id'])}`)</p>")
-    if w.get("waiting") and not terminal:
-        out.append(f'<p class="waiting">waiting for: {_e(w["waiting"])}</p>')
-    if d.get("message"):
-        out.append(f'<p class="message outcome-{_e(outcome or "running")}">{_e(d["message"])}</p>')
-    if w.get("error") and not terminal:
-        out.append(f'<p class="message outcome-HALTED" id="worker-error">this server: {_e(w["error"])}</p>')
-    if d.get("abort_requested") and not terminal:
-        ab = who.get("aborted") or {}
-        by = f" by {ab.get('by')} at {_since(ab.get('at'))}" if ab else ""
-        out.append(f'<p class="waiting">abort requested{_e(by)}: the runner takes the rollback at its next check</p>')
-    # buttons: live only for an operator on a run that has not ended; Approve only at an approval gate
-    at_gate = state in gates and not terminal
-    title = "" if operator else ' title="viewers cannot act on a run"'
-
-    def button(bid: str, label: str, live: bool, why: str, extra: str = "", cls: str = "") -> str:
-        off = "" if (operator and live) else " disabled"
-        tip = title or (f' title="{_e(why)}"' if not live else "")
-        return f'<button id="{bid}"{cls}{extra}{off}{tip}>{_e(label)}</button>'
-
-    out.append('<div class="actions">')
-    out.append(button("approve", f"Approve {state}" if at_gate else "Approve", at_gate,
-                      "the run is not waiting at an approval gate", extra=f' data-gate="{_e(state if at_gate else "")}"'))
-    out.append(button("pause", "Pause", not terminal and not paused, "the run has ended" if terminal else "already paused"))
-    out.append(button("continue", "Continue", not terminal and bool(paused), "the run is not paused"))
-    out.append(button("abort", "Abort", not terminal, "the run has ended", cls=' class="danger"'))
-    out.append('<span id="action-result" role="status"></span></div></section>')
-
-    # who did what (the journal's audit list)
-    out.append('<section class="audit"><h2>Who did what</h2><ol>')
-    for e in d.get("audit") or []:
-        detail = f" {e['detail']}" if e.get("detail") and e["action"] != "submitted" else ""
-        words = {"submitted": "submitted", "resumed": "resumed", "adopted": "adopted", "paused": "asked to pause",
-                 "continued": "continued", "approved": "approved", "abort_requested": "asked to abort",
-                 "pause_honoured": "(the runner) paused before"}.get(e["action"], e["action"])
-        out.append(f'<li data-action="{_e(e["action"])}"><time>{_e(_since(e["at"]))}</time> '
-                   f'<b>{_e(e["by"])}</b> {_e(words)}{_e(detail)}</li>')
-    if not d.get("audit"):
-        out.append("<li>nothing journaled yet</li>")
-    out.append("</ol></section>")
-
-    visited = {t["from"] for t in d.get("transitions") or []}
-    passed = {t["from"] for t in d.get("transitions") or [] if t["event"] in ("ok", "skip")}
-    durations = _durations(d)
-    hist = d.get("history") or {}
-    median: dict[str, float] = hist.get("median") or {}
-    last = _at((d.get("transitions") or [{}])[-1].get("at")) if d.get("transitions") else _at(d.get("created_at"))
-    now = _at(d.get("now")) or datetime.now(timezone.utc)
-    in_state = (now - last).total_seconds() if last is not None and not terminal else None
-
-    # the host, per replica (as the journal tells it)
-    if table is not None and table.phase_starts:
-        out.append('<section class="host"><h2>The host</h2><ul class="replicas">')
-        for replica, cls, words in _replicas(d, table, passed):
-            out.append(f'<li class="replica {cls}" data-replica="{_e(replica)}"><b>{_e(replica)}</b> {_e(words)}</li>')
-        out.append("</ul>")
-        peers = [t for t in d.get("transitions") or [] if t.get("note") and table.nodes.get(t["from"]) is not None
-                 and table.nodes[t["from"]].step is not None and table.nodes[t["from"]].step.kind == "verify"]
-        if peers:
-            out.append(f'<p class="peers">the peers\' view (last check, {_e(peers[-1]["from"])}): {_e(peers[-1]["note"])}</p>')
-        out.append('<p class="note">from the journal and this server\'s view of the run, not a live read of the host</p>')
-        out.append("</section>")
-
-    # states, from the run's table, with their durations and the expected remaining time
-    out.append('<section class="states"><h2>Steps</h2>')
-    if table is None:
-        out.append("<p>This server cannot load the run's runbook: the journal's transitions are below.</p>")
-    else:
-        if not terminal and median:
-            remaining = 0.0
-            counting = False
-            for sid in table.order:
-                node = table.nodes[sid]
-                if node.section not in ("preflight", "forward"):
-                    continue
-                if sid == state:
-                    counting = True
-                    remaining += max(0.0, median.get(sid, 0.0) - (in_state or 0.0))
-                elif counting and sid not in passed:
-                    remaining += median.get(sid, 0.0)
-            if counting:
-                out.append(f'<p class="eta" id="eta">expected remaining: about {_e(_dur(remaining))} '
-                           f'(median of {int(hist.get("runs") or 0)} earlier DONE runs of this runbook)</p>')
-        section = None
-        for sid in table.order:
-            node = table.nodes[sid]
-            if node.section != section:
-                if section is not None:
-                    out.append("</ol>")
-                section = node.section
-                out.append(f"<h3>{_e(_SECTION.get(section, section))}</h3><ol>")
-            cls = ["state", node.section]
-            if sid == state and not terminal:
-                cls.append("current")
-            elif sid in passed:
-                cls.append("passed")
-            elif sid in visited:
-                cls.append("failed")
-            say = node.step.say if node.step is not None else (node.halt_message or "")
-            mark = " (approval)" if sid in gates else ""
-            if node.step is not None and getattr(node.step, "observe", False):
-                mark += " (observe only)"
-            took = durations.get(sid)
-            if sid == state and not terminal and in_state is not None:
-                took = (took or 0.0) + in_state
-            typical = median.get(sid)
-            timing = ""
-            if took is not None:
-                timing = f'<span class="took">{_e(_dur(took))}</span>'
-            if typical is not None and (sid == state or sid not in visited):
-                timing += f'<span class="typical">usually {_e(_dur(typical))}</span>'
-            aria = ' aria-current="step"' if "current" in cls else ""
-            out.append(f'<li class="{" ".join(cls)}" data-state="{_e(sid)}"{aria}>'
-                       f"<code>{_e(sid)}</code>{_e(mark)} <span>{_e(_fill(say, d))}</span>{timing}</li>")
-        out.append("</ol><h3>End</h3><ol>")
-        for t in TERMINALS:
-            cls = "terminal" + (" current" if t == outcome else "")
-            out.append(f'<li class="{cls} outcome-{t}" data-state="{t}">{t}</li>')
-        out.append("</ol>")
-    out.append("</section>")
-
-    # the followed log (redacted), while this server runs the run
-    tail = w.get("tail") or []
-    if tail:
-        out.append('<section class="tail"><h2>Log the run follows (last lines, redacted)</h2><pre>')
-        out.append("\n".join(f"{_e(x.get('service'))} | {_e(x.get('line'))}" for x in tail[-20:]))
-        out.append("</pre></section>")
-
-    # the canary's readout: what the direct checks and the metrics through the soak relay said
-    if table is not None:
-        canary = [t for t in d.get("transitions") or [] if t.get("note") and table.nodes.get(t["from"]) is not None
-                  and table.nodes[t["from"]].step is not None
-                  and table.nodes[t["from"]].step.kind in ("relay", "metrics", "analysis")]
-        if canary:
-            out.append('<section class="canary"><h2>Canary readout (direct checks through the soak relay)</h2><dl>')
-            for t in canary:
-                note = t["note"]
-                # issue 23: an analysis' readout is a table: kept monospaced, its columns aligned
-                body = (f'<pre class="readout">{_e(note[note.index("canary readout:"):])}</pre>'
-                        if "canary readout:" in note else _e(note))
-                out.append(f'<dt><code>{_e(t["from"])}</code> <span class="ev ev-{_e(t["event"])}">{_e(t["event"])}'
-                           f'</span></dt><dd>{body}</dd>')
-            out.append("</dl></section>")
-
-    # evidence: each gate's note (the latest transition out of it)
-    notes: dict[str, dict[str, Any]] = {}
-    for t in d.get("transitions") or []:
-        if t.get("note"):
-            notes[t["from"]] = t
-    out.append('<section class="evidence"><h2>Evidence of each gate</h2>')
-    if notes:
-        out.append("<dl>")
-        for sid, t in notes.items():
-            out.append(f'<dt><code>{_e(sid)}</code> <span class="ev ev-{_e(t["event"])}">{_e(t["event"])}</span></dt>'
-                       f"<dd>{_e(t['note'])}</dd>")
-        out.append("</dl>")
-    else:
-        out.append("<p>No gate has passed yet.</p>")
-    out.append("</section>")
-
-    # the journal's transitions as a timeline
-    out.append('<section class="timeline"><h2>Timeline (journal)</h2><ol>')
-    for t in d.get("transitions") or []:
-        took = ""
-        out.append(f'<li><time>{_e(_since(t["at"]))}</time> <code>{_e(t["from"])}</code> '
-                   f'<span class="ev ev-{_e(t["event"])}">{_e(t["event"])}</span> &rarr; <code>{_e(t["to"])}</code>{took}</li>')
-    if not d.get("transitions"):
-        out.append("<li>no transition yet</li>")
-    out.append("</ol></section></div>")
-    return "".join(out)
 
 
 __all__ = ["runs_page", "run_page", "fleet_page", "fleet_fragment", "static_file", "whoami", "runs_fragment", "run_fragment", "render_run", "PAGE_HEADERS"]

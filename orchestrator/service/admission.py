@@ -37,7 +37,7 @@ from orchestrator.util.user_errors import Refused, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.language.runbook import Runbook
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
 Check = Callable[[], None]
 
@@ -67,7 +67,7 @@ def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Chec
     arguments of `Journal.create_run`, host included) and `claim` (the id of a run to resume).
     `checks` read the journal and raise `Refused`/`UserError`; `after(run)` journals what the
     door adds. Raises `Refused` (exit 5) when anything is not admitted; nothing is written then."""
-    from orchestrator.service.runner import refuse_stale_resume, refuse_unsettled
+    from orchestrator.service.refusals import refuse_stale_resume, refuse_unsettled
 
     if (create is None) == (claim is None):
         raise ValueError("admit: give create or claim")
@@ -119,7 +119,7 @@ def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Chec
 def same_newest_changing_rollout(session: "Session", host: str, expected: RunRecord | None) -> Check:
     """A rollback undoes the rollout it read before its (slow) host reads: admitted only if that
     is still the newest rollout of the host that changed anything."""
-    from orchestrator.service.runner import last_changing_rollout
+    from orchestrator.service.refusals import last_changing_rollout
 
     def check() -> None:
         now = last_changing_rollout(session, host)
@@ -139,9 +139,8 @@ def prerequisites_hold(session: "Session", rb: "Runbook", overrides: Iterable[st
 
 
 def tier_not_busy(session: "Session", host: str, rb: "Runbook") -> Check:
-    from orchestrator.service.runner import refuse_tier_busy
-
     from orchestrator.engine.leave_pool import refuse_tier_halted
+    from orchestrator.service.tier_checks import refuse_tier_busy
 
     def check() -> None:
         refuse_tier_busy(session, host, rb)
@@ -153,7 +152,8 @@ def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> 
     """`resume RUN` (CLI, server, adoption): the run admitted again, its recorded runbook (or
     `rb`, the caller's checked copy of it) and table."""
     from orchestrator.language.runbook import load_recorded_runbook
-    from orchestrator.service.runner import RUNBOOK_IDENTITY, table_for
+    from orchestrator.service.run_info import table_for
+    from orchestrator.service.session import RUNBOOK_IDENTITY
 
     run = session.journal.get_run(run_id)
     if rb is None:

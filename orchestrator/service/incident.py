@@ -26,7 +26,7 @@ from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import Runbook
 
 if TYPE_CHECKING:
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
     from orchestrator.util.settings import Settings
 
 EXPLICIT = "the operator's explicit --to-tag/--to-file (no journaled rollout)"
@@ -64,7 +64,7 @@ def read_history(actions: list[Action], current: tuple[str, str] | None, rb: Run
 
 
 async def host_history(session: "Session", host: str, rb: Runbook) -> HostHistory:
-    from orchestrator.service.runner import _compose_client
+    from orchestrator.service.session import _compose_client
 
     entry = session.inventory.host(host)
     async with _compose_client(session, entry) as cm:

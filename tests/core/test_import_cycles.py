@@ -21,10 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("orchestrator", "orchestrator_sim")
 
 #: The circles of today, by their modules. Take one off when it is broken.
-KNOWN = [
-    # the runner and the admission path hand the session back and forth: the application service
-    # (issue 26, orchestrator/service/) takes them apart
-    {"orchestrator.service.admission", "orchestrator.service.incident", "orchestrator.service.runner"},
+KNOWN: list[set[str]] = [
+    # (admission <-> incident <-> runner was taken apart: the session and the journal's refusals
+    # they all need now sit below them, in service/session.py and service/refusals.py)
 ]
 
 

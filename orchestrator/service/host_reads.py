@@ -1,0 +1,176 @@
+"""The read-only host reads made before a run is admitted: where the host stands in the runbook
+(`rollout --continue`), whether a rollback's targets are usable (dry runs), whether a rollback
+has anything to do or would stop an engine of another replica, and the previous deploys in
+compose-manager's action log.
+
+Advisory only: what they found is judged again by the admission transaction (service/admission.py).
+"""
+
+from __future__ import annotations
+
+from orchestrator.engine.executor.targets import group_targets, newest_successful
+from orchestrator.journal.base import RunRecord
+from orchestrator.language.runbook import Runbook, load_runbook
+from orchestrator.service.refusals import _require_earlier_phases_passed
+from orchestrator.service.run_info import check_tag
+from orchestrator.service.session import Session, _compose_client
+from orchestrator.util.user_errors import Refused, UserError
+
+
+async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> dict[str, dict[str, str]]:
+    """With no journal: for each service, the newest successful deploy before the current one.
+
+    Success comes from compose-manager's record (`/version` projects.<p>.current/previous, written
+    only after an up succeeded); the action log says which services each up named (it logs every
+    attempt, failed ones too)."""
+    entry = session.inventory.host(host)
+    async with _compose_client(session, entry) as cm:
+        actions = await cm.action_log()
+        version = await cm.version()
+    proj = version.project(entry.project)
+    current = {(proj.current.tag, proj.current.file)} if proj.current else set()
+    earlier = {(proj.previous.tag, proj.previous.file)} if proj.previous else set()
+    out: dict[str, dict[str, str]] = {}
+    for service in rb.previous_refs():
+        act = newest_successful(actions, service, earlier - current)
+        if act is not None:
+            out[service] = {"tag": act.tag or "", "file": act.file or "", "commit": act.commit or ""}
+    return out
+
+
+async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[str, str]:
+    """What the host runs, for placement (read-only: docker/ps and one dry run)."""
+    from orchestrator.hosts.clients.dashboard import DashboardClient
+    from orchestrator.engine.executor.placement import PlacementError, observe_host
+
+    entry = session.inventory.host(host)
+    async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
+                               transport=session.transport, retry=session.retry, clock=session.clock) as dash:
+        env = await dash.env_map(name=entry.instance_name)
+    session.redactor.add(*env.redaction_values())
+    async with _compose_client(session, entry) as cm:
+        try:
+            return await observe_host(cm, env, rb, tag, entry.project)
+        except PlacementError as exc:
+            raise Refused(f"cannot place {host} in the runbook: {exc}") from None
+
+
+async def place_for_continue(session: Session, host: str, tag: str, runbook: str) -> str:
+    """`rollout --continue`: the phase the host's declared state continues at (read-only)."""
+    from orchestrator.engine import host_state
+
+    check_tag(tag)
+    rb = load_runbook(runbook)
+    observed = await _observe(session, host, rb, tag)
+    state = host_state.place(rb, observed)
+    if state is None:
+        near = host_state.nearest(rb, observed)
+        diff = f"; nearest is {near[0].name}: " + "; ".join(near[1]) if near else ""
+        raise Refused(f"{host} is in a state the runbook does not recognise ({host_state.describe(observed)}){diff}. Nothing was changed")
+    if state.action == "done":
+        raise Refused(f"{host} already runs the target ({state.say}): nothing to continue")
+    phase = rb.phases[0].name if state.action == "start" else state.action
+    await _refuse_foreign_part_way(session, host, rb, tag)
+    _require_earlier_phases_passed(session, host, tag, rb, phase)
+    return phase
+
+
+async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag: str) -> None:
+    """`--continue` never takes over a rollout that another journal (or a person) is driving."""
+    from orchestrator.engine.foreign_check import refuse_foreign_part_way
+
+    async with _compose_client(session, session.inventory.host(host)) as cm:
+        actions = await cm.action_log()
+    msg = refuse_foreign_part_way(session.journal, host, actions, rb.file, tag,
+                                  session.redactor.scrub(session.settings.journal_location()))
+    if msg:
+        raise Refused(msg)
+
+
+async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]]) -> None:
+    """Dry-run every distinct (tag, file) a rollback goes back to, before anything is stopped: a
+    typo in --to-file or --to-tag exits 2 with nothing sent but dry runs."""
+    from orchestrator.hosts.clients.compose_manager import ComposeRequest, validate_file
+    from orchestrator.hosts.clients.dashboard import DashboardClient
+    from orchestrator.hosts.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
+
+    entry = session.inventory.host(host)
+    targets = group_targets(rb, previous)
+    for (_, file), services in targets.items():
+        try:
+            validate_file(file)
+        except RequestInvalid as exc:
+            raise UserError(f"rollback target file {file!r} for {', '.join(services)}: {exc.detail}") from None
+    async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
+                               transport=session.transport, retry=session.retry, clock=session.clock) as dash:
+        env = await dash.env_map(name=entry.instance_name)
+    session.redactor.add(*env.redaction_values())
+    from orchestrator.hosts.ps_compare import compare_ps, describe_changes, split_by_definition
+
+    async with _compose_client(session, entry) as cm:
+        actions = await cm.action_log()
+        for (tag, file), all_services in targets.items():
+            before = await cm.ps(entry.project)
+            running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
+            # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
+            # another definition is checked by the rollback's own dry run, after its stop
+            services, _held = split_by_definition(all_services, running, tag, file, actions, engines=set(rb.engines()))
+            if not services:
+                continue
+            req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=entry.project, dry_run=True)
+            try:
+                outcome = await cm.up(req, env)
+            except (TagNotFound, TagTooRecent, BadRequest) as exc:
+                raise UserError(f"rollback target {file}@{tag} is not usable: {session.redactor.scrub(str(exc))}; "
+                                f"check --to-tag/--to-file. Nothing was stopped") from None
+            changes = compare_ps(before, await cm.ps(entry.project))
+            if changes:
+                raise Refused(f"the dry run of rollback target {file}@{tag} changed real containers: {describe_changes(changes)} "
+                              f"(docker/compose#14029, or someone else acting on {host}): inspect the host. Nothing more was sent")
+            if outcome.status != "success":
+                raise UserError(f"rollback target {file}@{tag}: its dry run failed ("
+                                + session.redactor.scrub(" | ".join(outcome.lines[-2:])) + "); check --to-tag/--to-file. Nothing was stopped")
+
+
+async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:
+    """A host the runbook places in its before-state already runs the previous configuration: a
+    rollback would only drain it or restart what serves. Refused, read-only."""
+    from orchestrator.engine import host_state
+
+    state = host_state.place(rb, await _observe(session, host, rb, tag))
+    if state is not None and state.action == "start":
+        raise Refused(f"{host} already runs the previous configuration ({state.name}: {state.say}): nothing to roll back. "
+                      f"Nothing was changed")
+
+
+async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, last: RunRecord | None) -> None:
+    """One replica cannot go back to the previous file while an engine of another replica that
+    only the new file defines runs: compose-manager's --remove-orphans would stop it."""
+    entry = session.inventory.host(host)
+    new_only: list[str] = []
+    for ph in rb.full_rollback:
+        if ph.replica == replica:
+            continue
+        for s in ph.steps:
+            if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list):
+                new_only += [x for x in s.down.services if rb.replica_of(x) and rb.replica_of(x) != replica]
+    prev_defined = {x for steps in rb.step_lists() for st in steps
+                    if st.compose is not None and st.compose.file.startswith("previous:") and isinstance(st.compose.services, list)
+                    for x in st.compose.services}
+    new_only = [x for x in new_only if x not in prev_defined]
+    if not new_only:
+        return
+    async with _compose_client(session, entry) as cm:
+        running = {c.service or c.name for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
+    blocking = [s for s in new_only if s in running]
+    if blocking:
+        retry = f"`orchestrate resume {last.run_id} --retry`" if last is not None else "`orchestrate resume RUN_ID --retry`"
+        raise Refused(
+            f"refusing to roll {replica} back alone: {', '.join(blocking)} runs, and the previous file does not define it, so "
+            f"compose-manager's --remove-orphans would stop it with a 10 s stop while {replica} is down (no replica left). "
+            f"Run `orchestrate rollback {host} --replica all` (in the runbook's safe order, one replica serving at every moment), "
+            f"or retry {replica} from the new file with {retry}. Nothing was changed."
+        )
+
+
+__all__ = ["previous_from_action_log", "place_for_continue", "validate_rollback_targets", "refuse_nothing_to_roll_back", "refuse_alone"]

@@ -1,0 +1,105 @@
+"""The refusals a run meets that read only the journal (and the inventory): another runner's
+lease, a run left with a compose call of unknown outcome, a run superseded by a later one, the
+earlier phases of a `--continue`, the rollout a rollback undoes, a runbook whose log gates the
+host cannot serve.
+
+The admission transaction (service/admission.py) evaluates them again where it acts, so they sit
+below both it and the runner.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.engine.executor import RunContext
+from orchestrator.journal.base import RunRecord
+from orchestrator.journal.owner import describe_owner, holder_gone
+from orchestrator.language.machine import ABORTED
+from orchestrator.language.runbook import Runbook
+from orchestrator.util.user_errors import Refused, UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from orchestrator.service.session import Session
+
+
+def refuse_if_leased(session: Session, host: str) -> None:
+    """Refuse before a run is even created when another runner holds the host (the lease itself
+    is what guarantees exclusion; this only keeps the journal free of runs that never started)."""
+    lease = session.journal.current_lease(host)
+    if lease is not None and not holder_gone(lease.owner):  # a dead holder's lease counts as expired
+        raise Refused(
+            f"{host} is leased by run {lease.run_id} ({describe_owner(lease.owner)}) until {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC: "
+            f"one rollout per host at a time; wait, or `orchestrate resume {lease.run_id}` once it expires"
+        )
+
+
+def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
+    """compose-manager 8e07c35 reads `compose/logs` of project `work` whatever is sent: with a
+    non-default project the log gates would read another project and wait out their timeout.
+    Refuse up front, before anything is sent."""
+    entry = session.inventory.host(host)
+    has_log_gates = any(s.logs is not None for steps in rb.step_lists() for s in steps)
+    if entry.project and has_log_gates:
+        raise UserError(
+            f"{host}'s inventory sets project {entry.project!r}, but compose-manager (8e07c35) reads logs of the default "
+            f"project only, so the runbook's log gates could never see the engines: omit project for {host}"
+        )
+
+
+def refuse_unsettled(session: Session, host: str, *, except_run: str | None = None) -> None:
+    """A run of `host` that ended without knowing whether its last compose call took effect must
+    be resumed first (its resume settles that call): acting around it could stop what that call
+    is still starting or stopping."""
+    for other in session.journal.list_runs(host, limit=50):
+        if other.terminal or other.run_id == except_run:
+            continue
+        if session.journal.open_effects(other.run_id):
+            raise Refused(f"run {other.run_id} stopped with a compose call whose outcome is unknown: "
+                          f"`orchestrate resume {other.run_id}` settles it first. Nothing was changed")
+
+
+def refuse_stale_resume(session: Session, run: RunRecord) -> None:
+    """A run is continued only if no later run changed its host since (a newer rollout, a
+    `--continue`, a rollback): its context describes a host that no longer exists."""
+    for other in session.journal.list_runs(run.host, limit=50):
+        if other.run_id == run.run_id or other.seq <= run.seq:  # the journal's order, never a clock
+            continue
+        if other.kind == "rollout" and other.parent_run_id == run.run_id:
+            continue  # its own `--retry` child
+        if other.kind == "rollback" or any(e.mutating for e in session.journal.effects(other.run_id)):
+            raise Refused(f"run {other.run_id} ({other.kind}) started after {run.run_id} and acted on {run.host}: "
+                          f"{run.run_id} describes a host that no longer exists and is not continued. "
+                          f"Start a new run (`orchestrate rollout {run.host} --tag {run.tag}` places the host)")
+
+
+def _require_earlier_phases_passed(session: Session, host: str, tag: str, rb: Runbook, phase: str) -> None:
+    """Containers alone do not say a phase finished: its relay checks, sidecars, verification and
+    soak may not have run. Continuing at `phase` needs the journal to show the phase before it
+    passed its last gate (in some run of this host at this tag)."""
+    names = rb.phase_names()
+    if phase not in names or names.index(phase) == 0:
+        return
+    before = rb.phases[names.index(phase) - 1]
+    last_state = f"{before.name}.{before.steps[-1].id}"
+    for run in session.journal.list_runs(host, limit=100):
+        if run.kind == "rollout" and run.tag == tag and any(
+                t.from_state == last_state and t.event == "ok" for t in session.journal.transitions(run.run_id)):
+            return
+    raise Refused(f"{host} runs the new {before.name}, but no run in this journal shows phase {before.name}'s gates passed "
+                  f"(its last step, {last_state}, never succeeded): resume the run that moved it (`orchestrate runs --host {host}`), "
+                  f"or check the host by hand. Nothing was changed")
+
+
+def last_changing_rollout(session: Session, host: str) -> RunRecord | None:
+    """The newest rollout of `host` that got past preflight with its rollback targets known: the
+    run a rollback undoes. An ABORTED run (refused before any change, e.g. at a bad tag) and a run
+    that found nothing to do are never it."""
+    for run in session.journal.list_runs(host, limit=200):
+        if run.kind != "rollout" or run.outcome == ABORTED:
+            continue
+        if RunContext.from_json(run.context).previous:
+            return run
+    return None
+
+
+__all__ = ["refuse_if_leased", "refuse_unreadable_logs", "refuse_unsettled", "refuse_stale_resume", "last_changing_rollout"]

@@ -1,0 +1,85 @@
+"""The session every service command opens once: settings, inventory, journal, redactor, transport
+and clock, plus the runner's identity (`owner_id`) and the clients made from a session before a
+run exists (a compose-manager client, the webhook notifier).
+
+Below the runner, admission and the incident path alike: each of them takes a `Session`, none of
+them needs the others to have one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from orchestrator.hosts.clients.compose_manager import ComposeManagerClient
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.hosts.inventory import HostEntry, Inventory, load_inventory
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.journal.base import Journal
+from orchestrator.journal.owner import owner_text
+from orchestrator.service.notify import Notifier
+from orchestrator.service.startup import open_journal_for
+from orchestrator.util.clock import Clock, RealClock, ScaledClock, clock_for
+from orchestrator.util.settings import Settings
+
+#: The run-context key of the runbook a run started with (name, path, sha256); the server uses it too.
+RUNBOOK_IDENTITY = "runbook_identity"
+
+
+def owner_id() -> str:
+    """`HOSTNAME:PID:BOOT_ID:START` (journal/owner.py): lets a lease of a dead process be taken over at once."""
+    return owner_text()
+
+
+@dataclass
+class Session:
+    """Everything a command needs, opened once."""
+
+    settings: Settings
+    inventory: Inventory
+    journal: Journal
+    redactor: Redactor
+    transport: httpx.AsyncBaseTransport | None = None
+    clock: Clock = field(default_factory=RealClock)
+    retry: RetryPolicy | None = None
+    #: A long-lived notifier (orchestrate serve keeps one); None: `execute` makes one per run
+    #: when ORCHESTRATOR_NOTIFY_URL is set and flushes it, bounded, when the run ends.
+    notifier: Notifier | None = None
+    #: runs admitted by orchestrator/service/admission.py and not yet executed: run id -> Admitted (the
+    #: lease admission took is the one `execute` runs under)
+    admitted: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> "Session":
+        inventory = load_inventory(settings.inventory_path())
+        redactor = Redactor()
+        redactor.add(*settings.tokens())
+        journal = open_journal_for(settings, redactor)  # a bad location: one UserError line
+        if clock is None:
+            clock = clock_for(inventory.urls())
+        if retry is None and isinstance(clock, ScaledClock):
+            # against the simulator, a retry's deadline on the scaled clock must still leave real
+            # time for a loopback round trip (60 clock-s at 3000x would be 20 ms)
+            retry = RetryPolicy(deadline_s=max(60.0, 2.0 * clock.speed), busy_wait_s=5)
+        return cls(settings, inventory, journal, redactor, transport, clock, retry)
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+def _compose_client(session: Session, entry: HostEntry) -> ComposeManagerClient:
+    """A compose-manager client for commands that read the host before a run exists."""
+    return ComposeManagerClient(str(entry.compose_manager_url).rstrip("/"), session.settings.compose_manager_token,
+                                transport=session.transport, retry=session.retry, redactor=session.redactor,
+                                clock=session.clock)
+
+
+def notifier_for(session: Session) -> Notifier:
+    """The webhook notifier of ORCHESTRATOR_NOTIFY_URL, its messages scrubbed by the session's redactor."""
+    s = session.settings
+    return Notifier(s.notify_url.get_secret_value(), s.notify_format, scrub=session.redactor.scrub)
+
+
+__all__ = ["RUNBOOK_IDENTITY", "Session", "owner_id", "notifier_for"]
