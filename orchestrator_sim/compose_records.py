@@ -15,6 +15,17 @@ from orchestrator_sim.recording import RecordedCall
 
 
 @dataclass(frozen=True)
+class WorkCopy:
+    """The server's copy of one repository file in its work dir (written by an up or dry run)."""
+
+    path: str
+    tag: str
+    commit: str
+    text: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class OrphanRemoval:
     at: float
     container: str
