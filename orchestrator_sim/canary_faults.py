@@ -1,6 +1,6 @@
 """Issue 23's canary faults (live traffic and device memory, orchestrator_sim/live_traffic.py and
 device_memory.py): aimed at a canary's analysis or a watch, so the schedule explorer does not draw
-them. Built by `canary_faults(FaultInfo)` so faults.py imports this module without a cycle."""
+them. Built by `canary_faults(FaultInfo)` so fault_table.py imports this module without a cycle."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ _CANARY_ROLLBACK = ("the canary's analysis gate fails on the candidate's readout
 
 
 def canary_faults(info: Any) -> dict[str, Any]:
-    """name -> FaultInfo of every canary fault (`info` is faults.FaultInfo)."""
+    """name -> FaultInfo of every canary fault (`info` is fault_table.FaultInfo)."""
     return {f.name: f for f in [
         info("candidate-slower", "replica",
              "the new engine's live traffic decodes slower: TPOT 1.4x of a pdi-1 engine in its /metrics histograms",

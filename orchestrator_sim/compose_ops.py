@@ -3,6 +3,10 @@ in the server's order, the tag gate, the single operation lock, the action log a
 record, the server's work-dir copies of the files, planning (the exact --remove-orphans rule), and
 the up/down scripts that run on the host's event queue while their output streams out.
 
+This module holds the requests' side (validation, the lock, the tag gate, `/version`, `/status`,
+the attestation, the host reads): `ComposeOperations`. Planning is compose_plan.py's, the up/down
+scripts and the records they leave compose_scripts.py's; the requests' records compose_records.py's.
+
 Rules kept from the real server (`compose-manager-as-deployed.md`, recorded exchanges):
 - Body shape errors (missing `tag`, a non-boolean flag, a wrong type) are axum's 422 text/plain,
   before anything else. Then the lock is taken FIRST (a 409 can precede a 400), then the project
@@ -20,16 +24,19 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Generator
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from orchestrator_sim.compose_repo import TagInfo, sha256_text
-from orchestrator_sim.compose_repo import NGINX_SERVICE, TARGET_FILE, ComposeFile, load_compose
-from orchestrator_sim.compose_records import ComposeRequest, Operation, OrphanRemoval  # noqa: F401 - re-exported (host.py, apps)
-from orchestrator_sim.containers import CONFIG_DIR, PROJECT, Container
-from orchestrator_sim.host_core import ORPHAN_STOP_TIMEOUT_S, HostCore
+from orchestrator_sim.compose_plan import PlanItem  # noqa: F401 - re-exported
+from orchestrator_sim.compose_records import (  # noqa: F401 - re-exported (host.py, apps)
+    ComposeRequest,
+    Operation,
+    OrphanRemoval,
+    WorkCopy,
+)
+from orchestrator_sim.compose_repo import TagInfo, load_compose, sha256_text
+from orchestrator_sim.compose_scripts import ComposeScripts
+from orchestrator_sim.containers import CONFIG_DIR, PROJECT
 from orchestrator_sim.interpolation import InterpolationError
 from orchestrator_sim.recording import RecordedCall
 
@@ -51,17 +58,6 @@ class ComposeError(Exception):
         self.status = status
         self.message = message
         self.plain = plain
-
-
-@dataclass(frozen=True)
-class WorkCopy:
-    """The server's copy of one repository file in its work dir (written by an up or dry run)."""
-
-    path: str
-    tag: str
-    commit: str
-    text: str
-    sha256: str
 
 
 def _json_type(value: Any) -> str:
@@ -94,15 +90,7 @@ def _column(raw: str, key: str | None) -> int:
     return len(raw.rstrip())
 
 
-@dataclass
-class PlanItem:
-    service: str
-    container: str
-    action: str  # Created | Recreated | Started | Running | Removed
-    extra: bool = False  # added by a fault
-
-
-class ComposeOperations(HostCore):
+class ComposeOperations(ComposeScripts):
     """The compose-manager side of the host (mixed into SimHost)."""
 
     def version(self) -> dict[str, Any]:
@@ -320,380 +308,6 @@ class ComposeOperations(HostCore):
         with self._lock:
             self.sync()
             return op.lines[start:], op.done, op.cut
-
-    # -- driving a script on the event queue
-    def _drive(self, op: Operation, script: Generator[float, None, None]) -> None:
-        try:
-            delay = next(script)
-        except StopIteration:
-            if not op.done and not op.cut:
-                self._finish(op, True, 0)
-            self._note_domain_serving()
-            return
-        self._schedule(delay, self._drive, op, script)
-        self._note_domain_serving()  # a first step may have stopped something already
-
-    def _emit(self, op: Operation, line: str, event: str = "stderr") -> None:
-        op.lines.append((event, line))
-
-    def _finish(self, op: Operation, success: bool, code: int) -> None:
-        op.done, op.success, op.exit_code = True, success, code
-        if self._op is op:
-            self._op = None
-        if success and op.action == "compose_up" and not op.request.dry_run:
-            self._record_success(op.request)
-        if op.call is not None and self.recorder is not None:
-            self.recorder.update(
-                op.call, outcome="done:ok" if success else f"done:failed({code})", effects=list(op.effects)
-            )
-
-    def _cut(self, op: Operation, when: str) -> None:
-        op.cut = True
-        if self._op is op:
-            self._op = None
-        if op.call is not None and self.recorder is not None:
-            self.recorder.update(op.call, outcome=f"cut:{when}", effects=list(op.effects))
-
-    def _action_entry(
-        self, action: str, *, tag: str, commit: str | None, file: str, sha256: str | None, services: list[str], at: float | None = None
-    ) -> dict[str, Any]:
-        entry: dict[str, Any] = {"timestamp": self.stamp(at), "action": action, "tag": tag}
-        if commit is not None:
-            entry["commit"] = commit
-        entry["file"] = file
-        if sha256 is not None:
-            entry["file_sha256"] = sha256
-        if services:
-            entry["services"] = list(services)
-        return entry
-
-    def _record_action(self, action: str, req: ComposeRequest, copy: WorkCopy | None) -> dict[str, Any]:
-        """Appended when the request is accepted, before docker runs, whatever the outcome."""
-        entry = self._action_entry(
-            action,
-            tag=req.tag,
-            commit=copy.commit if copy else None,
-            file=req.file,
-            sha256=copy.sha256 if copy else None,
-            services=req.services,
-        )
-        self._actions.append(entry)
-        return entry
-
-    def _record_success(self, req: ComposeRequest) -> None:
-        """`projects[p].current/previous`: written only after an up's stream ended in success."""
-        copy = self._work_dir.get(req.file)
-        record = {"tag": req.tag, "commit": copy.commit if copy else None, "file": req.file,
-                  "file_sha256": copy.sha256 if copy else None}
-        record = {k: v for k, v in record.items() if v is not None}
-        slot = self._deployed.setdefault(req.project, {})
-        if slot.get("current"):
-            slot["previous"] = slot["current"]
-        slot["current"] = record
-
-    def _warnings(self, op: Operation, cf: ComposeFile) -> None:
-        ts = self.wall().strftime("%Y-%m-%dT%H:%M:%SZ")
-        for name in cf.unset_variables:
-            self._emit(
-                op,
-                f'time="{ts}" level=warning msg="The \\"{name}\\" variable is not set. Defaulting to a blank string."',
-            )
-
-    # -- planning
-    def _plan(self, cf: ComposeFile, req: ComposeRequest) -> tuple[list[PlanItem], list[Container], str | None]:
-        names = req.services or cf.default_services()
-        for n in names:
-            if n not in cf.services:
-                return [], [], f"no such service: {n}"
-        items: list[PlanItem] = []
-        forced = set(names) if req.force_recreate else set()  # --force-recreate: the named services, not their dependencies
-        for name in cf.closure(names):
-            sd = cf.services[name]
-            c = self._containers.get(sd.container_name)
-            if c is not None and c.project != req.project:
-                return (
-                    [],
-                    [],
-                    (
-                        f'Error response from daemon: Conflict. The container name "/{c.name}" is '
-                        f'already in use by container "{c.id}". You have to remove (or rename) that '
-                        f"container to be able to reuse that name."
-                    ),
-                )
-            if c is not None and c.state in ("removing", "dead"):
-                return [], [], f"Error response from daemon: removal of container {c.name} is already in progress"
-            if c is None:
-                action = "Created"
-            elif name in forced or c.config_hash != sd.config_hash or (
-                not self.inline_configs_ignored and c.content_hash != sd.content_hash
-            ):
-                action = "Recreated"
-            elif c.state in ("running", "restarting"):
-                action = "Running"
-            else:
-                action = "Started"
-            items.append(PlanItem(name, sd.container_name, action))
-        orphans = sorted(
-            (c for c in self._containers.values() if c.project == req.project and c.service not in cf.services),
-            key=lambda c: c.name,
-        )
-        if cf.path == TARGET_FILE:
-            planned = {i.service for i in items}
-            nginx = self._containers.get(NGINX_SERVICE)
-            if self.faults.active("dry-run-extra-recreate") and NGINX_SERVICE not in planned and nginx:
-                items.append(PlanItem(NGINX_SERVICE, nginx.name, "Recreated", extra=True))
-            r1 = self._containers.get("model-sg-glm53-w4afp8-tp4-r1")
-            if (
-                self.faults.active("dry-run-extra-remove")
-                and "model-sg-glm53-w4afp8-tp4-r1" not in planned
-                and r1 is not None
-                and r1 not in orphans
-            ):
-                orphans.append(r1)
-        return items, orphans, None
-
-    def _dry_run_lines(self, items: list[PlanItem], orphans: list[Container], project: str) -> list[str]:
-        """docker compose's non-TTY dry-run output (what 8e07c35 streams): one line per step."""
-        out: list[str] = []
-        if not any(c.project == project for c in self._containers.values()):
-            out += [f"Network {project}_default  Creating", f"Network {project}_default  Created"]
-        for c in orphans:
-            out += [f"Container {c.name}  {s}" for s in ("Stopping", "Stopped", "Removing", "Removed")]
-        for i in items:
-            if i.action == "Created":
-                out += [f"Container {i.container}  Creating", f"Container {i.container}  Created"]
-            elif i.action == "Recreated":
-                out += [f"Container {i.container}  Recreate", f"Container {i.container}  Recreated"]
-        starting = [i for i in items if i.action != "Running"]
-        out += [f"Container {i.container}  Starting" for i in starting]
-        out += [f"Container {i.container}  Running" for i in items if i.action == "Running"]
-        out += [f"Container {i.container}  Started" for i in starting]
-        return [f" DRY-RUN MODE -  {line}" for line in out]
-
-    @staticmethod
-    def _plan_event(items: list[PlanItem], orphans: list[Container]) -> dict[str, Any]:
-        """The `{"event":"plan",...}` line 8e07c35 sends before a dry run's `done`."""
-        return {
-            "event": "plan",
-            "exit_code": 0,
-            "plan": {
-                "create": [f"Container {i.container}" for i in items if i.action == "Created"],
-                "recreate": [f"Container {i.container}" for i in items if i.action == "Recreated"],
-                "remove": [f"Container {c.name}" for c in orphans],
-                "unchanged": [f"Container {i.container}" for i in items if i.action in ("Running", "Started")],
-            },
-            "success": True,
-        }
-
-    # -- scripts (generators yielding simulation seconds to wait)
-    def _up_script(self, op: Operation, cf: ComposeFile | None, error: str | None) -> Generator[float, None, None]:
-        req = op.request
-        if cf is None:
-            self._emit(op, error or "error")
-            self._finish(op, False, 1)
-            return
-        self._warnings(op, cf)
-        items, orphans, plan_error = self._plan(cf, req)
-        if plan_error:
-            self._emit(op, plan_error)
-            self._finish(op, False, 1)
-            return
-        if req.dry_run and self.faults.active("dry-run-recreates") and any(i.action == "Recreated" for i in items):
-            # docker/compose#14029: `up -d --dry-run` that needs a recreate performs the real
-            # swap (and compose-manager's --remove-orphans with it), printed without the
-            # DRY-RUN prefix; the server still takes it for a dry run (no action, no success record)
-            yield from self._dry_run_for_real(op, cf, req, items, orphans)
-            op.plan = self._plan_event(items, orphans)
-            self._finish(op, True, 0)
-            return
-        if req.dry_run:
-            for line in self._dry_run_lines(items, orphans, req.project):
-                self._emit(op, line)
-                yield 0.05
-            op.plan = self._plan_event(items, orphans)
-            if self.faults.active("dry-run-not-dry"):
-                # docker/compose#14029: the "dry run" really performs what it planned.
-                for item in items:
-                    if item.action in ("Created", "Recreated"):
-                        yield from self._apply_item(op, cf, req, item, quiet=True)
-                        op.effects.append(f"dry-run-changed:{item.container}")
-                for item in items:
-                    if item.action in ("Created", "Recreated"):
-                        c = self._containers.get(item.container)
-                        if c is not None and c.state == "created":
-                            self._start(c)
-            self._finish(op, True, 0)
-            return
-        # pull
-        for name in cf.closure(req.services or cf.default_services()):
-            image = cf.services[name].image
-            self._emit(op, f" {name} Pulling ")
-            yield 1.0 if image in self._images else 45.0
-            self._images.add(image)
-            self._emit(op, f" {name} Pulled ")
-        if self.faults.take_once("cut-before-effect"):
-            self._cut(op, "before-effect")
-            return
-        # orphans (and a fault's extra removal) with a plain 10 s stop
-        if orphans:
-            yield from self._remove_orphans(op, cf, orphans, effect="orphan-removed", steps=("Stopped", "Removing"))
-            yield 0.5
-        # create / recreate
-        for item in items:
-            if item.action in ("Created", "Recreated"):
-                yield from self._apply_item(op, cf, req, item, quiet=False)
-        # start, dependencies first
-        for item in items:
-            sd = cf.services[item.service]
-            c = self._containers.get(item.container)
-            if item.action == "Running" or c is None:
-                self._emit(op, f" Container {item.container}  Running")
-                continue
-            for dep, cond in sd.depends_on.items():
-                dc = self._containers.get(cf.services[dep].container_name) if dep in cf.services else None
-                if cond != "service_completed_successfully" or dc is None:
-                    continue
-                self._emit(op, f" Container {dc.name}  Waiting")
-                while dc.state in ("running", "created"):
-                    yield 1.0
-                if dc.exit_code != 0:
-                    self._emit(op, f'service "{dep}" didn\'t complete successfully: exit {dc.exit_code}')
-                    self._finish(op, False, 1)
-                    return
-                self._emit(op, f" Container {dc.name}  Exited")
-            if c.state in ("running", "restarting"):
-                self._emit(op, f" Container {c.name}  Running")
-                continue
-            self._emit(op, f" Container {c.name}  Starting")
-            yield 0.5
-            self._start(c)
-            self._emit(op, f" Container {c.name}  Started")
-        if self.faults.take_once("cut-after-effect"):
-            self._cut(op, "after-effect")
-            return
-        self._finish(op, True, 0)
-
-    def _dry_run_for_real(
-        self, op: Operation, cf: ComposeFile, req: ComposeRequest, items: list[PlanItem], orphans: list[Container]
-    ) -> Generator[float, None, None]:
-        """The `dry-run-recreates` fault: what a real `up -d --remove-orphans` of the request does,
-        orphans included, with plain (unprefixed) progress lines."""
-        if orphans:
-            yield from self._remove_orphans(op, cf, orphans, effect="dry-run-orphan-removed", steps=())
-        for item in items:
-            if item.action in ("Created", "Recreated"):
-                yield from self._apply_item(op, cf, req, item, quiet=False)
-                op.effects.append(f"dry-run-changed:{item.container}")
-        for item in items:
-            c = self._containers.get(item.container)
-            if item.action in ("Created", "Recreated") and c is not None and c.state == "created":
-                self._emit(op, f" Container {c.name}  Starting")
-                yield 0.5
-                self._start(c)
-                self._emit(op, f" Container {c.name}  Started")
-
-    def _remove_orphans(self, op: Any, cf: Any, orphans: list[Any], *, effect: str,
-                        steps: tuple[str, ...]) -> Generator[float, None, None]:
-        """Stop (plain 10 s stop) and remove `orphans`, as `up --remove-orphans` does; `steps`: the
-        progress lines between Stopping and Removed (a dry run made real prints fewer)."""
-        stops = []
-        for c in orphans:
-            self._emit(op, f" Container {c.name}  Stopping")
-            stops.append((c, *self._begin_stop(c, ORPHAN_STOP_TIMEOUT_S)))
-        yield max(d for _, d, _ in stops)
-        for c, _, code in stops:
-            self._finish_stop(c, code)
-            for word in steps:
-                self._emit(op, f" Container {c.name}  {word}")
-            self._remove(c)
-            self._emit(op, f" Container {c.name}  Removed")
-            op.effects.append(f"{effect}:{c.name}")
-            self._record_orphan(op, cf, c)
-
-    def _record_orphan(self, op: Any, cf: Any, c: Any) -> None:
-        """An orphan removed by an up (or by a dry run made real, docker/compose#14029): the record
-        the invariants read."""
-        self._orphans.append(OrphanRemoval(at=self._now, container=c.name, service=c.service, by_file=cf.path,
-                                           by_tag=cf.tag, stop_timeout_s=ORPHAN_STOP_TIMEOUT_S,
-                                           call_seq=op.call.seq if op.call else None))
-
-    def _apply_item(
-        self, op: Operation, cf: ComposeFile, req: ComposeRequest, item: PlanItem, *, quiet: bool
-    ) -> Generator[float, None, None]:
-        sd = cf.services[item.service]
-        old = self._containers.get(item.container)
-        if item.action == "Recreated" and old is not None:
-            if not quiet:
-                self._emit(op, f" Container {item.container}  Recreate")
-            delay, code = self._begin_stop(old, sd.stop_grace_s)
-            yield delay
-            self._finish_stop(old, code)
-            self._remove(old)
-        elif not quiet:
-            self._emit(op, f" Container {item.container}  Creating")
-        yield 0.3
-        c = self._new_container(sd, cf, req.project, created_at=self._now)
-        self._containers[c.name] = c
-        if not quiet:
-            self._emit(op, f" Container {item.container}  {'Recreated' if item.action == 'Recreated' else 'Created'}")
-
-    def _down_script(self, op: Operation, cf: ComposeFile | None, error: str | None) -> Generator[float, None, None]:
-        req = op.request
-        if cf is None:
-            self._emit(op, error or "error")
-            self._finish(op, False, 1)
-            return
-        self._warnings(op, cf)
-        names = req.services or list(cf.order)
-        for n in names:
-            if n not in cf.services:
-                self._emit(op, f"no such service: {n}")
-                self._finish(op, False, 1)
-                return
-        targets = [
-            c
-            for n in names
-            if (c := self._containers.get(cf.services[n].container_name)) is not None and c.project == req.project
-        ]
-        if not targets:
-            self._emit(op, f'Warning: No resource found to remove for project "{req.project}".')
-            self._finish(op, True, 0)
-            return
-        stops = []
-        for c in targets:
-            if c.state in ("removing", "dead"):
-                continue
-            self._emit(op, f" Container {c.name}  Stopping")
-            stops.append((c, *self._begin_stop(c, cf.services[c.service].stop_grace_s)))
-        if stops:
-            yield max(d for _, d, _ in stops)
-        failed = False
-        for c in targets:
-            stop = next((s for s in stops if s[0] is c), None)
-            if stop is not None:
-                self._finish_stop(c, stop[2])
-                self._emit(op, f" Container {c.name}  Stopped")
-            self._emit(op, f" Container {c.name}  Removing")
-            if stop is not None and self.faults.take_once("zombie-after-down"):
-                c.state = "removing"
-                c.run += 1
-                layer = hashlib.sha256(c.id.encode()).hexdigest()
-                self._emit(
-                    op,
-                    f'Error response from daemon: container {c.id}: driver "overlay2" failed to '
-                    f"remove root filesystem: unlinkat /var/lib/docker/overlay2/{layer}/merged: "
-                    "device or resource busy",
-                )
-                op.effects.append(f"zombie:{c.name}")
-                failed = True
-                continue
-            self._remove(c)
-            self._emit(op, f" Container {c.name}  Removed")
-        yield 0.2
-        if failed:
-            self._finish(op, False, 1)
-            return
-        self._finish(op, True, 0)
 
     # -- host reads (8e07c35: docker inspect + nvidia-smi, and the model-cache volumes)
     GPU_COUNT = 8

@@ -1,7 +1,7 @@
 """The records of the simulated compose-manager's operations: a request, an operation in flight
 (its streamed lines and outcome) and an orphan removal.
 
-Their own module, below both `host_core.py` (which keeps the current operation and the orphan
+Their own module, below both `host_state.py` (which keeps the current operation and the orphan
 removals on the host) and `compose_ops.py` (which creates them): when they lived in compose_ops,
 the two modules imported each other (issue 26).
 """
@@ -12,6 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator_sim.recording import RecordedCall
+
+
+@dataclass(frozen=True)
+class WorkCopy:
+    """The server's copy of one repository file in its work dir (written by an up or dry run)."""
+
+    path: str
+    tag: str
+    commit: str
+    text: str
+    sha256: str
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,12 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import random
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -43,84 +41,31 @@ from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.apps.inference import build_host_proxy_app, build_inference_app, build_relay_app
 from orchestrator_sim.apps.registry import build_registry_app
 from orchestrator_sim.apps.model_proxy import build_model_proxy_app
-from orchestrator_sim.compose_repo import BASE_HOSTS, TARGET_TAG, SimRepository
-from orchestrator_sim.containers import BASE_DOMAIN, COMPOSE_VERSION, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
+from orchestrator_sim.compose_repo import TARGET_TAG, SimRepository
+from orchestrator_sim.containers import BASE_DOMAIN, LONG_DOMAIN
 from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.fleet_config import (  # noqa: F401 - re-exported (tests, bench, testing.py, __init__)
+    BASE_HOST_IPS,
+    KNOWN_HOSTS,
+    LOG_LINES_ENV,
+    LOOPBACK,
+    PEERS,
+    RELAY_PORTS,
+    FleetTokens,
+    FleetUrls,
+    SimConfig,
+    _secret,
+    base_env_map,
+    gpu02_env_map,
+    log_lines_from_env,
+)
+from orchestrator_sim.fleet_files import FleetFiles
 from orchestrator_sim.host import SimHost
 from orchestrator_sim.invariants import check_base_tier, check_invariants
 from orchestrator_sim.recording import CallRecorder, RecordedCall, RecordingMiddleware
 from orchestrator_sim.timeline import ServingTimeline
 
-LOOPBACK = "127.0.0.1"
 TICK_S = 0.005  # real seconds between two runs of due events
-PEERS = ("peer-a", "peer-b")
-RELAY_PORTS = (8008, 8009, 8010)  # 8010: the #302 relay's DCGM route
-# The base-tier hosts' addresses (TEST-NET, as the peers' static list had them).
-BASE_HOST_IPS = {"gpu03": "203.0.113.3", "gpu04": "203.0.113.4", "gpu23": "203.0.113.23"}
-KNOWN_HOSTS = ("gpu02", *BASE_HOSTS)
-#: Every engine (every container) keeps only its last N log lines, as docker's log rotation
-#: (`max-size`/`max-file`) does on production hosts: `SimConfig.log_lines`'s default.
-LOG_LINES_ENV = "ORCHESTRATOR_SIM_LOG_LINES"
-
-
-def log_lines_from_env() -> int | None:
-    """ORCHESTRATOR_SIM_LOG_LINES as a positive line count (unset or empty: no rotation)."""
-    raw = os.environ.get(LOG_LINES_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{LOG_LINES_ENV} must be a positive number of log lines, not {raw!r}")
-    return n
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    speed: float = 600
-    cold_start_s: float = 3000
-    faults: Sequence[str] = ()
-    seed: int | None = None
-    available_ram_gib: float = 1223
-    restart_delay_s: float = 30.0  # docker's restart back-off, in simulation seconds
-    discovery_cycle_s: float = 90.0  # a new registrar is listed this long after it starts
-    start_time: datetime | None = None  # simulated wall time at t=0 (default: now, UTC)
-    fresh_host: bool = False  # nothing deployed yet (as the recorded 8e07c35 exchanges start)
-    hosts: Sequence[str] = ("gpu02",)  # any of gpu02, gpu03, gpu04, gpu23 (at least one)
-    # docker compose's release on every host (docker ps shows it as com.docker.compose.version).
-    # Its rules decide whether a change of inline `configs:` content alone recreates a service:
-    # from 2.23.1 on it does not (docker/compose#11900, open). `inline_configs_ignored` overrides
-    # that rule (False: the old assumption that such a change recreates, for comparison tests).
-    compose_version: str = COMPOSE_VERSION
-    inline_configs_ignored: bool | None = None
-    # docker's log rotation: every container keeps only its last N lines (None: all, up to
-    # host_core.LOG_CAP); a long-running engine's start and ready line are then long gone.
-    # Default: ORCHESTRATOR_SIM_LOG_LINES.
-    log_lines: int | None = field(default_factory=log_lines_from_env)
-    #: gpu02's starting point: "canary" (the canary file, before #294) or "long-context" (after it)
-    initial: str = "canary"
-
-
-@dataclass(frozen=True)
-class FleetUrls:
-    compose_manager: str
-    dashboard: str
-    peers: dict[str, str]
-    inference: str
-    relay: dict[int, str]
-    github: str = ""  # the simulated GitHub REST API (ORCHESTRATOR_GITHUB_API_URL)
-    registry: str = ""  # issue 23: the compose-hash registry (a read-only HTTP/JSON gate's URL)
-    proxy: str = ""  # issue 23: the host's own inference proxy (its /backends/list), port 8000
-
-
-@dataclass(frozen=True)
-class FleetTokens:
-    compose_manager: str
-    dashboard: str
-    model_proxy: str
-    inference: str
 
 
 class _DropStreamCuts(logging.Filter):
@@ -144,10 +89,6 @@ if _filter not in logging.getLogger("uvicorn.error").filters:
     logging.getLogger("uvicorn.error").addFilter(_filter)
 
 
-def _secret(rng: random.Random, n: int = 32, alphabet: str = "0123456789abcdef") -> str:
-    return "".join(rng.choice(alphabet) for _ in range(n))
-
-
 def _bind(*, reuse: bool = True) -> socket.socket:
     """A loopback socket on a free port. `reuse=False` for servers that never rebind their port:
     two SO_REUSEADDR sockets bound to port 0 can be handed the same port, and the second listen()
@@ -158,41 +99,6 @@ def _bind(*, reuse: bool = True) -> socket.socket:
     sock.bind((LOOPBACK, 0))
     return sock
 
-
-def _env_map(name: str, ip: str, rng: random.Random, *, long_tier_only: bool) -> dict[str, str]:
-    """A host's full env map as the dashboard holds it (secrets are random per run, drawn in this
-    order: a fleet's env maps do not depend on which other hosts it simulates)."""
-    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-    env = {"HOST_IP": ip, "CVM_HOST": f"h200-{name}", "CVM_NAME": name, "DD_HOSTNAME": name, "ENV": "prod"}
-    if long_tier_only:
-        env["LONG_TIER_ONLY"] = "true"
-    env.update({
-        "PROXY_TOKEN": _secret(rng, 48, alnum),
-        "MODEL_PROXY_TOKEN": _secret(rng, 48, alnum),
-        "HUGGING_FACE_HUB_TOKEN": "hf_" + _secret(rng, 34, alnum),
-        "MONITORING_INGEST_TOKEN": _secret(rng, 40, alnum),
-        "CLOUD_API_USAGE_TOKEN": _secret(rng, 48, alnum),
-        "FUSION_ENABLED": "false",
-        "FUSION_INTERNAL_BEARER_TOKEN": _secret(rng, 40, alnum),
-        "WEB_CONTEXT_SEARCH_URL": "https://web-context.near.ai/v1/search",
-        "WEB_CONTEXT_SEARCH_API_KEY": _secret(rng, 40, alnum),
-    })
-    return env
-
-
-def gpu02_env_map(rng: random.Random, faults: ActiveFaults) -> dict[str, str]:
-    """gpu02's full env map as the dashboard holds it (its registrar registers the long domain)."""
-    env = _env_map("gpu02", HOST_IP, rng, long_tier_only=True)
-    if faults.active("budget-80pct"):
-        env["GLM53_HICACHE_RAM_BUDGET"] = "80%"
-    if faults.active("budget-no-fit"):
-        env["GLM53_HICACHE_RAM_BUDGET"] = "650GiB"
-    return env
-
-
-def base_env_map(name: str, rng: random.Random) -> dict[str, str]:
-    """A base host's full env map: no LONG_TIER_ONLY (its registrar registers the base domain)."""
-    return _env_map(name, BASE_HOST_IPS[name], rng, long_tier_only=False)
 
 
 class _Listener:
@@ -262,7 +168,7 @@ class _Listener:
             self._sock = None
 
 
-class SimFleet:
+class SimFleet(FleetFiles):
     """All simulated systems around the simulated hosts (`SimConfig.hosts`), on free loopback
     ports, in a background thread. `hosts`: name -> SimHost; `host_urls`: name -> its endpoints
     (`urls` is `fleet.host`'s); `host_env(name)`: its env map on the dashboard."""
@@ -440,57 +346,6 @@ class SimFleet:
             )
         return out
 
-    # ---------------------------------------------------------------- files for the orchestrator
-    def inventory_yaml(self) -> str:
-        """The orchestrator's inventory: the dashboard, both peers, and every simulated host."""
-        return (
-            f"dashboard_url: {self.urls.dashboard}\n"
-            "model_proxy_peers:\n" + "".join(f"  {name}: {url}\n" for name, url in self.urls.peers.items()) + "hosts:\n"
-            + "".join(self._inventory_entry(name) for name in self.hosts)
-        )
-
-    def _inventory_entry(self, name: str) -> str:
-        urls, host = self.host_urls[name], self.hosts[name]
-        relay_ports = {p: int(u.rsplit(":", 1)[1]) for p, u in urls.relay.items()}
-        relay_ports[8000] = int(urls.proxy.rsplit(":", 1)[1])  # issue 23: the in-host proxy's /backends/list
-        return (
-            f"  {name}:\n"
-            f"    compose_manager_url: {urls.compose_manager}\n"
-            f"    instance_name: {name}\n"
-            f"    model_proxy_address: {host.host_ip}:{MODEL_PROXY_PORT}\n"
-            f"    inference_endpoint: {urls.inference}\n"
-            f"    soak_relay_base_url: http://{LOOPBACK}\n"
-            "    soak_relay_port_map: {" + ", ".join(f"{p}: {q}" for p, q in relay_ports.items()) + "}\n"
-            f"    available_ram_gib: {self.config.available_ram_gib:g}\n"
-            f'    available_ram_source: "simulated {name} (MemAvailable at boot)"\n'
-            "    gpus: 8\n"
-            f"    github_repo: {host.repo.name}\n"
-        )
-
-    def write_inventory(self, path: Path | str) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.inventory_yaml())
-        self._inventory_path = path
-        return path
-
-    def env_for_orchestrator(self, inventory_path: Path | str | None = None) -> dict[str, str]:
-        if inventory_path is not None:
-            path = self.write_inventory(inventory_path)
-        elif self._inventory_path is not None:
-            path = self._inventory_path
-        else:
-            self._tmp = self._tmp or tempfile.TemporaryDirectory(prefix="orchestrator-sim-")
-            path = self.write_inventory(Path(self._tmp.name) / "inventory.yaml")
-        return {
-            "ORCHESTRATOR_COMPOSE_MANAGER_TOKEN": self.tokens.compose_manager,
-            "ORCHESTRATOR_DASHBOARD_TOKEN": self.tokens.dashboard,
-            "ORCHESTRATOR_MODEL_PROXY_TOKEN": self.tokens.model_proxy,
-            "ORCHESTRATOR_INFERENCE_TOKEN": self.tokens.inference,
-            "ORCHESTRATOR_GITHUB_API_URL": self.urls.github,
-            "ORCHESTRATOR_INVENTORY": str(path),
-        }
-
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> SimFleet:
         self.start()
@@ -629,46 +484,3 @@ class SimFleet:
                     relay.start()
                 elif not listening and relay.open:
                     asyncio.ensure_future(relay.stop())
-
-    # ---------------------------------------------------------------- dashboard content
-    def _instances(self, rng: random.Random) -> list[dict[str, Any]]:
-        """Every simulated host (its compose-manager URL, its env map), gpu02 always (as an
-        instance elsewhere when not simulated), then gpu13 and gpu03 unless simulated."""
-
-        def other(name: str, ip: str, extra: dict[str, str]) -> dict[str, Any]:
-            return {
-                "id": f"inst-{name}",
-                "name": name,
-                "url": f"http://{LOOPBACK}:9",
-                "bearer_token": "***",
-                "github_repo": "nearai/cvm-compose-files",
-                "env_vars": {
-                    "HOST_IP": ip,
-                    "CVM_HOST": f"h200-{name}",
-                    "CVM_NAME": name,
-                    "DD_HOSTNAME": name,
-                    "ENV": "prod",
-                    "PROXY_TOKEN": _secret(rng, 48),
-                    "MODEL_PROXY_TOKEN": _secret(rng, 48),
-                    "HUGGING_FACE_HUB_TOKEN": "hf_" + _secret(rng, 34),
-                    "MONITORING_INGEST_TOKEN": _secret(rng, 40),
-                    **extra,
-                },
-            }
-
-        def simulated(name: str) -> dict[str, Any]:
-            return {
-                "id": f"inst-{name}",
-                "name": name,
-                "url": self.host_urls[name].compose_manager if name in self.hosts else f"http://{LOOPBACK}:9",
-                "bearer_token": "***",
-                "github_repo": "nearai/cvm-compose-files",
-                "env_vars": self._envs[name],
-            }
-
-        out = [simulated("gpu02")]
-        out.append(other("gpu13", "203.0.113.13", {"LONG_TIER_ONLY": "false", "GLM53_HICACHE_RAM_BUDGET": "20%"}))
-        if "gpu03" not in self.hosts:
-            out.append(other("gpu03", "203.0.113.3", {}))
-        out += [simulated(n) for n in self.hosts if n != "gpu02"]
-        return out

@@ -6,7 +6,8 @@ seconds); `sync()` runs every event that is due. Timestamps, the serving timelin
 durations therefore do not depend on when anyone looks. All public methods are thread-safe (the
 servers run in their own thread, tests inspect from theirs).
 
-The host is assembled from its parts: host_core.py (time, containers, engines, docker's view),
+The host is assembled from its parts: host_core.py (time, containers, engines, docker's view:
+host_state.py, host_engines.py, host_services.py, host_docker.py),
 compose_ops.py (compose-manager's docker compose) and serving.py (registrar, inference, relay).
 """
 
@@ -75,7 +76,7 @@ class SimHost(ComposeOperations, ServingPaths):
 
         `domain` decides the host's role: gpu02 serves the long domain (its registrar is listed
         a discovery cycle after it starts, as before); a base-domain host's registrar, drain and
-        downloader are simulated step by step (host_core.py) and its rollout file is the
+        downloader are simulated step by step (host_services.py) and its rollout file is the
         W4AFP8 base-tier file.
 
         `log_lines`: docker's log rotation, every container keeps only its last N lines (an
