@@ -48,7 +48,7 @@ def inside(between: str, minute_of_day: int) -> bool:
 
 
 class QuietSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     relay: AnalysisRelay
     below_per_min: float = Field(gt=0)

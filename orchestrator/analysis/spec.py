@@ -31,7 +31,7 @@ from orchestrator.util.durations import format_duration, parse_duration
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _metric(v: str) -> str:

@@ -30,14 +30,14 @@ UNWATCHABLE = ("down", "up", "dry_run")
 
 
 class WatchRelay(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     token_variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     port: int = Field(gt=0, lt=65536)
 
 
 class WatchSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     replica: str = Field(min_length=1)
     relay: WatchRelay

@@ -35,7 +35,7 @@ _BRACES = re.compile(r"\{([^{}]*)\}")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _secs(v: object) -> float:

@@ -40,33 +40,12 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 
-def _shipped_runbooks() -> Path:
-    """The shipped runbooks' folder: `orchestrator/runbooks/` in an installed wheel (pyproject maps
-    the top-level `runbooks/` onto that package), the top-level `runbooks/` in a checkout."""
-    import orchestrator  # the package's own folder, wherever in it this module lives (issue 26's relayout)
-
-    package = Path(orchestrator.__file__).resolve().parent
-    installed = package / "runbooks"
-    return installed if installed.is_dir() else package.parent / "runbooks"
-
-
-RUNBOOK_DIR = _shipped_runbooks()
+from orchestrator.language.runbook_paths import RUNBOOK_DIR, _shipped_runbooks, resolve_runbook_path  # noqa: E402,F401
 from orchestrator.util.names import DEFAULT_RUNBOOK  # noqa: E402,F401 - defined where the CLI reads it without pydantic
 
 
 def _field_path(err: dict) -> str:
     return ".".join(str(p) for p in err["loc"])
-
-
-def resolve_runbook_path(name_or_path: str) -> Path:
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return p
-    candidate = RUNBOOK_DIR / f"{name_or_path}.yaml"
-    if candidate.exists():
-        return candidate
-    known = ", ".join(sorted(x.stem for x in RUNBOOK_DIR.glob("*.yaml"))) or "none"
-    raise UserError(f"runbook {name_or_path!r} not found: pass a path or one of {known}")
 
 
 def identity_of(name_or_path: str) -> dict[str, str]:

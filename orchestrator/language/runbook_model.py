@@ -75,7 +75,7 @@ class Domains(BaseModel):
     knows (gpu02's verify and before-state name them); a runbook may name more roles for its
     `presence:` gates (e.g. `canary: ...`), each a domain of its own."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
 
     long: str
     base: str

@@ -18,7 +18,7 @@ SELECTED = "selected"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _seconds(v: object) -> float:
@@ -312,5 +312,4 @@ class OneShotSpec(_Strict):
     _d = field_validator("timeout", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
-SoakGauges.model_rebuild()
-SoakSpec.model_rebuild()
+# (no model_rebuild: the models defer their schema to first use, which resolves the forward references)

@@ -146,7 +146,7 @@ class Rollback(_Strict):
     message: str | None = None
 
 
-Step.model_rebuild()
+# (no model_rebuild: the models defer their schema to first use, which resolves "Step")
 
 
 class Phase(_Strict):

@@ -1,0 +1,33 @@
+"""Where runbooks are found, without the schema (no pydantic, no yaml): `orchestrate status` keys
+its step-list cache by the runbook file's bytes (orchestrator/service/step_list.py).
+Re-exported by orchestrator.language.runbook."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.util.user_errors import UserError
+
+
+def _shipped_runbooks() -> Path:
+    """The shipped runbooks' folder: `orchestrator/runbooks/` in an installed wheel (pyproject maps
+    the top-level `runbooks/` onto that package), the top-level `runbooks/` in a checkout."""
+    import orchestrator  # the package's own folder, wherever in it this module lives (issue 26's relayout)
+
+    package = Path(orchestrator.__file__).resolve().parent
+    installed = package / "runbooks"
+    return installed if installed.is_dir() else package.parent / "runbooks"
+
+
+RUNBOOK_DIR = _shipped_runbooks()
+
+
+def resolve_runbook_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    candidate = RUNBOOK_DIR / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    known = ", ".join(sorted(x.stem for x in RUNBOOK_DIR.glob("*.yaml"))) or "none"
+    raise UserError(f"runbook {name_or_path!r} not found: pass a path or one of {known}")
