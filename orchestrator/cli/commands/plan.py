@@ -37,6 +37,18 @@ def plan(
     """Preview every step, request, gate and rollback transition. Offline: never contacts a host
     (needs the inventory only to check HOST exists and name its compose project), unless --live:
     then read-only against the host (no down, no up without dry_run)."""
+    cache = None
+    if not live and hosts is None and compose_file is None and host is not None:
+        from orchestrator.previews.plan_cache import cached_plan, plan_cache_path
+
+        try:
+            cache = plan_cache_path(read_settings(inventory), [host, tag, runbook, fmt, rollback])
+        except Exception:  # noqa: BLE001 - settings the plan below refuses in its own words
+            cache = None
+        text = cached_plan(cache)  # the same plan, kept when it last succeeded with the same inputs and code
+        if text is not None:
+            sys.stdout.write(text)
+            return
     from orchestrator.cli.render import err
     from orchestrator.previews.compose_check import check_against_compose_file
     from orchestrator.hosts.inventory import load_inventory
@@ -90,7 +102,9 @@ def plan(
     if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
         from orchestrator.previews.diagram import render_dot, render_mermaid
 
-        sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
+        text = (render_mermaid if fmt == "mermaid" else render_dot)(table)
+        sys.stdout.write(text)
+        _keep(cache, text)
         return
     from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
 
@@ -102,10 +116,19 @@ def plan(
         p.fleet, p.fleet_rules = fleet, fleet_rules(rb, fleet)
     text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)
     sys.stdout.write(text)
+    if not problems:
+        _keep(cache, text)
     if problems:
         for pr in problems:
             err.print(f"mismatch: {pr}")
         raise typer.Exit(int(ExitCode.UNEXPECTED))
+
+
+def _keep(cache: Any, text: str) -> None:
+    if cache is not None:
+        from orchestrator.previews.plan_cache import keep_plan
+
+        keep_plan(cache, text)
 
 
 def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path]) -> None:
