@@ -131,3 +131,22 @@ def test_a_command_that_reaches_hosts_still_drops_unclaimed_log_events(tmp_path)
                          ORCHESTRATOR_COMPOSE_MANAGER_TOKEN="x", ORCHESTRATOR_DASHBOARD_TOKEN="y")
     assert rc == 2
     assert "orchestrator.engine.run_logs" in loaded
+
+
+# What `status` and `plan` must not load once their results are cached (issue 25: orchestrator/
+# service/step_list.py, orchestrator/previews/plan_cache.py): the runbook schema and pydantic,
+# rich's console (status prints plain lines to a pipe), the step handlers, the inventory parser.
+HEAVY_WHEN_CACHED = ["pydantic", "rich.console", "yaml", "orchestrator.language.runbook", "orchestrator.language.machine",
+                     "orchestrator.engine.steps", "orchestrator.previews.plan", "orchestrator.hosts.inventory"]
+
+
+@pytest.mark.parametrize("argv", [["status"], ["plan", "gpu02", "--tag", "v0.0.300"],
+                                  ["plan", "gpu02", "--tag", "v0.0.300", "--format", "json"]],
+                         ids=["status", "plan", "plan-json"])
+def test_status_and_plan_answer_from_their_cache_without_the_runbook_schema(argv, tmp_path):
+    _journal_with_runs(tmp_path)
+    rc, first = _loaded(argv, tmp_path)  # computes and keeps the result
+    assert rc == 0 and "orchestrator.language.runbook" in first
+    rc, loaded = _loaded(argv, tmp_path)
+    assert rc == 0
+    assert _heavy(loaded, HEAVY_WHEN_CACHED) == []
