@@ -145,7 +145,9 @@ def test_orchestrate_demo_runs_the_canary_and_exits_with_its_outcome(tmp_path):
     import sys
 
     exe = Path(sys.executable).parent / "orchestrate"
-    res = subprocess.run([str(exe), "demo", "--runbook", RUNBOOK, "--fault", "candidate-slower", "--speed", "3000",
+    # speed 600: the 30-minute readout window is 3 s of real time, room for several scrapes of each
+    # replica on a loaded machine (at 3000 a loaded CI saw one scrape each: "not enough traffic")
+    res = subprocess.run([str(exe), "demo", "--runbook", RUNBOOK, "--fault", "candidate-slower", "--speed", "600",
                           "--state-dir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=300)
     assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-2000:]
     assert "canary readout: FAIL" in res.stdout and "FAIL: tpot_p50 r2/r1 <= 0.9" in res.stdout
