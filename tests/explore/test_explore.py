@@ -37,7 +37,7 @@ CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
 CI_BROKEN = {"broken-adopted-keeps-yes": "H1 human", "broken-page-approves-any-gate": "H2 page"}
 #: fast-form seeds 0-99 (the issue asks for at least 100 in CI): every door (see
 #: test_ci_seeds_cover_every_door) and every kind; `make explore` runs more
-CI_SEEDS = list(range(100))
+CI_SEEDS = list(range(100)) + [181]  # 181: a `resume --server` without --yes the human approves while it runs
 CI_JOBS = 4  # schedules mostly wait (leases, cold starts, soaks): 4 at a time keep 2 cores busy
 CI_WRITES = [60]  # of the ~96 journal writes of an uninterrupted rollout (make explore: all)
 CI_INFLIGHT = [12]  # of its 15 mutating calls: the second perception-check up
