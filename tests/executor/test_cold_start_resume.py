@@ -16,7 +16,9 @@ restored):
 - gates.py:ColdStart.run, the mid-gate `lost = True` on a follower gap removed -> both
   test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline: a rollback of a ready engine);
 - gates.py:ColdStart.run, the deadline's live check and halt when lines were lost removed -> both
-  test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline).
+  test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline);
+- gates.py:ColdStart.run, the deadline's `if not verdict.not_serving` -> always halt ->
+  test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known_not_serving (HALT).
 """
 
 from __future__ import annotations
@@ -137,3 +139,12 @@ async def test_a_cold_start_rotated_out_between_two_polls_halts_when_nothing_dec
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("halt", "HALTED"), note
     assert "scrolled out of the log window" in note and rig.compose.sent("down") == []
+
+
+async def test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known_not_serving():
+    # docker's health says it is still starting: it is not serving, so the gate fails at the deadline
+    # (the phase's rollback follows), as without the lost lines
+    rig, _ = rotated_between_polls([])
+    rig.compose.host[NEW_R2].status = "Up 50 minutes (health: starting)"
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "did not finish its cold start" in note, note

@@ -221,7 +221,8 @@ class ColdStart:
                     rt.ctx.ready[service] = c.id
                     return ok(f"{service}: lines of its cold start rotated out of its log unread (not in the log now: "
                               f"{'; '.join(gate.missing())}), and live evidence says it serves: {verdict.why}")
-                return halt(memory.rotated_text(c.status, 0, f"; live evidence: {verdict.phrase()}"))
+                if not verdict.not_serving:  # unknown: a human judges it; known not serving: the gate fails below
+                    return halt(memory.rotated_text(c.status, 0, f"; live evidence: {verdict.phrase()}"))
             if now >= deadline:
                 return fail(f"{service} did not finish its cold start within {int(rt.rb.timeouts.cold_start // 60)} min; missing: "
                             + "; ".join(gate.missing()))
