@@ -118,7 +118,12 @@ class DoorRuns(DoorMixin):
         url = self.start_serve(adopt=a["adopt"])
         if not a["adopt"] and run:
             yes = self.yes() if a.get("resume_yes", True) else []
-            self.door_cmd("resume --server", ["resume", run["run_id"], *yes, "--server", url], client=True)
+            # without --yes the resumed run waits at each soak gate for the human too (seed 181 waited
+            # at r2.soak until the explorer's timeout, its approval drawn for after the resume ended)
+            cmd, rproc = self.door_cmd("resume --server", ["resume", run["run_id"], *yes, "--server", url], client=True,
+                                       background=True)
+            self.approve_waiting(lambda: rproc.poll() is None)
+            self.finish(cmd, rproc)
         for action, at in a.get("page", []):
             time.sleep(at)
             target = self.unfinished()

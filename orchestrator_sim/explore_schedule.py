@@ -168,6 +168,10 @@ HOLES: dict[str, Schedule] = {
                                                                              "adopt": True}),
     "server-resume-after-rollback": Schedule(seed=0, door="serve", door_args={"crash": ("killdone", 7), "rollback": True,
                                                                               "adopt": False}),
+    # seed 136: killed right after journal write 52, the outcome of the perception check's down (the
+    # fast form's mutating call 7), then `rollback --replica all` by hand: it must not send that down again
+    "serve-rollback-after-perception-stop": Schedule(seed=0, door="serve", fast=True, door_args={
+        "crash": ("after", 52), "rollback": True, "adopt": True}),
     "sigint-then-adopted": Schedule(seed=0, door="serve", door_args={"crash": ("sigint", 40), "adopt": True}),
     "page-approve-in-cold-start": Schedule(seed=0, door="page", yes=False,
                                            door_args={"actions": [("page-approve", "done", 2)]}),

@@ -272,6 +272,9 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
                          extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else rb.name))})
+    if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
+        from orchestrator.engine.oneshot_ledger import removed_oneshots
+        ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
     from orchestrator.service import admission
 
     # the host reads above took time: what they were judged against is judged again, in the

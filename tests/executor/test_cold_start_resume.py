@@ -12,7 +12,13 @@ restored):
   test_a_startup_line_other_than_the_journaled_one_fails;
 - gates.py:ColdStart.run, `memory.note(...)` removed -> test_the_gate_journals_its_milestones_as_it_sees_them;
 - gates.py:ColdStart.run, `or c.id in rt.ctx.created` removed ->
-  test_an_engine_this_run_created_passes_on_live_evidence_without_a_journal (HALT).
+  test_an_engine_this_run_created_passes_on_live_evidence_without_a_journal (HALT);
+- gates.py:ColdStart.run, the mid-gate `lost = True` on a follower gap removed -> both
+  test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline: a rollback of a ready engine);
+- gates.py:ColdStart.run, the deadline's live check and halt when lines were lost removed -> both
+  test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline);
+- gates.py:ColdStart.run, the deadline's `if not verdict.not_serving` -> always halt ->
+  test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known_not_serving (HALT).
 """
 
 from __future__ import annotations
@@ -98,3 +104,47 @@ async def test_the_gate_journals_its_milestones_as_it_sees_them():
     saved = RunContext.from_json(rig.journal.get_run(rig.run.run_id).context).milestones[NEW_R2]
     assert saved["container"] == cid and saved["per_rank"][BUDGET_LINE] == [0, 1, 2, 3] and saved["start"]
     assert saved["per_rank"][HICACHE] == []
+
+
+
+def rotated_between_polls(later: list[tuple[float, str]]) -> tuple[Rig, str]:
+    """Explorer seed 169 (50-line logs, a loaded machine): the gate saw the start and the budget
+    lines, then the engine logged the rest of its cold start, its ready line and more than its log
+    keeps before the next poll (the follower reports a gap), then `later`."""
+    start = [STARTUP.format(api_key="")] + [f"[TP{i}] {BUDGET_LINE}" for i in range(4)]
+    rig, cid = at_cold_start(start, started=0.0)
+    ctr = rig.compose.host[NEW_R2]
+    ctr.script = [(45.0, ln) for ln in [f"[TP{i}] {HICACHE}" for i in range(4)] + [READY] + NOISE[:120]] + later
+    full = ctr.lines
+    ctr.lines = lambda now: full(now)[-50:]  # type: ignore[method-assign]  # docker keeps the last 50 lines
+    rig.ctx.created[cid] = {"service": NEW_R2, "state": "r2.apply"}
+    return rig, cid
+
+
+async def test_a_cold_start_rotated_out_between_two_polls_passes_on_live_evidence():
+    # it goes on answering health checks: once docker says it has run longer than a cold start and
+    # the peers route to the host, live evidence says it serves (before: FAIL at the deadline, and
+    # the phase's rollback stopped the healthy new engine)
+    rig, cid = rotated_between_polls([(60.0 * k, NOISE[0]) for k in range(1, 70)])
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.relay-dry-run"), note
+    assert "rotated out of its log unread" in note and "live evidence says it serves" in note
+    assert rig.ctx.ready[NEW_R2] == cid
+
+
+async def test_a_cold_start_rotated_out_between_two_polls_halts_when_nothing_decides():
+    # nothing live decides by the deadline (a peer cannot be asked): a human judges it, nothing stopped
+    rig, _ = rotated_between_polls([])
+    rig.clients.peers[1].error = TransportError("model-proxy:peer-b", "connection refused")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert "scrolled out of the log window" in note and rig.compose.sent("down") == []
+
+
+async def test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known_not_serving():
+    # docker's health says it is still starting: it is not serving, so the gate fails at the deadline
+    # (the phase's rollback follows), as without the lost lines
+    rig, _ = rotated_between_polls([])
+    rig.compose.host[NEW_R2].status = "Up 50 minutes (health: starting)"
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "did not finish its cold start" in note, note
