@@ -14,6 +14,7 @@ from orchestrator.engine.steps.evidence import bound_text
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, SoakSpec, Step
 from orchestrator.engine.steps.base import Description, StepOutcome, fail, halt, ok, register, remedy
+from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch  # noqa: F401 - the soak's watches
 from orchestrator.hosts.parsers.docker_ps import by_service
 
 if TYPE_CHECKING:
@@ -434,74 +435,3 @@ class Soak:
                 rt.emit("waiting", gate=gate)
                 announced = True
             await rt.wait(min(rt.poll, max(0.0, duration - elapsed)) if elapsed < duration else rt.poll)
-
-
-class ForbiddenLines:
-    """The soak's log watch: each watched engine's new lines against `log_gates.forbidden`.
-
-    Rule: an engine that passed its cold start in this run is judged from its last ready line on
-    (what it logged between its cold start and the soak counts; if that line scrolled out of the
-    first read, the window read is judged whole); any other engine from the soak's first read on
-    (its history is not this run's to judge). Limits, said plainly: a resumed soak judges an engine
-    of the first kind again from its ready line, but one of the second kind only from the resumed
-    soak's first read (what it logged while no runner watched is not judged; a restart in that
-    time is, by the container checks); lines the follower could not read in order (a gap: more
-    than its window between two polls) are judged as read, and the gap is noted in the run log."""
-
-    def __init__(self, rt: "Runtime", services: list[str]) -> None:
-        self.rt = rt
-        self.followers = {svc: rt.follower(svc) for svc in services}
-        self.unread = set(services)
-
-    async def problem(self) -> str | None:
-        g = self.rt.rb.log_gates
-        for svc, follower in self.followers.items():
-            batch = await follower.poll()
-            lines = [ln.text for ln in batch.new]
-            if batch.gap and svc not in self.unread:
-                self.rt.emit("note", text=f"soak: {svc} logged more than the follower's window between two reads: "
-                                          f"some of its lines were not judged")
-            if svc in self.unread:
-                self.unread.discard(svc)
-                if svc not in self.rt.ctx.ready:
-                    continue  # the baseline: judged from here on
-                ready = [i for i, text in enumerate(lines) if any(m in text for m in g.required)]
-                lines = lines[ready[-1] + 1:] if ready else lines
-            for text in lines:
-                bad = next((b for b in g.forbidden if b in text), None)
-                if bad is not None:
-                    return f"{svc} logged a forbidden line ({bad}): {self.rt.scrub(text.strip())[:200]}"
-        return None
-
-
-class SoakGaugeWatch:
-    """The soak's metrics watch: every gauge of `soak.metrics` read through its relay at each poll
-    (prometheus_client's parser, steps/evidence.py). A reading outside its bounds fails the soak;
-    a relay that cannot be read is tolerated for 2 polls in a row (a blip), not for 3."""
-
-    MISSES = 3
-
-    def __init__(self, rt: "Runtime", soak: "SoakSpec") -> None:
-        self.rt = rt
-        self.soak = soak
-        self.misses: dict[int, int] = {}
-
-    async def problem(self) -> str | None:
-        from orchestrator.engine.steps.evidence import error_text, gauge_problem
-
-        env = await self.rt.ensure_env()
-        for m in self.soak.metrics:
-            client = self.rt.relay_client(m.relay.port, env.get(m.relay.token_variable, ""))
-            try:
-                text = await client.metrics_text()
-            except Exception as exc:  # noqa: BLE001 - the relay client's errors, counted, then named
-                self.misses[m.relay.port] = self.misses.get(m.relay.port, 0) + 1
-                if self.misses[m.relay.port] >= self.MISSES:
-                    return f"relay :{m.relay.port} could not be read {self.MISSES} times in a row: {self.rt.scrub(error_text(exc))}"
-                continue
-            self.misses[m.relay.port] = 0
-            for g in m.gauges:
-                bad = gauge_problem(text, g)
-                if bad is not None:
-                    return f"relay :{m.relay.port}: {self.rt.scrub(bad)}"
-        return None
