@@ -346,6 +346,8 @@ FAULTS.update({f.name: f for f in [
               _GATE_FAILS, drawn=False),
     FaultInfo("attestation-file-mismatch", "none", "the attestation report's compose_ups carry another file's sha256",
               _GATE_FAILS, drawn=False),
+    FaultInfo("prometheus-down", "none", "the Prometheus query API fake answers 503 (source: prometheus analyses "
+              "cannot read their replicas)", _GATE_FAILS, drawn=False),
     FaultInfo("hash-unregistered", "none", "the compose-hash registry does not list the target tag's file", _GATE_FAILS,
               drawn=False),
 ]})

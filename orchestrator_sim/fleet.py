@@ -39,6 +39,7 @@ from orchestrator_sim.apps.compose_manager import StreamCut, build_compose_manag
 from orchestrator_sim.apps.dashboard import DashboardState, build_dashboard_app
 from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.apps.inference import build_host_proxy_app, build_inference_app, build_relay_app
+from orchestrator_sim.apps.prometheus import build_prometheus_app
 from orchestrator_sim.apps.registry import build_registry_app
 from orchestrator_sim.apps.model_proxy import build_model_proxy_app
 from orchestrator_sim.compose_repo import TARGET_TAG, SimRepository
@@ -248,7 +249,8 @@ class SimFleet(FleetFiles):
         self.epoch = epoch
         self._sockets = {name: _bind(reuse=False) for name in ("dashboard", "github", "registry", *PEERS)}
         self._host_sockets = {
-            n: {name: _bind(reuse=False) for name in ("compose-manager", "inference", "proxy")} for n in names
+            n: {name: _bind(reuse=False) for name in ("compose-manager", "inference", "proxy", "prometheus")}
+            for n in names
         }
         self._relay_sockets = {n: {p: _bind() for p in RELAY_PORTS} for n in names}
         port = {name: s.getsockname()[1] for name, s in self._sockets.items()}
@@ -264,6 +266,7 @@ class SimFleet(FleetFiles):
                 github=f"http://{LOOPBACK}:{port['github']}",
                 registry=f"http://{LOOPBACK}:{port['registry']}",
                 proxy=f"http://{LOOPBACK}:{own['proxy']}",
+                prometheus=f"http://{LOOPBACK}:{own['prometheus']}",
             )
 
         self.host_urls: dict[str, FleetUrls] = {n: urls(n) for n in names}
@@ -412,6 +415,7 @@ class SimFleet(FleetFiles):
             "compose-manager": build_compose_manager_app(host, self.tokens.compose_manager, host.faults, rec),
             "inference": build_inference_app(host, self.tokens.inference, rec),
             "proxy": build_host_proxy_app(host),
+            "prometheus": build_prometheus_app(host),
         }
         return {name: RecordingMiddleware(app, rec, name, host.name) for name, app in apps.items()}
 

@@ -75,6 +75,7 @@ class FleetUrls:
     github: str = ""  # the simulated GitHub REST API (ORCHESTRATOR_GITHUB_API_URL)
     registry: str = ""  # issue 23: the compose-hash registry (a read-only HTTP/JSON gate's URL)
     proxy: str = ""  # issue 23: the host's own inference proxy (its /backends/list), port 8000
+    prometheus: str = ""  # issue 23: a Prometheus-compatible query API over the host's engines
 
 
 @dataclass(frozen=True)

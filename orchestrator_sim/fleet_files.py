@@ -52,6 +52,7 @@ class FleetFiles:
             f'    available_ram_source: "simulated {name} (MemAvailable at boot)"\n'
             "    gpus: 8\n"
             f"    github_repo: {host.repo.name}\n"
+            + (f"    prometheus_url: {urls.prometheus}\n" if urls.prometheus else "")
         )
 
     def write_inventory(self, path: Path | str) -> Path:

@@ -22,6 +22,7 @@ through the soak relay's per-replica routes. Pure: the loader's part only.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -133,12 +134,41 @@ class DcgmRoute(_Strict):
     port: int = Field(gt=0, lt=65536)
 
 
+#: one PromQL label matcher (`name="value"`, `!=`, `=~`, `!~`); a selector is a comma-separated list
+_MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\\n]|\\.)*"\s*'
+_SELECTOR = re.compile(rf"^(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?$")
+
+
+class PrometheusQuery(_Strict):
+    """`source: prometheus`: each replica's SGLang series read from the Prometheus-compatible query
+    API the inventory names for the host (`prometheus_url`), as `{__name__=~"...", <replica_label>="<replica>",
+    <selector>}` (metricproviders/prometheus_api.py); the window arithmetic is the relay's."""
+
+    #: the label whose value is the runbook's replica name (r1, r2) on every SGLang series
+    replica_label: str = Field(default="replica", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: more label matchers ANDed into every query, e.g. `job="sglang", instance=~"gpu02.*"`
+    selector: str = ""
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, v: str) -> str:
+        if not _SELECTOR.match(v):
+            raise ValueError(f"prometheus.selector {v!r} is not a list of PromQL label matchers "
+                             '(name="value", name=~"regex", name!="value", comma-separated)')
+        if re.search(r'(?:^|,)\s*__name__\s*[=!]', v):
+            raise ValueError("prometheus.selector may not match __name__ (the analysis names its series)")
+        return v.strip().rstrip(",")
+
+
 class AnalysisSpec(_Strict):
     window: float
     poll: float
     min_samples: int = Field(ge=1)
     not_enough_traffic: Literal["halt", "fail"] = "halt"
-    relay: AnalysisRelay
+    #: where each replica's series come from: its relay route (default) or a Prometheus query API
+    source: Literal["relay", "prometheus"] = "relay"
+    relay: AnalysisRelay | None = None
+    prometheus: PrometheusQuery | None = None
     dcgm: DcgmRoute | None = None
     gates: list[AnalysisGate] = Field(min_length=1)
 
@@ -151,6 +181,13 @@ class AnalysisSpec(_Strict):
         if self.window < self.poll:
             raise ValueError(f"the window ({format_duration(self.window)}) is shorter than the poll "
                              f"({format_duration(self.poll)}): it would hold one scrape, no increase")
+        if self.source == "prometheus":
+            return self._prometheus_sound()
+        if self.relay is None:
+            raise ValueError("an analysis reads its replicas through relay: {token_variable, ports} "
+                             "(or says source: prometheus)")
+        if self.prometheus is not None:
+            raise ValueError("prometheus: is read only with source: prometheus")
         if self.dcgm is not None and self.dcgm.port in self.relay.ports.values():
             raise ValueError(f"dcgm.port {self.dcgm.port} is also a replica's relay port (each route reaches one backend)")
         for g in self.gates:
@@ -164,6 +201,27 @@ class AnalysisSpec(_Strict):
                                      f"(routes: {', '.join(self.relay.ports)})")
         return self
 
+    def _prometheus_sound(self) -> "AnalysisSpec":
+        if self.relay is not None or self.dcgm is not None:
+            raise ValueError("source: prometheus reads every series from the query API: drop relay: and dcgm:")
+        for g in self.gates:
+            if METRICS[g.metric()].origin == "dcgm":
+                raise ValueError(f"gate {g.text()!r} reads DCGM's device memory, which source: prometheus does not "
+                                 f"map yet: use source: relay with dcgm: {{port: N}}")
+        if self.prometheus is None:
+            object.__setattr__(self, "prometheus", PrometheusQuery())
+        return self
+
+    def where(self) -> str:
+        """Where the scrapes come from, in words (plan, the heartbeat)."""
+        if self.source == "prometheus":
+            assert self.prometheus is not None
+            sel = f", {self.prometheus.selector}" if self.prometheus.selector else ""
+            return (f"from the inventory's Prometheus query API by {self.prometheus.replica_label}=<replica>{sel}")
+        assert self.relay is not None
+        return ("through relay :" + "/:".join(str(self.relay.ports[r]) for r in self.replicas())
+                + (f", DCGM through :{self.dcgm.port}" if self.dcgm is not None else ""))
+
     def replicas(self) -> list[str]:
         """Every replica a gate reads, candidates first (the readout's column order)."""
         out: list[str] = []
@@ -176,9 +234,7 @@ class AnalysisSpec(_Strict):
 
     def describe(self) -> str:
         return (f"analysis over {format_duration(self.window)} (a scrape of {', '.join(self.replicas())} every "
-                f"{format_duration(self.poll)} through relay :"
-                + "/:".join(str(self.relay.ports[r]) for r in self.replicas())
-                + (f", DCGM through :{self.dcgm.port}" if self.dcgm is not None else "")
+                f"{format_duration(self.poll)} " + self.where()
                 + f"; each gate needs {self.min_samples} samples per replica): "
                 + "; ".join(g.text() for g in self.gates)
                 + f". Any gate broken fails the phase; not enough traffic {'halts for a human' if self.not_enough_traffic == 'halt' else 'fails the phase'}")
@@ -194,7 +250,12 @@ def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, lis
                 if r not in (gpus or {}):
                     raise ValueError(f"{here}: gate {g.text()!r} reads {r}'s GPUs from DCGM, but replica_gpus "
                                      f"does not list {r}'s GPUs")
-    if replicas:
+    if replicas and spec.relay is None:
+        for r in spec.replicas():
+            if r not in replicas:
+                raise ValueError(f"{here}: an analysis gate reads {r!r}, not a replica of the runbook "
+                                 f"({', '.join(replicas)})")
+    if replicas and spec.relay is not None:
         for r in spec.relay.ports:
             if r not in replicas:
                 raise ValueError(f"{here}: analysis.relay.ports names {r!r}, not a replica of the runbook "

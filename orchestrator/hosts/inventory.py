@@ -45,6 +45,9 @@ class HostEntry(_Strict):
     #: The compose-files repository (`owner/name`) the host's compose-manager fetches tags from;
     #: the orchestrator checks tags against it on GitHub (exists, merged to main, old enough).
     github_repo: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    #: Optional base URL of a Prometheus-compatible query API holding this host's SGLang series
+    #: (an analysis with `source: prometheus` reads `GET <url>/api/v1/query`; issue 23).
+    prometheus_url: HttpUrl | None = None
 
     @field_validator("project")
     @classmethod
@@ -67,6 +70,7 @@ class Inventory(_Strict):
         out = [str(self.dashboard_url)] + [str(u) for u in self.model_proxy_peers.values()]
         for h in self.hosts.values():
             out += [str(h.compose_manager_url), str(h.inference_endpoint), str(h.soak_relay_base_url)]
+            out += [str(h.prometheus_url)] if h.prometheus_url is not None else []
         return out
     hosts: dict[str, HostEntry]
 

@@ -109,6 +109,10 @@ class Runbook(_Strict):
     #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
     #: `logs: {budget: true}` need it.
     budget: Budget | None = None
+    #: Several HiCache budgets in one runbook (issue 23: per replica or per service): `budget:`
+    #: written as a list; its first item is `budget`, the rest land here. Each has its own variable
+    #: and engines; the budget gate fits all of them together in the host's RAM.
+    more_budgets: list[Budget] = Field(default_factory=list)
     timeouts: Timeouts
     log_gates: LogGates
     preflight: list[Step]
@@ -158,12 +162,25 @@ class Runbook(_Strict):
                 raise ValueError(f"deploys: {f!r} must be a relative path inside the compose-files repository")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_list(cls, data: object) -> object:
+        if isinstance(data, dict) and "more_budgets" in data:
+            raise ValueError("more_budgets: write several budgets as budget: [ ... ] (a list)")
+        if isinstance(data, dict) and isinstance(data.get("budget"), list):
+            items = data["budget"]
+            if not items:
+                raise ValueError("budget: an empty list; omit budget: for a tier without HiCache")
+            return {**data, "budget": items[0], "more_budgets": items[1:]}
+        return data
+
     @model_validator(mode="after")
     def _rules(self) -> "Runbook":
         for p in self.preflight:
             if p.mutating:
                 raise ValueError(f"preflight step {p.id!r} must not mutate (no down/up in preflight)")
         _check_sequence("preflight", self.preflight, allow_mutation=False)
+        self._check_budgets()
         names = set()
         for ph in self.phases:
             if ph.name in names:
@@ -294,6 +311,28 @@ class Runbook(_Strict):
             if service in engines:
                 return replica
         return None
+
+    def _check_budgets(self) -> None:
+        seen_var: dict[str, int] = {}
+        seen_engine: dict[str, int] = {}
+        for i, b in enumerate(self.budgets()):
+            if b.variable in seen_var:
+                raise ValueError(f"budget[{i}]: variable {b.variable} is also budget[{seen_var[b.variable]}]'s "
+                                 f"(each budget is set by its own env-map variable)")
+            seen_var[b.variable] = i
+            for e in b.engines:
+                if e in seen_engine:
+                    raise ValueError(f"budget[{i}]: engine {e} is also in budget[{seen_engine[e]}] "
+                                     f"(an engine reads one budget)")
+                seen_engine[e] = i
+
+    def budgets(self) -> list[Budget]:
+        """Every HiCache budget of the runbook (none, one, or the list `budget:` was written as)."""
+        return ([self.budget] if self.budget is not None else []) + list(self.more_budgets)
+
+    def budget_of(self, service: str) -> Budget | None:
+        """The budget whose engines name `service`; else the first (a single budget's rule)."""
+        return next((b for b in self.budgets() if service in b.engines), self.budget)
 
     def engines(self) -> list[str]:
         return [e for engines in self.replicas.values() for e in engines]

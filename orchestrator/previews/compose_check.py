@@ -32,7 +32,7 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
                 named += [x for x in c.services if x not in named]
             if s.logs is not None and s.logs.budget and s.logs.service not in named:
                 named.append(s.logs.service)
-    named += [e for e in (rb.budget.engines if rb.budget else []) if e not in named]
+    named += [e for b in rb.budgets() for e in b.engines if e not in named]
     missing = [s for s in named if not cf.defined(s)]
     if missing:
         problems.append(f"{path.name} does not define {', '.join(missing)}")
@@ -47,8 +47,8 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
         problems.append("no container_name (dry-run lines would name <project>-<service>-1): " + ", ".join(no_names))
     if not bad_names and not no_names:
         checks.append("container_name equals the service key")
-    want = parse_budget(rb.budget.default) if rb.budget else None
-    for engine in rb.budget.engines if rb.budget else []:
+    for budget, engine in [(b, e) for b in rb.budgets() for e in b.engines]:
+        want = parse_budget(budget.default)
         if not cf.defined(engine):
             continue
         svc = cf.services[engine]
@@ -58,16 +58,16 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
         if expr is None:
             problems.append(f"{engine}: no SGLANG_HICACHE_RAM_BUDGET in its environment")
             continue
-        if expr.variable != rb.budget.variable:
-            problems.append(f"{engine}: budget comes from {expr.variable or 'a literal'} ({expr.raw}), not {rb.budget.variable}: "
+        if expr.variable != budget.variable:
+            problems.append(f"{engine}: budget comes from {expr.variable or 'a literal'} ({expr.raw}), not {budget.variable}: "
                             f"the runbook's budget gate would not govern it")
         try:
             got = parse_budget(expr.default) if expr.default else None
         except ValueError:
             got = None
         if got is None or got != want:
-            problems.append(f"{engine}: budget default {expr.default or '(none)'} in the file, the runbook expects {rb.budget.default}")
-        elif expr.variable == rb.budget.variable:
+            problems.append(f"{engine}: budget default {expr.default or '(none)'} in the file, the runbook expects {budget.default}")
+        elif expr.variable == budget.variable:
             checks.append(f"{engine}: {expr.raw} (stop grace {svc.stop_grace_period_s:g} s)")
     for steps in rb.step_lists():
         for s in steps:

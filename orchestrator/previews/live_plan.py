@@ -134,15 +134,19 @@ class LivePlan:
 
 # -- the rules -------------------------------------------------------------------------------------
 
-def budget_rule(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str) -> tuple[bool, str]:
+def budget_rule(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str,
+                others: dict[str, str | None] | None = None) -> tuple[bool, str]:
     """The preflight's budget rule (`steps.checks.evaluate_budget`), worded for the preview."""
-    fit = evaluate_budget(rb, raw, available_ram_gib, source, host)
+    fit = evaluate_budget(rb, raw, available_ram_gib, source, host, others)
     if fit is None:
         return True, "none (no HiCache host-RAM budget in this runbook)"
     if fit.problem:
         return False, fit.problem
     b = rb.budget
     assert b is not None
+    if rb.more_budgets:  # several budgets (issue 23): every engine's own rank budget
+        return True, (f"{fit.fitted} fit in {format_gib(fit.available_bytes)} minus the largest reserve, leaving {format_gib(fit.page_cache_headroom_bytes)} "
+                      "for page cache; rank_budget_bytes " + ", ".join(f"{e}={r}" for e, r in fit.ranks.items()))
     where = "unset, the file's default" if raw is None else "set in the env map to an allowed value"
     return True, (f"{b.variable} {where}: {b.replicas} x {format_gib(fit.replica_bytes)} fits in {format_gib(fit.available_bytes)} "
                   f"minus {b.reserve}, leaving {format_gib(fit.page_cache_headroom_bytes)} for page cache; "
@@ -247,7 +251,8 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
     if masked:
         lp.refuse(f"the env map of {entry.instance_name} holds masked or placeholder values for {', '.join(masked)}: fix them in the dashboard")
     if rb.budget is not None:
-        good, lp.budget = budget_rule(rb, env.get(rb.budget.variable), entry.available_ram_gib, entry.available_ram_source, host)
+        good, lp.budget = budget_rule(rb, env.get(rb.budget.variable), entry.available_ram_gib, entry.available_ram_source, host,
+                                      {m.variable: env.get(m.variable) for m in rb.more_budgets})
         if not good:
             lp.refuse(lp.budget)
     else:

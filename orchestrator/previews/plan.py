@@ -227,7 +227,11 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
     plan = Plan(
         host=host, tag=tag, runbook=rb.name, title=rb.title, kind=table.kind,
         env_placeholder=f"<env map of {host}, read at run time>",
-        budget=(f"{b.variable}={b.default} per replica ({format_gib(replica)}), {b.ranks_per_replica} ranks: rank_budget_bytes={rank}"
+        budget=("; ".join(f"{m.variable}={m.default} per replica ({format_gib(parse_budget(m.default).bytes)}) x {m.replicas} "
+                          f"for {', '.join(m.engines)}, {m.ranks_per_replica} ranks: rank_budget_bytes="
+                          f"{per_rank_bytes(parse_budget(m.default).bytes, m.ranks_per_replica)}" for m in rb.budgets())
+                if rb.more_budgets else
+                f"{b.variable}={b.default} per replica ({format_gib(replica)}), {b.ranks_per_replica} ranks: rank_budget_bytes={rank}"
                 if b else "none (no HiCache host-RAM budget in this runbook)"),
         steps=steps,
     )

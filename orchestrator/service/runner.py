@@ -165,6 +165,8 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     rb = load_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
+    from orchestrator.service.metric_sources import refuse_missing_sources
+    refuse_missing_sources(session.inventory.host(host), host, rb)
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
     try:

@@ -59,6 +59,7 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "attestation-stale",
         "attestation-file-mismatch",
         "hash-unregistered",
+        "prometheus-down",
     }
     assert all(f.symptom and f.expected_end_state for f in FAULTS.values())
     assert str(parse_fault("oom")) == "oom:r2" and parse_fault("cuda-801:r1").replica == "r1"

@@ -86,6 +86,13 @@ class RuntimeReads:
     def relay_client(self, port: int, token: str) -> Any:
         return self.clients.relay(self.entry.relay_url(port), token)
 
+    def prometheus_client(self) -> Any:
+        """The inventory's Prometheus query API for this host (`prometheus_url`; issue 23)."""
+        from orchestrator.hosts.clients.prometheus import PrometheusQueryClient
+
+        assert self.entry.prometheus_url is not None
+        return PrometheusQueryClient(str(self.entry.prometheus_url))
+
     def service_file(self, service: str) -> str:
         """The compose file a service's logs are read through: the file that deployed it (this run,
         or the action log's previous deploy), else the file of a `previous:` request that names it

@@ -70,6 +70,7 @@ async def _read_dcgm(rt: "Runtime", spec: "AnalysisSpec", scrapes: dict[str, lis
 
     assert spec.dcgm is not None
     try:
+        assert spec.relay is not None
         per = await read_dcgm(rt, spec.dcgm.port, spec.relay.token_variable,
                               {r: rt.rb.replica_gpus.get(r, []) for r in scrapes})
         misses["dcgm"] = 0
@@ -84,6 +85,20 @@ async def _read_dcgm(rt: "Runtime", spec: "AnalysisSpec", scrapes: dict[str, lis
     return None
 
 
+class _PrometheusReader:
+    """`source: prometheus`: each replica's series from the inventory's query API (one client per step)."""
+
+    def __init__(self, rt: "Runtime", spec: "AnalysisSpec") -> None:
+        assert spec.prometheus is not None
+        self.rt, self.q, self.client = rt, spec.prometheus, rt.prometheus_client()
+
+    async def read(self, replica: str) -> Scrape:
+        from orchestrator.metricproviders.prometheus_api import read_replica
+
+        return await read_replica(self.client, replica, self.rt.clock.monotonic(),
+                                  replica_label=self.q.replica_label, selector=self.q.selector)
+
+
 @register
 class Analysis:
     key = "analysis"
@@ -93,10 +108,21 @@ class Analysis:
         return Description(step.analysis.describe())
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
-        from orchestrator.metricproviders.relay_scrape import read_scrape
-
         spec = step.analysis
         assert spec is not None
+        if spec.source == "prometheus":
+            if rt.entry.prometheus_url is None:
+                return fail(f"analysis: source: prometheus, but the inventory names no prometheus_url for {rt.run.host}")
+            reader = _PrometheusReader(rt, spec)
+            try:
+                return await self._run(rt, spec, reader)
+            finally:
+                await reader.client.aclose()
+        return await self._run(rt, spec, None)
+
+    async def _run(self, rt: "Runtime", spec: "AnalysisSpec", prom: "_PrometheusReader | None") -> StepOutcome:
+        from orchestrator.metricproviders.relay_scrape import read_scrape
+
         replicas = spec.replicas()
         scrapes: dict[str, list[Scrape]] = {r: [] for r in replicas}
         misses = {r: 0 for r in replicas}
@@ -113,14 +139,18 @@ class Analysis:
                 if problem:
                     return fail(problem)
             for r in replicas:
-                port = spec.relay.ports[r]
                 try:
-                    scrapes[r].append(await read_scrape(rt, port, spec.relay.token_variable))
+                    if prom is not None:
+                        scrapes[r].append(await prom.read(r))
+                    else:
+                        assert spec.relay is not None
+                        scrapes[r].append(await read_scrape(rt, spec.relay.ports[r], spec.relay.token_variable))
                     misses[r] = 0
-                except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+                except Exception as exc:  # noqa: BLE001 - the source's errors and bad answers, counted, then named
                     misses[r] += 1
                     if misses[r] >= MISSES:
-                        return fail(f"analysis: {r}'s metrics (relay :{port}) could not be read {MISSES} times in a row: "
+                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr]
+                        return fail(f"analysis: {r}'s metrics ({where}) could not be read {MISSES} times in a row: "
                                     f"{rt.scrub(error_text(exc))}")
             elapsed = rt.clock.monotonic() - start
             if elapsed >= spec.window:

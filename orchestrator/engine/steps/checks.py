@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
@@ -24,32 +25,51 @@ class BudgetFit:
     rank_bytes: int = 0
     available_bytes: int = 0
     page_cache_headroom_bytes: int = 0
+    #: engine -> its rank_budget_bytes (each engine by its own budget; several budgets, issue 23)
+    ranks: Mapping[str, int] = field(default_factory=dict)
+    #: "2 x 150.0 GiB + 1 x 60.0 GiB": what was fitted
+    fitted: str = ""
 
 
-def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str) -> BudgetFit | None:
+def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str,
+                    others: Mapping[str, str | None] | None = None) -> BudgetFit | None:
     """The HiCache budget rule (pure; preflight, a changed env map mid-run and `plan --live` use
     it): the variable unset or one of the allowed values, and every replica's budget fits the
-    host's RAM minus the reserve with the page-cache room left. None: no budget in the runbook."""
-    b = rb.budget
-    if b is None:
+    host's RAM minus the reserve with the page-cache room left. None: no budget in the runbook.
+    Several budgets (`budget:` as a list): `raw` is the first's env value, `others` the rest's by
+    variable; each is held to its own allowed values, and all replicas of all budgets must fit
+    together (the largest reserve and page-cache room of theirs)."""
+    budgets = rb.budgets()
+    if not budgets:
         return None
-    allowed = [parse_budget(a) for a in b.allowed]
-    if raw is not None:
-        try:
-            value = parse_budget(raw)
-        except ValueError:
-            value = None
-        if value is None or all(value != a for a in allowed):
-            return BudgetFit(f"{b.variable} is set in the env map to a value other than {' or '.join(b.allowed)} "
-                             f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
-    effective = parse_budget(b.default) if raw is None else parse_budget(raw)
+    values = [raw] + [(others or {}).get(b.variable) for b in budgets[1:]]
+    effective, ranks, parts = [], {}, []
+    for b, value in zip(budgets, values):
+        allowed = [parse_budget(a) for a in b.allowed]
+        if value is not None:
+            try:
+                parsed = parse_budget(value)
+            except ValueError:
+                parsed = None
+            if parsed is None or all(parsed != a for a in allowed):
+                return BudgetFit(f"{b.variable} is set in the env map to a value other than {' or '.join(b.allowed)} "
+                                 f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
+        eff = parse_budget(b.default) if value is None else parse_budget(value)
+        effective += [eff] * b.replicas
+        parts.append(f"{b.replicas} x {format_gib(eff.bytes)}")
+        for e in b.engines:
+            ranks[e] = per_rank_bytes(eff.bytes, b.ranks_per_replica)
+    first = budgets[0]
+    reserve = max(parse_budget(b.reserve).bytes for b in budgets)
+    page_cache = max(parse_budget(b.min_page_cache).bytes for b in budgets)
     avail = int(available_ram_gib * GIB)
-    report = check_fit([effective] * b.replicas, avail, parse_budget(b.reserve).bytes, parse_budget(b.min_page_cache).bytes)
-    rank = per_rank_bytes(effective.bytes, b.ranks_per_replica)
+    report = check_fit(effective, avail, reserve, page_cache)
+    rank = ranks[first.engines[0]]
+    reserve_text = first.reserve if len(budgets) == 1 else format_gib(reserve) + " (the largest)"
     problem = None if report.ok else (
-        f"{b.replicas} x {format_gib(effective.bytes)} does not fit {host}'s {format_gib(avail)} available "
-        f"({source}) minus the {b.reserve} reserve: " + "; ".join(report.problems))
-    return BudgetFit(problem, effective.bytes, rank, avail, report.page_cache_headroom_bytes)
+        f"{' + '.join(parts)} does not fit {host}'s {format_gib(avail)} available "
+        f"({source}) minus the {reserve_text} reserve: " + "; ".join(report.problems))
+    return BudgetFit(problem, effective[0].bytes, rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
 
 
 def target_needs_budget(rb: Runbook, file: str, services: "list[str] | tuple[str, ...]") -> bool:
@@ -57,8 +77,18 @@ def target_needs_budget(rb: Runbook, file: str, services: "list[str] | tuple[str
     rule is about (`budget.engines`), from the file the rule describes (the runbook's new file). A
     rollback to the previous file (the old FP8 r2) is judged by what it needs, never by the new
     engines' budget: its dry run and its cold start judge it."""
-    b = rb.budget
-    return b is not None and file == rb.file and any(s in b.engines for s in services)
+    return file == rb.file and any(s in b.engines for b in rb.budgets() for s in services)
+
+
+def expected_rank_budget(budget_ctx: dict[str, int], rb: Runbook, service: str) -> int:
+    """The rank_budget_bytes `service`'s ranks must log: the budget gate's figure for this engine
+    (several budgets: each engine its own), else its budget's default over its ranks."""
+    got = budget_ctx.get(f"rank_budget_bytes@{service}", budget_ctx.get("rank_budget_bytes"))
+    if got is not None:
+        return got
+    b = rb.budget_of(service)
+    assert b is not None
+    return per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
 
 
 def budget_verdict(rt: "Runtime") -> StepOutcome:
@@ -66,14 +96,21 @@ def budget_verdict(rt: "Runtime") -> StepOutcome:
     assert rt.env is not None
     b = rt.rb.budget
     fit = evaluate_budget(rt.rb, rt.env.get(b.variable) if b else None, rt.entry.available_ram_gib,
-                          rt.entry.available_ram_source, rt.run.host)
-    if fit is None:
+                          rt.entry.available_ram_source, rt.run.host,
+                          {m.variable: rt.env.get(m.variable) for m in rt.rb.more_budgets})
+    if fit is None or b is None:
         return ok("no HiCache host-RAM budget in this runbook")
     if fit.replica_bytes:
-        rt.ctx.budget = {"replica_bytes": fit.replica_bytes, "rank_budget_bytes": fit.rank_bytes}
+        rt.ctx.budget = {"replica_bytes": fit.replica_bytes, "rank_budget_bytes": fit.rank_bytes,
+                         **({f"rank_budget_bytes@{e}": r for e, r in fit.ranks.items()} if rt.rb.more_budgets else {})}
     if fit.problem:
         return fail(fit.problem)
     rt.ctx.budget_env_fingerprint = rt.env.fingerprint()
+    if rt.rb.more_budgets:
+        ranks = ", ".join(f"{e} {r}" for e, r in fit.ranks.items())
+        return ok(f"{fit.fitted} fits in {format_gib(fit.available_bytes)} minus the largest reserve, leaving "
+                  f"{format_gib(fit.page_cache_headroom_bytes)} for page cache; each engine's ranks must log its "
+                  f"rank_budget_bytes ({ranks})")
     return ok(
         f"{b.replicas} x {format_gib(fit.replica_bytes)} fits in {format_gib(fit.available_bytes)} minus {b.reserve}, "
         f"leaving {format_gib(fit.page_cache_headroom_bytes)} for page cache; every rank must log rank_budget_bytes={fit.rank_bytes}"
@@ -104,6 +141,12 @@ class BudgetCheck:
     key = "check.budget"
 
     def describe(self, step: Step, rb: Runbook) -> Description:
+        bs = rb.budgets()
+        if len(bs) > 1:
+            return Description("; ".join(f"{b.variable} unset or {' / '.join(b.allowed)} ({', '.join(b.engines)})" for b in bs)
+                               + "; together " + " + ".join(f"{b.replicas} x {b.default}" for b in bs)
+                               + f" fit in available RAM minus the largest reserve ({' / '.join(b.reserve for b in bs)}) "
+                               f"with at least the largest page-cache room ({' / '.join(b.min_page_cache for b in bs)})")
         b = rb.budget
         return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
                            f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")

@@ -10,6 +10,7 @@ from orchestrator.util.durations import format_duration
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.logfollow import FollowBatch
 from orchestrator.engine.steps.cold_start_memory import ColdStartMemory
+from orchestrator.engine.steps.checks import expected_rank_budget
 from orchestrator.engine.steps.evidence import bound_text
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, SoakSpec, Step
@@ -65,7 +66,7 @@ class ColdStart:
         assert lg is not None
         t = rb.timeouts
         if lg.budget:
-            b = rb.budget
+            b = rb.budget_of(lg.service)
             rank = per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
             return Description(f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank} and 'HiCache startup RAM allocated', "
                                f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
@@ -96,10 +97,7 @@ class ColdStart:
                 verdict = await rt.serving(service)
                 if verdict.serving:
                     return ok(f"{service} passed its cold start in this run (same container) and still serves")
-        expected = rt.ctx.budget.get("rank_budget_bytes") if step.logs.budget else None
-        if step.logs.budget and expected is None:
-            b = rt.rb.budget
-            expected = per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
+        expected = expected_rank_budget(rt.ctx.budget, rt.rb, service) if step.logs.budget else None
         g = rt.rb.log_gates
         gate = LogGate(g.ranks, list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected)
         follower = rt.follower(service)

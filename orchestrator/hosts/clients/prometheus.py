@@ -1,0 +1,37 @@
+"""A Prometheus-compatible query API (`GET <prometheus_url>/api/v1/query`; issue 23's
+`source: prometheus`). Transport only: the answer's status and text go to
+orchestrator/metricproviders/prometheus_api.py, which reads them. A timeout or a transport failure
+is `PrometheusUnreachable` (the analysis counts it as an unread scrape, never a pass)."""
+
+from __future__ import annotations
+
+import httpx
+
+from orchestrator.hosts.clients.errors import ClientError
+
+#: a query that takes longer is a missed scrape (the analysis polls at its own cadence)
+TIMEOUT_S = 10.0
+
+
+class PrometheusUnreachable(ClientError):
+    """The query API did not answer (timeout, refused, reset)."""
+
+
+class PrometheusQueryClient:
+    def __init__(self, base_url: str, *, timeout: float = TIMEOUT_S) -> None:
+        self.url = base_url.rstrip("/") + "/api/v1/query"
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(trust_env=False)
+
+    async def query(self, promql: str) -> tuple[int, str]:
+        """(HTTP status, body text) of one instant query."""
+        try:
+            resp = await self._http.get(self.url, params={"query": promql}, timeout=self.timeout)
+        except httpx.TimeoutException:
+            raise PrometheusUnreachable("prometheus", f"the query API did not answer within {self.timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            raise PrometheusUnreachable("prometheus", f"the query API could not be reached: {type(exc).__name__}") from None
+        return resp.status_code, resp.text
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

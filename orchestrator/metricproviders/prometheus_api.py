@@ -1,0 +1,114 @@
+"""Samples from a Prometheus-compatible query API (Prometheus, Thanos, VictoriaMetrics, Mimir) when
+the inventory names one for the host (`prometheus_url`): the same SGLang series the relay's /metrics
+carries, read as an instant vector per replica with one `GET /api/v1/query`:
+
+    {__name__=~"sglang:num_requests_total|...|sglang:time_per_output_token_seconds_bucket|...",
+     replica="r2", job="sglang"}
+
+The answer's samples are summed per series name (and per `le` for histogram buckets) into a
+`Scrape`, so the window arithmetic (bucket deltas, counter resets, quantiles) is the relay's,
+untouched: the API is a source of cumulative values, not a place where quantiles are computed.
+
+An answer that is not `status: success` with a `vector` raises `PrometheusUnreadable`; a timeout
+or a transport error is the client's `PrometheusUnreachable` (orchestrator/hosts/clients/
+prometheus.py, which does the HTTP: this module does no I/O). Either is "could not be read": the
+caller counts it as a missed scrape, never as a pass. An empty vector is a scrape without the series (the gate says the series is absent).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from orchestrator.analysis.window import Histogram, Scrape
+from orchestrator.metricproviders.relay_scrape import COUNTERS, GAUGES, HISTOGRAMS
+
+class PrometheusUnreadable(RuntimeError):
+    """The query API gave no usable answer (transport error, timeout, error status, wrong shape)."""
+
+
+def series_names() -> list[str]:
+    """Every series name the analysis reads, sorted (the `__name__` alternation)."""
+    hist = [f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum")]
+    return sorted({*COUNTERS, *GAUGES, *hist})
+
+
+def _quote(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def replica_query(replica: str, replica_label: str = "replica", selector: str = "") -> str:
+    """The instant-vector selector of one replica's series."""
+    names = "|".join(re.escape(n) for n in series_names())
+    extra = f", {selector}" if selector else ""
+    return f'{{__name__=~"{names}", {replica_label}="{_quote(replica)}"{extra}}}'
+
+
+def parse_vector(answer: Any, at: float) -> Scrape:
+    """A Scrape from the JSON of `/api/v1/query` (an instant vector). Raises `PrometheusUnreadable`
+    on an error answer or a shape that is not a vector of `[time, "value"]` samples."""
+    if not isinstance(answer, dict) or answer.get("status") != "success":
+        err = answer.get("error") if isinstance(answer, dict) else None
+        raise PrometheusUnreadable(f"the query API answered {err or 'without status: success'}")
+    data = answer.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        raise PrometheusUnreadable("the query API's answer is not an instant vector")
+    counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    counts: dict[str, float] = {}
+    sums: dict[str, float] = {}
+    try:
+        for item in data["result"]:
+            labels, (_, raw) = item["metric"], item["value"]
+            name, value = labels["__name__"], float(raw)
+            if math.isnan(value):
+                continue  # a stale marker: the series is gone at this instant
+            if name in GAUGES:
+                gauges[name] = gauges.get(name, 0.0) + value
+            elif name in COUNTERS:
+                counters[name] = counters.get(name, 0.0) + value
+            else:
+                base, _, suffix = name.rpartition("_")
+                if base not in HISTOGRAMS:
+                    continue
+                if suffix == "bucket":
+                    b = buckets.setdefault(base, {})
+                    le = float(labels["le"])
+                    b[le] = b.get(le, 0.0) + value
+                elif suffix == "count":
+                    counts[base] = counts.get(base, 0.0) + value
+                elif suffix == "sum":
+                    sums[base] = sums.get(base, 0.0) + value
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PrometheusUnreadable(f"a sample of the query API's vector is malformed: {type(exc).__name__}: {exc}") from None
+    hists: dict[str, Histogram] = {}
+    for name, b in buckets.items():
+        if not math.isinf(max(b)):
+            raise PrometheusUnreadable(f"histogram {name} has no +Inf bucket in the query API's answer")
+        layout = tuple(sorted(b.items()))
+        hists[name] = Histogram(layout, counts.get(name, layout[-1][1]), sums.get(name, 0.0))
+    return Scrape(at, counters, hists, gauges)
+
+
+async def read_replica(client: Any, replica: str, at: float, *, replica_label: str = "replica",
+                       selector: str = "") -> Scrape:
+    """One instant read of `replica`'s series through `client` (its `query(promql)` answers
+    `(status, text)`: orchestrator/hosts/clients/prometheus.py), stamped `at` (the run clock).
+    Raises what the client raises (unreachable) or `PrometheusUnreadable` (an unusable answer)."""
+    status, text = await client.query(replica_query(replica, replica_label, selector))
+    return parse_answer(status, text, at)
+
+
+def parse_answer(status: int, text: str, at: float) -> Scrape:
+    """A Scrape from one HTTP answer of `/api/v1/query`; anything but a 200 vector: `PrometheusUnreadable`."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        raise PrometheusUnreadable(f"the query API answered HTTP {status} without JSON") from None
+    if status != 200:
+        err = answer.get("error") if isinstance(answer, dict) else None
+        raise PrometheusUnreadable(f"the query API answered HTTP {status}" + (f": {str(err)[:200]}" if err else ""))
+    return parse_vector(answer, at)

@@ -1,0 +1,106 @@
+"""The pdi-2 canary read from a Prometheus-compatible query API (issue 23, `source: prometheus`):
+the same runbook with its analysis' `relay:` swapped for `source: prometheus`, run on the
+simulator, whose per-host fake query API (orchestrator_sim/apps/prometheus.py) answers from the
+simulated engines' /metrics labelled by replica.
+
+- a better candidate is promoted on the query API's numbers (TPOT r2/r1 about 0.63);
+- the query API down (`prometheus-down`): the analysis cannot read, so it fails into the phase's
+  rollback (r2 back to #294), never a pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from orchestrator.engine.progress import RecordingProgress
+
+pytestmark = pytest.mark.e2e
+
+SPEED = 3000.0
+RUNBOOK = Path(__file__).resolve().parents[2] / "runbooks" / "gpu02-glm53-w4afp8-pdi2-canary.yaml"
+CANARY_TAG = "v0.0.304"
+R1 = "model-sg-glm53-w4afp8-tp4-r1"
+R2 = "model-sg-glm53-w4afp8-tp4-r2"
+RELAY_LINE = "          relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}\n"
+
+
+def _prometheus_runbook(tmp: Path) -> Path:
+    text = RUNBOOK.read_text()
+    assert text.count(RELAY_LINE) == 1
+    out = tmp / "gpu02-glm53-w4afp8-pdi2-canary-prometheus.yaml"
+    out.write_text(text.replace(RELAY_LINE, '          source: prometheus\n'
+                                            '          prometheus: {replica_label: replica, selector: \'job="sglang"\'}\n'))
+    return out
+
+
+def _run(tmp_path: Path, *faults: str):
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import Session, execute, new_rollout
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator_sim import SimConfig, SimFleet
+
+    runbook = _prometheus_runbook(tmp_path)
+    with SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, initial="long-context")) as fleet:
+        state = tmp_path / "state"
+        state.mkdir()
+        session = Session.open(demo_settings(fleet, state), clock=ScaledClock(SPEED),
+                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+        try:
+            r1_before = fleet.host.container(R1)
+            run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, str(runbook))
+            progress = RecordingProgress()
+            final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
+            notes = [f.get("note") or "" for k, f in progress.events if k == "transition"]
+            r1 = fleet.host.container(R1)
+            assert r1 is not None and r1.id == r1_before.id and r1.state == "running"
+            queried = [c for c in fleet.calls if "/api/v1/query" in str(getattr(c, "path", ""))]
+            return final, notes, fleet.host.container(R2), queried, fleet.check_invariants()
+        finally:
+            session.close()
+
+
+def test_a_better_candidate_is_promoted_on_the_query_apis_numbers(tmp_path: Path):
+    final, notes, r2, queried, problems = _run(tmp_path)
+    assert final.outcome == "DONE", final.message
+    readout = [n for n in notes if "canary readout:" in n][-1]
+    assert "canary readout: PASS" in readout and "r2/r1 0.6" in readout
+    assert r2.tag == CANARY_TAG
+    assert queried, "the analysis read the fake query API"
+    assert problems == []
+
+
+def test_the_query_api_down_is_never_a_pass_it_rolls_r2_back(tmp_path: Path):
+    final, notes, r2, _, _ = _run(tmp_path, "prometheus-down")
+    assert final.outcome == "ROLLED_BACK", final.message
+    text = " ".join(notes)
+    assert "could not be read 3 times in a row" in text and "Prometheus query API" in text and "503" in text
+    assert r2.tag == "v0.0.300"
+
+
+def test_a_host_whose_inventory_names_no_prometheus_is_refused_before_the_run_starts(tmp_path: Path):
+    import dataclasses
+
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import Session, new_rollout
+    from orchestrator.util.clock import ScaledClock
+    from orchestrator.util.user_errors import UserError
+    from orchestrator_sim import SimConfig, SimFleet
+
+    runbook = _prometheus_runbook(tmp_path)
+    with SimFleet(SimConfig(speed=SPEED, initial="long-context")) as fleet:
+        fleet.host_urls["gpu02"] = dataclasses.replace(fleet.host_urls["gpu02"], prometheus="")
+        state = tmp_path / "state"
+        state.mkdir()
+        session = Session.open(demo_settings(fleet, state), clock=ScaledClock(SPEED))
+        try:
+            with pytest.raises(UserError, match="names no prometheus_url for gpu02") as e:
+                new_rollout(session, "gpu02", CANARY_TAG, str(runbook))
+            assert "\n" not in str(e.value)
+            assert session.journal.list_runs("gpu02", limit=5) == []  # no run was created
+            assert not any(c.is_compose_up for c in fleet.calls)
+        finally:
+            session.close()
