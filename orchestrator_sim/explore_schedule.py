@@ -192,4 +192,10 @@ HOLES: dict[str, Schedule] = {
     "broken-page-approves-any-gate": Schedule(seed=0, door="page", yes=False, breaks=("page-any-gate",),
                                               door_args={"actions": [("page-approve", "done", 2)]}),
     "two-journals-gpu02": Schedule(seed=0, door="journals", door_args={"trigger": ("done", 2), "host": "gpu02"}),
+    # seed 423: the fleet Ctrl-C'd while gpu23 waits on model-downloader (mutating call 38 is past
+    # its up), then the fleet command again: it resumes gpu23's run, not a new run sending the up again
+    "fleet-again-after-ctrl-c": Schedule(seed=0, door="base", fast=True, faults=["drain-stuck@gpu23"],
+                                         hosts=("gpu02", "gpu03", "gpu04", "gpu23"), door_args={
+                                             "order": ["gpu23", "gpu04", "gpu03"], "crash": ("sigint", 38),
+                                             "then": "again"}),
 }

@@ -4,6 +4,8 @@ Rules (the base tier's order, `docs/reference/base-tier-runbook.md` section 2):
 - the hosts run in the order given, each a normal rollout run of its own (own lease, journal run,
   gates, rollback); the next starts only after the previous one ended DONE, which for a runbook
   whose soak asks for approval means its soak passed and an operator approved it;
+- the fleet command again after a Ctrl-C continues a host's own interrupted rollout (same tag and
+  runbook, it changed the host, not superseded) instead of a new run over it (service/runs.py);
 - the fleet stops at the first host that does not end DONE; the hosts after it are not touched,
   and the final line names them and the command that continues with them;
 - before any host is touched, the runbook's prerequisites (another host's run DONE and soaked,

@@ -188,7 +188,10 @@ def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutco
         def one(host: str) -> RunRecord:
             one_req = RolloutRequest(host=host, tag=req.tag, runbook=runbook_ref, yes=req.yes, soak=req.soak,
                                      skip_tag_age_check=req.skip_tag_age_check, overrides=req.overrides)
-            result = _execute(session, admit_rollout(session, one_req), hooks)
+            pending = _own_interrupted_run(session, host, req.tag, rb.name)
+            adm = (admit_resume(session, pending, ResumeRequest(run_id=pending.run_id, yes=req.yes, soak=req.soak))
+                   if pending is not None else admit_rollout(session, one_req))
+            result = _execute(session, adm, hooks)
             if result.interrupted:
                 raise Interrupted(host)
             hooks.host_done(result.run)
@@ -204,6 +207,23 @@ def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutco
     else:
         code = int(OUTCOME_EXIT.get(result.outcome, ExitCode.UNEXPECTED))
     return FleetOutcome(result, code, runbook_ref, hosts)
+
+
+def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> RunRecord | None:
+    """The fleet command again after a Ctrl-C: the host's unfinished rollout of this tag and
+    runbook that changed the host and can still be resumed is continued, not started over by a
+    new run (which would send its changes again, e.g. the model-downloader one-shot, and leave
+    the first run unfinished). None when there is no such run."""
+    from orchestrator.service.orphans import superseded_by
+
+    for run in session.journal.list_runs(host, limit=50):
+        if run.terminal:
+            continue
+        if (run.kind == "rollout" and run.tag == tag and run.runbook == runbook
+                and any(e.mutating for e in session.journal.effects(run.run_id)) and superseded_by(session, run) is None):
+            return run
+        return None  # the newest unfinished run is another kind of run: admission decides
+    return None
 
 
 from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout  # noqa: E402

@@ -32,7 +32,9 @@ CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
             # approves only the gate that waits (explore_human.py)
             "sigint-then-adopted", "ctrl-c-resume-without-yes", "page-approve-in-cold-start",
             # seed 136: a rollback by hand after a kill right after the perception check's down sent it again
-            "serve-rollback-after-perception-stop"]
+            "serve-rollback-after-perception-stop",
+            # seed 423: the fleet command again after a Ctrl-C resumes the host's interrupted run
+            "fleet-again-after-ctrl-c"]
 #: hole schedules with a product guard broken on purpose: the judge must see each (H1/H2)
 CI_BROKEN = {"broken-adopted-keeps-yes": "H1 human", "broken-page-approves-any-gate": "H2 page"}
 #: fast-form seeds 0-99 (the issue asks for at least 100 in CI): every door (see
