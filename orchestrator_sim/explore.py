@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def collect(futs: list[Any]) -> None:
         for f in futs:
-            r = f.result() if pool else f
+            r = f.result() if isinstance(f, concurrent.futures.Future) else f  # a job's, or run here
             print_result(r)
             results.append(r)
 
