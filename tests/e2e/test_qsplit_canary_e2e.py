@@ -95,7 +95,10 @@ def test_the_302_candidate_is_promoted_on_latency_and_device_memory(canary):
     assert final.outcome == "DONE", final.message
     # live traffic (40 requests/min on the long domain) never got quiet at noon: after 2 h, --yes went on
     quiet = [n for n in _notes(progress) if n.startswith("not quiet after 2h")]
-    assert quiet and "requests/min, not below 10); a human approved going on" in quiet[0], _notes(progress)
+    # the traffic read (N requests/min), or on a loaded machine whose scrapes missed the window,
+    # "unknown traffic": either way not quiet, and a human approved going on
+    assert quiet and "not below 10); a human approved going on" in quiet[0], _notes(progress)
+    assert "requests/min, not below" in quiet[0] or "unknown traffic, not below" in quiet[0], quiet[0]
     text = _readout(progress)
     assert text.startswith("canary readout: PASS"), text
     assert text.endswith("=> PROMOTE: r2 stays on the candidate"), text
