@@ -126,13 +126,10 @@ class ReadSettings:
         return choose_inventory(self.inventory, self._inventory_source)
 
     def inventory_path(self) -> Path:
-        choice = self.inventory_choice()
-        if choice.path is None:
-            raise UserError(
-                "no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
-                + " or ".join(str(p) for p in choice.searched)
-            )
-        return choice.path
+        """The inventory to load, or a UserError naming every place searched."""
+        from orchestrator.util.names import required_inventory
+
+        return required_inventory(self.inventory_choice())
 
     def journal_location(self) -> str:
         return self.database_url or str(self.state_dir / "journal.sqlite3")

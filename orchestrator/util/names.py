@@ -86,3 +86,13 @@ def choose_inventory(inventory: Path | str | None, source: str) -> InventoryChoi
     for path, where in found:
         return InventoryChoice(path, where)
     return InventoryChoice(None, "", tuple(p for p, _ in candidates))
+
+
+def required_inventory(choice: InventoryChoice) -> Path:
+    """The inventory a command loads, or the one line naming every place searched (exit 2)."""
+    if choice.path is None:
+        from orchestrator.util.user_errors import UserError
+
+        raise UserError("no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
+                        + " or ".join(str(p) for p in choice.searched))
+    return choice.path

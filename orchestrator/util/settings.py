@@ -114,13 +114,9 @@ class Settings(BaseSettings):
 
     def inventory_path(self) -> Path:
         """The inventory to load, or a UserError naming every place searched."""
-        choice = self.inventory_choice()
-        if choice.path is None:
-            raise UserError(
-                "no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
-                + " or ".join(str(p) for p in choice.searched)
-            )
-        return choice.path
+        from orchestrator.util.names import required_inventory
+
+        return required_inventory(self.inventory_choice())
 
     def journal_location(self) -> str:
         return self.database_url or str(self.state_dir / "journal.sqlite3")
