@@ -18,7 +18,7 @@ What it does, in this order:
    contract (scripts/relayout_layers.ini) into .importlinter.
 
 Afterwards: `.venv/bin/lint-imports`, the tests, then `git add -A && git commit`; README's "Where
-things are" section is drafted in scripts/relayout_README_tree.md.
+things are" section draws the resulting tree.
 
 The table's [move] entries whose module is gone are skipped (already moved, or taken apart by
 someone else); a move onto a file that exists fails the run, naming both.
