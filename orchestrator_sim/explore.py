@@ -83,6 +83,8 @@ def write_report(results: list[Result], path: Path, title: str, wall_s: float | 
                       f"reproduce: `{r.repro}`", ""]
             lines += [f"- {v}" for v in r.violations] + [""]
             lines += ["commands:", ""] + [f"    {c}" for c in r.commands] + [""]
+            lines += ["evidence (the runs' transitions that were not ok, each command's last lines):", ""]
+            lines += [f"    {e}" for e in r.evidence] + [""]
     path.write_text("\n".join(lines) + "\n")
     path.with_suffix(".json").write_text(json.dumps({**summary, "results": [asdict(r) for r in results]}, indent=1, default=str))
     return summary
@@ -95,6 +97,8 @@ def print_result(r: Result) -> None:
     if not r.ok:
         for v in r.violations:
             print(f"{'':15} {v}")
+        for e in r.evidence:
+            print(f"{'':15}   {e}")
         print(f"{'':15} reproduce: {r.repro}", flush=True)
 
 

@@ -143,12 +143,15 @@ class DoorRuns(DoorMixin):
                                   background=True, client=True)
         muts0 = 0
         for action, when, k in a["actions"]:
-            t0 = time.monotonic()
+            t0 = human_t = time.monotonic()
             while proc.poll() is None and time.monotonic() - t0 < 120:
                 with self.fleet.recorder._lock:
                     muts = [c for c in self.fleet.recorder._calls if c.is_mutating][muts0:]
                 if len(muts) >= k and (when == "mut" or muts[k - 1].finished_at is not None):
                     break
+                if not self.yes() and time.monotonic() - human_t >= 0.1:
+                    human_t = time.monotonic()  # the run may wait at a soak gate before that call: the human approves it
+                    self.approve_if_waited()
                 time.sleep(0.005)
             run = self.unfinished()
             if run is None:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
+import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,6 +29,9 @@ class Result:
     repro: str
     first_outcome: str | None = None
     label: str = ""
+    #: for a violating schedule: what its runs journaled (every transition not `ok`) and each
+    #: command's last lines, so that a violation seen once (a CI run under load) can be diagnosed
+    evidence: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -161,9 +166,35 @@ def run_schedule(s: Schedule, workroot: Path | None = None, *, verbose: bool = F
     else:
         reference = None
     violations = judge(ex, reference)
+    evidence = _evidence(ex) if violations else []
     return Result(None if label else s.seed, s.describe(), s.kinds, violations, round(time.monotonic() - t0, 1),
                   [f"{c.label}: orchestrate {' '.join(c.argv)} -> {c.rc}{' ' + c.note if c.note else ''}" for c in ex.commands],
-                  repro or repro_line(s.seed), ex.first_outcome, label=label)
+                  repro or repro_line(s.seed), ex.first_outcome, label=label, evidence=evidence)
+
+
+def _evidence(ex: Execution) -> list[str]:
+    """The journal's transitions that were not `ok` (a failed gate, a halt, a rollback, with their
+    notes) of every run in either journal, and the last lines of each command's output."""
+    out: list[str] = []
+    for db in (ex.dir / "journal.sqlite3", ex.dir / "other-journal" / "journal.sqlite3"):
+        if not db.exists():
+            continue
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+            try:
+                rows = con.execute("SELECT t.run_id, r.kind, t.seq, t.from_state, t.event, t.to_state, t.note "
+                                   "FROM transitions t JOIN runs r USING (run_id) "
+                                   "WHERE t.event != 'ok' ORDER BY r.run_seq, t.seq").fetchall()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            out.append(f"{db.name}: unreadable ({exc})")
+            continue
+        out += [f"{db.parent.name}/{run[:8]} {kind} #{seq} {a} --{ev}--> {b}: {(note or '')[:300]}"
+                for run, kind, seq, a, ev, b, note in rows]
+    for c in ex.commands:
+        out.append(f"{c.label} `orchestrate {' '.join(c.argv)}` -> {c.rc}: " + " | ".join(c.tail.splitlines()[-6:])[-600:])
+    return out
 
 
 def run_seed(seed: int, workroot: Path | None = None, *, verbose: bool = False, fast: bool = False) -> Result:
