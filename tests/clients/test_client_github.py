@@ -115,3 +115,7 @@ async def test_against_the_simulated_github():
     async with GitHubClient("http://gh.sim", transport=httpx.ASGITransport(app=app), retry=RetryPolicy.immediate()) as sim:
         with pytest.raises(GitHubUnreachable):
             await sim.check_tag(REPO, "v0.0.300", now=NOW)
+
+
+#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
+pytestmark = pytest.mark.usefixtures("httpx_wire")

@@ -135,3 +135,7 @@ async def test_completion_text_is_scrubbed_with_the_shared_redactor():
         async with InferenceClient(LONG, TOKEN, redactor=Redactor("cvm-gpu02-label")) as client:
             result = await client.completion(MODEL, [{"role": "user", "content": "x"}])
     assert result.text == "served by *** today"
+
+
+#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
+pytestmark = pytest.mark.usefixtures("httpx_wire")

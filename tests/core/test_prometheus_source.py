@@ -208,3 +208,7 @@ def test_read_replica_timeout_and_refusal_are_unreachable():
         r.get("/api/v1/query").mock(side_effect=httpx.ConnectError("refused"))
         with pytest.raises(PrometheusUnreachable, match="could not be reached"):
             _read()
+
+
+#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
+pytestmark = pytest.mark.usefixtures("httpx_wire")

@@ -340,3 +340,7 @@ async def test_image_is_pinned_by_the_replicas_digest(image, verdict, words):
     rt.containers = [] if image is None else [SimpleNamespace(service=R2, name=R2, image=image)]
     out = await run(rt, "r2-image")
     assert out.event.value == verdict and words in out.note, out.note
+
+
+#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
+pytestmark = pytest.mark.usefixtures("httpx_wire")

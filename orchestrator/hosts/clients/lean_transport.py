@@ -17,8 +17,9 @@ What it does, as httpcore does it for these clients:
   `WriteTimeout`, `ReadError`/`ReadTimeout`, `RemoteProtocolError` (the peer closed before or
   inside a response), `LocalProtocolError` (a header with CR/LF), `UnsupportedProtocol`.
 
-When httpcore's pool has been patched (a test's `respx.mock` without a transport), requests go
-through httpx's own transport so that the patch sees them.
+It knows nothing of test doubles: a test that mocks with respx (which patches httpcore) asks for
+httpx's own transport the way an operator can, `ORCHESTRATOR_HTTP_WIRE=httpx` (tests/conftest.py
+`httpx_wire`).
 """
 
 from __future__ import annotations
@@ -26,19 +27,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-import types
 from collections.abc import AsyncIterator
 
-import httpcore
 import httpx
 
 _NO_BODY_STATUS = frozenset({204, 304})
 _READ = 65536
-
-
-def _httpcore_patched() -> bool:
-    fn = httpcore.AsyncConnectionPool.__dict__.get("handle_async_request")
-    return not (isinstance(fn, types.FunctionType) and fn.__module__.startswith("httpcore"))
 
 
 class _Conn:
@@ -77,7 +71,6 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._expiry = keepalive_expiry
         self._max_idle = max_idle_per_origin
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
-        self._fallback: httpx.AsyncHTTPTransport | None = None
 
     # ------------------------------------------------------------------ pool
 
@@ -116,10 +109,6 @@ class LeanTransport(httpx.AsyncBaseTransport):
     # --------------------------------------------------------------- request
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if _httpcore_patched():
-            if self._fallback is None:
-                self._fallback = httpx.AsyncHTTPTransport(verify=self._ssl if self._ssl is not None else True)
-            return await self._fallback.handle_async_request(request)
         url = request.url
         scheme = url.scheme
         if scheme not in ("http", "https"):
@@ -209,8 +198,6 @@ class LeanTransport(httpx.AsyncBaseTransport):
             for conn in idle:
                 conn.close()
         self._idle.clear()
-        if self._fallback is not None:
-            await self._fallback.aclose()
 
 
 class _Body(httpx.AsyncByteStream):
