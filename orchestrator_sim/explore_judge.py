@@ -193,7 +193,8 @@ def _evidence(ex: Execution) -> list[str]:
         out += [f"{db.parent.name}/{run[:8]} {kind} #{seq} {a} --{ev}--> {b}: {(note or '')[:300]}"
                 for run, kind, seq, a, ev, b, note in rows]
     for c in ex.commands:
-        out.append(f"{c.label} `orchestrate {' '.join(c.argv)}` -> {c.rc}: " + " | ".join(c.tail.splitlines()[-6:])[-600:])
+        lines = [ln for ln in c.tail.splitlines() if not ln.startswith("INFO:")]  # not uvicorn's access lines
+        out.append(f"{c.label} `orchestrate {' '.join(c.argv)}` -> {c.rc}: " + " | ".join(lines[-6:])[-600:])
     return out
 
 
