@@ -87,6 +87,11 @@ class LogGate:
             self.result = LogGateResult(passed=True, reason="every rank logged its milestones and the ready line", line=line.strip())
         return self.result
 
+    @property
+    def progressed(self) -> bool:
+        """A milestone or the ready line was seen: lines an engine logs only after its start."""
+        return bool(self.seen_once) or any(self.seen.values())
+
     def _complete(self) -> bool:
         per_rank = all(len(r) == self.ranks for r in self.seen.values())
         return per_rank and all(p in self.seen_once for p in self.required)

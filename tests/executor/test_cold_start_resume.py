@@ -17,6 +17,9 @@ restored):
   test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline: a rollback of a ready engine);
 - gates.py:ColdStart.run, the deadline's live check and halt when lines were lost removed -> both
   test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline);
+- gates.py:ColdStart.run, the `lost = True` on a first window past the start without its startup
+  line removed -> both test_a_first_read_after_the_start_rotated_out_* (FAIL at the deadline: the
+  rollback of a ready engine, explorer seed 53);
 - gates.py:ColdStart.run, the deadline's `if not verdict.not_serving` -> always halt ->
   test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known_not_serving (HALT).
 """
@@ -148,3 +151,43 @@ async def test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known
     rig.compose.host[NEW_R2].status = "Up 50 minutes (health: starting)"
     [(event, note, to)] = await rig.step()
     assert event == "fail" and "did not finish its cold start" in note, note
+
+
+def first_read_after_it_rotated(later: list[tuple[float, str]]) -> tuple[Rig, str]:
+    """Explorer seed 53 (50-line logs, a loaded machine): the rollout was Ctrl-C'd as r2's cold start
+    began, before its gate read a line (nothing journaled); `serve` adopted the run a lease later,
+    when r2 had finished its start and logged more than its log keeps: the adopted gate's first
+    window holds the last milestones, the ready line and health checks, no startup line."""
+    window = [f"[TP{i}] {HICACHE}" for i in (2, 3)] + [READY] + NOISE[:47]
+    rig, cid = at_cold_start(window, started=-600.0)  # Up 10 minutes: not longer than a whole cold start
+    rig.compose.host[NEW_R2].script = later
+    rig.ctx.created[cid] = {"service": NEW_R2, "state": "r2.apply"}
+    return rig, cid
+
+
+async def test_a_first_read_after_the_start_rotated_out_passes_on_live_evidence():
+    # before: the gate waited for milestones that had gone by and FAILed at the deadline; the
+    # phase's rollback stopped the ready new r2 (I2)
+    rig, cid = first_read_after_it_rotated([(60.0 * k, NOISE[0]) for k in range(1, 70)])
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.relay-dry-run"), note
+    assert "rotated out of its log unread" in note and "live evidence says it serves" in note
+    assert rig.compose.sent("down") == []
+
+
+async def test_a_first_read_after_the_start_rotated_out_halts_when_nothing_decides():
+    rig, _ = first_read_after_it_rotated([])
+    rig.clients.peers[1].error = TransportError("model-proxy:peer-b", "connection refused")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), note
+    assert rig.compose.sent("down") == []
+
+
+async def test_a_first_window_that_begins_at_the_start_is_judged_by_its_lines():
+    # a first read that holds the startup line lost nothing: the milestones decide (here: the
+    # HiCache lines never come, the gate fails at the deadline as before)
+    start = [STARTUP.format(api_key="")] + [f"[TP{i}] {BUDGET_LINE}" for i in range(4)] + [READY]
+    rig, cid = at_cold_start(start, started=-600.0)
+    rig.ctx.created[cid] = {"service": NEW_R2, "state": "r2.apply"}
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "did not finish its cold start" in note and HICACHE in note, note

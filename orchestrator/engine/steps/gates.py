@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from orchestrator.hosts.parsers.docker_ps import Container
 
 
+def _past_its_start(lines: list[str]) -> bool:
+    from orchestrator.engine.serving_evidence import past_its_start
+
+    return past_its_start(lines)
+
+
 def long_up(c: "Container", cold_start_s: float) -> bool:
     """docker says the container has run longer than a whole cold start may take: a log window
     without its startup line has lost it to rotation (it will not come)."""
@@ -164,6 +170,12 @@ class ColdStart:
                     # lines rotated out between two polls unread (a short log, a slow poll; explorer seed
                     # 169): never a FAIL at the deadline for milestones that went by, live evidence decides
                     lost = True
+                # the first window holds no startup line: if it shows what an engine logs only after its
+                # start (a milestone, the ready line, serving work), the start and what followed rotated
+                # out before this run's first read (a run adopted long after its engine started, a short
+                # log; explorer seed 53): live evidence decides, never a FAIL at the deadline for milestones
+                # that went by unread (seen below, once the window's lines are fed)
+                started_unseen = first_poll and bool(batch.new) and not any(g.startup in t for t in texts)
                 first_poll = False
                 for idx, ln in enumerate(batch.new):
                     if g.startup in ln.text:
@@ -190,6 +202,8 @@ class ColdStart:
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}" + (f" (with what this run saw before its resume: {memory.seen_text()})"
                                                                if resumed else ""))
+                if started_unseen and not lost and (gate.progressed or _past_its_start(texts)):
+                    lost = True
                 memory.note(gate, [ln.text for ln in batch.new])
                 live = ""
                 if lost and batch.new and (resumed or c.id in rt.ctx.created):  # an engine this run started
