@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.analysis.window import METRICS
+from orchestrator.analysis.metric_defs import METRICS
 from orchestrator.util.durations import format_duration, parse_duration
 
 #: kinds a watch may not sit on: interrupting a compose call half sent leaves the host unknown

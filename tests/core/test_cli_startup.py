@@ -150,3 +150,45 @@ def test_status_and_plan_answer_from_their_cache_without_the_runbook_schema(argv
     rc, loaded = _loaded(argv, tmp_path)
     assert rc == 0
     assert _heavy(loaded, HEAVY_WHEN_CACHED) == []
+
+
+# What a first `plan HOST` and `status` (nothing cached yet: a first call after install, or after a
+# runbook or module changed) must not load (issue 25). `plan` describes each step from
+# orchestrator/engine/step_descriptions.py, not from the step handlers (their parsers, clients and
+# analysis code); it chooses the host's runbook without the fleet's journal code; the compose-file
+# check loads only with --compose-file, rich only to print an error. Neither loads the analysis
+# window arithmetic (the schema checks metric names against orchestrator/analysis/metric_defs.py)
+# nor getpass (the journal's audit asks for the user's name only when it writes).
+HEAVY_FOR_FIRST_PLAN = ["orchestrator.engine.steps", "orchestrator.engine.fleet", "orchestrator.journal",
+                        "orchestrator.previews.compose_check", "orchestrator.hosts.compose_file", "rich.console",
+                        "orchestrator.analysis.window", "getpass"]
+HEAVY_FOR_FIRST_STATUS = ["orchestrator.engine.steps", "orchestrator.engine.step_descriptions", "orchestrator.previews",
+                          "orchestrator.hosts.inventory", "rich.console", "orchestrator.analysis.window", "getpass"]
+
+
+@pytest.mark.parametrize("argv", [["plan", "gpu02", "--tag", "v0.0.300"], ["plan", "gpu02", "--tag", "v0.0.300", "--format", "json"],
+                                  ["plan", "gpu02", "--tag", "v0.0.300", "--rollback", "r1"]],
+                         ids=["plan", "plan-json", "plan-rollback"])
+def test_a_first_plan_loads_no_step_handlers_fleet_or_journal(argv, tmp_path):
+    rc, loaded = _loaded(argv, tmp_path)  # a fresh state dir: nothing cached, the plan is computed
+    assert rc == 0
+    assert "orchestrator.language.runbook" in loaded and "orchestrator.previews.plan" in loaded  # it was computed
+    assert _heavy(loaded, HEAVY_FOR_FIRST_PLAN) == []
+
+
+def test_a_first_status_loads_no_step_handlers_or_plan(tmp_path):
+    _journal_with_runs(tmp_path)
+    rc, loaded = _loaded(["status"], tmp_path)
+    assert rc == 0
+    assert "orchestrator.language.runbook" in loaded  # the step list was computed (not cached)
+    assert _heavy(loaded, HEAVY_FOR_FIRST_STATUS) == []
+
+
+def test_every_step_handler_has_the_description_plan_prints():
+    """`plan` reads orchestrator/engine/step_descriptions.py, the executor the handlers: the same
+    step kinds in both, and each handler's `describe` is that table's entry."""
+    from orchestrator.engine.step_descriptions import DESCRIPTIONS
+    from orchestrator.engine.steps import HANDLERS
+
+    assert sorted(DESCRIPTIONS) == sorted(HANDLERS)
+    assert all(type(h).describe.__qualname__ == "Described.describe" for h in HANDLERS.values())
