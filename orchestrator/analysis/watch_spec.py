@@ -44,8 +44,8 @@ class WatchSpec(BaseModel):
     poll: float
     window: float
     min_samples: int = Field(default=20, ge=1)
-    max: dict[str, float] = Field(default_factory=dict)
-    min: dict[str, float] = Field(default_factory=dict)
+    max: dict[str, float] = Field(default_factory=lambda: {})
+    min: dict[str, float] = Field(default_factory=lambda: {})
 
     _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 

@@ -192,3 +192,16 @@ def test_every_step_handler_has_the_description_plan_prints():
 
     assert sorted(DESCRIPTIONS) == sorted(HANDLERS)
     assert all(type(h).describe.__qualname__ == "Described.describe" for h in HANDLERS.values())
+
+
+def test_the_schema_models_default_to_empty_collections_without_builtin_factories():
+    """`Field(default_factory=list)` costs a tokenizer pass over `list`'s text signature when pydantic
+    builds the runbook or inventory schema (part of every first `plan` and `status`): the models
+    use `lambda: []` / `lambda: {}` (orchestrator/language/step_specs.py says why)."""
+    import re
+
+    pkg = ROOT / "orchestrator"
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(pkg.rglob("*.py"))
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if re.search(r"\bField\([^)]*default_factory=(list|dict)\b", line)]
+    assert offenders == []
