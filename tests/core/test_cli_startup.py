@@ -205,3 +205,44 @@ def test_the_schema_models_default_to_empty_collections_without_builtin_factorie
                  for i, line in enumerate(p.read_text().splitlines(), 1)
                  if re.search(r"\bField\([^)]*default_factory=(list|dict)\b", line)]
     assert offenders == []
+
+
+def test_only_short_read_only_commands_skip_the_interpreter_teardown():
+    """The `orchestrate` process (orchestrator.cli.main) ends `plan` (offline), `status`, `runs`,
+    `--help` and `--version` without freeing every object one by one; anything else takes
+    Python's own exit."""
+    from orchestrator.cli import _quick
+
+    for args in (["plan", "gpu02", "--tag", "v1"], ["status"], ["status", "--json"], ["runs"], ["--help"], ["--version"],
+                 ["plan", "--help"]):
+        assert _quick(args, 0) and _quick(args, 2), args
+    for args in (["plan", "gpu02", "--tag", "v1", "--live"], ["rollout", "gpu02"], ["serve"], ["demo"], ["approve", "x"], []):
+        assert not _quick(args, 0), args
+    assert not _quick(["status"], "a message")  # Python prints it: its own exit
+
+
+def test_the_quick_exit_flushes_the_output_and_runs_the_atexit_handlers(tmp_path):
+    """Run as the `orchestrate` script itself (a file of that name), `runs` prints its lines, runs
+    the atexit handlers and exits with its code; `main` called in a process of another name (the
+    probe above, tests, the explorer) still ends in SystemExit (the probe's `finally` runs)."""
+    _journal_with_runs(tmp_path)
+    script = tmp_path / "orchestrate"
+    script.write_text("import atexit, sys\n"
+                      "atexit.register(lambda: print('atexit ran'))\n"
+                      "class Teardown:\n"
+                      "    def __del__(self):\n"
+                      "        print('teardown')\n"
+                      "kept = Teardown()  # freed by the interpreter's teardown only\n"
+                      "from orchestrator.cli import main\n"
+                      "main()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"), ORCHESTRATOR_INVENTORY=str(ROOT / "config" / "hosts.yaml"))
+    r = subprocess.run([sys.executable, str(script), "runs"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "v0.0.301" in r.stdout and r.stdout.rstrip().endswith("atexit ran") and "teardown" not in r.stdout
+    bad = subprocess.run([sys.executable, str(script), "status", "no-such-run"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no-such-run" in bad.stderr and bad.stdout.strip() == "atexit ran"
+    other = subprocess.run([sys.executable, str(script), "approve"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)  # not a quick command: Python's own exit, teardown included
+    assert other.returncode == 2 and other.stdout.splitlines() == ["atexit ran", "teardown"]
