@@ -10,7 +10,10 @@ waiting for a core does not count in them).
 Commands: `--help`, `--version` (goal: at most 6 times `python -c pass`), `plan gpu02 --tag ...`
 (offline, the shipped inventory), `status` and `runs` (a SQLite journal with a few runs)
 (goal: at most 10 times). `status` and `runs` read a journal made here with `create_run`.
-`plan (uncached)` and `status (uncached)`: the same with their result cache removed first.
+`plan (uncached)` and `status (uncached)`: the same with their result cache removed first (a first
+call; goal: at most 10 times too). The commands run without PYTHONDONTWRITEBYTECODE (the warm-up
+round writes the .pyc files an installed package has); a "before" installation keeps a state dir
+of its own.
 """
 
 from __future__ import annotations
