@@ -10,7 +10,10 @@ waiting for a core does not count in them).
 Commands: `--help`, `--version` (goal: at most 6 times `python -c pass`), `plan gpu02 --tag ...`
 (offline, the shipped inventory), `status` and `runs` (a SQLite journal with a few runs)
 (goal: at most 10 times). `status` and `runs` read a journal made here with `create_run`.
-`plan (uncached)` and `status (uncached)`: the same with their result cache removed first.
+`plan (uncached)` and `status (uncached)`: the same with their result cache removed first (a first
+call; goal: at most 10 times too). The commands run without PYTHONDONTWRITEBYTECODE (the warm-up
+round writes the .pyc files an installed package has); a "before" installation keeps a state dir
+of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-LIMITS = {"--help": 6.0, "--version": 6.0, "plan": 10.0, "status": 10.0, "runs": 10.0}
+LIMITS = {"--help": 6.0, "--version": 6.0, "plan": 10.0, "status": 10.0, "runs": 10.0,
+          "plan (uncached)": 10.0, "status (uncached)": 10.0}
 
 
 def _orchestrate() -> list[str]:
@@ -74,10 +78,14 @@ def run(*, rounds: int = 5, warm: bool = True, before: str | None = None, progre
     try:
         state = tmp / "state"
         state.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+        # (PYTHONDONTWRITEBYTECODE dropped: the warm-up round writes the .pyc files an installed package has)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_") and k != "PYTHONDONTWRITEBYTECODE"}
         env.update(ORCHESTRATOR_STATE_DIR=str(state), ORCHESTRATOR_INVENTORY=str(ROOT / "config" / "hosts.yaml"),
                    )
         _journal(state)
+        # the "before" installation keeps its own state dir (its own journal and result cache), so that
+        # removing one's cached results never turns the other's cached row into a first call
+        env_before = dict(env, ORCHESTRATOR_STATE_DIR=str(tmp / "state-before"))
         orch = _orchestrate()
         commands: dict[str, list[str]] = {
             "python -c pass": [sys.executable, "-c", "pass"],
@@ -93,17 +101,24 @@ def run(*, rounds: int = 5, warm: bool = True, before: str | None = None, progre
         commands["plan (uncached)"] = commands["plan"]
         commands["status (uncached)"] = commands["status"]
         if before:
-            for name in ("--help", "--version", "plan", "status", "runs"):
+            (tmp / "state-before").mkdir()
+            _journal(tmp / "state-before")
+            for name in ("--help", "--version", "plan", "status", "runs", "plan (uncached)", "status (uncached)"):
                 commands[f"{name} (before)"] = [before, *commands[name][len(orch):]]
-        for argv in commands.values() if warm else ():  # warm the page cache and the .pyc files: not counted
-            _timed(argv, env)
+
+        def env_of(name: str) -> dict[str, str]:
+            return env_before if name.endswith("(before)") else env
+
+        for name, argv in commands.items() if warm else ():  # warm the page cache and the .pyc files: not counted
+            _timed(argv, env_of(name))
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for r in range(rounds):
             for name, argv in commands.items():
-                if name.endswith("(uncached)"):  # this command's cached results only (plan-*, steps-*)
-                    for f in (state / "cache").glob(("plan" if name.startswith("plan") else "steps") + "-*"):
+                if "(uncached)" in name:  # this command's cached results only (plan-*, steps-*)
+                    for f in (Path(env_of(name)["ORCHESTRATOR_STATE_DIR"]) / "cache").glob(
+                            ("plan" if name.startswith("plan") else "steps") + "-*"):
                         f.unlink()
-                cpu, wall, _ = _timed(argv, env)
+                cpu, wall, _ = _timed(argv, env_of(name))
                 samples[name].append((cpu, wall))
             if progress is not None:
                 progress(f"P6 round {r + 1}/{rounds}")

@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.analysis.window import METRICS
+from orchestrator.analysis.metric_defs import METRICS
 from orchestrator.util.durations import format_duration, parse_duration
 
 

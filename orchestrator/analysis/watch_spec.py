@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.analysis.window import METRICS
+from orchestrator.analysis.metric_defs import METRICS
 from orchestrator.util.durations import format_duration, parse_duration
 
 #: kinds a watch may not sit on: interrupting a compose call half sent leaves the host unknown
@@ -44,8 +44,8 @@ class WatchSpec(BaseModel):
     poll: float
     window: float
     min_samples: int = Field(default=20, ge=1)
-    max: dict[str, float] = Field(default_factory=dict)
-    min: dict[str, float] = Field(default_factory=dict)
+    max: dict[str, float] = Field(default_factory=lambda: {})
+    min: dict[str, float] = Field(default_factory=lambda: {})
 
     _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 

@@ -20,6 +20,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+# the metrics a gate names, re-exported (orchestrator/analysis/metric_defs.py: the runbook schema
+# checks a metric's name without this module)
+from orchestrator.analysis.metric_defs import (ABORTED, FB_FREE, GAUGE_MIN_SCRAPES, METRICS, QUEUE, REQUESTS,  # noqa: F401
+                                               TPOT, TTFT, MetricDef)
+
 
 class WindowError(ValueError):
     """The scrapes cannot be combined (a histogram whose bucket layout changed inside the window)."""
@@ -148,57 +153,6 @@ def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
     # the engine's scrapes (a DCGM read merged into the series is not one of the engine's)
     engine = sum(1 for s in ordered if s.counters or s.histograms) or len(ordered)
     return ReplicaWindow(replica, seconds, engine, resets, counters, hists, gauges)
-
-
-# --------------------------------------------------------------------------- the metrics a gate names
-#: SGLang's own series (sglang/srt/metrics/collector.py): latency histograms in seconds, request
-#: counters. `num_aborted_requests_total` counts requests the engine aborted (errors, timeouts,
-#: client aborts): the engine's own error count; SGLang keeps no per-status HTTP counter.
-TTFT = "sglang:time_to_first_token_seconds"
-TPOT = "sglang:time_per_output_token_seconds"
-REQUESTS = "sglang:num_requests_total"
-ABORTED = "sglang:num_aborted_requests_total"
-QUEUE = "sglang:num_queue_reqs"
-#: DCGM's per-GPU free framebuffer (MiB); orchestrator/metricproviders/dcgm.py gives each replica
-#: the lowest of its GPUs' (runbook `replica_gpus`)
-FB_FREE = "DCGM_FI_DEV_FB_FREE"
-
-
-@dataclass(frozen=True)
-class MetricDef:
-    name: str
-    kind: str  # quantile | error_rate | completion_rate | request_rate | gauge_min | gauge_max
-    source: str
-    q: float | None = None
-    unit: str = "s"  # s | share | per_s | GB | requests
-    doc: str = ""
-    scale: float = 1.0  # a gauge's value is divided by this (DCGM's MiB -> GB)
-    #: where the series is read: "engine" (the replica's own /metrics) or "dcgm" (the exporter)
-    origin: str = "engine"
-
-
-def _quantiles(prefix: str, series: str, what: str) -> dict[str, MetricDef]:
-    return {f"{prefix}_p{p}": MetricDef(f"{prefix}_p{p}", "quantile", series, p / 100, "s", f"{what} p{p} over the window")
-            for p in (50, 90, 95, 99)}
-
-
-METRICS: dict[str, MetricDef] = {
-    **_quantiles("ttft", TTFT, "time to first token"),
-    **_quantiles("tpot", TPOT, "time per output token"),
-    "error_rate": MetricDef("error_rate", "error_rate", ABORTED, unit="share",
-                            doc="aborted requests / requests over the window"),
-    "completion_rate": MetricDef("completion_rate", "completion_rate", ABORTED, unit="share",
-                                 doc="1 - aborted requests / requests over the window"),
-    "request_rate": MetricDef("request_rate", "request_rate", REQUESTS, unit="per_s",
-                              doc="requests per second over the window"),
-    "queue_depth_max": MetricDef("queue_depth_max", "gauge_max", QUEUE, unit="requests",
-                                 doc="the most requests waiting in the engine's queue at any scrape"),
-    "min_free_device_memory_gb": MetricDef(
-        "min_free_device_memory_gb", "gauge_min", FB_FREE, unit="GB", scale=1024.0, origin="dcgm",
-        doc="the least free device memory (GB) on any of the replica's GPUs at any scrape (DCGM)"),
-}
-#: gauges need this many scrapes carrying them (a value seen once is not a window)
-GAUGE_MIN_SCRAPES = 2
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,19 @@ def _unexpected(exc: Exception) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+    """`orchestrate`: `_main`, which always ends in SystemExit. In the `orchestrate` process itself
+    (not when a test or the explorer calls `main`), a short read-only command (`plan` offline,
+    `status`, `runs`, `--help`, `--version`) then exits without the interpreter's teardown
+    (`_exit_now`); anything else, or another thread alive, takes Python's own exit."""
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        if argv is None and _the_command_process() and _quick(sys.argv[1:], exc.code):
+            _exit_now(exc)
+        raise
+
+
+def _main(argv: Optional[list[str]] = None) -> None:
     """Every way out of `orchestrate` is an exit code and, on an error, one line on stderr: usage
     and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), a host system that
     failed a read before any run acted 5, Ctrl-C 130, a bug 1 (ORCHESTRATOR_DEBUG=1 adds the traceback). No traceback for anything a user can fix."""
@@ -209,6 +222,53 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(INTERRUPTED_EXIT)
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit 1
         sys.exit(_unexpected(exc))
+
+
+#: What may end without the interpreter's teardown (`entry`): short read-only commands, `--help`, `--version`.
+_QUICK_COMMANDS = frozenset({"plan", "status", "runs"})
+_QUICK_FLAGS = frozenset({"--help", "-h", "--version"})
+
+
+def _quick(args: list[str], code: object) -> bool:
+    import threading
+
+    if not isinstance(code, (int, type(None))) or threading.active_count() != 1:
+        return False
+    words = [a for a in args if not a.startswith("-")]
+    if not words:
+        return bool(args) and set(args) <= _QUICK_FLAGS
+    return words[0] in _QUICK_COMMANDS and "--live" not in args
+
+
+def _the_command_process() -> bool:
+    """This process is `orchestrate` itself (the console script, or `python -m orchestrator.cli`),
+    not a test or the explorer calling `main` in a process of their own."""
+    top = sys.modules.get("__main__")
+    spec = getattr(top, "__spec__", None)
+    if spec is not None and spec.name == "orchestrator.cli.__main__":
+        return True
+    return os.path.basename(getattr(top, "__file__", None) or "") in ("orchestrate", "orchestrate-script.py")
+
+
+def _exit_now(exc: SystemExit) -> None:
+    """End a short read-only command without the interpreter's teardown, as mypy's `hard_exit`
+    does: freeing one by one every object the command loaded (pydantic's schema machinery and the
+    runbook's models, typer) is ~60-70 ms of CPU after the answer is out (issue 25: a first `plan`
+    or `status`). Nothing else is skipped: the output is flushed and the atexit handlers run first;
+    a flush that fails takes Python's own exit (which reports it as before)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - e.g. a closed pipe
+        return
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(int(exc.code or 0))
 
 
 __all__ = ["app", "main", "COMMANDS", "INTERRUPTED_EXIT"]

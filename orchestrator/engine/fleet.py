@@ -24,11 +24,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from orchestrator.journal.base import RunRecord
+from typing import TYPE_CHECKING
+
 from orchestrator.util.outcome import Outcome
 from orchestrator.engine.prerequisites import unmet_in
-from orchestrator.language.runbook import RUNBOOK_DIR, Runbook, load_runbook
+from orchestrator.language.runbook import Runbook, default_runbook, load_runbook, shipped_runbooks  # noqa: F401 - re-exported
 from orchestrator.util.user_errors import Refused, UserError
+
+if TYPE_CHECKING:  # (the journal is the caller's: `plan` chooses a runbook here without loading it)
+    from orchestrator.journal.base import RunRecord
 
 #: the approval gate a prerequisite override is journaled as (read by `check: prerequisites`)
 OVERRIDE_GATE = "prerequisite:{host}"
@@ -60,20 +64,6 @@ def runbook_for(hosts: Sequence[str], name: str | None) -> Runbook:
         which = ", ".join(rb.name for rb in fits) if fits else "none of the shipped runbooks"
         raise UserError(f"--hosts {','.join(hosts)}: {which} covers these hosts; name the runbook with --runbook")
     return fits[0]
-
-
-def default_runbook(host: str) -> str:
-    """`--runbook` left out for one HOST: the one shipped runbook that names it, else the default
-    (whose own host check then says which hosts it is written for)."""
-    from orchestrator.language.runbook import DEFAULT_RUNBOOK
-
-    fits = [rb.name for rb in shipped_runbooks() if host in rb.hosts]
-    return fits[0] if len(fits) == 1 else DEFAULT_RUNBOOK
-
-
-def shipped_runbooks() -> list[Runbook]:
-    """Every runbook shipped in runbooks/, by file name."""
-    return [load_runbook(p.stem) for p in sorted(RUNBOOK_DIR.glob("*.yaml"))]
 
 
 def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None) -> None:

@@ -34,7 +34,7 @@ class HostEntry(_Strict):
     #: Base URL of the soak relay; the runbook names each replica's port (r1 :8008, r2 :8009).
     soak_relay_base_url: HttpUrl
     #: Optional runbook port -> reachable port (a tunnel, a port-forward, the simulator).
-    soak_relay_port_map: dict[int, int] = Field(default_factory=dict)
+    soak_relay_port_map: dict[int, int] = Field(default_factory=lambda: {})
     available_ram_gib: float = Field(gt=0)
     #: Where the RAM figure came from (e.g. "MemAvailable on 2026-09-23 via the dashboard").
     available_ram_source: str = Field(min_length=1)

@@ -13,7 +13,6 @@ the CLI records `user@machine` (`cli_actor`), never a process id.
 from __future__ import annotations
 
 import contextvars
-import getpass
 import socket
 from datetime import datetime, timezone
 from typing import Any
@@ -38,6 +37,8 @@ def record(journal: Any, run_id: str, action: str, by: str, detail: str | None =
 
 def cli_actor() -> str:
     """The person at this terminal, as the journal names them: `user@machine`."""
+    import getpass  # (here: the read-only commands that read the audit never need it)
+
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name in this environment

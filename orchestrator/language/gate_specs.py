@@ -77,8 +77,8 @@ class EnvSpec(_Strict):
 
     #: `this` (the run's host) or another inventory host's name (its env map on the dashboard)
     host: str = Field(default="this", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    absent: list[str] = Field(default_factory=list)
-    equals: dict[str, str] = Field(default_factory=dict)
+    absent: list[str] = Field(default_factory=lambda: [])
+    equals: dict[str, str] = Field(default_factory=lambda: {})
     #: polled until it holds (0: checked once)
     within: float = 0.0
 
@@ -129,9 +129,9 @@ class ProxyPoolSpec(_Strict):
     port: int = Field(gt=0, lt=65536)
     token_variable: str = Field(default="PROXY_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: replicas one of whose engines the pool must list healthy
-    contains: list[str] = Field(default_factory=list)
+    contains: list[str] = Field(default_factory=lambda: [])
     #: replicas none of whose engines the pool may list
-    lacks: list[str] = Field(default_factory=list)
+    lacks: list[str] = Field(default_factory=lambda: [])
     within: float = 0.0
 
     _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
@@ -156,7 +156,7 @@ class PullRequestSpec(_Strict):
     merged: bool = True
     checks: Literal["green", "ignore"] = "green"
     #: check runs that must be there (and green): a renamed or skipped CI job is not green
-    required: list[str] = Field(default_factory=list)
+    required: list[str] = Field(default_factory=lambda: [])
 
     @model_validator(mode="after")
     def _sound(self) -> "PullRequestSpec":

@@ -105,6 +105,37 @@ def _raise(message: str) -> Runbook:
     raise UserError(message)
 
 
+def shipped_runbooks(loaded: dict[Path, Runbook] | None = None) -> list[Runbook]:
+    """Every runbook shipped in runbooks/, by file name (each also put in `loaded`, by the path
+    `load_runbook` read it from, for a caller that loads one of them next: `reuse_loaded`)."""
+    out = []
+    for p in sorted(RUNBOOK_DIR.glob("*.yaml")):
+        rb = load_runbook(p.stem)
+        out.append(rb)
+        if loaded is not None:
+            loaded[resolve_runbook_path(p.stem)] = rb
+    return out
+
+
+def default_runbook(host: str, loaded: dict[Path, Runbook] | None = None) -> str:
+    """`--runbook` left out for one HOST: the one shipped runbook that names it, else the default
+    (whose own host check then says which hosts it is written for). Also orchestrator.engine.fleet's.
+    `loaded`: see `shipped_runbooks`."""
+    fits = [rb.name for rb in shipped_runbooks(loaded) if host in rb.hosts]
+    return fits[0] if len(fits) == 1 else DEFAULT_RUNBOOK
+
+
+def reuse_loaded(name_or_path: str, loaded: dict[Path, Runbook]) -> Runbook | None:
+    """The runbook `load_runbook(name_or_path)` would load, if `shipped_runbooks` just loaded that
+    file into `loaded` (read once, not twice); else None (not found: `load_runbook` says so)."""
+    if not loaded:
+        return None
+    try:
+        return loaded.get(resolve_runbook_path(name_or_path))
+    except UserError:
+        return None
+
+
 # --------------------------------------------------------------------------- named, pinned runbooks
 # For callers that must not read arbitrary files (`orchestrate serve`): a runbook is named, never a
 # path, comes from RUNBOOK_DIR only, and is pinned by the sha256 of its bytes so that a resumed run

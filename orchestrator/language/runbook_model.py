@@ -95,16 +95,16 @@ class Runbook(_Strict):
     #: Other compose files this runbook deploys (the previous files its rollbacks go back to, as
     #: of writing): with `file`, how a CI job finds the runbooks a changed file affects
     #: (`orchestrator.previews.ci_preview.runbooks_affected_by`) without reading code.
-    deploys: list[str] = Field(default_factory=list)
+    deploys: list[str] = Field(default_factory=lambda: [])
     model: str
     #: Hugging Face repos (`org/name`) the new file's engines load: `plan --live` asks the host's
     #: model cache whether it holds them (missing weights mean a download before the cold start).
-    weights: list[str] = Field(default_factory=list)
+    weights: list[str] = Field(default_factory=lambda: [])
     #: replica -> the GPU indexes its engine holds. With compose-manager's `GET /host/gpu`, an
     #: engine's down is sent only while no other engine holds those GPUs, and its gate passes only
     #: once no engine does (the new engine must find them free). Monitoring containers that see
     #: every GPU (the DCGM exporter) are not engines and do not count.
-    replica_gpus: dict[str, list[int]] = Field(default_factory=dict)
+    replica_gpus: dict[str, list[int]] = Field(default_factory=lambda: {})
     domains: Domains
     #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
     #: `logs: {budget: true}` need it.
@@ -112,32 +112,32 @@ class Runbook(_Strict):
     #: Several HiCache budgets in one runbook (issue 23: per replica or per service): `budget:`
     #: written as a list; its first item is `budget`, the rest land here. Each has its own variable
     #: and engines; the budget gate fits all of them together in the host's RAM.
-    more_budgets: list[Budget] = Field(default_factory=list)
+    more_budgets: list[Budget] = Field(default_factory=lambda: [])
     timeouts: Timeouts
     log_gates: LogGates
     preflight: list[Step]
     phases: list[Phase] = Field(min_length=1)
-    full_rollback: list[Phase] = Field(default_factory=list)
+    full_rollback: list[Phase] = Field(default_factory=lambda: [])
     #: service -> why it is safe that a rollback leaves it on the new file (a forward step such as
     #: the reconcile recreated it; the rollback does not undo that). A rollback's last line names
     #: every service still on the new file with this reason, or says that the runbook gives none.
-    rollback_keeps: dict[str, str] = Field(default_factory=dict)
+    rollback_keeps: dict[str, str] = Field(default_factory=lambda: {})
     #: replica -> the engine services that can serve as it (every definition, old and new). An
     #: engine is stopped only while it does not serve or another replica serves.
-    replicas: dict[str, list[str]] = Field(default_factory=dict)
+    replicas: dict[str, list[str]] = Field(default_factory=lambda: {})
     #: The orchestrator's own tag check (compose-manager's is off in production): the tag is merged
     #: to main in the compose-files repository and its commit at least this old.
     min_tag_age: float = 48 * 3600.0
     #: The host states the runbook recognises (before / part-way / at target), checked in order.
-    host_states: list[HostState] = Field(default_factory=list)
+    host_states: list[HostState] = Field(default_factory=lambda: [])
     #: Per-replica values (telemetry the new file declares for each replica): replica -> key -> value.
     #: A labels gate checks the keys it names against its replica's values here.
-    replica_values: dict[str, dict[str, str]] = Field(default_factory=dict)
+    replica_values: dict[str, dict[str, str]] = Field(default_factory=lambda: {})
     #: Named log markers for `markers:` gates. null = the exact line is not known (say so in a
     #: comment); the gate then reports the marker as not checked instead of inventing a string.
-    log_markers: dict[str, str | None] = Field(default_factory=dict)
+    log_markers: dict[str, str | None] = Field(default_factory=lambda: {})
     #: Other hosts' runs that must be DONE and soaked first (`check: prerequisites`, fleet runs).
-    prerequisites: list[Prerequisite] = Field(default_factory=list)
+    prerequisites: list[Prerequisite] = Field(default_factory=lambda: [])
     #: Who carries the traffic while an engine is stopped. `host` (gpu02): another replica of the
     #: same host must serve (the stop guard). `fleet` (the base tier, whose host moves as a whole):
     #: the run's host must first be withdrawn from every domain on every model-proxy peer (the

@@ -21,6 +21,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
+# The models' empty defaults are `default_factory=lambda: []` (or `{}`), not `list` (`dict`): pydantic
+# reads each factory's signature when it builds the schema, and a builtin's is parsed from its text
+# signature by the tokenizer (~5 ms of a first `plan` or `status`, issue 25; tests/core/test_cli_startup.py)
+
+
 def _seconds(v: object) -> float:
     return parse_duration(v)  # type: ignore[arg-type]
 
@@ -70,9 +75,9 @@ class DryRunExpectation(_Strict):
     """What a dry run's plan may do for the following `up` to be applied."""
 
     #: Services the plan is expected to create, recreate or start.
-    change: list[str] | Literal["selected"] = Field(default_factory=list)
+    change: list[str] | Literal["selected"] = Field(default_factory=lambda: [])
     #: Dependencies a scoped up may drag in (e.g. the one-shot model-downloader).
-    may_also: list[str] = Field(default_factory=list)
+    may_also: list[str] = Field(default_factory=lambda: [])
     #: The listed services may already be up to date; if all are, the paired `up` is skipped.
     allow_unchanged: bool = False
     #: Remember which listed services the plan would change, for a following `services: selected`.
@@ -125,9 +130,9 @@ class MarkersSpec(_Strict):
     checked, never guessed."""
 
     service: str = Field(min_length=1)
-    require: list[str] = Field(default_factory=list)
-    forbid: list[str] = Field(default_factory=list)
-    values: list[LogValue] = Field(default_factory=list)
+    require: list[str] = Field(default_factory=lambda: [])
+    forbid: list[str] = Field(default_factory=lambda: [])
+    values: list[LogValue] = Field(default_factory=lambda: [])
 
 
 class PresenceSpec(_Strict):
@@ -135,8 +140,8 @@ class PresenceSpec(_Strict):
     from `absent` (roles of `domains:`), polled until true or `within` runs out. A drain is
     `absent: [base]`: the host withdrawn from a domain on both peers."""
 
-    listed: list[str] = Field(default_factory=list)
-    absent: list[str] = Field(default_factory=list)
+    listed: list[str] = Field(default_factory=lambda: [])
+    absent: list[str] = Field(default_factory=lambda: [])
     within: float
     #: `this`: the run's host. `others`: every OTHER host of the runbook's `hosts:` (the capacity
     #: guard before a host leaves a domain: the rest of the tier must carry it). An `others` host
@@ -230,7 +235,7 @@ class SoakSpec(_Strict):
     duration: float
     approval: bool = False
     watch_logs: bool = True
-    metrics: list[SoakGauges] = Field(default_factory=list)
+    metrics: list[SoakGauges] = Field(default_factory=lambda: [])
 
     _d = field_validator("duration", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
@@ -262,11 +267,11 @@ class MetricsSpec(_Strict):
     #: Counters that must rise across a follow-up whose prefix left the device pool (host-restore
     #: evidence): the gate sends a prompt, `evict` unrelated prompts, reads the counters, sends the
     #: prompt again and reads them again. Empty: no follow-up is sent.
-    increase: list[str] = Field(default_factory=list)
+    increase: list[str] = Field(default_factory=lambda: [])
     #: How many unrelated prompts push the first one out of the device pool. A runbook setting: how
     #: many it takes depends on the engine's device pool (the simulator's holds 4 prompts).
     evict: int = Field(default=6, ge=1, le=200)
-    gauges: list[GaugeBound] = Field(default_factory=list)
+    gauges: list[GaugeBound] = Field(default_factory=lambda: [])
 
     @model_validator(mode="after")
     def _something(self) -> "MetricsSpec":
@@ -281,11 +286,11 @@ class LabelsSpec(_Strict):
     service: str = Field(min_length=1)
     replica: str = Field(min_length=1)
     #: keys that must appear as `key:value` tags in the container's `com.datadoghq.ad.logs` label
-    log_tags: list[str] = Field(default_factory=list)
+    log_tags: list[str] = Field(default_factory=lambda: [])
     #: keys that must appear as `nearai.otel.<key>=value` labels on the container
-    otel_labels: list[str] = Field(default_factory=list)
+    otel_labels: list[str] = Field(default_factory=lambda: [])
     #: keys every sample of `metric` read through the relay must carry as labels
-    metric_labels: list[str] = Field(default_factory=list)
+    metric_labels: list[str] = Field(default_factory=lambda: [])
     metric: str = "sglang:num_requests_total"
     relay: RelaySpec | None = None
 

@@ -137,7 +137,7 @@ class Remedy(_Strict):
 
 
 class Rollback(_Strict):
-    steps: list[Step] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=lambda: [])
     #: rolled_back: the steps undid the phase. halted: a human must act (message required).
     #: aborted: the phase changed nothing that needs undoing (no steps allowed; message
     #: required): the run ends ABORTED, exit 5, e.g. a refusal before the host is touched.

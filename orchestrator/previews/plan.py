@@ -16,7 +16,7 @@ from orchestrator.language.machine import TERMINALS, Event, Table
 from orchestrator.language.references import describe_file
 from orchestrator.util.durations import format_duration
 from orchestrator.language.runbook import SELECTED, Runbook, Step
-from orchestrator.engine.steps import handler_for
+from orchestrator.engine.step_descriptions import describe_step, manual_plan_lines
 
 
 @dataclass
@@ -194,16 +194,19 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
     replica = parse_budget(b.default).bytes if b else 0
     rank = per_rank_bytes(replica, b.ranks_per_replica) if b else 0
     steps: list[PlanStep] = []
+    events: dict[str, dict[Event, str]] = {}  # table.events_from of every state, in one pass over the edges
+    for (st, e), to in table.edges.items():
+        events.setdefault(st, {})[e] = to
     for i, sid in enumerate(table.order, start=1):
         node = table.nodes[sid]
         step = node.step
-        ev = table.events_from(sid)
+        ev = events.get(sid, {})
         if step is None:
             steps.append(PlanStep(i, sid, node.section, node.phase,
                                   "hand over to a human" if ev.get(Event.OK) == "HALTED" else "end: nothing to undo", None,
                                   "-", _target(table, ev.get(Event.OK)) or "", None))
             continue
-        desc = handler_for(step).describe(step, rb)
+        desc = describe_step(step, rb)  # the handler's own text, without loading the handlers
         on_remedy = then = None
         if Event.REMEDY in ev and step.remedy is not None:
             cap = table.remedy_cap(sid)
@@ -236,8 +239,6 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         steps=steps,
     )
     plan.orphan_basis = _orphan_analysis(steps, table, rb, new_file_services)
-    from orchestrator.engine.steps.envchecks import manual_plan_lines
-
     plan.manual = manual_plan_lines(table)
     return plan
 

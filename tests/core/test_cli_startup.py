@@ -150,3 +150,99 @@ def test_status_and_plan_answer_from_their_cache_without_the_runbook_schema(argv
     rc, loaded = _loaded(argv, tmp_path)
     assert rc == 0
     assert _heavy(loaded, HEAVY_WHEN_CACHED) == []
+
+
+# What a first `plan HOST` and `status` (nothing cached yet: a first call after install, or after a
+# runbook or module changed) must not load (issue 25). `plan` describes each step from
+# orchestrator/engine/step_descriptions.py, not from the step handlers (their parsers, clients and
+# analysis code); it chooses the host's runbook without the fleet's journal code; the compose-file
+# check loads only with --compose-file, rich only to print an error. Neither loads the analysis
+# window arithmetic (the schema checks metric names against orchestrator/analysis/metric_defs.py)
+# nor getpass (the journal's audit asks for the user's name only when it writes).
+HEAVY_FOR_FIRST_PLAN = ["orchestrator.engine.steps", "orchestrator.engine.fleet", "orchestrator.journal",
+                        "orchestrator.previews.compose_check", "orchestrator.hosts.compose_file", "rich.console",
+                        "orchestrator.analysis.window", "getpass"]
+HEAVY_FOR_FIRST_STATUS = ["orchestrator.engine.steps", "orchestrator.engine.step_descriptions", "orchestrator.previews",
+                          "orchestrator.hosts.inventory", "rich.console", "orchestrator.analysis.window", "getpass"]
+
+
+@pytest.mark.parametrize("argv", [["plan", "gpu02", "--tag", "v0.0.300"], ["plan", "gpu02", "--tag", "v0.0.300", "--format", "json"],
+                                  ["plan", "gpu02", "--tag", "v0.0.300", "--rollback", "r1"]],
+                         ids=["plan", "plan-json", "plan-rollback"])
+def test_a_first_plan_loads_no_step_handlers_fleet_or_journal(argv, tmp_path):
+    rc, loaded = _loaded(argv, tmp_path)  # a fresh state dir: nothing cached, the plan is computed
+    assert rc == 0
+    assert "orchestrator.language.runbook" in loaded and "orchestrator.previews.plan" in loaded  # it was computed
+    assert _heavy(loaded, HEAVY_FOR_FIRST_PLAN) == []
+
+
+def test_a_first_status_loads_no_step_handlers_or_plan(tmp_path):
+    _journal_with_runs(tmp_path)
+    rc, loaded = _loaded(["status"], tmp_path)
+    assert rc == 0
+    assert "orchestrator.language.runbook" in loaded  # the step list was computed (not cached)
+    assert _heavy(loaded, HEAVY_FOR_FIRST_STATUS) == []
+
+
+def test_every_step_handler_has_the_description_plan_prints():
+    """`plan` reads orchestrator/engine/step_descriptions.py, the executor the handlers: the same
+    step kinds in both, and each handler's `describe` is that table's entry."""
+    from orchestrator.engine.step_descriptions import DESCRIPTIONS
+    from orchestrator.engine.steps import HANDLERS
+
+    assert sorted(DESCRIPTIONS) == sorted(HANDLERS)
+    assert all(type(h).describe.__qualname__ == "Described.describe" for h in HANDLERS.values())
+
+
+def test_the_schema_models_default_to_empty_collections_without_builtin_factories():
+    """`Field(default_factory=list)` costs a tokenizer pass over `list`'s text signature when pydantic
+    builds the runbook or inventory schema (part of every first `plan` and `status`): the models
+    use `lambda: []` / `lambda: {}` (orchestrator/language/step_specs.py says why)."""
+    import re
+
+    pkg = ROOT / "orchestrator"
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(pkg.rglob("*.py"))
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if re.search(r"\bField\([^)]*default_factory=(list|dict)\b", line)]
+    assert offenders == []
+
+
+def test_only_short_read_only_commands_skip_the_interpreter_teardown():
+    """The `orchestrate` process (orchestrator.cli.main) ends `plan` (offline), `status`, `runs`,
+    `--help` and `--version` without freeing every object one by one; anything else takes
+    Python's own exit."""
+    from orchestrator.cli import _quick
+
+    for args in (["plan", "gpu02", "--tag", "v1"], ["status"], ["status", "--json"], ["runs"], ["--help"], ["--version"],
+                 ["plan", "--help"]):
+        assert _quick(args, 0) and _quick(args, 2), args
+    for args in (["plan", "gpu02", "--tag", "v1", "--live"], ["rollout", "gpu02"], ["serve"], ["demo"], ["approve", "x"], []):
+        assert not _quick(args, 0), args
+    assert not _quick(["status"], "a message")  # Python prints it: its own exit
+
+
+def test_the_quick_exit_flushes_the_output_and_runs_the_atexit_handlers(tmp_path):
+    """Run as the `orchestrate` script itself (a file of that name), `runs` prints its lines, runs
+    the atexit handlers and exits with its code; `main` called in a process of another name (the
+    probe above, tests, the explorer) still ends in SystemExit (the probe's `finally` runs)."""
+    _journal_with_runs(tmp_path)
+    script = tmp_path / "orchestrate"
+    script.write_text("import atexit, sys\n"
+                      "atexit.register(lambda: print('atexit ran'))\n"
+                      "class Teardown:\n"
+                      "    def __del__(self):\n"
+                      "        print('teardown')\n"
+                      "kept = Teardown()  # freed by the interpreter's teardown only\n"
+                      "from orchestrator.cli import main\n"
+                      "main()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"), ORCHESTRATOR_INVENTORY=str(ROOT / "config" / "hosts.yaml"))
+    r = subprocess.run([sys.executable, str(script), "runs"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "v0.0.301" in r.stdout and r.stdout.rstrip().endswith("atexit ran") and "teardown" not in r.stdout
+    bad = subprocess.run([sys.executable, str(script), "status", "no-such-run"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no-such-run" in bad.stderr and bad.stdout.strip() == "atexit ran"
+    other = subprocess.run([sys.executable, str(script), "approve"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)  # not a quick command: Python's own exit, teardown included
+    assert other.returncode == 2 and other.stdout.splitlines() == ["atexit ran", "teardown"]

@@ -49,8 +49,6 @@ def plan(
         if text is not None:
             sys.stdout.write(text)
             return
-    from orchestrator.cli.render import err
-    from orchestrator.previews.compose_check import check_against_compose_file
     from orchestrator.hosts.inventory import load_inventory
     from orchestrator.language.machine import compile_rollback, compile_rollout
     from orchestrator.service.run_info import check_tag
@@ -76,7 +74,7 @@ def plan(
         if rollback is not None:
             raise UserError("--live previews a rollout; --rollback plans are offline only")
         if runbook is None:
-            from orchestrator.engine.fleet import default_runbook
+            from orchestrator.language.runbook import default_runbook
 
             runbook = default_runbook(host)
         _plan_live(load_settings(inventory), host, tag, runbook, fmt, compose_file)
@@ -84,12 +82,20 @@ def plan(
     inv = load_inventory(settings.inventory_path())
     for h in fleet:
         inv.host(h)  # an unknown host is named before any runbook is chosen
-    if runbook is None:
-        from orchestrator.engine.fleet import default_runbook, runbook_for
+    shipped: dict[Path, Any] = {}  # the shipped runbooks read to choose one: the chosen one is not read again
+    if runbook is None:  # (the fleet's rules only for --hosts: `plan HOST` loads no journal code)
+        if fleet:
+            from orchestrator.engine.fleet import runbook_for
 
-        runbook = runbook_for(fleet, None).name if fleet else default_runbook(host)
+            runbook = runbook_for(fleet, None).name
+        else:
+            from orchestrator.language.runbook import default_runbook
+
+            runbook = default_runbook(host, shipped)
     entry = inv.host(host)
-    rb = load_runbook_text(runbook)
+    from orchestrator.language.runbook import reuse_loaded
+
+    rb = reuse_loaded(runbook, shipped) or load_runbook_text(runbook)
     for h in fleet or [host]:
         if h not in rb.hosts:
             raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {h}")
@@ -98,6 +104,8 @@ def plan(
     checks: list[str] = []
     problems: list[str] = []
     if compose_file is not None:
+        from orchestrator.previews.compose_check import check_against_compose_file
+
         checks, problems, new_services = check_against_compose_file(rb, compose_file)
     if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
         from orchestrator.previews.diagram import render_dot, render_mermaid
@@ -119,6 +127,8 @@ def plan(
     if not problems:
         _keep(cache, text)
     if problems:
+        from orchestrator.cli.render import err
+
         for pr in problems:
             err.print(f"mismatch: {pr}")
         raise typer.Exit(int(ExitCode.UNEXPECTED))

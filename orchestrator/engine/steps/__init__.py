@@ -1,8 +1,10 @@
 """Step kinds as handlers, one per kind, registered in one table (`HANDLERS`).
 
 Each handler has `describe(step, runbook)` (what `plan` prints: the gate checked after the step,
-and a precondition) and `async run(rt, node, step)` (the effect and the gate, through the
-executor's `Runtime`). Adding a step kind is one new module that registers its handler.
+and a precondition; its text lives in `orchestrator.engine.step_descriptions`, which `plan` reads
+without loading the handlers) and `async run(rt, node, step)` (the effect and the gate, through the
+executor's `Runtime`). Adding a step kind is one new module that registers its handler, and its
+description.
 
 This package is pure at import time: it imports no HTTP client, no journal and no event loop, so
 the offline `plan` can read the same table the executor runs. Effects happen only through `rt`.

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
+from orchestrator.engine.step_descriptions import DESCRIPTIONS, Description, handler_key  # noqa: F401 - re-exported
 from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok, remedy, retry, skip  # noqa: F401 - the handlers' names
 
 if TYPE_CHECKING:  # the executor's live services; never imported at run time here
     from orchestrator.engine.executor.runtime import Runtime
-
-
-@dataclass(frozen=True)
-class Description:
-    """What `plan` shows for a step: the gate checked after it, and a precondition if any."""
-
-    gate: str
-    precondition: str | None = None
 
 
 class Handler(Protocol):
@@ -29,20 +21,29 @@ class Handler(Protocol):
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome: ...
 
 
+class Described:
+    """A handler's `describe`: its step kind's entry of orchestrator/engine/step_descriptions.py
+    (kept apart from the handlers, so that `plan` describes steps without loading them)."""
+
+    key: str
+
+    def describe(self, step: Step, rb: Runbook) -> Description:
+        return DESCRIPTIONS[self.key](step, rb)
+
+
 HANDLERS: dict[str, Handler] = {}
 
 
 def register(handler: Any) -> Any:
-    """Class decorator: one instance per step kind in `HANDLERS`."""
+    """Class decorator: one instance per step kind in `HANDLERS` (each kind described in
+    orchestrator/engine/step_descriptions.py)."""
     inst = handler()
     if inst.key in HANDLERS:
         raise ValueError(f"two handlers for {inst.key!r}")
+    if inst.key not in DESCRIPTIONS:
+        raise ValueError(f"no description for {inst.key!r} in orchestrator/engine/step_descriptions.py")
     HANDLERS[inst.key] = inst
     return handler
-
-
-def handler_key(step: Step) -> str:
-    return f"check.{step.check}" if step.kind == "check" else step.kind
 
 
 def handler_for(step: Step) -> Handler:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, window_of
 from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, halt, ok, register
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register
 from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
@@ -100,12 +100,8 @@ class _PrometheusReader:
 
 
 @register
-class Analysis:
+class Analysis(Described):
     key = "analysis"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.analysis is not None
-        return Description(step.analysis.describe())
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         spec = step.analysis

@@ -10,7 +10,7 @@ from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, 
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
 from orchestrator.engine.prerequisites import unfinished
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime
@@ -118,12 +118,8 @@ def budget_verdict(rt: "Runtime") -> StepOutcome:
 
 
 @register
-class EnvMapCheck:
+class EnvMapCheck(Described):
     key = "check.env_map"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description("the dashboard lists the host exactly once; its env map is kept in memory only; "
-                           "no credential value is a mask or a placeholder")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         env = await rt.read_env()
@@ -137,19 +133,8 @@ class EnvMapCheck:
 
 
 @register
-class BudgetCheck:
+class BudgetCheck(Described):
     key = "check.budget"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        bs = rb.budgets()
-        if len(bs) > 1:
-            return Description("; ".join(f"{b.variable} unset or {' / '.join(b.allowed)} ({', '.join(b.engines)})" for b in bs)
-                               + "; together " + " + ".join(f"{b.replicas} x {b.default}" for b in bs)
-                               + f" fit in available RAM minus the largest reserve ({' / '.join(b.reserve for b in bs)}) "
-                               f"with at least the largest page-cache room ({' / '.join(b.min_page_cache for b in bs)})")
-        b = rb.budget
-        return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
-                           f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()
@@ -173,17 +158,13 @@ async def record_rollback_targets(rt: "Runtime", before: dict[str, Any]) -> Step
 
 
 @register
-class RollbackTargetsCheck:
+class RollbackTargetsCheck(Described):
     """`check: rollback_targets`: the part of the before-state every runbook needs (the previous
     successful deploy of every service a `previous:` request names, each dry-run-checked before
     anything is stopped), without gpu02's peer and completion checks (a runbook states those as
     `presence:` and `verify:` gates of its own)."""
 
     key = "check.rollback_targets"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description("the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
-                           "needs is known, and a dry run of each accepts its tag and file (checked before anything is stopped)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         before: dict[str, Any] = {}
@@ -196,14 +177,8 @@ class RollbackTargetsCheck:
 
 
 @register
-class BeforeStateCheck:
+class BeforeStateCheck(Described):
     key = "check.before_state"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description("the previous successful deploy (tag and file) of every service a rollback needs is known, and a dry run "
-                           "of each accepts its tag and file (checked before anything is stopped); both peers "
-                           "list the host healthy under the long domain and not under the base domain; one long-domain "
-                           "completion succeeds")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         before: dict[str, Any] = {}
@@ -224,7 +199,7 @@ class BeforeStateCheck:
 
 
 @register
-class HostStateCheck:
+class HostStateCheck(Described):
     """Place the host in the runbook's declared host states (see `orchestrator.engine.host_state`).
 
     before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
@@ -233,11 +208,6 @@ class HostStateCheck:
     FAIL (ABORTED) with the difference to the nearest declared state."""
 
     key = "check.host_state"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        states = "; ".join(f"{s.name} -> {s.action}" for s in rb.host_states)
-        return Description("what each service runs (docker/ps, and a dry run of the new file at the tag) matches a declared host state: "
-                           f"{states}. A part-way state continues only with --continue; an unknown one is refused")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         from orchestrator.engine import host_state
@@ -290,19 +260,13 @@ class HostStateCheck:
 
 
 @register
-class TagAgeCheck:
+class TagAgeCheck(Described):
     """The tag is merged to main and its commit is at least `min_tag_age` old, from GitHub's API
     for the host's `github_repo`. compose-manager's own age gate is off in production
     (MIN_TAG_AGE_HOURS=0), so this is ours to check. When GitHub cannot answer, the run stops
     unless the operator passed `--skip-tag-age-check` (journaled in the run)."""
 
     key = "check.tag_age"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        from orchestrator.util.durations import format_duration
-
-        return Description(f"GitHub: the tag exists in the host's compose-files repository, is merged to main and its commit is at least "
-                           f"{format_duration(rb.min_tag_age)} old (unreachable GitHub: refused unless --skip-tag-age-check)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         verdict = await rt.check_tag_age()
@@ -313,16 +277,12 @@ class TagAgeCheck:
 
 
 @register
-class ModelCacheCheck:
+class ModelCacheCheck(Described):
     """The runbook's `weights` are in the host's model cache (`GET /host/cache`). Missing weights
     are a warning, not a failure: the plan allows the model-downloader, but the cold start then
     includes a download and the operator should know before the maintenance window starts."""
 
     key = "check.model_cache"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description("GET /host/cache lists " + (", ".join(rb.weights) or "the runbook's weights")
-                           + "; missing weights are named (the cold start then includes a download), never a failure")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         cache = await rt.host_cache()
@@ -336,15 +296,10 @@ class ModelCacheCheck:
 
 
 @register
-class CacheHolds:
+class CacheHolds(Described):
     """`cache: {holds: [org/repo]}`: see runbook.CacheSpec. Missing -> FAIL naming what is missing."""
 
     key = "cache"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.cache is not None
-        return Description(f"GET /host/cache lists {', '.join(step.cache.holds)} (else the pre-stage did not fetch it: fail "
-                           f"before the host is touched; not checked where compose-manager does not answer it)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.cache is not None

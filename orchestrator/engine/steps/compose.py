@@ -18,14 +18,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.util.durations import format_duration
 from orchestrator.language.machine import Node
 from orchestrator.engine.ownership import ps_ids
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.engine.dry_run_check import judge_dry_run
-from orchestrator.language.runbook import SELECTED, Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, halt, ok, register, retry, skip
+from orchestrator.language.runbook import SELECTED, Step
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps import config_recreate
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 
@@ -34,23 +33,8 @@ if TYPE_CHECKING:
 
 
 @register
-class DryRun:
+class DryRun(Described):
     key = "dry_run"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        p = step.plan
-        assert p is not None
-        if p.tag_only:
-            return Description("compose-manager accepts the tag and the file (not too recent, known); docker/ps unchanged across the dry run")
-        change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
-        extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
-        skip_ = "; if all are already current the up is skipped" if p.allow_unchanged else ""
-        spec = step.dry_run
-        if spec is not None and spec.force_recreate and isinstance(spec.services, list):
-            skip_ += (f"; force_recreate scoped to {', '.join(spec.services)}, whose only change is inline configs content "
-                      f"(compose would report it unchanged and keep the old config: docker/compose#11900)")
-        return Description(f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
-                           f"removes nothing and has no line we do not understand{skip_}")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.plan is not None
@@ -105,12 +89,8 @@ class DryRun:
 
 
 @register
-class Up:
+class Up(Described):
     key = "up"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description("the stream ends with done/success; a broken stream is settled from compose-manager's status, docker/ps "
-                           "and the action log, never by sending the up again")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         env = await rt.ensure_env()
@@ -175,22 +155,8 @@ class Up:
 
 
 @register
-class Down:
+class Down(Described):
     key = "down"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.down is not None
-        t = rb.timeouts
-        engines = [s for s in step.down.services if rb.replica_of(s)] if isinstance(step.down.services, list) else []
-        pre = None
-        if engines and rb.capacity == "fleet":
-            pre = (f"{', '.join(engines)} is stopped only if it does not serve, or once both model-proxy peers no longer list "
-                   f"the host under any domain (drained); else the run halts with the host untouched")
-        elif engines:
-            pre = (f"{', '.join(engines)} is stopped only if it does not serve, or an engine of another replica serves "
-                   f"(ready, not restarted since); else the run halts with the host untouched")
-        return Description(f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "
-                           f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.util.durations import format_duration
 from orchestrator.language.gate_specs import EnvSpec, fill, needs_file_sha
 from orchestrator.language.machine import Event, Node
-from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
@@ -100,12 +100,8 @@ async def env_gate(rt: "Runtime", spec: EnvSpec) -> StepOutcome:
 
 
 @register
-class EnvGate:
+class EnvGate(Described):
     key = "env"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.env is not None
-        return Description(step.env.text() + " (values are never shown)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.env is not None
@@ -113,12 +109,8 @@ class EnvGate:
 
 
 @register
-class Manual:
+class Manual(Described):
     key = "manual"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.manual is not None
-        return Description(step.manual.text())
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         m = step.manual
@@ -165,17 +157,3 @@ def manual_edits_ahead(table: Any, start: str) -> list[str]:
             break
         cur = nxt
     return out
-
-
-def manual_plan_lines(table: Any) -> list[str]:
-    """`plan`'s up-front list: every manual edit, and which rollback needs one."""
-    lines = []
-    for sid in table.order:
-        node = table.nodes[sid]
-        if node.step is None or node.step.manual is None:
-            continue
-        where = {"rollback": f"the rollback of phase {node.phase}", "full_rollback": "the whole-host rollback"}.get(
-            node.section, f"phase {node.phase}" if node.phase else node.section)
-        lines.append(f"{where} needs a human's edit at {sid}: {node.step.manual.edit}")
-    return lines
-

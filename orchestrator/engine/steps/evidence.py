@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.util.durations import format_duration
 from orchestrator.language.machine import Event, Node
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
-from orchestrator.language.runbook import GaugeBound, Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.language.runbook import GaugeBound, Step
+from orchestrator.engine.step_descriptions import bound_text  # noqa: F401 - its gates' text, re-exported
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime
@@ -28,16 +28,6 @@ if TYPE_CHECKING:
 def error_text(exc: BaseException) -> str:
     """A client error's detail (the clients' errors carry one), else the exception's name and text."""
     return str(getattr(exc, "detail", "") or f"{type(exc).__name__}: {exc}")
-
-
-def bound_text(g: GaugeBound) -> str:
-    if g.min is not None and g.max is not None:
-        rng = f"{g.min:g} <= {g.name} <= {g.max:g}"
-    elif g.max is not None:
-        rng = f"{g.name} <= {g.max:g}"
-    else:
-        rng = f"{g.name} >= {g.min:g}"
-    return rng + (f" within {format_duration(g.within)}" if g.within else "")
 
 
 def gauge_problem(text: str, g: GaugeBound) -> str | None:
@@ -51,19 +41,8 @@ def gauge_problem(text: str, g: GaugeBound) -> str | None:
 
 
 @register
-class MetricsEvidence:
+class MetricsEvidence(Described):
     key = "metrics"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        m = step.metrics
-        assert m is not None
-        parts = []
-        if m.increase:
-            parts.append(f"through the soak relay :{m.relay.port}, a prompt, {m.evict} unrelated prompts, then the prompt again: "
-                         f"{', '.join(m.increase)} rises across that follow-up (host-restore evidence)")
-        if m.gauges:
-            parts.append(f"/metrics on :{m.relay.port}: " + "; ".join(bound_text(g) for g in m.gauges))
-        return Description("; ".join(parts))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         m = step.metrics

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.language.gate_specs import fill, json_at
 from orchestrator.language.machine import Node
 from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
-from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.envchecks import placeholder_values, poll
 from orchestrator.engine.steps.evidence import error_text
 
@@ -75,12 +75,8 @@ def judge_pull_request(status: Any, merged: bool, green: bool, required: list[st
 
 
 @register
-class ProxyPool:
+class ProxyPool(Described):
     key = "proxy_pool"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.proxy_pool is not None
-        return Description(step.proxy_pool.text())
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         p = step.proxy_pool
@@ -115,12 +111,8 @@ class ProxyPool:
 
 
 @register
-class PullRequest:
+class PullRequest(Described):
     key = "pull_request"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.pull_request is not None
-        return Description(step.pull_request.text() + " (an unreachable GitHub fails it)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         spec = step.pull_request
@@ -142,12 +134,8 @@ class PullRequest:
 
 
 @register
-class HttpJson:
+class HttpJson(Described):
     key = "http_json"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.http_json is not None
-        return Description(step.http_json.text())
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         spec = step.http_json
@@ -185,12 +173,8 @@ class HttpJson:
 
 
 @register
-class Attestation:
+class Attestation(Described):
     key = "attestation"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.attestation is not None
-        return Description(step.attestation.text())
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         spec = step.attestation
@@ -262,12 +246,8 @@ def image_digest(image: str) -> str | None:
 
 
 @register
-class Image:
+class Image(Described):
     key = "image"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.image is not None
-        return Description(step.image.text(rb.replica_values))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         spec = step.image

@@ -5,16 +5,13 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from orchestrator.hosts.budget import parse_budget, per_rank_bytes
-from orchestrator.util.durations import format_duration
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.logfollow import FollowBatch
 from orchestrator.engine.steps.cold_start_memory import ColdStartMemory
 from orchestrator.engine.steps.checks import expected_rank_budget
-from orchestrator.engine.steps.evidence import bound_text
 from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, SoakSpec, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, halt, ok, register, remedy
+from orchestrator.language.runbook import SoakSpec, Step
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch  # noqa: F401 - the soak's watches
 from orchestrator.hosts.parsers.docker_ps import by_service
 
@@ -48,7 +45,7 @@ CHATTY_LINES_PER_S = 2.0
 
 
 @register
-class ColdStart:
+class ColdStart(Described):
     """Follow an engine's log until every rank logs its milestones and the ready line.
 
     The first poll reads the engine's log from its container's start (a wide window), so a resume
@@ -66,18 +63,6 @@ class ColdStart:
     because the sibling's start scrolled out of the log window while the remedy ran."""
 
     key = "logs"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        lg = step.logs
-        assert lg is not None
-        t = rb.timeouts
-        if lg.budget:
-            b = rb.budget_of(lg.service)
-            rank = per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
-            return Description(f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank} and 'HiCache startup RAM allocated', "
-                               f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
-        return Description(f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
-                           f"(skipped if the dry run found it already serving)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.logs is not None
@@ -292,13 +277,8 @@ class ColdStart:
 
 
 @register
-class Relay:
+class Relay(Described):
     key = "relay"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.relay is not None
-        return Description(f"through the soak relay :{step.relay.port} within {format_duration(rb.timeouts.relay)}: /health, /v1/models lists "
-                           f"{rb.model}, a deterministic generation is non-empty")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.relay is not None
@@ -317,20 +297,8 @@ class Relay:
 
 
 @register
-class Verify:
+class Verify(Described):
     key = "verify"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        v = step.verify
-        assert v is not None
-        parts = []
-        if v.peers:
-            parts.append(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
-                         f"{format_duration(rb.timeouts.discovery)}")
-        if v.completion:
-            parts.append("a completion, then a follow-up with cached_tokens > 0"
-                         + (f" (up to {v.attempts} tries: the follow-up may land on another engine)" if v.attempts > 1 else ""))
-        return Description("; ".join(parts))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.verify is not None
@@ -361,23 +329,13 @@ class Verify:
 
 
 @register
-class Soak:
+class Soak(Described):
     """Wait the soak out while watching every engine of every replica: a restart (new ID, a
     `restarting` state, an `Up` time that went back) or an engine gone fails the soak. The time
     already soaked is journaled, so a resume continues the soak; an approval is journaled too and
     never asked for again."""
 
     key = "soak"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        s = step.soak
-        assert s is not None
-        watch = "a restart, an engine gone" + (f", a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
-                                               if s.watch_logs and rb.log_gates.forbidden else "")
-        for m in s.metrics:
-            watch += f", {'; '.join(bound_text(g) for g in m.gauges)} broken on relay :{m.relay.port}"
-        return Description(f"soak {format_duration(s.duration)} watching both replicas ({watch} fails it)"
-                           + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else ""))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         assert step.soak is not None

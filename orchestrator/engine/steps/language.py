@@ -23,25 +23,17 @@ import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from orchestrator.util.durations import format_duration
 from orchestrator.language.machine import Node
 from orchestrator.engine.prerequisites import unfinished, unmet_in
-from orchestrator.language.runbook import LogValue, Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, halt, ok, register
+from orchestrator.language.runbook import LogValue, Step
+from orchestrator.engine.step_descriptions import value_text
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register
 from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime
 
 MARKER_WINDOW = 5000
-
-
-def value_text(v: LogValue) -> str:
-    if v.equals is not None:
-        bound = f"= {v.equals:g}" + (f" +/- {v.tolerance:g}" if v.tolerance else "")
-    else:
-        bound = " and ".join(x for x in (f">= {v.min:g}" if v.min is not None else "", f"<= {v.max:g}" if v.max is not None else "") if x)
-    return f"/{v.pattern}/ {bound} on every line (at least {v.at_least})"
 
 
 def judge_markers(lines: list[str], markers: dict[str, str | None], require: list[str], forbid: list[str],
@@ -87,19 +79,8 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
 
 
 @register
-class Markers:
+class Markers(Described):
     key = "markers"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        m = step.markers
-        assert m is not None
-        parts = []
-        for verb, names in (("logs", m.require), ("never logs", m.forbid)):
-            if names:
-                parts.append(f"{verb} " + ", ".join(f"{n} ({rb.log_markers[n]!r})" if rb.log_markers.get(n) else
-                                                  f"{n} (NOT CHECKED: marker unknown, set log_markers.{n})" for n in names))
-        parts += [value_text(v) for v in m.values]
-        return Description(f"{m.service} " + "; ".join(parts))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         m = step.markers
@@ -116,16 +97,8 @@ class Markers:
 
 
 @register
-class Presence:
+class Presence(Described):
     key = "presence"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        p = step.presence
-        assert p is not None
-        parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
-        parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
-        who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
-        return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         p = step.presence
@@ -177,16 +150,8 @@ def describe_roles(listed: list[str], absent: list[str]) -> str:
 
 
 @register
-class Capture:
+class Capture(Described):
     key = "capture"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        c = step.capture
-        assert c is not None
-        if c.to_file:
-            return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept, scrubbed, in the run's directory "
-                               f"(logs/<run id>/<service>.log)")
-        return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept in the run log")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         c = step.capture
@@ -212,13 +177,8 @@ class Capture:
 
 
 @register
-class Prerequisites:
+class Prerequisites(Described):
     key = "check.prerequisites"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return Description("the journal holds, for each of " + "; ".join(
-            f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
-            + " (overridden only by name: rollout --override-prerequisite <host>, or approve --gate prerequisite:<host>)")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from orchestrator.util.durations import format_duration
 from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
 from orchestrator.engine.steps.evidence import error_text
 
@@ -59,18 +59,8 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None) 
 
 
 @register
-class OneShotCompletion:
+class OneShotCompletion(Described):
     key = "oneshot"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        o = step.oneshot
-        assert o is not None
-        want = ["exits 0"]
-        if o.ok_event:
-            want.append(f'logs {{"event": "{o.ok_event}", "ok": true}}')
-        if o.last_line:
-            want.append(f"its last line contains {o.last_line!r}")
-        return Description(f"{o.service} " + " and ".join(want) + f" within {format_duration(o.timeout)}; its output kept in the run log")
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         o = step.oneshot

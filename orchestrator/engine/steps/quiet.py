@@ -15,8 +15,8 @@ from orchestrator.analysis.quiet_spec import inside
 from orchestrator.analysis.window import REQUESTS, Scrape, counter_increase
 from orchestrator.util.durations import format_duration
 from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, ok, register
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Described, StepOutcome, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime
@@ -41,12 +41,8 @@ def rate_per_min(series: dict[str, list[Scrape]], over: float) -> tuple[float, f
 
 
 @register
-class Quiet:
+class Quiet(Described):
     key = "quiet"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        assert step.quiet is not None
-        return Description("waits until " + step.quiet.describe())
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         from orchestrator.metricproviders.relay_scrape import read_scrape

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from orchestrator.language.machine import Node
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
-from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.steps.base import Description, StepOutcome, fail, ok, register
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
 from orchestrator.engine.steps.evidence import error_text
 
@@ -41,21 +41,8 @@ def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
 
 
 @register
-class TelemetryLabels:
+class TelemetryLabels(Described):
     key = "labels"
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        lb = step.labels
-        assert lb is not None
-        vals = rb.replica_values.get(lb.replica, {})
-        parts = []
-        if lb.log_tags:
-            parts.append("log tags " + ", ".join(f"{k}:{vals.get(k)}" for k in lb.log_tags))
-        if lb.otel_labels:
-            parts.append("labels " + ", ".join(f"nearai.otel.{k}={vals.get(k)}" for k in lb.otel_labels))
-        if lb.metric_labels and lb.relay is not None:
-            parts.append(f"{lb.metric} through :{lb.relay.port} labelled " + ", ".join(lb.metric_labels))
-        return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
         lb = step.labels

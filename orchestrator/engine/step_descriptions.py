@@ -1,0 +1,374 @@
+"""What `plan` says of each step: the gate checked after it, and a precondition if any.
+
+One function per step kind, in one table (`DESCRIPTIONS`, keyed as the handlers are: the step's
+kind, or `check.<name>` for a preflight check). Each handler of `orchestrator.engine.steps`
+answers `describe` from this table, and `plan` reads it directly: describing a step needs the
+runbook only, not the handlers (their clients, parsers and analysis code), so that a first
+`orchestrate plan` does not load them (issue 25; pinned by tests/core/test_cli_startup.py). A new
+step kind adds its description here; `register` refuses a handler without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.hosts.budget import parse_budget, per_rank_bytes
+from orchestrator.util.durations import format_duration
+
+if TYPE_CHECKING:
+    from orchestrator.language.runbook import GaugeBound, LogValue, Runbook, Step
+
+
+@dataclass(frozen=True)
+class Description:
+    """What `plan` shows for a step: the gate checked after it, and a precondition if any."""
+
+    gate: str
+    precondition: str | None = None
+
+
+def handler_key(step: "Step") -> str:
+    return f"check.{step.check}" if step.kind == "check" else step.kind
+
+
+def bound_text(g: "GaugeBound") -> str:
+    if g.min is not None and g.max is not None:
+        rng = f"{g.min:g} <= {g.name} <= {g.max:g}"
+    elif g.max is not None:
+        rng = f"{g.name} <= {g.max:g}"
+    else:
+        rng = f"{g.name} >= {g.min:g}"
+    return rng + (f" within {format_duration(g.within)}" if g.within else "")
+
+
+def value_text(v: "LogValue") -> str:
+    if v.equals is not None:
+        bound = f"= {v.equals:g}" + (f" +/- {v.tolerance:g}" if v.tolerance else "")
+    else:
+        bound = " and ".join(x for x in (f">= {v.min:g}" if v.min is not None else "", f"<= {v.max:g}" if v.max is not None else "") if x)
+    return f"/{v.pattern}/ {bound} on every line (at least {v.at_least})"
+
+
+def manual_plan_lines(table: Any) -> list[str]:
+    """`plan`'s up-front list: every manual edit, and which rollback needs one."""
+    lines = []
+    for sid in table.order:
+        node = table.nodes[sid]
+        if node.step is None or node.step.manual is None:
+            continue
+        where = {"rollback": f"the rollback of phase {node.phase}", "full_rollback": "the whole-host rollback"}.get(
+            node.section, f"phase {node.phase}" if node.phase else node.section)
+        lines.append(f"{where} needs a human's edit at {sid}: {node.step.manual.edit}")
+    return lines
+
+
+DESCRIPTIONS: dict[str, Callable[["Step", "Runbook"], Description]] = {}
+
+
+def _describes(key: str) -> Callable[[Callable[["Step", "Runbook"], Description]], Callable[["Step", "Runbook"], Description]]:
+    def put(fn: Callable[["Step", "Runbook"], Description]) -> Callable[["Step", "Runbook"], Description]:
+        DESCRIPTIONS[key] = fn
+        return fn
+    return put
+
+
+def describe_step(step: "Step", rb: "Runbook") -> Description:
+    """The description of `step` (the one its handler gives)."""
+    try:
+        describe = DESCRIPTIONS[handler_key(step)]
+    except KeyError:
+        raise LookupError(f"no handler for step kind {handler_key(step)!r}") from None
+    return describe(step, rb)
+
+
+# -- preflight checks (orchestrator/engine/steps/checks.py, language.py) -----------------------------
+
+@_describes("check.env_map")
+def _env_map(step: "Step", rb: "Runbook") -> Description:
+    return Description("the dashboard lists the host exactly once; its env map is kept in memory only; "
+                       "no credential value is a mask or a placeholder")
+
+
+@_describes("check.budget")
+def _budget(step: "Step", rb: "Runbook") -> Description:
+    bs = rb.budgets()
+    if len(bs) > 1:
+        return Description("; ".join(f"{b.variable} unset or {' / '.join(b.allowed)} ({', '.join(b.engines)})" for b in bs)
+                           + "; together " + " + ".join(f"{b.replicas} x {b.default}" for b in bs)
+                           + f" fit in available RAM minus the largest reserve ({' / '.join(b.reserve for b in bs)}) "
+                           f"with at least the largest page-cache room ({' / '.join(b.min_page_cache for b in bs)})")
+    b = rb.budget
+    return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
+                       f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
+
+
+@_describes("check.rollback_targets")
+def _rollback_targets(step: "Step", rb: "Runbook") -> Description:
+    return Description("the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
+                       "needs is known, and a dry run of each accepts its tag and file (checked before anything is stopped)")
+
+
+@_describes("check.before_state")
+def _before_state(step: "Step", rb: "Runbook") -> Description:
+    return Description("the previous successful deploy (tag and file) of every service a rollback needs is known, and a dry run "
+                       "of each accepts its tag and file (checked before anything is stopped); both peers "
+                       "list the host healthy under the long domain and not under the base domain; one long-domain "
+                       "completion succeeds")
+
+
+@_describes("check.host_state")
+def _host_state(step: "Step", rb: "Runbook") -> Description:
+    states = "; ".join(f"{s.name} -> {s.action}" for s in rb.host_states)
+    return Description("what each service runs (docker/ps, and a dry run of the new file at the tag) matches a declared host state: "
+                       f"{states}. A part-way state continues only with --continue; an unknown one is refused")
+
+
+@_describes("check.tag_age")
+def _tag_age(step: "Step", rb: "Runbook") -> Description:
+    return Description(f"GitHub: the tag exists in the host's compose-files repository, is merged to main and its commit is at least "
+                       f"{format_duration(rb.min_tag_age)} old (unreachable GitHub: refused unless --skip-tag-age-check)")
+
+
+@_describes("check.model_cache")
+def _model_cache(step: "Step", rb: "Runbook") -> Description:
+    return Description("GET /host/cache lists " + (", ".join(rb.weights) or "the runbook's weights")
+                       + "; missing weights are named (the cold start then includes a download), never a failure")
+
+
+@_describes("check.prerequisites")
+def _prerequisites(step: "Step", rb: "Runbook") -> Description:
+    return Description("the journal holds, for each of " + "; ".join(
+        f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
+        + " (overridden only by name: rollout --override-prerequisite <host>, or approve --gate prerequisite:<host>)")
+
+
+@_describes("cache")
+def _cache(step: "Step", rb: "Runbook") -> Description:
+    assert step.cache is not None
+    return Description(f"GET /host/cache lists {', '.join(step.cache.holds)} (else the pre-stage did not fetch it: fail "
+                       f"before the host is touched; not checked where compose-manager does not answer it)")
+
+
+# -- compose requests (orchestrator/engine/steps/compose.py) ------------------------------------------
+
+@_describes("dry_run")
+def _dry_run(step: "Step", rb: "Runbook") -> Description:
+    from orchestrator.language.step_specs import SELECTED
+
+    p = step.plan
+    assert p is not None
+    if p.tag_only:
+        return Description("compose-manager accepts the tag and the file (not too recent, known); docker/ps unchanged across the dry run")
+    change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
+    extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
+    skip_ = "; if all are already current the up is skipped" if p.allow_unchanged else ""
+    spec = step.dry_run
+    if spec is not None and spec.force_recreate and isinstance(spec.services, list):
+        skip_ += (f"; force_recreate scoped to {', '.join(spec.services)}, whose only change is inline configs content "
+                  f"(compose would report it unchanged and keep the old config: docker/compose#11900)")
+    return Description(f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
+                       f"removes nothing and has no line we do not understand{skip_}")
+
+
+@_describes("up")
+def _up(step: "Step", rb: "Runbook") -> Description:
+    return Description("the stream ends with done/success; a broken stream is settled from compose-manager's status, docker/ps "
+                       "and the action log, never by sending the up again")
+
+
+@_describes("down")
+def _down(step: "Step", rb: "Runbook") -> Description:
+    assert step.down is not None
+    t = rb.timeouts
+    engines = [s for s in step.down.services if rb.replica_of(s)] if isinstance(step.down.services, list) else []
+    pre = None
+    if engines and rb.capacity == "fleet":
+        pre = (f"{', '.join(engines)} is stopped only if it does not serve, or once both model-proxy peers no longer list "
+               f"the host under any domain (drained); else the run halts with the host untouched")
+    elif engines:
+        pre = (f"{', '.join(engines)} is stopped only if it does not serve, or an engine of another replica serves "
+               f"(ready, not restarted since); else the run halts with the host untouched")
+    return Description(f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "
+                       f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
+
+
+# -- gates that wait and watch (gates.py, evidence.py, oneshot.py, quiet.py, canary.py) --------------
+
+@_describes("logs")
+def _cold_start(step: "Step", rb: "Runbook") -> Description:
+    lg = step.logs
+    assert lg is not None
+    t = rb.timeouts
+    if lg.budget:
+        b = rb.budget_of(lg.service)
+        rank = per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
+        return Description(f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank} and 'HiCache startup RAM allocated', "
+                           f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
+    return Description(f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
+                       f"(skipped if the dry run found it already serving)")
+
+
+@_describes("relay")
+def _relay(step: "Step", rb: "Runbook") -> Description:
+    assert step.relay is not None
+    return Description(f"through the soak relay :{step.relay.port} within {format_duration(rb.timeouts.relay)}: /health, /v1/models lists "
+                       f"{rb.model}, a deterministic generation is non-empty")
+
+
+@_describes("verify")
+def _verify(step: "Step", rb: "Runbook") -> Description:
+    v = step.verify
+    assert v is not None
+    parts = []
+    if v.peers:
+        parts.append(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
+                     f"{format_duration(rb.timeouts.discovery)}")
+    if v.completion:
+        parts.append("a completion, then a follow-up with cached_tokens > 0"
+                     + (f" (up to {v.attempts} tries: the follow-up may land on another engine)" if v.attempts > 1 else ""))
+    return Description("; ".join(parts))
+
+
+@_describes("soak")
+def _soak(step: "Step", rb: "Runbook") -> Description:
+    s = step.soak
+    assert s is not None
+    watch = "a restart, an engine gone" + (f", a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
+                                           if s.watch_logs and rb.log_gates.forbidden else "")
+    for m in s.metrics:
+        watch += f", {'; '.join(bound_text(g) for g in m.gauges)} broken on relay :{m.relay.port}"
+    return Description(f"soak {format_duration(s.duration)} watching both replicas ({watch} fails it)"
+                       + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else ""))
+
+
+@_describes("metrics")
+def _metrics(step: "Step", rb: "Runbook") -> Description:
+    m = step.metrics
+    assert m is not None
+    parts = []
+    if m.increase:
+        parts.append(f"through the soak relay :{m.relay.port}, a prompt, {m.evict} unrelated prompts, then the prompt again: "
+                     f"{', '.join(m.increase)} rises across that follow-up (host-restore evidence)")
+    if m.gauges:
+        parts.append(f"/metrics on :{m.relay.port}: " + "; ".join(bound_text(g) for g in m.gauges))
+    return Description("; ".join(parts))
+
+
+@_describes("oneshot")
+def _oneshot(step: "Step", rb: "Runbook") -> Description:
+    o = step.oneshot
+    assert o is not None
+    want = ["exits 0"]
+    if o.ok_event:
+        want.append(f'logs {{"event": "{o.ok_event}", "ok": true}}')
+    if o.last_line:
+        want.append(f"its last line contains {o.last_line!r}")
+    return Description(f"{o.service} " + " and ".join(want) + f" within {format_duration(o.timeout)}; its output kept in the run log")
+
+
+@_describes("quiet")
+def _quiet(step: "Step", rb: "Runbook") -> Description:
+    assert step.quiet is not None
+    return Description("waits until " + step.quiet.describe())
+
+
+@_describes("analysis")
+def _analysis(step: "Step", rb: "Runbook") -> Description:
+    assert step.analysis is not None
+    return Description(step.analysis.describe())
+
+
+# -- the runbook language's gates (language.py, telemetry.py) -----------------------------------------
+
+@_describes("markers")
+def _markers(step: "Step", rb: "Runbook") -> Description:
+    m = step.markers
+    assert m is not None
+    parts = []
+    for verb, names in (("logs", m.require), ("never logs", m.forbid)):
+        if names:
+            parts.append(f"{verb} " + ", ".join(f"{n} ({rb.log_markers[n]!r})" if rb.log_markers.get(n) else
+                                              f"{n} (NOT CHECKED: marker unknown, set log_markers.{n})" for n in names))
+    parts += [value_text(v) for v in m.values]
+    return Description(f"{m.service} " + "; ".join(parts))
+
+
+@_describes("presence")
+def _presence(step: "Step", rb: "Runbook") -> Description:
+    p = step.presence
+    assert p is not None
+    parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
+    parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
+    who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
+    return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
+
+
+@_describes("capture")
+def _capture(step: "Step", rb: "Runbook") -> Description:
+    c = step.capture
+    assert c is not None
+    if c.to_file:
+        return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept, scrubbed, in the run's directory "
+                           f"(logs/<run id>/<service>.log)")
+    return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept in the run log")
+
+
+@_describes("labels")
+def _labels(step: "Step", rb: "Runbook") -> Description:
+    lb = step.labels
+    assert lb is not None
+    vals = rb.replica_values.get(lb.replica, {})
+    parts = []
+    if lb.log_tags:
+        parts.append("log tags " + ", ".join(f"{k}:{vals.get(k)}" for k in lb.log_tags))
+    if lb.otel_labels:
+        parts.append("labels " + ", ".join(f"nearai.otel.{k}={vals.get(k)}" for k in lb.otel_labels))
+    if lb.metric_labels and lb.relay is not None:
+        parts.append(f"{lb.metric} through :{lb.relay.port} labelled " + ", ".join(lb.metric_labels))
+    return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
+
+
+# -- env, manual and external gates (envchecks.py, external.py) ---------------------------------------
+
+@_describes("env")
+def _env(step: "Step", rb: "Runbook") -> Description:
+    assert step.env is not None
+    return Description(step.env.text() + " (values are never shown)")
+
+
+@_describes("manual")
+def _manual(step: "Step", rb: "Runbook") -> Description:
+    assert step.manual is not None
+    return Description(step.manual.text())
+
+
+@_describes("proxy_pool")
+def _proxy_pool(step: "Step", rb: "Runbook") -> Description:
+    assert step.proxy_pool is not None
+    return Description(step.proxy_pool.text())
+
+
+@_describes("pull_request")
+def _pull_request(step: "Step", rb: "Runbook") -> Description:
+    assert step.pull_request is not None
+    return Description(step.pull_request.text() + " (an unreachable GitHub fails it)")
+
+
+@_describes("http_json")
+def _http_json(step: "Step", rb: "Runbook") -> Description:
+    assert step.http_json is not None
+    return Description(step.http_json.text())
+
+
+@_describes("attestation")
+def _attestation(step: "Step", rb: "Runbook") -> Description:
+    assert step.attestation is not None
+    return Description(step.attestation.text())
+
+
+@_describes("image")
+def _image(step: "Step", rb: "Runbook") -> Description:
+    assert step.image is not None
+    return Description(step.image.text(rb.replica_values))
