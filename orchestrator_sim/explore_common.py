@@ -65,7 +65,12 @@ def _effective(c: Any) -> bool:
 
 
 def end_state(fleet: Any) -> dict[str, tuple[str, str]]:
-    return {c.service: (c.file, c.state) for c in fleet.host.containers() if c.state in ("running", "restarting")}
+    """The containers docker keeps up at the end, with the file that defines each. `running` and
+    `restarting` are one state here ("up"): a container in a restart loop flips between the two on
+    docker's schedule, not the orchestrator's, so when the snapshot is taken decides which it shows
+    (seed 745: `dry-run-not-dry` left a new r2 crash-looping beside the old one, `running` after the
+    resume and `restarting` in the uninterrupted run, the runs alike)."""
+    return {c.service: (c.file, "up") for c in fleet.host.containers() if c.state in ("running", "restarting")}
 
 
 #: commands are forked by a warm fork server (explore_fork.py); EXPLORE_FORK=0: a fresh interpreter each

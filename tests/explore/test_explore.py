@@ -243,3 +243,19 @@ def test_the_judge_sees_a_human_left_out(results, name) -> None:
     # a violating schedule carries its evidence: each command's last lines (and the runs' transitions
     # that were not ok), so that a violation seen once under load can be diagnosed from CI's output
     assert any(e.startswith("serve `orchestrate serve") for e in r.evidence), r.evidence
+
+
+def test_the_end_state_does_not_tell_a_restart_loops_two_phases_apart() -> None:
+    """Seed 745: a container in a restart loop (not the orchestrator's) shows `running` or
+    `restarting` depending on when the end state is read; a crashed-and-resumed run and the
+    uninterrupted one left the same containers, so the judge must see them alike, and still tell a
+    container gone or on another file apart."""
+    from types import SimpleNamespace as NS
+
+    def fleet(*cs: tuple[str, str, str]) -> object:
+        return NS(host=NS(containers=lambda: [NS(service=s, file=f, state=st) for s, f, st in cs]))
+
+    r2 = ("model-sg-glm53-w4afp8-tp4-r2", "new.yaml")
+    assert explore.end_state(fleet((*r2, "running"))) == explore.end_state(fleet((*r2, "restarting")))
+    assert explore.end_state(fleet((*r2, "running"))) != explore.end_state(fleet((*r2, "exited")))
+    assert explore.end_state(fleet((*r2, "running"))) != explore.end_state(fleet((r2[0], "old.yaml", "running")))
