@@ -332,40 +332,21 @@ def _labels(step: "Step", rb: "Runbook") -> Description:
 
 # -- env, manual and external gates (envchecks.py, external.py) ---------------------------------------
 
-@_describes("env")
-def _env(step: "Step", rb: "Runbook") -> Description:
-    assert step.env is not None
-    return Description(step.env.text() + " (values are never shown)")
+#: step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
+_SPEC_TEXT = {"env": " (values are never shown)", "manual": "", "proxy_pool": "",
+              "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": ""}
 
 
-@_describes("manual")
-def _manual(step: "Step", rb: "Runbook") -> Description:
-    assert step.manual is not None
-    return Description(step.manual.text())
+def _spec_text(key: str, suffix: str) -> Callable[["Step", "Runbook"], Description]:
+    def describe(step: "Step", rb: "Runbook") -> Description:
+        spec = getattr(step, key)
+        assert spec is not None
+        return Description(spec.text() + suffix)
+    return describe
 
 
-@_describes("proxy_pool")
-def _proxy_pool(step: "Step", rb: "Runbook") -> Description:
-    assert step.proxy_pool is not None
-    return Description(step.proxy_pool.text())
-
-
-@_describes("pull_request")
-def _pull_request(step: "Step", rb: "Runbook") -> Description:
-    assert step.pull_request is not None
-    return Description(step.pull_request.text() + " (an unreachable GitHub fails it)")
-
-
-@_describes("http_json")
-def _http_json(step: "Step", rb: "Runbook") -> Description:
-    assert step.http_json is not None
-    return Description(step.http_json.text())
-
-
-@_describes("attestation")
-def _attestation(step: "Step", rb: "Runbook") -> Description:
-    assert step.attestation is not None
-    return Description(step.attestation.text())
+for _key, _suffix in _SPEC_TEXT.items():
+    _describes(_key)(_spec_text(_key, _suffix))
 
 
 @_describes("image")
