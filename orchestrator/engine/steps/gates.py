@@ -14,23 +14,16 @@ from orchestrator.language.runbook import SoakSpec, Step
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch  # noqa: F401 - the soak's watches
 from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.engine.serving_evidence import past_its_start, up_seconds
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime
     from orchestrator.hosts.parsers.docker_ps import Container
 
 
-def _past_its_start(lines: list[str]) -> bool:
-    from orchestrator.engine.serving_evidence import past_its_start
-
-    return past_its_start(lines)
-
-
 def long_up(c: "Container", cold_start_s: float) -> bool:
     """docker says the container has run longer than a whole cold start may take: a log window
     without its startup line has lost it to rotation (it will not come)."""
-    from orchestrator.engine.serving_evidence import up_seconds
-
     up = up_seconds(c.status)
     return up is not None and up >= cold_start_s
 
@@ -131,14 +124,16 @@ class ColdStart(Described):
                     read_due = now + FULL_READ_S
                     reads.append((now, len(batch.new)))
                 texts = [ln.text for ln in batch.new]
+                # the first window holds no startup line (a resumed gate, a start that rotated out)
+                no_start = first_poll and not any(g.startup in t for t in texts)
                 if first_poll and resumed and memory.restarted_in_window(texts):
                     return fail(f"{service} started again inside its container while no runner watched (its startup line is "
                                 f"not the one this run saw before)")
-                if first_poll and resumed and memory.start and not any(g.startup in t for t in texts):
+                if no_start and resumed and memory.start:
                     starts = 1  # its start was seen before the resume: another startup line is a restart
-                if first_poll and batch.new and not any(g.startup in t for t in texts):
+                if no_start and batch.new:
                     lost_for_good = len(batch.new) >= follower.initial_tail - 1 or long_up(c, rt.rb.timeouts.cold_start)
-                if first_poll and batch.new and not any(g.startup in t for t in texts) and (
+                if no_start and batch.new and (
                         lost_for_good or (resumed and memory.lines_lost(texts))):
                     # a resumed gate whose engine has logged more than its log keeps since this run last read
                     # it: milestones may have rotated out unread. Never judge (or time out) blind: what the
@@ -155,12 +150,6 @@ class ColdStart(Described):
                     # lines rotated out between two polls unread (a short log, a slow poll; explorer seed
                     # 169): never a FAIL at the deadline for milestones that went by, live evidence decides
                     lost = True
-                # the first window holds no startup line: if it shows what an engine logs only after its
-                # start (a milestone, the ready line, serving work), the start and what followed rotated
-                # out before this run's first read (a run adopted long after its engine started, a short
-                # log; explorer seed 53): live evidence decides, never a FAIL at the deadline for milestones
-                # that went by unread (seen below, once the window's lines are fed)
-                started_unseen = first_poll and bool(batch.new) and not any(g.startup in t for t in texts)
                 first_poll = False
                 for idx, ln in enumerate(batch.new):
                     if g.startup in ln.text:
@@ -187,7 +176,12 @@ class ColdStart(Described):
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}" + (f" (with what this run saw before its resume: {memory.seen_text()})"
                                                                if resumed else ""))
-                if started_unseen and not lost and (gate.progressed or _past_its_start(texts)):
+                if no_start and batch.new and not lost and (gate.progressed or past_its_start(texts)):
+                    # the first window shows what an engine logs only after its start (a milestone, the
+                    # ready line, serving work) but not its start: the start and what followed rotated out
+                    # before this run's first read (a run adopted long after its engine started, a short
+                    # log; explorer seed 53). Live evidence decides, never a FAIL at the deadline for
+                    # milestones that went by unread
                     lost = True
                 memory.note(gate, [ln.text for ln in batch.new])
                 live = ""
@@ -246,8 +240,6 @@ class ColdStart(Described):
             return None
         if any(bad in text for text in lines for bad in g.forbidden):
             return None
-        from orchestrator.engine.serving_evidence import past_its_start
-
         if not past_its_start(lines):  # a start that hangs logs no request, no batch, no health check
             return None
         return (f"its start rotated out of its log (the last {len(lines)} lines hold no start and no failure line, and show it "
