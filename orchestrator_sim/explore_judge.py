@@ -90,7 +90,7 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
     # H: humans stay in the loop (orchestrator_sim/explore_human.py)
     from orchestrator_sim.explore_human import check_humans
 
-    out += check_humans([ex.dir / "journal.sqlite3", ex.dir / "other-journal" / "journal.sqlite3"], ex.commands)
+    out += check_humans(_journals(ex), ex.commands)
     # liveness
     for c in ex.commands:
         if c.timed_out:
@@ -172,11 +172,16 @@ def run_schedule(s: Schedule, workroot: Path | None = None, *, verbose: bool = F
                   repro or repro_line(s.seed), ex.first_outcome, label=label, evidence=evidence)
 
 
+def _journals(ex: Execution) -> list[Path]:
+    """The schedule's journal, and the second state directory's of the `journals` door."""
+    return [ex.dir / "journal.sqlite3", ex.dir / "other-journal" / "journal.sqlite3"]
+
+
 def _evidence(ex: Execution) -> list[str]:
     """The journal's transitions that were not `ok` (a failed gate, a halt, a rollback, with their
     notes) of every run in either journal, and the last lines of each command's output."""
     out: list[str] = []
-    for db in (ex.dir / "journal.sqlite3", ex.dir / "other-journal" / "journal.sqlite3"):
+    for db in _journals(ex):
         if not db.exists():
             continue
         try:
