@@ -20,6 +20,9 @@ restored):
 - gates.py:ColdStart.run, the `lost = True` on a first window past the start without its startup
   line removed -> both test_a_first_read_after_the_start_rotated_out_* (FAIL at the deadline: the
   rollback of a ready engine, explorer seed 53);
+- gates.py:ColdStart.run, `not resumed` removed from that check -> both
+  test_a_resumed_gate_that_lost_nothing_* (a journaled milestone read as the window's own: live
+  evidence passes an engine whose next line is an OOM, or a hang halts instead of failing);
 - gates.py:ColdStart.run, the deadline's `if not verdict.not_serving` -> always halt ->
   test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known_not_serving (HALT).
 """
@@ -191,3 +194,28 @@ async def test_a_first_window_that_begins_at_the_start_is_judged_by_its_lines():
     rig.ctx.created[cid] = {"service": NEW_R2, "state": "r2.apply"}
     [(event, note, to)] = await rig.step()
     assert event == "fail" and "did not finish its cold start" in note and HICACHE in note, note
+
+
+def resumed_losing_nothing(later: list[tuple[float, str]], **kw) -> tuple[Rig, str]:
+    """A resumed gate that saw the start and the four budget lines (journaled), down five minutes:
+    its short log rotated the startup line out, but the last line it journaled is still in the
+    window, so nothing was lost and the window's lines decide (found by a review of seed 53's fix)."""
+    last = "[TP0] Load weight end. mem usage=40.1 GB"
+    rig, cid = at_cold_start([last, f"[TP0] {HICACHE}", f"[TP1] {HICACHE}"], started=-300.0, **kw)
+    journal(rig, cid, last=last)
+    rig.compose.host[NEW_R2].script = later
+    return rig, cid
+
+
+async def test_a_resumed_gate_that_lost_nothing_fails_on_the_oom_that_follows():
+    rig, _ = resumed_losing_nothing([(30.0, "[TP2] torch.OutOfMemoryError: CUDA out of memory")])
+    rig.compose.host[NEW_R2].status = "Up 5 minutes (healthy)"
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "CUDA out of memory" in note, (event, to, note)
+
+
+async def test_a_resumed_gate_that_lost_nothing_fails_at_the_deadline_when_it_hangs():
+    rig, _ = resumed_losing_nothing([])
+    rig.clients.peers[1].error = TransportError("model-proxy:peer-b", "connection refused")
+    [(event, note, to)] = await rig.step()
+    assert event == "fail" and "did not finish its cold start" in note, (event, to, note)

@@ -176,12 +176,13 @@ class ColdStart(Described):
                         rt.ctx.ready[service] = c.id
                         return ok(f"{service}: {res.reason}" + (f" (with what this run saw before its resume: {memory.seen_text()})"
                                                                if resumed else ""))
-                if no_start and batch.new and not lost and (gate.progressed or past_its_start(texts)):
+                if no_start and batch.new and not lost and not resumed and (gate.progressed or past_its_start(texts)):
                     # the first window shows what an engine logs only after its start (a milestone, the
                     # ready line, serving work) but not its start: the start and what followed rotated out
                     # before this run's first read (a run adopted long after its engine started, a short
                     # log; explorer seed 53). Live evidence decides, never a FAIL at the deadline for
-                    # milestones that went by unread
+                    # milestones that went by unread. Not for a resumed gate: its progress includes what it
+                    # journaled, and whether it lost lines is `memory.lines_lost` (above)
                     lost = True
                 memory.note(gate, [ln.text for ln in batch.new])
                 live = ""
