@@ -3,8 +3,6 @@ this process for a side-by-side run. Nothing here changes a file; for the durati
 
 - `RunContext.to_json` is `dataclasses.asdict`'s walk (deepcopy of every leaf), not the JSON round trip;
 - docker/ps output is parsed line by line every time (no cache of lines already parsed);
-- the clients use httpx's own transport (httpcore, h11, anyio), not `LeanTransport`;
-- httpx's cookie jar looks at every answer;
 - every call goes through tenacity from its first attempt.
 
 Used by bench/p1_overhead.py (`before=True`, together with `before_issue_25`) and bench/p5_fleet.py.
@@ -92,9 +90,7 @@ def before_p1_cuts(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    import httpx
-
-    from orchestrator.hosts.clients import compose_manager, dashboard, github, http_session, lean_transport, model_proxy
+    from orchestrator.hosts.clients import compose_manager, dashboard, github, model_proxy
     from orchestrator.engine.executor.context import RunContext
 
     saved: list[tuple[Any, str, Any]] = []
@@ -105,8 +101,6 @@ def before_p1_cuts(enabled: bool = True) -> Iterator[None]:
 
     patch(RunContext, "to_json", RunContext._to_json_walk)
     patch(compose_manager, "parse_docker_ps", _parse_docker_ps_uncached)
-    patch(lean_transport, "LeanTransport", lambda verify=None: httpx.AsyncHTTPTransport(verify=verify))
-    patch(http_session._Cookies, "extract_cookies", httpx.Cookies.extract_cookies)
     old_retry = _retry_without_fast_path()
     for mod in (compose_manager, dashboard, github, model_proxy):
         patch(mod, "call_with_retry", old_retry)

@@ -46,15 +46,6 @@ def _isolated_xdg(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("XDG_CONFIG_HOME", str(root / "config"))
 
 
-@pytest.fixture
-def httpx_wire(monkeypatch: pytest.MonkeyPatch) -> None:
-    """respx mocks httpx's own transport (it patches httpcore), so a test that mocks with respx asks
-    the clients for that transport: `ORCHESTRATOR_HTTP_WIRE=httpx`, the same escape hatch an
-    operator has (orchestrator/hosts/clients/http_session.py). Production code knows nothing of
-    respx. Used by `pytestmark = pytest.mark.usefixtures("httpx_wire")` in each respx module."""
-    monkeypatch.setenv("ORCHESTRATOR_HTTP_WIRE", "httpx")
-
-
 PG_CANDIDATES = (
     "postgresql://postgres@127.0.0.1:5432/test",
     "postgresql://root@127.0.0.1:5432/test",

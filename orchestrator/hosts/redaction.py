@@ -39,10 +39,6 @@ def reveal(secret: Any) -> str:
     return str(secret)
 
 
-def _not_json(obj: Any) -> Any:
-    raise TypeError(type(obj).__name__)
-
-
 def _variants(secret: str) -> set[str]:
     forms = {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret, safe="")}
     return {f for f in forms if len(f) >= MIN_SECRET_LEN}
@@ -99,31 +95,18 @@ class Redactor:
         return bool(pattern and text and pattern.search(text))
 
     def scrub_obj(self, obj: Any) -> Any:
-        """Recursively scrub strings in dicts, lists, tuples and sets (keys too).
+        """`obj` with every secret masked in every string, at any depth of dicts, lists, tuples and
+        sets (keys too; the containers are copied); `bytes` are scrubbed as UTF-8 text.
 
         `EnvMap` is returned as is (its renderings show keys only). Any other object whose
         `repr` contains a secret is replaced by its scrubbed `repr`.
-
-        Fast path (a run's context is scrubbed at every transition: walking it in Python was most of
-        the executor's own CPU): a JSON-shaped object whose JSON text holds no secret is returned
-        as is, unwalked and uncopied. JSON escapes character by character, and every secret's
-        JSON-escaped form is one of the forms searched for (`_variants`), so a secret inside any
-        string or key shows in that text; anything else (a match, a type JSON cannot write) takes
-        the walk below.
         """
-        pattern = self._compiled()
-        if pattern is None:
-            return obj  # no secret known: nothing to scrub
-        if isinstance(obj, (dict, list)):
-            try:
-                text = json.dumps(obj, default=_not_json)
-            except (TypeError, ValueError):
-                text = None
-            if text is not None and not pattern.search(text):
-                return obj
         return self._scrub_walk(obj)
 
     def _scrub_walk(self, obj: Any) -> Any:
+        # The recursion of `scrub_obj`, apart from it so that a subclass overriding `scrub_obj`
+        # (orchestrator/server/config.py's ServerRedactor) is entered once per object, not once
+        # per nested value.
         if isinstance(obj, str):
             return self.scrub(obj)
         if obj is None or isinstance(obj, (bool, int, float, EnvMap)):

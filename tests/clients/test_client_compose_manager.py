@@ -365,6 +365,3 @@ async def test_logs_are_scrubbed_unless_asked_raw(router, client):
     assert "406GiB" not in scrubbed and "rank_budget_bytes=108984795136" in scrubbed
     assert await client.logs(NEW_FILE, [R2], 10, scrub=False) == line
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

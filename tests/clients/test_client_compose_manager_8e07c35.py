@@ -123,6 +123,3 @@ def test_inventory_refuses_reserved_projects_in_one_line(tmp_path: Path, project
     path.write_text(text.replace(f"project: {project}", "project: glm"))
     assert load_inventory(path).hosts["gpu02"].project == "glm"
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

@@ -144,6 +144,3 @@ async def test_model_proxy_without_token_sends_no_auth_and_bad_registry_is_malfo
         assert "authorization" not in route.calls.last.request.headers
     assert err.value.system == "model-proxy:peer-2"
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

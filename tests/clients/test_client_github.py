@@ -116,6 +116,3 @@ async def test_against_the_simulated_github():
         with pytest.raises(GitHubUnreachable):
             await sim.check_tag(REPO, "v0.0.300", now=NOW)
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

@@ -136,6 +136,3 @@ async def test_completion_text_is_scrubbed_with_the_shared_redactor():
             result = await client.completion(MODEL, [{"role": "user", "content": "x"}])
     assert result.text == "served by *** today"
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

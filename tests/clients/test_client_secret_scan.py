@@ -178,6 +178,3 @@ async def test_dashboard_model_proxy_and_inference_error_paths_leak_nothing(capl
     assert not result.ok and not relay_result.ok
     assert_clean(texts, logs, caplog)
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

@@ -102,6 +102,3 @@ def test_loader_refuses_bad_gate_fields_naming_them(mutate, needle):
         parse_runbook(_mutated(mutate), source="t.yaml")
     assert needle in str(exc.value) and "\n" not in str(exc.value)
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

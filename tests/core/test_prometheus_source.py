@@ -209,6 +209,3 @@ def test_read_replica_timeout_and_refusal_are_unreachable():
         with pytest.raises(PrometheusUnreachable, match="could not be reached"):
             _read()
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

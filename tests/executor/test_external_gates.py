@@ -341,6 +341,3 @@ async def test_image_is_pinned_by_the_replicas_digest(image, verdict, words):
     out = await run(rt, "r2-image")
     assert out.event.value == verdict and words in out.note, out.note
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

@@ -231,6 +231,3 @@ def test_pause_and_continue(capsys):
     assert "@" in json.loads(p.calls[0].request.content)["by"] and "@" in json.loads(c.calls[0].request.content)["by"]
     assert capsys.readouterr().out == "pause recorded\ncontinue recorded\n"
 
-
-#: respx mocks httpx's own transport: the clients use it here (tests/conftest.py `httpx_wire`)
-pytestmark = pytest.mark.usefixtures("httpx_wire")

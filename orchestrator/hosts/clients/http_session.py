@@ -1,14 +1,17 @@
 """What every HTTP client here shares: one httpx session per client, bearer auth registered with
 the redactor, a process-wide TLS context, `async with` and `aclose()`.
 
+The wire is httpx's own (`AsyncHTTPTransport`, built by `httpx.AsyncClient`): the one respx mocks
+in the tests, and the one that honours `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY`/`NO_PROXY`. A test
+may pass its own `transport`; production passes none. Cookies are httpx's: a host's `Set-Cookie`
+is kept for that client's session (no host here sets one; nothing depends on them).
+
 One TLS context serves the whole process: each `httpx.AsyncClient()` would otherwise load the CA
-bundle anew (35-49 ms of blocking CPU, seven clients per run: measured in bench/,
-docs/performance.md). Certificate verification stays on.
+bundle anew (35-49 ms of blocking CPU, seven clients per run). Certificate verification stays on.
 """
 
 from __future__ import annotations
 
-import os
 import ssl
 from functools import lru_cache
 from typing import Any
@@ -21,37 +24,6 @@ from orchestrator.hosts.redaction import Redactor
 @lru_cache(maxsize=1)
 def shared_context() -> ssl.SSLContext:
     return ssl.create_default_context()
-
-
-#: proxy variables httpx honours (trust_env) and the lean wire does not
-_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
-
-
-def lean_wire_allowed(environ: Any = None) -> bool:
-    """Whether the clients may use the lean transport (orchestrator/hosts/clients/lean_transport.py).
-
-    httpx's own transport is used instead where the environment names a proxy (the lean wire
-    connects directly, so it would bypass the proxy an operator configured), or where
-    `ORCHESTRATOR_HTTP_WIRE=httpx` asks for it (an escape hatch should a host's server speak HTTP
-    the lean wire does not: the same requests, ~1 ms more CPU each)."""
-    env = os.environ if environ is None else environ
-    if env.get("ORCHESTRATOR_HTTP_WIRE", "").strip().lower() == "httpx":
-        return False
-    return not any(env.get(k) for k in _PROXY_VARS)
-
-
-class _Cookies(httpx.Cookies):
-    """httpx's cookie jar, minus its work on answers that set no cookie.
-
-    httpx hands every answer to `http.cookiejar` (a urllib request and response built around it,
-    the headers searched): ~5 % of the executor's own CPU in a rollout, whose hosts set no cookie.
-    An answer without `Set-Cookie`/`Set-Cookie2` adds nothing to the jar, so it is skipped; one
-    with them takes httpx's path unchanged."""
-
-    def extract_cookies(self, response: httpx.Response) -> None:
-        headers = response.headers
-        if "set-cookie" in headers or "set-cookie2" in headers:
-            super().extract_cookies(response)
 
 
 class HttpSession:
@@ -72,16 +44,10 @@ class HttpSession:
         if secret:
             self.redactor.add(secret)
             headers["Authorization"] = f"Bearer {secret}"
-        if transport is None and lean_wire_allowed():  # production: the lean wire (lean_transport)
-            from orchestrator.hosts.clients.lean_transport import LeanTransport
-
-            transport = LeanTransport(verify=shared_context())
         self._http = httpx.AsyncClient(
             verify=shared_context(), base_url=self.base_url, transport=transport,
             timeout=httpx.Timeout(timeout_s), headers=headers,
         )
-        if isinstance(getattr(self._http, "_cookies", None), httpx.Cookies):
-            self._http._cookies = _Cookies(self._http._cookies)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"

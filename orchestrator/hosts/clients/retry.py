@@ -96,21 +96,6 @@ async def call_with_retry(
     """Run `fn` under `policy` (see module doc). `what` names the call in log events."""
     clock = clock or RealClock()
     budget = _Budget(policy=policy, started=clock.monotonic())
-    # Fast path: the first attempt runs as tenacity would run it, without tenacity's machinery
-    # (~5 % of the executor's own CPU: most calls succeed at once). A failure is handed to
-    # tenacity as that same first attempt (`first` re-raises it, without calling `fn` again), so
-    # the budgets, waits, attempt numbers and logs are tenacity's, unchanged.
-    try:
-        return await fn()
-    except Exception as exc:  # anything else (a cancellation) tenacity would not retry either
-        failed: Exception | None = exc
-
-    async def first() -> T:
-        nonlocal failed
-        if failed is not None:
-            exc, failed = failed, None
-            raise exc
-        return await fn()
 
     def should_retry(state: RetryCallState) -> bool:
         exc = state.outcome.exception() if state.outcome else None
@@ -167,4 +152,4 @@ async def call_with_retry(
         before_sleep=before_sleep,
         reraise=True,
     )
-    return await retrying(first)
+    return await retrying(fn)
