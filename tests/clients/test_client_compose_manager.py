@@ -19,6 +19,7 @@ from orchestrator.hosts.clients.errors import (
     Unauthorized,
 )
 from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.parsers.action_log import last_deploy
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "reference" / "samples"
@@ -248,8 +249,6 @@ async def test_action_log_uses_a_fresh_nonce_and_applies_last_deploy(router, cli
     actions = await client.action_log()
     nonce = route.calls.last.request.url.params["nonce"]
     assert len(nonce) == 64 and int(nonce, 16) >= 0
-    from orchestrator.hosts.parsers.action_log import last_deploy
-
     assert last_deploy(actions, R2).tag == "new"
     assert last_deploy(actions, "model-sg-glm53-w4afp8-tp4-r1").tag == "old"
     await client.action_log()

@@ -12,6 +12,9 @@ import respx
 from orchestrator.hosts.clients.errors import Unauthorized
 from orchestrator.hosts.clients.github import GitHubClient, GitHubUnreachable
 from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator_sim.apps.github import build_github_app
+from orchestrator_sim.compose_repo import SimRepository
+from orchestrator_sim.faults import ActiveFaults
 
 API = "http://gh.test"
 REPO = "nearai/cvm-compose-files"
@@ -99,10 +102,6 @@ async def test_bad_token_is_unauthorized(router, gh):
 
 
 async def test_against_the_simulated_github():
-    from orchestrator_sim.apps.github import build_github_app
-    from orchestrator_sim.compose_repo import SimRepository
-    from orchestrator_sim.faults import ActiveFaults
-
     repo = SimRepository.load()
     for faults, ok in (((), True), (("tag-unmerged",), False)):
         app = build_github_app(repo, NOW, ActiveFaults(faults))

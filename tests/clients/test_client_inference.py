@@ -7,6 +7,7 @@ import respx
 
 from orchestrator.hosts.clients.errors import RequestInvalid, ServerError
 from orchestrator.hosts.clients.inference import InferenceClient, SoakRelayClient
+from orchestrator.hosts.redaction import Redactor
 
 LONG = "https://glm-5-3-flash-long.completions.test"
 RELAY = "http://10.0.0.2:8009"
@@ -128,8 +129,6 @@ async def test_relay_direct_check_failures(kwargs, reason):
 
 
 async def test_completion_text_is_scrubbed_with_the_shared_redactor():
-    from orchestrator.hosts.redaction import Redactor
-
     with respx.mock(base_url=LONG) as r:
         r.post("/v1/chat/completions").mock(return_value=completion("served by cvm-gpu02-label today", 10, 0))
         async with InferenceClient(LONG, TOKEN, redactor=Redactor("cvm-gpu02-label")) as client:

@@ -133,10 +133,6 @@ class ComposeManagerClient(HttpSession):
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self._clock = clock or RealClock()
 
-
-
-
-
     # ---------------------------------------------------------------- reads
 
     async def _read(self, method: str, path: str, *, what: str, json_body: Any = None, params: dict[str, str] | None = None) -> dict[str, Any]:
