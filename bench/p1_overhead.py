@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import SimRun
-from bench.sim_fixes import label
 from bench.run_analysis import detections, per_state, split
+from bench.sim_fixes import label
 
 #: The orchestrator's own work per replica a rollout may cost (seconds): its CPU outside the
 #: waiting gates, and O = T - M in wall time.

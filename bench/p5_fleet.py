@@ -33,14 +33,14 @@ import yaml
 
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.language.machine import compile_rollout
-from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook, resolve_runbook_path
+from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
 
 from bench.harness import SimRun
 from bench.loop_lag import with_loop_lag
 from bench.p1_overhead import PER_REPLICA_GOAL_S
-from bench.sim_fixes import label
 from bench.run_analysis import detections, rollback_reactions, split
+from bench.sim_fixes import label
 from bench.stats import summary
 
 COMPOSE_FILE = Path(__file__).resolve().parent.parent / "orchestrator_sim" / "compose" / "prod" / \
