@@ -8,12 +8,13 @@ a cold start takes 4 real seconds). The simulator and the orchestrator share one
 Reported (definitions in bench/run_analysis.py): total wall time T; mandatory waits M from the
 simulator's own record (compose-manager operations incl. stop grace and pulls, engine cold
 starts, discovery cycles, the soak); orchestrator time O = T - M and its parts (polling latency,
-time inside simulator calls, the rest); O per replica; T / M. Goals: T / M <= 1.01 and O <= 2 s per
-replica. The run is done twice: with the simulator as shipped, and with the two simulator fixes of
-bench/sim_fixes.py (the shipped simulator adds ~45 ms of idle wall time to every request).
+time inside simulator calls, the rest); O per replica; T / M. Goals: T / M <= 1.01 and the
+orchestrator's own CPU outside the waiting gates <= 2 s per replica (`PER_REPLICA_GOAL_S`; O, wall
+time, is held to the same figure). Runs use the simulator with the fixes of bench/sim_fixes.py.
 
 Also reported: the orchestrator's CPU (the executor thread's CPU time; the simulator runs in its
-own thread) and the steps with the most orchestrator time.
+own thread) and the steps with the most orchestrator time. To compare with another revision, run
+the same benchmark in a worktree of that revision (docs/performance.md, "Comparing two revisions").
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import SimRun
-from bench.before_p1_cuts import before_p1_cuts
-from bench.orchestrator_whatif import before_issue_25, orchestrator_changes
-from bench.sim_fixes import label
 from bench.run_analysis import detections, per_state, split
+from bench.sim_fixes import label
+
+#: The orchestrator's own work per replica a rollout may cost (seconds): its CPU outside the
+#: waiting gates, and O = T - M in wall time.
+PER_REPLICA_GOAL_S = 2.0
 
 
-def one(*, speed: float, cold_start_s: float, fixed: bool, changes: bool = False, seed: int = 7,
-        before: bool = False) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-p1-") as tmp, orchestrator_changes(changes), before_issue_25(before), \
-            before_p1_cuts(before):
+def one(*, speed: float, cold_start_s: float, fixed: bool, seed: int = 7) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-p1-") as tmp:
         sim = SimRun(Path(tmp), speed=speed, cold_start_s=cold_start_s, seed=seed, fixed=fixed)
         with sim:
             run, rb, table = sim.new_run()
@@ -49,8 +50,6 @@ def one(*, speed: float, cold_start_s: float, fixed: bool, changes: bool = False
         "cold_start_sim_s": cold_start_s,
         "cold_start_real_s": cold_start_s / speed,
         "simulator": label(fixed),
-        "orchestrator": "as before issue 25 (scrub walk, strptime, asdict, httpcore, tenacity per call, ps parse, cookie jar)" if before else
-        "with the recommended changes (shared TLS context, sniffio)" if changes else "as is",
         "outcome": out.final.outcome,
         "invariant_violations": violations,
         "calls": len(out.calls),
@@ -68,11 +67,15 @@ def one(*, speed: float, cold_start_s: float, fixed: bool, changes: bool = False
         "cpu_outside_waits_per_replica_s": (out.thread_cpu_s - sum(
             x["cpu_s"] or 0.0 for x in steps if x["state"].endswith((".cold-start", ".soak")))) / 2,
         "goal": {
+            "per_replica_limit_s": PER_REPLICA_GOAL_S,
             "ratio_met": d["ratio"] <= 1.01,
-            "per_replica_met": d["orchestrator_per_replica_real"] <= 0.3,  # issue 25, wall (simulator in-process)
-            # issue 25's goal read as the orchestrator's own CPU outside the waits (load-robust)
+            # wall time, with the simulator in this process: its handling of each request and the
+            # machine's load count in it
+            "per_replica_met": d["orchestrator_per_replica_real"] <= PER_REPLICA_GOAL_S,
+            # the orchestrator's own CPU outside the waits: the load-robust reading of the goal
             "cpu_per_replica_met": (out.thread_cpu_s - sum(
-                x["cpu_s"] or 0.0 for x in steps if x["state"].endswith((".cold-start", ".soak")))) / 2 <= 0.3,
+                x["cpu_s"] or 0.0 for x in steps if x["state"].endswith((".cold-start", ".soak")))) / 2
+            <= PER_REPLICA_GOAL_S,
         },
     }
 
@@ -81,27 +84,20 @@ def run(*, quick: bool = False, smoke: bool = False, progress: Any = None) -> di
     t0 = time.monotonic()
     runs = []
     plan = [dict(speed=3000.0 if smoke else 600.0, cold_start_s=2400.0, fixed=True)]
-    if not smoke:  # side by side: the executor's own work as it was before issue 25, same run
-        plan.append(dict(speed=600.0, cold_start_s=2400.0, fixed=True, before=True))
     if not quick:
         plan = [*plan, dict(speed=600.0, cold_start_s=2400.0, fixed=True),
-                dict(speed=600.0, cold_start_s=2400.0, fixed=True, before=True),
                 # the same rollout, compressed 4x less: the orchestrator's work is real seconds, the waits grow
                 dict(speed=150.0, cold_start_s=2400.0, fixed=True)]
     for cfg in plan:
         r = one(**cfg)
         runs.append(r)
         if progress is not None:
-            progress(f"P1 x{cfg['speed']:g} {r['simulator']}, orchestrator {r['orchestrator']}: {r['outcome']} T={r['total_real']:.2f}s "
+            progress(f"P1 x{cfg['speed']:g} {r['simulator']}: {r['outcome']} T={r['total_real']:.2f}s "
                      f"O={r['orchestrator_real']:.2f}s ratio={r['ratio']:.3f}")
-    from bench.orchestrator_whatif import client_creation_ms, failed_sniffio_import_us
     from bench.sim_fixes import request_latency_ms
 
     diagnostics = {
         "simulator_request_ms_as_shipped": request_latency_ms(fixed=False),
         "simulator_request_ms_fixed": request_latency_ms(fixed=True),
-        "httpx_client_creation_ms": client_creation_ms(changed=False),
-        "httpx_client_creation_ms_shared_tls": client_creation_ms(changed=True),
-        "failed_sniffio_import_us": failed_sniffio_import_us(),
     }
     return {"runs": runs, "diagnostics": diagnostics, "real_s": time.monotonic() - t0}
