@@ -101,12 +101,6 @@ class Redactor:
         `EnvMap` is returned as is (its renderings show keys only). Any other object whose
         `repr` contains a secret is replaced by its scrubbed `repr`.
         """
-        return self._scrub_walk(obj)
-
-    def _scrub_walk(self, obj: Any) -> Any:
-        # The recursion of `scrub_obj`, apart from it so that a subclass overriding `scrub_obj`
-        # (orchestrator/server/config.py's ServerRedactor) is entered once per object, not once
-        # per nested value.
         if isinstance(obj, str):
             return self.scrub(obj)
         if obj is None or isinstance(obj, (bool, int, float, EnvMap)):
@@ -115,13 +109,13 @@ class Redactor:
             text = obj.decode("utf-8", "replace")
             return self.scrub(text).encode() if self.contains_secret(text) else obj
         if isinstance(obj, Mapping):
-            return {self._scrub_walk(k): self._scrub_walk(v) for k, v in obj.items()}
+            return {self.scrub_obj(k): self.scrub_obj(v) for k, v in obj.items()}
         if isinstance(obj, list):
-            return [self._scrub_walk(v) for v in obj]
+            return [self.scrub_obj(v) for v in obj]
         if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-            return tuple(self._scrub_walk(v) for v in obj)
+            return tuple(self.scrub_obj(v) for v in obj)
         if isinstance(obj, (set, frozenset)):
-            return type(obj)(self._scrub_walk(v) for v in obj)
+            return type(obj)(self.scrub_obj(v) for v in obj)
         try:
             text = repr(obj)
         except Exception:  # noqa: BLE001 - a broken repr must not break logging

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,22 +65,6 @@ class ServerRedactor(Redactor):
 
     def contains_secret(self, text: str) -> bool:
         return super().contains_secret(text) or any(o.contains_secret(text) for o in list(self._attached))
-
-    def scrub_obj(self, obj: Any) -> Any:
-        """As `Redactor.scrub_obj`, with a fast path for an answer with no secret in it (nearly
-        all): one search over its JSON text (which holds every string, key and value, in the
-        JSON-escaped form the secrets are also matched in) instead of one per string. Anything
-        found, or anything not JSON-able, takes the string-by-string way."""
-        if isinstance(obj, (dict, list)):
-            try:
-                text = json.dumps(obj)  # ensure_ascii: the escaped form `_variants` also matches
-            except (TypeError, ValueError):
-                return self._scrub_walk(obj)
-            if not self.contains_secret(text):
-                return obj
-        # the walk itself, never Redactor.scrub_obj: its own fast path knows only this redactor's
-        # secrets, not the attached ones (a run's env map values), and would let those through
-        return self._scrub_walk(obj)
 
 
 class _Stderr:
