@@ -12,9 +12,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator_sim.apps.common import bearer_ok
-from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
+from orchestrator_sim.host.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
 from orchestrator_sim.faults import ActiveFaults
-from orchestrator_sim.host import SimHost
+from orchestrator_sim.host.sim_host import SimHost
 
 # The rest of the fleet, as the peers see it (TEST-NET addresses). A simulated host's address is
 # left out here: its own registrar decides whether it is listed.

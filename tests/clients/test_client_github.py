@@ -100,7 +100,7 @@ async def test_bad_token_is_unauthorized(router, gh):
 
 async def test_against_the_simulated_github():
     from orchestrator_sim.apps.github import build_github_app
-    from orchestrator_sim.compose_repo import SimRepository
+    from orchestrator_sim.compose_manager.repo import SimRepository
     from orchestrator_sim.faults import ActiveFaults
 
     repo = SimRepository.load()

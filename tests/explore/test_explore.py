@@ -1,6 +1,6 @@
-"""The seeded schedule explorer (orchestrator_sim/explore.py, docs/explorer.md) on a fixed, bounded
+"""The seeded schedule explorer (orchestrator_sim/explore/, docs/explorer.md) on a fixed, bounded
 budget: a few known-hole schedules, a fixed set of seeds in their fast (CI) form covering every
-door (explore_entry.py), and a deterministic subset of the crash sweep, two at a time.
+door (explore/doors.py), and a deterministic subset of the crash sweep, two at a time.
 `make explore SEEDS=N` runs more seeds in their full form and the whole sweep.
 
 Each schedule runs the real CLI in subprocesses against a fresh simulator and is judged on the
@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator_sim import explore
-from orchestrator_sim.explore_entry import aim, doors_available, sim_field
+from orchestrator_sim.explore.doors import aim, doors_available, sim_field
 from orchestrator_sim.faults import FAULTS
 
 pytestmark = pytest.mark.e2e
 
 CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
             # invariant H: an adopted run and a person's resume without --yes wait for a human; the page
-            # approves only the gate that waits (explore_human.py)
+            # approves only the gate that waits (explore/human.py)
             "sigint-then-adopted", "ctrl-c-resume-without-yes", "page-approve-in-cold-start",
             # seed 136: a rollback by hand after a kill right after the perception check's down sent it again
             "serve-rollback-after-perception-stop",
@@ -162,14 +162,14 @@ def test_an_aimed_fault_hits_exactly_the_kth_request() -> None:
 
 
 def test_the_clock_hook_steps_the_orchestrators_wall_clock() -> None:
-    """ORCHESTRATOR_TEST_CLOCK_OFFSET_S (explore_crash.py only) moves the journal's and the
+    """ORCHESTRATOR_TEST_CLOCK_OFFSET_S (explore/crash.py only) moves the journal's and the
     runner's `now` by the offset; without it the clock is untouched."""
     import os
     import subprocess
     import sys
 
     code = ("import sys; sys.argv=['x']\n"
-            "from orchestrator_sim.explore_entry import clock_offset_hook\n"
+            "from orchestrator_sim.explore.doors import clock_offset_hook\n"
             "clock_offset_hook()\n"
             "import orchestrator.journal.sql_core as s, orchestrator.service.runner as r, datetime as d\n"
             "n = d.datetime.now(d.timezone.utc)\n"
