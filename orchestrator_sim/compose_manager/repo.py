@@ -147,9 +147,6 @@ class SimRepository:
         at_tag = self.compose_dir / "tags" / tag / path  # a file that differs at this tag (a canary)
         return (at_tag if at_tag.exists() else self.compose_dir / path).read_text()
 
-    def known_files(self) -> set[str]:
-        return {f for t in self.tags.values() for f in t.files}
-
     # Faults rewrite the history the simulator serves.
     def with_tag_age(self, tag: str, age_hours: float) -> SimRepository:
         tags = dict(self.tags)

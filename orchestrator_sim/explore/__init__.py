@@ -34,10 +34,10 @@ gatekeeper's end-to-end tests).
 """
 
 from orchestrator_sim.explore.cli import main, print_result, summarize, write_report
-from orchestrator_sim.explore.common import Command, end_state
+from orchestrator_sim.explore.common import TAG, Command, end_state
 from orchestrator_sim.explore.judge import Result, baseline, judge, run_hole, run_schedule, run_seed, sweep_point
 from orchestrator_sim.explore.run import Execution
-from orchestrator_sim.explore.schedule import HOLES, TAG, Action, Schedule, draw
+from orchestrator_sim.explore.schedule import HOLES, Action, Schedule, draw
 
 __all__ = ["HOLES", "TAG", "Action", "Command", "Execution", "Result", "Schedule", "baseline", "draw", "end_state",
            "judge", "main", "print_result", "run_hole", "run_schedule", "run_seed", "summarize", "sweep_point",

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator_sim.explore.judge import Result, baseline, run_hole, run_seed, sweep_point
-from orchestrator_sim.explore.schedule import HOLES, ROOT, draw
+from orchestrator_sim.explore.common import ROOT
+from orchestrator_sim.explore.schedule import HOLES, draw
 
 
 # ----------------------------------------------------------------------------- reports

@@ -261,11 +261,6 @@ class DoorMixin:
             time.sleep(0.002)
         return False
 
-    def cli_cwd(self) -> Path:
-        from orchestrator_sim.explore.common import CLI_CWD
-
-        return CLI_CWD
-
     def unfinished(self, state: Path | None = None) -> dict[str, Any] | None:
         for r in reversed(self.runs(state)):
             if not r["terminal"]:

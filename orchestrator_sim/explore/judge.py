@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator_sim.compose_manager.repo import TARGET_FILE
-from orchestrator_sim.explore.run import Execution, _effective, _mutating_key, end_state
-from orchestrator_sim.explore.schedule import CMD_TIMEOUT_S, GATE_FAULTS, HOLES, TAG, Schedule, draw
+from orchestrator_sim.explore.common import CMD_TIMEOUT_S, GATE_FAULTS, TAG, _effective, _mutating_key, end_state
+from orchestrator_sim.explore.run import Execution
+from orchestrator_sim.explore.schedule import HOLES, Schedule, draw
 from orchestrator_sim.faults import ENGINE_FAULTS
 
 

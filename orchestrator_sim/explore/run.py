@@ -11,17 +11,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator_sim.explore.common import CLI_CWD, CMD_TIMEOUT_S, COLD_START_S, FAST_COLD_START_S, FORK, LEASE_TTL, \
+    PREVIOUS_TAG, SPEED, TAG, TYPO_FILE, Command, _Watcher, end_state
 from orchestrator_sim.explore.door_runs import DoorRuns
-from orchestrator_sim.explore.schedule import CLI_CWD, CMD_TIMEOUT_S, COLD_START_S, LEASE_TTL, PREVIOUS_TAG, SPEED, TAG, \
-    TYPO_FILE, Action, Schedule
-
-
-from orchestrator_sim.explore.common import FAST_COLD_START_S, FORK, Command, _effective, _mutating_key, end_state, \
-    _Watcher  # noqa: F401 - re-exported
+from orchestrator_sim.explore.schedule import Action, Schedule
 
 
 class Execution(DoorRuns):

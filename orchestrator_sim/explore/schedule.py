@@ -4,16 +4,12 @@ known-hole schedules (`HOLES`)."""
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from orchestrator_sim.explore.common import GPU02_FAULTS, MAX_MUTATING, MAX_WRITE
 from orchestrator_sim.faults import FAULTS
-
-from orchestrator_sim.explore.common import ROOT, CLI_CWD, SPEED, COLD_START_S, LEASE_TTL, CMD_TIMEOUT_S, TAG, \
-    PREVIOUS_TAG, TYPO_FILE, GPU02_FAULTS, GATE_FAULTS, MAX_WRITE, MAX_MUTATING  # noqa: F401 - re-exported
 
 
 # ----------------------------------------------------------------------------- schedules

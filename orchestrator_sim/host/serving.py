@@ -4,7 +4,6 @@ endpoint through proxy-glm53, and the soak relay's per-replica ports."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
 

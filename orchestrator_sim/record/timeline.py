@@ -47,24 +47,6 @@ class ServingTimeline:
         with self._lock:
             return list(self._changes)
 
-    def serving_now(self) -> dict[str, bool]:
-        with self._lock:
-            return dict(self._state)
-
-    def serving_at(self, slot: str, at: float) -> bool:
-        with self._lock:
-            state = self.initial[slot]
-            for c in self._changes:
-                if c.at > at:
-                    break
-                if c.slot == slot:
-                    state = c.serving
-            return state
-
-    def outages(self, after: float = 0.0, until: float | None = None) -> list[tuple[float, float | None]]:
-        """Intervals (start, end or None if still open) when NO slot was serving."""
-        return intervals_with_no_slot_serving(self.initial, self.changes(), after=after, until=until)
-
 
 def intervals_with_no_slot_serving(
     initial: dict[str, bool], changes: list[SlotChange], *, after: float = 0.0, until: float | None = None
