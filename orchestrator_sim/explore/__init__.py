@@ -26,7 +26,7 @@ CLI in subprocesses, and judges the simulator's own record over the whole histor
 
 The parts: schedule.py (what a schedule is, how a seed draws one, the known-hole schedules),
 doors.py and door_runs.py (every way a run enters besides the gpu02 CLI rollout), run.py (one
-schedule against a fresh simulator), judge.py (I1-I4, live; human.py: invariant H), cli.py (this
+schedule against a fresh simulator), judge.py (I1-I4, live; human.py: invariant H), cli.py (the
 command line and its report). The `orchestrate` processes it starts: fork.py (a warm fork server),
 crash.py (the kill, clock and break hooks), primed.py (an interpreter waiting for its argv), and
 hooks.py (a Ctrl-C or crash at a journal state, a journal clock shift, a stalled rollback: the
