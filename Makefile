@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-short-logs bench server-load explore install clean diagram crash-all lock
+.PHONY: demo test test-short-logs bench server-load explore explore-ci install clean diagram crash-all lock
 
 # Every dependency pinned by requirements.lock (as the image and CI install them).
 $(STAMP): pyproject.toml requirements.lock
@@ -59,6 +59,11 @@ explore: $(STAMP)
 	if [ "$(SEEDS)" != "1" ] && [ "$(SWEEP)" != "none" ]; then \
 	  $(BIN)/python -m orchestrator_sim.explore --sweep $(SWEEP) --jobs $(JOBS) --report .state/explore/sweep.md || rc=1; fi; \
 	exit $$rc
+
+## The explorer's 100+ seed CI set (fast-form seeds 0-99 and 181, the holes, two sweep points):
+## tests/explore/test_explore.py with EXPLORE_FULL=1; `make test` runs its fixed set of 18 seeds.
+explore-ci: $(STAMP)
+	EXPLORE_FULL=1 $(BIN)/python -m pytest -q -n $(JOBS) -p no:randomly tests/explore/test_explore.py
 
 ## Crash at every journal write of gpu02's and a base host's rollout, then resume (tests/e2e/test_crash_resume.py).
 crash-all: $(STAMP)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.language.machine import DONE, ROLLED_BACK, Event, Table
-from orchestrator_sim.sglang_log import MILESTONES
+from orchestrator_sim.host.sglang_log import MILESTONES
 
 from bench.harness import POLL_INTERVAL_S, SimRun
 from bench.sim_fixes import label

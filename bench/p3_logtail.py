@@ -166,7 +166,7 @@ class ManualClock:
 
 async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 2400.0) -> dict[str, Any]:
     from orchestrator_sim import SimConfig, SimFleet
-    from orchestrator_sim.compose_repo import TARGET_FILE, TARGET_TAG
+    from orchestrator_sim.compose_manager.repo import TARGET_FILE, TARGET_TAG
 
     fleet = SimFleet(SimConfig(speed=1, cold_start_s=cold_start_s, seed=5))  # never started: no servers
     try:
@@ -253,7 +253,7 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
     from orchestrator.engine.executor.runtime import COLD_START_WINDOW
     from orchestrator.engine.steps.gates import FULL_READ_S
     from orchestrator_sim import SimConfig, SimFleet
-    from orchestrator_sim.compose_repo import TARGET_FILE, TARGET_TAG
+    from orchestrator_sim.compose_manager.repo import TARGET_FILE, TARGET_TAG
 
     from bench.stats import summary
 

@@ -1,17 +1,17 @@
 """Two simulator defects this benchmark found, and their fixes applied in this process only.
 
-Neither changes a file: both patch module attributes of `orchestrator_sim.fleet` for the life of
+Neither changes a file: both patch module attributes of `orchestrator_sim.fleet.sim_fleet` for the life of
 the fleets built inside `simulator_fixes()`. The lead can apply them to the simulator for real
 (docs/performance.md, "Recommended changes").
 
-1. No TCP_NODELAY on the simulator's connections. `fleet.py` binds its listening sockets with
+1. No TCP_NODELAY on the simulator's connections. `fleet/sim_fleet.py` binds its listening sockets with
    `socket.socket(AF_INET, SOCK_STREAM)` (proto 0) and hands them to uvicorn. asyncio disables
    Nagle's algorithm only on a transport whose socket says `proto == IPPROTO_TCP`, so every
    accepted connection keeps Nagle on; uvicorn writes a response's head and body separately, the
    body waits for the client's delayed ACK, and every request costs ~40-45 ms of idle wall time
    (measured: 45 ms per request as shipped, 2-3 ms fixed). Fix: create the sockets with
    `socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)` in `_bind()` and
-   `_Listener.start()`. Patched here by giving `fleet.py` a `socket` module whose `socket()` does so.
+   `_Listener.start()`. Patched here by giving `fleet/sim_fleet.py` a `socket` module whose `socket()` does so.
 
 2. A 5 ms busy tick per fleet. `SimFleet._main` wakes every `TICK_S` = 5 ms to run due events and
    open/close the relay ports: ~3.5 % of a core per idle fleet, 70 % for 20 fleets in one process,
@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import orchestrator_sim.fleet as fleet_module
+import orchestrator_sim.fleet.sim_fleet as fleet_module
 
 SHIPPED_TICK_S = fleet_module.TICK_S
 FIXED_TICK_S = 0.05

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from orchestrator_sim import SimConfig, SimFleet
-from orchestrator_sim.compose_repo import TARGET_FILE, TARGET_TAG
+from orchestrator_sim.compose_manager.repo import TARGET_FILE, TARGET_TAG
 
 from bench.warp_clock import WarpClock
 

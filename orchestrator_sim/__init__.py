@@ -4,16 +4,16 @@ servers on loopback. Used by `orchestrate demo` and by end-to-end tests; it shar
 the orchestrator's clients and parsers, so that each checks the other.
 
 Public API:
-    SimConfig, SimFleet          run everything (context manager); see fleet.py
-    FAULTS, parse_fault          the fault table (faults.py)
-    RecordedCall, load_calls     the call record (recording.py)
+    SimConfig, SimFleet          run everything (context manager); see fleet/sim_fleet.py
+    FAULTS, parse_fault          the fault table (faults/)
+    RecordedCall, load_calls     the call record (record/calls.py)
     check_invariants, no_call_after, check_base_tier
-    SlotChange, ServingTimeline  the serving timeline (timeline.py)
+    SlotChange, ServingTimeline  the serving timeline (record/timeline.py)
     BASE_HOSTS, BASE_PREVIOUS_TAG, BASE_TARGET_TAG, BASE_CANONICAL_FILE, BASE_TARGET_FILE
                                  the base tier (gpu03, gpu04, gpu23; SimConfig(hosts=...))
 """
 
-from orchestrator_sim.compose_repo import (
+from orchestrator_sim.compose_manager.repo import (
     BASE_CANONICAL_FILE,
     BASE_HOSTS,
     BASE_PREVIOUS_TAG,
@@ -21,10 +21,10 @@ from orchestrator_sim.compose_repo import (
     BASE_TARGET_TAG,
 )
 from orchestrator_sim.faults import FAULTS, FaultInfo, FaultSpec, parse_fault
-from orchestrator_sim.fleet import FleetTokens, FleetUrls, SimConfig, SimFleet
-from orchestrator_sim.invariants import check_base_tier, check_invariants, no_call_after
-from orchestrator_sim.recording import RecordedCall, load_calls
-from orchestrator_sim.timeline import ServingTimeline, SlotChange, load_timeline
+from orchestrator_sim.fleet.sim_fleet import FleetTokens, FleetUrls, SimConfig, SimFleet
+from orchestrator_sim.record.invariants import check_base_tier, check_invariants, no_call_after
+from orchestrator_sim.record.calls import RecordedCall, load_calls
+from orchestrator_sim.record.timeline import ServingTimeline, SlotChange, load_timeline
 
 __all__ = [
     "BASE_CANONICAL_FILE",

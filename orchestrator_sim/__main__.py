@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from orchestrator_sim.faults import FAULTS, parse_fault
-from orchestrator_sim.fleet import SimConfig, SimFleet
+from orchestrator_sim.fleet.sim_fleet import SimConfig, SimFleet
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -17,15 +17,15 @@ from typing import Any
 
 import httpx
 
-from orchestrator_sim.compose_repo import (  # noqa: F401 - re-exported for tests
+from orchestrator_sim.compose_manager.repo import (  # noqa: F401 - re-exported for tests
     BASE_CANONICAL_FILE,
     BASE_HOSTS,
     BASE_PREVIOUS_TAG,
     BASE_TARGET_FILE,
     BASE_TARGET_TAG,
 )
-from orchestrator_sim.fleet import FleetUrls, SimFleet
-from orchestrator_sim.host import SimHost
+from orchestrator_sim.fleet.sim_fleet import FleetUrls, SimFleet
+from orchestrator_sim.host.sim_host import SimHost
 
 CANARY = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 TARGET = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
@@ -264,12 +264,12 @@ def in_process_compose_manager(
     import random
     from datetime import UTC, datetime
 
-    from orchestrator_sim.apps.compose_manager import build_compose_manager_app
-    from orchestrator_sim.compose_repo import SimRepository
+    from orchestrator_sim.compose_manager.app import build_compose_manager_app
+    from orchestrator_sim.compose_manager.repo import SimRepository
     from orchestrator_sim.faults import ActiveFaults
-    from orchestrator_sim.fleet import gpu02_env_map
-    from orchestrator_sim.host import SimHost
-    from orchestrator_sim.recording import CallRecorder
+    from orchestrator_sim.fleet.sim_fleet import gpu02_env_map
+    from orchestrator_sim.host.sim_host import SimHost
+    from orchestrator_sim.record.calls import CallRecorder
 
     rng = random.Random(seed)
     active = ActiveFaults(faults)

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from orchestrator_sim.recording import CallRecorder, RecordedCall
+from orchestrator_sim.record.calls import CallRecorder, RecordedCall
 
 
 def bearer_ok(request: Request, token: str) -> bool:

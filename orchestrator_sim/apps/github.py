@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator_sim.compose_repo import TARGET_TAG, SimRepository
+from orchestrator_sim.compose_manager.repo import TARGET_TAG, SimRepository
 from orchestrator_sim.faults import ActiveFaults
 
 MAIN = "main"

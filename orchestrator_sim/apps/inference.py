@@ -9,9 +9,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from orchestrator_sim.apps.common import add_effect, bearer_ok, json_body
-from orchestrator_sim.containers import SERVED_MODEL
-from orchestrator_sim.host import SimHost
-from orchestrator_sim.recording import CallRecorder
+from orchestrator_sim.host.containers import SERVED_MODEL
+from orchestrator_sim.host.sim_host import SimHost
+from orchestrator_sim.record.calls import CallRecorder
 
 _ALL_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 

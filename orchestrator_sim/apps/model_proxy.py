@@ -12,9 +12,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator_sim.apps.common import bearer_ok
-from orchestrator_sim.containers import BASE_DOMAIN, HOST_IP, LONG_DOMAIN, MODEL_PROXY_PORT
+from orchestrator_sim.host.containers import BASE_DOMAIN, LONG_DOMAIN, MODEL_PROXY_PORT
 from orchestrator_sim.faults import ActiveFaults
-from orchestrator_sim.host import SimHost
+from orchestrator_sim.host.sim_host import SimHost
 
 # The rest of the fleet, as the peers see it (TEST-NET addresses). A simulated host's address is
 # left out here: its own registrar decides whether it is listed.
@@ -23,7 +23,6 @@ OTHER_BACKENDS: dict[str, list[str]] = {
     "deepseek-v3-2.completions.near.ai": ["203.0.113.41:8444", "203.0.113.42:8444"],
     "qwen3-coder.completions.near.ai": ["203.0.113.51:8444"],
 }
-GPU02_ADDRESS = f"{HOST_IP}:{MODEL_PROXY_PORT}"
 
 
 def canonical_domain(value: str) -> str:

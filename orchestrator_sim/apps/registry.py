@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator_sim.compose_repo import SimRepository, sha256_text
+from orchestrator_sim.compose_manager.repo import SimRepository, sha256_text
 from orchestrator_sim.faults import ActiveFaults
 
 

@@ -13,7 +13,7 @@ from orchestrator.hosts.clients.errors import Unauthorized
 from orchestrator.hosts.clients.github import GitHubClient, GitHubUnreachable
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator_sim.apps.github import build_github_app
-from orchestrator_sim.compose_repo import SimRepository
+from orchestrator_sim.compose_manager.repo import SimRepository
 from orchestrator_sim.faults import ActiveFaults
 
 API = "http://gh.test"

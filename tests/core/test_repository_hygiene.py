@@ -127,7 +127,7 @@ def test_the_outside_reference_check_catches_each_kind():
     assert outside_references("scripts/x.sh", "cat /home/" + "alice/notes")
     # inside the repository or another system's own paths: fine
     assert not outside_references("tests/core/t.py", "Path(__file__).resolve().parents[2] / 'tests' / 'data'")
-    assert not outside_references("orchestrator_sim/containers.py", 'CONFIG_DIR = "/app/work"')
+    assert not outside_references("orchestrator_sim/host/containers.py", 'CONFIG_DIR = "/app/work"')
     assert not outside_references("README.md", "~/.config/orchestrator/hosts.yaml")
 
 

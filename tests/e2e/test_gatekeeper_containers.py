@@ -158,7 +158,7 @@ def test_a_budget_change_after_a_crash_in_r2s_rollback_does_not_block_restoring_
         ups = [c for c in fleet.calls if c.is_compose_up and not c.body.get("dry_run") and c.body["services"] == [R2_OLD]]
         assert ups and ups[-1].body["env"].get(BUDGET) == "300GiB"
         # every compose call passed the env map whole, as the dashboard held it when it was sent
-        from orchestrator_sim.invariants import env_difference
+        from orchestrator_sim.record.invariants import env_difference
 
         for c in fleet.calls:
             if c.is_compose_up or c.is_compose_down:

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.language.machine import Event
 from orchestrator.language.runbook import Step
 from orchestrator.engine.steps import handler_for
-from orchestrator_sim import live_traffic
+from orchestrator_sim.host import live_traffic
 
 LABEL = '{model_name="m"}'
 

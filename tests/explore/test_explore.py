@@ -1,6 +1,7 @@
-"""The seeded schedule explorer (orchestrator_sim/explore.py, docs/explorer.md) on a fixed, bounded
+"""The seeded schedule explorer (orchestrator_sim/explore/, docs/explorer.md) on a fixed, bounded
 budget: a few known-hole schedules, a fixed set of seeds in their fast (CI) form covering every
-door (explore_entry.py), and a deterministic subset of the crash sweep, two at a time.
+door (explore/doors.py) and every kind, and a deterministic subset of the crash sweep.
+`EXPLORE_FULL=1` (`make explore-ci`) runs the 100+ seed set instead of the fixed set;
 `make explore SEEDS=N` runs more seeds in their full form and the whole sweep.
 
 Each schedule runs the real CLI in subprocesses against a fresh simulator and is judged on the
@@ -23,14 +24,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator_sim import explore
-from orchestrator_sim.explore_entry import aim, doors_available, sim_field
+from orchestrator_sim.explore.doors import aim, doors_available, sim_field
+from orchestrator_sim.explore.judge import _REFERENCES
 from orchestrator_sim.faults import FAULTS
 
 pytestmark = pytest.mark.e2e
 
 CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
             # invariant H: an adopted run and a person's resume without --yes wait for a human; the page
-            # approves only the gate that waits (explore_human.py)
+            # approves only the gate that waits (explore/human.py)
             "sigint-then-adopted", "ctrl-c-resume-without-yes", "page-approve-in-cold-start",
             # seed 136: a rollback by hand after a kill right after the perception check's down sent it again
             "serve-rollback-after-perception-stop",
@@ -38,11 +40,14 @@ CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
             "fleet-again-after-ctrl-c"]
 #: hole schedules with a product guard broken on purpose: the judge must see each (H1/H2)
 CI_BROKEN = {"broken-adopted-keeps-yes": "H1 human", "broken-page-approves-any-gate": "H2 page"}
-#: fast-form seeds 0-99 (the issue asks for at least 100 in CI): every door (see
-#: test_ci_seeds_cover_every_door) and every kind; `make explore` runs more
-#: (seed 53, an adopted run whose first read of r2's 50-line log came after its start rotated out,
-#: found the cold-start gate's FAIL at the deadline; fixed, docs/explorer.md "Seed 53")
-CI_SEEDS = list(range(100)) + [181]  # 181: a `resume --server` without --yes the human approves while it runs
+#: the fixed set `make test` runs (fast form): every door (test_ci_seeds_cover_every_door: two of
+#: the base, stall, serve, page and journals doors, whose schedules vary most), every kind (faults,
+#: crashes, operator, aimed, short logs); 53: an adopted run whose first read of r2's 50-line log came
+#: after its start rotated out; 181: a `resume --server` without --yes the human approves while it runs
+FIXED_SEEDS = [0, 1, 2, 3, 4, 5, 6, 7, 9, 11, 14, 19, 20, 23, 25, 53, 84, 181]
+#: the 100+ seed set, its own step (`make explore-ci`, EXPLORE_FULL=1): fast-form seeds 0-99 and 181
+FULL_SEEDS = list(range(100)) + [181]
+CI_SEEDS = FULL_SEEDS if os.environ.get("EXPLORE_FULL", "") not in ("", "0") else FIXED_SEEDS
 CI_JOBS = 6  # schedules mostly wait (leases, cold starts, soaks, the human): 6 at a time keep 2 cores busy
 CI_WRITES = [60]  # of the ~96 journal writes of an uninterrupted rollout (make explore: all)
 CI_INFLIGHT = [12]  # of its 15 mutating calls: the second perception-check up
@@ -72,7 +77,7 @@ def _cost(label: str) -> float:
 def _job(label: str, workroot: str, base: dict | None) -> explore.Result:
     kind, _, arg = label.partition(":")
     if base is not None:  # the uninterrupted run without faults is the baseline: do not run it again
-        explore._REFERENCES.setdefault(((), True), base)
+        _REFERENCES.setdefault(((), True), base)
     if kind in ("hole", "broken"):
         return explore.run_hole(arg, Path(workroot))
     if kind == "seed":
@@ -135,13 +140,15 @@ def test_draw_is_deterministic_and_covers_every_fault_and_action() -> None:
     assert {s.crash[0] for s in schedules if s.crash} == {"after", "inflight"}
 
 
-def test_ci_seeds_cover_every_kind() -> None:
-    kinds = {k for s in CI_SEEDS for k in explore.draw(s).kinds}
+@pytest.mark.parametrize("seeds", [FIXED_SEEDS, FULL_SEEDS], ids=["fixed", "full"])
+def test_ci_seeds_cover_every_kind(seeds) -> None:
+    kinds = {k for s in seeds for k in explore.draw(s).kinds}
     assert {"faults", "crashes", "operator", "aimed"} <= kinds
 
 
-def test_ci_seeds_cover_every_door() -> None:
-    assert {explore.draw(s).door for s in CI_SEEDS} >= set(doors_available()) - {"preview"}
+@pytest.mark.parametrize("seeds", [FIXED_SEEDS, FULL_SEEDS], ids=["fixed", "full"])
+def test_ci_seeds_cover_every_door(seeds) -> None:
+    assert {explore.draw(s).door for s in seeds} >= set(doors_available()) - {"preview"}
 
 
 def test_a_door_needing_a_simulator_knob_is_drawn_only_when_the_simulator_has_it() -> None:
@@ -162,14 +169,14 @@ def test_an_aimed_fault_hits_exactly_the_kth_request() -> None:
 
 
 def test_the_clock_hook_steps_the_orchestrators_wall_clock() -> None:
-    """ORCHESTRATOR_TEST_CLOCK_OFFSET_S (explore_crash.py only) moves the journal's and the
+    """ORCHESTRATOR_TEST_CLOCK_OFFSET_S (explore/crash.py only) moves the journal's and the
     runner's `now` by the offset; without it the clock is untouched."""
     import os
     import subprocess
     import sys
 
     code = ("import sys; sys.argv=['x']\n"
-            "from orchestrator_sim.explore_entry import clock_offset_hook\n"
+            "from orchestrator_sim.explore.doors import clock_offset_hook\n"
             "clock_offset_hook()\n"
             "import orchestrator.journal.sql_core as s, orchestrator.service.runner as r, datetime as d\n"
             "n = d.datetime.now(d.timezone.utc)\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator_sim.compose_repo import SimRepository
+from orchestrator_sim.compose_manager.repo import SimRepository
 from orchestrator_sim.testing import TARGET
 
 R1 = "model-sg-glm53-w4afp8-tp4-r1"

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
-from orchestrator_sim.compose_repo import inline_config_changes_ignored
-from orchestrator_sim.containers import COMPOSE_VERSION
+from orchestrator_sim.compose_manager.repo import inline_config_changes_ignored
+from orchestrator_sim.host.containers import COMPOSE_VERSION
 from orchestrator_sim.testing import CANARY, NEW_TAG, OLD_R2, OLD_TAG, RELAY, TARGET
 from orchestrator_sim.testing import SimDriver as Sim
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator_sim.hicache_budget import GIB
+from orchestrator_sim.host.hicache_budget import GIB
 from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, TARGET
 from orchestrator_sim.testing import SimDriver as Sim
 
@@ -204,7 +204,7 @@ def test_log_lines_default_comes_from_the_environment(monkeypatch) -> None:
     import pytest
 
     from orchestrator_sim import SimConfig
-    from orchestrator_sim.fleet import LOG_LINES_ENV
+    from orchestrator_sim.fleet.sim_fleet import LOG_LINES_ENV
 
     monkeypatch.setenv(LOG_LINES_ENV, "123")
     assert SimConfig().log_lines == 123

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from orchestrator_sim import RecordedCall, SlotChange, check_invariants, no_call_after
-from orchestrator_sim.recording import fingerprint
+from orchestrator_sim.record.calls import fingerprint
 from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, TARGET
 
 ENV = {"HOST_IP": "203.0.113.2", "PROXY_TOKEN": "s3cret-proxy-token", "CVM_NAME": "gpu02"}

@@ -8,7 +8,7 @@ import pytest
 from orchestrator.analysis.verdict import NO_TRAFFIC, PASS, FAIL, ratio_gate
 from orchestrator.analysis.window import measure, window_of
 from orchestrator.metricproviders.relay_scrape import parse_scrape
-from orchestrator_sim import live_traffic
+from orchestrator_sim.host import live_traffic
 from orchestrator_sim.testing import NEW_TAG, RELAY, TARGET
 from orchestrator_sim.testing import SimDriver as Sim
 

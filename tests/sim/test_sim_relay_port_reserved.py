@@ -1,6 +1,6 @@
 """A stopped soak relay keeps its loopback port bound (not listening): connections are refused as on
 a closed port, and no other process can take the port meanwhile (a test worker's simulator binding
-port 0 once answered 404 in the relay's place: orchestrator_sim/fleet.py `_Listener._reserve`)."""
+port 0 once answered 404 in the relay's place: orchestrator_sim/fleet/sim_fleet.py `_Listener._reserve`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 
 from starlette.applications import Starlette
 
-from orchestrator_sim.fleet import LOOPBACK, _Listener
+from orchestrator_sim.fleet.sim_fleet import LOOPBACK, _Listener
 
 
 def test_a_stopped_relay_keeps_its_port_and_refuses_connections():

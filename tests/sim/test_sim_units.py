@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator_sim.compose_repo import (
+from orchestrator_sim.compose_manager.repo import (
     BASE_CANONICAL_FILE,
     PREVIOUS_FILE,
     TARGET_FILE,
@@ -13,9 +13,9 @@ from orchestrator_sim.compose_repo import (
     load_compose,
     parse_duration,
 )
-from orchestrator_sim.docker_format import human_duration, labels_string
-from orchestrator_sim.hicache_budget import GIB, BudgetError, resolve_budget
-from orchestrator_sim.interpolation import InterpolationError, Interpolator, interpolate
+from orchestrator_sim.host.docker_format import human_duration, labels_string
+from orchestrator_sim.host.hicache_budget import GIB, BudgetError, resolve_budget
+from orchestrator_sim.compose_manager.interpolation import InterpolationError, Interpolator, interpolate
 
 ENV = {
     "PROXY_TOKEN": "p",
