@@ -1,7 +1,7 @@
 """`python -m orchestrator_sim serve --state-dir DIR [--speed X] [--fault NAME ...] [--host gpu03 ...]`
 
 Runs the simulator in the foreground until SIGTERM/SIGINT. Writes DIR/inventory.yaml, DIR/sim.env
-(the ORCHESTRATOR_* lines: tokens and the inventory path), DIR/ready once every server listens,
+(the ORCHESTRATOR_* lines: tokens, the inventory path and the time scale), DIR/ready once every server listens,
 and, as it goes, DIR/calls.jsonl (every call, env values fingerprinted) and DIR/timeline.jsonl.
 `python -m orchestrator_sim faults` prints the fault table.
 """
@@ -38,7 +38,8 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     with SimFleet(config, state_dir=state) as fleet:
         inventory = fleet.write_inventory(state / "inventory.yaml")
-        env = fleet.env_for_orchestrator()
+        # the drill's clock: without it the orchestrator sits through real 30-minute soaks
+        env = {**fleet.env_for_orchestrator(), "ORCHESTRATOR_TIME_SCALE": f"{config.speed:g}"}
         (state / "sim.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         (state / "ready").write_text("ready\n")
         print(

@@ -62,8 +62,10 @@ def test_serve_writes_its_state_dir_and_stops_on_sigterm(tmp_path: Path) -> None
             "ORCHESTRATOR_INFERENCE_TOKEN",
             "ORCHESTRATOR_GITHUB_API_URL",
             "ORCHESTRATOR_INVENTORY",
+            "ORCHESTRATOR_TIME_SCALE",
         }
         assert Path(env["ORCHESTRATOR_INVENTORY"]) == tmp_path / "inventory.yaml"
+        assert float(env["ORCHESTRATOR_TIME_SCALE"]) > 1  # a drill's soaks pass at the simulator's speed
 
         with httpx.Client(timeout=10) as client:
             instances = client.get(
