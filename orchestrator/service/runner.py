@@ -33,6 +33,7 @@ from orchestrator.util.user_errors import Refused, UserError
 # import them without loading this module), re-exported here
 from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
 from orchestrator.service.session import RUNBOOK_IDENTITY, Session, _compose_client, notifier_for, owner_id  # noqa: F401
+from orchestrator.service.refusals import leased_refusal
 from orchestrator.service.refusals import (  # noqa: F401
     _require_earlier_phases_passed,
     last_changing_rollout,
@@ -82,10 +83,8 @@ async def execute(
             lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
                                                          takeover_if=lambda held: holder_gone(held.owner))
     except LeaseHeld as exc:
-        raise Refused(
-            f"{run.host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
-            f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one rollout per host at a time; wait, or take it over once it expires"
-        ) from None
+        raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
+                                     f"run {run.run_id} was not started")) from None
     from orchestrator.journal import audit
 
     audit.record_start(session.journal, run, audit.cli_actor())  # who: the server journals its own first

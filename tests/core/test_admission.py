@@ -138,8 +138,13 @@ def test_a_live_holder_refuses_and_a_gone_holder_is_taken_over(journal, monkeypa
     s = session(journal)
     running = journal.create_run(**new("gpu02"))
     journal.acquire_lease("gpu02", running.run_id, "laptop:4242", 600)
-    with pytest.raises(Refused, match=f"gpu02 is leased by run {running.run_id}"):
+    with pytest.raises(Refused, match=f"gpu02 is leased by run {running.run_id}") as refused:
         admission.admit(s, host="gpu02", rb=GPU02, create=new("gpu02"))
+    # a live holder renews its lease: the advice is to follow or stop that run, never to wait for the
+    # expiry and take it over as the first thing to do
+    assert f"`orchestrate status {running.run_id}`" in str(refused.value)
+    assert f"`orchestrate abort {running.run_id}`" in str(refused.value)
+    assert "only if its process died" in str(refused.value)
     with pytest.raises(Refused, match=f"run {running.run_id} is being run by laptop:4242"):
         admission.admit(s, host="gpu02", rb=GPU02, claim=running.run_id)
     assert len(journal.list_runs()) == 1
