@@ -211,6 +211,9 @@ def test_a_rollback_after_done_unmeets_the_prerequisite():
     assert "rollback b (still running)" in unmet(p, lambda h: [run("b", "rollback", None), done], T0)[0]
     # a rollback refused before any change (ABORTED) changed nothing: the DONE still holds
     assert unmet(p, lambda h: [run("b", "rollback", "ABORTED"), done], T0) == []
+    # a rollout refused before any change (a mistyped tag: ABORTED, "Nothing was changed") neither
+    assert unmet(p, lambda h: [run("b", "rollout", "ABORTED"), done], T0) == []
+    assert "is HALTED, not DONE" in unmet(p, lambda h: [run("c", "rollout", "HALTED"), run("b", "rollout", "ABORTED"), done], T0)[0]
     assert unmet(p, lambda h: [run("b", "rollback", "ROLLED_BACK"), done], T0, overrides=["gpu02"]) == []
 
 
