@@ -17,13 +17,13 @@ import anyio.to_thread
 from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld, RunRecord
 from orchestrator.language.machine import Table
-from orchestrator.language.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook_checked
+from orchestrator.language.runbook import Runbook, default_runbook, load_runbook_checked
 from orchestrator.server.run_state import ActiveRun
 from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
 from orchestrator.service import signals
 from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
 from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
-from orchestrator.service.runner import check_tag, owner_id, refuse_if_leased
+from orchestrator.service.runner import check_tag, owner_id, refuse_if_leased, rollback_runbook
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import Refused, UserError
 
@@ -63,7 +63,7 @@ class SubmissionMixin:
         pinned = None
         kept_note = None  # a person's resume that keeps the run's --yes says so (issue 21)
         if isinstance(body, RolloutBody):
-            req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or DEFAULT_RUNBOOK, yes=body.yes,
+            req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or default_runbook(body.host), yes=body.yes,
                                  soak=body.soak)
             signals.parse_soak(req.soak, "soak")
             check_tag(req.tag)
@@ -76,8 +76,7 @@ class SubmissionMixin:
             signals.parse_soak(body.soak, "soak")
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
-            last = s.journal.latest_run(body.host, kind="rollout")
-            name = body.runbook or (last.runbook if last else DEFAULT_RUNBOOK)
+            name = rollback_runbook(s, body.host, body.runbook)  # the CLI's choice, whatever the door
             checked, digest = load_runbook_checked(name)
             adm = admit_rollback(s, RollbackRequest(host=body.host, replica=body.replica, runbook=name, to_tag=body.to_tag,
                                                     to_file=body.to_file, yes=body.yes, soak=body.soak), soak_name="soak")

@@ -234,7 +234,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     session.inventory.host(host)
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
-    rb = load_runbook(runbook or (last.runbook if last else _runbook_of(host)))
+    rb = load_runbook(rollback_runbook(session, host, runbook))
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
     refuse_tier_busy(session, host, rb)
@@ -289,6 +289,16 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     return got.run, rb, table
 
 
+def rollback_runbook(session: Session, host: str, runbook: str | None) -> str:
+    """The runbook a rollback of `host` follows, for every door (CLI, `--server`, the page): the
+    one named, else that of the newest rollout that changed the host (never one that ended
+    ABORTED having changed nothing), else the shipped runbook written for the host."""
+    if runbook:
+        return runbook
+    last = last_changing_rollout(session, host)
+    return last.runbook if last is not None else _runbook_of(host)
+
+
 def _runbook_of(host: str) -> str:
     """No journaled rollout names the runbook: the one shipped runbook written for `host`."""
     from orchestrator.engine.fleet import default_runbook
@@ -315,7 +325,7 @@ async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, expl
     return history.new_tag
 
 
-__all__ = ["Session", "execute", "new_rollout", "new_rollback", "retry_run", "table_for", "check_tag", "RunnerFenced",
+__all__ = ["Session", "execute", "new_rollout", "new_rollback", "rollback_runbook", "retry_run", "table_for", "check_tag", "RunnerFenced",
            "owner_id", "notifier_for", "RUNBOOK_IDENTITY", "place_for_continue", "last_changing_rollout",
            "refuse_if_leased", "refuse_unsettled", "refuse_stale_resume", "refuse_tier_busy", "refuse_tier_short",
            "tier_listing", "validate_rollback_targets", "previous_from_action_log"]

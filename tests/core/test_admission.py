@@ -242,3 +242,20 @@ def test_an_orphan_that_changed_its_host_and_can_resume_is_left_to_resume(journa
     mutate(journal, run)
     assert asyncio.run(end_unowned(s, journal.get_run(run.run_id), "alice")) is None
     assert not journal.get_run(run.run_id).terminal
+
+
+# --------------------------------------------------------------------------- which runbook a rollback follows
+
+
+def test_every_door_rolls_back_with_the_runbook_of_the_newest_rollout_that_changed_the_host(journal):
+    from orchestrator.service.runner import rollback_runbook
+
+    s = session(journal)
+    previous = {"previous": {"r2": {"tag": "v0.0.290", "file": "f.yaml", "commit": ""}}}
+    done = journal.create_run(**{**new("gpu02", runbook="gpu02-glm53-w4afp8-long-context"), "context": previous})
+    end(journal, done, "DONE")
+    canary = journal.create_run(**{**new("gpu02", runbook="gpu02-glm53-w4afp8-pdi2-canary"), "context": previous})
+    end(journal, canary, "ABORTED")  # refused before any change: it moved nothing
+    assert rollback_runbook(s, "gpu02", None) == "gpu02-glm53-w4afp8-long-context"
+    assert rollback_runbook(s, "gpu02", "x") == "x"  # a runbook named wins
+    assert rollback_runbook(s, "gpu03", None) == "base-glm53-w4afp8"  # nothing journaled: the host's shipped runbook
