@@ -152,11 +152,11 @@ def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> 
     `rb`, the caller's checked copy of it) and table."""
     from orchestrator.language.runbook import load_recorded_runbook
     from orchestrator.service.run_info import table_for
-    from orchestrator.service.session import RUNBOOK_IDENTITY
+    from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT
 
     run = session.journal.get_run(run_id)
     if rb is None:
-        rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
+        rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
     table = table_for(run, rb)
     admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
     return admitted, rb, table

@@ -24,7 +24,7 @@ from orchestrator.hosts.host_clients import build_host_clients
 from orchestrator.journal.base import LeaseHeld, LeaseLost, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
-from orchestrator.language.runbook import Runbook, identity_of, load_recorded_runbook, load_runbook
+from orchestrator.language.runbook import Runbook, load_recorded_runbook, read_runbook
 from orchestrator.service import incident
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
 from orchestrator.util.user_errors import Refused, UserError
@@ -32,7 +32,7 @@ from orchestrator.util.user_errors import Refused, UserError
 # check_tag, TAG_RE, table_for, context_summary: in orchestrator/service/run_info.py (the read-only commands
 # import them without loading this module), re-exported here
 from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
-from orchestrator.service.session import RUNBOOK_IDENTITY, Session, _compose_client, notifier_for, owner_id  # noqa: F401
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, notifier_for, owner_id  # noqa: F401
 from orchestrator.service.refusals import leased_refusal
 from orchestrator.service.refusals import (  # noqa: F401
     _require_earlier_phases_passed,
@@ -161,7 +161,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     check_tag(tag)
     session.inventory.host(host)
     refuse_if_leased(session, host)
-    rb = load_runbook(runbook)
+    rb, identity, text = read_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
     from orchestrator.service.metric_sources import refuse_missing_sources
@@ -173,7 +173,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     except ValueError as exc:
         raise UserError(str(exc)) from None
     ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
-                         extra={RUNBOOK_IDENTITY: identity_of(runbook)})
+                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if start_phase is not None:
         # a continued rollout keeps the rollback targets of the run that started it
         for earlier in session.journal.list_runs(host, limit=50):
@@ -210,7 +210,7 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
         raise Refused(f"run {run.run_id} halted with a compose call whose outcome is unknown: look at the host "
                       f"(`orchestrate status {run.run_id}`) before retrying. Nothing was changed")
     refuse_stale_resume(session, run)
-    rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
+    rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
     table = compile_rollout(rb)
     failed = (run.context.get("failure") or {}).get("state")
     if not failed or failed not in table.nodes:
@@ -234,7 +234,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     session.inventory.host(host)
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
-    rb = load_runbook(rollback_runbook(session, host, runbook))
+    rb, identity, text = read_runbook(rollback_runbook(session, host, runbook))
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
     refuse_tier_busy(session, host, rb)
@@ -272,7 +272,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     await refuse_tier_short(session, host, rb)
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
-                         extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else rb.name))})
+                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
         from orchestrator.engine.oneshot_ledger import removed_oneshots
         ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
