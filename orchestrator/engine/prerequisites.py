@@ -1,8 +1,9 @@
 """Prerequisites: another host's run in the journal, DONE and soaked. Pure: the caller passes the
 runs it read from the journal and the time now.
 
-Rule: the latest run of `runbook` on `host` decides, in the journal's order (a later rollback, unless
-it ended ABORTED having changed nothing, or a failed retry supersedes an older DONE); it must have ended DONE at least `soaked` seconds ago (its own soak
+Rule: the latest run of `runbook` on `host` that may have changed it decides, in the journal's
+order: a later rollback or a failed retry supersedes an older DONE, a run that ended ABORTED (it
+changed nothing) never does. It must have ended DONE at least `soaked` seconds ago (its own soak
 step passed before it could end DONE). A run that ended DONE only because preflight found the host
 already at the target ("nothing to do") proves no soak: it is passed over, and the run before it
 decides. An operator overrides one prerequisite only by naming its host; an override of a host
@@ -57,10 +58,11 @@ def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterab
     for p in prereqs:
         if p.host in overrides:
             continue
-        # the newest run of the runbook on the host that may have changed it decides: a rollback
-        # that did not end ABORTED (refused before any change) supersedes the DONE before it
+        # the newest run of the runbook on the host that may have changed it decides: a run that
+        # ended ABORTED (refused before any change: a mistyped tag, a wrong token) changed nothing,
+        # rollout or rollback, so the run before it still decides
         latest = next((r for r in runs_of(p.host) if r.runbook == p.runbook and not placed_only(r)
-                       and (r.kind == "rollout" or (r.kind == "rollback" and r.outcome != "ABORTED"))), None)
+                       and r.kind in ("rollout", "rollback") and r.outcome != "ABORTED"), None)
         if latest is None or (latest.kind == "rollback" and not any(
                 r.kind == "rollout" and r.runbook == p.runbook for r in runs_of(p.host))):
             out.append(f"{p.host}: no {p.runbook} rollout in the journal")

@@ -84,10 +84,17 @@ def unknown(why: str) -> Verdict:
 
 @dataclass(frozen=True)
 class LogWindow:
-    """What a read of an engine's log gave: its lines, or why it could not be read."""
+    """What a read of an engine's log gave: its lines, or why it could not be read. `asked`: the
+    number of lines the read asked for; fewer back means the log was returned whole (nothing of
+    it rotated out), so a missing start line is one not logged yet, never one rotated out."""
 
     lines: Sequence[str] | None
     error: str = ""
+    asked: int | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.lines is not None and self.asked is not None and len(self.lines) < self.asked
 
     @classmethod
     def unreadable(cls, error: str) -> LogWindow:
@@ -195,8 +202,13 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
         return decided
     if relay:
         return serving(f"{service}: {relay}")
-    gap = (f"its log could not be read ({log.error})" if log.lines is None else
-           f"neither its start nor its ready line is in its last {len(log.lines)} log lines (rotated)")
+    if log.lines is None:
+        gap = f"its log could not be read ({log.error})"
+    elif log.whole:
+        gap = (f"neither its start nor its ready line is in its whole log ({len(log.lines)} lines, none rotated "
+               f"out): it has not logged its start yet")
+    else:
+        gap = f"neither its start nor its ready line is in its last {len(log.lines)} log lines (rotated)"
     if peers is None:
         return unknown(f"{service}: {gap}; the model-proxy peers were not asked")
     if not peers.routed:  # a peer does not list the host healthy, or could not be asked

@@ -48,20 +48,29 @@ def _field_path(err: dict) -> str:
     return ".".join(str(p) for p in err["loc"])
 
 
-def identity_of(name_or_path: str) -> dict[str, str]:
-    """What a run records of its runbook: name, the resolved path and the sha256 of its bytes, so
-    that `resume` loads the same runbook or refuses (never another file of the same name)."""
+def read_runbook(name_or_path: str) -> tuple[Runbook, dict[str, str], str]:
+    """(runbook, identity, text): the file read once, and what a run records of it. The identity
+    (name, resolved path, sha256 of the bytes) names it; the text is what the run executes on
+    every resume, whatever happens to the file on disk afterwards (an edit, a `git pull`)."""
     path = resolve_runbook_path(name_or_path).resolve()
-    return {"name": path.stem, "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read runbook {path}: {exc.strerror}") from None
+    text = _decode(raw, path)
+    identity = {"name": path.stem, "path": str(path), "sha256": hashlib.sha256(raw).hexdigest()}
+    return _parse_text(text, str(path)), identity, text
 
 
-def load_recorded_runbook(name: str, identity: dict[str, str] | None) -> Runbook:
-    """The runbook a run was started with: by its recorded path when it has one, checked against
-    its recorded sha256 (refused if the file changed since); else by name (older runs)."""
-    from orchestrator.util.user_errors import Refused
-
+def load_recorded_runbook(name: str, identity: dict[str, str] | None, text: str | None = None) -> Runbook:
+    """The runbook a run was started with. Its recorded text when the run kept it (and it still
+    hashes to the recorded sha256): the file on disk is not read at all. Else (runs recorded
+    without their text) the recorded path, checked against the sha256 (refused if the file
+    changed since); else by name (runs recorded without an identity)."""
     if not identity or not identity.get("sha256"):
         return load_runbook(name)
+    if text is not None and hashlib.sha256(text.encode("utf-8")).hexdigest() == identity["sha256"]:
+        return _parse_text(text, f"{identity.get('name', name)} (as recorded when the run started)")
     where = identity.get("path") or name
     try:
         path = resolve_runbook_path(where)
@@ -72,20 +81,33 @@ def load_recorded_runbook(name: str, identity: dict[str, str] | None) -> Runbook
     if hashlib.sha256(data).hexdigest() != identity["sha256"]:
         raise Refused(f"runbook {identity.get('name', name)} changed since this run started ({where}): a run is only "
                       f"continued with the runbook it started with; restore it, or start a new run")
-    return load_runbook(str(path))
+    return _parse_text(_decode(data, path), str(path))
+
+
+def _decode(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"runbook {path} is not UTF-8 text; fix the file") from None
+
+
+def _parse_text(text: str, source: str) -> Runbook:
+    try:
+        data = yaml.load(text, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"runbook {source}{where} is not valid YAML; fix the file") from None
+    return parse_runbook(data, source=source)
 
 
 def load_runbook(name_or_path: str = DEFAULT_RUNBOOK) -> Runbook:
     path = resolve_runbook_path(name_or_path)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"runbook {path}{where} is not valid YAML; fix the file") from None
+        raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read runbook {path}: {exc.strerror}") from None
-    return parse_runbook(data, source=str(path))
+    return _parse_text(_decode(raw, path), str(path))
 
 
 def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:

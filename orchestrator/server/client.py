@@ -47,7 +47,12 @@ class ServerAnswer(Exception):
 
 
 class ServerUnreachable(Exception):
-    """The server could not be reached (after retries)."""
+    """The server could not be reached (after retries). `connected`: a request may have reached
+    it (anything but a refused or failed connection), so it may have acted on it."""
+
+    def __init__(self, message: str, *, connected: bool = False) -> None:
+        super().__init__(message)
+        self.connected = connected
 
 
 @dataclass
@@ -131,7 +136,8 @@ class ServerClient:
                     resp = await self._http.request(method, path, **kw)
                 except httpx.TransportError as exc:
                     if not retry_if(exc) or attempt.retry_state.attempt_number >= self.attempts:
-                        raise ServerUnreachable(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}") from None
+                        raise ServerUnreachable(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}",
+                                                connected=not isinstance(exc, httpx.ConnectError)) from None
                     raise
                 if resp.status_code >= 400:
                     raise _answer_error(resp)

@@ -188,9 +188,10 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
         try:
             result = await client.follow(run_id, p.event, interval=interval)
         except ServerUnreachable as exc:
-            p.error(f"{exc}; run {run_id} may still be running there (or left for `orchestrate resume {run_id}` "
-                    f"once its lease expires)")
-            return int(ExitCode.UNEXPECTED)
+            # the run was accepted and goes on (or waits) there: a human must look, as after a halt
+            p.error(f"{exc}; run {run_id} was submitted and may still be running there: follow it with "
+                    f"`orchestrate status {run_id} --server {client.base_url}` once the server answers")
+            return int(ExitCode.HALTED)
         return _finish(p, result)
     run_id = str(payload.get("run_id") or "")
     if action in ("approve", "abort", "pause", "continue", "status") and not run_id:
@@ -274,8 +275,14 @@ def remote(
         p.error(f"{exc.message}{hint}")
         return exc.exit_code
     except ServerUnreachable as exc:
-        p.error(str(exc))
-        return int(ExitCode.UNEXPECTED)
+        if exc.connected and action in SUBMIT_ACTIONS:  # the request may have reached it: a human must look
+            p.error(f"{exc}; the server may have accepted the {action}: `orchestrate runs --server {server_url}` "
+                    f"shows whether it did, before anything is sent again")
+            return int(ExitCode.HALTED)
+        # never connected (or a read): the address, or the server's process, is what to fix
+        p.error(f"{exc}; check --server (is `orchestrate serve` running there?)"
+                + ("; nothing was submitted" if action in SUBMIT_ACTIONS else ""))
+        return int(ExitCode.BAD_INPUT)
     except UserError as exc:
         p.error(str(exc))
         return int(exc.code)

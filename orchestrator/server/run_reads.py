@@ -85,7 +85,9 @@ class RunReadsMixin:
             **context_summary(run),
             "terminal": run.terminal,
             "failure": run.context.get("failure"),
-            IDENTITY_KEY: run.context.get(IDENTITY_KEY),
+            # name and digest only: the recorded path is the server's own file system
+            IDENTITY_KEY: ({k: v for k, v in ident.items() if k in ("name", "sha256")}
+                           if isinstance(ident := run.context.get(IDENTITY_KEY), dict) else ident),
             "abort_requested": journal.abort_requested(run_id),
             "audit": [e.to_json() for e in items],
             "who": audit.summary(items),

@@ -17,13 +17,14 @@ import anyio.to_thread
 from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld, RunRecord
 from orchestrator.language.machine import Table
-from orchestrator.language.runbook import DEFAULT_RUNBOOK, Runbook, load_runbook_checked
+from orchestrator.language.runbook import Runbook, default_runbook, load_recorded_runbook, load_runbook_checked
 from orchestrator.server.run_state import ActiveRun
 from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
 from orchestrator.service import signals
 from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
+from orchestrator.service.session import RUNBOOK_TEXT
 from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
-from orchestrator.service.runner import check_tag, owner_id, refuse_if_leased
+from orchestrator.service.runner import check_tag, owner_id, refuse_if_leased, rollback_runbook
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import Refused, UserError
 
@@ -63,7 +64,7 @@ class SubmissionMixin:
         pinned = None
         kept_note = None  # a person's resume that keeps the run's --yes says so (issue 21)
         if isinstance(body, RolloutBody):
-            req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or DEFAULT_RUNBOOK, yes=body.yes,
+            req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or default_runbook(body.host), yes=body.yes,
                                  soak=body.soak)
             signals.parse_soak(req.soak, "soak")
             check_tag(req.tag)
@@ -76,8 +77,7 @@ class SubmissionMixin:
             signals.parse_soak(body.soak, "soak")
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
-            last = s.journal.latest_run(body.host, kind="rollout")
-            name = body.runbook or (last.runbook if last else DEFAULT_RUNBOOK)
+            name = rollback_runbook(s, body.host, body.runbook)  # the CLI's choice, whatever the door
             checked, digest = load_runbook_checked(name)
             adm = admit_rollback(s, RollbackRequest(host=body.host, replica=body.replica, runbook=name, to_tag=body.to_tag,
                                                     to_file=body.to_file, yes=body.yes, soak=body.soak), soak_name="soak")
@@ -95,24 +95,23 @@ class SubmissionMixin:
             pinned = identity.get("sha256") if isinstance(identity, dict) else None
             if body.retry:
                 self._refuse_if_busy(run.host)
-                checked, digest = load_runbook_checked(run.runbook, pinned)
+                checked, digest = _recorded(run, pinned)
                 adm = admit_resume(s, run, req_r, soak_name="soak")
             else:
                 if run.terminal:
                     raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
                                     code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
-                checked, digest = load_runbook_checked(run.runbook, pinned)
+                checked, digest = _recorded(run, pinned)
                 # the one admission path: a run superseded by a later run of its host is refused
                 # here exactly as on the CLI (an adoption included)
                 adm = admit_resume(s, run, req_r, checked=checked, soak_name="soak")
+        # admission journaled the runbook it read (its text and identity) with the run: that text
+        # is what the run executes, whatever happens to the file now, so nothing is compared here
         run, rb, table, yes, soak, new = adm.run, adm.rb, adm.table, adm.yes, adm.soak, adm.new
-        if rb != checked:
-            raise Refused(f"runbook {rb.name} changed while run {run.run_id} was being prepared: submit it again")
         lease, took_over = self._claim(run, new=new)
         took_over = "; ".join(x for x in (took_over, kept_note) if x) or None
-        identity = {"name": run.runbook, "sha256": digest}
-        if run.context.get(IDENTITY_KEY) != identity:
-            s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: identity})
+        if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
+            s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
             run = s.journal.get_run(run.run_id)
         return _Prepared(run, rb, table, yes, soak, took_over)
 
@@ -162,3 +161,12 @@ class SubmissionMixin:
         if taken is None:
             return lease, None
         return lease, f"took over the expired lease of run {taken.run_id} ({taken.owner})"
+
+
+def _recorded(run: RunRecord, pinned: str | None) -> tuple[Runbook, str | None]:
+    """(runbook, sha256) a resume runs with: the text the run recorded when it has one (the file
+    on disk is not read), else the shipped file of that name, refused if it changed since."""
+    text = run.context.get(RUNBOOK_TEXT)
+    if isinstance(text, str) and pinned:
+        return load_recorded_runbook(run.runbook, run.context.get(IDENTITY_KEY), text), pinned
+    return load_runbook_checked(run.runbook, pinned)

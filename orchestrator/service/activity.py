@@ -7,6 +7,8 @@ or ended. The journal says where a run is; the host's lease says whether anyone 
   machine that is gone (journal/owner.py). `orchestrate resume RUN` continues it.
 - waiting for approval: held by a live runner and at a soak step whose approval is not given yet
   (the soak may still be running its timer; the executor does not journal which).
+- paused: held by a live runner that an operator paused (`orchestrate pause`); it holds at its
+  next safe step until `orchestrate continue RUN`.
 - running: held by a live runner.
 
 A lease held by a process on another machine counts as live until it expires: there is no way
@@ -19,10 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from orchestrator.journal.audit import paused_by
 from orchestrator.journal.base import Journal, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
 
 RUNNING = "running"
+PAUSED = "paused"
 WAITING = "waiting for approval"
 INTERRUPTED = "interrupted"
 ENDED = "ended"
@@ -49,6 +53,10 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
         return Activity(INTERRUPTED, f"its runner's lease ({describe_owner(lease.owner)}) expired "
                                      f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC; {resume}")
     by = f"by {describe_owner(lease.owner)}"
+    held = paused_by(journal, run.run_id)
+    if held is not None:
+        return Activity(PAUSED, f"{by}, at {run.state}: paused by {held.by} at {held.at:%Y-%m-%d %H:%M:%S} UTC "
+                                f"(it holds at its next safe step); `orchestrate continue {run.run_id}` lets it go on")
     if callable(table):  # made only for a run that is running (`runs` loads no runbook for ended runs)
         table = table()
     node = table.nodes.get(run.state) if table is not None else None

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
+from orchestrator.service.refusals import leased_refusal
 from orchestrator.util.user_errors import Refused, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,9 +103,7 @@ def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Chec
                           f"{run.run_id} is being run by {describe_owner(exc.owner)}; resume it only once that runner "
                           f"is gone") from None
         what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
-        raise Refused(f"{host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
-                      f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one run per host at a time; {what}. Wait, or "
-                      f"`orchestrate resume {exc.holder_run_id}` once it expires") from None
+        raise Refused(leased_refusal(host, exc.holder_run_id, exc.owner, exc.expires_at, what)) from None
     except TierHeld as exc:
         what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
         raise Refused(f"{exc.host} has run {exc.run_id} in flight ({describe_owner(exc.owner)}): one host of the "
@@ -153,11 +152,11 @@ def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> 
     `rb`, the caller's checked copy of it) and table."""
     from orchestrator.language.runbook import load_recorded_runbook
     from orchestrator.service.run_info import table_for
-    from orchestrator.service.session import RUNBOOK_IDENTITY
+    from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT
 
     run = session.journal.get_run(run_id)
     if rb is None:
-        rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
+        rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
     table = table_for(run, rb)
     admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
     return admitted, rb, table

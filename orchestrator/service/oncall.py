@@ -167,17 +167,31 @@ def record_options(run: Any, *, yes: bool, soak: str | None) -> None:
 
 
 def kept_options(run: Any, *, yes: bool, soak: str | None) -> tuple[bool, str | None, str]:
-    """(yes, soak, what was kept) for `resume`: the run's own options unless the operator gives them again."""
+    """(yes, soak, what was kept) for `resume`: the run's own options unless the operator gives them again.
+
+    The note says what is true of each option: kept from the run, given again (the operator's value
+    wins), or absent from both."""
     opts: Mapping[str, Any] = (run.context or {}).get(OPTIONS_KEY) or {}
-    kept = []
-    if soak is None and opts.get("soak") is not None:
-        soak = str(opts["soak"])
+    run_yes = bool(opts.get("yes") or (run.context or {}).get("yes"))
+    run_soak = None if opts.get("soak") is None else str(opts["soak"])
+    kept: list[str] = []
+    given: list[str] = []
+    if soak is None and run_soak is not None:
+        soak = run_soak
         kept.append(f"--soak {soak}")
-    if not yes and (opts.get("yes") or (run.context or {}).get("yes")):
+    elif soak is not None:
+        given.append(f"--soak {soak}" + ("" if run_soak is None or run_soak == soak else f" (the run had {run_soak})"))
+    if not yes and run_yes:
         yes = True
         kept.append("--yes")
-    note = (f"keeps the run's own options: {' '.join(kept)} (give them again to override)" if kept
-            else "the run was started without --soak or --yes; none kept")
+    elif yes:
+        given.append("--yes")
+    parts = []
+    if kept:
+        parts.append(f"keeps the run's own options: {' '.join(kept)} (give them again to override)")
+    if given:
+        parts.append(f"uses the options given now: {' '.join(given)}")
+    note = "; ".join(parts) if parts else "the run was started without --soak or --yes and none was given; none kept"
     return yes, soak, note
 
 

@@ -9,6 +9,7 @@ below both it and the runner.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.executor import RunContext
@@ -22,15 +23,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.service.session import Session
 
 
+def leased_refusal(host: str, holder_run_id: str, owner: str, expires_at: datetime, what: str) -> str:
+    """Why a host another runner holds is refused, and what works next. A live runner renews its
+    lease while it runs, so the lease only expires once that runner is gone: the advice is to
+    follow or stop that run, and to resume it only if its runner died."""
+    return (f"{host} is leased by run {holder_run_id} ({describe_owner(owner)}) until "
+            f"{expires_at:%Y-%m-%d %H:%M:%S} UTC: one run per host at a time; {what}. That runner renews its lease "
+            f"while it runs: follow it with `orchestrate status {holder_run_id}`, stop it with `orchestrate abort "
+            f"{holder_run_id}`; only if its process died, `orchestrate resume {holder_run_id}` once the lease expires")
+
+
 def refuse_if_leased(session: Session, host: str) -> None:
     """Refuse before a run is even created when another runner holds the host (the lease itself
     is what guarantees exclusion; this only keeps the journal free of runs that never started)."""
     lease = session.journal.current_lease(host)
     if lease is not None and not holder_gone(lease.owner):  # a dead holder's lease counts as expired
-        raise Refused(
-            f"{host} is leased by run {lease.run_id} ({describe_owner(lease.owner)}) until {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC: "
-            f"one rollout per host at a time; wait, or `orchestrate resume {lease.run_id}` once it expires"
-        )
+        raise Refused(leased_refusal(host, lease.run_id, lease.owner, lease.expires_at, "nothing was started"))
 
 
 def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:

@@ -24,7 +24,7 @@ from orchestrator.hosts.host_clients import build_host_clients
 from orchestrator.journal.base import LeaseHeld, LeaseLost, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
-from orchestrator.language.runbook import Runbook, identity_of, load_recorded_runbook, load_runbook
+from orchestrator.language.runbook import Runbook, load_recorded_runbook, read_runbook
 from orchestrator.service import incident
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
 from orchestrator.util.user_errors import Refused, UserError
@@ -32,7 +32,8 @@ from orchestrator.util.user_errors import Refused, UserError
 # check_tag, TAG_RE, table_for, context_summary: in orchestrator/service/run_info.py (the read-only commands
 # import them without loading this module), re-exported here
 from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
-from orchestrator.service.session import RUNBOOK_IDENTITY, Session, _compose_client, notifier_for, owner_id  # noqa: F401
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, notifier_for, owner_id  # noqa: F401
+from orchestrator.service.refusals import leased_refusal
 from orchestrator.service.refusals import (  # noqa: F401
     _require_earlier_phases_passed,
     last_changing_rollout,
@@ -82,10 +83,8 @@ async def execute(
             lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
                                                          takeover_if=lambda held: holder_gone(held.owner))
     except LeaseHeld as exc:
-        raise Refused(
-            f"{run.host} is leased by run {exc.holder_run_id} ({describe_owner(exc.owner)}) until "
-            f"{exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: one rollout per host at a time; wait, or take it over once it expires"
-        ) from None
+        raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
+                                     f"run {run.run_id} was not started")) from None
     from orchestrator.journal import audit
 
     audit.record_start(session.journal, run, audit.cli_actor())  # who: the server journals its own first
@@ -162,7 +161,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     check_tag(tag)
     session.inventory.host(host)
     refuse_if_leased(session, host)
-    rb = load_runbook(runbook)
+    rb, identity, text = read_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
     from orchestrator.service.metric_sources import refuse_missing_sources
@@ -174,7 +173,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     except ValueError as exc:
         raise UserError(str(exc)) from None
     ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
-                         extra={RUNBOOK_IDENTITY: identity_of(runbook)})
+                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if start_phase is not None:
         # a continued rollout keeps the rollback targets of the run that started it
         for earlier in session.journal.list_runs(host, limit=50):
@@ -211,7 +210,7 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
         raise Refused(f"run {run.run_id} halted with a compose call whose outcome is unknown: look at the host "
                       f"(`orchestrate status {run.run_id}`) before retrying. Nothing was changed")
     refuse_stale_resume(session, run)
-    rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY))
+    rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
     table = compile_rollout(rb)
     failed = (run.context.get("failure") or {}).get("state")
     if not failed or failed not in table.nodes:
@@ -235,7 +234,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     session.inventory.host(host)
     refuse_if_leased(session, host)
     last = last_changing_rollout(session, host)
-    rb = load_runbook(runbook or (last.runbook if last else _runbook_of(host)))
+    rb, identity, text = read_runbook(rollback_runbook(session, host, runbook))
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
     refuse_tier_busy(session, host, rb)
@@ -273,7 +272,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     await refuse_tier_short(session, host, rb)
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
-                         extra={RUNBOOK_IDENTITY: identity_of(runbook or (last.runbook if last else rb.name))})
+                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
         from orchestrator.engine.oneshot_ledger import removed_oneshots
         ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
@@ -288,6 +287,16 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
                                       context=ctx.to_json(), parent_run_id=last.run_id if last else None))
     session.admitted[got.run.run_id] = got
     return got.run, rb, table
+
+
+def rollback_runbook(session: Session, host: str, runbook: str | None) -> str:
+    """The runbook a rollback of `host` follows, for every door (CLI, `--server`, the page): the
+    one named, else that of the newest rollout that changed the host (never one that ended
+    ABORTED having changed nothing), else the shipped runbook written for the host."""
+    if runbook:
+        return runbook
+    last = last_changing_rollout(session, host)
+    return last.runbook if last is not None else _runbook_of(host)
 
 
 def _runbook_of(host: str) -> str:
@@ -316,7 +325,7 @@ async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, expl
     return history.new_tag
 
 
-__all__ = ["Session", "execute", "new_rollout", "new_rollback", "retry_run", "table_for", "check_tag", "RunnerFenced",
+__all__ = ["Session", "execute", "new_rollout", "new_rollback", "rollback_runbook", "retry_run", "table_for", "check_tag", "RunnerFenced",
            "owner_id", "notifier_for", "RUNBOOK_IDENTITY", "place_for_continue", "last_changing_rollout",
            "refuse_if_leased", "refuse_unsettled", "refuse_stale_resume", "refuse_tier_busy", "refuse_tier_short",
            "tier_listing", "validate_rollback_targets", "previous_from_action_log"]

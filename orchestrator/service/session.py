@@ -26,6 +26,8 @@ from orchestrator.util.settings import Settings
 
 #: The run-context key of the runbook a run started with (name, path, sha256); the server uses it too.
 RUNBOOK_IDENTITY = "runbook_identity"
+#: The run-context key of the runbook text the run executes (read once when the run was created).
+RUNBOOK_TEXT = "runbook_text"
 
 
 def owner_id() -> str:
@@ -82,4 +84,4 @@ def notifier_for(session: Session) -> Notifier:
     return Notifier(s.notify_url.get_secret_value(), s.notify_format, scrub=session.redactor.scrub)
 
 
-__all__ = ["RUNBOOK_IDENTITY", "Session", "owner_id", "notifier_for"]
+__all__ = ["RUNBOOK_IDENTITY", "RUNBOOK_TEXT", "Session", "owner_id", "notifier_for"]

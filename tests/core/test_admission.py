@@ -138,8 +138,13 @@ def test_a_live_holder_refuses_and_a_gone_holder_is_taken_over(journal, monkeypa
     s = session(journal)
     running = journal.create_run(**new("gpu02"))
     journal.acquire_lease("gpu02", running.run_id, "laptop:4242", 600)
-    with pytest.raises(Refused, match=f"gpu02 is leased by run {running.run_id}"):
+    with pytest.raises(Refused, match=f"gpu02 is leased by run {running.run_id}") as refused:
         admission.admit(s, host="gpu02", rb=GPU02, create=new("gpu02"))
+    # a live holder renews its lease: the advice is to follow or stop that run, never to wait for the
+    # expiry and take it over as the first thing to do
+    assert f"`orchestrate status {running.run_id}`" in str(refused.value)
+    assert f"`orchestrate abort {running.run_id}`" in str(refused.value)
+    assert "only if its process died" in str(refused.value)
     with pytest.raises(Refused, match=f"run {running.run_id} is being run by laptop:4242"):
         admission.admit(s, host="gpu02", rb=GPU02, claim=running.run_id)
     assert len(journal.list_runs()) == 1
@@ -206,6 +211,9 @@ def test_a_rollback_after_done_unmeets_the_prerequisite():
     assert "rollback b (still running)" in unmet(p, lambda h: [run("b", "rollback", None), done], T0)[0]
     # a rollback refused before any change (ABORTED) changed nothing: the DONE still holds
     assert unmet(p, lambda h: [run("b", "rollback", "ABORTED"), done], T0) == []
+    # a rollout refused before any change (a mistyped tag: ABORTED, "Nothing was changed") neither
+    assert unmet(p, lambda h: [run("b", "rollout", "ABORTED"), done], T0) == []
+    assert "is HALTED, not DONE" in unmet(p, lambda h: [run("c", "rollout", "HALTED"), run("b", "rollout", "ABORTED"), done], T0)[0]
     assert unmet(p, lambda h: [run("b", "rollback", "ROLLED_BACK"), done], T0, overrides=["gpu02"]) == []
 
 
@@ -234,3 +242,20 @@ def test_an_orphan_that_changed_its_host_and_can_resume_is_left_to_resume(journa
     mutate(journal, run)
     assert asyncio.run(end_unowned(s, journal.get_run(run.run_id), "alice")) is None
     assert not journal.get_run(run.run_id).terminal
+
+
+# --------------------------------------------------------------------------- which runbook a rollback follows
+
+
+def test_every_door_rolls_back_with_the_runbook_of_the_newest_rollout_that_changed_the_host(journal):
+    from orchestrator.service.runner import rollback_runbook
+
+    s = session(journal)
+    previous = {"previous": {"r2": {"tag": "v0.0.290", "file": "f.yaml", "commit": ""}}}
+    done = journal.create_run(**{**new("gpu02", runbook="gpu02-glm53-w4afp8-long-context"), "context": previous})
+    end(journal, done, "DONE")
+    canary = journal.create_run(**{**new("gpu02", runbook="gpu02-glm53-w4afp8-pdi2-canary"), "context": previous})
+    end(journal, canary, "ABORTED")  # refused before any change: it moved nothing
+    assert rollback_runbook(s, "gpu02", None) == "gpu02-glm53-w4afp8-long-context"
+    assert rollback_runbook(s, "gpu02", "x") == "x"  # a runbook named wins
+    assert rollback_runbook(s, "gpu03", None) == "base-glm53-w4afp8"  # nothing journaled: the host's shipped runbook

@@ -94,21 +94,28 @@ def test_missing_runbook_and_bad_yaml(tmp_path):
 
 
 def test_a_run_resumes_only_with_the_runbook_it_started_with(tmp_path):
-    """Issue 17: the journal records the runbook's identity (name, path, sha256); resume loads that
+    """A run records its runbook's identity (name, path, sha256) and text, read once: resume runs
+    that text whatever happens to the file; a run recorded without its text loads the recorded
     file and refuses when it changed (never another file of the same name)."""
     import shutil
 
-    from orchestrator.language.runbook import identity_of, load_recorded_runbook
+    from orchestrator.language.runbook import load_recorded_runbook, read_runbook
     from orchestrator.util.user_errors import Refused
 
-    copy = tmp_path / "gpu02-glm53-w4afp8-long-context.yaml"
-    shutil.copy(RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml", copy)
-    ident = identity_of(str(copy))
-    assert ident["path"] == str(copy.resolve()) and len(ident["sha256"]) == 64
-    assert load_recorded_runbook("gpu02-glm53-w4afp8-long-context", ident).name == "gpu02-glm53-w4afp8-long-context"
-    copy.write_text(copy.read_text().replace("cold_start: 50m", "cold_start: 5m"))
+    name = "gpu02-glm53-w4afp8-long-context"
+    copy = tmp_path / f"{name}.yaml"
+    shutil.copy(RUNBOOK_DIR / f"{name}.yaml", copy)
+    rb, ident, text = read_runbook(str(copy))
+    assert ident["path"] == str(copy.resolve()) and len(ident["sha256"]) == 64 and text == copy.read_text()
+    assert load_recorded_runbook(name, ident).name == name == rb.name
+    copy.write_text(copy.read_text().replace("cold_start: 50m", "cold_start: 5m") + "# edited\n")
+    # the recorded text: the edit (or a git pull) does not change what the run executes
+    assert load_recorded_runbook(name, ident, text) == rb
     with pytest.raises(Refused, match="changed since this run started"):
-        load_recorded_runbook("gpu02-glm53-w4afp8-long-context", ident)
+        load_recorded_runbook(name, ident)  # recorded without its text
+    with pytest.raises(Refused, match="changed since this run started"):
+        load_recorded_runbook(name, ident, text + "# not what was recorded\n")  # a text that is not the recorded one
     copy.unlink()
+    assert load_recorded_runbook(name, ident, text) == rb
     with pytest.raises(Refused, match="is gone"):
-        load_recorded_runbook("gpu02-glm53-w4afp8-long-context", ident)
+        load_recorded_runbook(name, ident)

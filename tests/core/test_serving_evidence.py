@@ -246,3 +246,12 @@ def test_a_long_up_time_needs_a_window_that_shows_work():
     # mutation: `past_its_start(log.lines)` removed from judge's Up-time rule -> serving
     quiet = window(*["[TP0] Capture cuda graph begin."] * 500)
     assert judged(log=quiet, others={"r2": serving("r2 is ready")}).unknown
+
+
+def test_a_whole_log_without_a_start_is_said_not_started_yet_never_rotated():
+    few = LogWindow(list(NOISE[:3]), asked=5000)  # fewer lines than asked for: the whole log
+    v = judged(log=few, peers=None)
+    assert v.unknown and "has not logged its start yet" in v.why and "rotated" not in v.why.replace("none rotated", "")
+    full = LogWindow(["noise"] * 50, asked=50)  # as many as asked: older lines may have rotated out
+    assert "(rotated)" in judged(log=full, peers=None).why
+    assert "(rotated)" in judged(log=window(*NOISE), peers=None).why  # a read that does not say what it asked

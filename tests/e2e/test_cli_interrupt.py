@@ -196,3 +196,32 @@ def test_two_working_directories_share_one_journal_and_cannot_both_roll_gpu02(si
     r = _run(["resume", run_id, *FINISH], env, b)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert fleet.check_invariants() == []
+
+
+def test_a_runbook_edited_on_disk_after_an_interrupt_does_not_strand_the_run(sim, tmp_path):
+    """The run executes the runbook text it recorded when it started: an edit of the file (a
+    comment, a `git pull`) between Ctrl-C and resume neither refuses the resume nor changes what
+    the resumed run does."""
+    import shutil
+
+    from orchestrator.language.runbook import RUNBOOK_DIR
+
+    fleet, env = sim(SLOW)
+    env = {**env, "ORCHESTRATOR_STATE_DIR": str(tmp_path / "state")}
+    journal = tmp_path / "state" / "journal.sqlite3"
+    copy = tmp_path / "gpu02-glm53-w4afp8-long-context.yaml"
+    shutil.copy(RUNBOOK_DIR / copy.name, copy)
+    proc = subprocess.Popen(_cmd([*ROLLOUT, "--runbook", str(copy)]), env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_id = _wait_for_state(journal, "r2.cold-start", proc)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    copy.write_text("# pulled: a new comment, and a runbook that would no longer load\n" + copy.read_text() + "\nnot: [valid\n")
+    r = _run(["resume", run_id, *FINISH], env, tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert "DONE" in r.stdout
+    assert fleet.check_invariants() == []

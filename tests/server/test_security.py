@@ -358,7 +358,9 @@ def test_the_runbook_identity_is_recorded_and_resume_refuses_another_runbook(liv
         finally:
             j.close()
         r = c.post("/runs", json={"action": "resume", "run_id": run_id})
-        assert r.status_code == 409 and "changed since the run started" in r.json()["error"]
+        # the recorded text no longer matches the (tampered) recorded digest: the file on disk
+        # is checked instead, and it differs too: refused
+        assert r.status_code == 409 and "changed since" in r.json()["error"]
         assert fake_execute.calls == [run_id]
 
 

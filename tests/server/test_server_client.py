@@ -162,9 +162,10 @@ def test_refusals_print_the_servers_line_and_exit_with_its_code(status, exit_cod
 def test_reads_are_retried_on_503_but_a_submission_is_never_sent_twice(capsys):
     with respx.mock(base_url=URL) as r:
         submit = r.post("/runs").mock(side_effect=httpx.ReadTimeout("slow"))
-        assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=FakeClock()) == 1
+        assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=FakeClock()) == 4  # a human must look
         assert submit.call_count == 1  # the server may have acted: not sent again
-    assert "cannot reach" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot reach" in err and "may have accepted the rollout" in err and "nothing was submitted" not in err
     with respx.mock(base_url=URL) as r:
         r.post("/runs").respond(202, json={"run_id": RUN})
         get = r.get(f"/runs/{RUN}").mock(side_effect=[
@@ -176,13 +177,15 @@ def test_reads_are_retried_on_503_but_a_submission_is_never_sent_twice(capsys):
         assert get.call_count == 3
 
 
-def test_an_unreachable_server_is_exit_1_after_a_few_attempts(capsys):
+def test_an_unreachable_server_is_exit_2_naming_the_option_after_a_few_attempts(capsys):
     with respx.mock(base_url=URL) as r:
         submit = r.post("/runs").mock(side_effect=httpx.ConnectError("refused"))
         clock = FakeClock()
-        assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=clock) == 1
+        assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=clock) == 2  # bad input, never 1 (bugs)
         assert submit.call_count == 4 and len(clock.slept) == 3  # never connected: safe to try again
-    assert f"cannot reach {URL}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"cannot reach {URL}" in err and "check --server" in err and "nothing was submitted" in err
+    assert err.count("\n") == 1  # one line
 
 
 def test_without_follow_only_the_run_id_is_printed(capsys):
@@ -231,3 +234,11 @@ def test_pause_and_continue(capsys):
     assert "@" in json.loads(p.calls[0].request.content)["by"] and "@" in json.loads(c.calls[0].request.content)["by"]
     assert capsys.readouterr().out == "pause recorded\ncontinue recorded\n"
 
+
+def test_losing_the_server_while_following_says_the_run_goes_on_there_and_exits_4(capsys):
+    with respx.mock(base_url=URL) as r:
+        r.post("/runs").respond(202, json={"run_id": RUN})
+        r.get(f"/runs/{RUN}").mock(side_effect=httpx.ConnectError("refused"))
+        assert remote(URL, TOKEN, "rollout", BODY, as_json=False, clock=FakeClock()) == 4
+    err = capsys.readouterr().err
+    assert f"run {RUN} was submitted" in err and f"`orchestrate status {RUN} --server" in err

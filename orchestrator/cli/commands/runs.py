@@ -23,7 +23,7 @@ def runs(
     inventory: Optional[Path] = InventoryOpt,
 ) -> None:
     """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
-    tag it goes back to), state or outcome, activity (running, interrupted, waiting for approval, ended)."""
+    tag it goes back to), state or outcome, activity (running, paused, waiting for approval, interrupted, ended)."""
     from orchestrator.cli.render import plain
     from orchestrator.service.reads import run_view
     from orchestrator.service.startup import ReadSession

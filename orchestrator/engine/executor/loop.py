@@ -200,10 +200,27 @@ class Executor:
         if self.run.kind == "rollout" and phase in self.table.phase_starts:
             then = (f"`orchestrate resume {self.run.run_id} --retry` starts phase {phase} again, "
                     f"at {self.table.retry_start(phase)}")
+        elif self.run.kind == "rollback":
+            then = f"`{rollback_again(self.run.host, self.rt.rb, self.ctx)}` takes the host back again (the same target)"
         else:
             then = (f"`orchestrate rollout {self.run.host} --tag {self.run.tag}` places the host and goes on from its state, "
                     f"or `orchestrate rollback {self.run.host}`")
         return (f". Nothing more is sent. Look at the host (`orchestrate status {self.run.run_id}`); once it is fixed, {then}")
+
+
+def rollback_again(host: str, rb: Runbook, ctx: RunContext) -> str:
+    """A rollback run again, as a command that works from any machine: an explicit target
+    (--to-tag/--to-file) is repeated with its runbook and replica, since a machine without the
+    rollout's journal refuses the plain command."""
+    cmd = f"orchestrate rollback {host}"
+    refs = {(ref.get("tag"), ref.get("file")) for ref in ctx.previous.values() if isinstance(ref, dict)}
+    if ctx.previous_source.startswith(("--to-tag", "the operator's explicit")) and len(refs) == 1:
+        tag, file = next(iter(refs))
+        cmd += f" --runbook {rb.name}"
+        if len(ctx.replicas) == 1 and ctx.replicas != rb.rollback_replicas("all"):
+            cmd += f" --replica {ctx.replicas[0]}"
+        cmd += f" --to-tag {tag} --to-file {file}"
+    return cmd
 
 
 #: how a final message names the engines a rollback left running because this run did not create them

@@ -28,7 +28,7 @@ class RuntimeServing:
             text = await self.clients.compose.logs(file, [service], SERVING_WINDOW, self.entry.project)
         except ClientError as exc:
             return LogWindow.unreadable(f"{type(exc).__name__}: {self.scrub(str(exc))[:160]}")
-        return LogWindow(text.splitlines())
+        return LogWindow(text.splitlines(), asked=SERVING_WINDOW)
 
     async def _log_file(self, service: str) -> str:
         """The file a serving check reads `service`'s log through: the file that deployed it as
