@@ -10,6 +10,11 @@ each host the runbook is written for, as markdown for a CI job summary:
   rollback the change reaches;
 - a changed file no runbook names: listed as unaffected; the job passes.
 
+Several runbooks may deploy the same file, each for its own revision of it (#294's runbook and
+the canaries that later edit r2 in the same file): a change must match at least one of them. The
+job fails when none matches, with every runbook's mismatches; when one matches, the others'
+sections say they describe another revision, with their differences, and the job passes.
+
 Offline like `plan`: no host is contacted, no tag exists yet (the plan shows `<tag of this
 change>`). The inventory is optional: without one, requests show the default compose project.
 """
@@ -53,8 +58,9 @@ def runbooks_affected_by(path: str, directory: Path = RUNBOOK_DIR) -> list[Affec
 
 
 def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] | None = None,
-            directory: Path = RUNBOOK_DIR) -> tuple[str, list[str]]:
-    """(markdown, mismatches): one section per (changed file, affected runbook, host)."""
+            directory: Path = RUNBOOK_DIR, env: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """(markdown, mismatches): one section per (changed file, affected runbook, host). `env`: a
+    host's env map the files are interpolated with (default: the defaults the files write)."""
     from orchestrator.previews.compose_check import check_against_compose_file
 
     projects = projects or {}
@@ -67,22 +73,33 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
             unaffected.append(path)
             continue
         file_on_disk = repo / path
+        results: list[tuple[Affected, list[str], list[str], set[str] | None]] = []
         for a in affected:
-            rb = a.runbook
             checks: list[str] = []
             problems: list[str] = []
             new_services = None
             if a.role == "new":
                 if not file_on_disk.is_file():
-                    problems = [f"{path} was deleted, but runbook {rb.name} deploys it"]
+                    problems = [f"{path} was deleted, but runbook {a.runbook.name} deploys it"]
                 else:
-                    checks, problems, new_services = check_against_compose_file(rb, file_on_disk)
-            verdict = "**mismatch**" if problems else ("checked" if a.role == "new" else "rollback target, not checked")
+                    checks, problems, new_services = check_against_compose_file(a.runbook, file_on_disk, env=env, display=path)
+            results.append((a, checks, problems, new_services))
+        deploying = [problems for a, _, problems, _ in results if a.role == "new"]
+        matched = any(not problems for problems in deploying)
+        for a, checks, problems, new_services in results:
+            rb = a.runbook
+            binding = bool(problems) and not matched
+            verdict = ("**mismatch**" if binding else "**another revision**: not matched, the job passes on the runbook that matches"
+                       ) if problems else ("checked" if a.role == "new" else "rollback target, not checked")
             out += [f"### `{path}` — runbook `{rb.name}` ({verdict})", ""]
             if a.role == "previous":
                 out += [f"`{path}` is the previous file runbook `{rb.name}`'s rollbacks go back to; the compose-file "
                         f"check applies to its new file `{rb.file}` only.", ""]
-            failures += [f"{path} vs runbook {rb.name}: {p}" for p in problems]
+            elif problems and not binding:
+                out += [f"Runbook `{rb.name}` also deploys `{path}`, for another revision of it; another runbook that deploys "
+                        f"it matches this change. Its differences are listed for the reviewer.", ""]
+            if binding:
+                failures += [f"{path} vs runbook {rb.name}: {p}" for p in problems]
             for host in rb.hosts:
                 plan = build_plan(rb, compile_rollout(rb), host=host, tag=CI_TAG, project=projects.get(host),
                                   new_file_services=new_services)
