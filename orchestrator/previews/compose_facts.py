@@ -187,7 +187,7 @@ class FactCheck:
             if "download" not in text:
                 continue
             for w in self.rb.weights:
-                if w not in text:
+                if not _downloads(text, w):
                     self.add(dep, "command", "no download of it", f"a download of {w} (the engines depend on {dep})", where)
         scrape = self.scrape_labels()
         for service in self.cf.services:
@@ -386,6 +386,13 @@ def _flag(argv: list[str], flag: str) -> str | bool | None:
         if arg.startswith(flag + "="):
             return arg[len(flag) + 1:]
     return None
+
+
+def _downloads(command: str, repo: str) -> bool:
+    """`command` fetches `repo` (`hf download REPO`, `huggingface-cli download REPO`,
+    `snapshot_download(repo_id="REPO")`), not merely names it."""
+    name = re.escape(repo)
+    return re.search(rf"download\s+['\"]?{name}(?![\w./-])|repo_id\s*=\s*['\"]{name}['\"]", command) is not None
 
 
 def _names_repo(path: str, repo: str) -> bool:
