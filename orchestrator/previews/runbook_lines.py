@@ -41,14 +41,15 @@ class RunbookLines:
     def at(self, *keys: str | int) -> str:
         """`runbooks/x.yaml:47 replica_values.r2.config_variant` (the deepest key found)."""
         node = self.root
-        found = node
+        found: yaml.Node | None = None  # the key's node for a mapping key (its line), else the item's
         for key in keys:
-            node = _child(node, key)
-            if node is None:
+            child = _child(node, key)
+            if child is None:
                 break
-            found = node
+            found = _key_node(node, key) or child
+            node = child
         what = ".".join(f"[{k}]" if isinstance(k, int) else str(k) for k in keys).replace(".[", "[")
-        return self._cite(found if found is not self.root else None, what)
+        return self._cite(found, what)
 
     def step(self, section: str, step_id: str, field: str | None = None) -> str:
         """A forward step: `runbooks/x.yaml:157 r2/relay-checks` (`section`: a phase name, a
@@ -78,6 +79,12 @@ def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
         return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
     if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
         return node.value[key]
+    return None
+
+
+def _key_node(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode) and isinstance(key, str):
+        return next((k for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
     return None
 
 
