@@ -181,3 +181,17 @@ def test_an_env_file_line_that_is_not_name_value_is_refused_without_its_value(tm
     with pytest.raises(UserError) as error:
         read_env_file(env_file)
     assert "line 2" in str(error.value) and "s3cret" not in str(error.value)
+
+
+def test_the_base_tier_file_must_never_set_the_reserve_gates_its_runbook_forbids(tmp_path):
+    base = ROOT / "orchestrator_sim" / "compose" / "prod" / "GLM-5.3-Flash-SGL-TP4-W4AFP8.yaml"
+    text = base.read_text()
+    path = tmp_path / "base.yaml"
+    path.write_text(text)
+    rb = load_runbook("base-glm53-w4afp8")
+    assert check_against_compose_file(rb, path)[1] == []
+    path.write_text(mutate(text, "    - SGLANG_ADMISSION_RESERVE_MAX_FRACTION=0.75\n",
+                           "    - SGLANG_ADMISSION_RESERVE_MAX_FRACTION=0.75\n    - SGLANG_ADMISSION_RESERVE_MIN_WAIT_S=2\n", 1, 1))
+    problems = check_against_compose_file(rb, path, display="base.yaml")[1]
+    assert any(p.startswith(f"base.yaml: {R1}: environment SGLANG_ADMISSION_RESERVE_MIN_WAIT_S: found 2, expected unset "
+                            "(nothing matching SGLANG_ADMISSION_RESERVE_MIN_WAIT_S) (admission-reserve v10") for p in problems), problems
