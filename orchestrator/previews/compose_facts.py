@@ -83,7 +83,10 @@ class FactCheck:
         return [e for e in self.rb.replicas.get(replica, []) if self.cf.defined(e)]
 
     def add(self, service: str, key: str, found: Any, expected: Any, relies: str, why: str = "") -> None:
-        self.findings.append(Finding(service, key, _show(found), _show(expected), relies, why))
+        shown = _show(found)
+        if any(len(v) >= 6 and v in shown for v in self.env.values()):
+            shown = FROM_ENV  # the env map holds secrets: a value that carries one of its values is not shown
+        self.findings.append(Finding(service, key, shown, _show(expected), relies, why))
 
     def shown(self, with_env: Any, without_env: Any) -> Any:
         """The value to print: never one the env map supplied."""
@@ -227,12 +230,14 @@ class FactCheck:
     def relay_reads(self) -> list[RelayRead]:
         out: list[RelayRead] = []
         for section, replica, st in self.forward_steps():
-            kind = st.kind
-            spec = getattr(st, kind, None) if kind else None
-            if not isinstance(spec, BaseModel):
-                continue
-            for port, rep in _relay_ports(spec, replica, set(self.rb.replicas)):
-                out.append(RelayRead(port, rep, section, st, kind, reads_metrics=kind != "relay"))
+            for field in type(st).model_fields:
+                spec = getattr(st, field)
+                if field in ("remedy", "down", "dry_run", "up", "plan") or not isinstance(spec, BaseModel):
+                    continue
+                for port, rep in _relay_ports(spec, replica, set(self.rb.replicas)):
+                    # a `relay:` gate reads /health, /v1/models and a generation; every other gate
+                    # that names a relay (metrics, labels, watch, quiet, soak, analysis) reads /metrics
+                    out.append(RelayRead(port, rep, section, st, field, reads_metrics=field != "relay"))
         return out
 
     def relays(self) -> None:

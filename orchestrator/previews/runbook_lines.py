@@ -65,7 +65,7 @@ class RunbookLines:
                         steps = _child(phase, "steps")
         for st in _items(steps):
             if _scalar(_child(st, "id")) == step_id:
-                return self._cite(_child(st, field) if field and _child(st, field) is not None else st, what)
+                return self._cite((_key_node(st, field) if field else None) or st, what)
         return self._cite(None, what)
 
 

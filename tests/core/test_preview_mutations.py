@@ -195,3 +195,26 @@ def test_the_base_tier_file_must_never_set_the_reserve_gates_its_runbook_forbids
     problems = check_against_compose_file(rb, path, display="base.yaml")[1]
     assert any(p.startswith(f"base.yaml: {R1}: environment SGLANG_ADMISSION_RESERVE_MIN_WAIT_S: found 2, expected unset "
                             "(nothing matching SGLANG_ADMISSION_RESERVE_MIN_WAIT_S) (admission-reserve v10") for p in problems), problems
+
+
+def test_a_label_the_env_map_fills_is_compared_but_never_shown(seed_text, tmp_path):
+    text = mutate(seed_text, 'nearai.otel.engine_image: "fde25985aea3"', 'nearai.otel.engine_image: "${IMAGE_TAG:-fde25985aea3}"', 1, 2)
+    assert preview(text, tmp_path)[1] == []  # the default agrees
+    _, problems = preview(text, tmp_path, env={"IMAGE_TAG": "0badc0ffee00", "GLM53_HICACHE_CUDA_HOST_MEMORY": "1"})
+    assert f"{NAME}: {R1}: label nearai.otel.engine_image: found {FROM_ENV}, expected fde25985aea3" in "\n".join(problems)
+    assert not any("0badc0ffee00" in p for p in problems)
+
+
+def test_the_quiet_wait_and_the_watch_read_r1s_metrics_so_r1_needs_them_enabled(tmp_path):
+    qsplit = ROOT / "orchestrator_sim" / "compose" / "tags" / "v0.0.305" / NAME
+    path = tmp_path / "qsplit.yaml"
+    path.write_text(mutate(qsplit.read_text(), "\n      --enable-metrics\n", "\n", 1, 1))  # the anchor's: r1 (r2 has its own argv)
+    problems = check_against_compose_file(load_runbook("gpu02-glm53-w4afp8-qsplit-canary"), path, display="q.yaml")[1]
+    assert [p for p in problems if "--enable-metrics" in p] == [
+        f"q.yaml: {R1}: --enable-metrics: found (absent), expected present (a gate reads this engine's metrics) (relied on by "
+        f"runbooks/gpu02-glm53-w4afp8-qsplit-canary.yaml:{_first_line('gpu02-glm53-w4afp8-qsplit-canary', '          relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}') - 1} canary/wait-for-quiet quiet)"]
+
+
+def _first_line(runbook: str, text: str) -> int:
+    lines = (ROOT / "runbooks" / f"{runbook}.yaml").read_text().splitlines()
+    return lines.index(text) + 1
