@@ -218,3 +218,18 @@ def test_the_quiet_wait_and_the_watch_read_r1s_metrics_so_r1_needs_them_enabled(
 def _first_line(runbook: str, text: str) -> int:
     lines = (ROOT / "runbooks" / f"{runbook}.yaml").read_text().splitlines()
     return lines.index(text) + 1
+
+
+@pytest.mark.parametrize("fmt, shown", [("text", "MISMATCH: "), ("markdown", "- **mismatch**: ")])
+def test_plan_with_the_compose_file_exits_1_and_prints_each_line_where_the_reviewer_reads(seed_text, tmp_path, fmt, shown):
+    import subprocess
+    import sys
+
+    path = tmp_path / "LongContext.yaml"
+    path.write_text(mutate(seed_text, 'device_ids: ["4","5","6","7"]', 'device_ids: ["0","1","2","3"]', 1, 1))
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "gpu02", "--tag", "v0.0.300", "--format", fmt,
+                        "--compose-file", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 1, r.stderr
+    line = f"{path}: {R2}: device_ids: found 0,1,2,3, expected 4,5,6,7 (relied on by runbooks/{RUNBOOK}.yaml:"
+    assert " ".join(f"mismatch: {line}".split()) in " ".join(r.stderr.split())  # the terminal may wrap it
+    assert shown + line in r.stdout
