@@ -311,9 +311,12 @@ class FactCheck:
                  self.lines.step(section, st.id, "up" if st.up is not None else None))
 
     def expectation(self, i: int, ex: Expectation) -> None:
-        relies = self.lines.at("expects", i) if ex.relied_on_by is None else next(
-            (self.lines.step(sec, st.id) for sec, _, st in self.forward_steps() if st.id == ex.relied_on_by),
-            self.lines.at("expects", i))
+        relies = self.lines.at("expects", i)
+        if ex.relied_on_by is not None:
+            cited = [self.lines.step(sec, st.id) for sec, _, st in self.forward_steps() if st.id == ex.relied_on_by]
+            if not cited:
+                self.add("(runbook)", f"expects[{i}].relied_on_by", ex.relied_on_by, "the id of a forward step", relies)
+            relies = cited[0] if cited else relies
         services: list[str] = []
         for name in ex.services:
             if name.startswith(REPLICA_PREFIX):

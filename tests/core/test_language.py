@@ -117,7 +117,6 @@ def test_a_runbook_may_name_more_domain_roles_and_a_presence_gate_may_use_them()
     "entry, needle",
     [
         ({"services": ["replica:r9"], "argv": {"--x": "1"}, "why": "w"}, "'replica:r9' names no replica"),
-        ({"services": ["replica:r1"], "argv": {"--x": "1"}, "why": "w", "relied_on_by": "no-such-step"}, "no step has id 'no-such-step'"),
         ({"services": ["replica:r1"], "argv": {"--chunked-prefill-size": 8192}, "why": "w"}, "quote the value"),
         ({"services": ["replica:r1"], "argv": {"chunked-prefill-size": "8192"}, "why": "w"}, "is not a flag"),
         ({"services": ["x"], "environment": {"A": 1}, "why": "w"}, "the environment is text"),

@@ -233,3 +233,18 @@ def test_plan_with_the_compose_file_exits_1_and_prints_each_line_where_the_revie
     line = f"{path}: {R2}: device_ids: found 0,1,2,3, expected 4,5,6,7 (relied on by runbooks/{RUNBOOK}.yaml:"
     assert " ".join(f"mismatch: {line}".split()) in " ".join(r.stderr.split())  # the terminal may wrap it
     assert shown + line in r.stdout
+
+
+def test_an_expectation_citing_no_step_is_a_problem_of_the_preview_not_of_loading(seed_text, tmp_path):
+    import yaml
+
+    from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
+
+    raw = yaml.safe_load((RUNBOOK_DIR / f"{RUNBOOK}.yaml").read_text())
+    raw["expects"][1]["relied_on_by"] = "host-restor"
+    rb = parse_runbook(raw, source="t.yaml")  # loads: a runbook derived with fewer steps must
+    path = tmp_path / "f.yaml"
+    path.write_text(seed_text)
+    problems = check_against_compose_file(rb, path, display="f.yaml")[1]
+    assert [p.split(" (relied")[0] for p in problems] == [
+        "f.yaml: (runbook): expects[1].relied_on_by: found host-restor, expected the id of a forward step"]
