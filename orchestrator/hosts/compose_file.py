@@ -14,6 +14,9 @@ Interpolation (`resolve_env_value`) follows compose's rules: `$VAR`, `${VAR}`, `
 (unset or empty -> d), `${VAR-d}` (unset -> d), `${VAR:?e}`, `${VAR?e}`, `${VAR:+r}`, `${VAR+r}`,
 nesting in the argument, `$$` for a literal `$`. Error messages never contain a variable's value.
 
+`interpolate` applies them to any part of the file, as compose does (`lenient`: a missing required
+variable reads `${NAME}`); orchestrator.previews.compose_reading reads `ServiceDef.body` with it.
+
 Not modelled: `extends`, `env_file`, `include`, multiple files, and the YAML 1.1 vs 1.2 scalar
 differences (an unquoted `yes` in a mapping-form environment reads as `true` here).
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -113,19 +116,31 @@ def _closing_brace(raw: str, start: int) -> int:
     raise InterpolationError(f"unterminated '${{' in {raw!r}")
 
 
-def resolve_env_value(raw: str, env: Mapping[str, str]) -> str:
+def resolve_env_value(raw: str, env: Mapping[str, str], *, lenient: bool = False) -> str:
     """`raw` interpolated against `env` with compose's rules (see the module docstring).
 
     An unset variable without a default becomes the empty string (compose warns and does the
-    same). `${VAR:?message}` / `${VAR?message}` raise `InterpolationError` naming the variable.
+    same). `${VAR:?message}` / `${VAR?message}` raise `InterpolationError` naming the variable,
+    or, with `lenient`, read as `${VAR}`.
     """
     out: list[str] = []
     for part in _scan(raw):
-        out.append(part if isinstance(part, str) else _resolve_var(part, env))
+        out.append(part if isinstance(part, str) else _resolve_var(part, env, lenient))
     return "".join(out)
 
 
-def _resolve_var(var: _Var, env: Mapping[str, str]) -> str:
+def interpolate(value: Any, env: Mapping[str, str], *, lenient: bool = True) -> Any:
+    """`value` (a parsed YAML tree) with every string interpolated (`resolve_env_value`)."""
+    if isinstance(value, str):
+        return resolve_env_value(value, env, lenient=lenient)
+    if isinstance(value, dict):
+        return {k: interpolate(v, env, lenient=lenient) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env, lenient=lenient) for v in value]
+    return value
+
+
+def _resolve_var(var: _Var, env: Mapping[str, str], lenient: bool = False) -> str:
     is_set = var.name in env
     value = env.get(var.name, "")
     non_empty = is_set and value != ""
@@ -134,16 +149,18 @@ def _resolve_var(var: _Var, env: Mapping[str, str]) -> str:
         case "":
             return value
         case ":-":
-            return value if non_empty else resolve_env_value(argument, env)
+            return value if non_empty else resolve_env_value(argument, env, lenient=lenient)
         case "-":
-            return value if is_set else resolve_env_value(argument, env)
+            return value if is_set else resolve_env_value(argument, env, lenient=lenient)
         case ":+":
-            return resolve_env_value(argument, env) if non_empty else ""
+            return resolve_env_value(argument, env, lenient=lenient) if non_empty else ""
         case "+":
-            return resolve_env_value(argument, env) if is_set else ""
+            return resolve_env_value(argument, env, lenient=lenient) if is_set else ""
         case ":?" | "?":
             if non_empty or (is_set and var.operator == "?"):
                 return value
+            if lenient:
+                return f"${{{var.name}}}"
             raise InterpolationError(
                 f"required variable {var.name} is missing a value: {argument}"
             )
@@ -200,12 +217,16 @@ class ServiceDef:
     stop_grace_period_s: float | None
     environment: dict[str, str | None]
     image: str | None
+    #: the whole service after merge keys, as written (uninterpolated)
+    body: dict[str, Any] = field(default_factory=lambda: {}, compare=False, repr=False)
 
 
 @dataclass
 class ComposeFile:
     path: str
     services: dict[str, ServiceDef]
+    #: top-level `configs:` -> inline `content` as written (None: a file or external config)
+    configs: dict[str, str | None] = field(default_factory=lambda: {})
 
     @classmethod
     def load(cls, path: str | Path) -> ComposeFile:
@@ -234,9 +255,12 @@ class ComposeFile:
         services = document.get("services")
         if not isinstance(services, dict) or not services:
             raise ComposeFileError(f"compose file {name} has no `services` mapping")
+        configs = document.get("configs") if isinstance(document.get("configs"), dict) else {}
         return cls(
             path=name,
             services={str(key): _service(name, str(key), body) for key, body in services.items()},
+            configs={str(k): (v.get("content") if isinstance(v, dict) and isinstance(v.get("content"), str) else None)
+                     for k, v in configs.items()},
         )
 
     def defined(self, service: str) -> bool:
@@ -327,6 +351,7 @@ def _service(file: str, name: str, body: Any) -> ServiceDef:
         stop_grace_period_s=None if grace is None else _grace(where, grace),
         environment=_environment(where, body.get("environment")),
         image=_optional_str(where, "image", body.get("image")),
+        body=dict(body),
     )
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from orchestrator.analysis.quiet_spec import check_quiet as _check_quiet
 from orchestrator.analysis.spec import check_against_runbook as _check_analysis
 from orchestrator.analysis.watch_spec import check_watch as _check_watch
+from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
 from orchestrator.language.step_specs import Prerequisite, _seconds, _Strict
 from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, check_sequence as _check_sequence
@@ -144,6 +145,9 @@ class Runbook(_Strict):
     #: drain); the other hosts of `hosts:` carry the domain, which a `presence: {hosts: others}`
     #: gate confirms before the drain.
     capacity: Literal["host", "fleet"] = "host"
+    #: The rest of the new file's contract the procedure depends on (argv, environment, values it
+    #: must not have), checked by `plan --compose-file` and `ci-preview` (orchestrator.language.expects).
+    expects: list[Expectation] = Field(default_factory=lambda: [])
 
     _age = field_validator("min_tag_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
@@ -244,6 +248,8 @@ class Runbook(_Strict):
         for svc in self.rollback_keeps:
             if svc in self.engines():
                 raise ValueError(f"rollback_keeps.{svc}: an engine never stays on the new file after a rollback")
+        for i, ex in enumerate(self.expects):
+            ex.check_against(f"expects[{i}]", self.replicas)
         seen_engines: set[str] = set()
         for replica, engines in self.replicas.items():
             if not engines:

@@ -10,15 +10,27 @@ each host the runbook is written for, as markdown for a CI job summary:
   rollback the change reaches;
 - a changed file no runbook names: listed as unaffected; the job passes.
 
+Several runbooks may deploy the same file, each for its own revision of it (#294's runbook and
+the canaries that later edit r2 in the same file): a change must match at least one of them. The
+job fails when none matches, with every runbook's mismatches; when one matches, the others'
+sections say they describe another revision, with their differences, and the job passes.
+
+With a base ref (the pull request's merge base), each checked file is compared with its version
+there (or, for a file new on the branch, with the runbook's `deploys:` file there): the summary
+shows per service what the rollout recreates, and a changed engine the runbook does not stop first
+or a config-only service it does not force-recreate fails the job (orchestrator.previews.compose_diff).
+
 Offline like `plan`: no host is contacted, no tag exists yet (the plan shows `<tag of this
 change>`). The inventory is optional: without one, requests show the default compose project.
 """
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from orchestrator.hosts.compose_file import ComposeFileError
 from orchestrator.language.machine import compile_rollout
 from orchestrator.previews.plan import build_plan, render_markdown
 from orchestrator.language.runbook import RUNBOOK_DIR, Runbook, load_runbook, runbook_names
@@ -53,9 +65,14 @@ def runbooks_affected_by(path: str, directory: Path = RUNBOOK_DIR) -> list[Affec
 
 
 def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] | None = None,
-            directory: Path = RUNBOOK_DIR) -> tuple[str, list[str]]:
-    """(markdown, mismatches): one section per (changed file, affected runbook, host)."""
+            directory: Path = RUNBOOK_DIR, env: dict[str, str] | None = None,
+            base_ref: str | None = None) -> tuple[str, list[str]]:
+    """(markdown, mismatches): one section per (changed file, affected runbook, host). `env`: a
+    host's env map the files are interpolated with (default: the defaults the files write).
+    `base_ref`: a git ref of `repo` to diff each checked file against."""
     from orchestrator.previews.compose_check import check_against_compose_file
+    from orchestrator.previews.compose_diff import check_changes, render_changes, service_changes
+    from orchestrator.previews.runbook_lines import RunbookLines
 
     projects = projects or {}
     out = ["## orchestrate: rollout preview", ""]
@@ -67,22 +84,49 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
             unaffected.append(path)
             continue
         file_on_disk = repo / path
+        tables: dict[str, list[str]] = {}
+        results: list[tuple[Affected, list[str], list[str], set[str] | None]] = []
         for a in affected:
-            rb = a.runbook
             checks: list[str] = []
             problems: list[str] = []
             new_services = None
             if a.role == "new":
                 if not file_on_disk.is_file():
-                    problems = [f"{path} was deleted, but runbook {rb.name} deploys it"]
+                    problems = [f"{path} was deleted, but runbook {a.runbook.name} deploys it"]
                 else:
-                    checks, problems, new_services = check_against_compose_file(rb, file_on_disk)
-            verdict = "**mismatch**" if problems else ("checked" if a.role == "new" else "rollback target, not checked")
+                    checks, problems, new_services = check_against_compose_file(a.runbook, file_on_disk, env=env, display=path)
+                    # what the host runs before this rollout: the runbook's `deploys:` file, else this file
+                    base = _base_version(repo, base_ref, [*a.runbook.deploys, path]) if base_ref else None
+                    if base is not None:
+                        since = f"{base[0]} at {base_ref}"
+                        try:
+                            changes = service_changes(base[1], file_on_disk.read_text(encoding="utf-8"), env,
+                                                      old_name=f"{base_ref}:{base[0]}", new_name=path)
+                        except ComposeFileError as exc:
+                            checks.append(f"no diff with {since}: {exc}")
+                        else:
+                            diff_checks, findings = check_changes(a.runbook, changes, RunbookLines(a.runbook), since)
+                            checks += diff_checks
+                            problems += [f.line(path) for f in findings]
+                            tables.setdefault(since, render_changes(changes, path, since))
+            results.append((a, checks, problems, new_services))
+        out += [line for table in tables.values() for line in table]
+        deploying = [problems for a, _, problems, _ in results if a.role == "new"]
+        matched = any(not problems for problems in deploying)
+        for a, checks, problems, new_services in results:
+            rb = a.runbook
+            binding = bool(problems) and not matched
+            verdict = ("**mismatch**" if binding else "**another revision**: not matched, the job passes on the runbook that matches"
+                       ) if problems else ("checked" if a.role == "new" else "rollback target, not checked")
             out += [f"### `{path}` — runbook `{rb.name}` ({verdict})", ""]
             if a.role == "previous":
                 out += [f"`{path}` is the previous file runbook `{rb.name}`'s rollbacks go back to; the compose-file "
                         f"check applies to its new file `{rb.file}` only.", ""]
-            failures += [f"{path} vs runbook {rb.name}: {p}" for p in problems]
+            elif problems and not binding:
+                out += [f"Runbook `{rb.name}` also deploys `{path}`, for another revision of it; another runbook that deploys "
+                        f"it matches this change. Its differences are listed for the reviewer.", ""]
+            if binding:
+                failures += [f"{path} vs runbook {rb.name}: {p}" for p in problems]
             for host in rb.hosts:
                 plan = build_plan(rb, compile_rollout(rb), host=host, tag=CI_TAG, project=projects.get(host),
                                   new_file_services=new_services)
@@ -93,6 +137,15 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
     if not changed:
         out += ["No changed files.", ""]
     return "\n".join(out), failures
+
+
+def _base_version(repo: Path, ref: str, paths: list[str]) -> tuple[str, str] | None:
+    """(path, text) of the first of `paths` that exists at `ref` in the git checkout `repo`."""
+    for path in paths:
+        r = subprocess.run(["git", "-C", str(repo), "show", f"{ref}:{_norm(path)}"], capture_output=True, check=False)
+        if r.returncode == 0:
+            return _norm(path), r.stdout.decode("utf-8", errors="replace")
+    return None
 
 
 def inventory_projects(inventory: Path | None) -> dict[str, str | None]:

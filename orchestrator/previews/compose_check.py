@@ -4,20 +4,56 @@ Checked: every service the runbook names with `file: new` exists; `container_nam
 service key (dry-run lines name containers, the plan check maps them back to services); engines'
 `stop_grace_period` equals the runbook's; the file's HiCache budget default equals the runbook's
 for every replica engine, through the runbook's variable; and which services each scoped `up`
-drags in through `depends_on` (each must be allowed by the step's `may_also`).
+drags in through `depends_on` (each must be allowed by the step's `may_also`). Then every fact the
+runbook states about the file (orchestrator.previews.compose_facts: replica values, weights, GPUs,
+relay ports and routes, metrics, profiles, `expects:`), each difference one line naming the file,
+the service, the key, the value found, the value expected and the runbook line relying on it.
+
+The file is read as compose would run it: interpolated with the defaults it writes, or with
+`env` (the host's env map, whose values are never shown).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from orchestrator.hosts.budget import parse_budget
 from orchestrator.hosts.compose_file import BudgetExpr, ComposeFile, ComposeFileError
 from orchestrator.language.runbook import SELECTED, Runbook
+from orchestrator.previews.compose_facts import check_facts
+from orchestrator.previews.runbook_lines import RunbookLines
 from orchestrator.util.user_errors import UserError
 
 
-def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list[str], set[str]]:
+def read_env_file(path: Path) -> dict[str, str]:
+    """A host's env map as a dotenv file (`NAME=value` lines, `#` comments, optional `export `,
+    one level of matching quotes stripped). Errors name the file and the line number, never a value."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"--env {path} is unreadable: {getattr(exc, 'strerror', None) or exc}") from None
+    env: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").lstrip()
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise UserError(f"--env {path}, line {n}: not a NAME=value line")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[name] = value
+    return env
+
+
+def check_against_compose_file(rb: Runbook, path: Path, *, env: Mapping[str, str] | None = None,
+                               display: str | None = None) -> tuple[list[str], list[str], set[str]]:
+    """(checks passed, problems, services the file defines). `display`: how problem lines name
+    the file (default: the path as given)."""
     try:
         cf = ComposeFile.load(path)
     except ComposeFileError as exc:
@@ -84,6 +120,9 @@ def check_against_compose_file(rb: Runbook, path: Path) -> tuple[list[str], list
     config_checks, config_problems = check_config_only_recreates(rb, path)
     checks += config_checks
     problems += config_problems
+    fact_checks, findings = check_facts(rb, cf, dict(env or {}), RunbookLines(rb))
+    checks += fact_checks
+    problems += [f.line(display or str(path)) for f in findings]
     return checks, problems, set(cf.services)
 
 

@@ -98,3 +98,31 @@ def test_a_change_to_the_rollback_target_file_is_shown_not_checked(repo, tmp_pat
     r, summary = _preview(repo, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "(rollback target, not checked)" in summary
+
+
+def test_a_mutation_the_runbook_relies_on_fails_the_job_and_the_summary_shows_its_line(repo, tmp_path):
+    path = repo / NEW
+    text = path.read_text()
+    assert text.count("LONG_TIER_ONLY=${LONG_TIER_ONLY:-true}") == 1
+    path.write_text(text.replace("LONG_TIER_ONLY=${LONG_TIER_ONLY:-true}", "LONG_TIER_ONLY=${LONG_TIER_ONLY:-false}"))
+    _git(repo, "commit", "-q", "-am", "dual-role by default")
+    r, summary = _preview(repo, tmp_path)
+    assert r.returncode == 1, r.stderr
+    line = (f"{NEW}: model-proxy-registrar: environment LONG_TIER_ONLY: found false, expected true (the verify gate requires "
+            f"gpu02 under the long domain only, attached through the synthetic id; relied on by "
+            f"runbooks/gpu02-glm53-w4afp8-long-context.yaml:")
+    assert line in r.stderr and line in summary
+    # every runbook deploying the file relies on it (the canaries too): none matches, all are listed
+    assert summary.count("(**mismatch**)") == 3
+
+
+def test_a_change_for_another_runbook_of_the_same_file_passes_and_names_the_others(repo, tmp_path):
+    # the pdi-2 canary's revision of the file (#299): it matches that runbook, not #294's
+    shutil.copy(SIM_FILES / "tags" / "v0.0.304" / NEW, repo / NEW)
+    _git(repo, "commit", "-q", "-am", "pdi 2 on r2")
+    r, summary = _preview(repo, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"### `{NEW}` — runbook `gpu02-glm53-w4afp8-pdi2-canary` (checked)" in summary
+    assert f"### `{NEW}` — runbook `gpu02-glm53-w4afp8-long-context` (**another revision**" in summary
+    assert "--prefill-decode-interval: found 2, expected 1" in summary  # #294's runbook's difference, shown
+    assert "mismatch:" not in r.stderr

@@ -444,3 +444,67 @@ def test_duration_round_trip(hours: int, minutes: int, seconds: int, millis: int
     assert parse_duration(text) == float(Decimal(total_ms) / 1000)
     grace = ComposeFile.from_text(f"services:\n  a:\n    stop_grace_period: {text}\n").services["a"]
     assert grace.stop_grace_period_s == float(Decimal(total_ms) / 1000)
+
+
+# --- a service as compose would run it (orchestrator.previews.compose_reading) ------------------
+
+READ_TEXT = """
+x-common: &common
+  image: reg/engine@sha256:abcdef123456ffff
+  command: >
+    serve --model-path ${MODEL:-/m/models--org--name/snapshots/1}
+    --limit '{"image": 64}'
+    --price $$5 --port ${PORT-8000}
+services:
+  e:
+    <<: *common
+    labels:
+      nearai.otel.engine_image: "${IMAGE_TAG:-abcdef123456}"
+      plain: x
+    ports: ["8008:8008", "127.0.0.1:9000:9001/tcp", {target: 80, published: "8080"}, "3000"]
+    deploy: {resources: {reservations: {devices: [{driver: nvidia, device_ids: ["4", "5"], capabilities: [gpu]}]}}}
+    environment: ["A=${A:-1}", PASS]
+    configs: [relay]
+  f:
+    image: x
+    command: ["a", "${B:?B is required}"]
+    labels: ["k=v", "empty="]
+configs:
+  relay:
+    content: |
+      server { listen 8009; set $$backend http://e:8000; token ${TOKEN:?required}; }
+  external_one:
+    file: ./x.conf
+"""
+
+
+def test_interpolate_applies_compose_rules_to_any_tree() -> None:
+    from orchestrator.hosts.compose_file import interpolate
+
+    tree = {"a": ["${X:-d}", "$$lit", {"b": "${Y-unset}"}], "n": 3}
+    assert interpolate(tree, {"Y": ""}) == {"a": ["d", "$lit", {"b": ""}], "n": 3}
+    assert interpolate("${R:?needed}", {}) == "${R}"  # lenient: a missing required variable reads as written
+    with pytest.raises(InterpolationError):
+        interpolate("${R:?needed}", {}, lenient=False)
+    assert resolve_env_value("${R:-${S:?x}}", {}, lenient=True) == "${S}"
+
+
+def test_a_service_is_read_as_compose_would_run_it() -> None:
+    from orchestrator.previews import compose_reading as reading
+
+    cf = ComposeFile.from_text(READ_TEXT, "read.yaml")
+    assert reading.argv(cf, "e", {}) == ["serve", "--model-path", "/m/models--org--name/snapshots/1", "--limit",
+                                         '{"image": 64}', "--price", "$5", "--port", "8000"]
+    other = reading.argv(cf, "e", {"MODEL": "/other", "PORT": ""})
+    assert other[2] == "/other" and other[-1] == "--port"  # PORT set but empty: `-` keeps it empty
+    assert reading.argv(cf, "f", {}) == ["a", "${B}"] and reading.argv(cf, "f", {"B": "b"}) == ["a", "b"]
+    assert reading.labels(cf, "e", {"IMAGE_TAG": "0123"}) == {"nearai.otel.engine_image": "0123", "plain": "x"}
+    assert reading.labels(cf, "f", {}) == {"k": "v", "empty": ""}
+    assert reading.published_ports(cf, "e", {}) == {8008, 9000, 8080}
+    assert reading.device_ids(cf, "e") == ["4", "5"] and reading.device_ids(cf, "f") is None
+    assert reading.env_value(cf, "e", "A", {}) == "1" and reading.env_value(cf, "e", "PASS", {"PASS": "p"}) == "p"
+    assert reading.env_value(cf, "e", "NONE", {}) is None
+    assert reading.config_text(cf, "e", {}).strip() == "server { listen 8009; set $backend http://e:8000; token ${TOKEN}; }"
+    assert cf.configs["external_one"] is None and reading.config_text(cf, "f", {}) == ""
+    with pytest.raises(ComposeFileError, match="does not define nope"):
+        reading.argv(cf, "nope", {})

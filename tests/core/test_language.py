@@ -111,3 +111,29 @@ def test_a_runbook_may_name_more_domain_roles_and_a_presence_gate_may_use_them()
         d["phases"][0]["steps"].insert(0, {"id": "x", "say": "x", "presence": {"absent": ["canary"], "within": "1m"}})
     with pytest.raises(UserError, match="domain role 'canary' is not one of long, base"):
         parse_runbook(_mutated(unknown_role), source="t.yaml")
+
+
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        ({"services": ["replica:r9"], "argv": {"--x": "1"}, "why": "w"}, "'replica:r9' names no replica"),
+        ({"services": ["replica:r1"], "argv": {"--chunked-prefill-size": 8192}, "why": "w"}, "quote the value"),
+        ({"services": ["replica:r1"], "argv": {"chunked-prefill-size": "8192"}, "why": "w"}, "is not a flag"),
+        ({"services": ["x"], "environment": {"A": 1}, "why": "w"}, "the environment is text"),
+        ({"services": ["x"], "why": "w"}, "it would check nothing"),
+        ({"services": ["x"], "distinct": ["--port"], "why": "w"}, "list more than one"),
+        ({"services": ["x"], "image": "i", "why": ""}, "expects.0.why"),
+    ],
+)
+def test_loader_refuses_bad_expects(entry, needle):
+    with pytest.raises(UserError) as exc:
+        parse_runbook(_mutated(lambda d: d.__setitem__("expects", [entry])), source="t.yaml")
+    assert needle in str(exc.value)
+
+
+def test_expects_loads_as_written_in_the_shipped_runbook():
+    rb = parse_runbook(copy.deepcopy(RAW), source="t.yaml")
+    first = rb.expects[0]
+    assert first.services == ["replica:r1", "replica:r2"] and first.distinct == ["--dist-init-addr"]
+    assert first.argv["--chunked-prefill-size"] == "8192" and first.argv["--revision"] is False
+    assert rb.expects[2].environment_absent == ["SGLANG_*ADMISSION_RESERVE*"] and rb.expects[3].relied_on_by == "verify"

@@ -1,0 +1,76 @@
+"""`expects:` in a runbook: the part of the new compose file's contract a procedure depends on
+that no gate or declared value states (the argv flags an engine must run with, environment
+defaults, values the file must not have). `plan --compose-file` and `ci-preview` compare each
+entry with the file, as compose would run it (interpolated, defaults applied, with `--env` the
+host's env map), and fail the pull request with one line per difference.
+
+    expects:
+      - services: [replica:r1, replica:r2]     # every engine of those replicas the file defines
+        argv: {--chunked-prefill-size: "8192", --enable-metrics: true, --revision: false}
+        distinct: [--dist-init-addr]           # each listed service a value of its own
+        environment: {SGLANG_HICACHE_CUDA_HOST_MEMORY: "1"}
+        environment_absent: ["SGLANG_ADMISSION_RESERVE*"]
+        why: the L2 arm the rollout was qualified on (#294)
+        relied_on_by: cold-start               # a step id: the problem line cites it
+
+`argv`: flag -> the value that follows it (a string), `true` (the flag is present), `false` (it
+is not). `environment`: variable -> the value in the container; null: unset or empty.
+`environment_absent`: glob patterns no set, non-empty variable may match. `configs_contain`: text
+every listed service's inline `configs:` content must hold (after interpolation). `image`: the
+exact image reference.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from orchestrator.language.step_specs import _Strict
+
+REPLICA_PREFIX = "replica:"
+
+
+class Expectation(_Strict):
+    services: list[str] = Field(min_length=1)
+    argv: dict[str, str | bool] = Field(default_factory=lambda: {})
+    distinct: list[str] = Field(default_factory=lambda: [])
+    environment: dict[str, str | None] = Field(default_factory=lambda: {})
+    environment_absent: list[str] = Field(default_factory=lambda: [])
+    configs_contain: list[str] = Field(default_factory=lambda: [])
+    image: str | None = None
+    #: why the procedure needs it (shown with every problem this entry finds)
+    why: str = Field(min_length=1)
+    #: the id of the step that relies on it (the problem line cites that step); else this entry
+    relied_on_by: str | None = None
+
+    @field_validator("argv", mode="before")
+    @classmethod
+    def _flags(cls, v: object) -> object:
+        if isinstance(v, dict):
+            for flag, value in v.items():
+                if not str(flag).startswith("-"):
+                    raise ValueError(f"argv: {flag!r} is not a flag (flags start with -)")
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    raise ValueError(f"argv: {flag}: quote the value ({value!r} -> \"{value}\"): argv is text")
+        return v
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _texts(cls, v: object) -> object:
+        if isinstance(v, dict):
+            for name, value in v.items():
+                if isinstance(value, int | float | bool):
+                    raise ValueError(f"environment: {name}: quote the value ({value!r}): the environment is text")
+        return v
+
+    def check_against(self, here: str, replicas: dict[str, list[str]]) -> None:
+        """The rules that need the runbook: the replicas it names exist. (`relied_on_by` naming no
+        step is the compose-file check's problem, not the loader's: a runbook derived from another
+        with fewer steps still loads, and the check says which entry cites nothing.)"""
+        for s in self.services:
+            if s.startswith(REPLICA_PREFIX) and s[len(REPLICA_PREFIX):] not in replicas:
+                raise ValueError(f"{here}.services: {s!r} names no replica of replicas: ({', '.join(replicas) or 'none'})")
+        if not (self.argv or self.distinct or self.environment or self.environment_absent or self.configs_contain or self.image):
+            raise ValueError(f"{here}: an expectation needs argv, distinct, environment, environment_absent, "
+                             f"configs_contain or image (it would check nothing)")
+        if self.distinct and len(self.services) < 2 and not any(s.startswith(REPLICA_PREFIX) for s in self.services):
+            raise ValueError(f"{here}.distinct: values differ between several services: list more than one")
