@@ -417,7 +417,7 @@ def clock_offset_hook() -> None:
 
     for mod in ("orchestrator.cli", "orchestrator.service.runner", "orchestrator.journal.sql", "orchestrator.journal.base",
                 "orchestrator.engine.steps.language", "orchestrator.service.activity", "orchestrator.engine.fleet",
-                "orchestrator.engine.prerequisites", "orchestrator.engine.executor.runtime", "orchestrator.server.worker",
+                "orchestrator.engine.rules.prerequisites", "orchestrator.engine.executor.runtime", "orchestrator.server.worker",
                 "orchestrator.server.pages", "orchestrator.service.startup"):
         try:
             importlib.import_module(mod)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import yaml
 
-from orchestrator.engine.prerequisites import unmet
+from orchestrator.engine.rules.prerequisites import unmet
 from orchestrator.language.runbook import RUNBOOK_DIR, LogValue, Prerequisite, parse_runbook
 from orchestrator.engine.steps.language import judge_markers
 from orchestrator.util.user_errors import UserError

@@ -313,6 +313,13 @@ class Rig:
                            soak_override=self.soak)
         return self.ex
 
+    def use(self, **clients: Any) -> Executor:
+        """Other clients for this run (`peers=`, `relay=`, `github=`, ...): the runtime's parts receive
+        their clients when they are built, so the Executor is built again over them."""
+        for name, client in clients.items():
+            setattr(self.clients, name, client)
+        return self.resume()
+
     @property
     def ctx(self) -> RunContext:
         return self.ex.ctx

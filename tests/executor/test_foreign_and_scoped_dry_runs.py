@@ -1,11 +1,11 @@
 """Foreign-change detection and scoped dry runs in the executor (issue 21, cases 12 and 13).
 
 Mutation list (each guard deleted in the source, the test seen failing, the source restored):
-- runtime_compose.py RuntimeCompose.mutate: `if foreign: raise ForeignChange(foreign)` removed ->
+- runtime.py ComposeCalls.mutate: `if foreign: raise ForeignChange(foreign)` removed ->
   test_a_call_someone_else_made_halts_before_the_next_mutating_call (the down is sent).
-- runtime_compose.py RuntimeCompose.dry_run: the `if foreign:` branch removed ->
+- runtime.py ComposeCalls.dry_run: the `if foreign:` branch removed ->
   test_a_dry_run_change_beside_a_foreign_entry_names_it_and_does_not_blame_compose (14029 blamed).
-- runtime_preflight.py RuntimePreflight.validate_previous_targets: `engines=set(self.rb.engines())` dropped ->
+- runtime.py Preflight.validate_previous_targets: `engines=set(self.rb.engines())` dropped ->
   test_the_before_state_target_check_never_names_a_running_engine.
 - placement.py: the shared-only dry run replaced by 77b15ae's (every running new-file service) ->
   test_placement_names_no_engine_in_any_state.
@@ -17,7 +17,7 @@ import pytest
 
 from fakes import NEW_R2, OLD_R2, OLD_TAG, R1, RB, SHARED, SIDECARS, TAG, Rig, ctx_at, host_before
 from orchestrator.hosts.clients.compose_manager import StreamOutcome
-from orchestrator.engine.foreign_change import new_mark
+from orchestrator.engine.rules.foreign_change import new_mark
 from orchestrator.hosts.parsers.action_log import Action
 
 PERSON = "2026-12-01T03:04:05.000000001+00:00"

@@ -105,13 +105,13 @@ class RunContext:
     #: a cold-start gate's progress: service -> {container, per_rank, once, start, last}
     #: (orchestrator/engine/steps/cold_start_memory.py): a resumed gate counts it as seen
     milestones: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: containers this run created / stopped, by container ID -> {service, state} (orchestrator.engine.ownership):
+    #: containers this run created / stopped, by container ID -> {service, state} (orchestrator.engine.rules.ownership):
     #: a rollback step stops only what is in `created`, never a container it merely shares a name with
     created: dict[str, dict[str, str]] = field(default_factory=dict)
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)
     #: why a rollback step left an engine running (said in the run's final message)
     not_stopped: list[str] = field(default_factory=list)
-    #: where this run last agreed with compose-manager's action log (`orchestrator.engine.foreign_change`):
+    #: where this run last agreed with compose-manager's action log (`orchestrator.engine.rules.foreign_change`):
     #: {"count": entries known, "last": the last one's identity, "effect_id": the journal's last effect then}
     action_mark: dict[str, Any] = field(default_factory=dict)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.hosts.clients.errors import ClientError
-from orchestrator.engine.executor.targets import group_targets
+from orchestrator.engine.rules.targets import group_targets
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime

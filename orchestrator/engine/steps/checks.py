@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.prerequisites import unfinished
+from orchestrator.engine.rules.prerequisites import unfinished
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class BeforeStateCheck(Described):
 
 @register
 class HostStateCheck(Described):
-    """Place the host in the runbook's declared host states (see `orchestrator.engine.host_state`).
+    """Place the host in the runbook's declared host states (see `orchestrator.engine.rules.host_state`).
 
     before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
     part-way -> OK only when the run was started at that state's phase with the operator's
@@ -210,7 +210,7 @@ class HostStateCheck(Described):
     key = "check.host_state"
 
     async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
-        from orchestrator.engine import host_state
+        from orchestrator.engine.rules import host_state
         from orchestrator.engine.steps.base import skip
 
         observed = await rt.observe_host()
@@ -225,7 +225,7 @@ class HostStateCheck(Described):
             diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
             return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
                         f"Nothing was changed")
-        # the one serving model (orchestrator/engine/serving_evidence.py): what each engine's evidence says
+        # the one serving model (orchestrator/engine/rules/serving_evidence.py): what each engine's evidence says
         verdicts = await rt.running_engine_verdicts()
         rt.ctx.placement["serving"] = {svc: v.state.value for svc, v in verdicts.items()}
         serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())

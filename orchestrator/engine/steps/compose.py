@@ -19,10 +19,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.language.machine import Node
-from orchestrator.engine.ownership import ps_ids
+from orchestrator.engine.rules.ownership import ps_ids
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.engine.dry_run_check import judge_dry_run
+from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.language.runbook import SELECTED, Step
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps import config_recreate

@@ -44,10 +44,10 @@ async def placeholder_values(rt: "Runtime", *texts: str) -> dict[str, str]:
     """{host}, {tag}, {file}, {run_id}; {file_sha256} only when a text names it (a GitHub read)."""
     values = {"host": rt.run.host, "tag": rt.run.tag or "", "file": rt.rb.file, "run_id": rt.run.run_id}
     if needs_file_sha(*texts):
-        ext, repo = rt.clients.external, rt.entry.github_repo
-        if ext is None or repo is None:
+        repo = rt.github_repo()
+        if repo is None:
             raise LookupError("{file_sha256} needs the inventory's github_repo for this host")
-        sha = await ext.file_sha256(repo, rt.rb.file, rt.run.tag or "")
+        sha = await rt.file_sha256(repo, rt.rb.file, rt.run.tag or "")
         if sha is None:
             raise LookupError(f"{rt.rb.file} is not in {repo} at tag {rt.run.tag}")
         values["file_sha256"] = sha
@@ -71,12 +71,7 @@ async def poll(rt: "Runtime", within: float, check: Callable[[], Awaitable[list[
 async def env_of(rt: "Runtime", host: str) -> Any:
     if host == "this":
         return await rt.read_env()  # afresh: a human's edit must show, and the next call passes it
-    name = rt.clients.instance_names.get(host)
-    if name is None:
-        raise LookupError(f"host {host!r} is not in the inventory (its env map cannot be read)")
-    env = await rt.clients.dashboard.env_map(name=name)
-    rt.redactor.add(*env.redaction_values())
-    return env
+    return await rt.other_env(host)
 
 
 async def env_gate(rt: "Runtime", spec: EnvSpec) -> StepOutcome:

@@ -13,7 +13,7 @@ Rules:
   an other host the inventory does not know fails the gate;
 - capture: the services' last `tail` lines go to the run log (`log_capture`), scrubbed; a service
   with no log is noted, not failed (capturing must never block a rollback);
-- prerequisites: see `orchestrator.engine.prerequisites`; overridden only by an approval named
+- prerequisites: see `orchestrator.engine.rules.prerequisites`; overridden only by an approval named
   `prerequisite:<host>` (`orchestrate approve RUN_ID --gate prerequisite:gpu02`).
 """
 
@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from orchestrator.language.machine import Node
-from orchestrator.engine.prerequisites import unfinished, unmet_in
+from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
 from orchestrator.language.runbook import LogValue, Step
 from orchestrator.engine.step_descriptions import value_text
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register
@@ -86,7 +86,7 @@ class Markers(Described):
         m = step.markers
         assert m is not None
         try:
-            text = await rt.clients.compose.logs(rt.service_file(m.service), [m.service], MARKER_WINDOW, rt.entry.project)
+            text = await rt.service_log(m.service, MARKER_WINDOW)
         except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
             return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
@@ -105,7 +105,7 @@ class Presence(Described):
         assert p is not None
         if p.hosts == "others":
             others = [h for h in rt.rb.hosts if h != rt.run.host]
-            unknown = [h for h in others if h not in rt.clients.addresses]
+            unknown = [h for h in others if rt.address_of(h) is None]
             if unknown:  # never assume a host we cannot ask about carries the domain
                 return fail(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory (the runbook's "
                             f"hosts: {', '.join(rt.rb.hosts)}); add it to the inventory, or take it out of the runbook's "
@@ -114,7 +114,7 @@ class Presence(Described):
             if busy:  # two hosts of one tier never leave it at once, even from two terminals
                 return fail("one host of the tier at a time: " + "; ".join(
                     f"{h} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}" for h, r in busy))
-            targets = {h: rt.clients.addresses[h] for h in others}
+            targets = {h: rt.address_of(h) or "" for h in others}
         else:
             targets = {rt.run.host: rt.entry.model_proxy_address}
         shown = ", ".join(f"{h} ({a})" for h, a in targets.items())
@@ -122,21 +122,10 @@ class Presence(Described):
         rt.emit("waiting", gate=f"both peers: {shown} " + describe_roles(p.listed, p.absent))
         while True:
             seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
-            problems: list[str] = []
             try:
-                for peer in rt.clients.peers:
-                    for host, addr in targets.items():
-                        for role in p.listed:
-                            got = await peer.presence(addr, rt.rb.domains.of(role))
-                            if not (got.listed and got.healthy):
-                                problems.append(f"{peer.name} does not list {host} ({addr}) healthy under "
-                                                f"{rt.rb.domains.of(role)}")
-                        for role in p.absent:  # any port of the host: a registration on another port is not a drain
-                            got = await peer.presence(rt.host_part(addr), rt.rb.domains.of(role))
-                            if got.listed:
-                                problems.append(f"{peer.name} still lists {host} ({addr}) under {rt.rb.domains.of(role)}")
+                problems = await rt.presence_problems(targets, p.listed, p.absent)
             except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
-                problems.append(rt.scrub(error_text(exc)))
+                problems = [rt.scrub(error_text(exc))]
             if not problems:
                 short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
                 return halt(short) if short else ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
@@ -159,7 +148,7 @@ class Capture(Described):
         kept = []
         for svc in c.services:
             try:
-                text = await rt.clients.compose.logs(rt.service_file(svc), [svc], c.tail, rt.entry.project)
+                text = await rt.service_log(svc, c.tail)
             except Exception as exc:  # noqa: BLE001 - capturing never blocks what follows
                 rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
                 continue

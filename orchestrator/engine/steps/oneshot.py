@@ -84,7 +84,7 @@ class OneShotCompletion(Described):
                 return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
             await rt.wait()
         try:
-            text = await rt.clients.compose.logs(rt.service_file(o.service), [o.service], OUTPUT_TAIL, rt.entry.project)
+            text = await rt.service_log(o.service, OUTPUT_TAIL)
         except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
             return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
