@@ -13,7 +13,7 @@ from orchestrator.engine.rules.prerequisites import unfinished
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def expected_rank_budget(budget_ctx: dict[str, int], rb: Runbook, service: str) 
     return per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
 
 
-def budget_verdict(rt: "Runtime") -> StepOutcome:
+def budget_verdict(rt: "Activities") -> StepOutcome:
     """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
     assert rt.env is not None
     b = rt.rb.budget
@@ -121,7 +121,7 @@ def budget_verdict(rt: "Runtime") -> StepOutcome:
 class EnvMapCheck(Described):
     key = "check.env_map"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         env = await rt.read_env()
         masked = env.masked_credentials()
         if masked:
@@ -136,12 +136,12 @@ class EnvMapCheck(Described):
 class BudgetCheck(Described):
     key = "check.budget"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()
         return budget_verdict(rt)
 
 
-async def record_rollback_targets(rt: "Runtime", before: dict[str, Any]) -> StepOutcome | None:
+async def record_rollback_targets(rt: "Activities", before: dict[str, Any]) -> StepOutcome | None:
     """Record /version and docker/ps in `before`; establish the previous successful deploy of every
     service a `previous:` request names, and dry-run-check each target. A refusal, or None."""
     await rt.ensure_env()
@@ -166,7 +166,7 @@ class RollbackTargetsCheck(Described):
 
     key = "check.rollback_targets"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         before: dict[str, Any] = {}
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
@@ -180,7 +180,7 @@ class RollbackTargetsCheck(Described):
 class BeforeStateCheck(Described):
     key = "check.before_state"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         before: dict[str, Any] = {}
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
@@ -209,7 +209,7 @@ class HostStateCheck(Described):
 
     key = "check.host_state"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         from orchestrator.engine.rules import host_state
         from orchestrator.engine.steps.base import skip
 
@@ -268,7 +268,7 @@ class TagAgeCheck(Described):
 
     key = "check.tag_age"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         verdict = await rt.check_tag_age()
         if verdict is None:
             return ok("tag age not checked: --skip-tag-age-check")
@@ -284,7 +284,7 @@ class ModelCacheCheck(Described):
 
     key = "check.model_cache"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         cache = await rt.host_cache()
         if cache is None:
             return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
@@ -301,7 +301,7 @@ class CacheHolds(Described):
 
     key = "cache"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         assert step.cache is not None
         cache = await rt.host_cache()
         if cache is None:

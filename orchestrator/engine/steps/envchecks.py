@@ -26,7 +26,7 @@ from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, reg
 from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
 def judge_env(env: Any, spec: EnvSpec, values: dict[str, str]) -> list[str]:
@@ -40,7 +40,7 @@ def judge_env(env: Any, spec: EnvSpec, values: dict[str, str]) -> list[str]:
     return problems
 
 
-async def placeholder_values(rt: "Runtime", *texts: str) -> dict[str, str]:
+async def placeholder_values(rt: "Activities", *texts: str) -> dict[str, str]:
     """{host}, {tag}, {file}, {run_id}; {file_sha256} only when a text names it (a GitHub read)."""
     values = {"host": rt.run.host, "tag": rt.run.tag or "", "file": rt.rb.file, "run_id": rt.run.run_id}
     if needs_file_sha(*texts):
@@ -54,7 +54,7 @@ async def placeholder_values(rt: "Runtime", *texts: str) -> dict[str, str]:
     return values
 
 
-async def poll(rt: "Runtime", within: float, check: Callable[[], Awaitable[list[str]]]) -> list[str]:
+async def poll(rt: "Activities", within: float, check: Callable[[], Awaitable[list[str]]]) -> list[str]:
     """`check()` until it finds no problem or `within` has run out (once when 0); the last problems."""
     deadline = rt.clock.monotonic() + within
     while True:
@@ -68,13 +68,13 @@ async def poll(rt: "Runtime", within: float, check: Callable[[], Awaitable[list[
         await rt.wait()
 
 
-async def env_of(rt: "Runtime", host: str) -> Any:
+async def env_of(rt: "Activities", host: str) -> Any:
     if host == "this":
         return await rt.read_env()  # afresh: a human's edit must show, and the next call passes it
     return await rt.other_env(host)
 
 
-async def env_gate(rt: "Runtime", spec: EnvSpec) -> StepOutcome:
+async def env_gate(rt: "Activities", spec: EnvSpec) -> StepOutcome:
     who = rt.run.host if spec.host == "this" else spec.host
     values: dict[str, str] = {}
 
@@ -98,7 +98,7 @@ async def env_gate(rt: "Runtime", spec: EnvSpec) -> StepOutcome:
 class EnvGate(Described):
     key = "env"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         assert step.env is not None
         return await env_gate(rt, step.env)
 
@@ -107,7 +107,7 @@ class EnvGate(Described):
 class Manual(Described):
     key = "manual"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         m = step.manual
         assert m is not None
         edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out

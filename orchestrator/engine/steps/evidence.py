@@ -22,7 +22,7 @@ from orchestrator.engine.step_descriptions import bound_text  # noqa: F401 - its
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
 def error_text(exc: BaseException) -> str:
@@ -44,7 +44,7 @@ def gauge_problem(text: str, g: GaugeBound) -> str | None:
 class MetricsEvidence(Described):
     key = "metrics"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         m = step.metrics
         assert m is not None
         env = await rt.ensure_env()
@@ -80,7 +80,7 @@ class MetricsEvidence(Described):
             return fail(f"{where}: {rt.scrub(error_text(exc))}")
         return ok(f"{where}: " + "; ".join(notes))
 
-    async def _host_restore(self, rt: "Runtime", client: Any, node: Node, counters: list[str], evict: int,
+    async def _host_restore(self, rt: "Activities", client: Any, node: Node, counters: list[str], evict: int,
                             where: str) -> StepOutcome:
         nonce = f"{rt.run.run_id}-{node.id}"
         doc = f"Host-restore check {nonce}. " + (

@@ -30,7 +30,7 @@ from orchestrator.engine.steps.envchecks import placeholder_values, poll
 from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 GREEN = frozenset({"success", "neutral", "skipped"})
 
@@ -78,7 +78,7 @@ def judge_pull_request(status: Any, merged: bool, green: bool, required: list[st
 class ProxyPool(Described):
     key = "proxy_pool"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         p = step.proxy_pool
         assert p is not None
         listed: list[str] = []
@@ -113,7 +113,7 @@ class ProxyPool(Described):
 class PullRequest(Described):
     key = "pull_request"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.pull_request
         assert spec is not None
         repo, tag = rt.github_repo(), rt.run.tag or ""
@@ -136,7 +136,7 @@ class PullRequest(Described):
 class HttpJson(Described):
     key = "http_json"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.http_json
         assert spec is not None
         texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
@@ -175,7 +175,7 @@ class HttpJson(Described):
 class Attestation(Described):
     key = "attestation"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.attestation
         assert spec is not None
         try:
@@ -248,7 +248,7 @@ def image_digest(image: str) -> str | None:
 class Image(Described):
     key = "image"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.image
         assert spec is not None
         want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")

@@ -31,7 +31,7 @@ from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, o
 from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 MARKER_WINDOW = 5000
 
@@ -82,7 +82,7 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
 class Markers(Described):
     key = "markers"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         m = step.markers
         assert m is not None
         try:
@@ -100,7 +100,7 @@ class Markers(Described):
 class Presence(Described):
     key = "presence"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         p = step.presence
         assert p is not None
         if p.hosts == "others":
@@ -142,7 +142,7 @@ def describe_roles(listed: list[str], absent: list[str]) -> str:
 class Capture(Described):
     key = "capture"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         c = step.capture
         assert c is not None
         kept = []
@@ -169,7 +169,7 @@ class Capture(Described):
 class Prerequisites(Described):
     key = "check.prerequisites"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
         problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(timezone.utc), overrides)
         if problems:

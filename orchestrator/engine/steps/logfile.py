@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
-def save_log(rt: "Runtime", service: str, lines: list[str]) -> Any:
+def save_log(rt: "Activities", service: str, lines: list[str]) -> Any:
     """Write a captured service log (already scrubbed) to `<state>/logs/<run_id>/<service>.log`
     (capture's `to_file`); the path, or a note that the run log is not open here."""
     from orchestrator.engine.run_logs import ROUTER

@@ -26,7 +26,7 @@ from orchestrator.hosts.parsers.docker_ps import by_service
 from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
 OUTPUT_TAIL = 2000
@@ -62,7 +62,7 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None) 
 class OneShotCompletion(Described):
     key = "oneshot"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         o = step.oneshot
         assert o is not None
         deadline = rt.clock.monotonic() + o.timeout
