@@ -95,7 +95,7 @@ def before_p1_cuts(enabled: bool = True) -> Iterator[None]:
     import httpx
 
     from orchestrator.hosts.clients import compose_manager, dashboard, github, http_session, lean_transport, model_proxy
-    from orchestrator.engine.executor.context import RunContext
+    from orchestrator.engine.context import RunContext
 
     saved: list[tuple[Any, str, Any]] = []
 

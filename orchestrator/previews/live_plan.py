@@ -180,7 +180,7 @@ async def _resolve_previous(session: Any, cm: _ReadOnlyCompose, host: str, proje
     previous: dict[str, dict[str, str]] = {}
     source = ""
     if continuing:
-        from orchestrator.engine.executor.context import RunContext
+        from orchestrator.engine.context import RunContext
 
         for earlier in session.journal.list_runs(host, limit=50):
             prev = RunContext.from_json(earlier.context).previous

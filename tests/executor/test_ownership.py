@@ -119,7 +119,7 @@ async def test_the_ledger_survives_a_crash_after_the_ups_outcome():
 def _at_r1_rollback(created_r1: bool) -> Rig:
     """r1's stop-old was refused, so r1's rollback runs: the new r2 (this run's) serves, and the
     r1 running is the OLD one (same service name) unless `created_r1`."""
-    from orchestrator.engine.executor.context import Failure
+    from orchestrator.engine.context import Failure
 
     rig = Rig(state="r1.rollback.stop-new", ctx=ctx_at(failure=Failure("r1.stop-old", "fail", "compose-manager did not run the down")))
     r2 = rig.compose.run(NEW_R2, file=NEW_FILE, tag=TAG)

@@ -78,7 +78,7 @@ async def placement(start_phase: str | None = None, **host: str | None) -> tuple
 async def test_host_before_the_rollout_runs_from_the_start():
     rig, [(event, note, to)] = await placement(old_r2="old", new_r2=None, r1="old")
     assert (event, to) == ("ok", "preflight.before-state"), note
-    assert rig.ctx.placement["state"] == "before"
+    assert rig.ctx.placement.state == "before"
 
 
 async def test_host_at_target_is_done_with_nothing_to_do():
@@ -143,7 +143,7 @@ class _GitHub:
 
 
 async def _tag_age(rig_kw, github):
-    from orchestrator.engine.executor.context import RunContext
+    from orchestrator.engine.context import RunContext
     from tests.executor.fakes import Rig
 
     rig = Rig(state="preflight.tag-age", ctx=RunContext.new(**rig_kw))

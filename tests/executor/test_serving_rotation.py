@@ -131,7 +131,7 @@ async def test_a_host_at_target_with_an_engine_in_a_cold_start_is_not_done():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("fail", "ABORTED"), note
     assert f"{R1} NOT serving" in note and "Nothing was changed" in note
-    assert rig.ctx.placement["serving"][R1] == "not serving"
+    assert rig.ctx.placement.serving[R1] == "not serving"
     assert not rig.compose.sent("up") and not rig.compose.sent("down")
 
 
@@ -142,7 +142,7 @@ async def test_a_host_at_target_with_rotated_logs_is_done():
     rig.compose.host[NEW_R2].started = DAYS
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("skip", "DONE"), note
-    assert rig.ctx.placement["serving"] == {R1: "serving", NEW_R2: "serving"}
+    assert rig.ctx.placement.serving == {R1: "serving", NEW_R2: "serving"}
 
 
 # -- the soak relay's /health: live evidence for one engine -----------------------------------------

@@ -10,7 +10,7 @@ import structlog
 
 from orchestrator.hosts.clients.errors import ClientError, RequestInvalid
 from orchestrator.util.clock import Clock
-from orchestrator.engine.executor.context import Failure, RunContext
+from orchestrator.engine.context import Failure, RunContext
 from orchestrator.journal.audit import abort_note
 from orchestrator.engine.executor.pause import honour_pause, observed
 from orchestrator.engine.executor.rollback_summary import rollback_summary

@@ -47,7 +47,7 @@ from typing import Any
 import structlog
 
 from orchestrator.engine import leave_pool
-from orchestrator.engine.executor.context import DryRunRecord, RunContext, same_request
+from orchestrator.engine.context import ActionMark, DryRunRecord, RunContext, same_request
 from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.progress import Progress
 from orchestrator.engine.rules import ownership
@@ -661,11 +661,11 @@ class ForeignChecks:
         last_effect = self.records.last_effect_id()
         mark = self.ctx.action_mark
         if mark:
-            later = since_mark(actions, mark)
+            later = since_mark(actions, mark.to_json())
             if later is None:
-                return (f"compose-manager's action log on {self.run.host} no longer holds the {mark.get('count')} entries this run "
+                return (f"compose-manager's action log on {self.run.host} no longer holds the {mark.count} entries this run "
                         "read before (replaced or rewritten): who acted on the host cannot be told. Nothing more is sent; inspect the host")
-            own = [oc for e in self.records.effects() if e.mutating and e.effect_id > int(mark.get("effect_id", 0))
+            own = [oc for e in self.records.effects() if e.mutating and e.effect_id > mark.effect_id
                    and (oc := own_call(e.kind, e.request)) is not None]
             foreign = unexplained(later, own)
             if foreign:
@@ -679,7 +679,7 @@ class ForeignChecks:
                         in_flight = None
                 return self.voice.scrub(foreign_message(self.run.host, foreign, in_flight=in_flight))
         if advance:
-            self.ctx.action_mark = new_mark(actions, last_effect)
+            self.ctx.action_mark = ActionMark.from_json(new_mark(actions, last_effect))
         return None
 
 
@@ -1270,8 +1270,8 @@ class Preflight:
         entry alone is only an attempt. Success comes from compose-manager's own record
         (`/version` projects.<p>.current/previous) or from an up this journal saw succeed."""
         actions = await self.reads.action_log()
-        if not self.ctx.action_mark:  # this run's first position in the log (foreign-change detection)
-            self.ctx.action_mark = new_mark(actions, self.records.last_effect_id())
+        if self.ctx.action_mark is None:  # this run's first position in the log (foreign-change detection)
+            self.ctx.action_mark = ActionMark.from_json(new_mark(actions, self.records.last_effect_id()))
         succeeded = await self.reads.successful_deploys(self.records.journal, self.run.host)
         missing = []
         for service in self.rb.previous_refs():

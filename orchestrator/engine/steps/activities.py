@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.context import DryRunRecord, RunContext
+    from orchestrator.engine.context import DryRunRecord, RunContext
     from orchestrator.engine.executor.runtime import DryRunCall
     from orchestrator.engine.rules.serving_evidence import Verdict
     from orchestrator.engine.steps.outcome import StepOutcome

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
+from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
@@ -141,13 +142,13 @@ class BudgetCheck(Described):
         return budget_verdict(rt)
 
 
-async def record_rollback_targets(rt: "Activities", before: dict[str, Any]) -> StepOutcome | None:
+async def record_rollback_targets(rt: "Activities", before: BeforeState) -> StepOutcome | None:
     """Record /version and docker/ps in `before`; establish the previous successful deploy of every
     service a `previous:` request names, and dry-run-check each target. A refusal, or None."""
     await rt.ensure_env()
-    before["version"] = await rt.version_summary()
+    before.version = await rt.version_summary()
     containers = await rt.ps()
-    before["ps"] = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
+    before.ps = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
     missing = await rt.establish_previous()
     if missing:
         return fail(
@@ -167,7 +168,7 @@ class RollbackTargetsCheck(Described):
     key = "check.rollback_targets"
 
     async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
-        before: dict[str, Any] = {}
+        before = BeforeState()
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
             return refused
@@ -181,14 +182,14 @@ class BeforeStateCheck(Described):
     key = "check.before_state"
 
     async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
-        before: dict[str, Any] = {}
+        before = BeforeState()
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
             return refused
         peers, problems = await rt.peer_presence()
-        before["peers"] = peers
+        before.peers = peers
         comp = await rt.completion_once()
-        before["completion"] = comp
+        before.completion = comp
         rt.ctx.before = before
         if problems:
             return fail("before-state: " + "; ".join(problems) + " (the host must be healthy before a rollout starts)")
@@ -217,7 +218,7 @@ class HostStateCheck(Described):
         if isinstance(observed, StepOutcome):
             return observed
         state = host_state.place(rt.rb, observed)
-        rt.ctx.placement = {"observed": dict(observed), "state": state.name if state else None}
+        rt.ctx.placement = placement = Placement(observed=dict(observed), state=state.name if state else None)
         first = rt.rb.phases[0].name
         wanted = rt.ctx.start_phase
         if state is None:
@@ -227,7 +228,7 @@ class HostStateCheck(Described):
                         f"Nothing was changed")
         # the one serving model (orchestrator/engine/rules/serving_evidence.py): what each engine's evidence says
         verdicts = await rt.running_engine_verdicts()
-        rt.ctx.placement["serving"] = {svc: v.state.value for svc, v in verdicts.items()}
+        placement.serving = {svc: v.state.value for svc, v in verdicts.items()}
         serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())
         if state.action == "done":
             down = [f"{svc} {v.phrase()}" for svc, v in verdicts.items() if v.not_serving]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.engine.context import DryRunPlan
 from orchestrator.language.machine import Node
 from orchestrator.engine.rules.ownership import ps_ids
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
@@ -76,7 +77,7 @@ class DryRun(Described):
                         f"{', '.join(stale)} even after a scoped down, so its new inline config would not take")
         listed = list(req.services) if step.plan.change == SELECTED else list(step.plan.change or req.services)
         verdict = judge_dry_run(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
-        rt.ctx.plans[node.id] = {"actions": dict(plan.actions), "verdict": verdict.verdict}
+        rt.ctx.plans[node.id] = DryRunPlan(actions=dict(plan.actions), verdict=verdict.verdict)
         if verdict.verdict == "refuse":
             quoted = (" Plan lines: " + " | ".join(verdict.quoted)) if verdict.quoted else ""
             return fail(f"dry run of {', '.join(req.services)} from {req.file}@{req.tag}: {verdict.reason}.{quoted}")
