@@ -162,7 +162,7 @@ async def test_env_passes_when_absent_and_equal_and_fails_naming_the_key_never_t
 
 async def test_env_on_another_host_reads_its_map_by_instance_name():
     from orchestrator.language.gate_specs import EnvSpec
-    from orchestrator.engine.steps.envchecks import env_gate
+    from orchestrator.engine.steps.env import env_gate
 
     rt = FakeRt({"gpu02": [{}], "gpu23": [{"LONG_TIER_ONLY": "false"}]})
     out = await env_gate(rt, EnvSpec(host="gpu23", equals={"LONG_TIER_ONLY": "true"}))  # type: ignore[arg-type]

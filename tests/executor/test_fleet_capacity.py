@@ -10,9 +10,9 @@ restored):
   _halts_and_sends_nothing and test_fleet_down_when_a_peer_cannot_be_asked_halts fail;
 - runtime.py:Neighbours.still_listed, the `except ClientError` branch made to `continue` ->
   test_fleet_down_when_a_peer_cannot_be_asked_halts fails;
-- steps/language.py:Presence.run, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
+- steps/presence.py:Presence.run, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
   _host_the_inventory_does_not_know fails (a KeyError, not a named refusal);
-- steps/language.py:Presence.run, `targets` for `others` replaced by this host's address ->
+- steps/presence.py:Presence.run, `targets` for `others` replaced by this host's address ->
   test_capacity_guard_fails_while_another_host_is_unhealthy fails.
 """
 
@@ -116,7 +116,7 @@ async def test_fleet_drain_is_judged_on_any_port_of_the_host():
 
 async def test_capacity_guard_refuses_while_another_host_of_the_tier_has_a_run_that_has_not_ended():
     """Two terminals, two base hosts: each run sees the other's (runs are created before their
-    preflight), so they never leave the pool together (steps/language.py:Presence.run, the `busy`
+    preflight), so they never leave the pool together (steps/presence.py:Presence.run, the `busy`
     refusal removed -> this test fails: the guard passes)."""
     rig = capacity_rig(lambda addr, domain: (domain == BASE.domains.base, True))
     other = rig.journal.create_run(host="gpu04", runbook=BASE.name, tag="v2", kind="rollout", state="drain.drain", context={})

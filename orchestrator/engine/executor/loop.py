@@ -140,7 +140,7 @@ class Executor:
             self.ctx.failure = Failure(state, outcome.event.value, note)
         terminal = to in TERMINALS
         if not terminal and not in_rollback and self.table.nodes[to].section in ("rollback", "full_rollback"):
-            from orchestrator.engine.steps.envchecks import manual_edits_ahead
+            from orchestrator.engine.steps.manual import manual_edits_ahead
 
             for edit in manual_edits_ahead(self.table, to):  # issue 23: said up front, before the rollback runs
                 self.log.warning("rollback_needs_manual_edit", edit=edit)

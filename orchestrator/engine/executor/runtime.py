@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import structlog
@@ -1329,6 +1328,8 @@ class Preflight:
 
     async def check_tag_age(self) -> tuple[bool, str] | None:
         """(ok, sentence), or None when the operator skipped the check."""
+        from datetime import datetime, timezone  # the real clock: the explorer's clock-step hook replaces only module-level names
+
         from orchestrator.hosts.clients.github import GitHubUnreachable
 
         tag = self.run.tag or ""

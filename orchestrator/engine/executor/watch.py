@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.analysis.verdict import fmt_value
 from orchestrator.analysis.window import METRICS, Scrape, WindowError, measure, window_of
-from orchestrator.engine.steps.base import StepOutcome, fail
-from orchestrator.engine.steps.evidence import error_text
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail
 
 if TYPE_CHECKING:
     from orchestrator.analysis.watch_spec import WatchSpec

@@ -34,6 +34,12 @@ class Described:
 HANDLERS: dict[str, Handler] = {}
 
 
+def error_text(exc: BaseException) -> str:
+    """A client error's detail (the clients' errors carry one), else the exception's name and text."""
+    return str(getattr(exc, "detail", "") or f"{type(exc).__name__}: {exc}")
+
+
+
 def register(handler: Any) -> Any:
     """Class decorator: one instance per step kind in `HANDLERS` (each kind described in
     orchestrator/engine/step_descriptions.py)."""

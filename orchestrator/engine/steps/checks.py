@@ -1,8 +1,14 @@
-"""Preflight checks: the env map, the RAM budget, the before-state. They change nothing."""
+"""`check:` preflight checks: the env map, the RAM budget, the before-state, the host state, the tag,
+the model cache, the prerequisites; and `cache:`. They change nothing.
+
+prerequisites: see `orchestrator/engine/rules/prerequisites.py`; overridden only by an approval
+named `prerequisite:<host>` (`orchestrate approve RUN_ID --gate prerequisite:gpu02`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +16,7 @@ from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, 
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
 from orchestrator.engine.context import BeforeState, Placement
-from orchestrator.engine.rules.prerequisites import unfinished
+from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
@@ -313,3 +319,15 @@ class CacheHolds(Described):
             return fail(f"the model cache does not hold {', '.join(missing)} (it holds {', '.join(cache.weights) or 'nothing'}): "
                         f"the pre-stage did not fetch it; nothing was changed")
         return ok(f"the model cache holds {', '.join(step.cache.holds)}")
+
+
+@register
+class Prerequisites(Described):
+    key = "check.prerequisites"
+
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
+        problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(timezone.utc), overrides)
+        if problems:
+            return fail("prerequisite not met: " + "; ".join(problems))
+        return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))

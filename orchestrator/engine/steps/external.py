@@ -25,9 +25,8 @@ from orchestrator.language.gate_specs import fill, json_at
 from orchestrator.language.machine import Node
 from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
-from orchestrator.engine.steps.envchecks import placeholder_values, poll
-from orchestrator.engine.steps.evidence import error_text
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.env import placeholder_values, poll
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 from orchestrator.util.durations import format_duration
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities

@@ -50,7 +50,7 @@ class ForbiddenLines:
 
 class SoakGaugeWatch:
     """The soak's metrics watch: every gauge of `soak.metrics` read through its relay at each poll
-    (prometheus_client's parser, steps/evidence.py). A reading outside its bounds fails the soak;
+    (prometheus_client's parser, steps/metrics.py). A reading outside its bounds fails the soak;
     a relay that cannot be read is tolerated for 2 polls in a row (a blip), not for 3."""
 
     MISSES = 3
@@ -61,7 +61,8 @@ class SoakGaugeWatch:
         self.misses: dict[int, int] = {}
 
     async def problem(self) -> str | None:
-        from orchestrator.engine.steps.evidence import error_text, gauge_problem
+        from orchestrator.engine.steps.base import error_text
+        from orchestrator.engine.steps.metrics import gauge_problem
 
         env = await self.rt.ensure_env()
         for m in self.soak.metrics:

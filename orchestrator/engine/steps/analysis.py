@@ -21,8 +21,7 @@ from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, GateResult, bo
 from orchestrator.analysis.window import Scrape, WindowError, window_of
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register
-from orchestrator.engine.steps.evidence import error_text
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.analysis.spec import AnalysisSpec

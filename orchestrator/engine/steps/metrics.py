@@ -1,4 +1,4 @@
-"""Metrics evidence: Prometheus text read from one engine through the soak relay.
+"""`metrics:` evidence: Prometheus text read from one engine through the soak relay.
 
 Rules:
 - the text is parsed with prometheus_client's parser (`orchestrator.metricproviders.metrics_text`), never by hand;
@@ -18,16 +18,11 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.language.machine import Event, Node
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
 from orchestrator.language.runbook import GaugeBound, Step
-from orchestrator.engine.step_descriptions import bound_text  # noqa: F401 - its gates' text, re-exported
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.step_descriptions import bound_text
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
-
-
-def error_text(exc: BaseException) -> str:
-    """A client error's detail (the clients' errors carry one), else the exception's name and text."""
-    return str(getattr(exc, "detail", "") or f"{type(exc).__name__}: {exc}")
 
 
 def gauge_problem(text: str, g: GaugeBound) -> str | None:
