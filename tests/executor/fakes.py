@@ -263,6 +263,8 @@ class FakeClients:
     relay_tokens: list[str] = field(default_factory=list)
     github: Any = None
     addresses: dict[str, str] = field(default_factory=dict)  # inventory host -> model-proxy address
+    instance_names: dict[str, str] = field(default_factory=dict)  # inventory host -> dashboard instance name
+    external: Any = None  # no external reads (their gates have their own tests)
 
     def relay(self, url: str, token: str) -> FakeRelay:
         self.relay_tokens.append(token)

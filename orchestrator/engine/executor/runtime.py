@@ -1,26 +1,27 @@
 """The live services a step handler acts through: the one place effects happen.
 
-`Runtime` is the object every handler receives. It is built from small parts, each a class that
-receives in its constructor the clients and the other parts it uses, so that what depends on what
-is read in the code (top to bottom, each part uses only parts defined above it):
+`Runtime` is the object every handler receives. It is built from small parts, each a dataclass
+whose fields are the clients and the other parts it uses, so that what depends on what is read in
+the code (top to bottom, each part uses only parts defined above it):
 
     Visit          the state the run loop is at (node, visit key, logger)
     Voice          progress events and scrubbed text
-    RunClock       polls, log probes, heartbeats, abort checks             (Voice, Visit)
-    RunJournal     this run's records: context, approvals, effects         (Visit)
-    EnvReader      the host's env map, from the dashboard                   (Voice, Visit)
-    HostReads      docker/ps, compose-manager's reads, engine logs          (Voice)
-    Neighbours     the model-proxy peers, the inventory's other hosts       (Voice)
-    ForeignChecks  calls compose-manager ran that this run did not make     (HostReads, RunJournal, Voice)
-    Serving        whether an engine serves; the soak's engine watches      (HostReads, EnvReader, Neighbours)
-    ComposeCalls   requests, dry runs, journaled mutating calls, ledgers    (EnvReader, HostReads, RunJournal,
-                                                                             ForeignChecks, RunClock, Voice, Visit)
-    StopGuard      what keeps a stop from taking capacity away              (Serving, HostReads, Neighbours, Voice, Visit)
-    Waits          settling an unknown up, following a down                 (RunClock, HostReads, ComposeCalls,
-                                                                             StopGuard, RunJournal, Voice, Visit)
-    Preflight      rollback targets, placement, the tag check               (EnvReader, HostReads, ComposeCalls,
-                                                                             ForeignChecks, RunJournal, Voice)
-    External       the host's proxy, GitHub, read-only HTTP/JSON, attestation
+    RunClock       polls, log probes, heartbeats, abort checks            (Visit, Voice)
+    RunJournal     this run's records: context, approvals, effects        (Visit)
+    EnvReader      the host's env map, from the dashboard                  (Visit, Voice)
+    HostReads      docker/ps, compose-manager's reads, engine logs,        (Voice)
+                   the inference route, the soak relay
+    Neighbours     the model-proxy peers, the inventory's other hosts
+    ForeignChecks  calls compose-manager ran that this run did not make    (HostReads, RunJournal, Voice)
+    Serving        whether an engine serves; the soak's engine watches     (HostReads, EnvReader, Neighbours, Voice)
+    ComposeCalls   requests, dry runs, journaled mutating calls, ledgers   (EnvReader, HostReads, RunJournal,
+                                                                            ForeignChecks, RunClock, Visit, Voice)
+    StopGuard      what keeps a stop from taking capacity away             (Serving, HostReads, Neighbours, Visit, Voice)
+    Waits          settling an unknown up, following a down, the re-check  (RunClock, HostReads, ComposeCalls,
+                   after a drain                                            StopGuard, Neighbours, RunJournal, Visit, Voice)
+    Preflight      rollback targets, placement, the tag check              (EnvReader, HostReads, ComposeCalls,
+                                                                            RunJournal, Voice)
+    External       the host's proxy, GitHub, read-only HTTP/JSON
 
 Handlers see the operations of `orchestrator.engine.steps.activities.Activities` (Temporal's
 activities): named reads, calls and waits; no handler reaches a client.
@@ -40,7 +41,7 @@ Rules kept here (each pinned by a test in tests/executor/):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -140,13 +141,13 @@ class Visit:
         self.log = logger
 
 
+@dataclass(kw_only=True, eq=False)
 class Voice:
     """What the run says while it works: progress events (on the run's clock) and scrubbed text."""
 
-    def __init__(self, *, progress: Progress, redactor: Redactor, clock: Clock) -> None:
-        self.progress = progress
-        self.redactor = redactor
-        self.clock = clock
+    progress: Progress
+    redactor: Redactor
+    clock: Clock
 
     def scrub(self, text: str) -> str:
         return self.redactor.scrub(text or "")
@@ -155,6 +156,7 @@ class Voice:
         self.progress.event(kind, clock=self.clock.monotonic(), **fields)
 
 
+@dataclass(kw_only=True, eq=False)
 class RunClock:
     """The run's time as a handler waits on it: a poll (`wait`), a poll that probes an engine's log
     on the way (`wait_for_output`), the heartbeat lines of a long wait, and the abort check every
@@ -164,16 +166,14 @@ class RunClock:
     #: settings); 0: none, `wait()` alone.
     log_probe_interval: float = 0.0
 
-    def __init__(self, *, clock: Clock, poll: float, table: Table, journal: Journal, run_id: str, visit: Visit,
-                 voice: Voice) -> None:
-        self.clock = clock
-        self.poll = poll
-        self.table = table
-        self.journal = journal
-        self.run_id = run_id
-        self.visit = visit
-        self.voice = voice
-        self._hb_next = 0.0
+    clock: Clock
+    poll: float
+    table: Table
+    journal: Journal
+    run_id: str
+    visit: Visit
+    voice: Voice
+    _hb_next: float = field(default=0.0, init=False)
 
     def check_abort(self) -> None:
         node = self.visit.node
@@ -235,18 +235,17 @@ class RunClock:
         self.voice.emit("heartbeat", what=what, elapsed=now - started, timeout=timeout, **(extra() if extra else {}))
 
 
+@dataclass(kw_only=True, eq=False)
 class RunJournal:
     """This run's records in the journal: its context, its approvals, and the effects of the
     current visit (a resume finds its calls there)."""
 
-    def __init__(self, *, journal: Journal, lease: Lease, run: RunRecord, ctx: RunContext, redactor: Redactor,
-                 visit: Visit) -> None:
-        self.journal = journal
-        self.lease = lease  # renewed by the heartbeat: the run loop sets the current one
-        self.run = run
-        self.ctx = ctx
-        self.redactor = redactor
-        self.visit = visit
+    journal: Journal
+    lease: Lease  # renewed by the heartbeat: the run loop sets the current one
+    run: RunRecord
+    ctx: RunContext
+    redactor: Redactor
+    visit: Visit
 
     def save_context(self) -> None:
         self.journal.update_context(self.lease, self.run.run_id, self.redactor.scrub_obj(self.ctx.to_json()))
@@ -304,20 +303,20 @@ class RunJournal:
 
 # -- reads ---------------------------------------------------------------------------------------
 
+@dataclass(kw_only=True, eq=False)
 class EnvReader:
     """The host's env map, read from the dashboard; its values join the redactor as they are read.
     `env` is the map as last read (None before the first read of this runner)."""
 
-    def __init__(self, *, dashboard: Any, instance_names: dict[str, str], entry: HostEntry, redactor: Redactor,
-                 ctx: RunContext, voice: Voice, visit: Visit) -> None:
-        self.dashboard = dashboard
-        self.instance_names = instance_names
-        self.entry = entry
-        self.redactor = redactor
-        self.ctx = ctx
-        self.voice = voice
-        self.visit = visit
-        self.env: EnvMap | None = None
+    dashboard: Any
+    instance_names: dict[str, str]
+    entry: HostEntry
+    redactor: Redactor
+    ctx: RunContext
+    voice: Voice
+    visit: Visit
+    #: the env map as last read (None before the first read of this runner)
+    env: EnvMap | None = field(default=None, init=False)
 
     async def read_env(self) -> EnvMap:
         env = await self.dashboard.env_map(name=self.entry.instance_name)
@@ -351,22 +350,24 @@ class EnvReader:
         return env
 
 
+@dataclass(kw_only=True, eq=False)
 class HostReads:
     """What a handler reads from the host: docker/ps, compose-manager's action log, version, host
     cache and GPU claims, an engine's log (the file it is read through, a follower over it), one
     completion through the inference route, the soak relay. Nothing here changes the host."""
 
-    def __init__(self, *, compose: Any, inference: Any, relay: Callable[[str, str], Any], entry: HostEntry,
-                 rb: Runbook, ctx: RunContext, voice: Voice) -> None:
-        self.compose = compose
-        self.inference = inference
-        self.relay = relay
-        self.entry = entry
-        self.rb = rb
-        self.ctx = ctx
-        self.voice = voice
-        self._previous_ref_of = rb.previous_ref_of()  # read on every log poll: once per run
-        self._fresh_actions: list[Any] | None = None
+    compose: Any
+    inference: Any
+    relay: Callable[[str, str], Any]
+    entry: HostEntry
+    rb: Runbook
+    ctx: RunContext
+    voice: Voice
+    _previous_ref_of: dict[str, str] = field(init=False)
+    _fresh_actions: list[Any] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._previous_ref_of = self.rb.previous_ref_of()  # read on every log poll: once per run
 
     async def ps(self) -> list[Container]:
         return await self.compose.ps(self.entry.project)
@@ -488,7 +489,11 @@ class HostReads:
 
     async def service_log(self, service: str, tail: int) -> str:
         """The last `tail` lines of `service`'s log, through the file that deployed it."""
-        return await self.compose.logs(self.service_file(service), [service], tail, self.entry.project)
+        return await self.log_through(self.service_file(service), service, tail)
+
+    async def log_through(self, file: str, service: str, tail: int) -> str:
+        """The last `tail` lines of `service`'s log, read through compose file `file`."""
+        return await self.compose.logs(file, [service], tail, self.entry.project)
 
     def follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
         file = self.service_file(service)
@@ -514,6 +519,7 @@ class HostReads:
         return True
 
 
+@dataclass(kw_only=True, eq=False)
 class Neighbours:
     """The model-proxy peers, asked about this host or the tier's other hosts, and the inventory's
     addresses of those hosts."""
@@ -521,13 +527,11 @@ class Neighbours:
     #: `ip:port` -> `ip` (a peer asked about a bare host matches every port of it)
     host_part = staticmethod(split_host)
 
-    def __init__(self, *, peers: list[Any], addresses: dict[str, str], entry: HostEntry, rb: Runbook,
-                 run: RunRecord) -> None:
-        self.peers = peers
-        self.addresses = addresses
-        self.entry = entry
-        self.rb = rb
-        self.run = run
+    peers: list[Any]
+    addresses: dict[str, str]
+    entry: HostEntry
+    rb: Runbook
+    run: RunRecord
 
     def address_of(self, host: str) -> str | None:
         """The inventory's model-proxy address of `host` (None: the inventory does not know it)."""
@@ -612,20 +616,19 @@ class Neighbours:
                                              addresses=self.addresses, run_id=run_id)
 
 
+@dataclass(kw_only=True, eq=False)
 class ForeignChecks:
     """What compose-manager did that this run does not explain (orchestrator/engine/rules/foreign_change.py):
     an action-log entry since this run's mark that no journaled call of this run explains, or an
     operation someone else is running."""
 
-    def __init__(self, *, compose: Any, reads: HostReads, records: RunJournal, rb: Runbook, run: RunRecord,
-                 ctx: RunContext, voice: Voice) -> None:
-        self.compose = compose
-        self.reads = reads
-        self.records = records
-        self.rb = rb
-        self.run = run
-        self.ctx = ctx
-        self.voice = voice
+    compose: Any
+    reads: HostReads
+    records: RunJournal
+    rb: Runbook
+    run: RunRecord
+    ctx: RunContext
+    voice: Voice
 
     async def foreign_in_flight(self) -> str | None:
         """Before a run acts: an operation compose-manager is running now was sent by someone else
@@ -682,6 +685,7 @@ class ForeignChecks:
         return None
 
 
+@dataclass(kw_only=True, eq=False)
 class Serving:
     """Whether an engine serves, from the evidence the one serving model judges
     (orchestrator/engine/rules/serving_evidence.py): docker/ps, the engine's log window (never "not
@@ -689,23 +693,21 @@ class Serving:
     relay's /health; and the watches built on it: the engines a soak watches, still the same
     containers and still up, and the final message's `host now` line."""
 
-    def __init__(self, *, reads: HostReads, envs: EnvReader, neighbours: Neighbours, entry: HostEntry, rb: Runbook,
-                 ctx: RunContext, voice: Voice) -> None:
-        self.reads = reads
-        self.envs = envs
-        self.neighbours = neighbours
-        self.entry = entry
-        self.rb = rb
-        self.ctx = ctx
-        self.voice = voice
-        self._files_by_action_log: dict[str, str] | None = None  # service -> file of its newest up (log_window)
+    reads: HostReads
+    envs: EnvReader
+    neighbours: Neighbours
+    rb: Runbook
+    ctx: RunContext
+    voice: Voice
+    #: service -> the file of its newest up in the action log (read once, when the run knows no file for it)
+    _files_by_action_log: dict[str, str] | None = field(default=None, init=False)
 
     async def log_window(self, service: str) -> LogWindow:
         """The engine's last SERVING_WINDOW log lines (docker's rotation may keep fewer), or why
         they could not be read (the file never fetched on the host, no env map, ...)."""
         try:
             file = await self._log_file(service)
-            text = await self.reads.compose.logs(file, [service], SERVING_WINDOW, self.entry.project)
+            text = await self.reads.log_through(file, service, SERVING_WINDOW)
         except ClientError as exc:
             return LogWindow.unreadable(f"{type(exc).__name__}: {self.voice.scrub(str(exc))[:160]}")
         return LogWindow(text.splitlines())
@@ -855,6 +857,7 @@ class Serving:
 
 # -- calls ---------------------------------------------------------------------------------------
 
+@dataclass(kw_only=True, eq=False)
 class ComposeCalls:
     """The compose calls a handler sends: a request built from the runbook's step; a dry run, with
     docker/ps compared around it (a dry run that changed real containers halts the run,
@@ -862,21 +865,18 @@ class ComposeCalls:
     after; and the ledgers a call updates (what this run deployed, which containers it created and
     stopped)."""
 
-    def __init__(self, *, compose: Any, envs: EnvReader, reads: HostReads, records: RunJournal, foreign: ForeignChecks,
-                 clock: RunClock, entry: HostEntry, rb: Runbook, run: RunRecord, ctx: RunContext, voice: Voice,
-                 visit: Visit) -> None:
-        self.compose = compose
-        self.envs = envs
-        self.reads = reads
-        self.records = records
-        self.foreign = foreign
-        self.clock = clock
-        self.entry = entry
-        self.rb = rb
-        self.run = run
-        self.ctx = ctx
-        self.voice = voice
-        self.visit = visit
+    compose: Any
+    envs: EnvReader
+    reads: HostReads
+    records: RunJournal
+    foreign: ForeignChecks
+    clock: RunClock
+    entry: HostEntry
+    rb: Runbook
+    run: RunRecord
+    ctx: RunContext
+    voice: Voice
+    visit: Visit
 
     def request(self, step: Step, *, dry_run: bool) -> ComposeRequest:
         spec = step.compose
@@ -983,6 +983,7 @@ class ComposeCalls:
             ownership.record(self.ctx.stopped, ownership.gone_ids(before, now, req.services), state)
 
 
+@dataclass(kw_only=True, eq=False)
 class StopGuard:
     """What keeps a stop from taking capacity away. `stop_guard` allows stopping an engine only
     while it is known not to serve, or an engine of another replica is known to serve (one-host
@@ -991,18 +992,16 @@ class StopGuard:
     (orchestrator/engine/leave_pool.py). `not_owned`: a rollback of a rollout stops only the
     containers this run created (orchestrator/engine/rules/ownership.py)."""
 
-    def __init__(self, *, serving: Serving, reads: HostReads, neighbours: Neighbours, journal: Journal, table: Table,
-                 rb: Runbook, run: RunRecord, ctx: RunContext, voice: Voice, visit: Visit) -> None:
-        self.serving = serving
-        self.reads = reads
-        self.neighbours = neighbours
-        self.journal = journal
-        self.table = table
-        self.rb = rb
-        self.run = run
-        self.ctx = ctx
-        self.voice = voice
-        self.visit = visit
+    serving: Serving
+    reads: HostReads
+    neighbours: Neighbours
+    journal: Journal
+    table: Table
+    rb: Runbook
+    run: RunRecord
+    ctx: RunContext
+    voice: Voice
+    visit: Visit
 
     async def stop_guard(self, services: list[str]) -> str | None:
         """Why stopping these services now could take down the last serving replica (None: safe)."""
@@ -1067,6 +1066,7 @@ class StopGuard:
         return out
 
 
+@dataclass(kw_only=True, eq=False)
 class Waits:
     """Waiting out a sent call. `settle_up`: an up whose outcome is unknown (a lost stream, a crash
     after sending) is settled by observation, never sent again: compose-manager's `GET /status`,
@@ -1076,20 +1076,17 @@ class Waits:
     a down with no observable effect. `recheck_after_drain`: right after a drain is confirmed, the
     tier again; the host rejoins at once when another host left meanwhile."""
 
-    def __init__(self, *, clock: RunClock, reads: HostReads, calls: ComposeCalls, guard: StopGuard,
-                 neighbours: Neighbours, records: RunJournal, entry: HostEntry, rb: Runbook, run: RunRecord,
-                 voice: Voice, visit: Visit) -> None:
-        self.clock = clock
-        self.reads = reads
-        self.calls = calls
-        self.guard = guard
-        self.neighbours = neighbours
-        self.records = records
-        self.entry = entry
-        self.rb = rb
-        self.run = run
-        self.voice = voice
-        self.visit = visit
+    clock: RunClock
+    reads: HostReads
+    calls: ComposeCalls
+    guard: StopGuard
+    neighbours: Neighbours
+    records: RunJournal
+    entry: HostEntry
+    rb: Runbook
+    run: RunRecord
+    voice: Voice
+    visit: Visit
 
     async def _dry_run_finds_current(self, req: ComposeRequest) -> bool:
         """A dry run of `req` (docker/ps compared around it) plans no create, recreate or removal:
@@ -1239,6 +1236,7 @@ class Waits:
                 f"a human took {out} out; {host} {how}. Nothing else was changed")
 
 
+@dataclass(kw_only=True, eq=False)
 class Preflight:
     """What a run establishes before it acts. The rollback targets: the newest successful up of
     every service a rollback needs, found in the action log and checked against compose-manager's
@@ -1246,20 +1244,17 @@ class Preflight:
     that its target does not exist. What the host runs (placement). And the tag: merged to main and
     old enough (GitHub), unless the operator skipped that check."""
 
-    def __init__(self, *, compose: Any, github: Any, envs: EnvReader, reads: HostReads, calls: ComposeCalls,
-                 records: RunJournal, entry: HostEntry, rb: Runbook, run: RunRecord, ctx: RunContext,
-                 voice: Voice) -> None:
-        self.compose = compose
-        self.github = github
-        self.envs = envs
-        self.reads = reads
-        self.calls = calls
-        self.records = records
-        self.entry = entry
-        self.rb = rb
-        self.run = run
-        self.ctx = ctx
-        self.voice = voice
+    compose: Any
+    github: Any
+    envs: EnvReader
+    reads: HostReads
+    calls: ComposeCalls
+    records: RunJournal
+    entry: HostEntry
+    rb: Runbook
+    run: RunRecord
+    ctx: RunContext
+    voice: Voice
 
     async def establish_previous(self) -> list[str]:
         """Fill `ctx.previous` for every service a rollback needs; the services it could not.
@@ -1356,13 +1351,13 @@ class Preflight:
         return False, f"tag {tag} in {repo}: {res.reason}"
 
 
+@dataclass(kw_only=True, eq=False)
 class External:
     """Reads of what the engines do not say themselves: the host's own proxy pool, GitHub (a tag's
     PR and CI, a file's hash), a read-only HTTP/JSON answer. Every read is a GET."""
 
-    def __init__(self, *, external: Any, entry: HostEntry) -> None:
-        self.external = external
-        self.entry = entry
+    external: Any
+    entry: HostEntry
 
     def github_repo(self) -> str | None:
         """The inventory's GitHub repository for this host, when GitHub can be read (else None)."""
@@ -1409,33 +1404,32 @@ class Runtime:
         self.soak_override = soak_override
         self.poll = poll_interval
         self.clock = clock
-        self.progress = progress
 
-        self.visit = Visit(log.bind(run_id=run.run_id, host=run.host))
-        self.voice = voice = Voice(progress=progress, redactor=redactor, clock=clock)
-        self.timer = timer = RunClock(clock=clock, poll=poll_interval, table=table, journal=journal, run_id=run.run_id,
-                                      visit=self.visit, voice=voice)
-        self.records = records = RunJournal(journal=journal, lease=lease, run=run, ctx=ctx, redactor=redactor, visit=self.visit)
-        self.envs = envs = EnvReader(dashboard=clients.dashboard, instance_names=getattr(clients, "instance_names", {}),
-                                     entry=entry, redactor=redactor, ctx=ctx, voice=voice, visit=self.visit)
-        self.reads = reads = HostReads(compose=clients.compose, inference=clients.inference, relay=clients.relay,
-                                       entry=entry, rb=runbook, ctx=ctx, voice=voice)
-        self.neighbours = neighbours = Neighbours(peers=clients.peers, addresses=getattr(clients, "addresses", {}),
-                                                  entry=entry, rb=runbook, run=run)
-        self.foreign = foreign = ForeignChecks(compose=clients.compose, reads=reads, records=records, rb=runbook, run=run,
-                                               ctx=ctx, voice=voice)
-        self.serving_parts = serving = Serving(reads=reads, envs=envs, neighbours=neighbours, entry=entry, rb=runbook,
-                                               ctx=ctx, voice=voice)
-        self.calls = calls = ComposeCalls(compose=clients.compose, envs=envs, reads=reads, records=records, foreign=foreign,
-                                          clock=timer, entry=entry, rb=runbook, run=run, ctx=ctx, voice=voice, visit=self.visit)
-        self.guard = guard = StopGuard(serving=serving, reads=reads, neighbours=neighbours, journal=journal, table=table,
-                                       rb=runbook, run=run, ctx=ctx, voice=voice, visit=self.visit)
-        self.waits = waits = Waits(clock=timer, reads=reads, calls=calls, guard=guard, neighbours=neighbours,
-                                   records=records, entry=entry, rb=runbook, run=run, voice=voice, visit=self.visit)
-        self.preflight = preflight = Preflight(compose=clients.compose, github=getattr(clients, "github", None), envs=envs,
-                                               reads=reads, calls=calls, records=records, entry=entry, rb=runbook, run=run,
-                                               ctx=ctx, voice=voice)
-        self.external = external = External(external=getattr(clients, "external", None), entry=entry)
+        self.visit = visit = Visit(log.bind(run_id=run.run_id, host=run.host))
+        voice = Voice(progress=progress, redactor=redactor, clock=clock)
+        timer = RunClock(clock=clock, poll=poll_interval, table=table, journal=journal, run_id=run.run_id,
+                         visit=visit, voice=voice)
+        records = RunJournal(journal=journal, lease=lease, run=run, ctx=ctx, redactor=redactor, visit=visit)
+        envs = EnvReader(dashboard=clients.dashboard, instance_names=clients.instance_names,
+                         entry=entry, redactor=redactor, ctx=ctx, voice=voice, visit=visit)
+        reads = HostReads(compose=clients.compose, inference=clients.inference, relay=clients.relay,
+                          entry=entry, rb=runbook, ctx=ctx, voice=voice)
+        neighbours = Neighbours(peers=clients.peers, addresses=clients.addresses,
+                                entry=entry, rb=runbook, run=run)
+        foreign = ForeignChecks(compose=clients.compose, reads=reads, records=records, rb=runbook, run=run,
+                                ctx=ctx, voice=voice)
+        serving = Serving(reads=reads, envs=envs, neighbours=neighbours, rb=runbook,
+                          ctx=ctx, voice=voice)
+        calls = ComposeCalls(compose=clients.compose, envs=envs, reads=reads, records=records, foreign=foreign,
+                             clock=timer, entry=entry, rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit)
+        guard = StopGuard(serving=serving, reads=reads, neighbours=neighbours, journal=journal, table=table,
+                          rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit)
+        waits = Waits(clock=timer, reads=reads, calls=calls, guard=guard, neighbours=neighbours,
+                      records=records, entry=entry, rb=runbook, run=run, voice=voice, visit=visit)
+        preflight = Preflight(compose=clients.compose, github=clients.github, envs=envs,
+                              reads=reads, calls=calls, records=records, entry=entry, rb=runbook, run=run,
+                              ctx=ctx, voice=voice)
+        external = External(external=clients.external, entry=entry)
 
         # the operations (orchestrator/engine/steps/activities.py), each from the part that does it
         self.scrub, self.emit = voice.scrub, voice.emit
@@ -1466,6 +1460,7 @@ class Runtime:
         self.observe_host, self.check_tag_age = preflight.observe_host, preflight.check_tag_age
         self.github_repo, self.proxy_backends, self.http_json = external.github_repo, external.proxy_backends, external.http_json
         self.pull_request, self.file_sha256 = external.pull_request, external.file_sha256
+        self._records, self._envs, self._timer = records, envs, timer  # what the properties below read
 
     # the run loop moves these; the parts read them through `visit` and `records`
     @property
@@ -1494,24 +1489,24 @@ class Runtime:
 
     @property
     def lease(self) -> Lease:
-        return self.records.lease
+        return self._records.lease
 
     @lease.setter
     def lease(self, value: Lease) -> None:
-        self.records.lease = value
+        self._records.lease = value
 
     @property
     def env(self) -> EnvMap | None:
         """The env map as this runner last read it (None before its first read)."""
-        return self.envs.env
+        return self._envs.env
 
     @property
     def log_probe_interval(self) -> float:
-        return self.timer.log_probe_interval
+        return self._timer.log_probe_interval
 
     @log_probe_interval.setter
     def log_probe_interval(self, value: float) -> None:
-        self.timer.log_probe_interval = value
+        self._timer.log_probe_interval = value
 
 
 def _record(rec: Any) -> dict[str, Any] | None:

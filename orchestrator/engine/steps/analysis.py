@@ -1,4 +1,4 @@
-"""`analysis:`: candidate vs control over a window of live traffic, then the readout (issue 23).
+"""`analysis:`: candidate vs control over a window of live traffic, then the readout.
 
 Every `poll`, each replica the gates read is scraped through its soak-relay route; the engines
 stay watched as in a soak (a candidate that restarts or stops serving fails the phase at once).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.language.machine import Node
@@ -32,7 +32,7 @@ class BudgetFit:
     rank_bytes: int = 0
     available_bytes: int = 0
     page_cache_headroom_bytes: int = 0
-    #: engine -> its rank_budget_bytes (each engine by its own budget; several budgets, issue 23)
+    #: engine -> its rank_budget_bytes (each engine by its own budget, when there are several)
     ranks: Mapping[str, int] = field(default_factory=dict)
     #: "2 x 150.0 GiB + 1 x 60.0 GiB": what was fitted
     fitted: str = ""

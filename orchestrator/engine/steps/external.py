@@ -1,4 +1,4 @@
-"""Gates on what the engines do not say themselves (issue 23): the host's own proxy pool, the tag's
+"""Gates on what the engines do not say themselves: the host's own proxy pool, the tag's
 PR and CI, a read-only HTTP/JSON answer, compose-manager's attestation report.
 
 Rules:
