@@ -1,2 +1,4 @@
-"""Running a run: the executor drives the compiled machine one step handler at a time, with the
-rules the handlers share (serving evidence, placement, ownership, prerequisites, fleets)."""
+"""Running a run: `executor/` drives the compiled machine one step handler at a time through the
+runtime's parts; `steps/` holds the handlers by runbook key (`steps.MODULES`); `rules/` the pure
+rules they apply (serving evidence, ownership, foreign changes, placement, prerequisites);
+`context.py` the run's persisted context; `fleet.py` and `leave_pool.py` the runs over a tier."""

@@ -27,7 +27,7 @@ from typing import Any
 from typing import TYPE_CHECKING
 
 from orchestrator.util.outcome import Outcome
-from orchestrator.engine.prerequisites import unmet_in
+from orchestrator.engine.rules.prerequisites import unmet_in
 from orchestrator.language.runbook import Runbook, default_runbook, load_runbook, shipped_runbooks  # noqa: F401 - re-exported
 from orchestrator.util.user_errors import Refused, UserError
 

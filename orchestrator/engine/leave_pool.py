@@ -1,4 +1,4 @@
-"""The live leave-pool guard of a `capacity: fleet` runbook (issue 21, the attack branch's case A).
+"""The live leave-pool guard of a `capacity: fleet` runbook.
 
 A base host leaves the pool with one call: the scoped `down` of its registrar (the forward
 `drain.drain`, the rollback table's `drain`). The runbook's capacity step (`presence: {hosts:
@@ -10,9 +10,10 @@ So, right before any call that takes the host out of the pool, and whatever tabl
 - no other host of the tier has a run that has not ended (it may be out, or about to be);
 - a peer that cannot be asked, or a host the inventory does not know, counts as a refusal.
 
-A refusal halts the run there, with one line naming the host that is out; nothing is sent.
+A refusal halts the run there, with one line naming the host that is out; nothing is sent (the
+stop guard asks `tier_refusal`: executor/runtime.py `StopGuard`).
 
-Right after the drain is confirmed (`recheck_after_drain`), the other hosts' presence is read
+Right after the drain is confirmed (executor/runtime.py `Waits.recheck_after_drain`), the other hosts' presence is read
 again: a second journal (another orchestrator, another state directory) or a human that took
 another host out in the same window is seen, and this host rejoins at once (docs/admission.md
 says what window remains).
@@ -57,7 +58,7 @@ async def tier_refusal(*, journal: Any, rb: "Runbook", host: str, peers: Sequenc
     """(the other host that is out, why) when `host` must not leave the pool now; None when every
     other host of the tier is in it and has no unfinished run. Read live; never assumes capacity."""
     from orchestrator.hosts.clients.errors import ClientError
-    from orchestrator.engine.prerequisites import unfinished
+    from orchestrator.engine.rules.prerequisites import unfinished
 
     if rb.capacity != "fleet":
         return None
@@ -77,21 +78,6 @@ async def tier_refusal(*, journal: Any, rb: "Runbook", host: str, peers: Sequenc
             if not (got.listed and got.healthy):
                 return h, f"{h} is out of the pool ({peer.name} does not list it healthy under {domain})"
     return None
-
-
-async def guard(rt: Any, services: Iterable[str]) -> str | None:
-    """The guard a `down` step asks right before it sends a call that takes `rt`'s host out of
-    the pool: the one line to halt with, or None (go on, or these services do not take it out)."""
-    if not takes_host_out(rt.rb, services):
-        return None
-    found = await tier_refusal(journal=rt.journal, rb=rt.rb, host=rt.run.host, peers=rt.clients.peers,
-                               addresses=rt.clients.addresses, run_id=rt.run.run_id)
-    if found is None:
-        return None
-    out, why = found
-    host = rt.run.host
-    return (f"refusing to take {host} out of the pool: {why}. Nothing was sent; {host} stays in the pool. Bring {out} "
-            f"back into the pool first (`orchestrate rollback {out}` if its run ended outside it), then resume")
 
 
 def halted_outside(journal: Any, rb: "Runbook", host: str) -> Any | None:
@@ -145,34 +131,7 @@ def drain_down_before(rb: "Runbook", step: Any) -> Any | None:
     return None
 
 
-async def recheck_after_drain(rt: Any, step: Any) -> str | None:
-    """Right after a drain is confirmed (`step`, the presence gate after the leave-pool down):
-    the other hosts of the tier read again at the peers. None: the tier carries the domain. Else
-    this host rejoins at once (the registrar up from the file it was taken down from, sent once
-    per visit) and the one line to halt with: another orchestrator (a second journal) or a human
-    took the other host out in the same window."""
-    down = drain_down_before(rt.rb, step)
-    if down is None:
-        return None
-    host = rt.run.host
-    found = await tier_refusal(journal=_NoRuns(), rb=rt.rb, host=host, peers=rt.clients.peers,
-                               addresses=rt.clients.addresses)
-    if found is None:
-        return None
-    out, why = found
-    req = rt.request(down, dry_run=False)
-    recorded = rt.recorded_effect("compose_up")
-    if recorded is not None:  # a resume: the rejoin this visit already sent is settled, never repeated
-        outcome = await rt.resume_effect(recorded)
-    else:
-        outcome = await rt.mutate("compose_up", req, {"ids": {}, "actions": await rt.action_count()})
-    how = ("rejoined at once" if outcome.get("status") == "success" else
-           f"its rejoin (an up of {', '.join(req.services)}) did not succeed ({outcome.get('status')}): look at it now")
-    return (f"{out} left the pool while {host} was draining ({why}): another orchestrator (a second journal) or "
-            f"a human took {out} out; {host} {how}. Nothing else was changed")
-
-
-class _NoRuns:
+class NoRuns:
     """The journal view of the re-check after a drain: only the peers count there (this run's
     own tier lease already keeps this journal's other runs out)."""
 
@@ -180,5 +139,5 @@ class _NoRuns:
         return []
 
 
-__all__ = ["leave_pool_services", "takes_host_out", "tier_refusal", "guard", "halted_outside", "refuse_tier_halted",
-           "drain_down_before", "recheck_after_drain"]
+__all__ = ["leave_pool_services", "takes_host_out", "tier_refusal", "halted_outside", "refuse_tier_halted",
+           "drain_down_before", "NoRuns"]

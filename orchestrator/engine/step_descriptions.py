@@ -4,7 +4,7 @@ One function per step kind, in one table (`DESCRIPTIONS`, keyed as the handlers 
 kind, or `check.<name>` for a preflight check). Each handler of `orchestrator.engine.steps`
 answers `describe` from this table, and `plan` reads it directly: describing a step needs the
 runbook only, not the handlers (their clients, parsers and analysis code), so that a first
-`orchestrate plan` does not load them (issue 25; pinned by tests/core/test_cli_startup.py). A new
+`orchestrate plan` does not load them (pinned by tests/core/test_cli_startup.py). A new
 step kind adds its description here; `register` refuses a handler without one.
 """
 

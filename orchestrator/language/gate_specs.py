@@ -1,5 +1,5 @@
 """The runbook's gates on things outside the engines (issue 23, items 3-6): pure specs, the
-loader's part only (the handlers are orchestrator/engine/steps/envchecks.py and steps/external.py).
+loader's part only (the handlers are orchestrator/engine/steps/env.py, manual.py and external.py).
 
 - `env:` the env map of this host or of another named host (the dashboard's): keys `absent`,
   keys that `equals` a value (values are never shown: a mismatch says "differs");

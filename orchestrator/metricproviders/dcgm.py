@@ -16,7 +16,7 @@ from orchestrator.analysis.window import FB_FREE, Scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
 def parse_dcgm(text: str, at: float, replica_gpus: Mapping[str, Sequence[int]]) -> dict[str, Scrape]:
@@ -41,7 +41,7 @@ def parse_dcgm(text: str, at: float, replica_gpus: Mapping[str, Sequence[int]]) 
     return out
 
 
-async def read_dcgm(rt: "Runtime", port: int, token_variable: str,
+async def read_dcgm(rt: "Activities", port: int, token_variable: str,
                     replica_gpus: Mapping[str, Sequence[int]]) -> dict[str, Scrape]:
     """One scrape of DCGM's exporter behind relay `port`, split per replica, stamped with the run
     clock. Raises what the relay client raises (the caller counts misses) or `MetricsTextError`."""

@@ -15,7 +15,7 @@ from orchestrator.analysis.window import METRICS, REQUESTS, Histogram, Scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 #: the histograms and counters any analysis metric reads (others in the text are ignored)
 HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind == "quantile")
@@ -61,7 +61,7 @@ def parse_scrape(text: str, at: float) -> Scrape:
     return Scrape(at, counters, hists, gauges)
 
 
-async def read_scrape(rt: "Runtime", port: int, token_variable: str) -> Scrape:
+async def read_scrape(rt: "Activities", port: int, token_variable: str) -> Scrape:
     """One scrape of the engine behind relay `port`, stamped with the run clock. Raises what the
     relay client raises (the caller counts misses) or `MetricsTextError`."""
     env = await rt.ensure_env()

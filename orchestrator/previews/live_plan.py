@@ -30,7 +30,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator.engine import host_state
+from orchestrator.engine.rules import host_state
 from orchestrator.hosts.budget import format_gib
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
 from orchestrator.hosts.clients.errors import BadRequest, ClientError, TagNotFound, TagTooRecent
@@ -38,11 +38,11 @@ from orchestrator.language.references import UnresolvedReference, resolve_file
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.language.machine import compile_rollout
-from orchestrator.engine.executor.targets import journaled_successes, newest_successful, recorded_successes
+from orchestrator.engine.rules.targets import journaled_successes, newest_successful, recorded_successes
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.previews.plan import Plan, build_plan, render_markdown, render_text
-from orchestrator.engine.dry_run_check import judge_dry_run
+from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.language.runbook import SELECTED, Runbook, Step, load_runbook
 from orchestrator.util.user_errors import UserError
 
@@ -180,7 +180,7 @@ async def _resolve_previous(session: Any, cm: _ReadOnlyCompose, host: str, proje
     previous: dict[str, dict[str, str]] = {}
     source = ""
     if continuing:
-        from orchestrator.engine.executor.context import RunContext
+        from orchestrator.engine.context import RunContext
 
         for earlier in session.journal.list_runs(host, limit=50):
             prev = RunContext.from_json(earlier.context).previous
@@ -298,7 +298,7 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 elif state.action == "start":
                     lp.start_phase = rb.phases[0].name
                 else:
-                    from orchestrator.engine.foreign_check import refuse_foreign_part_way
+                    from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
 
                     lp.start_phase = state.action
                     foreign = refuse_foreign_part_way(session.journal, host, await cm.action_log(), rb.file, tag,
@@ -396,7 +396,7 @@ async def _planned_dry_run(cm: _ReadOnlyCompose, env: EnvMap, project: str | Non
                            step: Step | None, stopped: set[str], lp: LivePlan, record: Any) -> bool:
     """One dry run, docker/ps compared around it, judged like its step would be. False: stop
     sending dry runs (docker/ps changed)."""
-    from orchestrator.engine.foreign_change import describe_action
+    from orchestrator.engine.rules.foreign_change import describe_action
     from orchestrator.hosts.ps_compare import compare_ps, describe_changes
 
     n_actions = len(await cm.action_log())

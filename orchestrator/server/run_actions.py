@@ -36,7 +36,7 @@ class RunActionsMixin:
         run = self._get_run(run_id)
         gates = None if run.terminal else self._gates(run)
         if gate is None and not run.terminal:  # no gate named: the one it waits at now (approval_scope.py)
-            from orchestrator.engine.approval_scope import waiting_gate
+            from orchestrator.engine.rules.approval_scope import waiting_gate
 
             gate = waiting_gate(run, gates)
         if at_gate and not run.terminal:

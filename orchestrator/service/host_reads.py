@@ -8,7 +8,7 @@ Advisory only: what they found is judged again by the admission transaction (ser
 
 from __future__ import annotations
 
-from orchestrator.engine.executor.targets import group_targets, newest_successful
+from orchestrator.engine.rules.targets import group_targets, newest_successful
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.runbook import Runbook, load_runbook
 from orchestrator.service.refusals import _require_earlier_phases_passed
@@ -57,7 +57,7 @@ async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[s
 
 async def place_for_continue(session: Session, host: str, tag: str, runbook: str) -> str:
     """`rollout --continue`: the phase the host's declared state continues at (read-only)."""
-    from orchestrator.engine import host_state
+    from orchestrator.engine.rules import host_state
 
     check_tag(tag)
     rb = load_runbook(runbook)
@@ -77,7 +77,7 @@ async def place_for_continue(session: Session, host: str, tag: str, runbook: str
 
 async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag: str) -> None:
     """`--continue` never takes over a rollout that another journal (or a person) is driving."""
-    from orchestrator.engine.foreign_check import refuse_foreign_part_way
+    from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
 
     async with _compose_client(session, session.inventory.host(host)) as cm:
         actions = await cm.action_log()
@@ -135,7 +135,7 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
 async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:
     """A host the runbook places in its before-state already runs the previous configuration: a
     rollback would only drain it or restart what serves. Refused, read-only."""
-    from orchestrator.engine import host_state
+    from orchestrator.engine.rules import host_state
 
     state = host_state.place(rb, await _observe(session, host, rb, tag))
     if state is not None and state.action == "start":

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.outcome import Outcome
 
-#: What the journaled final message appends (executor/runtime_serving.py `host_now`).
+#: What the journaled final message appends (executor/runtime.py `Serving.host_now`).
 HOST_NOW = "host now: "
 #: Where the run keeps the options it was started with (RunContext.extra: carried unchanged).
 OPTIONS_KEY = "cli_options"
@@ -53,7 +53,7 @@ def where(settings: Any) -> str:
 
 def rollback_headline(run: Any, rb: Any) -> str:
     """`gpu02: r1, r2 back to <file> @ <tag> (from <where the target came from>)`."""
-    from orchestrator.engine.executor.targets import group_targets
+    from orchestrator.engine.rules.targets import group_targets
 
     ctx = run.context or {}
     replicas = sorted(ctx.get("replicas") or rb.replicas)

@@ -274,7 +274,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
                          extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
-        from orchestrator.engine.oneshot_ledger import removed_oneshots
+        from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
         ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
     from orchestrator.service import admission
 

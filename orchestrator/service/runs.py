@@ -87,7 +87,7 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
     settings.require_host_tokens("rollout")
     rb = load_runbook_text(req.runbook)
     if req.overrides:  # a typo never passes: only the runbook's prerequisites can be named
-        from orchestrator.engine.prerequisites import check_overrides
+        from orchestrator.engine.rules.prerequisites import check_overrides
 
         check_overrides(rb.prerequisites, list(req.overrides))
     refuse_placeholder_inventory(settings, req.host)

@@ -79,7 +79,7 @@ def approve(journal: Journal, run: RunRecord, gate: str | None, by: str, gates: 
     `now` also ends the rest of that soak (journaled as `<gate>!now`): the operator has seen
     enough. The soak still watches both replicas until the moment it ends."""
     _refuse_if_finished(run)
-    from orchestrator.engine.approval_scope import stored_name, waiting_gate
+    from orchestrator.engine.rules.approval_scope import stored_name, waiting_gate
 
     gate = waiting_gate(run, gates) if gate is None else str(gate)  # no gate given: the one it waits at
     if not gate or len(gate) > MAX_GATE_LEN:

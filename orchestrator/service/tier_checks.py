@@ -20,7 +20,7 @@ def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
     """A host whose capacity is the fleet's (`capacity: fleet`) is not rolled back while another
     host of its runbook has a run that has not ended: that host may be out of the pool, and a
     rollback drains this one too. Finish or abort that run first."""
-    from orchestrator.engine.prerequisites import unfinished
+    from orchestrator.engine.rules.prerequisites import unfinished
 
     if rb.capacity != "fleet":
         return

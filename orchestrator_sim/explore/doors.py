@@ -410,8 +410,8 @@ def clock_offset_hook() -> None:
             return _dt.datetime.utcnow() + offset
 
     for mod in ("orchestrator.cli", "orchestrator.service.runner", "orchestrator.journal.sql", "orchestrator.journal.base",
-                "orchestrator.engine.steps.language", "orchestrator.service.activity", "orchestrator.engine.fleet",
-                "orchestrator.engine.prerequisites", "orchestrator.engine.executor.runtime", "orchestrator.server.worker",
+                "orchestrator.engine.steps.checks", "orchestrator.service.activity", "orchestrator.engine.fleet",
+                "orchestrator.engine.rules.prerequisites", "orchestrator.engine.executor.runtime", "orchestrator.server.worker",
                 "orchestrator.server.pages", "orchestrator.service.startup"):
         try:
             importlib.import_module(mod)

@@ -39,7 +39,7 @@ def apply_breaks() -> None:
     breaks = {b for b in os.environ.get("ORCHESTRATOR_TEST_BREAK", "").split(",") if b}
     if "inherit-yes" in breaks:
         from orchestrator.engine.executor import loop
-        from orchestrator.engine.executor.context import RunContext
+        from orchestrator.engine.context import RunContext
 
         init = loop.Executor.__init__
 

@@ -71,10 +71,10 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
     from orchestrator.service.runner import execute, new_rollout
-    from orchestrator.engine.steps import language
+    from orchestrator.engine.steps import presence
 
     e = e2e_factory(hosts=BASE_HOSTS)
-    original = language.Presence.run
+    original = presence.Presence.run
 
     async def presence_then_pause(self, rt, node, step):
         out = await original(self, rt, node, step)
@@ -82,7 +82,7 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
             commands.pause(rt.journal, rt.journal.get_run(rt.run.run_id), "alice")  # clicked while it checked
         return out
 
-    monkeypatch.setattr(language.Presence, "run", presence_then_pause)
+    monkeypatch.setattr(presence.Presence, "run", presence_then_pause)
 
     async def scenario():
         run, rb, table = new_rollout(e.session, "gpu03", BASE_TARGET_TAG, "base-glm53-w4afp8")

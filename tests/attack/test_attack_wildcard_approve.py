@@ -2,7 +2,7 @@
 gate `*`, journaled once and read by EVERY later soak gate of the run (steps/gates.py: `{node.id,
 "*"} & approvals`), also after a Ctrl-C and by a run `serve` adopts.
 
-Now (orchestrator/engine/approval_scope.py): with no gate given the approval is of the gate the run waits
+Now (orchestrator/engine/rules/approval_scope.py): with no gate given the approval is of the gate the run waits
 at now, refused with one line (exit 2) when it waits at none; `*` only when named, and a `*` from
 before a resume or an adoption is not read after it."""
 
@@ -64,7 +64,7 @@ def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(
 
     from orchestrator.journal import audit
     from orchestrator.service import signals as commands
-    from orchestrator.engine.approval_scope import effective
+    from orchestrator.engine.rules.approval_scope import effective
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.runner import new_rollout
 

@@ -24,7 +24,7 @@ import pytest
 from orchestrator.service import admission
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import LeaseHeld
-from orchestrator.engine.prerequisites import unmet
+from orchestrator.engine.rules.prerequisites import unmet
 from orchestrator.language.runbook import load_runbook
 from orchestrator.util.user_errors import Refused
 

@@ -180,7 +180,7 @@ def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path
 
 def test_a_rollback_entered_anywhere_names_its_manual_edits_before_it_runs():
     from orchestrator.language.machine import compile_rollout
-    from orchestrator.engine.steps.envchecks import manual_edits_ahead
+    from orchestrator.engine.steps.manual import manual_edits_ahead
 
     table = compile_rollout(parse_runbook(with_gates()))
     ahead = manual_edits_ahead(table, "canary.rollback.unnote-canary")

@@ -14,9 +14,9 @@ from orchestrator.hosts.clients.errors import ServerError
 from orchestrator.hosts.clients.inference import SoakRelayClient
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
 from orchestrator.language.runbook import RUNBOOK_DIR, GaugeBound, parse_runbook
-from orchestrator.engine.steps.evidence import gauge_problem
+from orchestrator.engine.steps.metrics import gauge_problem
 from orchestrator.engine.steps.oneshot import exit_code, judge_output
-from orchestrator.engine.steps.telemetry import log_tags
+from orchestrator.engine.steps.labels import log_tags
 from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import yaml
 
-from orchestrator.engine.prerequisites import unmet
+from orchestrator.engine.rules.prerequisites import unmet
 from orchestrator.language.runbook import RUNBOOK_DIR, LogValue, Prerequisite, parse_runbook
-from orchestrator.engine.steps.language import judge_markers
+from orchestrator.engine.steps.markers import judge_markers
 from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())

@@ -1,5 +1,5 @@
 """The live leave-pool guard's rules (orchestrator/engine/leave_pool.py) and the scoped approvals
-(orchestrator/engine/approval_scope.py), with fake peers and journals. End-to-end: tests/attack/."""
+(orchestrator/engine/rules/approval_scope.py), with fake peers and journals. End-to-end: tests/attack/."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_a_run_halted_before_any_drain_is_not_outside_the_pool():
 
 
 def test_approve_without_a_gate_names_the_gate_the_run_waits_at():
-    from orchestrator.engine.approval_scope import waiting_gate
+    from orchestrator.engine.rules.approval_scope import waiting_gate
 
     gates = {"*", "r2.soak"}
     assert waiting_gate(SimpleNamespace(run_id="x", state="r2.soak"), gates) == "r2.soak"

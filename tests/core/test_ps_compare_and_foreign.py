@@ -1,5 +1,5 @@
 """The pure halves of scoped dry runs (`orchestrator.hosts.ps_compare`) and foreign-change detection
-(`orchestrator.engine.foreign_change`).
+(`orchestrator.engine.rules.foreign_change`).
 
 Mutation list (each guard deleted in the source, the test seen failing, the source restored):
 - compare_ps: the `gone` branch -> test_a_container_gone_is_named; the ID/creation branch ->
@@ -16,7 +16,7 @@ Mutation list (each guard deleted in the source, the test seen failing, the sour
 
 from __future__ import annotations
 
-from orchestrator.engine.foreign_change import (
+from orchestrator.engine.rules.foreign_change import (
     OwnCall,
     describe_action,
     new_mark,

@@ -1,4 +1,4 @@
-"""The one serving model (orchestrator/engine/serving_evidence.py), pure: three-valued, and "unknown"
+"""The one serving model (orchestrator/engine/rules/serving_evidence.py), pure: three-valued, and "unknown"
 never permits a stop.
 
 Mutation list (each guard deleted in the source, the tests run and seen failing, the source
@@ -27,7 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.hosts.parsers.docker_ps import Container
-from orchestrator.engine.serving_evidence import (
+from orchestrator.engine.rules.serving_evidence import (
     LogWindow,
     Peers,
     State,
@@ -223,7 +223,7 @@ def test_the_relays_health_is_live_evidence_for_its_engine():
 
 
 def test_published_ports_are_read_from_docker_ps():
-    from orchestrator.engine.serving_evidence import publishes
+    from orchestrator.engine.rules.serving_evidence import publishes
 
     def c(ports):
         return Container(id="r", name="relay", image="nginx", state="running", status="Up", created_at="t", raw={"Ports": ports})
@@ -235,7 +235,7 @@ def test_published_ports_are_read_from_docker_ps():
 
 
 def test_a_window_shows_an_engine_past_its_start_only_by_its_work():
-    from orchestrator.engine.serving_evidence import past_its_start
+    from orchestrator.engine.rules.serving_evidence import past_its_start
 
     assert past_its_start(NOISE[:1])
     assert past_its_start(["[TP0] Decode batch, #running-req: 3"])

@@ -1,7 +1,7 @@
 """Issue 21, case 11 (docker log rotation) against the simulator: every engine keeps only its last
 500 log lines, so the long-running engines' start and ready lines are long gone.
 
-Before the one serving model (orchestrator/engine/serving_evidence.py) a window without the ready line
+Before the one serving model (orchestrator/engine/rules/serving_evidence.py) a window without the ready line
 read as "not serving": the soak failed on a healthy host, an r2 failure could not roll back (its
 stop guard saw no serving r1), and the stop guard let `r2.stop-old` stop the only serving engine
 while r1 was in a cold start. Judged on the simulator's own record (its calls and containers).

@@ -263,6 +263,8 @@ class FakeClients:
     relay_tokens: list[str] = field(default_factory=list)
     github: Any = None
     addresses: dict[str, str] = field(default_factory=dict)  # inventory host -> model-proxy address
+    instance_names: dict[str, str] = field(default_factory=dict)  # inventory host -> dashboard instance name
+    external: Any = None  # no external reads (their gates have their own tests)
 
     def relay(self, url: str, token: str) -> FakeRelay:
         self.relay_tokens.append(token)
@@ -312,6 +314,13 @@ class Rig:
                            poll_interval=self.poll, redactor=self.redactor, progress=self.progress, yes=self.yes,
                            soak_override=self.soak)
         return self.ex
+
+    def use(self, **clients: Any) -> Executor:
+        """Other clients for this run (`peers=`, `relay=`, `github=`, ...): the runtime's parts receive
+        their clients when they are built, so the Executor is built again over them."""
+        for name, client in clients.items():
+            setattr(self.clients, name, client)
+        return self.resume()
 
     @property
     def ctx(self) -> RunContext:

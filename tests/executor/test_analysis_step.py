@@ -1,4 +1,4 @@
-"""The `analysis:` step's handler (steps/canary.py) against a scripted runtime: the window is
+"""The `analysis:` step's handler (steps/analysis.py) against a scripted runtime: the window is
 polled, the verdict maps to ok / fail / halt, unreadable relays and a candidate that stops
 serving fail it."""
 
@@ -150,7 +150,7 @@ def test_a_candidate_that_stops_serving_fails_at_once():
 
 
 def test_the_heartbeat_shows_the_gates_on_the_window_so_far():
-    from orchestrator.engine.steps.canary import so_far
+    from orchestrator.engine.steps.analysis import so_far
 
     class Ticking(FakeRt):
         lines: list[str] = []

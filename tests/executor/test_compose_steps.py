@@ -2,7 +2,7 @@
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):
-- rule 1  runtime_compose.py:RuntimeCompose.mutate, `record_intent(...)` before `await call(req, env)`: moved after
+- rule 1  runtime.py:ComposeCalls.mutate, `record_intent(...)` before `await call(req, env)`: moved after
           the call -> test_every_mutating_call_is_journaled_before_and_after fails (no open intent
           at send time); `record_outcome(...)` deleted -> same test fails (effects without outcome).
 - rule 2  steps/compose.py:Up.run, `if checked is None or (...) != (...): return halt(...)` removed
@@ -12,17 +12,17 @@ restored):
           always true -> the capped test fails (RETRY again instead of FAIL).
 - rule 4  steps/compose.py:Up.run, `if not rt.same_as_checked(req, env)` removed -> the up is sent
           with the new env map, test_env_map_changed_since_the_dry_run_* fails.
-- rule 5  runtime_compose.py:RuntimeCompose.dry_run, `if changed: return DryRunCall("changed", halt(...))` made
+- rule 5  runtime.py:ComposeCalls.dry_run, `if changed: return DryRunCall("changed", halt(...))` made
           `if False` -> test_a_dry_run_that_changes_docker_ps_halts fails (OK instead of HALT).
 - rule 6  dry_run_check.py:judge_dry_run, `if removed: return DryRunJudgement("refuse", ...)` removed -> the
           up is applied, test_a_plan_that_removes_anything_is_never_applied fails.
 - rule 7  steps/compose.py:Up.run, `recorded = rt.recorded_effect("compose_up")` -> `None`
           -> test_resumed_up_*_applied_moves_on fails (RETRY: re-planned instead of OK).
-- rule 8  runtime_waits.py:RuntimeWaits.settle_up, the `if in_flight is False:` branch removed ->
+- rule 8  runtime.py:Waits.settle_up, the `if in_flight is False:` branch removed ->
           test_unknown_up_with_nothing_in_flight_* fail (waits SETTLE_S / HALT instead of deciding
           at once); steps/compose.py:Up._judge, `settle_up(...)` replaced by "not_applied" ->
           test_unknown_up_with_nothing_in_flight_and_changed_ps_is_applied fails.
-- bug     runtime_waits.py:RuntimeWaits.settle_up checks the SETTLE_S deadline even while `status()` says the up
+- bug     runtime.py:Waits.settle_up checks the SETTLE_S deadline even while `status()` says the up
           is in flight: test_unknown_up_still_in_flight_is_waited_for_not_replanned was xfail(strict) until the executor was fixed; it passes now.
 """
 
@@ -293,7 +293,7 @@ async def test_an_abort_waits_until_the_call_in_flight_is_settled():
 async def test_an_abort_does_not_land_while_an_unknown_up_is_being_settled():
     """The final review: the settle's waits are not abort points (an abort there would start the
     rollback beside an up that may still run). Mutation: `abortable=False` dropped from
-    Runtime.settle_up's waits -> the step ends in `abort` instead of settling."""
+    Waits.settle_up's waits -> the step ends in `abort` instead of settling."""
     rig = await crash_during_up(reached_host=False)
     rig.journal.request_abort(rig.run.run_id, by="alice")
     [(event, note, to)] = await rig.step()

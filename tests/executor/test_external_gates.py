@@ -38,6 +38,7 @@ from orchestrator.language.gate_specs import json_at
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.language.runbook import parse_runbook
 from orchestrator.engine.steps import handler_for
+from orchestrator.engine.executor.runtime import External
 from tests.core.test_gate_specs import R2, with_gates
 
 GH = "https://api.github.test"
@@ -60,7 +61,7 @@ class Clock:
 
 
 class FakeRt:
-    """What the handlers read through `rt`: the run, the runbook, the clients, the env maps."""
+    """What the handlers read through `rt` (the Activities protocol): the run, the runbook, the env maps, the external reads."""
 
     def __init__(self, envs: dict[str, list[dict[str, str]]] | None = None, *, yes: bool = True,
                  report: dict[str, Any] | None = None) -> None:
@@ -82,12 +83,13 @@ class FakeRt:
         async def attestation_report() -> dict[str, Any]:
             return self.report or {}
 
-        async def env_map(name: str) -> EnvMap:
-            return self._next(name)
-
-        self.clients = SimpleNamespace(
-            external=ExternalReads(self.redactor, gh), instance_names={"gpu02": "gpu02", "gpu23": "gpu23"},
-            dashboard=SimpleNamespace(env_map=env_map), compose=SimpleNamespace(attestation_report=attestation_report))
+        self.attestation_report = attestation_report
+        self.instance_names = {"gpu02": "gpu02", "gpu23": "gpu23"}
+        # the real part for external reads, over the real client (respx answers its requests)
+        self.external_reads = ExternalReads(self.redactor, gh)
+        external = External(external=self.external_reads, entry=self.entry)  # type: ignore[arg-type]
+        self.github_repo, self.proxy_backends, self.http_json = external.github_repo, external.proxy_backends, external.http_json
+        self.pull_request, self.file_sha256 = external.pull_request, external.file_sha256
         self.log = SimpleNamespace(warning=lambda *a, **k: None)
 
     def _next(self, name: str) -> EnvMap:
@@ -101,6 +103,14 @@ class FakeRt:
 
     async def ensure_env(self) -> EnvMap:
         return self.env or await self.read_env()
+
+    async def other_env(self, host: str) -> EnvMap:
+        name = self.instance_names.get(host)
+        if name is None:
+            raise LookupError(f"host {host!r} is not in the inventory (its env map cannot be read)")
+        env = self._next(name)
+        self.redactor.add(*env.redaction_values())
+        return env
 
     containers: list[Any] = []
 
@@ -152,7 +162,7 @@ async def test_env_passes_when_absent_and_equal_and_fails_naming_the_key_never_t
 
 async def test_env_on_another_host_reads_its_map_by_instance_name():
     from orchestrator.language.gate_specs import EnvSpec
-    from orchestrator.engine.steps.envchecks import env_gate
+    from orchestrator.engine.steps.env import env_gate
 
     rt = FakeRt({"gpu02": [{}], "gpu23": [{"LONG_TIER_ONLY": "false"}]})
     out = await env_gate(rt, EnvSpec(host="gpu23", equals={"LONG_TIER_ONLY": "true"}))  # type: ignore[arg-type]
@@ -252,7 +262,7 @@ async def test_pull_request_fails_naming_what_is_not_green(pr, runs, words):
 async def test_pull_request_fails_when_github_cannot_answer():
     respx.get(url__startswith=GH).respond(503)
     rt = FakeRt()
-    rt.clients.external.github.retry = rt.clients.external.github.retry.__class__(max_attempts=1, deadline_s=1)
+    rt.external_reads.github.retry = rt.external_reads.github.retry.__class__(max_attempts=1, deadline_s=1)
     out = await run(rt, "pr-green")
     assert out.event.value == "fail" and "GitHub could not say" in out.note
 

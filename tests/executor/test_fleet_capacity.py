@@ -3,16 +3,16 @@ drain, and the capacity guard (`presence: {hosts: others}`) asks the peers about
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):
-- runtime_guards.py:RuntimeGuards.stop_guard, the `if self.rb.capacity == "fleet"` block removed -> the
+- runtime.py:StopGuard.stop_guard, the `if self.rb.capacity == "fleet"` block removed -> the
   host rule judges: test_fleet_down_once_drained_is_sent_though_no_other_replica_serves fails
   (HALT: no other replica serves);
 - same block, `if not listed: continue` made unconditional -> test_fleet_down_while_still_listed
   _halts_and_sends_nothing and test_fleet_down_when_a_peer_cannot_be_asked_halts fail;
-- runtime_guards.py:RuntimeGuards._still_listed, the `except ClientError` branch made to `continue` ->
+- runtime.py:Neighbours.still_listed, the `except ClientError` branch made to `continue` ->
   test_fleet_down_when_a_peer_cannot_be_asked_halts fails;
-- steps/language.py:Presence.run, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
+- steps/presence.py:Presence.run, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
   _host_the_inventory_does_not_know fails (a KeyError, not a named refusal);
-- steps/language.py:Presence.run, `targets` for `others` replaced by this host's address ->
+- steps/presence.py:Presence.run, `targets` for `others` replaced by this host's address ->
   test_capacity_guard_fails_while_another_host_is_unhealthy fails.
 """
 
@@ -31,7 +31,7 @@ ADDR = {"gpu03": "203.0.113.3:8444", "gpu04": "203.0.113.4:8444", "gpu23": "203.
 def at_stop_old(peer_lists, *, r1_ready: bool = False) -> Rig:
     """r2's first step on a host whose capacity is the fleet's; r1 does not serve (cold start)."""
     rig = Rig(state="r2.stop-old", ctx=ctx_at(), rb=FLEET_RB)
-    rig.clients.peers = [FakePeer("peer-a", peer_lists), FakePeer("peer-b", peer_lists)]
+    rig.use(peers=[FakePeer("peer-a", peer_lists), FakePeer("peer-b", peer_lists)])
     rig.compose.run(OLD_R2, log=engine_log())
     rig.compose.run(R1, log=engine_log(ready=r1_ready))
     return rig
@@ -71,8 +71,7 @@ async def test_fleet_down_of_an_engine_that_does_not_serve_needs_no_drain():
 
 def capacity_rig(lists, addresses=ADDR) -> Rig:
     rig = Rig(state="preflight.capacity", rb=BASE, host="gpu03")
-    rig.clients.peers = [FakePeer("peer-a", lists), FakePeer("peer-b", lists)]
-    rig.clients.addresses = dict(addresses)
+    rig.use(peers=[FakePeer("peer-a", lists), FakePeer("peer-b", lists)], addresses=dict(addresses))
     return rig
 
 
@@ -106,7 +105,7 @@ async def test_capacity_guard_fails_for_a_host_the_inventory_does_not_know():
 
 async def test_fleet_drain_is_judged_on_any_port_of_the_host():
     """The registrar registers HOST_IP:8000 while the inventory may name another port: a host
-    listed on any port is not drained (runtime_guards.py:RuntimeGuards._still_listed asks with the bare host;
+    listed on any port is not drained (runtime.py:Neighbours.still_listed asks with the bare host;
     with the inventory's `ip:port` this test fails: the down is sent)."""
     host = "10.0.0.2"  # fakes.ENTRY.model_proxy_address is 10.0.0.2:8000
     rig = at_stop_old(lambda addr, domain: (addr == host and domain == RB.domains.long, True))
@@ -117,7 +116,7 @@ async def test_fleet_drain_is_judged_on_any_port_of_the_host():
 
 async def test_capacity_guard_refuses_while_another_host_of_the_tier_has_a_run_that_has_not_ended():
     """Two terminals, two base hosts: each run sees the other's (runs are created before their
-    preflight), so they never leave the pool together (steps/language.py:Presence.run, the `busy`
+    preflight), so they never leave the pool together (steps/presence.py:Presence.run, the `busy`
     refusal removed -> this test fails: the guard passes)."""
     rig = capacity_rig(lambda addr, domain: (domain == BASE.domains.base, True))
     other = rig.journal.create_run(host="gpu04", runbook=BASE.name, tag="v2", kind="rollout", state="drain.drain", context={})

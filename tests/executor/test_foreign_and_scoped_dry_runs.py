@@ -1,11 +1,11 @@
 """Foreign-change detection and scoped dry runs in the executor (issue 21, cases 12 and 13).
 
 Mutation list (each guard deleted in the source, the test seen failing, the source restored):
-- runtime_compose.py RuntimeCompose.mutate: `if foreign: raise ForeignChange(foreign)` removed ->
+- runtime.py ComposeCalls.mutate: `if foreign: raise ForeignChange(foreign)` removed ->
   test_a_call_someone_else_made_halts_before_the_next_mutating_call (the down is sent).
-- runtime_compose.py RuntimeCompose.dry_run: the `if foreign:` branch removed ->
+- runtime.py ComposeCalls.dry_run: the `if foreign:` branch removed ->
   test_a_dry_run_change_beside_a_foreign_entry_names_it_and_does_not_blame_compose (14029 blamed).
-- runtime_preflight.py RuntimePreflight.validate_previous_targets: `engines=set(self.rb.engines())` dropped ->
+- runtime.py Preflight.validate_previous_targets: `engines=set(self.rb.engines())` dropped ->
   test_the_before_state_target_check_never_names_a_running_engine.
 - placement.py: the shared-only dry run replaced by 77b15ae's (every running new-file service) ->
   test_placement_names_no_engine_in_any_state.
@@ -17,7 +17,8 @@ import pytest
 
 from fakes import NEW_R2, OLD_R2, OLD_TAG, R1, RB, SHARED, SIDECARS, TAG, Rig, ctx_at, host_before
 from orchestrator.hosts.clients.compose_manager import StreamOutcome
-from orchestrator.engine.foreign_change import new_mark
+from orchestrator.engine.context import ActionMark
+from orchestrator.engine.rules.foreign_change import new_mark
 from orchestrator.hosts.parsers.action_log import Action
 
 PERSON = "2026-12-01T03:04:05.000000001+00:00"
@@ -32,7 +33,7 @@ def person_recreates_nginx(rig: Rig) -> Action:
 def at_stop_old() -> Rig:
     rig = Rig(state="r2.stop-old", ctx=ctx_at())
     host_before(rig.compose)
-    rig.ctx.action_mark = new_mark(list(rig.compose.actions), 0)
+    rig.ctx.action_mark = ActionMark.from_json(new_mark(list(rig.compose.actions), 0))
     return rig
 
 
@@ -67,7 +68,7 @@ async def test_the_runs_own_calls_are_not_foreign_even_with_an_unknown_outcome()
 async def test_a_dry_run_change_beside_a_foreign_entry_names_it_and_does_not_blame_compose():
     rig = Rig(state="r2.dry-run", ctx=ctx_at())
     rig.compose.run(R1)
-    rig.ctx.action_mark = new_mark(list(rig.compose.actions), 0)
+    rig.ctx.action_mark = ActionMark.from_json(new_mark(list(rig.compose.actions), 0))
 
     def someone_else(verb, req, env):
         if verb == "dry_run":
@@ -86,7 +87,7 @@ async def test_a_dry_run_change_beside_a_foreign_entry_names_it_and_does_not_bla
 async def test_a_dry_run_change_without_a_foreign_entry_names_the_container_and_14029():
     rig = Rig(state="r2.dry-run", ctx=ctx_at())
     first = rig.compose.run(R1).id
-    rig.ctx.action_mark = new_mark(list(rig.compose.actions), 0)
+    rig.ctx.action_mark = ActionMark.from_json(new_mark(list(rig.compose.actions), 0))
 
     def recreates_r1(verb, req, env):
         if verb == "dry_run":
@@ -105,7 +106,7 @@ async def test_the_before_state_target_check_never_names_a_running_engine():
     await rig.step()
     named = {s for r in rig.compose.sent("dry_run") for s in r.services}
     assert named and not named & {R1, OLD_R2}, named
-    assert rig.ctx.action_mark and rig.ctx.action_mark["count"] == len(rig.compose.actions)
+    assert rig.ctx.action_mark is not None and rig.ctx.action_mark.count == len(rig.compose.actions)
 
 
 def _put(rig: Rig, svc: str, what: str | None) -> None:

@@ -8,9 +8,9 @@ restored):
           fails (OK); `if res.failed: return fail(...)` removed -> test_cold_start_fails_on_a_forbidden_line_*
           fails (times out without the line); `if c.restarting: return fail(...)` removed ->
           test_cold_start_fails_when_the_engine_restarts fails;
-          runtime_reads.py:RuntimeReads.follower, `initial_tail: int = COLD_START_WINDOW` -> 200 ->
+          runtime.py:HostReads.follower, `initial_tail: int = COLD_START_WINDOW` -> 200 ->
           test_resumed_cold_start_reads_the_whole_start_on_its_first_poll fails.
-- rule 12 runtime_serving.py:RuntimeServing.engines_still_serving, each of `if c.id != cid`, `if c.restarting or
+- rule 12 runtime.py:Serving.engines_still_serving, each of `if c.id != cid`, `if c.restarting or
           c.state != "running"`, `if ... now_up < up` removed -> the matching
           test_soak_fails_when_an_engine_restarts[...] cases fail (soak passes);
           steps/gates.py:Soak.run, `already = float(rt.ctx.soaks.get(node.id, 0.0))` -> `0.0` and,
@@ -327,7 +327,7 @@ def metrics_soak(values, *, errors=()):
             v = values[min(i, len(values) - 1)]
             return f"# TYPE {QUEUE} gauge\n{QUEUE}{{model_name=\"m\"}} {v}\n"
 
-    rig.clients.relay = lambda url, token: Relay()
+    rig.use(relay=lambda url, token: Relay())
     return rig
 
 

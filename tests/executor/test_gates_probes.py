@@ -6,14 +6,14 @@ every FULL_READ_S); a chatty log and a time-compressed clock get no probes; a fa
 a failed gate.
 
 Mutation list (each guard disabled in the source, the test seen failing, the source restored):
-- runtime_clock.py:RuntimeClock.wait_for_output, `if await follower.probe(): ... break` -> never breaks ->
+- runtime.py:RunClock.wait_for_output, `if await follower.probe(): ... break` -> never breaks ->
   test_a_forbidden_line_is_acted_on_within_a_probe_interval fails (decided at the next poll);
 - gates.py:ColdStart.run, the quiet skip `if waited == "quiet" and now < read_due` -> always read ->
   test_quiet_probes_replace_the_log_reads_but_for_one_full_read_a_minute fails;
   `read_due = now + FULL_READ_S` -> `now + 1e9` -> the same test fails (no full read);
 - gates.py:ColdStart.run, the chatty check -> test_a_chatty_log_gets_no_probes fails;
-- runtime_clock.py:RuntimeClock.wait_for_output, the MIN_PROBE_REAL_S check -> test_a_compressed_clock_gets_no_probes fails;
-- runtime_clock.py:RuntimeClock.wait_for_output, `except ClientError` -> test_a_failing_probe_is_not_a_failed_gate fails;
+- runtime.py:RunClock.wait_for_output, the MIN_PROBE_REAL_S check -> test_a_compressed_clock_gets_no_probes fails;
+- runtime.py:RunClock.wait_for_output, `except ClientError` -> test_a_failing_probe_is_not_a_failed_gate fails;
 - gates.py:ColdStart.run, `c is None or` in the unprobed wait -> test_an_engine_docker_ps_does_not_list_gets_no_probes fails.
 """
 
@@ -97,7 +97,7 @@ class _Compressed:
 
 async def test_a_compressed_clock_gets_no_probes():
     rig = probed(at_cold_start(script=timeline(START, *MILESTONES, READY)))
-    rig.ex.rt.clock = _Compressed(rig.clock)
+    rig.clock.real_seconds = _Compressed(rig.clock).real_seconds  # type: ignore[attr-defined]
     [(event, note, _)] = await rig.step()
     assert event == "ok", note
     assert 1 not in rig.compose.log_tails

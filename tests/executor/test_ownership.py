@@ -8,15 +8,15 @@ restored):
           steps/compose.py:Down.run, `await rt.record_ownership(..., up=False)` deleted -> that
           test, test_a_rollback_stops_the_engine_its_run_created and
           test_a_resumed_narrowed_down_waits_only_for_what_it_sent fail (no stopped IDs).
-- owner   runtime_guards.py:RuntimeGuards.not_owned, `_, others = owned_split(...)` -> `others = []` ->
+- owner   runtime.py:StopGuard.not_owned, `_, others = owned_split(...)` -> `others = []` ->
           test_a_rollback_never_stops_a_namesake_it_did_not_create fails (the old r1 is stopped).
-- scope   runtime_guards.py:RuntimeGuards.not_owned, the `node.section not in ROLLBACK_SECTIONS` return removed ->
+- scope   runtime.py:StopGuard.not_owned, the `node.section not in ROLLBACK_SECTIONS` return removed ->
           test_a_forward_stop_of_the_old_engine_is_not_held_to_ownership fails (r2.stop-old refused);
           its `self.table.kind != "rollout"` exemption removed ->
           test_an_operators_rollback_run_stops_the_rolled_out_engine_it_did_not_create and
           tests/e2e/test_cli_e2e.py::test_whole_host_rollback_after_done_restores_both_r2_first fail (an operator's
           `orchestrate rollback` run owns nothing, yet must stop the rolled-out engines).
-- engine  runtime_guards.py:RuntimeGuards.not_owned, `self.rb.replica_of(...) and` dropped ->
+- engine  runtime.py:StopGuard.not_owned, `self.rb.replica_of(...) and` dropped ->
           test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_message fails
           (a previous relay left running would be reported as if it were an engine).
 - message loop.py:Executor._final_message, the `if self.ctx.not_stopped:` branch disabled ->
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from fakes import ENV, NEW_R2, OLD_FILE, OLD_R2, R1, RB, TAG, Rig, ctx_at, host_before
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.engine.ownership import created_ids, gone_ids, owned_split, ps_ids, record
+from orchestrator.engine.rules.ownership import created_ids, gone_ids, owned_split, ps_ids, record
 from orchestrator.hosts.parsers.docker_ps import Container
 from orchestrator.engine.steps.checks import target_needs_budget
 
@@ -119,7 +119,7 @@ async def test_the_ledger_survives_a_crash_after_the_ups_outcome():
 def _at_r1_rollback(created_r1: bool) -> Rig:
     """r1's stop-old was refused, so r1's rollback runs: the new r2 (this run's) serves, and the
     r1 running is the OLD one (same service name) unless `created_r1`."""
-    from orchestrator.engine.executor.context import Failure
+    from orchestrator.engine.context import Failure
 
     rig = Rig(state="r1.rollback.stop-new", ctx=ctx_at(failure=Failure("r1.stop-old", "fail", "compose-manager did not run the down")))
     r2 = rig.compose.run(NEW_R2, file=NEW_FILE, tag=TAG)
@@ -287,7 +287,7 @@ async def test_an_operators_rollback_run_stops_the_rolled_out_engine_it_did_not_
 
 
 def test_the_note_names_what_the_run_did_stop_under_that_name():
-    from orchestrator.engine.ownership import not_ours_note
+    from orchestrator.engine.rules.ownership import not_ours_note
 
     c = _c("0123456789abcdef", R1)
     assert not_ours_note(c, "r1.rollback.stop-new", {}) == (

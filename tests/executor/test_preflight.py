@@ -4,7 +4,7 @@ Mutation list (each guard was disabled in the source, the test run and seen fail
 restored):
 - rule 13 steps/checks.py:EnvMapCheck.run, `if masked: return fail(...)` removed ->
           test_masked_credentials_abort_the_rollout_before_anything_is_sent fails (the run goes on
-          and sends dry runs and downs); runtime.py:Runtime.ensure_env, `if masked: raise MaskedEnv`
+          and sends dry runs and downs); runtime.py:EnvReader.ensure_env, `if masked: raise MaskedEnv`
           removed -> test_masked_credentials_read_on_resume_halt_and_send_nothing fails (RETRY).
 - rule 14 steps/checks.py:HostStateCheck.run, `if state.action == "done": return skip(...)`
           removed -> test_host_at_target_is_done_with_nothing_to_do fails (ABORTED); the loop refusing
@@ -78,7 +78,7 @@ async def placement(start_phase: str | None = None, **host: str | None) -> tuple
 async def test_host_before_the_rollout_runs_from_the_start():
     rig, [(event, note, to)] = await placement(old_r2="old", new_r2=None, r1="old")
     assert (event, to) == ("ok", "preflight.before-state"), note
-    assert rig.ctx.placement["state"] == "before"
+    assert rig.ctx.placement.state == "before"
 
 
 async def test_host_at_target_is_done_with_nothing_to_do():
@@ -126,7 +126,7 @@ async def test_unrecognised_host_is_refused_with_the_difference():
 
 
 # -- the orchestrator's own tag check (compose-manager's age gate is off in production) -----------
-# Mutation list: TagAgeCheck.run / Runtime.check_tag_age
+# Mutation list: TagAgeCheck.run / Preflight.check_tag_age
 #   - the `except GitHubUnreachable` branch returning FAIL unless skipped (test_unreachable_github_*)
 #   - `return False, ... {res.reason}` for a tag that is not ok (test_a_young_tag_*)
 
@@ -143,11 +143,11 @@ class _GitHub:
 
 
 async def _tag_age(rig_kw, github):
-    from orchestrator.engine.executor.context import RunContext
+    from orchestrator.engine.context import RunContext
     from tests.executor.fakes import Rig
 
     rig = Rig(state="preflight.tag-age", ctx=RunContext.new(**rig_kw))
-    rig.clients.github = github
+    rig.use(github=github)
     rig.entry_github = True
     return await rig.step(1)
 

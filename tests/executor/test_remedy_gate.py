@@ -22,7 +22,7 @@ run and seen failing, the source restored):
      test_dist_store_error_takes_the_remedy_then_the_gate_passes_on_the_new_container fails;
 - R5 steps/compose.py:Up.run, the `checked is None ...: return halt(...)` guard removed ->
      test_the_remedy_up_needs_its_own_dry_run fails (the up is sent);
-- R6 executor/runtime_guards.py:RuntimeGuards.stop_guard, `return (f"refusing to stop {e}: ...")` made `return None`
+- R6 runtime.py:StopGuard.stop_guard, `return (f"refusing to stop {e}: ...")` made `return None`
      -> test_the_stop_guard_holds_inside_a_remedy fails (the down is sent);
 - R7 steps/gates.py:ColdStart.run, `if now is not None and now.id == ready_id:` made `if False:` ->
      test_a_sibling_whose_cold_start_passed_in_this_run_is_not_judged_again_from_a_scrolled_log fails (HALT).

@@ -2,15 +2,15 @@
 
 Mutation list (each guard changed in the source, the tests run and seen failing, the source
 restored):
-- runtime_guards.py:RuntimeGuards.stop_guard, `if mine.not_serving: continue` -> `if not mine.serving:`
+- runtime.py:StopGuard.stop_guard, `if mine.not_serving: continue` -> `if not mine.serving:`
   (an unknown engine stopped) -> test_an_unknown_engine_is_not_stopped_without_a_serving_other;
   `if refusal: return refusal` disabled -> test_a_rotated_old_r2_is_not_stopped_while_r1_cold_starts;
-- runtime_serving.py:RuntimeServing.serving, the peers not asked (`peers=None`) ->
+- runtime.py:Serving.serving, the peers not asked (`peers=None`) ->
   test_a_rotated_old_r2_is_not_stopped_while_r1_cold_starts (refused, but as "unknown", not as
   the only serving engine) and test_a_rotated_r1_serves_and_the_old_r2_is_stopped (HALT);
-- runtime_serving.py:RuntimeServing.peers_view, a peer that cannot be asked counted as routing ->
+- runtime.py:Neighbours.peers_view, a peer that cannot be asked counted as routing ->
   test_an_unknown_engine_is_not_stopped_without_a_serving_other;
-- runtime_serving.py:RuntimeServing.host_now, "NOT serving (...)" for anything not serving ->
+- runtime.py:Serving.host_now, "NOT serving (...)" for anything not serving ->
   test_host_now_says_unknown_when_the_log_cannot_be_read;
 - steps/gates.py:Soak.run, `if verdict.not_serving` -> `if not verdict.serving` ->
   test_the_soak_watches_an_engine_whose_serving_is_unknown (the soak fails);
@@ -131,7 +131,7 @@ async def test_a_host_at_target_with_an_engine_in_a_cold_start_is_not_done():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("fail", "ABORTED"), note
     assert f"{R1} NOT serving" in note and "Nothing was changed" in note
-    assert rig.ctx.placement["serving"][R1] == "not serving"
+    assert rig.ctx.placement.serving[R1] == "not serving"
     assert not rig.compose.sent("up") and not rig.compose.sent("down")
 
 
@@ -142,11 +142,11 @@ async def test_a_host_at_target_with_rotated_logs_is_done():
     rig.compose.host[NEW_R2].started = DAYS
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("skip", "DONE"), note
-    assert rig.ctx.placement["serving"] == {R1: "serving", NEW_R2: "serving"}
+    assert rig.ctx.placement.serving == {R1: "serving", NEW_R2: "serving"}
 
 
 # -- the soak relay's /health: live evidence for one engine -----------------------------------------
-# Mutations: runtime_serving.py:RuntimeServing._relay_health returning None at once ->
+# Mutations: runtime.py:Serving._relay_health returning None at once ->
 # test_the_relays_health_makes_a_recently_restarted_r1_known_to_serve fails (HALT);
 # `except ClientError: return None` made to return the evidence ->
 # test_a_relay_that_answers_502_is_no_evidence fails (the down is sent).
@@ -174,7 +174,7 @@ def with_relay(rig: Rig, *, ok: bool) -> list:
                                 raw={"Ports": "0.0.0.0:8008-8009->8008-8009/tcp"})]
 
     rig.compose.ps = ps
-    rig.clients.relay = lambda url, token: _Relay(ok, seen)
+    rig.use(relay=lambda url, token: _Relay(ok, seen))
     return seen
 
 

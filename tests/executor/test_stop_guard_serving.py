@@ -5,16 +5,16 @@ restored):
 - rule 9  steps/compose.py:Down.run, `if refusal: return halt(refusal)` removed -> the down is
           sent, test_down_of_the_last_serving_engine_halts_and_sends_nothing fails (and the
           rollback variant);
-          runtime_guards.py:RuntimeGuards.stop_guard, `if any(v.serving for v in verdicts): continue` removed ->
+          runtime.py:StopGuard.stop_guard, `if any(v.serving for v in verdicts): continue` removed ->
           test_down_while_the_other_replica_serves_is_sent fails (HALT);
-          runtime_guards.py:RuntimeGuards.stop_guard, `if not mine.serving: continue` removed ->
+          runtime.py:StopGuard.stop_guard, `if not mine.serving: continue` removed ->
           test_down_of_an_engine_that_does_not_serve_is_sent fails (HALT).
-- rule 10 runtime_serving.py:RuntimeServing.serving, `if c.state != "running" or c.restarting` reduced to
+- rule 10 runtime.py:Serving.serving, `if c.state != "running" or c.restarting` reduced to
           `c.state != "running"` / to `c.restarting` -> the `restarting` cases fail;
           `if last_start > last_ready` removed -> the "startup after ready" cases fail (also the
           stop-guard one); `if last_ready < 0` removed -> the "no ready and no startup line" case
           fails (with a startup line in the window the previous check already answers).
-- bug     runtime_waits.py:RuntimeWaits.wait_gone resends a down without asking stop_guard again:
+- bug     runtime.py:Waits.wait_gone resends a down without asking stop_guard again:
           test_a_resent_down_is_guarded_again was xfail(strict) until the executor was fixed; it passes now.
 """
 
@@ -191,11 +191,11 @@ async def test_gpus_still_held_after_the_down_fail_the_gate():
 
 # -- the review's findings (each test fails with its guard removed) ----------------------------
 # Mutation list:
-#   runtime_serving.py:RuntimeServing.serving, the "long-running engine" branch removed -> test_a_long_running_*
+#   runtime.py:Serving.serving, the "long-running engine" branch removed -> test_a_long_running_*
 #     fails (both engines' ready lines scrolled out: r2.stop-old halts, r1 counted as not serving)
-#   runtime_guards.py:RuntimeGuards.stop_guard, `and not mine.unknown` removed -> test_an_engine_whose_start_*
+#   runtime.py:StopGuard.stop_guard, `and not mine.unknown` removed -> test_an_engine_whose_start_*
 #     fails (the down is sent without looking at r1)
-#   runtime_guards.py:RuntimeGuards.stop_guard, the GET /status in-flight refusal removed -> test_a_stop_*_in_flight fails
+#   runtime.py:StopGuard.stop_guard, the GET /status in-flight refusal removed -> test_a_stop_*_in_flight fails
 #   loop.py:run_to_end, the open-effect check before check_abort removed -> tests/executor/test_compose_steps.py
 #     test_an_abort_waits_until_the_call_in_flight_is_settled fails
 
@@ -267,7 +267,7 @@ async def test_a_resend_in_flight_at_a_crash_is_settled_not_sent_again():
 async def test_an_engine_ready_in_this_run_serves_though_its_ready_line_scrolled_out():
     """The final review: an engine whose cold-start gate passed in this run (same container) and
     that logged no startup line since is serving, however busy its log. Mutation: the
-    `ctx.ready` branch in Runtime.serving removed -> r1 counts as unknown, the down halts."""
+    `ctx.ready` branch in Serving.serving removed -> r1 counts as unknown, the down halts."""
     long_log = NOISE * 5000
     rig = at_stop_old(r2_log=engine_log(), r1_log=long_log)
     rig.compose.host[R1].status = "Up 20 minutes"  # younger than a cold start

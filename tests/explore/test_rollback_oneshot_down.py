@@ -1,6 +1,6 @@
 """Explorer seed 136: an operator's `rollback --replica all` after a rollout killed right after the
 perception check's down sent that down again (I3: a destructive call repeated). The rollback now
-reads the journal (orchestrator/engine/oneshot_ledger.py) for one-shots already removed."""
+reads the journal (orchestrator/engine/rules/oneshot_ledger.py) for one-shots already removed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine.oneshot_ledger import removed_oneshots
+from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
 from orchestrator_sim import explore
 
 CHECK = "glm53-perception-check"

@@ -1,14 +1,16 @@
 """The executor: runs a compiled table to a terminal state, one handler per step kind.
 
 - `loop.Executor`: the run loop (look up the state's handler, run it, journal the transition);
-- `runtime.Runtime`: the live services handlers act through (the only place effects happen);
-- `context.RunContext`: the run's persisted, typed context;
-- `heartbeat.run_with_heartbeat`: the lease renewal around a run.
+- `runtime.Runtime`: the live services handlers act through (the only place effects happen), built
+  from parts that each receive what they use;
+- `heartbeat.run_with_heartbeat`: the lease renewal around a run;
+- `pause`, `watch`, `placement`, `rollback_summary`: what the loop does around a step.
 
-The rules themselves live with the step handlers in `orchestrator/engine/steps/` and in `runtime`.
+The run's persisted context is `orchestrator/engine/context.py`; the handlers are in
+`orchestrator/engine/steps/`, the rules they apply in `orchestrator/engine/rules/`.
 """
 
-from orchestrator.engine.executor.context import DryRunRecord, RunContext, same_request
+from orchestrator.engine.context import DryRunRecord, RunContext, same_request
 from orchestrator.engine.executor.heartbeat import run_with_heartbeat
 from orchestrator.engine.executor.loop import Executor, RunnerFenced
 

@@ -10,7 +10,7 @@ import structlog
 
 from orchestrator.hosts.clients.errors import ClientError, RequestInvalid
 from orchestrator.util.clock import Clock
-from orchestrator.engine.executor.context import Failure, RunContext
+from orchestrator.engine.context import Failure, RunContext
 from orchestrator.journal.audit import abort_note
 from orchestrator.engine.executor.pause import honour_pause, observed
 from orchestrator.engine.executor.rollback_summary import rollback_summary
@@ -63,9 +63,9 @@ class Executor:
             self.ctx.yes = True  # journaled with the next transition: the run's stored --yes
         # Humans stay in the loop: only the `yes` the caller passes here skips approvals. A person's
         # `orchestrate resume RUN` (or `resume --server`) passes the stored --yes unless given again,
-        # and says so on its first line (issue 22's rule); a run a server adopts on its own never
+        # and says so on its first line; a run a server adopts on its own never
         # inherits it and waits for a human at every approval gate (case 2). A `*` approval from
-        # before a resume or an adoption is not read after it (orchestrator/engine/approval_scope.py).
+        # before a resume or an adoption is not read after it (orchestrator/engine/rules/approval_scope.py).
         self.machine = Machine(table, run.state)
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
                           clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,
@@ -124,7 +124,7 @@ class Executor:
     async def _perform(self, node: Node) -> StepOutcome:
         if node.step is None:  # a marker state (an empty rollback that halts)
             return StepOutcome(Event.OK, "handing over to a human")
-        if node.step.watch is not None:  # issue 23: the step runs beside a watch of another replica
+        if node.step.watch is not None:  # the step runs beside a watch of another replica
             from orchestrator.engine.executor.watch import run_watched
 
             return await run_watched(self.rt, node, handler_for(node.step))
@@ -140,9 +140,9 @@ class Executor:
             self.ctx.failure = Failure(state, outcome.event.value, note)
         terminal = to in TERMINALS
         if not terminal and not in_rollback and self.table.nodes[to].section in ("rollback", "full_rollback"):
-            from orchestrator.engine.steps.envchecks import manual_edits_ahead
+            from orchestrator.engine.steps.manual import manual_edits_ahead
 
-            for edit in manual_edits_ahead(self.table, to):  # issue 23: said up front, before the rollback runs
+            for edit in manual_edits_ahead(self.table, to):  # said up front, before the rollback runs
                 self.log.warning("rollback_needs_manual_edit", edit=edit)
                 self.rt.emit("note", text=f"this rollback needs a human's edit: {edit}")
         message = self._final_message(state, to, note) if terminal else None

@@ -1,4 +1,4 @@
-"""Observing what the host runs, for placement (`orchestrator.engine.host_state`): read-only.
+"""Observing what the host runs, for placement (`orchestrator.engine.rules.host_state`): read-only.
 
 docker/ps says what runs and, by each container's `config_files` label, which file created it;
 the action log says at which tag that file was last applied to it. An engine (a service of a
@@ -23,8 +23,8 @@ from typing import Any
 
 from orchestrator.hosts.clients.compose_manager import ComposeRequest
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.engine.foreign_change import describe_action
-from orchestrator.engine.host_state import matches, new_file_services, observed_services
+from orchestrator.engine.rules.foreign_change import describe_action
+from orchestrator.engine.rules.host_state import matches, new_file_services, observed_services
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.hosts.ps_compare import compare_ps, describe_changes, on_definition
 from orchestrator.language.runbook import Runbook

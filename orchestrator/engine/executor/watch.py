@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING
 
 from orchestrator.analysis.verdict import fmt_value
 from orchestrator.analysis.window import METRICS, Scrape, WindowError, measure, window_of
-from orchestrator.engine.steps.base import StepOutcome, fail
-from orchestrator.engine.steps.evidence import error_text
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail
 
 if TYPE_CHECKING:
     from orchestrator.analysis.watch_spec import WatchSpec
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
     from orchestrator.language.machine import Node
     from orchestrator.engine.steps.base import Handler
 
@@ -47,7 +46,7 @@ def breach(spec: "WatchSpec", scrapes: list[Scrape]) -> str | None:
     return None
 
 
-async def watch(rt: "Runtime", spec: "WatchSpec") -> str:
+async def watch(rt: "Activities", spec: "WatchSpec") -> str:
     """Poll until a breach; return it (the caller cancels this when the step ends first)."""
     from orchestrator.metricproviders.relay_scrape import read_scrape
 
@@ -74,7 +73,7 @@ async def watch(rt: "Runtime", spec: "WatchSpec") -> str:
         await rt.wait(spec.poll)
 
 
-async def run_watched(rt: "Runtime", node: "Node", handler: "Handler") -> StepOutcome:
+async def run_watched(rt: "Activities", node: "Node", handler: "Handler") -> StepOutcome:
     step = node.step
     assert step is not None and step.watch is not None
     spec = step.watch

@@ -1,18 +1,38 @@
-"""Step kinds as handlers, one per kind, registered in one table (`HANDLERS`).
+"""Step kinds as handlers, one per runbook key, each registered in one table (`HANDLERS`).
+
+Where each key's handler is (`MODULES`, read like pip's `commands_dict`): a module is named after
+the key it serves, or holds a few keys of one concern (`checks`: every `check:`; `compose`: the
+dry run, the up and the down; `gates`: the relay, the completion check and the soak).
 
 Each handler has `describe(step, runbook)` (what `plan` prints: the gate checked after the step,
 and a precondition; its text lives in `orchestrator.engine.step_descriptions`, which `plan` reads
 without loading the handlers) and `async run(rt, node, step)` (the effect and the gate, through the
-executor's `Runtime`). Adding a step kind is one new module that registers its handler, and its
-description.
+operations of `activities.Activities`). Adding a step kind is one new module that registers its
+handler, its line here, and its description.
 
 This package is pure at import time: it imports no HTTP client, no journal and no event loop, so
 the offline `plan` can read the same table the executor runs. Effects happen only through `rt`.
 """
 
 from orchestrator.engine.steps.base import HANDLERS, Description, Handler, StepOutcome, handler_for
-from orchestrator.engine.steps import checks, compose, evidence, gates, language, oneshot, telemetry  # noqa: F401  (register the handlers)
-from orchestrator.engine.steps import canary, quiet  # noqa: F401,E402  (issue 23: the analysis and quiet handlers)
-from orchestrator.engine.steps import envchecks, external  # noqa: F401,E402  (issue 23: env, manual and external gates)
 
-__all__ = ["HANDLERS", "Description", "Handler", "StepOutcome", "handler_for"]
+#: runbook key (`check.<name>` for a preflight check) -> the module of `orchestrator.engine.steps` that serves it
+MODULES: dict[str, str] = {
+    "check.env_map": "checks", "check.budget": "checks", "check.rollback_targets": "checks",
+    "check.before_state": "checks", "check.host_state": "checks", "check.tag_age": "checks",
+    "check.model_cache": "checks", "check.prerequisites": "checks", "cache": "checks",
+    "dry_run": "compose", "up": "compose", "down": "compose",
+    "logs": "gates", "relay": "gates", "verify": "gates", "soak": "gates",
+    "markers": "markers", "presence": "presence", "capture": "capture",
+    "oneshot": "oneshot", "metrics": "metrics", "labels": "labels",
+    "analysis": "analysis", "quiet": "quiet",
+    "env": "env", "manual": "manual",
+    "proxy_pool": "external", "pull_request": "external", "http_json": "external", "attestation": "external",
+    "image": "external",
+}
+
+# importing a module registers its handlers (tests/executor/test_runtime_parts.py: the table says where each is)
+from orchestrator.engine.steps import (analysis, capture, checks, compose, env, external, gates, labels,  # noqa: E402,F401
+                                       manual, markers, metrics, oneshot, presence, quiet)
+
+__all__ = ["HANDLERS", "MODULES", "Description", "Handler", "StepOutcome", "handler_for"]

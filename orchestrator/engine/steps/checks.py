@@ -1,19 +1,26 @@
-"""Preflight checks: the env map, the RAM budget, the before-state. They change nothing."""
+"""`check:` preflight checks: the env map, the RAM budget, the before-state, the host state, the tag,
+the model cache, the prerequisites; and `cache:`. They change nothing.
+
+prerequisites: see `orchestrator/engine/rules/prerequisites.py`; overridden only by an approval
+named `prerequisite:<host>` (`orchestrate approve RUN_ID --gate prerequisite:gpu02`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.prerequisites import unfinished
+from orchestrator.engine.context import BeforeState, Placement
+from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
 @dataclass(frozen=True)
@@ -25,7 +32,7 @@ class BudgetFit:
     rank_bytes: int = 0
     available_bytes: int = 0
     page_cache_headroom_bytes: int = 0
-    #: engine -> its rank_budget_bytes (each engine by its own budget; several budgets, issue 23)
+    #: engine -> its rank_budget_bytes (each engine by its own budget, when there are several)
     ranks: Mapping[str, int] = field(default_factory=dict)
     #: "2 x 150.0 GiB + 1 x 60.0 GiB": what was fitted
     fitted: str = ""
@@ -91,7 +98,7 @@ def expected_rank_budget(budget_ctx: dict[str, int], rb: Runbook, service: str) 
     return per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
 
 
-def budget_verdict(rt: "Runtime") -> StepOutcome:
+def budget_verdict(rt: "Activities") -> StepOutcome:
     """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
     assert rt.env is not None
     b = rt.rb.budget
@@ -121,7 +128,7 @@ def budget_verdict(rt: "Runtime") -> StepOutcome:
 class EnvMapCheck(Described):
     key = "check.env_map"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         env = await rt.read_env()
         masked = env.masked_credentials()
         if masked:
@@ -136,18 +143,18 @@ class EnvMapCheck(Described):
 class BudgetCheck(Described):
     key = "check.budget"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()
         return budget_verdict(rt)
 
 
-async def record_rollback_targets(rt: "Runtime", before: dict[str, Any]) -> StepOutcome | None:
+async def record_rollback_targets(rt: "Activities", before: BeforeState) -> StepOutcome | None:
     """Record /version and docker/ps in `before`; establish the previous successful deploy of every
     service a `previous:` request names, and dry-run-check each target. A refusal, or None."""
     await rt.ensure_env()
-    before["version"] = await rt.version_summary()
+    before.version = await rt.version_summary()
     containers = await rt.ps()
-    before["ps"] = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
+    before.ps = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
     missing = await rt.establish_previous()
     if missing:
         return fail(
@@ -166,8 +173,8 @@ class RollbackTargetsCheck(Described):
 
     key = "check.rollback_targets"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
-        before: dict[str, Any] = {}
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        before = BeforeState()
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
             return refused
@@ -180,15 +187,15 @@ class RollbackTargetsCheck(Described):
 class BeforeStateCheck(Described):
     key = "check.before_state"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
-        before: dict[str, Any] = {}
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        before = BeforeState()
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
             return refused
         peers, problems = await rt.peer_presence()
-        before["peers"] = peers
+        before.peers = peers
         comp = await rt.completion_once()
-        before["completion"] = comp
+        before.completion = comp
         rt.ctx.before = before
         if problems:
             return fail("before-state: " + "; ".join(problems) + " (the host must be healthy before a rollout starts)")
@@ -200,7 +207,7 @@ class BeforeStateCheck(Described):
 
 @register
 class HostStateCheck(Described):
-    """Place the host in the runbook's declared host states (see `orchestrator.engine.host_state`).
+    """Place the host in the runbook's declared host states (see `orchestrator.engine.rules.host_state`).
 
     before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
     part-way -> OK only when the run was started at that state's phase with the operator's
@@ -209,15 +216,15 @@ class HostStateCheck(Described):
 
     key = "check.host_state"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
-        from orchestrator.engine import host_state
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        from orchestrator.engine.rules import host_state
         from orchestrator.engine.steps.base import skip
 
         observed = await rt.observe_host()
         if isinstance(observed, StepOutcome):
             return observed
         state = host_state.place(rt.rb, observed)
-        rt.ctx.placement = {"observed": dict(observed), "state": state.name if state else None}
+        rt.ctx.placement = placement = Placement(observed=dict(observed), state=state.name if state else None)
         first = rt.rb.phases[0].name
         wanted = rt.ctx.start_phase
         if state is None:
@@ -225,9 +232,9 @@ class HostStateCheck(Described):
             diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
             return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
                         f"Nothing was changed")
-        # the one serving model (orchestrator/engine/serving_evidence.py): what each engine's evidence says
+        # the one serving model (orchestrator/engine/rules/serving_evidence.py): what each engine's evidence says
         verdicts = await rt.running_engine_verdicts()
-        rt.ctx.placement["serving"] = {svc: v.state.value for svc, v in verdicts.items()}
+        placement.serving = {svc: v.state.value for svc, v in verdicts.items()}
         serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())
         if state.action == "done":
             down = [f"{svc} {v.phrase()}" for svc, v in verdicts.items() if v.not_serving]
@@ -268,7 +275,7 @@ class TagAgeCheck(Described):
 
     key = "check.tag_age"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         verdict = await rt.check_tag_age()
         if verdict is None:
             return ok("tag age not checked: --skip-tag-age-check")
@@ -284,7 +291,7 @@ class ModelCacheCheck(Described):
 
     key = "check.model_cache"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         cache = await rt.host_cache()
         if cache is None:
             return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
@@ -301,7 +308,7 @@ class CacheHolds(Described):
 
     key = "cache"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         assert step.cache is not None
         cache = await rt.host_cache()
         if cache is None:
@@ -312,3 +319,15 @@ class CacheHolds(Described):
             return fail(f"the model cache does not hold {', '.join(missing)} (it holds {', '.join(cache.weights) or 'nothing'}): "
                         f"the pre-stage did not fetch it; nothing was changed")
         return ok(f"the model cache holds {', '.join(step.cache.holds)}")
+
+
+@register
+class Prerequisites(Described):
+    key = "check.prerequisites"
+
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
+        problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(timezone.utc), overrides)
+        if problems:
+            return fail("prerequisite not met: " + "; ".join(problems))
+        return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))

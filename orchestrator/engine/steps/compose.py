@@ -18,25 +18,26 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.engine.context import DryRunPlan
 from orchestrator.language.machine import Node
-from orchestrator.engine.ownership import ps_ids
+from orchestrator.engine.rules.ownership import ps_ids
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.engine.dry_run_check import judge_dry_run
+from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.language.runbook import SELECTED, Step
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps import config_recreate
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
 @register
 class DryRun(Described):
     key = "dry_run"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         assert step.plan is not None
         env = await rt.ensure_env()
         req = rt.request(step, dry_run=True)
@@ -76,7 +77,7 @@ class DryRun(Described):
                         f"{', '.join(stale)} even after a scoped down, so its new inline config would not take")
         listed = list(req.services) if step.plan.change == SELECTED else list(step.plan.change or req.services)
         verdict = judge_dry_run(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
-        rt.ctx.plans[node.id] = {"actions": dict(plan.actions), "verdict": verdict.verdict}
+        rt.ctx.plans[node.id] = DryRunPlan(actions=dict(plan.actions), verdict=verdict.verdict)
         if verdict.verdict == "refuse":
             quoted = (" Plan lines: " + " | ".join(verdict.quoted)) if verdict.quoted else ""
             return fail(f"dry run of {', '.join(req.services)} from {req.file}@{req.tag}: {verdict.reason}.{quoted}")
@@ -92,7 +93,7 @@ class DryRun(Described):
 class Up(Described):
     key = "up"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         env = await rt.ensure_env()
         req = rt.request(step, dry_run=False)
         recorded = rt.recorded_effect("compose_up")
@@ -121,7 +122,7 @@ class Up(Described):
         rt.ctx.checked_dry_run = None
         return await self._judged(rt, node, req, outcome)
 
-    async def _judged(self, rt: "Runtime", node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+    async def _judged(self, rt: "Activities", node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
         """The up's verdict, then the run's container ledger: what it created and stopped, by ID."""
         verdict = await self._judge(rt, node, req, outcome)
         if outcome.get("status") != "refused":
@@ -129,14 +130,14 @@ class Up(Described):
         return verdict
 
     @staticmethod
-    def _again(rt: "Runtime", node: Node, why: str) -> StepOutcome:
+    def _again(rt: "Activities", node: Node, why: str) -> StepOutcome:
         used = rt.ctx.retries.get(node.id, 0)
         if used < rt.table.retry_cap(node.id):
             rt.ctx.retries[node.id] = used + 1
             return retry(f"{why}: planning again")
         return fail(f"{why}, again after planning anew")
 
-    async def _judge(self, rt: "Runtime", node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+    async def _judge(self, rt: "Activities", node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
         status = outcome["status"]
         if status == "success":
             rt.mark_deployed(req)
@@ -158,7 +159,7 @@ class Up(Described):
 class Down(Described):
     key = "down"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()
         req = rt.request(step, dry_run=False)
         downs = rt.visit_effects("compose_down")  # the first down and any resend of this visit

@@ -17,7 +17,7 @@ from orchestrator.language.runbook import ComposeSpec, Step
 
 if TYPE_CHECKING:
     from orchestrator.hosts.clients.compose_manager import ComposeRequest
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
     from orchestrator.language.machine import Node
     from orchestrator.engine.steps.base import Handler
     from orchestrator.engine.steps.outcome import StepOutcome
@@ -39,7 +39,7 @@ def remedy_key(node: "Node") -> str:
     return f"{node.id}:config-down"
 
 
-async def stop_for_recreate(rt: "Runtime", node: "Node", step: Step, services: list[str], down_step: "Handler") -> "StepOutcome":
+async def stop_for_recreate(rt: "Activities", node: "Node", step: Step, services: list[str], down_step: "Handler") -> "StepOutcome":
     """The scoped down of `services` (never an engine), through the Down step's own rules
     (`down_step`: the `down` handler, passed in by compose.py so that this module does not import it back)."""
     from orchestrator.engine.steps.outcome import halt

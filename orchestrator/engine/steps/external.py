@@ -1,4 +1,4 @@
-"""Gates on what the engines do not say themselves (issue 23): the host's own proxy pool, the tag's
+"""Gates on what the engines do not say themselves: the host's own proxy pool, the tag's
 PR and CI, a read-only HTTP/JSON answer, compose-manager's attestation report.
 
 Rules:
@@ -25,12 +25,11 @@ from orchestrator.language.gate_specs import fill, json_at
 from orchestrator.language.machine import Node
 from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
-from orchestrator.engine.steps.envchecks import placeholder_values, poll
-from orchestrator.engine.steps.evidence import error_text
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.env import placeholder_values, poll
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 GREEN = frozenset({"success", "neutral", "skipped"})
 
@@ -78,15 +77,14 @@ def judge_pull_request(status: Any, merged: bool, green: bool, required: list[st
 class ProxyPool(Described):
     key = "proxy_pool"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         p = step.proxy_pool
-        assert p is not None and rt.clients.external is not None
-        url = rt.entry.relay_url(p.port)
+        assert p is not None
         listed: list[str] = []
 
         async def check() -> list[str]:
             env = await rt.ensure_env()
-            backends = await rt.clients.external.proxy_backends(url, env.get(p.token_variable, ""))  # type: ignore[union-attr]
+            backends = await rt.proxy_backends(p.port, env.get(p.token_variable, ""))
             listed[:] = [f"{b.address}{'' if b.healthy else ' (unhealthy)'}" for b in backends]
             problems = []
             for r in p.contains:
@@ -114,14 +112,14 @@ class ProxyPool(Described):
 class PullRequest(Described):
     key = "pull_request"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.pull_request
         assert spec is not None
-        repo, tag, ext = rt.entry.github_repo, rt.run.tag or "", rt.clients.external
-        if repo is None or ext is None:
+        repo, tag = rt.github_repo(), rt.run.tag or ""
+        if repo is None:
             return fail(f"the inventory names no github_repo for {rt.run.host}: tag {tag}'s PR and CI cannot be checked")
         try:
-            status = await ext.pull_request(repo, tag)
+            status = await rt.pull_request(repo, tag)
         except Exception as exc:  # noqa: BLE001 - GitHubUnreachable and the client's errors, named
             return fail(f"GitHub could not say whether tag {tag}'s PR is merged and green: {rt.scrub(error_text(exc))}")
         if status is None:
@@ -137,9 +135,9 @@ class PullRequest(Described):
 class HttpJson(Described):
     key = "http_json"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.http_json
-        assert spec is not None and rt.clients.external is not None
+        assert spec is not None
         texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
         seen: list[str] = []
         known: dict[str, str] = {}
@@ -151,7 +149,7 @@ class HttpJson(Described):
             token = None
             if spec.token_variable:
                 token = (await rt.ensure_env()).get(spec.token_variable) or None
-            payload = await rt.clients.external.json(url, token)  # type: ignore[union-attr]
+            payload = await rt.http_json(url, token)
             try:
                 value = json_at(payload, spec.path)
             except KeyError as exc:
@@ -176,11 +174,11 @@ class HttpJson(Described):
 class Attestation(Described):
     key = "attestation"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.attestation
         assert spec is not None
         try:
-            report = await rt.clients.compose.attestation_report()  # a fresh nonce, checked echoed
+            report = await rt.attestation_report()  # a fresh nonce, checked echoed
         except Exception as exc:  # noqa: BLE001 - the client's errors, named
             return fail(f"attestation report could not be read: {rt.scrub(error_text(exc))}")
         problems = bound_report(report)
@@ -188,7 +186,7 @@ class Attestation(Described):
             actions = parse_action_log(report)
         except Exception as exc:  # noqa: BLE001 - ParseError
             return fail(f"attestation report's actions do not parse: {exc}")
-        repo, ext = rt.entry.github_repo, rt.clients.external
+        repo = rt.github_repo()
         sha_cache: dict[tuple[str, str], str | None] = {}
         lines = []
         for svc in spec.services:
@@ -202,11 +200,11 @@ class Attestation(Described):
                 continue
             key = (want["file"], want["tag"])
             if key not in sha_cache:
-                if repo is None or ext is None:
+                if repo is None:
                     return fail("the attested file hash cannot be checked: the inventory names no github_repo for "
                                 f"{rt.run.host}")
                 try:
-                    sha_cache[key] = await ext.file_sha256(repo, *key)
+                    sha_cache[key] = await rt.file_sha256(repo, *key)
                 except Exception as exc:  # noqa: BLE001 - GitHub's errors, named
                     return fail(f"{key[0]}@{key[1]} could not be read from GitHub to check its hash: {rt.scrub(error_text(exc))}")
             expected = sha_cache[key]
@@ -249,7 +247,7 @@ def image_digest(image: str) -> str | None:
 class Image(Described):
     key = "image"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.image
         assert spec is not None
         want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")

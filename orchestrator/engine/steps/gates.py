@@ -14,7 +14,7 @@ from orchestrator.language.runbook import SoakSpec, Step
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch  # noqa: F401 - the soak's watches
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.engine.serving_evidence import past_its_start, up_seconds
+from orchestrator.engine.rules.serving_evidence import past_its_start, up_seconds
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime
@@ -310,7 +310,7 @@ class Verify(Described):
         notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []
         if step.verify.completion:
             for attempt in range(1, step.verify.attempts + 1):
-                res = await rt.clients.inference.cache_hit_check(rt.rb.model)
+                res = await rt.cache_hit_check()
                 if res.ok:
                     break
                 if attempt == step.verify.attempts:
@@ -351,7 +351,7 @@ class Soak(Described):
         if replaced:
             return fail(f"during the soak: {replaced}")
         for svc in watched:
-            # the one serving model (orchestrator/engine/serving_evidence.py): an engine known not to
+            # the one serving model (orchestrator/engine/rules/serving_evidence.py): an engine known not to
             # serve fails the soak; one whose evidence does not decide (its start rotated out of
             # the log and nothing live says which engine carries the traffic) is watched, not
             # failed: failing a healthy host's soak would roll back what serves

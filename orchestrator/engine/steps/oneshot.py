@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING
 from orchestrator.util.durations import format_duration
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
 OUTPUT_TAIL = 2000
@@ -62,7 +61,7 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None) 
 class OneShotCompletion(Described):
     key = "oneshot"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         o = step.oneshot
         assert o is not None
         deadline = rt.clock.monotonic() + o.timeout
@@ -84,7 +83,7 @@ class OneShotCompletion(Described):
                 return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
             await rt.wait()
         try:
-            text = await rt.clients.compose.logs(rt.service_file(o.service), [o.service], OUTPUT_TAIL, rt.entry.project)
+            text = await rt.service_log(o.service, OUTPUT_TAIL)
         except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
             return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]

@@ -1,8 +1,7 @@
 """What a step handler returns: the event it feeds the machine, and a note.
 
 Its own module, below both the handlers and the executor's `Runtime` (which builds outcomes for
-the handlers it serves): `steps/base.py` imports `Runtime` for its annotations and `Runtime`
-imports these, so they cannot live in `base` without an import circle (issue 26).
+the handlers it serves): the executor imports these without loading the handlers.
 """
 
 from __future__ import annotations

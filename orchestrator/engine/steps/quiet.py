@@ -19,7 +19,7 @@ from orchestrator.language.runbook import Step
 from orchestrator.engine.steps.base import Described, StepOutcome, ok, register
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 #: the UTC wall clock the window is read on (tests replace it: a window must not depend on when CI runs)
 WALL: Callable[[], datetime] = lambda: datetime.now(timezone.utc)  # noqa: E731
@@ -44,7 +44,7 @@ def rate_per_min(series: dict[str, list[Scrape]], over: float) -> tuple[float, f
 class Quiet(Described):
     key = "quiet"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         from orchestrator.metricproviders.relay_scrape import read_scrape
 
         spec = step.quiet

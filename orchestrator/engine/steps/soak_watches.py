@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
     from orchestrator.language.runbook import SoakSpec
 
 
@@ -22,7 +22,7 @@ class ForbiddenLines:
     time is, by the container checks); lines the follower could not read in order (a gap: more
     than its window between two polls) are judged as read, and the gap is noted in the run log."""
 
-    def __init__(self, rt: "Runtime", services: list[str]) -> None:
+    def __init__(self, rt: "Activities", services: list[str]) -> None:
         self.rt = rt
         self.followers = {svc: rt.follower(svc) for svc in services}
         self.unread = set(services)
@@ -50,18 +50,19 @@ class ForbiddenLines:
 
 class SoakGaugeWatch:
     """The soak's metrics watch: every gauge of `soak.metrics` read through its relay at each poll
-    (prometheus_client's parser, steps/evidence.py). A reading outside its bounds fails the soak;
+    (prometheus_client's parser, steps/metrics.py). A reading outside its bounds fails the soak;
     a relay that cannot be read is tolerated for 2 polls in a row (a blip), not for 3."""
 
     MISSES = 3
 
-    def __init__(self, rt: "Runtime", soak: "SoakSpec") -> None:
+    def __init__(self, rt: "Activities", soak: "SoakSpec") -> None:
         self.rt = rt
         self.soak = soak
         self.misses: dict[int, int] = {}
 
     async def problem(self) -> str | None:
-        from orchestrator.engine.steps.evidence import error_text, gauge_problem
+        from orchestrator.engine.steps.base import error_text
+        from orchestrator.engine.steps.metrics import gauge_problem
 
         env = await self.rt.ensure_env()
         for m in self.soak.metrics:

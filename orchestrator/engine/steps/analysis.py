@@ -1,4 +1,4 @@
-"""`analysis:`: candidate vs control over a window of live traffic, then the readout (issue 23).
+"""`analysis:`: candidate vs control over a window of live traffic, then the readout.
 
 Every `poll`, each replica the gates read is scraped through its soak-relay route; the engines
 stay watched as in a soak (a candidate that restarts or stops serving fails the phase at once).
@@ -21,13 +21,12 @@ from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, GateResult, bo
 from orchestrator.analysis.window import Scrape, WindowError, window_of
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register
-from orchestrator.engine.steps.evidence import error_text
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.analysis.spec import AnalysisSpec
     from orchestrator.analysis.window import ReplicaWindow
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 MISSES = 3
 
@@ -63,7 +62,7 @@ def so_far(spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]]) -> str:
     return "; ".join(parts)
 
 
-async def _read_dcgm(rt: "Runtime", spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]],
+async def _read_dcgm(rt: "Activities", spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]],
                     misses: dict[str, int]) -> str | None:
     """One scrape of DCGM's exporter, each replica's lowest free GPU memory added to its scrapes."""
     from orchestrator.metricproviders.dcgm import read_dcgm
@@ -88,7 +87,7 @@ async def _read_dcgm(rt: "Runtime", spec: "AnalysisSpec", scrapes: dict[str, lis
 class _PrometheusReader:
     """`source: prometheus`: each replica's series from the inventory's query API (one client per step)."""
 
-    def __init__(self, rt: "Runtime", spec: "AnalysisSpec") -> None:
+    def __init__(self, rt: "Activities", spec: "AnalysisSpec") -> None:
         assert spec.prometheus is not None
         self.rt, self.q, self.client = rt, spec.prometheus, rt.prometheus_client()
 
@@ -103,7 +102,7 @@ class _PrometheusReader:
 class Analysis(Described):
     key = "analysis"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         spec = step.analysis
         assert spec is not None
         if spec.source == "prometheus":
@@ -116,7 +115,7 @@ class Analysis(Described):
                 await reader.client.aclose()
         return await self._run(rt, spec, None)
 
-    async def _run(self, rt: "Runtime", spec: "AnalysisSpec", prom: "_PrometheusReader | None") -> StepOutcome:
+    async def _run(self, rt: "Activities", spec: "AnalysisSpec", prom: "_PrometheusReader | None") -> StepOutcome:
         from orchestrator.metricproviders.relay_scrape import read_scrape
 
         replicas = spec.replicas()

@@ -4,6 +4,12 @@ It is built by `RunContext.new` (a fresh run), `RunContext.for_retry` (a halted 
 started again) or `RunContext.from_json` (a run read back from the journal), and written with
 every transition by `to_json`. Nothing else creates or reads the journal's context dict.
 
+The journal's JSON is the same as it has always been: each typed part (`BeforeState`, `Placement`,
+`ActionMark`) is written as the object it was and read back from it (an unset one as `{}`), so a
+run journaled by an older runner resumes under this one. `plans` and `milestones` stay mappings of
+a declared shape (`DryRunPlan`, `ColdStartProgress`): the cold-start gate reads and writes them as
+such.
+
 Rules and reasons:
 - `previous` maps a service to the deploy a rollback goes back to (tag, file, commit). It is only
   ever a deploy that *succeeded* (see preflight), never an attempt.
@@ -17,9 +23,9 @@ Rules and reasons:
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
 
 
 @dataclass
@@ -60,13 +66,99 @@ class Failure:
     reason: str
 
 
+class DryRunPlan(TypedDict):
+    """A dry run's verdict, by its state id (`RunContext.plans`): what it planned per service."""
+
+    actions: dict[str, str]
+    verdict: str
+
+
+class ColdStartProgress(TypedDict, total=False):
+    """What a cold-start gate saw of one container's start, journaled (`RunContext.milestones`):
+    hashes of lines, never their text (steps/cold_start_memory.py)."""
+
+    container: str
+    per_rank: dict[str, list[int]]
+    once: list[str]
+    start: str
+    last: str
+
+
+@dataclass
+class BeforeState:
+    """What the host ran and answered before the run acted (`check: before_state` / `rollback_targets`)."""
+
+    #: compose-manager's `/version` (tag, commit, file), or {"error": ...}
+    version: dict[str, Any] = field(default_factory=dict)
+    #: docker/ps: container name -> {id, state, status}
+    ps: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: each peer's listing of the host ("peer/long", "peer/base" -> {listed, healthy}); None: not asked
+    peers: dict[str, Any] | None = None
+    #: one long-domain completion ({ok, prompt_tokens} or {ok, reason}); None: not tried
+    completion: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "BeforeState":
+        return cls(version=dict(data.get("version") or {}), ps={k: dict(v) for k, v in (data.get("ps") or {}).items()},
+                   peers=data.get("peers"), completion=data.get("completion"))
+
+
+@dataclass
+class Placement:
+    """Where preflight placed the host among the runbook's declared host states, and what it saw."""
+
+    #: service -> what it runs (absent / new / previous / other / running)
+    observed: dict[str, str] = field(default_factory=dict)
+    #: the declared host state it matched (None: none)
+    state: str | None = None
+    #: engine -> its serving verdict then (serving / not serving / unknown); None: not judged
+    serving: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if not (k == "serving" and v is None)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Placement":
+        serving = data.get("serving")
+        return cls(observed=dict(data.get("observed") or {}), state=data.get("state"),
+                   serving=dict(serving) if serving is not None else None)
+
+
+@dataclass
+class ActionMark:
+    """Where this run last agreed with compose-manager's action log (orchestrator/engine/rules/foreign_change.py)."""
+
+    #: entries known then
+    count: int
+    #: the last of them, as `foreign_change.identity` gives it (None: the log was empty)
+    last: list[Any] | None
+    #: the journal's last effect id then
+    effect_id: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ActionMark":
+        last = data.get("last")
+        return cls(count=int(data.get("count", 0)), last=list(last) if last is not None else None,
+                   effect_id=int(data.get("effect_id", 0)))
+
+
+#: The typed parts and their classes: written as their JSON object, `{}` when unset.
+_TYPED_PARTS: dict[str, Any] = {"before": BeforeState, "placement": Placement, "action_mark": ActionMark}
+
+
 @dataclass
 class RunContext:
     previous: dict[str, dict[str, str]] = field(default_factory=dict)
     #: where each previous target came from (the journal, compose-manager's success record, --to-tag)
     previous_source: str = ""
-    #: dry-run verdicts by state id: {"actions": {service: action}, "verdict": ...}
-    plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: dry-run verdicts by state id
+    plans: dict[str, DryRunPlan] = field(default_factory=dict)
     retries: dict[str, int] = field(default_factory=dict)
     #: gate state -> how often it took its remedy in this run (capped by `Table.remedy_caps`)
     remedies: dict[str, int] = field(default_factory=dict)
@@ -74,7 +166,7 @@ class RunContext:
     checked_dry_run: DryRunRecord | None = None
     deployed: dict[str, dict[str, str]] = field(default_factory=dict)
     budget: dict[str, int] = field(default_factory=dict)
-    before: dict[str, Any] = field(default_factory=dict)
+    before: BeforeState | None = None
     env_keys_fingerprint: str = ""
     env_keys: int = 0
     #: the env map (fingerprint) the budget check last passed for
@@ -85,7 +177,7 @@ class RunContext:
     #: rollout runs: the phase the forward procedure starts at (host-state placement)
     start_phase: str | None = None
     #: the host state preflight placed the host in, and what it saw
-    placement: dict[str, Any] = field(default_factory=dict)
+    placement: Placement | None = None
     #: soak start times by state id, on the run's clock
     soaks: dict[str, float] = field(default_factory=dict)
     #: soak state id -> the engines (service -> container id) it watched when it started
@@ -102,18 +194,16 @@ class RunContext:
     oneshots_removed: list[str] = field(default_factory=list)
     #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
     ready: dict[str, str] = field(default_factory=dict)
-    #: a cold-start gate's progress: service -> {container, per_rank, once, start, last}
-    #: (orchestrator/engine/steps/cold_start_memory.py): a resumed gate counts it as seen
-    milestones: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: containers this run created / stopped, by container ID -> {service, state} (orchestrator.engine.ownership):
+    #: a cold-start gate's progress by service: a resumed gate counts it as seen
+    milestones: dict[str, ColdStartProgress] = field(default_factory=dict)
+    #: containers this run created / stopped, by container ID -> {service, state} (orchestrator/engine/rules/ownership.py):
     #: a rollback step stops only what is in `created`, never a container it merely shares a name with
     created: dict[str, dict[str, str]] = field(default_factory=dict)
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)
     #: why a rollback step left an engine running (said in the run's final message)
     not_stopped: list[str] = field(default_factory=list)
-    #: where this run last agreed with compose-manager's action log (`orchestrator.engine.foreign_change`):
-    #: {"count": entries known, "last": the last one's identity, "effect_id": the journal's last effect then}
-    action_mark: dict[str, Any] = field(default_factory=dict)
+    #: where this run last agreed with compose-manager's action log (None: not read yet)
+    action_mark: ActionMark | None = None
 
     @classmethod
     def new(cls, **kw: Any) -> "RunContext":
@@ -121,39 +211,25 @@ class RunContext:
 
     def for_retry(self) -> "RunContext":
         """What a `resume --retry` child keeps: targets and facts, not per-visit state."""
-        return RunContext(previous=dict(self.previous), previous_source=self.previous_source, budget=dict(self.budget),
-                          budget_env_fingerprint=self.budget_env_fingerprint,
-                          before=dict(self.before), deployed=dict(self.deployed), start_phase=self.start_phase,
-                          placement=dict(self.placement), skip_tag_age_check=self.skip_tag_age_check, yes=self.yes,
-                          extra=dict(self.extra), created=dict(self.created), stopped=dict(self.stopped))
+        return RunContext(previous=copy.deepcopy(self.previous), previous_source=self.previous_source,
+                          budget=dict(self.budget), budget_env_fingerprint=self.budget_env_fingerprint,
+                          before=copy.deepcopy(self.before), deployed=copy.deepcopy(self.deployed),
+                          start_phase=self.start_phase, placement=copy.deepcopy(self.placement),
+                          skip_tag_age_check=self.skip_tag_age_check, yes=self.yes, extra=copy.deepcopy(self.extra),
+                          created=copy.deepcopy(self.created), stopped=copy.deepcopy(self.stopped))
 
     def to_json(self) -> dict[str, Any]:
-        """The context as the journal stores it: a deep copy, `extra`'s keys at the top level.
-
-        Fast path (it runs at every transition): the deep copy is a JSON round trip done in C, kept
-        only when it equals the object it copied (a tuple, a non-string key or a NaN would not
-        survive it unchanged: those take `asdict`'s walk, as before)."""
-        data = {name: getattr(self, name) for name in _FIELD_NAMES}
-        for name in ("checked_dry_run", "failure"):
-            if data[name] is not None:
-                data[name] = asdict(data[name])
-        extra = data.pop("extra") or {}
-        shallow = {**extra, **data}
-        try:
-            copied = json.loads(json.dumps(shallow))
-        except (TypeError, ValueError):
-            copied = None
-        if copied is not None and copied == shallow:
-            return copied
-        return self._to_json_walk()
-
-    def _to_json_walk(self) -> dict[str, Any]:
+        """The context as the journal stores it: a deep copy, `extra`'s keys at the top level."""
         data = asdict(self)
+        for name in _TYPED_PARTS:
+            part = getattr(self, name)
+            data[name] = part.to_json() if part is not None else {}
         extra = data.pop("extra") or {}
         return {**extra, **data}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> "RunContext":
+        """A context read back from the journal, as any runner wrote it."""
         data = dict(data or {})
         known = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in data.items() if k in known and k != "extra"}
@@ -163,7 +239,6 @@ class RunContext:
         if kw.get("failure"):
             f = kw["failure"]
             kw["failure"] = Failure(f["state"], f["event"], f["reason"])
+        for name, part in _TYPED_PARTS.items():
+            kw[name] = part.from_json(kw[name]) if kw.get(name) else None
         return cls(**kw)
-
-
-_FIELD_NAMES = tuple(f.name for f in fields(RunContext))

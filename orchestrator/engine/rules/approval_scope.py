@@ -1,4 +1,4 @@
-"""Which approval an `approve` names, and which approvals a runner may read (issue 21, case D1).
+"""Which approval an `approve` names, and which approvals a runner may read.
 
 - With no gate given (`orchestrate approve RUN`, `POST /runs/{id}/approve` without `gate`), the
   approval is of the gate the run waits at NOW (its state is one of its approval gates); a run
@@ -54,12 +54,11 @@ def _read_as(name: str) -> str:
 def effective(journal: Any, run_id: str) -> set[str]:
     """The approvals a runner of `run_id` reads now: every named gate; a `*` only if given after
     the run's latest resume or adoption (journal time)."""
-    from orchestrator.journal import audit
-
     raw = set(journal.approvals(run_id))
     if not any(_wild(g) for g in raw):
         return raw
-    items = audit.entries(journal, run_id)
+    read = getattr(journal, "audit", None)  # the audit list (orchestrator/journal/audit.py); a test double may have none
+    items = list(read(run_id)) if read is not None else []
     since = max((e.at for e in items if e.action in ("resumed", "adopted")), default=None)
     fresh = {e.detail for e in items if e.action == "approved" and e.detail and _wild(e.detail)
              and (since is None or e.at > since)}

@@ -1,4 +1,4 @@
-"""Metrics evidence: Prometheus text read from one engine through the soak relay.
+"""`metrics:` evidence: Prometheus text read from one engine through the soak relay.
 
 Rules:
 - the text is parsed with prometheus_client's parser (`orchestrator.metricproviders.metrics_text`), never by hand;
@@ -18,16 +18,11 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.language.machine import Event, Node
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
 from orchestrator.language.runbook import GaugeBound, Step
-from orchestrator.engine.step_descriptions import bound_text  # noqa: F401 - its gates' text, re-exported
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.step_descriptions import bound_text
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
-
-
-def error_text(exc: BaseException) -> str:
-    """A client error's detail (the clients' errors carry one), else the exception's name and text."""
-    return str(getattr(exc, "detail", "") or f"{type(exc).__name__}: {exc}")
+    from orchestrator.engine.steps.activities import Activities
 
 
 def gauge_problem(text: str, g: GaugeBound) -> str | None:
@@ -44,7 +39,7 @@ def gauge_problem(text: str, g: GaugeBound) -> str | None:
 class MetricsEvidence(Described):
     key = "metrics"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         m = step.metrics
         assert m is not None
         env = await rt.ensure_env()
@@ -80,7 +75,7 @@ class MetricsEvidence(Described):
             return fail(f"{where}: {rt.scrub(error_text(exc))}")
         return ok(f"{where}: " + "; ".join(notes))
 
-    async def _host_restore(self, rt: "Runtime", client: Any, node: Node, counters: list[str], evict: int,
+    async def _host_restore(self, rt: "Activities", client: Any, node: Node, counters: list[str], evict: int,
                             where: str) -> StepOutcome:
         nonce = f"{rt.run.run_id}-{node.id}"
         doc = f"Host-restore check {nonce}. " + (

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING
 from orchestrator.language.machine import Node
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.engine.steps.evidence import error_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 LOG_LABEL = "com.datadoghq.ad.logs"
 
@@ -44,7 +43,7 @@ def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
 class TelemetryLabels(Described):
     key = "labels"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         lb = step.labels
         assert lb is not None
         vals = rt.rb.replica_values[lb.replica]

@@ -3,8 +3,8 @@
 docker/ps lists running containers only, so a finished one-shot is invisible there and a cleanup
 down of it is always sent (`steps/compose.py`) unless the run knows it already removed it
 (`RunContext.oneshots_removed`). A run knows that for its own downs; an operator's `rollback`
-after a killed rollout is a new run and would send the killed run's last down again (explorer
-seed 136: `compose/down glm53-perception-check` twice in a row). This reads the journal instead:
+after a killed rollout is a new run and would send the killed run's last down again
+(`compose/down glm53-perception-check` twice in a row). This reads the journal instead:
 a one-shot whose last journaled mutating call, over the host's runs from the rolled-back one to
 the newest, was a down that compose-manager answered `success` with exit code 0 is gone.
 Unknown outcomes (a crash between sending and recording) and any later up leave it "maybe

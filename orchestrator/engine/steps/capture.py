@@ -1,0 +1,55 @@
+"""`capture:` services' last log lines kept with the run, before a stop.
+
+Rules: the services' last `tail` lines go to the run log (`log_capture`), scrubbed; with
+`to_file` each whole log is written to `<state>/logs/<run_id>/<service>.log`. A service with no
+log is noted, not failed: capturing must never block a rollback.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.engine.run_logs import ROUTER
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, ok, register
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Step
+
+if TYPE_CHECKING:
+    from orchestrator.engine.steps.activities import Activities
+
+
+@register
+class Capture(Described):
+    key = "capture"
+
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        c = step.capture
+        assert c is not None
+        kept = []
+        for svc in c.services:
+            try:
+                text = await rt.service_log(svc, c.tail)
+            except Exception as exc:  # noqa: BLE001 - capturing never blocks what follows
+                rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
+                continue
+            lines = text.splitlines()
+            if c.to_file:
+                where = save_log(rt, svc, [rt.scrub(ln) for ln in lines])
+                rt.log.info("log_capture_file", service=svc, path=str(where), lines=len(lines))
+                kept.append(f"{svc} ({len(lines)} lines in {where})")
+                continue
+            rt.log.info("log_capture", service=svc, lines=[rt.scrub(ln) for ln in lines])
+            kept.append(f"{svc} ({len(lines)} lines)")
+        return ok("captured " + (", ".join(kept) or "nothing (no log)"))
+
+
+def save_log(rt: "Activities", service: str, lines: list[str]) -> Any:
+    """Write a captured service log (already scrubbed) to `<state>/logs/<run_id>/<service>.log`
+    (capture's `to_file`); the path, or a note that the run log is not open here."""
+    where = ROUTER.directory(rt.run.run_id)
+    if where is None:
+        return "nowhere (the run's log is not open in this process)"
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{service}.log"
+    path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
+    return path

@@ -1,0 +1,96 @@
+"""`env:` the env map as a gate (and the reads `manual:` and the external gates share: placeholders, polling).
+
+Rules:
+- `env:` reads the env map afresh from the dashboard (this host's, or another inventory host's by
+  its instance name) and judges it: `absent` keys must not be set, `equals` keys must hold the
+  runbook's value. A value is never shown (a mismatch says "differs"); this host's fresh map is
+  also the one the next compose call passes whole. With `within`, polled until it holds;
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.util.durations import format_duration
+from orchestrator.language.gate_specs import EnvSpec, fill, needs_file_sha
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+
+if TYPE_CHECKING:
+    from orchestrator.engine.steps.activities import Activities
+
+
+def judge_env(env: Any, spec: EnvSpec, values: dict[str, str]) -> list[str]:
+    """What is wrong with `env` (a mapping) under `spec`; values never appear in the text."""
+    problems = [f"{k} is set (value not shown): it must be absent" for k in spec.absent if k in env]
+    for k, want in spec.equals.items():
+        if k not in env:
+            problems.append(f"{k} is not set: it must equal the runbook's value")
+        elif env[k] != fill(want, values):
+            problems.append(f"{k} differs from the runbook's value (values are not shown)")
+    return problems
+
+
+async def placeholder_values(rt: "Activities", *texts: str) -> dict[str, str]:
+    """{host}, {tag}, {file}, {run_id}; {file_sha256} only when a text names it (a GitHub read)."""
+    values = {"host": rt.run.host, "tag": rt.run.tag or "", "file": rt.rb.file, "run_id": rt.run.run_id}
+    if needs_file_sha(*texts):
+        repo = rt.github_repo()
+        if repo is None:
+            raise LookupError("{file_sha256} needs the inventory's github_repo for this host")
+        sha = await rt.file_sha256(repo, rt.rb.file, rt.run.tag or "")
+        if sha is None:
+            raise LookupError(f"{rt.rb.file} is not in {repo} at tag {rt.run.tag}")
+        values["file_sha256"] = sha
+    return values
+
+
+async def poll(rt: "Activities", within: float, check: Callable[[], Awaitable[list[str]]]) -> list[str]:
+    """`check()` until it finds no problem or `within` has run out (once when 0); the last problems."""
+    deadline = rt.clock.monotonic() + within
+    while True:
+        seen = rt.clock.monotonic()
+        try:
+            problems = await check()
+        except Exception as exc:  # noqa: BLE001 - the clients' errors and a missing host, named, retried
+            problems = [rt.scrub(error_text(exc))]
+        if not problems or seen >= deadline:
+            return problems
+        await rt.wait()
+
+
+async def env_of(rt: "Activities", host: str) -> Any:
+    if host == "this":
+        return await rt.read_env()  # afresh: a human's edit must show, and the next call passes it
+    return await rt.other_env(host)
+
+
+async def env_gate(rt: "Activities", spec: EnvSpec) -> StepOutcome:
+    who = rt.run.host if spec.host == "this" else spec.host
+    values: dict[str, str] = {}
+
+    async def check() -> list[str]:
+        nonlocal values
+        if not values:
+            values = await placeholder_values(rt, *spec.equals.values())
+        return judge_env(await env_of(rt, spec.host), spec, values)
+
+    if spec.within:
+        rt.emit("waiting", gate=spec.text())
+    problems = await poll(rt, spec.within, check)
+    if problems:
+        return fail(f"{who}'s env map: " + "; ".join(problems)
+                    + (f" (after {format_duration(spec.within)})" if spec.within else ""))
+    held = [f"{k} absent" for k in spec.absent] + [f"{k} as the runbook says" for k in spec.equals]
+    return ok(f"{who}'s env map: {', '.join(held)}")
+
+
+@register
+class EnvGate(Described):
+    key = "env"
+
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        assert step.env is not None
+        return await env_gate(rt, step.env)

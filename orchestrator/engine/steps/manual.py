@@ -1,0 +1,74 @@
+"""`manual:` a human's edit, asked for, approved, then verified.
+
+Rules:
+- `manual:` names the edit a human must make and waits for the approval of its own state
+  (`orchestrate approve RUN_ID --gate <state>`, or `*`; `--yes` on the command that runs the run
+  approves it, journaled as by `--yes`), then verifies the edit with its `env:` check: an edit
+  approved but not made fails the step (the phase's rollback), it is never taken on trust;
+- a rollback that holds a manual step is announced when the rollback starts (executor/loop.py,
+  `manual_edits_ahead`) and listed by `plan` before the steps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.env import env_gate, placeholder_values
+from orchestrator.language.gate_specs import fill
+from orchestrator.language.machine import Event, Node
+from orchestrator.language.runbook import Step
+
+if TYPE_CHECKING:
+    from orchestrator.engine.steps.activities import Activities
+
+
+@register
+class Manual(Described):
+    key = "manual"
+
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        m = step.manual
+        assert m is not None
+        edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out
+        announced = False
+        start = rt.start_heartbeat()
+        while not ({node.id, "*"} & rt.approvals()):
+            if rt.yes:
+                rt.approve(node.id, by="--yes")
+                break
+            if not announced:
+                rt.emit("waiting", gate=f"MANUAL EDIT: {edit}; once made, `orchestrate approve {rt.run.run_id} --gate "
+                                        f"{node.id}` (then it is verified: {m.verify.env.text()})")
+                rt.log.warning("manual_edit_awaited", state=node.id, edit=edit)
+                announced = True
+            rt.tick(f"manual edit at {node.id}", start, None, lambda: {"awaiting": "approval", "edit": edit})
+            await rt.wait()
+        verdict = await env_gate(rt, m.verify.env)
+        if verdict.event.value != "ok":
+            return fail(f"the manual edit was approved but does not hold: {verdict.note} (edit: {edit})")
+        return ok(f"manual edit made and verified: {verdict.note}")
+
+
+def manual_edits(steps: list[Step]) -> list[str]:
+    """The manual edits a list of steps will ask a human for, in order."""
+    return [f"{st.id}: {st.manual.edit}" for st in steps if st.manual is not None]
+
+
+def manual_edits_ahead(table: Any, start: str) -> list[str]:
+    """The manual edits the rollback entered at `start` will ask for (its OK path, while it stays in
+    a rollback section): said when the rollback starts, before anything of it runs."""
+    out: list[str] = []
+    cur, seen = start, set()
+    while cur in table.nodes and cur not in seen:
+        node = table.nodes[cur]
+        if node.section not in ("rollback", "full_rollback"):
+            break
+        seen.add(cur)
+        if node.step is not None and node.step.manual is not None:
+            out.append(f"{cur}: {node.step.manual.edit}")
+        nxt = table.edges.get((cur, Event.OK))
+        if nxt is None:
+            break
+        cur = nxt
+    return out

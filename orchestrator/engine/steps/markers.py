@@ -1,0 +1,82 @@
+"""`markers:` a service's log holds the runbook's markers, with numeric tolerances.
+
+Rules: the service's log since its container started (a wide window) must hold every `require`
+marker and no `forbid` marker; a marker the runbook leaves null is unknown and is reported as not
+checked (never an invented string); each numeric value is checked on every matching line, and at
+least `at_least` lines must match.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from orchestrator.engine.step_descriptions import value_text
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import LogValue, Step
+
+if TYPE_CHECKING:
+    from orchestrator.engine.steps.activities import Activities
+
+MARKER_WINDOW = 5000
+
+
+def judge_markers(lines: list[str], markers: dict[str, str | None], require: list[str], forbid: list[str],
+                  values: list[LogValue]) -> tuple[list[str], list[str]]:
+    """(problems, not checked) for a service's log lines."""
+    problems: list[str] = []
+    unknown: list[str] = []
+    for name in require:
+        text = markers.get(name)
+        if text is None:
+            unknown.append(name)
+        elif not any(text in ln for ln in lines):
+            problems.append(f"required marker {name} ({text!r}) not in the log")
+    for name in forbid:
+        text = markers.get(name)
+        if text is None:
+            unknown.append(name)
+            continue
+        hit = next((ln for ln in lines if text in ln), None)
+        if hit is not None:
+            problems.append(f"forbidden marker {name}: {hit.strip()[:200]}")
+    for v in values:
+        rx = re.compile(v.pattern)
+        seen = 0
+        for ln in lines:
+            m = rx.search(ln)
+            if not m:
+                continue
+            seen += 1
+            try:
+                x = float(m.group(1))
+            except ValueError:
+                problems.append(f"/{v.pattern}/ matched a non-number {m.group(1)!r}")
+                continue
+            low = v.min if v.equals is None else v.equals - v.tolerance
+            high = v.max if v.equals is None else v.equals + v.tolerance
+            if (low is not None and x < low) or (high is not None and x > high):
+                problems.append(f"{m.group(0)} is outside {value_text(v)}")
+                break
+        if seen < v.at_least:
+            problems.append(f"/{v.pattern}/ matched {seen} line(s), at least {v.at_least} needed")
+    return problems, unknown
+
+
+@register
+class Markers(Described):
+    key = "markers"
+
+    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+        m = step.markers
+        assert m is not None
+        try:
+            text = await rt.service_log(m.service, MARKER_WINDOW)
+        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+            return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
+        lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
+        problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values)
+        if problems:
+            return fail(f"{m.service}: " + rt.scrub("; ".join(problems)))
+        return ok(f"{m.service}: log markers hold" + (f" (not checked, marker unknown: {', '.join(unknown)})" if unknown else ""))
