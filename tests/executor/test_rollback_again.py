@@ -1,6 +1,6 @@
 """What a halted rollback names as the command that works next: the same rollback again."""
 
-from orchestrator.engine.executor.context import RunContext
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.executor.loop import rollback_again
 from orchestrator.language.runbook import load_runbook
 
