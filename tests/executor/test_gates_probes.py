@@ -23,7 +23,7 @@ from fakes import NEW_R2, READY, STARTUP, Rig
 from test_gates import MILESTONES, at_cold_start, timeline
 
 from orchestrator.hosts.clients.errors import TransportError
-from orchestrator.engine.steps.gates import FULL_READ_S
+from orchestrator.engine.steps.logs import FULL_READ_S
 
 START = STARTUP.format(api_key="")
 PROBE_S = 1.75

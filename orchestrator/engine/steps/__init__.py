@@ -11,7 +11,7 @@ the offline `plan` can read the same table the executor runs. Effects happen onl
 """
 
 from orchestrator.engine.steps.base import HANDLERS, Description, Handler, StepOutcome, handler_for
-from orchestrator.engine.steps import checks, compose, evidence, gates, language, oneshot, telemetry  # noqa: F401  (register the handlers)
+from orchestrator.engine.steps import checks, compose, evidence, gates, language, logs, oneshot, telemetry  # noqa: F401  (register the handlers)
 from orchestrator.engine.steps import canary, quiet  # noqa: F401,E402  (issue 23: the analysis and quiet handlers)
 from orchestrator.engine.steps import envchecks, external  # noqa: F401,E402  (issue 23: env, manual and external gates)
 
