@@ -88,9 +88,6 @@ class Kind(StrEnum):
     HALT = "halt"
 
 
-DECISIONS = (Kind.PASS, Kind.FAIL, Kind.HALT)
-
-
 class Phase(StrEnum):
     UNSEEN = "unseen"  # docker/ps has not listed the engine yet
     FIRST_WINDOW = "first window"  # listed; its first log window not read yet
@@ -190,10 +187,6 @@ class Verdict:
     #: progress to journal before acting (`RunContext.milestones[service]`)
     journal: dict[str, Any] | None = None
     show: Show | None = None
-
-    @property
-    def decided(self) -> bool:
-        return self.kind in DECISIONS
 
 
 @dataclass

@@ -1,0 +1,40 @@
+"""The `logs:` step's handler (orchestrator/engine/steps/logs.py) where it decides without the
+watcher: an engine the dry run left unchanged and that serves has no cold start to watch.
+
+Mutation list (each guard deleted in the source, the test run and seen failing, the source restored):
+- logs.py:ColdStart._no_cold_start, the `unchanged` shortcut removed ->
+  test_an_unchanged_engine_that_serves_has_no_cold_start_to_watch fails (HALT: its start rotated out);
+- its `if verdict.serving` made unconditional ->
+  test_an_unchanged_engine_that_does_not_serve_is_watched fails (OK without a cold start).
+"""
+
+from __future__ import annotations
+
+from fakes import NEW_R2, R1, RB, READY, STARTUP, TAG, Rig, ctx_at, engine_log
+
+NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500
+
+
+def unchanged(log: list[str], *, started: float) -> Rig:
+    """r2's dry run planned no change to the new r2, already running."""
+    rig = Rig(state="r2.cold-start", ctx=ctx_at(plans={"r2.dry-run": {"actions": {NEW_R2: "unchanged"}, "verdict": "ok"}}))
+    rig.compose.run(R1)
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG, log=log, started=started)
+    return rig
+
+
+async def test_an_unchanged_engine_that_serves_has_no_cold_start_to_watch():
+    # up two hours, its start rotated out of its log; the peers route to the host: it serves
+    rig = unchanged(list(NOISE), started=-7200.0)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.relay-dry-run"), note
+    assert note == f"{NEW_R2} was already serving on this definition: no cold start"
+
+
+async def test_an_unchanged_engine_that_does_not_serve_is_watched():
+    # in a cold start (a startup line, no ready line yet): the gate watches it to its ready line
+    rig = unchanged([STARTUP.format(api_key="")], started=0.0)
+    rig.compose.host[NEW_R2].script = [(60.0, ln) for ln in engine_log()[1:]]
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("ok", "r2.relay-dry-run"), note
+    assert "every rank logged its milestones and the ready line" in note and READY not in note
