@@ -558,6 +558,17 @@ def test_a_journal_handed_back_resumes_a_later_gate():
     assert see(again, 0.0, row(), [budget(1), hicache(0), hicache(1), READY]).verdict.kind is Kind.PASS
 
 
+def test_a_record_journaled_by_an_earlier_release_resumes_the_gate():
+    # the literal record (hashes included) a run journaled before this watcher existed: its format
+    # and its line hashes keep their meaning, or a resumed run would misread its own progress
+    rec = {"container": CID, "per_rank": {f"rank_budget_bytes={BUDGET}": [0, 1], HICACHE: []}, "once": [],
+           "start": "b937dc5c62f7e204", "last": "8311319b29033937"}
+    assert (line_hash(START), line_hash(budget(0))) == (rec["start"], rec["last"])
+    w = watcher(journaled=rec)
+    s = see(w, 0.0, row(), [budget(0), hicache(0), hicache(1), READY])
+    assert w.resumed and w.loss is Loss.NONE and s.verdict.kind is Kind.PASS
+
+
 def test_the_journal_is_handed_back_before_live_evidence_is_asked():
     w = watcher(created=(CID,))
     v = w.observe(0.0, row())

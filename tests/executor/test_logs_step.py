@@ -5,12 +5,19 @@ Mutation list (each guard deleted in the source, the test run and seen failing, 
 - logs.py:ColdStart._no_cold_start, the `unchanged` shortcut removed ->
   test_an_unchanged_engine_that_serves_has_no_cold_start_to_watch fails (HALT: its start rotated out);
 - its `if verdict.serving` made unconditional ->
-  test_an_unchanged_engine_that_does_not_serve_is_watched fails (OK without a cold start).
+  test_an_unchanged_engine_that_does_not_serve_is_watched fails (OK without a cold start);
+- logs.py:ColdStart.run, `read_due = now + FULL_READ_S` -> `now + 1e9` (no full read while the
+  probes say quiet) -> test_a_line_the_probes_cannot_tell_apart_is_read_within_a_full_read_interval
+  fails (the ready line is never read: FAIL at the deadline).
 """
 
 from __future__ import annotations
 
 from fakes import NEW_R2, R1, RB, READY, STARTUP, TAG, Rig, ctx_at, engine_log
+from test_gates import MILESTONES, at_cold_start
+from test_gates_probes import PROBE_S, probed
+
+from orchestrator.engine.steps.logs import FULL_READ_S
 
 NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500
 
@@ -38,3 +45,14 @@ async def test_an_unchanged_engine_that_does_not_serve_is_watched():
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("ok", "r2.relay-dry-run"), note
     assert "every rank logged its milestones and the ready line" in note and READY not in note
+
+
+async def test_a_line_the_probes_cannot_tell_apart_is_read_within_a_full_read_interval():
+    # the ready line, then a health check verbatim like the last line read: every `--tail 1` probe
+    # shows that line and says nothing is new; the full read every FULL_READ_S finds the ready line
+    health = NOISE[0]
+    rig = probed(at_cold_start(log=[STARTUP.format(api_key=""), *MILESTONES, health], script=[(100.0, READY), (100.0, health)]))
+    [(event, note, _)] = await rig.step()
+    assert event == "ok", note
+    assert 100.0 < rig.clock.now <= 100.0 + FULL_READ_S + rig.poll
+    assert rig.compose.log_tails.count(1) >= 100.0 / PROBE_S - 5  # the probes ran (and said quiet)

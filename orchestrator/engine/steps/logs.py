@@ -54,7 +54,7 @@ class ColdStart(Described):
 
     key = "logs"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
         assert step.logs is not None
         await rt.ensure_env()
         service = step.logs.service
@@ -125,7 +125,7 @@ class ColdStart(Described):
                 waited = await rt.wait_for_output(follower, until=ps_due)
 
     @staticmethod
-    async def _no_cold_start(rt: "Runtime", node: Node, service: str) -> StepOutcome | None:
+    async def _no_cold_start(rt: Runtime, node: Node, service: str) -> StepOutcome | None:
         """OK when there is no cold start to watch: the dry run left the engine unchanged and it
         serves, or its cold start passed in this run (same container) and it still serves."""
         actions: dict[str, str] = {}
@@ -149,7 +149,7 @@ class ColdStart(Described):
         return None
 
     @staticmethod
-    async def _failed_on_line(rt: "Runtime", node: Node, step: Step, follower: "LogFollower", verdict: Verdict) -> StepOutcome:
+    async def _failed_on_line(rt: Runtime, node: Node, step: Step, follower: LogFollower, verdict: Verdict) -> StepOutcome:
         """FAIL, or REMEDY when the failing record (the forbidden line and the lines after it)
         carries the remedy's marker and its cap is not reached. SGLang logs a start-up failure as
         one traceback whose first line (`Scheduler hit an exception`) is forbidden and whose last
