@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -336,23 +336,15 @@ class ColdStartWatch:
         row = self._row
         assert row is not None
         then = ON_EVIDENCE[(question, serving.state)]
-        if question is Question.FINISHED:
-            if then is Then.PASS:
-                return self._decide(Kind.PASS, f"{self.service}: {self._finished}; serving: {serving.state.value} ({serving.why})")
-            return self._judge_lines(True)
-        if question is Question.LIVE:
-            if then is Then.PASS:
-                return self._decide(Kind.PASS, f"{self.service}: lines of its cold start rotated out of its log unread (seen before: "
-                                               f"{self.journal.seen_text()}; not in the log now: {'; '.join(self.gate.missing())}), "
-                                               f"and live evidence says it serves: {serving.why}", ready=row.id)
-            return self._after_live(f"; live evidence: {serving.phrase()}")
         if then is Then.PASS:
-            return self._decide(Kind.PASS, f"{self.service}: lines of its cold start rotated out of its log unread (not in the log "
-                                           f"now: {'; '.join(self.gate.missing())}), and live evidence says it serves: {serving.why}",
-                                ready=row.id)
+            return self._passed_on(question, serving, row)
         if then is Then.HALT:
             return self._decide(Kind.HALT, self.lost_for_good_text(row.status, 0, f"; live evidence: {serving.phrase()}"))
-        return self._timed_out()
+        if then is Then.FAIL:
+            return self._timed_out()
+        if question is Question.FINISHED:
+            return self._judge_lines(True)
+        return self._after_live(f"; live evidence: {serving.phrase()}")
 
     # -- the observation's stages --------------------------------------------------------------------
 
@@ -420,6 +412,14 @@ class ColdStartWatch:
             return self._ask(Question.DEADLINE)  # never time out blind
         return self._timed_out()
 
+    def _passed_on(self, question: Question, serving: Serving, row: Container) -> Verdict:
+        if question is Question.FINISHED:  # not a cold start seen to its end: `ready` stays unset
+            return self._decide(Kind.PASS, f"{self.service}: {self._finished}; serving: {serving.state.value} ({serving.why})")
+        seen = f"seen before: {self.journal.seen_text()}; " if question is Question.LIVE else ""
+        return self._decide(Kind.PASS, f"{self.service}: lines of its cold start rotated out of its log unread ({seen}not in the "
+                                       f"log now: {'; '.join(self.gate.missing())}), and live evidence says it serves: {serving.why}",
+                            ready=row.id)
+
     def _timed_out(self) -> Verdict:
         return self._decide(Kind.FAIL, f"{self.service} did not finish its cold start within {int(self.cold_start_s // 60)} min; "
                                        f"missing: " + "; ".join(self.gate.missing()))
@@ -448,10 +448,7 @@ class ColdStartWatch:
         self._step = then
         journal, show = self._pending_journal, self._pending_show
         self._pending_journal = self._pending_show = None
-        if journal is None and show is None:
-            return v
-        return Verdict(v.kind, v.why, question=v.question, live=v.live, ready=v.ready, line=v.line, record=v.record,
-                       journal=journal, show=show)
+        return replace(v, journal=journal, show=show)
 
     def _start_finished(self, row: Container, lines: Sequence[str]) -> str | None:
         """A start that rotated out, for a gate that needs only the ready line (per-rank milestones
