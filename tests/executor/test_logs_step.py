@@ -8,13 +8,15 @@ Mutation list (each guard deleted in the source, the test run and seen failing, 
   test_an_unchanged_engine_that_does_not_serve_is_watched fails (OK without a cold start);
 - logs.py:ColdStart.run, `read_due = now + FULL_READ_S` -> `now + 1e9` (no full read while the
   probes say quiet) -> test_a_line_the_probes_cannot_tell_apart_is_read_within_a_full_read_interval
-  fails (the ready line is never read: FAIL at the deadline).
+  fails (the ready line is never read: FAIL at the deadline);
+- logs.py:ColdStart.run, `scrub=rt.scrub` not given to the watcher ->
+  test_the_run_pages_tail_of_the_log_is_redacted fails (the api key in the startup line is shown).
 """
 
 from __future__ import annotations
 
-from fakes import NEW_R2, R1, RB, READY, STARTUP, TAG, Rig, ctx_at, engine_log
-from test_gates import MILESTONES, at_cold_start
+from fakes import NEW_R2, R1, RB, READY, SECRETS, STARTUP, TAG, Rig, ctx_at, engine_log
+from test_gates import MILESTONES, at_cold_start, timeline
 from test_gates_probes import PROBE_S, probed
 
 from orchestrator.engine.steps.logs import FULL_READ_S
@@ -56,3 +58,14 @@ async def test_a_line_the_probes_cannot_tell_apart_is_read_within_a_full_read_in
     assert event == "ok", note
     assert 100.0 < rig.clock.now <= 100.0 + FULL_READ_S + rig.poll
     assert rig.compose.log_tails.count(1) >= 100.0 / PROBE_S - 5  # the probes ran (and said quiet)
+
+
+async def test_the_run_pages_tail_of_the_log_is_redacted():
+    # sglang prints its server_args, api key included; the run page's tail and line show it scrubbed
+    key = SECRETS["PROXY_TOKEN"]
+    rig = at_cold_start(script=timeline(STARTUP.format(api_key=key), *MILESTONES, READY))
+    [(event, note, _)] = await rig.step()
+    assert event == "ok", note
+    tails = [f["lines"] for kind, f in rig.progress.events if kind == "log_tail"]
+    assert any("api_key='***'" in ln for lines in tails for ln in lines), tails
+    assert key not in repr(rig.progress.events)
