@@ -251,7 +251,7 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
     log bytes fetched per minute (probes included), `docker ps` calls and bytes per minute, and
     each line's read latency (from the tick it appeared in the log to the read that yielded it)."""
     from orchestrator.engine.executor.runtime import COLD_START_WINDOW
-    from orchestrator.engine.steps.gates import FULL_READ_S
+    from orchestrator.engine.steps.logs import FULL_READ_S
     from orchestrator_sim import SimConfig, SimFleet
     from orchestrator_sim.compose_manager.repo import TARGET_FILE, TARGET_TAG
 

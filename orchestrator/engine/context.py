@@ -75,7 +75,7 @@ class DryRunPlan(TypedDict):
 
 class ColdStartProgress(TypedDict, total=False):
     """What a cold-start gate saw of one container's start, journaled (`RunContext.milestones`):
-    hashes of lines, never their text (steps/cold_start_memory.py)."""
+    hashes of lines, never their text (engine/rules/cold_start.py)."""
 
     container: str
     per_rank: dict[str, list[int]]

@@ -1,29 +1,27 @@
-"""A resumed cold-start gate whose engine's start rotated out of a short log (issue 21: every
-engine keeps only its last N lines) — steps/cold_start_memory.py.
+"""A resumed cold-start gate whose engine's start rotated out of a short log (every engine keeps
+only its last N lines): what the gate journaled (RunContext.milestones) counts, and live evidence
+stands in for the lines it lost (orchestrator/engine/rules/cold_start.py, through steps/logs.py).
 
 Mutation list (each guard changed in the source, the tests run and seen failing, the source
 restored):
-- gates.py:ColdStart.run, `resumed = memory.restore(...)` -> `resumed = False` ->
-  test_a_resumed_gate_counts_what_it_journaled_and_passes_on_live_evidence (HALT) and
-  test_a_start_rotated_out_mid_cold_start_completes_from_the_journal (FAIL at the deadline);
-- gates.py:ColdStart.run, `rt.serving(service, live=True)` -> `rt.serving(service)` ->
+- rules/cold_start.py:ColdStartWatch.observe, `self.resumed = self._restore(...)` -> `self._restore(...)` ->
+  test_a_resumed_gate_counts_what_it_journaled_and_passes_on_live_evidence (HALT);
+- steps/logs.py:ColdStart.run, `rt.serving(service, live=verdict.live)` -> `rt.serving(service)` ->
   test_the_ready_line_alone_does_not_stand_in_for_rotated_milestones (ok on the log's ready line);
-- gates.py:ColdStart.run, the `memory.restarted_in_window` check removed ->
+- ColdStartWatch.window, the `self.journal.restarted_in` check removed ->
   test_a_startup_line_other_than_the_journaled_one_fails;
-- gates.py:ColdStart.run, `memory.note(...)` removed -> test_the_gate_journals_its_milestones_as_it_sees_them;
-- gates.py:ColdStart.run, `or c.id in rt.ctx.created` removed ->
+- steps/logs.py:ColdStart.run, the journal's write removed -> test_the_gate_journals_its_milestones_as_it_sees_them;
+- steps/logs.py:ColdStart.run, `created=rt.ctx.created` -> `created=()` ->
   test_an_engine_this_run_created_passes_on_live_evidence_without_a_journal (HALT);
-- gates.py:ColdStart.run, the mid-gate `lost = True` on a follower gap removed -> both
+- ColdStartWatch.window, the loss on a follower gap removed -> both
   test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline: a rollback of a ready engine);
-- gates.py:ColdStart.run, the deadline's live check and halt when lines were lost removed -> both
-  test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline);
-- gates.py:ColdStart.run, the `lost = True` on a first window past the start without its startup
-  line removed -> both test_a_first_read_after_the_start_rotated_out_* (FAIL at the deadline: the
-  rollback of a ready engine, explorer seed 53);
-- gates.py:ColdStart.run, `not resumed` removed from that check -> both
-  test_a_resumed_gate_that_lost_nothing_* (a journaled milestone read as the window's own: live
-  evidence passes an engine whose next line is an OOM, or a hang halts instead of failing);
-- gates.py:ColdStart.run, the deadline's `if not verdict.not_serving` -> always halt ->
+- ColdStartWatch._at_deadline, the deadline's question removed -> the same tests (FAIL at the deadline);
+- ColdStartWatch._judge_lines, the loss on a first window past the start without its startup line
+  removed -> test_a_first_read_after_the_start_rotated_out_passes_on_live_evidence (FAIL at the
+  deadline: the rollback of a ready engine);
+- `not self.resumed` removed from that check -> test_a_resumed_gate_that_lost_nothing_fails_on_the_oom_that_follows
+  (a journaled milestone read as the window's own: live evidence passes an engine whose next line is an OOM);
+- ON_EVIDENCE[(DEADLINE, NOT_SERVING)] -> HALT ->
   test_a_cold_start_rotated_out_between_two_polls_still_fails_when_known_not_serving (HALT).
 """
 
@@ -33,7 +31,7 @@ from fakes import NEW_R2, R1, RANK_BUDGET, RB, READY, STARTUP, TAG, Rig, ctx_at
 
 from orchestrator.hosts.clients.errors import TransportError
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.steps.cold_start_memory import line_hash
+from orchestrator.engine.rules.cold_start import line_hash
 
 NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500
 BUDGET_LINE = f"rank_budget_bytes={RANK_BUDGET}"

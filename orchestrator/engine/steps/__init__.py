@@ -2,7 +2,7 @@
 
 Where each key's handler is (`MODULES`, read like pip's `commands_dict`): a module is named after
 the key it serves, or holds a few keys of one concern (`checks`: every `check:`; `compose`: the
-dry run, the up and the down; `gates`: the relay, the completion check and the soak).
+dry run, the up and the down; `gates`: the relay, the completion check and the soak; `logs`: the cold start).
 
 Each handler has `describe(step, runbook)` (what `plan` prints: the gate checked after the step,
 and a precondition; its text lives in `orchestrator.engine.step_descriptions`, which `plan` reads
@@ -22,7 +22,7 @@ MODULES: dict[str, str] = {
     "check.before_state": "checks", "check.host_state": "checks", "check.tag_age": "checks",
     "check.model_cache": "checks", "check.prerequisites": "checks", "cache": "checks",
     "dry_run": "compose", "up": "compose", "down": "compose",
-    "logs": "gates", "relay": "gates", "verify": "gates", "soak": "gates",
+    "logs": "logs", "relay": "gates", "verify": "gates", "soak": "gates",
     "markers": "markers", "presence": "presence", "capture": "capture",
     "oneshot": "oneshot", "metrics": "metrics", "labels": "labels",
     "analysis": "analysis", "quiet": "quiet",
@@ -33,6 +33,6 @@ MODULES: dict[str, str] = {
 
 # importing a module registers its handlers (tests/executor/test_runtime_parts.py: the table says where each is)
 from orchestrator.engine.steps import (analysis, capture, checks, compose, env, external, gates, labels,  # noqa: E402,F401
-                                       manual, markers, metrics, oneshot, presence, quiet)
+                                       logs, manual, markers, metrics, oneshot, presence, quiet)
 
 __all__ = ["HANDLERS", "MODULES", "Description", "Handler", "StepOutcome", "handler_for"]

@@ -1,0 +1,505 @@
+"""The cold-start watcher of the runbook's `logs:` step, pure: fed docker/ps rows, log windows, the
+time and, when it asks, serving evidence; it returns a verdict. No I/O, no clock, no event loop:
+the handler (orchestrator/engine/steps/logs.py) polls, feeds and acts, as the executor does with
+the run's machine (orchestrator/language/machine.py).
+
+One observation, in this order (`Step` below; each verdict says what the handler does next):
+
+    observe(now, row)  -> READ (feed `window`), or a decision, or WAIT
+    window(lines, gap) -> ASK (feed `evidence`), or a decision, or WAIT
+    evidence(verdict)  -> ASK again (the deadline's), or a decision, or WAIT
+
+A decision is PASS, FAIL (with the failing line when a line decided) or HALT (nothing stopped: a
+human judges). A verdict may carry progress to journal (`journal`) and what the run page shows
+(`show`: a heartbeat, the gate's latest line, the last lines read); the handler writes and shows
+them, in that order, before it acts on the verdict.
+
+The rules:
+- The engine must log, from every rank, each per-rank milestone, then the ready line
+  (hosts/log_gate.py judges the lines). A forbidden line, or a rank's `rank_budget_bytes=` other
+  than the runbook's, FAILs at once.
+- A restart FAILs: a new container ID, a second startup line in the same container, docker's
+  `restarting`, an exit.
+- docker's log rotation keeps only an engine's last lines, so the gate may not read every line of
+  a cold start. When lines went by unread (`Loss`), live evidence of a ready engine (the one
+  serving model, orchestrator/engine/rules/serving_evidence.py) stands in for them, asked only of an
+  engine this run created or a gate resumed from its journal; at the deadline it decides: serving
+  -> PASS, unknown -> HALT, known not serving -> FAIL. Never a FAIL at the deadline for milestones
+  that went by unread while the engine may serve.
+  Lines are lost when:
+  - the first window holds no startup line and is full, or docker says the engine has run longer
+    than a whole cold start: its start rotated out and will not come back (`Loss.START`); with
+    nothing live that says it serves, the gate HALTs at once instead of waiting out its deadline;
+  - a resumed gate's first window no longer holds the last line it journaled (`Loss.LINES`);
+  - the follower reports a gap between two reads (`Loss.LINES`);
+  - a first window of a gate that was not resumed holds no startup line but what an engine logs
+    only after its start (a milestone, the ready line, serving work): the start rotated out before
+    the first read (`Loss.LINES`). Not for a resumed gate: its progress includes what it
+    journaled, and whether it lost lines is decided by the journaled last line.
+- A gate resumed over the same container counts what it journaled as seen (`Journal` below); a
+  startup line in its first window other than the journaled one is a restart while no runner
+  watched (FAIL); its journaled start counts as the first startup line.
+- A start that rotated out of a gate that needs only the ready line (no per-rank milestones):
+  finished when docker says the container runs, has run longer than a whole cold start, and its
+  window holds no failure line but shows it working; then unless the engine is known not to serve
+  the gate PASSes. A first window with its start lost for good that holds a failure line HALTs a
+  gate that was not resumed (the line may be history; a human judges); a resumed gate fails on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from orchestrator.engine.rules.serving_evidence import State, past_its_start, up_seconds
+from orchestrator.engine.rules.serving_evidence import Verdict as Serving
+from orchestrator.hosts.log_gate import LogGate
+from orchestrator.hosts.parsers.docker_ps import Container
+
+#: A gate's journal is saved at least this often (run-clock seconds) while lines arrive, so its
+#: `last` line is recent; a milestone (or the startup line) is saved at once.
+SAVE_EVERY_S = 60.0
+#: The gate's verdict names at most this much of a line (a line can be a whole traceback).
+LINE_CHARS = 200
+
+
+def long_up(c: Container, cold_start_s: float) -> bool:
+    """docker says the container has run longer than a whole cold start may take: a log window
+    without its startup line has lost it to rotation (it will not come)."""
+    up = up_seconds(c.status)
+    return up is not None and up >= cold_start_s
+
+
+def line_hash(text: str) -> str:
+    """How the journal names a line: a hash, never the text (a startup line carries the engine's
+    arguments)."""
+    return hashlib.sha256(text.strip().encode("utf-8", "replace")).hexdigest()[:16]
+
+
+class Kind(StrEnum):
+    READ = "read"  # read the container's log and feed it to `window`
+    ASK = "ask"  # judge whether the engine serves (`live`: live evidence only) and feed it to `evidence`
+    WAIT = "wait"  # nothing decided: observe again after a poll
+    PASS = "pass"
+    FAIL = "fail"
+    HALT = "halt"
+
+
+class Phase(StrEnum):
+    UNSEEN = "unseen"  # docker/ps has not listed the engine yet
+    FIRST_WINDOW = "first window"  # listed; its first log window not read yet
+    FOLLOWING = "following"  # every later window
+    PASSED = "passed"
+    FAILED = "failed"
+    HALTED = "halted"
+
+
+#: The phase each decision ends in.
+ENDS: dict[Kind, Phase] = {Kind.PASS: Phase.PASSED, Kind.FAIL: Phase.FAILED, Kind.HALT: Phase.HALTED}
+
+
+class Loss(StrEnum):
+    """What of the cold start went by unread. Only ever grows: NONE -> LINES -> START."""
+
+    NONE = "none"  # every line since the start was read or journaled: the lines decide
+    LINES = "lines"  # lines rotated out unread: live evidence decides when they cannot
+    START = "start"  # the start rotated out for good: live evidence, or HALT at once
+
+
+class Step(StrEnum):
+    """Which call the watcher takes next (calling another raises `OutOfStep`)."""
+
+    OBSERVE = "observe"
+    WINDOW = "window"
+    EVIDENCE = "evidence"
+    DONE = "done"
+
+
+class Question(StrEnum):
+    """What the watcher asks serving evidence for."""
+
+    #: a start that rotated out of a ready-line-only gate finished (docker, the window): does
+    #: anything say it is NOT serving? (not live: the log's own evidence counts)
+    FINISHED = "finished"
+    #: lines were lost and new lines came: does live evidence say it serves?
+    LIVE = "live"
+    #: the deadline, with lines lost: live evidence decides the gate
+    DEADLINE = "deadline"
+
+
+class Then(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    HALT = "halt"
+    GO_ON = "go on"  # not decided: the observation goes on
+
+
+#: What each answer decides. Unknown never fails a gate whose lines went by unread, and never
+#: passes one on live evidence; at the deadline a human judges it.
+ON_EVIDENCE: dict[tuple[Question, State], Then] = {
+    (Question.FINISHED, State.SERVING): Then.PASS,
+    (Question.FINISHED, State.UNKNOWN): Then.PASS,
+    (Question.FINISHED, State.NOT_SERVING): Then.GO_ON,
+    (Question.LIVE, State.SERVING): Then.PASS,
+    (Question.LIVE, State.UNKNOWN): Then.GO_ON,
+    (Question.LIVE, State.NOT_SERVING): Then.GO_ON,
+    (Question.DEADLINE, State.SERVING): Then.PASS,
+    (Question.DEADLINE, State.UNKNOWN): Then.HALT,
+    (Question.DEADLINE, State.NOT_SERVING): Then.FAIL,
+}
+
+#: Whether live evidence is asked for each question.
+LIVE_ONLY: dict[Question, bool] = {Question.FINISHED: False, Question.LIVE: True, Question.DEADLINE: True}
+
+
+class OutOfStep(Exception):
+    def __init__(self, called: Step, expected: Step) -> None:
+        super().__init__(f"the cold-start watcher was fed {called.value!r} while it expects {expected.value!r}")
+        self.called, self.expected = called, expected
+
+
+@dataclass(frozen=True)
+class Show:
+    """What the run page shows of an observation: a heartbeat (when one is due), the gate's latest
+    line when it changed (`line`, redacted), the last lines read (`tail`, redacted)."""
+
+    line: str | None = None
+    tail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: Kind
+    why: str = ""
+    #: ASK: the question, and whether only live evidence counts (`Runtime.serving(live=...)`)
+    question: Question | None = None
+    live: bool = False
+    #: PASS: the container whose cold start passed (`RunContext.ready`), None when the pass is not
+    #: a cold start seen to its end (a start that rotated out of a long-running engine)
+    ready: str | None = None
+    #: FAIL on a line: that line, and the record it opens (it and the lines read after it, where a
+    #: remedy's marker is looked for)
+    line: str | None = None
+    record: tuple[str, ...] = ()
+    #: progress to journal before acting (`RunContext.milestones[service]`)
+    journal: dict[str, Any] | None = None
+    show: Show | None = None
+
+
+@dataclass
+class Journal:
+    """What a gate saw of one container's cold start, as journaled in `RunContext.milestones`:
+
+        {"container": id, "per_rank": {pattern: [ranks]}, "once": [patterns],
+         "start": hash of the startup line seen, "last": hash of the last line read}
+
+    `held` is what the journal held for this container when the gate began (empty: nothing, or
+    another container's: that one's start says nothing of this one's)."""
+
+    startup: str
+    held: dict[str, Any] = field(default_factory=dict)
+    start: str = ""
+    last: str = ""
+
+    def seen_text(self) -> str:
+        """What the journal said was seen, for the gate's messages."""
+        rec = self.held
+        parts = [f"{p!r} from " + ", ".join(f"TP{r}" for r in sorted(ranks)) for p, ranks in (rec.get("per_rank") or {}).items() if ranks]
+        parts += [repr(p) for p in rec.get("once") or []]
+        return "; ".join(parts) if parts else "its startup line only" if rec.get("start") else "nothing yet"
+
+    def restarted_in(self, lines: Sequence[str]) -> bool:
+        """The window holds a startup line, and its last one is not the journaled one."""
+        if not self.start:
+            return False
+        starts = [line_hash(t) for t in lines if self.startup in t]
+        return bool(starts) and starts[-1] != self.start
+
+    def lines_lost(self, lines: Sequence[str]) -> bool:
+        """The journaled last line is not in the window: what the engine logged since rotated out
+        unread (a journal without a last line lost everything after its start)."""
+        if not self.last:
+            return bool(self.held)
+        return self.last not in {line_hash(t) for t in lines}
+
+
+class ColdStartWatch:
+    """One service's cold-start gate (see the module docstring for the rules and the calls)."""
+
+    def __init__(self, *, service: str, gate: LogGate, startup: str, window: int, cold_start_s: float, now: float,
+                 journaled: Mapping[str, Any] | None = None, created: Collection[str] = (),
+                 scrub: Callable[[str], str] = lambda text: text) -> None:
+        """`gate`: the lines' judge; `startup`: the text of the engine's startup line; `window`: how
+        many lines the first log read asks for (a first window that long without a startup line
+        has lost its start); `cold_start_s`: the runbook's cold-start limit (the deadline is
+        `now + cold_start_s`); `journaled`: this service's record in `RunContext.milestones`;
+        `created`: the container IDs this run created; `scrub`: the run's redaction of log text."""
+        self.service = service
+        self.gate = gate
+        self.startup = startup
+        self.window_lines = window
+        self.cold_start_s = cold_start_s
+        self.deadline = now + cold_start_s
+        self.created = frozenset(created)
+        self.scrub = scrub
+        self.phase = Phase.UNSEEN
+        self.loss = Loss.NONE
+        self.resumed = False  # the journal held this very container's progress
+        self.container: str | None = None  # the ID the gate watches (the first one listed)
+        self.starts = 0  # startup lines seen in this container (a journaled start counts)
+        self.journal = Journal(startup)
+        self._journaled = dict(journaled) if journaled else {}
+        self._saved_at = now
+        self._saved_key = self._key()
+        self._shown = ""  # the gate's line the run page shows
+        self._step = Step.OBSERVE
+        # the observation under way
+        self._now = now
+        self._row: Container | None = None
+        self._lines: list[str] = []
+        self._no_start = False  # a first window without a startup line
+        self._question: Question | None = None
+        self._finished = ""  # what says a rotated-out start finished (Question.FINISHED)
+        self._pending_journal: dict[str, Any] | None = None
+        self._pending_show: Show | None = None
+
+    # -- what the handler reads --------------------------------------------------------------------
+
+    def missing(self) -> list[str]:
+        return self.gate.missing()
+
+    def progress(self) -> dict[str, Any]:
+        """The heartbeat's payload: what is missing, what was seen, the gate's latest line."""
+        return {"missing": self.gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in self.gate.seen.items()},
+                "last_line": self.scrub(self.gate.result.line)[:160]}
+
+    def lost_for_good_text(self, status: str, read: int, more: str) -> str:
+        """The HALT of a start that rotated out with nothing live that says the engine serves."""
+        seen = f"; seen before the resume: {self.journal.seen_text()}" if self.journal.held else ""
+        return (f"{self.service}: its start scrolled out of the log window ({read} lines read; docker: {status}{seen}{more}), "
+                f"so its milestones cannot be checked; nothing was stopped. Judge the engine by hand, then resume")
+
+    # -- the calls ---------------------------------------------------------------------------------
+
+    def observe(self, now: float, row: Container | None) -> Verdict:
+        """An observation begins at `now` with docker/ps's row of the service (None: not listed)."""
+        self._take(Step.OBSERVE)
+        self._now, self._row, self._lines = now, row, []
+        if row is None:
+            return self._at_deadline()  # nothing listed, nothing to read: only the clock decides
+        if self.phase is Phase.UNSEEN:
+            self.container = row.id
+            self.resumed = self._restore(row.id)
+            self.phase = Phase.FIRST_WINDOW
+        if row.id != self.container:
+            return self._decide(Kind.FAIL, f"{self.service} restarted during its cold start (container ID changed)")
+        self._step = Step.WINDOW
+        return Verdict(Kind.READ)
+
+    def window(self, lines: Sequence[str], gap: bool = False) -> Verdict:
+        """The log lines read since the last window (the first: the container's whole start, as
+        far as the log keeps it); `gap`: lines went by between this read and the last one."""
+        self._take(Step.WINDOW)
+        row = self._row
+        assert row is not None
+        lines = list(lines)
+        self._lines = lines
+        first = self.phase is Phase.FIRST_WINDOW
+        self._no_start = no_start = first and not any(self.startup in t for t in lines)
+        if first and self.resumed and self.journal.restarted_in(lines):
+            return self._decide(Kind.FAIL, f"{self.service} started again inside its container while no runner watched (its "
+                                           f"startup line is not the one this run saw before)")
+        if no_start and self.resumed and self.journal.start:
+            self.starts = 1  # its start was seen before the resume: another startup line is a restart
+        rotated = False
+        if no_start and lines:
+            for_good = len(lines) >= self.window_lines - 1 or long_up(row, self.cold_start_s)
+            rotated = for_good or (self.resumed and self.journal.lines_lost(lines))
+            if rotated:
+                self._lose(Loss.START if for_good else Loss.LINES)
+                finished = self._start_finished(row, lines)
+                if finished is not None:
+                    self._finished = finished
+                    return self._ask(Question.FINISHED)
+        if not first and gap and lines:
+            self._lose(Loss.LINES)
+        return self._judge_lines(rotated)
+
+    def evidence(self, serving: Serving) -> Verdict:
+        """The answer to the last ASK."""
+        self._take(Step.EVIDENCE)
+        question, self._question = self._question, None
+        assert question is not None
+        row = self._row
+        assert row is not None
+        then = ON_EVIDENCE[(question, serving.state)]
+        if then is Then.PASS:
+            return self._passed_on(question, serving, row)
+        if then is Then.HALT:
+            return self._decide(Kind.HALT, self.lost_for_good_text(row.status, 0, f"; live evidence: {serving.phrase()}"))
+        if then is Then.FAIL:
+            return self._timed_out()
+        if question is Question.FINISHED:
+            return self._judge_lines(True)
+        return self._after_live(f"; live evidence: {serving.phrase()}")
+
+    # -- the observation's stages --------------------------------------------------------------------
+
+    def _judge_lines(self, rotated: bool) -> Verdict:
+        row = self._row
+        assert row is not None
+        lines = self._lines
+        forbidden = self.gate.forbidden
+        if rotated and not self.resumed and any(bad in t for t in lines for bad in forbidden):
+            return self._decide(Kind.HALT, self.lost_for_good_text(row.status, len(lines), ""))
+        self.phase = Phase.FOLLOWING
+        for idx, text in enumerate(lines):
+            if self.startup in text:
+                self.starts += 1
+                if self.starts > 1:
+                    return self._decide(Kind.FAIL, f"{self.service} restarted inside its container during its cold start (a "
+                                                   f"second startup line: {self.scrub(text)[:LINE_CHARS]})")
+            res = self.gate.feed(text)
+            if res.failed:
+                # the decisive evidence: this line and the other failure lines right after it (an
+                # OOM's traceback names the exception a few lines below the first sign)
+                after = lines[idx + 1:idx + 200]
+                more = [x.strip() for x in after if any(bad in x for bad in forbidden) and x.strip() != res.line][:2]
+                evidence = " | ".join(self.scrub(t)[:300] for t in [res.line, *more])
+                return self._decide(Kind.FAIL, f"{self.service}: {res.reason}: {evidence}", line=res.line,
+                                    record=(res.line, *after))
+            if res.passed:
+                seen = f" (with what this run saw before its resume: {self.journal.seen_text()})" if self.resumed else ""
+                return self._decide(Kind.PASS, f"{self.service}: {res.reason}{seen}", ready=row.id)
+        if (self._no_start and lines and not self.resumed
+                and (self.gate.progressed or past_its_start(lines))):
+            self._lose(Loss.LINES)  # the first window shows what follows a start, not the start
+        self._pending_journal = self._note(lines)
+        if self.loss is not Loss.NONE and lines and (self.resumed or row.id in self.created):
+            return self._ask(Question.LIVE)
+        return self._after_live("")
+
+    def _after_live(self, live: str) -> Verdict:
+        row = self._row
+        assert row is not None
+        lines = self._lines
+        if self.loss is Loss.START and lines:
+            return self._decide(Kind.HALT, self.lost_for_good_text(row.status, len(lines), live))
+        self._pending_show = Show()  # the heartbeat; the lines are shown once the container's state passed
+        line = self.gate.result.line
+        if row.restarting:
+            why = f"; {self.gate.result.reason}: {self.scrub(line)[:LINE_CHARS]}" if self.gate.result.failed else (
+                f"; last line: {self.scrub(line)[:LINE_CHARS]}" if line else "")
+            return self._decide(Kind.FAIL, f"{self.service} is restarting ({row.status}){why}")
+        if row.state in ("exited", "dead"):
+            return self._decide(Kind.FAIL, f"{self.service} exited during its cold start ({row.status}); last line: "
+                                           f"{self.scrub(line)[:LINE_CHARS]}")
+        shown = None
+        if lines and line and line != self._shown:
+            self._shown = line
+            shown = self.scrub(line)[:LINE_CHARS]
+        self._pending_show = Show(line=shown, tail=tuple(self.scrub(t)[:300] for t in lines[-8:]))
+        return self._at_deadline()
+
+    def _at_deadline(self) -> Verdict:
+        row = self._row
+        if self._now < self.deadline:
+            return self._verdict(Verdict(Kind.WAIT), Step.OBSERVE)
+        if self.loss is not Loss.NONE and row is not None and (self.resumed or row.id in self.created):
+            return self._ask(Question.DEADLINE)  # never time out blind
+        return self._timed_out()
+
+    def _passed_on(self, question: Question, serving: Serving, row: Container) -> Verdict:
+        if question is Question.FINISHED:  # not a cold start seen to its end: `ready` stays unset
+            return self._decide(Kind.PASS, f"{self.service}: {self._finished}; serving: {serving.state.value} ({serving.why})")
+        seen = f"seen before: {self.journal.seen_text()}; " if question is Question.LIVE else ""
+        return self._decide(Kind.PASS, f"{self.service}: lines of its cold start rotated out of its log unread ({seen}not in the "
+                                       f"log now: {'; '.join(self.gate.missing())}), and live evidence says it serves: {serving.why}",
+                            ready=row.id)
+
+    def _timed_out(self) -> Verdict:
+        return self._decide(Kind.FAIL, f"{self.service} did not finish its cold start within {int(self.cold_start_s // 60)} min; "
+                                       f"missing: " + "; ".join(self.gate.missing()))
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _take(self, called: Step) -> None:
+        if called is not self._step:
+            raise OutOfStep(called, self._step)
+
+    def _lose(self, loss: Loss) -> None:
+        order = list(Loss)
+        if order.index(loss) > order.index(self.loss):
+            self.loss = loss
+
+    def _ask(self, question: Question) -> Verdict:
+        self._question = question
+        return self._verdict(Verdict(Kind.ASK, question=question, live=LIVE_ONLY[question]), Step.EVIDENCE)
+
+    def _decide(self, kind: Kind, why: str, **kw: Any) -> Verdict:
+        self.phase = ENDS[kind]
+        return self._verdict(Verdict(kind, why, **kw), Step.DONE)
+
+    def _verdict(self, v: Verdict, then: Step) -> Verdict:
+        """`v` with the journal and show pending from this observation, handed over once."""
+        self._step = then
+        journal, show = self._pending_journal, self._pending_show
+        self._pending_journal = self._pending_show = None
+        return replace(v, journal=journal, show=show)
+
+    def _start_finished(self, row: Container, lines: Sequence[str]) -> str | None:
+        """A start that rotated out, for a gate that needs only the ready line (per-rank milestones
+        cannot be judged without the start): it finished when docker says the container runs and
+        has run longer than a whole cold start, and the window holds no failure line but shows it
+        working (a start that hangs logs no request, no batch, no health check). What says so, or
+        None."""
+        if self.gate.required_per_rank or not row.is_running or not long_up(row, self.cold_start_s):
+            return None
+        if any(bad in text for text in lines for bad in self.gate.forbidden):
+            return None
+        if not past_its_start(lines):
+            return None
+        return (f"its start rotated out of its log (the last {len(lines)} lines hold no start and no failure line, and show it "
+                f"answering health checks or serving) and docker "
+                f"says it has run {row.status.removeprefix('Up ')} without a restart, longer than a whole cold start: its start "
+                f"finished")
+
+    def _restore(self, container: str) -> bool:
+        """Seed the gate with what the journal held of this very container's start. True when it
+        held something."""
+        rec = self._journaled
+        if not rec or rec.get("container") != container:
+            return False
+        self.journal.held = dict(rec)
+        gate = self.gate
+        for pattern, ranks in (rec.get("per_rank") or {}).items():
+            if pattern in gate.seen:
+                gate.seen[pattern].update(int(r) for r in ranks if int(r) < gate.ranks)
+        gate.seen_once.update(p for p in rec.get("once") or [] if p in gate.required)
+        self.journal.start = str(rec.get("start") or "")
+        self.journal.last = str(rec.get("last") or "")
+        self._saved_key = self._key()
+        return True
+
+    def _note(self, lines: Sequence[str]) -> dict[str, Any] | None:
+        """The record to journal after `lines` were judged: at once when a milestone or the start
+        was seen, else at most every SAVE_EVERY_S. None: nothing to journal now."""
+        if not lines or self.container is None:
+            return None
+        for t in lines:
+            if self.startup in t:
+                self.journal.start = line_hash(t)
+        self.journal.last = line_hash(lines[-1])
+        key = self._key()
+        if key == self._saved_key and self._now - self._saved_at < SAVE_EVERY_S:
+            return None
+        self._saved_key, self._saved_at = key, self._now
+        return {"container": self.container, "per_rank": {p: sorted(r) for p, r in self.gate.seen.items()},
+                "once": sorted(self.gate.seen_once), "start": self.journal.start, "last": self.journal.last}
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.journal.start, tuple((p, tuple(sorted(r))) for p, r in self.gate.seen.items()),
+                tuple(sorted(self.gate.seen_once)))
