@@ -217,7 +217,7 @@ _AUTHORIZATION = b"authorization"
 
 def _head_size(event: Any) -> int:
     """A request head's size as sent, at least (h11 strips the spaces around header values)."""
-    return len(event.method) + len(event.target) + 13 + sum(len(n) + len(v) + 4 for n, v in event.headers)
+    return len(event.method) + len(event.target) + 14 + sum(len(n) + len(v) + 4 for n, v in event.headers)
 
 
 def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents_token: Callable[[str | None], bool],
@@ -256,6 +256,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             self._gone = False
             self._authenticated = False
             self._discarding = False
+            self._early: list[bytes] = []
             self._header_timer: asyncio.TimerHandle | None = None
 
         # ------------------------------------------------------------ accept, handshake, loss
@@ -303,6 +304,9 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
         def _start(self, transport: Any) -> None:
             self._started = True
             super().connection_made(_CoalescingTransport(transport, self.loop))
+            early, self._early = self._early, []
+            for data in early:
+                self.data_received(data)
 
         def abort_now(self) -> None:
             """Evicted or timed out: the connection goes at once, its slot with it."""
@@ -345,8 +349,13 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
         # ------------------------------------------------------------ requests
 
         def data_received(self, data: bytes) -> None:
-            if not self._discarding:  # after a 431 what the client still sends is dropped
+            if not self._started:  # the TLS layer hands over what came with the handshake's end first
+                self._early.append(data)
+            elif not self._discarding:  # after a 431 what the client still sends is dropped
                 super().data_received(data)
+
+        def eof_received(self) -> bool | None:
+            return super().eof_received() if self._started else None
 
         def handle_events(self) -> None:
             before = self.cycle
