@@ -43,18 +43,25 @@ from starlette.routing import Route
 
 import orchestrator
 from orchestrator.hosts.clients.errors import ClientError
-from orchestrator.util.exit_codes import ExitCode
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.language.runbook import RUNBOOK_DIR
-from orchestrator.service.runner import Session, owner_id
 from orchestrator.server import pages
 from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
 from orchestrator.server.errors import ApiError, PathScrubber, error_response
-from orchestrator.server.guards import (BODY_TIMEOUT_S, MAX_BODY, TOKENS_UNUSABLE, BadJson, RequestGuard, allowed_host_set,
-                                        parse_json)
+from orchestrator.server.guards import (
+    BODY_TIMEOUT_S,
+    MAX_BODY,
+    TOKENS_UNUSABLE,
+    BadJson,
+    RequestGuard,
+    allowed_host_set,
+    parse_json,
+)
 from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.server.worker import SessionFactory, Worker
+from orchestrator.service.runner import Session, owner_id
+from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError
 

@@ -10,8 +10,8 @@ Modes (exactly one):
   enough: nothing to brute-force). The journal's `by` is the entry's name, never what the client
   says. Removing an entry revokes its token: the file is re-read when it changes (mtime, ctime,
   size, inode, mode; checked on each request) and on SIGHUP. A file that cannot be read or
-  parsed, or that others than its owner's group may write (world-writable, or in a world-writable
-  directory without the sticky bit: anyone could add a token), is refused: at start-up the server
+  parsed, or that anyone may write (world-writable, or in a world-writable directory without the
+  sticky bit: anyone could add a token; its group may write it), is refused: at start-up the server
   does not start (one line naming the file); on a reload it accepts no token at all (fail closed:
   requests that need one get a 503, running rollouts go on) and logs one line naming the file
   and the reason (`on_change`), and one when it is usable again.

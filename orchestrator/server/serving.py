@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import socket
 import time
@@ -77,7 +78,7 @@ _REFUSALS = {
 
 
 def _busy(reason: str) -> bytes:
-    body = ('{"error": "%s", "exit_code": 2}' % _REFUSALS.get(reason, _REFUSALS["busy"])).encode()
+    body = json.dumps({"error": _REFUSALS.get(reason, _REFUSALS["busy"]), "exit_code": 2}).encode()
     return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
             b"content-length: %d\r\n\r\n%s" % (len(body), body))
 
@@ -229,7 +230,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class Connection(h11.Connection):  # type: ignore[misc]
+    class Connection(h11.Connection):
         """h11's connection, telling a head too large (431) from other malformed requests."""
 
         too_large = False
@@ -245,12 +246,13 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
                 raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
             return event
 
-    class GuardedH11(H11Protocol):  # type: ignore[misc]
+    class GuardedH11(H11Protocol):
         header_timeout = header_timeout_s
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.conn = Connection(h11.SERVER, MAX_HEADER_BYTES)
+            self.head = Connection(h11.SERVER, MAX_HEADER_BYTES)
+            self.conn = self.head
             self._raw: Any = None  # the TCP transport
             self._started = False  # uvicorn's connection_made done (after the handshake over TLS)
             self._gone = False
@@ -303,7 +305,8 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
 
         def _start(self, transport: Any) -> None:
             self._started = True
-            super().connection_made(_CoalescingTransport(transport, self.loop))
+            coalescing: Any = _CoalescingTransport(transport, self.loop)
+            super().connection_made(coalescing)
             early, self._early = self._early, []
             for data in early:
                 self.data_received(data)
@@ -354,8 +357,9 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             elif not self._discarding:  # after a 431 what the client still sends is dropped
                 super().data_received(data)
 
-        def eof_received(self) -> bool | None:
-            return super().eof_received() if self._started else None
+        def eof_received(self) -> None:
+            if self._started:
+                super().eof_received()
 
         def handle_events(self) -> None:
             before = self.cycle
@@ -381,7 +385,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             super().on_response_complete()
 
         def send_400_response(self, msg: str) -> None:
-            if not self.conn.too_large:
+            if not self.head.too_large:
                 super().send_400_response(msg)
                 return
             headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
@@ -456,7 +460,7 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
 def _server_class() -> type:
     import uvicorn
 
-    class Server(uvicorn.Server):  # type: ignore[misc]
+    class Server(uvicorn.Server):
         """uvicorn's server whose connections do their TLS handshake in the protocol (counted and
         timed there: `_guarded_protocol`), with a rate-limited event-loop error handler, and whose
         shutdown drops connections still in their handshake."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from orchestrator.server.guards import Admission, network_of
 

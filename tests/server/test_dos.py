@@ -19,17 +19,34 @@ tests/server/test_flood.py; the admission rules alone: tests/server/test_admissi
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import socket
+import ssl
 import threading
 from typing import Any
 
 import httpx
 import pytest
-
-from orchestrator.server.app import create_app
-from orchestrator.server.serving import build_server
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from helpers_server import AUTH, TOKEN, wait_for
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.server.app import create_app
+from orchestrator.server.auth import add_token
+from orchestrator.server.cli import run_serve
+from orchestrator.server.config import ServerRedactor
+from orchestrator.server.serving import (
+    MAX_CONNECTIONS,
+    MAX_HEADER_BYTES,
+    RateLimitedLog,
+    build_server,
+    connections_for,
+    fd_budget,
+)
 
 
 @pytest.fixture
@@ -121,11 +138,6 @@ def test_one_address_cannot_take_the_server(settings, serve_app):
 
     wait_for(served, "127.0.0.2 to be served again", timeout=15)
 
-
-from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
-
-from orchestrator.hosts.redaction import Redactor  # noqa: E402
-from orchestrator.server.config import ServerRedactor  # noqa: E402
 
 _secret = st.text(min_size=3, max_size=12)
 _leaf = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans())
@@ -228,21 +240,6 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
 
 
 # --------------------------------------------------------------------------- TLS, heads, HSTS
-
-import errno  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import ssl  # noqa: E402
-
-from orchestrator.server.auth import add_token  # noqa: E402
-from orchestrator.server.cli import run_serve  # noqa: E402
-from orchestrator.server.serving import (  # noqa: E402
-    MAX_CONNECTIONS,
-    MAX_HEADER_BYTES,
-    RateLimitedLog,
-    connections_for,
-    fd_budget,
-)
 
 
 @pytest.fixture

@@ -25,10 +25,9 @@ import time
 import httpx
 import pytest
 
+from helpers_server import AUTH, TOKEN, wait_for
 from orchestrator.server.app import create_app
 from orchestrator.server.serving import build_server
-
-from helpers_server import AUTH, TOKEN, wait_for
 
 TOTAL, RESERVE, PER_NETWORK, PER_ADDRESS = 48, 8, 12, 6
 FLOOD_NETWORKS = [f"127.0.{n}" for n in range(10, 14)]
@@ -72,7 +71,7 @@ class Flood:
                     self._opened()
                     writer.write(b"GET /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
                 await reader.read(1)  # until the server drops it (timeout, eviction or refusal)
-            except (OSError, ssl.SSLError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            except (TimeoutError, OSError, ssl.SSLError, asyncio.IncompleteReadError):
                 pass
             finally:
                 self.dropped += 1
