@@ -259,6 +259,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             self._authenticated = False
             self._discarding = False
             self._early: list[bytes] = []
+            self._handshake_task: asyncio.Task[None] | None = None
             self._header_timer: asyncio.TimerHandle | None = None
 
         # ------------------------------------------------------------ accept, handshake, loss
@@ -286,7 +287,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
                 self._start(transport)
             else:
                 transport.pause_reading()  # nothing is read until the handshake owns the socket
-                self.loop.create_task(self._handshake(transport, tls))
+                self._handshake_task = self.loop.create_task(self._handshake(transport, tls))  # held: not collected
 
         async def _handshake(self, raw: Any, context: Any) -> None:
             try:
