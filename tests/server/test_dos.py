@@ -467,3 +467,26 @@ def test_the_file_limit_leaves_room_above_the_connection_cap():
     assert connections_for(-1) == MAX_CONNECTIONS
     low = connections_for(2304)  # a hard limit serve cannot raise: the cap shrinks to fit under it
     assert 16 <= low < 2304 - 512
+
+
+def test_a_connection_that_presents_a_valid_token_leaves_the_unauthenticated_count(settings, running):
+    server, port = running(create_app(settings, token=TOKEN, adopt=False), header_timeout_s=60)
+    admission = server.admission
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.5.1"), timeout=10) as c:
+        assert c.get(f"http://127.0.0.1:{port}/healthz").status_code == 200  # no token: still unauthenticated
+        assert (admission.unauthenticated, admission.authenticated) == (1, 0)
+        assert c.get(f"http://127.0.0.1:{port}/runs", headers={"Authorization": "Bearer wrong-" + "x" * 40}).status_code == 401
+        assert (admission.unauthenticated, admission.authenticated) == (1, 0)
+        assert c.get(f"http://127.0.0.1:{port}/runs", headers=AUTH).status_code == 200  # same keep-alive connection
+        assert (admission.unauthenticated, admission.authenticated) == (0, 1)
+    wait_for(lambda: admission.open == 0, "the connection to go", timeout=10)
+
+
+def test_only_a_real_token_counts_as_presented():
+    from orchestrator.server.auth import Authenticator
+
+    assert Authenticator(token=TOKEN).presents_valid_token(f"Bearer {TOKEN}")
+    assert not Authenticator(token=TOKEN).presents_valid_token("Bearer " + "y" * 40)
+    assert not Authenticator(token=TOKEN).presents_valid_token(None)
+    # without auth everyone is let in, and nobody holds a token: no room is kept for anyone
+    assert not Authenticator(open_access=True).presents_valid_token(f"Bearer {TOKEN}")
