@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from helpers_server import AUTH, TOKEN, wait_for
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.server.app import create_app
-from orchestrator.server.auth import add_token
+from orchestrator.server.auth import Authenticator, add_token
 from orchestrator.server.cli import run_serve
 from orchestrator.server.config import ServerRedactor
 from orchestrator.server.serving import (
@@ -483,8 +483,6 @@ def test_a_connection_that_presents_a_valid_token_leaves_the_unauthenticated_cou
 
 
 def test_only_a_real_token_counts_as_presented():
-    from orchestrator.server.auth import Authenticator
-
     assert Authenticator(token=TOKEN).presents_valid_token(f"Bearer {TOKEN}")
     assert not Authenticator(token=TOKEN).presents_valid_token("Bearer " + "y" * 40)
     assert not Authenticator(token=TOKEN).presents_valid_token(None)
