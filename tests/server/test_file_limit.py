@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from helpers_server import AUTH, INVENTORY, TOKEN, wait_for
 
@@ -32,8 +33,6 @@ def _limit_files() -> None:
 def test_a_flood_beyond_the_file_limit_is_refused_without_running_out_of_descriptors(tmp_path: Path):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < FLOOD + 200:
-        import pytest
-
         pytest.skip(f"this test's own process needs {FLOOD + 200} open files (soft limit {soft})")
     inv = tmp_path / "inventory.yaml"
     inv.write_text(INVENTORY)
