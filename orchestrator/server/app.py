@@ -43,17 +43,25 @@ from starlette.routing import Route
 
 import orchestrator
 from orchestrator.hosts.clients.errors import ClientError
-from orchestrator.util.exit_codes import ExitCode
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.language.runbook import RUNBOOK_DIR
-from orchestrator.service.runner import Session, owner_id
 from orchestrator.server import pages
 from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
 from orchestrator.server.errors import ApiError, PathScrubber, error_response
-from orchestrator.server.guards import BODY_TIMEOUT_S, MAX_BODY, BadJson, RequestGuard, allowed_host_set, parse_json
+from orchestrator.server.guards import (
+    BODY_TIMEOUT_S,
+    MAX_BODY,
+    TOKENS_UNUSABLE,
+    BadJson,
+    RequestGuard,
+    allowed_host_set,
+    parse_json,
+)
 from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.server.worker import SessionFactory, Worker
+from orchestrator.service.runner import Session, owner_id
+from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError
 
@@ -69,6 +77,8 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
             state = request.app.state
             principal = state.auth.authenticate(request.headers.get("authorization"))
             if role is not None:
+                if principal is None and state.auth.tokens_unusable():
+                    return error_response(503, TOKENS_UNUSABLE, ExitCode.UNEXPECTED)
                 if principal is None:
                     return error_response(401, "missing or wrong bearer token (ORCHESTRATOR_SERVER_TOKEN)",
                                           ExitCode.BAD_INPUT)
@@ -313,9 +323,6 @@ def create_app(
         )
     if token is not None:
         check_token_strength(token)
-    auth = Authenticator(token=token, tokens_file=TokensFile(tokens_file) if tokens_file else None,
-                         open_access=insecure_no_auth)
-
     redactor = ServerRedactor()
     redactor.add(*settings.tokens())
     if token is not None:
@@ -324,6 +331,17 @@ def create_app(
     if db_password:
         redactor.add(db_password)
     log = server_logger(redactor)
+
+    def tokens_file_changed(error: str | None) -> None:
+        # one line per change: the file refused (requests needing a token get 503) or usable again
+        if error is not None:
+            log.error("tokens_file_refused", error=error, detail="no token is accepted until it is fixed")
+        else:
+            log.info("tokens_file_usable", path=str(tokens_file))
+
+    # a file refused at start-up stops the start here (UserError: one line naming it, exit 2)
+    auth = Authenticator(token=token, open_access=insecure_no_auth,
+                         tokens_file=TokensFile(tokens_file, on_change=tokens_file_changed) if tokens_file else None)
     # where the journal lives (a file, or a URL naming user, host and port) and the state directory
     # are the server's own business: scrubbed from every answer, to operators too
     scrub_paths = PathScrubber(settings.state_dir, settings.journal_location(),
@@ -393,7 +411,8 @@ def create_app(
         ],
         middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
                                max_body=max_body, body_timeout_s=body_timeout_s,
-                               authenticated=lambda header: auth.authenticate(header) is not None)],
+                               authenticated=lambda header: auth.authenticate(header) is not None,
+                               tokens_unusable=auth.tokens_unusable)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
@@ -423,7 +442,8 @@ def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:
 
     def reload() -> None:
         auth.tokens_file.reload()  # type: ignore[union-attr]
-        log.info("tokens_reloaded", error=auth.tokens_file.error)  # type: ignore[union-attr]
+        if auth.tokens_file.error is None:  # type: ignore[union-attr]
+            log.info("tokens_reloaded")  # a refused file has its own line (tokens_file_refused)
 
     try:
         loop.add_signal_handler(signal.SIGHUP, reload)

@@ -8,9 +8,13 @@ Modes (exactly one):
   `name`, `role` (`viewer`: reads only; `operator`: may submit, approve and abort) and `sha256`,
   the hash of a token made by `orchestrate serve token add` (32 random bytes, so a fast hash is
   enough: nothing to brute-force). The journal's `by` is the entry's name, never what the client
-  says. Removing an entry revokes its token: the file is re-read when its mtime/size/inode
-  changes (checked on each request) and on SIGHUP. A file that cannot be read or parsed on
-  reload accepts no token at all (fail closed) until it is fixed.
+  says. Removing an entry revokes its token: the file is re-read when it changes (mtime, ctime,
+  size, inode, mode; checked on each request) and on SIGHUP. A file that cannot be read or
+  parsed, or that anyone may write (world-writable, or in a world-writable directory without the
+  sticky bit: anyone could add a token; its group may write it), is refused: at start-up the server
+  does not start (one line naming the file); on a reload it accepts no token at all (fail closed:
+  requests that need one get a 503, running rollouts go on) and logs one line naming the file
+  and the reason (`on_change`), and one when it is usable again.
 - **no auth** (`--insecure-no-auth`, loopback binds only): everyone is an anonymous operator.
 
 Tokens are compared as sha256 digests with `hmac.compare_digest` (constant time). A shared token
@@ -26,9 +30,11 @@ import math
 import os
 import re
 import secrets
+import stat
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,25 +80,31 @@ def check_token_strength(token: str, what: str = "ORCHESTRATOR_SERVER_TOKEN") ->
 
 
 class TokensFile:
-    """The per-operator tokens file, re-read when it changes on disk or on `reload()`."""
+    """The per-operator tokens file, re-read when it changes on disk or on `reload()`.
 
-    def __init__(self, path: Path) -> None:
+    `on_change(error)` is called when a reload refuses the file (`error`: one line naming it and
+    why) or finds it usable again (`None`): once per change of state, and on every explicit
+    `reload()` that refuses it (an operator who sends SIGHUP gets an answer)."""
+
+    def __init__(self, path: Path, on_change: Callable[[str | None], None] | None = None) -> None:
         self.path = Path(path)
+        self.on_change = on_change
         self._lock = threading.Lock()
-        self._key: tuple[int, int, int] | None = None
+        self._key: tuple[int, ...] | None = None
         self._entries: list[tuple[str, str, str]] = []  # (sha256, name, role)
         self.error: str | None = None
         self._load(strict=True)
 
-    def _stat_key(self) -> tuple[int, int, int] | None:
+    def _stat_key(self) -> tuple[int, ...] | None:
         try:
             st = self.path.stat()
         except OSError:
             return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode)
 
-    def _load(self, *, strict: bool) -> None:
+    def _load(self, *, strict: bool, explicit: bool = False) -> None:
         key = self._stat_key()
+        before = self.error
         try:
             entries = parse_tokens_file(self.path)
         except UserError as exc:
@@ -102,14 +114,18 @@ class TokensFile:
         else:
             self.error = None
         self._entries, self._key = entries, key
+        if self.on_change is not None and (self.error != before or (explicit and self.error is not None)):
+            self.on_change(self.error)
 
     def reload(self) -> None:
         with self._lock:
-            self._load(strict=False)
+            self._load(strict=False, explicit=True)
 
     def maybe_reload(self) -> None:
         if self._stat_key() != self._key:
-            self.reload()
+            with self._lock:
+                if self._stat_key() != self._key:
+                    self._load(strict=False)
 
     def lookup(self, token: str) -> Principal | None:
         self.maybe_reload()
@@ -121,9 +137,27 @@ class TokensFile:
         return found
 
 
+def check_tokens_file_mode(path: Path, st: os.stat_result) -> None:
+    """Refuse a tokens file anyone may write (UserError naming it): whoever can write it can give
+    themselves an operator's token. Its group may write it (a team's admins)."""
+    if st.st_mode & stat.S_IWOTH:
+        raise UserError(f"the tokens file {path} is world-writable (mode {stat.S_IMODE(st.st_mode):04o}): "
+                        f"anyone on this machine could add a token; `chmod o-w` it (0600 is best)")
+    try:
+        parent = os.stat(Path(path).absolute().parent)
+    except OSError:
+        return
+    if parent.st_mode & stat.S_IWOTH and not parent.st_mode & stat.S_ISVTX:
+        raise UserError(f"the tokens file {path} is in a world-writable directory: anyone on this machine "
+                        f"could replace it; move it to a directory only its owner may write")
+
+
 def parse_tokens_file(path: Path) -> list[tuple[str, str, str]]:
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        with open(path, "rb") as f:
+            check_tokens_file_mode(path, os.fstat(f.fileno()))
+            raw = f.read()
+        data = yaml.safe_load(raw.decode("utf-8")) or {}
     except OSError as exc:
         raise UserError(f"cannot read the tokens file {path}: {exc.strerror}") from None
     except (yaml.YAMLError, UnicodeDecodeError):
@@ -187,6 +221,18 @@ class Authenticator:
     @property
     def mode(self) -> str:
         return "tokens-file" if self.tokens_file else "token" if self._digest else "none"
+
+    def tokens_unusable(self) -> bool:
+        """True while the tokens file is refused: no token can be checked (the answer is a 503, not a 401)."""
+        if self.tokens_file is None:
+            return False
+        self.tokens_file.maybe_reload()
+        return self.tokens_file.error is not None
+
+    def presents_valid_token(self, authorization: str | None) -> bool:
+        """A connection whose request carries this header holds a real token (never in open access,
+        where nobody presents one): serving.py keeps room for such connections."""
+        return not self.open_access and self.authenticate(authorization) is not None
 
     def authenticate(self, authorization: str | None) -> Principal | None:
         if self.open_access:

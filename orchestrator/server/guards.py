@@ -6,11 +6,15 @@
   application/json` (415): a browser cannot send that cross-site without a CORS preflight, which
   this server never grants. A foreign `Origin`, or `Sec-Fetch-Site: cross-site|same-site`, is a 403.
 - **Token before body**: a state-changing request without a valid bearer token is a 401 before
-  any byte of its body is read (and its connection is closed); a body must arrive within
+  any byte of its body is read (and its connection is closed); a 503 instead while the server
+  cannot check tokens (its tokens file is refused: auth.py); a body must arrive within
   `BODY_TIMEOUT_S` (408). A GET's body is never read.
 - **Body size**: at most `max_body` bytes (64 KiB), by Content-Length or as streamed: 413.
 - **JSON** (`parse_json`): at most `MAX_JSON_DEPTH` levels (a 400, not a RecursionError 500),
   no NaN/Infinity constants.
+- **Connections** (`Admission`, used by serving.py): unauthenticated connections are capped per
+  address, per network (/24, /64) and in total, with room kept for connections that presented a
+  valid token.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import asyncio
 import ipaddress
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +40,8 @@ MAX_BODY = 64 * 1024
 BODY_TIMEOUT_S = 10.0
 MAX_JSON_DEPTH = 32
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+#: The answer (503) while the tokens file is refused: the client's token may be fine, the server's file is not.
+TOKENS_UNUSABLE = "the server cannot check tokens now: its tokens file is refused (the server's log says why)"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -96,12 +104,14 @@ class RequestGuard:
 
     def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], max_body: int = MAX_BODY,
                  authenticated: Callable[[str | None], bool] | None = None,
-                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+                 body_timeout_s: float = BODY_TIMEOUT_S,
+                 tokens_unusable: Callable[[], bool] | None = None) -> None:
         self.app = app
         self.allowed_hosts = frozenset(allowed_hosts)
         self.max_body = max_body
         self.authenticated = authenticated
         self.body_timeout_s = body_timeout_s
+        self.tokens_unusable = tokens_unusable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,6 +127,9 @@ class RequestGuard:
             return
         if self.authenticated is not None and not self.authenticated(Headers(scope=scope).get("authorization")):
             # before any byte of the body: a client without a token gets nothing held for it
+            if self.tokens_unusable is not None and self.tokens_unusable():
+                await _answer(503, TOKENS_UNUSABLE, scope, receive, send)
+                return
             await _answer(401, "missing or wrong bearer token (ORCHESTRATOR_SERVER_TOKEN)", scope, receive, send)
             return
         body: list[bytes] = []
@@ -175,9 +188,208 @@ class RequestGuard:
 
 
 async def _answer(status: int, message: str, scope: Scope, receive: Receive, send: Send) -> None:
-    headers = {"Connection": "close"} if status in (401, 408, 413) else {}
+    headers = {"Connection": "close"} if status in (401, 408, 413, 503) else {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     response = JSONResponse({"error": message, "exit_code": int(ExitCode.BAD_INPUT)}, status_code=status,
                             headers=headers or None)
     await response(scope, receive, send)
+
+
+# --------------------------------------------------------------------------- connection admission
+
+
+def network_of(address: str) -> str:
+    """The network a client address is counted in: its /24 for IPv4 (an IPv4-mapped IPv6 address
+    too), its /64 for IPv6 (one host may hold a whole /64); anything else (a Unix socket's empty
+    peer name) is its own bucket."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    prefix = 24 if ip.version == 4 else 64
+    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """`Admission.arrive`'s answer: admit or not (`reason`: the cap that refused: address, network,
+    busy), and the connections to abort at once to make room (`evict`, already forgotten)."""
+
+    admit: bool
+    evict: tuple[Any, ...] = ()
+    reason: str = ""
+
+
+@dataclass
+class _Member:
+    address: str
+    network: str
+    authenticated: bool = False
+    idle: bool = True
+
+
+class Admission:
+    """Which connections the server holds: pure bookkeeping, no I/O (the protocol acts on its answers).
+
+    A connection arrives unauthenticated (a TLS handshake included) and stays so until one of its
+    requests presents a valid token (`authenticate`); it is idle while it waits for a handshake or
+    a request's headers, busy while a request runs. Rules for an arriving connection:
+
+    - its address holds at most `per_address` unauthenticated connections: beyond, refused;
+    - its network (`network_of`: /24, /64) at most `per_network`: when full, the oldest idle
+      connection of the network's busiest address makes room if that address holds at least two
+      more than the newcomer's; otherwise refused;
+    - all unauthenticated connections together at most `total - reserve` (the reserve is room only
+      connections that presented a valid token take), and all connections at most `total` (the
+      file descriptors): when full, the oldest idle connection of the busiest network makes room
+      if that network holds at least two more than the newcomer's, else of the busiest address of
+      the newcomer's own network on the same terms; otherwise refused.
+
+    So a flood from a few networks cannot keep out a client from elsewhere, nor a client from
+    another address of the flood's own network; authenticated connections are never evicted and
+    count against `total` only."""
+
+    def __init__(self, *, total: int, reserve: int, per_network: int, per_address: int) -> None:
+        if not 0 <= reserve < total or per_network < 1 or per_address < 1:
+            raise ValueError("Admission needs 0 <= reserve < total and positive per-network/per-address caps")
+        self.total = total
+        self.unauthenticated_cap = total - reserve
+        self.per_network = per_network
+        self.per_address = per_address
+        self._members: dict[Any, _Member] = {}
+        self._by_address: dict[str, int] = {}
+        self._by_network: dict[str, int] = {}
+        self._addresses: dict[str, dict[str, None]] = {}  # network -> its addresses with unauthenticated connections
+        self._idle: dict[str, dict[Any, None]] = {}  # address -> its idle unauthenticated connections, oldest first
+        self._idle_by_network: dict[str, int] = {}
+        self.unauthenticated = 0
+        self.authenticated = 0
+        self.refused: Counter[str] = Counter()
+        self.evicted = 0
+        self.peak_unauthenticated = 0
+
+    @property
+    def open(self) -> int:
+        return self.unauthenticated + self.authenticated
+
+    def members(self) -> list[Any]:
+        return list(self._members)
+
+    def arrive(self, conn: Any, address: str) -> Decision:
+        network = network_of(address)
+        if self._by_address.get(address, 0) >= self.per_address:
+            return self._refuse("address")
+        victims: list[Any] = []
+        if self._by_network.get(network, 0) >= self.per_network:
+            victim = self._victim_within(network, self._by_address.get(address, 0))
+            if victim is None:
+                return self._refuse("network")
+            victims.append(self._evict(victim))
+        if self.unauthenticated >= self.unauthenticated_cap or self.open >= self.total:
+            victim = self._victim_anywhere(network, address)
+            if victim is None:
+                return self._refuse("busy", tuple(victims))
+            victims.append(self._evict(victim))
+        self._members[conn] = _Member(address, network)
+        self.unauthenticated += 1
+        self.peak_unauthenticated = max(self.peak_unauthenticated, self.unauthenticated)
+        self._by_address[address] = self._by_address.get(address, 0) + 1
+        self._by_network[network] = self._by_network.get(network, 0) + 1
+        self._addresses.setdefault(network, {})[address] = None
+        self._set_idle(conn, self._members[conn])
+        return Decision(True, tuple(victims))
+
+    def busy(self, conn: Any) -> None:
+        member = self._members.get(conn)
+        if member is not None and member.idle:
+            self._unset_idle(conn, member)
+
+    def idle(self, conn: Any) -> None:
+        member = self._members.get(conn)
+        if member is not None and not member.idle and not member.authenticated:
+            self._set_idle(conn, member)
+
+    def authenticate(self, conn: Any) -> None:
+        member = self._members.get(conn)
+        if member is None or member.authenticated:
+            return
+        self._forget_unauthenticated(conn, member)
+        member.authenticated = True
+        self.authenticated += 1
+
+    def leave(self, conn: Any) -> None:
+        member = self._members.pop(conn, None)
+        if member is None:
+            return
+        if member.authenticated:
+            self.authenticated -= 1
+        else:
+            self._forget_unauthenticated(conn, member)
+
+    # ------------------------------------------------------------------ internals
+
+    def _refuse(self, reason: str, evict: tuple[Any, ...] = ()) -> Decision:
+        self.refused[reason] += 1
+        return Decision(False, evict, reason)
+
+    def _evict(self, conn: Any) -> Any:
+        self.leave(conn)
+        self.evicted += 1
+        return conn
+
+    def _set_idle(self, conn: Any, member: _Member) -> None:
+        member.idle = True
+        self._idle.setdefault(member.address, {})[conn] = None
+        self._idle_by_network[member.network] = self._idle_by_network.get(member.network, 0) + 1
+
+    def _unset_idle(self, conn: Any, member: _Member) -> None:
+        member.idle = False
+        idle = self._idle.get(member.address)
+        if idle is not None:
+            idle.pop(conn, None)
+            if not idle:
+                del self._idle[member.address]
+        left = self._idle_by_network.get(member.network, 1) - 1
+        if left > 0:
+            self._idle_by_network[member.network] = left
+        else:
+            self._idle_by_network.pop(member.network, None)
+
+    def _forget_unauthenticated(self, conn: Any, member: _Member) -> None:
+        if member.idle:
+            self._unset_idle(conn, member)
+        self.unauthenticated -= 1
+        for counts, key in ((self._by_address, member.address), (self._by_network, member.network)):
+            left = counts.get(key, 1) - 1
+            if left > 0:
+                counts[key] = left
+            else:
+                counts.pop(key, None)
+        if member.address not in self._by_address:
+            addresses = self._addresses.get(member.network)
+            if addresses is not None:
+                addresses.pop(member.address, None)
+                if not addresses:
+                    del self._addresses[member.network]
+
+    def _victim_within(self, network: str, newcomer: int) -> Any:
+        """The oldest idle connection of `network`'s busiest address holding >= newcomer + 2."""
+        best, best_count = None, newcomer + 1
+        for address in self._addresses.get(network, ()):
+            count = self._by_address.get(address, 0)
+            if count > best_count and address in self._idle:
+                best, best_count = address, count
+        return None if best is None else next(iter(self._idle[best]))
+
+    def _victim_anywhere(self, network: str, address: str) -> Any:
+        best, best_count = None, self._by_network.get(network, 0) + 1
+        for other, idle in self._idle_by_network.items():
+            count = self._by_network.get(other, 0)
+            if idle and count > best_count:
+                best, best_count = other, count
+        if best is not None:
+            return self._victim_within(best, -2)
+        return self._victim_within(network, self._by_address.get(address, 0))

@@ -6,43 +6,85 @@ Rules (`check_exposure`):
   (e.g. behind a TLS-terminating proxy on the same host);
 - `--insecure-no-auth` is for a loopback bind only, without exception.
 
-Limits (`build_server`): idle keep-alive connections close after `KEEP_ALIVE_S`; request headers
-must arrive within `HEADER_TIMEOUT_S` (a slow-loris connection is closed); h11 buffers at most
-`MAX_HEADER_BYTES` of an incomplete request; a TLS handshake must finish within
-`HEADER_TIMEOUT_S` too (asyncio's default is 60 s); one client address holds at most
-`MAX_CONNECTIONS_PER_ADDRESS` connections (beyond that its new connection gets a 503 and is
-closed); at most `MAX_CONNECTIONS` connections at once in all (beyond that, 503). A state-changing
-request's body is read only after its token is checked, within `guards.BODY_TIMEOUT_S`. The
-access log never shows query strings. Figures: docs/team-mode.md, from bench/server_load.py.
+Limits (`build_server`), so that clients without a token cannot deny the server to those with one:
+- every connection is admitted or refused when it is accepted, before any TLS handshake
+  (`guards.Admission`): unauthenticated connections (a handshake in progress included) are capped
+  per address (`MAX_CONNECTIONS_PER_ADDRESS`), per network (`MAX_CONNECTIONS_PER_NETWORK`, a /24 or
+  a /64) and in total (`MAX_CONNECTIONS` less `RESERVED_FOR_TOKENS`, kept for connections that
+  presented a valid token); when full, the oldest idle connection of the busiest network makes room
+  for a newcomer from a less busy one. A refused plain connection gets a 503 and is closed, a
+  refused TLS one is dropped; an evicted one is aborted;
+- the handshake and then each request's headers must come within `HEADER_TIMEOUT_S` of the
+  connection (or of the previous answer), idle keep-alive connections go after `KEEP_ALIVE_S`:
+  such timed-out connections are aborted at once (over TLS too: no close_notify exchange to wait
+  for); a graceful TLS close waits at most `TLS_SHUTDOWN_TIMEOUT_S` for the client;
+- request headers are at most `MAX_HEADER_BYTES` (431 beyond, then the connection is closed);
+- `serve` raises the open-file limit well above the connection cap (`fd_budget`), or lowers the
+  cap to fit a hard limit it cannot raise (`connections_for`), so accepting never hits EMFILE;
+  the event loop's and uvicorn's error lines are rate-limited (`RateLimitedLog`): a flood logs a
+  line now and then, never a traceback per connection;
+- with TLS every answer carries `Strict-Transport-Security`.
+
+A state-changing request's body is read only after its token is checked, within
+`guards.BODY_TIMEOUT_S`. The access log never shows query strings. Figures: docs/team-mode.md,
+from bench/server_load.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import json
 import logging
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.server.guards import is_loopback
+from orchestrator.server.guards import Admission, is_loopback
 from orchestrator.util.user_errors import UserError
 
 KEEP_ALIVE_S = 5
 HEADER_TIMEOUT_S = 10.0
+#: A graceful TLS close (after an answer with `Connection: close`) waits this long for the
+#: client's close_notify (asyncio's default is 30 s, a slot held for nothing).
+TLS_SHUTDOWN_TIMEOUT_S = 3.0
+#: Request line and headers together, as docs/team-mode.md says: beyond it, 431.
 MAX_HEADER_BYTES = 16 * 1024
-#: Connections (and requests in flight) at once, all clients together: beyond it, 503. Held
-#: connections cost a file descriptor and a few KiB each, not a worker: this cap is there for the
-#: descriptors (serve raises its soft RLIMIT_NOFILE to fit), not for throughput.
+#: Connections at once, all clients together (each costs a file descriptor and a few KiB).
 MAX_CONNECTIONS = 2048
-#: Connections one client address may hold at once: beyond it the new connection gets a 503 and
-#: is closed, so one address (slow bodies, half-sent headers, idle sockets) cannot take the server
-#: from everyone else. A team behind one NAT address shares it: raise it with
+#: Of `MAX_CONNECTIONS`, room only connections that presented a valid token may take.
+RESERVED_FOR_TOKENS = MAX_CONNECTIONS // 8
+#: Unauthenticated connections one client address may hold at once: beyond it the new connection
+#: gets a 503 and is closed. A team behind one NAT address shares it: raise it with
 #: --max-connections-per-address.
 MAX_CONNECTIONS_PER_ADDRESS = 128
+#: Unauthenticated connections one network (/24, /64) may hold at once: one host has many
+#: addresses (a whole /64 in IPv6), so a per-address cap alone does not bound it.
+MAX_CONNECTIONS_PER_NETWORK = 256
+#: Connections the kernel may queue before the server accepts them (each an open file once accepted).
+BACKLOG = 512
+#: Open files the process needs besides its client connections (journal, run logs, host clients).
+FD_HEADROOM = 1024
+#: After a 431 the client gets this long to read its answer before its connection is aborted.
+LINGER_S = 2.0
 
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-         b"content-length: 76\r\n\r\n"
-         b'{"error": "too many connections from your address", "exit_code": 2}        ')
+_REFUSALS = {
+    "address": "too many connections from your address",
+    "network": "too many connections from your network",
+    "busy": "the server is at its connection limit: try again later",
+}
+
+
+def _busy(reason: str) -> bytes:
+    body = json.dumps({"error": _REFUSALS.get(reason, _REFUSALS["busy"]), "exit_code": 2}).encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body))
+
+
+_TOO_LARGE_BODY = (b'{"error": "the request line and headers are larger than %d bytes", "exit_code": 2}'
+                   % MAX_HEADER_BYTES)
 
 
 def check_exposure(bind: str, *, tls: bool, insecure_no_auth: bool, insecure_plaintext: bool) -> None:
@@ -73,7 +115,8 @@ class _CoalescingTransport:
 
     uvicorn's h11 protocol writes a response's head and its body separately: two system calls per
     answer, and on a busy machine the loopback `send` was the largest cost of a crowd's requests
-    (bench/server_load.py). Everything but `write` and `close` is the wrapped transport's."""
+    (bench/server_load.py). `close` and `write_eof` send what is pending first; `abort` drops it.
+    Everything else is the wrapped transport's."""
 
     def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -98,80 +141,287 @@ class _CoalescingTransport:
         self._flush()
         self._transport.close()
 
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
 
-def _header_timeout_protocol(timeout_s: float, per_address: int = MAX_CONNECTIONS_PER_ADDRESS) -> type:
-    """uvicorn's h11 protocol, closing a connection whose request headers take too long, and
-    refusing (503, closed) a connection beyond `per_address` open ones from the same address."""
+class RateLimitedLog:
+    """At most `burst` lines per `window_s` for each kind of line (its key); the first line let
+    through after some were dropped says how many. Used as a logging filter (uvicorn's error
+    logger: a line per bad request or refused connection) and as the event loop's exception
+    handler (asyncio's: a traceback per failed accept), where running out of file descriptors or
+    buffers is one line without a traceback."""
+
+    QUIET_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+    def __init__(self, logger: logging.Logger | None = None, *, window_s: float = 10.0, burst: int = 5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger or logging.getLogger("uvicorn.error")
+        self.window_s = window_s
+        self.burst = burst
+        self.clock = clock
+        self._seen: dict[str, list[float]] = {}  # key -> [window start, lines in it, dropped since the last line]
+
+    def allow(self, key: str) -> tuple[bool, int]:
+        """(let this line through?, how many like it were dropped before it)."""
+        now = self.clock()
+        seen = self._seen.get(key)
+        if seen is None or now - seen[0] >= self.window_s:
+            if len(self._seen) > 1000:  # bounded whatever the keys
+                self._seen.clear()
+            dropped = int(seen[2]) if seen is not None else 0
+            self._seen[key] = [now, 1, 0]
+            return True, dropped
+        if seen[1] < self.burst:
+            seen[1] += 1
+            dropped, seen[2] = int(seen[2]), 0
+            return True, dropped
+        seen[2] += 1
+        return False, 0
+
+    def _note(self, dropped: int) -> str:
+        return f" ({dropped} more like it dropped)" if dropped else ""
+
+    def log(self, level: int, key: str, message: str) -> None:
+        ok, dropped = self.allow(key)
+        if ok:
+            self.logger.log(level, message + self._note(dropped))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ok, dropped = self.allow(f"{record.name}:{record.levelno}:{str(record.msg)[:100]}")
+        if ok and dropped:
+            record.msg = str(record.msg) + self._note(dropped)  # no '%' added: safe with or without args
+        return ok
+
+    def exception_handler(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message") or "unhandled exception in the event loop")
+        exc = context.get("exception")
+        ok, dropped = self.allow(f"loop:{message[:100]}:{type(exc).__name__}")
+        if not ok:
+            return
+        if isinstance(exc, OSError) and exc.errno in self.QUIET_ERRNOS:
+            self.logger.error("%s: %s%s", message, exc.strerror or exc, self._note(dropped))
+        else:
+            self.logger.error("%s%s", message, self._note(dropped), exc_info=exc if isinstance(exc, BaseException) else None)
+
+
+_AUTHORIZATION = b"authorization"
+
+
+def _head_size(event: Any) -> int:
+    """A request head's size as sent, at least (h11 strips the spaces around header values)."""
+    return len(event.method) + len(event.target) + 14 + sum(len(n) + len(v) + 4 for n, v in event.headers)
+
+
+def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents_token: Callable[[str | None], bool],
+                      refusals: RateLimitedLog, tls_shutdown_s: float = TLS_SHUTDOWN_TIMEOUT_S) -> type:
+    """uvicorn's h11 protocol, admitting each connection when it is accepted (`admission`), doing
+    the TLS handshake itself (so that it is counted and timed), aborting a connection whose
+    handshake or request headers take longer than `header_timeout_s` or whose keep-alive ran out,
+    and answering 431 to a request head larger than `MAX_HEADER_BYTES`."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    open_by_address: dict[str, int] = {}
+    class Connection(h11.Connection):
+        """h11's connection, telling a head too large (431) from other malformed requests."""
 
-    class HeaderTimeoutH11(H11Protocol):  # type: ignore[misc]
-        header_timeout = timeout_s
-        open_connections = open_by_address
+        too_large = False
 
-        def connection_made(self, transport: Any) -> None:
-            transport = _CoalescingTransport(transport, asyncio.get_running_loop())
-            super().connection_made(transport)
+        def next_event(self) -> Any:
+            try:
+                event = super().next_event()
+            except h11.RemoteProtocolError as exc:
+                self.too_large = exc.error_status_hint == 431  # an incomplete head beyond the limit
+                raise
+            if isinstance(event, h11.Request) and _head_size(event) > MAX_HEADER_BYTES:
+                self.too_large = True  # a complete one that came in one read
+                raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+            return event
+
+    class GuardedH11(H11Protocol):
+        header_timeout = header_timeout_s
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.head = Connection(h11.SERVER, MAX_HEADER_BYTES)
+            self.conn = self.head
+            self._raw: Any = None  # the TCP transport
+            self._started = False  # uvicorn's connection_made done (after the handshake over TLS)
+            self._gone = False
+            self._authenticated = False
+            self._discarding = False
+            self._early: list[bytes] = []
+            self._handshake_task: asyncio.Task[None] | None = None
             self._header_timer: asyncio.TimerHandle | None = None
-            peer = transport.get_extra_info("peername")
-            self._address: str | None = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
-            if self._address is not None:
-                if open_by_address.get(self._address, 0) >= per_address:
-                    self._address = None  # not counted: it goes at once
-                    transport.write(_BUSY)
-                    transport.close()
-                    return
-                open_by_address[self._address] = open_by_address.get(self._address, 0) + 1
-            self._arm()
 
-        def _arm(self) -> None:
+        # ------------------------------------------------------------ accept, handshake, loss
+
+        def connection_made(self, transport: Any) -> None:  # the TCP connection, before any handshake
+            self._raw = transport
+            peer = transport.get_extra_info("peername")
+            address = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else ""
+            tls = self.config.ssl
+            decision = admission.arrive(self, address)
+            for victim in decision.evict:
+                victim.abort_now()
+            if not decision.admit:
+                self._gone = True
+                refusals.log(logging.WARNING, f"refused:{decision.reason}",
+                             f"connection from {address or 'a local socket'} refused: {_REFUSALS[decision.reason]}")
+                if tls is None:
+                    transport.write(_busy(decision.reason))
+                    transport.close()
+                else:
+                    transport.abort()  # no handshake for a refused connection: it is dropped
+                return
+            self._arm(self.header_timeout)  # the handshake and the first request's headers, together
+            if tls is None:
+                self._start(transport)
+            else:
+                transport.pause_reading()  # nothing is read until the handshake owns the socket
+                self._handshake_task = self.loop.create_task(self._handshake(transport, tls))  # held: not collected
+
+        async def _handshake(self, raw: Any, context: Any) -> None:
+            try:
+                transport = await self.loop.start_tls(raw, self, context, server_side=True,
+                                                      ssl_handshake_timeout=self.header_timeout,
+                                                      ssl_shutdown_timeout=tls_shutdown_s)
+            except (Exception, asyncio.CancelledError):  # failed, cut, evicted or timed out: gone
+                self._forget()
+                raw.abort()
+                return
+            if self._gone or transport is None:
+                if transport is not None:
+                    transport.abort()
+                return
+            self._start(transport)
+
+        def _start(self, transport: Any) -> None:
+            self._started = True
+            coalescing: Any = _CoalescingTransport(transport, self.loop)
+            super().connection_made(coalescing)
+            early, self._early = self._early, []
+            for data in early:
+                self.data_received(data)
+
+        def abort_now(self) -> None:
+            """Evicted or timed out: the connection goes at once, its slot with it."""
+            self._forget()
+            if self._started:
+                self.transport.abort()
+            elif self._raw is not None:
+                self._raw.abort()
+
+        def _forget(self) -> None:
+            self._gone = True
             self._disarm()
-            self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+            admission.leave(self)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._forget()
+            if self._started:
+                super().connection_lost(exc)
+
+        # ------------------------------------------------------------ timers
+
+        def _arm(self, delay: float) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(delay, self._headers_too_slow)
 
         def _disarm(self) -> None:
-            if getattr(self, "_header_timer", None) is not None:
-                self._header_timer.cancel()  # type: ignore[union-attr]
+            if self._header_timer is not None:
+                self._header_timer.cancel()
                 self._header_timer = None
 
         def _headers_too_slow(self) -> None:
             self._header_timer = None
-            waiting = self.cycle is None or self.cycle.response_complete
-            if waiting and not self.transport.is_closing():
-                self.transport.close()
+            if not self._started or self.cycle is None or self.cycle.response_complete or self._discarding:
+                self.abort_now()
+
+        def timeout_keep_alive_handler(self) -> None:
+            if not self.transport.is_closing():
+                self.abort_now()
+
+        # ------------------------------------------------------------ requests
+
+        def data_received(self, data: bytes) -> None:
+            if not self._started:  # the TLS layer hands over what came with the handshake's end first
+                self._early.append(data)
+            elif not self._discarding:  # after a 431 what the client still sends is dropped
+                super().data_received(data)
+
+        def eof_received(self) -> None:
+            if self._started:
+                super().eof_received()
 
         def handle_events(self) -> None:
             before = self.cycle
             super().handle_events()
-            if self.cycle is not before:
-                self._disarm()  # a request's headers are complete
+            if self.cycle is not before and not self._gone:  # a request's headers are complete
+                self._disarm()
+                if not self._authenticated and presents_token(self._authorization()):
+                    self._authenticated = True
+                    admission.authenticate(self)
+                else:
+                    admission.busy(self)
+
+        def _authorization(self) -> str | None:
+            for name, value in self.headers or ():
+                if name == _AUTHORIZATION:
+                    return bytes(value).decode("latin-1")
+            return None
 
         def on_response_complete(self) -> None:
-            self._arm()  # before: the next pipelined request may start inside
+            if not self._gone:
+                admission.idle(self)
+                self._arm(self.header_timeout)  # before: the next pipelined request may start inside
             super().on_response_complete()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            address, self._address = getattr(self, "_address", None), None
-            if address is not None:
-                left = open_by_address.get(address, 1) - 1
-                if left > 0:
-                    open_by_address[address] = left
-                else:
-                    open_by_address.pop(address, None)
-            super().connection_lost(exc)
+        def send_400_response(self, msg: str) -> None:
+            if not self.head.too_large:
+                super().send_400_response(msg)
+                return
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                       (b"content-length", str(len(_TOO_LARGE_BODY)).encode())]
+            self.transport.write(self.conn.send(h11.Response(status_code=431, headers=headers,
+                                                             reason=b"Request Header Fields Too Large")))
+            self.transport.write(self.conn.send(h11.Data(data=_TOO_LARGE_BODY)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+            # the client may still be sending its head: closing now with unread data would reset
+            # the connection before it reads the 431. Half-close, drop what comes, abort after LINGER_S.
+            self._discarding = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            else:
+                self.transport.close()
+            self._arm(min(self.header_timeout, LINGER_S))
 
-    return HeaderTimeoutH11
+        def shutdown(self) -> None:
+            if self._started:
+                super().shutdown()
+
+    return GuardedH11
 
 
 def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None, tls_key: Path | None = None,
                  access_log: bool = True, log_level: str = "info", limit_concurrency: int = MAX_CONNECTIONS,
                  header_timeout_s: float = HEADER_TIMEOUT_S, keep_alive_s: int = KEEP_ALIVE_S,
-                 per_address: int = MAX_CONNECTIONS_PER_ADDRESS) -> Any:
-    """A uvicorn.Server for `app` with this module's limits (run it with `.run()` or `.run(sockets=)`)."""
+                 per_address: int = MAX_CONNECTIONS_PER_ADDRESS, per_network: int | None = None,
+                 reserve: int | None = None, tls_shutdown_s: float = TLS_SHUTDOWN_TIMEOUT_S) -> Any:
+    """A uvicorn.Server for `app` with this module's limits (run it with `.run()` or `.run(sockets=)`).
+
+    `limit_concurrency`: connections at once in all; `reserve` of them (default an eighth) only for
+    connections that presented a valid token (`app.state.auth.presents_valid_token`);
+    `per_network` defaults to `MAX_CONNECTIONS_PER_NETWORK`, and is never below `per_address`.
+    The server's `admission` is the bookkeeping (guards.Admission)."""
     import uvicorn
 
     if (tls_cert is None) != (tls_key is None):
@@ -179,38 +429,55 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
     for what, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path is not None and not Path(path).is_file():
             raise UserError(f"{what} {path}: no such file")
+    admission = Admission(total=limit_concurrency,
+                          reserve=limit_concurrency // 8 if reserve is None else reserve,
+                          per_network=max(per_network or MAX_CONNECTIONS_PER_NETWORK, per_address),
+                          per_address=per_address)
+    auth = getattr(getattr(app, "state", None), "auth", None)
+    presents_token: Callable[[str | None], bool] = getattr(auth, "presents_valid_token", lambda header: False)
+    limiter = RateLimitedLog()
+    protocol = _guarded_protocol(admission, header_timeout_s=header_timeout_s, presents_token=presents_token,
+                                 refusals=limiter, tls_shutdown_s=tls_shutdown_s)
+    tls = tls_cert is not None
     config = uvicorn.Config(
         app, host=host, port=port, lifespan="on", log_level=log_level, access_log=access_log,
         timeout_graceful_shutdown=10, server_header=False, proxy_headers=False,
-        timeout_keep_alive=keep_alive_s, limit_concurrency=limit_concurrency,
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES, http=_header_timeout_protocol(header_timeout_s, per_address),
+        timeout_keep_alive=keep_alive_s, limit_concurrency=None, backlog=BACKLOG,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES, http=protocol,
         ssl_certfile=str(tls_cert) if tls_cert else None, ssl_keyfile=str(tls_key) if tls_key else None,
+        # a browser that reached the page over TLS never tries it in cleartext again (a year)
+        headers=[("Strict-Transport-Security", "max-age=31536000")] if tls else None,
     )
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, QueryStringFilter) for f in access.filters):
         access.addFilter(QueryStringFilter())
-    return _server_class()(config, handshake_timeout_s=header_timeout_s)
+    errors = logging.getLogger("uvicorn.error")
+    for old in [f for f in errors.filters if isinstance(f, RateLimitedLog)]:
+        errors.removeFilter(old)
+    errors.addFilter(limiter)
+    return _server_class()(config, admission=admission, limiter=limiter)
 
 
 def _server_class() -> type:
     import uvicorn
 
-    class Server(uvicorn.Server):  # type: ignore[misc]
-        """uvicorn's server with a TLS handshake timeout (asyncio's default is 60 s, and a
-        connection in its handshake is not yet counted against its address's cap)."""
+    class Server(uvicorn.Server):
+        """uvicorn's server whose connections do their TLS handshake in the protocol (counted and
+        timed there: `_guarded_protocol`), with a rate-limited event-loop error handler, and whose
+        shutdown drops connections still in their handshake."""
 
-        def __init__(self, config: Any, *, handshake_timeout_s: float) -> None:
+        def __init__(self, config: Any, *, admission: Admission, limiter: RateLimitedLog) -> None:
             super().__init__(config)
-            self.handshake_timeout_s = handshake_timeout_s
+            self.admission = admission
+            self.limiter = limiter
 
         async def startup(self, sockets: Any = None) -> None:
             loop = asyncio.get_running_loop()
+            loop.set_exception_handler(self.limiter.exception_handler)
             original = loop.create_server
-            timeout = self.handshake_timeout_s
 
             async def create_server(*args: Any, **kwargs: Any) -> Any:
-                if kwargs.get("ssl") is not None:
-                    kwargs.setdefault("ssl_handshake_timeout", timeout)
+                kwargs["ssl"] = None  # the protocol upgrades each admitted connection (config.ssl)
                 return await original(*args, **kwargs)
 
             loop.create_server = create_server  # type: ignore[method-assign]
@@ -219,17 +486,39 @@ def _server_class() -> type:
             finally:
                 del loop.create_server  # the loop's own method again
 
+        async def shutdown(self, sockets: Any = None) -> None:
+            for conn in self.admission.members():
+                if not getattr(conn, "_started", True):
+                    conn.abort_now()
+            await super().shutdown(sockets=sockets)
+
     return Server
 
 
+def fd_budget(connections: int) -> int:
+    """Open files to ask for: four times the connection cap, and never less than the cap plus the
+    accept backlog plus `FD_HEADROOM` (so accepting never runs out of descriptors)."""
+    return max(4 * connections, connections + BACKLOG + FD_HEADROOM)
+
+
+def connections_for(fd_limit: int, wanted: int = MAX_CONNECTIONS) -> int:
+    """The connection cap that fits an open-file limit (-1: unknown, keep `wanted`)."""
+    if fd_limit < 0:
+        return wanted
+    return max(16, min(wanted, fd_limit - BACKLOG - FD_HEADROOM))
+
+
 def raise_fd_limit(want: int) -> int:
-    """Raise this process's soft RLIMIT_NOFILE towards `want` (never above the hard limit)."""
+    """Raise this process's soft RLIMIT_NOFILE towards `want` (never above the hard limit); the
+    soft limit after (-1: unknown)."""
     try:
         import resource
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return want
         target = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        if soft != resource.RLIM_INFINITY and soft < target:
+        if soft < target:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             return target
         return soft
@@ -253,11 +542,16 @@ def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no
     app = create_app(settings, token=token, tokens_file=tokens_file, insecure_no_auth=insecure_no_auth,
                      session_factory=session_factory, allowed_hosts=extra, bind=host, protect_metrics=protect_metrics,
                      adopt=adopt)
-    raise_fd_limit(MAX_CONNECTIONS + 256)
-    server = build_server(app, host, port, tls_cert=tls_cert, tls_key=tls_key,
+    fd_limit = raise_fd_limit(fd_budget(MAX_CONNECTIONS))
+    total = connections_for(fd_limit)
+    if total < MAX_CONNECTIONS:
+        app.state.worker.log.warning("connection_cap_lowered", connections=total, open_file_limit=fd_limit,
+                                     detail="the hard open-file limit is too low for the default cap; raise it "
+                                            "(ulimit -Hn, LimitNOFILE=, docker --ulimit nofile=) to serve more")
+    server = build_server(app, host, port, tls_cert=tls_cert, tls_key=tls_key, limit_concurrency=total,
                           per_address=max_connections_per_address)
     _ = app.state.worker.session  # fail before binding the port: a wrong journal URL or inventory
     server.run()
 
 
-__all__ = ["serve", "build_server", "check_exposure", "QueryStringFilter"]
+__all__ = ["serve", "build_server", "check_exposure", "QueryStringFilter", "RateLimitedLog"]

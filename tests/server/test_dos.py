@@ -1,29 +1,52 @@
-"""Issue 24, denial of service without a token: each guard against a real uvicorn on loopback.
+"""Denial of service without a token: each guard against a real uvicorn on loopback.
 
 - a state-changing request without a valid token is answered 401 before its body is read (a
   slow or absent body holds nothing);
 - an authenticated body must arrive within the body timeout (408);
 - one client address holds at most `per_address` connections: beyond, 503 and closed at once,
-  while another address is served.
+  while another address is served;
+- a TLS handshake is counted when the connection is accepted and timed; a connection timed out
+  (handshake, headers) is aborted at once, over TLS too (its slot is free without a TLS shutdown);
+- a request head beyond 16 KiB is a 431; with TLS every answer has HSTS;
+- a world-writable or broken tokens file: the server does not start (one line naming it); one
+  broken while serving: 503 for what needs a token and one log line, until it is fixed;
+- error lines are rate-limited; the open-file limit leaves room above the connection cap.
 
 Not timed: each socket read has a generous timeout, and what is asserted is the answer, which
-without the guard never comes (the socket times out) or is another one. The figures (200
-clients, 100 slow connections, p99) come from bench/server_load.py, recorded in docs/team-mode.md.
+without the guard never comes (the socket times out) or is another one. The flood as a whole:
+tests/server/test_flood.py; the admission rules alone: tests/server/test_admission.py.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import socket
+import ssl
 import threading
 from typing import Any
 
 import httpx
 import pytest
-
-from orchestrator.server.app import create_app
-from orchestrator.server.serving import build_server
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from helpers_server import AUTH, TOKEN, wait_for
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.server.app import create_app
+from orchestrator.server.auth import Authenticator, add_token
+from orchestrator.server.cli import run_serve
+from orchestrator.server.config import ServerRedactor
+from orchestrator.server.serving import (
+    MAX_CONNECTIONS,
+    MAX_HEADER_BYTES,
+    RateLimitedLog,
+    build_server,
+    connections_for,
+    fd_budget,
+)
 
 
 @pytest.fixture
@@ -115,11 +138,6 @@ def test_one_address_cannot_take_the_server(settings, serve_app):
 
     wait_for(served, "127.0.0.2 to be served again", timeout=15)
 
-
-from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
-
-from orchestrator.hosts.redaction import Redactor  # noqa: E402
-from orchestrator.server.config import ServerRedactor  # noqa: E402
 
 _secret = st.text(min_size=3, max_size=12)
 _leaf = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans())
@@ -219,3 +237,251 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+# --------------------------------------------------------------------------- TLS, heads, HSTS
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    """(cert, key, client SSLContext trusting them) for 127.0.0.1."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_pem, key_pem = tmp_path / "s.pem", tmp_path / "s.key"
+    cert.private_key_pem.write_to_path(str(key_pem))
+    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    return cert_pem, key_pem, ctx
+
+
+@pytest.fixture
+def running():
+    """start(app, **build_server kwargs) -> (server, port): a real uvicorn on loopback."""
+    started: list[tuple[Any, threading.Thread]] = []
+
+    def start(app: Any, **kw: Any) -> tuple[Any, int]:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = build_server(app, "127.0.0.1", port, log_level="warning", **kw)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        wait_for(lambda: server.started, "uvicorn to start", timeout=15)
+        started.append((server, thread))
+        return server, port
+
+    yield start
+    for server, thread in started:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def test_with_tls_every_answer_has_hsts_and_without_none(settings, running, tls_files):
+    cert, key, ctx = tls_files
+    _, port = running(create_app(settings, token=TOKEN, adopt=False), tls_cert=cert, tls_key=key)
+    with httpx.Client(verify=ctx, timeout=10) as c:
+        for r in (c.get(f"https://127.0.0.1:{port}/healthz"), c.get(f"https://127.0.0.1:{port}/runs"),
+                  c.get(f"https://127.0.0.1:{port}/ui")):
+            assert r.headers.get("strict-transport-security") == "max-age=31536000", r
+    _, port = running(create_app(settings, token=TOKEN, adopt=False))
+    assert "strict-transport-security" not in httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).headers
+
+
+def _head(pad: int) -> bytes:
+    return (f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: {'a' * pad}\r\n\r\n").encode()
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_head_beyond_16_kib_is_a_431_and_one_within_is_served(settings, running, tls_files, tls):
+    cert, key, ctx = tls_files
+    kw = {"tls_cert": cert, "tls_key": key} if tls else {}
+    server, port = running(create_app(settings, token=TOKEN, adopt=False), **kw)
+    base = len(_head(0))
+
+    def send(raw: bytes) -> bytes:
+        s = connect(port)
+        if tls:
+            s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
+        s.sendall(raw)
+        head = answer(s)
+        s.close()
+        return head
+
+    assert send(_head(MAX_HEADER_BYTES - base)).startswith(b"HTTP/1.1 200")  # exactly 16 KiB
+    for size in (MAX_HEADER_BYTES - base + 1, 20 * 1024, 100 * 1024):
+        head = send(_head(size))
+        assert head.startswith(b"HTTP/1.1 431"), (size, head[:80])
+    # half-sent: more than 16 KiB of a head that never ends is a 431 too, not held until the timeout
+    s = connect(port)
+    if tls:
+        s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * (MAX_HEADER_BYTES + 100))
+    assert answer(s).startswith(b"HTTP/1.1 431")
+    s.close()
+    wait_for(lambda: server.admission.open == 0, "the refused connections to go", timeout=10)
+
+
+def test_a_timed_out_tls_connection_is_aborted_at_once(settings, running, tls_files):
+    """A TLS connection whose request headers do not come is aborted at the header timeout: its
+    slot is free at once, not after a TLS shutdown that waits for the client (set to 60 s here)."""
+    cert, key, ctx = tls_files
+    server, port = running(create_app(settings, token=TOKEN, adopt=False), tls_cert=cert, tls_key=key,
+                           header_timeout_s=0.5, tls_shutdown_s=60)
+    idle = ctx.wrap_socket(connect(port), server_hostname="127.0.0.1")  # handshake done, then nothing
+    half = ctx.wrap_socket(connect(port), server_hostname="127.0.0.1")
+    half.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # half-sent headers
+    try:
+        wait_for(lambda: server.admission.open == 0, "the timed-out connections' slots to be free", timeout=10)
+        for s in (idle, half):
+            try:
+                assert s.recv(1024) == b""  # gone without close_notify: an EOF
+            except (ssl.SSLError, ConnectionResetError):
+                pass
+    finally:
+        idle.close()
+        half.close()
+
+
+def test_stalled_tls_handshakes_count_against_the_caps_and_are_timed(settings, running, tls_files):
+    cert, key, ctx = tls_files
+    server, port = running(create_app(settings, token=TOKEN, adopt=False), tls_cert=cert, tls_key=key,
+                           header_timeout_s=1.0, per_address=3)
+    stalled = [connect(port, "127.0.3.1") for _ in range(3)]  # no ClientHello, ever
+    try:
+        wait_for(lambda: server.admission.unauthenticated == 3, "the handshakes to be counted", timeout=10)
+        extra = connect(port, "127.0.3.1")
+        try:  # a fourth from the address: dropped at once (no handshake to answer in)
+            assert extra.recv(1024) == b""
+        except ConnectionResetError:
+            pass
+        extra.close()
+        assert server.admission.refused["address"] >= 1
+        with httpx.Client(verify=ctx, timeout=10) as c:  # others are served meanwhile
+            assert c.get(f"https://127.0.0.1:{port}/runs", headers=AUTH).status_code == 200
+        for s in stalled:  # each closed by the server at the header timeout
+            s.settimeout(20)
+            assert s.recv(1024) == b""
+        wait_for(lambda: server.admission.open == 0, "the slots to be free", timeout=10)
+    finally:
+        for s in stalled:
+            s.close()
+
+
+# --------------------------------------------------------------------------- the tokens file
+
+
+def test_a_world_writable_or_broken_tokens_file_stops_the_start_with_one_line(settings, tmp_path, capsys):
+    tokens = tmp_path / "tokens.yaml"
+    add_token(tokens, "alice", "operator")
+    os.chmod(tokens, 0o666)
+    assert run_serve("127.0.0.1", 0, None, settings, tokens_file=tokens) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tokens) in err and "world-writable" in err
+    os.chmod(tokens, 0o600)
+    tokens.write_text("tokens: [")
+    assert run_serve("127.0.0.1", 0, None, settings, tokens_file=tokens) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tokens) in err and "not valid YAML" in err
+
+
+def test_a_tokens_file_in_a_world_writable_directory_is_refused(settings, tmp_path, capsys):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    tokens = shared / "tokens.yaml"
+    add_token(tokens, "alice", "operator")
+    os.chmod(shared, 0o777)
+    try:
+        assert run_serve("127.0.0.1", 0, None, settings, tokens_file=tokens) == 2
+        assert "world-writable directory" in capsys.readouterr().err
+        os.chmod(shared, 0o1777)  # sticky (as /tmp): others cannot replace it
+        assert create_app(settings, tokens_file=tokens, adopt=False).state.auth.mode == "tokens-file"
+    finally:
+        os.chmod(shared, 0o700)
+
+
+def test_a_tokens_file_refused_while_serving_answers_503_and_logs_one_line(settings, running, tmp_path, capsys):
+    tokens = tmp_path / "tokens.yaml"
+    alice = add_token(tokens, "alice", "operator")
+    _, port = running(create_app(settings, tokens_file=tokens, adopt=False))
+    url = f"http://127.0.0.1:{port}"
+    bearer = {"Authorization": f"Bearer {alice}"}
+    assert httpx.get(f"{url}/runs", headers=bearer, timeout=10).status_code == 200
+    capsys.readouterr()
+    good = tokens.read_text()
+    for breaking in (lambda: tokens.write_text("tokens: ["), lambda: os.chmod(tokens, 0o666)):
+        breaking()
+        for _ in range(3):  # several requests: one log line
+            r = httpx.get(f"{url}/runs", headers=bearer, timeout=10)
+            assert r.status_code == 503 and "tokens file" in r.json()["error"], r.text
+            assert str(tokens) not in r.text  # the path is the server's business
+        r = httpx.post(f"{url}/runs", headers={**bearer, "content-type": "application/json"}, content=b"{}", timeout=10)
+        assert r.status_code == 503  # the guard before the body says so too
+        lines = [line for line in capsys.readouterr().err.splitlines() if "tokens_file_refused" in line]
+        assert len(lines) == 1 and str(tokens) in lines[0], lines
+        os.chmod(tokens, 0o600)
+        tokens.write_text(good)
+        assert httpx.get(f"{url}/runs", headers=bearer, timeout=10).status_code == 200
+        assert "tokens_file_usable" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- logging, file limit
+
+
+def test_error_lines_are_rate_limited_and_out_of_files_has_no_traceback():
+    now = [0.0]
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("test.ratelimit")
+    logger.propagate = False
+    logger.addHandler(Keep())
+    limiter = RateLimitedLog(logger, window_s=10, burst=2, clock=lambda: now[0])
+    exc = OSError(errno.EMFILE, "Too many open files")
+    for _ in range(1000):  # a tight accept loop failing
+        limiter.exception_handler(None, {"message": "socket.accept() out of system resource", "exception": exc})  # type: ignore[arg-type]
+    assert len(records) == 2 and all(r.exc_info is None for r in records)
+    assert "Too many open files" in records[0].getMessage()
+    now[0] = 11.0
+    limiter.exception_handler(None, {"message": "socket.accept() out of system resource", "exception": exc})  # type: ignore[arg-type]
+    assert len(records) == 3 and "998 more like it dropped" in records[-1].getMessage()
+    # other errors keep their traceback, under the same limit
+    limiter.exception_handler(None, {"message": "boom", "exception": ValueError("x")})  # type: ignore[arg-type]
+    assert records[-1].exc_info is not None
+    # as a filter: uvicorn's per-connection warnings
+    rec = lambda: logging.LogRecord("uvicorn.error", 30, "", 0, "Invalid HTTP request received.", (), None)  # noqa: E731
+    passed = [limiter.filter(rec()) for _ in range(50)]
+    assert passed.count(True) == 2
+
+
+def test_the_file_limit_leaves_room_above_the_connection_cap():
+    assert fd_budget(MAX_CONNECTIONS) >= 4 * MAX_CONNECTIONS
+    assert connections_for(fd_budget(MAX_CONNECTIONS)) == MAX_CONNECTIONS
+    assert connections_for(-1) == MAX_CONNECTIONS
+    low = connections_for(2304)  # a hard limit serve cannot raise: the cap shrinks to fit under it
+    assert 16 <= low < 2304 - 512
+
+
+def test_a_connection_that_presents_a_valid_token_leaves_the_unauthenticated_count(settings, running):
+    server, port = running(create_app(settings, token=TOKEN, adopt=False), header_timeout_s=60)
+    admission = server.admission
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.5.1"), timeout=10) as c:
+        assert c.get(f"http://127.0.0.1:{port}/healthz").status_code == 200  # no token: still unauthenticated
+        assert (admission.unauthenticated, admission.authenticated) == (1, 0)
+        assert c.get(f"http://127.0.0.1:{port}/runs", headers={"Authorization": "Bearer wrong-" + "x" * 40}).status_code == 401
+        assert (admission.unauthenticated, admission.authenticated) == (1, 0)
+        assert c.get(f"http://127.0.0.1:{port}/runs", headers=AUTH).status_code == 200  # same keep-alive connection
+        assert (admission.unauthenticated, admission.authenticated) == (0, 1)
+    wait_for(lambda: admission.open == 0, "the connection to go", timeout=10)
+
+
+def test_only_a_real_token_counts_as_presented():
+    assert Authenticator(token=TOKEN).presents_valid_token(f"Bearer {TOKEN}")
+    assert not Authenticator(token=TOKEN).presents_valid_token("Bearer " + "y" * 40)
+    assert not Authenticator(token=TOKEN).presents_valid_token(None)
+    # without auth everyone is let in, and nobody holds a token: no room is kept for anyone
+    assert not Authenticator(open_access=True).presents_valid_token(f"Bearer {TOKEN}")
