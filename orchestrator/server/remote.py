@@ -280,8 +280,9 @@ def remote(
                     f"shows whether it did, before anything is sent again")
             return int(ExitCode.HALTED)
         # never connected (or a read): the address, or the server's process, is what to fix
-        p.error(f"{exc}; check --server (is `orchestrate serve` running there?)"
-                + ("; nothing was submitted" if action in SUBMIT_ACTIONS else ""))
+        fix = ("check --server-ca (the CA that signed the server's certificate)" if "CERTIFICATE_VERIFY_FAILED" in str(exc)
+               else "check --server (is `orchestrate serve` running there?)")
+        p.error(f"{exc}; {fix}" + ("; nothing was submitted" if action in SUBMIT_ACTIONS else ""))
         return int(ExitCode.BAD_INPUT)
     except UserError as exc:
         p.error(str(exc))

@@ -127,12 +127,13 @@ def test_tls_end_to_end_with_a_pinned_ca(settings, serve_app, fake_execute, tmp_
     assert remote(url, TOKEN, "runs", {}, as_json=True, ca=ca_pem) == 0
     assert json.loads(capsys.readouterr().out) == {"runs": []}
     # not pinned: the system's CAs do not know this one
-    assert remote(url, TOKEN, "runs", {}, as_json=False) == 1
-    assert "CERTIFICATE_VERIFY_FAILED" in capsys.readouterr().err
+    assert remote(url, TOKEN, "runs", {}, as_json=False) == 2  # the operator's to fix: one line naming the option
+    err = capsys.readouterr().err
+    assert "CERTIFICATE_VERIFY_FAILED" in err and "check --server-ca" in err
     # another CA pinned: refused too
     other = tmp_path / "other-ca.pem"
     trustme.CA().cert_pem.write_to_path(str(other))
-    assert remote(url, TOKEN, "runs", {}, as_json=False, ca=other) == 1
+    assert remote(url, TOKEN, "runs", {}, as_json=False, ca=other) == 2
     # plain http to the TLS port gets no answer
     with pytest.raises(httpx.HTTPError):
         httpx.get(url.replace("https://", "http://") + "/healthz", timeout=2)
