@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from orchestrator.cli.options import InventoryOpt, command_app, settings as load_settings
-from orchestrator.cli.render import err
+from orchestrator.cli.consoles import err
+from orchestrator.cli.options import InventoryOpt, command_app
 from orchestrator.engine.fleet import parse_hosts, runbook_for
-from orchestrator.engine.run_logs import ensure_configured
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.language.machine import compile_rollback, compile_rollout
 from orchestrator.language.runbook import default_runbook, load_runbook, reuse_loaded
 from orchestrator.previews.compose_check import check_against_compose_file
 from orchestrator.previews.diagram import render_dot, render_mermaid
-from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
 from orchestrator.previews.plan import build_plan, fleet_rules, render_json, render_markdown, render_text
-from orchestrator.service.reads import load_runbook_text
+from orchestrator.service.reads import load_runbook_text, load_settings_for
 from orchestrator.service.run_info import check_tag
-from orchestrator.service.runner import Session
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.names import DEFAULT_RUNBOOK
 from orchestrator.util.user_errors import UserError
@@ -64,7 +60,7 @@ def plan(
         host = fleet[0]
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
-    settings = load_settings(inventory)
+    settings = load_settings_for(inventory)
     if live:
         if rollback is not None:
             raise UserError("--live previews a rollout; --rollback plans are offline only")
@@ -105,6 +101,14 @@ def plan(
 
 def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path]) -> None:
     """`plan --live`: orchestrator.previews.live_plan, with the inventory's tokens from the settings."""
+    # The host clients, the runner and asyncio are imported here: an offline plan never talks to a
+    # host and does without them (~0.5 s of start-up)
+    import asyncio
+
+    from orchestrator.engine.run_logs import ensure_configured
+    from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
+    from orchestrator.service.runner import Session
+
     ensure_configured()  # client log events are dropped: stdout holds the plan only
     unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
                                     ("ORCHESTRATOR_DASHBOARD_TOKEN", settings.dashboard_token)) if not tok.get_secret_value()]

@@ -9,11 +9,11 @@ from typing import Optional
 
 import typer
 
-from orchestrator.cli.options import InventoryOpt, command_app, flag, settings as load_settings
-from orchestrator.cli.render import out
+from orchestrator.cli.consoles import out
+from orchestrator.cli.options import InventoryOpt, command_app, flag
 from orchestrator.journal import audit
 from orchestrator.language.runbook import load_runbook
-from orchestrator.service.reads import get_run, run_view
+from orchestrator.service.reads import get_run, load_settings_for, run_view
 from orchestrator.service.run_info import table_for
 from orchestrator.service.startup import ReadSession
 from orchestrator.util.user_errors import UserError
@@ -35,7 +35,7 @@ def status(
 ) -> None:
     """Where a run is (default: the newest): running, interrupted (its runner is gone),
     waiting for approval, or ended; its steps; which journal and inventory are used."""
-    settings = load_settings(inventory)
+    settings = load_settings_for(inventory)
     session = ReadSession.open(settings)
     try:
         if run_id is None:
