@@ -7,6 +7,7 @@ runbook live in `orchestrator.language.runbook_model`; the loader in `orchestrat
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -107,7 +108,6 @@ class LogValue(_Strict):
     @field_validator("pattern")
     @classmethod
     def _one_group(cls, v: str) -> str:
-        import re
         try:
             rx = re.compile(v)
         except re.error as exc:
