@@ -1,5 +1,4 @@
-"""Where runbooks are found, without the schema (no pydantic, no yaml): `orchestrate status` keys
-its step-list cache by the runbook file's bytes (orchestrator/service/step_list.py).
+"""Where runbooks are found: the shipped folder and a name or path resolved to a file (no schema).
 Re-exported by orchestrator.language.runbook."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ class _Strict(BaseModel):
 
 # The models' empty defaults are `default_factory=lambda: []` (or `{}`), not `list` (`dict`): pydantic
 # reads each factory's signature when it builds the schema, and a builtin's is parsed from its text
-# signature by the tokenizer (~5 ms of a first `plan` or `status`, issue 25; tests/core/test_cli_startup.py)
+# signature by the tokenizer, a lambda's is not
 
 
 def _seconds(v: object) -> float:

@@ -1,7 +1,5 @@
-"""What the read-only commands (`plan`, `status`, `runs`) need of a run, without loading the
-runner: the runner brings the executor, the clients and httpx, ~0.4 s of start-up that a command
-which only reads the journal or a runbook must not pay (tests/core/test_cli_startup.py).
-orchestrator.service.runner re-exports these names."""
+"""What the read-only commands (`plan`, `status`, `runs`) need of a run: the tag rule, the table it
+follows, its summary. orchestrator.service.runner re-exports these names."""
 
 from __future__ import annotations
 

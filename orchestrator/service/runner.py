@@ -49,8 +49,7 @@ from orchestrator.service.refusals import (  # noqa: F401
     refuse_unsettled,
 )
 
-# check_tag, TAG_RE, table_for, context_summary: in orchestrator/service/run_info.py (the read-only commands
-# import them without loading this module), re-exported here
+# check_tag, TAG_RE, table_for, context_summary: defined in orchestrator/service/run_info.py, re-exported here
 from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
 from orchestrator.service.session import RUNBOOK_IDENTITY, Session, _compose_client, notifier_for, owner_id  # noqa: F401
 

@@ -1,7 +1,5 @@
-"""Names the command line shows before it loads anything heavy (`orchestrate --help` must answer at
-once: it cannot import the runbook schema, pydantic, to print the default runbook's name), and
-where things live (the state directory, the inventory searched): orchestrator/util/settings.py uses
-these, and so do the read-only commands without loading pydantic (orchestrator/service/startup.py)."""
+"""The default runbook's name, and where things live (the state directory, the inventory searched,
+XDG): plain values and functions that orchestrator/util/settings.py builds on and re-exports."""
 
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# where things live (pure, no pydantic: the read-only commands use them without these settings)
-from orchestrator.util.names import (  # noqa: E402,F401
+# where things live: orchestrator/util/names.py, re-exported here
+from orchestrator.util.names import (  # noqa: F401
     LOCAL_INVENTORY,
     InventoryChoice,
     _xdg_dir,
