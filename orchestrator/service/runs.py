@@ -15,13 +15,9 @@ from orchestrator.engine.fleet import Interrupted, default_runbook, refuse_unmet
 from orchestrator.engine.prerequisites import check_overrides
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal.base import RunRecord
-from orchestrator.service.oncall import (
-    exit_code as code,
-    kept_options,
-    record_options,
-    refuse_placeholder_inventory,
-    rollback_headline,
-)
+from orchestrator.service import oncall
+from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout
+from orchestrator.service.oncall import kept_options, record_options, refuse_placeholder_inventory, rollback_headline
 from orchestrator.service.orphans import superseded_by
 from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
 from orchestrator.service.requests import (
@@ -66,7 +62,7 @@ class Hooks:
 
 
 def exit_code(run: RunRecord) -> int:
-    return code(run.kind, run.outcome)
+    return oncall.exit_code(run.kind, run.outcome)
 
 
 def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
@@ -212,9 +208,6 @@ def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> Run
             return run
         return None  # the newest unfinished run is another kind of run: admission decides
     return None
-
-
-from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout  # noqa: E402
 
 __all__ = ["Hooks", "rollout", "rollback", "resume", "fleet", "check_fleet_options", "get_run", "exit_code",
            "load_settings_for", "load_runbook_text"]
