@@ -1,6 +1,6 @@
 """The metrics a runbook's analysis, watch or quiet gate may name, and the series each is read
 from. Apart from `orchestrator.analysis.window` (re-exported there), so that the runbook schema
-checks a metric's name without loading the window arithmetic (issue 25: a first `plan` or `status`)."""
+checks a metric's name without the window arithmetic."""
 
 from __future__ import annotations
 

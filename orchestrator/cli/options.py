@@ -1,5 +1,4 @@
-"""The options the commands share, and the small helpers every command module uses. Loads typer
-only: a command module imports its heavy parts when it runs."""
+"""The options the commands share, and the small helpers every command module uses."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ def flag(name: str, help: str) -> Any:
 
 
 def command_app() -> typer.Typer:
-    """The Typer of one command module (plain click help: typer's rich help costs ~90 ms)."""
+    """The Typer of one command module (click's plain help)."""
     return typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
 
@@ -42,23 +41,9 @@ SoakOpt = typer.Option(None, "--soak", metavar="DURATION",
 YesOpt = flag("--yes", "Approve the soaks' manual approval gates without waiting for `orchestrate approve`")
 
 
-def settings(inventory: Optional[Path]) -> Any:
-    """The environment's settings with --inventory; an invalid variable is one UserError line."""
-    from orchestrator.service.reads import load_settings_for
-
-    return load_settings_for(inventory)
-
-
-def read_settings(inventory: Optional[Path]) -> Any:
-    """The settings of a command that only reads (the journal, the inventory, a runbook): without
-    pydantic when the environment is plainly valid (orchestrator/service/startup.py), same errors."""
-    from orchestrator.service.startup import read_settings as read
-
-    return read(inventory)
-
-
 def remote(server: str, action: str, body: dict[str, Any], as_json: bool, server_ca: Optional[Path]) -> None:
     """Send the command to `orchestrate serve` at `server` instead; exit with its code."""
+    # the team server's client (httpx, ~0.2 s of start-up) is imported only with --server
     from orchestrator.server.remote import remote as send, server_ca as ca, server_token
 
     raise typer.Exit(send(server, server_token(), action, body, as_json, ca=ca(server_ca)))

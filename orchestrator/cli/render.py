@@ -1,57 +1,28 @@
-"""How the CLI shows things: the consoles (made on first use), human and JSON progress, a
-command's first line, and the end of a run the service returns (its exit code)."""
+"""How the run commands (`rollout`, `rollback`, `resume`, `demo`) show a run: human and JSON
+progress, a command's first line, and the end of a run the service returns (its exit code). The
+consoles themselves are orchestrator/cli/consoles.py."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
+from rich.console import Console
 
-from orchestrator.util.outcome import Outcome
+from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
+from orchestrator.journal.base import RunRecord
+from orchestrator.service.oncall import final_lines, where
+from orchestrator.service.requests import RunResult
+from orchestrator.service.run_info import context_summary
+from orchestrator.service.runs import Hooks
+from orchestrator.util.durations import format_duration
 from orchestrator.util.exit_codes import INTERRUPTED_EXIT
+from orchestrator.util.outcome import Outcome
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from orchestrator.journal.base import RunRecord
-    from orchestrator.service.requests import RunResult
-
-#: Set once a command has said what a Ctrl-C stopped (else main() says it: typer's is silent).
-INTERRUPT_TOLD: list[bool] = []
-
-
-class _ConsoleOnFirstUse:
-    """A rich Console made when first printed to (rich.console is 25 ms of start-up that `--help`,
-    plain click help, does not need)."""
-
-    def __init__(self, **options: Any) -> None:
-        self._options = options
-        self._console: Any = None
-
-    def __getattr__(self, attr: str) -> Any:
-        if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(**self._options)
-        return getattr(self._console, attr)
-
-
-err: Any = _ConsoleOnFirstUse(stderr=True, highlight=False, soft_wrap=True)
-out: Any = _ConsoleOnFirstUse(highlight=False, soft_wrap=True)
-
-
-def plain(line: str) -> None:
-    """One line on stdout as it is (what `out.print(line, markup=False)` prints to a pipe or a
-    terminal: no markup, no highlight, no wrap), without loading rich."""
-    sys.stdout.write(line + "\n")
-
-
-def format_duration(*a: Any, **k: Any) -> Any:
-    from orchestrator.util.durations import format_duration as f
-    return f(*a, **k)
+__all__ = ["progress", "first_line", "summary", "interrupted", "hooks", "finish"]
 
 
 class LiveProgress:
@@ -98,8 +69,6 @@ class LiveProgress:
             if self.run is None:
                 self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
                 return
-            from orchestrator.service.oncall import final_lines
-
             first, *rest = final_lines(self.run, self.replicas, outcome=f["outcome"], message=f.get("message") or "")
             self.c.print(f"{ts} [bold {colour}]{first}[/bold {colour}]")
             for line in rest:
@@ -133,8 +102,6 @@ def progress(as_json: bool) -> Any:
 def first_line(as_json: bool, what: str, settings: Any) -> None:
     """A mutating command's first line: what it does, with which inventory and journal (stdout;
     with --json, one {"event": "using", ...} object instead)."""
-    from orchestrator.service.oncall import where
-
     if as_json:
         sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": settings.inventory_choice().describe(),
                                      "journal": settings.journal_location()}) + "\n")
@@ -144,8 +111,6 @@ def first_line(as_json: bool, what: str, settings: Any) -> None:
 
 def summary(run: RunRecord) -> None:
     """The one JSON summary line of a run (--json)."""
-    from orchestrator.service.run_info import context_summary
-
     sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
 
 
@@ -157,21 +122,9 @@ def interrupted(result: RunResult) -> None:
     INTERRUPT_TOLD.append(True)
 
 
-def hard_stop(run: RunRecord, signame: str) -> None:
-    """The second Ctrl-C: no more waiting for a safe point."""
-    import os
-
-    err.print(f"orchestrate: second {signame}: exiting at once; run {run.run_id} may have stopped mid-step: "
-              f"`orchestrate resume {run.run_id}` continues it (on this machine its lease is taken over at once)")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(INTERRUPTED_EXIT)
-
-
 def hooks(as_json: bool) -> Any:
-    """The service's hooks for a run command: this CLI's progress, first line and Ctrl-C lines."""
-    from orchestrator.service.runs import Hooks
-
+    """The service's hooks for a run command: this CLI's progress, first line and Ctrl-C lines (a
+    second Ctrl-C: the service's own `exit_at_once`)."""
     def fleet_host(host: str, i: int, n: int) -> None:
         if as_json:
             sys.stdout.write(json.dumps({"event": "fleet_host", "host": host, "index": i + 1, "of": n}) + "\n")
@@ -179,7 +132,7 @@ def hooks(as_json: bool) -> Any:
             out.rule(f"fleet {i + 1}/{n}: {host}")
 
     return Hooks(progress=lambda: progress(as_json), first_line=lambda what, s: first_line(as_json, what, s),
-                 hard_stop=hard_stop, fleet_host=fleet_host, host_done=summary if as_json else (lambda run: None),
+                 fleet_host=fleet_host, host_done=summary if as_json else (lambda run: None),
                  interrupted=interrupted)
 
 

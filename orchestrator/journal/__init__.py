@@ -72,6 +72,7 @@ def open_journal(
     """
     target = os.fspath(url_or_path)
     if target.startswith(_POSTGRES_PREFIXES):
+        # psycopg, an optional dependency (the `postgres` extra), is imported only for PostgreSQL
         from orchestrator.journal.postgres import PostgresJournal
 
         return PostgresJournal(target, now=now, redactor=redactor)

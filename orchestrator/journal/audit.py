@@ -13,10 +13,12 @@ the CLI records `user@machine` (`cli_actor`), never a process id.
 from __future__ import annotations
 
 import contextvars
+import getpass
 import socket
 from datetime import datetime, timezone
 from typing import Any
 
+import structlog
 
 from orchestrator.journal.base import AuditEntry, RunRecord
 
@@ -37,8 +39,6 @@ def record(journal: Any, run_id: str, action: str, by: str, detail: str | None =
 
 def cli_actor() -> str:
     """The person at this terminal, as the journal names them: `user@machine`."""
-    import getpass  # (here: the read-only commands that read the audit never need it)
-
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name in this environment
@@ -65,8 +65,6 @@ def record_start(journal: Any, run: RunRecord, by: str) -> None:
             return
         record(journal, run.run_id, "submitted", by, f"{run.kind} from the command line")
     except Exception as exc:  # noqa: BLE001 - saying who must never stop a run (nor leak its lease)
-        import structlog  # lazily: the read-only commands never log (tests/core/test_cli_startup.py)
-
         structlog.get_logger("orchestrator.audit").warning("audit_not_recorded", run_id=run.run_id,
                                                            error=f"{type(exc).__name__}: {exc}")
 

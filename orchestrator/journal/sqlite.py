@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
 from orchestrator.journal import migrations
 from orchestrator.journal.base import JournalError, Now, Redactor, _utc
 from orchestrator.journal.sql import SqlJournal, Tx
@@ -82,10 +84,6 @@ class SqliteJournal(SqlJournal):
         mode = self._conn.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
             return mode
-        # tenacity loads only for a journal not yet in WAL mode (a new file), not on every read
-        # command's start (`status`, `runs`)
-        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
-
         retrying = Retrying(
             retry=retry_if_exception(_is_busy),
             wait=wait_random_exponential(multiplier=0.005, max=0.2),

@@ -33,15 +33,12 @@ from orchestrator.language.step_specs import (SELECTED, CacheSpec, CaptureSpec, 
                                               RelaySpec, SoakGauges, SoakSpec, VerifySpec)
 from orchestrator.language.steps import (EXTERNAL_KINDS, OBSERVABLE_KINDS, STEP_KINDS, Phase, Remedy,  # noqa: F401
                                          Rollback, Step, StepKind)
+from orchestrator.language.runbook_paths import RUNBOOK_DIR, _shipped_runbooks, resolve_runbook_path  # noqa: F401
+from orchestrator.util.names import DEFAULT_RUNBOOK  # noqa: F401
 from orchestrator.util.user_errors import Refused, UserError
 
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-
-from orchestrator.language.runbook_paths import RUNBOOK_DIR, _shipped_runbooks, resolve_runbook_path  # noqa: E402,F401
-from orchestrator.util.names import DEFAULT_RUNBOOK  # noqa: E402,F401 - defined where the CLI reads it without pydantic
 
 
 def _field_path(err: dict) -> str:

@@ -1,19 +1,17 @@
-"""Where runbooks are found, without the schema (no pydantic, no yaml): `orchestrate status` keys
-its step-list cache by the runbook file's bytes (orchestrator/service/step_list.py).
+"""Where runbooks are found: the shipped folder and a name or path resolved to a file (no schema).
 Re-exported by orchestrator.language.runbook."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import orchestrator  # the package's own folder, wherever in it this module lives
 from orchestrator.util.user_errors import UserError
 
 
 def _shipped_runbooks() -> Path:
     """The shipped runbooks' folder: `orchestrator/runbooks/` in an installed wheel (pyproject maps
     the top-level `runbooks/` onto that package), the top-level `runbooks/` in a checkout."""
-    import orchestrator  # the package's own folder, wherever in it this module lives (issue 26's relayout)
-
     package = Path(orchestrator.__file__).resolve().parent
     installed = package / "runbooks"
     return installed if installed.is_dir() else package.parent / "runbooks"

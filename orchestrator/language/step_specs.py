@@ -7,6 +7,7 @@ runbook live in `orchestrator.language.runbook_model`; the loader in `orchestrat
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -23,7 +24,7 @@ class _Strict(BaseModel):
 
 # The models' empty defaults are `default_factory=lambda: []` (or `{}`), not `list` (`dict`): pydantic
 # reads each factory's signature when it builds the schema, and a builtin's is parsed from its text
-# signature by the tokenizer (~5 ms of a first `plan` or `status`, issue 25; tests/core/test_cli_startup.py)
+# signature by the tokenizer, a lambda's is not
 
 
 def _seconds(v: object) -> float:
@@ -107,7 +108,6 @@ class LogValue(_Strict):
     @field_validator("pattern")
     @classmethod
     def _one_group(cls, v: str) -> str:
-        import re
         try:
             rx = re.compile(v)
         except re.error as exc:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from orchestrator.analysis.window import FB_FREE, Scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
 
@@ -23,8 +25,6 @@ def parse_dcgm(text: str, at: float, replica_gpus: Mapping[str, Sequence[int]]) 
     """replica -> a Scrape carrying one gauge, `DCGM_FI_DEV_FB_FREE` = the lowest free MiB of the
     replica's GPUs. A replica none of whose GPUs the text lists is left out (its gate then says
     the series is absent). A text the parser refuses: `MetricsTextError`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     free: dict[int, float] = {}
     try:
         for fam in text_string_to_metric_families(text):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class MetricsTextError(ValueError):
@@ -24,9 +25,6 @@ class Sample:
 
 def samples(text: str, name: str) -> list[Sample]:
     """Every sample named `name` (or of the family `name`, without its `_total`/`_count` suffixes)."""
-    # prometheus_client loads when metrics are first read (not when `plan` imports the steps)
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: list[Sample] = []
     try:
         for fam in text_string_to_metric_families(text):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from orchestrator.analysis.window import METRICS, REQUESTS, Histogram, Scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
 
@@ -27,8 +29,6 @@ GAUGES = frozenset(d.source for d in METRICS.values() if d.kind.startswith("gaug
 def parse_scrape(text: str, at: float) -> Scrape:
     """The wanted counters (summed over label sets) and histograms (buckets summed per `le` over
     label sets) of one /metrics text. A text the parser refuses: `MetricsTextError`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}

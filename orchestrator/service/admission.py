@@ -31,9 +31,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.engine.fleet import refuse_unmet_prerequisites
+from orchestrator.engine.leave_pool import refuse_tier_halted
 from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
 from orchestrator.service.refusals import leased_refusal
+from orchestrator.language.runbook import load_recorded_runbook
+from orchestrator.service.refusals import last_changing_rollout, refuse_stale_resume, refuse_unsettled
+from orchestrator.service.run_info import table_for
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT
+from orchestrator.service.tier_checks import refuse_tier_busy
 from orchestrator.util.user_errors import Refused, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,8 +75,6 @@ def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Chec
     arguments of `Journal.create_run`, host included) and `claim` (the id of a run to resume).
     `checks` read the journal and raise `Refused`/`UserError`; `after(run)` journals what the
     door adds. Raises `Refused` (exit 5) when anything is not admitted; nothing is written then."""
-    from orchestrator.service.refusals import refuse_stale_resume, refuse_unsettled
-
     if (create is None) == (claim is None):
         raise ValueError("admit: give create or claim")
     journal = session.journal
@@ -118,8 +123,6 @@ def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Chec
 def same_newest_changing_rollout(session: "Session", host: str, expected: RunRecord | None) -> Check:
     """A rollback undoes the rollout it read before its (slow) host reads: admitted only if that
     is still the newest rollout of the host that changed anything."""
-    from orchestrator.service.refusals import last_changing_rollout
-
     def check() -> None:
         now = last_changing_rollout(session, host)
         if (now.run_id if now else None) != (expected.run_id if expected else None):
@@ -131,16 +134,11 @@ def same_newest_changing_rollout(session: "Session", host: str, expected: RunRec
 
 def prerequisites_hold(session: "Session", rb: "Runbook", overrides: Iterable[str]) -> Check:
     """A rollout of a runbook with prerequisites: each holds, or is overridden by name."""
-    from orchestrator.engine.fleet import refuse_unmet_prerequisites
-
     names = list(overrides)
     return lambda: refuse_unmet_prerequisites(rb, session.journal, names)
 
 
 def tier_not_busy(session: "Session", host: str, rb: "Runbook") -> Check:
-    from orchestrator.engine.leave_pool import refuse_tier_halted
-    from orchestrator.service.tier_checks import refuse_tier_busy
-
     def check() -> None:
         refuse_tier_busy(session, host, rb)
         refuse_tier_halted(session.journal, rb, host)  # a tier host HALTED outside the pool (journal)
@@ -150,10 +148,6 @@ def tier_not_busy(session: "Session", host: str, rb: "Runbook") -> Check:
 def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> tuple[Admitted, "Runbook", Any]:
     """`resume RUN` (CLI, server, adoption): the run admitted again, its recorded runbook (or
     `rb`, the caller's checked copy of it) and table."""
-    from orchestrator.language.runbook import load_recorded_runbook
-    from orchestrator.service.run_info import table_for
-    from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT
-
     run = session.journal.get_run(run_id)
     if rb is None:
         rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))

@@ -9,7 +9,10 @@ import asyncio
 from typing import Any
 
 from orchestrator.journal.base import RunRecord
+from orchestrator.service.admission import resume_run
+from orchestrator.service.oncall import kept_options
 from orchestrator.service.requests import Admitted, ResumeRequest, RollbackRequest, RolloutRequest
+from orchestrator.service.runner import new_rollback, new_rollout, place_for_continue, retry_run
 from orchestrator.service.signals import parse_soak
 
 
@@ -17,8 +20,6 @@ def admit_rollout(session: Any, req: RolloutRequest, *, soak_name: str = "--soak
                   overrides: tuple[str, ...] | None = None) -> Admitted:
     """A new rollout run. `--continue` first places the host (read-only) at the phase its state
     names; admission checks the runbook's prerequisites and journals `req.overrides`."""
-    from orchestrator.service.runner import new_rollout, place_for_continue
-
     soak = parse_soak(req.soak, soak_name)
     start_phase = asyncio.run(place_for_continue(session, req.host, req.tag, req.runbook)) if req.continue_ else None
     run, rb, table = new_rollout(session, req.host, req.tag, req.runbook, start_phase,
@@ -29,8 +30,6 @@ def admit_rollout(session: Any, req: RolloutRequest, *, soak_name: str = "--soak
 
 def admit_rollback(session: Any, req: RollbackRequest, *, soak_name: str = "--soak") -> Admitted:
     """A new rollback run (its targets validated with dry runs before anything is stopped)."""
-    from orchestrator.service.runner import new_rollback
-
     soak = parse_soak(req.soak, soak_name)
     # new_rollback reads the host (async I/O): its own loop (the server calls this in a thread)
     run, rb, table = asyncio.run(new_rollback(session, req.host, req.replica, req.runbook, req.to_tag, req.to_file))
@@ -40,8 +39,6 @@ def admit_rollback(session: Any, req: RollbackRequest, *, soak_name: str = "--so
 def resume_options(run: RunRecord, req: ResumeRequest, *, soak_name: str = "--soak") -> tuple[bool, str | None, float | None, str]:
     """(yes, soak as given, soak seconds, what was kept): the run's own options unless given again;
     an adoption (no human asked) never keeps `--yes`."""
-    from orchestrator.service.oncall import kept_options
-
     yes, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
     if req.adopting:
         yes = False
@@ -53,9 +50,6 @@ def admit_resume(session: Any, run: RunRecord, req: ResumeRequest, *, checked: A
     """`resume`: the run continued under the one admission path (a run superseded by a later
     run of its host is refused); `--retry`: its failed phase again, as a new run.
     `checked`: the runbook the caller verified against the run's pinned identity."""
-    from orchestrator.service.admission import resume_run
-    from orchestrator.service.runner import retry_run
-
     yes, soak_text, soak, kept = resume_options(run, req, soak_name=soak_name)
     if req.retry:
         new_run, rb, table = retry_run(session, run)

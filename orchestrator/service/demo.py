@@ -16,10 +16,16 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from orchestrator.engine.fleet import run_fleet
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
+from orchestrator.service.runner import Session, execute, new_rollout
 from orchestrator.util.clock import ScaledClock
 from orchestrator.util.outcome import Outcome
-from orchestrator.language.runbook import DEFAULT_RUNBOOK
 from orchestrator.util.settings import Settings
+from orchestrator.util.user_errors import UserError
+from orchestrator_sim import SimConfig, SimFleet
+from orchestrator_sim.faults import FAULTS, parse_fault
 
 DEMO_HOST = "gpu02"
 DEMO_TAG = "v0.0.300"
@@ -36,8 +42,6 @@ DEMO_RUNBOOKS = {
 
 
 def check_demo_runbook(name: str, *, base_tier: bool = False) -> None:
-    from orchestrator.util.user_errors import UserError
-
     if name not in DEMO_RUNBOOKS:
         raise UserError(f"--runbook {name!r}: the demo simulates {', '.join(DEMO_RUNBOOKS)}")
     if base_tier and name != DEFAULT_RUNBOOK:
@@ -45,8 +49,6 @@ def check_demo_runbook(name: str, *, base_tier: bool = False) -> None:
 
 
 def list_fault_table() -> str:
-    from orchestrator_sim.faults import FAULTS
-
     arg = {"replica": ":r1|:r2", "count": ":N", "replica-count": ":r1|:r2[:N]", "none": ""}
     rows = []
     for name, f in FAULTS.items():
@@ -77,9 +79,6 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
 def check_faults(specs: list[str], *, base_tier: bool = False) -> None:
     """Each --fault names a fault of the simulator's table, with a valid argument, on a host the
     demo simulates: else one line."""
-    from orchestrator.util.user_errors import UserError
-    from orchestrator_sim.faults import FAULTS, parse_fault
-
     hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
     for spec in specs:
         try:
@@ -101,11 +100,6 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
              base_tier: bool = False, runbook: str = DEFAULT_RUNBOOK) -> str:
     """gpu02's rollout on a simulated gpu02; with `base_tier`, then the base tier's fleet run
     (gpu03, gpu04, gpu23 one at a time, orchestrator/engine/fleet.py) once gpu02 is DONE."""
-    from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.engine.fleet import run_fleet
-    from orchestrator.service.runner import Session, execute, new_rollout
-    from orchestrator_sim import SimConfig, SimFleet
-
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     state_dir.mkdir(parents=True, exist_ok=True)
     hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
@@ -113,8 +107,6 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
         config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=initial)
     except ValueError as exc:
-        from orchestrator.util.user_errors import UserError
-
         raise UserError(str(exc)) from None
     with SimFleet(config) as fleet:
         settings = demo_settings(fleet, state_dir)

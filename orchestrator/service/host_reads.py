@@ -8,7 +8,14 @@ Advisory only: what they found is judged again by the admission transaction (ser
 
 from __future__ import annotations
 
+from orchestrator.engine.rules import host_state
+from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.rules.targets import group_targets, newest_successful
+from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
+from orchestrator.hosts.clients.compose_manager import ComposeRequest, validate_file
+from orchestrator.hosts.clients.dashboard import DashboardClient
+from orchestrator.hosts.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
+from orchestrator.hosts.ps_compare import compare_ps, describe_changes, split_by_definition
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.runbook import Runbook, load_runbook
 from orchestrator.service.refusals import _require_earlier_phases_passed
@@ -40,9 +47,6 @@ async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> 
 
 async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[str, str]:
     """What the host runs, for placement (read-only: docker/ps and one dry run)."""
-    from orchestrator.hosts.clients.dashboard import DashboardClient
-    from orchestrator.engine.executor.placement import PlacementError, observe_host
-
     entry = session.inventory.host(host)
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
@@ -57,8 +61,6 @@ async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[s
 
 async def place_for_continue(session: Session, host: str, tag: str, runbook: str) -> str:
     """`rollout --continue`: the phase the host's declared state continues at (read-only)."""
-    from orchestrator.engine.rules import host_state
-
     check_tag(tag)
     rb = load_runbook(runbook)
     observed = await _observe(session, host, rb, tag)
@@ -77,8 +79,6 @@ async def place_for_continue(session: Session, host: str, tag: str, runbook: str
 
 async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag: str) -> None:
     """`--continue` never takes over a rollout that another journal (or a person) is driving."""
-    from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
-
     async with _compose_client(session, session.inventory.host(host)) as cm:
         actions = await cm.action_log()
     msg = refuse_foreign_part_way(session.journal, host, actions, rb.file, tag,
@@ -90,10 +90,6 @@ async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag
 async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]]) -> None:
     """Dry-run every distinct (tag, file) a rollback goes back to, before anything is stopped: a
     typo in --to-file or --to-tag exits 2 with nothing sent but dry runs."""
-    from orchestrator.hosts.clients.compose_manager import ComposeRequest, validate_file
-    from orchestrator.hosts.clients.dashboard import DashboardClient
-    from orchestrator.hosts.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
-
     entry = session.inventory.host(host)
     targets = group_targets(rb, previous)
     for (_, file), services in targets.items():
@@ -105,7 +101,6 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
     session.redactor.add(*env.redaction_values())
-    from orchestrator.hosts.ps_compare import compare_ps, describe_changes, split_by_definition
 
     async with _compose_client(session, entry) as cm:
         actions = await cm.action_log()
@@ -135,8 +130,6 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
 async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:
     """A host the runbook places in its before-state already runs the previous configuration: a
     rollback would only drain it or restart what serves. Refused, read-only."""
-    from orchestrator.engine.rules import host_state
-
     state = host_state.place(rb, await _observe(session, host, rb, tag))
     if state is not None and state.action == "start":
         raise Refused(f"{host} already runs the previous configuration ({state.name}: {state.say}): nothing to roll back. "

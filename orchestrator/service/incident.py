@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import Runbook
+from orchestrator.service.session import _compose_client
 
 if TYPE_CHECKING:
     from orchestrator.service.session import Session
@@ -64,8 +65,6 @@ def read_history(actions: list[Action], current: tuple[str, str] | None, rb: Run
 
 
 async def host_history(session: "Session", host: str, rb: Runbook) -> HostHistory:
-    from orchestrator.service.session import _compose_client
-
     entry = session.inventory.host(host)
     async with _compose_client(session, entry) as cm:
         actions = list(await cm.action_log())

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import re
 import textwrap
+from pathlib import Path
 from typing import Any, Mapping
 
+from orchestrator.engine.rules.targets import group_targets
+from orchestrator.hosts.inventory import load_inventory
+from orchestrator.journal import SqliteJournal
+from orchestrator.service.activity import INTERRUPTED, run_activity
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.outcome import Outcome
+from orchestrator.util.settings import placeholder_hosts
+from orchestrator.util.user_errors import UserError
 
 #: What the journaled final message appends (executor/runtime.py `Serving.host_now`).
 HOST_NOW = "host now: "
@@ -53,8 +60,6 @@ def where(settings: Any) -> str:
 
 def rollback_headline(run: Any, rb: Any) -> str:
     """`gpu02: r1, r2 back to <file> @ <tag> (from <where the target came from>)`."""
-    from orchestrator.engine.rules.targets import group_targets
-
     ctx = run.context or {}
     replicas = sorted(ctx.get("replicas") or rb.replicas)
     targets = group_targets(rb, ctx.get("previous") or {})
@@ -200,8 +205,6 @@ def kept_options(run: Any, *, yes: bool, soak: str | None) -> tuple[bool, str | 
 
 def nobody_drives(journal: Any, run: Any) -> str | None:
     """The line to add when no process drives `run` (its runner is gone or never started)."""
-    from orchestrator.service.activity import INTERRUPTED, run_activity
-
     if run.terminal:
         return None
     act = run_activity(run, journal)
@@ -221,10 +224,6 @@ __all__ = ["exit_code", "where", "rollback_headline", "never_rolled_out", "final
 def refuse_placeholder_inventory(settings: Any, host: str) -> None:
     """A mutating command never uses a placeholder entry (a reserved, never-resolving URL) for
     a real host: one line naming the inventory and what to do (exit 2)."""
-    from orchestrator.hosts.inventory import load_inventory
-    from orchestrator.util.settings import placeholder_hosts
-    from orchestrator.util.user_errors import UserError
-
     choice = settings.inventory_choice()
     entry = load_inventory(settings.inventory_path()).host(host)
     urls = " ".join(str(v) for v in entry.model_dump().values())
@@ -236,10 +235,6 @@ def refuse_placeholder_inventory(settings: Any, host: str) -> None:
 
 def demo_interrupted(state_dir: Any) -> str:
     """What a Ctrl-C did to `orchestrate demo`: where its run was, that nothing real was touched."""
-    from pathlib import Path
-
-    from orchestrator.journal import SqliteJournal
-
     where = ""
     path = Path(state_dir) / "journal.sqlite3"
     if path.is_file():

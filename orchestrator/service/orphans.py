@@ -20,10 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import LeaseHeld, RunRecord, StateConflict
 from orchestrator.journal.owner import describe_owner, holder_gone
+from orchestrator.language.runbook import load_runbook
+from orchestrator.service.runner import _compose_client, refuse_stale_resume, tier_listing
 from orchestrator.util.outcome import Outcome
-from orchestrator.util.user_errors import Refused
+from orchestrator.util.user_errors import Refused, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.language.runbook import Runbook
@@ -32,8 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def superseded_by(session: "Session", run: RunRecord) -> str | None:
     """Why `run` can no longer be resumed (a later run acted on its host), or None."""
-    from orchestrator.service.runner import refuse_stale_resume
-
     try:
         refuse_stale_resume(session, run)
     except Refused as exc:
@@ -44,9 +45,6 @@ def superseded_by(session: "Session", run: RunRecord) -> str | None:
 async def read_host(session: "Session", run: RunRecord, rb: "Runbook | None") -> str:
     """One line: what the host runs now (the runbook's engines and who serves), and for a
     `capacity: fleet` runbook whether the peers route the tier's domain to it. Read-only."""
-    from orchestrator.hosts.clients.errors import ClientError
-    from orchestrator.service.runner import _compose_client, tier_listing
-
     entry = session.inventory.host(run.host)
     parts: list[str] = []
     try:
@@ -71,9 +69,6 @@ async def read_host(session: "Session", run: RunRecord, rb: "Runbook | None") ->
 async def end_unowned(session: "Session", run: RunRecord, by: str) -> str | None:
     """End `run` if nobody drives it (module docstring); the line to show, or None when the
     abort is left to `orchestrate resume` (a resumable run that changed its host)."""
-    from orchestrator.language.runbook import load_runbook
-    from orchestrator.util.user_errors import UserError
-
     journal = session.journal
     lease = journal.held_lease(run.host)
     if lease is not None and lease.run_id == run.run_id and not holder_gone(lease.owner) and \

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.journal.base import RunNotFound
+from orchestrator.language.runbook import load_runbook
+from orchestrator.service.activity import run_activity, target_tag
+from orchestrator.service.run_info import context_summary, table_for
+from orchestrator.util.settings import load_settings
+from orchestrator.util.user_errors import UserError
+
 
 def load_settings_for(inventory: Any) -> Any:
     """The environment's settings with --inventory; an invalid variable is one UserError line."""
-    from orchestrator.util.settings import load_settings
-
     return load_settings().with_inventory(inventory)
 
 
 def load_runbook_text(name: str) -> Any:
     """Load a runbook before anything else happens (a missing or binary file: one line, exit 2)."""
-    from orchestrator.language.runbook import load_runbook
-    from orchestrator.util.user_errors import UserError
-
     try:
         return load_runbook(name)
     except UnicodeDecodeError as exc:
@@ -27,9 +29,6 @@ def load_runbook_text(name: str) -> Any:
 
 def get_run(session: Any, run_id: str) -> Any:
     """The journaled run, or one line naming the journal searched (exit 2)."""
-    from orchestrator.journal.base import RunNotFound
-    from orchestrator.util.user_errors import UserError
-
     try:
         return session.journal.get_run(run_id)
     except RunNotFound:
@@ -38,16 +37,10 @@ def get_run(session: Any, run_id: str) -> Any:
 
 def run_view(session: Any, run: Any, tables: dict) -> dict[str, Any]:
     """The run's summary plus what `status`/`runs` print: its activity and its target tag."""
-    from orchestrator.service.activity import run_activity, target_tag
-    from orchestrator.service.run_info import context_summary, table_for
-    from orchestrator.util.user_errors import UserError
-
     key = (run.runbook, run.kind, tuple(run.context.get("replicas", ())))
 
     def table() -> Any:  # loaded only for a running run (approval detection): ended runs need no runbook
         if key not in tables:
-            from orchestrator.language.runbook import load_runbook
-
             try:
                 tables[key] = table_for(run, load_runbook(run.runbook))
             except (UserError, ValueError):  # a runbook since removed: no approval detection

@@ -1,13 +1,12 @@
-"""What the read-only commands (`plan`, `status`, `runs`) need of a run, without loading the
-runner: the runner brings the executor, the clients and httpx, ~0.4 s of start-up that a command
-which only reads the journal or a runbook must not pay (tests/core/test_cli_startup.py).
-orchestrator.service.runner re-exports these names."""
+"""What the read-only commands (`plan`, `status`, `runs`) need of a run: the tag rule, the table it
+follows, its summary. orchestrator.service.runner re-exports these names."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.language.machine import compile_rollback, compile_rollout
 from orchestrator.util.user_errors import UserError
 
 if TYPE_CHECKING:
@@ -28,8 +27,6 @@ def check_tag(tag: str) -> str:
 def table_for(run: RunRecord, rb: Runbook) -> Table:
     """The table a run follows: its rollback's replicas, or its rollout from its start phase (the
     run context's `replicas` and `start_phase`, as executor.context.RunContext reads them)."""
-    from orchestrator.language.machine import compile_rollback, compile_rollout
-
     ctx = run.context or {}
     if run.kind == "rollback":
         return compile_rollback(rb, list(ctx.get("replicas") or []) or list(reversed(list(rb.replicas))))

@@ -18,32 +18,17 @@ from typing import Any
 import structlog
 
 from orchestrator.engine.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
+from orchestrator.engine.fleet import default_runbook, journal_overrides
+from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
 from orchestrator.engine.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.engine.run_logs import ROUTER, open_run_log
 from orchestrator.hosts.host_clients import build_host_clients
+from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld, LeaseLost, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
 from orchestrator.language.runbook import Runbook, load_recorded_runbook, read_runbook
-from orchestrator.service import incident
-from orchestrator.service.notify import FLUSH_S, NotifyProgress
-from orchestrator.util.user_errors import Refused, UserError
-
-# check_tag, TAG_RE, table_for, context_summary: in orchestrator/service/run_info.py (the read-only commands
-# import them without loading this module), re-exported here
-from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
-from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, notifier_for, owner_id  # noqa: F401
-from orchestrator.service.refusals import leased_refusal
-from orchestrator.service.refusals import (  # noqa: F401
-    _require_earlier_phases_passed,
-    last_changing_rollout,
-    refuse_if_leased,
-    refuse_stale_resume,
-    refuse_unreadable_logs,
-    refuse_unsettled,
-)
-# looked up here at call time (new_rollback), so a test or the explorer may patch them on this module
-from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short, tier_listing  # noqa: F401
+from orchestrator.service import admission, incident
 from orchestrator.service.host_reads import (  # noqa: F401
     _observe,
     place_for_continue,
@@ -52,6 +37,26 @@ from orchestrator.service.host_reads import (  # noqa: F401
     refuse_nothing_to_roll_back,
     validate_rollback_targets,
 )
+from orchestrator.service.metric_sources import refuse_missing_sources
+from orchestrator.service.notify import FLUSH_S, NotifyProgress
+from orchestrator.service.oncall import never_rolled_out
+from orchestrator.service.refusals import (  # noqa: F401
+    _require_earlier_phases_passed,
+    leased_refusal,
+    last_changing_rollout,
+    refuse_if_leased,
+    refuse_stale_resume,
+    refuse_unreadable_logs,
+    refuse_unsettled,
+)
+
+# check_tag, TAG_RE, table_for, context_summary: defined in orchestrator/service/run_info.py, re-exported here
+from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, notifier_for, owner_id  # noqa: F401
+
+# looked up here at call time (new_rollback), so a test or the explorer may patch them on this module
+from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short, tier_listing  # noqa: F401
+from orchestrator.util.user_errors import Refused, UserError
 
 
 async def execute(
@@ -85,7 +90,6 @@ async def execute(
     except LeaseHeld as exc:
         raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
                                      f"run {run.run_id} was not started")) from None
-    from orchestrator.journal import audit
 
     audit.record_start(session.journal, run, audit.cli_actor())  # who: the server journals its own first
     progress = progress or NullProgress()
@@ -157,14 +161,12 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     `overrides` (the CLI's `--override-prerequisite`, () for none): the runbook's prerequisites
     are checked at admission and the overrides journaled with the run; None leaves both to the
     run's own `check: prerequisites` gate (callers that journal overrides themselves)."""
-    from orchestrator.service import admission
     check_tag(tag)
     session.inventory.host(host)
     refuse_if_leased(session, host)
     rb, identity, text = read_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
-    from orchestrator.service.metric_sources import refuse_missing_sources
     refuse_missing_sources(session.inventory.host(host), host, rb)
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
@@ -192,8 +194,6 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     if overrides is not None:
         checks.append(admission.prerequisites_hold(session, rb, overrides))
         if overrides:
-            from orchestrator.engine.fleet import journal_overrides
-
             after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731
     got = admission.admit(session, host=host, rb=rb, checks=checks, after=after,
                           create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
@@ -220,7 +220,6 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
         raise UserError(f"run {run.run_id} failed in {failed}, which is not a forward phase: --retry restarts a forward phase")
     start = table.retry_start(phase)
     ctx = RunContext.from_json(run.context).for_retry()
-    from orchestrator.service import admission
 
     got = admission.admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)],
                           create=dict(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
@@ -252,8 +251,6 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     else:  # nothing this journal moved: the host's own history says whether any rollout moved it
         history = await incident.host_history(session, host, rb)
         if history.new_tag is None:  # never rolled out by anyone: one message, the one command that forces it
-            from orchestrator.service.oncall import never_rolled_out
-
             raise Refused(never_rolled_out(host, session.settings.journal_location()))
         # rolled out from another journal (another machine, team mode's database): name it and the exact command
         raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
@@ -274,9 +271,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
                          extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
-        from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
         ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
-    from orchestrator.service import admission
 
     # the host reads above took time: what they were judged against is judged again, in the
     # transaction that creates the run and takes the leases
@@ -301,8 +296,6 @@ def rollback_runbook(session: Session, host: str, runbook: str | None) -> str:
 
 def _runbook_of(host: str) -> str:
     """No journaled rollout names the runbook: the one shipped runbook written for `host`."""
-    from orchestrator.engine.fleet import default_runbook
-
     return default_runbook(host)
 
 

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.engine.fleet import Interrupted, default_runbook, refuse_unmet_prerequisites, run_fleet, runbook_for
+from orchestrator.engine.rules.prerequisites import check_overrides
+from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal.base import RunRecord
+from orchestrator.service import oncall
+from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout
+from orchestrator.service.oncall import kept_options, record_options, refuse_placeholder_inventory, rollback_headline
+from orchestrator.service.orphans import superseded_by
+from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
 from orchestrator.service.requests import (
     INTERRUPTED_EXIT,
     Admitted,
@@ -22,8 +30,12 @@ from orchestrator.service.requests import (
     RolloutRequest,
     RunResult,
 )
-from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
+from orchestrator.service.run_info import check_tag
+from orchestrator.service.runner import Session
 from orchestrator.service.signals import parse_soak
+from orchestrator.service.startup import ReadSession
+from orchestrator.service.stoppable import execute_stoppable
+from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import UserError
 
 
@@ -50,16 +62,11 @@ class Hooks:
 
 
 def exit_code(run: RunRecord) -> int:
-    from orchestrator.service.oncall import exit_code as code
-
-    return code(run.kind, run.outcome)
+    return oncall.exit_code(run.kind, run.outcome)
 
 
 def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
     """Keep the run's options, execute it (the lease released on every way out), the exit code."""
-    from orchestrator.service.oncall import record_options
-    from orchestrator.service.stoppable import execute_stoppable
-
     record_options(adm.run, yes=adm.yes, soak=adm.soak_text)
     final, stopped_by = execute_stoppable(session, adm.run, adm.rb, adm.table, hard_stop=hooks.hard_stop,
                                           progress=hooks.progress(), yes=adm.yes, soak=adm.soak)
@@ -71,24 +78,17 @@ def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
 
 
 def _open(settings: Any) -> Any:
-    from orchestrator.service.runner import Session
-
     return Session.open(settings)
 
 
 def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate rollout HOST`: every check a user can fail comes before a run exists or a lease is taken."""
-    from orchestrator.service.oncall import refuse_placeholder_inventory
-    from orchestrator.service.run_info import check_tag
-
     check_tag(req.tag)
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     settings.require_host_tokens("rollout")
     rb = load_runbook_text(req.runbook)
     if req.overrides:  # a typo never passes: only the runbook's prerequisites can be named
-        from orchestrator.engine.rules.prerequisites import check_overrides
-
         check_overrides(rb.prerequisites, list(req.overrides))
     refuse_placeholder_inventory(settings, req.host)
     hooks.first_line(f"{req.host}: rollout to {req.tag} (runbook {Path(req.runbook).stem})", settings)
@@ -102,10 +102,6 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
 
 def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate rollback HOST`: its first line names the target, once admission found it."""
-    from orchestrator.engine.fleet import default_runbook
-    from orchestrator.service.oncall import refuse_placeholder_inventory, rollback_headline
-    from orchestrator.service.run_info import check_tag
-
     if (req.to_tag is None) != (req.to_file is None):
         raise UserError("--to-tag and --to-file go together")
     if req.to_tag is not None:
@@ -128,9 +124,6 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
 
 def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate resume RUN_ID [--retry]`: a run that already ended is reported, not run."""
-    from orchestrator.service.oncall import kept_options, refuse_placeholder_inventory
-    from orchestrator.service.startup import ReadSession
-
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     reader = ReadSession.open(settings)
@@ -156,19 +149,12 @@ def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResul
 
 def check_fleet_options(tag: str, soak: str | None) -> None:
     """What `rollout --hosts` checks before it reads the host list."""
-    from orchestrator.service.run_info import check_tag
-
     check_tag(tag)
     parse_soak(soak)
 
 
 def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutcome:
     """`rollout --hosts`: orchestrator.engine.fleet's rules; each host a normal rollout run, one at a time."""
-    from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
-    from orchestrator.engine.fleet import Interrupted, refuse_unmet_prerequisites, run_fleet, runbook_for
-    from orchestrator.hosts.inventory import load_inventory
-    from orchestrator.service.oncall import refuse_placeholder_inventory
-
     check_fleet_options(req.tag, req.soak)
     hosts = list(req.hosts)
     settings = load_settings_for(inventory)
@@ -214,8 +200,6 @@ def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> Run
     runbook that changed the host and can still be resumed is continued, not started over by a
     new run (which would send its changes again, e.g. the model-downloader one-shot, and leave
     the first run unfinished). None when there is no such run."""
-    from orchestrator.service.orphans import superseded_by
-
     for run in session.journal.list_runs(host, limit=50):
         if run.terminal:
             continue
@@ -224,9 +208,6 @@ def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> Run
             return run
         return None  # the newest unfinished run is another kind of run: admission decides
     return None
-
-
-from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout  # noqa: E402
 
 __all__ = ["Hooks", "rollout", "rollback", "resume", "fleet", "check_fleet_options", "get_run", "exit_code",
            "load_settings_for", "load_runbook_text"]

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from orchestrator.engine.rules.approval_scope import stored_name, waiting_gate
+from orchestrator.journal import audit
+from orchestrator.journal.owner import describe_owner, holder_gone
+from orchestrator.service.run_info import table_for
 from orchestrator.util.durations import parse_duration
 from orchestrator.util.user_errors import UserError
 
@@ -44,8 +48,6 @@ def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint
 
 def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
     """`*` and the ids of the run's soak steps that wait for an approval."""
-    from orchestrator.service.run_info import table_for
-
     table = table_for(run, rb)
     gates = {"*"}
     for node_id, node in table.nodes.items():
@@ -79,7 +81,6 @@ def approve(journal: Journal, run: RunRecord, gate: str | None, by: str, gates: 
     `now` also ends the rest of that soak (journaled as `<gate>!now`): the operator has seen
     enough. The soak still watches both replicas until the moment it ends."""
     _refuse_if_finished(run)
-    from orchestrator.engine.rules.approval_scope import stored_name, waiting_gate
 
     gate = waiting_gate(run, gates) if gate is None else str(gate)  # no gate given: the one it waits at
     if not gate or len(gate) > MAX_GATE_LEN:
@@ -106,7 +107,6 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
     """Journal an abort request for `run` and say who will act on it."""
     _refuse_if_finished(run)
     journal.request_abort(run.run_id, by=by)
-    from orchestrator.journal.owner import describe_owner, holder_gone
 
     lease = journal.current_lease(run.host)
     if lease is None or lease.run_id != run.run_id or holder_gone(lease.owner):
@@ -118,8 +118,6 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
 
 def pause(journal: Journal, run: RunRecord, by: str) -> str:
     """Journal a pause request: the runner stops before its next safe step (executor/pause.py)."""
-    from orchestrator.journal import audit
-
     _refuse_if_finished(run)
     held = audit.paused_by(journal, run.run_id)
     if held is not None:
@@ -132,8 +130,6 @@ def pause(journal: Journal, run: RunRecord, by: str) -> str:
 
 def continue_run(journal: Journal, run: RunRecord, by: str) -> str:
     """Journal the end of a pause; refused when the run is not paused."""
-    from orchestrator.journal import audit
-
     _refuse_if_finished(run)
     if audit.paused_by(journal, run.run_id) is None:
         raise UserError(f"run {run.run_id} is not paused")

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from orchestrator.journal.base import RunRecord
 from orchestrator.service.requests import INTERRUPTED_EXIT
+from orchestrator.service.runner import execute
 
 
 def exit_at_once(run: RunRecord, signame: str) -> None:
@@ -30,8 +31,6 @@ def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
                       hard_stop: Callable[[RunRecord, str], None] | None = None,
                       **kwargs: Any) -> tuple[RunRecord, str | None]:
     """(the run as it ended or stopped, what stopped it: None, `Ctrl-C` or a signal's name)."""
-    from orchestrator.service.runner import execute
-
     progress = kwargs.get("progress")
     attach = getattr(progress, "attach_run", None)
     if attach is not None:  # a human progress prints the run's own last lines at its end

@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.engine.rules.prerequisites import unfinished
+from orchestrator.hosts.clients.errors import ClientError
+from orchestrator.hosts.clients.model_proxy import ModelProxyClient
 from orchestrator.language.runbook import Runbook
 from orchestrator.util.user_errors import Refused
 
@@ -20,8 +23,6 @@ def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
     """A host whose capacity is the fleet's (`capacity: fleet`) is not rolled back while another
     host of its runbook has a run that has not ended: that host may be out of the pool, and a
     rollback drains this one too. Finish or abort that run first."""
-    from orchestrator.engine.rules.prerequisites import unfinished
-
     if rb.capacity != "fleet":
         return
     for other, r in unfinished(session.journal, [h for h in rb.hosts if h != host]):
@@ -34,9 +35,6 @@ async def tier_listing(session: Session, rb: Runbook, hosts: Sequence[str]) -> d
     """For each host: why the model-proxy peers do not route the runbook's base domain to it
     (empty: every peer lists it healthy). Read-only; a peer that cannot be asked is a reason
     (capacity is never assumed)."""
-    from orchestrator.hosts.clients.errors import ClientError
-    from orchestrator.hosts.clients.model_proxy import ModelProxyClient
-
     domain = rb.domains.of("base")
     out: dict[str, list[str]] = {h: [] for h in hosts}
     peers = [ModelProxyClient(name, str(url).rstrip("/"), session.settings.model_proxy_token, transport=session.transport,

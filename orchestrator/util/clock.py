@@ -8,8 +8,13 @@ while every code path (timeouts, poll intervals, grace periods) stays the produc
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import os
 import time
 from typing import Protocol
+from urllib.parse import urlsplit
+
+from orchestrator.util.user_errors import UserError
 
 
 class Clock(Protocol):
@@ -51,9 +56,6 @@ TIME_SCALE_VAR = "ORCHESTRATOR_TIME_SCALE"
 
 
 def _loopback(url: str) -> bool:
-    import ipaddress
-    from urllib.parse import urlsplit
-
     host = (urlsplit(url).hostname or "").strip("[]")
     if host == "localhost":
         return True
@@ -69,10 +71,6 @@ def clock_for(urls: list[str], environ: dict[str, str] | None = None) -> "Clock"
     every system the command talks to is on loopback (the simulator). A production host is never
     on loopback, so a scaled clock can never make a healthy engine "time out" on a real rollout.
     """
-    import os
-
-    from orchestrator.util.user_errors import UserError
-
     env = os.environ if environ is None else environ
     raw = env.get(TIME_SCALE_VAR, "").strip()
     if not raw:

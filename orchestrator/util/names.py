@@ -1,13 +1,15 @@
-"""Names the command line shows before it loads anything heavy (`orchestrate --help` must answer at
-once: it cannot import the runbook schema, pydantic, to print the default runbook's name), and
-where things live (the state directory, the inventory searched): orchestrator/util/settings.py uses
-these, and so do the read-only commands without loading pydantic (orchestrator/service/startup.py)."""
+"""The default runbook's name, and where things live (the state directory, the inventory searched,
+XDG): plain values and functions that orchestrator/util/settings.py builds on and re-exports."""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from orchestrator.util.user_errors import UserError
 
 #: The runbook used when none is named and no shipped runbook names the host.
 DEFAULT_RUNBOOK = "gpu02-glm53-w4afp8-long-context"
@@ -50,9 +52,6 @@ class InventoryChoice:
 def placeholder_hosts(text: str) -> str | None:
     """The first URL of an inventory's text whose host is a reserved placeholder name (RFC 2606:
     `.invalid`, `.example`, `example.com/net/org`); None when it names none."""
-    import re
-    from urllib.parse import urlsplit
-
     for url in re.findall(r"https?://[^\s\"']+", text):
         name = (urlsplit(url).hostname or "").lower()
         if name.endswith((".invalid", ".example")) or name in ("example.com", "example.net", "example.org"):
@@ -62,8 +61,6 @@ def placeholder_hosts(text: str) -> str | None:
 
 def is_placeholder_inventory(path: Path) -> bool:
     """Every URL of the inventory is a placeholder (the checkout's config/hosts.yaml as shipped)."""
-    import re
-
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -91,8 +88,6 @@ def choose_inventory(inventory: Path | str | None, source: str) -> InventoryChoi
 def required_inventory(choice: InventoryChoice) -> Path:
     """The inventory a command loads, or the one line naming every place searched (exit 2)."""
     if choice.path is None:
-        from orchestrator.util.user_errors import UserError
-
         raise UserError("no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
                         + " or ".join(str(p) for p in choice.searched))
     return choice.path

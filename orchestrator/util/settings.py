@@ -26,10 +26,8 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.util.user_errors import UserError
-
-# where things live (pure, no pydantic: the read-only commands use them without these settings)
-from orchestrator.util.names import (  # noqa: E402,F401
+# where things live: orchestrator/util/names.py, re-exported here
+from orchestrator.util.names import (  # noqa: F401
     LOCAL_INVENTORY,
     InventoryChoice,
     _xdg_dir,
@@ -37,8 +35,10 @@ from orchestrator.util.names import (  # noqa: E402,F401
     default_state_dir,
     is_placeholder_inventory,
     placeholder_hosts,
+    required_inventory,
     user_inventory,
 )
+from orchestrator.util.user_errors import UserError
 
 #: Backwards-compatible name: the first place searched after --inventory/$ORCHESTRATOR_INVENTORY.
 DEFAULT_INVENTORY = LOCAL_INVENTORY
@@ -114,8 +114,6 @@ class Settings(BaseSettings):
 
     def inventory_path(self) -> Path:
         """The inventory to load, or a UserError naming every place searched."""
-        from orchestrator.util.names import required_inventory
-
         return required_inventory(self.inventory_choice())
 
     def journal_location(self) -> str:

@@ -160,3 +160,33 @@ def test_a_time_scale_against_a_real_host_is_refused():
         clock_for(["http://127.0.0.1:1", "https://gpu02.example.invalid:8080"], {"ORCHESTRATOR_TIME_SCALE": "6000"})
     assert isinstance(clock_for(["http://127.0.0.1:1", "http://[::1]:2"], {"ORCHESTRATOR_TIME_SCALE": "6000"}), ScaledClock)
     assert isinstance(clock_for(["https://gpu02.example.invalid"], {}), RealClock)
+
+
+def test_names_are_case_insensitive_a_blank_inventory_is_none_and_the_database_url_is_stripped(clean_env, monkeypatch):
+    monkeypatch.setenv("orchestrator_state_dir", str(clean_env / "lower"))
+    monkeypatch.setenv("ORCHESTRATOR_INVENTORY", "  ")
+    monkeypatch.setenv("ORCHESTRATOR_DATABASE_URL", " sqlite:///x.db ")
+    monkeypatch.setenv("ORCHESTRATOR_NOTIFY_URL", "https://hooks.example/secret-path")
+    s = load_settings()
+    assert s.state_dir == clean_env / "lower" and s.inventory is None
+    assert s.journal_location() == "sqlite:///x.db"
+    assert "https://hooks.example/secret-path" in s.tokens()  # a webhook URL is redacted like a token
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["status"], ["approve", "gpu02-x"]])
+def test_every_command_reads_settings_as_pydantic_settings_does_dotenv_and_errors(clean_env, argv):
+    """The read-only commands read the one `Settings`: a `.env` file in the working directory
+    places their journal, and an invalid variable in it is its one line (exit 2)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    (clean_env / ".env").write_text("ORCHESTRATOR_STATE_DIR=from-dotenv\n")
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=clean_env, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert str(Path("from-dotenv") / "journal.sqlite3") in r.stdout + r.stderr, r.stderr
+    (clean_env / ".env").write_text("ORCHESTRATOR_STATE_DIR=from-dotenv\nORCHESTRATOR_LEASE_TTL=-1\n")
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=clean_env, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("orchestrate: ORCHESTRATOR_LEASE_TTL (environment or .env) is invalid")

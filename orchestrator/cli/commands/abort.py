@@ -3,11 +3,18 @@ ended here with what the host shows)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Optional
 
+from orchestrator.cli.consoles import out
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
-from orchestrator.cli.options import settings as load_settings
+from orchestrator.journal.audit import cli_actor
+from orchestrator.service import signals
+from orchestrator.service.orphans import end_unowned
+from orchestrator.service.reads import get_run, load_settings_for
+from orchestrator.service.runner import Session, owner_id
+from orchestrator.service.startup import ReadSession
 
 app = command_app()
 
@@ -22,26 +29,15 @@ def abort(
     """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
     if server:
         remote(server, "abort", {"run_id": run_id}, False, server_ca)
-    from orchestrator.cli.render import out
-    from orchestrator.service import signals
-    from orchestrator.service.reads import get_run
-    from orchestrator.service.startup import ReadSession
 
-    settings = load_settings(inventory)
+    settings = load_settings_for(inventory)
     session = ReadSession.open(settings)
     try:
-        from orchestrator.journal.audit import cli_actor
-
         run = get_run(session, run_id)
         result = signals.abort(session.journal, run, cli_actor())  # who: user@machine
     finally:
         session.close()
     if result.runner is None:  # nobody drives it: read the host and end it with what is true
-        import asyncio
-
-        from orchestrator.service.orphans import end_unowned
-        from orchestrator.service.runner import Session, owner_id
-
         full = Session.open(settings)
         try:
             ended = asyncio.run(end_unowned(full, full.journal.get_run(run_id), owner_id()))

@@ -7,8 +7,14 @@ from typing import Optional
 
 import typer
 
+from orchestrator.cli.consoles import out
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, flag, remote
-from orchestrator.cli.options import read_settings as load_settings
+from orchestrator.journal.audit import cli_actor
+from orchestrator.language.runbook import load_runbook
+from orchestrator.service import signals
+from orchestrator.service.oncall import nobody_drives
+from orchestrator.service.reads import get_run, load_settings_for
+from orchestrator.service.startup import ReadSession
 
 app = command_app()
 
@@ -26,21 +32,14 @@ def approve(
     """End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."""
     if server:
         remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
-    from orchestrator.cli.render import out
-    from orchestrator.language.runbook import load_runbook
-    from orchestrator.service import signals
-    from orchestrator.service.reads import get_run
-    from orchestrator.service.startup import ReadSession
 
-    session = ReadSession.open(load_settings(inventory))
+    session = ReadSession.open(load_settings_for(inventory))
     try:
         run = get_run(session, run_id)
         gates = None if run.terminal else signals.run_gates(run, lambda: load_runbook(run.runbook))
-        from orchestrator.journal.audit import cli_actor
 
         out.print(signals.approve(session.journal, run, gate, cli_actor(), gates, now=now)  # who: user@machine
                   + f" (journal {session.settings.journal_location()})", markup=False)
-        from orchestrator.service.oncall import nobody_drives
 
         if (idle := nobody_drives(session.journal, run)) is not None:
             out.print(idle, markup=False)

@@ -8,7 +8,9 @@ from typing import Optional
 
 import typer
 
+from orchestrator.cli.consoles import err
 from orchestrator.cli.options import command_app
+from orchestrator.previews import ci_preview as ci
 from orchestrator.util.exit_codes import ExitCode
 
 app = command_app()
@@ -23,9 +25,6 @@ def ci_preview(
 ) -> None:
     """CI for the compose-files repository: the offline plan of every runbook a changed file affects,
     as markdown; exit 1 when a changed file no longer matches a runbook that deploys it."""
-    from orchestrator.previews import ci_preview as ci
-    from orchestrator.cli.render import err
-
     md, failures = ci.preview(changed, ci.check_repo(repo), projects=ci.inventory_projects(inventory))
     sys.stdout.write(md)
     if summary is not None:

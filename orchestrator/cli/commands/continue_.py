@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from orchestrator.cli.commands.pause import signal_run
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app
 
 app = command_app()
@@ -18,6 +19,4 @@ def continue_(
     server_ca: Optional[Path] = ServerCaOpt,
 ) -> None:
     """Let a paused RUN_ID go on (journaled, with who asked)."""
-    from orchestrator.cli.commands.pause import signal_run
-
     signal_run(run_id, "continue", inventory, server, server_ca)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import math
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
 from orchestrator.cli.options import command_app, flag
-from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
-from orchestrator.util.exit_codes import INTERRUPTED_EXIT
+from orchestrator.cli.render import progress
+from orchestrator.service.demo import check_demo_runbook, check_faults, list_fault_table, run_demo
+from orchestrator.service.oncall import demo_interrupted
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT, OUTCOME_EXIT, ExitCode
+from orchestrator.util.settings import load_settings
 from orchestrator.util.user_errors import UserError
 
 app = command_app()
@@ -34,10 +39,6 @@ def demo(
                                                "the simulated gpu02 starts as #294 left it)"),
 ) -> None:
     """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
-    from orchestrator.cli.render import INTERRUPT_TOLD, err, out, progress
-    from orchestrator.service.demo import check_faults, list_fault_table, run_demo
-    from orchestrator.util.settings import load_settings
-
     if list_faults:
         out.print(list_fault_table(), markup=False)
         return
@@ -45,21 +46,15 @@ def demo(
         raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
     check_faults(fault, base_tier=base_tier)
     if runbook is not None:
-        from orchestrator.service.demo import check_demo_runbook
-
         check_demo_runbook(runbook, base_tier=base_tier)
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
     if state_dir is None:  # made here, so that a Ctrl-C can say where the demo's journal is
-        import tempfile
-
         state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     try:
         outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=progress(as_json),
                            console=out if not as_json else None, base_tier=base_tier,
                            **({"runbook": runbook} if runbook is not None else {}))
     except KeyboardInterrupt:
-        from orchestrator.service.oncall import demo_interrupted
-
         sys.stdout.flush()
         err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)
         INTERRUPT_TOLD.append(True)

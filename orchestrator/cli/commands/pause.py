@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from orchestrator.cli.consoles import out
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
-from orchestrator.cli.options import read_settings as load_settings
+from orchestrator.journal import audit
+from orchestrator.service import signals
+from orchestrator.service.reads import get_run, load_settings_for
+from orchestrator.service.startup import ReadSession
 
 app = command_app()
 
@@ -27,13 +31,8 @@ def signal_run(run_id: str, action: str, inventory: Optional[Path], server: Opti
     """`pause` or `continue`: journaled with who asked (here, or through --server)."""
     if server:
         remote(server, action, {"run_id": run_id}, False, server_ca)
-    from orchestrator.journal import audit
-    from orchestrator.cli.render import out
-    from orchestrator.service import signals
-    from orchestrator.service.reads import get_run
-    from orchestrator.service.startup import ReadSession
 
-    session = ReadSession.open(load_settings(inventory))
+    session = ReadSession.open(load_settings_for(inventory))
     try:
         run = get_run(session, run_id)
         do = signals.pause if action == "pause" else signals.continue_run

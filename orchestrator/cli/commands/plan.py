@@ -8,7 +8,17 @@ from typing import Any, Optional
 
 import typer
 
-from orchestrator.cli.options import InventoryOpt, command_app, read_settings, settings as load_settings
+from orchestrator.cli.consoles import err
+from orchestrator.cli.options import InventoryOpt, command_app
+from orchestrator.engine.fleet import parse_hosts, runbook_for
+from orchestrator.hosts.inventory import load_inventory
+from orchestrator.language.machine import compile_rollback, compile_rollout
+from orchestrator.language.runbook import default_runbook, load_runbook, reuse_loaded
+from orchestrator.previews.compose_check import check_against_compose_file
+from orchestrator.previews.diagram import render_dot, render_mermaid
+from orchestrator.previews.plan import build_plan, fleet_rules, render_json, render_markdown, render_text
+from orchestrator.service.reads import load_runbook_text, load_settings_for
+from orchestrator.service.run_info import check_tag
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.names import DEFAULT_RUNBOOK
 from orchestrator.util.user_errors import UserError
@@ -37,30 +47,11 @@ def plan(
     """Preview every step, request, gate and rollback transition. Offline: never contacts a host
     (needs the inventory only to check HOST exists and name its compose project), unless --live:
     then read-only against the host (no down, no up without dry_run)."""
-    cache = None
-    if not live and hosts is None and compose_file is None and host is not None:
-        from orchestrator.previews.plan_cache import cached_plan, plan_cache_path
-
-        try:
-            cache = plan_cache_path(read_settings(inventory), [host, tag, runbook, fmt, rollback])
-        except Exception:  # noqa: BLE001 - settings the plan below refuses in its own words
-            cache = None
-        text = cached_plan(cache)  # the same plan, kept when it last succeeded with the same inputs and code
-        if text is not None:
-            sys.stdout.write(text)
-            return
-    from orchestrator.hosts.inventory import load_inventory
-    from orchestrator.language.machine import compile_rollback, compile_rollout
-    from orchestrator.service.run_info import check_tag
-    from orchestrator.service.reads import load_runbook_text
-
     check_tag(tag)
     if fmt not in ("text", "markdown", "json", "mermaid", "dot"):
         raise UserError(f"--format {fmt!r} is not one of text, markdown, json, mermaid, dot")
     fleet: list[str] = []
     if hosts is not None:
-        from orchestrator.engine.fleet import parse_hosts
-
         if host is not None:
             raise UserError("give HOST or --hosts, not both")
         if live or rollback is not None:
@@ -69,32 +60,21 @@ def plan(
         host = fleet[0]
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
-    settings = read_settings(inventory)
+    settings = load_settings_for(inventory)
     if live:
         if rollback is not None:
             raise UserError("--live previews a rollout; --rollback plans are offline only")
         if runbook is None:
-            from orchestrator.language.runbook import default_runbook
-
             runbook = default_runbook(host)
-        _plan_live(load_settings(inventory), host, tag, runbook, fmt, compose_file)
+        _plan_live(settings, host, tag, runbook, fmt, compose_file)
         return
     inv = load_inventory(settings.inventory_path())
     for h in fleet:
         inv.host(h)  # an unknown host is named before any runbook is chosen
     shipped: dict[Path, Any] = {}  # the shipped runbooks read to choose one: the chosen one is not read again
-    if runbook is None:  # (the fleet's rules only for --hosts: `plan HOST` loads no journal code)
-        if fleet:
-            from orchestrator.engine.fleet import runbook_for
-
-            runbook = runbook_for(fleet, None).name
-        else:
-            from orchestrator.language.runbook import default_runbook
-
-            runbook = default_runbook(host, shipped)
+    if runbook is None:
+        runbook = runbook_for(fleet, None).name if fleet else default_runbook(host, shipped)
     entry = inv.host(host)
-    from orchestrator.language.runbook import reuse_loaded
-
     rb = reuse_loaded(runbook, shipped) or load_runbook_text(runbook)
     for h in fleet or [host]:
         if h not in rb.hosts:
@@ -104,52 +84,29 @@ def plan(
     checks: list[str] = []
     problems: list[str] = []
     if compose_file is not None:
-        from orchestrator.previews.compose_check import check_against_compose_file
-
         checks, problems, new_services = check_against_compose_file(rb, compose_file)
     if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
-        from orchestrator.previews.diagram import render_dot, render_mermaid
-
-        text = (render_mermaid if fmt == "mermaid" else render_dot)(table)
-        sys.stdout.write(text)
-        _keep(cache, text)
+        sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
         return
-    from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
-
     p = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_services)
     p.checks, p.problems = checks, problems
     if fleet:
-        from orchestrator.previews.plan import fleet_rules
-
         p.fleet, p.fleet_rules = fleet, fleet_rules(rb, fleet)
-    text = {"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p)
-    sys.stdout.write(text)
-    if not problems:
-        _keep(cache, text)
+    sys.stdout.write({"text": render_text, "markdown": render_markdown, "json": render_json}[fmt](p))
     if problems:
-        from orchestrator.cli.render import err
-
         for pr in problems:
             err.print(f"mismatch: {pr}")
         raise typer.Exit(int(ExitCode.UNEXPECTED))
 
 
-def _keep(cache: Any, text: str) -> None:
-    if cache is not None:
-        from orchestrator.previews.plan_cache import keep_plan
-
-        keep_plan(cache, text)
-
-
 def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path]) -> None:
     """`plan --live`: orchestrator.previews.live_plan, with the inventory's tokens from the settings."""
+    # The host clients, the runner and asyncio are imported here: an offline plan never talks to a
+    # host and does without them (~0.5 s of start-up)
     import asyncio
 
-    from orchestrator.cli.render import err
-    from orchestrator.previews.compose_check import check_against_compose_file
-    from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
     from orchestrator.engine.run_logs import ensure_configured
-    from orchestrator.language.runbook import load_runbook
+    from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
     from orchestrator.service.runner import Session
 
     ensure_configured()  # client log events are dropped: stdout holds the plan only

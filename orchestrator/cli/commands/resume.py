@@ -17,6 +17,9 @@ from orchestrator.cli.options import (
     flag,
     remote,
 )
+from orchestrator.cli.render import finish, hooks
+from orchestrator.service import runs
+from orchestrator.service.requests import ResumeRequest
 
 app = command_app()
 
@@ -35,8 +38,5 @@ def resume(
     """Continue a run after a crash or Ctrl-C (no mutating call whose outcome is journaled is sent again)."""
     if server:
         remote(server, "resume", {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json, server_ca)
-    from orchestrator.cli.render import finish, hooks
-    from orchestrator.service import runs
-    from orchestrator.service.requests import ResumeRequest
 
     finish(runs.resume(ResumeRequest(run_id=run_id, retry=retry, yes=yes, soak=soak), inventory, hooks(as_json)), as_json)

@@ -18,6 +18,9 @@ from orchestrator.cli.options import (
     command_app,
     remote,
 )
+from orchestrator.cli.render import finish, hooks
+from orchestrator.service import runs
+from orchestrator.service.requests import RollbackRequest
 
 app = command_app()
 
@@ -45,9 +48,6 @@ def rollback(
     if server:
         remote(server, "rollback", {"host": host, "replica": replica, "to_tag": to_tag, "to_file": to_file,
                                     "runbook": runbook, "yes": yes, "soak": soak}, as_json, server_ca)
-    from orchestrator.cli.render import finish, hooks
-    from orchestrator.service import runs
-    from orchestrator.service.requests import RollbackRequest
 
     req = RollbackRequest(host=host, replica=replica, runbook=runbook, to_tag=to_tag, to_file=to_file, yes=yes, soak=soak)
     finish(runs.rollback(req, inventory, hooks(as_json)), as_json)

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
 from orchestrator.cli.options import (
     InventoryOpt,
     JsonOpt,
@@ -20,7 +21,12 @@ from orchestrator.cli.options import (
     flag,
     remote,
 )
+from orchestrator.cli.render import finish, hooks
+from orchestrator.engine.fleet import default_runbook, parse_hosts
+from orchestrator.service import runs
+from orchestrator.service.requests import FleetRequest, RolloutRequest
 from orchestrator.util.names import DEFAULT_RUNBOOK
+from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import UserError
 
 app = command_app()
@@ -52,10 +58,6 @@ def rollout(
                                                          "soaked) does not hold; by name only, journaled (repeatable)"),
 ) -> None:
     """Roll HOST (or --hosts, one at a time) to TAG following the runbook, gate by gate, rolling back at a failed gate."""
-    from orchestrator.cli.render import finish, hooks
-    from orchestrator.service import runs
-    from orchestrator.service.requests import RolloutRequest
-
     if hosts is not None:
         if host is not None:
             raise UserError("give HOST or --hosts, not both")
@@ -70,8 +72,6 @@ def rollout(
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
     if runbook is None:
-        from orchestrator.engine.fleet import default_runbook
-
         runbook = default_runbook(host)
     if server:
         local_only = [f for f, on in (("--continue", continue_), ("--skip-tag-age-check", skip_tag_age_check),
@@ -89,12 +89,6 @@ def rollout(
 def _fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
            inventory: Optional[Path], skip_tag_age_check: bool, overrides: list[str]) -> None:
     """`rollout --hosts`: the service's fleet run; its summary and exit code here."""
-    from orchestrator.cli.render import INTERRUPT_TOLD, err, hooks, out
-    from orchestrator.engine.fleet import parse_hosts
-    from orchestrator.util.outcome import Outcome
-    from orchestrator.service import runs
-    from orchestrator.service.requests import FleetRequest
-
     runs.check_fleet_options(tag, soak)
     req = FleetRequest(hosts=tuple(parse_hosts(hosts_text)), tag=tag, runbook=runbook, yes=yes, soak=soak,
                        skip_tag_age_check=skip_tag_age_check, overrides=tuple(overrides))

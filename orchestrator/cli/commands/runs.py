@@ -9,7 +9,10 @@ from typing import Optional
 
 import typer
 
-from orchestrator.cli.options import InventoryOpt, command_app, flag, read_settings as load_settings
+from orchestrator.cli.consoles import plain
+from orchestrator.cli.options import InventoryOpt, command_app, flag
+from orchestrator.service.reads import load_settings_for, run_view
+from orchestrator.service.startup import ReadSession
 
 app = command_app()
 
@@ -24,11 +27,7 @@ def runs(
 ) -> None:
     """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
     tag it goes back to), state or outcome, activity (running, paused, waiting for approval, interrupted, ended)."""
-    from orchestrator.cli.render import plain
-    from orchestrator.service.reads import run_view
-    from orchestrator.service.startup import ReadSession
-
-    session = ReadSession.open(load_settings(inventory))
+    session = ReadSession.open(load_settings_for(inventory))
     try:
         tables: dict = {}
         items = [run_view(session, r, tables) for r in session.journal.list_runs(host=host, limit=50)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.language.machine import Node
-from orchestrator.language.runbook import SoakSpec, Step
+from orchestrator.language.runbook import Step
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch  # noqa: F401 - the soak's watches
 
