@@ -45,8 +45,8 @@ COMMANDS: dict[str, Command] = {
     "status": Command("status", "Where a run is (default: the newest): running, interrupted (its runner is gone), "
                                 "waiting for approval, or ended; its steps; which journal and inventory are used."),
     "runs": Command("runs", "List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's "
-                            "is the tag it goes back to), state or outcome, activity (running, interrupted, waiting "
-                            "for approval, ended)."),
+                            "is the tag it goes back to), state or outcome, activity (running, paused, waiting "
+                            "for approval, interrupted, ended)."),
     "approve": Command("approve", "End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."),
     "abort": Command("abort", "Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."),
     "pause": Command("pause", "Hold RUN_ID at its next safe step (never between a down and its replacement's "

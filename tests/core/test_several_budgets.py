@@ -100,7 +100,7 @@ def test_the_gate_records_each_engines_rank_budget_and_its_cold_start_gate_expec
     from types import SimpleNamespace
 
     from orchestrator.engine.steps.checks import budget_verdict
-    from orchestrator.engine.steps.gates import expected_rank_budget
+    from orchestrator.engine.steps.checks import expected_rank_budget
 
     rb = parse_runbook(two_budgets())
     env = SimpleNamespace(get={"R2_BUDGET": "200GiB"}.get, fingerprint=lambda: "fp")
