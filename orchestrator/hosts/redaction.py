@@ -291,7 +291,7 @@ class Redactor:
         return bool((plain is not None and plain.search(text))
                     or (c.b64 is not None and c.cores.found_in(text) and c.b64.search(text)))
 
-    def _scrub_lines(self, lines: list[str]) -> list[str]:
+    def scrub_lines(self, lines: list[str]) -> list[str]:
         """A list of strings read as consecutive lines (a secret split across two is found)."""
         if len(lines) > 1 and not any("\n" in s or "\r" in s for s in lines):
             joined = "\n".join(lines)
@@ -321,7 +321,7 @@ class Redactor:
             return {self.scrub_obj(k): self.scrub_obj(v) for k, v in obj.items()}
         if isinstance(obj, list):
             if obj and all(isinstance(v, str) for v in obj):
-                return self._scrub_lines(obj)
+                return self.scrub_lines(obj)
             return [self.scrub_obj(v) for v in obj]
         if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
             return tuple(self.scrub_obj(v) for v in obj)

@@ -21,6 +21,7 @@ restored):
 
 from __future__ import annotations
 
+import json
 import random
 import string
 
@@ -108,6 +109,7 @@ IDENTIFIERS = [
     "expandable_segments:True", "/root/.cache/huggingface/hub", "h200-gpu02-prod-us-east-1",
     "--mem-fraction-static=0.88", "2024-09-23T10:11:12Z", "correcthorsebatterystaple",
     "a-sixteen-plus-label-value", "SGLANG_ENABLE_TORCH_COMPILE", "0,1,2,3,4,5,6,7",
+    "nvidia/DeepSeek-R1-0528-fp8e4m3fn-w4a16g128",  # quantisation tags: short runs that change class often
 ]
 
 
@@ -176,3 +178,22 @@ def test_redaction_hides_credentials_and_tokens_and_keeps_labels_and_paths():
     text = f"up prod/GLM.yaml on gpu02 with tok-abcdef, {OPAQUE} and hunter22 (LONG_TIER_ONLY true) {'x' * 16}"
     assert r.scrub(text) == f"up prod/GLM.yaml on gpu02 with ***, *** and *** (LONG_TIER_ONLY true) {'x' * 16}"
     assert "prod" not in repr(env) and "tok-abcdef" not in str(env)
+
+
+def test_the_inventory_declares_secret_keys_per_host(tmp_path):
+    from orchestrator.hosts.inventory import load_inventory
+    from orchestrator.util.user_errors import UserError
+
+    host = {"compose_manager_url": "http://cm.invalid", "instance_name": "gpu02", "model_proxy_address": "10.0.0.2:8000",
+            "inference_endpoint": "http://inference.invalid", "soak_relay_base_url": "http://relay.invalid",
+            "available_ram_gib": 1500, "available_ram_source": "test", "gpus": 8}
+    doc = {"dashboard_url": "http://dash.invalid", "model_proxy_peers": {"a": "http://mp.invalid"}, "hosts": {"gpu02": host}}
+    path = tmp_path / "hosts.yaml"
+    path.write_text(json.dumps(doc))
+    assert load_inventory(path).host("gpu02").secret_keys == ()
+    path.write_text(json.dumps({**doc, "hosts": {"gpu02": {**host, "secret_keys": ["MY_DB_CREDS"]}}}))
+    entry = load_inventory(path).host("gpu02")
+    assert EnvMap({"MY_DB_CREDS": "pw-Zq9-unique"}).redaction_values(secret_keys=entry.secret_keys) == {"pw-Zq9-unique"}
+    path.write_text(json.dumps({**doc, "hosts": {"gpu02": {**host, "secret_keys": ["MY DB"]}}}))
+    with pytest.raises(UserError, match="secret_keys"):
+        load_inventory(path)

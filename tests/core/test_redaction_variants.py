@@ -19,8 +19,10 @@ restored):
   `_mask`'s prefix kept unconditionally -> test_a_log_prefix_is_kept_only_when_it_is_the_lines_own.
 - `_anchors` returning only the first half -> test_every_split_point_of_an_anchored_secret_is_found;
   `always` never run -> test_a_secret_without_an_anchor_is_found.
-- `_scrub_lines` -> per-element scrub -> test_scrub_obj_reads_a_list_of_strings_as_lines.
+- `scrub_lines` -> per-element scrub -> test_scrub_obj_reads_a_list_of_strings_as_lines.
 - the span merge `<` -> `<=` -> test_adjacent_secrets_are_masked_each.
+- `_char_pattern` with the literal form first -> test_percent_encoded_in_either_case_is_hidden
+  (`%25` read as `%`) and test_every_form_of_any_secret_is_hidden.
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ def test_a_secret_right_after_an_escape_is_hidden():
     lambda s: _lower_pct(quote_plus(s, safe="")), lambda s: quote(s, safe="/&= "),
 ], ids=["upper", "lower", "plus", "plus-lower", "partly"])
 def test_percent_encoded_in_either_case_is_hidden(encode):
-    r = Redactor(ODD)
+    r = Redactor(ODD, "pw-Zq9-100%")
     _check(r, f"GET /cb?next={encode(ODD)}&x=1", "GET /cb?next=***&x=1")
+    _check(r, f"GET /cb?pw={encode('pw-Zq9-100%')}&x=1", "GET /cb?pw=***&x=1")  # `%25` read whole
 
 
 def test_json_escaped_forms_are_hidden():
@@ -129,7 +132,8 @@ def test_a_log_prefix_is_kept_only_when_it_is_the_lines_own():
     secret = "abcdefgh12-| tail-part"
     r = Redactor(secret)
     assert r.scrub("r1 | x abcdefgh12-\nr1 | | tail-part y") == "r1 | x ***\nr1 | *** y"
-    assert r.scrub("x abcdefgh12-\n| tail-part y") == "x ***\n*** y"  # `| ` is the secret's, not a prefix
+    other = Redactor("abcdefgh12-zz | tail-part")
+    assert other.scrub("x abcdefgh12-\nzz | tail-part y") == "x ***\n*** y"  # `zz | ` is the secret's, not a prefix
 
 
 def test_every_split_point_of_an_anchored_secret_is_found():
