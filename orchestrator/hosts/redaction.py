@@ -139,19 +139,28 @@ def _mask(found: str, line_prefix: str) -> str:
 class _Compiled(NamedTuple):
     """A redactor's patterns. `text` finds every secret in every text form; it runs only on a text
     holding one of `anchors` (literal pieces every match contains), else `always` runs (the
-    secrets too short to have an anchor). `b64` finds the base64 cores, run only on a text
-    holding one of `cores`."""
+    secrets too short to have an anchor). `b64` finds the base64 cores, run only on a text with
+    a run of base64 characters as long as the shortest core (`b64_run`) that holds one of `cores`."""
 
     text: re.Pattern[str] | None
     always: re.Pattern[str] | None
     anchors: _Literals
+    #: the first anchor of each secret: enough in a text without a line break
+    heads: _Literals
     b64: re.Pattern[str] | None
+    b64_run: re.Pattern[str] | None
     cores: _Literals
-    #: anchors and cores together: a text holding none (and no `always`) holds no secret
-    either: _Literals
+
+    def may_hold_b64(self, text: str) -> bool:
+        return self.b64_run is not None and self.b64_run.search(text) is not None and self.cores.found_in(text)
+
+    def may_hold_text(self, text: str) -> bool:
+        """Whether `text` holds an anchor (a text on one line: the first one of a secret)."""
+        one_line = "\n" not in text and "\\n" not in text
+        return (self.heads if one_line else self.anchors).found_in(text)
 
     def may_hold_secret(self, text: str) -> bool:
-        return bool(text) and (self.always is not None or self.either.found_in(text))
+        return bool(text) and (self.always is not None or self.may_hold_text(text) or self.may_hold_b64(text))
 
 
 class _Literals:
@@ -194,14 +203,14 @@ def _alternation(secrets: Iterable[str]) -> re.Pattern[str] | None:
 def _compile(secrets: set[str]) -> _Compiled:
     anchors = {s: _anchors(s) for s in secrets}
     cores = sorted({c for s in secrets for c in _b64_cores(s)}, key=lambda c: (-len(c), c))
-    pieces = [a for pair in anchors.values() for a in pair]
     return _Compiled(
         text=_alternation(secrets),
         always=_alternation(s for s, a in anchors.items() if not a),
-        anchors=_Literals(pieces),
+        anchors=_Literals(a for pair in anchors.values() for a in pair),
+        heads=_Literals(pair[0] for pair in anchors.values() if pair),
         b64=re.compile("|".join(re.escape(c) for c in cores)) if cores else None,
+        b64_run=re.compile(f"[A-Za-z0-9+/_-]{{{len(cores[-1])}}}") if cores else None,
         cores=_Literals(cores),
-        either=_Literals(pieces + cores),
     )
 
 
@@ -245,9 +254,9 @@ class Redactor:
     def _spans(self, text: str) -> list[tuple[int, int]]:
         """Where secrets are in `text`: sorted, overlapping ones merged."""
         c = self._compiled()
-        plain = c.text if c.anchors.found_in(text) else c.always
+        plain = c.text if c.may_hold_text(text) else c.always
         spans = [m.span() for m in plain.finditer(text)] if plain is not None else []
-        if c.b64 is not None and c.cores.found_in(text):
+        if c.b64 is not None and c.may_hold_b64(text):
             for m in c.b64.finditer(text):
                 start, end = m.span()
                 while start > 0 and text[start - 1] in _B64_CHARS:
@@ -287,9 +296,9 @@ class Redactor:
         c = self._compiled()
         if not c.may_hold_secret(text):
             return False
-        plain = c.text if c.anchors.found_in(text) else c.always
+        plain = c.text if c.may_hold_text(text) else c.always
         return bool((plain is not None and plain.search(text))
-                    or (c.b64 is not None and c.cores.found_in(text) and c.b64.search(text)))
+                    or (c.b64 is not None and c.may_hold_b64(text) and c.b64.search(text)))
 
     def scrub_lines(self, lines: list[str]) -> list[str]:
         """A list of strings read as consecutive lines (a secret split across two is found)."""

@@ -17,6 +17,7 @@ restored):
 - `redaction_values`: the `identifiers` filter removed -> test_a_value_inside_the_hosts_own_identifiers_*;
   `url_password` not added -> test_the_password_of_a_url_with_credentials_is_a_secret.
 - `masked_credentials`: `_is_mask` for any key removed -> test_masked_credentials_*.
+- `HostEntry._env_key_names` (inventory.py) not raising -> test_the_inventory_declares_secret_keys_per_host.
 """
 
 from __future__ import annotations

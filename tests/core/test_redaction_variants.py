@@ -17,12 +17,15 @@ restored):
 - `_GAP` -> "" -> test_a_secret_split_across_two_lines_is_hidden_and_the_lines_stay;
   `_LOG_PREFIX` out of `_BREAK` -> [compose-prefix]; the `\\\\n` break dropped -> [json-escaped];
   `_mask`'s prefix kept unconditionally -> test_a_log_prefix_is_kept_only_when_it_is_the_lines_own.
-- `_anchors` returning only the first half -> test_every_split_point_of_an_anchored_secret_is_found;
-  `always` never run -> test_a_secret_without_an_anchor_is_found.
+- `_anchors` returning only the first half, or `may_hold_text` reading only `heads` ->
+  test_every_split_point_of_an_anchored_secret_is_found; a JSON-escaped `\\n` not counted as a
+  line break there -> test_a_secret_split_across_two_lines_is_hidden_and_the_lines_stay[json-escaped];
+  `always` never run -> test_a_secret_without_an_anchor_is_found; `b64_run` longer than the
+  shortest core -> test_base64_inside_a_basic_header_is_hidden_at_every_alignment.
 - `scrub_lines` -> per-element scrub -> test_scrub_obj_reads_a_list_of_strings_as_lines.
 - the span merge `<` -> `<=` -> test_adjacent_secrets_are_masked_each.
 - `_char_pattern` with the literal form first -> test_percent_encoded_in_either_case_is_hidden
-  (`%25` read as `%`) and test_every_form_of_any_secret_is_hidden.
+  (`%25` read as `%`).
 """
 
 from __future__ import annotations
