@@ -23,10 +23,11 @@ paths, every `false` in the lines a gate judges). A value is a secret when
    and digits that mixes both and changes character class (lower, upper, digit) at least 4
    times -- what random tokens (hex, base62, base64, JWTs) have and file paths, image tags,
    model and service names (`prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml`, made of short
-   words) do not. UUIDs, `sha256:` digests and URLs are identifiers, not secrets by shape; or
+   words) do not. UUIDs, `sha256:` digests and URLs are identifiers, not secrets by shape; a
+   40-digit hex commit is one unless the caller passes it among the identifiers; or
 3. it is the password of a URL with credentials (`scheme://user:password@host`).
 
-and never when it is a plain value (`is_plain_value`): shorter than `MIN_CREDENTIAL_LEN`, a number
+and never when it is a plain value (`is_plain_value`): shorter than `MIN_CREDENTIAL_LEN` (6), a number
 or an address (no letter), a common word (`prod`, `true`, `false`, `none`, ...) or a placeholder;
 nor when it also appears in one of the host's own identifiers the caller passes (host name,
 file paths, tags, service names): those must stay exact wherever they are written.
