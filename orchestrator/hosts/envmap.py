@@ -3,21 +3,132 @@
 The map holds secrets (tokens) and labels (`ENV`, `CVM_NAME`, ...). Every rendering of an
 `EnvMap` -- `repr`, `str`, f-strings, rich's pretty printer, structlog's renderers -- shows the
 number of keys and the key names, never a value. The only ways to get values out are explicit:
-`env[key]`, iteration over `.values()`/`.items()`, `as_body()` (for a request body) and
-`secret_values()` (to feed a `Redactor`).
+`env[key]`, iteration over `.values()`/`.items()`, `as_body()` (for a request body),
+`secret_values()` and `redaction_values()` (to feed a `Redactor`).
+
+Which values are secrets (`redaction_values`)
+---------------------------------------------
+A value is hidden from text by what it is, never because its key merely contains a credential-ish
+substring (`AUTH_ENV=prod`, `KEYCLOAK_REALM`, `PASSTHROUGH`, `TOKENIZERS_PARALLELISM=false`,
+`SSL_CERT_DIR=/etc/ssl/certs` are labels: hiding their values would rewrite every `prod` in file
+paths, every `false` in the lines a gate judges). A value is a secret when
+
+1. its key is a credential (`is_credential_key`): one of `NAMED_CREDENTIALS` (the host's known
+   tokens: `HUGGING_FACE_HUB_TOKEN`, `HF_TOKEN`, `PROXY_TOKEN`, compose-manager's and the
+   dashboard's ...), a key the inventory declares (`secret_keys:`), or a key whose last word
+   (words are split on `_`, `-`, `.`) is TOKEN, SECRET, PASSWORD, PASSWD or PASSPHRASE, or whose
+   last two words are API KEY, ACCESS KEY, SECRET KEY or PRIVATE KEY; or
+2. it looks like a secret whatever its key (`looks_like_secret`): 16 characters or more, no
+   whitespace, Shannon entropy of at least 3 bits per character, and a run of 12 or more letters
+   and digits that mixes both and changes character class (lower, upper, digit) at least 4
+   times -- what random tokens (hex, base62, base64, JWTs) have and file paths, image tags,
+   model and service names (`prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml`, made of short
+   words) do not. UUIDs, `sha256:` digests and URLs are identifiers, not secrets by shape; a
+   40-digit hex commit is one unless the caller passes it among the identifiers; or
+3. it is the password of a URL with credentials (`scheme://user:password@host`).
+
+and never when it is a plain value (`is_plain_value`): shorter than `MIN_CREDENTIAL_LEN` (6), a number
+or an address (no letter), a common word (`prod`, `true`, `false`, `none`, ...) or a placeholder;
+nor when it also appears in one of the host's own identifiers the caller passes (host name,
+file paths, tags, service names): those must stay exact wherever they are written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+from urllib.parse import unquote
 
-_SECRET_KEY = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASS|AUTH|CREDENTIAL|CERT|PRIVATE", re.IGNORECASE)
+#: Keys that are credentials by name (compared upper-cased): the host's known tokens.
+NAMED_CREDENTIALS = frozenset({
+    "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN", "PROXY_TOKEN", "MODEL_PROXY_TOKEN",
+    "COMPOSE_MANAGER_TOKEN", "DASHBOARD_TOKEN", "GITHUB_TOKEN", "GH_TOKEN", "PGPASSWORD", "MYSQL_PWD",
+})
+_CREDENTIAL_LAST_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE"})
+_CREDENTIAL_LAST_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY"), ("PRIVATE", "KEY")})
+_KEY_WORD_SEP = re.compile(r"[_.\-]+")
 
+#: A credential's value shorter than this is not scrubbed out of text (it would match ordinary words).
+MIN_CREDENTIAL_LEN = 6
+#: The shape rule's thresholds (rule 2 of the module doc).
+SHAPE_MIN_LEN = 16
+SHAPE_MIN_ENTROPY = 3.0
+SHAPE_MIN_RUN = 12
+SHAPE_MIN_CLASS_CHANGES = 4
 
+#: Values that are words, never secrets (compared lower-cased).
+COMMON_WORDS = frozenset({
+    "true", "false", "yes", "no", "on", "off", "none", "null", "nil", "undefined", "unset", "empty",
+    "enabled", "disabled", "enable", "disable", "auto", "always", "never", "default", "required", "optional",
+    "prod", "production", "staging", "stage", "dev", "development", "test", "testing", "local", "localhost",
+    "debug", "info", "warn", "warning", "error", "latest", "stable", "main", "master", "public", "private",
+})
 _PLACEHOLDERS = {"redacted", "[redacted]", "changeme", "placeholder", "none", "null", "xxx", "todo"}
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_DIGEST = re.compile(r"(?i)\b(?:md5|sha1|sha224|sha256|sha384|sha512):[0-9a-f]{16,}")
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
+_URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^/?#:@\s]*:([^/?#@\s]+)@")
+
+
+def is_credential_key(key: str, declared: Iterable[str] = ()) -> bool:
+    """Whether `key` names a credential (rule 1 of the module doc); `declared`: the inventory's
+    `secret_keys` for the host (exact names)."""
+    if key in set(declared) or key.upper() in NAMED_CREDENTIALS:
+        return True
+    words = [w for w in _KEY_WORD_SEP.split(key.upper()) if w]
+    return bool(words) and (words[-1] in _CREDENTIAL_LAST_WORDS or tuple(words[-2:]) in _CREDENTIAL_LAST_PAIRS)
+
+
+def shannon_entropy(text: str) -> float:
+    """Bits per character of `text`'s own character distribution."""
+    if not text:
+        return 0.0
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
+
+
+def _class_changes(run: str) -> int:
+    def cls(c: str) -> int:
+        return 0 if c.isdigit() else 1 if c.isupper() else 2
+
+    return sum(cls(a) != cls(b) for a, b in zip(run, run[1:], strict=False))
+
+
+def is_plain_value(value: str) -> bool:
+    """Never a secret: shorter than `MIN_CREDENTIAL_LEN`, no letter at all (a number, an address,
+    a list of devices), a common word or a placeholder."""
+    t = value.strip()
+    return (len(t) < MIN_CREDENTIAL_LEN or not any(c.isalpha() for c in t)
+            or t.lower() in COMMON_WORDS or t.lower() in _PLACEHOLDERS)
+
+
+def looks_like_secret(value: str) -> bool:
+    """Rule 2 of the module doc: a random token's shape, whatever the key."""
+    if len(value) < SHAPE_MIN_LEN or any(c.isspace() for c in value) or "://" in value:
+        return False
+    if _UUID.fullmatch(value) or shannon_entropy(value) < SHAPE_MIN_ENTROPY:
+        return False
+    for run in _ALNUM_RUN.findall(_DIGEST.sub("-", value)):
+        if (len(run) >= SHAPE_MIN_RUN and any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+                and _class_changes(run) >= SHAPE_MIN_CLASS_CHANGES):
+            return True
+    return False
+
+
+def _is_mask(value: str) -> bool:
+    """A redacted view's mask, whatever the key: `***`, `•••`, `<redacted>`, `[REDACTED]`."""
+    return (len(value) >= 3 and set(value) <= {"*", "•"}) or value.lower() in {"<redacted>", "[redacted]"}
+
+
+def url_password(value: str) -> str | None:
+    """The password of `scheme://user:password@host...`, else None."""
+    m = _URL_PASSWORD.match(value.strip())
+    return m.group(1) if m else None
 
 
 class EnvMap(Mapping[str, str]):
@@ -82,24 +193,23 @@ class EnvMap(Mapping[str, str]):
         """Every non-empty value (labels included: `ENV=prod` is hidden like a token)."""
         return frozenset(v for v in self._data.values() if v)
 
-    def redaction_values(self) -> frozenset[str]:
-        """What a run's shared redactor hides in every log line, journal entry and message.
+    def redaction_values(self, *, secret_keys: Iterable[str] = (), identifiers: Iterable[str] = ()) -> frozenset[str]:
+        """What a run's shared redactor hides in every log line and message: the module doc's rules.
 
-        Every value of a key that names a credential (TOKEN, SECRET, KEY, PASSWORD, PASS, AUTH,
-        CREDENTIAL, CERT, PRIVATE), whatever its length from 4 characters, and every other value of
-        16 characters or more (a credential under an unexpected name). Short labels such as
-        `ENV=prod` or `CVM_NAME=gpu02` are not scrubbed out of text: hiding them would rewrite file
-        paths (`prod/...`) and host names that the journal must keep exact to roll back. They are
-        still never rendered as env-map values: the map itself only ever shows its keys.
+        `secret_keys`: the keys the inventory declares secret for this host (`HostEntry.secret_keys`).
+        `identifiers`: the host's own names (host and instance name, compose file paths, tags,
+        service names): a value found inside one of them is never hidden, so they stay exact.
+        Labels are still never rendered as env-map values: the map itself only ever shows its keys.
         """
-        out = set()
+        declared = frozenset(secret_keys)
+        names = [str(i) for i in identifiers if i]
+        out: set[str] = set()
         for key, value in self._data.items():
-            if not value:
-                continue
-            if _SECRET_KEY.search(key) and len(value) >= 4:
-                out.add(value)
-            elif len(value) >= 16:
-                out.add(value)
+            found = [value] if is_credential_key(key, declared) or looks_like_secret(value) else []
+            password = url_password(value)
+            if password is not None:
+                found += [password, unquote(password)]
+            out.update(v for v in found if not is_plain_value(v) and not any(v in name for name in names))
         return frozenset(out)
 
     def fingerprint(self) -> str:
@@ -111,15 +221,19 @@ class EnvMap(Mapping[str, str]):
             h.update(k.encode() + b"=" + self._data[k].encode() + b"\0")
         return h.hexdigest()[:32]
 
-    def masked_credentials(self) -> list[str]:
-        """Keys naming a credential whose value is a mask or a placeholder (`***`, `<redacted>`,
-        empty): such a map was copied from a redacted view and must never be deployed."""
+    def masked_credentials(self, *, secret_keys: Iterable[str] = ()) -> list[str]:
+        """Keys whose value was copied from a redacted view and must never be deployed: a mask
+        (`***`, `•••`, `<redacted>`) under any key, and under a credential key
+        (`is_credential_key`) also an empty value, `xxx` or a placeholder (`changeme`, `none`)."""
+        declared = frozenset(secret_keys)
         bad = []
         for k, v in self._data.items():
-            if not _SECRET_KEY.search(k):
-                continue
             t = v.strip()
-            if not t or set(t) <= set("*x•.") or (t.startswith("<") and t.endswith(">")) or t.lower() in _PLACEHOLDERS:
+            if _is_mask(t):
+                bad.append(k)
+            elif is_credential_key(k, declared) and (
+                    not t or set(t) <= set("*x•.") or (t.startswith("<") and t.endswith(">"))
+                    or t.lower() in _PLACEHOLDERS):
                 bad.append(k)
         return sorted(bad)
 

@@ -5,6 +5,7 @@ Schema-validated with pydantic; unknown keys are errors so a typo cannot silentl
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -17,6 +18,8 @@ RESERVED_PROJECTS = frozenset({"work", "dstack"})
 
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: What compose-manager accepts as an env var name.
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Strict(BaseModel):
@@ -48,6 +51,17 @@ class HostEntry(_Strict):
     #: Optional base URL of a Prometheus-compatible query API holding this host's SGLang series
     #: (an analysis with `source: prometheus` reads `GET <url>/api/v1/query`; issue 23).
     prometheus_url: HttpUrl | None = None
+    #: Optional env-map keys whose values are secrets whatever their names (`MY_DB_CREDS`):
+    #: added to the keys `EnvMap.redaction_values` recognises by name (orchestrator/hosts/envmap.py).
+    secret_keys: tuple[str, ...] = ()
+
+    @field_validator("secret_keys")
+    @classmethod
+    def _env_key_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [k for k in v if not _ENV_KEY.fullmatch(k)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not an env var name ([A-Za-z_][A-Za-z0-9_]*)")
+        return v
 
     @field_validator("project")
     @classmethod

@@ -3,15 +3,18 @@ value the redaction policy hides (EnvMap.redaction_values: credentials by key na
 values) may appear in an exception message,
 an outcome, an event handed to the caller, or a captured log line."""
 
+import base64
 import json
 import logging
+import re
+from urllib.parse import quote
 
 import httpx
 import pytest
 import respx
-from helpers_compose import BASE, ENV, FAST, REQ, TOKEN, ChunkStream, done_line, event_line
 from structlog.testing import capture_logs
 
+from helpers_compose import BASE, ENV, FAST, REQ, TOKEN, ChunkStream, done_line, event_line
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
 from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import ClientError
@@ -178,3 +181,62 @@ async def test_dashboard_model_proxy_and_inference_error_paths_leak_nothing(capl
     assert not result.ok and not relay_result.ok
     assert_clean(texts, logs, caplog)
 
+
+
+RESERVED = "pw/Zq9+x&y=z?\u00fc-secret"  # a secret URL encoding changes (a configured token, say)
+
+
+def _forms(secret: str) -> dict[str, str]:
+    """A secret as an echo may carry it: base64, base64url, a Basic header's `user:secret`,
+    percent-encoded in either case, split across two lines."""
+    half = len(secret) // 2
+    pct = quote(secret, safe="")
+    return {
+        "base64": base64.b64encode(secret.encode()).decode(),
+        "base64url": base64.urlsafe_b64encode(secret.encode()).decode(),
+        "basic": "Basic " + base64.b64encode(f"orchestrator:{secret}".encode()).decode(),
+        "pct-upper": pct,
+        "pct-lower": re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), pct),
+        "split": f"{secret[:half]}\n{secret[half:]}",
+    }
+
+
+def _leaked(secret: str, form: str) -> list[str]:
+    """What must not be seen: the encoded form, or for a split both halves."""
+    shown = _forms(secret)[form]
+    if form == "split":
+        return [secret[: len(secret) // 2], secret[len(secret) // 2:]]
+    return [shown.removeprefix("Basic ")]
+
+
+@pytest.mark.parametrize("form", sorted(_forms("x" * 8)))
+@pytest.mark.parametrize("where", ["error-json", "error-text", "logs"])
+async def test_encoded_and_split_secrets_leak_nothing(form, where, caplog):
+    """Every secret the client knows, echoed back encoded or split over two lines, comes out
+    masked (and the echo is seen: the scan is not vacuous)."""
+    caplog.set_level(logging.DEBUG)
+    secrets = [TOKEN, *sorted(ENV.redaction_values()), RESERVED]
+    echo = "\n".join(f"seen [{_forms(s)[form]}] here" for s in secrets)
+    texts: list[str] = []
+    with capture_logs() as logs, respx.mock(base_url=BASE, assert_all_called=False) as router:
+        answer = {"error-json": err(400, echo), "error-text": httpx.Response(400, text=echo),
+                  "logs": httpx.Response(200, json={"status": "ok", "output": echo})}[where]
+        router.post("/compose/up").mock(return_value=answer)
+        router.post("/compose/logs").mock(return_value=answer)
+        async with ComposeManagerClient(BASE, TOKEN, retry=FAST) as client:
+            client.redactor.add(*ENV.redaction_values(), RESERVED)
+            if where == "logs":
+                texts.append(await client.logs(REQ.file, list(REQ.services), 10))
+            else:
+                try:
+                    outcome = await client.up(REQ, ENV)
+                    texts += [repr(outcome), str(outcome.error)]
+                except ClientError as exc:
+                    collect(texts, exc)
+    assert sum(t.count("seen [") for t in texts) >= len(secrets)
+    assert _forms(RESERVED)[form] != RESERVED
+    assert any("***" in t for t in texts)
+    corpus = texts + [repr(entry) for entry in logs] + [caplog.text]
+    for secret in secrets:
+        for piece in _leaked(secret, form):
+            assert not any(piece in text for text in corpus), (secret, form, piece)

@@ -1,9 +1,11 @@
 """`Redactor.scrub_obj` (a run's context is scrubbed at every transition, every log event on its
-way out): every string at every depth, keys too, comes out as `scrub` makes it, whatever the
-secret holds (quotes, backslashes, control characters, non-ASCII), and no secret is left."""
+way out): every string at every depth, keys too, comes out as `scrub` makes it (a list of strings
+as consecutive lines), whatever the secret holds (quotes, backslashes, control characters,
+non-ASCII), and no secret is left as a whole token."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hypothesis import given, settings
@@ -29,14 +31,24 @@ json_like = st.recursive(
 
 
 def _each_string(obj: Any, fn: Any) -> Any:
-    """The expectation: `fn` applied to every string, the shape kept."""
+    """The expectation: `fn` applied to every string, the shape kept; a list of two or more
+    strings without line breaks is one text of lines."""
     if isinstance(obj, str):
         return fn(obj)
     if isinstance(obj, dict):
         return {fn(k): _each_string(v, fn) for k, v in obj.items()}
     if isinstance(obj, list):
+        if len(obj) > 1 and all(isinstance(v, str) and "\n" not in v and "\r" not in v for v in obj):
+            return fn("\n".join(obj)).split("\n")
         return [_each_string(v, fn) for v in obj]
     return obj
+
+
+def _whole(secret: str, text: str) -> bool:
+    """Whether `secret` is in `text` as a whole token (not inside a longer word)."""
+    before = "(?<![A-Za-z0-9])" if secret[0].isascii() and secret[0].isalnum() else ""
+    after = "(?![A-Za-z0-9])" if secret[-1].isascii() and secret[-1].isalnum() else ""
+    return re.search(before + re.escape(secret) + after, text) is not None
 
 
 def _strings(obj: Any) -> list[str]:
@@ -55,7 +67,7 @@ def test_every_string_at_every_depth_is_scrubbed_and_no_secret_is_left(obj):
     r = Redactor(*SECRETS)
     out = r.scrub_obj(obj)
     assert out == _each_string(obj, r.scrub)
-    assert not any(secret in s for s in _strings(out) for secret in SECRETS)
+    assert not any(_whole(secret, s) for s in _strings(out) for secret in SECRETS)
 
 
 def test_a_secret_deep_in_a_context_is_masked_and_a_clean_context_comes_back_equal():
