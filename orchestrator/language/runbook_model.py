@@ -340,6 +340,11 @@ class Runbook(_Strict):
         """The budget whose engines name `service`; else the first (a single budget's rule)."""
         return next((b for b in self.budgets() if service in b.engines), self.budget)
 
+    def identifiers(self) -> list[str]:
+        """The runbook's own names (its files and services): a redactor never takes a value
+        inside one of them for a secret, so what the journal keeps of them stays exact."""
+        return [self.file, *self.deploys, *self.engines(), *self.previous_refs(), *sorted(self.oneshot_services())]
+
     def engines(self) -> list[str]:
         return [e for engines in self.replicas.values() for e in engines]
 

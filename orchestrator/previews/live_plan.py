@@ -245,9 +245,10 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
-    session.redactor.add(*env.redaction_values())
+    session.redactor.add(*env.redaction_values(secret_keys=entry.secret_keys,
+                                               identifiers=(host, entry.instance_name, tag, *rb.identifiers())))
     lp.env_keys = sorted(env)
-    masked = env.masked_credentials()
+    masked = env.masked_credentials(secret_keys=entry.secret_keys)
     if masked:
         lp.refuse(f"the env map of {entry.instance_name} holds masked or placeholder values for {', '.join(masked)}: fix them in the dashboard")
     if rb.budget is not None:

@@ -51,7 +51,8 @@ async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[s
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
-    session.redactor.add(*env.redaction_values())
+    session.redactor.add(*env.redaction_values(secret_keys=entry.secret_keys,
+                                               identifiers=(host, entry.instance_name, tag, *rb.identifiers())))
     async with _compose_client(session, entry) as cm:
         try:
             return await observe_host(cm, env, rb, tag, entry.project)
@@ -100,7 +101,9 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
-    session.redactor.add(*env.redaction_values())
+    session.redactor.add(*env.redaction_values(
+        secret_keys=entry.secret_keys,
+        identifiers=(host, entry.instance_name, *rb.identifiers(), *(v for target in targets for v in target))))
 
     async with _compose_client(session, entry) as cm:
         actions = await cm.action_log()

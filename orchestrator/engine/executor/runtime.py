@@ -315,12 +315,20 @@ class EnvReader:
     ctx: RunContext
     voice: Voice
     visit: Visit
+    #: the host's own names (host, files, tags, services): a value inside one is never a secret,
+    #: so what the journal keeps of them stays exact
+    identifiers: tuple[str, ...] = ()
     #: the env map as last read (None before the first read of this runner)
     env: EnvMap | None = field(default=None, init=False)
 
+    def _secrets_of(self, env: EnvMap) -> frozenset[str]:
+        known = self.identifiers + tuple(str(v) for ref in self.ctx.previous.values() if isinstance(ref, dict)
+                                         for v in (ref.get("file"), ref.get("tag")) if v)
+        return env.redaction_values(secret_keys=self.entry.secret_keys, identifiers=known)
+
     async def read_env(self) -> EnvMap:
         env = await self.dashboard.env_map(name=self.entry.instance_name)
-        self.redactor.add(*env.redaction_values())
+        self.redactor.add(*self._secrets_of(env))
         fp = env.keys_fingerprint()
         if self.ctx.env_keys_fingerprint and self.ctx.env_keys_fingerprint != fp:
             self.visit.log.warning("env_map_keys_changed", keys=len(env))
@@ -333,7 +341,7 @@ class EnvReader:
     async def ensure_env(self) -> EnvMap:
         if self.env is None:
             env = await self.read_env()
-            masked = env.masked_credentials()
+            masked = env.masked_credentials(secret_keys=self.entry.secret_keys)
             if masked:
                 raise MaskedEnv(f"the env map of {self.entry.instance_name} now holds masked or placeholder values for "
                                 f"{', '.join(masked)}: nothing more is sent; fix them in the dashboard, then resume")
@@ -346,7 +354,7 @@ class EnvReader:
         if name is None:
             raise LookupError(f"host {host!r} is not in the inventory (its env map cannot be read)")
         env = await self.dashboard.env_map(name=name)
-        self.redactor.add(*env.redaction_values())
+        self.redactor.add(*self._secrets_of(env))
         return env
 
 
@@ -1410,8 +1418,10 @@ class Runtime:
         timer = RunClock(clock=clock, poll=poll_interval, table=table, journal=journal, run_id=run.run_id,
                          visit=visit, voice=voice)
         records = RunJournal(journal=journal, lease=lease, run=run, ctx=ctx, redactor=redactor, visit=visit)
+        names = (run.host, entry.instance_name, run.tag or "", *runbook.identifiers())
         envs = EnvReader(dashboard=clients.dashboard, instance_names=clients.instance_names,
-                         entry=entry, redactor=redactor, ctx=ctx, voice=voice, visit=visit)
+                         entry=entry, redactor=redactor, ctx=ctx, voice=voice, visit=visit,
+                         identifiers=tuple(n for n in names if n))
         reads = HostReads(compose=clients.compose, inference=clients.inference, relay=clients.relay,
                           entry=entry, rb=runbook, ctx=ctx, voice=voice)
         neighbours = Neighbours(peers=clients.peers, addresses=clients.addresses,

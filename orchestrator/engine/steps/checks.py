@@ -130,7 +130,7 @@ class EnvMapCheck(Described):
 
     async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
         env = await rt.read_env()
-        masked = env.masked_credentials()
+        masked = env.masked_credentials(secret_keys=rt.entry.secret_keys)
         if masked:
             return fail(
                 f"the env map of {rt.entry.instance_name} holds masked or placeholder values for {', '.join(masked)} "
