@@ -14,7 +14,8 @@ orchestrate="${ORCHESTRATE:-orchestrate}"
 # Files changed on this branch since it left BASE_REF (deleted ones too: a runbook may deploy them).
 mapfile -t changed < <(git diff --name-only --no-renames "${base}...HEAD")
 
-args=(ci-preview --repo .)
+# The merge base: what the rollout will recreate is the diff from the file the fleet runs now.
+args=(ci-preview --repo . --base-ref "$(git merge-base "$base" HEAD)")
 for f in "${changed[@]}"; do
   args+=(--changed "$f")
 done

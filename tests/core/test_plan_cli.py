@@ -63,6 +63,19 @@ def test_compose_file_check_passes_on_the_seed_version():
     assert r.returncode == 0, r.stderr
 
 
+
+def test_env_interpolates_the_compose_file_with_the_hosts_values_never_printing_them(tmp_path):
+    seed = ROOT / "orchestrator_sim" / "compose" / "prod" / "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
+    env = tmp_path / "gpu02.env"
+    env.write_text("# the host's map\nLONG_TIER_ONLY=false-but-secretish-7f3a\n")
+    r = orchestrate("plan", "gpu02", "--tag", "v0.0.300", "--compose-file", str(seed), "--env", str(env))
+    assert r.returncode == 1, r.stderr
+    assert "LONG_TIER_ONLY: found (a value from the env map, not shown), expected true" in r.stderr
+    assert "secretish" not in r.stdout + r.stderr
+    env.write_text("LONG_TIER_ONLY=true\n")
+    assert orchestrate("plan", "gpu02", "--tag", "v0.0.300", "--compose-file", str(seed), "--env", str(env)).returncode == 0
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

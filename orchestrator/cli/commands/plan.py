@@ -14,7 +14,7 @@ from orchestrator.engine.fleet import parse_hosts, runbook_for
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.language.machine import compile_rollback, compile_rollout
 from orchestrator.language.runbook import default_runbook, load_runbook, reuse_loaded
-from orchestrator.previews.compose_check import check_against_compose_file
+from orchestrator.previews.compose_check import check_against_compose_file, read_env_file
 from orchestrator.previews.diagram import render_dot, render_mermaid
 from orchestrator.previews.plan import build_plan, fleet_rules, render_json, render_markdown, render_text
 from orchestrator.service.reads import load_runbook_text, load_settings_for
@@ -37,6 +37,9 @@ def plan(
                             help="Output format (mermaid, dot: the state diagram drawn from the transition table)"),
     compose_file: Optional[Path] = typer.Option(None, "--compose-file", metavar="PATH",
                                                 help="Check the runbook against this compose file (the new file); exit 1 on a mismatch"),
+    env_file: Optional[Path] = typer.Option(None, "--env", metavar="FILE",
+                                            help="With --compose-file: interpolate it with a host's env map (a dotenv "
+                                                 "file; values are never printed) instead of the file's own defaults"),
     rollback: Optional[str] = typer.Option(None, "--rollback", metavar="r1|r2|all", help="Plan a standalone rollback instead"),
     inventory: Optional[Path] = InventoryOpt,
     live: bool = typer.Option(False, "--live", help="Read the host (never change it): env map keys, budget, host state, "
@@ -66,7 +69,7 @@ def plan(
             raise UserError("--live previews a rollout; --rollback plans are offline only")
         if runbook is None:
             runbook = default_runbook(host)
-        _plan_live(settings, host, tag, runbook, fmt, compose_file)
+        _plan_live(settings, host, tag, runbook, fmt, compose_file, env_file)
         return
     inv = load_inventory(settings.inventory_path())
     for h in fleet:
@@ -84,7 +87,7 @@ def plan(
     checks: list[str] = []
     problems: list[str] = []
     if compose_file is not None:
-        checks, problems, new_services = check_against_compose_file(rb, compose_file)
+        checks, problems, new_services = check_against_compose_file(rb, compose_file, env=_env(env_file))
     if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
         sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
         return
@@ -99,7 +102,8 @@ def plan(
         raise typer.Exit(int(ExitCode.UNEXPECTED))
 
 
-def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path]) -> None:
+def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path],
+               env_file: Optional[Path] = None) -> None:
     """`plan --live`: orchestrator.previews.live_plan, with the inventory's tokens from the settings."""
     # The host clients, the runner and asyncio are imported here: an offline plan never talks to a
     # host and does without them (~0.5 s of start-up)
@@ -118,7 +122,8 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     checks: list[str] = []
     new_services = None
     if compose_file is not None:
-        checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file)
+        checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file,
+                                                                    env=_env(env_file))
     session = Session.open(settings)
     try:
         lp = asyncio.run(build_live_plan(session, host, tag, runbook, new_file_services=new_services))
@@ -131,3 +136,8 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     if lp.changed:  # never a silent "nothing was changed": one line naming what changed
         err.print(f"orchestrate: the preview changed real containers: {'; '.join(lp.changed)}", markup=False, soft_wrap=True)
     raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)
+
+
+def _env(env_file: Optional[Path]) -> dict[str, str] | None:
+    """The host env map `--env` names (None: the compose file's own defaults)."""
+    return read_env_file(env_file) if env_file is not None else None
