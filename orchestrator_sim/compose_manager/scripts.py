@@ -39,6 +39,12 @@ class ComposeScripts(ComposePlanning):
             self._op = None
         if success and op.action == "compose_up" and not op.request.dry_run:
             self._record_success(op.request)
+        if success and op.action == "compose_down":
+            refusals = self.faults.count_of("lock-after-down")
+            if refusals:  # another client (the dashboard, an operator's dry run) takes the lock at once
+                self._held_by_other = (refusals, {
+                    "action": "compose_up", "started_at": self.stamp(), "tag": op.request.tag,
+                    "file": op.request.file, "services": [], "dry_run": True})
         if op.call is not None and self.recorder is not None:
             self.recorder.update(
                 op.call, outcome="done:ok" if success else f"done:failed({code})", effects=list(op.effects)

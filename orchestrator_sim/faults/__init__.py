@@ -31,6 +31,9 @@ __all__ = ["DOWN_BUSY_DEFAULT", "ENGINE_FAULTS", "ENGINE_REPLICAS", "FAULTS", "A
 
 #: `down-busy` without a count: one compose/down refused through the client's five busy retries
 DOWN_BUSY_DEFAULT = 6
+#: `lock-after-down` without a count: how many lock calls another client's operation refuses after
+#: each down (two compose calls' worth of the client's 1 + 5 busy attempts)
+LOCK_AFTER_DOWN_DEFAULT = 12
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def _parse_fault(spec: str) -> FaultSpec:
         return FaultSpec(name, replica=replica, count=count)
     if info.arg == "count":
         try:
-            count = int(arg) if arg else 1
+            count = int(arg) if arg else LOCK_AFTER_DOWN_DEFAULT if name == "lock-after-down" else 1
         except ValueError:
             raise ValueError(f"fault {name}: count must be an integer, not {arg!r}") from None
         if count < 0:
@@ -150,6 +153,10 @@ class ActiveFaults:
                     self._remaining[s] -= 1
                     return True
             return False
+
+    def count_of(self, name: str) -> int:
+        """The count given to an active fault (0: not active); asking does not spend it."""
+        return next((s.count or 0 for s in self.specs if s.name == name), 0)
 
     def take_once(self, name: str) -> bool:
         """True the first time a one-shot fault is asked for, then never again."""

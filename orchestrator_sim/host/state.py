@@ -100,6 +100,7 @@ class HostState:
     _work_dir: dict[str, Any]
     _orphans: list[OrphanRemoval]
     _op: Operation | None
+    _held_by_other: tuple[int, dict[str, Any]] | None
     _round_robin: int
 
     def sync(self) -> float:

@@ -40,9 +40,9 @@ Rules kept here (each pinned by a test in tests/executor/):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -75,6 +75,7 @@ from orchestrator.language.machine import Event, Node, Table
 from orchestrator.language.references import resolve_file, resolve_services
 from orchestrator.language.runbook import Runbook, Step
 from orchestrator.util.clock import Clock
+from orchestrator.util.durations import format_duration
 
 __all__ = [
     "COLD_START_WINDOW", "HEARTBEAT_S", "MAX_DOWN_RESENDS", "MIN_PROBE_REAL_S", "SERVING_WINDOW", "SETTLE_S",
@@ -82,6 +83,7 @@ __all__ = [
 ]
 
 log = structlog.get_logger("orchestrator.executor")
+T = TypeVar("T")
 
 #: A heartbeat line during a long wait, on the run's clock.
 HEARTBEAT_S = 300.0
@@ -914,7 +916,8 @@ class ComposeCalls:
         while True:
             attempt += 1
             try:
-                outcome = await self.compose.up(req, env)
+                outcome = await self.unless_busy(lambda: self.compose.up(req, env), f"the dry run of {', '.join(req.services)}",
+                                                 abortable=True)
                 break
             except (TagTooRecent, TagNotFound) as exc:
                 return DryRunCall("refused", outcome=fail(f"compose-manager refused the tag {req.tag}: {self.voice.scrub(exc.detail)}"))
@@ -942,6 +945,41 @@ class ComposeCalls:
                 "(docker/compose#14029: a dry run that recreates for real)"))
         return DryRunCall("done", stream=outcome, after=after_list)
 
+    async def unless_busy(self, send: Callable[[], Awaitable[T]], what: str, *, abortable: bool) -> T:
+        """`send()`, waiting out compose-manager's lock held by another operation (another
+        operator's dry run, the dashboard) for up to the runbook's `timeouts.gone`: a 409 means the
+        server refused and did nothing, so sending again is safe, and giving up would leave a
+        replica a step before stopped empty for a transient lock. Each wait names what holds it
+        (`GET /status`); past the bound the `Busy` goes to the caller as before. `abortable`: False
+        once the call's intent is journaled (an abort then waits for the call's outcome)."""
+        deadline = self.clock.clock.monotonic() + self.rb.timeouts.gone
+        said = ""
+        while True:
+            try:
+                return await send()
+            except Busy as exc:
+                if self.clock.clock.monotonic() >= deadline:
+                    raise
+                holder = await self._lock_holder(exc)
+                if holder != said:
+                    self.voice.emit("note", text=f"compose-manager on {self.run.host} is busy ({holder}); {what} waits "
+                                                 f"for its lock (at most {format_duration(self.rb.timeouts.gone)} in all)")
+                    said = holder
+                self.visit.log.warning("compose_busy_waited", holder=holder)
+                await self.clock.wait(abortable=abortable)
+
+    async def _lock_holder(self, exc: Busy) -> str:
+        try:
+            held = await self.compose.status()
+        except ClientError:
+            held = None
+        if held is None:
+            text = exc.in_flight or "an operation of another client"
+        else:
+            text = " ".join(x for x in (held.action, ", ".join(held.services), held.file or "",
+                                        f"since {held.started_at}" if held.started_at else "") if x)
+        return self.voice.scrub(text)
+
     async def mutate(self, kind: str, req: ComposeRequest, baseline: dict[str, Any]) -> dict[str, Any]:
         """Check for foreign changes, journal the intent, send once, journal the outcome."""
         env = await self.envs.ensure_env()
@@ -952,10 +990,11 @@ class ComposeCalls:
             self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
         intent = self.records.record_intent(kind, {"request": req.redacted(), "baseline": baseline})
         self.voice.emit("effect", action=kind, services=list(req.services), file=req.file, tag=req.tag)
-        call = self.compose.down if kind.startswith("compose_down") else self.compose.up
         scrub = self.voice.scrub
         try:
-            res = await call(req, env)
+            call = self.compose.down if kind.startswith("compose_down") else self.compose.up
+            verb = "down" if kind.startswith("compose_down") else "up"
+            res = await self.unless_busy(lambda: call(req, env), f"the {verb} of {', '.join(req.services)}", abortable=False)
             outcome: dict[str, Any] = {"status": res.status, "exit_code": res.exit_code,
                                        "lines": [scrub(x) for x in res.lines[-30:]], "error": scrub(res.error or "")}
         except (Busy, TransportError) as exc:
@@ -1010,6 +1049,7 @@ class StopGuard:
     ctx: RunContext
     voice: Voice
     visit: Visit
+    clock: RunClock
 
     async def stop_guard(self, services: list[str]) -> str | None:
         """Why stopping these services now could take down the last serving replica (None: safe)."""
@@ -1018,11 +1058,22 @@ class StopGuard:
         engines = [s for s in services if self.rb.replica_of(s)]
         if not engines:
             return None
+        # another client's operation may be changing the replica that must keep serving: wait for
+        # it to end (bounded by the runbook's `timeouts.gone`) and judge what the host is after it
+        deadline = self.clock.clock.monotonic() + self.rb.timeouts.gone
+        said = False
+        while await self.reads.in_flight():
+            if self.clock.clock.monotonic() >= deadline:
+                return ("refusing to stop " + ", ".join(engines) + ": compose-manager reports another operation in "
+                        f"flight (GET /status) for longer than {format_duration(self.rb.timeouts.gone)}; nothing was "
+                        "stopped. Look at the host, then resume")
+            if not said:
+                self.voice.emit("note", text=f"compose-manager on {self.run.host} reports another operation in flight; "
+                                             f"the stop of {', '.join(engines)} waits for it to end")
+                said = True
+            await self.clock.wait()
         containers = await self.reads.ps()
         stopping = {self.rb.replica_of(s) for s in engines}
-        if await self.reads.in_flight():
-            return ("refusing to stop " + ", ".join(engines) + ": compose-manager reports another operation in flight "
-                    "(GET /status); nothing was stopped. Look at the host, then resume")
         listed: list[str] | None = None  # asked of the peers once per guard, when it matters
         for e in engines:
             mine = await self.serving.serving(e, containers)
@@ -1433,7 +1484,7 @@ class Runtime:
         calls = ComposeCalls(compose=clients.compose, envs=envs, reads=reads, records=records, foreign=foreign,
                              clock=timer, entry=entry, rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit)
         guard = StopGuard(serving=serving, reads=reads, neighbours=neighbours, journal=journal, table=table,
-                          rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit)
+                          rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit, clock=timer)
         waits = Waits(clock=timer, reads=reads, calls=calls, guard=guard, neighbours=neighbours,
                       records=records, entry=entry, rb=runbook, run=run, voice=voice, visit=visit)
         preflight = Preflight(compose=clients.compose, github=clients.github, envs=envs,
