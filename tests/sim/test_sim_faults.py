@@ -24,6 +24,7 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "dry-run-recreates",
         "force-recreate-ignored",
         "busy-409",
+        "lock-after-down",
         "down-busy",
         "server-500",
         "cut-before-effect",
