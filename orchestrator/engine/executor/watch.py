@@ -65,7 +65,7 @@ async def watch(rt: "Activities", spec: "WatchSpec") -> str:
                 return found
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+        except Exception as exc:  # the relay client's errors and bad text, counted, then named
             misses += 1
             if misses >= MISSES:
                 return (f"{spec.replica}'s metrics (relay :{spec.relay.port}) could not be read {MISSES} times in a "

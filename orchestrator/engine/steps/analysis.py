@@ -73,7 +73,7 @@ async def _read_dcgm(rt: "Activities", spec: "AnalysisSpec", scrapes: dict[str, 
         per = await read_dcgm(rt, spec.dcgm.port, spec.relay.token_variable,
                               {r: rt.rb.replica_gpus.get(r, []) for r in scrapes})
         misses["dcgm"] = 0
-    except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+    except Exception as exc:  # the relay client's errors and bad text, counted, then named
         misses["dcgm"] = misses.get("dcgm", 0) + 1
         if misses["dcgm"] >= MISSES:
             return (f"analysis: DCGM's metrics (relay :{spec.dcgm.port}) could not be read {MISSES} times in a row: "
@@ -141,10 +141,10 @@ class Analysis(Described):
                         assert spec.relay is not None
                         scrapes[r].append(await read_scrape(rt, spec.relay.ports[r], spec.relay.token_variable))
                     misses[r] = 0
-                except Exception as exc:  # noqa: BLE001 - the source's errors and bad answers, counted, then named
+                except Exception as exc:  # the source's errors and bad answers, counted, then named
                     misses[r] += 1
                     if misses[r] >= MISSES:
-                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr]
+                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr] - no Prometheus: the relay is set
                         return fail(f"analysis: {r}'s metrics ({where}) could not be read {MISSES} times in a row: "
                                     f"{rt.scrub(error_text(exc))}")
             elapsed = rt.clock.monotonic() - start

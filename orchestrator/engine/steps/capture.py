@@ -29,7 +29,7 @@ class Capture(Described):
         for svc in c.services:
             try:
                 text = await rt.service_log(svc, c.tail)
-            except Exception as exc:  # noqa: BLE001 - capturing never blocks what follows
+            except Exception as exc:  # capturing never blocks what follows
                 rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
                 continue
             lines = text.splitlines()

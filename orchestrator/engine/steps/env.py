@@ -54,7 +54,7 @@ async def poll(rt: "Activities", within: float, check: Callable[[], Awaitable[li
         seen = rt.clock.monotonic()
         try:
             problems = await check()
-        except Exception as exc:  # noqa: BLE001 - the clients' errors and a missing host, named, retried
+        except Exception as exc:  # the clients' errors and a missing host, named, retried
             problems = [rt.scrub(error_text(exc))]
         if not problems or seen >= deadline:
             return problems

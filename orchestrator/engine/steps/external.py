@@ -120,7 +120,7 @@ class PullRequest(Described):
             return fail(f"the inventory names no github_repo for {rt.run.host}: tag {tag}'s PR and CI cannot be checked")
         try:
             status = await rt.pull_request(repo, tag)
-        except Exception as exc:  # noqa: BLE001 - GitHubUnreachable and the client's errors, named
+        except Exception as exc:  # GitHubUnreachable and the client's errors, named
             return fail(f"GitHub could not say whether tag {tag}'s PR is merged and green: {rt.scrub(error_text(exc))}")
         if status is None:
             return fail(f"tag {tag} does not exist in {repo}")
@@ -179,12 +179,12 @@ class Attestation(Described):
         assert spec is not None
         try:
             report = await rt.attestation_report()  # a fresh nonce, checked echoed
-        except Exception as exc:  # noqa: BLE001 - the client's errors, named
+        except Exception as exc:  # the client's errors, named
             return fail(f"attestation report could not be read: {rt.scrub(error_text(exc))}")
         problems = bound_report(report)
         try:
             actions = parse_action_log(report)
-        except Exception as exc:  # noqa: BLE001 - ParseError
+        except Exception as exc:  # ParseError
             return fail(f"attestation report's actions do not parse: {exc}")
         repo = rt.github_repo()
         sha_cache: dict[tuple[str, str], str | None] = {}
@@ -205,7 +205,7 @@ class Attestation(Described):
                                 f"{rt.run.host}")
                 try:
                     sha_cache[key] = await rt.file_sha256(repo, *key)
-                except Exception as exc:  # noqa: BLE001 - GitHub's errors, named
+                except Exception as exc:  # GitHub's errors, named
                     return fail(f"{key[0]}@{key[1]} could not be read from GitHub to check its hash: {rt.scrub(error_text(exc))}")
             expected = sha_cache[key]
             if expected is None:

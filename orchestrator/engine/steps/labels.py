@@ -66,7 +66,7 @@ class TelemetryLabels(Described):
                 found = samples(await client.metrics_text(), lb.metric)
             except MetricsTextError as exc:
                 return fail(f"relay :{lb.relay.port}: {exc}")
-            except Exception as exc:  # noqa: BLE001 - the relay's client errors, named in the note
+            except Exception as exc:  # the relay's client errors, named in the note
                 return fail(f"relay :{lb.relay.port}: {rt.scrub(error_text(exc))}")
             if not found:
                 problems.append(f"{lb.metric} is not exposed through :{lb.relay.port}")

@@ -50,11 +50,6 @@ class Manual(Described):
         return ok(f"manual edit made and verified: {verdict.note}")
 
 
-def manual_edits(steps: list[Step]) -> list[str]:
-    """The manual edits a list of steps will ask a human for, in order."""
-    return [f"{st.id}: {st.manual.edit}" for st in steps if st.manual is not None]
-
-
 def manual_edits_ahead(table: Any, start: str) -> list[str]:
     """The manual edits the rollback entered at `start` will ask for (its OK path, while it stays in
     a rollback section): said when the rollback starts, before anything of it runs."""

@@ -73,7 +73,7 @@ class Markers(Described):
         assert m is not None
         try:
             text = await rt.service_log(m.service, MARKER_WINDOW)
-        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+        except Exception as exc:  # the client's errors, named in the note
             return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
         problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values)

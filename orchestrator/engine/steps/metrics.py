@@ -59,7 +59,7 @@ class MetricsEvidence(Described):
                     seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
                     try:
                         problem = gauge_problem(await client.metrics_text(), g)
-                    except Exception as exc:  # noqa: BLE001 - a relay just started may refuse a moment: polled like the gauge
+                    except Exception as exc:  # a relay just started may refuse a moment: polled like the gauge
                         if seen >= deadline:
                             raise
                         problem = rt.scrub(error_text(exc))
@@ -71,7 +71,7 @@ class MetricsEvidence(Described):
                     await rt.wait()
         except MetricsTextError as exc:
             return fail(f"{where}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - the relay's client errors, named in the note
+        except Exception as exc:  # the relay's client errors, named in the note
             return fail(f"{where}: {rt.scrub(error_text(exc))}")
         return ok(f"{where}: " + "; ".join(notes))
 

@@ -84,7 +84,7 @@ class OneShotCompletion(Described):
             await rt.wait()
         try:
             text = await rt.service_log(o.service, OUTPUT_TAIL)
-        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+        except Exception as exc:  # the client's errors, named in the note
             return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
         rt.log.info("oneshot_output", service=o.service, lines=[rt.scrub(ln) for ln in lines])

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 #: the UTC wall clock the window is read on (tests replace it: a window must not depend on when CI runs)
-WALL: Callable[[], datetime] = lambda: datetime.now(timezone.utc)  # noqa: E731
+WALL: Callable[[], datetime] = lambda: datetime.now(timezone.utc)  # noqa: E731 - a name tests replace
 
 
 def rate_per_min(series: dict[str, list[Scrape]], over: float) -> tuple[float, float] | None:
@@ -65,7 +65,7 @@ class Quiet(Described):
                 try:
                     series[r].append(await read_scrape(rt, port, spec.relay.token_variable))
                     series[r] = [s for s in series[r] if s.at >= series[r][-1].at - 2 * spec.over]
-                except Exception:  # noqa: BLE001 - a replica that does not answer serves nothing
+                except Exception:  # a replica that does not answer serves nothing
                     series[r] = []
             seen = rate_per_min(series, spec.over)
             if seen is not None and seen[1] >= spec.over * 0.9 and seen[0] < spec.below_per_min:

@@ -69,7 +69,7 @@ class SoakGaugeWatch:
             client = self.rt.relay_client(m.relay.port, env.get(m.relay.token_variable, ""))
             try:
                 text = await client.metrics_text()
-            except Exception as exc:  # noqa: BLE001 - the relay client's errors, counted, then named
+            except Exception as exc:  # the relay client's errors, counted, then named
                 self.misses[m.relay.port] = self.misses.get(m.relay.port, 0) + 1
                 if self.misses[m.relay.port] >= self.MISSES:
                     return f"relay :{m.relay.port} could not be read {self.MISSES} times in a row: {self.rt.scrub(error_text(exc))}"

@@ -55,7 +55,7 @@ def normalize_url(url: str) -> str:
     """For matching a compose-manager URL: scheme and host lowercased, trailing slash dropped."""
     try:
         parsed = httpx.URL(url.strip())
-    except Exception:  # noqa: BLE001 - an unparsable URL is compared as text
+    except Exception:  # an unparsable URL is compared as text
         return url.strip().rstrip("/").lower()
     path = parsed.path.rstrip("/")
     port = f":{parsed.port}" if parsed.port is not None else ""

@@ -90,8 +90,8 @@ class GitHubClient(HttpSession):
         self._clock = clock or RealClock()
 
     async def _get_list(self, path: str) -> list[Any]:
-        """A GET whose answer is a JSON list (issue 23: a commit's pull requests)."""
-        return await self._get(path, want=list)  # type: ignore[return-value]
+        """A GET whose answer is a JSON list (a commit's pull requests)."""
+        return await self._get(path, want=list)  # type: ignore[return-value] - `want=list` checked the shape
 
     async def _get(self, path: str, want: type = dict) -> dict[str, Any]:
         async def attempt() -> dict[str, Any]:
