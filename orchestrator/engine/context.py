@@ -43,7 +43,7 @@ class DryRunRecord:
         return (self.tag, self.file, tuple(self.services), self.project, self.env_fingerprint, self.force_recreate)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "DryRunRecord":
+    def from_json(cls, data: dict[str, Any]) -> DryRunRecord:
         return cls(
             tag=data["tag"], file=data["file"], services=list(data["services"]), project=data.get("project"),
             env_fingerprint=data.get("env_fingerprint", ""), force_recreate=bool(data.get("force_recreate", False)),
@@ -101,7 +101,7 @@ class BeforeState:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "BeforeState":
+    def from_json(cls, data: dict[str, Any]) -> BeforeState:
         return cls(version=dict(data.get("version") or {}), ps={k: dict(v) for k, v in (data.get("ps") or {}).items()},
                    peers=data.get("peers"), completion=data.get("completion"))
 
@@ -121,7 +121,7 @@ class Placement:
         return {k: v for k, v in asdict(self).items() if not (k == "serving" and v is None)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Placement":
+    def from_json(cls, data: dict[str, Any]) -> Placement:
         serving = data.get("serving")
         return cls(observed=dict(data.get("observed") or {}), state=data.get("state"),
                    serving=dict(serving) if serving is not None else None)
@@ -142,7 +142,7 @@ class ActionMark:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ActionMark":
+    def from_json(cls, data: dict[str, Any]) -> ActionMark:
         last = data.get("last")
         return cls(count=int(data.get("count", 0)), last=list(last) if last is not None else None,
                    effect_id=int(data.get("effect_id", 0)))
@@ -206,10 +206,10 @@ class RunContext:
     action_mark: ActionMark | None = None
 
     @classmethod
-    def new(cls, **kw: Any) -> "RunContext":
+    def new(cls, **kw: Any) -> RunContext:
         return cls(**kw)
 
-    def for_retry(self) -> "RunContext":
+    def for_retry(self) -> RunContext:
         """What a `resume --retry` child keeps: targets and facts, not per-visit state."""
         return RunContext(previous=copy.deepcopy(self.previous), previous_source=self.previous_source,
                           budget=dict(self.budget), budget_env_fingerprint=self.budget_env_fingerprint,
@@ -228,7 +228,7 @@ class RunContext:
         return {**extra, **data}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> "RunContext":
+    def from_json(cls, data: dict[str, Any] | None) -> RunContext:
         """A context read back from the journal, as any runner wrote it."""
         data = dict(data or {})
         known = {f for f in cls.__dataclass_fields__}

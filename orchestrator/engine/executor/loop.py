@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import structlog
 
-from orchestrator.hosts.clients.errors import ClientError, RequestInvalid
-from orchestrator.util.clock import Clock
 from orchestrator.engine.context import Failure, RunContext
-from orchestrator.journal.audit import abort_note
 from orchestrator.engine.executor.pause import honour_pause, observed
 from orchestrator.engine.executor.rollback_summary import rollback_summary
 from orchestrator.engine.executor.runtime import AbortRequested, ForeignChange, MaskedEnv, Runtime
+from orchestrator.engine.progress import NullProgress, Progress
+from orchestrator.engine.steps import StepOutcome, handler_for
+from orchestrator.hosts.clients.errors import ClientError, RequestInvalid
 from orchestrator.hosts.host_clients import HostClients
 from orchestrator.hosts.inventory import HostEntry
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.journal.audit import abort_note
 from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunRecord
 from orchestrator.language.machine import TERMINALS, Event, Machine, Node, Outcome, Table
-from orchestrator.engine.progress import NullProgress, Progress
-from orchestrator.hosts.redaction import Redactor
 from orchestrator.language.references import UnresolvedReference
 from orchestrator.language.runbook import Runbook
-from orchestrator.engine.steps import StepOutcome, handler_for
+from orchestrator.util.clock import Clock
 
 log = structlog.get_logger("orchestrator.executor")
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 import structlog
@@ -52,15 +53,38 @@ from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.progress import Progress
 from orchestrator.engine.rules import ownership
 from orchestrator.engine.rules.approval_scope import effective
-from orchestrator.engine.rules.foreign_change import (foreign_message, new_mark, own_call, refuse_foreign_part_way, since_mark,
-                                                      unexplained)
-from orchestrator.engine.rules.serving_evidence import (LogWindow, Peers, Verdict, base_verdict, from_docker, from_log,
-                                                        judge, publishes, stop_refusal, up_seconds)
+from orchestrator.engine.rules.foreign_change import (
+    foreign_message,
+    new_mark,
+    own_call,
+    refuse_foreign_part_way,
+    since_mark,
+    unexplained,
+)
+from orchestrator.engine.rules.serving_evidence import (
+    LogWindow,
+    Peers,
+    Verdict,
+    base_verdict,
+    from_docker,
+    from_log,
+    judge,
+    publishes,
+    stop_refusal,
+    up_seconds,
+)
 from orchestrator.engine.rules.targets import group_targets, journaled_successes, newest_successful, recorded_successes
 from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
-from orchestrator.hosts.clients.errors import (BadRequest, Busy, ClientError, ServerError, TagNotFound, TagTooRecent,
-                                               TransportError)
+from orchestrator.hosts.clients.errors import (
+    BadRequest,
+    Busy,
+    ClientError,
+    ServerError,
+    TagNotFound,
+    TagTooRecent,
+    TransportError,
+)
 from orchestrator.hosts.clients.model_proxy import split_host
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.host_clients import HostClients
@@ -1323,7 +1347,9 @@ class Preflight:
 
     async def check_tag_age(self) -> tuple[bool, str] | None:
         """(ok, sentence), or None when the operator skipped the check."""
-        from datetime import datetime, timezone  # the real clock: the explorer's clock-step hook replaces only module-level names
+        from datetime import (  # the real clock: the explorer's clock-step hook replaces only module-level names
+            datetime,
+        )
 
         from orchestrator.hosts.clients.github import GitHubUnreachable
 
@@ -1339,7 +1365,7 @@ class Preflight:
                            f"set github_repo, or pass --skip-tag-age-check")
         hours = self.rb.min_tag_age / 3600
         try:
-            res = await gh.check_tag(repo, tag, min_age_hours=hours, now=datetime.now(timezone.utc))
+            res = await gh.check_tag(repo, tag, min_age_hours=hours, now=datetime.now(UTC))
         except GitHubUnreachable as exc:
             if skip:
                 self.voice.emit("note", text=f"GitHub could not be reached ({scrub(str(exc))}); going on: --skip-tag-age-check")

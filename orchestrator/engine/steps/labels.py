@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from orchestrator.language.machine import Node
-from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
-from orchestrator.language.runbook import Step
 from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Step
+from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -43,7 +43,7 @@ def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
 class TelemetryLabels(Described):
     key = "labels"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         lb = step.labels
         assert lb is not None
         vals = rt.rb.replica_values[lb.replica]

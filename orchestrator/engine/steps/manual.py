@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Manual(Described):
     key = "manual"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         m = step.manual
         assert m is not None
         edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out

@@ -68,7 +68,7 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
 class Markers(Described):
     key = "markers"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         m = step.markers
         assert m is not None
         try:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class Presence(Described):
     key = "presence"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         p = step.presence
         assert p is not None
         if p.hosts == "others":

@@ -22,7 +22,7 @@ class ForbiddenLines:
     time is, by the container checks); lines the follower could not read in order (a gap: more
     than its window between two polls) are judged as read, and the gap is noted in the run log."""
 
-    def __init__(self, rt: "Activities", services: list[str]) -> None:
+    def __init__(self, rt: Activities, services: list[str]) -> None:
         self.rt = rt
         self.followers = {svc: rt.follower(svc) for svc in services}
         self.unread = set(services)
@@ -55,7 +55,7 @@ class SoakGaugeWatch:
 
     MISSES = 3
 
-    def __init__(self, rt: "Activities", soak: "SoakSpec") -> None:
+    def __init__(self, rt: Activities, soak: SoakSpec) -> None:
         self.rt = rt
         self.soak = soak
         self.misses: dict[int, int] = {}

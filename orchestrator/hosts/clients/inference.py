@@ -29,8 +29,8 @@ from orchestrator.hosts.clients.errors import (
     parse_json,
     transport_error,
 )
-from orchestrator.hosts.redaction import Redactor, reveal
 from orchestrator.hosts.clients.http_session import HttpSession
+from orchestrator.hosts.redaction import Redactor, reveal
 
 log = structlog.get_logger(__name__)
 
@@ -125,10 +125,6 @@ class _OpenAIEndpoint(HttpSession):
             base = base[: -len("/v1")]
         self.timeout_s = float(timeout_s)
         self._open_session(base, reveal(token), transport=transport, timeout_s=self.timeout_s, redactor=redactor)
-
-
-
-
 
     async def _call(self, method: str, route: str, *, json_body: Any = None, want_json: bool = True) -> Any:
         try:
