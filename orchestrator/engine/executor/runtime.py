@@ -102,7 +102,7 @@ from orchestrator.util.clock import Clock
 
 __all__ = [
     "COLD_START_WINDOW", "HEARTBEAT_S", "MAX_DOWN_RESENDS", "MIN_PROBE_REAL_S", "SERVING_WINDOW", "SETTLE_S",
-    "AbortRequested", "DryRunCall", "ForeignChange", "MaskedEnv", "Runtime", "ServingVerdict",
+    "AbortRequested", "DryRunCall", "ForeignChange", "MaskedEnv", "Runtime",
 ]
 
 log = structlog.get_logger("orchestrator.executor")
@@ -121,11 +121,6 @@ SERVING_WINDOW = 5000
 SETTLE_S = 600.0
 #: How many times a down is sent again when observation shows a zombie or no effect.
 MAX_DOWN_RESENDS = 2
-
-#: The one serving model (orchestrator/engine/rules/serving_evidence.py): three-valued, "unknown"
-#: never permits a stop. `ServingVerdict` is its verdict (`serving`, `not_serving`, `unknown`, `why`).
-ServingVerdict = Verdict
-
 
 class AbortRequested(Exception):
     pass
