@@ -78,7 +78,6 @@ from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
 from orchestrator.hosts.clients.errors import (
     BadRequest,
-    Busy,
     ClientError,
     ServerError,
     TagNotFound,
@@ -969,12 +968,9 @@ class ComposeCalls:
             res = await call(req, env)
             outcome: dict[str, Any] = {"status": res.status, "exit_code": res.exit_code,
                                        "lines": [scrub(x) for x in res.lines[-30:]], "error": scrub(res.error or "")}
-        except (Busy, TransportError) as exc:
-            outcome = {"status": "refused", "error": scrub(f"{type(exc).__name__}: {exc}")}
-        except ServerError as exc:
-            outcome = {"status": "unknown", "error": scrub(f"{type(exc).__name__}: {exc}")}
-        except ClientError as exc:
-            outcome = {"status": "refused", "error": scrub(f"{type(exc).__name__}: {exc}")}
+        except ClientError as exc:  # a server error may have acted: its outcome is settled by observation
+            status = "unknown" if isinstance(exc, ServerError) else "refused"
+            outcome = {"status": status, "error": scrub(f"{type(exc).__name__}: {exc}")}
         self.records.record_outcome(intent.effect_id, outcome)
         self.visit.log.info("effect_outcome", kind=kind, status=outcome["status"])
         return outcome | {"baseline": baseline}
