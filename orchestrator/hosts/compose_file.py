@@ -185,7 +185,7 @@ class BudgetExpr:
         parts = _scan(raw)
         variables = [p for p in parts if isinstance(p, _Var)]
         if not variables:
-            return cls(variable=None, default="".join(parts), raw=raw)  # type: ignore[arg-type] - no variable: its parts are all text
+            return cls(variable=None, default="".join(parts), raw=raw)  # type: ignore[arg-type]  # no variable: its parts are all text
         var = parts[0]
         if len(parts) == 1 and isinstance(var, _Var) and var.operator in ("", ":-", "-"):
             return cls(variable=var.name, default=var.argument, raw=raw)
@@ -255,7 +255,7 @@ class ComposeFile:
         services = document.get("services")
         if not isinstance(services, dict) or not services:
             raise ComposeFileError(f"compose file {name} has no `services` mapping")
-        configs = document.get("configs") if isinstance(document.get("configs"), dict) else {}
+        configs: dict[Any, Any] = document["configs"] if isinstance(document.get("configs"), dict) else {}
         return cls(
             path=name,
             services={str(key): _service(name, str(key), body) for key, body in services.items()},
@@ -425,7 +425,7 @@ def _scalar(value: Any) -> str | None:
     raise ComposeFileError(f"environment value of type {type(value).__name__} is not a scalar")
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc] - the base is chosen at run time
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # the base is chosen at run time
     """The safe loader, refusing duplicate keys within one mapping (merged keys excepted)."""
 
     def __init__(self, stream: Any) -> None:

@@ -1290,7 +1290,7 @@ class Preflight:
             if found is None:
                 missing.append(service)
                 continue
-            self.ctx.previous[service] = {"tag": found.tag, "file": found.file, "commit": found.commit or ""}
+            self.ctx.previous[service] = {"tag": found.tag or "", "file": found.file or "", "commit": found.commit or ""}
         if not self.ctx.previous_source:
             self.ctx.previous_source = "the action log, checked against compose-manager's success record and the journal"
         return missing

@@ -144,7 +144,7 @@ class Analysis(Described):
                 except Exception as exc:  # the source's errors and bad answers, counted, then named
                     misses[r] += 1
                     if misses[r] >= MISSES:
-                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr] - no Prometheus: the relay is set
+                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr]  # no Prometheus: the relay is set
                         return fail(f"analysis: {r}'s metrics ({where}) could not be read {MISSES} times in a row: "
                                     f"{rt.scrub(error_text(exc))}")
             elapsed = rt.clock.monotonic() - start

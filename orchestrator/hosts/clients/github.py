@@ -90,7 +90,7 @@ class GitHubClient(HttpSession):
 
     async def _get_list(self, path: str) -> list[Any]:
         """A GET whose answer is a JSON list (a commit's pull requests)."""
-        return await self._get(path, want=list)  # type: ignore[return-value] - `want=list` checked the shape
+        return await self._get(path, want=list)  # type: ignore[return-value]  # `want=list` checked the shape
 
     async def _get(self, path: str, want: type = dict) -> dict[str, Any]:
         async def attempt() -> dict[str, Any]:
