@@ -37,7 +37,7 @@ The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes the
   last successful ones (`VersionInfo`). `status()` tells whether an operation holds the lock.
 
 The request checks and `ComposeRequest` are in compose_manager_request.py, the NDJSON stream's
-reading and judging (`StreamOutcome`) in compose_manager_stream.py; both are importable from here.
+reading and judging (`StreamOutcome`) in compose_manager_stream.py.
 """
 
 from __future__ import annotations
@@ -50,15 +50,10 @@ import httpx
 import structlog
 
 from orchestrator.hosts.clients.compose_manager_request import (
-    ENV_KEY_RE,
-    PROJECT_RE,
-    RESERVED_PROJECTS,
-    SERVICE_RE,
     SYSTEM,
     ComposeRequest,
     ComposeVerb,
     _invalid,
-    validate_env,
     validate_file,
     validate_project,
     validate_services,
@@ -95,11 +90,7 @@ from orchestrator.util.clock import Clock
 
 log = structlog.get_logger(__name__)
 
-__all__ = [
-    "ENV_KEY_RE", "PROJECT_RE", "RESERVED_PROJECTS", "SERVICE_RE", "SYSTEM", "ComposeManagerClient",
-    "ComposeRequest", "ComposeVerb", "EventCallback", "StreamOutcome", "validate_env", "validate_file",
-    "validate_project", "validate_services",
-]
+__all__ = ["ComposeManagerClient", "ComposeRequest", "StreamOutcome", "validate_file"]
 
 
 class _SentButLost(Exception):
