@@ -4,9 +4,9 @@ It is built by `RunContext.new` (a fresh run), `RunContext.for_retry` (a halted 
 started again) or `RunContext.from_json` (a run read back from the journal), and written with
 every transition by `to_json`. Nothing else creates or reads the journal's context dict.
 
-The journal's JSON is the same as it has always been: each typed part (`BeforeState`, `Placement`,
-`ActionMark`) is written as the object it was and read back from it (an unset one as `{}`), so a
-run journaled by an older runner resumes under this one. `plans` and `milestones` stay mappings of
+The journal's JSON shape is fixed: each typed part (`BeforeState`, `Placement`, `ActionMark`) is
+written as a plain object and read back from it (an unset one as `{}`), so a run journaled by any
+runner resumes under this one. `plans` and `milestones` stay mappings of
 a declared shape (`DryRunPlan`, `ColdStartProgress`): the cold-start gate reads and writes them as
 such.
 

@@ -63,9 +63,9 @@ class Executor:
             self.ctx.yes = True  # journaled with the next transition: the run's stored --yes
         # Humans stay in the loop: only the `yes` the caller passes here skips approvals. A person's
         # `orchestrate resume RUN` (or `resume --server`) passes the stored --yes unless given again,
-        # and says so on its first line; a run a server adopts on its own never
-        # inherits it and waits for a human at every approval gate (case 2). A `*` approval from
-        # before a resume or an adoption is not read after it (orchestrator/engine/rules/approval_scope.py).
+        # and says so on its first line; a run a server adopts on its own never inherits it and waits
+        # for a human at every approval gate. A `*` approval from before a resume or an adoption is
+        # not read after it (orchestrator/engine/rules/approval_scope.py).
         self.machine = Machine(table, run.state)
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
                           clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,

@@ -901,7 +901,7 @@ class ComposeCalls:
         assert spec is not None
         tag, file = resolve_file(spec.file, self.rb, self.run.tag, self.ctx.previous)
         # force_recreate only as the runbook's step says (the loader allows it on no engine: the
-        # services whose only change is inline configs content, docker/compose#11900); a down never
+        # services whose only change is inline configs content, docker/compose#11900); never on a down
         force = bool(spec.force_recreate) and step.down is None
         return ComposeRequest(tag=tag, file=file, services=resolve_services(spec, self.ctx.selected),
                               project=self.entry.project, force_recreate=force, dry_run=dry_run,
