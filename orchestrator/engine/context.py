@@ -4,9 +4,9 @@ It is built by `RunContext.new` (a fresh run), `RunContext.for_retry` (a halted 
 started again) or `RunContext.from_json` (a run read back from the journal), and written with
 every transition by `to_json`. Nothing else creates or reads the journal's context dict.
 
-The journal's JSON is the same as it has always been: each typed part (`BeforeState`, `Placement`,
-`ActionMark`) is written as the object it was and read back from it (an unset one as `{}`), so a
-run journaled by an older runner resumes under this one. `plans` and `milestones` stay mappings of
+The journal's JSON shape is fixed: each typed part (`BeforeState`, `Placement`, `ActionMark`) is
+written as a plain object and read back from it (an unset one as `{}`), so a run journaled by any
+runner resumes under this one. `plans` and `milestones` stay mappings of
 a declared shape (`DryRunPlan`, `ColdStartProgress`): the cold-start gate reads and writes them as
 such.
 
@@ -43,7 +43,7 @@ class DryRunRecord:
         return (self.tag, self.file, tuple(self.services), self.project, self.env_fingerprint, self.force_recreate)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "DryRunRecord":
+    def from_json(cls, data: dict[str, Any]) -> DryRunRecord:
         return cls(
             tag=data["tag"], file=data["file"], services=list(data["services"]), project=data.get("project"),
             env_fingerprint=data.get("env_fingerprint", ""), force_recreate=bool(data.get("force_recreate", False)),
@@ -101,7 +101,7 @@ class BeforeState:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "BeforeState":
+    def from_json(cls, data: dict[str, Any]) -> BeforeState:
         return cls(version=dict(data.get("version") or {}), ps={k: dict(v) for k, v in (data.get("ps") or {}).items()},
                    peers=data.get("peers"), completion=data.get("completion"))
 
@@ -121,7 +121,7 @@ class Placement:
         return {k: v for k, v in asdict(self).items() if not (k == "serving" and v is None)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Placement":
+    def from_json(cls, data: dict[str, Any]) -> Placement:
         serving = data.get("serving")
         return cls(observed=dict(data.get("observed") or {}), state=data.get("state"),
                    serving=dict(serving) if serving is not None else None)
@@ -142,7 +142,7 @@ class ActionMark:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ActionMark":
+    def from_json(cls, data: dict[str, Any]) -> ActionMark:
         last = data.get("last")
         return cls(count=int(data.get("count", 0)), last=list(last) if last is not None else None,
                    effect_id=int(data.get("effect_id", 0)))
@@ -206,10 +206,10 @@ class RunContext:
     action_mark: ActionMark | None = None
 
     @classmethod
-    def new(cls, **kw: Any) -> "RunContext":
+    def new(cls, **kw: Any) -> RunContext:
         return cls(**kw)
 
-    def for_retry(self) -> "RunContext":
+    def for_retry(self) -> RunContext:
         """What a `resume --retry` child keeps: targets and facts, not per-visit state."""
         return RunContext(previous=copy.deepcopy(self.previous), previous_source=self.previous_source,
                           budget=dict(self.budget), budget_env_fingerprint=self.budget_env_fingerprint,
@@ -228,7 +228,7 @@ class RunContext:
         return {**extra, **data}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> "RunContext":
+    def from_json(cls, data: dict[str, Any] | None) -> RunContext:
         """A context read back from the journal, as any runner wrote it."""
         data = dict(data or {})
         known = {f for f in cls.__dataclass_fields__}

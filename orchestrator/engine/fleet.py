@@ -21,14 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from typing import TYPE_CHECKING
-
-from orchestrator.util.outcome import Outcome
 from orchestrator.engine.rules.prerequisites import unmet_in
 from orchestrator.language.runbook import Runbook, default_runbook, load_runbook, shipped_runbooks  # noqa: F401 - re-exported
+from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import Refused, UserError
 
 if TYPE_CHECKING:  # (the journal is the caller's: `plan` chooses a runbook here without loading it)
@@ -68,7 +66,7 @@ def runbook_for(hosts: Sequence[str], name: str | None) -> Runbook:
 
 def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None) -> None:
     """Refuse before any host is touched while a prerequisite does not hold (not overridden)."""
-    problems = unmet_in(journal, rb.prerequisites, now or datetime.now(timezone.utc), overrides)
+    problems = unmet_in(journal, rb.prerequisites, now or datetime.now(UTC), overrides)
     if problems:
         names = " ".join(f"--override-prerequisite {p.host}" for p in rb.prerequisites)
         raise Refused(f"prerequisite not met: {'; '.join(problems)}. Nothing was started; run the prerequisite first, "
@@ -82,7 +80,7 @@ def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by
     nothing is not put on record as if it had. Returns the hosts journaled."""
     wanted = list(overrides)
     if rb is not None:
-        when = now or datetime.now(timezone.utc)
+        when = now or datetime.now(UTC)
         wanted = [h for h in wanted if unmet_in(journal, [p for p in rb.prerequisites if p.host == h], when)]
     for host in wanted:
         journal.approve(run.run_id, OVERRIDE_GATE.format(host=host), by=f"--override-prerequisite ({by})")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _BACK = ("DONE", "ROLLED_BACK")
 
 
-def leave_pool_services(rb: "Runbook") -> set[str]:
+def leave_pool_services(rb: Runbook) -> set[str]:
     """Services whose `down` takes the host out of the pool: in any step list of the runbook, a
     `down` followed at once by a presence gate with `absent:` (the drain and its confirmation).
     Empty for a runbook whose capacity is not the fleet's."""
@@ -49,16 +49,16 @@ def leave_pool_services(rb: "Runbook") -> set[str]:
     return out
 
 
-def takes_host_out(rb: "Runbook", services: Iterable[str]) -> bool:
+def takes_host_out(rb: Runbook, services: Iterable[str]) -> bool:
     return bool(leave_pool_services(rb) & set(services))
 
 
-async def tier_refusal(*, journal: Any, rb: "Runbook", host: str, peers: Sequence[Any],
+async def tier_refusal(*, journal: Any, rb: Runbook, host: str, peers: Sequence[Any],
                        addresses: Mapping[str, str], run_id: str | None = None) -> tuple[str, str] | None:
     """(the other host that is out, why) when `host` must not leave the pool now; None when every
     other host of the tier is in it and has no unfinished run. Read live; never assumes capacity."""
-    from orchestrator.hosts.clients.errors import ClientError
     from orchestrator.engine.rules.prerequisites import unfinished
+    from orchestrator.hosts.clients.errors import ClientError
 
     if rb.capacity != "fleet":
         return None
@@ -80,7 +80,7 @@ async def tier_refusal(*, journal: Any, rb: "Runbook", host: str, peers: Sequenc
     return None
 
 
-def halted_outside(journal: Any, rb: "Runbook", host: str) -> Any | None:
+def halted_outside(journal: Any, rb: Runbook, host: str) -> Any | None:
     """The newest run of `host` (this runbook) if it sent a leave-pool call and ended HALTED with
     no later DONE/ROLLED_BACK run of the host: the journal's stand-in for "out of the pool"."""
     services = leave_pool_services(rb)
@@ -100,7 +100,7 @@ def halted_outside(journal: Any, rb: "Runbook", host: str) -> Any | None:
     return None
 
 
-def refuse_tier_halted(journal: Any, rb: "Runbook", host: str) -> None:
+def refuse_tier_halted(journal: Any, rb: Runbook, host: str) -> None:
     """Admission (a rollout or rollback of a `capacity: fleet` host): refused while another host
     of the tier is, by the journal, outside the pool (`halted_outside`). A host that is itself
     outside by the same measure is let through: its rollback only brings it back."""
@@ -118,7 +118,7 @@ def refuse_tier_halted(journal: Any, rb: "Runbook", host: str) -> None:
                           f"first (it brings {other} back). Nothing was changed")
 
 
-def drain_down_before(rb: "Runbook", step: Any) -> Any | None:
+def drain_down_before(rb: Runbook, step: Any) -> Any | None:
     """The leave-pool `down` step right before `step` (a drain's confirmation), or None."""
     if rb.capacity != "fleet" or step.presence is None or not step.presence.absent:
         return None

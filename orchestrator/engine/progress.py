@@ -14,7 +14,7 @@ class Progress(Protocol):
 
 
 class NullProgress:
-    def event(self, kind: str, **fields: Any) -> None:  # noqa: D401 - protocol
+    def event(self, kind: str, **fields: Any) -> None:
         return None
 
 
@@ -39,5 +39,5 @@ class CompositeProgress:
         for part in self.parts:
             try:
                 part.event(kind, **fields)
-            except Exception:  # noqa: BLE001 - see the class docstring
+            except Exception:  # see the class docstring
                 pass

@@ -29,11 +29,11 @@ class Description:
     precondition: str | None = None
 
 
-def handler_key(step: "Step") -> str:
+def handler_key(step: Step) -> str:
     return f"check.{step.check}" if step.kind == "check" else step.kind
 
 
-def bound_text(g: "GaugeBound") -> str:
+def bound_text(g: GaugeBound) -> str:
     if g.min is not None and g.max is not None:
         rng = f"{g.min:g} <= {g.name} <= {g.max:g}"
     elif g.max is not None:
@@ -43,7 +43,7 @@ def bound_text(g: "GaugeBound") -> str:
     return rng + (f" within {format_duration(g.within)}" if g.within else "")
 
 
-def value_text(v: "LogValue") -> str:
+def value_text(v: LogValue) -> str:
     if v.equals is not None:
         bound = f"= {v.equals:g}" + (f" +/- {v.tolerance:g}" if v.tolerance else "")
     else:
@@ -64,17 +64,17 @@ def manual_plan_lines(table: Any) -> list[str]:
     return lines
 
 
-DESCRIPTIONS: dict[str, Callable[["Step", "Runbook"], Description]] = {}
+DESCRIPTIONS: dict[str, Callable[[Step, Runbook], Description]] = {}
 
 
-def _describes(key: str) -> Callable[[Callable[["Step", "Runbook"], Description]], Callable[["Step", "Runbook"], Description]]:
-    def put(fn: Callable[["Step", "Runbook"], Description]) -> Callable[["Step", "Runbook"], Description]:
+def _describes(key: str) -> Callable[[Callable[[Step, Runbook], Description]], Callable[[Step, Runbook], Description]]:
+    def put(fn: Callable[[Step, Runbook], Description]) -> Callable[[Step, Runbook], Description]:
         DESCRIPTIONS[key] = fn
         return fn
     return put
 
 
-def describe_step(step: "Step", rb: "Runbook") -> Description:
+def describe_step(step: Step, rb: Runbook) -> Description:
     """The description of `step` (the one its handler gives)."""
     try:
         describe = DESCRIPTIONS[handler_key(step)]
@@ -83,16 +83,16 @@ def describe_step(step: "Step", rb: "Runbook") -> Description:
     return describe(step, rb)
 
 
-# -- preflight checks (orchestrator/engine/steps/checks.py, language.py) -----------------------------
+# -- preflight checks and the cache (steps/checks.py) ---------------------------------------------------
 
 @_describes("check.env_map")
-def _env_map(step: "Step", rb: "Runbook") -> Description:
+def _env_map(step: Step, rb: Runbook) -> Description:
     return Description("the dashboard lists the host exactly once; its env map is kept in memory only; "
                        "no credential value is a mask or a placeholder")
 
 
 @_describes("check.budget")
-def _budget(step: "Step", rb: "Runbook") -> Description:
+def _budget(step: Step, rb: Runbook) -> Description:
     bs = rb.budgets()
     if len(bs) > 1:
         return Description("; ".join(f"{b.variable} unset or {' / '.join(b.allowed)} ({', '.join(b.engines)})" for b in bs)
@@ -105,13 +105,13 @@ def _budget(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("check.rollback_targets")
-def _rollback_targets(step: "Step", rb: "Runbook") -> Description:
+def _rollback_targets(step: Step, rb: Runbook) -> Description:
     return Description("the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
                        "needs is known, and a dry run of each accepts its tag and file (checked before anything is stopped)")
 
 
 @_describes("check.before_state")
-def _before_state(step: "Step", rb: "Runbook") -> Description:
+def _before_state(step: Step, rb: Runbook) -> Description:
     return Description("the previous successful deploy (tag and file) of every service a rollback needs is known, and a dry run "
                        "of each accepts its tag and file (checked before anything is stopped); both peers "
                        "list the host healthy under the long domain and not under the base domain; one long-domain "
@@ -119,42 +119,42 @@ def _before_state(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("check.host_state")
-def _host_state(step: "Step", rb: "Runbook") -> Description:
+def _host_state(step: Step, rb: Runbook) -> Description:
     states = "; ".join(f"{s.name} -> {s.action}" for s in rb.host_states)
     return Description("what each service runs (docker/ps, and a dry run of the new file at the tag) matches a declared host state: "
                        f"{states}. A part-way state continues only with --continue; an unknown one is refused")
 
 
 @_describes("check.tag_age")
-def _tag_age(step: "Step", rb: "Runbook") -> Description:
+def _tag_age(step: Step, rb: Runbook) -> Description:
     return Description(f"GitHub: the tag exists in the host's compose-files repository, is merged to main and its commit is at least "
                        f"{format_duration(rb.min_tag_age)} old (unreachable GitHub: refused unless --skip-tag-age-check)")
 
 
 @_describes("check.model_cache")
-def _model_cache(step: "Step", rb: "Runbook") -> Description:
+def _model_cache(step: Step, rb: Runbook) -> Description:
     return Description("GET /host/cache lists " + (", ".join(rb.weights) or "the runbook's weights")
                        + "; missing weights are named (the cold start then includes a download), never a failure")
 
 
 @_describes("check.prerequisites")
-def _prerequisites(step: "Step", rb: "Runbook") -> Description:
+def _prerequisites(step: Step, rb: Runbook) -> Description:
     return Description("the journal holds, for each of " + "; ".join(
         f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
         + " (overridden only by name: rollout --override-prerequisite <host>, or approve --gate prerequisite:<host>)")
 
 
 @_describes("cache")
-def _cache(step: "Step", rb: "Runbook") -> Description:
+def _cache(step: Step, rb: Runbook) -> Description:
     assert step.cache is not None
     return Description(f"GET /host/cache lists {', '.join(step.cache.holds)} (else the pre-stage did not fetch it: fail "
                        f"before the host is touched; not checked where compose-manager does not answer it)")
 
 
-# -- compose requests (orchestrator/engine/steps/compose.py) ------------------------------------------
+# -- compose requests (steps/compose.py) ----------------------------------------------------------------
 
 @_describes("dry_run")
-def _dry_run(step: "Step", rb: "Runbook") -> Description:
+def _dry_run(step: Step, rb: Runbook) -> Description:
     from orchestrator.language.step_specs import SELECTED
 
     p = step.plan
@@ -173,13 +173,13 @@ def _dry_run(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("up")
-def _up(step: "Step", rb: "Runbook") -> Description:
+def _up(step: Step, rb: Runbook) -> Description:
     return Description("the stream ends with done/success; a broken stream is settled from compose-manager's status, docker/ps "
                        "and the action log, never by sending the up again")
 
 
 @_describes("down")
-def _down(step: "Step", rb: "Runbook") -> Description:
+def _down(step: Step, rb: Runbook) -> Description:
     assert step.down is not None
     t = rb.timeouts
     engines = [s for s in step.down.services if rb.replica_of(s)] if isinstance(step.down.services, list) else []
@@ -194,10 +194,10 @@ def _down(step: "Step", rb: "Runbook") -> Description:
                        f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
 
 
-# -- gates that wait and watch (gates.py, evidence.py, oneshot.py, quiet.py, canary.py) --------------
+# -- gates that wait and watch (steps/logs.py, gates.py, metrics.py, oneshot.py, quiet.py, analysis.py) --
 
 @_describes("logs")
-def _cold_start(step: "Step", rb: "Runbook") -> Description:
+def _cold_start(step: Step, rb: Runbook) -> Description:
     lg = step.logs
     assert lg is not None
     t = rb.timeouts
@@ -211,14 +211,14 @@ def _cold_start(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("relay")
-def _relay(step: "Step", rb: "Runbook") -> Description:
+def _relay(step: Step, rb: Runbook) -> Description:
     assert step.relay is not None
     return Description(f"through the soak relay :{step.relay.port} within {format_duration(rb.timeouts.relay)}: /health, /v1/models lists "
                        f"{rb.model}, a deterministic generation is non-empty")
 
 
 @_describes("verify")
-def _verify(step: "Step", rb: "Runbook") -> Description:
+def _verify(step: Step, rb: Runbook) -> Description:
     v = step.verify
     assert v is not None
     parts = []
@@ -232,7 +232,7 @@ def _verify(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("soak")
-def _soak(step: "Step", rb: "Runbook") -> Description:
+def _soak(step: Step, rb: Runbook) -> Description:
     s = step.soak
     assert s is not None
     watch = "a restart, an engine gone" + (f", a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
@@ -244,7 +244,7 @@ def _soak(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("metrics")
-def _metrics(step: "Step", rb: "Runbook") -> Description:
+def _metrics(step: Step, rb: Runbook) -> Description:
     m = step.metrics
     assert m is not None
     parts = []
@@ -257,7 +257,7 @@ def _metrics(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("oneshot")
-def _oneshot(step: "Step", rb: "Runbook") -> Description:
+def _oneshot(step: Step, rb: Runbook) -> Description:
     o = step.oneshot
     assert o is not None
     want = ["exits 0"]
@@ -269,21 +269,21 @@ def _oneshot(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("quiet")
-def _quiet(step: "Step", rb: "Runbook") -> Description:
+def _quiet(step: Step, rb: Runbook) -> Description:
     assert step.quiet is not None
     return Description("waits until " + step.quiet.describe())
 
 
 @_describes("analysis")
-def _analysis(step: "Step", rb: "Runbook") -> Description:
+def _analysis(step: Step, rb: Runbook) -> Description:
     assert step.analysis is not None
     return Description(step.analysis.describe())
 
 
-# -- the runbook language's gates (language.py, telemetry.py) -----------------------------------------
+# -- log markers, presence, capture, labels (steps/markers.py, presence.py, capture.py, labels.py) -------
 
 @_describes("markers")
-def _markers(step: "Step", rb: "Runbook") -> Description:
+def _markers(step: Step, rb: Runbook) -> Description:
     m = step.markers
     assert m is not None
     parts = []
@@ -296,7 +296,7 @@ def _markers(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("presence")
-def _presence(step: "Step", rb: "Runbook") -> Description:
+def _presence(step: Step, rb: Runbook) -> Description:
     p = step.presence
     assert p is not None
     parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
@@ -306,7 +306,7 @@ def _presence(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("capture")
-def _capture(step: "Step", rb: "Runbook") -> Description:
+def _capture(step: Step, rb: Runbook) -> Description:
     c = step.capture
     assert c is not None
     if c.to_file:
@@ -316,7 +316,7 @@ def _capture(step: "Step", rb: "Runbook") -> Description:
 
 
 @_describes("labels")
-def _labels(step: "Step", rb: "Runbook") -> Description:
+def _labels(step: Step, rb: Runbook) -> Description:
     lb = step.labels
     assert lb is not None
     vals = rb.replica_values.get(lb.replica, {})
@@ -330,15 +330,15 @@ def _labels(step: "Step", rb: "Runbook") -> Description:
     return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
 
 
-# -- env, manual and external gates (envchecks.py, external.py) ---------------------------------------
+# -- env, manual and external gates (steps/env.py, manual.py, external.py) ------------------------------
 
 #: step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
 _SPEC_TEXT = {"env": " (values are never shown)", "manual": "", "proxy_pool": "",
               "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": ""}
 
 
-def _spec_text(key: str, suffix: str) -> Callable[["Step", "Runbook"], Description]:
-    def describe(step: "Step", rb: "Runbook") -> Description:
+def _spec_text(key: str, suffix: str) -> Callable[[Step, Runbook], Description]:
+    def describe(step: Step, rb: Runbook) -> Description:
         spec = getattr(step, key)
         assert spec is not None
         return Description(spec.text() + suffix)
@@ -350,6 +350,6 @@ for _key, _suffix in _SPEC_TEXT.items():
 
 
 @_describes("image")
-def _image(step: "Step", rb: "Runbook") -> Description:
+def _image(step: Step, rb: Runbook) -> Description:
     assert step.image is not None
     return Description(step.image.text(rb.replica_values))

@@ -185,7 +185,7 @@ class BudgetExpr:
         parts = _scan(raw)
         variables = [p for p in parts if isinstance(p, _Var)]
         if not variables:
-            return cls(variable=None, default="".join(parts), raw=raw)  # type: ignore[arg-type]
+            return cls(variable=None, default="".join(parts), raw=raw)  # type: ignore[arg-type]  # no variable: its parts are all text
         var = parts[0]
         if len(parts) == 1 and isinstance(var, _Var) and var.operator in ("", ":-", "-"):
             return cls(variable=var.name, default=var.argument, raw=raw)
@@ -240,7 +240,7 @@ class ComposeFile:
     @classmethod
     def from_text(cls, text: str, name: str = "<text>") -> ComposeFile:
         try:
-            document = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader subclass
+            document = yaml.load(text, Loader=_Loader)  # a safe loader subclass
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -255,7 +255,7 @@ class ComposeFile:
         services = document.get("services")
         if not isinstance(services, dict) or not services:
             raise ComposeFileError(f"compose file {name} has no `services` mapping")
-        configs = document.get("configs") if isinstance(document.get("configs"), dict) else {}
+        configs: dict[Any, Any] = document["configs"] if isinstance(document.get("configs"), dict) else {}
         return cls(
             path=name,
             services={str(key): _service(name, str(key), body) for key, body in services.items()},
@@ -425,7 +425,7 @@ def _scalar(value: Any) -> str | None:
     raise ComposeFileError(f"environment value of type {type(value).__name__} is not a scalar")
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # the base is chosen at run time
     """The safe loader, refusing duplicate keys within one mapping (merged keys excepted)."""
 
     def __init__(self, stream: Any) -> None:
@@ -458,7 +458,7 @@ HASH_EXCLUDED = ("profiles", "depends_on", "build", "pull_policy", "scale")
 
 def _document(text: str, name: str) -> dict[str, Any]:
     try:
-        document = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader subclass
+        document = yaml.load(text, Loader=_Loader)  # a safe loader subclass
     except yaml.YAMLError as exc:
         raise ComposeFileError(f"compose file {name} is invalid YAML: {exc}") from exc
     if not isinstance(document, dict) or not isinstance(document.get("services"), dict):
@@ -491,8 +491,7 @@ def config_only_changes(old_text: str, new_text: str, *, old_name: str = "<old>"
         before = old["services"].get(name)
         if not isinstance(body, dict) or not isinstance(before, dict):
             continue
-        strip = lambda b: {k: v for k, v in b.items() if k not in HASH_EXCLUDED}  # noqa: E731
-        if strip(body) != strip(before):
+        if {k: v for k, v in body.items() if k not in HASH_EXCLUDED} != {k: v for k, v in before.items() if k not in HASH_EXCLUDED}:
             continue  # its definition changed: compose recreates it anyway
         sources = _config_sources(body)
         if any(new_cfg.get(s) is not None and new_cfg.get(s) != old_cfg.get(s) for s in sources):

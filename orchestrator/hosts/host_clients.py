@@ -5,21 +5,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import httpx
 
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient
 from orchestrator.hosts.clients.dashboard import DashboardClient
+from orchestrator.hosts.clients.github import GitHubClient
+from orchestrator.hosts.clients.http_json import ExternalReads
 from orchestrator.hosts.clients.inference import InferenceClient, SoakRelayClient
 from orchestrator.hosts.clients.model_proxy import ModelProxyClient
 from orchestrator.hosts.clients.retry import RetryPolicy
-from orchestrator.util.clock import Clock
 from orchestrator.hosts.inventory import HostEntry, Inventory
-from orchestrator.hosts.clients.github import GitHubClient
-from orchestrator.hosts.clients.http_json import ExternalReads
 from orchestrator.hosts.redaction import Redactor
+from orchestrator.util.clock import Clock
 from orchestrator.util.settings import Settings
 
 

@@ -36,7 +36,6 @@ class LogGate:
     seen: dict[str, set[int]] = field(default_factory=dict)
     seen_once: set[str] = field(default_factory=set)
     result: LogGateResult = field(default_factory=LogGateResult)
-    lines_seen: int = 0
 
     def __post_init__(self) -> None:
         self.required_per_rank = [self._fill(p) for p in self.required_per_rank]
@@ -58,7 +57,6 @@ class LogGate:
     def feed(self, line: str) -> LogGateResult:
         if self.done:
             return self.result
-        self.lines_seen += 1
         for bad in self.forbidden:
             if bad in line:
                 self.result = LogGateResult(failed=True, reason=f"forbidden log line ({bad})", line=line.strip())

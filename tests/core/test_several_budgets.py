@@ -99,8 +99,7 @@ def test_orchestrate_plan_renders_each_budget(tmp_path: Path):
 def test_the_gate_records_each_engines_rank_budget_and_its_cold_start_gate_expects_it():
     from types import SimpleNamespace
 
-    from orchestrator.engine.steps.checks import budget_verdict
-    from orchestrator.engine.steps.checks import expected_rank_budget
+    from orchestrator.engine.steps.checks import budget_verdict, expected_rank_budget
 
     rb = parse_runbook(two_budgets())
     env = SimpleNamespace(get={"R2_BUDGET": "200GiB"}.get, fingerprint=lambda: "fp")

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from orchestrator.hosts.parsers import ParseError
-from orchestrator.hosts.parsers.docker_ps import for_service, parse_docker_ps, parse_labels, zombies
+from orchestrator.hosts.parsers.docker_ps import parse_docker_ps, parse_labels, zombies
 
 
 def ps_line(**fields):
@@ -86,16 +86,6 @@ def test_bad_line_raises_with_line_number():
 def test_json_array_line_is_accepted():
     out = json.dumps([json.loads(ps_line(ID="a")), json.loads(ps_line(ID="b"))])
     assert [c.id for c in parse_docker_ps(out)] == ["a", "b"]
-
-
-def test_for_service_filters_by_label_and_project():
-    containers = parse_docker_ps("\n".join([
-        ps_line(ID="a"),
-        ps_line(ID="b", Labels="com.docker.compose.service=db,com.docker.compose.project=other"),
-        ps_line(ID="c", Labels="com.docker.compose.service=nginx,com.docker.compose.project=work"),
-    ]))
-    assert [c.id for c in for_service(containers, "db", project="work")] == ["a"]
-    assert [c.id for c in for_service(containers, "db")] == ["a", "b"]
 
 
 def test_parse_labels_mapping_and_keys_without_values():

@@ -10,8 +10,8 @@ The run's persisted context is `orchestrator/engine/context.py`; the handlers ar
 `orchestrator/engine/steps/`, the rules they apply in `orchestrator/engine/rules/`.
 """
 
-from orchestrator.engine.context import DryRunRecord, RunContext, same_request
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.executor.heartbeat import run_with_heartbeat
 from orchestrator.engine.executor.loop import Executor, RunnerFenced
 
-__all__ = ["Executor", "RunnerFenced", "run_with_heartbeat", "RunContext", "DryRunRecord", "same_request"]
+__all__ = ["Executor", "RunnerFenced", "RunContext", "run_with_heartbeat"]

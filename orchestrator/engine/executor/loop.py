@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import structlog
 
-from orchestrator.hosts.clients.errors import ClientError, RequestInvalid
-from orchestrator.util.clock import Clock
 from orchestrator.engine.context import Failure, RunContext
-from orchestrator.journal.audit import abort_note
 from orchestrator.engine.executor.pause import honour_pause, observed
 from orchestrator.engine.executor.rollback_summary import rollback_summary
 from orchestrator.engine.executor.runtime import AbortRequested, ForeignChange, MaskedEnv, Runtime
+from orchestrator.engine.progress import NullProgress, Progress
+from orchestrator.engine.steps import StepOutcome, handler_for
+from orchestrator.hosts.clients.errors import ClientError, RequestInvalid
 from orchestrator.hosts.host_clients import HostClients
 from orchestrator.hosts.inventory import HostEntry
+from orchestrator.hosts.redaction import Redactor
+from orchestrator.journal.audit import abort_note
 from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunRecord
 from orchestrator.language.machine import TERMINALS, Event, Machine, Node, Outcome, Table
-from orchestrator.engine.progress import NullProgress, Progress
-from orchestrator.hosts.redaction import Redactor
 from orchestrator.language.references import UnresolvedReference
 from orchestrator.language.runbook import Runbook
-from orchestrator.engine.steps import StepOutcome, handler_for
+from orchestrator.util.clock import Clock
 
 log = structlog.get_logger("orchestrator.executor")
 
@@ -63,9 +63,9 @@ class Executor:
             self.ctx.yes = True  # journaled with the next transition: the run's stored --yes
         # Humans stay in the loop: only the `yes` the caller passes here skips approvals. A person's
         # `orchestrate resume RUN` (or `resume --server`) passes the stored --yes unless given again,
-        # and says so on its first line; a run a server adopts on its own never
-        # inherits it and waits for a human at every approval gate (case 2). A `*` approval from
-        # before a resume or an adoption is not read after it (orchestrator/engine/rules/approval_scope.py).
+        # and says so on its first line; a run a server adopts on its own never inherits it and waits
+        # for a human at every approval gate. A `*` approval from before a resume or an adoption is
+        # not read after it (orchestrator/engine/rules/approval_scope.py).
         self.machine = Machine(table, run.state)
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
                           clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,

@@ -21,7 +21,6 @@ from typing import Any
 from orchestrator.journal import audit
 from orchestrator.language.machine import Table
 
-
 _CACHE: dict[tuple[int, frozenset[str]], tuple[Table, frozenset[str]]] = {}
 
 
@@ -81,8 +80,8 @@ def observed(rt: Any, node: Any, outcome: Any) -> Any:
     """An observe-only gate (`observe: true`, runbook.OBSERVABLE_KINDS): a failure (its own, or a
     host system's error while it read) becomes OK with the failure kept in the journal's note, announced (event `observed`, notified); a pass is
     noted as such. Any other step's outcome is returned unchanged."""
-    from orchestrator.language.machine import Event
     from orchestrator.engine.steps import StepOutcome
+    from orchestrator.language.machine import Event
 
     step = getattr(node, "step", None)
     if step is None or not getattr(step, "observe", False):

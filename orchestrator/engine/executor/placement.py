@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.hosts.clients.compose_manager import ComposeRequest
-from orchestrator.hosts.envmap import EnvMap
 from orchestrator.engine.rules.foreign_change import describe_action
 from orchestrator.engine.rules.host_state import matches, new_file_services, observed_services
+from orchestrator.hosts.clients.compose_manager import ComposeRequest
+from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.hosts.ps_compare import compare_ps, describe_changes, on_definition
 from orchestrator.language.runbook import Runbook

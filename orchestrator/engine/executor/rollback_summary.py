@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.engine.rules.targets import group_targets
+from orchestrator.hosts.clients.errors import ClientError
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 CONFIG_FILES = "com.docker.compose.project.config_files"
 
 
-def targets_text(rt: "Activities") -> str:
+def targets_text(rt: Activities) -> str:
     groups = group_targets(rt.rb, rt.ctx.previous)
     if not groups:
         return ""
@@ -25,7 +25,7 @@ def targets_text(rt: "Activities") -> str:
     return f"Back to {back}" + (f", target from {source}" if source else "")
 
 
-async def still_on_new(rt: "Activities") -> list[str]:
+async def still_on_new(rt: Activities) -> list[str]:
     """Running services whose container was created from the runbook's new file (docker/ps's
     config_files label), engines first never expected."""
     containers = await rt.ps()
@@ -35,7 +35,7 @@ async def still_on_new(rt: "Activities") -> list[str]:
                            for f in c.labels.get(CONFIG_FILES, "").split(","))})
 
 
-async def rollback_summary(rt: "Activities") -> str:
+async def rollback_summary(rt: Activities) -> str:
     parts = [t] if (t := targets_text(rt)) else []
     try:
         left = await still_on_new(rt)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, TypeVar
 
 import structlog
@@ -52,15 +53,38 @@ from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.progress import Progress
 from orchestrator.engine.rules import ownership
 from orchestrator.engine.rules.approval_scope import effective
-from orchestrator.engine.rules.foreign_change import (foreign_message, new_mark, own_call, refuse_foreign_part_way, since_mark,
-                                                      unexplained)
-from orchestrator.engine.rules.serving_evidence import (LogWindow, Peers, Verdict, base_verdict, from_docker, from_log,
-                                                        judge, publishes, stop_refusal, up_seconds)
+from orchestrator.engine.rules.foreign_change import (
+    foreign_message,
+    new_mark,
+    own_call,
+    refuse_foreign_part_way,
+    since_mark,
+    unexplained,
+)
+from orchestrator.engine.rules.serving_evidence import (
+    LogWindow,
+    Peers,
+    Verdict,
+    base_verdict,
+    from_docker,
+    from_log,
+    judge,
+    publishes,
+    stop_refusal,
+    up_seconds,
+)
 from orchestrator.engine.rules.targets import group_targets, journaled_successes, newest_successful, recorded_successes
 from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
-from orchestrator.hosts.clients.errors import (BadRequest, Busy, ClientError, ServerError, TagNotFound, TagTooRecent,
-                                               TransportError)
+from orchestrator.hosts.clients.errors import (
+    BadRequest,
+    Busy,
+    ClientError,
+    ServerError,
+    TagNotFound,
+    TagTooRecent,
+    TransportError,
+)
 from orchestrator.hosts.clients.model_proxy import split_host
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.host_clients import HostClients
@@ -79,7 +103,7 @@ from orchestrator.util.durations import format_duration
 
 __all__ = [
     "COLD_START_WINDOW", "HEARTBEAT_S", "MAX_DOWN_RESENDS", "MIN_PROBE_REAL_S", "SERVING_WINDOW", "SETTLE_S",
-    "AbortRequested", "DryRunCall", "ForeignChange", "MaskedEnv", "Runtime", "ServingVerdict",
+    "AbortRequested", "DryRunCall", "ForeignChange", "MaskedEnv", "Runtime",
 ]
 
 log = structlog.get_logger("orchestrator.executor")
@@ -99,11 +123,6 @@ SERVING_WINDOW = 5000
 SETTLE_S = 600.0
 #: How many times a down is sent again when observation shows a zombie or no effect.
 MAX_DOWN_RESENDS = 2
-
-#: The one serving model (orchestrator/engine/rules/serving_evidence.py): three-valued, "unknown"
-#: never permits a stop. `ServingVerdict` is its verdict (`serving`, `not_serving`, `unknown`, `why`).
-ServingVerdict = Verdict
-
 
 class AbortRequested(Exception):
     pass
@@ -893,7 +912,7 @@ class ComposeCalls:
         assert spec is not None
         tag, file = resolve_file(spec.file, self.rb, self.run.tag, self.ctx.previous)
         # force_recreate only as the runbook's step says (the loader allows it on no engine: the
-        # services whose only change is inline configs content, docker/compose#11900); a down never
+        # services whose only change is inline configs content, docker/compose#11900); never on a down
         force = bool(spec.force_recreate) and step.down is None
         return ComposeRequest(tag=tag, file=file, services=resolve_services(spec, self.ctx.selected),
                               project=self.entry.project, force_recreate=force, dry_run=dry_run,
@@ -997,12 +1016,9 @@ class ComposeCalls:
             res = await self.unless_busy(lambda: call(req, env), f"the {verb} of {', '.join(req.services)}", abortable=False)
             outcome: dict[str, Any] = {"status": res.status, "exit_code": res.exit_code,
                                        "lines": [scrub(x) for x in res.lines[-30:]], "error": scrub(res.error or "")}
-        except (Busy, TransportError) as exc:
-            outcome = {"status": "refused", "error": scrub(f"{type(exc).__name__}: {exc}")}
-        except ServerError as exc:
-            outcome = {"status": "unknown", "error": scrub(f"{type(exc).__name__}: {exc}")}
-        except ClientError as exc:
-            outcome = {"status": "refused", "error": scrub(f"{type(exc).__name__}: {exc}")}
+        except ClientError as exc:  # a server error may have acted: its outcome is settled by observation
+            status = "unknown" if isinstance(exc, ServerError) else "refused"
+            outcome = {"status": status, "error": scrub(f"{type(exc).__name__}: {exc}")}
         self.records.record_outcome(intent.effect_id, outcome)
         self.visit.log.info("effect_outcome", kind=kind, status=outcome["status"])
         return outcome | {"baseline": baseline}
@@ -1334,7 +1350,7 @@ class Preflight:
             if found is None:
                 missing.append(service)
                 continue
-            self.ctx.previous[service] = {"tag": found.tag, "file": found.file, "commit": found.commit or ""}
+            self.ctx.previous[service] = {"tag": found.tag or "", "file": found.file or "", "commit": found.commit or ""}
         if not self.ctx.previous_source:
             self.ctx.previous_source = "the action log, checked against compose-manager's success record and the journal"
         return missing
@@ -1382,7 +1398,9 @@ class Preflight:
 
     async def check_tag_age(self) -> tuple[bool, str] | None:
         """(ok, sentence), or None when the operator skipped the check."""
-        from datetime import datetime, timezone  # the real clock: the explorer's clock-step hook replaces only module-level names
+        from datetime import (  # the real clock: the explorer's clock-step hook replaces only module-level names
+            datetime,
+        )
 
         from orchestrator.hosts.clients.github import GitHubUnreachable
 
@@ -1398,7 +1416,7 @@ class Preflight:
                            f"set github_repo, or pass --skip-tag-age-check")
         hours = self.rb.min_tag_age / 3600
         try:
-            res = await gh.check_tag(repo, tag, min_age_hours=hours, now=datetime.now(timezone.utc))
+            res = await gh.check_tag(repo, tag, min_age_hours=hours, now=datetime.now(UTC))
         except GitHubUnreachable as exc:
             if skip:
                 self.voice.emit("note", text=f"GitHub could not be reached ({scrub(str(exc))}); going on: --skip-tag-age-check")

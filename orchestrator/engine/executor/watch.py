@@ -21,13 +21,13 @@ from orchestrator.engine.steps.base import StepOutcome, error_text, fail
 if TYPE_CHECKING:
     from orchestrator.analysis.watch_spec import WatchSpec
     from orchestrator.engine.steps.activities import Activities
-    from orchestrator.language.machine import Node
     from orchestrator.engine.steps.base import Handler
+    from orchestrator.language.machine import Node
 
 MISSES = 3
 
 
-def breach(spec: "WatchSpec", scrapes: list[Scrape]) -> str | None:
+def breach(spec: WatchSpec, scrapes: list[Scrape]) -> str | None:
     """The first bound the window crosses on enough traffic, said in one phrase; else None."""
     try:
         w = window_of(spec.replica, scrapes)
@@ -46,7 +46,7 @@ def breach(spec: "WatchSpec", scrapes: list[Scrape]) -> str | None:
     return None
 
 
-async def watch(rt: "Activities", spec: "WatchSpec") -> str:
+async def watch(rt: Activities, spec: WatchSpec) -> str:
     """Poll until a breach; return it (the caller cancels this when the step ends first)."""
     from orchestrator.metricproviders.relay_scrape import read_scrape
 
@@ -65,7 +65,7 @@ async def watch(rt: "Activities", spec: "WatchSpec") -> str:
                 return found
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+        except Exception as exc:  # the relay client's errors and bad text, counted, then named
             misses += 1
             if misses >= MISSES:
                 return (f"{spec.replica}'s metrics (relay :{spec.relay.port}) could not be read {MISSES} times in a "
@@ -73,7 +73,7 @@ async def watch(rt: "Activities", spec: "WatchSpec") -> str:
         await rt.wait(spec.poll)
 
 
-async def run_watched(rt: "Activities", node: "Node", handler: "Handler") -> StepOutcome:
+async def run_watched(rt: Activities, node: Node, handler: Handler) -> StepOutcome:
     step = node.step
     assert step is not None and step.watch is not None
     spec = step.watch

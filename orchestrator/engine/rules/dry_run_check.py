@@ -8,6 +8,7 @@ stopping a serving engine with a 10 s stop. A plan with a line we do not underst
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -36,7 +37,7 @@ def judge_dry_run(
     plan: DryRunResult,
     listed: list[str],
     *,
-    may_also: list[str] = (),  # type: ignore[assignment]
+    may_also: Sequence[str] = (),
     allow_unchanged: bool = False,
 ) -> DryRunJudgement:
     if plan.unknown_lines:

@@ -69,7 +69,8 @@ def record(ledger: MutableMapping[str, dict[str, str]], found: Mapping[str, str]
 
 def owned_split(present: Iterable[Container], created: Mapping[str, Any]) -> tuple[list[Container], list[Container]]:
     """(containers this run created, containers it did not) among those a rollback would stop."""
-    mine, others = [], []
+    mine: list[Container] = []
+    others: list[Container] = []
     for c in present:
         (mine if c.id in created else others).append(c)
     return mine, others

@@ -12,8 +12,9 @@ that is not a prerequisite is refused, so a typo never passes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from orchestrator.util.durations import format_duration
 from orchestrator.util.user_errors import UserError

@@ -32,7 +32,22 @@ MODULES: dict[str, str] = {
 }
 
 # importing a module registers its handlers (tests/executor/test_runtime_parts.py: the table says where each is)
-from orchestrator.engine.steps import (analysis, capture, checks, compose, env, external, gates, labels,  # noqa: E402,F401
-                                       logs, manual, markers, metrics, oneshot, presence, quiet)
+from orchestrator.engine.steps import (  # noqa: E402,F401 - imported for their registration, after MODULES
+    analysis,
+    capture,
+    checks,
+    compose,
+    env,
+    external,
+    gates,
+    labels,
+    logs,
+    manual,
+    markers,
+    metrics,
+    oneshot,
+    presence,
+    quiet,
+)
 
 __all__ = ["HANDLERS", "MODULES", "Description", "Handler", "StepOutcome", "handler_for"]

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, window_of
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.analysis.spec import AnalysisSpec
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 MISSES = 3
 
 
-def judge(spec: "AnalysisSpec", windows: dict[str, "ReplicaWindow"]) -> list[GateResult]:
+def judge(spec: AnalysisSpec, windows: dict[str, ReplicaWindow]) -> list[GateResult]:
     out: list[GateResult] = []
     for g in spec.gates:
         if g.ratio is not None:
@@ -46,7 +46,7 @@ def judge(spec: "AnalysisSpec", windows: dict[str, "ReplicaWindow"]) -> list[Gat
     return out
 
 
-def so_far(spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]]) -> str:
+def so_far(spec: AnalysisSpec, scrapes: dict[str, list[Scrape]]) -> str:
     """The gates on the window seen so far (a heartbeat's line: an operator watching sees the trend)."""
     try:
         windows = {r: window_of(r, s) for r, s in scrapes.items()}
@@ -62,7 +62,7 @@ def so_far(spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]]) -> str:
     return "; ".join(parts)
 
 
-async def _read_dcgm(rt: "Activities", spec: "AnalysisSpec", scrapes: dict[str, list[Scrape]],
+async def _read_dcgm(rt: Activities, spec: AnalysisSpec, scrapes: dict[str, list[Scrape]],
                     misses: dict[str, int]) -> str | None:
     """One scrape of DCGM's exporter, each replica's lowest free GPU memory added to its scrapes."""
     from orchestrator.metricproviders.dcgm import read_dcgm
@@ -73,7 +73,7 @@ async def _read_dcgm(rt: "Activities", spec: "AnalysisSpec", scrapes: dict[str, 
         per = await read_dcgm(rt, spec.dcgm.port, spec.relay.token_variable,
                               {r: rt.rb.replica_gpus.get(r, []) for r in scrapes})
         misses["dcgm"] = 0
-    except Exception as exc:  # noqa: BLE001 - the relay client's errors and bad text, counted, then named
+    except Exception as exc:  # the relay client's errors and bad text, counted, then named
         misses["dcgm"] = misses.get("dcgm", 0) + 1
         if misses["dcgm"] >= MISSES:
             return (f"analysis: DCGM's metrics (relay :{spec.dcgm.port}) could not be read {MISSES} times in a row: "
@@ -87,7 +87,7 @@ async def _read_dcgm(rt: "Activities", spec: "AnalysisSpec", scrapes: dict[str, 
 class _PrometheusReader:
     """`source: prometheus`: each replica's series from the inventory's query API (one client per step)."""
 
-    def __init__(self, rt: "Activities", spec: "AnalysisSpec") -> None:
+    def __init__(self, rt: Activities, spec: AnalysisSpec) -> None:
         assert spec.prometheus is not None
         self.rt, self.q, self.client = rt, spec.prometheus, rt.prometheus_client()
 
@@ -102,7 +102,7 @@ class _PrometheusReader:
 class Analysis(Described):
     key = "analysis"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         spec = step.analysis
         assert spec is not None
         if spec.source == "prometheus":
@@ -115,7 +115,7 @@ class Analysis(Described):
                 await reader.client.aclose()
         return await self._run(rt, spec, None)
 
-    async def _run(self, rt: "Activities", spec: "AnalysisSpec", prom: "_PrometheusReader | None") -> StepOutcome:
+    async def _run(self, rt: Activities, spec: AnalysisSpec, prom: _PrometheusReader | None) -> StepOutcome:
         from orchestrator.metricproviders.relay_scrape import read_scrape
 
         replicas = spec.replicas()
@@ -141,10 +141,10 @@ class Analysis(Described):
                         assert spec.relay is not None
                         scrapes[r].append(await read_scrape(rt, spec.relay.ports[r], spec.relay.token_variable))
                     misses[r] = 0
-                except Exception as exc:  # noqa: BLE001 - the source's errors and bad answers, counted, then named
+                except Exception as exc:  # the source's errors and bad answers, counted, then named
                     misses[r] += 1
                     if misses[r] >= MISSES:
-                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr]
+                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr]  # no Prometheus: the relay is set
                         return fail(f"analysis: {r}'s metrics ({where}) could not be read {MISSES} times in a row: "
                                     f"{rt.scrub(error_text(exc))}")
             elapsed = rt.clock.monotonic() - start

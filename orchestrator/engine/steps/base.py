@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from orchestrator.engine.step_descriptions import DESCRIPTIONS, Description, handler_key
+from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok, remedy, retry, skip  # noqa: F401 - the handlers' names
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
-from orchestrator.engine.step_descriptions import DESCRIPTIONS, Description, handler_key  # noqa: F401 - re-exported
-from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok, remedy, retry, skip  # noqa: F401 - the handlers' names
 
 if TYPE_CHECKING:  # what a handler may do (the executor's Runtime implements it); never imported at run time here
     from orchestrator.engine.steps.activities import Activities
@@ -18,7 +18,7 @@ class Handler(Protocol):
 
     def describe(self, step: Step, rb: Runbook) -> Description: ...
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome: ...
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome: ...
 
 
 class Described:
@@ -37,7 +37,6 @@ HANDLERS: dict[str, Handler] = {}
 def error_text(exc: BaseException) -> str:
     """A client error's detail (the clients' errors carry one), else the exception's name and text."""
     return str(getattr(exc, "detail", "") or f"{type(exc).__name__}: {exc}")
-
 
 
 def register(handler: Any) -> Any:

@@ -22,14 +22,14 @@ if TYPE_CHECKING:
 class Capture(Described):
     key = "capture"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         c = step.capture
         assert c is not None
         kept = []
         for svc in c.services:
             try:
                 text = await rt.service_log(svc, c.tail)
-            except Exception as exc:  # noqa: BLE001 - capturing never blocks what follows
+            except Exception as exc:  # capturing never blocks what follows
                 rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
                 continue
             lines = text.splitlines()
@@ -43,7 +43,7 @@ class Capture(Described):
         return ok("captured " + (", ".join(kept) or "nothing (no log)"))
 
 
-def save_log(rt: "Activities", service: str, lines: list[str]) -> Any:
+def save_log(rt: Activities, service: str, lines: list[str]) -> Any:
     """Write a captured service log (already scrubbed) to `<state>/logs/<run_id>/<service>.log`
     (capture's `to_file`); the path, or a note that the run log is not open here."""
     where = ROUTER.directory(rt.run.run_id)

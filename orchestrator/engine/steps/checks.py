@@ -8,16 +8,16 @@ named `prerequisite:<host>` (`orchestrate approve RUN_ID --gate prerequisite:gpu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, Step
 from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Runbook, Step
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -79,7 +79,7 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
     return BudgetFit(problem, effective[0].bytes, rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
 
 
-def target_needs_budget(rb: Runbook, file: str, services: "list[str] | tuple[str, ...]") -> bool:
+def target_needs_budget(rb: Runbook, file: str, services: list[str] | tuple[str, ...]) -> bool:
     """Whether a request's target is held to the runbook's HiCache budget rule: only an engine the
     rule is about (`budget.engines`), from the file the rule describes (the runbook's new file). A
     rollback to the previous file (the old FP8 r2) is judged by what it needs, never by the new
@@ -98,7 +98,7 @@ def expected_rank_budget(budget_ctx: dict[str, int], rb: Runbook, service: str) 
     return per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
 
 
-def budget_verdict(rt: "Activities") -> StepOutcome:
+def budget_verdict(rt: Activities) -> StepOutcome:
     """The budget rule on the env map as read now (also re-checked when the map changes mid-run)."""
     assert rt.env is not None
     b = rt.rb.budget
@@ -128,7 +128,7 @@ def budget_verdict(rt: "Activities") -> StepOutcome:
 class EnvMapCheck(Described):
     key = "check.env_map"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         env = await rt.read_env()
         masked = env.masked_credentials(secret_keys=rt.entry.secret_keys)
         if masked:
@@ -143,12 +143,12 @@ class EnvMapCheck(Described):
 class BudgetCheck(Described):
     key = "check.budget"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()
         return budget_verdict(rt)
 
 
-async def record_rollback_targets(rt: "Activities", before: BeforeState) -> StepOutcome | None:
+async def record_rollback_targets(rt: Activities, before: BeforeState) -> StepOutcome | None:
     """Record /version and docker/ps in `before`; establish the previous successful deploy of every
     service a `previous:` request names, and dry-run-check each target. A refusal, or None."""
     await rt.ensure_env()
@@ -173,7 +173,7 @@ class RollbackTargetsCheck(Described):
 
     key = "check.rollback_targets"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         before = BeforeState()
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
@@ -187,7 +187,7 @@ class RollbackTargetsCheck(Described):
 class BeforeStateCheck(Described):
     key = "check.before_state"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         before = BeforeState()
         refused = await record_rollback_targets(rt, before)
         if refused is not None:
@@ -216,7 +216,7 @@ class HostStateCheck(Described):
 
     key = "check.host_state"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         from orchestrator.engine.rules import host_state
         from orchestrator.engine.steps.base import skip
 
@@ -275,7 +275,7 @@ class TagAgeCheck(Described):
 
     key = "check.tag_age"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         verdict = await rt.check_tag_age()
         if verdict is None:
             return ok("tag age not checked: --skip-tag-age-check")
@@ -291,7 +291,7 @@ class ModelCacheCheck(Described):
 
     key = "check.model_cache"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         cache = await rt.host_cache()
         if cache is None:
             return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
@@ -308,7 +308,7 @@ class CacheHolds(Described):
 
     key = "cache"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         assert step.cache is not None
         cache = await rt.host_cache()
         if cache is None:
@@ -325,9 +325,9 @@ class CacheHolds(Described):
 class Prerequisites(Described):
     key = "check.prerequisites"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
-        problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(timezone.utc), overrides)
+        problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(UTC), overrides)
         if problems:
             return fail("prerequisite not met: " + "; ".join(problems))
         return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))

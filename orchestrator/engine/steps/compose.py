@@ -19,15 +19,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine.context import DryRunPlan
-from orchestrator.language.machine import Node
+from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.engine.rules.ownership import ps_ids
+from orchestrator.engine.steps import config_recreate
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, retry, skip
+from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.engine.rules.dry_run_check import judge_dry_run
+from orchestrator.language.machine import Node
 from orchestrator.language.runbook import SELECTED, Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, retry, skip
-from orchestrator.engine.steps import config_recreate
-from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class DryRun(Described):
     key = "dry_run"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         assert step.plan is not None
         env = await rt.ensure_env()
         req = rt.request(step, dry_run=True)
@@ -93,7 +93,7 @@ class DryRun(Described):
 class Up(Described):
     key = "up"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         env = await rt.ensure_env()
         req = rt.request(step, dry_run=False)
         recorded = rt.recorded_effect("compose_up")
@@ -122,7 +122,7 @@ class Up(Described):
         rt.ctx.checked_dry_run = None
         return await self._judged(rt, node, req, outcome)
 
-    async def _judged(self, rt: "Activities", node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+    async def _judged(self, rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
         """The up's verdict, then the run's container ledger: what it created and stopped, by ID."""
         verdict = await self._judge(rt, node, req, outcome)
         if outcome.get("status") != "refused":
@@ -130,14 +130,14 @@ class Up(Described):
         return verdict
 
     @staticmethod
-    def _again(rt: "Activities", node: Node, why: str) -> StepOutcome:
+    def _again(rt: Activities, node: Node, why: str) -> StepOutcome:
         used = rt.ctx.retries.get(node.id, 0)
         if used < rt.table.retry_cap(node.id):
             rt.ctx.retries[node.id] = used + 1
             return retry(f"{why}: planning again")
         return fail(f"{why}, again after planning anew")
 
-    async def _judge(self, rt: "Activities", node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+    async def _judge(self, rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
         status = outcome["status"]
         if status == "success":
             rt.mark_deployed(req)
@@ -159,7 +159,7 @@ class Up(Described):
 class Down(Described):
     key = "down"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         await rt.ensure_env()
         req = rt.request(step, dry_run=False)
         downs = rt.visit_effects("compose_down")  # the first down and any resend of this visit

@@ -16,11 +16,11 @@ from orchestrator.hosts.parsers.dry_run import DryRunResult
 from orchestrator.language.runbook import ComposeSpec, Step
 
 if TYPE_CHECKING:
-    from orchestrator.hosts.clients.compose_manager import ComposeRequest
     from orchestrator.engine.steps.activities import Activities
-    from orchestrator.language.machine import Node
     from orchestrator.engine.steps.base import Handler
     from orchestrator.engine.steps.outcome import StepOutcome
+    from orchestrator.hosts.clients.compose_manager import ComposeRequest
+    from orchestrator.language.machine import Node
 
 _TAKES = ("created", "recreated")
 
@@ -28,18 +28,18 @@ _TAKES = ("created", "recreated")
 CONFIG_DOWN_SUFFIX = "-config-down"
 
 
-def not_recreated(plan: DryRunResult, req: "ComposeRequest") -> list[str]:
+def not_recreated(plan: DryRunResult, req: ComposeRequest) -> list[str]:
     """Forced services the plan neither creates nor recreates (empty for an unforced request)."""
     if not req.force_recreate:
         return []
     return [s for s in req.services if plan.actions.get(s) not in _TAKES]
 
 
-def remedy_key(node: "Node") -> str:
+def remedy_key(node: Node) -> str:
     return f"{node.id}:config-down"
 
 
-async def stop_for_recreate(rt: "Activities", node: "Node", step: Step, services: list[str], down_step: "Handler") -> "StepOutcome":
+async def stop_for_recreate(rt: Activities, node: Node, step: Step, services: list[str], down_step: Handler) -> StepOutcome:
     """The scoped down of `services` (never an engine), through the Down step's own rules
     (`down_step`: the `down` handler, passed in by compose.py so that this module does not import it back)."""
     from orchestrator.engine.steps.outcome import halt

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.util.durations import format_duration
+from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.language.gate_specs import EnvSpec, fill, needs_file_sha
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.util.durations import format_duration
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -33,7 +33,7 @@ def judge_env(env: Any, spec: EnvSpec, values: dict[str, str]) -> list[str]:
     return problems
 
 
-async def placeholder_values(rt: "Activities", *texts: str) -> dict[str, str]:
+async def placeholder_values(rt: Activities, *texts: str) -> dict[str, str]:
     """{host}, {tag}, {file}, {run_id}; {file_sha256} only when a text names it (a GitHub read)."""
     values = {"host": rt.run.host, "tag": rt.run.tag or "", "file": rt.rb.file, "run_id": rt.run.run_id}
     if needs_file_sha(*texts):
@@ -47,27 +47,27 @@ async def placeholder_values(rt: "Activities", *texts: str) -> dict[str, str]:
     return values
 
 
-async def poll(rt: "Activities", within: float, check: Callable[[], Awaitable[list[str]]]) -> list[str]:
+async def poll(rt: Activities, within: float, check: Callable[[], Awaitable[list[str]]]) -> list[str]:
     """`check()` until it finds no problem or `within` has run out (once when 0); the last problems."""
     deadline = rt.clock.monotonic() + within
     while True:
         seen = rt.clock.monotonic()
         try:
             problems = await check()
-        except Exception as exc:  # noqa: BLE001 - the clients' errors and a missing host, named, retried
+        except Exception as exc:  # the clients' errors and a missing host, named, retried
             problems = [rt.scrub(error_text(exc))]
         if not problems or seen >= deadline:
             return problems
         await rt.wait()
 
 
-async def env_of(rt: "Activities", host: str) -> Any:
+async def env_of(rt: Activities, host: str) -> Any:
     if host == "this":
         return await rt.read_env()  # afresh: a human's edit must show, and the next call passes it
     return await rt.other_env(host)
 
 
-async def env_gate(rt: "Activities", spec: EnvSpec) -> StepOutcome:
+async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
     who = rt.run.host if spec.host == "this" else spec.host
     values: dict[str, str] = {}
 
@@ -91,6 +91,6 @@ async def env_gate(rt: "Activities", spec: EnvSpec) -> StepOutcome:
 class EnvGate(Described):
     key = "env"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         assert step.env is not None
         return await env_gate(rt, step.env)

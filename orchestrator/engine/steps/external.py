@@ -21,12 +21,12 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.language.gate_specs import fill, json_at
-from orchestrator.language.machine import Node
-from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
-from orchestrator.language.runbook import Step
 from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
+from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
+from orchestrator.language.gate_specs import fill, json_at
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Step
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -77,7 +77,7 @@ def judge_pull_request(status: Any, merged: bool, green: bool, required: list[st
 class ProxyPool(Described):
     key = "proxy_pool"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         p = step.proxy_pool
         assert p is not None
         listed: list[str] = []
@@ -112,7 +112,7 @@ class ProxyPool(Described):
 class PullRequest(Described):
     key = "pull_request"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         spec = step.pull_request
         assert spec is not None
         repo, tag = rt.github_repo(), rt.run.tag or ""
@@ -120,7 +120,7 @@ class PullRequest(Described):
             return fail(f"the inventory names no github_repo for {rt.run.host}: tag {tag}'s PR and CI cannot be checked")
         try:
             status = await rt.pull_request(repo, tag)
-        except Exception as exc:  # noqa: BLE001 - GitHubUnreachable and the client's errors, named
+        except Exception as exc:  # GitHubUnreachable and the client's errors, named
             return fail(f"GitHub could not say whether tag {tag}'s PR is merged and green: {rt.scrub(error_text(exc))}")
         if status is None:
             return fail(f"tag {tag} does not exist in {repo}")
@@ -135,7 +135,7 @@ class PullRequest(Described):
 class HttpJson(Described):
     key = "http_json"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         spec = step.http_json
         assert spec is not None
         texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
@@ -174,17 +174,17 @@ class HttpJson(Described):
 class Attestation(Described):
     key = "attestation"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         spec = step.attestation
         assert spec is not None
         try:
             report = await rt.attestation_report()  # a fresh nonce, checked echoed
-        except Exception as exc:  # noqa: BLE001 - the client's errors, named
+        except Exception as exc:  # the client's errors, named
             return fail(f"attestation report could not be read: {rt.scrub(error_text(exc))}")
         problems = bound_report(report)
         try:
             actions = parse_action_log(report)
-        except Exception as exc:  # noqa: BLE001 - ParseError
+        except Exception as exc:  # ParseError
             return fail(f"attestation report's actions do not parse: {exc}")
         repo = rt.github_repo()
         sha_cache: dict[tuple[str, str], str | None] = {}
@@ -205,7 +205,7 @@ class Attestation(Described):
                                 f"{rt.run.host}")
                 try:
                     sha_cache[key] = await rt.file_sha256(repo, *key)
-                except Exception as exc:  # noqa: BLE001 - GitHub's errors, named
+                except Exception as exc:  # GitHub's errors, named
                     return fail(f"{key[0]}@{key[1]} could not be read from GitHub to check its hash: {rt.scrub(error_text(exc))}")
             expected = sha_cache[key]
             if expected is None:
@@ -247,7 +247,7 @@ def image_digest(image: str) -> str | None:
 class Image(Described):
     key = "image"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         spec = step.image
         assert spec is not None
         want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
-from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch  # noqa: F401 - the soak's watches
 
 if TYPE_CHECKING:
     from orchestrator.engine.executor.runtime import Runtime
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class Relay(Described):
     key = "relay"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
         assert step.relay is not None
         env = await rt.ensure_env()
         client = rt.relay_client(step.relay.port, env.get(step.relay.token_variable, ""))
@@ -38,7 +38,7 @@ class Relay(Described):
 class Verify(Described):
     key = "verify"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
         assert step.verify is not None
         addr = rt.entry.model_proxy_address
         if step.verify.peers:
@@ -75,7 +75,7 @@ class Soak(Described):
 
     key = "soak"
 
-    async def run(self, rt: "Runtime", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
         assert step.soak is not None
         duration = rt.soak_override if rt.soak_override is not None else step.soak.duration
         already = float(rt.ctx.soaks.get(node.id, 0.0))

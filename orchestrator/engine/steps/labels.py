@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from orchestrator.language.machine import Node
-from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
-from orchestrator.language.runbook import Step
 from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Step
+from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -43,7 +43,7 @@ def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
 class TelemetryLabels(Described):
     key = "labels"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         lb = step.labels
         assert lb is not None
         vals = rt.rb.replica_values[lb.replica]
@@ -66,7 +66,7 @@ class TelemetryLabels(Described):
                 found = samples(await client.metrics_text(), lb.metric)
             except MetricsTextError as exc:
                 return fail(f"relay :{lb.relay.port}: {exc}")
-            except Exception as exc:  # noqa: BLE001 - the relay's client errors, named in the note
+            except Exception as exc:  # the relay's client errors, named in the note
                 return fail(f"relay :{lb.relay.port}: {rt.scrub(error_text(exc))}")
             if not found:
                 problems.append(f"{lb.metric} is not exposed through :{lb.relay.port}")

@@ -9,8 +9,9 @@ the progress it hands back and acts on its verdict.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from orchestrator.engine.context import ColdStartProgress
 from orchestrator.engine.rules.cold_start import ColdStartWatch, Kind, Verdict
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.engine.steps.checks import expected_rank_budget
@@ -85,7 +86,7 @@ class ColdStart(Described):
             verdict = watch.observe(now, c)
             while True:
                 if verdict.journal is not None:
-                    rt.ctx.milestones[service] = verdict.journal
+                    rt.ctx.milestones[service] = cast(ColdStartProgress, verdict.journal)
                     rt.save_context()
                 if verdict.show is not None:
                     rt.tick(f"{service} cold start", hb_start, watch.deadline - hb_start, watch.progress)
@@ -130,7 +131,8 @@ class ColdStart(Described):
         serves, or its cold start passed in this run (same container) and it still serves."""
         actions: dict[str, str] = {}
         for sid in reversed(rt.table.phase_dry_runs(node.phase)):
-            acts = rt.ctx.plans.get(sid, {}).get("actions", {})
+            plan = rt.ctx.plans.get(sid)
+            acts = plan.get("actions", {}) if plan else {}
             if service in acts:
                 actions = acts
                 break

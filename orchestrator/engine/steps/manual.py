@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Manual(Described):
     key = "manual"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         m = step.manual
         assert m is not None
         edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out
@@ -48,11 +48,6 @@ class Manual(Described):
         if verdict.event.value != "ok":
             return fail(f"the manual edit was approved but does not hold: {verdict.note} (edit: {edit})")
         return ok(f"manual edit made and verified: {verdict.note}")
-
-
-def manual_edits(steps: list[Step]) -> list[str]:
-    """The manual edits a list of steps will ask a human for, in order."""
-    return [f"{st.id}: {st.manual.edit}" for st in steps if st.manual is not None]
 
 
 def manual_edits_ahead(table: Any, start: str) -> list[str]:

@@ -68,12 +68,12 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
 class Markers(Described):
     key = "markers"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         m = step.markers
         assert m is not None
         try:
             text = await rt.service_log(m.service, MARKER_WINDOW)
-        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+        except Exception as exc:  # the client's errors, named in the note
             return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
         problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.language.machine import Event, Node
-from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
-from orchestrator.language.runbook import GaugeBound, Step
 from orchestrator.engine.step_descriptions import bound_text
 from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.language.machine import Event, Node
+from orchestrator.language.runbook import GaugeBound, Step
+from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -39,7 +39,7 @@ def gauge_problem(text: str, g: GaugeBound) -> str | None:
 class MetricsEvidence(Described):
     key = "metrics"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         m = step.metrics
         assert m is not None
         env = await rt.ensure_env()
@@ -59,7 +59,7 @@ class MetricsEvidence(Described):
                     seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
                     try:
                         problem = gauge_problem(await client.metrics_text(), g)
-                    except Exception as exc:  # noqa: BLE001 - a relay just started may refuse a moment: polled like the gauge
+                    except Exception as exc:  # a relay just started may refuse a moment: polled like the gauge
                         if seen >= deadline:
                             raise
                         problem = rt.scrub(error_text(exc))
@@ -71,11 +71,11 @@ class MetricsEvidence(Described):
                     await rt.wait()
         except MetricsTextError as exc:
             return fail(f"{where}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - the relay's client errors, named in the note
+        except Exception as exc:  # the relay's client errors, named in the note
             return fail(f"{where}: {rt.scrub(error_text(exc))}")
         return ok(f"{where}: " + "; ".join(notes))
 
-    async def _host_restore(self, rt: "Activities", client: Any, node: Node, counters: list[str], evict: int,
+    async def _host_restore(self, rt: Activities, client: Any, node: Node, counters: list[str], evict: int,
                             where: str) -> StepOutcome:
         nonce = f"{rt.run.run_id}-{node.id}"
         doc = f"Host-restore check {nonce}. " + (

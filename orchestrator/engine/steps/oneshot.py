@@ -18,11 +18,11 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from orchestrator.util.durations import format_duration
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
 from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Step
+from orchestrator.util.durations import format_duration
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -61,7 +61,7 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None) 
 class OneShotCompletion(Described):
     key = "oneshot"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         o = step.oneshot
         assert o is not None
         deadline = rt.clock.monotonic() + o.timeout
@@ -84,7 +84,7 @@ class OneShotCompletion(Described):
             await rt.wait()
         try:
             text = await rt.service_log(o.service, OUTPUT_TAIL)
-        except Exception as exc:  # noqa: BLE001 - the client's errors, named in the note
+        except Exception as exc:  # the client's errors, named in the note
             return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
         rt.log.info("oneshot_output", service=o.service, lines=[rt.scrub(ln) for ln in lines])

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class Presence(Described):
     key = "presence"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         p = step.presence
         assert p is not None
         if p.hosts == "others":
@@ -49,7 +49,7 @@ class Presence(Described):
             seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
             try:
                 problems = await rt.presence_problems(targets, p.listed, p.absent)
-            except Exception as exc:  # noqa: BLE001 - a peer that does not answer is a problem, retried
+            except Exception as exc:  # a peer that does not answer is a problem, retried
                 problems = [rt.scrub(error_text(exc))]
             if not problems:
                 short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again

@@ -8,21 +8,21 @@ serving nothing: what the domain serves is what the others serve.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from orchestrator.analysis.quiet_spec import inside
 from orchestrator.analysis.window import REQUESTS, Scrape, counter_increase
-from orchestrator.util.durations import format_duration
+from orchestrator.engine.steps.base import Described, StepOutcome, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps.base import Described, StepOutcome, ok, register
+from orchestrator.util.durations import format_duration
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 #: the UTC wall clock the window is read on (tests replace it: a window must not depend on when CI runs)
-WALL: Callable[[], datetime] = lambda: datetime.now(timezone.utc)  # noqa: E731
+WALL: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731 - a name tests replace
 
 
 def rate_per_min(series: dict[str, list[Scrape]], over: float) -> tuple[float, float] | None:
@@ -44,7 +44,7 @@ def rate_per_min(series: dict[str, list[Scrape]], over: float) -> tuple[float, f
 class Quiet(Described):
     key = "quiet"
 
-    async def run(self, rt: "Activities", node: Node, step: Step) -> StepOutcome:
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
         from orchestrator.metricproviders.relay_scrape import read_scrape
 
         spec = step.quiet
@@ -65,7 +65,7 @@ class Quiet(Described):
                 try:
                     series[r].append(await read_scrape(rt, port, spec.relay.token_variable))
                     series[r] = [s for s in series[r] if s.at >= series[r][-1].at - 2 * spec.over]
-                except Exception:  # noqa: BLE001 - a replica that does not answer serves nothing
+                except Exception:  # a replica that does not answer serves nothing
                     series[r] = []
             seen = rate_per_min(series, spec.over)
             if seen is not None and seen[1] >= spec.over * 0.9 and seen[0] < spec.below_per_min:

@@ -22,7 +22,7 @@ class ForbiddenLines:
     time is, by the container checks); lines the follower could not read in order (a gap: more
     than its window between two polls) are judged as read, and the gap is noted in the run log."""
 
-    def __init__(self, rt: "Activities", services: list[str]) -> None:
+    def __init__(self, rt: Activities, services: list[str]) -> None:
         self.rt = rt
         self.followers = {svc: rt.follower(svc) for svc in services}
         self.unread = set(services)
@@ -55,7 +55,7 @@ class SoakGaugeWatch:
 
     MISSES = 3
 
-    def __init__(self, rt: "Activities", soak: "SoakSpec") -> None:
+    def __init__(self, rt: Activities, soak: SoakSpec) -> None:
         self.rt = rt
         self.soak = soak
         self.misses: dict[int, int] = {}
@@ -69,7 +69,7 @@ class SoakGaugeWatch:
             client = self.rt.relay_client(m.relay.port, env.get(m.relay.token_variable, ""))
             try:
                 text = await client.metrics_text()
-            except Exception as exc:  # noqa: BLE001 - the relay client's errors, counted, then named
+            except Exception as exc:  # the relay client's errors, counted, then named
                 self.misses[m.relay.port] = self.misses.get(m.relay.port, 0) + 1
                 if self.misses[m.relay.port] >= self.MISSES:
                     return f"relay :{m.relay.port} could not be read {self.MISSES} times in a row: {self.rt.scrub(error_text(exc))}"

@@ -37,7 +37,7 @@ The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes the
   last successful ones (`VersionInfo`). `status()` tells whether an operation holds the lock.
 
 The request checks and `ComposeRequest` are in compose_manager_request.py, the NDJSON stream's
-reading and judging (`StreamOutcome`) in compose_manager_stream.py; both are importable from here.
+reading and judging (`StreamOutcome`) in compose_manager_stream.py.
 """
 
 from __future__ import annotations
@@ -50,15 +50,10 @@ import httpx
 import structlog
 
 from orchestrator.hosts.clients.compose_manager_request import (
-    ENV_KEY_RE,
-    PROJECT_RE,
-    RESERVED_PROJECTS,
-    SERVICE_RE,
     SYSTEM,
     ComposeRequest,
     ComposeVerb,
     _invalid,
-    validate_env,
     validate_file,
     validate_project,
     validate_services,
@@ -71,7 +66,6 @@ from orchestrator.hosts.clients.errors import (
     TagNotFound,
     check_ok_envelope,
     error_for_status,
-    parse_json,
     transport_error,
 )
 from orchestrator.hosts.clients.http_session import HttpSession
@@ -92,15 +86,11 @@ from orchestrator.hosts.parsers.compose_manager_reads import (
 )
 from orchestrator.hosts.parsers.docker_ps import Container, parse_docker_ps
 from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.util.clock import Clock, RealClock
+from orchestrator.util.clock import Clock
 
 log = structlog.get_logger(__name__)
 
-__all__ = [
-    "ENV_KEY_RE", "PROJECT_RE", "RESERVED_PROJECTS", "SERVICE_RE", "SYSTEM", "ComposeManagerClient",
-    "ComposeRequest", "ComposeVerb", "EventCallback", "StreamOutcome", "validate_env", "validate_file",
-    "validate_project", "validate_services",
-]
+__all__ = ["ComposeManagerClient", "ComposeRequest", "StreamOutcome", "validate_file"]
 
 
 class _SentButLost(Exception):
@@ -127,25 +117,15 @@ class ComposeManagerClient(HttpSession):
         secret = reveal(token)
         if not secret:
             raise RequestInvalid(SYSTEM, "token: empty bearer token", field="token")
-        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor)
-        self.retry = retry or RetryPolicy()
+        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor, retry=retry, clock=clock)
         self.timeout_s = timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
-        self._clock = clock or RealClock()
 
     # ---------------------------------------------------------------- reads
 
     async def _read(self, method: str, path: str, *, what: str, json_body: Any = None, params: dict[str, str] | None = None) -> dict[str, Any]:
-        async def attempt() -> dict[str, Any]:
-            try:
-                response = await self._http.request(method, path, json=json_body, params=params)
-            except httpx.HTTPError as exc:
-                raise transport_error(SYSTEM, exc, self.redactor) from None
-            if not response.is_success:
-                raise error_for_status(SYSTEM, response, self.redactor)
-            return check_ok_envelope(SYSTEM, parse_json(SYSTEM, response, self.redactor), self.redactor)
-
-        return await call_with_retry(attempt, self.retry, mutating=False, what=f"{SYSTEM} {what}", clock=self._clock)
+        return await self._read_json(SYSTEM, method, path, what=f"{SYSTEM} {what}", json_body=json_body, params=params,
+                                     check=lambda payload: check_ok_envelope(SYSTEM, payload, self.redactor))
 
     async def logs(self, file: str, services: Sequence[str], tail: int, project: str | None = None, *, scrub: bool = True) -> str:
         """`docker compose logs --tail N` text, scrubbed with the client's redactor unless `scrub=False`.

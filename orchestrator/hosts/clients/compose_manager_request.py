@@ -134,9 +134,6 @@ class ComposeRequest:
             body["dry_run"] = self.dry_run
         return body
 
-    def as_apply(self) -> ComposeRequest:
-        return replace(self, dry_run=False)
-
     def as_dry_run(self) -> ComposeRequest:
         return replace(self, dry_run=True)
 

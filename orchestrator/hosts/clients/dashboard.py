@@ -21,15 +21,12 @@ from orchestrator.hosts.clients.errors import (
     HostNotFound,
     MalformedResponse,
     RequestInvalid,
-    error_for_status,
-    parse_json,
-    transport_error,
 )
-from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
-from orchestrator.util.clock import Clock, RealClock
+from orchestrator.hosts.clients.http_session import HttpSession
+from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.hosts.clients.http_session import HttpSession
+from orchestrator.util.clock import Clock
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +52,7 @@ def normalize_url(url: str) -> str:
     """For matching a compose-manager URL: scheme and host lowercased, trailing slash dropped."""
     try:
         parsed = httpx.URL(url.strip())
-    except Exception:  # noqa: BLE001 - an unparsable URL is compared as text
+    except Exception:  # an unparsable URL is compared as text
         return url.strip().rstrip("/").lower()
     path = parsed.path.rstrip("/")
     port = f":{parsed.port}" if parsed.port is not None else ""
@@ -128,25 +125,10 @@ class DashboardClient(HttpSession):
         secret = reveal(token)
         if not secret:
             raise RequestInvalid(SYSTEM, "token: empty dashboard token", field="token")
-        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor)
-        self.retry = retry or RetryPolicy()
-        self._clock = clock or RealClock()
-
-
-
-
+        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor, retry=retry, clock=clock)
 
     async def list_instances(self) -> list[Instance]:
-        async def attempt() -> Any:
-            try:
-                response = await self._http.get("/api/instances")
-            except httpx.HTTPError as exc:
-                raise transport_error(SYSTEM, exc, self.redactor) from None
-            if not response.is_success:
-                raise error_for_status(SYSTEM, response, self.redactor)
-            return parse_json(SYSTEM, response, self.redactor)
-
-        payload = await call_with_retry(attempt, self.retry, mutating=False, what="dashboard instances", clock=self._clock)
+        payload = await self._read_json(SYSTEM, "GET", "/api/instances", what="dashboard instances")
         instances = parse_instances(payload, self.redactor)
         log.info("dashboard.instances", count=len(instances))
         return instances

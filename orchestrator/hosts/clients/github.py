@@ -33,8 +33,8 @@ import httpx
 from orchestrator.hosts.clients.errors import ClientError, ServerError, TransportError, Unauthorized, transport_error
 from orchestrator.hosts.clients.http_session import HttpSession
 from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
-from orchestrator.util.clock import Clock, RealClock
 from orchestrator.hosts.redaction import Redactor, reveal
+from orchestrator.util.clock import Clock
 
 SYSTEM = "github"
 DEFAULT_API_URL = "https://api.github.com"
@@ -83,15 +83,14 @@ class GitHubClient(HttpSession):
         clock: Clock | None = None,
     ) -> None:
         secret = reveal(token) if token is not None else ""
-        self._open_session(api_url, secret or None, transport=transport, timeout_s=timeout_s, redactor=redactor)
+        self._open_session(api_url, secret or None, transport=transport, timeout_s=timeout_s, redactor=redactor,
+                           retry=retry or RetryPolicy(max_attempts=3, deadline_s=30), clock=clock)
         self._http.headers["Accept"] = "application/vnd.github+json"
         self._http.headers["X-GitHub-Api-Version"] = "2022-11-28"
-        self.retry = retry or RetryPolicy(max_attempts=3, deadline_s=30)
-        self._clock = clock or RealClock()
 
     async def _get_list(self, path: str) -> list[Any]:
-        """A GET whose answer is a JSON list (issue 23: a commit's pull requests)."""
-        return await self._get(path, want=list)  # type: ignore[return-value]
+        """A GET whose answer is a JSON list (a commit's pull requests)."""
+        return await self._get(path, want=list)  # type: ignore[return-value]  # `want=list` checked the shape
 
     async def _get(self, path: str, want: type = dict) -> dict[str, Any]:
         async def attempt() -> dict[str, Any]:

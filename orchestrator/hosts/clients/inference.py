@@ -29,8 +29,8 @@ from orchestrator.hosts.clients.errors import (
     parse_json,
     transport_error,
 )
-from orchestrator.hosts.redaction import Redactor, reveal
 from orchestrator.hosts.clients.http_session import HttpSession
+from orchestrator.hosts.redaction import Redactor, reveal
 
 log = structlog.get_logger(__name__)
 
@@ -126,10 +126,6 @@ class _OpenAIEndpoint(HttpSession):
         self.timeout_s = float(timeout_s)
         self._open_session(base, reveal(token), transport=transport, timeout_s=self.timeout_s, redactor=redactor)
 
-
-
-
-
     async def _call(self, method: str, route: str, *, json_body: Any = None, want_json: bool = True) -> Any:
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -183,7 +179,7 @@ class InferenceClient(_OpenAIEndpoint):
             first = await self.completion(model, first_turn, max_tokens=32)
         except RequestInvalid:
             raise
-        except Exception as exc:  # noqa: BLE001 - a failed check is a result, not an exception
+        except Exception as exc:  # a failed check is a result, not an exception
             return CacheHitResult(False, None, None, f"first turn failed: {self._reason(exc)}")
         second_turn = first_turn + [
             {"role": "assistant", "content": first.text},
@@ -191,7 +187,7 @@ class InferenceClient(_OpenAIEndpoint):
         ]
         try:
             second = await self.completion(model, second_turn, max_tokens=32)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return CacheHitResult(False, first, None, f"follow-up failed: {self._reason(exc)}")
         if second.cached_tokens is None:
             result = CacheHitResult(False, first, second, "the follow-up's usage carries no prompt_tokens_details.cached_tokens (cache report disabled?)")
@@ -222,7 +218,7 @@ class SoakRelayClient(_OpenAIEndpoint):
         try:
             await self._call("GET", "/health", want_json=False)
             health_ok = True
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problems.append(f"/health: {self._reason(exc)}")
         try:
             payload = await self._call("GET", "/v1/models")
@@ -232,7 +228,7 @@ class SoakRelayClient(_OpenAIEndpoint):
             models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id") is not None]
             if model not in models:
                 problems.append(f"/v1/models does not list {model!r} (lists: {', '.join(models) or 'nothing'})")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problems.append(f"/v1/models: {self._reason(exc)}")
         try:
             body = {
@@ -246,7 +242,7 @@ class SoakRelayClient(_OpenAIEndpoint):
             generation = parse_completion(await self._call("POST", "/v1/chat/completions", json_body=body), self.system).text
             if not generation.strip():
                 problems.append("the deterministic generation returned empty output")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problems.append(f"generation: {self._reason(exc)}")
         ok = not problems
         result = RelayCheckResult(

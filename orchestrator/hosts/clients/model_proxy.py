@@ -20,14 +20,11 @@ import structlog
 from orchestrator.hosts.clients.errors import (
     MalformedResponse,
     RequestInvalid,
-    error_for_status,
-    parse_json,
-    transport_error,
 )
-from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
-from orchestrator.util.clock import Clock, RealClock
-from orchestrator.hosts.redaction import Redactor, reveal
 from orchestrator.hosts.clients.http_session import HttpSession
+from orchestrator.hosts.clients.retry import RetryPolicy
+from orchestrator.hosts.redaction import Redactor, reveal
+from orchestrator.util.clock import Clock
 
 log = structlog.get_logger(__name__)
 
@@ -124,27 +121,14 @@ class ModelProxyClient(HttpSession):
     ) -> None:
         self.name = name
         self.system = f"model-proxy:{name}"
-        self._open_session(base_url, reveal(token), transport=transport, timeout_s=timeout_s, redactor=redactor)
-        self.retry = retry or RetryPolicy()
-        self._clock = clock or RealClock()
+        self._open_session(base_url, reveal(token), transport=transport, timeout_s=timeout_s, redactor=redactor,
+                           retry=retry, clock=clock)
 
     def __repr__(self) -> str:
         return f"ModelProxyClient({self.name!r}, {self.base_url!r})"
 
-
-
-
     async def _get(self, route: str, params: dict[str, str] | None = None) -> Any:
-        async def attempt() -> Any:
-            try:
-                response = await self._http.get(route, params=params)
-            except httpx.HTTPError as exc:
-                raise transport_error(self.system, exc, self.redactor) from None
-            if not response.is_success:
-                raise error_for_status(self.system, response, self.redactor)
-            return parse_json(self.system, response, self.redactor)
-
-        return await call_with_retry(attempt, self.retry, mutating=False, what=f"{self.system} {route}", clock=self._clock)
+        return await self._read_json(self.system, "GET", route, what=f"{self.system} {route}", params=params)
 
     @staticmethod
     def _check_domain(domain: str) -> None:

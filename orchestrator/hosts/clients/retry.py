@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from tenacity import AsyncRetrying, RetryCallState
@@ -53,11 +53,10 @@ class RetryPolicy:
     @classmethod
     def immediate(cls, **overrides: float) -> RetryPolicy:
         """A policy with (almost) no waiting: for tests and simulations."""
-        values: dict[str, float] = dict(
+        values: dict[str, Any] = dict(
             initial_backoff_s=0.001, max_backoff_s=0.002, busy_wait_s=0.001, tag_not_found_wait_s=0.001
         )
-        values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**(values | overrides))
 
     def backoff(self, transient_failures: int, rng: random.Random | None = None) -> float:
         """The wait after the n-th transient failure (n >= 1): jittered exponential."""

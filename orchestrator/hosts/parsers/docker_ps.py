@@ -18,7 +18,6 @@ from orchestrator.hosts.parsers import ParseError
 SERVICE_LABEL = "com.docker.compose.service"
 PROJECT_LABEL = "com.docker.compose.project"
 CONFIG_HASH_LABEL = "com.docker.compose.config-hash"
-ONEOFF_LABEL = "com.docker.compose.oneoff"
 
 ZOMBIE_STATES = frozenset({"removing", "dead"})
 
@@ -56,10 +55,6 @@ class Container:
     @property
     def config_hash(self) -> str | None:
         return self.labels.get(CONFIG_HASH_LABEL)
-
-    @property
-    def oneoff(self) -> bool:
-        return self.labels.get(ONEOFF_LABEL, "").lower() == "true"
 
     @property
     def identity(self) -> tuple[str, str]:
@@ -156,17 +151,6 @@ def _parse_line(line: str, line_no: int) -> tuple[Container, ...]:
 #: parsed docker/ps lines by their text, oldest first (bounded: a host lists tens of containers)
 _LINE_CACHE: dict[str, tuple[Container, ...]] = {}
 _LINE_CACHE_SIZE = 512
-
-
-def for_service(containers: Iterable[Container], service: str, project: str | None = None) -> list[Container]:
-    """The containers of one compose service (optionally of one project); falls back to the name."""
-    out = []
-    for c in containers:
-        if project is not None and c.project is not None and c.project != project:
-            continue
-        if c.service == service or (c.service is None and service in c.names):
-            out.append(c)
-    return out
 
 
 def zombies(containers: Iterable[Container]) -> list[Container]:

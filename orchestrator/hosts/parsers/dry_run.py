@@ -73,44 +73,6 @@ class DryRunResult:
     containers: dict[str, str] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)
 
-    def _with(self, action: str) -> frozenset[str]:
-        return frozenset(s for s, a in self.actions.items() if a == action)
-
-    @property
-    def created(self) -> frozenset[str]:
-        return self._with("created")
-
-    @property
-    def recreated(self) -> frozenset[str]:
-        return self._with("recreated")
-
-    @property
-    def started(self) -> frozenset[str]:
-        return self._with("started")
-
-    @property
-    def removed(self) -> frozenset[str]:
-        return self._with("removed")
-
-    @property
-    def unchanged(self) -> frozenset[str]:
-        return self._with("unchanged")
-
-    def changed_services(self) -> frozenset[str]:
-        """Services the plan creates, recreates or starts."""
-        return frozenset(s for s, a in self.actions.items() if a in ("created", "recreated", "started"))
-
-    @property
-    def removes_anything(self) -> bool:
-        """True if a container (or a network/volume) would be removed or stopped."""
-        if self.removed:
-            return True
-        return any(STATUS_ACTIONS.get(status.lower()) == "removed" for status in self.resources.values())
-
-    @property
-    def understood(self) -> bool:
-        return not self.unknown_lines
-
 
 def container_service(name: str, project: str | None = None) -> str:
     """The compose service a container name stands for (see module doc)."""
