@@ -11,7 +11,6 @@ process (tests/e2e/gatekeeper_orchestrate.py adds the Ctrl-C, crash, clock-step 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket

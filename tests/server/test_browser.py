@@ -13,7 +13,6 @@ import re
 import shutil
 import socket
 import threading
-from pathlib import Path
 
 import pytest
 
