@@ -7,7 +7,8 @@ halts for "not enough traffic" although the same run on an idle machine passes.
 
 `AnswerTimeClock` is that ScaledClock, except that its time stands still while any request of
 the orchestrator awaits the simulator's answer (its transport holds the clock from the request
-until the response's headers). Shared by the simulator (`SimFleet(clock=...)`) and the
+until the response's body is read; a compose-manager stream, whose body lasts as long as the
+simulated operation, only until its headers). Shared by the simulator (`SimFleet(clock=...)`) and the
 orchestrator (`Session.open(clock=..., transport=clock.transport())`), simulated time then passes
 only while the orchestrator computes or waits on the clock, as in production, where a scrape
 takes milliseconds of a 30-minute window: how many polls a window holds follows from the runbook,
@@ -75,12 +76,37 @@ class HoldingTransport(httpx.AsyncBaseTransport):
         self.requests += 1
         self.clock.hold()
         try:
-            return await self.inner.handle_async_request(request)
-        finally:
+            response = await self.inner.handle_async_request(request)
+        except BaseException:
             self.clock.release()
+            raise
+        if response.headers.get("content-type", "").startswith("application/x-ndjson"):
+            self.clock.release()  # a stream of a simulated operation: it needs the clock to run
+            return response
+        return httpx.Response(response.status_code, headers=response.headers, extensions=response.extensions,
+                              stream=_HeldBody(self.clock, response.stream))
 
     async def aclose(self) -> None:
         """A client closing: the transport stays open for the session's other clients."""
 
     async def close(self) -> None:
         await self.inner.aclose()
+
+
+class _HeldBody(httpx.AsyncByteStream):
+    """A response body read with the clock held; released once, when the body is closed."""
+
+    def __init__(self, clock: AnswerTimeClock, inner: httpx.AsyncByteStream) -> None:
+        self.clock, self.inner, self.held = clock, inner, True
+
+    async def __aiter__(self):  # type: ignore[override]
+        async for chunk in self.inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self.inner.aclose()
+        finally:
+            if self.held:
+                self.held = False
+                self.clock.release()
