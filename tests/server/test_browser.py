@@ -68,7 +68,7 @@ def served(tmp_path):
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    wait_for(lambda: server.started, "uvicorn to start", timeout=30)
+    wait_for(lambda: server.started, "uvicorn to start")
     yield f"http://127.0.0.1:{port}", names, fleet
     server.should_exit = True
     thread.join(20)

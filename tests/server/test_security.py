@@ -77,7 +77,7 @@ def serve_app() -> Iterator[Any]:
         server = build_server(app, "127.0.0.1", port, **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
-        wait_for(lambda: server.started, "uvicorn to start", timeout=15)
+        wait_for(lambda: server.started, "uvicorn to start")
         started.append((server, thread))
         start.server = server  # type: ignore[attr-defined]
         return f"{scheme}://127.0.0.1:{port}"
@@ -411,7 +411,7 @@ def test_body_size_and_json_depth_limits(live, settings):
 def test_slow_headers_and_too_many_connections(settings, serve_app, fake_execute):
     url = serve_app(create_app(settings, token=TOKEN), header_timeout_s=0.5, limit_concurrency=4)
     port = int(url.rsplit(":", 1)[1])
-    slow = socket.create_connection(("127.0.0.1", port), timeout=5)
+    slow = socket.create_connection(("127.0.0.1", port), timeout=30)
     slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finishes its headers
     slow.settimeout(60)  # a safety net: the server's 0.5 s header timeout closes it (a timeout here raises)
     assert slow.recv(1024) == b""  # closed by the server
@@ -420,15 +420,15 @@ def test_slow_headers_and_too_many_connections(settings, serve_app, fake_execute
     url = serve_app(create_app(settings, token=TOKEN), header_timeout_s=60, limit_concurrency=4)
     port = int(url.rsplit(":", 1)[1])
     server = serve_app.server  # type: ignore[attr-defined]
-    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(4)]
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(4)]
     try:
-        wait_for(lambda: len(server.server_state.connections) >= 4, "the idle connections to be accepted", timeout=10)
-        r = httpx.get(f"{url}/healthz", timeout=5)
+        wait_for(lambda: len(server.server_state.connections) >= 4, "the idle connections to be accepted")
+        r = httpx.get(f"{url}/healthz", timeout=30)
         assert r.status_code == 503
     finally:
         for s in idle:
             s.close()
-    wait_for(lambda: httpx.get(f"{url}/healthz", timeout=5).status_code == 200, "the connections to go", timeout=10)
+    wait_for(lambda: httpx.get(f"{url}/healthz", timeout=30).status_code == 200, "the connections to go")
 
 
 def test_healthz_says_not_ok_without_driver_details(live, monkeypatch):
@@ -464,7 +464,7 @@ def test_the_access_log_never_shows_query_strings(settings, serve_app, fake_exec
     access.addHandler(handler)
     try:
         httpx.get(f"{url}/runs?host=gpu02&limit=5&secret=hunter2-query-value", headers=AUTH, timeout=10)
-        wait_for(lambda: any("/runs" in m for m in records), "the access log line", timeout=5)
+        wait_for(lambda: any("/runs" in m for m in records), "the access log line")
     finally:
         access.removeHandler(handler)
     line = next(m for m in records if "/runs" in m)
