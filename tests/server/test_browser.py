@@ -232,7 +232,17 @@ def test_approve_is_only_for_the_gate_the_run_waits_at(browser, served):
     ctx.close()
 
 
-def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served):
+def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served, monkeypatch):
+    from orchestrator.journal import audit
+
+    looks: list[str] = []  # each look of the paused runner (in this process) at its pause
+    real_paused_by = audit.paused_by
+
+    def paused_by(journal, run_id):
+        looks.append(run_id)
+        return real_paused_by(journal, run_id)
+
+    monkeypatch.setattr(audit, "paused_by", paused_by)
     base, tokens, fleet = served
     run_id = submit(base, tokens["alice"])
     ctx = browser.new_context()
@@ -248,9 +258,11 @@ def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served
     # a safe point: never between r2's down and its replacement's readiness
     assert held not in ("r2.dry-run", "r2.apply", "r2.cold-start"), held
     assert f"orchestrate continue {run_id}" in waiting
-    # 50 simulated minutes later, and after the page refreshed since: the run has not moved
-    paused_at = fleet.now()
-    wait_until(lambda: fleet.now() >= paused_at + 3000, "50 simulated minutes to pass")
+    # 50 simulated minutes and three looks of the runner at its pause later, and after the page
+    # refreshed since: the run has not moved
+    paused_at, looked = fleet.now(), len(looks)
+    wait_until(lambda: fleet.now() >= paused_at + 3000 and len(looks) >= looked + 3,
+               "50 simulated minutes and three polls of the paused runner")
     refreshed(page)
     assert snapshot(page)[0] == held
     assert not page.is_disabled("#continue") and page.is_disabled("#pause")
