@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-#: docker's log rotation in every simulator a test starts (issue 21): `--sim-log-lines N` sets it for the
+#: docker's log rotation in every simulator a test starts: `--sim-log-lines N` sets it for the
 #: whole run, in-process (SimConfig's default) and in subprocesses (inherited); `make test-short-logs`.
 SIM_LOG_LINES_ENV = "ORCHESTRATOR_SIM_LOG_LINES"
 
@@ -65,7 +65,8 @@ def postgres_url() -> str:
     errors = []
     for url in (env_url,) if env_url else PG_CANDIDATES:
         try:
-            with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
+            # a safety net, not a measure: a loaded machine's local server may take seconds to answer
+            with psycopg.connect(url, connect_timeout=15, autocommit=True) as conn:
                 conn.execute("SELECT 1")
             return url
         except psycopg.Error as exc:

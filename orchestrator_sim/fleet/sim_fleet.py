@@ -174,12 +174,15 @@ class SimFleet(FleetFiles):
     ports, in a background thread. `hosts`: name -> SimHost; `host_urls`: name -> its endpoints
     (`urls` is `fleet.host`'s); `host_env(name)`: its env map on the dashboard."""
 
-    def __init__(self, config: SimConfig | None = None, *, state_dir: Path | None = None) -> None:
+    def __init__(self, config: SimConfig | None = None, *, state_dir: Path | None = None,
+                 clock: ScaledClock | None = None) -> None:
+        # `clock`: the simulation's time, shared with an in-process orchestrator that must agree
+        # with it exactly (default: its own ScaledClock at `config.speed`)
         self.config = config or SimConfig()
         self.state_dir = Path(state_dir) if state_dir else None
         rng = random.Random(self.config.seed)
         self.faults = ActiveFaults(self.config.faults)
-        self.clock = ScaledClock(self.config.speed)
+        self.clock = clock if clock is not None else ScaledClock(self.config.speed)
         self.tokens = FleetTokens(
             compose_manager=_secret(rng), dashboard=_secret(rng), model_proxy=_secret(rng), inference=_secret(rng)
         )

@@ -8,6 +8,7 @@ import pytest
 from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG
 from orchestrator_sim.faults import FaultSpec
 from test_gatekeeper_admission import ok  # tests/e2e
+from waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.e2e
 
@@ -39,8 +40,6 @@ def test_serve_adopts_a_run_ctrl_c_d_after_the_capacity_guard_and_drains_with_no
     """The same history, but nobody types `resume`: `orchestrate serve` on the journal adopts the
     Ctrl-C'd run on its own (its lease lapsed) and drains gpu03 while gpu04 is out of the pool.
     No human asked for anything after the Ctrl-C."""
-    import time
-
     t = team(BASE_HOSTS)
     r = t.run("rollout", "gpu03", "--tag", BASE_TARGET_TAG, "--yes", "--soak", "0",
               "--override-prerequisite", "gpu02", signal_at="gpu03:drain.drain:SIGINT")
@@ -48,14 +47,13 @@ def test_serve_adopts_a_run_ctrl_c_d_after_the_capacity_guard_and_drains_with_no
     gpu04 = t.fleet.hosts["gpu04"]
     gpu04.faults.specs = (*gpu04.faults.specs, FaultSpec("host-unhealthy", host="gpu04"))
     gpu04.sync()
+    [run] = t.runs("gpu03")
     mark = t.mark()
     t.serve(ttl="1.5")
-    deadline = time.monotonic() + 30
-    drains: list = []
-    while time.monotonic() < deadline and not drains:
-        drains = [c for c in t.mutating("gpu03", mark) if c.is_compose_down
-                  and "model-proxy-registrar" in ((c.body or {}).get("services") or [])]
-        time.sleep(0.5)
+    wait_until(lambda: next(r for r in t.runs("gpu03") if r.run_id == run.run_id).terminal, "serve to adopt the Ctrl-C'd run and end it", timeout=300)
+    assert "run_adopted" in t.serve_log.read_text(), "the run ended, but not adopted by serve"
+    drains = [c for c in t.mutating("gpu03", mark) if c.is_compose_down
+              and "model-proxy-registrar" in ((c.body or {}).get("services") or [])]
     assert drains == [], "serve adopted the Ctrl-C'd run and drained gpu03 with gpu04 out of the pool"
 
 
@@ -83,17 +81,27 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
         return out
 
     monkeypatch.setattr(presence.Presence, "run", presence_then_pause)
+    checks: list[str] = []  # each look of the paused runner at its pause
+    real_paused_by = audit.paused_by
+
+    def paused_by(journal, run_id):
+        checks.append(run_id)
+        return real_paused_by(journal, run_id)
+
+    monkeypatch.setattr(audit, "paused_by", paused_by)
 
     async def scenario():
         run, rb, table = new_rollout(e.session, "gpu03", BASE_TARGET_TAG, "base-glm53-w4afp8")
         journal_overrides(e.session.journal, run, ["gpu02"], "test")
         task = asyncio.create_task(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True, soak=0.0))
-        for _ in range(2000):
-            if any(a.action == "pause_honoured" for a in audit.entries(e.session.journal, run.run_id)) \
-                    if hasattr(audit, "entries") else e.session.journal.get_run(run.run_id).state == "drain.drain":
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: task.done() or any(a.action == "pause_honoured"
+                                                          for a in audit.entries(e.session.journal, run.run_id)),
+                               "the pause to be honoured")
+        assert not task.done(), task.result()
+        # three more looks at the pause (three polls of the paused runner): it has not moved
+        honoured_at = len(checks)
+        await wait_until_async(lambda: task.done() or len(checks) >= honoured_at + 3, "three polls of the paused runner")
+        assert not task.done(), task.result()
         assert e.session.journal.get_run(run.run_id).state == "drain.drain"
         gpu04 = e.fleet.hosts["gpu04"]
         gpu04.faults.specs = (*gpu04.faults.specs, FaultSpec("host-unhealthy", host="gpu04"))

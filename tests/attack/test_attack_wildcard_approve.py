@@ -12,6 +12,8 @@ import asyncio
 
 import pytest
 
+from waiting import wait_until_async
+
 pytestmark = pytest.mark.e2e
 
 
@@ -34,20 +36,25 @@ def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_
     assert "not at an approval gate" in str(refused.value) and "\n" not in str(refused.value)
     assert journal.approvals(run.run_id) == set()
 
+    progress = RecordingProgress()
+
+    def at(state: str):
+        now = journal.get_run(run.run_id)
+        assert not now.terminal, f"ended {now.outcome} with no approval at all: {now.message}"
+        return now if now.state == state else None
+
+    def heartbeats() -> int:
+        return sum(1 for kind, _ in progress.events if kind == "heartbeat")
+
     async def go():
-        task = asyncio.create_task(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=False,
-                                           soak=0.0))
+        task = asyncio.create_task(execute(e.session, run, rb, table, progress=progress, yes=False, soak=0.0))
         try:
-            for _ in range(3000):  # until it reaches its approval gate
-                now = journal.get_run(run.run_id)
-                assert not now.terminal, f"ended {now.outcome} with no approval at all: {now.message}"
-                if now.state == "r2.soak":
-                    break
-                await asyncio.sleep(0.05)
-            for _ in range(40):  # it waits there: the refused approve left nothing that passes it
-                await asyncio.sleep(0.05)
-                now = journal.get_run(run.run_id)
-                assert not now.terminal and now.state == "r2.soak", (now.state, now.outcome, now.message)
+            await wait_until_async(lambda: at("r2.soak"), "the run to reach its approval gate")
+            # it waits there, two heartbeats of its wait later: the refused approve left nothing that passes it
+            arrived = heartbeats()
+            await wait_until_async(lambda: heartbeats() >= arrived + 2, "two heartbeats of the wait at r2.soak")
+            now = at("r2.soak")
+            assert now is not None, journal.get_run(run.run_id).state
             said = commands.approve(journal, now, None, "bob@laptop", gates)  # typed now: the gate it waits at
             assert said == f"approved r2.soak of {run.run_id}"
             return await asyncio.wait_for(task, 120)
@@ -60,26 +67,27 @@ def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_
 
 
 def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(e2e_factory):
-    import time
+    import itertools
+    from datetime import datetime, timedelta, timezone
 
-    from orchestrator.journal import audit
+    from orchestrator.journal import audit, open_journal
     from orchestrator.service import signals as commands
     from orchestrator.engine.rules.approval_scope import effective
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.runner import new_rollout
 
     e = e2e_factory()
-    journal = e.session.journal
     run, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", "gpu02-glm53-w4afp8-long-context")
+    # the same journal on a clock the test steps: each write one second after the one before
+    t0, ticks = datetime.now(timezone.utc), itertools.count(1)
+    journal = open_journal(e.session.settings.journal_location(), now=lambda: t0 + timedelta(seconds=next(ticks)))
     gates = commands.run_gates(run, lambda: load_runbook(run.runbook))
     commands.approve(journal, run, "*", "bob@laptop", gates)  # `--gate '*'`, by name
     assert "*" in effective(journal, run.run_id)  # read by the runner it was given to
-    time.sleep(0.01)
     audit.record(journal, run.run_id, "adopted", "server s1")  # (or a resume after a Ctrl-C)
     assert "*" not in effective(journal, run.run_id)
-    time.sleep(0.01)
     commands.approve(journal, run, "*", "alice", gates, now=True)  # given again, to the adopter
     assert {"*", "*!now"} <= effective(journal, run.run_id)
-    time.sleep(0.01)
     audit.record(journal, run.run_id, "resumed", "carol", "from the command line")
     assert not {"*", "*!now"} & effective(journal, run.run_id)
+    journal.close()

@@ -23,6 +23,7 @@ import pytest
 from recorded_exchanges import EXCHANGE_LIST, Exchange
 
 from orchestrator_sim.testing import in_process_compose_manager
+from waiting import wait_until_async
 
 TAGS = {"v0.0.280": "v0.0.290"}
 LOCK_HOLDER = {
@@ -145,8 +146,7 @@ def replayed() -> dict[int, list[str]]:
                     cm.clock.frozen = True
                     body = {**LOCK_HOLDER, "env": cm.env}
                     holder = asyncio.create_task(client.post("/compose/up", json=body, headers=headers_for(ex, cm.token)))
-                    while cm.host.busy() is None:
-                        await asyncio.sleep(0.001)
+                    await wait_until_async(lambda: cm.host.busy() is not None, "the lock holder's up to take the lock")
                 if holder is not None and ex.status != 409 and ex.path != "/status":
                     cm.clock.frozen = False
                     assert (await holder).status_code == 200

@@ -12,6 +12,7 @@ from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, Com
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator_sim.testing import CANARY, OLD_TAG, in_process_compose_manager
+from waiting import wait_until_async
 
 
 async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:
@@ -22,12 +23,7 @@ async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:
         cm.clock.frozen = True  # the up cannot finish until the clock moves
         req = ComposeRequest(tag=OLD_TAG, file=CANARY, services=("dcgm-glm53",), force_recreate=True, allow_force_recreate=True)
         up = asyncio.create_task(client.up(req, EnvMap(cm.env)))
-        for _ in range(1000):
-            in_flight = await client.status()
-            if in_flight is not None:
-                break
-            await asyncio.sleep(0.001)
-        assert in_flight is not None
+        in_flight = await wait_until_async(client.status, "status() to name the up in flight")
         assert (in_flight.action, in_flight.tag, in_flight.file, in_flight.services) == (
             "compose_up", OLD_TAG, CANARY, ("dcgm-glm53",)
         )

@@ -6,7 +6,7 @@ Mutation: removing each refusal makes its test fail (no exception raised)."""
 
 from __future__ import annotations
 
-import time
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -17,9 +17,13 @@ from orchestrator.service.runner import _require_earlier_phases_passed, refuse_s
 from orchestrator.util.user_errors import Refused
 
 
+#: The journal's clock stands still: which run is later is the journal's order, never a clock.
+STILL = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+
+
 @pytest.fixture
 def session(tmp_path):
-    j = open_journal(str(tmp_path / "journal.sqlite3"))
+    j = open_journal(str(tmp_path / "journal.sqlite3"), now=lambda: STILL)
     yield SimpleNamespace(journal=j)
     j.close()
 
@@ -42,7 +46,6 @@ def test_a_call_of_unknown_outcome_blocks_new_runs_until_resumed(session):
 def test_a_run_is_not_continued_after_a_later_run_acted(session):
     old = _run(session, state="r2.soak")
     refuse_stale_resume(session, old)  # nothing newer: fine
-    time.sleep(0.01)
     newer = _run(session, state="r1.stop-old")
     lease, _ = session.journal.acquire_lease("gpu02", newer.run_id, "test", 60)
     eff = session.journal.record_intent(lease, newer.run_id, "r1.stop-old@3", "compose_down", {"request": {}}, mutating=True)
@@ -69,7 +72,6 @@ def test_a_rollback_of_the_run_blocks_its_resume_but_a_read_only_run_does_not(se
     the run); a later run that only read the host (dry runs journaled as non-mutating effects,
     then ABORTED) must not. Mutations: restoring the blanket parent skip, or counting every effect."""
     old = _run(session, state="r1.cold-start")
-    time.sleep(0.01)
     reader = _run(session, state="preflight.tag-age")
     lease, _ = session.journal.acquire_lease("gpu02", reader.run_id, "test", 60)
     eff = session.journal.record_intent(lease, reader.run_id, "preflight.host-state@2", "dry_run", {}, mutating=False)

@@ -16,6 +16,7 @@ from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
 from orchestrator.util.user_errors import Refused
 from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -303,7 +304,6 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
     """gpu03's rollout runs (a second process's journal session); gpu04's rollout, started while
     gpu03 cold-starts, is refused at admission (the tier's lease): nothing sent to gpu04 at all."""
     import threading
-    import time
 
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.demo import demo_settings
@@ -322,10 +322,11 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
 
     t = threading.Thread(target=gpu03, daemon=True)
     t.start()
-    deadline = time.monotonic() + 120
-    while not any(ev[0] == "step_started" and ev[1].get("state") == "switch.cold-start-r1" for ev in progress.events):
-        assert time.monotonic() < deadline and t.is_alive(), "gpu03 never reached its cold start"
-        time.sleep(0.01)
+    def in_its_cold_start() -> bool:
+        assert t.is_alive(), f"gpu03 ended before its cold start: {results}"
+        return any(ev[0] == "step_started" and ev[1].get("state") == "switch.cold-start-r1" for ev in progress.events)
+
+    wait_until(in_its_cold_start, "gpu03 to reach its cold start")
     # admission (orchestrator/service/admission.py): gpu03's run holds the tier, so gpu04's is not even created
     with pytest.raises(Refused, match="one host of the tier"):
         rollout(e, "gpu04")

@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -48,16 +48,20 @@ def _running(fleet):
     return {c.service: c for c in fleet.host.containers() if c.state in ("running", "restarting")}
 
 
-def _wait_for_state(cli, state: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_for_state(cli, state: str, timeout: float = 120.0) -> str:
+    def reached() -> str | None:
         r = cli("status", "--json")
-        if r.returncode == 0:
-            st = json.loads(r.stdout)
-            if st["state"] == state:
-                return st["run_id"]
-        time.sleep(0.2)
-    raise AssertionError(f"run never reached {state}")
+        st = json.loads(r.stdout) if r.returncode == 0 else {}
+        return st["run_id"] if st.get("state") == state else None
+
+    return wait_until(reached, f"the run to reach {state}", timeout)
+
+
+def _polled(fleet, rounds: int = 3) -> None:
+    """Wait until the runner has sent `rounds` more calls to the simulator (each round of a gate's
+    wait checks the engines): a run that has not moved after that was free to, and did not."""
+    mark = max((c.seq for c in fleet.calls), default=0)
+    wait_until(lambda: sum(1 for c in fleet.calls if c.seq > mark) >= rounds, f"{rounds} more calls of the runner")
 
 
 def test_whole_host_rollback_after_done_restores_both_r2_first(cli):
@@ -125,7 +129,7 @@ def test_approve_ends_the_soak_gate(cli):
     proc = cli("rollout", "gpu02", "--tag", "v0.0.300", background=True)
     try:
         run_id = _wait_for_state(cli, "r2.soak")
-        time.sleep(0.5)
+        _polled(cli.fleet)
         assert json.loads(cli("status", run_id, "--json").stdout)["state"] == "r2.soak", "waits for the approval"
         r = cli("approve", run_id)
         assert r.returncode == 0
@@ -185,12 +189,14 @@ def test_serve_runs_a_rollout_submitted_with_server(cli, tmp_path):
         url = f"http://127.0.0.1:{port}"
         import httpx
 
-        for _ in range(100):
+        def listening() -> bool:
+            assert server.poll() is None, server.communicate()[1][-2000:]
             try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
+                return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
             except httpx.HTTPError:
-                time.sleep(0.1)
+                return False
+
+        wait_until(listening, "the server to listen")
         client_env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
         client_env["ORCHESTRATOR_SERVER_TOKEN"] = SERVER_TOKEN
         r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rollout", "gpu02", "--tag", "v0.0.300", "--yes",

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -77,22 +78,21 @@ def _run(args, env, cwd, timeout=300):
 def _wait_for_state(journal_path: Path, state: str, proc: subprocess.Popen, timeout: float = 180.0) -> str:
     from orchestrator.journal import SqliteJournal
 
-    deadline = time.monotonic() + timeout
-    j = None
+    opened: list[SqliteJournal] = []
+
+    def reached() -> str | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"the rollout ended ({proc.returncode}) before {state}: {proc.stderr.read()[-2000:]}")
+        if not opened and journal_path.exists():
+            opened.append(SqliteJournal(journal_path))
+        runs = opened[0].list_runs(limit=1) if opened else []
+        return runs[0].run_id if runs and runs[0].state == state else None
+
     try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"the rollout ended ({proc.returncode}) before {state}: {proc.stderr.read()[-2000:]}")
-            if j is None and journal_path.exists():
-                j = SqliteJournal(journal_path)
-            runs = j.list_runs(limit=1) if j is not None else []
-            if runs and runs[0].state == state:
-                return runs[0].run_id
-            time.sleep(0.05)
+        return wait_until(reached, f"the run to reach {state}", timeout)
     finally:
-        if j is not None:
+        for j in opened:
             j.close()
-    raise AssertionError(f"the run never reached {state}")
 
 
 def _journal(path: Path):

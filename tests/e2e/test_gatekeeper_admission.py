@@ -11,13 +11,11 @@ process (tests/e2e/gatekeeper_orchestrate.py adds the Ctrl-C, crash, clock-step 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -25,6 +23,7 @@ import pytest
 
 from orchestrator.journal import SqliteJournal
 from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -86,21 +85,26 @@ class Team:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        log = (self.state.parent / f"serve{len(self.servers)}.log").open("w")
+        self.serve_log = self.state.parent / f"serve{len(self.servers)}.log"
+        log = self.serve_log.open("w")
         proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--port", str(port)], cwd=ROOT,
                                 env={**self.env, "ORCHESTRATOR_LEASE_TTL": ttl}, stdout=log, stderr=subprocess.STDOUT)
         self.servers.append(proc)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
+
+        def listening() -> bool:
             assert proc.poll() is None, f"serve exited {proc.returncode}"
             try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    return url
+                return httpx.get(url + "/healthz", timeout=5).status_code == 200
             except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server never listened"
-            time.sleep(0.2)
+                return False
+
+        wait_until(listening, "the server to listen")
+        return url
+
+    def adoption_rounds(self, run_id: str) -> int:
+        """How many adoption rounds of the last `serve` passed `run_id` over (its log's `adoption_skipped`)."""
+        return sum(1 for line in self.serve_log.read_text().splitlines() if "adoption_skipped" in line and run_id in line)
 
     def close(self) -> None:
         for p in self.servers:
@@ -125,16 +129,6 @@ def team(tmp_path):
     yield make
     for t in made:
         t.close()
-
-
-def wait_until(predicate, what: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.1)
 
 
 def ok(r: subprocess.CompletedProcess, code: int = 0) -> subprocess.CompletedProcess:
@@ -183,10 +177,11 @@ def test_case1_serve_neither_adopts_nor_resumes_a_run_a_later_rollback_supersede
     killed = killed_in_r1_cold_start_then_rolled_back(t)
     mark = t.mark()
     url = t.serve(ttl="1.5")
-    time.sleep(4)  # several adoption rounds (every TTL/3)
+    wait_until(lambda: t.adoption_rounds(killed) >= 3, "three adoption rounds to pass the killed run over")
     r = ok(t.run("resume", killed, "--server", url), 5)
     assert "acted on gpu02" in r.stderr and killed in r.stderr, r.stderr
-    time.sleep(1)
+    after = t.adoption_rounds(killed)
+    wait_until(lambda: t.adoption_rounds(killed) > after, "an adoption round after the refused resume")
     assert t.mutating("gpu02", mark) == []
     run = t.journal().get_run(killed)
     assert not run.terminal and run.state == "r1.cold-start"
@@ -219,8 +214,15 @@ def test_case2_a_ctrl_c_run_adopted_by_serve_waits_for_a_human_at_its_approval_g
 
     d = wait_until(waiting, "the adopted run to wait at its approval gate", timeout=180)
     assert d["worker"]["adopted"] is True and d["approvals"] == []
-    time.sleep(2)  # still waiting: nobody approved
-    assert not detail()["terminal"]
+    # two heartbeats of the wait later (10 minutes on the run's clock): still waiting, nobody approved
+    seen = max((e["seq"] for e in d["worker"]["events"]), default=0)
+
+    def two_more_heartbeats() -> bool:
+        x = detail()
+        assert not x["terminal"] and x["approvals"] == [], f"the adopted run ended {x['outcome']} with no human"
+        return sum(1 for e in x["worker"]["events"] if e["event"] == "heartbeat" and e["seq"] > seen) >= 2
+
+    wait_until(two_more_heartbeats, "two heartbeats of the run's wait at its approval gate", timeout=180)
     gate = d["worker"]["waiting"]
     assert httpx.post(f"{url}/runs/{run.run_id}/approve", headers=auth, json={"gate": "*"}, timeout=10).status_code == 200
     d = wait_until(lambda: (x := detail())["terminal"] and x, "the run to end after the approval", timeout=180)

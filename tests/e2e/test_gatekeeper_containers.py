@@ -12,13 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
+from waiting import expire_lease
 
 pytestmark = pytest.mark.e2e
 
@@ -82,7 +82,7 @@ SPEED = "3000"
 def _env(fleet, state: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
     env.update(fleet.env_for_orchestrator(state / "inventory.yaml"))
-    env.update({"ORCHESTRATOR_STATE_DIR": str(state), "ORCHESTRATOR_TIME_SCALE": SPEED, "ORCHESTRATOR_LEASE_TTL": "1"})
+    env.update({"ORCHESTRATOR_STATE_DIR": str(state), "ORCHESTRATOR_TIME_SCALE": SPEED, "ORCHESTRATOR_LEASE_TTL": "60"})
     env.update(extra)
     return env
 
@@ -144,7 +144,7 @@ def test_a_budget_change_after_a_crash_in_r2s_rollback_does_not_block_restoring_
         env_before, mark = dict(fleet.dashboard_env), max(c.seq for c in fleet.calls)
         fleet.set_env_var(BUDGET, "300GiB")  # the new engines' rule allows 406GiB only
         run_id = json.loads(_orchestrate(["runs", "--json"], _env(fleet, state)).stdout)[0]["run_id"]
-        time.sleep(1.2)  # the killed runner's 1 s lease expires
+        expire_lease(str(state / "journal.sqlite3"), "gpu02")  # the killed runner's lease has run out
         r2 = _orchestrate(["resume", run_id, "--yes"], _env(fleet, state))
         assert r2.returncode == 3, f"resume exit {r2.returncode}\n{r2.stdout[-3000:]}\n{r2.stderr[-1000:]}"
         now = running(fleet)

@@ -22,13 +22,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -143,15 +143,12 @@ def two_dirs(tmp_path):
 
 
 def _wait_for_state(cli, state: str, timeout: float = 90.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def reached() -> str | None:
         r = cli("status", "--json")
-        if r.returncode == 0:
-            st = json.loads(r.stdout)
-            if st["state"] == state:
-                return st["run_id"]
-        time.sleep(0.2)
-    raise AssertionError(f"run never reached {state}")
+        st = json.loads(r.stdout) if r.returncode == 0 else {}
+        return st["run_id"] if st.get("state") == state else None
+
+    return wait_until(reached, f"the run to reach {state}", timeout)
 
 
 def test_13_a_second_journal_never_continues_or_blames_compose_for_a_rollout_it_did_not_start(two_dirs):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
 from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 from orchestrator.util.user_errors import UserError
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -88,12 +88,9 @@ def test_abort_during_r1_cold_start_keeps_the_new_r2(e2e_factory):
     progress = RecordingProgress()
 
     def abort_when_r1_starts():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if any(ev[0] == "step_started" and ev[1].get("state") == "r1.cold-start" for ev in progress.events):
-                e.session.journal.request_abort(run.run_id, by="test")
-                return
-            time.sleep(0.01)
+        wait_until(lambda: any(ev[0] == "step_started" and ev[1].get("state") == "r1.cold-start" for ev in progress.events),
+                   "r1's cold start to begin")
+        e.session.journal.request_abort(run.run_id, by="test")
 
     t = threading.Thread(target=abort_when_r1_starts, daemon=True)
     t.start()

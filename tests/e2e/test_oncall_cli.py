@@ -21,10 +21,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -70,18 +70,17 @@ class Cli:
         process per look would miss a short state on a loaded machine)."""
         from orchestrator.journal import SqliteJournal
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if Path(self.journal).is_file():
-                journal = SqliteJournal(self.journal)
-                try:
-                    runs = journal.list_runs(limit=1)
-                finally:
-                    journal.close()
-                if runs and runs[0].state == state:
-                    return runs[0].run_id
-            time.sleep(0.05)
-        raise AssertionError(f"the run never reached {state}")
+        def reached() -> str | None:
+            if not Path(self.journal).is_file():
+                return None
+            journal = SqliteJournal(self.journal)
+            try:
+                runs = journal.list_runs(limit=1)
+            finally:
+                journal.close()
+            return runs[0].run_id if runs and runs[0].state == state else None
+
+        return wait_until(reached, f"the run to reach {state}", timeout)
 
     def close(self) -> None:
         self.fleet.__exit__(None, None, None)
@@ -224,11 +223,20 @@ def test_ctrl_c_during_the_demo_says_what_happened(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "demo", "--speed", "50", "--state-dir", str(state)],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (state / "logs").is_dir() or not any((state / "logs").iterdir()):
-            assert proc.poll() is None and time.monotonic() < deadline, "the demo's run never started"
-            time.sleep(0.2)
-        time.sleep(1.0)
+        from orchestrator.journal import SqliteJournal
+
+        def stepped() -> bool:  # the demo's run has taken a step: there is a state it was at
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            if not (state / "journal.sqlite3").is_file():
+                return False
+            journal = SqliteJournal(state / "journal.sqlite3")
+            try:
+                runs = journal.list_runs(limit=1)
+                return bool(runs and journal.transitions(runs[0].run_id))
+            finally:
+                journal.close()
+
+        wait_until(stepped, "the demo's run to take its first step")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.engine.progress import RecordingProgress
+from sim_time import AnswerTimeClock
+from waiting import wait_until_async
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +35,6 @@ NOON = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)  # outside the runbook'
 @pytest.fixture
 def canary(tmp_path: Path, monkeypatch):
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
     from orchestrator.service.runner import Session, execute, new_rollout
     from orchestrator_sim import SimConfig, SimFleet
@@ -44,11 +45,16 @@ def canary(tmp_path: Path, monkeypatch):
         import orchestrator.engine.steps.quiet as quiet
 
         monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"))
+        # one simulated time for the simulator and the orchestrator, standing still while the
+        # simulator answers: a window's scrapes do not depend on how loaded the machine is
+        clock = AnswerTimeClock(SPEED)
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"),
+                         clock=clock)
         fleet.__enter__()
         state = tmp_path / f"state{len(opened)}"
         state.mkdir()
-        session = Session.open(demo_settings(fleet, state), clock=ScaledClock(SPEED),
+        transport = clock.transport()
+        session = Session.open(demo_settings(fleet, state), clock=clock, transport=transport,
                                retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
         opened.append((fleet, session))
         r1_before = fleet.host.container(R1)
@@ -62,6 +68,7 @@ def canary(tmp_path: Path, monkeypatch):
             finally:
                 if helper is not None:
                     helper.cancel()
+                await transport.close()
 
         final = asyncio.run(go())
         return fleet, final, r1_before, progress, session
@@ -95,10 +102,7 @@ def test_the_302_candidate_is_promoted_on_latency_and_device_memory(canary):
     assert final.outcome == "DONE", final.message
     # live traffic (40 requests/min on the long domain) never got quiet at noon: after 2 h, --yes went on
     quiet = [n for n in _notes(progress) if n.startswith("not quiet after 2h")]
-    # the traffic read (N requests/min), or on a loaded machine whose scrapes missed the window,
-    # "unknown traffic": either way not quiet, and a human approved going on
-    assert quiet and "not below 10); a human approved going on" in quiet[0], _notes(progress)
-    assert "requests/min, not below" in quiet[0] or "unknown traffic, not below" in quiet[0], quiet[0]
+    assert quiet and "requests/min, not below 10); a human approved going on" in quiet[0], _notes(progress)
     text = _readout(progress)
     assert text.startswith("canary readout: PASS"), text
     assert text.endswith("=> PROMOTE: r2 stays on the candidate"), text
@@ -160,11 +164,15 @@ def test_without_yes_the_quiet_wait_asks_a_human_and_r2_stays_up_until_approved(
     and waits; r2 is not stopped before `orchestrate approve` (here the journal's approve)."""
     seen: dict = {}
 
+    def heartbeats(progress) -> int:
+        return sum(1 for k, _ in progress.events if k == "heartbeat")
+
     async def human(session, run_id, progress, fleet):
-        while not any(k == "waiting" and "go on anyway with `orchestrate approve" in str(f.get("gate"))
-                      for k, f in progress.events):
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)  # 15 more simulated minutes: the run must still wait
+        await wait_until_async(lambda: any(k == "waiting" and "go on anyway with `orchestrate approve" in str(f.get("gate"))
+                                           for k, f in progress.events), "the quiet wait to ask a human")
+        # three heartbeats of the wait later (15 simulated minutes of its polls): the run still waits
+        asked = heartbeats(progress)
+        await wait_until_async(lambda: heartbeats(progress) >= asked + 3, "three more heartbeats of the quiet wait")
         seen["r2_at_ask"] = fleet.host.container(R2).tag
         seen["downs_at_ask"] = sum(1 for c in fleet.calls if c.is_compose_down and R2 in (c.body or {}).get("services", []))
         session.journal.approve(run_id, "*", by="alice")

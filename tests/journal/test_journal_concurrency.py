@@ -155,13 +155,12 @@ def test_a_second_process_on_the_same_sqlite_file(tmp_path: Path) -> None:
 
 
 RACER = r"""
-import os, sys, time
+import sys
 from orchestrator.journal import open_journal, LeaseHeld
 j = open_journal(sys.argv[1])
-go, me = sys.argv[2], sys.argv[3]
+me = sys.argv[2]
 print("ready", flush=True)
-while not os.path.exists(go):
-    time.sleep(0.002)
+sys.stdin.readline()  # the start gun: every racer is released by the same parent loop
 try:
     lease, _ = j.acquire_lease("gpu02", "gpu02-" + me, me, 3600)
     print("won", lease.token, flush=True)
@@ -173,16 +172,17 @@ except LeaseHeld as held:
 def test_processes_racing_for_one_host_on_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     open_journal(path).close()  # schema in place before the race
-    go = tmp_path / "go"
     procs = [
-        subprocess.Popen([sys.executable, "-c", RACER, str(path), str(go), f"p{i}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", RACER, str(path), f"p{i}"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(4)
     ]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "ready", p.stderr.read()
-        go.touch()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
         outputs = [p.communicate(timeout=HANG_GUARD_S) for p in procs]
     finally:
         for p in procs:

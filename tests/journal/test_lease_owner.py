@@ -11,13 +11,16 @@ import sys
 import pytest
 
 from orchestrator.journal.owner import boot_id, holder_gone, owner_text, parse_owner, this_process
+from waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not boot_id() or this_process() is None, reason="needs Linux /proc")
 
 
-def _child_owner(code: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-c", "from orchestrator.journal.owner import owner_text; "
-                             f"print(owner_text(), flush=True); {code}"], stdout=subprocess.PIPE, text=True)
+def _child_owner() -> tuple[subprocess.Popen, str]:
+    """A child process that prints its owner text, then lives until it is killed (or its stdin closes)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from orchestrator.journal.owner import owner_text; "
+                             "print(owner_text(), flush=True); sys.stdin.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().strip()
 
 
@@ -29,7 +32,7 @@ def test_this_process_round_trips_and_is_alive():
 
 
 def test_a_live_process_is_not_gone_an_exited_one_is():
-    proc, owner = _child_owner("import time; time.sleep(60)")
+    proc, owner = _child_owner()
     try:
         assert parse_owner(owner).pid == proc.pid
         assert not holder_gone(owner)
@@ -40,21 +43,15 @@ def test_a_live_process_is_not_gone_an_exited_one_is():
 
 
 def test_a_killed_unreaped_process_is_gone():
-    proc, owner = _child_owner("import time; time.sleep(60)")
+    proc, owner = _child_owner()
     proc.kill()
-    # not waited for: a zombie still answers kill(pid, 0)
-    for _ in range(100):
-        if holder_gone(owner):
-            break
-        import time
-
-        time.sleep(0.05)
-    assert holder_gone(owner)
+    # not waited for: a zombie still answers kill(pid, 0); the kill lands asynchronously
+    wait_until(lambda: holder_gone(owner), "the killed, unreaped child to be seen gone")
     proc.wait()
 
 
 def test_a_reused_pid_is_gone():
-    proc, owner = _child_owner("import time; time.sleep(60)")
+    proc, owner = _child_owner()
     try:
         o = parse_owner(owner)
         assert not holder_gone(owner)

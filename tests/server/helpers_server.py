@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from orchestrator.util.settings import Settings
+from waiting import wait_until
 
 TOKEN = "srv-7d3c1f0a9b2e4d6f8a1c3e5b7d9f0a2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -48,15 +48,8 @@ hosts:
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 120.0, interval: float = 0.05) -> Any:
-    """Poll until `predicate()` is truthy; a safety limit, not a timing assertion."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(interval)
+    """Poll until `predicate()` is truthy (tests/waiting.py): a safety limit, not a timing assertion."""
+    return wait_until(predicate, what, timeout, interval)
 
 
 def _token(tokens: Any, name: str) -> str:

@@ -47,7 +47,7 @@ def start_server(env: dict[str, str], state: Path, log: Path) -> tuple[subproces
         except httpx.TransportError:
             return False
 
-    wait_for(up, "the server to listen", timeout=60, interval=0.2)
+    wait_for(up, "the server to listen", interval=0.2)
     return proc, url
 
 
@@ -94,7 +94,7 @@ def test_a_killed_servers_run_is_adopted_by_the_other_and_ends_done(pg_journal_u
         a.wait(10)
         killed_at = time.monotonic()
 
-        d = wait_for(lambda: (x := detail(url_b))["worker"] and x, "the other server to adopt the run", timeout=60)
+        d = wait_for(lambda: (x := detail(url_b))["worker"] and x, "the other server to adopt the run")
         adopted_after = time.monotonic() - killed_at
         assert d["worker"]["adopted"] is True
         # adopted runs wait for a human at approval gates: approve through the adopting server

@@ -13,8 +13,6 @@ import re
 import shutil
 import socket
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +20,7 @@ from orchestrator.server.app import create_app
 from orchestrator.server.auth import add_token
 
 from helpers_server import sim_settings, wait_for
+from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +68,7 @@ def served(tmp_path):
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    wait_for(lambda: server.started, "uvicorn to start", timeout=30)
+    wait_for(lambda: server.started, "uvicorn to start")
     yield f"http://127.0.0.1:{port}", names, fleet
     server.should_exit = True
     thread.join(20)
@@ -112,17 +111,14 @@ def test_list_run_page_live_approve_then_abort(browser, served):
 
     # live: the page follows the run through r2's cold start without a reload (token kept per tab)
     seen: list[str] = []
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        # one snapshot of the page: the current state and the waiting line (it is replaced every second)
-        state, waiting = page.evaluate("""() => [
-            (document.querySelector('li.state.current') || {dataset: {}}).dataset.state || null,
-            (document.querySelector('p.waiting') || {}).textContent || '']""")
+
+    def at_the_approval() -> bool:
+        state, waiting = snapshot(page)
         if state and (not seen or seen[-1] != state):
             seen.append(state)
-        if "orchestrate approve" in waiting:
-            break
-        time.sleep(0.1)
+        return "orchestrate approve" in waiting
+
+    wait_until(at_the_approval, "the page to show the run waiting for its approval", timeout=120)
     assert "r2.cold-start" in seen and seen[-1] == "r2.soak", seen
     assert len(seen) >= 3, seen
     if os.environ.get("ORCHESTRATOR_SCREENSHOT"):
@@ -184,6 +180,13 @@ def snapshot(page) -> tuple[str | None, str]:
         (document.querySelector('p.waiting') || {}).textContent || '']""")
 
 
+def refreshed(page, times: int = 2) -> None:
+    """Wait until the page fetched its fragment `times` more times (it refreshes every second): what
+    it shows after that is what the server said after the wait began."""
+    for _ in range(times):
+        page.wait_for_event("response", lambda r: "/ui/fragments/" in r.url, timeout=60_000)
+
+
 def test_approve_is_only_for_the_gate_the_run_waits_at(browser, served):
     """Issue 21 case 3: on 77b15ae Approve was live in every state and sent `*`: clicked during
     r2's cold start it approved r2.soak ahead, and the run passed the soak without stopping."""
@@ -229,8 +232,18 @@ def test_approve_is_only_for_the_gate_the_run_waits_at(browser, served):
     ctx.close()
 
 
-def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served):
-    base, tokens, _ = served
+def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served, monkeypatch):
+    from orchestrator.journal import audit
+
+    looks: list[str] = []  # each look of the paused runner (in this process) at its pause
+    real_paused_by = audit.paused_by
+
+    def paused_by(journal, run_id):
+        looks.append(run_id)
+        return real_paused_by(journal, run_id)
+
+    monkeypatch.setattr(audit, "paused_by", paused_by)
+    base, tokens, fleet = served
     run_id = submit(base, tokens["alice"])
     ctx = browser.new_context()
     page = ctx.new_page()
@@ -245,7 +258,12 @@ def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served
     # a safe point: never between r2's down and its replacement's readiness
     assert held not in ("r2.dry-run", "r2.apply", "r2.cold-start"), held
     assert f"orchestrate continue {run_id}" in waiting
-    time.sleep(3)  # (about 50 simulated minutes): the run has not moved
+    # 50 simulated minutes and three looks of the runner at its pause later, and after the page
+    # refreshed since: the run has not moved
+    paused_at, looked = fleet.now(), len(looks)
+    wait_until(lambda: fleet.now() >= paused_at + 3000 and len(looks) >= looked + 3,
+               "50 simulated minutes and three polls of the paused runner")
+    refreshed(page)
     assert snapshot(page)[0] == held
     assert not page.is_disabled("#continue") and page.is_disabled("#pause")
     page.click("#continue")
@@ -272,11 +290,11 @@ def test_the_page_after_an_abort_says_who_and_keeps_no_stale_line(browser, serve
     page.click("#abort")
     page.wait_for_selector("#action-result.ok", timeout=30_000)
     text = page.inner_text("#action-result")
-    time.sleep(1.5)  # a refresh later: the answer keeps its text and its colour while the run goes on
+    refreshed(page)  # the answer keeps its text and its colour while the run goes on
     if page.get_attribute(".run", "data-terminal") == "0":
         assert page.get_attribute("#action-result", "class") == "ok" and page.inner_text("#action-result") == text
     page.wait_for_selector('dd[data-field="state"].outcome-ROLLED_BACK', timeout=120_000)
-    time.sleep(1.5)
+    refreshed(page)
     content = page.inner_text("#content")
     assert "takes the rollback at its next check" not in content  # nothing stale once the run has ended
     assert "alice asked to abort" in page.inner_text("p.message")  # who, in the run's own message

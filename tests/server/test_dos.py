@@ -60,7 +60,7 @@ def serve_app():
         server = build_server(app, "127.0.0.1", port, log_level="warning", **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
-        wait_for(lambda: server.started, "uvicorn to start", timeout=15)
+        wait_for(lambda: server.started, "uvicorn to start")
         started.append((server, thread))
         return port
 
@@ -136,7 +136,7 @@ def test_one_address_cannot_take_the_server(settings, serve_app):
         with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=10) as c:
             return c.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
 
-    wait_for(served, "127.0.0.2 to be served again", timeout=15)
+    wait_for(served, "127.0.0.2 to be served again")
 
 
 _secret = st.text(min_size=3, max_size=12)
@@ -229,7 +229,7 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: server.started, "uvicorn to start", timeout=15)
+        wait_for(lambda: server.started, "uvicorn to start")
         s = connect(port)  # no ClientHello, ever
         s.settimeout(20)
         assert s.recv(1024) == b""  # closed by the server (asyncio's default would be 60 s: a timeout here)
