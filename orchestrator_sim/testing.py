@@ -188,8 +188,10 @@ class SimDriver:
 
     def relay(self, port: int, method: str, path: str, *, token: str | None = None, **kw: Any) -> httpx.Response:
         token = self.env["PROXY_TOKEN"] if token is None else token
+        # a connection of its own: the relay's listener closes with its container, and a pooled
+        # connection from before a down/up is a dead one the next request would meet
         return self.client.request(
-            method, self.urls.relay[port] + path, headers={"Authorization": f"Bearer {token}"}, **kw
+            method, self.urls.relay[port] + path, headers={"Authorization": f"Bearer {token}", "Connection": "close"}, **kw
         )
 
     # -- waiting (on simulated state, with a generous real-time bound)
