@@ -300,19 +300,24 @@ def test_a_head_beyond_16_kib_is_a_431_and_one_within_is_served(settings, runnin
     server, port = running(create_app(settings, token=TOKEN, adopt=False), **kw)
     base = len(_head(0))
 
-    def send(raw: bytes) -> bytes:
+    def send(raw: bytes) -> bytes | None:
+        """The answer's head; None when the server closed the connection before the client had
+        sent it all (it answered 431 past 16 KiB and aborted while a loaded client still wrote)."""
         s = connect(port)
         if tls:
             s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
-        s.sendall(raw)
-        head = answer(s)
-        s.close()
-        return head
+        try:
+            s.sendall(raw)
+            return answer(s)
+        except (ssl.SSLError, ConnectionError):
+            return None
+        finally:
+            s.close()
 
-    assert send(_head(MAX_HEADER_BYTES - base)).startswith(b"HTTP/1.1 200")  # exactly 16 KiB
-    for size in (MAX_HEADER_BYTES - base + 1, 20 * 1024, 100 * 1024):
-        head = send(_head(size))
-        assert head.startswith(b"HTTP/1.1 431"), (size, head[:80])
+    assert (send(_head(MAX_HEADER_BYTES - base)) or b"").startswith(b"HTTP/1.1 200")  # exactly 16 KiB
+    heads = [send(_head(size)) for size in (MAX_HEADER_BYTES - base + 1, 20 * 1024, 100 * 1024)]
+    assert all(h is None or h.startswith(b"HTTP/1.1 431") for h in heads), [h and h[:80] for h in heads]
+    assert any(h is not None for h in heads)  # a 431 was read, not only closed connections
     # half-sent: more than 16 KiB of a head that never ends is a 431 too, not held until the timeout
     s = connect(port)
     if tls:
