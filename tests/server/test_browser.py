@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.server.app import create_app
-from orchestrator.server.auth import add_token
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.auth import add_token
 
 from helpers_server import sim_settings, wait_for
 

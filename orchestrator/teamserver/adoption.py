@@ -1,4 +1,4 @@
-"""Adoption of orphaned runs (module docstring of orchestrator/server/worker.py): every
+"""Adoption of orphaned runs (module docstring of orchestrator/teamserver/worker.py): every
 `adopt_interval` seconds the server resumes here the unfinished runs whose host lease has expired,
 exactly as `POST /runs {"action":"resume"}` does, without their `--yes`; the lease decides which
 of two servers wins a run.
@@ -14,9 +14,9 @@ import contextlib
 
 from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld
-from orchestrator.server.errors import ApiError
-from orchestrator.server.schemas import ResumeBody
-from orchestrator.server.submission import _in_thread, _server_name
+from orchestrator.teamserver.errors import ApiError
+from orchestrator.teamserver.schemas import ResumeBody
+from orchestrator.teamserver.submission import _in_thread, _server_name
 from orchestrator.util.user_errors import Refused, UserError
 
 

@@ -3,7 +3,7 @@ admitted through the service's one admission path (orchestrator/service/admit.py
 lease held (a busy host is a 409 to the submitter), the runbook's identity recorded in the run's
 context, and who submitted it journaled.
 
-`SubmissionMixin` is a part of the server's `Worker` (orchestrator/server/worker.py); it uses
+`SubmissionMixin` is a part of the server's `Worker` (orchestrator/teamserver/worker.py); it uses
 the worker's `session`, `runs`, `settings`, `redactor`, `log` and `_remember`.
 """
 
@@ -18,8 +18,8 @@ from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld, RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook, default_runbook, load_recorded_runbook, load_runbook_checked
-from orchestrator.server.run_state import ActiveRun
-from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
+from orchestrator.teamserver.run_state import ActiveRun
+from orchestrator.teamserver.schemas import ResumeBody, RollbackBody, RolloutBody
 from orchestrator.service import signals
 from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
 from orchestrator.service.session import RUNBOOK_TEXT

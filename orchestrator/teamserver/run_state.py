@@ -60,7 +60,7 @@ class ServerProgress:
     """The executor's progress hooks, turned into the worker's run view and into metrics."""
 
     def __init__(self, worker: Any, active: ActiveRun, table: Table) -> None:
-        # `worker`: the server's Worker (orchestrator/server/worker.py), which imports this module
+        # `worker`: the server's Worker (orchestrator/teamserver/worker.py), which imports this module
         self.worker = worker
         self.active = active
         self.table = table

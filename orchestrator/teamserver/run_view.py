@@ -3,7 +3,7 @@ host's picture per replica, the runbook's states (current highlighted, durations
 remaining time), the followed log, the canary's readout, each gate's evidence and the timeline.
 
 Every value is escaped (`_e`) after the worker's redactor; the states come from the run's
-transition table (orchestrator/server/pages.py `run_table`).
+transition table (orchestrator/teamserver/pages.py `run_table`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from orchestrator.language.machine import TERMINALS, Table
-from orchestrator.server.page_format import _at, _dur, _durations, _e, _fill, _runner, _since
+from orchestrator.teamserver.page_format import _at, _dur, _durations, _e, _fill, _runner, _since
 
 _SECTION = {"preflight": "Preflight (changes nothing)", "forward": "Procedure",
             "remedy": "Remedy of the gate above (taken only on its log marker)", "rollback": "Rollback of a phase",

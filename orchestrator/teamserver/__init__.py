@@ -14,7 +14,7 @@ The package, by role:
 - `client` and `remote`: the `--server URL` side of the CLI.
 
 Importing the package is cheap: names below load their module on first use (the CLI imports
-`orchestrator.server.cli` at start-up and must not pay for starlette and uvicorn).
+`orchestrator.teamserver.cli` at start-up and must not pay for starlette and uvicorn).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(name)
-    return getattr(importlib.import_module(f"orchestrator.server.{module}"), name)
+    return getattr(importlib.import_module(f"orchestrator.teamserver.{module}"), name)
 
 
 __all__ = sorted(_EXPORTS)

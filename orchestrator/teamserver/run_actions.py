@@ -13,8 +13,8 @@ from typing import Any
 
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.runbook import load_runbook_checked
-from orchestrator.server.errors import ApiError
-from orchestrator.server.submission import IDENTITY_KEY
+from orchestrator.teamserver.errors import ApiError
+from orchestrator.teamserver.submission import IDENTITY_KEY
 from orchestrator.service import signals
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.user_errors import Refused

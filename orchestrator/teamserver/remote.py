@@ -22,8 +22,8 @@ from rich.console import Console
 
 from orchestrator.util.clock import Clock
 from orchestrator.util.exit_codes import ExitCode
-from orchestrator.server.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
-from orchestrator.server.guards import is_loopback
+from orchestrator.teamserver.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
+from orchestrator.teamserver.guards import is_loopback
 from orchestrator.util.user_errors import UserError
 
 SUBMIT_ACTIONS = ("rollout", "rollback", "resume")
@@ -32,14 +32,14 @@ ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "pause", "continue", "status", "
 
 def server_token() -> str:
     """The client's bearer token: ORCHESTRATOR_SERVER_TOKEN (environment or .env)."""
-    from orchestrator.server.config import ServerConfig
+    from orchestrator.teamserver.config import ServerConfig
 
     return ServerConfig().token.get_secret_value()
 
 
 def server_ca(given: Path | None = None) -> Path | None:
     """The CA a `--server https://` client pins: `--server-ca`, else ORCHESTRATOR_SERVER_CA."""
-    from orchestrator.server.config import ServerConfig
+    from orchestrator.teamserver.config import ServerConfig
 
     return given if given is not None else ServerConfig().ca
 

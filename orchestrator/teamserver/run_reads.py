@@ -15,9 +15,9 @@ from typing import Any
 
 from orchestrator.journal import audit
 from orchestrator.journal.base import RunNotFound, RunRecord
-from orchestrator.server.errors import ApiError
-from orchestrator.server.run_state import step_durations
-from orchestrator.server.submission import IDENTITY_KEY
+from orchestrator.teamserver.errors import ApiError
+from orchestrator.teamserver.run_state import step_durations
+from orchestrator.teamserver.submission import IDENTITY_KEY
 from orchestrator.service.run_info import context_summary
 from orchestrator.util.exit_codes import ExitCode
 

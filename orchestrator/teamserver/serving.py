@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.server.guards import Admission, is_loopback
+from orchestrator.teamserver.guards import Admission, is_loopback
 from orchestrator.util.user_errors import UserError
 
 KEEP_ALIVE_S = 5
@@ -532,7 +532,7 @@ def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no
           tokens_file: Path | None = None, protect_metrics: bool = False, adopt: bool = True,
           max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS) -> None:
     """Run the app under uvicorn until SIGINT/SIGTERM (then running tasks are cancelled)."""
-    from orchestrator.server.app import create_app
+    from orchestrator.teamserver.app import create_app
 
     check_exposure(host, tls=tls_cert is not None, insecure_no_auth=insecure_no_auth,
                    insecure_plaintext=insecure_plaintext_on_network)

@@ -1,4 +1,4 @@
-"""The container's HEALTHCHECK: `python -m orchestrator.server.healthcheck` (the Dockerfile runs it).
+"""The container's HEALTHCHECK: `python -m orchestrator.teamserver.healthcheck` (the Dockerfile runs it).
 
 Asks the `orchestrate serve` inside the container for /healthz over loopback, plain HTTP or TLS
 (the container's own certificate, not checked: this asks "does my server answer", the address is

@@ -35,7 +35,7 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
     """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
     from orchestrator.journal.base import JournalError
     from orchestrator.hosts.redaction import Redactor
-    from orchestrator.server.serving import serve
+    from orchestrator.teamserver.serving import serve
 
     from rich.console import Console
 
@@ -131,7 +131,7 @@ def token_add(
     """Make a token for NAME: prints it once (give it to NAME), stores only its sha256 in the tokens file."""
     from rich.console import Console
 
-    from orchestrator.server.auth import add_token
+    from orchestrator.teamserver.auth import add_token
 
     if tokens_file is None:
         raise UserError("--tokens-file (or ORCHESTRATOR_SERVER_TOKENS_FILE) names the file to write")

@@ -37,15 +37,15 @@ import threading
 from typing import Any, Callable
 
 from orchestrator.journal import audit
-from orchestrator.server.adoption import AdoptionMixin
-from orchestrator.server.config import ServerRedactor
-from orchestrator.server.errors import ApiError
-from orchestrator.server.metrics import Metrics
-from orchestrator.server.run_actions import RunActionsMixin
-from orchestrator.server.run_reads import HISTORY_MAX_AGE_S, HISTORY_RUNS, HISTORY_SCAN, RunReadsMixin  # noqa: F401
-from orchestrator.server.run_state import KEEP_EVENTS, KEEP_TAIL, ActiveRun, ServerProgress, step_durations  # noqa: F401
-from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
-from orchestrator.server.submission import IDENTITY_KEY, SubmissionMixin, _in_thread, _Prepared  # noqa: F401
+from orchestrator.teamserver.adoption import AdoptionMixin
+from orchestrator.teamserver.config import ServerRedactor
+from orchestrator.teamserver.errors import ApiError
+from orchestrator.teamserver.metrics import Metrics
+from orchestrator.teamserver.run_actions import RunActionsMixin
+from orchestrator.teamserver.run_reads import HISTORY_MAX_AGE_S, HISTORY_RUNS, HISTORY_SCAN, RunReadsMixin  # noqa: F401
+from orchestrator.teamserver.run_state import KEEP_EVENTS, KEEP_TAIL, ActiveRun, ServerProgress, step_durations  # noqa: F401
+from orchestrator.teamserver.schemas import ResumeBody, RollbackBody, RolloutBody
+from orchestrator.teamserver.submission import IDENTITY_KEY, SubmissionMixin, _in_thread, _Prepared  # noqa: F401
 from orchestrator.service.notify import FLUSH_S
 # `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
 from orchestrator.service.runner import RunnerFenced, Session, execute, notifier_for

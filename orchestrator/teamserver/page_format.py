@@ -1,4 +1,4 @@
-"""Formatting helpers of the server's HTML (orchestrator/server/pages.py, run_view.py): escaping,
+"""Formatting helpers of the server's HTML (orchestrator/teamserver/pages.py, run_view.py): escaping,
 times and durations as a person reads them, a lease owner as `pid N on machine`, a runbook text
 with the run's `{host}`, `{run_id}`, `{tag}` filled in, and the seconds spent in each state from
 a run's journaled transitions.
