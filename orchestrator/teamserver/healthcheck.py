@@ -68,7 +68,7 @@ def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 3.0) -> tuple[
         if status in (200, 401):
             return True, f"/healthz answered {status}"
         return False, f"/healthz answered {status}"
-    return False, "no answer on 127.0.0.1:%d (%s)" % (port, ", ".join(seen))
+    return False, f"no answer on 127.0.0.1:{port} ({', '.join(seen)})"
 
 
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:

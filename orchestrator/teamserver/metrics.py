@@ -51,7 +51,7 @@ class Snapshot(Generic[T]):
                 self._inflight = asyncio.ensure_future(self._refresh())
             try:
                 await asyncio.wait_for(asyncio.shield(self._inflight), self.wait_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass  # answer with the last value; the refresh goes on
         return self.value, self.ok
 

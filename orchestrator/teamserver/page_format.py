@@ -7,7 +7,7 @@ a run's journaled transitions.
 from __future__ import annotations
 
 import html
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -22,7 +22,7 @@ def _since(iso: str | None) -> str:
         at = datetime.fromisoformat(iso)
     except ValueError:
         return iso
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _runner(owner: str | None) -> str:

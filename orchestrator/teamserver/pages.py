@@ -30,7 +30,7 @@ Rules and reasons:
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from string import Template
 from typing import Any
@@ -41,11 +41,12 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
+from orchestrator.service.runner import table_for
 from orchestrator.teamserver.auth import Principal
 from orchestrator.teamserver.page_format import _e, _runner, _since
+
 # the run's fragment is rendered in orchestrator/teamserver/run_view.py, re-exported here
 from orchestrator.teamserver.run_view import render_run
-from orchestrator.service.runner import table_for
 
 #: Headers of every page and fragment.
 PAGE_HEADERS = {
@@ -164,7 +165,7 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
         rb, _ = load_runbook_checked(runbook, sha)
     except Exception:  # noqa: BLE001 - the page still shows the journal without the runbook
         return None
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     run = RunRecord("", "", runbook, None, kind, "", False, None, None, json.loads(context_json), now, now, None)
     try:
         return table_for(run, rb)
@@ -198,7 +199,7 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
         run = worker.session.journal.get_run(run_id)
         table = run_table(run)
         detail["history"] = worker.history(run)
-        detail["now"] = datetime.now(timezone.utc).isoformat()
+        detail["now"] = datetime.now(UTC).isoformat()
         return worker.redactor.scrub_obj(detail), table, approval_gates(table)
 
     detail, table, gates = await anyio.to_thread.run_sync(read)

@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 import httpx
 from rich.console import Console
 
-from orchestrator.util.clock import Clock
-from orchestrator.util.exit_codes import ExitCode
 from orchestrator.teamserver.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
 from orchestrator.teamserver.guards import is_loopback
+from orchestrator.util.clock import Clock
+from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.user_errors import UserError
 
 SUBMIT_ACTIONS = ("rollout", "rollback", "resume")

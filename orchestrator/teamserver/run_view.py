@@ -8,7 +8,7 @@ transition table (orchestrator/teamserver/pages.py `run_table`).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.language.machine import TERMINALS, Table
@@ -127,7 +127,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     hist = d.get("history") or {}
     median: dict[str, float] = hist.get("median") or {}
     last = _at((d.get("transitions") or [{}])[-1].get("at")) if d.get("transitions") else _at(d.get("created_at"))
-    now = _at(d.get("now")) or datetime.now(timezone.utc)
+    now = _at(d.get("now")) or datetime.now(UTC)
     in_state = (now - last).total_seconds() if last is not None and not terminal else None
 
     # the host, per replica (as the journal tells it)

@@ -41,7 +41,7 @@ def test_a_front_end_opens_no_run_itself(path):
 
 
 def test_the_cli_and_the_server_admit_through_the_same_functions():
-    worker = (PKG / "teamserver" / "submission.py").read_text(encoding="utf-8")  # the Worker's submissions
+    worker = (PKG / "teamserver" / "worker.py").read_text(encoding="utf-8")
     runs = (PKG / "service" / "runs.py").read_text(encoding="utf-8")
     for fn in ("admit_rollout", "admit_rollback", "admit_resume"):
         assert f"{fn}(" in worker and fn in runs, fn
