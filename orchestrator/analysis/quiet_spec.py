@@ -1,4 +1,4 @@
-"""`quiet:` (issue 23, the seed's low-traffic window): a swap waits for a quiet long domain.
+"""`quiet:` (a low-traffic window): a swap waits for a quiet long domain.
 
 While one replica of gpu02 is down, the long tier runs on one host's single replica: a step that
 takes a replica down should start when the long domain is quiet. The step waits until the live

@@ -1,4 +1,4 @@
-"""The runbook's `analysis:` step (issue 23): compare replicas over a window of live traffic.
+"""The runbook's `analysis:` step: compare replicas over a window of live traffic.
 
     - id: canary-readout
       say: Compare r2 (pdi 2) with r1 (the #294 control) over 30 minutes of live traffic

@@ -1,4 +1,4 @@
-"""`watch:` on a step (issue 23): one replica's metrics watched while the step runs.
+"""`watch:` on a step: one replica's metrics watched while the step runs.
 
     - id: cold-start
       say: Follow r2's log until it is ready, while r1 (alone on the long domain) is watched

@@ -1,4 +1,4 @@
-"""The runbook's gates on things outside the engines (issue 23, items 3-6): pure specs, the
+"""The runbook's gates on things outside the engines: pure specs, the
 loader's part only (the handlers are orchestrator/engine/steps/env.py, manual.py and external.py).
 
 - `env:` the env map of this host or of another named host (the dashboard's): keys `absent`,

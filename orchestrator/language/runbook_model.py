@@ -110,7 +110,7 @@ class Runbook(_Strict):
     #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
     #: `logs: {budget: true}` need it.
     budget: Budget | None = None
-    #: Several HiCache budgets in one runbook (issue 23: per replica or per service): `budget:`
+    #: Several HiCache budgets in one runbook (per replica or per service): `budget:`
     #: written as a list; its first item is `budget`, the rest land here. Each has its own variable
     #: and engines; the budget gate fits all of them together in the host's RAM.
     more_budgets: list[Budget] = Field(default_factory=lambda: [])

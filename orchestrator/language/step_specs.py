@@ -174,7 +174,7 @@ class CaptureSpec(_Strict):
 
     services: list[str] = Field(min_length=1)
     tail: int = Field(default=2000, gt=0, le=1_000_000)
-    #: issue 23: each service's log goes to its own file in the run's directory
+    #: each service's log goes to its own file in the run's directory
     #: (`<state>/logs/<run_id>/<service>.log`, scrubbed), not into the run log; up to 1,000,000 lines
     to_file: bool = False
 

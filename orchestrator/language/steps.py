@@ -23,7 +23,7 @@ from orchestrator.language.step_specs import (SELECTED, CacheSpec, CaptureSpec, 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache", "analysis", "quiet",
               "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
-#: issue 23's gates outside the engines (orchestrator/language/gate_specs.py)
+#: the gates outside the engines (orchestrator/language/gate_specs.py)
 EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
@@ -53,9 +53,9 @@ class Step(_Strict):
     presence: PresenceSpec | None = None
     capture: CaptureSpec | None = None
     cache: CacheSpec | None = None
-    #: issue 23: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
+    #: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
     analysis: AnalysisSpec | None = None
-    #: issue 23: gates outside the engines (orchestrator/language/gate_specs.py)
+    #: gates outside the engines (orchestrator/language/gate_specs.py)
     env: EnvSpec | None = None
     manual: ManualSpec | None = None
     proxy_pool: ProxyPoolSpec | None = None
@@ -63,9 +63,9 @@ class Step(_Strict):
     http_json: HttpJsonSpec | None = None
     attestation: AttestationSpec | None = None
     image: ImageSpec | None = None
-    #: issue 23: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
+    #: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
     watch: WatchSpec | None = None
-    #: issue 23: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
+    #: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
     quiet: QuietSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a

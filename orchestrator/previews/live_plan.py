@@ -144,7 +144,7 @@ def budget_rule(rb: Runbook, raw: str | None, available_ram_gib: float, source: 
         return False, fit.problem
     b = rb.budget
     assert b is not None
-    if rb.more_budgets:  # several budgets (issue 23): every engine's own rank budget
+    if rb.more_budgets:  # several budgets: every engine's own rank budget
         return True, (f"{fit.fitted} fit in {format_gib(fit.available_bytes)} minus the largest reserve, leaving {format_gib(fit.page_cache_headroom_bytes)} "
                       "for page cache; rank_budget_bytes " + ", ".join(f"{e}={r}" for e, r in fit.ranks.items()))
     where = "unset, the file's default" if raw is None else "set in the env map to an allowed value"

@@ -58,7 +58,7 @@ class Plan:
     #: steps are shown for the first host; every host runs the same steps in turn.
     fleet: list[str] = field(default_factory=list)
     fleet_rules: list[str] = field(default_factory=list)
-    #: issue 23: every manual edit, and which rollback needs one (said before the steps)
+    #: every manual edit, and which rollback needs one (said before the steps)
     manual: list[str] = field(default_factory=list)
 
 
@@ -252,7 +252,7 @@ _SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Proced
 
 def render_json(plan: Plan) -> str:
     out = asdict(plan)
-    if not out["manual"]:  # issue 23: only a runbook with manual edits has the key
+    if not out["manual"]:  # only a runbook with manual edits has the key
         del out["manual"]
     return json.dumps(out, indent=2, sort_keys=False)
 

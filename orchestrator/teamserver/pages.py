@@ -22,7 +22,7 @@ Rules and reasons:
 - **Escaped and redacted**: every value goes through `html.escape` after the worker's redactor;
   the pages send a strict Content-Security-Policy (scripts and styles from this server only, no
   inline script, no framing).
-- **The run's fragment** is rendered by orchestrator/teamserver/run_view.py (helpers: page_format.py).
+- **The run's fragment** is rendered by run_view.py (with the formatting helpers).
 - **The states come from the run's transition table** (`runner.table_for` on its pinned runbook),
   never from a hand-kept list: the current state is highlighted in the same order `plan` shows.
 """
@@ -43,10 +43,7 @@ from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
 from orchestrator.service.runner import table_for
 from orchestrator.teamserver.auth import Principal
-from orchestrator.teamserver.page_format import _e, _runner, _since
-
-# the run's fragment is rendered in orchestrator/teamserver/run_view.py, re-exported here
-from orchestrator.teamserver.run_view import render_run
+from orchestrator.teamserver.run_view import _e, _runner, _since, render_run
 
 #: Headers of every page and fragment.
 PAGE_HEADERS = {

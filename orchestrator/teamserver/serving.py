@@ -10,7 +10,7 @@ Limits (`build_server`), so that clients without a token cannot deny the server 
 - every connection is admitted or refused when it is accepted, before any TLS handshake
   (`guards.Admission`): unauthenticated connections (a handshake in progress included) are capped
   per address (`MAX_CONNECTIONS_PER_ADDRESS`), per network (`MAX_CONNECTIONS_PER_NETWORK`, a /24 or
-  a /64) and in total (`MAX_CONNECTIONS` less `RESERVED_FOR_TOKENS`, kept for connections that
+  a /64) and in total (`MAX_CONNECTIONS` less an eighth, kept for connections that
   presented a valid token); when full, the oldest idle connection of the busiest network makes room
   for a newcomer from a less busy one. A refused plain connection gets a 503 and is closed, a
   refused TLS one is dropped; an evicted one is aborted;
@@ -54,8 +54,6 @@ TLS_SHUTDOWN_TIMEOUT_S = 3.0
 MAX_HEADER_BYTES = 16 * 1024
 #: Connections at once, all clients together (each costs a file descriptor and a few KiB).
 MAX_CONNECTIONS = 2048
-#: Of `MAX_CONNECTIONS`, room only connections that presented a valid token may take.
-RESERVED_FOR_TOKENS = MAX_CONNECTIONS // 8
 #: Unauthenticated connections one client address may hold at once: beyond it the new connection
 #: gets a 503 and is closed. A team behind one NAT address shares it: raise it with
 #: --max-connections-per-address.

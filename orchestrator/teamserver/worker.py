@@ -279,7 +279,7 @@ class Worker:
                      adopting: bool = False) -> ActiveRun:
         """`by`: who submitted it (the token's name), shown on the run's page by this server.
         `adopting`: this server resumes an orphan on its own, no human asked: it keeps the run's
-        `--soak` but never its `--yes` (issue 21: an adopted run waits for a human at every approval)."""
+        `--soak` but never its `--yes` (an adopted run waits for a human at every approval)."""
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
@@ -297,7 +297,7 @@ class Worker:
         s = self.session
         # the service's admission, exactly as the CLI's (orchestrator/service/admit.py -> admission.py)
         pinned = None
-        kept_note = None  # a person's resume that keeps the run's --yes says so (issue 21)
+        kept_note = None  # a person's resume that keeps the run's --yes says so
         if isinstance(body, RolloutBody):
             req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or default_runbook(body.host), yes=body.yes,
                                  soak=body.soak)
