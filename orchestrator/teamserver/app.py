@@ -123,7 +123,7 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
 
 def _control_chars(request: Request) -> str | None:
     """A NUL or other control character in the path or a query value: the one line of a 400
-    (it once reached the journal as a 500 with a traceback)."""
+    (the journal refuses it, which would be a 500 with a traceback)."""
     for name, value in request.path_params.items():
         if _has_control(str(value)):
             return f"{name} holds a control character"

@@ -23,7 +23,7 @@ RunId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9
 #: (strict: `true` is not a 1-second soak)
 Soak = (Annotated[str, Field(min_length=1, max_length=32)] |
              Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False, strict=True)])
-#: No control characters (a NUL byte once reached the journal as a 500).
+#: No control characters (the journal refuses a NUL byte: a 500, not a 400).
 Who = Annotated[str, Field(max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
