@@ -21,9 +21,7 @@ RUN_PATH = {"new_rollout", "new_rollback", "retry_run", "resume_run", "place_for
 
 
 def _front_ends() -> list[Path]:
-    # the server's Worker and its parts (orchestrator/teamserver/worker.py)
-    worker = ("worker.py", "submission.py", "adoption.py", "run_reads.py", "run_actions.py", "run_state.py")
-    return sorted((PKG / "cli").rglob("*.py")) + [PKG / "teamserver" / name for name in worker]
+    return sorted((PKG / "cli").rglob("*.py")) + [PKG / "teamserver" / "worker.py"]
 
 
 def _imported(path: Path) -> set[str]:
