@@ -72,7 +72,7 @@ class QuietSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _sound(self) -> "QuietSpec":
+    def _sound(self) -> QuietSpec:
         if self.poll <= 0:
             raise ValueError("quiet.poll must be longer than 0 s")
         if self.over < self.poll:

@@ -50,7 +50,7 @@ class WatchSpec(BaseModel):
     _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
     @model_validator(mode="after")
-    def _sound(self) -> "WatchSpec":
+    def _sound(self) -> WatchSpec:
         if self.poll <= 0:
             raise ValueError("watch.poll must be longer than 0 s")
         if self.window < self.poll:

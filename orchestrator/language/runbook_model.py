@@ -18,7 +18,8 @@ from orchestrator.analysis.watch_spec import check_watch as _check_watch
 from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
 from orchestrator.language.step_specs import Prerequisite, _seconds, _Strict
-from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, check_sequence as _check_sequence
+from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step
+from orchestrator.language.steps import check_sequence as _check_sequence
 from orchestrator.util.user_errors import UserError
 
 
@@ -179,7 +180,7 @@ class Runbook(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _rules(self) -> "Runbook":
+    def _rules(self) -> Runbook:
         for p in self.preflight:
             if p.mutating:
                 raise ValueError(f"preflight step {p.id!r} must not mutate (no down/up in preflight)")

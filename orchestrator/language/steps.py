@@ -13,12 +13,32 @@ from pydantic import Field, model_validator
 from orchestrator.analysis.quiet_spec import QuietSpec
 from orchestrator.analysis.spec import AnalysisSpec
 from orchestrator.analysis.watch_spec import WatchSpec
-from orchestrator.language.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ImageSpec, ManualSpec, ProxyPoolSpec,
-                                              PullRequestSpec)
-from orchestrator.language.step_specs import (SELECTED, CacheSpec, CaptureSpec, ComposeSpec, DryRunExpectation, LabelsSpec,
-                                              LogsSpec, MarkersSpec, MetricsSpec, OneShotSpec, PresenceSpec, RelaySpec,
-                                              SoakSpec, VerifySpec, _Strict)
-
+from orchestrator.language.gate_specs import (
+    AttestationSpec,
+    EnvSpec,
+    HttpJsonSpec,
+    ImageSpec,
+    ManualSpec,
+    ProxyPoolSpec,
+    PullRequestSpec,
+)
+from orchestrator.language.step_specs import (
+    SELECTED,
+    CacheSpec,
+    CaptureSpec,
+    ComposeSpec,
+    DryRunExpectation,
+    LabelsSpec,
+    LogsSpec,
+    MarkersSpec,
+    MetricsSpec,
+    OneShotSpec,
+    PresenceSpec,
+    RelaySpec,
+    SoakSpec,
+    VerifySpec,
+    _Strict,
+)
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache", "analysis", "quiet",
@@ -70,14 +90,14 @@ class Step(_Strict):
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
-    remedy: "Remedy | None" = None
+    remedy: Remedy | None = None
     #: An observe-only gate (a new check trialled in production): its pass or failure is journaled
     #: and notified, and the run goes on either way. Only on gates that read evidence and are not
     #: what a stop or the capacity promise rests on (OBSERVABLE_KINDS).
     observe: bool = False
 
     @model_validator(mode="after")
-    def _one_thing(self) -> "Step":
+    def _one_thing(self) -> Step:
         kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"step {self.id!r} must do exactly one of {'/'.join(STEP_KINDS)}, not {kinds or 'none'}")
@@ -133,7 +153,7 @@ class Remedy(_Strict):
 
     marker: str = Field(min_length=1)
     max: int = Field(default=1, ge=1, le=5)
-    steps: list["Step"] = Field(min_length=1)
+    steps: list[Step] = Field(min_length=1)
 
 
 class Rollback(_Strict):

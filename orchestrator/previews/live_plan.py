@@ -31,19 +31,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.engine.rules import host_state
+from orchestrator.engine.rules.dry_run_check import judge_dry_run
+from orchestrator.engine.rules.targets import journaled_successes, newest_successful, recorded_successes
+from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.hosts.budget import format_gib
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
 from orchestrator.hosts.clients.errors import BadRequest, ClientError, TagNotFound, TagTooRecent
-from orchestrator.language.references import UnresolvedReference, resolve_file
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.util.exit_codes import ExitCode
-from orchestrator.language.machine import compile_rollout
-from orchestrator.engine.rules.targets import journaled_successes, newest_successful, recorded_successes
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.engine.steps.checks import evaluate_budget
-from orchestrator.previews.plan import Plan, build_plan, render_markdown, render_text
-from orchestrator.engine.rules.dry_run_check import judge_dry_run
+from orchestrator.language.machine import compile_rollout
+from orchestrator.language.references import UnresolvedReference, resolve_file
 from orchestrator.language.runbook import SELECTED, Runbook, Step, load_runbook
+from orchestrator.previews.plan import Plan, build_plan, render_markdown, render_text
+from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.user_errors import UserError
 
 WOULD_START = "would start"
@@ -230,8 +230,8 @@ def fill_placeholders(plan: Plan, rb: Runbook, tag: str, previous: dict[str, dic
 async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                           new_file_services: set[str] | None = None) -> LivePlan:
     """Read the host (never change it) and judge what `rollout HOST --tag TAG` would do."""
-    from orchestrator.hosts.clients.dashboard import DashboardClient
     from orchestrator.engine.executor.placement import PlacementError, observe_host
+    from orchestrator.hosts.clients.dashboard import DashboardClient
     from orchestrator.service.runner import _compose_client, check_tag
 
     check_tag(tag)
