@@ -184,7 +184,7 @@ class Runbook(_Strict):
         for p in self.preflight:
             if p.mutating:
                 raise ValueError(f"preflight step {p.id!r} must not mutate (no down/up in preflight)")
-        _check_sequence("preflight", self.preflight, allow_mutation=False)
+        _check_sequence("preflight", self.preflight)
         self._check_budgets()
         names = set()
         for ph in self.phases:

@@ -181,7 +181,7 @@ class Phase(_Strict):
     retry_from: str | None = None
 
 
-def check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = True) -> None:
+def check_sequence(where: str, steps: list[Step]) -> None:
     ids: set[str] = set()
     last_dry_run: Step | None = None
     selected_available = False

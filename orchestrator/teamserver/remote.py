@@ -1,8 +1,6 @@
-"""What `orchestrate ... --server URL` does (the client side; the server side is server/cli.py).
-
-`remote` sends one action to a server and
-(for rollout, rollback and resume) follows the run, printing what happens, and returns the exit
-code the same command would return run locally (orchestrator/util/exit_codes.py).
+"""What `orchestrate ... --server URL` does (the client side): `remote` sends one action to a
+server and (for rollout, rollback and resume) follows the run, printing what happens, and returns
+the exit code the same command would return run locally (orchestrator/util/exit_codes.py).
 """
 
 from __future__ import annotations
@@ -64,8 +62,6 @@ def check_server_url(server_url: str, ca: Path | None) -> str | None:
 
 def _who_lines(run: dict[str, Any]) -> list[str]:
     """`orchestrate status RUN --server URL`: who did what, from the server's audit list."""
-    from datetime import datetime
-
     from orchestrator.journal.audit import summary_lines
     from orchestrator.journal.base import AuditEntry
 
@@ -202,14 +198,9 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             p.json(res)
         else:
             p.line(f"approved {res['gate']} of {run_id}")
-    elif action in ("pause", "continue"):
-        res = await (client.pause if action == "pause" else client.continue_run)(run_id, by=_who())
-        if p.as_json:
-            p.json(res)
-        else:
-            p.line(res["message"])
-    elif action == "abort":
-        res = await client.abort(run_id, by=_who())
+    elif action in ("pause", "continue", "abort"):
+        signal = {"pause": client.pause, "continue": client.continue_run, "abort": client.abort}[action]
+        res = await signal(run_id, by=_who())
         if p.as_json:
             p.json(res)
         else:
