@@ -17,9 +17,8 @@ Rules, and why:
   `down` steps would stop is not held against them (a dry run of the new r2 while the old r2
   still runs plans the old r2's removal as an orphan; the phase stops it first). Any other
   removal, an unexpected change or an unreadable line refuses, as the executor's plan check would.
-- Placement and budget follow the executor's rules (`host_state.place/nearest`, the
-  `check.budget` rule re-stated here with `budget.py`'s functions because the step's own version
-  needs a live `Runtime`); a refusal names what the executor would say.
+- Placement and budget follow the executor's rules (`host_state.place/nearest`,
+  `checks.evaluate_budget`); a refusal names what the executor would say.
 - GPU claims and the model cache inform, they do not refuse: the runbook's plan allows the
   model-downloader, and GPU ownership is the containers' business. They are flagged as warnings.
 """
