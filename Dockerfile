@@ -39,6 +39,6 @@ ENV ORCHESTRATOR_STATE_DIR=/state ORCHESTRATOR_INVENTORY=/etc/orchestrator/hosts
     ORCHESTRATOR_SERVER_BIND=0.0.0.0 ORCHESTRATOR_SERVER_PORT=8000
 EXPOSE 8000
 # /healthz of the container's `serve` (HTTP or TLS, over loopback); a one-shot command is healthy.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 CMD ["python", "-m", "orchestrator.server.healthcheck"]
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 CMD ["python", "-m", "orchestrator.teamserver.healthcheck"]
 ENTRYPOINT ["orchestrate"]
 CMD ["--help"]

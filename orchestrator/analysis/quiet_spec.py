@@ -1,4 +1,4 @@
-"""`quiet:` (issue 23, the seed's low-traffic window): a swap waits for a quiet long domain.
+"""`quiet:` (a low-traffic window): a swap waits for a quiet long domain.
 
 While one replica of gpu02 is down, the long tier runs on one host's single replica: a step that
 takes a replica down should start when the long domain is quiet. The step waits until the live
@@ -72,7 +72,7 @@ class QuietSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _sound(self) -> "QuietSpec":
+    def _sound(self) -> QuietSpec:
         if self.poll <= 0:
             raise ValueError("quiet.poll must be longer than 0 s")
         if self.over < self.poll:

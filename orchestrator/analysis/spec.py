@@ -1,4 +1,4 @@
-"""The runbook's `analysis:` step (issue 23): compare replicas over a window of live traffic.
+"""The runbook's `analysis:` step: compare replicas over a window of live traffic.
 
     - id: canary-readout
       say: Compare r2 (pdi 2) with r1 (the #294 control) over 30 minutes of live traffic
@@ -53,7 +53,7 @@ class RatioGate(_Strict):
     _m = field_validator("metric")(classmethod(lambda cls, v: _metric(v)))
 
     @model_validator(mode="after")
-    def _sound(self) -> "RatioGate":
+    def _sound(self) -> RatioGate:
         if not self.control:
             raise ValueError(f"ratio of {self.metric} needs control: (the replica the candidate is compared with)")
         if self.control == self.candidate:
@@ -81,7 +81,7 @@ class AnalysisGate(_Strict):
     min: BoundGate | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "AnalysisGate":
+    def _one(self) -> AnalysisGate:
         given = [k for k in ("ratio", "max", "min") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"a gate is exactly one of ratio:, max:, min:, not {given or 'none'}")
@@ -175,7 +175,7 @@ class AnalysisSpec(_Strict):
     _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
     @model_validator(mode="after")
-    def _sound(self) -> "AnalysisSpec":
+    def _sound(self) -> AnalysisSpec:
         if self.poll <= 0:
             raise ValueError("poll must be longer than 0 s")
         if self.window < self.poll:
@@ -201,7 +201,7 @@ class AnalysisSpec(_Strict):
                                      f"(routes: {', '.join(self.relay.ports)})")
         return self
 
-    def _prometheus_sound(self) -> "AnalysisSpec":
+    def _prometheus_sound(self) -> AnalysisSpec:
         if self.relay is not None or self.dcgm is not None:
             raise ValueError("source: prometheus reads every series from the query API: drop relay: and dcgm:")
         for g in self.gates:

@@ -1,4 +1,4 @@
-"""`watch:` on a step (issue 23): one replica's metrics watched while the step runs.
+"""`watch:` on a step: one replica's metrics watched while the step runs.
 
     - id: cold-start
       say: Follow r2's log until it is ready, while r1 (alone on the long domain) is watched
@@ -50,7 +50,7 @@ class WatchSpec(BaseModel):
     _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
     @model_validator(mode="after")
-    def _sound(self) -> "WatchSpec":
+    def _sound(self) -> WatchSpec:
         if self.poll <= 0:
             raise ValueError("watch.poll must be longer than 0 s")
         if self.window < self.poll:

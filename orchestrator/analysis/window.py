@@ -22,8 +22,17 @@ from dataclasses import dataclass, field
 
 # the metrics a gate names, re-exported (orchestrator/analysis/metric_defs.py: the runbook schema
 # checks a metric's name without this module)
-from orchestrator.analysis.metric_defs import (ABORTED, FB_FREE, GAUGE_MIN_SCRAPES, METRICS, QUEUE, REQUESTS,  # noqa: F401
-                                               TPOT, TTFT, MetricDef)
+from orchestrator.analysis.metric_defs import (  # noqa: F401
+    ABORTED,
+    FB_FREE,
+    GAUGE_MIN_SCRAPES,
+    METRICS,
+    QUEUE,
+    REQUESTS,
+    TPOT,
+    TTFT,
+    MetricDef,
+)
 
 
 class WindowError(ValueError):

@@ -1,4 +1,4 @@
-"""The runbook's gates on things outside the engines (issue 23, items 3-6): pure specs, the
+"""The runbook's gates on things outside the engines: pure specs, the
 loader's part only (the handlers are orchestrator/engine/steps/env.py, manual.py and external.py).
 
 - `env:` the env map of this host or of another named host (the dashboard's): keys `absent`,
@@ -85,7 +85,7 @@ class EnvSpec(_Strict):
     _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
 
     @model_validator(mode="after")
-    def _sound(self) -> "EnvSpec":
+    def _sound(self) -> EnvSpec:
         if not self.absent and not self.equals:
             raise ValueError("an env check needs absent: or equals: (it would check nothing)")
         for k in [*self.absent, *self.equals]:
@@ -137,7 +137,7 @@ class ProxyPoolSpec(_Strict):
     _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
 
     @model_validator(mode="after")
-    def _sound(self) -> "ProxyPoolSpec":
+    def _sound(self) -> ProxyPoolSpec:
         if not self.contains and not self.lacks:
             raise ValueError("a proxy_pool gate needs contains: or lacks: (it would check nothing)")
         if set(self.contains) & set(self.lacks):
@@ -159,7 +159,7 @@ class PullRequestSpec(_Strict):
     required: list[str] = Field(default_factory=lambda: [])
 
     @model_validator(mode="after")
-    def _sound(self) -> "PullRequestSpec":
+    def _sound(self) -> PullRequestSpec:
         if not self.merged and self.checks == "ignore":
             raise ValueError("a pull_request gate with merged: false and checks: ignore checks nothing")
         if self.required and self.checks == "ignore":
@@ -197,7 +197,7 @@ class HttpJsonSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _sound(self) -> "HttpJsonSpec":
+    def _sound(self) -> HttpJsonSpec:
         given = [k for k in ("equals", "contains") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"http_json needs exactly one of equals:, contains:, not {given or 'none'}")
@@ -236,7 +236,7 @@ class ImageSpec(_Strict):
     replica: str | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "ImageSpec":
+    def _one(self) -> ImageSpec:
         if (self.digest is None) == (self.replica is None):
             raise ValueError("an image gate needs exactly one of digest: or replica: (its replica_values.engine_image)")
         return self

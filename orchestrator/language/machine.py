@@ -19,12 +19,13 @@ Events:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Literal
+from typing import Literal
 
-from orchestrator.util.outcome import Outcome
 from orchestrator.language.runbook import Phase, Runbook, Step
+from orchestrator.util.outcome import Outcome
 
 
 class Event(str, Enum):
@@ -165,7 +166,7 @@ class _Builder:
         self.remedy_caps: dict[str, int] = {}
         self.remedy_of: dict[str, str] = {}
 
-    def table(self, start: str) -> "Table":
+    def table(self, start: str) -> Table:
         return Table(self.kind, start, dict(self.nodes), dict(self.edges), tuple(_ordered(self, start)),
                      dict(self.retry_caps), dict(self.phase_starts), dict(self.covering), dict(self.remedy_caps),
                      dict(self.remedy_of), dict(self.retry_starts))

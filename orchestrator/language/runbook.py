@@ -8,7 +8,7 @@ rules forbid, naming the field: unknown keys, an empty services list, `force_rec
 engine or a down (it is only for the services whose only change is inline `configs:` content), an
 `up` not preceded by a dry run of the same request, a file reference it cannot resolve.
 
-The schema lives in sibling modules and is re-exported here (this module stays the public entry):
+The schema lives in sibling modules (the names most importers use are re-exported here):
 `step_specs` (each step's request or gate), `steps` (Step, Remedy, Rollback, Phase and the rules of
 one list of steps), `runbook_model` (the Runbook, its blocks, the whole-runbook rules and queries).
 This module finds runbooks by name, loads and parses their files, and pins named runbooks by sha256.
@@ -24,16 +24,20 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-# The schema, re-exported: `from orchestrator.language.runbook import Runbook, Step, ...` as before.
-from orchestrator.language.runbook_model import (Budget, Domains, HostState, LogGates, Runbook,  # noqa: F401
-                                                 ServiceState, Timeouts)
-from orchestrator.language.step_specs import (SELECTED, CacheSpec, CaptureSpec, ComposeSpec,  # noqa: F401
-                                              DryRunExpectation, GaugeBound, LabelsSpec, LogsSpec, LogValue,
-                                              MarkersSpec, MetricsSpec, OneShotSpec, PresenceSpec, Prerequisite,
-                                              RelaySpec, SoakGauges, SoakSpec, VerifySpec)
-from orchestrator.language.steps import (EXTERNAL_KINDS, OBSERVABLE_KINDS, STEP_KINDS, Phase, Remedy,  # noqa: F401
-                                         Rollback, Step, StepKind)
-from orchestrator.language.runbook_paths import RUNBOOK_DIR, _shipped_runbooks, resolve_runbook_path  # noqa: F401
+# Schema names importers take from here, besides their own modules.
+from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401
+from orchestrator.language.runbook_paths import RUNBOOK_DIR, resolve_runbook_path  # noqa: F401
+from orchestrator.language.step_specs import (  # noqa: F401
+    SELECTED,
+    ComposeSpec,
+    GaugeBound,
+    LogValue,
+    Prerequisite,
+    RelaySpec,
+    SoakGauges,
+    SoakSpec,
+)
+from orchestrator.language.steps import Phase, Step  # noqa: F401
 from orchestrator.util.names import DEFAULT_RUNBOOK  # noqa: F401
 from orchestrator.util.user_errors import Refused, UserError
 

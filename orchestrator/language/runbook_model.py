@@ -18,7 +18,8 @@ from orchestrator.analysis.watch_spec import check_watch as _check_watch
 from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
 from orchestrator.language.step_specs import Prerequisite, _seconds, _Strict
-from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, check_sequence as _check_sequence
+from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step
+from orchestrator.language.steps import check_sequence as _check_sequence
 from orchestrator.util.user_errors import UserError
 
 
@@ -110,7 +111,7 @@ class Runbook(_Strict):
     #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
     #: `logs: {budget: true}` need it.
     budget: Budget | None = None
-    #: Several HiCache budgets in one runbook (issue 23: per replica or per service): `budget:`
+    #: Several HiCache budgets in one runbook (per replica or per service): `budget:`
     #: written as a list; its first item is `budget`, the rest land here. Each has its own variable
     #: and engines; the budget gate fits all of them together in the host's RAM.
     more_budgets: list[Budget] = Field(default_factory=lambda: [])
@@ -179,11 +180,11 @@ class Runbook(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _rules(self) -> "Runbook":
+    def _rules(self) -> Runbook:
         for p in self.preflight:
             if p.mutating:
                 raise ValueError(f"preflight step {p.id!r} must not mutate (no down/up in preflight)")
-        _check_sequence("preflight", self.preflight, allow_mutation=False)
+        _check_sequence("preflight", self.preflight)
         self._check_budgets()
         names = set()
         for ph in self.phases:

@@ -58,7 +58,7 @@ class ComposeSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _force_scoped(self) -> "ComposeSpec":
+    def _force_scoped(self) -> ComposeSpec:
         # `force_recreate: true` recreates services whose only change is the content of an inline
         # `configs:` entry: docker compose leaves that content out of its change detection
         # (docker/compose#11900), so without it the new config never takes. The request must name
@@ -117,7 +117,7 @@ class LogValue(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _bounded(self) -> "LogValue":
+    def _bounded(self) -> LogValue:
         if self.min is None and self.max is None and self.equals is None:
             raise ValueError(f"log value {self.pattern!r} needs min, max or equals")
         return self
@@ -151,7 +151,7 @@ class PresenceSpec(_Strict):
     _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
     @model_validator(mode="after")
-    def _roles(self) -> "PresenceSpec":
+    def _roles(self) -> PresenceSpec:
         if self.hosts == "others" and self.absent:
             raise ValueError("presence with hosts: others checks capacity: use listed:, not absent:")
         if not self.listed and not self.absent:
@@ -174,12 +174,12 @@ class CaptureSpec(_Strict):
 
     services: list[str] = Field(min_length=1)
     tail: int = Field(default=2000, gt=0, le=1_000_000)
-    #: issue 23: each service's log goes to its own file in the run's directory
+    #: each service's log goes to its own file in the run's directory
     #: (`<state>/logs/<run_id>/<service>.log`, scrubbed), not into the run log; up to 1,000,000 lines
     to_file: bool = False
 
     @model_validator(mode="after")
-    def _big_to_file(self) -> "CaptureSpec":
+    def _big_to_file(self) -> CaptureSpec:
         if self.tail > 20000 and not self.to_file:
             raise ValueError("a capture of more than 20000 lines goes to a file: set to_file: true")
         return self
@@ -216,11 +216,11 @@ class VerifySpec(_Strict):
 class SoakGauges(_Strict):
     """Gauges a soak reads through the soak relay at every poll (the relay must run during it)."""
 
-    relay: "RelaySpec"
-    gauges: list["GaugeBound"] = Field(min_length=1)
+    relay: RelaySpec
+    gauges: list[GaugeBound] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _no_within(self) -> "SoakGauges":
+    def _no_within(self) -> SoakGauges:
         if any(g.within is not None for g in self.gauges):
             raise ValueError("a soak's gauges hold at every poll: within: belongs to a metrics gate")
         return self
@@ -252,7 +252,7 @@ class GaugeBound(_Strict):
     _d = field_validator("within", mode="before")(classmethod(lambda cls, v: None if v is None else _seconds(v)))
 
     @model_validator(mode="after")
-    def _bounded(self) -> "GaugeBound":
+    def _bounded(self) -> GaugeBound:
         if self.min is None and self.max is None:
             raise ValueError(f"gauge {self.name!r} needs min or max (a bound that bounds nothing is a typo)")
         if self.min is not None and self.max is not None and self.min > self.max:
@@ -274,7 +274,7 @@ class MetricsSpec(_Strict):
     gauges: list[GaugeBound] = Field(default_factory=lambda: [])
 
     @model_validator(mode="after")
-    def _something(self) -> "MetricsSpec":
+    def _something(self) -> MetricsSpec:
         if not self.increase and not self.gauges:
             raise ValueError("a metrics gate needs increase: or gauges: (it would check nothing)")
         return self
@@ -295,7 +295,7 @@ class LabelsSpec(_Strict):
     relay: RelaySpec | None = None
 
     @model_validator(mode="after")
-    def _something(self) -> "LabelsSpec":
+    def _something(self) -> LabelsSpec:
         if not (self.log_tags or self.otel_labels or self.metric_labels):
             raise ValueError("a labels gate needs log_tags:, otel_labels: or metric_labels: (it would check nothing)")
         if self.metric_labels and self.relay is None:

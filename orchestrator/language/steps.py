@@ -13,17 +13,37 @@ from pydantic import Field, model_validator
 from orchestrator.analysis.quiet_spec import QuietSpec
 from orchestrator.analysis.spec import AnalysisSpec
 from orchestrator.analysis.watch_spec import WatchSpec
-from orchestrator.language.gate_specs import (AttestationSpec, EnvSpec, HttpJsonSpec, ImageSpec, ManualSpec, ProxyPoolSpec,
-                                              PullRequestSpec)
-from orchestrator.language.step_specs import (SELECTED, CacheSpec, CaptureSpec, ComposeSpec, DryRunExpectation, LabelsSpec,
-                                              LogsSpec, MarkersSpec, MetricsSpec, OneShotSpec, PresenceSpec, RelaySpec,
-                                              SoakSpec, VerifySpec, _Strict)
-
+from orchestrator.language.gate_specs import (
+    AttestationSpec,
+    EnvSpec,
+    HttpJsonSpec,
+    ImageSpec,
+    ManualSpec,
+    ProxyPoolSpec,
+    PullRequestSpec,
+)
+from orchestrator.language.step_specs import (
+    SELECTED,
+    CacheSpec,
+    CaptureSpec,
+    ComposeSpec,
+    DryRunExpectation,
+    LabelsSpec,
+    LogsSpec,
+    MarkersSpec,
+    MetricsSpec,
+    OneShotSpec,
+    PresenceSpec,
+    RelaySpec,
+    SoakSpec,
+    VerifySpec,
+    _Strict,
+)
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache", "analysis", "quiet",
               "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
-#: issue 23's gates outside the engines (orchestrator/language/gate_specs.py)
+#: the gates outside the engines (orchestrator/language/gate_specs.py)
 EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
@@ -53,9 +73,9 @@ class Step(_Strict):
     presence: PresenceSpec | None = None
     capture: CaptureSpec | None = None
     cache: CacheSpec | None = None
-    #: issue 23: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
+    #: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
     analysis: AnalysisSpec | None = None
-    #: issue 23: gates outside the engines (orchestrator/language/gate_specs.py)
+    #: gates outside the engines (orchestrator/language/gate_specs.py)
     env: EnvSpec | None = None
     manual: ManualSpec | None = None
     proxy_pool: ProxyPoolSpec | None = None
@@ -63,21 +83,21 @@ class Step(_Strict):
     http_json: HttpJsonSpec | None = None
     attestation: AttestationSpec | None = None
     image: ImageSpec | None = None
-    #: issue 23: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
+    #: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
     watch: WatchSpec | None = None
-    #: issue 23: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
+    #: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
     quiet: QuietSpec | None = None
     plan: DryRunExpectation | None = None
     #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
     #: line carrying a named log marker (see `Remedy`).
-    remedy: "Remedy | None" = None
+    remedy: Remedy | None = None
     #: An observe-only gate (a new check trialled in production): its pass or failure is journaled
     #: and notified, and the run goes on either way. Only on gates that read evidence and are not
     #: what a stop or the capacity promise rests on (OBSERVABLE_KINDS).
     observe: bool = False
 
     @model_validator(mode="after")
-    def _one_thing(self) -> "Step":
+    def _one_thing(self) -> Step:
         kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"step {self.id!r} must do exactly one of {'/'.join(STEP_KINDS)}, not {kinds or 'none'}")
@@ -133,7 +153,7 @@ class Remedy(_Strict):
 
     marker: str = Field(min_length=1)
     max: int = Field(default=1, ge=1, le=5)
-    steps: list["Step"] = Field(min_length=1)
+    steps: list[Step] = Field(min_length=1)
 
 
 class Rollback(_Strict):
@@ -161,7 +181,7 @@ class Phase(_Strict):
     retry_from: str | None = None
 
 
-def check_sequence(where: str, steps: list[Step], *, allow_mutation: bool = True) -> None:
+def check_sequence(where: str, steps: list[Step]) -> None:
     ids: set[str] = set()
     last_dry_run: Step | None = None
     selected_available = False

@@ -41,7 +41,7 @@ def parse_dcgm(text: str, at: float, replica_gpus: Mapping[str, Sequence[int]]) 
     return out
 
 
-async def read_dcgm(rt: "Activities", port: int, token_variable: str,
+async def read_dcgm(rt: Activities, port: int, token_variable: str,
                     replica_gpus: Mapping[str, Sequence[int]]) -> dict[str, Scrape]:
     """One scrape of DCGM's exporter behind relay `port`, split per replica, stamped with the run
     clock. Raises what the relay client raises (the caller counts misses) or `MetricsTextError`."""

@@ -22,8 +22,9 @@ import math
 import re
 from typing import Any
 
-from orchestrator.analysis.window import Histogram, Scrape
-from orchestrator.metricproviders.relay_scrape import COUNTERS, GAUGES, HISTOGRAMS
+from orchestrator.analysis.window import Scrape
+from orchestrator.metricproviders.relay_scrape import COUNTERS, GAUGES, HISTOGRAMS, Sums
+
 
 class PrometheusUnreadable(RuntimeError):
     """The query API gave no usable answer (transport error, timeout, error status, wrong shape)."""
@@ -55,42 +56,16 @@ def parse_vector(answer: Any, at: float) -> Scrape:
     data = answer.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
         raise PrometheusUnreadable("the query API's answer is not an instant vector")
-    counters: dict[str, float] = {}
-    gauges: dict[str, float] = {}
-    buckets: dict[str, dict[float, float]] = {}
-    counts: dict[str, float] = {}
-    sums: dict[str, float] = {}
+    sums = Sums()
     try:
         for item in data["result"]:
             labels, (_, raw) = item["metric"], item["value"]
             name, value = labels["__name__"], float(raw)
-            if math.isnan(value):
-                continue  # a stale marker: the series is gone at this instant
-            if name in GAUGES:
-                gauges[name] = gauges.get(name, 0.0) + value
-            elif name in COUNTERS:
-                counters[name] = counters.get(name, 0.0) + value
-            else:
-                base, _, suffix = name.rpartition("_")
-                if base not in HISTOGRAMS:
-                    continue
-                if suffix == "bucket":
-                    b = buckets.setdefault(base, {})
-                    le = float(labels["le"])
-                    b[le] = b.get(le, 0.0) + value
-                elif suffix == "count":
-                    counts[base] = counts.get(base, 0.0) + value
-                elif suffix == "sum":
-                    sums[base] = sums.get(base, 0.0) + value
+            if not math.isnan(value):  # NaN: a stale marker, the series is gone at this instant
+                sums.add(name, labels, value)
     except (KeyError, TypeError, ValueError) as exc:
         raise PrometheusUnreadable(f"a sample of the query API's vector is malformed: {type(exc).__name__}: {exc}") from None
-    hists: dict[str, Histogram] = {}
-    for name, b in buckets.items():
-        if not math.isinf(max(b)):
-            raise PrometheusUnreadable(f"histogram {name} has no +Inf bucket in the query API's answer")
-        layout = tuple(sorted(b.items()))
-        hists[name] = Histogram(layout, counts.get(name, layout[-1][1]), sums.get(name, 0.0))
-    return Scrape(at, counters, hists, gauges)
+    return sums.scrape(at, lambda name: PrometheusUnreadable(f"histogram {name} has no +Inf bucket in the query API's answer"))
 
 
 async def read_replica(client: Any, replica: str, at: float, *, replica_label: str = "replica",

@@ -9,6 +9,7 @@ module imports no HTTP client of its own.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,42 +27,62 @@ COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind n
 GAUGES = frozenset(d.source for d in METRICS.values() if d.kind.startswith("gauge") and d.origin == "engine")
 
 
+class Sums:
+    """Samples summed over label sets (histogram buckets per `le`), from the relay's text or the
+    Prometheus query API."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, float] = {}
+        self.gauges: dict[str, float] = {}
+        self.buckets: dict[str, dict[float, float]] = {}
+        self.counts: dict[str, float] = {}
+        self.sums: dict[str, float] = {}
+
+    def add(self, name: str, labels: dict[str, str], value: float, family: str | None = None) -> None:
+        """`family`: the sample's histogram when the source names it, else read off the name."""
+        if name in GAUGES:
+            self.gauges[name] = self.gauges.get(name, 0.0) + value
+            return
+        if name in COUNTERS:
+            self.counters[name] = self.counters.get(name, 0.0) + value
+            return
+        base, _, suffix = name.rpartition("_")
+        if base not in HISTOGRAMS or (family is not None and family != base):
+            return
+        if suffix == "bucket":
+            b = self.buckets.setdefault(base, {})
+            le = float(labels["le"])
+            b[le] = b.get(le, 0.0) + value
+        elif suffix == "count":
+            self.counts[base] = self.counts.get(base, 0.0) + value
+        elif suffix == "sum":
+            self.sums[base] = self.sums.get(base, 0.0) + value
+
+    def scrape(self, at: float, no_inf: Callable[[str], Exception]) -> Scrape:
+        """The Scrape; a histogram without a +Inf bucket raises `no_inf(name)`."""
+        hists: dict[str, Histogram] = {}
+        for name, b in self.buckets.items():
+            if not b or not math.isinf(max(b)):
+                raise no_inf(name)
+            layout = tuple(sorted(b.items()))
+            hists[name] = Histogram(layout, self.counts.get(name, layout[-1][1]), self.sums.get(name, 0.0))
+        return Scrape(at, self.counters, hists, self.gauges)
+
+
 def parse_scrape(text: str, at: float) -> Scrape:
     """The wanted counters (summed over label sets) and histograms (buckets summed per `le` over
     label sets) of one /metrics text. A text the parser refuses: `MetricsTextError`."""
-    counters: dict[str, float] = {}
-    gauges: dict[str, float] = {}
-    buckets: dict[str, dict[float, float]] = {}
-    counts: dict[str, float] = {}
-    sums: dict[str, float] = {}
+    sums = Sums()
     try:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
-                if s.name in GAUGES:
-                    gauges[s.name] = gauges.get(s.name, 0.0) + float(s.value)
-                elif s.name in COUNTERS:
-                    counters[s.name] = counters.get(s.name, 0.0) + float(s.value)
-                elif fam.name in HISTOGRAMS:
-                    if s.name == fam.name + "_bucket":
-                        le = float(s.labels["le"])
-                        b = buckets.setdefault(fam.name, {})
-                        b[le] = b.get(le, 0.0) + float(s.value)
-                    elif s.name == fam.name + "_count":
-                        counts[fam.name] = counts.get(fam.name, 0.0) + float(s.value)
-                    elif s.name == fam.name + "_sum":
-                        sums[fam.name] = sums.get(fam.name, 0.0) + float(s.value)
+                sums.add(s.name, s.labels, float(s.value), fam.name)
     except Exception as exc:  # the parser raises ValueError/IndexError/KeyError on bad input
         raise MetricsTextError(f"the /metrics text does not parse: {type(exc).__name__}: {exc}") from None
-    hists: dict[str, Histogram] = {}
-    for name, b in buckets.items():
-        if not b or not math.isinf(max(b)):
-            raise MetricsTextError(f"histogram {name} has no +Inf bucket")
-        layout = tuple(sorted(b.items()))
-        hists[name] = Histogram(layout, counts.get(name, layout[-1][1]), sums.get(name, 0.0))
-    return Scrape(at, counters, hists, gauges)
+    return sums.scrape(at, lambda name: MetricsTextError(f"histogram {name} has no +Inf bucket"))
 
 
-async def read_scrape(rt: "Activities", port: int, token_variable: str) -> Scrape:
+async def read_scrape(rt: Activities, port: int, token_variable: str) -> Scrape:
     """One scrape of the engine behind relay `port`, stamped with the run clock. Raises what the
     relay client raises (the caller counts misses) or `MetricsTextError`."""
     env = await rt.ensure_env()

@@ -32,8 +32,8 @@ from pathlib import Path, PurePosixPath
 
 from orchestrator.hosts.compose_file import ComposeFileError
 from orchestrator.language.machine import compile_rollout
-from orchestrator.previews.plan import build_plan, render_markdown
 from orchestrator.language.runbook import RUNBOOK_DIR, Runbook, load_runbook, runbook_names
+from orchestrator.previews.plan import build_plan, render_markdown
 from orchestrator.util.user_errors import UserError
 
 CI_TAG = "<tag of this change>"

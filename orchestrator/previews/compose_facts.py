@@ -35,10 +35,10 @@ import yaml
 from pydantic import BaseModel
 
 from orchestrator.hosts.compose_file import ComposeFile, ComposeFileError, interpolate
-from orchestrator.previews import compose_reading as reading
 from orchestrator.language.expects import REPLICA_PREFIX, Expectation
 from orchestrator.language.runbook import Runbook
 from orchestrator.language.steps import Step
+from orchestrator.previews import compose_reading as reading
 from orchestrator.previews.runbook_lines import RunbookLines
 
 FROM_ENV = "(a value from the env map, not shown)"

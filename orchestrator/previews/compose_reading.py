@@ -8,7 +8,13 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.hosts.compose_file import ComposeFile, ComposeFileError, _config_sources, interpolate, resolve_env_value
+from orchestrator.hosts.compose_file import (
+    ComposeFile,
+    ComposeFileError,
+    _config_sources,
+    interpolate,
+    resolve_env_value,
+)
 
 
 def _body(cf: ComposeFile, service: str) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def render_mermaid(table: Table, *, current: str | None = None, title: str | Non
     out.append("  start((start))")
     for s in table.order:
         manual = table.nodes[s].step is not None and table.nodes[s].step.manual is not None  # type: ignore[union-attr]
-        out.append(f'  {ids[s]}["{_label(s)}' + (" (MANUAL EDIT)" if manual else "") + '"]')  # issue 23: a human acts here
+        out.append(f'  {ids[s]}["{_label(s)}' + (" (MANUAL EDIT)" if manual else "") + '"]')  # a human acts here
     for t in _used_terminals(table):
         out.append(f'  {ids[t]}(["{t}"])')
     out.append(f"  start --> {ids[table.start]}")

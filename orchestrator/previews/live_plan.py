@@ -17,9 +17,8 @@ Rules, and why:
   `down` steps would stop is not held against them (a dry run of the new r2 while the old r2
   still runs plans the old r2's removal as an orphan; the phase stops it first). Any other
   removal, an unexpected change or an unreadable line refuses, as the executor's plan check would.
-- Placement and budget follow the executor's rules (`host_state.place/nearest`, the
-  `check.budget` rule re-stated here with `budget.py`'s functions because the step's own version
-  needs a live `Runtime`); a refusal names what the executor would say.
+- Placement and budget follow the executor's rules (`host_state.place/nearest`,
+  `checks.evaluate_budget`); a refusal names what the executor would say.
 - GPU claims and the model cache inform, they do not refuse: the runbook's plan allows the
   model-downloader, and GPU ownership is the containers' business. They are flagged as warnings.
 """
@@ -31,19 +30,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.engine.rules import host_state
+from orchestrator.engine.rules.dry_run_check import judge_dry_run
+from orchestrator.engine.rules.targets import journaled_successes, newest_successful, recorded_successes
+from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.hosts.budget import format_gib
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
 from orchestrator.hosts.clients.errors import BadRequest, ClientError, TagNotFound, TagTooRecent
-from orchestrator.language.references import UnresolvedReference, resolve_file
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.util.exit_codes import ExitCode
-from orchestrator.language.machine import compile_rollout
-from orchestrator.engine.rules.targets import journaled_successes, newest_successful, recorded_successes
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.engine.steps.checks import evaluate_budget
-from orchestrator.previews.plan import Plan, build_plan, render_markdown, render_text
-from orchestrator.engine.rules.dry_run_check import judge_dry_run
+from orchestrator.language.machine import compile_rollout
+from orchestrator.language.references import UnresolvedReference, resolve_file
 from orchestrator.language.runbook import SELECTED, Runbook, Step, load_runbook
+from orchestrator.previews.plan import Plan, build_plan, render_markdown, render_text
+from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.user_errors import UserError
 
 WOULD_START = "would start"
@@ -144,7 +143,7 @@ def budget_rule(rb: Runbook, raw: str | None, available_ram_gib: float, source: 
         return False, fit.problem
     b = rb.budget
     assert b is not None
-    if rb.more_budgets:  # several budgets (issue 23): every engine's own rank budget
+    if rb.more_budgets:  # several budgets: every engine's own rank budget
         return True, (f"{fit.fitted} fit in {format_gib(fit.available_bytes)} minus the largest reserve, leaving {format_gib(fit.page_cache_headroom_bytes)} "
                       "for page cache; rank_budget_bytes " + ", ".join(f"{e}={r}" for e, r in fit.ranks.items()))
     where = "unset, the file's default" if raw is None else "set in the env map to an allowed value"
@@ -230,8 +229,8 @@ def fill_placeholders(plan: Plan, rb: Runbook, tag: str, previous: dict[str, dic
 async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                           new_file_services: set[str] | None = None) -> LivePlan:
     """Read the host (never change it) and judge what `rollout HOST --tag TAG` would do."""
-    from orchestrator.hosts.clients.dashboard import DashboardClient
     from orchestrator.engine.executor.placement import PlacementError, observe_host
+    from orchestrator.hosts.clients.dashboard import DashboardClient
     from orchestrator.service.runner import _compose_client, check_tag
 
     check_tag(tag)

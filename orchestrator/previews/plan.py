@@ -11,12 +11,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from orchestrator.engine.step_descriptions import describe_step, manual_plan_lines
 from orchestrator.hosts.budget import format_gib, parse_budget, per_rank_bytes
 from orchestrator.language.machine import TERMINALS, Event, Table
 from orchestrator.language.references import describe_file
-from orchestrator.util.durations import format_duration
 from orchestrator.language.runbook import SELECTED, Runbook, Step
-from orchestrator.engine.step_descriptions import describe_step, manual_plan_lines
+from orchestrator.util.durations import format_duration
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Plan:
     #: steps are shown for the first host; every host runs the same steps in turn.
     fleet: list[str] = field(default_factory=list)
     fleet_rules: list[str] = field(default_factory=list)
-    #: issue 23: every manual edit, and which rollback needs one (said before the steps)
+    #: every manual edit, and which rollback needs one (said before the steps)
     manual: list[str] = field(default_factory=list)
 
 
@@ -252,7 +252,7 @@ _SECTION_TITLE = {"preflight": "Preflight (changes nothing)", "forward": "Proced
 
 def render_json(plan: Plan) -> str:
     out = asdict(plan)
-    if not out["manual"]:  # issue 23: only a runbook with manual edits has the key
+    if not out["manual"]:  # only a runbook with manual edits has the key
         del out["manual"]
     return json.dumps(out, indent=2, sort_keys=False)
 
@@ -274,25 +274,7 @@ def render_text(plan: Plan) -> str:
             section = s.section
             out.append(f"== {_SECTION_TITLE.get(section, section)}")
         out.append(f"[ ] {s.number:>2}. {s.state}: {s.say}")
-        if s.precondition:
-            out.append(f"        precondition: {s.precondition}")
-        if s.request:
-            out.append(f"        call: {_req_line(s.request)}")
-        out.append(f"        gate: {s.gate}")
-        if s.orphans:
-            out.append(f"        orphans: {', '.join(s.orphans)}  UNSAFE: this up would remove them; its dry run refuses it")
-        elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
-            out.append("        orphans: none (the file defines every service running at this point)")
-        fail = f"on failure {s.on_fail}"
-        if s.on_abort:
-            fail += f"; on abort {s.on_abort}"
-        if s.on_skip:
-            fail += f"; if nothing to change {s.on_skip}"
-        out.append(f"        {fail}")
-        if s.on_remedy:
-            out.append(f"        {s.on_remedy}")
-        if s.then:
-            out.append(f"        then {s.then}")
+        out += [f"        {line}" for line in _step_details(s, markdown=False)]
     out.append("")
     out.append(f"orphans: {plan.orphan_basis}")
     for c in plan.checks:
@@ -300,6 +282,27 @@ def render_text(plan: Plan) -> str:
     for p in plan.problems:
         out.append(f"MISMATCH: {p}")
     return "\n".join(out) + "\n"
+
+
+def _step_details(s: PlanStep, *, markdown: bool) -> list[str]:
+    """A step's lines under its heading, in the text's or the markdown's wording."""
+    out = [f"precondition: {s.precondition}"] if s.precondition else []
+    if s.request:
+        out.append(f"call: `{_req_line(s.request)}`" if markdown else f"call: {_req_line(s.request)}")
+    out.append(f"gate: {s.gate}")
+    if s.orphans:
+        unsafe = " — **UNSAFE**" if markdown else "  UNSAFE"
+        out.append(f"orphans: {', '.join(s.orphans)}{unsafe}: this up would remove them; its dry run refuses it")
+    elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
+        out.append("orphans: none (the file defines every service running at this point)")
+    if markdown:
+        out.append(f"on failure: {s.on_fail}" + (f"; on abort: {s.on_abort}" if s.on_abort else ""))
+    else:
+        out.append(f"on failure {s.on_fail}" + (f"; on abort {s.on_abort}" if s.on_abort else "")
+                   + (f"; if nothing to change {s.on_skip}" if s.on_skip else ""))
+    out += [s.on_remedy] if s.on_remedy else []
+    out += [f"then {s.then}"] if s.then else []
+    return out
 
 
 def _group_title(s: PlanStep) -> str:
@@ -333,19 +336,6 @@ def render_markdown(plan: Plan) -> str:
         out += ["<details>", f"<summary>{title} ({len(steps)} steps){unsafe}</summary>", ""]
         for s in steps:
             out.append(f"- [ ] **{s.number}. `{s.state}`** {s.say}")
-            if s.precondition:
-                out.append(f"  - precondition: {s.precondition}")
-            if s.request:
-                out.append(f"  - call: `{_req_line(s.request)}`")
-            out.append(f"  - gate: {s.gate}")
-            if s.orphans:
-                out.append(f"  - orphans: {', '.join(s.orphans)} — **UNSAFE**: this up would remove them; its dry run refuses it")
-            elif s.request and s.request["path"] == "/compose/up" and not s.request["body"]["dry_run"] and s.section != "forward":
-                out.append("  - orphans: none (the file defines every service running at this point)")
-            out.append(f"  - on failure: {s.on_fail}" + (f"; on abort: {s.on_abort}" if s.on_abort else ""))
-            if s.on_remedy:
-                out.append(f"  - {s.on_remedy}")
-            if s.then:
-                out.append(f"  - then {s.then}")
+            out += [f"  - {line}" for line in _step_details(s, markdown=True)]
         out += ["", "</details>", ""]
     return "\n".join(out)

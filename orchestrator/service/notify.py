@@ -57,7 +57,7 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def run_page_url(public_url: str, run_id: str) -> str | None:
-    """The run's page on `orchestrate serve` (orchestrator/server/pages.py), or None without a public URL."""
+    """The run's page on `orchestrate serve` (orchestrator/teamserver/pages.py), or None without a public URL."""
     base = (public_url or "").strip().rstrip("/")
     return f"{base}/ui/runs/{run_id}" if base else None
 

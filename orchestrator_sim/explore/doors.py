@@ -411,8 +411,8 @@ def clock_offset_hook() -> None:
 
     for mod in ("orchestrator.cli", "orchestrator.service.runner", "orchestrator.journal.sql", "orchestrator.journal.base",
                 "orchestrator.engine.steps.checks", "orchestrator.service.activity", "orchestrator.engine.fleet",
-                "orchestrator.engine.rules.prerequisites", "orchestrator.engine.executor.runtime", "orchestrator.server.worker",
-                "orchestrator.server.pages", "orchestrator.service.startup"):
+                "orchestrator.engine.rules.prerequisites", "orchestrator.engine.executor.runtime", "orchestrator.teamserver.worker",
+                "orchestrator.teamserver.pages", "orchestrator.service.startup"):
         try:
             importlib.import_module(mod)
         except ImportError:

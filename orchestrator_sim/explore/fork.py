@@ -32,8 +32,8 @@ from typing import Any
 PRELOAD = ("orchestrator.cli", "orchestrator.service.runner", "orchestrator.service.commands", "orchestrator.service.oncall",
            "orchestrator.service.admission", "orchestrator.engine.fleet", "orchestrator.engine.executor", "orchestrator.engine.executor.loop",
            "orchestrator.engine.executor.runtime", "orchestrator.journal.sql", "orchestrator.engine.steps", "orchestrator.previews.plan",
-           "orchestrator.previews.live_plan", "orchestrator.server.app", "orchestrator.server.worker", "orchestrator.server.cli",
-           "orchestrator.server.client", "orchestrator.server.remote", "orchestrator.server.pages", "orchestrator.service.incident",
+           "orchestrator.previews.live_plan", "orchestrator.teamserver.app", "orchestrator.teamserver.worker", "orchestrator.teamserver.cli",
+           "orchestrator.teamserver.client", "orchestrator.teamserver.remote", "orchestrator.teamserver.pages", "orchestrator.service.incident",
            "orchestrator.util.settings", "orchestrator.hosts.host_clients", "orchestrator.service.startup", "orchestrator.service.activity",
            "httpx", "structlog", "tenacity", "uvicorn", "fastapi", "yaml", "rich.console", "rich.live", "sqlite3")
 

@@ -51,7 +51,7 @@ def apply_breaks() -> None:
 
         loop.Executor.__init__ = __init__  # type: ignore[method-assign]
     if "page-any-gate" in breaks:
-        from orchestrator.server import worker
+        from orchestrator.teamserver import worker
 
         for cls in vars(worker).values():
             if isinstance(cls, type) and callable(getattr(cls, "approve", None)) and cls.__module__ == worker.__name__:

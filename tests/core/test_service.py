@@ -21,9 +21,7 @@ RUN_PATH = {"new_rollout", "new_rollback", "retry_run", "resume_run", "place_for
 
 
 def _front_ends() -> list[Path]:
-    # the server's Worker and its parts (orchestrator/server/worker.py)
-    worker = ("worker.py", "submission.py", "adoption.py", "run_reads.py", "run_actions.py", "run_state.py")
-    return sorted((PKG / "cli").rglob("*.py")) + [PKG / "server" / name for name in worker]
+    return sorted((PKG / "cli").rglob("*.py")) + [PKG / "teamserver" / "worker.py"]
 
 
 def _imported(path: Path) -> set[str]:
@@ -41,7 +39,7 @@ def test_a_front_end_opens_no_run_itself(path):
 
 
 def test_the_cli_and_the_server_admit_through_the_same_functions():
-    worker = (PKG / "server" / "submission.py").read_text(encoding="utf-8")  # the Worker's submissions
+    worker = (PKG / "teamserver" / "worker.py").read_text(encoding="utf-8")
     runs = (PKG / "service" / "runs.py").read_text(encoding="utf-8")
     for fn in ("admit_rollout", "admit_rollback", "admit_resume"):
         assert f"{fn}(" in worker and fn in runs, fn

@@ -69,7 +69,7 @@ def test_the_runbooks_are_the_top_level_ones_byte_for_byte(wheel):
 
 def test_static_files_and_the_simulator_are_in_it(wheel):
     have = names(wheel)
-    static = {f"orchestrator/server/static/{p.name}" for p in (ROOT / "orchestrator" / "server" / "static").iterdir()}
+    static = {f"orchestrator/teamserver/static/{p.name}" for p in (ROOT / "orchestrator" / "teamserver" / "static").iterdir()}
     assert static and static <= have
     sim = {p.relative_to(ROOT).as_posix() for p in (ROOT / "orchestrator_sim").rglob("*")
            if p.is_file() and p.suffix in (".py", ".yaml")}
@@ -81,12 +81,12 @@ def test_every_module_of_the_package_is_in_it(wheel):
     """pyproject lists the packages (the runbooks' mapping needs it): a new one left out fails here."""
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "orchestrator").rglob("*.py")}
     assert modules - names(wheel) == set()
-    assert "orchestrator/server/healthcheck.py" in modules
+    assert "orchestrator/teamserver/healthcheck.py" in modules
 
 
 def test_the_dockerfile_serves_reachably_and_healthily():
     final = DOCKERFILE.split("FROM ")[-1]
-    assert re.search(r"^HEALTHCHECK .*CMD \[\"python\", \"-m\", \"orchestrator\.server\.healthcheck\"\]$", final, re.M)
+    assert re.search(r"^HEALTHCHECK .*CMD \[\"python\", \"-m\", \"orchestrator\.teamserver\.healthcheck\"\]$", final, re.M)
     assert re.search(r"^EXPOSE 8000$", final, re.M)
     assert re.search(r'^VOLUME \["/state"\]$', final, re.M) and "ORCHESTRATOR_STATE_DIR=/state" in final
     assert "ORCHESTRATOR_SERVER_BIND=0.0.0.0" in final and "ORCHESTRATOR_SERVER_PORT=8000" in final

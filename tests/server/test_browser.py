@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
-from orchestrator.server.app import create_app
-from orchestrator.server.auth import add_token
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.auth import add_token
 
 from helpers_server import sim_settings, wait_for
 from waiting import wait_until

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from orchestrator.server.guards import Admission, network_of
+from orchestrator.teamserver.guards import Admission, network_of
 
 _ids = itertools.count()
 

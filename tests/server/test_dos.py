@@ -35,11 +35,11 @@ from hypothesis import strategies as st
 
 from helpers_server import AUTH, TOKEN, wait_for
 from orchestrator.hosts.redaction import Redactor
-from orchestrator.server.app import create_app
-from orchestrator.server.auth import Authenticator, add_token
-from orchestrator.server.cli import run_serve
-from orchestrator.server.config import ServerRedactor
-from orchestrator.server.serving import (
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.auth import Authenticator, add_token
+from orchestrator.teamserver.cli import run_serve
+from orchestrator.teamserver.config import ServerRedactor
+from orchestrator.teamserver.serving import (
     MAX_CONNECTIONS,
     MAX_HEADER_BYTES,
     RateLimitedLog,
@@ -174,7 +174,7 @@ def test_an_attached_secret_is_scrubbed_when_the_servers_own_secret_is_not_in_th
 def test_one_turn_of_writes_goes_out_in_one_send_and_close_flushes_first():
     import asyncio
 
-    from orchestrator.server.serving import _CoalescingTransport
+    from orchestrator.teamserver.serving import _CoalescingTransport
 
     class Raw:
         def __init__(self) -> None:

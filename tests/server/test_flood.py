@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from helpers_server import AUTH, TOKEN, wait_for
-from orchestrator.server.app import create_app
-from orchestrator.server.serving import build_server
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.serving import build_server
 
 TOTAL, RESERVE, PER_NETWORK, PER_ADDRESS = 48, 8, 12, 6
 FLOOD_NETWORKS = [f"127.0.{n}" for n in range(10, 14)]

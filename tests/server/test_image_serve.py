@@ -1,6 +1,6 @@
 """`serve` as the image runs it (issue 22): the bind and port come from the environment the
 Dockerfile sets (ORCHESTRATOR_SERVER_BIND=0.0.0.0, 127.0.0.1 stays the default outside), and the
-image's HEALTHCHECK (`python -m orchestrator.server.healthcheck`) reads the server healthy while it serves
+image's HEALTHCHECK (`python -m orchestrator.teamserver.healthcheck`) reads the server healthy while it serves
 and unhealthy once it is gone. A real `orchestrate serve` process, over TLS as on a network."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.server.healthcheck import main as healthcheck, probe, serves
+from orchestrator.teamserver.healthcheck import main as healthcheck, probe, serves
 
 from helpers_server import INVENTORY, TOKEN
 from waiting import wait_until

@@ -1,4 +1,4 @@
-"""The web page of `orchestrate serve` (orchestrator/server/pages.py), over the ASGI app.
+"""The web page of `orchestrate serve` (orchestrator/teamserver/pages.py), over the ASGI app.
 
 The browser half (the script, live updates, buttons) is tests/server/test_browser.py."""
 
@@ -9,8 +9,8 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from orchestrator.server.app import create_app
-from orchestrator.server.auth import add_token
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.auth import add_token
 
 from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 
@@ -120,7 +120,7 @@ def test_the_run_fragment_shows_durations_expected_remaining_the_host_and_a_paus
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.runner import table_for
-    from orchestrator.server.pages import approval_gates, render_run
+    from orchestrator.teamserver.pages import approval_gates, render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
     rb = load_runbook("gpu02-glm53-w4afp8-long-context")
@@ -164,7 +164,7 @@ def test_halt_texts_on_the_page_name_the_host_and_the_run():
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.runner import table_for
-    from orchestrator.server.pages import render_run
+    from orchestrator.teamserver.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
     rb = load_runbook("base-glm53-w4afp8")
@@ -186,7 +186,7 @@ def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.runner import table_for
-    from orchestrator.server.pages import approval_gates, render_run
+    from orchestrator.teamserver.pages import approval_gates, render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
     rb = load_runbook("gpu02-glm53-w4afp8-qsplit-canary")

@@ -21,17 +21,17 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-import orchestrator.server.worker as worker_mod
+import orchestrator.teamserver.worker as worker_mod
 from orchestrator.util.durations import parse_duration
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import JournalError
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked, runbook_identity
 from orchestrator.service.runner import check_tag, owner_id
-from orchestrator.server.app import create_app
-from orchestrator.server.auth import add_token, check_token_strength
-from orchestrator.server.cli import run_serve
-from orchestrator.server.remote import remote
-from orchestrator.server.serving import QueryStringFilter, build_server
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.auth import add_token, check_token_strength
+from orchestrator.teamserver.cli import run_serve
+from orchestrator.teamserver.remote import remote
+from orchestrator.teamserver.serving import QueryStringFilter, build_server
 from orchestrator.util.user_errors import UserError
 
 from helpers_server import AUTH, HOST_TOKEN, TOKEN, wait_for

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-import orchestrator.server.worker as server_mod
+import orchestrator.teamserver.worker as server_mod
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import LeaseHeld
 from orchestrator.service.runner import owner_id
-from orchestrator.server.app import create_app
+from orchestrator.teamserver.app import create_app
 from orchestrator.util.user_errors import UserError
 
 from helpers_server import AUTH, BASE_URL, HOST_TOKEN, TOKEN, wait_for

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import respx
 
-from orchestrator.server.remote import remote
+from orchestrator.teamserver.remote import remote
 
 URL = "https://orchestrate.test:8000"
 RUN = "gpu02-20261130T0812-7f3a"

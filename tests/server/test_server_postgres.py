@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-import orchestrator.server.worker as server_mod
+import orchestrator.teamserver.worker as server_mod
 from orchestrator.journal import open_journal
-from orchestrator.server.app import create_app
+from orchestrator.teamserver.app import create_app
 
 from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 

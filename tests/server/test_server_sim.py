@@ -14,8 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from orchestrator.journal import SqliteJournal
-from orchestrator.server.app import create_app
-from orchestrator.server.remote import remote
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.remote import remote
 
 from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.server.cli import run_serve
+from orchestrator.teamserver.cli import run_serve
 
 
 def test_no_token_no_server(settings, capsys):

@@ -7,8 +7,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from orchestrator.journal import SqliteJournal
-from orchestrator.server.app import create_app
-from orchestrator.server.auth import add_token
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.auth import add_token
 
 from helpers_server import AUTH, BASE_URL, TOKEN
 
@@ -72,7 +72,7 @@ def test_a_viewer_never_reads_where_the_journal_or_the_state_lives(settings, tmp
         worker = app.state.worker
         j = worker.session.journal
         run = j.create_run(host="gpu02", runbook=RUNBOOK, tag="v0.0.300", kind="rollout", state="INIT", context={})
-        from orchestrator.server.worker import ActiveRun, ServerProgress
+        from orchestrator.teamserver.worker import ActiveRun, ServerProgress
 
         active = ActiveRun(run.run_id, "gpu02")
         worker._remember(active)
@@ -170,7 +170,7 @@ def test_the_submitter_and_the_adopter_are_journaled(settings, monkeypatch):
     server that adopted an orphan."""
     import asyncio
 
-    import orchestrator.server.worker as server_mod
+    import orchestrator.teamserver.worker as server_mod
     from test_server_api import FakeExecute
 
     fake = FakeExecute()

@@ -1,7 +1,7 @@
-"""`orchestrate serve` (and `serve token ...`): team mode, defined in orchestrator/server/cli.py."""
+"""`orchestrate serve` (and `serve token ...`): team mode, defined in orchestrator/teamserver/cli.py."""
 
 from __future__ import annotations
 
-from orchestrator.server.cli import serve_app as app
+from orchestrator.teamserver.cli import serve_app as app
 
 __all__ = ["app"]

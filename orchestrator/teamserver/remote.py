@@ -1,8 +1,6 @@
-"""What `orchestrate ... --server URL` does (the client side; the server side is server/cli.py).
-
-`remote` sends one action to a server and
-(for rollout, rollback and resume) follows the run, printing what happens, and returns the exit
-code the same command would return run locally (orchestrator/util/exit_codes.py).
+"""What `orchestrate ... --server URL` does (the client side): `remote` sends one action to a
+server and (for rollout, rollback and resume) follows the run, printing what happens, and returns
+the exit code the same command would return run locally (orchestrator/util/exit_codes.py).
 """
 
 from __future__ import annotations
@@ -20,10 +18,10 @@ from urllib.parse import urlsplit
 import httpx
 from rich.console import Console
 
+from orchestrator.teamserver.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
+from orchestrator.teamserver.guards import is_loopback
 from orchestrator.util.clock import Clock
 from orchestrator.util.exit_codes import ExitCode
-from orchestrator.server.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
-from orchestrator.server.guards import is_loopback
 from orchestrator.util.user_errors import UserError
 
 SUBMIT_ACTIONS = ("rollout", "rollback", "resume")
@@ -32,14 +30,14 @@ ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "pause", "continue", "status", "
 
 def server_token() -> str:
     """The client's bearer token: ORCHESTRATOR_SERVER_TOKEN (environment or .env)."""
-    from orchestrator.server.config import ServerConfig
+    from orchestrator.teamserver.config import ServerConfig
 
     return ServerConfig().token.get_secret_value()
 
 
 def server_ca(given: Path | None = None) -> Path | None:
     """The CA a `--server https://` client pins: `--server-ca`, else ORCHESTRATOR_SERVER_CA."""
-    from orchestrator.server.config import ServerConfig
+    from orchestrator.teamserver.config import ServerConfig
 
     return given if given is not None else ServerConfig().ca
 
@@ -64,8 +62,6 @@ def check_server_url(server_url: str, ca: Path | None) -> str | None:
 
 def _who_lines(run: dict[str, Any]) -> list[str]:
     """`orchestrate status RUN --server URL`: who did what, from the server's audit list."""
-    from datetime import datetime
-
     from orchestrator.journal.audit import summary_lines
     from orchestrator.journal.base import AuditEntry
 
@@ -202,14 +198,9 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
             p.json(res)
         else:
             p.line(f"approved {res['gate']} of {run_id}")
-    elif action in ("pause", "continue"):
-        res = await (client.pause if action == "pause" else client.continue_run)(run_id, by=_who())
-        if p.as_json:
-            p.json(res)
-        else:
-            p.line(res["message"])
-    elif action == "abort":
-        res = await client.abort(run_id, by=_who())
+    elif action in ("pause", "continue", "abort"):
+        signal = {"pause": client.pause, "continue": client.continue_run, "abort": client.abort}[action]
+        res = await signal(run_id, by=_who())
         if p.as_json:
             p.json(res)
         else:

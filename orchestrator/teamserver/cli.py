@@ -7,7 +7,7 @@ Imported by the CLI (orchestrator/cli/) at start-up, so it imports nothing heavy
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import typer
@@ -33,11 +33,11 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
               allowed_hosts: list[str] | None = None, tokens_file: Path | None = None,
               protect_metrics: bool = False, adopt: bool = True, max_connections_per_address: int | None = None) -> int:
     """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
-    from orchestrator.journal.base import JournalError
-    from orchestrator.hosts.redaction import Redactor
-    from orchestrator.server.serving import serve
-
     from rich.console import Console
+
+    from orchestrator.hosts.redaction import Redactor
+    from orchestrator.journal.base import JournalError
+    from orchestrator.teamserver.serving import serve
 
     err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
     try:
@@ -82,18 +82,18 @@ def serve(
                              help="Address to listen on; not loopback: TLS needed (the image sets 0.0.0.0)"),
     port: int = typer.Option(8000, "--port", metavar="PORT", envvar="ORCHESTRATOR_SERVER_PORT",
                              help="TCP port to listen on (1-65535)"),
-    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Server certificate chain (PEM)"),
-    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Its private key (PEM)"),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Server certificate chain (PEM)"),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key (PEM)"),
     allowed_host: list[str] = typer.Option([], "--allowed-host",
                                            help="A name clients use to reach this server (repeatable; Host header check)"),
-    tokens_file: Optional[Path] = TokensFileOpt,
+    tokens_file: Path | None = TokensFileOpt,
     protect_metrics: bool = typer.Option(False, "--protect-metrics", metavar="",
                                          help="/metrics and /healthz need a token too"),
     insecure_no_auth: bool = typer.Option(False, "--insecure-no-auth", metavar="",
                                           help="Serve every route without a token (loopback binds only)"),
     insecure_plaintext: bool = typer.Option(False, "--insecure-plaintext-on-network", metavar="",
                                             help="Allow a non-loopback bind without TLS (a TLS proxy on this host)"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory YAML"),
+    inventory: Path | None = typer.Option(None, "--inventory", help="Host inventory YAML"),
     no_adopt: bool = typer.Option(False, "--no-adopt", metavar="",
                                   help="Do not adopt runs whose lease expired with no runner (see docs/team-mode.md)"),
     per_address: int = typer.Option(128, "--max-connections-per-address", metavar="N",
@@ -126,12 +126,12 @@ def serve(
 def token_add(
     name: str = typer.Argument(..., help="Who the token is for; the journal records this name"),
     role: str = typer.Option("operator", "--role", help="viewer (reads) or operator (submit, approve, abort)"),
-    tokens_file: Optional[Path] = TokensFileOpt,
+    tokens_file: Path | None = TokensFileOpt,
 ) -> None:
     """Make a token for NAME: prints it once (give it to NAME), stores only its sha256 in the tokens file."""
     from rich.console import Console
 
-    from orchestrator.server.auth import add_token
+    from orchestrator.teamserver.auth import add_token
 
     if tokens_file is None:
         raise UserError("--tokens-file (or ORCHESTRATOR_SERVER_TOKENS_FILE) names the file to write")

@@ -3,16 +3,89 @@ host's picture per replica, the runbook's states (current highlighted, durations
 remaining time), the followed log, the canary's readout, each gate's evidence and the timeline.
 
 Every value is escaped (`_e`) after the worker's redactor; the states come from the run's
-transition table (orchestrator/server/pages.py `run_table`).
+transition table (pages.py `run_table`). The formatting helpers here serve pages.py too: times and
+durations as a person reads them, a lease owner as `pid N on machine`, a runbook text with the
+run's `{host}`, `{run_id}`, `{tag}` filled in.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import html
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.language.machine import TERMINALS, Table
-from orchestrator.server.page_format import _at, _dur, _durations, _e, _fill, _runner, _since
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _since(iso: str | None) -> str:
+    if not iso:
+        return ""
+    try:
+        at = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _runner(owner: str | None) -> str:
+    """A lease owner as a person reads it (`pid 4242 on vm`), never the raw `host:pid:boot:start`."""
+    if not owner:
+        return ""
+    from orchestrator.journal.owner import describe_owner
+
+    try:
+        return describe_owner(owner)
+    except Exception:  # noqa: BLE001 - an owner text of another version: shown as it is
+        return owner
+
+
+def _fill(text: str, d: dict[str, Any]) -> str:
+    """A runbook text with `{host}`, `{run_id}`, `{tag}` filled in (others left as written)."""
+    values = {"host": d.get("host") or "", "run_id": d.get("run_id") or "", "tag": d.get("tag") or ""}
+
+    class Keep(dict):  # type: ignore[type-arg]
+        def __missing__(self, key: str) -> str:
+            return "{" + key + "}"
+
+    try:
+        return text.format_map(Keep(values))
+    except (ValueError, IndexError, AttributeError):
+        return text
+
+
+def _at(iso: str | None) -> datetime | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(max(0, seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _durations(d: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    prev = _at(d.get("created_at"))
+    for t in d.get("transitions") or []:
+        at = _at(t["at"])
+        if prev is not None and at is not None:
+            out[t["from"]] = out.get(t["from"], 0.0) + max(0.0, (at - prev).total_seconds())
+        prev = at
+    return out
 
 _SECTION = {"preflight": "Preflight (changes nothing)", "forward": "Procedure",
             "remedy": "Remedy of the gate above (taken only on its log marker)", "rollback": "Rollback of a phase",
@@ -127,7 +200,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     hist = d.get("history") or {}
     median: dict[str, float] = hist.get("median") or {}
     last = _at((d.get("transitions") or [{}])[-1].get("at")) if d.get("transitions") else _at(d.get("created_at"))
-    now = _at(d.get("now")) or datetime.now(timezone.utc)
+    now = _at(d.get("now")) or datetime.now(UTC)
     in_state = (now - last).total_seconds() if last is not None and not terminal else None
 
     # the host, per replica (as the journal tells it)
@@ -217,7 +290,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
             out.append('<section class="canary"><h2>Canary readout (direct checks through the soak relay)</h2><dl>')
             for t in canary:
                 note = t["note"]
-                # issue 23: an analysis' readout is a table: kept monospaced, its columns aligned
+                # an analysis' readout is a table: kept monospaced, its columns aligned
                 body = (f'<pre class="readout">{_e(note[note.index("canary readout:"):])}</pre>'
                         if "canary readout:" in note else _e(note))
                 out.append(f'<dt><code>{_e(t["from"])}</code> <span class="ev ev-{_e(t["event"])}">{_e(t["event"])}'

@@ -7,7 +7,7 @@ gate is one of the run's gates (checked against its runbook by `commands.approve
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -21,9 +21,9 @@ RunbookName = Annotated[str, Field(min_length=1, max_length=100)]
 RunId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 #: A duration ("30m", "0") or a number of seconds: finite, 0 to 7 days.
 #: (strict: `true` is not a 1-second soak)
-Soak = Union[Annotated[str, Field(min_length=1, max_length=32)],
-             Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False, strict=True)]]
-#: No control characters (a NUL byte once reached the journal as a 500).
+Soak = (Annotated[str, Field(min_length=1, max_length=32)] |
+             Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False, strict=True)])
+#: No control characters (the journal refuses a NUL byte: a 500, not a 400).
 Who = Annotated[str, Field(max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
@@ -89,7 +89,7 @@ class PauseBody(_Body):
     by: Who | None = None
 
 
-SubmitBody = Annotated[Union[RolloutBody, RollbackBody, ResumeBody], Field(discriminator="action")]
+SubmitBody = Annotated[RolloutBody | RollbackBody | ResumeBody, Field(discriminator="action")]
 SUBMIT = TypeAdapter(SubmitBody)
 
 

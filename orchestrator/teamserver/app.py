@@ -1,13 +1,13 @@
 """The `orchestrate serve` app: routes and the factory.
 
-Routes (JSON). `viewer` and `operator` are the roles of orchestrator/server/auth.py; in
+Routes (JSON). `viewer` and `operator` are the roles of orchestrator/teamserver/auth.py; in
 single-token mode the token is an operator.
 
     GET  /healthz                 {"status": "ok"} or 503 {"status": "not ok"}   (token if protect_metrics)
     GET  /metrics                 Prometheus text                                 (token if protect_metrics)
     GET  /runs[?host=&limit=]     viewer    {"runs": [summary, ...]}, newest first
     GET  /whoami                  viewer    {"name", "role"} of the token
-    GET  /ui, /ui/runs/{id}       the web page (orchestrator/server/pages.py; data via /ui/fragments/*, viewer)
+    GET  /ui, /ui/runs/{id}       the web page (orchestrator/teamserver/pages.py; data via /ui/fragments/*, viewer)
     GET  /runs/{id}[?events_after=N]  viewer  summary + transitions + effects (+ lease, + this server's view)
     POST /runs                    operator  {"action": "rollout"|"rollback"|"resume", ...} -> 202 {"run_id": ...}
     POST /runs/{id}/approve       operator  {"gate": GATE|"*" (none: the waiting one), "at_gate": false}  (a browser: at_gate, a named gate)
@@ -15,8 +15,8 @@ single-token mode the token is an operator.
     POST /runs/{id}/pause         operator  {}   the runner stops before its next safe step
     POST /runs/{id}/continue      operator  {}
 
-Every request first passes orchestrator/server/guards.py (Host, Origin, Content-Type, size).
-Errors: orchestrator/server/errors.py.
+Every request first passes orchestrator/teamserver/guards.py (Host, Origin, Content-Type, size).
+Errors: orchestrator/teamserver/errors.py.
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ import orchestrator
 from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.language.runbook import RUNBOOK_DIR
-from orchestrator.server import pages
-from orchestrator.server.auth import Authenticator, Principal, TokensFile, check_token_strength
-from orchestrator.server.config import ServerConfig, ServerRedactor, journal_kind, server_logger
-from orchestrator.server.errors import ApiError, PathScrubber, error_response
-from orchestrator.server.guards import (
+from orchestrator.service.runner import Session, owner_id
+from orchestrator.teamserver import pages
+from orchestrator.teamserver.auth import Authenticator, Principal, TokensFile, check_token_strength
+from orchestrator.teamserver.config import ServerConfig, ServerRedactor, journal_kind, server_logger
+from orchestrator.teamserver.errors import ApiError, PathScrubber, error_response
+from orchestrator.teamserver.guards import (
     BODY_TIMEOUT_S,
     MAX_BODY,
     TOKENS_UNUSABLE,
@@ -58,9 +59,8 @@ from orchestrator.server.guards import (
     allowed_host_set,
     parse_json,
 )
-from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
-from orchestrator.server.worker import SessionFactory, Worker
-from orchestrator.service.runner import Session, owner_id
+from orchestrator.teamserver.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
+from orchestrator.teamserver.worker import SessionFactory, Worker
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError
@@ -123,7 +123,7 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
 
 def _control_chars(request: Request) -> str | None:
     """A NUL or other control character in the path or a query value: the one line of a 400
-    (it once reached the journal as a 500 with a traceback)."""
+    (the journal refuses it, which would be a 500 with a traceback)."""
     for name, value in request.path_params.items():
         if _has_control(str(value)):
             return f"{name} holds a control character"
@@ -183,7 +183,6 @@ def _query_int(request: Request, name: str, default: int, low: int, high: int) -
 
 
 async def healthz(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
     value, ok = await request.app.state.health.get()
     if ok and value:
         return JSONResponse({"status": "ok"})
@@ -298,7 +297,7 @@ def create_app(
 
     `session_factory(settings) -> runner.Session` opens the journal and inventory once (lazily,
     or at startup under a lifespan); by default `Session.open(settings, transport=, clock=)`.
-    Auth (orchestrator/server/auth.py): `tokens_file` (default `ORCHESTRATOR_SERVER_TOKENS_FILE`),
+    Auth (orchestrator/teamserver/auth.py): `tokens_file` (default `ORCHESTRATOR_SERVER_TOKENS_FILE`),
     else `token` (default `ORCHESTRATOR_SERVER_TOKEN`, at least 32 random characters); neither:
     refused unless `insecure_no_auth` (then every route is open, and a warning is logged; the
     loopback-only rule is `serving.check_exposure`'s, which knows the bind address).
@@ -354,7 +353,7 @@ def create_app(
         return Session.open(s, transport=transport, clock=clock)
 
     worker = Worker(settings, session_factory or default_factory, redactor, log, metrics_max_age=metrics_max_age)
-    from orchestrator.server.metrics import Snapshot
+    from orchestrator.teamserver.metrics import Snapshot
 
     health = Snapshot(worker.healthy, max_age=1.0, wait_s=5.0)
 
@@ -395,7 +394,7 @@ def create_app(
             Route("/runs/{run_id}/abort", _route("operator")(abort_run), methods=["POST"]),
             Route("/runs/{run_id}/pause", _route("operator")(pause_run), methods=["POST"]),
             Route("/runs/{run_id}/continue", _route("operator")(continue_run), methods=["POST"]),
-            # the web page (orchestrator/server/pages.py): shells and static files carry no data;
+            # the web page (orchestrator/teamserver/pages.py): shells and static files carry no data;
             # the fragments and /whoami need a viewer's token like the JSON routes
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
             Route("/ui", pages.runs_page, methods=["GET"]),

@@ -1,4 +1,4 @@
-// The page of `orchestrate serve` (orchestrator/server/pages.py). No build step, no framework.
+// The page of `orchestrate serve` (orchestrator/teamserver/pages.py). No build step, no framework.
 // The token is asked for once and kept in sessionStorage (this tab only); every request sends it
 // as an Authorization header, so a cross-site page can neither read these pages nor act (no cookie).
 "use strict";

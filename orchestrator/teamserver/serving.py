@@ -10,7 +10,7 @@ Limits (`build_server`), so that clients without a token cannot deny the server 
 - every connection is admitted or refused when it is accepted, before any TLS handshake
   (`guards.Admission`): unauthenticated connections (a handshake in progress included) are capped
   per address (`MAX_CONNECTIONS_PER_ADDRESS`), per network (`MAX_CONNECTIONS_PER_NETWORK`, a /24 or
-  a /64) and in total (`MAX_CONNECTIONS` less `RESERVED_FOR_TOKENS`, kept for connections that
+  a /64) and in total (`MAX_CONNECTIONS` less an eighth, kept for connections that
   presented a valid token); when full, the oldest idle connection of the busiest network makes room
   for a newcomer from a less busy one. A refused plain connection gets a 503 and is closed, a
   refused TLS one is dropped; an evicted one is aborted;
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.server.guards import Admission, is_loopback
+from orchestrator.teamserver.guards import Admission, is_loopback
 from orchestrator.util.user_errors import UserError
 
 KEEP_ALIVE_S = 5
@@ -54,8 +54,6 @@ TLS_SHUTDOWN_TIMEOUT_S = 3.0
 MAX_HEADER_BYTES = 16 * 1024
 #: Connections at once, all clients together (each costs a file descriptor and a few KiB).
 MAX_CONNECTIONS = 2048
-#: Of `MAX_CONNECTIONS`, room only connections that presented a valid token may take.
-RESERVED_FOR_TOKENS = MAX_CONNECTIONS // 8
 #: Unauthenticated connections one client address may hold at once: beyond it the new connection
 #: gets a 503 and is closed. A team behind one NAT address shares it: raise it with
 #: --max-connections-per-address.
@@ -532,7 +530,7 @@ def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no
           tokens_file: Path | None = None, protect_metrics: bool = False, adopt: bool = True,
           max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS) -> None:
     """Run the app under uvicorn until SIGINT/SIGTERM (then running tasks are cancelled)."""
-    from orchestrator.server.app import create_app
+    from orchestrator.teamserver.app import create_app
 
     check_exposure(host, tls=tls_cert is not None, insecure_no_auth=insecure_no_auth,
                    insecure_plaintext=insecure_plaintext_on_network)

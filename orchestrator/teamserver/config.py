@@ -91,4 +91,4 @@ def server_logger(redactor: Redactor) -> Any:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(20),
         cache_logger_on_first_use=False,
-    ).bind(logger="orchestrator.server")
+    ).bind(logger="orchestrator.server")  # log queries filter on it: stable whatever the package is called

@@ -16,13 +16,13 @@ Rules and reasons:
   `Authorization: Bearer` header with `fetch`, which a cross-site page cannot do (no cookie, so no
   CSRF). The fragments go through the same `_route` role check as the JSON routes.
 - **Approve / Abort** are the existing POST routes, sent by `fetch` with `Content-Type:
-  application/json` from the same origin: the guards (orchestrator/server/guards.py) still refuse
+  application/json` from the same origin: the guards (orchestrator/teamserver/guards.py) still refuse
   anything else. A viewer's page shows the buttons disabled, and the server answers 403 anyway.
 - **Live by polling** (`fetch` every second): EventSource cannot send an Authorization header.
 - **Escaped and redacted**: every value goes through `html.escape` after the worker's redactor;
   the pages send a strict Content-Security-Policy (scripts and styles from this server only, no
   inline script, no framing).
-- **The run's fragment** is rendered by orchestrator/server/run_view.py (helpers: page_format.py).
+- **The run's fragment** is rendered by run_view.py (with the formatting helpers).
 - **The states come from the run's transition table** (`runner.table_for` on its pinned runbook),
   never from a hand-kept list: the current state is highlighted in the same order `plan` shows.
 """
@@ -30,7 +30,7 @@ Rules and reasons:
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from string import Template
 from typing import Any
@@ -41,11 +41,9 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
-from orchestrator.server.auth import Principal
-from orchestrator.server.page_format import _e, _runner, _since
-# the run's fragment is rendered in orchestrator/server/run_view.py, re-exported here
-from orchestrator.server.run_view import render_run
 from orchestrator.service.runner import table_for
+from orchestrator.teamserver.auth import Principal
+from orchestrator.teamserver.run_view import _e, _runner, _since, render_run
 
 #: Headers of every page and fragment.
 PAGE_HEADERS = {
@@ -96,7 +94,7 @@ async def static_file(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in STATIC:
         return Response("not found", status_code=404, media_type="text/plain")
-    text = resources.files("orchestrator.server").joinpath("static", name).read_text(encoding="utf-8")
+    text = resources.files("orchestrator.teamserver").joinpath("static", name).read_text(encoding="utf-8")
     return Response(text, media_type=STATIC[name], headers={**PAGE_HEADERS, "Cache-Control": "no-cache"})
 
 
@@ -164,7 +162,7 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
         rb, _ = load_runbook_checked(runbook, sha)
     except Exception:  # noqa: BLE001 - the page still shows the journal without the runbook
         return None
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     run = RunRecord("", "", runbook, None, kind, "", False, None, None, json.loads(context_json), now, now, None)
     try:
         return table_for(run, rb)
@@ -198,7 +196,7 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
         run = worker.session.journal.get_run(run_id)
         table = run_table(run)
         detail["history"] = worker.history(run)
-        detail["now"] = datetime.now(timezone.utc).isoformat()
+        detail["now"] = datetime.now(UTC).isoformat()
         return worker.redactor.scrub_obj(detail), table, approval_gates(table)
 
     detail, table, gates = await anyio.to_thread.run_sync(read)
@@ -217,7 +215,7 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
         try:
             rb, _ = load_runbook_checked(name)
         except Exception:  # noqa: BLE001 - an unknown runbook name is the caller's mistake
-            from orchestrator.server.errors import ApiError
+            from orchestrator.teamserver.errors import ApiError
             from orchestrator.util.exit_codes import ExitCode
 
             raise ApiError(404, f"no runbook {name[:60]!r} on this server", ExitCode.BAD_INPUT) from None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +228,7 @@ class ServerClient:
             if status in HANDED_OFF and not handed_off:
                 handed_off = True
                 emit("note", {"text": worker.get("error") or f"the server stopped running {run_id}",
-                              "at": datetime.now(timezone.utc).isoformat()})
+                              "at": datetime.now(UTC).isoformat()})
             running_here = status in ("starting", "running")
             orphan = orphan + 1 if (run.get("lease") is None and not running_here) else 0
             if orphan >= orphan_polls:
@@ -237,7 +237,7 @@ class ServerClient:
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(float(epoch), timezone.utc).isoformat()
+    return datetime.fromtimestamp(float(epoch), UTC).isoformat()
 
 
 def _sort_key(at: str) -> float:

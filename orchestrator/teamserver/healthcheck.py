@@ -1,4 +1,4 @@
-"""The container's HEALTHCHECK: `python -m orchestrator.server.healthcheck` (the Dockerfile runs it).
+"""The container's HEALTHCHECK: `python -m orchestrator.teamserver.healthcheck` (the Dockerfile runs it).
 
 Asks the `orchestrate serve` inside the container for /healthz over loopback, plain HTTP or TLS
 (the container's own certificate, not checked: this asks "does my server answer", the address is
@@ -68,7 +68,7 @@ def probe(port: int, *, host: str = "127.0.0.1", timeout: float = 3.0) -> tuple[
         if status in (200, 401):
             return True, f"/healthz answered {status}"
         return False, f"/healthz answered {status}"
-    return False, "no answer on 127.0.0.1:%d (%s)" % (port, ", ".join(seen))
+    return False, f"no answer on 127.0.0.1:{port} ({', '.join(seen)})"
 
 
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:

@@ -1,0 +1,707 @@
+"""The worker of `orchestrate serve`: runs submissions as asyncio tasks in this process.
+
+Each run goes through `runner.execute`, exactly as the CLI's: same journal, same host lease, same
+executor. Rules:
+
+- Every journal call the server itself makes runs in a worker thread (`anyio.to_thread`), never
+  on the event loop, so a slow journal cannot stall other requests. The journal objects allow
+  this: SQLite is opened with `check_same_thread=False` and every backend serialises its one
+  connection with a lock (journal/base.py). (The executor's own journal writes happen inside
+  `execute`, which this package does not change.)
+- Submissions are prepared one at a time (an asyncio lock): the in-memory "already running here"
+  check and the lease claim cannot interleave. A submission is admitted through the service's one
+  admission path, as the CLI's, and takes the host's lease before it is answered, so a busy host is
+  a 409 to the submitter, not a run that fails later; who submitted it is journaled.
+- The runbook is named, never a path, and comes from the packaged runbook directory; its
+  identity (name, sha256) is recorded in the run's context (`runbook_identity`) and a resume
+  loads exactly that content or is refused.
+- A run that raises is logged and left, unfinished, for `orchestrate resume`; on shutdown running
+  tasks are cancelled and their leases left to expire.
+- **Adoption** (`adopt_loop`): every `adopt_interval` seconds the worker looks for unfinished runs
+  whose host lease has expired (their runner, a server or a laptop, is gone: a live runner renews
+  every third of the TTL) and resumes them here, exactly as `POST /runs {"action":"resume"}` does.
+  The lease is what makes one server own a run: two servers that see the same orphan both try to
+  take its lease, one wins (fencing token + 1) and the other is refused and moves on. Resume
+  settles every journaled effect before it acts, so no mutating call is sent twice. Not adopted:
+  a run with no journaled transition (never started, e.g. refused at submission), and a run that
+  failed or was fenced on this server (no retry loop on a bug; `orchestrate resume` is for humans).
+  An adopted run resumes without `--yes`: its approval gates wait for a human.
+- A person's signals (approve by gate name, pause, continue, abort) go through the service's
+  signals, as the CLI's; a run nobody drives is aborted from what the host shows
+  (orchestrator/service/orphans.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.to_thread
+
+from orchestrator.journal import audit
+from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
+from orchestrator.language.machine import Table
+from orchestrator.language.runbook import Runbook, default_runbook, load_recorded_runbook, load_runbook_checked
+from orchestrator.service import signals
+from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
+from orchestrator.service.notify import FLUSH_S
+from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
+from orchestrator.service.run_info import context_summary
+
+# `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
+from orchestrator.service.runner import (
+    RunnerFenced,
+    Session,
+    check_tag,
+    execute,
+    notifier_for,
+    owner_id,
+    refuse_if_leased,
+    rollback_runbook,
+)
+from orchestrator.service.session import RUNBOOK_TEXT
+from orchestrator.teamserver.config import ServerRedactor
+from orchestrator.teamserver.errors import ApiError
+from orchestrator.teamserver.metrics import Metrics
+from orchestrator.teamserver.schemas import ResumeBody, RollbackBody, RolloutBody
+from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.util.settings import Settings
+from orchestrator.util.user_errors import Refused, UserError
+
+SessionFactory = Callable[[Settings], Session]
+
+#: How many finished runs the worker remembers (status, error) for GET /runs/{id}.
+KEEP_FINISHED = 200
+#: How many progress events per run the worker keeps for followers.
+KEEP_EVENTS = 200
+#: How many lines of the followed log per run the worker keeps for the run page.
+KEEP_TAIL = 40
+
+
+@dataclass
+class ActiveRun:
+    """What this server knows about a run it executes (or executed) beyond the journal."""
+
+    run_id: str
+    host: str
+    status: str = "starting"  # starting, running, finished, failed, refused, fenced, cancelled
+    error: str | None = None
+    outcome: str | None = None
+    step: str | None = None
+    waiting: str | None = None
+    task: asyncio.Task[Any] | None = None
+    #: who submitted it here (the token's name), or None (adopted, or not submitted here)
+    by: str | None = None
+    #: True when this server adopted it (its previous runner's lease expired)
+    adopted: bool = False
+    seq: int = 0
+    events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
+    #: the last lines of the log the run follows (redacted by the executor and again here)
+    tail: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_TAIL))
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("starting", "running")
+
+    def add_event(self, kind: str, fields: dict[str, Any]) -> None:
+        self.seq += 1
+        self.events.append({"seq": self.seq, "event": kind, "at": time.time(), **fields})
+
+    def view(self, events_after: int = 0) -> dict[str, Any]:
+        return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
+                "adopted": self.adopted,
+                "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after],
+                "tail": list(self.tail)}
+
+
+class ServerProgress:
+    """The executor's progress hooks, turned into the worker's run view and into metrics."""
+
+    def __init__(self, worker: Any, active: ActiveRun, table: Table) -> None:
+        self.worker = worker
+        self.active = active
+        self.table = table
+        self.step_state: str | None = None
+        self.step_t0 = 0.0
+
+    def event(self, kind: str, /, **fields: Any) -> None:
+        # `kind` is positional-only, so no field an event carries can collide with it.
+        try:
+            self._event(kind, fields)
+        except Exception as exc:  # noqa: BLE001 - watching a run must never break it
+            self.worker.log.warning("progress_hook_failed", run_id=self.active.run_id, error=f"{type(exc).__name__}: {exc}")
+
+    def _event(self, kind: str, fields: dict[str, Any]) -> None:
+        now = self.worker.clock_now()
+        if kind == "log_tail":
+            scrub = self.worker.redactor.scrub
+            for line in fields.get("lines") or []:
+                self.active.tail.append({"service": scrub(str(fields.get("service", ""))), "line": scrub(str(line))})
+            return
+        if kind == "step_started":
+            self.step_state, self.step_t0 = fields.get("state"), now
+            self.active.step, self.active.waiting = fields.get("state"), None
+        elif kind == "waiting":
+            self.active.waiting = fields.get("gate")
+        elif kind == "continued":
+            self.active.waiting = None
+        elif kind == "transition":
+            state = fields.get("state")
+            if state is not None and state == self.step_state:
+                node = self.table.nodes.get(state)
+                step_kind = node.step.kind if node is not None and node.step is not None else "none"
+                self.worker.metrics.gate_wait.labels(kind=step_kind).observe(max(0.0, now - self.step_t0))
+            self.step_state = None
+            self.active.waiting = None
+            self.worker.count_effects_soon(self.active.run_id)
+        if kind == "note" and str(fields.get("text", "")).startswith("journal: "):
+            # where the journal (its URL: user, host, port) and the run log live is the server's own
+            # business: a viewer of this run never reads it
+            fields = {**fields, "text": "the journal and the run's log are kept on the server"}
+        # JSON-safe and scrubbed again (the executor already hands over redacted text only)
+        self.active.add_event(kind, self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str))))
+
+
+
+def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
+    """Seconds spent in each state (a state visited twice: the sum), from the journal's transitions."""
+    out: dict[str, float] = {}
+    prev = started
+    for t in transitions:
+        out[t.from_state] = out.get(t.from_state, 0.0) + max(0.0, (t.at - prev).total_seconds())
+        prev = t.at
+    return out
+
+
+
+#: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
+IDENTITY_KEY = "runbook_identity"
+
+
+@dataclass
+class _Prepared:
+    run: RunRecord
+    rb: Runbook
+    table: Table
+    yes: bool
+    soak: float | None
+    took_over: str | None
+
+
+def _server_name() -> str:
+    """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
+    from orchestrator.journal.owner import describe_owner
+
+    return describe_owner(owner_id())
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    return anyio.to_thread.run_sync(fn, *args)
+
+
+def _recorded(run: RunRecord, pinned: str | None) -> tuple[Runbook, str | None]:
+    """(runbook, sha256) a resume runs with: the text the run recorded when it has one (the file
+    on disk is not read), else the shipped file of that name, refused if it changed since."""
+    text = run.context.get(RUNBOOK_TEXT)
+    if isinstance(text, str) and pinned:
+        return load_recorded_runbook(run.runbook, run.context.get(IDENTITY_KEY), text), pinned
+    return load_runbook_checked(run.runbook, pinned)
+
+
+#: Earlier runs the expected remaining time is taken from (DONE runs of the same runbook and kind).
+HISTORY_RUNS = 5
+HISTORY_SCAN = 200
+HISTORY_MAX_AGE_S = 30.0
+
+
+class Worker:
+    """Runs submissions as asyncio tasks; owns the Session (journal) they share: the runs' tasks,
+    submissions, adoption, reads, a person's signals, effects counting and the lifecycle."""
+
+    def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any, *,
+                 metrics_max_age: float = 10.0) -> None:
+        self.settings = settings
+        self._factory = factory
+        self._session: Session | None = None
+        self._session_lock = threading.Lock()
+        self.redactor = redactor
+        self.log = log
+        self.runs: collections.OrderedDict[str, ActiveRun] = collections.OrderedDict()
+        self._seen_effects: dict[str, set[int]] = {}
+        self._effects_lock = threading.Lock()
+        self._submit_lock: asyncio.Lock | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self.metrics = Metrics(self.active_count, self.run_counts, max_age=metrics_max_age,
+                               on_error=lambda exc: self.log.warning("metrics_journal_unreadable",
+                                                                     error=f"{type(exc).__name__}"))
+        self._closed = False
+        self._history: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._finished_durations: dict[str, dict[str, float]] = {}
+
+    # -- session
+
+    @property
+    def session(self) -> Session:
+        if self._closed:
+            raise ApiError(503, "the server is shutting down", ExitCode.UNEXPECTED)
+        if self._session is None:
+            with self._session_lock:
+                if self._session is None:
+                    session = self._factory(self.settings)
+                    # The server's answers hide what the runs' redactor learns (env-map values),
+                    # and the runs' logs hide the server's own secrets.
+                    self.redactor.add(*session.settings.tokens())
+                    self.redactor.attach(session.redactor)
+                    session.redactor.add(*self.redactor.own_secrets)
+                    if session.notifier is None and session.settings.notify_url.get_secret_value():
+                        # one notifier for the server's lifetime: its runs never wait for a webhook
+                        session.notifier = notifier_for(session)
+                    self._session = session
+        return self._session
+
+    def clock_now(self) -> float:
+        return self.session.clock.monotonic()
+
+    def active_count(self) -> int:
+        return sum(1 for r in list(self.runs.values()) if r.active)
+
+    # -- submissions
+
+    async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None, *,
+                     adopting: bool = False) -> ActiveRun:
+        """`by`: who submitted it (the token's name), shown on the run's page by this server.
+        `adopting`: this server resumes an orphan on its own, no human asked: it keeps the run's
+        `--soak` but never its `--yes` (an adopted run waits for a human at every approval)."""
+        if self._submit_lock is None:
+            self._submit_lock = asyncio.Lock()
+        async with self._submit_lock:
+            prepared = await _in_thread(self._prepare, body, by, adopting)
+            if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
+                await _in_thread(self._audit_submission, prepared.run.run_id, body, by)
+            active = self._launch(prepared)
+            active.by = by
+            return active
+
+
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None,
+                 adopting: bool = False) -> _Prepared:
+        """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
+        s = self.session
+        # the service's admission, exactly as the CLI's (orchestrator/service/admit.py -> admission.py)
+        pinned = None
+        kept_note = None  # a person's resume that keeps the run's --yes says so
+        if isinstance(body, RolloutBody):
+            req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or default_runbook(body.host), yes=body.yes,
+                                 soak=body.soak)
+            signals.parse_soak(req.soak, "soak")
+            check_tag(req.tag)
+            s.inventory.host(req.host)
+            self._refuse_if_busy(req.host)
+            checked, digest = load_runbook_checked(req.runbook)
+            # admitted with the runbook's prerequisites checked (no override through the server)
+            adm = admit_rollout(s, req, soak_name="soak")
+        elif isinstance(body, RollbackBody):
+            signals.parse_soak(body.soak, "soak")
+            s.inventory.host(body.host)
+            self._refuse_if_busy(body.host)
+            name = rollback_runbook(s, body.host, body.runbook)  # the CLI's choice, whatever the door
+            checked, digest = load_runbook_checked(name)
+            adm = admit_rollback(s, RollbackRequest(host=body.host, replica=body.replica, runbook=name, to_tag=body.to_tag,
+                                                    to_file=body.to_file, yes=body.yes, soak=body.soak), soak_name="soak")
+        else:
+            run = self._get_run(body.run_id)
+            req_r = ResumeRequest(run_id=run.run_id, retry=body.retry, yes=body.yes, soak=body.soak, adopting=adopting)
+            # the run's own options, unless given (a bad --soak: 400); an adoption never keeps --yes
+            kept_yes, _, _, kept = resume_options(run, req_r, soak_name="soak")
+            if kept_yes and not body.yes:
+                kept_note = kept
+            mine = self.runs.get(run.run_id)
+            if mine is not None and mine.active:
+                raise Refused(f"run {run.run_id} is already running on this server")
+            identity = run.context.get(IDENTITY_KEY) or {}
+            pinned = identity.get("sha256") if isinstance(identity, dict) else None
+            if body.retry:
+                self._refuse_if_busy(run.host)
+                checked, digest = _recorded(run, pinned)
+                adm = admit_resume(s, run, req_r, soak_name="soak")
+            else:
+                if run.terminal:
+                    raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
+                                    code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
+                checked, digest = _recorded(run, pinned)
+                # the one admission path: a run superseded by a later run of its host is refused
+                # here exactly as on the CLI (an adoption included)
+                adm = admit_resume(s, run, req_r, checked=checked, soak_name="soak")
+        # admission journaled the runbook it read (its text and identity) with the run: that text
+        # is what the run executes, whatever happens to the file now, so nothing is compared here
+        run, rb, table, yes, soak, new = adm.run, adm.rb, adm.table, adm.yes, adm.soak, adm.new
+        lease, took_over = self._claim(run, new=new)
+        took_over = "; ".join(x for x in (took_over, kept_note) if x) or None
+        if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
+            s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
+            run = s.journal.get_run(run.run_id)
+        return _Prepared(run, rb, table, yes, soak, took_over)
+
+    def _audit_submission(self, run_id: str, body: Any, by: str) -> None:
+        try:
+            self._record_submission(run_id, body, by)
+        except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
+            self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+
+    def _record_submission(self, run_id: str, body: Any, by: str) -> None:
+        if isinstance(body, ResumeBody):
+            audit.record(self.session.journal, run_id, "resumed", by,
+                         f"{'retry ' if body.retry else ''}via the server {_server_name()}")
+        else:
+            audit.record(self.session.journal, run_id, "submitted", by, f"{body.action} via the server {_server_name()}")
+
+    def _refuse_if_busy(self, host: str) -> None:
+        """Before journaling a new run: is the host visibly leased (here or by anyone)?"""
+        for r in list(self.runs.values()):
+            if r.host == host and r.active:
+                raise Refused(f"{host} is being rolled by run {r.run_id} on this server: one rollout per host at a time")
+        refuse_if_leased(self.session, host)
+
+    def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
+        """The host's lease for the run, so a busy host is a 409 to the submitter: the one its
+        admission took (orchestrator/service/admission.py; `execute` runs under it), else taken now.
+
+        A new run journaled a moment before another runner won the lease is left unstarted.
+        """
+        admitted = self.session.admitted.get(run.run_id)
+        if admitted is not None:
+            taken = admitted.took_over
+            return admitted.lease, (None if taken is None else
+                                    f"took over the expired lease of run {taken.run_id} ({taken.owner})")
+        try:
+            lease, taken = self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl)
+        except LeaseHeld as exc:
+            if exc.holder_run_id == run.run_id:
+                raise Refused(
+                    f"run {run.run_id} is being run by {exc.owner} (lease until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC): "
+                    f"resume it only once that lease has expired"
+                ) from None
+            if new:
+                self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
+            raise Refused(signals.lease_refused(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
+                                                 f"run {run.run_id} was not started")) from None
+        if taken is None:
+            return lease, None
+        return lease, f"took over the expired lease of run {taken.run_id} ({taken.owner})"
+
+    def _launch(self, p: _Prepared) -> ActiveRun:
+        active = ActiveRun(p.run.run_id, p.run.host)
+        progress = ServerProgress(self, active, p.table)
+        if p.took_over:
+            progress.event("note", text=p.took_over)
+        self._remember(active)
+        active.task = asyncio.create_task(self._run(active, progress, p), name=f"run {p.run.run_id}")
+        self.log.info("run_submitted", run_id=p.run.run_id, host=p.run.host, kind=p.run.kind, tag=p.run.tag)
+        return active
+
+    async def _run(self, active: ActiveRun, progress: ServerProgress, p: _Prepared) -> None:
+        run = p.run
+        active.status = "running"
+        audit.RECORDED_BY_SERVER.set(True)  # this task's context only: the server journaled who
+        try:
+            final = await execute(self.session, run, p.rb, p.table, progress=progress, yes=p.yes, soak=p.soak)
+            active.status, active.outcome = "finished", final.outcome
+            self.log.info("run_finished", run_id=run.run_id, outcome=final.outcome)
+        except asyncio.CancelledError:
+            active.status = "cancelled"
+            active.error = (f"the server stopped while running it; its lease expires within "
+                            f"{int(self.settings.lease_ttl)} s, then `orchestrate resume {run.run_id}` continues it")
+            self.log.warning("run_cancelled", run_id=run.run_id)
+            raise
+        except RunnerFenced as exc:
+            active.status, active.error = "fenced", self.redactor.scrub(f"this server lost the lease and stopped: {exc}")
+            self.log.warning("run_fenced", run_id=run.run_id, error=str(exc))
+        except UserError as exc:  # Refused: execute could not take the lease (another runner won it)
+            active.status, active.error = "refused", self.redactor.scrub(str(exc))
+            self.log.warning("run_refused", run_id=run.run_id, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - one failing run must not take the server down
+            active.status = "failed"
+            active.error = self.redactor.scrub(
+                f"{type(exc).__name__}: {exc}; the run is left as it is: `orchestrate resume {run.run_id}`"
+            )
+            self.log.error("run_failed", run_id=run.run_id, exc_info=exc)
+        finally:
+            active.waiting = None
+            self.metrics.snapshot.invalidate()
+            if not self._closed:
+                with contextlib.suppress(Exception):
+                    await _in_thread(self.count_effects, run.run_id)
+
+    def _remember(self, active: ActiveRun) -> None:
+        self.runs[active.run_id] = active
+        self.runs.move_to_end(active.run_id)
+        finished = [k for k, r in self.runs.items() if not r.active]
+        for k in finished[: max(0, len(finished) - KEEP_FINISHED)]:
+            del self.runs[k]
+            with self._effects_lock:
+                self._seen_effects.pop(k, None)
+
+    # -- effects counting (off the event loop)
+
+    def count_effects_soon(self, run_id: str) -> None:
+        """From a progress hook (on the loop): count the run's new effects in a thread."""
+        task = asyncio.get_running_loop().create_task(_in_thread(self._count_quietly, run_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _count_quietly(self, run_id: str) -> None:
+        with contextlib.suppress(Exception):
+            self.count_effects(run_id)
+
+    def count_effects(self, run_id: str) -> None:
+        """Count each effect of the run once, when its outcome is journaled."""
+        effects = self.session.journal.effects(run_id)
+        with self._effects_lock:
+            seen = self._seen_effects.setdefault(run_id, set())
+            for eff in effects:
+                if eff.outcome is not None and eff.effect_id not in seen:
+                    seen.add(eff.effect_id)
+                    status = str(eff.outcome.get("status") or "recorded")
+                    self.metrics.effects.labels(kind=eff.kind, outcome=status).inc()
+
+    # -- lifecycle
+
+    async def shutdown(self) -> None:
+        """Cancel running tasks (their leases expire; any server or CLI can resume), close the journal."""
+        tasks = [r.task for r in self.runs.values() if r.task is not None and not r.task.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        self._closed = True
+        if self._session is not None and self._session.notifier is not None:
+            with contextlib.suppress(Exception):
+                await self._session.notifier.aclose(FLUSH_S)
+        with self._session_lock:
+            if self._session is not None:
+                self._session.close()
+                self._session = None
+
+    # -- adoption
+
+    async def adopt_loop(self, interval: float) -> None:
+        """Until shutdown: adopt orphaned runs every `interval` seconds (errors logged, never fatal)."""
+        while not self._closed:
+            await asyncio.sleep(interval)
+            if self._closed:
+                return
+            try:
+                await self.adopt_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive a journal hiccup
+                self.log.warning("adoption_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+
+    async def adopt_once(self) -> list[str]:
+        """Resume here every orphaned run whose lease this server wins; the ids adopted."""
+        adopted: list[str] = []
+        for run_id in await _in_thread(self.orphans):
+            try:
+                active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
+            except (Refused, UserError, ApiError, LeaseHeld) as exc:  # another runner won it, or it ended
+                self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
+                continue
+            active.adopted = True
+            with contextlib.suppress(Exception):  # who: this server, for the run's audit list
+                await _in_thread(audit.record, self.session.journal, run_id, "adopted", f"server {_server_name()}",
+                                 "its lease expired with no runner renewing it")
+            self.log.warning("run_adopted", run_id=run_id, host=active.host,
+                             detail="its lease expired with no runner renewing it: resumed here from the journal")
+            adopted.append(run_id)
+        return adopted
+
+    def orphans(self) -> list[str]:
+        """Unfinished runs with journaled transitions whose host has no live lease (in a thread)."""
+        journal = self.session.journal
+        census = getattr(journal, "run_census", None)
+        unfinished = census()[1] if census is not None else [(r.run_id, r.host) for r in journal.list_runs(limit=1000)
+                                                             if not r.terminal]
+        out: list[str] = []
+        for run_id, host in unfinished:
+            mine = self.runs.get(run_id)
+            if mine is not None and (mine.active or mine.status in ("failed", "fenced")):
+                continue
+            if journal.current_lease(host) is not None:
+                continue
+            if not journal.transitions(run_id):
+                continue
+            out.append(run_id)
+        return out
+
+    # -- reads (call them in a worker thread)
+
+    def _get_run(self, run_id: str) -> RunRecord:
+        try:
+            return self.session.journal.get_run(run_id)
+        except RunNotFound:
+            raise ApiError(404, f"no run {run_id!r} in the journal", ExitCode.BAD_INPUT) from None
+
+    def run_counts(self) -> dict[str, int]:
+        journal = self.session.journal
+        census = getattr(journal, "run_census", None)
+        if census is not None:
+            counts, unfinished = census()
+        else:  # a journal without the census query (test doubles)
+            counts, unfinished = collections.Counter(), []
+            for run in journal.list_runs(limit=1_000_000):
+                if run.terminal:
+                    counts[run.outcome or "HALTED"] += 1
+                else:
+                    unfinished.append((run.run_id, run.host))
+        counts = collections.Counter(counts)
+        leases: dict[str, Any] = {}
+        for run_id, host in unfinished:
+            if host not in leases:
+                leases[host] = journal.current_lease(host)
+            lease = leases[host]
+            counts["RUNNING" if lease is not None and lease.run_id == run_id else "INTERRUPTED"] += 1
+        return dict(counts)
+
+    def healthy(self) -> bool:
+        try:
+            self.session.journal.list_runs(limit=1)
+        except Exception as exc:  # noqa: BLE001 - health answers, it does not raise
+            self.log.warning("health_check_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+            return False
+        return True
+
+    def list_runs(self, host: str | None, limit: int) -> list[dict[str, Any]]:
+        journal = self.session.journal
+        runs = journal.list_runs(host=host, limit=limit)
+        submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
+        return [{**context_summary(r), "terminal": r.terminal,
+                 "submitted_by": (sub.by if (sub := submitters.get(r.run_id)) is not None else None),
+                 "submitted_at": sub.at.isoformat() if sub is not None else None,
+                 "worker_status": self.runs[r.run_id].status if r.run_id in self.runs else None} for r in runs]
+
+    def run_detail(self, run_id: str, *, events_after: int = 0) -> dict[str, Any]:
+        journal = self.session.journal
+        run = self._get_run(run_id)
+        lease = journal.current_lease(run.host)
+        mine = self.runs.get(run_id)
+        items = audit.entries(journal, run_id)
+        paused = audit.paused_by(journal, run_id)
+        return {
+            **context_summary(run),
+            "terminal": run.terminal,
+            "failure": run.context.get("failure"),
+            # name and digest only: the recorded path is the server's own file system
+            IDENTITY_KEY: ({k: v for k, v in ident.items() if k in ("name", "sha256")}
+                           if isinstance(ident := run.context.get(IDENTITY_KEY), dict) else ident),
+            "abort_requested": journal.abort_requested(run_id),
+            "audit": [e.to_json() for e in items],
+            "who": audit.summary(items),
+            "paused": paused.to_json() if paused is not None else None,
+            "approvals": sorted(journal.approvals(run_id)),
+            "lease": None if lease is None or lease.run_id != run_id else {
+                "owner": lease.owner, "token": lease.token, "expires_at": lease.expires_at.isoformat()},
+            "transitions": [
+                {"seq": t.seq, "from": t.from_state, "event": t.event, "to": t.to_state, "at": t.at.isoformat(),
+                 "note": t.note}
+                for t in journal.transitions(run_id)
+            ],
+            "effects": [
+                {"effect_id": e.effect_id, "step": e.step, "kind": e.kind, "mutating": e.mutating,
+                 "request": e.request, "intent_at": e.intent_at.isoformat(), "outcome": e.outcome,
+                 "outcome_at": e.outcome_at.isoformat() if e.outcome_at else None}
+                for e in journal.effects(run_id)
+            ],
+            "worker": mine.view(events_after) if mine is not None else None,
+        }
+
+    def history(self, run: RunRecord) -> dict[str, Any]:
+        """Median seconds per state over the last `HISTORY_RUNS` DONE runs of the same runbook and
+        kind (the run page's expected remaining time): `{"runs": n, "median": {state: s}}`."""
+        key = (run.runbook, run.kind)
+        hit = self._history.get(key)
+        if hit is not None and time.monotonic() - hit[0] < HISTORY_MAX_AGE_S:
+            return hit[1]
+        journal = self.session.journal
+        samples: dict[str, list[float]] = {}
+        n = 0
+        for r in journal.list_runs(limit=HISTORY_SCAN):
+            if n >= HISTORY_RUNS:
+                break
+            if r.run_id == run.run_id or r.runbook != run.runbook or r.kind != run.kind or r.outcome != "DONE":
+                continue
+            durations = self._finished_durations.get(r.run_id)
+            if durations is None:
+                durations = step_durations(r.created_at, journal.transitions(r.run_id))
+                self._finished_durations[r.run_id] = durations
+            n += 1
+            for state, seconds in durations.items():
+                samples.setdefault(state, []).append(seconds)
+        value = {"runs": n, "median": {k: statistics.median(v) for k, v in samples.items()}}
+        self._history[key] = (time.monotonic(), value)
+        return value
+
+    # -- a person's signals
+
+    def _gates(self, run: RunRecord) -> set[str]:
+        """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
+        identity = run.context.get(IDENTITY_KEY) or {}
+        pinned = identity.get("sha256") if isinstance(identity, dict) else None
+        return signals.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
+
+    def approve(self, run_id: str, gate: str | None, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
+        """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
+        name; `*` and a gate not reached yet are refused (a wildcard once let a click during
+        r2's cold start pass r2.soak without stopping)."""
+        run = self._get_run(run_id)
+        gates = None if run.terminal else self._gates(run)
+        if gate is None and not run.terminal:  # no gate named: the one it waits at now (approval_scope.py)
+            from orchestrator.engine.rules.approval_scope import waiting_gate
+
+            gate = waiting_gate(run, gates)
+        if at_gate and not run.terminal:
+            named = sorted(g for g in (gates or ()) if g != "*")
+            if gate == "*":
+                raise ApiError(400, "approve names the gate the run waits at (one of "
+                                    f"{', '.join(named) or 'its approval gates'}), not *", ExitCode.BAD_INPUT)
+            if run.state != gate:
+                raise Refused(f"run {run.run_id} is at {run.state}, not waiting at {gate[:60]}: nothing was approved")
+        signals.approve(self.session.journal, run, gate, by, gates=gates, now=now)
+        self.log.info("approved", run_id=run.run_id, gate=gate, by=by)
+        return {"run_id": run.run_id, "gate": gate, "approved_by": by}
+
+    def pause(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        message = signals.pause(self.session.journal, run, by)
+        self.log.info("pause_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, "paused_by": by, "message": message}
+
+    def continue_run(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        message = signals.continue_run(self.session.journal, run, by)
+        self.log.info("continue_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, "continued_by": by, "message": message}
+
+    def abort(self, run_id: str, by: str) -> dict[str, Any]:
+        run = self._get_run(run_id)
+        result = signals.abort(self.session.journal, run, by)
+        self.log.info("abort_requested", run_id=run.run_id, by=by)
+        mine = self.runs.get(run.run_id)
+        if result.runner is None and not (mine is not None and mine.active):
+            # nobody drives it: read the host and end it with what is true (orchestrator/service/orphans.py)
+            from orchestrator.service.orphans import end_unowned
+
+            ended = asyncio.run(end_unowned(self.session, self.session.journal.get_run(run.run_id), by))
+            if ended is not None:
+                self.log.warning("orphan_ended", run_id=run.run_id, by=by)
+                return {"run_id": run.run_id, "abort_requested": True, "runner": None, "message": ended, "ended": True}
+        return {"run_id": run.run_id, "abort_requested": True, "runner": result.runner, "message": result.message}
