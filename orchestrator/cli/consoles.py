@@ -7,8 +7,9 @@ import sys
 
 from rich.console import Console
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+# emoji=False: a `:name:` in a log line or a host's answer is text, never an emoji
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+out = Console(highlight=False, soft_wrap=True, emoji=False)
 
 #: Set once a command has said what a Ctrl-C stopped.
 INTERRUPT_TOLD: list[bool] = []

@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
 from orchestrator.journal.base import RunRecord
@@ -21,8 +22,14 @@ from orchestrator.service.runs import Hooks
 from orchestrator.util.durations import format_duration
 from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.outcome import Outcome
+from orchestrator.util.text import shown
 
 __all__ = ["progress", "first_line", "summary", "interrupted", "hooks", "finish"]
+
+
+def _t(value: Any) -> str:
+    """External text (a log line, a host's answer, a note) as text: never markup, never a control."""
+    return escape(shown(str(value)))
 
 
 class LiveProgress:
@@ -47,34 +54,34 @@ class LiveProgress:
     def event(self, kind: str, **f: Any) -> None:
         ts = self._ts()
         if kind == "run_started":
-            self.c.print(f"{ts} run [bold]{f['run_id']}[/bold] on {f['host']} from {f['state']}")
+            self.c.print(f"{ts} run [bold]{_t(f['run_id'])}[/bold] on {_t(f['host'])} from {_t(f['state'])}")
         elif kind == "step_started":
             self.step_clock = f.get("clock", 0.0)
-            self.c.print(f"{ts} [bold cyan]{f['state']}[/bold cyan] {f.get('say', '')}")
+            self.c.print(f"{ts} [bold cyan]{_t(f['state'])}[/bold cyan] {_t(f.get('say', ''))}")
         elif kind == "waiting":
-            self.c.print(f"{ts}   waiting on: {f['gate']}")
+            self.c.print(f"{ts}   waiting on: {_t(f['gate'])}")
         elif kind == "log_line":
-            self.c.print(f"{ts}   [dim]{f['service']}: {f['line'][:150]}[/dim]")
+            self.c.print(f"{ts}   [dim]{_t(f['service'])}: {_t(f['line'][:150])}[/dim]")
         elif kind == "effect":
-            self.c.print(f"{ts}   -> {f['action']} {', '.join(f['services'])} ({f['file']}@{f['tag']})")
+            self.c.print(f"{ts}   -> {_t(f['action'])} {_t(', '.join(f['services']))} ({_t(f['file'])}@{_t(f['tag'])})")
         elif kind == "transition":
             ev = f["event_name"]
             colour = {"ok": "green", "skip": "green", "fail": "red", "halt": "red", "abort": "yellow", "retry": "yellow"}.get(ev, "white")
             waited = f.get("clock", 0.0) - self.step_clock
             took = f" after {format_duration(waited)}" if waited >= 600 else ""
             where = "" if ev == "ok" and not f["to"].isupper() else f" -> {f['to']}"
-            self.c.print(f"{ts}   [{colour}]{ev}[/{colour}]{took}{where}" + (f": {f['note']}" if f.get("note") else ""))
+            self.c.print(f"{ts}   [{colour}]{_t(ev)}[/{colour}]{took}{_t(where)}" + (f": {_t(f['note'])}" if f.get("note") else ""))
         elif kind == "run_finished":
             colour = "green" if f["outcome"] == Outcome.DONE else "red"
             if self.run is None:
-                self.c.print(f"{ts} [bold {colour}]{f['outcome']}[/bold {colour}] {f.get('message') or ''}")
+                self.c.print(f"{ts} [bold {colour}]{_t(f['outcome'])}[/bold {colour}] {_t(f.get('message') or '')}")
                 return
             first, *rest = final_lines(self.run, self.replicas, outcome=f["outcome"], message=f.get("message") or "")
-            self.c.print(f"{ts} [bold {colour}]{first}[/bold {colour}]")
+            self.c.print(f"{ts} [bold {colour}]{_t(first)}[/bold {colour}]")
             for line in rest:
-                self.c.print(line, markup=False)
+                self.c.print(shown(line), markup=False)
         elif kind == "note":
-            self.c.print(f"{ts}   note: {f['text']}")
+            self.c.print(f"{ts}   note: {_t(f['text'])}")
         elif kind == "heartbeat":
             timeout = f" / {format_duration(f['timeout'])}" if f.get("timeout") else ""
             extra = ""
@@ -86,7 +93,7 @@ class LiveProgress:
                 extra += f"; waiting for {f['awaiting']}"
             if f.get("so_far"):
                 extra += f"; so far: {f['so_far']}"
-            self.c.print(f"{ts}   still waiting: {f['what']}, {format_duration(f['elapsed'])}{timeout}{extra}")
+            self.c.print(f"{ts}   still waiting: {_t(f['what'])}, {format_duration(f['elapsed'])}{timeout}{_t(extra)}")
 
 
 class JsonProgress:
@@ -142,7 +149,7 @@ def finish(result: RunResult, as_json: bool) -> None:
         raise typer.Exit(INTERRUPTED_EXIT)
     if result.already_ended:
         run = result.run
-        out.print(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}")
+        out.print(shown(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}"), markup=False)
     if as_json:
         summary(result.run)
     raise typer.Exit(result.exit_code)

@@ -110,7 +110,12 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     import asyncio
 
     from orchestrator.engine.run_logs import ensure_configured
-    from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
+    from orchestrator.previews.live_plan import (
+        build_live_plan,
+        render_live_json,
+        render_live_markdown,
+        render_live_text,
+    )
     from orchestrator.service.runner import Session
 
     ensure_configured()  # client log events are dropped: stdout holds the plan only

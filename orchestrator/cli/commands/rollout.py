@@ -27,6 +27,7 @@ from orchestrator.service import runs
 from orchestrator.service.requests import FleetRequest, RolloutRequest
 from orchestrator.util.names import DEFAULT_RUNBOOK
 from orchestrator.util.outcome import Outcome
+from orchestrator.util.text import shown
 from orchestrator.util.user_errors import UserError
 
 app = command_app()
@@ -100,7 +101,7 @@ def _fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak
                                      "runs": [r.run_id for r in result.runs], "stopped_at": result.stopped_at,
                                      "not_started": result.not_started, "message": text}) + "\n")
     else:
-        (out if result.outcome == Outcome.DONE else err).print(text)
+        (out if result.outcome == Outcome.DONE else err).print(shown(text), markup=False)
     if done.interrupted:
         INTERRUPT_TOLD.append(True)
     raise typer.Exit(done.exit_code)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from orchestrator.cli.consoles import out
 from orchestrator.cli.options import InventoryOpt, command_app, flag
@@ -16,6 +17,7 @@ from orchestrator.language.runbook import load_runbook
 from orchestrator.service.reads import get_run, load_settings_for, run_view
 from orchestrator.service.run_info import table_for
 from orchestrator.service.startup import ReadSession
+from orchestrator.util.text import shown
 from orchestrator.util.user_errors import UserError
 
 app = command_app()
@@ -60,15 +62,15 @@ def status(
         table = table_for(run, load_runbook(run.runbook))
         tag = view["target_tag"] or "-"
         state = run.outcome or run.state
-        out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {tag}: [bold]{state}[/bold]")
+        out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {escape(shown(tag))}: [bold]{state}[/bold]")
         detail = view["activity_detail"]
         lines = [detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}"]
         if run.message:
             lines.append(run.message)
         lines += audit.summary_lines(audit.entries(session.journal, run.run_id))  # who did what (journaled)
         lines += [f"journal: {where['journal']}", f"inventory: {where['inventory']}"]
-        for line in lines:
-            out.print(line, markup=False)
+        for line in lines:  # the message, notes and who: external text, shown as text (controls visible)
+            out.print(shown(line), markup=False)
         visited = {t.from_state: t.event for t in transitions}
         for sid in table.order:
             node = table.nodes[sid]
@@ -77,6 +79,6 @@ def status(
                 mark = "[cyan]>[/cyan]"
             if node.section in ("rollback", "full_rollback", "remedy") and sid not in visited and sid != run.state:
                 continue
-            out.print(f"[{mark}] {sid}: {node.step.say if node.step else ''}")
+            out.print(f"[{mark}] {sid}: {escape(shown(node.step.say)) if node.step else ''}")
     finally:
         session.close()

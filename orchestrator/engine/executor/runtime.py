@@ -174,7 +174,12 @@ class Voice:
         return self.redactor.scrub(text or "")
 
     def emit(self, kind: str, **fields: Any) -> None:
-        self.progress.event(kind, clock=self.clock.monotonic(), **fields)
+        """Tell the watchers. A watcher that fails (a terminal, a notification) is logged and never
+        stops the run: a run may be between a stop and its replacement."""
+        try:
+            self.progress.event(kind, clock=self.clock.monotonic(), **fields)
+        except Exception as exc:  # noqa: BLE001  # any watcher's failure, by the rule above
+            log.warning("progress_hook_failed", kind=kind, error=self.scrub(f"{type(exc).__name__}: {exc}")[:300])
 
 
 @dataclass(kw_only=True, eq=False)
