@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.journal.base import JournalError
-from orchestrator.journal.sql_core import Tx
+from orchestrator.journal.sql import Tx
 from orchestrator.util.outcome import Outcome
 
 DIALECT_TYPES: dict[str, dict[str, str]] = {

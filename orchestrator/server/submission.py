@@ -1,5 +1,5 @@
 """A submission to the server, prepared in a worker thread before it is answered: checked and
-admitted through the service's one admission path (orchestrator/service/admit.py), the host's
+admitted through the service's one admission path (orchestrator/service/admission.py), the host's
 lease held (a busy host is a 409 to the submitter), the runbook's identity recorded in the run's
 context, and who submitted it journaled.
 
@@ -21,7 +21,7 @@ from orchestrator.language.runbook import Runbook, default_runbook, load_recorde
 from orchestrator.server.run_state import ActiveRun
 from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
 from orchestrator.service import signals
-from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
+from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options
 from orchestrator.service.session import RUNBOOK_TEXT
 from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.service.runner import check_tag, owner_id, refuse_if_leased, rollback_runbook
@@ -60,7 +60,7 @@ class SubmissionMixin:
                  adopting: bool = False) -> _Prepared:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
-        # the service's admission, exactly as the CLI's (orchestrator/service/admit.py -> admission.py)
+        # the service's admission, exactly as the CLI's (orchestrator/service/admission.py)
         pinned = None
         kept_note = None  # a person's resume that keeps the run's --yes says so (issue 21)
         if isinstance(body, RolloutBody):

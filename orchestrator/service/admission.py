@@ -27,6 +27,7 @@ Admissions are serialised across processes (SQLite's write lock, a PostgreSQL ad
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,11 +36,13 @@ from orchestrator.engine.fleet import refuse_unmet_prerequisites
 from orchestrator.engine.leave_pool import refuse_tier_halted
 from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
-from orchestrator.service.refusals import leased_refusal
 from orchestrator.language.runbook import load_recorded_runbook
-from orchestrator.service.refusals import last_changing_rollout, refuse_stale_resume, refuse_unsettled
+from orchestrator.service import requests, runner  # runner imports this module: its names are read at call time
+from orchestrator.service.oncall import kept_options
+from orchestrator.service.refusals import last_changing_rollout, leased_refusal, refuse_stale_resume, refuse_unsettled
 from orchestrator.service.run_info import table_for
 from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT
+from orchestrator.service.signals import parse_soak
 from orchestrator.service.tier_checks import refuse_tier_busy
 from orchestrator.util.user_errors import Refused, UserError
 
@@ -156,5 +159,55 @@ def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> 
     return admitted, rb, table
 
 
+# --------------------------------------------------------------------------- the front ends' requests
+# The CLI (`service.runs`) and `orchestrate serve`'s worker both admit a request through these.
+
+
+def admit_rollout(session: Any, req: requests.RolloutRequest, *, soak_name: str = "--soak",
+                  overrides: tuple[str, ...] | None = None) -> requests.Admitted:
+    """A new rollout run. `--continue` first places the host (read-only) at the phase its state
+    names; admission checks the runbook's prerequisites and journals `req.overrides`."""
+    soak = parse_soak(req.soak, soak_name)
+    start_phase = (asyncio.run(runner.place_for_continue(session, req.host, req.tag, req.runbook))
+                   if req.continue_ else None)
+    run, rb, table = runner.new_rollout(session, req.host, req.tag, req.runbook, start_phase,
+                                        skip_tag_age_check=req.skip_tag_age_check,
+                                        overrides=req.overrides if overrides is None else overrides)
+    return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
+
+
+def admit_rollback(session: Any, req: requests.RollbackRequest, *, soak_name: str = "--soak") -> requests.Admitted:
+    """A new rollback run (its targets validated with dry runs before anything is stopped)."""
+    soak = parse_soak(req.soak, soak_name)
+    # new_rollback reads the host (async I/O): its own loop (the server calls this in a thread)
+    run, rb, table = asyncio.run(runner.new_rollback(session, req.host, req.replica, req.runbook, req.to_tag,
+                                                     req.to_file))
+    return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
+
+
+def resume_options(run: RunRecord, req: requests.ResumeRequest, *,
+                   soak_name: str = "--soak") -> tuple[bool, str | None, float | None, str]:
+    """(yes, soak as given, soak seconds, what was kept): the run's own options unless given again;
+    an adoption (no human asked) never keeps `--yes`."""
+    yes, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
+    if req.adopting:
+        yes = False
+    return yes, soak_text, parse_soak(soak_text, soak_name), kept
+
+
+def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, checked: Any = None,
+                 soak_name: str = "--soak") -> requests.Admitted:
+    """`resume`: the run continued under the one admission path (a run superseded by a later
+    run of its host is refused); `--retry`: its failed phase again, as a new run.
+    `checked`: the runbook the caller verified against the run's pinned identity."""
+    yes, soak_text, soak, kept = resume_options(run, req, soak_name=soak_name)
+    if req.retry:
+        new_run, rb, table = runner.retry_run(session, run)
+        return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True, kept=kept)
+    admitted, rb, table = resume_run(session, run.run_id, checked)
+    session.admitted[run.run_id] = admitted
+    return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False, kept=kept)
+
+
 __all__ = ["Admitted", "admit", "tier_of", "resume_run", "same_newest_changing_rollout", "prerequisites_hold",
-           "tier_not_busy"]
+           "tier_not_busy", "admit_rollout", "admit_rollback", "admit_resume", "resume_options"]

@@ -1,5 +1,5 @@
 """A request run to its end on this machine: the checks a user can fail (before a run exists or a
-lease is taken), the session opened, admission (service.admit), the options the run keeps,
+lease is taken), the session opened, admission (service.admission), the options the run keeps,
 execution (stoppable), the lease released and the session closed, the exit code.
 
 The front end gives a `Hooks`: how it shows progress and its first line, and what a second
@@ -16,7 +16,7 @@ from orchestrator.engine.rules.prerequisites import check_overrides
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal.base import RunRecord
 from orchestrator.service import oncall
-from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout
+from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout
 from orchestrator.service.oncall import kept_options, record_options, refuse_placeholder_inventory, rollback_headline
 from orchestrator.service.orphans import superseded_by
 from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
