@@ -22,7 +22,8 @@ from orchestrator.service.demo import DEMO_HOST, DEMO_TAG, demo_settings
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, Runbook
-from orchestrator.service.runner import Session, execute, new_rollout
+from orchestrator.service.runner import execute, new_rollout
+from orchestrator.service.session import Session
 from orchestrator_sim import SimConfig, SimFleet
 
 from bench.http_timing import HttpTimings, fleet_ports

@@ -250,7 +250,8 @@ def concurrency_separate(*, n: int = 20, speed: float = 20.0, cold_start_s: floa
 
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.demo import DEMO_HOST, DEMO_TAG
-    from orchestrator.service.runner import Session, new_rollout
+    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.session import Session
     from orchestrator.util.settings import Settings
     from orchestrator_sim import RecordedCall
 

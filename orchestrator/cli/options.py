@@ -44,6 +44,8 @@ YesOpt = flag("--yes", "Approve the soaks' manual approval gates without waiting
 def remote(server: str, action: str, body: dict[str, Any], as_json: bool, server_ca: Optional[Path]) -> None:
     """Send the command to `orchestrate serve` at `server` instead; exit with its code."""
     # the team server's client (httpx, ~0.2 s of start-up) is imported only with --server
-    from orchestrator.server.remote import remote as send, server_ca as ca, server_token
+    from orchestrator.server.remote import remote as send
+    from orchestrator.server.remote import server_ca as ca
+    from orchestrator.server.remote import server_token
 
     raise typer.Exit(send(server, server_token(), action, body, as_json, ca=ca(server_ca)))

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from orchestrator.journal.base import (
+    _RUN_ID_RE,
     AUDIT_ACTIONS,
     OUTCOMES,
     RUN_KINDS,
@@ -43,7 +44,6 @@ from orchestrator.journal.base import (
     StateConflict,
     TierHeld,
     TransitionRecord,
-    _RUN_ID_RE,
     _superseded_text,
     _utc,
     make_run_id,

@@ -60,7 +60,7 @@ from orchestrator.server.guards import (
 )
 from orchestrator.server.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.server.worker import SessionFactory, Worker
-from orchestrator.service.runner import Session, owner_id
+from orchestrator.service.session import Session, owner_id
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError

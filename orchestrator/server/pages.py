@@ -45,7 +45,7 @@ from orchestrator.server.auth import Principal
 from orchestrator.server.page_format import _e, _runner, _since
 # the run's fragment is rendered in orchestrator/server/run_view.py, re-exported here
 from orchestrator.server.run_view import render_run
-from orchestrator.service.runner import table_for
+from orchestrator.service.run_info import table_for
 
 #: Headers of every page and fragment.
 PAGE_HEADERS = {

@@ -24,7 +24,10 @@ from orchestrator.service import signals
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options
 from orchestrator.service.session import RUNBOOK_TEXT
 from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
-from orchestrator.service.runner import check_tag, owner_id, refuse_if_leased, rollback_runbook
+from orchestrator.service.refusals import refuse_if_leased
+from orchestrator.service.run_info import check_tag
+from orchestrator.service.runner import rollback_runbook
+from orchestrator.service.session import owner_id
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import Refused, UserError
 

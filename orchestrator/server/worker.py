@@ -48,7 +48,9 @@ from orchestrator.server.schemas import ResumeBody, RollbackBody, RolloutBody
 from orchestrator.server.submission import IDENTITY_KEY, SubmissionMixin, _in_thread, _Prepared  # noqa: F401
 from orchestrator.service.notify import FLUSH_S
 # `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
-from orchestrator.service.runner import RunnerFenced, Session, execute, notifier_for
+from orchestrator.engine.executor import RunnerFenced
+from orchestrator.service.runner import execute
+from orchestrator.service.session import Session, notifier_for
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError

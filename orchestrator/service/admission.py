@@ -38,6 +38,7 @@ from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
 from orchestrator.language.runbook import load_recorded_runbook
 from orchestrator.service import requests, runner  # runner imports this module: its names are read at call time
+from orchestrator.service.host_reads import place_for_continue
 from orchestrator.service.oncall import kept_options
 from orchestrator.service.refusals import last_changing_rollout, leased_refusal, refuse_stale_resume, refuse_unsettled
 from orchestrator.service.run_info import table_for
@@ -168,8 +169,7 @@ def admit_rollout(session: Any, req: requests.RolloutRequest, *, soak_name: str 
     """A new rollout run. `--continue` first places the host (read-only) at the phase its state
     names; admission checks the runbook's prerequisites and journals `req.overrides`."""
     soak = parse_soak(req.soak, soak_name)
-    start_phase = (asyncio.run(runner.place_for_continue(session, req.host, req.tag, req.runbook))
-                   if req.continue_ else None)
+    start_phase = asyncio.run(place_for_continue(session, req.host, req.tag, req.runbook)) if req.continue_ else None
     run, rb, table = runner.new_rollout(session, req.host, req.tag, req.runbook, start_phase,
                                         skip_tag_age_check=req.skip_tag_age_check,
                                         overrides=req.overrides if overrides is None else overrides)

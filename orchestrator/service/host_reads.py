@@ -8,10 +8,10 @@ Advisory only: what they found is judged again by the admission transaction (ser
 
 from __future__ import annotations
 
-from orchestrator.engine.rules import host_state
 from orchestrator.engine.executor.placement import PlacementError, observe_host
-from orchestrator.engine.rules.targets import group_targets, newest_successful
+from orchestrator.engine.rules import host_state
 from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
+from orchestrator.engine.rules.targets import group_targets, newest_successful
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, validate_file
 from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent

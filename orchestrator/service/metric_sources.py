@@ -1,4 +1,4 @@
-"""Run-start refusals about where a runbook's analyses read their metrics (issue 23): an analysis
+"""Run-start refusals about where a runbook's analyses read their metrics: an analysis
 with `source: prometheus` on a host whose inventory entry names no `prometheus_url` would only
 fail half-way through the canary, after r2 was already recreated; it is refused before the run
 starts (one line, exit 2)."""

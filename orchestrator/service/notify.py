@@ -15,7 +15,7 @@ Rules:
 - **Redacted like every log line**: the text passes the run's redactor before it is queued, so
   tokens and env-map values never leave in a notification.
 - **What is sent**: waiting for an approval (once per gate of a run), a canary's readout table
-  (issue 23, whatever its verdict), and the end of the run
+  (whatever its verdict), and the end of the run
   (DONE, ROLLED_BACK, HALTED, ABORTED) with the executor's final message. Nothing else: a
   channel that talks at every step is a channel people mute.
 - Hooked through the executor's `Progress` events (`waiting`, `run_finished`), so CLI runs and
@@ -188,7 +188,7 @@ class NotifyProgress:
                            f":mag: {self._what()}: the observe-only gate {fields.get('state')} failed "
                            f"(the run goes on): {fields.get('note') or ''}".rstrip(": "))
             elif kind == "transition" and "canary readout:" in str(fields.get("note") or ""):
-                # issue 23: the readout table, whatever the verdict (a promoted canary is news too)
+                # the readout table, whatever the verdict (a promoted canary is news too)
                 note = str(fields.get("note"))
                 table = note[note.index("canary readout:"):]
                 self._post("canary_readout", None, f":bar_chart: {self._what()} at {fields.get('state')}:\n```\n{table}\n```")

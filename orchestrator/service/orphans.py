@@ -24,13 +24,15 @@ from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import LeaseHeld, RunRecord, StateConflict
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.runbook import load_runbook
-from orchestrator.service.runner import _compose_client, refuse_stale_resume, tier_listing
+from orchestrator.service.refusals import refuse_stale_resume
+from orchestrator.service.session import _compose_client
+from orchestrator.service.tier_checks import tier_listing
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import Refused, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.language.runbook import Runbook
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
 
 def superseded_by(session: "Session", run: RunRecord) -> str | None:

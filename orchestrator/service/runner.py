@@ -3,10 +3,8 @@
 The CLI, `orchestrate demo`, `orchestrate serve` and the end-to-end tests all go through here, so
 every path runs the same code against whatever transport and clock they are given.
 
-This module makes the runs (`new_rollout`, `new_rollback`, `retry_run`) and runs them (`execute`).
-What they check lives beside it and is re-exported here for the callers that import it from here:
-the session (service/session.py), the journal's refusals (service/refusals.py), the tier's
-capacity checks (service/tier_checks.py) and the read-only host reads (service/host_reads.py).
+This module makes the runs (`new_rollout`, `new_rollback`, `retry_run`) and runs them (`execute`);
+the checks they make live beside it (session, refusals, tier_checks, host_reads, run_info).
 """
 
 from __future__ import annotations
@@ -19,8 +17,8 @@ import structlog
 
 from orchestrator.engine.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
 from orchestrator.engine.fleet import default_runbook, journal_overrides
-from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
 from orchestrator.engine.progress import CompositeProgress, NullProgress, Progress
+from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
 from orchestrator.engine.run_logs import ROUTER, open_run_log
 from orchestrator.hosts.host_clients import build_host_clients
 from orchestrator.journal import audit
@@ -29,33 +27,24 @@ from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
 from orchestrator.language.runbook import Runbook, load_recorded_runbook, read_runbook
 from orchestrator.service import admission, incident
-from orchestrator.service.host_reads import (  # noqa: F401
-    _observe,
-    place_for_continue,
-    previous_from_action_log,
-    refuse_alone,
-    refuse_nothing_to_roll_back,
-    validate_rollback_targets,
-)
+
+# tests and the explorer patch validate_rollback_targets and refuse_tier_short on this module
+from orchestrator.service.host_reads import refuse_alone, refuse_nothing_to_roll_back, validate_rollback_targets
 from orchestrator.service.metric_sources import refuse_missing_sources
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
 from orchestrator.service.oncall import never_rolled_out
-from orchestrator.service.refusals import (  # noqa: F401
+from orchestrator.service.refusals import (
     _require_earlier_phases_passed,
-    leased_refusal,
     last_changing_rollout,
+    leased_refusal,
     refuse_if_leased,
     refuse_stale_resume,
     refuse_unreadable_logs,
     refuse_unsettled,
 )
-
-# check_tag, TAG_RE, table_for, context_summary: defined in orchestrator/service/run_info.py, re-exported here
-from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
-from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, notifier_for, owner_id  # noqa: F401
-
-# looked up here at call time (new_rollback), so a test or the explorer may patch them on this module
-from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short, tier_listing  # noqa: F401
+from orchestrator.service.run_info import check_tag
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, notifier_for, owner_id
+from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short
 from orchestrator.util.user_errors import Refused, UserError
 
 
@@ -318,7 +307,4 @@ async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, expl
     return history.new_tag
 
 
-__all__ = ["Session", "execute", "new_rollout", "new_rollback", "rollback_runbook", "retry_run", "table_for", "check_tag", "RunnerFenced",
-           "owner_id", "notifier_for", "RUNBOOK_IDENTITY", "place_for_continue", "last_changing_rollout",
-           "refuse_if_leased", "refuse_unsettled", "refuse_stale_resume", "refuse_tier_busy", "refuse_tier_short",
-           "tier_listing", "validate_rollback_targets", "previous_from_action_log"]
+__all__ = ["execute", "new_rollout", "new_rollback", "rollback_runbook", "retry_run"]

@@ -31,7 +31,7 @@ from orchestrator.service.requests import (
     RunResult,
 )
 from orchestrator.service.run_info import check_tag
-from orchestrator.service.runner import Session
+from orchestrator.service.session import Session
 from orchestrator.service.signals import parse_soak
 from orchestrator.service.startup import ReadSession
 from orchestrator.service.stoppable import execute_stoppable

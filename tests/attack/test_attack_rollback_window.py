@@ -26,7 +26,8 @@ def test_rollback_stalled_after_its_pool_read_drains_a_second_host_when_another_
     from orchestrator.service.demo import demo_settings
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import Session, execute, new_rollback, new_rollout
+    from orchestrator.service.runner import execute, new_rollback, new_rollout
+    from orchestrator.service.session import Session
     from orchestrator.util.user_errors import Refused
 
     e = e2e_factory("no-rejoin@gpu03", hosts=BASE_HOSTS)

@@ -307,7 +307,8 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
 
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session, execute, new_rollout
+    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.session import Session
 
     e = e2e_factory(hosts=BASE_HOSTS)
     other = Session.open(demo_settings(e.fleet, e.state_dir), clock=e.session.clock,

@@ -109,7 +109,7 @@ def _other_machine(e, tmp_path, name: str, *, shared: bool = False):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
     from tests.e2e.conftest import SPEED
 
@@ -191,7 +191,8 @@ def test_a_machine_on_the_rollouts_shared_journal_rolls_back_with_no_flags(e2e_f
     """Team mode: the rollout journaled its before-state at preflight; another machine reading the
     same journal finds the targets without --to-tag/--to-file."""
     from orchestrator.engine.executor import RunContext
-    from orchestrator.service.runner import execute, last_changing_rollout, new_rollback
+    from orchestrator.service.refusals import last_changing_rollout
+    from orchestrator.service.runner import execute, new_rollback
 
     e = e2e_factory()
     _done_gpu02(e)

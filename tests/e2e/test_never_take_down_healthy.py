@@ -59,7 +59,7 @@ def test_rerunning_a_finished_rollout_does_nothing(e2e_factory):
 def test_a_part_way_host_is_refused_without_continue_and_continued_with_it(e2e_factory):
     """Item 3 (part-way): after r2 moved and the run was cut short, a new rollout refuses (exit 5
     ABORTED, the exact command named); `--continue` places it at phase r1."""
-    from orchestrator.service.runner import place_for_continue
+    from orchestrator.service.host_reads import place_for_continue
 
     e = e2e_factory("oom:r1")
     first = rollout(e)

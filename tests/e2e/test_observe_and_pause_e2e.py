@@ -34,7 +34,8 @@ def observing(step_id: str):
 
 
 def test_an_observe_only_gate_records_its_failure_and_the_run_goes_on(e2e_factory):
-    from orchestrator.service.runner import execute, new_rollout, table_for
+    from orchestrator.service.run_info import table_for
+    from orchestrator.service.runner import execute, new_rollout
 
     e = e2e_factory("labels-wrong")  # r2's telemetry-labels gate fails (config_variant)
     run, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -58,7 +59,7 @@ def test_observe_is_refused_on_a_step_a_stop_or_readiness_rests_on():
 
 def test_safe_points_never_sit_between_a_down_and_its_replacements_readiness():
     from orchestrator.journal.base import RunRecord
-    from orchestrator.service.runner import table_for
+    from orchestrator.service.run_info import table_for
     from datetime import datetime, timezone
 
     now = datetime.now(timezone.utc)

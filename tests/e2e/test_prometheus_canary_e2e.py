@@ -39,7 +39,8 @@ def _prometheus_runbook(tmp: Path) -> Path:
 def _run(tmp_path: Path, *faults: str):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session, execute, new_rollout
+    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.session import Session
     from orchestrator.util.clock import ScaledClock
     from orchestrator_sim import SimConfig, SimFleet
 
@@ -85,7 +86,8 @@ def test_a_host_whose_inventory_names_no_prometheus_is_refused_before_the_run_st
     import dataclasses
 
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session, new_rollout
+    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.session import Session
     from orchestrator.util.clock import ScaledClock
     from orchestrator.util.user_errors import UserError
     from orchestrator_sim import SimConfig, SimFleet

@@ -110,8 +110,13 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     import asyncio
 
     from orchestrator.engine.run_logs import ensure_configured
-    from orchestrator.previews.live_plan import build_live_plan, render_live_json, render_live_markdown, render_live_text
-    from orchestrator.service.runner import Session
+    from orchestrator.previews.live_plan import (
+        build_live_plan,
+        render_live_json,
+        render_live_markdown,
+        render_live_text,
+    )
+    from orchestrator.service.session import Session
 
     ensure_configured()  # client log events are dropped: stdout holds the plan only
     unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
