@@ -324,8 +324,8 @@ def test_errors_do_not_reveal_the_servers_paths(live, settings, monkeypatch):
     """A rollback with no journaled rollout and no target: the refusal names the journal this
     machine reads (here the server's SQLite path) and compose-manager's history (stubbed: the
     inventory's host is never contacted); the server's answer hides the path."""
-    import orchestrator.service.incident
     import orchestrator.service.host_reads
+    import orchestrator.service.incident
 
     async def no_previous(*_a, **_k):
         return {}
