@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.journal.base import JournalError
-from orchestrator.journal.sql import Tx
 from orchestrator.util.outcome import Outcome
+
+if TYPE_CHECKING:
+    from orchestrator.journal.sql import Tx
 
 DIALECT_TYPES: dict[str, dict[str, str]] = {
     "sqlite": {"ts": "TEXT", "json": "TEXT", "bool": "INTEGER", "bigint": "INTEGER"},

@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from orchestrator.journal import migrations
 from orchestrator.journal.base import (
     _RUN_ID_RE,
     AUDIT_ACTIONS,
@@ -104,8 +105,9 @@ class SqlJournal(ABC):
     Every operation is a method of this class (tests and the explorer wrap them here by name).
     """
 
-
     dialect: str
+    #: the DB-API connection a subclass opens (and migrates); `close` closes it
+    _conn: Any
     #: appended to SELECTs that lock rows (empty on SQLite, where BEGIN IMMEDIATE locks the file)
     lock_update: str = ""
     lock_share: str = ""
@@ -124,9 +126,6 @@ class SqlJournal(ABC):
     @abstractmethod
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]: ...
-
-    @abstractmethod
-    def _close_connection(self) -> None: ...
 
     @abstractmethod
     def _ts_param(self, dt: datetime) -> Any: ...
@@ -200,7 +199,11 @@ class SqlJournal(ABC):
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._close_connection()
+                self._conn.close()
+
+    def schema_version(self) -> int:
+        with self._tx(write=False) as tx:
+            return migrations.current_version(tx)
 
     def __enter__(self) -> SqlJournal:
         return self

@@ -20,8 +20,8 @@ from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal import SqliteJournal
 from orchestrator.service.activity import INTERRUPTED, run_activity
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
-from orchestrator.util.outcome import Outcome
 from orchestrator.util.names import placeholder_hosts
+from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import UserError
 
 #: What the journaled final message appends (executor/runtime.py `Serving.host_now`).

@@ -71,7 +71,7 @@ async def execute(
     owner = owner_id()
     admitted = session.admitted.pop(run.run_id, None)
     try:
-        if admitted is not None:  # orchestrator/service/admission.py took the lease with the run
+        if admitted is not None:  # admission took the lease with the run
             lease, taken = admitted.lease, admitted.took_over
         else:
             lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
@@ -176,9 +176,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
                 # and its container ledger: the continued rollout's rollbacks may stop what that run started
                 ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
                 break
-    checks = []
-    if start_phase is not None:
-        checks.append(lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase))
+    checks = [] if start_phase is None else [lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase)]
     after = None
     if overrides is not None:
         checks.append(admission.prerequisites_hold(session, rb, overrides))
@@ -244,9 +242,11 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
         # rolled out from another journal (another machine, team mode's database): name it and the exact command
         raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
     missing = [s for s in rb.previous_refs() if s not in previous]
-    if missing and last is None:
-        await _refuse_without_journal(session, host, rb, f"cannot establish the previous tag and file of {', '.join(missing)} "
-                                      f"from compose-manager (it remembers only its last two successful ups)")
+    if missing and last is None:  # refused naming this machine's journal and a target from the action log
+        raise Refused(incident.no_journal_message(
+            session, host, rb, await incident.host_history(session, host, rb),
+            f"cannot establish the previous tag and file of {', '.join(missing)} from compose-manager (it remembers "
+            f"only its last two successful ups)"))
     if missing:
         raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")
     tag = last.tag if last is not None else await _tag_without_journal(session, host, rb, explicit=to_tag is not None)
@@ -280,18 +280,7 @@ def rollback_runbook(session: Session, host: str, runbook: str | None) -> str:
     if runbook:
         return runbook
     last = last_changing_rollout(session, host)
-    return last.runbook if last is not None else _runbook_of(host)
-
-
-def _runbook_of(host: str) -> str:
-    """No journaled rollout names the runbook: the one shipped runbook written for `host`."""
-    return default_runbook(host)
-
-
-async def _refuse_without_journal(session: Session, host: str, rb: Runbook, why: str) -> None:
-    """No journaled rollout and no explicit target: refused, naming the journal this machine
-    reads and the exact command, with a target read from compose-manager's action log."""
-    raise Refused(incident.no_journal_message(session, host, rb, await incident.host_history(session, host, rb), why))
+    return last.runbook if last is not None else default_runbook(host)
 
 
 async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, explicit: bool) -> str:
