@@ -143,7 +143,6 @@ class _TakenOver(JournalError):
     def __init__(self, text: str, lease: Lease, holder: Lease | None) -> None:
         super().__init__(text)
         self.host = lease.host
-        self.stale_token = lease.token
         self.holder_run_id = holder.run_id if holder else None
         self.holder_owner = holder.owner if holder else None
         self.holder_token = holder.token if holder else None
