@@ -30,7 +30,6 @@ from orchestrator.service import admission, incident
 
 # tests and the explorer patch validate_rollback_targets and refuse_tier_short on this module
 from orchestrator.service.host_reads import refuse_alone, refuse_nothing_to_roll_back, validate_rollback_targets
-from orchestrator.service.metric_sources import refuse_missing_sources
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
 from orchestrator.service.oncall import never_rolled_out
 from orchestrator.service.refusals import (
@@ -38,6 +37,7 @@ from orchestrator.service.refusals import (
     last_changing_rollout,
     leased_refusal,
     refuse_if_leased,
+    refuse_missing_sources,
     refuse_stale_resume,
     refuse_unreadable_logs,
     refuse_unsettled,
