@@ -218,8 +218,3 @@ def migrate(
             migration.version, migration.description, ts_param(now),
         )
     return [m.version for m in todo]
-
-
-def current_version(tx: Tx) -> int:
-    row = tx.one("SELECT MAX(version) AS v FROM schema_version")
-    return int(row["v"]) if row and row["v"] is not None else 0

@@ -25,7 +25,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from orchestrator.journal import migrations
 from orchestrator.journal.base import (
     _RUN_ID_RE,
     AUDIT_ACTIONS,
@@ -202,8 +201,10 @@ class SqlJournal(ABC):
                 self._conn.close()
 
     def schema_version(self) -> int:
+        """The newest migration applied to this journal (journal/migrations.py)."""
         with self._tx(write=False) as tx:
-            return migrations.current_version(tx)
+            row = tx.one("SELECT MAX(version) AS v FROM schema_version")
+        return int(row["v"]) if row and row["v"] is not None else 0
 
     def __enter__(self) -> SqlJournal:
         return self

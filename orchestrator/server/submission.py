@@ -26,7 +26,7 @@ from orchestrator.service.session import RUNBOOK_TEXT
 from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.service.refusals import refuse_if_leased
 from orchestrator.service.run_info import check_tag
-from orchestrator.service.runner import rollback_runbook
+from orchestrator.service.admission import rollback_runbook
 from orchestrator.service.session import owner_id
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import Refused, UserError

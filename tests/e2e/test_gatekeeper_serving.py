@@ -55,7 +55,8 @@ def short_logs(tmp_path):
 
 
 def rollout(session, progress=None):
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     run, rb, table = new_rollout(session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK, None)
     return asyncio.run(execute(session, run, rb, table, progress=progress or RecordingProgress(), yes=True))

@@ -35,7 +35,8 @@ def canary(tmp_path: Path, monkeypatch):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
     from orchestrator.service.session import Session
     from orchestrator_sim import SimConfig, SimFleet
 
