@@ -9,7 +9,7 @@ all live in this package:
 - `service.requests`: RolloutRequest, RollbackRequest, ResumeRequest, FleetRequest; RunResult, FleetOutcome;
 - `service.admission`: the one admission path; a request admitted into an open session (CLI and server);
 - `service.runs`: a request run to its end here (open, admit, execute, release, exit code);
-- `service.stoppable`: execution that the first Ctrl-C stops at a safe point;
+- `service.runner`: an admitted run executed; the first Ctrl-C stops it at a safe point;
 - `service.signals`: approve, abort, pause, continue (journal signals).
 
 This module imports nothing: a command that only reads loads none of it.

@@ -1,5 +1,5 @@
 """Running an admitted run to its end: the host's lease, its clients, its log file, the executor
-with its heartbeat, notifications, and the lease released on every way out.
+with its heartbeat, notifications, and the lease released on every way out; stoppable by Ctrl-C.
 
 The CLI, `orchestrate demo`, `orchestrate serve` and the end-to-end tests all run runs here, so
 every path runs the same code against whatever transport and clock they are given. Runs are made
@@ -8,6 +8,11 @@ every path runs the same code against whatever transport and clock they are give
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,6 +29,7 @@ from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
 from orchestrator.service.refusals import leased_refusal
+from orchestrator.service.requests import INTERRUPTED_EXIT
 from orchestrator.service.session import Session, notifier_for, owner_id
 from orchestrator.util.user_errors import Refused
 
@@ -42,7 +48,7 @@ async def execute(
 
     The lease is released on every way out except a fencing (then it is someone else's): a
     failure while setting up (before the executor acted), a bug, and a cancellation. Cancelling
-    is how Ctrl-C stops a run (service/stoppable.py): the executor's journal writes are synchronous, so a
+    is how Ctrl-C stops a run (`execute_stoppable`): the executor's journal writes are synchronous, so a
     cancellation lands at an await between two writes; the journal already says where the run
     is, and `orchestrate resume` continues from there. A lease whose holder process is gone
     (same machine, journal/owner.py) is taken over at once instead of waiting for its TTL.
@@ -122,4 +128,67 @@ def _release_quietly(session: Session, lease: Any) -> None:
         structlog.get_logger().warning("lease_release_failed", host=lease.host, run_id=lease.run_id)
 
 
-__all__ = ["execute"]
+# --------------------------------------------------------------------------- stoppable by Ctrl-C
+# The first Ctrl-C (or SIGTERM) cancels the run at its next await, where the journal is consistent
+# (its writes are synchronous); `execute` releases the lease; the caller is told where the run
+# stopped (exit 130, `orchestrate resume RUN` continues it). A second Ctrl-C calls `hard_stop`,
+# which must not return (the CLI says so and exits at once).
+
+
+def exit_at_once(run: RunRecord, signame: str) -> None:
+    """The default second Ctrl-C: no more waiting for a safe point."""
+    sys.stderr.write(f"orchestrate: second {signame}: exiting at once; run {run.run_id} may have stopped mid-step: "
+                     f"`orchestrate resume {run.run_id}` continues it (on this machine its lease is taken over at once)\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(INTERRUPTED_EXIT)
+
+
+def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
+                      hard_stop: Callable[[RunRecord, str], None] | None = None,
+                      **kwargs: Any) -> tuple[RunRecord, str | None]:
+    """(the run as it ended or stopped, what stopped it: None, `Ctrl-C` or a signal's name)."""
+    progress = kwargs.get("progress")
+    attach = getattr(progress, "attach_run", None)
+    if attach is not None:  # a human progress prints the run's own last lines at its end
+        attach(run, list(rb.replicas))
+    stopped_by: list[str] = []
+    on_hard_stop = hard_stop or exit_at_once
+
+    async def main() -> RunRecord | None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(execute(session, run, rb, table, **kwargs))
+
+        def on_signal(signame: str) -> None:
+            if stopped_by:
+                on_hard_stop(run, signame)
+            stopped_by.append(signame)
+            task.cancel()
+
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal, "Ctrl-C" if sig == signal.SIGINT else sig.name)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / no signals
+                pass
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not stopped_by:
+                raise
+            return None
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    final = asyncio.run(main())
+    if final is not None:
+        return final, None
+    now = session.journal.get_run(run.run_id)
+    if now.terminal:
+        return now, None
+    return now, stopped_by[0]
+
+
+__all__ = ["execute", "execute_stoppable", "exit_at_once"]

@@ -31,10 +31,10 @@ from orchestrator.service.requests import (
     RunResult,
 )
 from orchestrator.service.run_info import check_tag
+from orchestrator.service.runner import execute_stoppable
 from orchestrator.service.session import Session
 from orchestrator.service.signals import parse_soak
 from orchestrator.service.startup import ReadSession
-from orchestrator.service.stoppable import execute_stoppable
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import UserError
 
