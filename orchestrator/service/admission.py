@@ -94,7 +94,7 @@ def tier_of(rb: Runbook) -> str | None:
 
 def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] = (),
           create: dict[str, Any] | None = None, claim: str | None = None,
-          after: Callable[[RunRecord], None] | None = None) -> Admitted:
+          after: Callable[[RunRecord], object] | None = None) -> Admitted:
     """The one admission transaction (module docstring). Exactly one of `create` (the keyword
     arguments of `Journal.create_run`, host included) and `claim` (the id of a run to resume).
     `checks` read the journal and raise `Refused`/`UserError`; `after(run)` journals what the
