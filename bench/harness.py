@@ -3,7 +3,7 @@
 `SimRun` is one simulated gpu02 (a `SimFleet` with `SimEvents` attached) plus one orchestrator
 `Session` on its own state directory (SQLite journal, inventory, run log), both on the SAME clock
 object, so executor stamps and simulator stamps are on one time axis. `rollout()` runs a full
-rollout through `runner.new_rollout` + `runner.execute`, exactly as `orchestrate rollout` does;
+rollout through `admission.new_rollout` + `runner.execute`, exactly as `orchestrate rollout` does;
 several `SimRun`s can run concurrently in one event loop (`asyncio.gather`).
 
 `fixed=True` applies the two simulator fixes of bench/sim_fixes.py for the fleet's whole life;
@@ -22,7 +22,9 @@ from orchestrator.service.demo import DEMO_HOST, DEMO_TAG, demo_settings
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, Runbook
-from orchestrator.service.runner import Session, execute, new_rollout
+from orchestrator.service.admission import new_rollout
+from orchestrator.service.runner import execute
+from orchestrator.service.session import Session
 from orchestrator_sim import SimConfig, SimFleet
 
 from bench.http_timing import HttpTimings, fleet_ports

@@ -1,6 +1,6 @@
 """P1 overhead: a full gpu02 rollout against the simulator with the cold start compressed.
 
-One real rollout (runner.new_rollout + runner.execute, `--yes`, production runbook, poll interval
+One real rollout (admission.new_rollout + runner.execute, `--yes`, production runbook, poll interval
 10 s, soak 30 min as written) against an in-process simulated gpu02 whose cold start is
 `cold_start_s` simulated seconds, at `speed` simulated seconds per real second (2400 s at x600:
 a cold start takes 4 real seconds). The simulator and the orchestrator share one clock object.

@@ -1,6 +1,6 @@
 """P2 detection latency: from the simulator's decisive event to the orchestrator's transition.
 
-Each trial is a fresh simulated gpu02 and a real rollout (runner.new_rollout + runner.execute)
+Each trial is a fresh simulated gpu02 and a real rollout (admission.new_rollout + runner.execute)
 whose state table is cut short around one gate, the new r2's cold-start log gate:
 
 - `ready`: the happy path; the gate passes on the engine's ready line (the table ends at DONE

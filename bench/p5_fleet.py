@@ -9,7 +9,7 @@ and `name` changed), as 100 `orchestrate plan` invocations would see them. Timed
 check parses the 900-line long-context file each time).
 
 Concurrency: `n` simulated gpu02s (each a `SimFleet` with its own servers and thread) and `n`
-rollouts (`runner.new_rollout` + `runner.execute`, each with its own state directory and SQLite
+rollouts (`admission.new_rollout` + `runner.execute`, each with its own state directory and SQLite
 journal) run with `asyncio.gather` in one event loop. Some runs carry an engine fault on r2
 (`oom`, `cuda-801`) and roll back. Each run is then read exactly as P1 and P2 read theirs:
 orchestrator time per replica and T / M for the runs that complete, and the detection latency of
@@ -249,8 +249,9 @@ def concurrency_separate(*, n: int = 20, speed: float = 20.0, cold_start_s: floa
     import sys
 
     from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.service.admission import new_rollout
     from orchestrator.service.demo import DEMO_HOST, DEMO_TAG
-    from orchestrator.service.runner import Session, new_rollout
+    from orchestrator.service.session import Session
     from orchestrator.util.settings import Settings
     from orchestrator_sim import RecordedCall
 

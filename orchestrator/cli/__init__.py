@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sqlite3
 import sys
 import traceback
 from importlib.metadata import PackageNotFoundError, version
@@ -129,11 +128,6 @@ def _command() -> Any:
     return _plain_help(typer.main.get_command(app))
 
 
-def _journal_locked(exc: BaseException) -> bool:
-    """SQLite's "database is locked" (or busy) once its busy timeout ran out."""
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
-
-
 def _usage_line(exc: Any) -> str:
     """One line for a click usage error: the command, what is wrong, where help is."""
     text = " ".join(exc.format_message().split())
@@ -162,12 +156,13 @@ def _unexpected(exc: Exception) -> int:
 
     from orchestrator.engine.executor import RunnerFenced
     from orchestrator.hosts.clients.errors import ClientError
+    from orchestrator.journal.sqlite import is_busy
     from orchestrator.util.settings import describe_validation_error
 
     if isinstance(exc, ValidationError):  # settings built outside load_settings
         err.print(f"orchestrate: {describe_validation_error(exc)}", markup=False)
         return int(ExitCode.BAD_INPUT)
-    if _journal_locked(exc):
+    if is_busy(exc):  # still locked once the busy timeout ran out
         # another orchestrate process holds the SQLite journal's write lock past the busy timeout
         # (one stopped with Ctrl-Z, or hung, in the middle of a write): say so, not a traceback
         err.print("orchestrate: the journal is locked by another process (it has held the SQLite write lock for "

@@ -10,8 +10,6 @@ import os
 from pathlib import Path
 
 from orchestrator.journal.base import (
-    OUTCOMES,
-    RUN_KINDS,
     EffectRecord,
     Fenced,
     Journal,
@@ -33,8 +31,6 @@ from orchestrator.journal.sqlite import SqliteJournal
 
 __all__ = [
     "MIGRATIONS",
-    "OUTCOMES",
-    "RUN_KINDS",
     "EffectRecord",
     "Fenced",
     "Journal",

@@ -1,8 +1,6 @@
-"""The journal's records, errors and interface (the SQL both backends share is in `sql.py`).
-
-Records (`RunRecord`, `TransitionRecord`, `EffectRecord`, `Lease`), the errors every backend raises,
-the `Journal` protocol the executor and the server program against, and the run-id rule. The SQL
-both backends share (`SqlJournal`) is in `orchestrator/journal/sql.py`.
+"""The journal's records (`RunRecord`, `TransitionRecord`, `EffectRecord`, `Lease`), the errors
+every backend raises, the `Journal` protocol the executor and the server program against, and the
+run-id rule. The SQL both backends share (`SqlJournal`) is in journal/sql.py.
 """
 
 from __future__ import annotations
@@ -143,7 +141,6 @@ class _TakenOver(JournalError):
     def __init__(self, text: str, lease: Lease, holder: Lease | None) -> None:
         super().__init__(text)
         self.host = lease.host
-        self.stale_token = lease.token
         self.holder_run_id = holder.run_id if holder else None
         self.holder_owner = holder.owner if holder else None
         self.holder_token = holder.token if holder else None

@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.journal.base import JournalError
-from orchestrator.journal.sql_core import Tx
 from orchestrator.util.outcome import Outcome
+
+if TYPE_CHECKING:
+    from orchestrator.journal.sql import Tx
 
 DIALECT_TYPES: dict[str, dict[str, str]] = {
     "sqlite": {"ts": "TEXT", "json": "TEXT", "bool": "INTEGER", "bigint": "INTEGER"},
@@ -216,8 +218,3 @@ def migrate(
             migration.version, migration.description, ts_param(now),
         )
     return [m.version for m in todo]
-
-
-def current_version(tx: Tx) -> int:
-    row = tx.one("SELECT MAX(version) AS v FROM schema_version")
-    return int(row["v"]) if row and row["v"] is not None else 0

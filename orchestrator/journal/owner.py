@@ -12,9 +12,7 @@ a zombie, or a process started at another time (the pid was reused). On any doub
 machine, another boot, no permission to look, an unparseable owner) it is False, and the lease
 only lapses at its TTL. This is what lets `orchestrate resume` take over at once after a Ctrl-C
 that did not finish, a SIGKILL or a closed terminal on the same machine, without ever taking a
-lease from a live runner.
-
-No schema change: the owner column was already free text, in SQLite and in PostgreSQL.
+lease from a live runner. The owner column is free text in both backends.
 """
 
 from __future__ import annotations
@@ -50,29 +48,24 @@ def boot_id() -> str:
         return ""
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time (clock ticks after boot), None if it does not exist or /proc is absent."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 (state) on; None if the process or /proc does not exist."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read().decode("ascii", "replace")
     except OSError:
         return None
     # the command name (field 2) may hold spaces and parentheses: fields after the last ')'
-    fields = raw[raw.rfind(")") + 2:].split()
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot), None if it does not exist or /proc is absent."""
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
+        return int(fields[19]) if fields else None  # field 22 overall
     except (IndexError, ValueError):
         return None
-
-
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2:]
-    return rest[:1] or None
 
 
 def this_process() -> ProcessOwner | None:
@@ -114,7 +107,7 @@ def holder_gone(owner: str) -> bool:
         return False
     # it exists: gone all the same if it is a zombie (killed, not yet reaped) or another process
     # that got the pid since
-    if _state(holder.pid) in ("Z", "X"):
+    if (_stat_fields(holder.pid) or [""])[0] in ("Z", "X"):
         return True
     started = start_ticks(holder.pid)
     return started is not None and started != holder.start_ticks

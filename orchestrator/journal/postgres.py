@@ -78,10 +78,6 @@ class PostgresJournal(SqlJournal):
             self._conn.close()
             raise
 
-    def schema_version(self) -> int:
-        with self._tx(write=False) as tx:
-            return migrations.current_version(tx)
-
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]:
         with self._conn.transaction():
@@ -96,9 +92,6 @@ class PostgresJournal(SqlJournal):
         row = tx.one("SELECT clock_timestamp() AS now")
         assert row is not None
         return row["now"]
-
-    def _close_connection(self) -> None:
-        self._conn.close()
 
     def _ts_param(self, dt: datetime) -> datetime:
         return _utc(dt)

@@ -26,10 +26,9 @@ from orchestrator.journal.sql import SqlJournal, Tx
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
-def _is_busy(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and (
-        "locked" in str(exc) or "busy" in str(exc)
-    )
+def is_busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" (or busy): another connection holds the write lock."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
 
 class SqliteJournal(SqlJournal):
@@ -85,16 +84,12 @@ class SqliteJournal(SqlJournal):
         if mode.lower() == "wal":
             return mode
         retrying = Retrying(
-            retry=retry_if_exception(_is_busy),
+            retry=retry_if_exception(is_busy),
             wait=wait_random_exponential(multiplier=0.005, max=0.2),
             stop=stop_after_delay(busy_timeout_s),
             reraise=True,
         )
         return retrying(lambda: self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-
-    def schema_version(self) -> int:
-        with self._tx(write=False) as tx:
-            return migrations.current_version(tx)
 
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]:
@@ -110,9 +105,6 @@ class SqliteJournal(SqlJournal):
             cur.execute("COMMIT")
         finally:
             cur.close()
-
-    def _close_connection(self) -> None:
-        self._conn.close()
 
     def _ts_param(self, dt: datetime) -> str:
         return _utc(dt).strftime(_TS_FORMAT)

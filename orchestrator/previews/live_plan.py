@@ -230,8 +230,8 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                           new_file_services: set[str] | None = None) -> LivePlan:
     """Read the host (never change it) and judge what `rollout HOST --tag TAG` would do."""
     from orchestrator.engine.executor.placement import PlacementError, observe_host
-    from orchestrator.hosts.clients.dashboard import DashboardClient
-    from orchestrator.service.runner import _compose_client, check_tag
+    from orchestrator.service.run_info import check_tag
+    from orchestrator.service.session import _compose_client
 
     check_tag(tag)
     entry = session.inventory.host(host)

@@ -61,7 +61,7 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
         table = table()
     node = table.nodes.get(run.state) if table is not None else None
     soak = getattr(getattr(node, "step", None), "soak", None)
-    if getattr(getattr(node, "step", None), "manual", None) is not None:  # issue 23: a manual edit awaits its approval
+    if getattr(getattr(node, "step", None), "manual", None) is not None:  # a manual edit awaits its approval
         if not ({run.state, "*"} & journal.approvals(run.run_id)):
             return Activity(WAITING, f"{by}, at {run.state}: a human's edit ({node.step.manual.edit}), then "
                                      f"`orchestrate approve {run.run_id} --gate {run.state}`")

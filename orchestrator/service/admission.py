@@ -23,29 +23,53 @@ judged again here against the journal, and the tier lease keeps another run of t
 the window between such a read and the admission.
 
 Admissions are serialised across processes (SQLite's write lock, a PostgreSQL advisory lock).
+
+The runs are made here too: `new_rollout`, `new_rollback` and `retry_run` read and check what
+they need (the runbook, the host, a rollback's targets), then admit; `admit_rollout`,
+`admit_rollback` and `admit_resume` turn a front end's request (the CLI's, the server's) into one
+of them. service/runner.py executes what was admitted.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.engine.fleet import refuse_unmet_prerequisites
+from orchestrator.engine.executor import RunContext
+from orchestrator.engine.fleet import default_runbook, journal_overrides, refuse_unmet_prerequisites
 from orchestrator.engine.leave_pool import refuse_tier_halted
+from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
 from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
-from orchestrator.service.refusals import leased_refusal
-from orchestrator.language.runbook import load_recorded_runbook
-from orchestrator.service.refusals import last_changing_rollout, refuse_stale_resume, refuse_unsettled
-from orchestrator.service.run_info import table_for
-from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT
-from orchestrator.service.tier_checks import refuse_tier_busy
-from orchestrator.util.user_errors import Refused, UserError
+from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
+from orchestrator.language.runbook import Runbook, load_recorded_runbook, read_runbook
+from orchestrator.service import incident, requests
 
-if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.language.runbook import Runbook
-    from orchestrator.service.session import Session
+# tests and the explorer patch validate_rollback_targets and refuse_tier_short on this module
+from orchestrator.service.host_reads import (
+    place_for_continue,
+    refuse_alone,
+    refuse_nothing_to_roll_back,
+    validate_rollback_targets,
+)
+from orchestrator.service.oncall import kept_options, never_rolled_out
+from orchestrator.service.refusals import (
+    _require_earlier_phases_passed,
+    last_changing_rollout,
+    leased_refusal,
+    refuse_if_leased,
+    refuse_missing_sources,
+    refuse_stale_resume,
+    refuse_unreadable_logs,
+    refuse_unsettled,
+)
+from orchestrator.service.run_info import check_tag, table_for
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, owner_id
+from orchestrator.service.signals import parse_soak
+from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short
+from orchestrator.util.user_errors import Refused, UserError
 
 Check = Callable[[], None]
 
@@ -62,15 +86,15 @@ class Admitted:
     tier: str | None = None
 
 
-def tier_of(rb: "Runbook") -> str | None:
+def tier_of(rb: Runbook) -> str | None:
     """The tier a run of `rb` holds while it runs: the runbook's hosts, when its capacity is the
     fleet's (a run drains its host and the other hosts of the tier carry the domain)."""
     return f"capacity:{rb.name}" if rb.capacity == "fleet" else None
 
 
-def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Check] = (),
+def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] = (),
           create: dict[str, Any] | None = None, claim: str | None = None,
-          after: Callable[[RunRecord], None] | None = None) -> Admitted:
+          after: Callable[[RunRecord], object] | None = None) -> Admitted:
     """The one admission transaction (module docstring). Exactly one of `create` (the keyword
     arguments of `Journal.create_run`, host included) and `claim` (the id of a run to resume).
     `checks` read the journal and raise `Refused`/`UserError`; `after(run)` journals what the
@@ -120,7 +144,7 @@ def admit(session: "Session", *, host: str, rb: "Runbook", checks: Sequence[Chec
 # --------------------------------------------------------------------------- the doors' checks
 
 
-def same_newest_changing_rollout(session: "Session", host: str, expected: RunRecord | None) -> Check:
+def same_newest_changing_rollout(session: Session, host: str, expected: RunRecord | None) -> Check:
     """A rollback undoes the rollout it read before its (slow) host reads: admitted only if that
     is still the newest rollout of the host that changed anything."""
     def check() -> None:
@@ -132,20 +156,20 @@ def same_newest_changing_rollout(session: "Session", host: str, expected: RunRec
     return check
 
 
-def prerequisites_hold(session: "Session", rb: "Runbook", overrides: Iterable[str]) -> Check:
+def prerequisites_hold(session: Session, rb: Runbook, overrides: Iterable[str]) -> Check:
     """A rollout of a runbook with prerequisites: each holds, or is overridden by name."""
     names = list(overrides)
     return lambda: refuse_unmet_prerequisites(rb, session.journal, names)
 
 
-def tier_not_busy(session: "Session", host: str, rb: "Runbook") -> Check:
+def tier_not_busy(session: Session, host: str, rb: Runbook) -> Check:
     def check() -> None:
         refuse_tier_busy(session, host, rb)
         refuse_tier_halted(session.journal, rb, host)  # a tier host HALTED outside the pool (journal)
     return check
 
 
-def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> tuple[Admitted, "Runbook", Any]:
+def resume_run(session: Session, run_id: str, rb: Runbook | None = None) -> tuple[Admitted, Runbook, Any]:
     """`resume RUN` (CLI, server, adoption): the run admitted again, its recorded runbook (or
     `rb`, the caller's checked copy of it) and table."""
     run = session.journal.get_run(run_id)
@@ -156,5 +180,210 @@ def resume_run(session: "Session", run_id: str, rb: "Runbook | None" = None) -> 
     return admitted, rb, table
 
 
+# --------------------------------------------------------------------------- new runs
+
+
+def new_rollout(session: Session, host: str, tag: str, runbook: str,
+                start_phase: str | None = None, *, skip_tag_age_check: bool = False,
+                overrides: Sequence[str] | None = None) -> tuple[RunRecord, Runbook, Table]:
+    """A rollout run. `start_phase` (from `--continue`, after `place_for_continue`) starts the
+    procedure part-way; preflight's host-state check confirms the host is still there.
+    `overrides` (the CLI's `--override-prerequisite`, () for none): the runbook's prerequisites
+    are checked at admission and the overrides journaled with the run; None leaves both to the
+    run's own `check: prerequisites` gate (callers that journal overrides themselves)."""
+    check_tag(tag)
+    session.inventory.host(host)
+    refuse_if_leased(session, host)
+    rb, identity, text = read_runbook(runbook)
+    if host not in rb.hosts:
+        raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
+    refuse_missing_sources(session.inventory.host(host), host, rb)
+    refuse_unreadable_logs(session, host, rb)
+    refuse_unsettled(session, host)
+    try:
+        table = compile_rollout(rb, start_phase)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
+                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
+    if start_phase is not None:
+        # a continued rollout keeps the rollback targets of the run that started it
+        for earlier in session.journal.list_runs(host, limit=50):
+            before = RunContext.from_json(earlier.context)
+            prev = before.previous
+            if earlier.kind == "rollout" and earlier.tag == tag and prev:
+                ctx.previous = dict(prev)
+                ctx.previous_source = f"run {earlier.run_id}"
+                # and its container ledger: the continued rollout's rollbacks may stop what that run started
+                ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
+                break
+    checks = [] if start_phase is None else [lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase)]
+    after = None
+    if overrides is not None:
+        checks.append(prerequisites_hold(session, rb, overrides))
+        if overrides:
+            after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731
+    got = admit(session, host=host, rb=rb, checks=checks, after=after,
+                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
+                                      context=ctx.to_json()))
+    session.admitted[got.run.run_id] = got
+    return got.run, rb, table
+
+
+def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Table]:
+    """`resume --retry`: a halted rollout starts its failed phase again, as a new run."""
+    if run.outcome != HALTED or run.kind != "rollout":
+        raise UserError(f"run {run.run_id} is {run.outcome or run.state}: --retry is for a halted rollout")
+    if session.journal.open_effects(run.run_id):
+        raise Refused(f"run {run.run_id} halted with a compose call whose outcome is unknown: look at the host "
+                      f"(`orchestrate status {run.run_id}`) before retrying. Nothing was changed")
+    refuse_stale_resume(session, run)
+    rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
+    table = compile_rollout(rb)
+    failed = (run.context.get("failure") or {}).get("state")
+    if not failed or failed not in table.nodes:
+        raise UserError(f"run {run.run_id} has no failed step to retry from")
+    phase = table.nodes[failed].phase
+    if phase is None or phase not in table.phase_starts:
+        raise UserError(f"run {run.run_id} failed in {failed}, which is not a forward phase: --retry restarts a forward phase")
+    start = table.retry_start(phase)
+    ctx = RunContext.from_json(run.context).for_retry()
+
+    got = admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)],
+                          create=dict(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
+                                      context=ctx.to_json(), parent_run_id=run.run_id))
+    session.admitted[got.run.run_id] = got
+    return got.run, rb, table
+
+
+async def new_rollback(session: Session, host: str, replica: str, runbook: str | None,
+                       to_tag: str | None, to_file: str | None) -> tuple[RunRecord, Runbook, Table]:
+    session.inventory.host(host)
+    refuse_if_leased(session, host)
+    last = last_changing_rollout(session, host)
+    rb, identity, text = read_runbook(rollback_runbook(session, host, runbook))
+    refuse_unreadable_logs(session, host, rb)
+    refuse_unsettled(session, host)
+    refuse_tier_busy(session, host, rb)
+    # the whole-host rollback goes in the runbook's safe order (its full_rollback phases)
+    replicas = rb.rollback_replicas(replica)
+    if (to_tag is None) != (to_file is None):
+        raise UserError("--to-tag and --to-file go together")
+    if to_tag is not None:
+        check_tag(to_tag)
+        previous = {svc: {"tag": to_tag, "file": to_file or "", "commit": ""} for svc in rb.previous_refs()}
+        source = "--to-tag/--to-file" if last is not None else incident.EXPLICIT
+    elif last is not None:
+        previous = dict(RunContext.from_json(last.context).previous)
+        source = f"run {last.run_id}"
+    else:  # nothing this journal moved: the host's own history says whether any rollout moved it
+        history = await incident.host_history(session, host, rb)
+        if history.new_tag is None:  # never rolled out by anyone: one message, the one command that forces it
+            raise Refused(never_rolled_out(host, session.settings.journal_location()))
+        # rolled out from another journal (another machine, team mode's database): name it and the exact command
+        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
+    missing = [s for s in rb.previous_refs() if s not in previous]
+    if missing and last is None:  # refused naming this machine's journal and a target from the action log
+        raise Refused(incident.no_journal_message(
+            session, host, rb, await incident.host_history(session, host, rb),
+            f"cannot establish the previous tag and file of {', '.join(missing)} from compose-manager (it remembers "
+            f"only its last two successful ups)"))
+    if missing:
+        raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")
+    tag = last.tag if last is not None else await _tag_without_journal(session, host, rb, explicit=to_tag is not None)
+    if replica != "all":
+        await refuse_alone(session, host, rb, replica, last)
+    if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
+        await refuse_nothing_to_roll_back(session, host, rb, tag)
+    await validate_rollback_targets(session, host, rb, previous)
+    await refuse_tier_short(session, host, rb)
+    table = compile_rollback(rb, replicas)
+    ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
+                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
+    if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
+        ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
+
+    # the host reads above took time: what they were judged against is judged again, in the
+    # transaction that creates the run and takes the leases
+    got = admit(session, host=host, rb=rb,
+                          checks=[tier_not_busy(session, host, rb),
+                                  same_newest_changing_rollout(session, host, last)],
+                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
+                                      context=ctx.to_json(), parent_run_id=last.run_id if last else None))
+    session.admitted[got.run.run_id] = got
+    return got.run, rb, table
+
+
+def rollback_runbook(session: Session, host: str, runbook: str | None) -> str:
+    """The runbook a rollback of `host` follows, for every door (CLI, `--server`, the page): the
+    one named, else that of the newest rollout that changed the host (never one that ended
+    ABORTED having changed nothing), else the shipped runbook written for the host."""
+    if runbook:
+        return runbook
+    last = last_changing_rollout(session, host)
+    return last.runbook if last is not None else default_runbook(host)
+
+
+async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, explicit: bool) -> str:
+    """The tag of the runbook's new file (what the rollback stops), with no journaled rollout:
+    only with an explicit target, and read from compose-manager (its last successful up of that
+    file, else the newest up of it in the action log)."""
+    history = await incident.host_history(session, host, rb)
+    if not explicit:
+        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
+    if history.new_tag is None:
+        raise Refused(f"compose-manager on {host} has no up of {rb.file} in its action log: there is nothing of runbook "
+                      f"{rb.name}'s rollout to roll back. Nothing was changed")
+    return history.new_tag
+
+
+# --------------------------------------------------------------------------- the front ends' requests
+
+
+def admit_rollout(session: Any, req: requests.RolloutRequest, *, soak_name: str = "--soak",
+                  overrides: tuple[str, ...] | None = None) -> requests.Admitted:
+    """A new rollout run. `--continue` first places the host (read-only) at the phase its state
+    names; admission checks the runbook's prerequisites and journals `req.overrides`."""
+    soak = parse_soak(req.soak, soak_name)
+    start_phase = asyncio.run(place_for_continue(session, req.host, req.tag, req.runbook)) if req.continue_ else None
+    run, rb, table = new_rollout(session, req.host, req.tag, req.runbook, start_phase,
+                                 skip_tag_age_check=req.skip_tag_age_check,
+                                 overrides=req.overrides if overrides is None else overrides)
+    return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
+
+
+def admit_rollback(session: Any, req: requests.RollbackRequest, *, soak_name: str = "--soak") -> requests.Admitted:
+    """A new rollback run (its targets validated with dry runs before anything is stopped)."""
+    soak = parse_soak(req.soak, soak_name)
+    # new_rollback reads the host (async I/O): its own loop (the server calls this in a thread)
+    run, rb, table = asyncio.run(new_rollback(session, req.host, req.replica, req.runbook, req.to_tag, req.to_file))
+    return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
+
+
+def resume_options(run: RunRecord, req: requests.ResumeRequest, *,
+                   soak_name: str = "--soak") -> tuple[bool, str | None, float | None, str]:
+    """(yes, soak as given, soak seconds, what was kept): the run's own options unless given again;
+    an adoption (no human asked) never keeps `--yes`."""
+    yes, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
+    if req.adopting:
+        yes = False
+    return yes, soak_text, parse_soak(soak_text, soak_name), kept
+
+
+def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, checked: Any = None,
+                 soak_name: str = "--soak") -> requests.Admitted:
+    """`resume`: the run continued under the one admission path (a run superseded by a later
+    run of its host is refused); `--retry`: its failed phase again, as a new run.
+    `checked`: the runbook the caller verified against the run's pinned identity."""
+    yes, soak_text, soak, kept = resume_options(run, req, soak_name=soak_name)
+    if req.retry:
+        new_run, rb, table = retry_run(session, run)
+        return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True, kept=kept)
+    admitted, rb, table = resume_run(session, run.run_id, checked)
+    session.admitted[run.run_id] = admitted
+    return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False, kept=kept)
+
+
 __all__ = ["Admitted", "admit", "tier_of", "resume_run", "same_newest_changing_rollout", "prerequisites_hold",
-           "tier_not_busy"]
+           "tier_not_busy", "new_rollout", "new_rollback", "retry_run", "rollback_runbook", "admit_rollout",
+           "admit_rollback", "admit_resume", "resume_options"]

@@ -19,7 +19,9 @@ from pydantic import SecretStr
 from orchestrator.engine.fleet import run_fleet
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
-from orchestrator.service.runner import Session, execute, new_rollout
+from orchestrator.service.admission import new_rollout
+from orchestrator.service.runner import execute
+from orchestrator.service.session import Session
 from orchestrator.util.clock import ScaledClock
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.settings import Settings

@@ -8,13 +8,15 @@ Advisory only: what they found is judged again by the admission transaction (ser
 
 from __future__ import annotations
 
-from orchestrator.engine.rules import host_state
 from orchestrator.engine.executor.placement import PlacementError, observe_host
-from orchestrator.engine.rules.targets import group_targets, newest_successful
+from orchestrator.engine.rules import host_state
 from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
+from orchestrator.engine.rules.targets import group_targets, newest_successful
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, validate_file
 from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.inventory import HostEntry
 from orchestrator.hosts.ps_compare import compare_ps, describe_changes, split_by_definition
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.runbook import Runbook, load_runbook
@@ -45,14 +47,21 @@ async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> 
     return out
 
 
-async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[str, str]:
-    """What the host runs, for placement (read-only: docker/ps and one dry run)."""
-    entry = session.inventory.host(host)
+async def _env_map(session: Session, host: str, entry: HostEntry, *identifiers: str) -> EnvMap:
+    """The host's env map from the dashboard; its secret values join the session's redactor
+    (`identifiers`, with the host's names, stay readable)."""
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
     session.redactor.add(*env.redaction_values(secret_keys=entry.secret_keys,
-                                               identifiers=(host, entry.instance_name, tag, *rb.identifiers())))
+                                               identifiers=(host, entry.instance_name, *identifiers)))
+    return env
+
+
+async def _observe(session: Session, host: str, rb: Runbook, tag: str) -> dict[str, str]:
+    """What the host runs, for placement (read-only: docker/ps and one dry run)."""
+    entry = session.inventory.host(host)
+    env = await _env_map(session, host, entry, tag, *rb.identifiers())
     async with _compose_client(session, entry) as cm:
         try:
             return await observe_host(cm, env, rb, tag, entry.project)
@@ -98,13 +107,7 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
             validate_file(file)
         except RequestInvalid as exc:
             raise UserError(f"rollback target file {file!r} for {', '.join(services)}: {exc.detail}") from None
-    async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
-                               transport=session.transport, retry=session.retry, clock=session.clock) as dash:
-        env = await dash.env_map(name=entry.instance_name)
-    session.redactor.add(*env.redaction_values(
-        secret_keys=entry.secret_keys,
-        identifiers=(host, entry.instance_name, *rb.identifiers(), *(v for target in targets for v in target))))
-
+    env = await _env_map(session, host, entry, *rb.identifiers(), *(v for target in targets for v in target))
     async with _compose_client(session, entry) as cm:
         actions = await cm.action_log()
         for (tag, file), all_services in targets.items():

@@ -1,4 +1,4 @@
-"""What the command line says to an on-call engineer at 3 a.m. (issue 22): the first line of a
+"""What the command line says to an on-call engineer at 3 a.m.: the first line of a
 mutating command (what it will do, with which inventory and journal), a run's last lines (what
 happened, where the host is one line per replica, the one command that works next), the exit code
 of a rollback the operator asked for, the options a resumed run keeps, and what `approve` and
@@ -20,8 +20,8 @@ from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal import SqliteJournal
 from orchestrator.service.activity import INTERRUPTED, run_activity
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.util.names import placeholder_hosts
 from orchestrator.util.outcome import Outcome
-from orchestrator.util.settings import placeholder_hosts
 from orchestrator.util.user_errors import UserError
 
 #: What the journaled final message appends (executor/runtime.py `Serving.host_now`).

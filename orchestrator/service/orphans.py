@@ -1,13 +1,13 @@
 """Ending a run that nobody drives (`orchestrate abort RUN`, the page's Abort, with no live runner).
 
 An unfinished run whose runner is gone (Ctrl-C, a crash, a server stopped) must always have a way
-to end: while it is unfinished, admission (orchestrator/service/admission.py) counts it against its tier
-and every rollout or rollback of the tier's other hosts is refused. Rules:
+to end: while it is unfinished, admission counts it against its tier and every rollout or
+rollback of the tier's other hosts is refused. Rules:
 
 - a run a live runner holds (its host's lease, renewed) is never ended here: the abort is a
   signal that runner acts on (commands.abort);
-- a run that can still be resumed and that changed its host (a mutating call journaled) keeps
-  the old way: the abort is recorded and `orchestrate resume RUN` performs the phase's rollback,
+- a run that can still be resumed and that changed its host (a mutating call journaled) is
+  not ended here: the abort is recorded and `orchestrate resume RUN` performs the phase's rollback,
   which puts the host back (ending it here would leave the host half-changed with no one on it);
 - any other orphan (it changed nothing, or a later run superseded it so it can never be
   resumed) is ended now with what is true: the host is read (docker/ps; for a `capacity: fleet`
@@ -24,13 +24,15 @@ from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import LeaseHeld, RunRecord, StateConflict
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.runbook import load_runbook
-from orchestrator.service.runner import _compose_client, refuse_stale_resume, tier_listing
+from orchestrator.service.refusals import refuse_stale_resume
+from orchestrator.service.session import _compose_client
+from orchestrator.service.tier_checks import tier_listing
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import Refused, UserError
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.language.runbook import Runbook
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
 
 def superseded_by(session: "Session", run: RunRecord) -> str | None:

@@ -1,7 +1,7 @@
 """The refusals a run meets that read only the journal (and the inventory): another runner's
 lease, a run left with a compose call of unknown outcome, a run superseded by a later one, the
 earlier phases of a `--continue`, the rollout a rollback undoes, a runbook whose log gates the
-host cannot serve.
+host cannot serve or whose analyses read a Prometheus the inventory does not name.
 
 The admission transaction (service/admission.py) evaluates them again where it acts, so they sit
 below both it and the runner.
@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.executor import RunContext
+from orchestrator.hosts.inventory import HostEntry
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.machine import ABORTED
@@ -52,6 +53,17 @@ def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
             f"{host}'s inventory sets project {entry.project!r}, but compose-manager (8e07c35) reads logs of the default "
             f"project only, so the runbook's log gates could never see the engines: omit project for {host}"
         )
+
+
+def refuse_missing_sources(entry: HostEntry, host: str, rb: Runbook) -> None:
+    """An analysis with `source: prometheus` on a host whose inventory entry names no
+    `prometheus_url` would only fail half-way through the canary, after r2 was recreated:
+    refused before the run starts (exit 2)."""
+    needing = [f"{where}.steps[{i}] ({st.id})" for where, steps in rb._named_step_lists()
+               for i, st in enumerate(steps) if st.analysis is not None and st.analysis.source == "prometheus"]
+    if needing and entry.prometheus_url is None:
+        raise UserError(f"runbook {rb.name}'s {needing[0]} reads metrics with source: prometheus, but the inventory "
+                        f"names no prometheus_url for {host}: add it to the host's entry or use source: relay")
 
 
 def refuse_unsettled(session: Session, host: str, *, except_run: str | None = None) -> None:
@@ -110,4 +122,5 @@ def last_changing_rollout(session: Session, host: str) -> RunRecord | None:
     return None
 
 
-__all__ = ["refuse_if_leased", "refuse_unreadable_logs", "refuse_unsettled", "refuse_stale_resume", "last_changing_rollout"]
+__all__ = ["refuse_if_leased", "refuse_unreadable_logs", "refuse_missing_sources", "refuse_unsettled",
+           "refuse_stale_resume", "last_changing_rollout"]

@@ -1,5 +1,5 @@
 """What the read-only commands (`plan`, `status`, `runs`) need of a run: the tag rule, the table it
-follows, its summary. orchestrator.service.runner re-exports these names."""
+follows, its summary."""
 
 from __future__ import annotations
 

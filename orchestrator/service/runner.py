@@ -1,62 +1,37 @@
-"""Starting, continuing and finishing runs: journal, lease, clients, per-run log file, executor.
+"""Running an admitted run to its end: the host's lease, its clients, its log file, the executor
+with its heartbeat, notifications, and the lease released on every way out; stoppable by Ctrl-C.
 
-The CLI, `orchestrate demo`, `orchestrate serve` and the end-to-end tests all go through here, so
-every path runs the same code against whatever transport and clock they are given.
-
-This module makes the runs (`new_rollout`, `new_rollback`, `retry_run`) and runs them (`execute`).
-What they check lives beside it and is re-exported here for the callers that import it from here:
-the session (service/session.py), the journal's refusals (service/refusals.py), the tier's
-capacity checks (service/tier_checks.py) and the read-only host reads (service/host_reads.py).
+The CLI, `orchestrate demo`, `orchestrate serve` and the end-to-end tests all run runs here, so
+every path runs the same code against whatever transport and clock they are given. Runs are made
+(journaled, leased) by service/admission.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import structlog
 
-from orchestrator.engine.executor import Executor, RunContext, RunnerFenced, run_with_heartbeat
-from orchestrator.engine.fleet import default_runbook, journal_overrides
-from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
+from orchestrator.engine.executor import Executor, RunnerFenced, run_with_heartbeat
 from orchestrator.engine.progress import CompositeProgress, NullProgress, Progress
 from orchestrator.engine.run_logs import ROUTER, open_run_log
 from orchestrator.hosts.host_clients import build_host_clients
 from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld, LeaseLost, RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
-from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
-from orchestrator.language.runbook import Runbook, load_recorded_runbook, read_runbook
-from orchestrator.service import admission, incident
-from orchestrator.service.host_reads import (  # noqa: F401
-    _observe,
-    place_for_continue,
-    previous_from_action_log,
-    refuse_alone,
-    refuse_nothing_to_roll_back,
-    validate_rollback_targets,
-)
-from orchestrator.service.metric_sources import refuse_missing_sources
+from orchestrator.language.machine import Table
+from orchestrator.language.runbook import Runbook
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
-from orchestrator.service.oncall import never_rolled_out
-from orchestrator.service.refusals import (  # noqa: F401
-    _require_earlier_phases_passed,
-    leased_refusal,
-    last_changing_rollout,
-    refuse_if_leased,
-    refuse_stale_resume,
-    refuse_unreadable_logs,
-    refuse_unsettled,
-)
-
-# check_tag, TAG_RE, table_for, context_summary: defined in orchestrator/service/run_info.py, re-exported here
-from orchestrator.service.run_info import TAG_RE, check_tag, context_summary, table_for  # noqa: F401
-from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, notifier_for, owner_id  # noqa: F401
-
-# looked up here at call time (new_rollback), so a test or the explorer may patch them on this module
-from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short, tier_listing  # noqa: F401
-from orchestrator.util.user_errors import Refused, UserError
+from orchestrator.service.refusals import leased_refusal
+from orchestrator.service.requests import INTERRUPTED_EXIT
+from orchestrator.service.session import Session, notifier_for, owner_id
+from orchestrator.util.user_errors import Refused
 
 
 async def execute(
@@ -73,7 +48,7 @@ async def execute(
 
     The lease is released on every way out except a fencing (then it is someone else's): a
     failure while setting up (before the executor acted), a bug, and a cancellation. Cancelling
-    is how Ctrl-C stops a run (service/stoppable.py): the executor's journal writes are synchronous, so a
+    is how Ctrl-C stops a run (`execute_stoppable`): the executor's journal writes are synchronous, so a
     cancellation lands at an await between two writes; the journal already says where the run
     is, and `orchestrate resume` continues from there. A lease whose holder process is gone
     (same machine, journal/owner.py) is taken over at once instead of waiting for its TTL.
@@ -82,7 +57,7 @@ async def execute(
     owner = owner_id()
     admitted = session.admitted.pop(run.run_id, None)
     try:
-        if admitted is not None:  # orchestrator/service/admission.py took the lease with the run
+        if admitted is not None:  # admission took the lease with the run
             lease, taken = admitted.lease, admitted.took_over
         else:
             lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
@@ -153,172 +128,67 @@ def _release_quietly(session: Session, lease: Any) -> None:
         structlog.get_logger().warning("lease_release_failed", host=lease.host, run_id=lease.run_id)
 
 
-def new_rollout(session: Session, host: str, tag: str, runbook: str,
-                start_phase: str | None = None, *, skip_tag_age_check: bool = False,
-                overrides: Sequence[str] | None = None) -> tuple[RunRecord, Runbook, Table]:
-    """A rollout run. `start_phase` (from `--continue`, after `place_for_continue`) starts the
-    procedure part-way; preflight's host-state check confirms the host is still there.
-    `overrides` (the CLI's `--override-prerequisite`, () for none): the runbook's prerequisites
-    are checked at admission and the overrides journaled with the run; None leaves both to the
-    run's own `check: prerequisites` gate (callers that journal overrides themselves)."""
-    check_tag(tag)
-    session.inventory.host(host)
-    refuse_if_leased(session, host)
-    rb, identity, text = read_runbook(runbook)
-    if host not in rb.hosts:
-        raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
-    refuse_missing_sources(session.inventory.host(host), host, rb)
-    refuse_unreadable_logs(session, host, rb)
-    refuse_unsettled(session, host)
-    try:
-        table = compile_rollout(rb, start_phase)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
-                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
-    if start_phase is not None:
-        # a continued rollout keeps the rollback targets of the run that started it
-        for earlier in session.journal.list_runs(host, limit=50):
-            before = RunContext.from_json(earlier.context)
-            prev = before.previous
-            if earlier.kind == "rollout" and earlier.tag == tag and prev:
-                ctx.previous = dict(prev)
-                ctx.previous_source = f"run {earlier.run_id}"
-                # and its container ledger: the continued rollout's rollbacks may stop what that run started
-                ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
-                break
-    checks = []
-    if start_phase is not None:
-        checks.append(lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase))
-    after = None
-    if overrides is not None:
-        checks.append(admission.prerequisites_hold(session, rb, overrides))
-        if overrides:
-            after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731
-    got = admission.admit(session, host=host, rb=rb, checks=checks, after=after,
-                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
-                                      context=ctx.to_json()))
-    session.admitted[got.run.run_id] = got
-    return got.run, rb, table
+# --------------------------------------------------------------------------- stoppable by Ctrl-C
+# The first Ctrl-C (or SIGTERM) cancels the run at its next await, where the journal is consistent
+# (its writes are synchronous); `execute` releases the lease; the caller is told where the run
+# stopped (exit 130, `orchestrate resume RUN` continues it). A second Ctrl-C calls `hard_stop`,
+# which must not return (the CLI says so and exits at once).
 
 
-def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Table]:
-    """`resume --retry`: a halted rollout starts its failed phase again, as a new run."""
-    if run.outcome != HALTED or run.kind != "rollout":
-        raise UserError(f"run {run.run_id} is {run.outcome or run.state}: --retry is for a halted rollout")
-    if session.journal.open_effects(run.run_id):
-        raise Refused(f"run {run.run_id} halted with a compose call whose outcome is unknown: look at the host "
-                      f"(`orchestrate status {run.run_id}`) before retrying. Nothing was changed")
-    refuse_stale_resume(session, run)
-    rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
-    table = compile_rollout(rb)
-    failed = (run.context.get("failure") or {}).get("state")
-    if not failed or failed not in table.nodes:
-        raise UserError(f"run {run.run_id} has no failed step to retry from")
-    phase = table.nodes[failed].phase
-    if phase is None or phase not in table.phase_starts:
-        raise UserError(f"run {run.run_id} failed in {failed}, which is not a forward phase: --retry restarts a forward phase")
-    start = table.retry_start(phase)
-    ctx = RunContext.from_json(run.context).for_retry()
-
-    got = admission.admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)],
-                          create=dict(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
-                                      context=ctx.to_json(), parent_run_id=run.run_id))
-    session.admitted[got.run.run_id] = got
-    return got.run, rb, table
+def exit_at_once(run: RunRecord, signame: str) -> None:
+    """The default second Ctrl-C: no more waiting for a safe point."""
+    sys.stderr.write(f"orchestrate: second {signame}: exiting at once; run {run.run_id} may have stopped mid-step: "
+                     f"`orchestrate resume {run.run_id}` continues it (on this machine its lease is taken over at once)\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(INTERRUPTED_EXIT)
 
 
-async def new_rollback(session: Session, host: str, replica: str, runbook: str | None,
-                       to_tag: str | None, to_file: str | None) -> tuple[RunRecord, Runbook, Table]:
-    session.inventory.host(host)
-    refuse_if_leased(session, host)
-    last = last_changing_rollout(session, host)
-    rb, identity, text = read_runbook(rollback_runbook(session, host, runbook))
-    refuse_unreadable_logs(session, host, rb)
-    refuse_unsettled(session, host)
-    refuse_tier_busy(session, host, rb)
-    # the whole-host rollback goes in the runbook's safe order (its full_rollback phases)
-    replicas = rb.rollback_replicas(replica)
-    if (to_tag is None) != (to_file is None):
-        raise UserError("--to-tag and --to-file go together")
-    if to_tag is not None:
-        check_tag(to_tag)
-        previous = {svc: {"tag": to_tag, "file": to_file or "", "commit": ""} for svc in rb.previous_refs()}
-        source = "--to-tag/--to-file" if last is not None else incident.EXPLICIT
-    elif last is not None:
-        previous = dict(RunContext.from_json(last.context).previous)
-        source = f"run {last.run_id}"
-    else:  # nothing this journal moved: the host's own history says whether any rollout moved it
-        history = await incident.host_history(session, host, rb)
-        if history.new_tag is None:  # never rolled out by anyone: one message, the one command that forces it
-            raise Refused(never_rolled_out(host, session.settings.journal_location()))
-        # rolled out from another journal (another machine, team mode's database): name it and the exact command
-        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
-    missing = [s for s in rb.previous_refs() if s not in previous]
-    if missing and last is None:
-        await _refuse_without_journal(session, host, rb, f"cannot establish the previous tag and file of {', '.join(missing)} "
-                                      f"from compose-manager (it remembers only its last two successful ups)")
-    if missing:
-        raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")
-    tag = last.tag if last is not None else await _tag_without_journal(session, host, rb, explicit=to_tag is not None)
-    if replica != "all":
-        await refuse_alone(session, host, rb, replica, last)
-    if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
-        await refuse_nothing_to_roll_back(session, host, rb, tag)
-    await validate_rollback_targets(session, host, rb, previous)
-    await refuse_tier_short(session, host, rb)
-    table = compile_rollback(rb, replicas)
-    ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
-                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
-    if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
-        ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
+def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
+                      hard_stop: Callable[[RunRecord, str], None] | None = None,
+                      **kwargs: Any) -> tuple[RunRecord, str | None]:
+    """(the run as it ended or stopped, what stopped it: None, `Ctrl-C` or a signal's name)."""
+    progress = kwargs.get("progress")
+    attach = getattr(progress, "attach_run", None)
+    if attach is not None:  # a human progress prints the run's own last lines at its end
+        attach(run, list(rb.replicas))
+    stopped_by: list[str] = []
+    on_hard_stop = hard_stop or exit_at_once
 
-    # the host reads above took time: what they were judged against is judged again, in the
-    # transaction that creates the run and takes the leases
-    got = admission.admit(session, host=host, rb=rb,
-                          checks=[admission.tier_not_busy(session, host, rb),
-                                  admission.same_newest_changing_rollout(session, host, last)],
-                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
-                                      context=ctx.to_json(), parent_run_id=last.run_id if last else None))
-    session.admitted[got.run.run_id] = got
-    return got.run, rb, table
+    async def main() -> RunRecord | None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(execute(session, run, rb, table, **kwargs))
+
+        def on_signal(signame: str) -> None:
+            if stopped_by:
+                on_hard_stop(run, signame)
+            stopped_by.append(signame)
+            task.cancel()
+
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal, "Ctrl-C" if sig == signal.SIGINT else sig.name)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / no signals
+                pass
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not stopped_by:
+                raise
+            return None
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    final = asyncio.run(main())
+    if final is not None:
+        return final, None
+    now = session.journal.get_run(run.run_id)
+    if now.terminal:
+        return now, None
+    return now, stopped_by[0]
 
 
-def rollback_runbook(session: Session, host: str, runbook: str | None) -> str:
-    """The runbook a rollback of `host` follows, for every door (CLI, `--server`, the page): the
-    one named, else that of the newest rollout that changed the host (never one that ended
-    ABORTED having changed nothing), else the shipped runbook written for the host."""
-    if runbook:
-        return runbook
-    last = last_changing_rollout(session, host)
-    return last.runbook if last is not None else _runbook_of(host)
-
-
-def _runbook_of(host: str) -> str:
-    """No journaled rollout names the runbook: the one shipped runbook written for `host`."""
-    return default_runbook(host)
-
-
-async def _refuse_without_journal(session: Session, host: str, rb: Runbook, why: str) -> None:
-    """No journaled rollout and no explicit target: refused, naming the journal this machine
-    reads and the exact command, with a target read from compose-manager's action log."""
-    raise Refused(incident.no_journal_message(session, host, rb, await incident.host_history(session, host, rb), why))
-
-
-async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, explicit: bool) -> str:
-    """The tag of the runbook's new file (what the rollback stops), with no journaled rollout:
-    only with an explicit target, and read from compose-manager (its last successful up of that
-    file, else the newest up of it in the action log)."""
-    history = await incident.host_history(session, host, rb)
-    if not explicit:
-        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
-    if history.new_tag is None:
-        raise Refused(f"compose-manager on {host} has no up of {rb.file} in its action log: there is nothing of runbook "
-                      f"{rb.name}'s rollout to roll back. Nothing was changed")
-    return history.new_tag
-
-
-__all__ = ["Session", "execute", "new_rollout", "new_rollback", "rollback_runbook", "retry_run", "table_for", "check_tag", "RunnerFenced",
-           "owner_id", "notifier_for", "RUNBOOK_IDENTITY", "place_for_continue", "last_changing_rollout",
-           "refuse_if_leased", "refuse_unsettled", "refuse_stale_resume", "refuse_tier_busy", "refuse_tier_short",
-           "tier_listing", "validate_rollback_targets", "previous_from_action_log"]
+__all__ = ["execute", "execute_stoppable", "exit_at_once"]

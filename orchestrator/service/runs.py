@@ -1,5 +1,5 @@
 """A request run to its end on this machine: the checks a user can fail (before a run exists or a
-lease is taken), the session opened, admission (service.admit), the options the run keeps,
+lease is taken), the session opened, admission (service.admission), the options the run keeps,
 execution (stoppable), the lease released and the session closed, the exit code.
 
 The front end gives a `Hooks`: how it shows progress and its first line, and what a second
@@ -16,7 +16,7 @@ from orchestrator.engine.rules.prerequisites import check_overrides
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal.base import RunRecord
 from orchestrator.service import oncall
-from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout
+from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout
 from orchestrator.service.oncall import kept_options, record_options, refuse_placeholder_inventory, rollback_headline
 from orchestrator.service.orphans import superseded_by
 from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
@@ -31,10 +31,10 @@ from orchestrator.service.requests import (
     RunResult,
 )
 from orchestrator.service.run_info import check_tag
-from orchestrator.service.runner import Session
+from orchestrator.service.runner import execute_stoppable
+from orchestrator.service.session import Session
 from orchestrator.service.signals import parse_soak
 from orchestrator.service.startup import ReadSession
-from orchestrator.service.stoppable import execute_stoppable
 from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import UserError
 
@@ -77,10 +77,6 @@ def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
     return RunResult(final, exit_code(final))
 
 
-def _open(settings: Any) -> Any:
-    return Session.open(settings)
-
-
 def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate rollout HOST`: every check a user can fail comes before a run exists or a lease is taken."""
     check_tag(req.tag)
@@ -92,9 +88,9 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
         check_overrides(rb.prerequisites, list(req.overrides))
     refuse_placeholder_inventory(settings, req.host)
     hooks.first_line(f"{req.host}: rollout to {req.tag} (runbook {Path(req.runbook).stem})", settings)
-    session = _open(settings)
+    session = Session.open(settings)
     try:
-        # admitted with its prerequisites checked and the overrides journaled (orchestrator/service/admission.py)
+        # admitted with its prerequisites checked and the overrides journaled
         return _execute(session, admit_rollout(session, req), hooks)
     finally:
         session.close()
@@ -113,7 +109,7 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
         load_runbook_text(req.runbook)
     load_runbook_text(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
     refuse_placeholder_inventory(settings, req.host)
-    session = _open(settings)
+    session = Session.open(settings)
     try:
         adm = admit_rollback(session, req)
         hooks.first_line(rollback_headline(adm.run, adm.rb), settings)
@@ -140,7 +136,7 @@ def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResul
     parse_soak(soak_text)
     hooks.first_line(f"{run.run_id}: {'retry' if req.retry else 'resume'} of the {run.kind} of {run.host} at {run.state}; "
                      f"{kept}", settings)
-    session = _open(settings)
+    session = Session.open(settings)
     try:
         return _execute(session, admit_resume(session, get_run(session, req.run_id), req), hooks)
     finally:
@@ -164,7 +160,7 @@ def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutco
         inv.host(h)  # an unknown host is named before any runbook is chosen
     rb = runbook_for(hosts, req.runbook)
     runbook_ref = req.runbook or rb.name
-    session = _open(settings)
+    session = Session.open(settings)
     try:
         refuse_unmet_prerequisites(rb, session.journal, req.overrides)
         for h in hosts:
@@ -209,5 +205,5 @@ def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> Run
         return None  # the newest unfinished run is another kind of run: admission decides
     return None
 
-__all__ = ["Hooks", "rollout", "rollback", "resume", "fleet", "check_fleet_options", "get_run", "exit_code",
-           "load_settings_for", "load_runbook_text"]
+
+__all__ = ["Hooks", "rollout", "rollback", "resume", "fleet", "check_fleet_options", "exit_code"]

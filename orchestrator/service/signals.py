@@ -54,7 +54,7 @@ def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
         step = node.step
         if step is not None and (step.kind == "quiet" or (step.kind == "soak" and step.soak is not None and step.soak.approval)):
             gates.add(node_id)
-        if step is not None and step.manual is not None:  # issue 23: a human's edit, approved by name
+        if step is not None and step.manual is not None:  # a human's edit, approved by name
             gates.add(node_id)
     return gates
 

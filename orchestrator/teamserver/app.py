@@ -45,7 +45,6 @@ import orchestrator
 from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.language.runbook import RUNBOOK_DIR
-from orchestrator.service.runner import Session, owner_id
 from orchestrator.teamserver import pages
 from orchestrator.teamserver.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.teamserver.config import ServerConfig, ServerRedactor, journal_kind, server_logger
@@ -61,6 +60,7 @@ from orchestrator.teamserver.guards import (
 )
 from orchestrator.teamserver.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.teamserver.worker import SessionFactory, Worker
+from orchestrator.service.session import Session, owner_id
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError
@@ -295,7 +295,7 @@ def create_app(
 ) -> Starlette:
     """The `orchestrate serve` app.
 
-    `session_factory(settings) -> runner.Session` opens the journal and inventory once (lazily,
+    `session_factory(settings) -> service.session.Session` opens the journal and inventory once (lazily,
     or at startup under a lifespan); by default `Session.open(settings, transport=, clock=)`.
     Auth (orchestrator/teamserver/auth.py): `tokens_file` (default `ORCHESTRATOR_SERVER_TOKENS_FILE`),
     else `token` (default `ORCHESTRATOR_SERVER_TOKEN`, at least 32 random characters); neither:

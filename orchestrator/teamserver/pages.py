@@ -23,7 +23,7 @@ Rules and reasons:
   the pages send a strict Content-Security-Policy (scripts and styles from this server only, no
   inline script, no framing).
 - **The run's fragment** is rendered by run_view.py (with the formatting helpers).
-- **The states come from the run's transition table** (`runner.table_for` on its pinned runbook),
+- **The states come from the run's transition table** (`run_info.table_for` on its pinned runbook),
   never from a hand-kept list: the current state is highlighted in the same order `plan` shows.
 """
 
@@ -41,7 +41,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
-from orchestrator.service.runner import table_for
+from orchestrator.service.run_info import table_for
 from orchestrator.teamserver.auth import Principal
 from orchestrator.teamserver.run_view import _e, _runner, _since, render_run
 

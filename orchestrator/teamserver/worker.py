@@ -51,23 +51,15 @@ from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook, default_runbook, load_recorded_runbook, load_runbook_checked
 from orchestrator.service import signals
-from orchestrator.service.admit import admit_resume, admit_rollback, admit_rollout, resume_options
+from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options, rollback_runbook
 from orchestrator.service.notify import FLUSH_S
+from orchestrator.service.refusals import refuse_if_leased
 from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
-from orchestrator.service.run_info import context_summary
+from orchestrator.service.run_info import check_tag, context_summary
 
 # `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
-from orchestrator.service.runner import (
-    RunnerFenced,
-    Session,
-    check_tag,
-    execute,
-    notifier_for,
-    owner_id,
-    refuse_if_leased,
-    rollback_runbook,
-)
-from orchestrator.service.session import RUNBOOK_TEXT
+from orchestrator.service.runner import RunnerFenced, execute
+from orchestrator.service.session import RUNBOOK_TEXT, Session, notifier_for, owner_id
 from orchestrator.teamserver.config import ServerRedactor
 from orchestrator.teamserver.errors import ApiError
 from orchestrator.teamserver.metrics import Metrics
@@ -295,7 +287,7 @@ class Worker:
                  adopting: bool = False) -> _Prepared:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
         s = self.session
-        # the service's admission, exactly as the CLI's (orchestrator/service/admit.py -> admission.py)
+        # the service's admission, exactly as the CLI's (orchestrator/service/admission.py)
         pinned = None
         kept_note = None  # a person's resume that keeps the run's --yes says so
         if isinstance(body, RolloutBody):

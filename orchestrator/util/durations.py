@@ -1,8 +1,8 @@
 """Durations as docker compose and our runbooks write them: `5m`, `30s`, `1h30m`, `500ms`, `0s`.
 
-Every duration is finite, not negative and at most `MAX_DURATION_S` (7 days). A soak of `NaN`
-or `Infinity` once got past the old parser (it only refused negatives, and `NaN < 0` is false)
-and crashed a run part-way, its host lease still held; a duration of years is a typo, not a plan.
+Every duration is finite, not negative and at most `MAX_DURATION_S` (7 days): a soak of `NaN`
+or `Infinity` (`NaN < 0` is false) would crash a run part-way with its host lease held, and a
+duration of years is a typo, not a plan.
 """
 
 from __future__ import annotations

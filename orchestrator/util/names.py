@@ -1,5 +1,5 @@
 """The default runbook's name, and where things live (the state directory, the inventory searched,
-XDG): plain values and functions that orchestrator/util/settings.py builds on and re-exports."""
+XDG): plain values and functions that orchestrator/util/settings.py builds on."""
 
 from __future__ import annotations
 

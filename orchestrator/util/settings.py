@@ -26,22 +26,8 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# where things live: orchestrator/util/names.py, re-exported here
-from orchestrator.util.names import (  # noqa: F401
-    LOCAL_INVENTORY,
-    InventoryChoice,
-    _xdg_dir,
-    choose_inventory,
-    default_state_dir,
-    is_placeholder_inventory,
-    placeholder_hosts,
-    required_inventory,
-    user_inventory,
-)
+from orchestrator.util.names import InventoryChoice, choose_inventory, default_state_dir, required_inventory
 from orchestrator.util.user_errors import UserError
-
-#: Backwards-compatible name: the first place searched after --inventory/$ORCHESTRATOR_INVENTORY.
-DEFAULT_INVENTORY = LOCAL_INVENTORY
 
 HOST_TOKENS = ("compose_manager_token", "dashboard_token", "model_proxy_token", "inference_token")
 JOURNAL_URL_PREFIXES = ("postgresql://", "postgres://", "sqlite:///")
@@ -141,8 +127,8 @@ class Settings(BaseSettings):
 
     def require_host_tokens(self, what: str) -> None:
         """A command that acts on a host calls all four systems: refuse before any run or lease
-        exists when one of their tokens is missing (an empty token used to surface as a crash at
-        the first call, with the run unfinished and the host leased)."""
+        exists when one of their tokens is missing (else an empty token is a crash at the first
+        call, with the run unfinished and the host leased)."""
         missing = self.missing_host_tokens()
         if missing:
             raise UserError(f"{what} needs {', '.join(missing)}: set {'it' if len(missing) == 1 else 'them'} "

@@ -39,9 +39,9 @@ if SHIFT:
 
 STALL = os.environ.get("ORCHESTRATOR_TEST_STALL_FILE")
 if STALL:
-    import orchestrator.service.runner as _runner
+    import orchestrator.service.admission as _admission
 
-    _validate = _runner.validate_rollback_targets
+    _validate = _admission.validate_rollback_targets
 
     async def validate_rollback_targets(*args, **kwargs):
         Path(STALL + ".waiting").write_text("stalled")
@@ -49,7 +49,7 @@ if STALL:
             await asyncio.sleep(0.05)
         return await _validate(*args, **kwargs)
 
-    _runner.validate_rollback_targets = validate_rollback_targets
+    _admission.validate_rollback_targets = validate_rollback_targets
 
 from orchestrator.cli import main  # noqa: E402
 

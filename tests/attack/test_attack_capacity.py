@@ -68,7 +68,8 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
     from orchestrator.service import signals as commands
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
     from orchestrator.engine.steps import presence
 
     e = e2e_factory(hosts=BASE_HOSTS)

@@ -20,13 +20,15 @@ BASE_RB = "base-glm53-w4afp8"
 
 def test_rollback_stalled_after_its_pool_read_drains_a_second_host_when_another_run_halted_outside_the_pool(
         e2e_factory, monkeypatch):
-    from orchestrator.service import runner
+    from orchestrator.service import admission
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import Session, execute, new_rollback, new_rollout
+    from orchestrator.service.admission import new_rollback, new_rollout
+    from orchestrator.service.runner import execute
+    from orchestrator.service.session import Session
     from orchestrator.util.user_errors import Refused
 
     e = e2e_factory("no-rejoin@gpu03", hosts=BASE_HOSTS)
@@ -42,14 +44,14 @@ def test_rollback_stalled_after_its_pool_read_drains_a_second_host_when_another_
     try:
         assert asyncio.run(rollout(e.session, "gpu04")).outcome == "DONE"
         halted: list = []
-        original = runner.refuse_tier_short
+        original = admission.refuse_tier_short
 
         async def slow_read(session, host, rb):
             await original(session, host, rb)  # every base host is in the pool now: passes
             # ... and the terminal stalls here (a slow peer, Ctrl-Z) while a colleague rolls gpu03
             halted.append(await rollout(other, "gpu03"))
 
-        monkeypatch.setattr(runner, "refuse_tier_short", slow_read)
+        monkeypatch.setattr(admission, "refuse_tier_short", slow_read)
         mark = max((c.seq for c in e.fleet.calls), default=0)
         try:
             result = asyncio.run(_rollback(e.session, new_rollback, execute, RecordingProgress))

@@ -24,7 +24,8 @@ def test_one_unanswered_peer_query_about_the_host_itself_skips_the_capacity_chec
     from orchestrator.hosts.clients.model_proxy import ModelProxyClient
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import execute, new_rollback, new_rollout
+    from orchestrator.service.admission import new_rollback, new_rollout
+    from orchestrator.service.runner import execute
     from orchestrator.util.user_errors import Refused
 
     e = e2e_factory(hosts=BASE_HOSTS)

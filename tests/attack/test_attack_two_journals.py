@@ -26,7 +26,9 @@ def test_two_journals_drain_two_base_hosts_at_once(e2e_factory):
     from orchestrator.service.demo import demo_settings
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import Session, execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
+    from orchestrator.service.session import Session
 
     e = e2e_factory(hosts=BASE_HOSTS)
     other_state = e.state_dir.parent / "other-state"

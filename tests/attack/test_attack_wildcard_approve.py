@@ -22,7 +22,8 @@ def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_
     from orchestrator.util.exit_codes import ExitCode
     from orchestrator.engine.progress import RecordingProgress
     from orchestrator.language.runbook import load_runbook
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
     from orchestrator.util.user_errors import Refused, UserError
 
     e = e2e_factory()
@@ -74,7 +75,7 @@ def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(
     from orchestrator.service import signals as commands
     from orchestrator.engine.rules.approval_scope import effective
     from orchestrator.language.runbook import load_runbook
-    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.admission import new_rollout
 
     e = e2e_factory()
     run, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", "gpu02-glm53-w4afp8-long-context")

@@ -248,7 +248,7 @@ def test_an_orphan_that_changed_its_host_and_can_resume_is_left_to_resume(journa
 
 
 def test_every_door_rolls_back_with_the_runbook_of_the_newest_rollout_that_changed_the_host(journal):
-    from orchestrator.service.runner import rollback_runbook
+    from orchestrator.service.admission import rollback_runbook
 
     s = session(journal)
     previous = {"previous": {"r2": {"tag": "v0.0.290", "file": "f.yaml", "commit": ""}}}

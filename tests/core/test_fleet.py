@@ -195,10 +195,10 @@ def test_a_switch_failure_is_retried_from_the_capacity_guard():
 
 
 def test_retry_run_starts_the_child_where_the_table_says():
-    """runner.retry_run uses Table.retry_start (with phase_start there, this test fails)."""
+    """admission.retry_run uses Table.retry_start (with phase_start there, this test fails)."""
     from types import SimpleNamespace
 
-    from orchestrator.service.runner import retry_run
+    from orchestrator.service.admission import retry_run
 
     journal = SqliteJournal(":memory:")
     run = journal.create_run(host="gpu03", runbook=BASE.name, tag="v0.0.310", kind="rollout", state="switch.rollback.rejoined-old",

@@ -105,7 +105,7 @@ def test_the_inventory_names_a_prometheus_url_per_host():
 
 
 def test_a_prometheus_analysis_on_a_host_without_prometheus_url_is_refused_at_run_start():
-    from orchestrator.service.metric_sources import refuse_missing_sources
+    from orchestrator.service.refusals import refuse_missing_sources
     from orchestrator.util.user_errors import UserError
 
     rb = parse_runbook(with_analysis(PROM))

@@ -180,7 +180,7 @@ def test_the_readme_example_loads():
 
 
 def test_a_remedy_state_belongs_to_its_phase_for_resume_retry():
-    """`resume --retry` (runner.retry_run) restarts the failed state's forward phase: a halt inside a
+    """`resume --retry` (admission.retry_run) restarts the failed state's forward phase: a halt inside a
     remedy restarts the phase the remedy belongs to, like any other of its steps."""
     for s in REMEDY:
         assert T.phase_start(T.nodes[s].phase) == "switch.capture-fp8"

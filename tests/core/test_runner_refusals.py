@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.journal import open_journal
 from orchestrator.language.runbook import load_runbook
-from orchestrator.service.runner import _require_earlier_phases_passed, refuse_stale_resume, refuse_unsettled
+from orchestrator.service.refusals import _require_earlier_phases_passed, refuse_stale_resume, refuse_unsettled
 from orchestrator.util.user_errors import Refused
 
 

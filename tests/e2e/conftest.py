@@ -22,7 +22,7 @@ def e2e_factory(tmp_path):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []

@@ -35,7 +35,7 @@ def execute_run(e, run, rb, table, *, soak: float | None = 0.0):
 
 def rollout(e, host: str, *, overrides=("gpu02",), soak: float | None = 0.0):
     """One base host's rollout; gpu02's prerequisite overridden by name unless told otherwise."""
-    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.admission import new_rollout
 
     run, rb, table = new_rollout(e.session, host, BASE_TARGET_TAG, RUNBOOK)
     journal_overrides(e.session.journal, run, overrides, "test")
@@ -76,7 +76,7 @@ def test_fleet_of_three_base_hosts_after_gpu02_ends_done(e2e_factory):
     """gpu02's long-context run first (the real prerequisite, no override), then the fleet: each
     base host DONE, one at a time (no call that changes a host before the previous host ended),
     the invariants of every host and of the base pool held throughout."""
-    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.admission import new_rollout
 
     e = e2e_factory(hosts=("gpu02", *BASE_HOSTS))
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -272,8 +272,8 @@ def test_demo_base_tier_stops_the_fleet_at_the_host_whose_gate_failed(tmp_path):
 
 def test_a_rollback_of_a_base_host_already_on_fp8_is_refused_without_change(e2e_factory):
     """After a rolled-back rollout, `orchestrate rollback gpu03` would only drain a healthy FP8 host:
-    refused (exit 5), only read-only calls sent (runner.refuse_nothing_to_roll_back)."""
-    from orchestrator.service.runner import new_rollback
+    refused (exit 5), only read-only calls sent (admission.refuse_nothing_to_roll_back)."""
+    from orchestrator.service.admission import new_rollback
 
     e = e2e_factory("perception-fails@gpu03", hosts=BASE_HOSTS)
     assert rollout(e, "gpu03").outcome == "ROLLED_BACK"
@@ -286,8 +286,8 @@ def test_a_rollback_of_a_base_host_already_on_fp8_is_refused_without_change(e2e_
 
 def test_a_rollback_while_another_base_host_is_mid_run_is_refused(e2e_factory):
     """gpu03 DONE; gpu04's rollout is interrupted mid-switch (its run has not ended): rolling gpu03
-    back would take a second base host out, so it is refused (runner.refuse_tier_busy)."""
-    from orchestrator.service.runner import new_rollback
+    back would take a second base host out, so it is refused (admission.refuse_tier_busy)."""
+    from orchestrator.service.admission import new_rollback
 
     e = e2e_factory(hosts=BASE_HOSTS)
     assert rollout(e, "gpu03").outcome == "DONE"
@@ -306,8 +306,10 @@ def test_two_terminals_never_take_two_base_hosts_out(e2e_factory):
     import threading
 
     from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.service.admission import new_rollout
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session, execute, new_rollout
+    from orchestrator.service.runner import execute
+    from orchestrator.service.session import Session
 
     e = e2e_factory(hosts=BASE_HOSTS)
     other = Session.open(demo_settings(e.fleet, e.state_dir), clock=e.session.clock,

@@ -32,7 +32,7 @@ def canary(tmp_path: Path):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []
@@ -47,7 +47,8 @@ def canary(tmp_path: Path):
         opened.append((fleet, session))
         make.session = session
         r1_before = fleet.host.container(R1)
-        from orchestrator.service.runner import execute, new_rollout
+        from orchestrator.service.admission import new_rollout
+        from orchestrator.service.runner import execute
 
         run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, RUNBOOK)
         progress = RecordingProgress()
@@ -124,7 +125,8 @@ def test_a_candidate_that_aborts_requests_fails_its_completion_rate_and_rolls_ba
 
 def test_after_too_little_traffic_the_operator_rejects_the_candidate_with_rollback_r2(canary):
     """What the halt says to run: `orchestrate rollback gpu02 --replica r2` takes r2 back to #294."""
-    from orchestrator.service.runner import execute, new_rollback
+    from orchestrator.service.admission import new_rollback
+    from orchestrator.service.runner import execute
 
     fleet, final, r1_before, _, _ = canary("low-traffic")
     assert final.outcome == "HALTED"

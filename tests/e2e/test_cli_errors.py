@@ -186,7 +186,7 @@ def test_a_bug_is_exit_1_in_one_line(monkeypatch, capsys, tmp_path):
 def test_a_journal_locked_by_a_stopped_process_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     """The explorer's `stall` door: a command stopped (Ctrl-Z) inside a journal write holds SQLite's
     write lock; another command's write then fails with "database is locked" after the busy
-    timeout. One line naming what to do, exit 2, never a traceback (cli.main: _journal_locked)."""
+    timeout. One line naming what to do, exit 2, never a traceback (cli.main: journal.sqlite.is_busy)."""
     import sqlite3
 
     from orchestrator import cli

@@ -42,7 +42,7 @@ def test_the_simulated_host_ignores_config_only_changes_by_default(e2e_factory):
 
 
 def test_gpu02_rollout_is_done_where_config_only_changes_do_not_recreate(e2e_factory):
-    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.admission import new_rollout
 
     e = e2e_factory()
     relay_before = e.fleet.host.container(RELAY).id
@@ -65,7 +65,7 @@ def test_a_forced_recreate_the_host_ignores_is_remedied_by_a_scoped_down_not_rol
     """compose-manager drops force_recreate: the relay's and the collector's forced dry runs plan
     them `Running` (the new config would not take). Each dry run's own gate stops exactly that
     service (never an engine) and plans again; the rollout is DONE with the new configs."""
-    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.admission import new_rollout
 
     e = e2e_factory("force-recreate-ignored")
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -82,7 +82,7 @@ def test_a_forced_recreate_the_host_ignores_is_remedied_by_a_scoped_down_not_rol
 
 def test_gpu03_rollout_is_done_where_config_only_changes_do_not_recreate(e2e_factory):
     from orchestrator.engine.fleet import journal_overrides
-    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.admission import new_rollout
 
     e = e2e_factory(hosts=("gpu03", "gpu04", "gpu23"))
     run, rb, table = new_rollout(e.session, "gpu03", BASE_TARGET_TAG, "base-glm53-w4afp8")
@@ -107,10 +107,9 @@ def _other_machine(e, tmp_path, name: str, *, shared: bool = False):
     """A second orchestrator on the same simulated fleet: its own empty journal (another
     machine), or `shared` the rollout's journal (team mode's shared database)."""
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session
-
+    from orchestrator.service.session import Session
+    from orchestrator.util.clock import ScaledClock
     from tests.e2e.conftest import SPEED
 
     state = e.state_dir if shared else tmp_path / name
@@ -121,7 +120,7 @@ def _other_machine(e, tmp_path, name: str, *, shared: bool = False):
 
 
 def _done_gpu02(e):
-    from orchestrator.service.runner import new_rollout
+    from orchestrator.service.admission import new_rollout
 
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
     final = _execute(e, run, rb, table)
@@ -132,7 +131,7 @@ def _done_gpu02(e):
 
 
 def test_rollback_from_an_empty_journal_names_the_journal_and_the_command(e2e_factory, tmp_path):
-    from orchestrator.service.runner import new_rollback
+    from orchestrator.service.admission import new_rollback
     from orchestrator.util.user_errors import Refused
 
     e = e2e_factory()
@@ -155,7 +154,8 @@ def test_rollback_from_an_empty_journal_names_the_journal_and_the_command(e2e_fa
 
 
 def test_rollback_with_an_explicit_target_from_an_empty_journal_is_rolled_back(e2e_factory, tmp_path):
-    from orchestrator.service.runner import execute, new_rollback
+    from orchestrator.service.admission import new_rollback
+    from orchestrator.service.runner import execute
 
     e = e2e_factory()
     _done_gpu02(e)
@@ -191,7 +191,9 @@ def test_a_machine_on_the_rollouts_shared_journal_rolls_back_with_no_flags(e2e_f
     """Team mode: the rollout journaled its before-state at preflight; another machine reading the
     same journal finds the targets without --to-tag/--to-file."""
     from orchestrator.engine.executor import RunContext
-    from orchestrator.service.runner import execute, last_changing_rollout, new_rollback
+    from orchestrator.service.admission import new_rollback
+    from orchestrator.service.refusals import last_changing_rollout
+    from orchestrator.service.runner import execute
 
     e = e2e_factory()
     _done_gpu02(e)
@@ -210,7 +212,7 @@ def test_a_machine_on_the_rollouts_shared_journal_rolls_back_with_no_flags(e2e_f
 
 
 def test_an_explicit_target_on_a_host_that_never_ran_the_new_file_is_refused_with_nothing_sent(e2e_factory):
-    from orchestrator.service.runner import new_rollback
+    from orchestrator.service.admission import new_rollback
     from orchestrator.util.user_errors import Refused
 
     e = e2e_factory()
@@ -224,7 +226,8 @@ def test_a_base_host_rolls_back_from_an_empty_journal_with_an_explicit_target(e2
     the base runbook is the one written for gpu03, the host drained first, back on the canonical
     file with its collector config."""
     from orchestrator.engine.fleet import journal_overrides
-    from orchestrator.service.runner import execute, new_rollback, new_rollout
+    from orchestrator.service.admission import new_rollback, new_rollout
+    from orchestrator.service.runner import execute
 
     canonical = "prod/GLM-5.3-Flash-SGL-TP4.yaml"
     e = e2e_factory(hosts=("gpu03", "gpu04", "gpu23"))

@@ -54,7 +54,8 @@ def invariants(e) -> list[str]:
 
 
 def gates_run(e, tmp_path, *, yes: bool = False, human: Human | None = None):
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     path = tmp_path / f"gpu02-external-gates-{len(list(tmp_path.glob('*.yaml')))}.yaml"
     path.write_text(yaml.safe_dump(with_gates(e.fleet.urls.registry + "/v1/compose-hashes")))

@@ -320,7 +320,8 @@ def test_case7_a_rollback_counts_the_hosts_the_peers_route_to(e2e_factory):
     leave 1: refused (exit 5, naming gpu04), nothing sent to gpu03 but reads."""
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import execute, new_rollback, new_rollout
+    from orchestrator.service.admission import new_rollback, new_rollout
+    from orchestrator.service.runner import execute
     from orchestrator.util.user_errors import Refused
 
     e = e2e_factory("no-rejoin@gpu04", hosts=BASE_HOSTS)

@@ -47,7 +47,8 @@ def test_a_refused_down_of_the_old_r1_never_lets_the_rollback_stop_it(e2e_factor
     busy host out (`timeouts.gone`): the gate fails and r1's rollback runs. Its `stop-new` names the same service as the old r1, but
     the running container is not one this run created: it is left running (same container ID,
     serving), the run halts with both replicas serving and says what it left running."""
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     e = e2e_factory("down-busy:r1:100000")  # a lock that never frees
     old_r1 = running(e.fleet)[R1]
@@ -171,7 +172,8 @@ def test_a_continued_rollout_keeps_the_ledger_of_the_run_it_continues(e2e_factor
     """r1 fails (oom) after r2 moved: HALTED with the new r2 serving. `rollout --continue` starts a
     new run at phase r1; an abort there takes the whole-host rollback, whose first stop is the new
     r2 the first run created: the continued run knows it as its rollout's own."""
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     e = e2e_factory("oom:r1")
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -188,7 +190,8 @@ def test_a_lock_held_by_another_client_after_each_stop_is_waited_out_never_leavi
     """After every down, another client holds compose-manager's lock for the next 12 lock calls (the
     dashboard, another operator's dry run; the client's own busy retries give up after 6): the rollout and then the whole-host rollback wait each
     lock out, saying what holds it, and end as without it; r1 serves throughout."""
-    from orchestrator.service.runner import execute, new_rollback, new_rollout
+    from orchestrator.service.admission import new_rollback, new_rollout
+    from orchestrator.service.runner import execute
 
     e = e2e_factory("lock-after-down")
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)

@@ -57,7 +57,8 @@ def test_12_rollout_on_a_14029_host_never_recreates_the_serving_r1(e2e_factory):
     recreate; the first step dry run that does (the relay's, in r2) is caught by the docker/ps
     comparison: HALTED naming the relay, r1 never touched, the host serving throughout."""
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     e = e2e_factory("dry-run-recreates")
     before = _ids(e.fleet)

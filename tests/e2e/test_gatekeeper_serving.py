@@ -33,7 +33,7 @@ def short_logs(tmp_path):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []
@@ -55,7 +55,8 @@ def short_logs(tmp_path):
 
 
 def rollout(session, progress=None):
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     run, rb, table = new_rollout(session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK, None)
     return asyncio.run(execute(session, run, rb, table, progress=progress or RecordingProgress(), yes=True))

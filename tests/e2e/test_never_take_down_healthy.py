@@ -25,7 +25,8 @@ NEW_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
 
 
 def rollout(e, *, tag="v0.0.300", yes=True, start_phase=None):
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     run, rb, table = new_rollout(e.session, "gpu02", tag, DEFAULT_RUNBOOK, start_phase)
     return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=yes))
@@ -59,7 +60,7 @@ def test_rerunning_a_finished_rollout_does_nothing(e2e_factory):
 def test_a_part_way_host_is_refused_without_continue_and_continued_with_it(e2e_factory):
     """Item 3 (part-way): after r2 moved and the run was cut short, a new rollout refuses (exit 5
     ABORTED, the exact command named); `--continue` places it at phase r1."""
-    from orchestrator.service.runner import place_for_continue
+    from orchestrator.service.host_reads import place_for_continue
 
     e = e2e_factory("oom:r1")
     first = rollout(e)
@@ -81,7 +82,8 @@ def test_abort_during_r1_cold_start_keeps_the_new_r2(e2e_factory):
     serve. With a normal start the gate can pass before the abort is read (a loaded machine runs
     the simulated 20-minute start in a fraction of a second); then r1 serves and the rollback may
     rightly stop r2: the test would measure scheduling, not the guard."""
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     e = e2e_factory("cold-start-hang:r1")
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -105,7 +107,7 @@ def test_abort_during_r1_cold_start_keeps_the_new_r2(e2e_factory):
 
 def test_rollback_with_a_typo_in_to_file_stops_nothing(e2e_factory):
     """Item 6: a bad --to-file exits 2 (UserError) before any stop; only dry runs were sent."""
-    from orchestrator.service.runner import new_rollback
+    from orchestrator.service.admission import new_rollback
 
     e = e2e_factory()
     assert rollout(e).outcome == "DONE"
@@ -118,7 +120,7 @@ def test_rollback_with_a_typo_in_to_file_stops_nothing(e2e_factory):
 
 def test_rollback_target_ignores_an_aborted_run(e2e_factory):
     """Item 8: an ABORTED rollout at a bad tag never becomes the rollback's run or tag."""
-    from orchestrator.service.runner import new_rollback
+    from orchestrator.service.admission import new_rollback
 
     e = e2e_factory()
     assert rollout(e).outcome == "DONE"

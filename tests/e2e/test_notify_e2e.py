@@ -41,7 +41,8 @@ class Approver:
 
 
 def notify_run(e, url: str, fmt: str, *, yes: bool):
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     e.session.settings = e.session.settings.model_copy(
         update={"notify_url": SecretStr(url), "notify_format": fmt, "public_url": PUBLIC})

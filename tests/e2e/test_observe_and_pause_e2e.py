@@ -34,7 +34,9 @@ def observing(step_id: str):
 
 
 def test_an_observe_only_gate_records_its_failure_and_the_run_goes_on(e2e_factory):
-    from orchestrator.service.runner import execute, new_rollout, table_for
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.run_info import table_for
+    from orchestrator.service.runner import execute
 
     e = e2e_factory("labels-wrong")  # r2's telemetry-labels gate fails (config_variant)
     run, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
@@ -57,9 +59,10 @@ def test_observe_is_refused_on_a_step_a_stop_or_readiness_rests_on():
 
 
 def test_safe_points_never_sit_between_a_down_and_its_replacements_readiness():
-    from orchestrator.journal.base import RunRecord
-    from orchestrator.service.runner import table_for
     from datetime import datetime, timezone
+
+    from orchestrator.journal.base import RunRecord
+    from orchestrator.service.run_info import table_for
 
     now = datetime.now(timezone.utc)
     run = RunRecord("x", "gpu02", DEFAULT_RUNBOOK, "v0.0.300", "rollout", "INIT", False, None, None, {}, now, now, None)
@@ -75,7 +78,8 @@ def test_safe_points_never_sit_between_a_down_and_its_replacements_readiness():
 
 def test_a_pause_asked_during_a_cold_start_holds_after_readiness_until_continue(e2e_factory):
     from orchestrator.journal import audit
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     e = e2e_factory()
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)

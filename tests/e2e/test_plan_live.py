@@ -23,7 +23,8 @@ OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 
 def rollout(e):
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     run, rb, table = new_rollout(e.session, "gpu02", TAG, DEFAULT_RUNBOOK)
     return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))

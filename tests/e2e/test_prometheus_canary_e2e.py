@@ -38,8 +38,10 @@ def _prometheus_runbook(tmp: Path) -> Path:
 
 def _run(tmp_path: Path, *faults: str):
     from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.service.admission import new_rollout
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session, execute, new_rollout
+    from orchestrator.service.runner import execute
+    from orchestrator.service.session import Session
     from orchestrator.util.clock import ScaledClock
     from orchestrator_sim import SimConfig, SimFleet
 
@@ -84,8 +86,9 @@ def test_the_query_api_down_is_never_a_pass_it_rolls_r2_back(tmp_path: Path):
 def test_a_host_whose_inventory_names_no_prometheus_is_refused_before_the_run_starts(tmp_path: Path):
     import dataclasses
 
+    from orchestrator.service.admission import new_rollout
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session, new_rollout
+    from orchestrator.service.session import Session
     from orchestrator.util.clock import ScaledClock
     from orchestrator.util.user_errors import UserError
     from orchestrator_sim import SimConfig, SimFleet

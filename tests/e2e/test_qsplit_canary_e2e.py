@@ -36,7 +36,9 @@ NOON = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)  # outside the runbook'
 def canary(tmp_path: Path, monkeypatch):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import Session, execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
+    from orchestrator.service.session import Session
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []

@@ -36,7 +36,7 @@ def _running(fleet):
 
 def test_labels_named_like_credentials_leave_the_journal_exact_through_rollout_and_rollback(e2e_factory):
     from orchestrator.engine.executor import RunContext
-    from orchestrator.service.runner import new_rollback, new_rollout
+    from orchestrator.service.admission import new_rollback, new_rollout
 
     e = e2e_factory()
     for key, value in LABELS.items():

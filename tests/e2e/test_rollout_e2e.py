@@ -19,7 +19,8 @@ OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 
 
 def rollout(e, *, tag="v0.0.300", yes=True):
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     run, rb, table = new_rollout(e.session, "gpu02", tag, DEFAULT_RUNBOOK)
     progress = RecordingProgress()

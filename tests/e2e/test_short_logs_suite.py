@@ -30,7 +30,8 @@ R2_OLD = "model-sg-glm53-fp8-tp4-r2"
 
 
 def rollout(e):
-    from orchestrator.service.runner import execute, new_rollout
+    from orchestrator.service.admission import new_rollout
+    from orchestrator.service.runner import execute
 
     run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
     return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))

@@ -178,7 +178,7 @@ def test_the_clock_hook_steps_the_orchestrators_wall_clock() -> None:
     code = ("import sys; sys.argv=['x']\n"
             "from orchestrator_sim.explore.doors import clock_offset_hook\n"
             "clock_offset_hook()\n"
-            "import orchestrator.journal.sql_core as s, orchestrator.service.runner as r, datetime as d\n"
+            "import orchestrator.journal.sql as s, orchestrator.service.runner as r, datetime as d\n"
             "n = d.datetime.now(d.timezone.utc)\n"
             "print(round((s.datetime.now(d.timezone.utc) - n).total_seconds()), round((r.datetime.now(d.timezone.utc) - n).total_seconds()))")
     for offset, want in (("-3600", "-3600 -3600"), ("", "0 0")):

@@ -79,6 +79,6 @@ def sim_settings(fleet: Any, state_dir: Path, *, database_url: str = "") -> Sett
 def sim_session_factory(settings: Settings) -> Any:
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
     return Session.open(settings, clock=ScaledClock(SPEED), retry=RetryPolicy(deadline_s=900, busy_wait_s=5))

@@ -53,7 +53,7 @@ def served(tmp_path):
 
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.util.clock import ScaledClock
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
     fleet = sim.SimFleet(sim.SimConfig(speed=SPEED, cold_start_s=COLD_START_S))
     fleet.__enter__()

@@ -119,7 +119,7 @@ def test_the_run_fragment_shows_durations_expected_remaining_the_host_and_a_paus
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
-    from orchestrator.service.runner import table_for
+    from orchestrator.service.run_info import table_for
     from orchestrator.teamserver.pages import approval_gates, render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
@@ -163,7 +163,7 @@ def test_halt_texts_on_the_page_name_the_host_and_the_run():
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
-    from orchestrator.service.runner import table_for
+    from orchestrator.service.run_info import table_for
     from orchestrator.teamserver.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
@@ -185,7 +185,7 @@ def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
-    from orchestrator.service.runner import table_for
+    from orchestrator.service.run_info import table_for
     from orchestrator.teamserver.pages import approval_gates, render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)

@@ -26,7 +26,8 @@ from orchestrator.util.durations import parse_duration
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import JournalError
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked, runbook_identity
-from orchestrator.service.runner import check_tag, owner_id
+from orchestrator.service.run_info import check_tag
+from orchestrator.service.session import owner_id
 from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.auth import add_token, check_token_strength
 from orchestrator.teamserver.cli import run_serve
@@ -188,7 +189,7 @@ def test_healthz_and_a_running_request_stay_fast_while_metrics_is_hammered(setti
 
 
 def test_the_servers_journal_calls_run_off_the_event_loop(settings, serve_app, fake_execute):
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
     calls: list[tuple[str, bool]] = []
 
@@ -327,8 +328,8 @@ def test_errors_do_not_reveal_the_servers_paths(live, settings, monkeypatch):
     """A rollback with no journaled rollout and no target: the refusal names the journal this
     machine reads (here the server's SQLite path) and compose-manager's history (stubbed: the
     inventory's host is never contacted); the server's answer hides the path."""
+    import orchestrator.service.host_reads
     import orchestrator.service.incident
-    import orchestrator.service.runner
 
     async def no_previous(*_a, **_k):
         return {}
@@ -336,7 +337,7 @@ def test_errors_do_not_reveal_the_servers_paths(live, settings, monkeypatch):
     async def no_history(*_a, **_k):
         return orchestrator.service.incident.HostHistory(None, None, None)
 
-    monkeypatch.setattr(orchestrator.service.runner, "previous_from_action_log", no_previous)
+    monkeypatch.setattr(orchestrator.service.host_reads, "previous_from_action_log", no_previous)
     monkeypatch.setattr(orchestrator.service.incident, "host_history", no_history)
     url, _ = live
     r = httpx.post(f"{url}/runs", json={"action": "rollback", "host": "gpu02"}, headers=AUTH, timeout=10)

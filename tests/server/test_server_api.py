@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 import orchestrator.teamserver.worker as server_mod
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import LeaseHeld
-from orchestrator.service.runner import owner_id
+from orchestrator.service.session import owner_id
 from orchestrator.teamserver.app import create_app
 from orchestrator.util.user_errors import UserError
 

@@ -13,7 +13,7 @@ from orchestrator.journal.audit import cli_actor
 from orchestrator.service import signals
 from orchestrator.service.orphans import end_unowned
 from orchestrator.service.reads import get_run, load_settings_for
-from orchestrator.service.runner import Session, owner_id
+from orchestrator.service.session import Session, owner_id
 from orchestrator.service.startup import ReadSession
 
 app = command_app()

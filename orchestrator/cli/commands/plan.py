@@ -116,7 +116,7 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
         render_live_markdown,
         render_live_text,
     )
-    from orchestrator.service.runner import Session
+    from orchestrator.service.session import Session
 
     ensure_configured()  # client log events are dropped: stdout holds the plan only
     unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
