@@ -13,8 +13,9 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ALL = ("P1", "P2", "P3", "P4", "P5", "P6")

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.hosts.clients.retry import RetryPolicy
-from orchestrator.service.demo import DEMO_HOST, DEMO_TAG, demo_settings
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, Runbook
 from orchestrator.service.admission import new_rollout
+from orchestrator.service.demo import DEMO_HOST, DEMO_TAG, demo_settings
 from orchestrator.service.runner import execute
 from orchestrator.service.session import Session
 from orchestrator_sim import SimConfig, SimFleet

@@ -40,11 +40,11 @@ def _cpu() -> float:
 
 
 async def _wait(state: Path, window: float, poll: float) -> dict[str, Any]:
-    from orchestrator.util.clock import RealClock
     from orchestrator.language.machine import DONE, HALTED, Event, compile_rollout
     from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
     from orchestrator.service.runner import execute
     from orchestrator.service.session import Session
+    from orchestrator.util.clock import RealClock
     from orchestrator.util.settings import Settings
 
     rss_imported = _rss_kib()

@@ -41,8 +41,8 @@ from orchestrator.language.machine import DONE, ROLLED_BACK, Event, Table
 from orchestrator_sim.host.sglang_log import MILESTONES
 
 from bench.harness import POLL_INTERVAL_S, SimRun
-from bench.sim_fixes import label
 from bench.run_analysis import detections, rollback_reactions
+from bench.sim_fixes import label
 from bench.stats import summary
 from bench.timed_progress import TimedProgress
 from bench.warp_clock import WarpClock

@@ -30,7 +30,6 @@ import asyncio
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,7 +138,7 @@ async def client(base: str, source: str, n: int | None, until: float | None, sta
                 conn = None
             if status != 200:
                 errors.append(f"{path} {status}")
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
             errors.append(f"{path} {type(exc).__name__}")
             if conn is not None:
                 conn[1].close()
@@ -188,7 +187,7 @@ async def hold_slow_body(port: int, source: str, stop: asyncio.Event, held: list
                     data = await asyncio.wait_for(reader.read(1024), timeout=2.0)
                     if not data:
                         break  # the server answered and closed, or closed
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
         except (OSError, ConnectionError):
             pass
@@ -217,7 +216,7 @@ async def hold_half_headers(port: int, source: str, stop: asyncio.Event, held: l
                     data = await asyncio.wait_for(reader.read(1024), timeout=2.0)
                     if not data:
                         break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
         except (OSError, ConnectionError):
             pass
@@ -269,7 +268,7 @@ async def one_address(base: str, port: int, n: int) -> dict[str, Any]:
                 answered_503 += 1
             elif data:
                 open_now += 1
-        except asyncio.TimeoutError:
+        except TimeoutError:
             open_now += 1  # still held by the server
     lat: list[float] = []
     errors: list[str] = []

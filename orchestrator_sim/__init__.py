@@ -22,8 +22,8 @@ from orchestrator_sim.compose_manager.repo import (
 )
 from orchestrator_sim.faults import FAULTS, FaultInfo, FaultSpec, parse_fault
 from orchestrator_sim.fleet.sim_fleet import FleetTokens, FleetUrls, SimConfig, SimFleet
-from orchestrator_sim.record.invariants import check_base_tier, check_invariants, no_call_after
 from orchestrator_sim.record.calls import RecordedCall, load_calls
+from orchestrator_sim.record.invariants import check_base_tier, check_invariants, no_call_after
 from orchestrator_sim.record.timeline import ServingTimeline, SlotChange, load_timeline
 
 __all__ = [

@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.previews.diagram import render_mermaid  # noqa: E402
 from orchestrator.language.machine import compile_rollout  # noqa: E402
 from orchestrator.language.runbook import load_runbook  # noqa: E402
+from orchestrator.previews.diagram import render_mermaid  # noqa: E402
 
 #: Where the diagram lives.
 DOCUMENT = ROOT / "docs" / "design.md"

@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -184,7 +184,7 @@ def _unexpected(exc: Exception) -> int:
     return int(ExitCode.UNEXPECTED)
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """`orchestrate`. Every way out is an exit code and, on an error, one line on stderr: usage
     and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), a host system that
     failed a read before any run acted 5, Ctrl-C 130, a bug 1 (ORCHESTRATOR_DEBUG=1 adds the

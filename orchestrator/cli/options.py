@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -41,7 +41,7 @@ SoakOpt = typer.Option(None, "--soak", metavar="DURATION",
 YesOpt = flag("--yes", "Approve the soaks' manual approval gates without waiting for `orchestrate approve`")
 
 
-def remote(server: str, action: str, body: dict[str, Any], as_json: bool, server_ca: Optional[Path]) -> None:
+def remote(server: str, action: str, body: dict[str, Any], as_json: bool, server_ca: Path | None) -> None:
     """Send the command to `orchestrate serve` at `server` instead; exit with its code."""
     # the team server's client (httpx, ~0.2 s of start-up) is imported only with --server
     from orchestrator.teamserver.remote import remote as send

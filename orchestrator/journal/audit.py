@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import getpass
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -70,7 +70,7 @@ def record_start(journal: Any, run: RunRecord, by: str) -> None:
 
 
 def when(at: datetime) -> str:
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def paused_by(journal: Any, run_id: str) -> AuditEntry | None:

@@ -9,7 +9,7 @@ import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.util.outcome import Outcome
@@ -261,12 +261,12 @@ def make_run_id(host: str, at: datetime | None = None) -> str:
 
     Sorts by time within a host, and is short enough to type into `orchestrate resume`.
     """
-    at = _utc(at or datetime.now(timezone.utc))
+    at = _utc(at or datetime.now(UTC))
     slug = re.sub(r"[^a-z0-9.]+", "-", host.lower()).strip("-.") or "host"
     return f"{slug}-{at:%Y%m%dT%H%M}-{secrets.token_hex(2)}"
 
 
 def _utc(dt: datetime) -> datetime:
     if dt.tzinfo is None:
-        return dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc)
+        return dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)

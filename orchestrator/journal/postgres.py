@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -97,7 +97,7 @@ class PostgresJournal(SqlJournal):
         return _utc(dt)
 
     def _ts_value(self, raw: Any) -> datetime:
-        return raw.astimezone(timezone.utc)
+        return raw.astimezone(UTC)
 
     def _json_param(self, obj: dict | None) -> Any:
         return None if obj is None else Jsonb(obj)

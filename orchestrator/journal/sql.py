@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator.journal.base import (
@@ -139,7 +139,7 @@ class SqlJournal(ABC):
     def _json_value(self, raw: Any) -> dict | None: ...
 
     def _db_now(self, tx: Tx) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def _serialize_admissions(self, tx: Tx) -> None:
         """Make admissions (and run creations) one at a time across processes. SQLite: its

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,13 +113,13 @@ class SqliteJournal(SqlJournal):
         # every row read parses its timestamps (the executor reads a run's transitions at each
         # step): fromisoformat is ~10x cheaper than strptime for the one format we write
         try:
-            return datetime.fromisoformat(raw).astimezone(timezone.utc) if raw.endswith("Z") else self._ts_strict(raw)
+            return datetime.fromisoformat(raw).astimezone(UTC) if raw.endswith("Z") else self._ts_strict(raw)
         except ValueError:
             return self._ts_strict(raw)
 
     @staticmethod
     def _ts_strict(raw: Any) -> datetime:
-        return datetime.strptime(raw, _TS_FORMAT).replace(tzinfo=timezone.utc)
+        return datetime.strptime(raw, _TS_FORMAT).replace(tzinfo=UTC)
 
     def _json_param(self, obj: dict | None) -> str | None:
         return None if obj is None else json.dumps(obj, ensure_ascii=False, allow_nan=False)

@@ -28,7 +28,7 @@ from orchestrator.language.runbook import Phase, Runbook, Step
 from orchestrator.util.outcome import Outcome
 
 
-class Event(str, Enum):
+class Event(str, Enum):  # noqa: UP042  # StrEnum would change str(Event.OK) from "Event.OK" in messages and the journal
     OK = "ok"
     FAIL = "fail"
     SKIP = "skip"

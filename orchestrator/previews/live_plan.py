@@ -35,6 +35,7 @@ from orchestrator.engine.rules.targets import journaled_successes, newest_succes
 from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.hosts.budget import format_gib
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
+from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import BadRequest, ClientError, TagNotFound, TagTooRecent
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers.dry_run import parse_dry_run

@@ -18,7 +18,7 @@ to look at that process from here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.journal.audit import paused_by
@@ -48,7 +48,7 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
         return Activity(INTERRUPTED, f"no runner holds it; {resume}")
     if holder_gone(lease.owner):
         return Activity(INTERRUPTED, f"its runner ({describe_owner(lease.owner)}) is gone; {resume}")
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if lease.expires_at <= now:
         return Activity(INTERRUPTED, f"its runner's lease ({describe_owner(lease.owner)}) expired "
                                      f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC; {resume}")

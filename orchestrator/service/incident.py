@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 EXPLICIT = "the operator's explicit --to-tag/--to-file (no journaled rollout)"
 
 
-def journal_description(settings: "Settings") -> str:
+def journal_description(settings: Settings) -> str:
     """Which journal this machine reads, never quoting a database URL (it may hold a password)."""
     if settings.database_url:
         return "the shared PostgreSQL journal (ORCHESTRATOR_DATABASE_URL)"
@@ -64,7 +64,7 @@ def read_history(actions: list[Action], current: tuple[str, str] | None, rb: Run
     return HostHistory(new_tag, (pick.tag, pick.file) if pick else None, pick.timestamp if pick else None)  # type: ignore[arg-type]
 
 
-async def host_history(session: "Session", host: str, rb: Runbook) -> HostHistory:
+async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:
     entry = session.inventory.host(host)
     async with _compose_client(session, entry) as cm:
         actions = list(await cm.action_log())
@@ -78,7 +78,7 @@ def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
     return f"orchestrate rollback {host} --runbook {rb.name} --to-tag {tag} --to-file {file}"
 
 
-def no_journal_message(session: "Session", host: str, rb: Runbook, history: HostHistory, why: str) -> str:
+def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHistory, why: str) -> str:
     """The refusal when neither a journaled rollout nor an explicit target is at hand (one line)."""
     where = journal_description(session.settings)
     if history.suggested is not None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from orchestrator.engine.rules.targets import group_targets
 from orchestrator.hosts.inventory import load_inventory

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.service.session import Session
 
 
-def superseded_by(session: "Session", run: RunRecord) -> str | None:
+def superseded_by(session: Session, run: RunRecord) -> str | None:
     """Why `run` can no longer be resumed (a later run acted on its host), or None."""
     try:
         refuse_stale_resume(session, run)
@@ -44,7 +44,7 @@ def superseded_by(session: "Session", run: RunRecord) -> str | None:
     return None
 
 
-async def read_host(session: "Session", run: RunRecord, rb: "Runbook | None") -> str:
+async def read_host(session: Session, run: RunRecord, rb: Runbook | None) -> str:
     """One line: what the host runs now (the runbook's engines and who serves), and for a
     `capacity: fleet` runbook whether the peers route the tier's domain to it. Read-only."""
     entry = session.inventory.host(run.host)
@@ -68,7 +68,7 @@ async def read_host(session: "Session", run: RunRecord, rb: "Runbook | None") ->
     return f"host now: {'; '.join(parts)}"
 
 
-async def end_unowned(session: "Session", run: RunRecord, by: str) -> str | None:
+async def end_unowned(session: Session, run: RunRecord, by: str) -> str | None:
     """End `run` if nobody drives it (module docstring); the line to show, or None when the
     abort is left to `orchestrate resume` (a resumable run that changed its host)."""
     journal = session.journal

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -79,7 +79,7 @@ async def execute(
     fenced = False
     try:
         if taken is not None:
-            expired = taken.expires_at <= datetime.now(timezone.utc)
+            expired = taken.expires_at <= datetime.now(UTC)
             what = "the expired lease" if expired else "the lease"
             why = "" if expired else ": its process is gone"
             progress.event("note", clock=session.clock.monotonic(),

@@ -7,9 +7,10 @@ Ctrl-C does; it renders the typed result (service.requests). Nothing here prints
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.engine.fleet import Interrupted, default_runbook, refuse_unmet_prerequisites, run_fleet, runbook_for
 from orchestrator.engine.rules.prerequisites import check_overrides

@@ -54,7 +54,7 @@ class Session:
     admitted: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> "Session":
+    def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> Session:
         inventory = load_inventory(settings.inventory_path())
         redactor = Redactor()
         redactor.add(*settings.tokens())

@@ -45,6 +45,7 @@ import orchestrator
 from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.language.runbook import RUNBOOK_DIR
+from orchestrator.service.session import Session, owner_id
 from orchestrator.teamserver import pages
 from orchestrator.teamserver.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.teamserver.config import ServerConfig, ServerRedactor, journal_kind, server_logger
@@ -60,7 +61,6 @@ from orchestrator.teamserver.guards import (
 )
 from orchestrator.teamserver.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
 from orchestrator.teamserver.worker import SessionFactory, Worker
-from orchestrator.service.session import Session, owner_id
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError

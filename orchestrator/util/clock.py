@@ -65,7 +65,7 @@ def _loopback(url: str) -> bool:
         return False
 
 
-def clock_for(urls: list[str], environ: dict[str, str] | None = None) -> "Clock":
+def clock_for(urls: list[str], environ: dict[str, str] | None = None) -> Clock:
     """The clock a command runs on: `RealClock`, unless the test-only switch
     `ORCHESTRATOR_TIME_SCALE` is set in the process environment (never read from `.env`) *and*
     every system the command talks to is on loopback (the simulator). A production host is never

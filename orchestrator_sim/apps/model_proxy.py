@@ -12,8 +12,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator_sim.apps.common import bearer_ok
-from orchestrator_sim.host.containers import BASE_DOMAIN, LONG_DOMAIN, MODEL_PROXY_PORT
 from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.host.containers import BASE_DOMAIN, LONG_DOMAIN, MODEL_PROXY_PORT
 from orchestrator_sim.host.sim_host import SimHost
 
 # The rest of the fleet, as the peers see it (TEST-NET addresses). A simulated host's address is

@@ -34,11 +34,11 @@ from starlette.routing import Route
 from orchestrator_sim.apps.common import recorded_call
 from orchestrator_sim.compose_manager.ops import ComposeError, Operation
 from orchestrator_sim.compose_manager.repo import parse_compose_yaml
-from orchestrator_sim.host.containers import CONFIG_DIR, PROJECT
 from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.host.containers import CONFIG_DIR, PROJECT
+from orchestrator_sim.host.serving import nginx_error_page
 from orchestrator_sim.host.sim_host import SimHost
 from orchestrator_sim.record.calls import CallRecorder
-from orchestrator_sim.host.serving import nginx_error_page
 
 COMMIT = "8e07c35"
 STREAM_POLL_S = 0.005  # real seconds between looks at an operation's output

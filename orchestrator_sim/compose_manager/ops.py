@@ -27,6 +27,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from orchestrator_sim.compose_manager.interpolation import InterpolationError
 from orchestrator_sim.compose_manager.plan import PlanItem  # noqa: F401 - re-exported
 from orchestrator_sim.compose_manager.records import (  # noqa: F401 - re-exported (host/sim_host.py, apps)
     ComposeRequest,
@@ -37,7 +38,6 @@ from orchestrator_sim.compose_manager.records import (  # noqa: F401 - re-export
 from orchestrator_sim.compose_manager.repo import TagInfo, load_compose, sha256_text
 from orchestrator_sim.compose_manager.scripts import ComposeScripts
 from orchestrator_sim.host.containers import CONFIG_DIR, PROJECT
-from orchestrator_sim.compose_manager.interpolation import InterpolationError
 from orchestrator_sim.record.calls import RecordedCall
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -23,8 +23,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from orchestrator_sim.explore.judge import Result, baseline, run_hole, run_seed, sweep_point
 from orchestrator_sim.explore.common import ROOT
+from orchestrator_sim.explore.judge import Result, baseline, run_hole, run_seed, sweep_point
 from orchestrator_sim.explore.schedule import HOLES, draw
 
 

@@ -265,7 +265,6 @@ def server_for(cwd: Path) -> ForkServer:
         if s is None or not s.alive():
             if not _SERVERS:
                 import atexit
-
                 import multiprocessing.util
 
                 # waited for at exit, so its CPU (and its commands') counts as this process's: atexit

@@ -15,7 +15,7 @@ import asyncio
 import os
 import signal
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from orchestrator.journal.sql import SqlJournal
@@ -35,7 +35,7 @@ if SIGNAL_AT:
 
 SHIFT = float(os.environ.get("ORCHESTRATOR_TEST_JOURNAL_SHIFT_S", "0") or 0)
 if SHIFT:
-    SqlJournal._db_now = lambda self, tx: datetime.now(timezone.utc) + timedelta(seconds=SHIFT)
+    SqlJournal._db_now = lambda self, tx: datetime.now(UTC) + timedelta(seconds=SHIFT)
 
 STALL = os.environ.get("ORCHESTRATOR_TEST_STALL_FILE")
 if STALL:

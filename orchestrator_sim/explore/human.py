@@ -38,8 +38,8 @@ def apply_breaks() -> None:
     21 case 2). page-any-gate: the server takes any gate (and `*`) from the run page (case 3)."""
     breaks = {b for b in os.environ.get("ORCHESTRATOR_TEST_BREAK", "").split(",") if b}
     if "inherit-yes" in breaks:
-        from orchestrator.engine.executor import loop
         from orchestrator.engine.context import RunContext
+        from orchestrator.engine.executor import loop
 
         init = loop.Executor.__init__
 
@@ -73,8 +73,8 @@ def approval_gates(runbook: str, kind: str, context: str) -> set[str]:
     if key not in _GATES:
         import json
 
-        from orchestrator.service.run_info import table_for
         from orchestrator.language.runbook import load_runbook_checked
+        from orchestrator.service.run_info import table_for
 
         try:
             rb = load_runbook_checked(runbook)[0]

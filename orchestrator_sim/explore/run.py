@@ -14,8 +14,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator_sim.explore.common import CLI_CWD, CMD_TIMEOUT_S, COLD_START_S, FAST_COLD_START_S, FORK, LEASE_TTL, \
-    PREVIOUS_TAG, SPEED, TAG, TYPO_FILE, Command, _Watcher, end_state
+from orchestrator_sim.explore.common import (
+    CLI_CWD,
+    CMD_TIMEOUT_S,
+    COLD_START_S,
+    FAST_COLD_START_S,
+    FORK,
+    LEASE_TTL,
+    PREVIOUS_TAG,
+    SPEED,
+    TAG,
+    TYPO_FILE,
+    Command,
+    _Watcher,
+    end_state,
+)
 from orchestrator_sim.explore.door_runs import DoorRuns
 from orchestrator_sim.explore.schedule import Action, Schedule
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator_sim.compose_manager.repo import BASE_HOSTS
-from orchestrator_sim.host.containers import COMPOSE_VERSION, HOST_IP
 from orchestrator_sim.faults import ActiveFaults
+from orchestrator_sim.host.containers import COMPOSE_VERSION, HOST_IP
 
 LOOPBACK = "127.0.0.1"
 PEERS = ("peer-a", "peer-b")

@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator_sim.host.containers import MODEL_PROXY_PORT
 from orchestrator_sim.fleet.config import LOOPBACK, FleetTokens, FleetUrls, SimConfig, _secret
+from orchestrator_sim.host.containers import MODEL_PROXY_PORT
 
 if TYPE_CHECKING:
     from orchestrator_sim.host.sim_host import SimHost

@@ -35,15 +35,14 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from orchestrator.util.clock import ScaledClock
-from orchestrator_sim.compose_manager.app import StreamCut, build_compose_manager_app
 from orchestrator_sim.apps.dashboard import DashboardState, build_dashboard_app
 from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.apps.inference import build_host_proxy_app, build_inference_app, build_relay_app
+from orchestrator_sim.apps.model_proxy import build_model_proxy_app
 from orchestrator_sim.apps.prometheus import build_prometheus_app
 from orchestrator_sim.apps.registry import build_registry_app
-from orchestrator_sim.apps.model_proxy import build_model_proxy_app
+from orchestrator_sim.compose_manager.app import StreamCut, build_compose_manager_app
 from orchestrator_sim.compose_manager.repo import TARGET_TAG, SimRepository
-from orchestrator_sim.host.containers import BASE_DOMAIN, LONG_DOMAIN
 from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.fleet.config import (  # noqa: F401 - re-exported (tests, bench, testing.py, __init__)
     BASE_HOST_IPS,
@@ -61,9 +60,10 @@ from orchestrator_sim.fleet.config import (  # noqa: F401 - re-exported (tests, 
     log_lines_from_env,
 )
 from orchestrator_sim.fleet.files import FleetFiles
+from orchestrator_sim.host.containers import BASE_DOMAIN, LONG_DOMAIN
 from orchestrator_sim.host.sim_host import SimHost
-from orchestrator_sim.record.invariants import check_base_tier, check_invariants
 from orchestrator_sim.record.calls import CallRecorder, RecordedCall, RecordingMiddleware
+from orchestrator_sim.record.invariants import check_base_tier, check_invariants
 from orchestrator_sim.record.timeline import ServingTimeline
 
 TICK_S = 0.005  # real seconds between two runs of due events

@@ -5,11 +5,11 @@ restart policy, stop, removal) and what a production host may do on its own (an 
 
 from __future__ import annotations
 
-from orchestrator_sim.host import sglang_log
 from orchestrator_sim.compose_manager.repo import REGISTRAR_SERVICE
+from orchestrator_sim.host import sglang_log
 from orchestrator_sim.host.containers import Container
-from orchestrator_sim.host.engine_cache import PrefixCache
 from orchestrator_sim.host.docker import HostDockerView
+from orchestrator_sim.host.engine_cache import PrefixCache
 from orchestrator_sim.host.engines import HostEngines
 from orchestrator_sim.host.services import HostServices
 from orchestrator_sim.host.state import (  # noqa: F401 - the host's constants, imported from here (sim_host.py, compose_manager/ops.py)

@@ -3,8 +3,8 @@ their logs, `docker ps` lines and `docker compose logs` output (read-only, under
 
 from __future__ import annotations
 
-from orchestrator_sim.host import docker_format
 from orchestrator_sim.compose_manager.repo import NGINX_SERVICE, PROXY_SERVICE, RELAY_SERVICE
+from orchestrator_sim.host import docker_format
 from orchestrator_sim.host.containers import PROJECT, Container, ContainerView
 from orchestrator_sim.host.state import REGISTRAR_HEALTH_START_S, HostState
 

@@ -7,11 +7,17 @@ import hashlib
 import re
 from typing import Any
 
-from orchestrator_sim.host import device_memory, live_traffic, sglang_log
 from orchestrator_sim.compose_manager.repo import PROXY_SERVICE, REGISTRAR_SERVICE, RELAY_SERVICE
+from orchestrator_sim.host import device_memory, live_traffic, sglang_log
 from orchestrator_sim.host.containers import SERVED_MODEL, Container
-from orchestrator_sim.host.engine_cache import CacheLookup, chat_completion_body, completion_text, render_prompt, tokenize
 from orchestrator_sim.host.core import HostCore
+from orchestrator_sim.host.engine_cache import (
+    CacheLookup,
+    chat_completion_body,
+    completion_text,
+    render_prompt,
+    tokenize,
+)
 
 _RELAY_PATH = re.compile(r"^/(health|metrics|v1/models|v1/chat/completions|v1/completions|v1/responses)$")
 

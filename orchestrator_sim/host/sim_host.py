@@ -22,7 +22,6 @@ from threading import RLock
 from typing import Any
 
 from orchestrator.util.clock import Clock
-from orchestrator_sim.host import sglang_log
 from orchestrator_sim.compose_manager.ops import IMAGE, ComposeOperations, Operation, OrphanRemoval, WorkCopy
 from orchestrator_sim.compose_manager.repo import (
     BASE_TARGET_FILE,
@@ -32,13 +31,14 @@ from orchestrator_sim.compose_manager.repo import (
     inline_config_changes_ignored,
     load_compose,
 )
-from orchestrator_sim.host.containers import BASE_DOMAIN, COMPOSE_VERSION, HOST_IP, LONG_DOMAIN, Container
-from orchestrator_sim.host.engine_cache import PrefixCache
 from orchestrator_sim.faults import ActiveFaults
-from orchestrator_sim.host.hicache_budget import GIB, resolve_budget
+from orchestrator_sim.host import sglang_log
+from orchestrator_sim.host.containers import BASE_DOMAIN, COMPOSE_VERSION, HOST_IP, LONG_DOMAIN, Container
 from orchestrator_sim.host.core import DOWNLOADER_RUN_S, NOISE_INTERVAL_S, REGISTER_LOOP_S
-from orchestrator_sim.record.calls import CallRecorder
+from orchestrator_sim.host.engine_cache import PrefixCache
+from orchestrator_sim.host.hicache_budget import GIB, resolve_budget
 from orchestrator_sim.host.serving import ServingPaths
+from orchestrator_sim.record.calls import CallRecorder
 from orchestrator_sim.record.timeline import SLOTS, ServingTimeline
 
 # MemAvailable when the canary's FP8 r2 started was this much below the boot figure (page cache):

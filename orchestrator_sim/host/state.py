@@ -25,12 +25,12 @@ from orchestrator_sim.compose_manager.repo import (
     ServiceDef,
     SimRepository,
 )
+from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.host.containers import (
     CONFIG_DIR,
     Container,
     EngineRun,
 )
-from orchestrator_sim.faults import ActiveFaults
 from orchestrator_sim.record.calls import CallRecorder
 from orchestrator_sim.record.timeline import ServingTimeline
 

@@ -3,10 +3,9 @@ simulated fleet, the CLI in its own process with the Ctrl-C/crash/stall hooks, `
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
-
-import importlib.util
 
 import pytest
 

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import pytest
+from test_gatekeeper_admission import ok  # tests/e2e
+from waiting import wait_until, wait_until_async
 
 from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG
 from orchestrator_sim.faults import FaultSpec
-from test_gatekeeper_admission import ok  # tests/e2e
-from waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.e2e
 
@@ -64,13 +64,13 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
     without judging capacity again."""
     import asyncio
 
-    from orchestrator.journal import audit
-    from orchestrator.service import signals as commands
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.engine.steps import presence
+    from orchestrator.journal import audit
+    from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.runner import execute
-    from orchestrator.engine.steps import presence
 
     e = e2e_factory(hosts=BASE_HOSTS)
     original = presence.Presence.run

@@ -21,14 +21,14 @@ BASE_RB = "base-glm53-w4afp8"
 
 
 def test_two_journals_drain_two_base_hosts_at_once(e2e_factory):
-    from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
-    from orchestrator.service.demo import demo_settings
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.admission import new_rollout
+    from orchestrator.service.demo import demo_settings
     from orchestrator.service.runner import execute
     from orchestrator.service.session import Session
+    from orchestrator.util.clock import ScaledClock
 
     e = e2e_factory(hosts=BASE_HOSTS)
     other_state = e.state_dir.parent / "other-state"

@@ -9,21 +9,21 @@ before a resume or an adoption is not read after it."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 
 import pytest
-
 from waiting import wait_until_async
 
 pytestmark = pytest.mark.e2e
 
 
 def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_factory):
-    from orchestrator.service import signals as commands
-    from orchestrator.util.exit_codes import ExitCode
     from orchestrator.engine.progress import RecordingProgress
     from orchestrator.language.runbook import load_runbook
+    from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.runner import execute
+    from orchestrator.util.exit_codes import ExitCode
     from orchestrator.util.user_errors import Refused, UserError
 
     e = e2e_factory()
@@ -69,18 +69,18 @@ def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_
 
 def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(e2e_factory):
     import itertools
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
-    from orchestrator.journal import audit, open_journal
-    from orchestrator.service import signals as commands
     from orchestrator.engine.rules.approval_scope import effective
+    from orchestrator.journal import audit, open_journal
     from orchestrator.language.runbook import load_runbook
+    from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout
 
     e = e2e_factory()
     run, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", "gpu02-glm53-w4afp8-long-context")
     # the same journal on a clock the test steps: each write one second after the one before
-    t0, ticks = datetime.now(timezone.utc), itertools.count(1)
+    t0, ticks = datetime.now(UTC), itertools.count(1)
     journal = open_journal(e.session.settings.journal_location(), now=lambda: t0 + timedelta(seconds=next(ticks)))
     gates = commands.run_gates(run, lambda: load_runbook(run.runbook))
     commands.approve(journal, run, "*", "bob@laptop", gates)  # `--gate '*'`, by name

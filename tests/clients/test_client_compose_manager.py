@@ -4,8 +4,8 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from helpers_compose import BASE, ENV, FAST, HTML_502, NEW_FILE, R2, REQ, TOKEN, done_line, error, event_line, stream
 
+from helpers_compose import BASE, ENV, FAST, HTML_502, NEW_FILE, R2, REQ, TOKEN, done_line, error, event_line, stream
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
 from orchestrator.hosts.clients.errors import (
     BadRequest,
@@ -13,7 +13,6 @@ from orchestrator.hosts.clients.errors import (
     MalformedResponse,
     RequestInvalid,
     ServerError,
-    TagNotFound,
     TagTooRecent,
     TransportError,
     Unauthorized,

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
-from helpers_compose import BASE, ENV, REQ, TOKEN, error
 
+from helpers_compose import BASE, ENV, REQ, TOKEN, error
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
 from orchestrator.hosts.clients.errors import MalformedResponse, RequestInvalid, TagNotFound
 from orchestrator.hosts.clients.retry import RetryPolicy

@@ -3,7 +3,13 @@ import pytest
 import respx
 
 from orchestrator.hosts.clients.dashboard import DashboardClient
-from orchestrator.hosts.clients.errors import HostListedTwice, HostNotFound, MalformedResponse, RequestInvalid, Unauthorized
+from orchestrator.hosts.clients.errors import (
+    HostListedTwice,
+    HostNotFound,
+    MalformedResponse,
+    RequestInvalid,
+    Unauthorized,
+)
 from orchestrator.hosts.clients.model_proxy import ModelProxyClient, parse_backends_list
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap

@@ -9,8 +9,8 @@ import time
 
 import httpx
 
-from orchestrator.service.notify import Notifier, NotifyProgress
 from orchestrator.hosts.redaction import Redactor
+from orchestrator.service.notify import Notifier, NotifyProgress
 
 URL = "https://hooks.example.invalid/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX"
 

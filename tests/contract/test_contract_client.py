@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from recorded_exchanges import EXCHANGE_LIST, Exchange
 
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
 from orchestrator.hosts.clients.errors import (
@@ -31,6 +30,7 @@ from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers.compose_manager_reads import VersionInfo
 from orchestrator.hosts.redaction import Redactor
+from recorded_exchanges import EXCHANGE_LIST, Exchange
 
 BASE = "http://cm.test:8080"
 POLICY = RetryPolicy.immediate(busy_retries=2, max_attempts=3, tag_not_found_retries=2)

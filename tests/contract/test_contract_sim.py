@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
-from recorded_exchanges import EXCHANGE_LIST, Exchange
+from waiting import wait_until_async
 
 from orchestrator_sim.testing import in_process_compose_manager
-from waiting import wait_until_async
+from recorded_exchanges import EXCHANGE_LIST, Exchange
 
 TAGS = {"v0.0.280": "v0.0.290"}
 LOCK_HOLDER = {

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+from waiting import wait_until_async
 
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator_sim.testing import CANARY, OLD_TAG, in_process_compose_manager
-from waiting import wait_until_async
 
 
 async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:

@@ -16,21 +16,21 @@ Each test names the guard it checks; deleting that guard makes it fail:
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.service import admission
+from orchestrator.engine.rules.prerequisites import unmet
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import LeaseHeld
-from orchestrator.engine.rules.prerequisites import unmet
 from orchestrator.language.runbook import load_runbook
+from orchestrator.service import admission
 from orchestrator.util.user_errors import Refused
 
 GPU02 = load_runbook("gpu02-glm53-w4afp8-long-context")
 BASE = load_runbook("base-glm53-w4afp8")
-T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
 
 
 class Clock:

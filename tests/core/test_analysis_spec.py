@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from orchestrator.analysis.spec import AnalysisSpec
-from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.engine.steps import handler_for
+from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
@@ -151,8 +151,8 @@ def test_the_canary_plan_is_byte_identical_to_its_golden():
     import os
 
     from orchestrator.language.machine import compile_rollout
-    from orchestrator.previews.plan import build_plan, render_text
     from orchestrator.language.runbook import load_runbook
+    from orchestrator.previews.plan import build_plan, render_text
 
     rb = load_runbook("gpu02-glm53-w4afp8-pdi2-canary")
     out = render_text(build_plan(rb, compile_rollout(rb), host="gpu02", tag="v0.0.304"))

@@ -6,15 +6,27 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import (
-    ABORTED, REQUESTS, TPOT, TTFT, Histogram, Scrape, WindowError, counter_increase, histogram_increase,
-    measure, quantile, ratio, window_of,
+    ABORTED,
+    REQUESTS,
+    TPOT,
+    TTFT,
+    Histogram,
+    Scrape,
+    WindowError,
+    counter_increase,
+    histogram_increase,
+    measure,
+    quantile,
+    ratio,
+    window_of,
 )
-from orchestrator.metricproviders.relay_scrape import parse_scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
+from orchestrator.metricproviders.relay_scrape import parse_scrape
 
 LES = (0.01, 0.02, 0.05, 0.1, math.inf)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.previews.compose_check import check_config_only_recreates
 from orchestrator.hosts.compose_file import config_only_changes
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
+from orchestrator.previews.compose_check import check_config_only_recreates
 
 SIM_COMPOSE = Path(__file__).resolve().parents[2] / "orchestrator_sim" / "compose"
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())

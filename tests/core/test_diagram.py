@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.previews.diagram import render_dot, render_mermaid
 from orchestrator.language.machine import TERMINALS, compile_rollback, compile_rollout
 from orchestrator.language.runbook import load_runbook
+from orchestrator.previews.diagram import render_dot, render_mermaid
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -12,11 +12,18 @@ Mutation list (each rule was disabled in the source, the test run and seen faili
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from orchestrator.engine.fleet import FleetResult, journal_overrides, parse_hosts, refuse_unmet_prerequisites, run_fleet, runbook_for
+from orchestrator.engine.fleet import (
+    FleetResult,
+    journal_overrides,
+    parse_hosts,
+    refuse_unmet_prerequisites,
+    run_fleet,
+    runbook_for,
+)
 from orchestrator.journal.sqlite import SqliteJournal
 from orchestrator.language.runbook import load_runbook
 from orchestrator.util.user_errors import Refused, UserError
@@ -98,7 +105,7 @@ def test_a_prerequisite_that_has_not_soaked_long_enough_is_refused():
     rb = BASE.model_copy(update={"prerequisites": [replace_soak(p, 3600) for p in BASE.prerequisites]})
     with pytest.raises(Refused, match="less than the 1h soak"):
         refuse_unmet_prerequisites(rb, journal, [])
-    refuse_unmet_prerequisites(rb, journal, [], now=datetime.now(timezone.utc) + timedelta(hours=2))
+    refuse_unmet_prerequisites(rb, journal, [], now=datetime.now(UTC) + timedelta(hours=2))
 
 
 def replace_soak(p, seconds: float):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.engine.steps import handler_for
+from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError
 
 CANARY = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-pdi2-canary.yaml").read_text())
@@ -134,8 +134,8 @@ def test_a_wrong_construct_is_refused_in_one_line_naming_it(step, words):
 
 
 def test_the_manual_step_is_an_approval_gate_of_the_run(tmp_path: Path):
-    from orchestrator.service.signals import approval_gates
     from orchestrator.journal.sqlite import SqliteJournal
+    from orchestrator.service.signals import approval_gates
 
     rb = parse_runbook(with_gates())
     journal = SqliteJournal(":memory:")
@@ -158,10 +158,10 @@ def test_orchestrate_plan_refuses_a_wrong_gate_with_one_line_and_exit_2(tmp_path
 
 
 def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path):
-    from orchestrator.service.activity import run_activity
     from orchestrator.journal.owner import owner_text
     from orchestrator.journal.sqlite import SqliteJournal
     from orchestrator.language.machine import compile_rollout
+    from orchestrator.service.activity import run_activity
 
     rb = parse_runbook(with_gates())
     table = compile_rollout(rb)
@@ -171,7 +171,7 @@ def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path
         j.acquire_lease("gpu02", run.run_id, owner_text(), 60)
         act = run_activity(run, j, table)
         assert act.label == "waiting for approval"
-        assert "set CANARY_NOTE" in act.detail and f"--gate canary.note-canary" in act.detail
+        assert "set CANARY_NOTE" in act.detail and "--gate canary.note-canary" in act.detail
         j.approve(run.run_id, "canary.note-canary", by="carol")
         assert run_activity(run, j, table).label == "running"  # approved: verifying the edit
     finally:
@@ -179,8 +179,8 @@ def test_status_says_a_run_at_a_manual_step_waits_for_an_approval(tmp_path: Path
 
 
 def test_a_rollback_entered_anywhere_names_its_manual_edits_before_it_runs():
-    from orchestrator.language.machine import compile_rollout
     from orchestrator.engine.steps.manual import manual_edits_ahead
+    from orchestrator.language.machine import compile_rollout
 
     table = compile_rollout(parse_runbook(with_gates()))
     ahead = manual_edits_ahead(table, "canary.rollback.unnote-canary")

@@ -10,13 +10,13 @@ import pytest
 import respx
 import yaml
 
-from orchestrator.hosts.clients.errors import ServerError
-from orchestrator.hosts.clients.inference import SoakRelayClient
-from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
-from orchestrator.language.runbook import RUNBOOK_DIR, GaugeBound, parse_runbook
+from orchestrator.engine.steps.labels import log_tags
 from orchestrator.engine.steps.metrics import gauge_problem
 from orchestrator.engine.steps.oneshot import exit_code, judge_output
-from orchestrator.engine.steps.labels import log_tags
+from orchestrator.hosts.clients.errors import ServerError
+from orchestrator.hosts.clients.inference import SoakRelayClient
+from orchestrator.language.runbook import RUNBOOK_DIR, GaugeBound, parse_runbook
+from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
 from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
 
 from orchestrator.engine.rules.prerequisites import unmet
-from orchestrator.language.runbook import RUNBOOK_DIR, LogValue, Prerequisite, parse_runbook
 from orchestrator.engine.steps.markers import judge_markers
+from orchestrator.language.runbook import RUNBOOK_DIR, LogValue, Prerequisite, parse_runbook
 from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
-NOW = datetime(2026, 9, 30, 12, tzinfo=timezone.utc)
+NOW = datetime(2026, 9, 30, 12, tzinfo=UTC)
 
 
 def test_markers_required_forbidden_unknown_and_numeric_tolerance():

@@ -9,10 +9,17 @@ import pytest
 
 from orchestrator.hosts.clients.compose_manager import ComposeRequest
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.previews.live_plan import LivePlan, MutationRefused, _ReadOnlyCompose, budget_rule, fill_placeholders, phase_dry_run_steps
 from orchestrator.language.machine import compile_rollout
-from orchestrator.previews.plan import build_plan, render_markdown
 from orchestrator.language.runbook import load_runbook
+from orchestrator.previews.live_plan import (
+    LivePlan,
+    MutationRefused,
+    _ReadOnlyCompose,
+    budget_rule,
+    fill_placeholders,
+    phase_dry_run_steps,
+)
+from orchestrator.previews.plan import build_plan, render_markdown
 
 RB = load_runbook()
 

@@ -2,10 +2,19 @@
 invariants a random walk through the table keeps (hypothesis)."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.language.machine import (
-    ABORTED, DONE, HALTED, ROLLED_BACK, Event, IllegalTransition, Machine, compile_rollback, compile_rollout,
+    ABORTED,
+    DONE,
+    HALTED,
+    ROLLED_BACK,
+    Event,
+    IllegalTransition,
+    Machine,
+    compile_rollback,
+    compile_rollout,
 )
 from orchestrator.language.runbook import load_runbook
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.language.machine import compile_rollback, compile_rollout
-from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
 from orchestrator.language.runbook import load_runbook
+from orchestrator.previews.plan import build_plan, render_json, render_markdown, render_text
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 RENDER = {"text": render_text, "markdown": render_markdown, "json": render_json}

@@ -6,8 +6,8 @@ import copy
 import yaml
 
 from orchestrator.language.machine import compile_rollout
-from orchestrator.previews.plan import build_plan, render_text
 from orchestrator.language.runbook import RUNBOOK_DIR, load_runbook, parse_runbook
+from orchestrator.previews.plan import build_plan, render_text
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml").read_text())
 

@@ -19,8 +19,7 @@ from pydantic import ValidationError
 from orchestrator.analysis.spec import AnalysisSpec
 from orchestrator.analysis.window import ABORTED, QUEUE, REQUESTS, TPOT, measure, window_of
 from orchestrator.language.runbook import parse_runbook
-from orchestrator.metricproviders.prometheus_api import (PrometheusUnreadable, parse_vector, read_replica,
-                                                         replica_query)
+from orchestrator.metricproviders.prometheus_api import PrometheusUnreadable, parse_vector, read_replica, replica_query
 from tests.core.test_analysis_spec import GOOD, with_analysis
 
 PROM = {**{k: v for k, v in GOOD.items() if k != "relay"}, "source": "prometheus",

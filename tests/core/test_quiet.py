@@ -10,8 +10,8 @@ import yaml
 
 from orchestrator.analysis.quiet_spec import inside
 from orchestrator.analysis.window import REQUESTS, Scrape
-from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.engine.steps.quiet import rate_per_min
+from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-qsplit-canary.yaml").read_text())

@@ -6,7 +6,7 @@ Mutation: removing each refusal makes its test fail (no exception raised)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -16,9 +16,8 @@ from orchestrator.language.runbook import load_runbook
 from orchestrator.service.refusals import _require_earlier_phases_passed, refuse_stale_resume, refuse_unsettled
 from orchestrator.util.user_errors import Refused
 
-
 #: The journal's clock stands still: which run is later is the journal's order, never a clock.
-STILL = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+STILL = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture

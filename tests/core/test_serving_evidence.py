@@ -26,7 +26,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.hosts.parsers.docker_ps import Container
 from orchestrator.engine.rules.serving_evidence import (
     LogWindow,
     Peers,
@@ -43,6 +42,7 @@ from orchestrator.engine.rules.serving_evidence import (
     unknown,
     up_seconds,
 )
+from orchestrator.hosts.parsers.docker_ps import Container
 
 READY = "The server is fired up and ready to roll!"
 STARTUP = "server_args=ServerArgs("

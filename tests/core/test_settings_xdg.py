@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -83,7 +83,7 @@ def test_missing_host_tokens_are_named(clean_env, monkeypatch):
 def _run(kind="rollout", tag="v0.0.300", context=None, terminal=False, outcome=None):
     from orchestrator.journal.base import RunRecord
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return RunRecord("gpu02-x", "gpu02", "rb", tag, kind, "r2.soak", terminal, outcome, None, context or {}, now, now, None)
 
 
@@ -98,8 +98,8 @@ def test_a_rollbacks_target_tag_is_the_tag_it_goes_back_to():
 
 def test_activity_from_the_lease(tmp_path):
     from orchestrator.journal import SqliteJournal, audit
-    from orchestrator.service.activity import run_activity
     from orchestrator.journal.owner import owner_text
+    from orchestrator.service.activity import run_activity
 
     j = SqliteJournal(tmp_path / "j.sqlite3")
     try:

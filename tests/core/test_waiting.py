@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from waiting import expire_lease, wait_until, wait_until_async
 
 from orchestrator.journal import LeaseHeld, open_journal
-from waiting import expire_lease, wait_until, wait_until_async
 
 
 def test_wait_until_returns_the_value_and_a_timeout_names_what_it_waited_for():

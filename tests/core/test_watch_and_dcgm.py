@@ -15,8 +15,8 @@ from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, bound_gate, ra
 from orchestrator.analysis.watch_spec import WatchSpec
 from orchestrator.analysis.window import ABORTED, FB_FREE, QUEUE, REQUESTS, Scrape, window_of
 from orchestrator.engine.executor.watch import breach
-from orchestrator.metricproviders.dcgm import parse_dcgm
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
+from orchestrator.metricproviders.dcgm import parse_dcgm
 from orchestrator.util.user_errors import UserError
 
 RAW = yaml.safe_load((RUNBOOK_DIR / "gpu02-glm53-w4afp8-qsplit-canary.yaml").read_text())

@@ -20,9 +20,9 @@ class E2E:
 @pytest.fixture
 def e2e_factory(tmp_path):
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
     from orchestrator.service.session import Session
+    from orchestrator.util.clock import ScaledClock
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []

@@ -31,7 +31,7 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "Receiver":
+    def __enter__(self) -> Receiver:
         self.thread.start()
         return self
 
@@ -50,7 +50,7 @@ class BlackHole:
         self.sock.listen(64)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
 
-    def __enter__(self) -> "BlackHole":
+    def __enter__(self) -> BlackHole:
         return self
 
     def __exit__(self, *exc: object) -> None:

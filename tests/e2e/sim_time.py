@@ -60,7 +60,7 @@ class AnswerTimeClock(ScaledClock):
             if self._held == 0:
                 self._stopped += time.monotonic() - self._held_since
 
-    def transport(self) -> "HoldingTransport":
+    def transport(self) -> HoldingTransport:
         """httpx's own transport, holding this clock while each request awaits its answer."""
         return HoldingTransport(self, httpx.AsyncHTTPTransport())
 

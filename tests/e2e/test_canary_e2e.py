@@ -30,9 +30,9 @@ R2 = "model-sg-glm53-w4afp8-tp4-r2"
 @pytest.fixture
 def canary(tmp_path: Path):
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
     from orchestrator.service.session import Session
+    from orchestrator.util.clock import ScaledClock
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from waiting import expire_lease
 
 pytestmark = pytest.mark.e2e

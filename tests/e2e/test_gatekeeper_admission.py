@@ -20,10 +20,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from orchestrator.journal import SqliteJournal
 from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG
-from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import expire_lease
 
 from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
-from waiting import expire_lease
 
 pytestmark = pytest.mark.e2e
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
-from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

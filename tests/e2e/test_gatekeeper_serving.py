@@ -31,9 +31,9 @@ R2_OLD = "model-sg-glm53-fp8-tp4-r2"
 def short_logs(tmp_path):
     """A gpu02 fleet whose containers keep only their last LOG_LINES log lines, and a session."""
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
     from orchestrator.service.demo import demo_settings
     from orchestrator.service.session import Session
+    from orchestrator.util.clock import ScaledClock
     from orchestrator_sim import SimConfig, SimFleet
 
     opened = []

@@ -10,11 +10,11 @@ import asyncio
 import threading
 
 import pytest
+from waiting import wait_until
 
 from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 from orchestrator.util.user_errors import UserError
-from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

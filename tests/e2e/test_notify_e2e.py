@@ -9,10 +9,9 @@ import time
 import pytest
 from pydantic import SecretStr
 
-from orchestrator.service.notify import FLUSH_S
-from orchestrator.language.runbook import DEFAULT_RUNBOOK
-
 from helpers_webhook import BlackHole, Receiver
+from orchestrator.language.runbook import DEFAULT_RUNBOOK
+from orchestrator.service.notify import FLUSH_S
 
 pytestmark = pytest.mark.e2e
 

@@ -4,6 +4,7 @@ pause honoured at a safe point only, against the simulator."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 
 import pytest
 import yaml
@@ -59,12 +60,12 @@ def test_observe_is_refused_on_a_step_a_stop_or_readiness_rests_on():
 
 
 def test_safe_points_never_sit_between_a_down_and_its_replacements_readiness():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.service.run_info import table_for
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     run = RunRecord("x", "gpu02", DEFAULT_RUNBOOK, "v0.0.300", "rollout", "INIT", False, None, None, {}, now, now, None)
     rb = load_runbook(DEFAULT_RUNBOOK)
     table = table_for(run, rb)

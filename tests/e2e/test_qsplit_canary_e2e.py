@@ -11,14 +11,14 @@ memory read from the simulator's DCGM exporter through the relay's :8010 route.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
-from orchestrator.engine.progress import RecordingProgress
 from sim_time import AnswerTimeClock
 from waiting import wait_until_async
+
+from orchestrator.engine.progress import RecordingProgress
 
 pytestmark = pytest.mark.e2e
 
@@ -29,14 +29,14 @@ R1 = "model-sg-glm53-w4afp8-tp4-r1"
 R2 = "model-sg-glm53-w4afp8-tp4-r2"
 
 
-NOON = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)  # outside the runbook's 01:00-05:00 quiet window
+NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)  # outside the runbook's 01:00-05:00 quiet window
 
 
 @pytest.fixture
 def canary(tmp_path: Path, monkeypatch):
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.service.demo import demo_settings
     from orchestrator.service.admission import new_rollout
+    from orchestrator.service.demo import demo_settings
     from orchestrator.service.runner import execute
     from orchestrator.service.session import Session
     from orchestrator_sim import SimConfig, SimFleet
@@ -156,7 +156,7 @@ def test_the_swap_waits_for_a_quiet_long_domain_or_the_night_window(canary):
     quiet = [n for n in _notes(progress) if n.startswith("the long domain is quiet: ")]
     assert quiet and "(below 10)" in quiet[0], _notes(progress)
     assert final.outcome == "HALTED", final.message
-    fleet, final, _, progress, _ = canary("memory-squeeze:r2", wall=datetime(2026, 12, 2, 2, 30, tzinfo=timezone.utc))
+    fleet, final, _, progress, _ = canary("memory-squeeze:r2", wall=datetime(2026, 12, 2, 2, 30, tzinfo=UTC))
     assert any(n.startswith("inside the 01:00-05:00 UTC window after 0s") for n in _notes(progress)), _notes(progress)
     assert final.outcome == "ROLLED_BACK"
 

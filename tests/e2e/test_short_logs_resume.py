@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from waiting import expire_lease, wait_until
 
 pytestmark = pytest.mark.e2e

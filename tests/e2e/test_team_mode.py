@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from waiting import expire_lease
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]

@@ -14,24 +14,26 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
+from orchestrator.engine.executor import Executor, RunContext
+from orchestrator.engine.progress import RecordingProgress
+from orchestrator.engine.steps import StepOutcome
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
 from orchestrator.hosts.clients.inference import CacheHitResult, Completion, RelayCheckResult
 from orchestrator.hosts.clients.model_proxy import Presence
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.engine.executor import Executor, RunContext
 from orchestrator.hosts.inventory import HostEntry
+from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.hosts.parsers.docker_ps import Container
+from orchestrator.hosts.redaction import Redactor
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.sqlite import SqliteJournal
 from orchestrator.language.machine import compile_rollback, compile_rollout
-from orchestrator.hosts.parsers.action_log import Action
-from orchestrator.hosts.parsers.docker_ps import Container
-from orchestrator.engine.progress import RecordingProgress
-from orchestrator.hosts.redaction import Redactor
 from orchestrator.language.runbook import load_runbook
-from orchestrator.engine.steps import StepOutcome
+
 
 def _core_rules_only(rb):
     """The gpu02 runbook without its verification gates (metrics evidence, telemetry labels, the
@@ -127,7 +129,7 @@ class FakeCompose:
         self.actions: list[Action] = []
         self.calls: list[tuple[str, ComposeRequest, EnvMap]] = []  # ("dry_run" | "up" | "down", req, env)
         self.log_tails: list[int] = []
-        self.on_ps: Callable[["FakeCompose"], None] | None = None
+        self.on_ps: Callable[[FakeCompose], None] | None = None
         self.on_send: Callable[[str, ComposeRequest, EnvMap], StreamOutcome | None] | None = None
         self.extra_lines: list[str] = []  # appended to every stream (e.g. a server echoing a secret)
         self.boot: Callable[[str], list[str]] = lambda svc: engine_log() if RB.replica_of(svc) else ["started"]

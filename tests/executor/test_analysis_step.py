@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
+from orchestrator.engine.steps import handler_for
 from orchestrator.language.machine import Event
 from orchestrator.language.runbook import Step
-from orchestrator.engine.steps import handler_for
 from orchestrator_sim.host import live_traffic
 
 LABEL = '{model_name="m"}'
 
 
 def text(tpot_s: float, n: int, aborted: int = 0) -> str:
-    lines = [f"# TYPE sglang:num_requests_total counter", f"sglang:num_requests_total{LABEL} {n}",
-             f"# TYPE sglang:num_aborted_requests_total counter", f"sglang:num_aborted_requests_total{LABEL} {aborted}"]
+    lines = ["# TYPE sglang:num_requests_total counter", f"sglang:num_requests_total{LABEL} {n}",
+             "# TYPE sglang:num_aborted_requests_total counter", f"sglang:num_aborted_requests_total{LABEL} {aborted}"]
     lines += live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, tpot_s, n - aborted, LABEL)
     return "\n".join(lines) + "\n"
 
@@ -38,7 +38,7 @@ class Clock:
 
 @dataclass
 class Relay:
-    rt: "FakeRt"
+    rt: FakeRt
     port: int
 
     async def metrics_text(self) -> str:

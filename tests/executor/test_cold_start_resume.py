@@ -28,10 +28,9 @@ restored):
 from __future__ import annotations
 
 from fakes import NEW_R2, R1, RANK_BUDGET, RB, READY, STARTUP, TAG, Rig, ctx_at
-
-from orchestrator.hosts.clients.errors import TransportError
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.rules.cold_start import line_hash
+from orchestrator.hosts.clients.errors import TransportError
 
 NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500
 BUDGET_LINE = f"rank_budget_bytes={RANK_BUDGET}"

@@ -12,9 +12,20 @@ from dataclasses import dataclass, field
 import pytest
 
 from orchestrator.engine.rules.cold_start import (
-    SAVE_EVERY_S, ColdStartWatch, Kind, Loss, OutOfStep, Phase, Question, Show, Verdict, line_hash, long_up,
+    SAVE_EVERY_S,
+    ColdStartWatch,
+    Kind,
+    Loss,
+    OutOfStep,
+    Phase,
+    Question,
+    Show,
+    Verdict,
+    line_hash,
+    long_up,
 )
-from orchestrator.engine.rules.serving_evidence import Verdict as Serving, not_serving, serving, unknown
+from orchestrator.engine.rules.serving_evidence import Verdict as Serving
+from orchestrator.engine.rules.serving_evidence import not_serving, serving, unknown
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.parsers.docker_ps import Container
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 import pytest
 
 from fakes import ENV, NEW_R2, R1, RB, RELAY, TAG, Rig, ctx_at, host_before
-from orchestrator.hosts.clients.compose_manager import StreamOutcome
-from orchestrator.hosts.envmap import EnvMap
 from orchestrator.engine.context import DryRunRecord
 from orchestrator.engine.executor.runtime import SETTLE_S
+from orchestrator.hosts.clients.compose_manager import StreamOutcome
+from orchestrator.hosts.envmap import EnvMap
 
 
 class Crash(Exception):

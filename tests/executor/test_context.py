@@ -9,10 +9,18 @@ change goes unseen (the down is sent); `to_json` writing an unset part as null -
 
 from __future__ import annotations
 
-from fakes import OLD_FILE, OLD_R2, PREVIOUS, R1, Rig, ctx_at, host_before
 from test_foreign_and_scoped_dry_runs import PERSON, person_recreates_nginx
 
-from orchestrator.engine.context import ActionMark, BeforeState, DryRunRecord, Failure, Placement, RunContext, same_request
+from fakes import OLD_FILE, OLD_R2, PREVIOUS, R1, Rig, ctx_at, host_before
+from orchestrator.engine.context import (
+    ActionMark,
+    BeforeState,
+    DryRunRecord,
+    Failure,
+    Placement,
+    RunContext,
+    same_request,
+)
 from orchestrator.engine.rules.foreign_change import new_mark
 
 #: A context as the runner before the typed parts journaled it (every key it wrote, and the server's).

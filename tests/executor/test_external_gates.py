@@ -31,14 +31,14 @@ import httpx
 import pytest
 import respx
 
+from orchestrator.engine.executor.runtime import External
+from orchestrator.engine.steps import handler_for
 from orchestrator.hosts.clients.github import GitHubClient
 from orchestrator.hosts.clients.http_json import ExternalReads
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.language.gate_specs import json_at
 from orchestrator.hosts.redaction import Redactor
+from orchestrator.language.gate_specs import json_at
 from orchestrator.language.runbook import parse_runbook
-from orchestrator.engine.steps import handler_for
-from orchestrator.engine.executor.runtime import External
 from tests.core.test_gate_specs import R2, with_gates
 
 GH = "https://api.github.test"
@@ -161,8 +161,8 @@ async def test_env_passes_when_absent_and_equal_and_fails_naming_the_key_never_t
 
 
 async def test_env_on_another_host_reads_its_map_by_instance_name():
-    from orchestrator.language.gate_specs import EnvSpec
     from orchestrator.engine.steps.env import env_gate
+    from orchestrator.language.gate_specs import EnvSpec
 
     rt = FakeRt({"gpu02": [{}], "gpu23": [{"LONG_TIER_ONLY": "false"}]})
     out = await env_gate(rt, EnvSpec(host="gpu23", equals={"LONG_TIER_ONLY": "true"}))  # type: ignore[arg-type]

@@ -18,10 +18,9 @@ restored):
 
 from __future__ import annotations
 
+from fakes import OLD_R2, R1, RB, FakePeer, Rig, ctx_at, engine_log
 from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.language.runbook import load_runbook
-
-from fakes import NEW_R2, OLD_R2, R1, RB, FakePeer, Rig, ctx_at, engine_log
 
 FLEET_RB = RB.model_copy(update={"capacity": "fleet"})
 BASE = load_runbook("base-glm53-w4afp8")

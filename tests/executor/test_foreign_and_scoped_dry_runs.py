@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 
 from fakes import NEW_R2, OLD_R2, OLD_TAG, R1, RB, SHARED, SIDECARS, TAG, Rig, ctx_at, host_before
-from orchestrator.hosts.clients.compose_manager import StreamOutcome
 from orchestrator.engine.context import ActionMark
 from orchestrator.engine.rules.foreign_change import new_mark
+from orchestrator.hosts.clients.compose_manager import StreamOutcome
 from orchestrator.hosts.parsers.action_log import Action
 
 PERSON = "2026-12-01T03:04:05.000000001+00:00"

@@ -20,11 +20,11 @@ Mutation list (each guard disabled in the source, the test seen failing, the sou
 
 from __future__ import annotations
 
-from fakes import NEW_R2, READY, STARTUP, Rig
 from test_gates import MILESTONES, at_cold_start, timeline
 
-from orchestrator.hosts.clients.errors import TransportError
+from fakes import NEW_R2, READY, STARTUP, Rig
 from orchestrator.engine.steps.logs import FULL_READ_S
+from orchestrator.hosts.clients.errors import TransportError
 
 START = STARTUP.format(api_key="")
 PROBE_S = 1.75

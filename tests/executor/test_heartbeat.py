@@ -20,11 +20,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from waiting import wait_until_async
 
 from fakes import ENV, Rig
-from waiting import wait_until_async
-from orchestrator.hosts.envmap import EnvMap
 from orchestrator.engine.executor import RunnerFenced, run_with_heartbeat
+from orchestrator.hosts.envmap import EnvMap
 from orchestrator.journal.base import JournalError, LeaseLost
 from orchestrator.journal.sqlite import SqliteJournal
 

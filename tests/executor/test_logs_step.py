@@ -15,10 +15,10 @@ Mutation list (each guard deleted in the source, the test run and seen failing, 
 
 from __future__ import annotations
 
-from fakes import NEW_R2, R1, RB, READY, SECRETS, STARTUP, TAG, Rig, ctx_at, engine_log
 from test_gates import MILESTONES, at_cold_start, timeline
 from test_gates_probes import PROBE_S, probed
 
+from fakes import NEW_R2, R1, RB, READY, SECRETS, STARTUP, TAG, Rig, ctx_at, engine_log
 from orchestrator.engine.steps.logs import FULL_READ_S
 
 NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500

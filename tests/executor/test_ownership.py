@@ -36,10 +36,10 @@ restored):
 from __future__ import annotations
 
 from fakes import ENV, NEW_R2, OLD_FILE, OLD_R2, R1, RB, TAG, Rig, ctx_at, host_before
-from orchestrator.hosts.envmap import EnvMap
 from orchestrator.engine.rules.ownership import created_ids, gone_ids, owned_split, ps_ids, record
-from orchestrator.hosts.parsers.docker_ps import Container
 from orchestrator.engine.steps.checks import target_needs_budget
+from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.parsers.docker_ps import Container
 
 NEW_FILE = RB.file
 BUDGET = RB.budget.variable

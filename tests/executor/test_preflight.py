@@ -22,7 +22,6 @@ import pytest
 from fakes import ENV, NEW_R2, OLD_R2, R1, RB, SHARED, SIDECARS, TAG, Rig, ctx_at, host_before
 from orchestrator.hosts.envmap import EnvMap
 
-
 # -- rule 13 --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("masked", ["***", "<redacted>", ""], ids=["stars", "redacted", "empty"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from orchestrator.hosts.clients.errors import TransportError
 from orchestrator.engine.executor.rollback_summary import CONFIG_FILES, rollback_summary
+from orchestrator.hosts.clients.errors import TransportError
 from orchestrator.hosts.parsers.docker_ps import Container
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
 

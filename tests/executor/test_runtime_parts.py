@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 
 from fakes import Rig
-
 from orchestrator.engine.executor import runtime as runtime_module
 from orchestrator.engine.steps.activities import Activities
 

@@ -21,7 +21,6 @@ restored):
 from __future__ import annotations
 
 from fakes import NEW_R2, OLD_R2, R1, RB, READY, STARTUP, TAG, Rig, ctx_at, engine_log
-
 from orchestrator.hosts.clients.errors import ServerError, TransportError
 
 NOISE = ['INFO:     127.0.0.1:53826 - "GET /health HTTP/1.1" 200 OK'] * 500

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import pytest
 
+from fakes import NEW_R2, OLD_R2, R1, RB, READY, STARTUP, TAG, Rig, ctx_at, engine_log
 from orchestrator.hosts.clients.compose_manager import StreamOutcome
-
-from fakes import NEW_R2, OLD_R2, R1, READY, STARTUP, RB, TAG, Rig, ctx_at, engine_log
 
 
 def at_stop_old(*, r2_log: list[str], r1_log: list[str]) -> Rig:

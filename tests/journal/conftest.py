@@ -18,11 +18,9 @@ from typing import Any
 
 import pytest
 
+from journal_clock import START, FakeClock  # noqa: E402,F401  (re-exported for the tests)
 from orchestrator.journal import RunRecord, SqliteJournal
 from orchestrator.journal.sql import SqlJournal
-
-
-from journal_clock import START, FakeClock  # noqa: E402,F401  (re-exported for the tests)
 
 
 @dataclass

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-START = datetime(2026, 11, 30, 8, 12, 0, tzinfo=timezone.utc)
+START = datetime(2026, 11, 30, 8, 12, 0, tzinfo=UTC)
 
 
 class FakeClock:

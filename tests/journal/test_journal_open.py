@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import JournalError, SqliteJournal, open_journal
-
 from journal_clock import START, FakeClock  # noqa: E402
+from orchestrator.journal import JournalError, SqliteJournal, open_journal
 
 
 def test_plain_path_creates_parent_directories(tmp_path: Path) -> None:

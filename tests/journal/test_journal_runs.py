@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -244,11 +244,11 @@ def test_closed_journal_refuses_calls(store) -> None:
 
 
 def test_make_run_id_is_short_sortable_and_typable() -> None:
-    early = make_run_id("GPU02", datetime(2026, 11, 30, 8, 12, 59, tzinfo=timezone.utc))
-    late = make_run_id("GPU02", datetime(2026, 11, 30, 9, 1, tzinfo=timezone.utc))
+    early = make_run_id("GPU02", datetime(2026, 11, 30, 8, 12, 59, tzinfo=UTC))
+    late = make_run_id("GPU02", datetime(2026, 11, 30, 9, 1, tzinfo=UTC))
     assert re.fullmatch(r"gpu02-20261130T0812-[0-9a-f]{4}", early)
     assert early < late
     assert re.fullmatch(r"gpu-02-x-20261130T0812-[0-9a-f]{4}",
-                        make_run_id("gpu 02/x", datetime(2026, 11, 30, 8, 12, tzinfo=timezone.utc)))
+                        make_run_id("gpu 02/x", datetime(2026, 11, 30, 8, 12, tzinfo=UTC)))
     ids = {make_run_id("gpu02") for _ in range(50)}
     assert len(ids) > 1  # the suffix is random

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from waiting import wait_until
 
 from orchestrator.journal.owner import boot_id, holder_gone, owner_text, parse_owner, this_process
-from waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not boot_id() or this_process() is None, reason="needs Linux /proc")
 

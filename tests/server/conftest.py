@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from helpers_server import COLD_START_S, HOST_TOKEN, INVENTORY, SPEED
 from orchestrator.util.settings import Settings
-
-from helpers_server import HOST_TOKEN, INVENTORY, COLD_START_S, SPEED
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
+from waiting import wait_until
 
 from orchestrator.util.settings import Settings
-from waiting import wait_until
 
 TOKEN = "srv-7d3c1f0a9b2e4d6f8a1c3e5b7d9f0a2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -78,7 +78,7 @@ def sim_settings(fleet: Any, state_dir: Path, *, database_url: str = "") -> Sett
 
 def sim_session_factory(settings: Settings) -> Any:
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
     from orchestrator.service.session import Session
+    from orchestrator.util.clock import ScaledClock
 
     return Session.open(settings, clock=ScaledClock(SPEED), retry=RetryPolicy(deadline_s=900, busy_wait_s=5))

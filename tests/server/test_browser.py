@@ -15,12 +15,11 @@ import socket
 import threading
 
 import pytest
-
-from orchestrator.teamserver.app import create_app
-from orchestrator.teamserver.auth import add_token
+from waiting import wait_until
 
 from helpers_server import sim_settings, wait_for
-from waiting import wait_until
+from orchestrator.teamserver.app import create_app
+from orchestrator.teamserver.auth import add_token
 
 pytestmark = pytest.mark.e2e
 
@@ -52,8 +51,8 @@ def served(tmp_path):
     import uvicorn
 
     from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.util.clock import ScaledClock
     from orchestrator.service.session import Session
+    from orchestrator.util.clock import ScaledClock
 
     fleet = sim.SimFleet(sim.SimConfig(speed=SPEED, cold_start_s=COLD_START_S))
     fleet.__enter__()

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from orchestrator.teamserver.healthcheck import main as healthcheck, probe, serves
+from waiting import wait_until
 
 from helpers_server import INVENTORY, TOKEN
-from waiting import wait_until
+from orchestrator.teamserver.healthcheck import main as healthcheck
+from orchestrator.teamserver.healthcheck import probe, serves
 
 ORCHESTRATE = str(Path(sys.executable).parent / "orchestrate")
 

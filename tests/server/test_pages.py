@@ -5,14 +5,14 @@ The browser half (the script, live updates, buttons) is tests/server/test_browse
 from __future__ import annotations
 
 import re
+from datetime import UTC
 
 import pytest
 from starlette.testclient import TestClient
 
+from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.auth import add_token
-
-from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 
 FAST = {"action": "rollout", "host": "gpu02", "tag": "v0.0.300", "yes": False, "soak": "0"}
 
@@ -115,14 +115,14 @@ def test_a_fleet_page_lists_the_runbooks_hosts_in_order_and_where_the_fleet_is(s
 def test_the_run_fragment_shows_durations_expected_remaining_the_host_and_a_pause():
     """render_run on a run at r2.cold-start with two earlier DONE runs' medians: the time each
     step took, how long the rest usually takes, the replicas as the journal tells it, a pause."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
     from orchestrator.teamserver.pages import approval_gates, render_run
 
-    t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
+    t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
     rb = load_runbook("gpu02-glm53-w4afp8-long-context")
     run = RunRecord("r", "gpu02", rb.name, "v0.0.300", "rollout", "r2.cold-start", False, None, None, {}, t0, t0, None)
     table = table_for(run, rb)
@@ -159,14 +159,14 @@ def test_the_run_fragment_shows_durations_expected_remaining_the_host_and_a_paus
 
 def test_halt_texts_on_the_page_name_the_host_and_the_run():
     """A rollback that hands over with a message (base runbook: `{host}`, `{tag}`) is shown filled in."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
     from orchestrator.teamserver.pages import render_run
 
-    t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
+    t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
     rb = load_runbook("base-glm53-w4afp8")
     run = RunRecord("gpu03-x", "gpu03", rb.name, "v0.0.300", "rollout", "INIT", False, None, None, {}, t0, t0, None)
     table = table_for(run, rb)
@@ -181,14 +181,14 @@ def test_halt_texts_on_the_page_name_the_host_and_the_run():
 
 def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
     """Issue 23: the analysis step's readout (its transition note) is shown in a <pre> table."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
     from orchestrator.teamserver.pages import approval_gates, render_run
 
-    t0 = datetime(2026, 12, 1, 22, 0, tzinfo=timezone.utc)
+    t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
     rb = load_runbook("gpu02-glm53-w4afp8-qsplit-canary")
     run = RunRecord("r", "gpu02", rb.name, "v0.0.305", "rollout", "ROLLED_BACK", True, "ROLLED_BACK", None, {}, t0, t0, None)
     table = table_for(run, rb)

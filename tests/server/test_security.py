@@ -19,10 +19,13 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from waiting import wait_until_async
 
 import orchestrator.teamserver.worker as worker_mod
-from orchestrator.util.durations import parse_duration
+from helpers_server import AUTH, HOST_TOKEN, TOKEN, wait_for
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import JournalError
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked, runbook_identity
@@ -33,10 +36,8 @@ from orchestrator.teamserver.auth import add_token, check_token_strength
 from orchestrator.teamserver.cli import run_serve
 from orchestrator.teamserver.remote import remote
 from orchestrator.teamserver.serving import QueryStringFilter, build_server
+from orchestrator.util.durations import parse_duration
 from orchestrator.util.user_errors import UserError
-
-from helpers_server import AUTH, HOST_TOKEN, TOKEN, wait_for
-from waiting import wait_until_async
 
 ROLLOUT = {"action": "rollout", "host": "gpu02", "tag": "v0.0.300"}
 JSON = {"content-type": "application/json"}

@@ -11,16 +11,15 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
+from waiting import expire_lease
 
 import orchestrator.teamserver.worker as server_mod
+from helpers_server import AUTH, BASE_URL, HOST_TOKEN, TOKEN, wait_for
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import LeaseHeld
 from orchestrator.service.session import owner_id
 from orchestrator.teamserver.app import create_app
 from orchestrator.util.user_errors import UserError
-
-from helpers_server import AUTH, BASE_URL, HOST_TOKEN, TOKEN, wait_for
-from waiting import expire_lease
 
 ENV_TOKEN = "env-token-0f9e8d7c6b5a4938271605f4e3d2c1b0"
 ROLLOUT = {"action": "rollout", "host": "gpu02", "tag": "v0.0.300", "runbook": None, "yes": False, "soak": None}

@@ -13,10 +13,9 @@ import pytest
 from starlette.testclient import TestClient
 
 import orchestrator.teamserver.worker as server_mod
+from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 from orchestrator.journal import open_journal
 from orchestrator.teamserver.app import create_app
-
-from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 
 pytestmark = pytest.mark.postgres
 

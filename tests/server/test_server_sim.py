@@ -13,11 +13,10 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 from orchestrator.journal import SqliteJournal
 from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.remote import remote
-
-from helpers_server import AUTH, BASE_URL, TOKEN, sim_session_factory, sim_settings, wait_for
 
 pytestmark = pytest.mark.e2e
 

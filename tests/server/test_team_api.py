@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
+from helpers_server import AUTH, BASE_URL, TOKEN
 from orchestrator.journal import SqliteJournal
 from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.auth import add_token
-
-from helpers_server import AUTH, BASE_URL, TOKEN
 
 RUNBOOK = "gpu02-glm53-w4afp8-long-context"
 BROWSER = {**AUTH, "Origin": "http://127.0.0.1", "Sec-Fetch-Site": "same-origin"}
@@ -170,8 +169,9 @@ def test_the_submitter_and_the_adopter_are_journaled(settings, monkeypatch):
     server that adopted an orphan."""
     import asyncio
 
-    import orchestrator.teamserver.worker as server_mod
     from test_server_api import FakeExecute
+
+    import orchestrator.teamserver.worker as server_mod
 
     fake = FakeExecute()
     monkeypatch.setattr(server_mod, "execute", fake)

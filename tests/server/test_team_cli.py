@@ -6,9 +6,9 @@ import json
 
 from typer.testing import CliRunner
 
-from orchestrator.journal.audit import cli_actor
 from orchestrator.cli import app
 from orchestrator.journal import SqliteJournal
+from orchestrator.journal.audit import cli_actor
 from orchestrator.util.user_errors import UserError
 
 RUNBOOK = "gpu02-glm53-w4afp8-long-context"

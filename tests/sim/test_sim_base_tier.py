@@ -13,9 +13,7 @@ import yaml
 
 from orchestrator_sim import parse_fault
 from orchestrator_sim.testing import (
-    BASE_CANONICAL_FILE as C,
-)
-from orchestrator_sim.testing import (
+    BASE,
     BASE_HOSTS,
     BASE_PREVIOUS_TAG,
     BASE_SIDECARS,
@@ -29,7 +27,9 @@ from orchestrator_sim.testing import (
     RELAY,
     W4_R1,
     W4_R2,
-    BASE,
+)
+from orchestrator_sim.testing import (
+    BASE_CANONICAL_FILE as C,
 )
 from orchestrator_sim.testing import (
     BASE_TARGET_FILE as W,
@@ -323,7 +323,7 @@ def test_stopping_engines_before_the_drain_and_orphan_removal_are_violations(mak
     assert b2.ok
     assert g.up(BASE_TARGET_TAG, W, [W4_R1, W4_R2], dry_run=False).ok  # the FP8 engines go as orphans
     found = sim.fleet.check_invariants()
-    assert any(f"[gpu03] call #" in f and f"removed the container {FP8_R1} as an orphan" in f for f in found), found
+    assert any("[gpu03] call #" in f and f"removed the container {FP8_R1} as an orphan" in f for f in found), found
 
 
 def test_perception_fails_and_labels_wrong_on_a_base_host(make_sim) -> None:

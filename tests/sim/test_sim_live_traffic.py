@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.analysis.verdict import NO_TRAFFIC, PASS, FAIL, ratio_gate
+from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, ratio_gate
 from orchestrator.analysis.window import measure, window_of
 from orchestrator.metricproviders.relay_scrape import parse_scrape
 from orchestrator_sim.host import live_traffic

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator_sim.compose_manager.interpolation import InterpolationError, Interpolator, interpolate
 from orchestrator_sim.compose_manager.repo import (
     BASE_CANONICAL_FILE,
     PREVIOUS_FILE,
@@ -15,7 +16,6 @@ from orchestrator_sim.compose_manager.repo import (
 )
 from orchestrator_sim.host.docker_format import human_duration, labels_string
 from orchestrator_sim.host.hicache_budget import GIB, BudgetError, resolve_budget
-from orchestrator_sim.compose_manager.interpolation import InterpolationError, Interpolator, interpolate
 
 ENV = {
     "PROXY_TOKEN": "p",

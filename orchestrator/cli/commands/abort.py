@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Optional
 
 from orchestrator.cli.consoles import out
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
@@ -22,9 +21,9 @@ app = command_app()
 @app.command()
 def abort(
     run_id: str = RunIdArg,
-    inventory: Optional[Path] = InventoryOpt,
-    server: Optional[str] = ServerOpt,
-    server_ca: Optional[Path] = ServerCaOpt,
+    inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
     if server:

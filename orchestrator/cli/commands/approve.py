@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -22,12 +21,12 @@ app = command_app()
 @app.command()
 def approve(
     run_id: str = RunIdArg,
-    gate: Optional[str] = typer.Option(None, "--gate", metavar="STATE",
+    gate: str | None = typer.Option(None, "--gate", metavar="STATE",
                                        help="Which soak/approval state, e.g. r2.soak, or '*' (default: the one it waits at)"),
     now: bool = flag("--now", "Also end the rest of the soak at once (default: the soak runs its full time)"),
-    inventory: Optional[Path] = InventoryOpt,
-    server: Optional[str] = ServerOpt,
-    server_ca: Optional[Path] = ServerCaOpt,
+    inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."""
     if server:

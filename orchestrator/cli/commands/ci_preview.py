@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,12 +20,12 @@ app = command_app()
 def ci_preview(
     changed: list[str] = typer.Option([], "--changed", help="A changed file, relative to the repository root (repeatable)"),
     repo: Path = typer.Option(Path("."), "--repo", help="The compose-files checkout the changed files are read from"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Optional host inventory (for each host's compose project)"),
-    summary: Optional[Path] = typer.Option(None, "--summary", help="Append the markdown here too (e.g. $GITHUB_STEP_SUMMARY)"),
-    env_file: Optional[Path] = typer.Option(None, "--env", metavar="FILE",
+    inventory: Path | None = typer.Option(None, "--inventory", help="Optional host inventory (for each host's compose project)"),
+    summary: Path | None = typer.Option(None, "--summary", help="Append the markdown here too (e.g. $GITHUB_STEP_SUMMARY)"),
+    env_file: Path | None = typer.Option(None, "--env", metavar="FILE",
                                             help="Interpolate the files with a host's env map (a dotenv file; values "
                                                  "are never printed) instead of their own defaults"),
-    base_ref: Optional[str] = typer.Option(None, "--base-ref", metavar="REF",
+    base_ref: str | None = typer.Option(None, "--base-ref", metavar="REF",
                                            help="A git ref of --repo (the pull request's merge base): show per service "
                                                 "what the rollout will recreate, and fail a change the runbook does not "
                                                 "stop or recreate"),

@@ -6,7 +6,6 @@ import math
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -28,13 +27,13 @@ def demo(
                                     help="Inject a named fault into the simulator (repeatable); see --list-faults"),
     speed: float = typer.Option(600.0, "--speed", metavar="X", help="Simulated seconds per real second (> 0)"),
     list_faults: bool = flag("--list-faults", "List the faults, their symptom and the run's expected end, and exit"),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR",
+    state_dir: Path | None = typer.Option(None, "--state-dir", metavar="DIR",
                                              help="Where the demo's journal and logs go (default: a new temporary directory)"),
     as_json: bool = flag("--json", "Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each "
                                    "event; no summary line (the exit code is the outcome)"),
     base_tier: bool = flag("--base-tier", "Then the base tier: gpu03, gpu04, gpu23 one at a time (a fleet run), once "
                                           "gpu02 is DONE"),
-    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME",
+    runbook: str | None = typer.Option(None, "--runbook", metavar="NAME",
                                           help="A gpu02 runbook the demo simulates (e.g. gpu02-glm53-w4afp8-pdi2-canary: "
                                                "the simulated gpu02 starts as #294 left it)"),
 ) -> None:

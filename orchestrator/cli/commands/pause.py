@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from orchestrator.cli.consoles import out
 from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
@@ -18,16 +17,16 @@ app = command_app()
 @app.command()
 def pause(
     run_id: str = RunIdArg,
-    inventory: Optional[Path] = InventoryOpt,
-    server: Optional[str] = ServerOpt,
-    server_ca: Optional[Path] = ServerCaOpt,
+    inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Hold RUN_ID at its next safe step (never between a down and its replacement's readiness)
     until `orchestrate continue RUN_ID` (journaled, with who asked)."""
     signal_run(run_id, "pause", inventory, server, server_ca)
 
 
-def signal_run(run_id: str, action: str, inventory: Optional[Path], server: Optional[str], server_ca: Optional[Path]) -> None:
+def signal_run(run_id: str, action: str, inventory: Path | None, server: str | None, server_ca: Path | None) -> None:
     """`pause` or `continue`: journaled with who asked (here, or through --server)."""
     if server:
         remote(server, action, {"run_id": run_id}, False, server_ca)

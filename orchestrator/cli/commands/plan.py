@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -28,23 +28,23 @@ app = command_app()
 
 @app.command()
 def plan(
-    host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
+    host: str | None = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out, e.g. v0.0.300"),
-    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
+    runbook: str | None = typer.Option(None, "--runbook", metavar="NAME|PATH",
                                           help="Runbook (default: the shipped runbook that names HOST, all of --hosts, "
                                                f"else {DEFAULT_RUNBOOK})"),
     fmt: str = typer.Option("text", "--format", metavar="text|markdown|json|mermaid|dot",
                             help="Output format (mermaid, dot: the state diagram drawn from the transition table)"),
-    compose_file: Optional[Path] = typer.Option(None, "--compose-file", metavar="PATH",
+    compose_file: Path | None = typer.Option(None, "--compose-file", metavar="PATH",
                                                 help="Check the runbook against this compose file (the new file); exit 1 on a mismatch"),
-    env_file: Optional[Path] = typer.Option(None, "--env", metavar="FILE",
+    env_file: Path | None = typer.Option(None, "--env", metavar="FILE",
                                             help="With --compose-file: interpolate it with a host's env map (a dotenv "
                                                  "file; values are never printed) instead of the file's own defaults"),
-    rollback: Optional[str] = typer.Option(None, "--rollback", metavar="r1|r2|all", help="Plan a standalone rollback instead"),
-    inventory: Optional[Path] = InventoryOpt,
+    rollback: str | None = typer.Option(None, "--rollback", metavar="r1|r2|all", help="Plan a standalone rollback instead"),
+    inventory: Path | None = InventoryOpt,
     live: bool = typer.Option(False, "--live", help="Read the host (never change it): env map keys, budget, host state, "
                               "rollback targets, GPUs, model cache, dry runs; ends with a verdict (exit 0, or 5 would refuse)"),
-    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="H1,H2,...",
+    hosts: str | None = typer.Option(None, "--hosts", metavar="H1,H2,...",
                                         help="Plan a fleet run: the host order and the rules between hosts, then the steps"),
 ) -> None:
     """Preview every step, request, gate and rollback transition. Offline: never contacts a host
@@ -102,8 +102,8 @@ def plan(
         raise typer.Exit(int(ExitCode.UNEXPECTED))
 
 
-def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Optional[Path],
-               env_file: Optional[Path] = None) -> None:
+def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Path | None,
+               env_file: Path | None = None) -> None:
     """`plan --live`: orchestrator.previews.live_plan, with the inventory's tokens from the settings."""
     # The host clients, the runner and asyncio are imported here: an offline plan never talks to a
     # host and does without them (~0.5 s of start-up)
@@ -143,6 +143,6 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)
 
 
-def _env(env_file: Optional[Path]) -> dict[str, str] | None:
+def _env(env_file: Path | None) -> dict[str, str] | None:
     """The host env map `--env` names (None: the compose file's own defaults)."""
     return read_env_file(env_file) if env_file is not None else None

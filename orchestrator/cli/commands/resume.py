@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from orchestrator.cli.options import (
     InventoryOpt,
@@ -29,11 +28,11 @@ def resume(
     run_id: str = RunIdArg,
     retry: bool = flag("--retry", "A halted rollout: start its failed phase again (as a new run)"),
     yes: bool = YesOpt,
-    soak: Optional[str] = SoakOpt,
+    soak: str | None = SoakOpt,
     as_json: bool = JsonOpt,
-    inventory: Optional[Path] = InventoryOpt,
-    server: Optional[str] = ServerOpt,
-    server_ca: Optional[Path] = ServerCaOpt,
+    inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Continue a run after a crash or Ctrl-C (no mutating call whose outcome is journaled is sent again)."""
     if server:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,18 +29,18 @@ def rollback(
     host: str = HostArg,
     replica: str = typer.Option("all", "--replica", metavar="all|r2|r1",
                                 help="Which replicas (all: r2 first, one replica serving at every moment)"),
-    to_tag: Optional[str] = typer.Option(None, "--to-tag", metavar="TAG",
+    to_tag: str | None = typer.Option(None, "--to-tag", metavar="TAG",
                                          help="Tag to go back to (with --to-file); default: the previous tag the last rollout journaled, else the action log's"),
-    to_file: Optional[str] = typer.Option(None, "--to-file", metavar="FILE",
+    to_file: str | None = typer.Option(None, "--to-file", metavar="FILE",
                                           help="Compose file (repository path) to go back to (with --to-tag), e.g. prod/GLM-5.3-....yaml"),
-    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
+    runbook: str | None = typer.Option(None, "--runbook", metavar="NAME|PATH",
                                           help="Runbook whose rollback to run (default: the last rollout's runbook)"),
     yes: bool = YesOpt,
-    soak: Optional[str] = SoakOpt,
+    soak: str | None = SoakOpt,
     as_json: bool = JsonOpt,
-    inventory: Optional[Path] = InventoryOpt,
-    server: Optional[str] = ServerOpt,
-    server_ca: Optional[Path] = ServerCaOpt,
+    inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Put HOST's replicas back on the previous tag and file, in a safe order. Exit 0 when the
     replicas reached that target (3 is a rollout that rolled back)."""

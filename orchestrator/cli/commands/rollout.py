@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -35,23 +34,23 @@ app = command_app()
 
 @app.command()
 def rollout(
-    host: Optional[str] = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
+    host: str | None = typer.Argument(None, metavar="[HOST]", help="Host name from the inventory, e.g. gpu02 (or --hosts)"),
     tag: str = typer.Option(..., "--tag", metavar="TAG", help="compose-files tag to roll out (v0.0.N), e.g. v0.0.300"),
-    runbook: Optional[str] = typer.Option(None, "--runbook", metavar="NAME|PATH",
+    runbook: str | None = typer.Option(None, "--runbook", metavar="NAME|PATH",
                                           help="Runbook: a name shipped in runbooks/, or a path to a runbook "
                                                "YAML. Default: the shipped runbook that names HOST (all of --hosts), else "
                                                f"{DEFAULT_RUNBOOK}"),
     yes: bool = YesOpt,
-    soak: Optional[str] = SoakOpt,
+    soak: str | None = SoakOpt,
     as_json: bool = JsonOpt,
-    inventory: Optional[Path] = InventoryOpt,
-    server: Optional[str] = ServerOpt,
-    server_ca: Optional[Path] = ServerCaOpt,
+    inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
     continue_: bool = flag("--continue", "The host is part-way (e.g. r2 moved, r1 not): continue from the phase its state "
                            "names, after checking it (read-only) against the runbook's host states"),
     skip_tag_age_check: bool = flag("--skip-tag-age-check", "Go on when GitHub cannot be reached to check that the tag is "
                                     "merged and old enough (journaled in the run)"),
-    hosts: Optional[str] = typer.Option(None, "--hosts", metavar="H1,H2,...",
+    hosts: str | None = typer.Option(None, "--hosts", metavar="H1,H2,...",
                                         help="A fleet run: these hosts one at a time, in this order, each after the previous "
                                              "one ended DONE (its soak passed and was approved); stops at the first that does not"),
     override_prerequisite: list[str] = typer.Option([], "--override-prerequisite", metavar="HOST",
@@ -87,8 +86,8 @@ def rollout(
     finish(runs.rollout(req, inventory, hooks(as_json)), as_json)
 
 
-def _fleet(hosts_text: str, tag: str, runbook: Optional[str], *, yes: bool, soak: Optional[str], as_json: bool,
-           inventory: Optional[Path], skip_tag_age_check: bool, overrides: list[str]) -> None:
+def _fleet(hosts_text: str, tag: str, runbook: str | None, *, yes: bool, soak: str | None, as_json: bool,
+           inventory: Path | None, skip_tag_age_check: bool, overrides: list[str]) -> None:
     """`rollout --hosts`: the service's fleet run; its summary and exit code here."""
     runs.check_fleet_options(tag, soak)
     req = FleetRequest(hosts=tuple(parse_hosts(hosts_text)), tag=tag, runbook=runbook, yes=yes, soak=soak,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,11 +18,11 @@ app = command_app()
 
 @app.command()
 def runs(
-    host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Only this host's runs"),
+    host: str | None = typer.Option(None, "--host", metavar="HOST", help="Only this host's runs"),
     as_json: bool = flag("--json", "Machine output: one JSON array of run summaries, newest first (run_id, host, kind, "
                                    "tag, target_tag, state, outcome, message, activity, activity_detail, created_at, "
                                    "updated_at, parent_run_id)"),
-    inventory: Optional[Path] = InventoryOpt,
+    inventory: Path | None = InventoryOpt,
 ) -> None:
     """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
     tag it goes back to), state or outcome, activity (running, paused, waiting for approval, interrupted, ended)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -29,11 +28,11 @@ _MARKS = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![
 
 @app.command()
 def status(
-    run_id: Optional[str] = typer.Argument(None, metavar="[RUN_ID]", help="Run id (default: the newest run)"),
+    run_id: str | None = typer.Argument(None, metavar="[RUN_ID]", help="Run id (default: the newest run)"),
     as_json: bool = flag("--json", "Machine output: one JSON object: the run's summary (run_id, host, kind, tag, "
                                    "target_tag, state, outcome, message, activity, activity_detail, ...), journal, "
                                    "inventory, transitions [[from, event, to, note], ...] and effects [{step, kind, mutating, status}, ...]"),
-    inventory: Optional[Path] = InventoryOpt,
+    inventory: Path | None = InventoryOpt,
 ) -> None:
     """Where a run is (default: the newest): running, interrupted (its runner is gone),
     waiting for approval, or ended; its steps; which journal and inventory are used."""
