@@ -181,7 +181,7 @@ class FactCheck:
         engines = [e for r in self.rb.replicas for e in self.engines(r)]
         for engine in engines:
             path = _flag(reading.argv(self.cf, engine, self.env) or [], "--model-path")
-            if path is not True and path is not None and not any(_names_repo(path, w) for w in self.rb.weights):
+            if isinstance(path, str) and not any(_names_repo(path, w) for w in self.rb.weights):
                 self.add(engine, "--model-path", path, f"a snapshot of {want}", where)
             elif path is None and reading.argv(self.cf, engine, self.env) is not None:
                 self.add(engine, "--model-path", "(absent)", f"a snapshot of {want}", where)
@@ -346,13 +346,13 @@ class FactCheck:
                     if other is not None:
                         self.add(service, flag, f"{self.shown(got, _flag(bare, flag))}, as {other}", "a value of its own", relies, ex.why)
                     seen[flag][service] = got
-            for name, want in ex.environment.items():
-                got = reading.env_value(self.cf, service, name, self.env)
-                shown = self.shown(got, reading.env_value(self.cf, service, name, {}))
-                if want is None and got:
+            for name, wanted in ex.environment.items():
+                env_got = reading.env_value(self.cf, service, name, self.env)
+                shown = self.shown(env_got, reading.env_value(self.cf, service, name, {}))
+                if wanted is None and env_got:
                     self.add(service, f"environment {name}", shown, "unset", relies, ex.why)
-                elif want is not None and got != want:
-                    self.add(service, f"environment {name}", "(unset)" if got is None else shown, want, relies, ex.why)
+                elif wanted is not None and env_got != wanted:
+                    self.add(service, f"environment {name}", "(unset)" if env_got is None else shown, wanted, relies, ex.why)
             for pattern in ex.environment_absent:
                 for name in self.cf.services[service].environment:
                     if fnmatch.fnmatchcase(name, pattern) and reading.env_value(self.cf, service, name, self.env):

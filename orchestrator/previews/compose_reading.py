@@ -82,5 +82,5 @@ def published_ports(cf: ComposeFile, service: str, env: Mapping[str, str]) -> se
 def config_text(cf: ComposeFile, service: str, env: Mapping[str, str]) -> str:
     """The inline content of every config the service mounts, interpolated, joined."""
     sources = _config_sources(_body(cf, service))
-    return "\n".join(resolve_env_value(cf.configs[s], env, lenient=True)
-                     for s in sources if cf.configs.get(s) is not None)
+    texts = (cf.configs.get(s) for s in sources)
+    return "\n".join(resolve_env_value(t, env, lenient=True) for t in texts if t is not None)
