@@ -11,9 +11,10 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 from orchestrator.hosts.redaction import Redactor
 
@@ -43,7 +44,7 @@ class RunLogRouter:
         if entry is not None:
             entry[0].close()
 
-    def __call__(self, logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
         run_id = event_dict.get("run_id")
         with self._lock:
             entry = self._files.get(run_id) if isinstance(run_id, str) else None
@@ -81,7 +82,7 @@ def ensure_configured() -> None:
     _configured = True
 
 
-def _drop(logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _drop(logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
     raise structlog.DropEvent
 
 

@@ -100,6 +100,7 @@ def _budget(step: Step, rb: Runbook) -> Description:
                            + f" fit in available RAM minus the largest reserve ({' / '.join(b.reserve for b in bs)}) "
                            f"with at least the largest page-cache room ({' / '.join(b.min_page_cache for b in bs)})")
     b = rb.budget
+    assert b is not None  # the loader refuses a budget check without the runbook's budget: block
     return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
                        f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
 
@@ -203,7 +204,10 @@ def _cold_start(step: Step, rb: Runbook) -> Description:
     t = rb.timeouts
     if lg.budget:
         b = rb.budget_of(lg.service)
-        rank = per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
+        assert b is not None  # the loader refuses `logs: {budget: true}` without the runbook's budget: block
+        replica_bytes = parse_budget(b.default).bytes
+        assert replica_bytes is not None  # the budget rule takes a size, never a percentage
+        rank = per_rank_bytes(replica_bytes, b.ranks_per_replica)
         return Description(f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank} and 'HiCache startup RAM allocated', "
                            f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
     return Description(f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "

@@ -261,7 +261,7 @@ def compile_rollout(rb: Runbook, start_phase: str | None = None) -> Table:
 
     # Forward phases, back to front.
     phase_starts: list[str] = []
-    after = DONE
+    after: str = DONE
     for idx in range(len(rb.phases) - 1, -1, -1):
         ph = rb.phases[idx]
         moved_before = any(p.replica for p in rb.phases[:idx])

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 # Schema names importers take from here, besides their own modules.
 from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401
@@ -45,7 +46,7 @@ from orchestrator.util.user_errors import Refused, UserError
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _field_path(err: dict) -> str:
+def _field_path(err: ErrorDetails) -> str:
     return ".".join(str(p) for p in err["loc"])
 
 

@@ -30,6 +30,9 @@ async def run_with_heartbeat(executor: Executor, journal: Journal, ttl_s: float)
             with attempt:
                 executor.lease = journal.heartbeat(executor.lease, ttl_s)
 
+    main = asyncio.current_task()
+    assert main is not None
+
     async def beat() -> None:
         while True:
             await asyncio.sleep(ttl_s / 3)
@@ -40,8 +43,6 @@ async def run_with_heartbeat(executor: Executor, journal: Journal, ttl_s: float)
                 main.cancel()
                 return
 
-    main = asyncio.current_task()
-    assert main is not None
     hb = asyncio.create_task(beat())
     try:
         return await executor.run_to_end()

@@ -16,6 +16,7 @@ from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
 from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
+from orchestrator.hosts.budget import Budget as HostBudget
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
 
@@ -36,6 +37,13 @@ class BudgetFit:
     ranks: Mapping[str, int] = field(default_factory=dict)
     #: "2 x 150.0 GiB + 1 x 60.0 GiB": what was fitted
     fitted: str = ""
+
+
+def _size_bytes(budget: HostBudget) -> int:
+    """A runbook budget's bytes. The budget rule is written for sizes (`406GiB`); a percentage,
+    which only the host's RAM turns into bytes, has none."""
+    assert budget.bytes is not None, f"budget {budget.text!r} is a percentage, not a size"
+    return budget.bytes
 
 
 def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str,
@@ -63,12 +71,12 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
                                  f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
         eff = parse_budget(b.default) if value is None else parse_budget(value)
         effective += [eff] * b.replicas
-        parts.append(f"{b.replicas} x {format_gib(eff.bytes)}")
+        parts.append(f"{b.replicas} x {format_gib(_size_bytes(eff))}")
         for e in b.engines:
-            ranks[e] = per_rank_bytes(eff.bytes, b.ranks_per_replica)
+            ranks[e] = per_rank_bytes(_size_bytes(eff), b.ranks_per_replica)
     first = budgets[0]
-    reserve = max(parse_budget(b.reserve).bytes for b in budgets)
-    page_cache = max(parse_budget(b.min_page_cache).bytes for b in budgets)
+    reserve = max(_size_bytes(parse_budget(b.reserve)) for b in budgets)
+    page_cache = max(_size_bytes(parse_budget(b.min_page_cache)) for b in budgets)
     avail = int(available_ram_gib * GIB)
     report = check_fit(effective, avail, reserve, page_cache)
     rank = ranks[first.engines[0]]
@@ -76,7 +84,7 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
     problem = None if report.ok else (
         f"{' + '.join(parts)} does not fit {host}'s {format_gib(avail)} available "
         f"({source}) minus the {reserve_text} reserve: " + "; ".join(report.problems))
-    return BudgetFit(problem, effective[0].bytes, rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
+    return BudgetFit(problem, _size_bytes(effective[0]), rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
 
 
 def target_needs_budget(rb: Runbook, file: str, services: list[str] | tuple[str, ...]) -> bool:
@@ -95,7 +103,7 @@ def expected_rank_budget(budget_ctx: dict[str, int], rb: Runbook, service: str) 
         return got
     b = rb.budget_of(service)
     assert b is not None
-    return per_rank_bytes(parse_budget(b.default).bytes, b.ranks_per_replica)
+    return per_rank_bytes(_size_bytes(parse_budget(b.default)), b.ranks_per_replica)
 
 
 def budget_verdict(rt: Activities) -> StepOutcome:

@@ -48,15 +48,17 @@ class DryRun(Described):
                                  f"{req.file} is not held to the new engines' budget rule (its dry run and start judge it)")
         elif rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint:
             # the env map changed since the budget was checked: check it again before planning
-            verdict = budget_verdict(rt)
-            if verdict.event.value != "ok":
-                return fail("the env map changed since preflight and no longer passes the budget check: " + verdict.note)
+            recheck = budget_verdict(rt)
+            if recheck.event.value != "ok":
+                return fail("the env map changed since preflight and no longer passes the budget check: " + recheck.note)
             rt.emit("note", text="the host's env map changed since the last dry run; the budget was checked again")
         rt.ctx.checked_dry_run = None
         res = await rt.dry_run(req)
         if res.verdict != "done":
+            assert res.outcome is not None  # every verdict but done carries the outcome to return
             return res.outcome  # refused tag, repeated failure, or docker/ps changed (halt)
         outcome = res.stream
+        assert outcome is not None  # a done dry run carries its stream
         lines = outcome.lines
         rt.journal_read("dry_run", req, {"status": outcome.status, "exit_code": outcome.exit_code, "lines": lines[-40:]})
         if outcome.status != "success":

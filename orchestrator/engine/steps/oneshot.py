@@ -74,10 +74,11 @@ class OneShotCompletion(Described):
                 first_id = c.id
             if c is not None and c.id != first_id:
                 return fail(f"{o.service} was replaced while it ran (container ID changed)")
-            finished = c is None or c.state in ("exited", "dead")
-            if c is not None and c.restarting:
+            if c is None:
+                break  # gone from docker/ps: finished
+            if c.restarting:
                 return fail(f"{o.service} is restarting ({c.status}); a one-shot must run once")
-            if finished:
+            if c.state in ("exited", "dead"):
                 break
             if seen >= deadline:
                 return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
