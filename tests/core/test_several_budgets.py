@@ -113,3 +113,14 @@ def test_the_gate_records_each_engines_rank_budget_and_its_cold_start_gate_expec
     # one budget: as before, every engine the same figure
     single = parse_runbook(copy.deepcopy(RAW))
     assert expected_rank_budget({"rank_budget_bytes": 7}, single, R2) == 7
+
+
+def test_a_budget_without_page_cache_room_and_one_given_as_a_share_of_ram_are_judged_not_crashed():
+    """The page-cache room's default `0` is no room; a percentage is refused by the fit rule in words."""
+    raw = copy.deepcopy(RAW)
+    raw["budget"].pop("min_page_cache", None)  # the model's default, "0": no room asked for
+    fit = evaluate_budget(parse_runbook(raw), None, 1223, "test", "gpu02")
+    assert fit is not None and fit.problem is None
+    raw["budget"] = {**raw["budget"], "default": "30%", "allowed": ["30%"]}
+    share = evaluate_budget(parse_runbook(raw), None, 1000, "test", "gpu02")  # a gate's verdict, never a crash
+    assert share is not None and share.problem and "give each replica a fixed size instead" in share.problem

@@ -39,11 +39,14 @@ class BudgetFit:
     fitted: str = ""
 
 
-def _size_bytes(budget: HostBudget) -> int:
-    """A runbook budget's bytes. The budget rule is written for sizes (`406GiB`); a percentage,
-    which only the host's RAM turns into bytes, has none."""
-    assert budget.bytes is not None, f"budget {budget.text!r} is a percentage, not a size"
-    return budget.bytes
+def _size_bytes(budget: HostBudget, available: int) -> int:
+    """A runbook budget's bytes: its size, or its share of the RAM available (`40%`)."""
+    return budget.resolve(available)
+
+
+def _room_bytes(text: str, available: int) -> int:
+    """A reserve or page-cache room in bytes; `0` (the page-cache room's default) is none."""
+    return 0 if text.strip() == "0" else _size_bytes(parse_budget(text), available)
 
 
 def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str,
@@ -58,6 +61,7 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
     if not budgets:
         return None
     values = [raw] + [(others or {}).get(b.variable) for b in budgets[1:]]
+    avail = int(available_ram_gib * GIB)
     effective, ranks, parts = [], {}, []
     for b, value in zip(budgets, values):
         allowed = [parse_budget(a) for a in b.allowed]
@@ -71,20 +75,19 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
                                  f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
         eff = parse_budget(b.default) if value is None else parse_budget(value)
         effective += [eff] * b.replicas
-        parts.append(f"{b.replicas} x {format_gib(_size_bytes(eff))}")
+        parts.append(f"{b.replicas} x {format_gib(_size_bytes(eff, avail))}")
         for e in b.engines:
-            ranks[e] = per_rank_bytes(_size_bytes(eff), b.ranks_per_replica)
+            ranks[e] = per_rank_bytes(_size_bytes(eff, avail), b.ranks_per_replica)
     first = budgets[0]
-    reserve = max(_size_bytes(parse_budget(b.reserve)) for b in budgets)
-    page_cache = max(_size_bytes(parse_budget(b.min_page_cache)) for b in budgets)
-    avail = int(available_ram_gib * GIB)
+    reserve = max(_room_bytes(b.reserve, avail) for b in budgets)
+    page_cache = max(_room_bytes(b.min_page_cache, avail) for b in budgets)
     report = check_fit(effective, avail, reserve, page_cache)
     rank = ranks[first.engines[0]]
     reserve_text = first.reserve if len(budgets) == 1 else format_gib(reserve) + " (the largest)"
     problem = None if report.ok else (
         f"{' + '.join(parts)} does not fit {host}'s {format_gib(avail)} available "
         f"({source}) minus the {reserve_text} reserve: " + "; ".join(report.problems))
-    return BudgetFit(problem, _size_bytes(effective[0]), rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
+    return BudgetFit(problem, _size_bytes(effective[0], avail), rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
 
 
 def target_needs_budget(rb: Runbook, file: str, services: list[str] | tuple[str, ...]) -> bool:
@@ -103,7 +106,10 @@ def expected_rank_budget(budget_ctx: dict[str, int], rb: Runbook, service: str) 
         return got
     b = rb.budget_of(service)
     assert b is not None
-    return per_rank_bytes(_size_bytes(parse_budget(b.default)), b.ranks_per_replica)
+    default = parse_budget(b.default)
+    # without the budget gate's figure there is no RAM to take a percentage of: a size only
+    assert default.bytes is not None, f"budget {b.variable}'s default {b.default!r} is a percentage; run check: budget first"
+    return per_rank_bytes(default.bytes, b.ranks_per_replica)
 
 
 def budget_verdict(rt: Activities) -> StepOutcome:
