@@ -36,7 +36,7 @@ class HostClients:
     addresses: dict[str, str] = field(default_factory=dict)
     #: every inventory host -> its dashboard instance name (an `env:` gate on another host)
     instance_names: dict[str, str] = field(default_factory=dict)
-    #: issue 23's read-only external gates (orchestrator/hosts/clients/http_json.py)
+    #: the read-only external gates (orchestrator/hosts/clients/http_json.py)
     external: ExternalReads | None = None
     _opened: list = field(default_factory=list)
 

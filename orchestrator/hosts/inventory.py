@@ -49,7 +49,7 @@ class HostEntry(_Strict):
     #: the orchestrator checks tags against it on GitHub (exists, merged to main, old enough).
     github_repo: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     #: Optional base URL of a Prometheus-compatible query API holding this host's SGLang series
-    #: (an analysis with `source: prometheus` reads `GET <url>/api/v1/query`; issue 23).
+    #: (an analysis with `source: prometheus` reads `GET <url>/api/v1/query`).
     prometheus_url: HttpUrl | None = None
     #: Optional env-map keys whose values are secrets whatever their names (`MY_DB_CREDS`):
     #: added to the keys `EnvMap.redaction_values` recognises by name (orchestrator/hosts/envmap.py).

@@ -1,4 +1,4 @@
-"""Read-only HTTP for issue 23's external gates: a JSON GET of any URL (a compose-hash registry),
+"""Read-only HTTP for the external gates: a JSON GET of any URL (a compose-hash registry),
 the host's own inference proxy's `/backends/list`, and the GitHub reads the PR/CI and attestation
 gates need (a tag's PR, its check runs, a file's bytes at a tag).
 
@@ -58,7 +58,7 @@ class PullRequestStatus:
 
 @dataclass
 class ExternalReads:
-    """The reads issue 23's external gates make (one per run, beside the host's clients)."""
+    """The reads the external gates make (one per run, beside the host's clients)."""
 
     redactor: Redactor
     github: GitHubClient | None = None

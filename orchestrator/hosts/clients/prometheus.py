@@ -1,5 +1,5 @@
-"""A Prometheus-compatible query API (`GET <prometheus_url>/api/v1/query`; issue 23's
-`source: prometheus`). Transport only: the answer's status and text go to
+"""A Prometheus-compatible query API (`GET <prometheus_url>/api/v1/query`, for an
+analysis with `source: prometheus`). Transport only: the answer's status and text go to
 orchestrator/metricproviders/prometheus_api.py, which reads them. A timeout or a transport failure
 is `PrometheusUnreachable` (the analysis counts it as an unread scrape, never a pass)."""
 
