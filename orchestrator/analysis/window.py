@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 # the metrics a gate names, re-exported (orchestrator/analysis/metric_defs.py: the runbook schema
 # checks a metric's name without this module)
-from orchestrator.analysis.metric_defs import (  # noqa: F401
+from orchestrator.analysis.metric_defs import (  # noqa: F401  # re-exported: the window readers import the metric names from here
     ABORTED,
     FB_FREE,
     GAUGE_MIN_SCRAPES,

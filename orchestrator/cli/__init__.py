@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(int(exc.code))
     except _click_exceptions() as exc:
         if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
-            out.print(exc.ctx.get_help(), markup=False)  # type: ignore[attr-defined]
+            out.print(exc.ctx.get_help(), markup=False)  # type: ignore[attr-defined]  # click's NoArgsIsHelpError carries ctx; checked above
             err.print("orchestrate: a command is needed (listed above)", markup=False)
         else:
             err.print(_usage_line(exc), markup=False)

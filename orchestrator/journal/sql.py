@@ -344,7 +344,7 @@ class SqlJournal(ABC):
             elif tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is not None:
                 raise JournalError(f"run {run_id} already exists")
             self._serialize_admissions(tx)  # the sequence below is taken one creator at a time
-            seq = int(tx.one("SELECT COALESCE(MAX(run_seq), 0) + 1 AS n FROM runs")["n"])  # type: ignore[index]
+            seq = int(tx.one("SELECT COALESCE(MAX(run_seq), 0) + 1 AS n FROM runs")["n"])  # type: ignore[index]  # an aggregate query always returns one row
             tx.run(
                 f"INSERT INTO runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 run_id, host, runbook, tag, kind, state, False, None, None,
@@ -471,7 +471,7 @@ class SqlJournal(ABC):
     def _append_transition(self, tx: Tx, run_id: str, from_state: str, event: str, to_state: str,
                            now: datetime, note: str | None, token: int) -> int:
         seq = int(tx.one("SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM transitions WHERE run_id = ?",
-                         run_id)["seq"])  # type: ignore[index]
+                         run_id)["seq"])  # type: ignore[index]  # an aggregate query always returns one row
         tx.run(
             "INSERT INTO transitions (run_id, seq, from_state, event, to_state, at, note, "
             "lease_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -496,7 +496,7 @@ class SqlJournal(ABC):
                 tx.one(
                     "SELECT COALESCE(MAX(effect_id), 0) + 1 AS n FROM effects WHERE run_id = ?",
                     run_id,
-                )["n"]  # type: ignore[index]
+                )["n"]  # type: ignore[index]  # an aggregate query always returns one row
             )
             tx.run(
                 "INSERT INTO effects (run_id, effect_id, step, kind, mutating, request, intent_at, "

@@ -39,7 +39,7 @@ class _Strict(BaseModel):
 
 
 def _secs(v: object) -> float:
-    return parse_duration(v)  # type: ignore[arg-type]
+    return parse_duration(v)  # type: ignore[arg-type]  # pydantic hands the raw YAML value; parse_duration refuses a wrong type
 
 
 def check_placeholders(text: str, what: str) -> str:

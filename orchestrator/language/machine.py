@@ -111,7 +111,7 @@ class Table:
     def phase_dry_runs(self, phase: str | None) -> list[str]:
         """The dry-run states of a phase, in reading order."""
         return [s for s in self.order if self.nodes[s].phase == phase and self.nodes[s].step is not None
-                and self.nodes[s].step.dry_run is not None]  # type: ignore[union-attr]
+                and self.nodes[s].step.dry_run is not None]  # type: ignore[union-attr]  # mypy does not narrow a subscripted attribute across `and`
 
     def next(self, state: str, event: Event) -> str:
         try:

@@ -26,9 +26,9 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 # Schema names importers take from here, besides their own modules.
-from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401
-from orchestrator.language.runbook_paths import RUNBOOK_DIR, resolve_runbook_path  # noqa: F401
-from orchestrator.language.step_specs import (  # noqa: F401
+from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401  # re-exported: the public entry of the runbook language
+from orchestrator.language.runbook_paths import RUNBOOK_DIR, resolve_runbook_path  # noqa: F401  # re-exported: the public entry of the runbook language
+from orchestrator.language.step_specs import (  # noqa: F401  # re-exported: the public entry of the runbook language
     SELECTED,
     ComposeSpec,
     GaugeBound,
@@ -38,8 +38,8 @@ from orchestrator.language.step_specs import (  # noqa: F401
     SoakGauges,
     SoakSpec,
 )
-from orchestrator.language.steps import Phase, Step  # noqa: F401
-from orchestrator.util.names import DEFAULT_RUNBOOK  # noqa: F401
+from orchestrator.language.steps import Phase, Step  # noqa: F401  # re-exported: the public entry of the runbook language
+from orchestrator.util.names import DEFAULT_RUNBOOK  # noqa: F401  # re-exported: the public entry of the runbook language
 from orchestrator.util.user_errors import Refused, UserError
 
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.

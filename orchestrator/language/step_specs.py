@@ -28,7 +28,7 @@ class _Strict(BaseModel):
 
 
 def _seconds(v: object) -> float:
-    return parse_duration(v)  # type: ignore[arg-type]
+    return parse_duration(v)  # type: ignore[arg-type]  # pydantic hands the raw YAML value; parse_duration refuses a wrong type
 
 
 class ComposeSpec(_Strict):

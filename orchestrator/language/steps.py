@@ -115,7 +115,7 @@ class Step(_Strict):
     def kind(self) -> StepKind:
         for k in STEP_KINDS:
             if getattr(self, k) is not None:
-                return k  # type: ignore[return-value]
+                return k  # type: ignore[return-value]  # STEP_KINDS lists exactly the StepKind names
         raise AssertionError("validated above")
 
     @property

@@ -464,7 +464,7 @@ def _relay_ports(spec: BaseModel, replica: str | None, replicas: set[str]) -> It
             yield int(p), str(rep)
         return
     if type(spec).__name__.lower().startswith("dcgm") and isinstance(getattr(spec, "port", None), int):
-        yield spec.port, None  # type: ignore[attr-defined]
+        yield spec.port, None  # type: ignore[attr-defined]  # the DCGM spec, checked by name and attribute just above
         return
     for name in type(spec).model_fields:
         value = getattr(spec, name)

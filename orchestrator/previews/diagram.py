@@ -70,7 +70,7 @@ def render_mermaid(table: Table, *, current: str | None = None, title: str | Non
     out.append("flowchart TD")
     out.append("  start((start))")
     for s in table.order:
-        manual = table.nodes[s].step is not None and table.nodes[s].step.manual is not None  # type: ignore[union-attr]
+        manual = table.nodes[s].step is not None and table.nodes[s].step.manual is not None  # type: ignore[union-attr]  # mypy does not narrow a subscripted attribute across `and`
         out.append(f'  {ids[s]}["{_label(s)}' + (" (MANUAL EDIT)" if manual else "") + '"]')  # a human acts here
     for t in _used_terminals(table):
         out.append(f'  {ids[t]}(["{t}"])')

@@ -222,7 +222,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     if overrides is not None:
         checks.append(prerequisites_hold(session, rb, overrides))
         if overrides:
-            after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731
+            after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731  # a one-line hook, read where it is passed
     got = admit(session, host=host, rb=rb, checks=checks, after=after,
                           create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
                                       context=ctx.to_json()))

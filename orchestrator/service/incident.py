@@ -61,7 +61,7 @@ def read_history(actions: list[Action], current: tuple[str, str] | None, rb: Run
     known = set(rb.deploys)
     before = [a for a in actions[:first_new] if a.action == "compose_up" and a.tag and a.file and a.file != rb.file]
     pick = next((a for a in reversed(before) if not known or a.file in known), None)
-    return HostHistory(new_tag, (pick.tag, pick.file) if pick else None, pick.timestamp if pick else None)  # type: ignore[arg-type]
+    return HostHistory(new_tag, (pick.tag, pick.file) if pick else None, pick.timestamp if pick else None)  # type: ignore[arg-type]  # `before` keeps only entries with a tag and a file
 
 
 async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:

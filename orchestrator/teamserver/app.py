@@ -440,8 +440,8 @@ def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:
     loop = asyncio.get_running_loop()
 
     def reload() -> None:
-        auth.tokens_file.reload()  # type: ignore[union-attr]
-        if auth.tokens_file.error is None:  # type: ignore[union-attr]
+        auth.tokens_file.reload()  # type: ignore[union-attr]  # reload is installed only when a tokens file is configured
+        if auth.tokens_file.error is None:  # type: ignore[union-attr]  # reload is installed only when a tokens file is configured
             log.info("tokens_reloaded")  # a refused file has its own line (tokens_file_refused)
 
     try:

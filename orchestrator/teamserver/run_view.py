@@ -47,7 +47,7 @@ def _fill(text: str, d: dict[str, Any]) -> str:
     """A runbook text with `{host}`, `{run_id}`, `{tag}` filled in (others left as written)."""
     values = {"host": d.get("host") or "", "run_id": d.get("run_id") or "", "tag": d.get("tag") or ""}
 
-    class Keep(dict):  # type: ignore[type-arg]
+    class Keep(dict):  # type: ignore[type-arg]  # format_map takes any mapping; this one keeps unknown fields as written
         def __missing__(self, key: str) -> str:
             return "{" + key + "}"
 

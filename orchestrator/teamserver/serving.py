@@ -478,7 +478,7 @@ def _server_class() -> type:
                 kwargs["ssl"] = None  # the protocol upgrades each admitted connection (config.ssl)
                 return await original(*args, **kwargs)
 
-            loop.create_server = create_server  # type: ignore[method-assign]
+            loop.create_server = create_server  # type: ignore[method-assign]  # the loop's own method wrapped for this one listener, restored after
             try:
                 await super().startup(sockets=sockets)
             finally:
