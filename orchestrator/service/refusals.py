@@ -34,12 +34,13 @@ def leased_refusal(host: str, holder_run_id: str, owner: str, expires_at: dateti
             f"{holder_run_id}`; only if its process died, `orchestrate resume {holder_run_id}` once the lease expires")
 
 
-def refuse_if_leased(session: Session, host: str) -> None:
+def refuse_if_leased(session: Session, host: str, what: str = "nothing was started") -> None:
     """Refuse before a run is even created when another runner holds the host (the lease itself
-    is what guarantees exclusion; this only keeps the journal free of runs that never started)."""
+    is what guarantees exclusion; this only keeps the journal free of runs that never started).
+    `plan --live` asks it too: its dry runs would take compose-manager's lock from that run."""
     lease = session.journal.current_lease(host)
     if lease is not None and not holder_gone(lease.owner):  # a dead holder's lease counts as expired
-        raise Refused(leased_refusal(host, lease.run_id, lease.owner, lease.expires_at, "nothing was started"))
+        raise Refused(leased_refusal(host, lease.run_id, lease.owner, lease.expires_at, what))
 
 
 def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:

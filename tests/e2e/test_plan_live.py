@@ -120,3 +120,26 @@ def test_cli_plan_live_exit_codes_and_markdown(e2e_factory, tmp_path):
     r = subprocess.run([*cmd, "--rollback", "all"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert not [c for c in e.fleet.calls if c.is_mutating]
+
+
+def test_plan_live_refuses_while_a_run_holds_the_host_and_names_the_diagram_formats_offline(e2e_factory, tmp_path):
+    from orchestrator.journal import SqliteJournal
+
+    e = e2e_factory()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    env.update(e.fleet.env_for_orchestrator(tmp_path / "inventory.yaml"))
+    env.update({"ORCHESTRATOR_STATE_DIR": str(tmp_path / "st"), "ORCHESTRATOR_TIME_SCALE": "3000"})
+    cmd = [sys.executable, "-m", "orchestrator.cli", "plan", "gpu02", "--tag", TAG, "--live"]
+    r = subprocess.run([*cmd, "--format", "mermaid"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--live shows text, markdown, json" in r.stderr and "bug" not in r.stderr
+    (tmp_path / "st").mkdir()
+    j = SqliteJournal(tmp_path / "st" / "journal.sqlite3")
+    try:  # a run of another, live machine holds gpu02
+        run = j.create_run(host="gpu02", runbook="rb", tag=TAG, kind="rollout", state="r2.apply", context={})
+        j.acquire_lease("gpu02", run.run_id, "laptop:4242:x", 600)
+    finally:
+        j.close()
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 5, r.stdout[-500:] + r.stderr
+    assert f"gpu02 is leased by run {run.run_id}" in r.stderr and "plan --live sends dry runs" in r.stderr
+    assert not [c for c in e.fleet.calls if c.is_compose_up]  # not one dry run sent

@@ -102,6 +102,10 @@ def plan(
         raise typer.Exit(int(ExitCode.UNEXPECTED))
 
 
+#: What `plan --live` prints (the diagrams are offline only).
+LIVE_FORMATS = ("text", "markdown", "json")
+
+
 def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Path | None,
                env_file: Path | None = None) -> None:
     """`plan --live`: orchestrator.previews.live_plan, with the inventory's tokens from the settings."""
@@ -116,8 +120,11 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
         render_live_markdown,
         render_live_text,
     )
+    from orchestrator.service.refusals import refuse_if_leased
     from orchestrator.service.session import Session
 
+    if fmt not in LIVE_FORMATS:
+        raise UserError(f"--live shows {', '.join(LIVE_FORMATS)}, not {fmt!r} (the state diagram needs no host: drop --live)")
     ensure_configured()  # client log events are dropped: stdout holds the plan only
     unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
                                     ("ORCHESTRATOR_DASHBOARD_TOKEN", settings.dashboard_token)) if not tok.get_secret_value()]
@@ -131,6 +138,8 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
                                                                     env=_env(env_file))
     session = Session.open(settings)
     try:
+        # another run's compose calls would meet the preview's dry runs (409) and the preview theirs
+        refuse_if_leased(session, host, "plan --live sends dry runs and reads nothing while a run holds the host")
         lp = asyncio.run(build_live_plan(session, host, tag, runbook, new_file_services=new_services))
     finally:
         session.close()
