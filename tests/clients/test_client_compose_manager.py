@@ -175,6 +175,8 @@ async def test_refusals_raise_the_taxonomy_error_without_retry(router, client, s
     assert err.value.system == "compose-manager"
     assert message in str(err.value)
     assert route.call_count == 1
+    # a refused token names the setting to fix
+    assert ("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN" in str(err.value)) == (exc_type is Unauthorized)
 
 
 async def test_connect_error_is_retried_then_succeeds(router, client):

@@ -156,6 +156,15 @@ def server_message(response: httpx.Response) -> str | None:
     return None
 
 
+#: The setting whose token each system checks: a refused token names what to fix.
+TOKEN_VARIABLES = {
+    "compose-manager": "ORCHESTRATOR_COMPOSE_MANAGER_TOKEN",
+    "dashboard": "ORCHESTRATOR_DASHBOARD_TOKEN",
+    "model-proxy": "ORCHESTRATOR_MODEL_PROXY_TOKEN",
+    "inference": "ORCHESTRATOR_INFERENCE_TOKEN",
+}
+
+
 def error_for_status(system: str, response: httpx.Response, redactor: Redactor) -> ClientError:
     """The taxonomy error for a non-2xx answer (body already read)."""
     status = response.status_code
@@ -165,7 +174,8 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
         text = _clip(redactor.scrub(response.content.decode("utf-8", "replace")))
     shown = text if text is not None else f"non-JSON body ({describe_body(response)})"
     if status in (401, 403):
-        return Unauthorized(system, f"HTTP {status} unauthorized: {shown}", status=status)
+        fix = f" (check {TOKEN_VARIABLES[system]})" if system in TOKEN_VARIABLES else ""
+        return Unauthorized(system, f"HTTP {status} unauthorized: {shown}{fix}", status=status)
     if status == 409:
         in_flight = ""
         if text and "in progress:" in text:
