@@ -104,9 +104,12 @@ def serve(
     Token: $ORCHESTRATOR_SERVER_TOKEN or --tokens-file. See docs/team-mode.md."""
     if ctx.invoked_subcommand is not None:
         return
+    from orchestrator.teamserver.serving import check_exposure
     from orchestrator.util.settings import load_settings
 
     settings = load_settings().with_inventory(inventory)
+    # what the command line asks is judged before the port: a refused exposure says so whatever listens there
+    check_exposure(bind, tls=tls_cert is not None, insecure_no_auth=insecure_no_auth, insecure_plaintext=insecure_plaintext)
     check_can_listen(bind, port)
     if not 1 <= per_address <= 100_000:
         raise UserError(f"--max-connections-per-address {per_address}: use 1-100000")

@@ -186,24 +186,46 @@ def test_a_continued_rollout_keeps_the_ledger_of_the_run_it_continues(e2e_factor
     assert second.context["stopped"] == first.context["stopped"]
 
 
-def test_a_lock_held_by_another_client_after_each_stop_is_waited_out_never_leaving_a_replica_empty(e2e_factory):
+def test_a_lock_held_by_another_client_after_each_stop_is_waited_out_never_leaving_a_replica_empty(tmp_path):
     """After every down, another client holds compose-manager's lock for the next 12 lock calls (the
-    dashboard, another operator's dry run; the client's own busy retries give up after 6): the rollout and then the whole-host rollback wait each
-    lock out, saying what holds it, and end as without it; r1 serves throughout."""
-    from orchestrator.service.admission import new_rollback, new_rollout
-    from orchestrator.service.runner import execute
+    dashboard, another operator's dry run; the client's own busy retries give up after 6): the
+    rollout and then the whole-host rollback wait each lock out, saying what holds it, and end as
+    without it; r1 serves throughout. One simulated time for both sides, standing still while the
+    simulator answers, so the wait's bound (`timeouts.gone`) is not spent by a loaded machine."""
+    from sim_time import AnswerTimeClock
 
-    e = e2e_factory("lock-after-down")
-    run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
-    progress = RecordingProgress()
-    final = asyncio.run(execute(e.session, run, rb, table, progress=progress, yes=True))
-    assert final.outcome == "DONE", final.message
-    waited = [f["text"] for k, f in progress.events if k == "note" and "is busy" in f.get("text", "")]
-    assert waited and "waits for its lock" in waited[0], waited
-    assert any(c.status == 409 for c in e.fleet.calls)  # the lock was really met
-    run, rb, table = asyncio.run(new_rollback(e.session, "gpu02", "all", None, None, None))
-    back = asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))
-    assert back.outcome == "ROLLED_BACK", back.message
-    now = running(e.fleet)
-    assert now[R1].file == OLD_FILE and R2_NEW not in now
-    assert e.fleet.check_invariants() == []
+    from orchestrator.hosts.clients.retry import RetryPolicy
+    from orchestrator.service.admission import new_rollback, new_rollout
+    from orchestrator.service.demo import demo_settings
+    from orchestrator.service.runner import execute
+    from orchestrator.service.session import Session
+    from orchestrator_sim import SimConfig, SimFleet
+
+    clock = AnswerTimeClock(1200)
+    with SimFleet(SimConfig(speed=1200, faults=["lock-after-down"], cold_start_s=1200), clock=clock) as fleet:
+        transport = clock.transport()
+        session = Session.open(demo_settings(fleet, tmp_path), clock=clock, transport=transport,
+                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+        try:
+            async def both():
+                try:
+                    run, rb, table = new_rollout(session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
+                    progress = RecordingProgress()
+                    final = await execute(session, run, rb, table, progress=progress, yes=True)
+                    run, rb, table = await new_rollback(session, "gpu02", "all", None, None, None)
+                    back = await execute(session, run, rb, table, progress=RecordingProgress(), yes=True)
+                    return final, progress, back
+                finally:
+                    await transport.close()
+
+            final, progress, back = asyncio.run(both())
+        finally:
+            session.close()
+        assert final.outcome == "DONE", final.message
+        waited = [f["text"] for k, f in progress.events if k == "note" and "is busy" in f.get("text", "")]
+        assert waited and "waits for its lock" in waited[0], waited
+        assert any(c.status == 409 for c in fleet.calls)  # the lock was really met
+        assert back.outcome == "ROLLED_BACK", back.message
+        now = running(fleet)
+        assert now[R1].file == OLD_FILE and R2_NEW not in now
+        assert fleet.check_invariants() == []

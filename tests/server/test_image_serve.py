@@ -37,8 +37,11 @@ def image_env(tmp_path: Path, port: int) -> dict[str, str]:
 
 
 def test_the_image_bind_comes_from_the_environment_and_keeps_the_tls_rule(tmp_path):
-    r = subprocess.run([ORCHESTRATE, "serve"], env=image_env(tmp_path, free_port()), cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    with socket.socket() as taken:  # the port is in use too: the exposure is judged first, whatever listens
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = subprocess.run([ORCHESTRATE, "serve"], env=image_env(tmp_path, taken.getsockname()[1]), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.startswith("orchestrate: refusing to bind 0.0.0.0 without TLS"), r.stderr
     # outside the image: loopback by default
