@@ -40,6 +40,7 @@ from typing import Any
 from orchestrator.engine.executor import RunContext
 from orchestrator.engine.fleet import default_runbook, journal_overrides, refuse_unmet_prerequisites
 from orchestrator.engine.leave_pool import refuse_tier_halted
+from orchestrator.engine.rules import targets
 from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
 from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
@@ -272,7 +273,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     if to_tag is not None:
         check_tag(to_tag)
         previous = {svc: {"tag": to_tag, "file": to_file or "", "commit": ""} for svc in rb.previous_refs()}
-        source = "--to-tag/--to-file" if last is not None else incident.EXPLICIT
+        source = targets.EXPLICIT_BESIDE_JOURNAL if last is not None else targets.EXPLICIT
     elif last is not None:
         previous = dict(RunContext.from_json(last.context).previous)
         source = f"run {last.run_id}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from orchestrator.engine.rules import targets
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import Runbook
 from orchestrator.service.session import _compose_client
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from orchestrator.service.session import Session
     from orchestrator.util.settings import Settings
 
-EXPLICIT = "the operator's explicit --to-tag/--to-file (no journaled rollout)"
+EXPLICIT = targets.EXPLICIT
 
 
 def journal_description(settings: Settings) -> str:
@@ -75,7 +76,7 @@ async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:
 
 def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
     tag, file = target if target is not None else ("TAG", "FILE")
-    return f"orchestrate rollback {host} --runbook {rb.name} --to-tag {tag} --to-file {file}"
+    return targets.rollback_command(host, rb.name, tag, file)
 
 
 def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHistory, why: str) -> str:

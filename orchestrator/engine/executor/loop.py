@@ -13,6 +13,7 @@ from orchestrator.engine.executor.pause import honour_pause, observed
 from orchestrator.engine.executor.rollback_summary import rollback_summary
 from orchestrator.engine.executor.runtime import AbortRequested, ForeignChange, MaskedEnv, Runtime
 from orchestrator.engine.progress import NullProgress, Progress
+from orchestrator.engine.rules import targets
 from orchestrator.engine.steps import StepOutcome, handler_for
 from orchestrator.hosts.clients.errors import ClientError, RequestInvalid
 from orchestrator.hosts.host_clients import HostClients
@@ -212,15 +213,12 @@ def rollback_again(host: str, rb: Runbook, ctx: RunContext) -> str:
     """A rollback run again, as a command that works from any machine: an explicit target
     (--to-tag/--to-file) is repeated with its runbook and replica, since a machine without the
     rollout's journal refuses the plain command."""
-    cmd = f"orchestrate rollback {host}"
     refs = {(ref.get("tag"), ref.get("file")) for ref in ctx.previous.values() if isinstance(ref, dict)}
-    if ctx.previous_source.startswith(("--to-tag", "the operator's explicit")) and len(refs) == 1:
-        tag, file = next(iter(refs))
-        cmd += f" --runbook {rb.name}"
-        if len(ctx.replicas) == 1 and ctx.replicas != rb.rollback_replicas("all"):
-            cmd += f" --replica {ctx.replicas[0]}"
-        cmd += f" --to-tag {tag} --to-file {file}"
-    return cmd
+    if not (targets.explicit_target(ctx.previous_source) and len(refs) == 1):
+        return f"orchestrate rollback {host}"
+    tag, file = next(iter(refs))
+    alone = len(ctx.replicas) == 1 and ctx.replicas != rb.rollback_replicas("all")
+    return targets.rollback_command(host, rb.name, str(tag), str(file), ctx.replicas[0] if alone else None)
 
 
 #: how a final message names the engines a rollback left running because this run did not create them

@@ -16,6 +16,21 @@ from typing import Any
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import Runbook
 
+#: How a rollback's journaled `previous_source` names an operator's explicit target (--to-tag/--to-file),
+#: beside a journaled rollout and without one.
+EXPLICIT_BESIDE_JOURNAL = "--to-tag/--to-file"
+EXPLICIT = "the operator's explicit --to-tag/--to-file (no journaled rollout)"
+
+
+def explicit_target(source: str) -> bool:
+    return source in (EXPLICIT_BESIDE_JOURNAL, EXPLICIT)
+
+
+def rollback_command(host: str, runbook: str, tag: str, file: str, replica: str | None = None) -> str:
+    """The rollback of `host` to an explicit target, as a command that works from any machine."""
+    scope = f" --replica {replica}" if replica else ""
+    return f"orchestrate rollback {host} --runbook {runbook}{scope} --to-tag {tag} --to-file {file}"
+
 
 def recorded_successes(project_versions: Any) -> set[tuple[str, str]]:
     """(tag, file) of compose-manager's success record (`version().project(p)`; None: none)."""
