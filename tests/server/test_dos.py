@@ -392,18 +392,18 @@ def test_a_world_writable_or_broken_tokens_file_stops_the_start_with_one_line(se
 
 
 def test_a_tokens_file_in_a_world_writable_directory_is_refused(settings, tmp_path, capsys):
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    tokens = shared / "tokens.yaml"
+    tokens_dir = tmp_path / "tokens_dir"
+    tokens_dir.mkdir()
+    tokens = tokens_dir / "tokens.yaml"
     add_token(tokens, "alice", "operator")
-    os.chmod(shared, 0o777)
+    os.chmod(tokens_dir, 0o777)
     try:
         assert run_serve("127.0.0.1", 0, None, settings, tokens_file=tokens) == 2
         assert "world-writable directory" in capsys.readouterr().err
-        os.chmod(shared, 0o1777)  # sticky (as /tmp): others cannot replace it
+        os.chmod(tokens_dir, 0o1777)  # sticky (as /tmp): others cannot replace it
         assert create_app(settings, tokens_file=tokens, adopt=False).state.auth.mode == "tokens-file"
     finally:
-        os.chmod(shared, 0o700)
+        os.chmod(tokens_dir, 0o700)
 
 
 def test_a_tokens_file_refused_while_serving_answers_503_and_logs_one_line(settings, running, tmp_path, capsys):
