@@ -6,6 +6,7 @@ executor is replaced in those tests); the simulator serves on loopback ports.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,15 @@ def sim_fleet() -> Iterator[Callable[..., Any]]:
 # --------------------------------------------------------------------------- PostgreSQL
 
 
+@pytest.fixture
+def tls_files(tmp_path):
+    """(cert, key, client SSLContext trusting them) for 127.0.0.1."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_pem, key_pem = tmp_path / "s.pem", tmp_path / "s.key"
+    cert.private_key_pem.write_to_path(str(key_pem))
+    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    return cert_pem, key_pem, ctx

@@ -243,20 +243,6 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
 
 
 @pytest.fixture
-def tls_files(tmp_path):
-    """(cert, key, client SSLContext trusting them) for 127.0.0.1."""
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert_pem, key_pem = tmp_path / "s.pem", tmp_path / "s.key"
-    cert.private_key_pem.write_to_path(str(key_pem))
-    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
-    ctx = ssl.create_default_context()
-    ca.configure_trust(ctx)
-    return cert_pem, key_pem, ctx
-
-
-@pytest.fixture
 def running():
     """start(app, **build_server kwargs) -> (server, port): a real uvicorn on loopback."""
     started: list[tuple[Any, threading.Thread]] = []

@@ -23,7 +23,6 @@ import threading
 import time
 
 import httpx
-import pytest
 
 from helpers_server import AUTH, TOKEN, wait_for
 from orchestrator.teamserver.app import create_app
@@ -97,21 +96,8 @@ class Flood:
         return self.opened
 
 
-@pytest.fixture
-def tls(tmp_path):
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert_pem, key_pem = tmp_path / "s.pem", tmp_path / "s.key"
-    cert.private_key_pem.write_to_path(str(key_pem))
-    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
-    ctx = ssl.create_default_context()
-    ca.configure_trust(ctx)
-    return cert_pem, key_pem, ctx
-
-
-def test_an_authenticated_client_is_served_within_a_second_throughout_a_flood(settings, tls):
-    cert, key, ctx = tls
+def test_an_authenticated_client_is_served_within_a_second_throughout_a_flood(settings, tls_files):
+    cert, key, ctx = tls_files
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
