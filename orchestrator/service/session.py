@@ -58,7 +58,7 @@ class Session:
         inventory = load_inventory(settings.inventory_path())
         redactor = Redactor()
         redactor.add(*settings.tokens())
-        journal = open_journal_for(settings, redactor)  # a bad location: one UserError line
+        journal = open_journal_for(settings)  # a bad location: one UserError line
         if clock is None:
             clock = clock_for(inventory.urls())
         if retry is None and isinstance(clock, ScaledClock):

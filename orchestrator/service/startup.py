@@ -17,14 +17,15 @@ from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError
 
 
-def open_journal_for(settings: Settings, redactor: Redactor) -> Journal:
+def open_journal_for(settings: Settings) -> Journal:
     """The settings' journal; a location that cannot be opened is one UserError line (exit 2).
-    The message never holds the database password."""
+    The message never holds the database password. The journal stores what it is given: a run
+    scrubs its text before journaling it and keeps its data exact (engine/executor/runtime.py)."""
     loc = settings.journal_location()
     try:
         if not settings.database_url:
             settings.state_dir.mkdir(parents=True, exist_ok=True)
-        return open_journal(loc, redactor=redactor)
+        return open_journal(loc)
     except (OSError, JournalError) as exc:
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         where = "ORCHESTRATOR_DATABASE_URL" if settings.database_url else f"ORCHESTRATOR_STATE_DIR ({settings.state_dir})"
@@ -48,9 +49,7 @@ class ReadSession:
 
     @classmethod
     def open(cls, settings: Settings) -> ReadSession:
-        redactor = Redactor()
-        redactor.add(*settings.tokens())
-        return cls(settings, open_journal_for(settings, redactor))
+        return cls(settings, open_journal_for(settings))
 
     def close(self) -> None:
         self.journal.close()

@@ -2,16 +2,23 @@
 `TOKENIZERS_PARALLELISM=false`, `SSL_CERT_DIR`, `KEYCLOAK_REALM`, `PASSTHROUGH`) in gpu02's env
 map: a whole rollout ends DONE and the whole-host rollback after it restores the previous files,
 the journal's rollback targets exact (never `***/...`), and the host's real tokens reach neither
-the journal nor the run log."""
+the journal, the run log, the console nor the final messages.
+
+The journal keeps the run's data exact even where a value the redactor hides equals one of them: a
+40-digit commit in the env map is shaped like a token (hidden from text), and the rollback targets'
+commit stays exact all the same (redaction applies to text as it leaves, never to the data)."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 
 import pytest
+from rich.console import Console
 
-from orchestrator.engine.progress import RecordingProgress
+from orchestrator.cli.render import LiveProgress
+from orchestrator.engine.progress import CompositeProgress, RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e
@@ -24,10 +31,15 @@ LABELS = {"AUTH_ENV": "prod", "AUTH_ENABLED": "true", "TOKENIZERS_PARALLELISM": 
           "SSL_CERT_DIR": "/etc/ssl/certs", "KEYCLOAK_REALM": "nearai-internal", "PASSTHROUGH": "1"}
 
 
-def _run(e, run, rb, table):
+#: the simulator's tags.yaml: the commit of the previous deploy (v0.0.290), the rollback's target
+PREVIOUS_COMMIT = "01a983b2c6f4d95e7a1b38f20c4d6e9a5b7c1f03"
+
+
+def _run(e, run, rb, table, console=None):
     from orchestrator.service.runner import execute
 
-    return asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))
+    progress = CompositeProgress(RecordingProgress(), *([LiveProgress(console)] if console is not None else []))
+    return asyncio.run(execute(e.session, run, rb, table, progress=progress, yes=True))
 
 
 def _running(fleet):
@@ -41,16 +53,23 @@ def test_labels_named_like_credentials_leave_the_journal_exact_through_rollout_a
     e = e2e_factory()
     for key, value in LABELS.items():
         e.fleet.set_env_var(key, value)
-    final = _run(e, *new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK))
+    e.fleet.set_env_var("COMPOSE_FILES_REVISION", PREVIOUS_COMMIT)
+    screen = io.StringIO()
+    console = Console(file=screen, width=200, color_system=None)
+    final = _run(e, *new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK), console)
     assert final.outcome == "DONE", final.message
+    assert e.session.redactor.scrub(PREVIOUS_COMMIT) == "***"  # a token by its shape: hidden from text
 
     done = e.session.journal.get_run(final.run_id)
-    previous = RunContext.from_json(done.context).previous
+    context = RunContext.from_json(done.context)
+    previous = context.previous
     assert previous[R2_OLD]["file"] == OLD_FILE and previous[R1]["file"] == OLD_FILE, previous
+    assert {ref["commit"] for ref in previous.values()} == {PREVIOUS_COMMIT}, previous
+    assert context.before is not None and context.before.version["commit"] == PREVIOUS_COMMIT
     assert "***" not in json.dumps(previous)
 
-    back = _run(e, *asyncio.run(new_rollback(e.session, "gpu02", "all", None, None, None)))
-    assert back.outcome in ("DONE", "ROLLED_BACK"), back.message
+    back = _run(e, *asyncio.run(new_rollback(e.session, "gpu02", "all", None, None, None)), console)
+    assert back.outcome == "ROLLED_BACK", back.message
     run = _running(e.fleet)
     assert run[R2_OLD].file == OLD_FILE and run[R1].file == OLD_FILE
     assert R2_NEW not in run
@@ -60,9 +79,10 @@ def test_labels_named_like_credentials_leave_the_journal_exact_through_rollout_a
     assert {k: env[k] for k in LABELS} == LABELS
     secrets = [v for k, v in env.items() if k.endswith(("_TOKEN", "_API_KEY"))]
     secrets += [t.compose_manager, t.dashboard, t.model_proxy, t.inference]
-    blobs = [(e.state_dir / "journal.sqlite3").read_bytes()]
+    blobs = [(e.state_dir / "journal.sqlite3").read_bytes(), screen.getvalue().encode()]
     blobs += [p.read_bytes() for p in (e.state_dir / "logs").rglob("*") if p.is_file()]
-    assert len(blobs) >= 3
+    blobs += [str(r.message).encode() for r in (final, back)]
+    assert len(blobs) >= 5 and b"ROLLED_BACK" in blobs[1]
     for s in secrets:
         assert len(s) >= 16
         for blob in blobs:

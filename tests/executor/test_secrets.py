@@ -4,8 +4,8 @@ Two whole runs on the fake host where compose-manager's streams and the engines'
 values (sglang prints its server_args, api_key included): a rollout that ends DONE, and one whose
 cold start fails on a forbidden line quoting a secret and rolls back. Then every row of every
 journal table, every structlog event and every progress event is scanned for every value the run's
-redactor must hide (`EnvMap.redaction_values()`). The journal is opened WITHOUT a redactor, so the
-executor's own scrubbing is what is tested (production also gives the journal one).
+redactor must hide (`EnvMap.redaction_values()`). The journal stores what it is given (it has no
+redactor), so the executor's own scrubbing is what is tested.
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):

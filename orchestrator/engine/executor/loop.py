@@ -153,7 +153,7 @@ class Executor:
             message = f"{message}. {host_now}" if not message.endswith(".") else f"{message} {host_now}"
         self.journal.record_transition(
             self.rt.lease, self.run.run_id, state, outcome.event.value, to,
-            context=self.redactor.scrub_obj(self.ctx.to_json()), terminal=terminal,
+            context=self.rt.context_json(), terminal=terminal,
             outcome=to if terminal else None, message=message, note=note or None,
         )
         self.log.info("transition", on=outcome.event.value, to=to, note=note)

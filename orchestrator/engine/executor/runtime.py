@@ -124,6 +124,17 @@ SETTLE_S = 600.0
 #: How many times a down is sent again when observation shows a zombie or no effect.
 MAX_DOWN_RESENDS = 2
 
+#: Redaction at the edges. What the journal keeps as the run's data -- rollback targets, files,
+#: tags, commits, services, container IDs, the action-log mark, a request as sent -- is exact: a
+#: rollback must find what it names, and a secret that happens to equal one of them (a commit in
+#: the env map) must not rewrite it. Text for a person is scrubbed before it is journaled, and
+#: again wherever it leaves (console, run log, page, API, notifications): these are the parts of
+#: the context (why a step failed, why a rollback left an engine running, a completion's
+#: refusal) and of an effect's outcome (the host's stream lines, an error) that are text.
+CONTEXT_TEXT = (("failure",), ("not_stopped",), ("before", "completion"))
+OUTCOME_TEXT = ("lines", "error", "reason")
+
+
 class AbortRequested(Exception):
     pass
 
@@ -273,8 +284,20 @@ class RunJournal:
     redactor: Redactor
     visit: Visit
 
+    def context_json(self) -> dict[str, Any]:
+        """The context as it is journaled: its text for a person (`CONTEXT_TEXT`) scrubbed, the
+        rest (the run's data) exact."""
+        data = self.ctx.to_json()
+        for *path, key in CONTEXT_TEXT:
+            part = data
+            for name in path:
+                part = part.get(name) or {}
+            if part.get(key):
+                part[key] = self.redactor.scrub_obj(part[key])
+        return data
+
     def save_context(self) -> None:
-        self.journal.update_context(self.lease, self.run.run_id, self.redactor.scrub_obj(self.ctx.to_json()))
+        self.journal.update_context(self.lease, self.run.run_id, self.context_json())
 
     def approvals(self) -> set[str]:
         """Every named gate approved; a `*` only if given after the run's latest resume or adoption."""
@@ -289,19 +312,22 @@ class RunJournal:
     def last_effect_id(self) -> int:
         return max((e.effect_id for e in self.effects()), default=0)
 
+    def _outcome_json(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        """An effect's outcome as it is journaled: its text (`OUTCOME_TEXT`) scrubbed, the rest exact."""
+        return {k: self.redactor.scrub_obj(v) if k in OUTCOME_TEXT else v for k, v in outcome.items()}
+
     def record_intent(self, kind: str, body: dict[str, Any]) -> EffectRecord:
-        """A mutating call, journaled before it is sent (under this visit's key)."""
-        return self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind,
-                                          self.redactor.scrub_obj(body), mutating=True)
+        """A mutating call, journaled before it is sent (under this visit's key): the request as
+        sent (its env map as `<env map: N keys>`) and the baseline, exact."""
+        return self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind, body, mutating=True)
 
     def record_outcome(self, effect_id: int, outcome: dict[str, Any]) -> None:
-        self.journal.record_outcome(self.lease, self.run.run_id, effect_id, outcome)
+        self.journal.record_outcome(self.lease, self.run.run_id, effect_id, self._outcome_json(outcome))
 
     def journal_read(self, kind: str, req: ComposeRequest, outcome: dict[str, Any]) -> None:
         """A non-mutating effect is journaled after the fact (nothing to reconcile on resume)."""
-        eff = self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind,
-                                         self.redactor.scrub_obj(req.redacted()), mutating=False)
-        self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, self.redactor.scrub_obj(outcome))
+        eff = self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind, req.redacted(), mutating=False)
+        self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, self._outcome_json(outcome))
 
     def visit_effects(self, prefix: str) -> list[EffectRecord]:
         """This visit's journaled effects whose kind starts with `prefix`, oldest first."""
@@ -1520,6 +1546,7 @@ class Runtime:
         self.check_abort, self.wait, self.wait_for_output = timer.check_abort, timer.wait, timer.wait_for_output
         self.start_heartbeat, self.tick = timer.start_heartbeat, timer.tick
         self.save_context, self.approvals, self.approve = records.save_context, records.approvals, records.approve
+        self.context_json = records.context_json
         self.journal_read, self.visit_effects = records.journal_read, records.visit_effects
         self.recorded_effect, self.resume_effect = records.recorded_effect, records.resume_effect
         self.read_env, self.ensure_env, self.other_env = envs.read_env, envs.ensure_env, envs.other_env
