@@ -33,6 +33,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 from orchestrator.hosts.envmap import EnvMap
 
@@ -299,6 +300,25 @@ class Redactor:
         plain = c.text if c.may_hold_text(text) else c.always
         return bool((plain is not None and plain.search(text))
                     or (c.b64 is not None and c.may_hold_b64(text) and c.b64.search(text)))
+
+    def may_begin_secret(self, line: str) -> bool:
+        """Whether `line` ends with what may be the head of a secret split across it and the next
+        line: a suffix starting a token (as is or percent-decoded) that is a proper prefix of a
+        secret. A stream that shows lines as they come holds such a line until the next one, and
+        releases every other line at once (`compose_manager_stream`)."""
+        words = line.rsplit(None, 1)
+        with self._lock:
+            secrets = tuple(self._secrets)
+        if not words or line[-1:].isspace() or not secrets:
+            return False
+        word = words[-1]
+        for text in {word, unquote(word)}:
+            starts = [i for i in range(len(text)) if i == 0 or not text[i - 1].isalnum()]
+            for i in starts:
+                head = text[i:]
+                if any(len(head) < len(s) and s.startswith(head) for s in secrets):
+                    return True
+        return False
 
     def scrub_lines(self, lines: list[str]) -> list[str]:
         """A list of strings read as consecutive lines (a secret split across two is found)."""

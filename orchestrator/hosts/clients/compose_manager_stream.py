@@ -1,6 +1,7 @@
 """Reading a compose-manager NDJSON stream (`compose/up`, `compose/down`) into a `StreamOutcome`.
 
-Every line is scrubbed before it is kept or handed to `on_event`. Success or failure is only
+Every line is scrubbed before it is kept or handed to `on_event`, with its neighbours
+(`StreamLines`): a secret split across two consecutive `stdout`/`stderr` events is found. Success or failure is only
 judged from a well-formed `done` event on a clean stream: a malformed line, a read timeout, a
 broken connection or a missing `done` give status "unknown" (the command may have run: find out
 from `docker/ps`, never assume). A dry run's `plan` event is kept as `StreamOutcome.plan_event`.
@@ -47,6 +48,41 @@ class StreamOutcome:
         return self.status == "unknown"
 
 
+class StreamLines:
+    """A stream's output lines (one per `stdout`/`stderr` event), scrubbed so that a secret split
+    across two consecutive lines is found: a line is scrubbed together with the line before it
+    and, when it is held, the line after it. A line is held only when its end may begin a secret
+    (`Redactor.may_begin_secret`), until the next line or the stream's next other event or its
+    end (`flush`); every other line is released at once, so output is never delayed by more than
+    one line, and only where a secret may be cut."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        #: the last raw lines, newest last (at most three: before, held, new)
+        self.raw: list[str] = []
+        self.held: str | None = None  # the held line's event kind
+
+    def push(self, kind: str, data: str) -> list[tuple[str, str]]:
+        """Take one line; return the (kind, scrubbed line) pairs released, in order."""
+        out = []
+        self.raw = [*self.raw, data][-3:]
+        if self.held is not None:
+            out.append((self.held, self.redactor.scrub_lines(self.raw)[-2]))
+            self.held = None
+        if self.redactor.may_begin_secret(data):
+            self.held = kind
+        else:
+            out.append((kind, self.redactor.scrub_lines(self.raw[-2:])[-1]))
+        return out
+
+    def flush(self) -> list[tuple[str, str]]:
+        """The held line, if any (scrubbed with the line before it)."""
+        if self.held is None:
+            return []
+        kind, self.held = self.held, None
+        return [(kind, self.redactor.scrub_lines(self.raw[-2:])[-1])]
+
+
 async def consume_stream(
     response: httpx.Response, on_event: EventCallback | None, *, redactor: Redactor, idle_timeout_s: float
 ) -> StreamOutcome:
@@ -57,6 +93,18 @@ async def consume_stream(
     plan_event: dict[str, Any] | None = None
     events = 0
     line_no = 0
+    output = StreamLines(redactor)
+
+    async def tell(event: dict[str, Any]) -> None:
+        if on_event is not None:
+            result = on_event(event)
+            if inspect.isawaitable(result):
+                await result
+
+    async def release(pairs: list[tuple[str, str]]) -> None:
+        for kind, data in pairs:
+            lines.append(data)
+            await tell({"event": kind, "data": data})
 
     async def handle(raw: bytes) -> None:
         nonlocal done, events, line_no, plan_event
@@ -73,15 +121,18 @@ async def consume_stream(
             problems.append(f"malformed NDJSON line {line_no} (no 'event' field)")
             return
         kind = event["event"]
+        if done is not None and kind != "done":
+            log.warning("compose.stream.after_done", line=line_no, kind=redactor.scrub(kind))
         if kind in ("stdout", "stderr"):
             data = event.get("data")
             if not isinstance(data, str):
                 problems.append(f"malformed NDJSON line {line_no} ({kind} event without 'data' text)")
                 return
-            data = redactor.scrub(data)
-            lines.append(data)
-            safe: dict[str, Any] = {"event": kind, "data": data}
-        elif kind == "done":
+            events += 1
+            await release(output.push(kind, data))
+            return
+        await release(output.flush())
+        if kind == "done":
             if done is not None:
                 problems.append(f"second 'done' event on line {line_no}")
             done = event
@@ -94,13 +145,8 @@ async def consume_stream(
         else:
             log.debug("compose.stream.unknown_event", kind=redactor.scrub(kind), line=line_no)
             safe = redactor.scrub_obj(event)
-        if done is not None and kind != "done":
-            log.warning("compose.stream.after_done", line=line_no, kind=redactor.scrub(kind))
         events += 1
-        if on_event is not None:
-            result = on_event(safe)
-            if inspect.isawaitable(result):
-                await result
+        await tell(safe)
 
     buffer = b""
     try:
@@ -118,6 +164,7 @@ async def consume_stream(
         problems.append(f"stream broke: {transport_error(SYSTEM, exc, redactor).detail}")
     finally:
         await response.aclose()
+    await release(output.flush())
 
     outcome = judge_stream(lines, problems, done, events)
     outcome.plan_event = plan_event
