@@ -6,7 +6,9 @@ executor is replaced in those tests); the simulator serves on loopback ports.
 
 from __future__ import annotations
 
+import socket
 import ssl
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from helpers_server import COLD_START_S, HOST_TOKEN, INVENTORY, SPEED
+from helpers_server import COLD_START_S, HOST_TOKEN, INVENTORY, SPEED, wait_for
 from orchestrator.util.settings import Settings
 
 
@@ -68,3 +70,32 @@ def tls_files(tmp_path):
     ctx = ssl.create_default_context()
     ca.configure_trust(ctx)
     return cert_pem, key_pem, ctx
+
+
+@pytest.fixture
+def live_server() -> Iterator[Any]:
+    """Serve an app with uvicorn on a free loopback port, in a thread."""
+    import uvicorn
+
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(app: Any) -> str:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        wait_for(lambda: server.started, "uvicorn to start", timeout=15)
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{port}"
+
+    def stop_all() -> None:
+        while servers:
+            server, thread = servers.pop()
+            server.should_exit = True
+            thread.join(timeout=15)
+
+    start.stop_all = stop_all  # type: ignore[attr-defined]
+    yield start
+    stop_all()

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -81,35 +78,6 @@ def test_abort_through_the_api_takes_the_rollback(sim_app):
 
 
 # --------------------------------------------------------------------------- the client side
-
-
-@pytest.fixture
-def live_server() -> Iterator[Any]:
-    """Serve an app with uvicorn on a free loopback port, in a thread."""
-    import uvicorn
-
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(app: Any) -> str:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        wait_for(lambda: server.started, "uvicorn to start", timeout=15)
-        servers.append((server, thread))
-        return f"http://127.0.0.1:{port}"
-
-    def stop_all() -> None:
-        while servers:
-            server, thread = servers.pop()
-            server.should_exit = True
-            thread.join(timeout=15)
-
-    start.stop_all = stop_all  # type: ignore[attr-defined]
-    yield start
-    stop_all()
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
