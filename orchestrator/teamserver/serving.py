@@ -18,7 +18,8 @@ Limits (`build_server`), so that clients without a token cannot deny the server 
   connection (or of the previous answer), idle keep-alive connections go after `KEEP_ALIVE_S`:
   such timed-out connections are aborted at once (over TLS too: no close_notify exchange to wait
   for); a graceful TLS close waits at most `TLS_SHUTDOWN_TIMEOUT_S` for the client;
-- request headers are at most `MAX_HEADER_BYTES` (431 beyond, then the connection is closed);
+- request headers are at most `MAX_HEADER_BYTES` (431 beyond, and the connection is aborted
+  with the answer: its slot is free at once);
 - `serve` raises the open-file limit well above the connection cap (`fd_budget`), or lowers the
   cap to fit a hard limit it cannot raise (`connections_for`), so accepting never hits EMFILE;
   the event loop's and uvicorn's error lines are rate-limited (`RateLimitedLog`): a flood logs a
@@ -65,8 +66,6 @@ MAX_CONNECTIONS_PER_NETWORK = 256
 BACKLOG = 512
 #: Open files the process needs besides its client connections (journal, run logs, host clients).
 FD_HEADROOM = 1024
-#: After a 431 the client gets this long to read its answer before its connection is aborted.
-LINGER_S = 2.0
 
 _REFUSALS = {
     "address": "too many connections from your address",
@@ -127,6 +126,10 @@ class _CoalescingTransport:
         if not self._pending:
             self._loop.call_soon(self._flush)
         self._pending.append(bytes(data))
+
+    def flush(self) -> None:
+        """Send what is pending now (before an `abort`, which drops it)."""
+        self._flush()
 
     def _flush(self) -> None:
         if self._pending:
@@ -255,7 +258,6 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             self._started = False  # uvicorn's connection_made done (after the handshake over TLS)
             self._gone = False
             self._authenticated = False
-            self._discarding = False
             self._early: list[bytes] = []
             self._handshake_task: asyncio.Task[None] | None = None
             self._header_timer: asyncio.TimerHandle | None = None
@@ -341,7 +343,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
 
         def _headers_too_slow(self) -> None:
             self._header_timer = None
-            if not self._started or self.cycle is None or self.cycle.response_complete or self._discarding:
+            if not self._started or self.cycle is None or self.cycle.response_complete:
                 self.abort_now()
 
         def timeout_keep_alive_handler(self) -> None:
@@ -353,7 +355,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
         def data_received(self, data: bytes) -> None:
             if not self._started:  # the TLS layer hands over what came with the handshake's end first
                 self._early.append(data)
-            elif not self._discarding:  # after a 431 what the client still sends is dropped
+            elif not self._gone:  # after a 431 (aborted) what was still read is dropped
                 super().data_received(data)
 
         def eof_received(self) -> None:
@@ -393,14 +395,12 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
                                                              reason=b"Request Header Fields Too Large")))
             self.transport.write(self.conn.send(h11.Data(data=_TOO_LARGE_BODY)))
             self.transport.write(self.conn.send(h11.EndOfMessage()))
-            # the client may still be sending its head: closing now with unread data would reset
-            # the connection before it reads the 431. Half-close, drop what comes, abort after LINGER_S.
-            self._discarding = True
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            else:
-                self.transport.close()
-            self._arm(min(self.header_timeout, LINGER_S))
+            # the answer goes to the kernel now and the connection goes with it (its slot at
+            # once): no lingering half-close and no TLS shutdown waiting for the client, which
+            # a flood of oversized heads would hold slots with. What the client still sends
+            # finds no one; a client still writing may read a reset instead of the 431.
+            self.transport.flush()
+            self.abort_now()
 
         def shutdown(self) -> None:
             if self._started:
