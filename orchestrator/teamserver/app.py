@@ -167,10 +167,11 @@ def _from_browser(request: Request) -> bool:
 
 
 def _by(request: Request, principal: Principal, given: str | None) -> str:
-    """Who the journal records: the token's name when the server knows it, else the client's word."""
+    """Who the journal records: the token's name when the server knows it, else the client's word
+    (text for a person: scrubbed before it is journaled)."""
     if principal.verified:
         return principal.name
-    who = " ".join((given or "").split())[:100] or "anonymous"
+    who = request.app.state.worker.redactor.scrub(" ".join((given or "").split())[:100]) or "anonymous"
     client = request.client.host if request.client else "?"
     return f"{who} via {client} to {socket.gethostname()}"  # readable: never the raw pid:boot-uuid
 
@@ -250,21 +251,22 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     at_gate = body.at_gate or _from_browser(request)
     answer = await anyio.to_thread.run_sync(functools.partial(
         worker.approve, request.path_params["run_id"], body.gate, by, body.now, at_gate=at_gate))
-    return JSONResponse(answer)
+    return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
 async def pause_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = PauseBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
-    return JSONResponse(await anyio.to_thread.run_sync(worker.pause, request.path_params["run_id"], by))
+    return JSONResponse(worker.redactor.scrub_obj(await anyio.to_thread.run_sync(worker.pause, request.path_params["run_id"], by)))
 
 
 async def continue_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = PauseBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
-    return JSONResponse(await anyio.to_thread.run_sync(worker.continue_run, request.path_params["run_id"], by))
+    return JSONResponse(worker.redactor.scrub_obj(
+        await anyio.to_thread.run_sync(worker.continue_run, request.path_params["run_id"], by)))
 
 
 async def abort_run(request: Request, principal: Principal) -> Response:
@@ -272,7 +274,7 @@ async def abort_run(request: Request, principal: Principal) -> Response:
     body = AbortBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
     answer = await anyio.to_thread.run_sync(worker.abort, request.path_params["run_id"], by)
-    return JSONResponse(answer)
+    return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
 def create_app(

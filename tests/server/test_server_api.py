@@ -406,3 +406,20 @@ def test_owner_of_the_servers_leases_is_this_process(client, journal, fake_execu
     run_id = client.post("/runs", json=ROLLOUT, headers=AUTH).json()["run_id"]
     lease = journal.current_lease("gpu02")
     assert lease.run_id == run_id and lease.owner == owner_id()
+
+
+def test_signal_answers_are_scrubbed_as_they_leave(client, journal):
+    """What an approve, pause, continue or abort answers leaves for a person: scrubbed like every
+    answer (here a careless `by` that pastes the server's token)."""
+    run = other_runner_holds(journal)
+    careless = f"carol {TOKEN}"
+    answers = [client.post(f"/runs/{run.run_id}/{path}", json={"by": careless, **extra}, headers=AUTH)
+               for path, extra in (("approve", {"gate": "r2.soak"}), ("pause", {}), ("continue", {}), ("abort", {}))]
+    assert [r.status_code for r in answers] == [200, 200, 200, 200], [r.text for r in answers]
+    assert "carol ***" in answers[0].text
+    for r in answers:
+        assert TOKEN not in r.text
+    from orchestrator.journal import audit
+
+    journaled = repr(audit.entries(journal, run.run_id))
+    assert "carol ***" in journaled and TOKEN not in journaled  # the journal keeps text scrubbed too
