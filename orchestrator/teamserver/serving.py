@@ -255,6 +255,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             self.head = Connection(h11.SERVER, MAX_HEADER_BYTES)
             self.conn = self.head
             self._raw: Any = None  # the TCP transport
+            self._out: _CoalescingTransport | None = None  # what uvicorn writes through (`transport`)
             self._started = False  # uvicorn's connection_made done (after the handshake over TLS)
             self._gone = False
             self._authenticated = False
@@ -306,8 +307,8 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
 
         def _start(self, transport: Any) -> None:
             self._started = True
-            coalescing: Any = _CoalescingTransport(transport, self.loop)
-            super().connection_made(coalescing)
+            self._out = _CoalescingTransport(transport, self.loop)
+            super().connection_made(self._out)  # type: ignore[arg-type]  # a Transport by its methods
             early, self._early = self._early, []
             for data in early:
                 self.data_received(data)
@@ -399,7 +400,8 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             # once): no lingering half-close and no TLS shutdown waiting for the client, which
             # a flood of oversized heads would hold slots with. What the client still sends
             # finds no one; a client still writing may read a reset instead of the 431.
-            self.transport.flush()
+            if self._out is not None:
+                self._out.flush()
             self.abort_now()
 
         def shutdown(self) -> None:
