@@ -1,6 +1,6 @@
 """The secret scan over every surface: a rollout submitted to `orchestrate serve` on the simulated
-gpu02 whose engine dies of an OOM with a traceback quoting two of the host's secrets in every form
-an echo may take (base64, base64url, a Basic header, percent-encoded in upper and lower case, cut
+gpu02 whose engine dies of an OOM with a traceback quoting two of the host's secrets (and whose
+compose-manager stream echoes them) in every form an echo may take (base64, base64url, a Basic header, percent-encoded in upper and lower case, cut
 across two log lines). The run rolls back; then the console of the client that followed it, the
 server's log, the run log, the journal (the SQLite file), the page's HTML, the API's JSON and what
 a webhook receiver on loopback was sent are each searched for every form of every secret.
@@ -102,6 +102,22 @@ def test_every_form_of_a_secret_is_masked_on_every_surface(sim_fleet, tmp_path, 
 
     monkeypatch.setattr(sglang_log, "oom_lines", oom_quoting_secrets)
 
+    from orchestrator_sim.compose_manager.scripts import ComposeScripts
+
+    emit = ComposeScripts._emit
+
+    def emit_echoing_secrets(self, op, line, event="stderr"):
+        # compose-manager's stream (a pull's output, say) echoes them too: every encoded form in
+        # one event, and a secret cut between two consecutive events
+        if " Pulling" in line:
+            half = len(RESERVED) // 2
+            emit(self, op, "pull auth: " + " ".join(f"[{f}]" for s in secrets for f in forms(s).values())
+                 + f" key={RESERVED[:half]}", event)
+            emit(self, op, f"{RESERVED[half:]} accepted", event)
+        emit(self, op, line, event)
+
+    monkeypatch.setattr(ComposeScripts, "_emit", emit_echoing_secrets)
+
     hook = Hook()
     try:
         settings = sim_settings(fleet, tmp_path / "state").model_copy(
@@ -153,6 +169,7 @@ def test_every_form_of_a_secret_is_masked_on_every_surface(sim_fleet, tmp_path, 
         "api": "\n".join([api, *(s for s in seen if s.lstrip().startswith("{"))]),
         "webhook": "\n".join(hook.bodies),
     }
+    assert "pull auth: [***]" in surfaces["journal"] and "*** accepted" in surfaces["journal"]  # the up's lines
     for name in ("console", "journal", "page", "api", "webhook"):  # each shows the failure, masked
         assert MARK in surfaces[name], name
         text = surfaces[name].replace("\\", "")
