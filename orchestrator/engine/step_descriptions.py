@@ -334,11 +334,11 @@ def _labels(step: Step, rb: Runbook) -> Description:
     return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
 
 
-# -- env, manual and external gates (steps/env.py, manual.py, external.py) ------------------------------
+# -- env, manual and external gates (steps/env.py, manual.py, external.py, query.py) ------------------------------
 
 #: step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
 _SPEC_TEXT = {"env": " (values are never shown)", "manual": "", "proxy_pool": "",
-              "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": ""}
+              "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": "", "query": ""}
 
 
 def _spec_text(key: str, suffix: str) -> Callable[[Step, Runbook], Description]:

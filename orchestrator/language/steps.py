@@ -21,6 +21,7 @@ from orchestrator.language.gate_specs import (
     ManualSpec,
     ProxyPoolSpec,
     PullRequestSpec,
+    QuerySpec,
 )
 from orchestrator.language.step_specs import (
     SELECTED,
@@ -42,16 +43,16 @@ from orchestrator.language.step_specs import (
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache", "analysis", "quiet",
-              "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
+              "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: the gates outside the engines (orchestrator/language/gate_specs.py)
-EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
+EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
 OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
-                    "http_json", "attestation", "image")
+                    "http_json", "query", "attestation", "image")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache", "analysis", "quiet",
-                   "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image"]
+                   "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image"]
 
 
 class Step(_Strict):
@@ -81,6 +82,8 @@ class Step(_Strict):
     proxy_pool: ProxyPoolSpec | None = None
     pull_request: PullRequestSpec | None = None
     http_json: HttpJsonSpec | None = None
+    #: a PromQL query against the inventory's Prometheus-compatible API, its values within bounds
+    query: QuerySpec | None = None
     attestation: AttestationSpec | None = None
     image: ImageSpec | None = None
     #: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
