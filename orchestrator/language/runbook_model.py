@@ -18,7 +18,7 @@ from orchestrator.analysis.watch_spec import check_watch as _check_watch
 from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
 from orchestrator.language.step_specs import Prerequisite, _seconds, _Strict
-from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step
+from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, step_at
 from orchestrator.language.steps import check_sequence as _check_sequence
 from orchestrator.util.user_errors import UserError
 
@@ -208,10 +208,10 @@ class Runbook(_Strict):
         forward = {f"phases.{ph.name}" for ph in self.phases}
         for i, hs in enumerate(self.host_states):
             if hs.action not in ("start", "done") and hs.action not in names:
-                raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
+                raise ValueError(f"host_states[{i + 1}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
-                here = f"{lists_where}.steps[{i}] ({st.id})"
+                here = f"{step_at(lists_where, i, st.id)}"
                 if st.remedy is not None:
                     self._check_remedy(here, st, forward=lists_where in forward)
                 if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
@@ -239,18 +239,18 @@ class Runbook(_Strict):
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:
-                        raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): labels.replica {st.labels.replica!r} has no replica_values entry")
+                        raise ValueError(f"{step_at(lists_where, i, st.id)}: labels.replica {st.labels.replica!r} has no replica_values entry")
                     for key in [*st.labels.log_tags, *st.labels.otel_labels, *st.labels.metric_labels]:
                         if key not in vals:
-                            raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): replica_values.{st.labels.replica} has no {key!r}")
+                            raise ValueError(f"{step_at(lists_where, i, st.id)}: replica_values.{st.labels.replica} has no {key!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
-                self._check_force_recreate(f"{lists_where}.steps[{i}] ({st.id})", st)
+                self._check_force_recreate(f"{step_at(lists_where, i, st.id)}", st)
         for svc in self.rollback_keeps:
             if svc in self.engines():
                 raise ValueError(f"rollback_keeps.{svc}: an engine never stays on the new file after a rollback")
         for i, ex in enumerate(self.expects):
-            ex.check_against(f"expects[{i}]", self.replicas)
+            ex.check_against(f"expects[{i + 1}]", self.replicas)
         seen_engines: set[str] = set()
         for replica, engines in self.replicas.items():
             if not engines:
@@ -296,10 +296,10 @@ class Runbook(_Strict):
                              f"so the gate never fails on it and the remedy could never be taken")
         for j, rs in enumerate(rem.steps):
             if rs.remedy is not None:
-                raise ValueError(f"{where}.steps[{j}] ({rs.id}): a remedy step has no remedy of its own (a failure in a "
+                raise ValueError(f"{step_at(where, j, rs.id)}: a remedy step has no remedy of its own (a failure in a "
                                  f"remedy takes the phase's rollback)")
             if rs.check is not None:
-                raise ValueError(f"{where}.steps[{j}] ({rs.id}): check: is a preflight step, not a remedy step")
+                raise ValueError(f"{step_at(where, j, rs.id)}: check: is a preflight step, not a remedy step")
         _check_sequence(where, rem.steps)
 
     # -- queries the rest of the code asks -------------------------------------------------
@@ -324,12 +324,12 @@ class Runbook(_Strict):
         seen_engine: dict[str, int] = {}
         for i, b in enumerate(self.budgets()):
             if b.variable in seen_var:
-                raise ValueError(f"budget[{i}]: variable {b.variable} is also budget[{seen_var[b.variable]}]'s "
+                raise ValueError(f"budget[{i + 1}]: variable {b.variable} is also budget[{seen_var[b.variable] + 1}]'s "
                                  f"(each budget is set by its own env-map variable)")
             seen_var[b.variable] = i
             for e in b.engines:
                 if e in seen_engine:
-                    raise ValueError(f"budget[{i}]: engine {e} is also in budget[{seen_engine[e]}] "
+                    raise ValueError(f"budget[{i + 1}]: engine {e} is also in budget[{seen_engine[e] + 1}] "
                                      f"(an engine reads one budget)")
                 seen_engine[e] = i
 
@@ -380,7 +380,7 @@ class Runbook(_Strict):
             if ph.rollback:
                 out.append((f"phases.{ph.name}.rollback", ph.rollback.steps))
         out += [(f"full_rollback.{ph.name}", ph.steps) for ph in self.full_rollback]
-        return out + [(f"{where}.steps[{i}] ({st.id}).remedy", st.remedy.steps)
+        return out + [(f"{step_at(where, i, st.id)}.remedy", st.remedy.steps)
                       for where, steps in out for i, st in enumerate(steps) if st.remedy is not None]
 
     def previous_ref_of(self) -> dict[str, str]:
