@@ -17,7 +17,7 @@ from orchestrator.analysis.spec import check_against_runbook as _check_analysis
 from orchestrator.analysis.watch_spec import check_watch as _check_watch
 from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
-from orchestrator.language.step_specs import Prerequisite, _seconds, _Strict
+from orchestrator.language.step_specs import LogsSpec, Prerequisite, _seconds, _Strict
 from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, step_at
 from orchestrator.language.steps import check_sequence as _check_sequence
 from orchestrator.util.user_errors import UserError
@@ -45,6 +45,7 @@ class Timeouts(_Strict):
 
 
 class LogGates(_Strict):
+    #: the ranks of an engine whose cold-start gate says no other (`logs.ranks`, or its budget's)
     ranks: int = Field(gt=0)
     required_per_rank: list[str]
     required: list[str]
@@ -216,6 +217,12 @@ class Runbook(_Strict):
                     self._check_remedy(here, st, forward=lists_where in forward)
                 if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
                     raise ValueError(f"{here}: a budget check needs the runbook's budget: block")
+                if st.logs is not None and st.logs.budget and st.logs.ranks is not None:
+                    b = self.budget_of(st.logs.service)
+                    if b is not None and st.logs.ranks != b.ranks_per_replica:
+                        raise ValueError(f"{here}.logs.ranks: {st.logs.ranks} ranks, but the budget of {st.logs.service} "
+                                         f"({b.variable}) splits over ranks_per_replica: {b.ranks_per_replica}; drop ranks: "
+                                         f"(a budget gate's ranks are its budget's)")
                 if st.check == "prerequisites" and not self.prerequisites:
                     raise ValueError(f"{here}: check: prerequisites needs a prerequisites: list")
                 if st.markers is not None:
@@ -332,6 +339,15 @@ class Runbook(_Strict):
                     raise ValueError(f"budget[{i + 1}]: engine {e} is also in budget[{seen_engine[e] + 1}] "
                                      f"(an engine reads one budget)")
                 seen_engine[e] = i
+
+    def ranks_of(self, logs: LogsSpec) -> int:
+        """How many ranks of `logs.service` log each per-rank milestone: the gate's `ranks:`, else
+        with `budget: true` its budget's `ranks_per_replica` (the ranks that budget is split over),
+        else `log_gates.ranks`."""
+        if logs.ranks is not None:
+            return logs.ranks
+        b = self.budget_of(logs.service) if logs.budget else None
+        return b.ranks_per_replica if b is not None else self.log_gates.ranks
 
     def budgets(self) -> list[Budget]:
         """Every HiCache budget of the runbook (none, one, or the list `budget:` was written as)."""
