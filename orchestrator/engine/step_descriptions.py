@@ -208,8 +208,15 @@ def _cold_start(step: Step, rb: Runbook) -> Description:
         replica_bytes = parse_budget(b.default).bytes
         assert replica_bytes is not None  # the budget rule takes a size, never a percentage
         rank = per_rank_bytes(replica_bytes, b.ranks_per_replica)
-        return Description(f"every rank TP0-TP{rb.log_gates.ranks - 1} logs rank_budget_bytes={rank} and 'HiCache startup RAM allocated', "
-                           f"then the ready line, within {format_duration(t.cold_start)}; none of {', '.join(rb.log_gates.forbidden)}; no restart")
+        milestones = [p.replace("{rank_budget_bytes}", str(rank)) if "{rank_budget_bytes}" in p else repr(p)
+                      for p in rb.log_gates.required_per_rank]
+        budget_required = any("{rank_budget_bytes}" in p for p in rb.log_gates.required_per_rank)
+        head = (f"every rank TP0-TP{rb.ranks_of(lg) - 1} logs {' and '.join(milestones)}, then the ready line" if milestones
+                else "the ready line")
+        wrong = "" if budget_required else (f"; a rank logging rank_budget_bytes other than {rank} fails it "
+                                            f"(no rank is required to log it)")
+        return Description(f"{head}, within {format_duration(t.cold_start)}{wrong}; none of {', '.join(rb.log_gates.forbidden)}; "
+                           f"no restart")
     return Description(f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
                        f"(skipped if the dry run found it already serving)")
 
@@ -334,11 +341,11 @@ def _labels(step: Step, rb: Runbook) -> Description:
     return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
 
 
-# -- env, manual and external gates (steps/env.py, manual.py, external.py) ------------------------------
+# -- env, manual and external gates (steps/env.py, manual.py, external.py, query.py) ------------------------------
 
 #: step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
 _SPEC_TEXT = {"env": " (values are never shown)", "manual": "", "proxy_pool": "",
-              "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": ""}
+              "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": "", "query": ""}
 
 
 def _spec_text(key: str, suffix: str) -> Callable[[Step, Runbook], Description]:

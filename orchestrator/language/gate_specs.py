@@ -11,12 +11,15 @@ loader's part only (the handlers are orchestrator/engine/steps/env.py, manual.py
 - `pull_request:` the tag's commit came from a merged PR whose CI checks are green (GitHub API);
 - `http_json:` a read-only GET of a URL whose JSON answer at `path` equals / contains a value
   (e.g. a compose-hash registry);
+- `query:` a PromQL instant or range query against the inventory's Prometheus-compatible API,
+  every value within numeric `min` / `max`; no data fails;
 - `attestation:` compose-manager's attestation report: bound to a fresh nonce, its action log
   hash matches its actions, and the last up of each service names the run's tag, the runbook's
   file and that file's sha256 at the tag (read from GitHub).
 
 Text values may name `{host}`, `{tag}`, `{file}`, `{run_id}` and `{file_sha256}` (the sha256 of
-the runbook's file at the run's tag, read from GitHub); anything else in braces is refused.
+the runbook's file at the run's tag, read from GitHub); anything else in braces is refused. In a
+`query:`'s PromQL only braces holding a bare name are placeholders (`fill_query`).
 """
 
 from __future__ import annotations
@@ -212,6 +215,102 @@ class HttpJsonSpec(_Strict):
     def text(self) -> str:
         want = f"equals {self.equals!r}" if self.equals is not None else f"contains {self.contains!r}"
         return (f"GET {self.url} (read-only): the JSON at {self.path} {want}"
+                + (f", polled up to {format_duration(self.within)}" if self.within else ""))
+
+
+#: In `query.promql` a placeholder is a pair of braces holding a bare name (`{host}`): PromQL never
+#: writes one (its braces hold label matchers, `{replica="r2"}`, or nothing), so every other pair of
+#: braces is PromQL, sent as written.
+_QUERY_PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
+
+
+def fill_query(promql: str, values: dict[str, str]) -> str:
+    """`promql` with its placeholders (bare names in braces) replaced; label matchers untouched."""
+    return _QUERY_PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), promql)
+
+
+def query_number(v: float) -> str:
+    """A bound or a value as a person reads it: integers whole (bytes, MiB, XID codes), with digit
+    groups when large; others as %g."""
+    if v == int(v) and abs(v) < 1e18:
+        return f"{int(v):,}".replace(",", "_") if abs(v) >= 100_000 else str(int(v))
+    return f"{v:g}"
+
+
+class QuerySpec(_Strict):
+    """`query: {promql: 'min(node_filesystem_avail_bytes{instance=~"{host}:.*", mountpoint="/"})', min: 268435456000}`:
+    a PromQL query against the Prometheus-compatible API the inventory names for the host
+    (`prometheus_url`). An instant query (`GET /api/v1/query`) by default; with `range: 10m`, a range
+    query over the last 10 minutes (`GET /api/v1/query_range`, one point per `step`). Every value of
+    every series (every point, for a range) must lie within [min, max]. An empty answer is "no data",
+    a failure: a series that is not there proves nothing."""
+
+    promql: str = Field(min_length=1)
+    min: float | None = None
+    max: float | None = None
+    #: a range query over this much time before now (None: an instant query)
+    range: float | None = None
+    #: the resolution of a range query
+    step: float | None = None
+    #: what the value is, in words, for plan text and the run's messages (e.g. "free bytes on the cache volume")
+    what: str | None = None
+    within: float = 0.0
+
+    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
+    _r = field_validator("range", "step", mode="before")(classmethod(lambda cls, v: None if v is None else _secs(v)))
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _number(cls, v: object) -> object:
+        if isinstance(v, bool) or (v is not None and not isinstance(v, int | float)):
+            raise ValueError(f"a query bound is a number, not {v!r} (250 GiB: 268435456000)")
+        return v
+
+    @field_validator("promql")
+    @classmethod
+    def _promql(cls, v: str) -> str:
+        for m in _QUERY_PLACEHOLDER.finditer(v):
+            if m.group(1) not in PLACEHOLDERS:
+                raise ValueError(f"query.promql: unknown placeholder {{{m.group(1)}}} (one of "
+                                 f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}; braces holding label matchers "
+                                 f"are PromQL and are sent as written)")
+        return v
+
+    @model_validator(mode="after")
+    def _sound(self) -> QuerySpec:
+        if self.min is None and self.max is None:
+            raise ValueError("a query gate needs min: or max: (a bound that bounds nothing is a typo)")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("query: min is above max")
+        if self.range is None and self.step is not None:
+            raise ValueError("query.step belongs to a range query (set range:)")
+        if self.range is not None:
+            if self.range <= 0:
+                raise ValueError("query.range must be longer than 0 s")
+            if self.step is not None and not 0 < self.step <= self.range:
+                raise ValueError("query.step must be longer than 0 s and at most the range")
+        return self
+
+    def range_step(self) -> float:
+        """A range query's resolution: `step`, else a sixtieth of the range (at least 15 s)."""
+        assert self.range is not None
+        return self.step if self.step is not None else max(15.0, self.range / 60)
+
+    def bound_text(self) -> str:
+        what = self.what or "the value"
+        if self.min is not None and self.max is not None:
+            return f"{query_number(self.min)} <= {what} <= {query_number(self.max)}"
+        if self.min is not None:
+            return f"{what} >= {query_number(self.min)}"
+        assert self.max is not None
+        return f"{what} <= {query_number(self.max)}"
+
+    def text(self) -> str:
+        how = ("GET /api/v1/query (instant)" if self.range is None else
+               f"GET /api/v1/query_range over the last {format_duration(self.range)} every {format_duration(self.range_step())}")
+        every = "every series" if self.range is None else "every point of every series"
+        return (f"the inventory's Prometheus query API, {how}: {self.promql}: {every} has {self.bound_text()}; "
+                f"it fails on a value outside that, on no data (an empty answer) and on an unreadable answer"
                 + (f", polled up to {format_duration(self.within)}" if self.within else ""))
 
 

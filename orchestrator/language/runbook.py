@@ -46,8 +46,51 @@ from orchestrator.util.user_errors import Refused, UserError
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _field_path(err: ErrorDetails) -> str:
-    return ".".join(str(p) for p in err["loc"])
+def field_path(loc: tuple[int | str, ...], data: object) -> str:
+    """Where an error is, in the one style every runbook error uses: keys dotted, a phase by its
+    name (`phases.canary`), any other list item by its index counting from 1 as `plan` counts,
+    with its id or name when it has one (`phases.canary.steps[4] (apply).up.services`)."""
+    out, cur, parent = "", data, ""
+    for part in loc:
+        if isinstance(part, int) and not isinstance(part, bool):
+            item = cur[part] if isinstance(cur, list) and 0 <= part < len(cur) else None
+            name = item.get("name") if isinstance(item, dict) else None
+            ident = item.get("id") if isinstance(item, dict) else None
+            if parent in ("phases", "full_rollback") and isinstance(name, str):
+                out += f".{name}"
+            else:
+                label = ident if isinstance(ident, str) else name if isinstance(name, str) else None
+                out += f"[{part + 1}]" + (f" ({label})" if label else "")
+            cur = item
+        elif cur is not None and not isinstance(cur, dict):
+            continue  # pydantic's name of a union member (`list[str]`), not a key of the runbook
+        else:
+            out += f".{part}" if out else str(part)
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        parent = str(part)
+    return out
+
+
+def _field_path(err: ErrorDetails, data: object) -> str:
+    return field_path(tuple(err["loc"]), data)
+
+
+def _boolean_key(data: object, loc: tuple[int | str, ...] = ()) -> tuple[tuple[int | str, ...], bool] | None:
+    """(where, key) of the first mapping key YAML 1.1 read as a boolean (a bare `on`, `off`, `yes`,
+    `no`, `y`, `n`), else None: no key of the schema is a boolean."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(k, bool):
+                return loc, k
+            found = _boolean_key(v, (*loc, k))
+            if found:
+                return found
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found = _boolean_key(v, (*loc, i))
+            if found:
+                return found
+    return None
 
 
 def read_runbook(name_or_path: str) -> tuple[Runbook, dict[str, str], str]:
@@ -115,6 +158,13 @@ def load_runbook(name_or_path: str = DEFAULT_RUNBOOK) -> Runbook:
 def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:
     if not isinstance(data, dict):
         raise UserError(f"runbook {source} must be a mapping")
+    boolean = _boolean_key(data)
+    if boolean is not None:
+        loc, key = boolean
+        spelt = "on, yes, y or true" if key else "off, no, n or false"
+        hint = " (a remedy names its log marker with marker:)" if loc and loc[-1] == "remedy" else ""
+        raise UserError(f"runbook {source} is invalid at {field_path(loc, data) or 'the top level'}: a key YAML 1.1 "
+                        f"reads as {str(key).lower()} (a bare {spelt}); quote it if it is a word (\"on\":){hint}")
     try:
         return Runbook.model_validate(data)
     except ValidationError as exc:
@@ -122,7 +172,8 @@ def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (typo?)"
-        return _raise(f"runbook {source} is invalid at {_field_path(err)}: {msg}")
+        where = _field_path(err, data)
+        return _raise(f"runbook {source} is invalid" + (f" at {where}" if where else "") + f": {msg}")
 
 
 def _raise(message: str) -> Runbook:

@@ -17,8 +17,8 @@ from orchestrator.analysis.spec import check_against_runbook as _check_analysis
 from orchestrator.analysis.watch_spec import check_watch as _check_watch
 from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
-from orchestrator.language.step_specs import Prerequisite, _seconds, _Strict
-from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step
+from orchestrator.language.step_specs import LogsSpec, Prerequisite, _seconds, _Strict
+from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, step_at
 from orchestrator.language.steps import check_sequence as _check_sequence
 from orchestrator.util.user_errors import UserError
 
@@ -45,6 +45,7 @@ class Timeouts(_Strict):
 
 
 class LogGates(_Strict):
+    #: the ranks of an engine whose cold-start gate says no other (`logs.ranks`, or its budget's)
     ranks: int = Field(gt=0)
     required_per_rank: list[str]
     required: list[str]
@@ -208,14 +209,20 @@ class Runbook(_Strict):
         forward = {f"phases.{ph.name}" for ph in self.phases}
         for i, hs in enumerate(self.host_states):
             if hs.action not in ("start", "done") and hs.action not in names:
-                raise ValueError(f"host_states[{i}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
+                raise ValueError(f"host_states[{i + 1}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
-                here = f"{lists_where}.steps[{i}] ({st.id})"
+                here = f"{step_at(lists_where, i, st.id)}"
                 if st.remedy is not None:
                     self._check_remedy(here, st, forward=lists_where in forward)
                 if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
                     raise ValueError(f"{here}: a budget check needs the runbook's budget: block")
+                if st.logs is not None and st.logs.budget and st.logs.ranks is not None:
+                    b = self.budget_of(st.logs.service)
+                    if b is not None and st.logs.ranks != b.ranks_per_replica:
+                        raise ValueError(f"{here}.logs.ranks: {st.logs.ranks} ranks, but the budget of {st.logs.service} "
+                                         f"({b.variable}) splits over ranks_per_replica: {b.ranks_per_replica}; drop ranks: "
+                                         f"(a budget gate's ranks are its budget's)")
                 if st.check == "prerequisites" and not self.prerequisites:
                     raise ValueError(f"{here}: check: prerequisites needs a prerequisites: list")
                 if st.markers is not None:
@@ -239,18 +246,18 @@ class Runbook(_Strict):
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:
-                        raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): labels.replica {st.labels.replica!r} has no replica_values entry")
+                        raise ValueError(f"{step_at(lists_where, i, st.id)}: labels.replica {st.labels.replica!r} has no replica_values entry")
                     for key in [*st.labels.log_tags, *st.labels.otel_labels, *st.labels.metric_labels]:
                         if key not in vals:
-                            raise ValueError(f"{lists_where}.steps[{i}] ({st.id}): replica_values.{st.labels.replica} has no {key!r}")
+                            raise ValueError(f"{step_at(lists_where, i, st.id)}: replica_values.{st.labels.replica} has no {key!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
-                self._check_force_recreate(f"{lists_where}.steps[{i}] ({st.id})", st)
+                self._check_force_recreate(f"{step_at(lists_where, i, st.id)}", st)
         for svc in self.rollback_keeps:
             if svc in self.engines():
                 raise ValueError(f"rollback_keeps.{svc}: an engine never stays on the new file after a rollback")
         for i, ex in enumerate(self.expects):
-            ex.check_against(f"expects[{i}]", self.replicas)
+            ex.check_against(f"expects[{i + 1}]", self.replicas)
         seen_engines: set[str] = set()
         for replica, engines in self.replicas.items():
             if not engines:
@@ -296,10 +303,10 @@ class Runbook(_Strict):
                              f"so the gate never fails on it and the remedy could never be taken")
         for j, rs in enumerate(rem.steps):
             if rs.remedy is not None:
-                raise ValueError(f"{where}.steps[{j}] ({rs.id}): a remedy step has no remedy of its own (a failure in a "
+                raise ValueError(f"{step_at(where, j, rs.id)}: a remedy step has no remedy of its own (a failure in a "
                                  f"remedy takes the phase's rollback)")
             if rs.check is not None:
-                raise ValueError(f"{where}.steps[{j}] ({rs.id}): check: is a preflight step, not a remedy step")
+                raise ValueError(f"{step_at(where, j, rs.id)}: check: is a preflight step, not a remedy step")
         _check_sequence(where, rem.steps)
 
     # -- queries the rest of the code asks -------------------------------------------------
@@ -324,14 +331,23 @@ class Runbook(_Strict):
         seen_engine: dict[str, int] = {}
         for i, b in enumerate(self.budgets()):
             if b.variable in seen_var:
-                raise ValueError(f"budget[{i}]: variable {b.variable} is also budget[{seen_var[b.variable]}]'s "
+                raise ValueError(f"budget[{i + 1}]: variable {b.variable} is also budget[{seen_var[b.variable] + 1}]'s "
                                  f"(each budget is set by its own env-map variable)")
             seen_var[b.variable] = i
             for e in b.engines:
                 if e in seen_engine:
-                    raise ValueError(f"budget[{i}]: engine {e} is also in budget[{seen_engine[e]}] "
+                    raise ValueError(f"budget[{i + 1}]: engine {e} is also in budget[{seen_engine[e] + 1}] "
                                      f"(an engine reads one budget)")
                 seen_engine[e] = i
+
+    def ranks_of(self, logs: LogsSpec) -> int:
+        """How many ranks of `logs.service` log each per-rank milestone: the gate's `ranks:`, else
+        with `budget: true` its budget's `ranks_per_replica` (the ranks that budget is split over),
+        else `log_gates.ranks`."""
+        if logs.ranks is not None:
+            return logs.ranks
+        b = self.budget_of(logs.service) if logs.budget else None
+        return b.ranks_per_replica if b is not None else self.log_gates.ranks
 
     def budgets(self) -> list[Budget]:
         """Every HiCache budget of the runbook (none, one, or the list `budget:` was written as)."""
@@ -380,7 +396,7 @@ class Runbook(_Strict):
             if ph.rollback:
                 out.append((f"phases.{ph.name}.rollback", ph.rollback.steps))
         out += [(f"full_rollback.{ph.name}", ph.steps) for ph in self.full_rollback]
-        return out + [(f"{where}.steps[{i}] ({st.id}).remedy", st.remedy.steps)
+        return out + [(f"{step_at(where, i, st.id)}.remedy", st.remedy.steps)
                       for where, steps in out for i, st in enumerate(steps) if st.remedy is not None]
 
     def previous_ref_of(self) -> dict[str, str]:

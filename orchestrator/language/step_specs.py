@@ -91,6 +91,10 @@ class LogsSpec(_Strict):
     service: str
     #: Check rank_budget_bytes on every rank against the runbook budget (needs a `budget:` block).
     budget: bool = False
+    #: How many ranks (TP0..TPn-1) log each `log_gates.required_per_rank` milestone for this engine.
+    #: Default: its budget's `ranks_per_replica` with `budget: true`, else `log_gates.ranks`
+    #: (`Runbook.ranks_of`): a TP2 engine and a TP4 engine each have their own.
+    ranks: int | None = Field(default=None, gt=0)
 
 
 class LogValue(_Strict):

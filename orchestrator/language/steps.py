@@ -21,6 +21,7 @@ from orchestrator.language.gate_specs import (
     ManualSpec,
     ProxyPoolSpec,
     PullRequestSpec,
+    QuerySpec,
 )
 from orchestrator.language.step_specs import (
     SELECTED,
@@ -42,16 +43,16 @@ from orchestrator.language.step_specs import (
 
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
               "markers", "presence", "capture", "cache", "analysis", "quiet",
-              "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
+              "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: the gates outside the engines (orchestrator/language/gate_specs.py)
-EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image")
+EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
 OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
-                    "http_json", "attestation", "image")
+                    "http_json", "query", "attestation", "image")
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache", "analysis", "quiet",
-                   "env", "manual", "proxy_pool", "pull_request", "http_json", "attestation", "image"]
+                   "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image"]
 
 
 class Step(_Strict):
@@ -81,6 +82,8 @@ class Step(_Strict):
     proxy_pool: ProxyPoolSpec | None = None
     pull_request: PullRequestSpec | None = None
     http_json: HttpJsonSpec | None = None
+    #: a PromQL query against the inventory's Prometheus-compatible API, its values within bounds
+    query: QuerySpec | None = None
     attestation: AttestationSpec | None = None
     image: ImageSpec | None = None
     #: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
@@ -181,6 +184,13 @@ class Phase(_Strict):
     retry_from: str | None = None
 
 
+def step_at(where: str, i: int, step_id: str | None = None) -> str:
+    """The location of the `i`th (0-based) step of the list at `where`, as every runbook error
+    names it: counting from 1 as `plan` counts, with the step's id (`phases.canary.steps[4] (apply)`,
+    `preflight[2] (budget)`: preflight is itself the list)."""
+    return (f"{where}[{i + 1}]" if where == "preflight" else f"{where}.steps[{i + 1}]") + (f" ({step_id})" if step_id else "")
+
+
 def check_sequence(where: str, steps: list[Step]) -> None:
     ids: set[str] = set()
     last_dry_run: Step | None = None
@@ -188,24 +198,24 @@ def check_sequence(where: str, steps: list[Step]) -> None:
     started: set[str] = set()
     for i, s in enumerate(steps):
         if s.id in ids:
-            raise ValueError(f"{where}.steps[{i}]: step id {s.id!r} is used twice")
+            raise ValueError(f"{step_at(where, i)}: step id {s.id!r} is used twice")
         ids.add(s.id)
         c = s.compose
         if c is not None and c.services == SELECTED and not selected_available:
-            raise ValueError(f"{where}.steps[{i}] ({s.id}): services: selected needs an earlier dry run with select_changed: true")
+            raise ValueError(f"{step_at(where, i, s.id)}: services: selected needs an earlier dry run with select_changed: true")
         if s.dry_run is not None:
             last_dry_run = s
             if s.plan is not None and s.plan.select_changed:
                 selected_available = True
         elif s.oneshot is not None and s.oneshot.service not in started:
-            raise ValueError(f"{where}.steps[{i}] ({s.id}): oneshot waits for {s.oneshot.service!r}, which no earlier up in "
+            raise ValueError(f"{step_at(where, i, s.id)}: oneshot waits for {s.oneshot.service!r}, which no earlier up in "
                              f"this list starts")
         elif s.up is not None:
             if isinstance(s.up.services, list):
                 started.update(s.up.services)
             if last_dry_run is None or last_dry_run.dry_run is None or last_dry_run.dry_run.key() != s.up.key():
                 raise ValueError(
-                    f"{where}.steps[{i}] ({s.id}): an up must be preceded by a dry_run of the same request "
+                    f"{step_at(where, i, s.id)}: an up must be preceded by a dry_run of the same request "
                     f"(same file, services and force_recreate)"
                 )
             last_dry_run = None  # one dry run covers one up

@@ -315,7 +315,7 @@ class FactCheck:
         if ex.relied_on_by is not None:
             cited = [self.lines.step(sec, st.id) for sec, _, st in self.forward_steps() if st.id == ex.relied_on_by]
             if not cited:
-                self.add("(runbook)", f"expects[{i}].relied_on_by", ex.relied_on_by, "the id of a forward step", relies)
+                self.add("(runbook)", f"expects[{i + 1}].relied_on_by", ex.relied_on_by, "the id of a forward step", relies)
             relies = cited[0] if cited else relies
         services: list[str] = []
         for name in ex.services:
@@ -366,7 +366,7 @@ class FactCheck:
             if ex.image is not None and self.cf.services[service].image != ex.image:
                 self.add(service, "image", self.cf.services[service].image or "(none)", ex.image, relies, ex.why)
         if services and len(self.findings) == before:
-            self.checks.append(f"expects[{i}] holds for {', '.join(services)} ({ex.why})")
+            self.checks.append(f"expects[{i + 1}] holds for {', '.join(services)} ({ex.why})")
 
 
 def check_facts(rb: Runbook, cf: ComposeFile, env: Mapping[str, str], lines: RunbookLines) -> tuple[list[str], list[Finding]]:

@@ -39,7 +39,7 @@ class RunbookLines:
         return f"{self.name}:{node.start_mark.line + 1} {what}"
 
     def at(self, *keys: str | int) -> str:
-        """`runbooks/x.yaml:47 replica_values.r2.config_variant` (the deepest key found)."""
+        """`runbooks/x.yaml:47 replica_values.r2.config_variant` (the deepest key found; a list index counted from 1)."""
         node = self.root
         found: yaml.Node | None = None  # the key's node for a mapping key (its line), else the item's
         for key in keys:
@@ -48,7 +48,7 @@ class RunbookLines:
                 break
             found = _key_node(node, key) or child
             node = child
-        what = ".".join(f"[{k}]" if isinstance(k, int) else str(k) for k in keys).replace(".[", "[")
+        what = ".".join(f"[{k + 1}]" if isinstance(k, int) else str(k) for k in keys).replace(".[", "[")
         return self._cite(found, what)
 
     def step(self, section: str, step_id: str, field: str | None = None) -> str:

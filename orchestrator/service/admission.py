@@ -198,7 +198,7 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     rb, identity, text = read_runbook(runbook)
     if host not in rb.hosts:
         raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {host}: pick the host's runbook with --runbook")
-    refuse_missing_sources(session.inventory.host(host), host, rb)
+    refuse_missing_sources(session.inventory.host(host), host, rb, session.inventory.hosts)
     refuse_unreadable_logs(session, host, rb)
     refuse_unsettled(session, host)
     try:

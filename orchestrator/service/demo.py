@@ -1,4 +1,5 @@
-"""`orchestrate demo`: the real rollout, against a simulated gpu02 on loopback.
+"""`orchestrate demo`: the real rollout, against a simulated gpu02 on loopback (or any runbook
+whose hosts the simulator stands up: `demo --runbook PATH`, `demo_target`).
 
 The simulator and the orchestrator share a time scale (`--speed` simulated seconds per real
 second), so a 50-minute cold start takes seconds while every timeout, poll interval and grace
@@ -9,8 +10,11 @@ period runs its production value. Nothing here branches the executor: only the n
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,13 @@ from pydantic import SecretStr
 
 from orchestrator.engine.fleet import run_fleet
 from orchestrator.hosts.clients.retry import RetryPolicy
-from orchestrator.language.runbook import DEFAULT_RUNBOOK
+from orchestrator.language.runbook import (
+    DEFAULT_RUNBOOK,
+    RUNBOOK_DIR,
+    load_runbook,
+    resolve_runbook_path,
+    runbook_names,
+)
 from orchestrator.service.admission import new_rollout
 from orchestrator.service.runner import execute
 from orchestrator.service.session import Session
@@ -27,7 +37,9 @@ from orchestrator.util.outcome import Outcome
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError
 from orchestrator_sim import SimConfig, SimFleet
+from orchestrator_sim.compose_manager.repo import SimRepository
 from orchestrator_sim.faults import FAULTS, parse_fault
+from orchestrator_sim.fleet.config import KNOWN_HOSTS
 
 DEMO_HOST = "gpu02"
 DEMO_TAG = "v0.0.300"
@@ -35,7 +47,7 @@ DEMO_TAG = "v0.0.300"
 BASE_HOSTS = ("gpu03", "gpu04", "gpu23")
 BASE_RUNBOOK = "base-glm53-w4afp8"
 BASE_TAG = "v0.0.310"
-#: `demo --runbook NAME`: the gpu02 runbooks the demo simulates -> (gpu02's starting point, tag)
+#: `demo --runbook NAME`: the shipped gpu02 runbooks -> (gpu02's starting point, the tag the simulator holds for them)
 DEMO_RUNBOOKS = {
     DEFAULT_RUNBOOK: ("canary", DEMO_TAG),
     "gpu02-glm53-w4afp8-pdi2-canary": ("long-context", "v0.0.304"),  # #299: r2 at pdi 2, from #294
@@ -43,11 +55,55 @@ DEMO_RUNBOOKS = {
 }
 
 
-def check_demo_runbook(name: str, *, base_tier: bool = False) -> None:
-    if name not in DEMO_RUNBOOKS:
-        raise UserError(f"--runbook {name!r}: the demo simulates {', '.join(DEMO_RUNBOOKS)}")
+@dataclass(frozen=True)
+class DemoTarget:
+    """What a demo rehearses: the runbook (a shipped name or a file), the hosts it runs on in order
+    (several: a fleet run, one host at a time), the tag and gpu02's starting point."""
+
+    runbook: str
+    hosts: tuple[str, ...]
+    tag: str
+    initial: str
+
+
+def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier: bool = False) -> DemoTarget:
+    """The demo of `runbook`: a shipped gpu02 runbook at the tag the simulator holds for it, or any
+    runbook file whose hosts the simulator stands up (gpu02, gpu03, gpu04, gpu23) at `tag`, else
+    the newest simulated tag that holds its file and clears the tag-age gate. gpu02 starts as the
+    canary left it when the runbook's rollbacks go back to a file of that deployment (`deploys:`),
+    else as #294 left it. One line (UserError) for a runbook or tag it cannot rehearse."""
+    name = runbook or DEFAULT_RUNBOOK
     if base_tier and name != DEFAULT_RUNBOOK:
         raise UserError(f"--runbook {name} and --base-tier: the base tier follows {DEFAULT_RUNBOOK} only")
+    repo = SimRepository.load()
+    try:
+        path = resolve_runbook_path(name).resolve()
+    except UserError:
+        raise UserError(f"--runbook {name!r}: the demo simulates a shipped runbook ({', '.join(runbook_names())}) or "
+                        f"a runbook file (.yaml) whose hosts it stands up ({', '.join(KNOWN_HOSTS)})") from None
+    shipped = path.stem if path.parent == RUNBOOK_DIR.resolve() else None
+    if shipped in DEMO_RUNBOOKS and tag is None:  # by name or by its path in runbooks/
+        initial, known = DEMO_RUNBOOKS[shipped]
+        return DemoTarget(name, (DEMO_HOST,), known, initial)
+    rb = load_runbook(name)
+    unknown = [h for h in rb.hosts if h not in KNOWN_HOSTS]
+    if unknown:
+        raise UserError(f"--runbook {name}: written for {', '.join(rb.hosts)}; the simulator stands up "
+                        f"{', '.join(KNOWN_HOSTS)}, not {', '.join(unknown)}")
+    holding = [t for t in repo.tags.values() if rb.file in t.files]
+    if tag is not None:
+        if tag not in [t.name for t in holding]:
+            raise UserError(f"--tag {tag}: the simulated repository holds {rb.file} at "
+                            f"{', '.join(t.name for t in holding) or 'no tag'}")
+    else:
+        old_enough = [t for t in holding if t.age_hours >= repo.min_tag_age_hours]
+        if not old_enough:
+            raise UserError(f"--runbook {name}: no simulated tag holds {rb.file} and clears the "
+                            f"{repo.min_tag_age_hours:g} h tag-age gate")
+        tag = max(old_enough, key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t.name))).name
+    canary_files = {a.file for a in repo.initial_actions}
+    initial = "canary" if canary_files & set(rb.deploys) else "long-context"
+    return DemoTarget(name, tuple(rb.hosts), tag, initial)
 
 
 def list_fault_table() -> str:
@@ -78,16 +134,21 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
     )
 
 
-def check_faults(specs: list[str], *, base_tier: bool = False) -> None:
+def demo_hosts(target: DemoTarget, *, base_tier: bool = False) -> tuple[str, ...]:
+    """Every host the demo simulates: the runbook's, and with `base_tier` the base tier's after gpu02."""
+    return (*target.hosts, *BASE_HOSTS) if base_tier else target.hosts
+
+
+def check_faults(specs: list[str], *, base_tier: bool = False, hosts: tuple[str, ...] | None = None) -> None:
     """Each --fault names a fault of the simulator's table, with a valid argument, on a host the
-    demo simulates: else one line."""
-    hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
+    demo simulates (`hosts`, default gpu02 and with `base_tier` the base tier): else one line."""
+    hosts = hosts or (("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",))
     for spec in specs:
         try:
             parsed = parse_fault(spec)
         except ValueError as exc:
             raise UserError(f"--fault {spec!r}: {exc}; `orchestrate demo --list-faults` describes them") from None
-        if FAULTS[parsed.name].scope == "base" and not base_tier:
+        if FAULTS[parsed.name].scope == "base" and not any(h in BASE_HOSTS for h in hosts):
             raise UserError(f"--fault {spec!r} is a base-tier fault: add --base-tier (the demo then also rolls out gpu03, "
                             f"gpu04 and gpu23)")
         host = getattr(parsed, "host", None)
@@ -99,15 +160,17 @@ def check_faults(specs: list[str], *, base_tier: bool = False) -> None:
 
 
 def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any,
-             base_tier: bool = False, runbook: str = DEFAULT_RUNBOOK) -> str:
-    """gpu02's rollout on a simulated gpu02; with `base_tier`, then the base tier's fleet run
-    (gpu03, gpu04, gpu23 one at a time, orchestrator/engine/fleet.py) once gpu02 is DONE."""
+             base_tier: bool = False, runbook: str = DEFAULT_RUNBOOK, target: DemoTarget | None = None) -> str:
+    """The runbook's rollout on its simulated hosts (`target`, default `demo_target(runbook)`: gpu02
+    alone for a gpu02 runbook; a fleet run, one host at a time, for a runbook of several hosts);
+    with `base_tier`, then the base tier's fleet run (gpu03, gpu04, gpu23 one at a time,
+    orchestrator/engine/fleet.py) once gpu02 is DONE."""
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     state_dir.mkdir(parents=True, exist_ok=True)
-    hosts = ("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",)
-    initial, tag = DEMO_RUNBOOKS[runbook]
+    target = target or demo_target(runbook, base_tier=base_tier)
+    hosts = demo_hosts(target, base_tier=base_tier)
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
-        config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=initial)
+        config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=target.initial)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     with SimFleet(config) as fleet:
@@ -116,18 +179,29 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
         session = Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))
         try:
             if console is not None:
-                console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); faults: {', '.join(faults) or 'none'}")
-            run, rb, table = new_rollout(session, DEMO_HOST, tag, runbook)
-            final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
-            outcome = final.outcome or Outcome.HALTED
-            if base_tier and final.outcome == Outcome.DONE:
-                def one(host: str) -> Any:
-                    if console is not None:
-                        console.rule(f"base tier: {host}")
-                    r, rb_, t = new_rollout(session, host, BASE_TAG, BASE_RUNBOOK)
-                    return asyncio.run(execute(session, r, rb_, t, progress=progress, yes=True))
+                console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); runbook {target.runbook} at "
+                              f"{target.tag}; faults: {', '.join(faults) or 'none'}")
 
-                result = run_fleet(list(BASE_HOSTS), one)
+            def rollout(runbook_: str, tag: str, title: str) -> Callable[[str], Any]:
+                def one(host: str) -> Any:
+                    if console is not None and title:
+                        console.rule(f"{title}{host}")
+                    r, rb_, t = new_rollout(session, host, tag, runbook_)
+                    return asyncio.run(execute(session, r, rb_, t, progress=progress, yes=True))
+                return one
+
+            if len(target.hosts) == 1:  # refused before it starts: the UserError's one line
+                final = rollout(target.runbook, target.tag, "")(target.hosts[0])
+                outcome = final.outcome or Outcome.HALTED
+            else:
+                result = run_fleet(list(target.hosts), rollout(target.runbook, target.tag, "fleet: "))
+                if console is not None:
+                    console.print(result.summary(target.tag, target.runbook))
+                if not result.runs:
+                    raise UserError(result.summary(target.tag, target.runbook))
+                final, outcome = result.runs[-1], result.outcome
+            if base_tier and final.outcome == Outcome.DONE:
+                result = run_fleet(list(BASE_HOSTS), rollout(BASE_RUNBOOK, BASE_TAG, "base tier: "))
                 if console is not None:
                     console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
                 final = result.runs[-1] if result.runs else final  # the fleet stops at its first run not DONE

@@ -9,6 +9,7 @@ below both it and the runner.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from orchestrator.engine.executor import RunContext
 from orchestrator.hosts.inventory import HostEntry
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
+from orchestrator.language.inventory_check import inventory_problem
 from orchestrator.language.machine import ABORTED
 from orchestrator.language.runbook import Runbook
 from orchestrator.util.user_errors import Refused, UserError
@@ -56,15 +58,13 @@ def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
         )
 
 
-def refuse_missing_sources(entry: HostEntry, host: str, rb: Runbook) -> None:
-    """An analysis with `source: prometheus` on a host whose inventory entry names no
-    `prometheus_url` would only fail half-way through the canary, after r2 was recreated:
-    refused before the run starts (exit 2)."""
-    needing = [f"{where}.steps[{i}] ({st.id})" for where, steps in rb._named_step_lists()
-               for i, st in enumerate(steps) if st.analysis is not None and st.analysis.source == "prometheus"]
-    if needing and entry.prometheus_url is None:
-        raise UserError(f"runbook {rb.name}'s {needing[0]} reads metrics with source: prometheus, but the inventory "
-                        f"names no prometheus_url for {host}: add it to the host's entry or use source: relay")
+def refuse_missing_sources(entry: HostEntry, host: str, rb: Runbook, inventory_hosts: Collection[str]) -> None:
+    """What the runbook needs of the inventory (orchestrator/language/inventory_check.py: another
+    host's env map, a `prometheus_url` for a query gate or a `source: prometheus` analysis) would
+    only fail half-way through the run: refused before the run starts (exit 2)."""
+    problem = inventory_problem(rb, host, inventory_hosts, entry.prometheus_url is not None)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def refuse_unsettled(session: Session, host: str, *, except_run: str | None = None) -> None:

@@ -1,15 +1,29 @@
-"""A loopback fake of a Prometheus-compatible query API (issue 23's `source: prometheus`): `GET
-/api/v1/query?query={...}` answers an instant vector of the host's engines' current /metrics
-samples, each labelled `replica="r1"|"r2"` and `job="sglang"` (as a scrape config would), filtered
-by the query's label matchers. Only a bare selector `{name op "value", ...}` is understood (what
-orchestrator/metricproviders/prometheus_api.py sends); anything else is Prometheus' 400 bad_data.
-The `prometheus-down` fault answers 503 (the analysis then counts unread scrapes)."""
+"""A loopback fake of a Prometheus-compatible query API over one simulated host's exporters:
+`GET /api/v1/query` (an instant vector) and `GET /api/v1/query_range` (a matrix).
+
+What it holds, labelled as the host's scrape configs label them:
+- each ready engine's /metrics samples, `replica="r1"|"r2"`, `job="sglang"` (what the analysis'
+  `source: prometheus` reads);
+- DCGM's exporter while its container runs (`job="dcgm-dcgm-glm53"`, `container_name="dcgm-glm53"`,
+  `host="<host>"`, as the compose file's otelcol job labels it): per GPU `DCGM_FI_DEV_FB_FREE`,
+  `DCGM_FI_DEV_FB_USED`, `DCGM_FI_DEV_XID_ERRORS`;
+- a node exporter (`job="node-exporter"`, `host="<host>"`, `instance="<host>:9100"`; ASSUMED: the
+  compose files carry no node-exporter job): `node_filesystem_avail_bytes` and
+  `node_filesystem_size_bytes` of `/` and of `/var/lib/docker`, the filesystem docker's named
+  volumes (the model cache `huggingface_cache`) live on, with 384 GiB free (what the perception
+  check logs).
+
+PromQL understood: a vector selector (`name`, `name{matchers}`, `{matchers}`), optionally inside
+one aggregation `sum|min|max|avg|count [by|without (labels)] (...)`. Anything else is Prometheus'
+400 bad_data, naming the simulator's limit. A range query repeats each series' current value at
+every step (the simulated exporters keep no history). The `prometheus-down` fault answers 503.
+"""
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,20 +33,36 @@ from starlette.routing import Route
 from orchestrator_sim.host.sim_host import SimHost
 
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+_SELECTOR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)?\s*(?:\{(.*)\})?\s*$", re.S)
+_AGGREGATION = re.compile(r"^\s*(sum|min|max|avg|count)\s*(?:(by|without)\s*\(([^()]*)\)\s*)?\((.*?)\)\s*"
+                          r"(?:(by|without)\s*\(([^()]*)\))?\s*$", re.S)
+#: Prometheus refuses a range query with more points per series than this
+MAX_POINTS = 11_000
+#: the node exporter's filesystems: mountpoint -> (device, size, available) bytes
+FILESYSTEMS = {"/": ("/dev/nvme0n1p2", 1_888_195_907_584, 1_201_021_591_552),
+               "/var/lib/docker": ("/dev/md0", 7_681_491_271_680, 412_316_860_416)}
+
+Series = tuple[dict[str, str], float]
+
+
+class BadQuery(ValueError):
+    pass
 
 
 def parse_selector(query: str) -> list[tuple[str, str, str]] | None:
-    """[(label, op, value)] of a bare `{...}` selector, or None if the query is anything else."""
-    q = query.strip()
-    if not (q.startswith("{") and q.endswith("}")):
+    """[(label, op, value)] of a vector selector (`name{...}`, `{...}` or `name`; the name a
+    `__name__` matcher), or None if the query is anything else."""
+    m = _SELECTOR.match(query)
+    if m is None or (m.group(1) is None and m.group(2) is None):
         return None
-    body, out, pos = q[1:-1], [], 0
+    out = [("__name__", "=", m.group(1))] if m.group(1) else []
+    body, pos = m.group(2) or "", 0
     while pos < len(body):
-        m = _MATCHER.match(body, pos)
-        if m is None:
+        mm = _MATCHER.match(body, pos)
+        if mm is None:
             return None
-        out.append((m.group(1), m.group(2), re.sub(r"\\(.)", r"\1", m.group(3))))
-        pos = m.end()
+        out.append((mm.group(1), mm.group(2), re.sub(r"\\(.)", r"\1", mm.group(3))))
+        pos = mm.end()
     return out
 
 
@@ -46,35 +76,108 @@ def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bo
     return True
 
 
-def vector(texts: dict[str, str], matchers: list[tuple[str, str, str]], now: float) -> list[dict[str, Any]]:
+def _samples(text: str, extra: dict[str, str]) -> list[Series]:
     from prometheus_client.parser import text_string_to_metric_families
 
+    return [({**s.labels, "__name__": s.name, **extra}, float(s.value))
+            for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def node_text() -> str:
+    """The node exporter's filesystem gauges."""
     out = []
-    for replica, text in sorted(texts.items()):
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                labels = {**s.labels, "__name__": s.name, "replica": replica, "job": "sglang"}
-                if _matches(labels, matchers):
-                    out.append({"metric": labels, "value": [now, repr(float(s.value))]})
+    for name, index in (("node_filesystem_avail_bytes", 2), ("node_filesystem_size_bytes", 1)):
+        out += [f"# HELP {name} Filesystem space in bytes.", f"# TYPE {name} gauge"]
+        out += [f'{name}{{device="{fs[0]}",fstype="ext4",mountpoint="{mp}"}} {fs[index]}' for mp, fs in FILESYSTEMS.items()]
+    return "\n".join(out) + "\n"
+
+
+def host_series(host: SimHost) -> list[Series]:
+    """Every series the host's scrape targets expose now."""
+    out: list[Series] = []
+    for replica, text in sorted(host.prometheus_texts().items()):
+        out += _samples(text, {"replica": replica, "job": "sglang"})
+    dcgm = host.dcgm_exporter_text()
+    if dcgm is not None:
+        out += _samples(dcgm, {"job": "dcgm-dcgm-glm53", "service": "dcgm-exporter", "container_name": "dcgm-glm53",
+                               "host": host.name})
+    out += _samples(node_text(), {"job": "node-exporter", "host": host.name, "instance": f"{host.name}:9100"})
     return out
+
+
+_AGGREGATE: dict[str, Callable[[list[float]], float]] = {
+    "sum": sum, "min": min, "max": max, "count": lambda v: float(len(v)), "avg": lambda v: sum(v) / len(v)}
+
+
+def evaluate(query: str, series: list[Series]) -> list[Series]:
+    """The instant vector of `query` over `series` (the subset of PromQL the module doc names)."""
+    agg = _AGGREGATION.match(query)
+    inner = agg.group(4) if agg else query
+    matchers = parse_selector(inner)
+    if matchers is None:
+        raise BadQuery(f"the simulated query API understands a selector, optionally in one sum/min/max/avg/count, not {query!r}")
+    try:
+        if all(_matches({}, [m]) for m in matchers):  # every matcher matches an absent label: it selects everything
+            raise BadQuery("vector selector must contain at least one non-empty matcher")
+        picked = [(labels, value) for labels, value in series if _matches(labels, matchers)]
+    except re.error as exc:
+        raise BadQuery(f"invalid regular expression: {exc}") from None
+    if agg is None:
+        return picked
+    how, names = (agg.group(2), agg.group(3)) if agg.group(2) else (agg.group(5), agg.group(6))
+    keys = [n.strip() for n in (names or "").split(",") if n.strip()]
+    groups: dict[tuple[tuple[str, str], ...], list[float]] = {}
+    for labels, value in picked:
+        if how == "without":
+            kept = {k: v for k, v in labels.items() if k not in keys and k != "__name__"}
+        else:
+            kept = {k: labels[k] for k in keys if k in labels}
+        groups.setdefault(tuple(sorted(kept.items())), []).append(value)
+    return [(dict(k), _AGGREGATE[agg.group(1)](v)) for k, v in sorted(groups.items())]
 
 
 def _error(status: int, kind: str, text: str) -> JSONResponse:
     return JSONResponse({"status": "error", "errorType": kind, "error": text}, status_code=status)
 
 
+def _float(request: Request, name: str) -> float:
+    try:
+        return float(request.query_params[name])
+    except (KeyError, ValueError):
+        raise BadQuery(f"invalid parameter {name!r}: cannot parse {request.query_params.get(name, '')!r} to a valid "
+                       f"timestamp or duration") from None
+
+
 def build_prometheus_app(host: SimHost) -> Starlette:
     async def query(request: Request) -> Response:
         if host.faults.active("prometheus-down"):
             return _error(503, "unavailable", "the query API is down (simulated fault prometheus-down)")
-        q = request.query_params.get("query", "")
-        matchers = parse_selector(q)
-        if not matchers:
-            return _error(400, "bad_data", f"the simulated query API understands only a label selector, not {q!r}")
         try:
-            result = vector(host.prometheus_texts(), matchers, time.time())
-        except re.error as exc:
-            return _error(400, "bad_data", f"invalid regular expression: {exc}")
+            found = evaluate(request.query_params.get("query", ""), host_series(host))
+        except BadQuery as exc:
+            return _error(400, "bad_data", str(exc))
+        now = time.time()
+        result = [{"metric": labels, "value": [now, repr(value)]} for labels, value in found]
         return JSONResponse({"status": "success", "data": {"resultType": "vector", "result": result}})
 
-    return Starlette(routes=[Route("/api/v1/query", query, methods=["GET", "POST"])])
+    async def query_range(request: Request) -> Response:
+        if host.faults.active("prometheus-down"):
+            return _error(503, "unavailable", "the query API is down (simulated fault prometheus-down)")
+        try:
+            start, end, step = _float(request, "start"), _float(request, "end"), _float(request, "step")
+            if end < start:
+                raise BadQuery("end timestamp must not be before start time")
+            if step <= 0:
+                raise BadQuery("zero or negative query resolution step widths are not accepted. Try a positive integer")
+            if (end - start) / step > MAX_POINTS:
+                raise BadQuery(f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. Try decreasing the "
+                               f"query resolution (?step=XX)")
+            found = evaluate(request.query_params.get("query", ""), host_series(host))
+        except BadQuery as exc:
+            return _error(400, "bad_data", str(exc))
+        points = [start + i * step for i in range(int((end - start) / step) + 1)]
+        result = [{"metric": labels, "values": [[t, repr(value)] for t in points]} for labels, value in found]
+        return JSONResponse({"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+    return Starlette(routes=[Route("/api/v1/query", query, methods=["GET", "POST"]),
+                             Route("/api/v1/query_range", query_range, methods=["GET", "POST"])])

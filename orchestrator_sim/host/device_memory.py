@@ -1,6 +1,7 @@
 """DCGM's exporter on the simulated host (dcgm-glm53, :9400/metrics; issue 23's device-memory gate).
 
-Per GPU, `DCGM_FI_DEV_FB_FREE` and `DCGM_FI_DEV_FB_USED` (MiB, DCGM's unit) with DCGM's labels
+Per GPU, `DCGM_FI_DEV_FB_FREE` and `DCGM_FI_DEV_FB_USED` (MiB, DCGM's unit) and
+`DCGM_FI_DEV_XID_ERRORS` (the last XID code, always 0 here) with DCGM's labels
 (`gpu`, `UUID`, `device`, `modelName`, `Hostname`). The values follow the engine that reserves the
 GPU (its compose `device_ids`) and its configuration, as the lab measured them on H200s:
 
@@ -67,4 +68,9 @@ def dcgm_text(containers: Iterable[Container], hostname: str, gpus: int = 8) -> 
             v = free[i] if field.endswith("FREE") else TOTAL_MIB - free[i]
             out.append(f'{field}{{gpu="{i}",UUID="GPU-sim-{hostname}-{i}",device="nvidia{i}",'
                        f'modelName="NVIDIA H200",Hostname="{hostname}"}} {v}')
+    # dcgm-exporter's default counters carry the last XID error code per GPU (0: none since the
+    # driver loaded); the simulated GPUs never raise one
+    out += ["# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.", "# TYPE DCGM_FI_DEV_XID_ERRORS gauge"]
+    out += [f'DCGM_FI_DEV_XID_ERRORS{{gpu="{i}",UUID="GPU-sim-{hostname}-{i}",device="nvidia{i}",'
+            f'modelName="NVIDIA H200",Hostname="{hostname}"}} 0' for i in range(gpus)]
     return "\n".join(out) + "\n"

@@ -255,6 +255,16 @@ class ServingPaths(HostCore):
         text = device_memory.dcgm_text(self._containers.values(), self.host_ip)
         return 200, text, "text/plain; version=0.0.4", dcgm.name
 
+    def dcgm_exporter_text(self) -> str | None:
+        """DCGM's exporter's /metrics text while its container runs (None: not running, so a
+        Prometheus scraping it holds none of its series): apps/prometheus.py."""
+        with self._lock:
+            self.sync()
+            dcgm = self._containers.get(device_memory.DCGM_SERVICE)
+            if dcgm is None or not dcgm.up:
+                return None
+            return device_memory.dcgm_text(self._containers.values(), self.host_ip)
+
     def prometheus_texts(self) -> dict[str, str]:
         """replica (r1, r2: the service's suffix) -> its engine's /metrics text, for every ready
         engine: what a Prometheus scraping the host's engines holds now (apps/prometheus.py)."""

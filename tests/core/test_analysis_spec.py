@@ -58,7 +58,7 @@ def _bad(mutate) -> str:
 
 def test_a_wrong_metric_name_is_refused():
     msg = _bad(lambda a: a["gates"][0]["ratio"].update(metric="tpot_p5"))
-    assert "analysis.gates.0.ratio.metric" in msg and "unknown metric 'tpot_p5'" in msg and "tpot_p50" in msg
+    assert "analysis.gates[1].ratio.metric" in msg and "unknown metric 'tpot_p5'" in msg and "tpot_p50" in msg
 
 
 def test_a_ratio_without_a_control_is_refused():

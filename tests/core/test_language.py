@@ -122,7 +122,7 @@ def test_a_runbook_may_name_more_domain_roles_and_a_presence_gate_may_use_them()
         ({"services": ["x"], "environment": {"A": 1}, "why": "w"}, "the environment is text"),
         ({"services": ["x"], "why": "w"}, "it would check nothing"),
         ({"services": ["x"], "distinct": ["--port"], "why": "w"}, "list more than one"),
-        ({"services": ["x"], "image": "i", "why": ""}, "expects.0.why"),
+        ({"services": ["x"], "image": "i", "why": ""}, "expects[1].why"),
     ],
 )
 def test_loader_refuses_bad_expects(entry, needle):

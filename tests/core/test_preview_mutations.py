@@ -130,7 +130,7 @@ def test_the_unmutated_file_passes_with_every_fact_checked(seed_text, tmp_path):
     assert problems == []
     joined = "\n".join(checks)
     for needle in ("replica_values", "weights:", "replica_gpus", "relay ports :8008, :8009", "--enable-metrics",
-                   "long domain", "expects[0] holds", "expects[5] holds"):
+                   "long domain", "expects[1] holds", "expects[6] holds"):
         assert needle in joined
 
 
@@ -247,4 +247,4 @@ def test_an_expectation_citing_no_step_is_a_problem_of_the_preview_not_of_loadin
     path.write_text(seed_text)
     problems = check_against_compose_file(rb, path, display="f.yaml")[1]
     assert [p.split(" (relied")[0] for p in problems] == [
-        "f.yaml: (runbook): expects[1].relied_on_by: found host-restor, expected the id of a forward step"]
+        "f.yaml: (runbook): expects[2].relied_on_by: found host-restor, expected the id of a forward step"]

@@ -109,10 +109,10 @@ def test_a_prometheus_analysis_on_a_host_without_prometheus_url_is_refused_at_ru
 
     rb = parse_runbook(with_analysis(PROM))
     with pytest.raises(UserError, match="names no prometheus_url for gpu02") as e:
-        refuse_missing_sources(_entry(), "gpu02", rb)
+        refuse_missing_sources(_entry(), "gpu02", rb, ["gpu02"])
     assert "\n" not in str(e.value) and "canary-readout" in str(e.value)
-    refuse_missing_sources(_entry(prometheus_url=API), "gpu02", rb)  # named: no refusal
-    refuse_missing_sources(_entry(), "gpu02", parse_runbook(with_analysis(GOOD)))  # relay source: no need
+    refuse_missing_sources(_entry(prometheus_url=API), "gpu02", rb, ["gpu02"])  # named: no refusal
+    refuse_missing_sources(_entry(), "gpu02", parse_runbook(with_analysis(GOOD)), ["gpu02"])  # relay source: no need
 
 
 # ----------------------------------------------------------------------------------- the provider

@@ -80,7 +80,7 @@ def _set(path_fn, key, value):
         (_set(_remedy, "steps", []), "steps: List should have at least 1 item"),
         (_set(_remedy, "on", "dist_store_error"), "unknown key"),
         # unsafe remedy steps, refused like anywhere else, naming the field
-        (lambda d: _remedy(d)["steps"].pop(2), "(cold-start-r1).remedy.steps[2] (start-r1): an up must be preceded by a dry_run"),
+        (lambda d: _remedy(d)["steps"].pop(2), "(cold-start-r1).remedy.steps[3] (start-r1): an up must be preceded by a dry_run"),
         (lambda d: _remedy(d)["steps"][3]["up"].__setitem__("services", ["nginx"]), "an up must be preceded by a dry_run"),
         (lambda d: _remedy(d)["steps"][0]["down"].__setitem__("services", []), "services must not be empty"),
         (lambda d: (_remedy(d)["steps"][2]["dry_run"].__setitem__("force_recreate", True),

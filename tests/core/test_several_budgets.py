@@ -44,8 +44,8 @@ def test_a_budget_list_loads_and_each_engine_reads_its_own():
 
 
 @pytest.mark.parametrize("mutate, why", [
-    (lambda raw: raw["budget"][1].update(variable="R1_BUDGET"), "variable R1_BUDGET is also budget[0]'s"),
-    (lambda raw: raw["budget"][1].update(engines=[R2, R1]), f"engine {R1} is also in budget[0]"),
+    (lambda raw: raw["budget"][1].update(variable="R1_BUDGET"), "variable R1_BUDGET is also budget[1]'s"),
+    (lambda raw: raw["budget"][1].update(engines=[R2, R1]), f"engine {R1} is also in budget[1]"),
     (lambda raw: raw.update(budget=[]), "an empty list"),
     (lambda raw: raw.update(more_budgets=[]), "write several budgets as budget: [ ... ]"),
 ])

@@ -12,7 +12,7 @@ import typer
 from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
 from orchestrator.cli.options import command_app, flag
 from orchestrator.cli.render import progress
-from orchestrator.service.demo import check_demo_runbook, check_faults, list_fault_table, run_demo
+from orchestrator.service.demo import check_faults, demo_hosts, demo_target, list_fault_table, run_demo
 from orchestrator.service.oncall import demo_interrupted
 from orchestrator.util.exit_codes import INTERRUPTED_EXIT, OUTCOME_EXIT, ExitCode
 from orchestrator.util.settings import load_settings
@@ -33,26 +33,31 @@ def demo(
                                    "event; no summary line (the exit code is the outcome)"),
     base_tier: bool = flag("--base-tier", "Then the base tier: gpu03, gpu04, gpu23 one at a time (a fleet run), once "
                                           "gpu02 is DONE"),
-    runbook: str | None = typer.Option(None, "--runbook", metavar="NAME",
-                                          help="A gpu02 runbook the demo simulates (e.g. gpu02-glm53-w4afp8-pdi2-canary: "
-                                               "the simulated gpu02 starts as #294 left it)"),
+    runbook: str | None = typer.Option(None, "--runbook", metavar="NAME|PATH",
+                                          help="The runbook to rehearse: a shipped one (e.g. gpu02-glm53-w4afp8-pdi2-canary: "
+                                               "the simulated gpu02 starts as #294 left it) or any runbook file whose hosts "
+                                               "the simulator stands up (gpu02, gpu03, gpu04, gpu23)"),
+    tag: str | None = typer.Option(None, "--tag", metavar="TAG",
+                                      help="With --runbook: the simulated tag to roll out (default: the one the shipped "
+                                           "runbook is rehearsed at, else the newest that holds its file and is old enough)"),
 ) -> None:
-    """A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."""
+    """A full rollout against built-in simulated hosts (no infrastructure needed): gpu02's by
+    default, or the --runbook's on its hosts."""
     if list_faults:
         out.print(list_fault_table(), markup=False)
         return
     if not (math.isfinite(speed) and speed > 0):
         raise UserError(f"--speed {speed:g} must be a positive number of simulated seconds per real second (e.g. 600)")
-    check_faults(fault, base_tier=base_tier)
-    if runbook is not None:
-        check_demo_runbook(runbook, base_tier=base_tier)
+    if tag is not None and runbook is None:
+        raise UserError("--tag picks the tag of a --runbook's rehearsal: add --runbook")
+    target = demo_target(runbook, tag, base_tier=base_tier)
+    check_faults(fault, base_tier=base_tier, hosts=demo_hosts(target, base_tier=base_tier))
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
     if state_dir is None:  # made here, so that a Ctrl-C can say where the demo's journal is
         state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     try:
         outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=progress(as_json),
-                           console=out if not as_json else None, base_tier=base_tier,
-                           **({"runbook": runbook} if runbook is not None else {}))
+                           console=out if not as_json else None, base_tier=base_tier, target=target)
     except KeyboardInterrupt:
         sys.stdout.flush()
         err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)

@@ -28,7 +28,7 @@ MODULES: dict[str, str] = {
     "analysis": "analysis", "quiet": "quiet",
     "env": "env", "manual": "manual",
     "proxy_pool": "external", "pull_request": "external", "http_json": "external", "attestation": "external",
-    "image": "external",
+    "image": "external", "query": "query",
 }
 
 # importing a module registers its handlers (tests/executor/test_runtime_parts.py: the table says where each is)
@@ -47,6 +47,7 @@ from orchestrator.engine.steps import (  # noqa: E402,F401 - imported for their 
     metrics,
     oneshot,
     presence,
+    query,
     quiet,
 )
 

@@ -67,7 +67,7 @@ class ColdStart(Described):
         follower = rt.follower(service)
         watch = ColdStartWatch(
             service=service, startup=g.startup, window=follower.initial_tail, cold_start_s=rt.rb.timeouts.cold_start,
-            gate=LogGate(g.ranks, list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected),
+            gate=LogGate(rt.rb.ranks_of(step.logs), list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected),
             now=rt.clock.monotonic(), journaled=rt.ctx.milestones.get(service), created=rt.ctx.created, scrub=rt.scrub)
         rt.emit("waiting", gate=f"{service}: " + ", ".join(watch.missing()))
         hb_start = rt.start_heartbeat()

@@ -5,6 +5,8 @@ is `PrometheusUnreachable` (the analysis counts it as an unread scrape, never a 
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from orchestrator.hosts.clients.errors import ClientError
@@ -20,13 +22,24 @@ class PrometheusUnreachable(ClientError):
 class PrometheusQueryClient:
     def __init__(self, base_url: str, *, timeout: float = TIMEOUT_S) -> None:
         self.url = base_url.rstrip("/") + "/api/v1/query"
+        self.range_url = self.url + "_range"
         self.timeout = timeout
         self._http = httpx.AsyncClient(trust_env=False)
 
     async def query(self, promql: str) -> tuple[int, str]:
         """(HTTP status, body text) of one instant query."""
+        return await self._get(self.url, {"query": promql})
+
+    async def query_range(self, promql: str, seconds: float, step: float) -> tuple[int, str]:
+        """(HTTP status, body text) of one range query over the `seconds` before now (the wall
+        clock: Prometheus' timestamps are Unix time), one point per `step`."""
+        end = time.time()
+        return await self._get(self.range_url, {"query": promql, "start": f"{end - seconds:.3f}", "end": f"{end:.3f}",
+                                                "step": f"{step:g}"})
+
+    async def _get(self, url: str, params: dict[str, str]) -> tuple[int, str]:
         try:
-            resp = await self._http.get(self.url, params={"query": promql}, timeout=self.timeout)
+            resp = await self._http.get(url, params=params, timeout=self.timeout)
         except httpx.TimeoutException:
             raise PrometheusUnreachable("prometheus", f"the query API did not answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:

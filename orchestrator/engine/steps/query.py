@@ -1,0 +1,70 @@
+"""`query:` a PromQL query against the inventory's Prometheus-compatible API as a gate.
+
+Rules:
+- the host's inventory entry names the API (`prometheus_url`); without it the gate fails (a run
+  start and an offline `plan` refuse such a runbook first: orchestrator/language/inventory_check.py);
+- an instant query (`GET /api/v1/query`), or with `range:` a range query over that much time before
+  now (`GET /api/v1/query_range`); every value of every series in the answer (every point, for a
+  range) must lie within [min, max];
+- an empty answer is "no data", a failure: a series that is not there (a target down, a typo in a
+  label) proves nothing, so it is never a pass;
+- an API that cannot be reached or answers an error fails the gate like a value out of bounds
+  (polled first when the gate has `within`): unread is not healthy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.env import placeholder_values, poll
+from orchestrator.language.gate_specs import fill_query, query_number
+from orchestrator.language.machine import Node
+from orchestrator.language.runbook import Step
+from orchestrator.util.durations import format_duration
+
+if TYPE_CHECKING:
+    from orchestrator.engine.steps.activities import Activities
+
+
+@register
+class Query(Described):
+    key = "query"
+
+    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
+        from orchestrator.metricproviders.prometheus_api import judge_query, parse_query_answer
+
+        spec = step.query
+        assert spec is not None
+        if rt.entry.prometheus_url is None:
+            return fail(f"query: the inventory names no prometheus_url for {rt.run.host}: add it to the host's entry")
+        client: Any = rt.prometheus_client()
+        seen: list[str] = []
+        known: dict[str, str] = {}
+
+        async def check() -> list[str]:
+            values = known or await placeholder_values(rt, spec.promql)
+            known.update(values)
+            promql = fill_query(spec.promql, values)
+            if spec.range is None:
+                status, text = await client.query(promql)
+            else:
+                status, text = await client.query_range(promql, spec.range, spec.range_step())
+            series = parse_query_answer(status, text)
+            seen[:] = [f"{s.name()} = {query_number(min(s.values))}"
+                       + (f"..{query_number(max(s.values))}" if max(s.values) != min(s.values) else "")
+                       for s in series[:4] if s.values]
+            return judge_query(series, spec.min, spec.max, query_number)
+
+        if spec.within:
+            rt.emit("waiting", gate=spec.text())
+        try:
+            problems = await poll(rt, spec.within, check)
+        finally:
+            await client.aclose()
+        where = f"query {spec.what + ' ' if spec.what else ''}({spec.bound_text()})"
+        if problems:
+            return fail(rt.scrub(f"{where}: " + "; ".join(problems[:4])
+                                 + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else "")
+                                 + (f" (after {format_duration(spec.within)})" if spec.within else "")))
+        return ok(rt.scrub(f"{where} holds: " + "; ".join(seen)))
