@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 #: the histograms and counters any analysis metric reads (others in the text are ignored)
-HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind == "quantile")
-COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind not in ("quantile", "gauge_min", "gauge_max"))})
+HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind in ("quantile", "mean"))
+COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind not in ("quantile", "mean", "gauge_min", "gauge_max"))})
 #: the engine's own gauges a metric reads (summed over label sets); DCGM's are metricproviders/dcgm.py's
 GAUGES = frozenset(d.source for d in METRICS.values() if d.kind.startswith("gauge") and d.origin == "engine")
 
