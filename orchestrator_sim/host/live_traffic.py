@@ -22,7 +22,8 @@ from the engine's configuration, deterministically:
 The histograms are cumulative counts `floor(sum over minutes of expected(minute) * CDF(le;
 median x factor(minute)))`: they never go down while the engine runs, and restart from 0 with a
 new container (a restart's counter reset). `sglang:e2e_request_latency_seconds` is TTFT plus
-`OUTPUT_TOKENS` times TPOT, with the bucket bounds of SGLang's recorded /metrics page.
+`OUTPUT_TOKENS` times TPOT, with the bucket bounds of SGLang's recorded /metrics page; the token
+counters add `PROMPT_TOKENS` per request and `OUTPUT_TOKENS` per finished one.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ SIGMA = 0.35  # log-normal spread of the latencies
 BASE_TTFT_S = 2.0
 BASE_TPOT_S = 0.030
 OUTPUT_TOKENS = 400  # a long-domain answer: the end-to-end latency's decode part
+PROMPT_TOKENS = 24000  # a long-domain prompt (the long tier serves 16K-64K-token contexts)
 #: the spread of a minute's latency median (its traffic mix): calm, and with `live-noise`
 NOISE = 0.03
 LIVE_NOISE = 0.25

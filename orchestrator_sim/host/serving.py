@@ -276,12 +276,13 @@ class ServingPaths(HostCore):
             ("sglang:num_requests_total", "counter", "Number of requests processed.", k.requests + live_n),
             *([("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", live_aborted)]
               if prof.aborts_exported else []),
-            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", k.prompt_tokens),
+            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+             k.prompt_tokens + live_n * live_traffic.PROMPT_TOKENS),
             (
                 "sglang:generation_tokens_total",
                 "counter",
                 "Number of generation tokens processed.",
-                k.generation_tokens,
+                k.generation_tokens + (live_n - live_aborted) * live_traffic.OUTPUT_TOKENS,
             ),
             ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", k.cached_tokens),
             # Assumed name: the HiCache host-tier hit counter the runbook's host-restore check reads.

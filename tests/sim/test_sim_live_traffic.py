@@ -38,6 +38,12 @@ def test_serving_engines_show_live_traffic_with_sglang_histograms(sim: Sim) -> N
         assert tpot == pytest.approx(live_traffic.BASE_TPOT_S, rel=0.08)  # interpolated inside SGLang's buckets
         assert measure("ttft_p50", w[r]).value == pytest.approx(live_traffic.BASE_TTFT_S, rel=0.15)
         assert measure("error_rate", w[r]).value == 0.0
+        # the metrics SGLang's recorded page carries beside them: end-to-end latency, tokens
+        e2e = live_traffic.BASE_TTFT_S + live_traffic.OUTPUT_TOKENS * live_traffic.BASE_TPOT_S
+        assert measure("e2e_p50", w[r]).value == pytest.approx(e2e, rel=0.15)
+        assert measure("tpot_mean", w[r]).value == pytest.approx(live_traffic.BASE_TPOT_S, rel=0.1)
+        assert measure("generation_tokens_per_request", w[r]).value == pytest.approx(live_traffic.OUTPUT_TOKENS, rel=0.05)
+        assert measure("prompt_tokens_per_request", w[r]).value == pytest.approx(live_traffic.PROMPT_TOKENS, rel=0.05)
 
 
 def test_low_traffic_leaves_too_few_samples(make_sim) -> None:
