@@ -179,3 +179,32 @@ def test_the_new_metrics_over_a_window():
     assert measure("prompt_tokens_per_request", w).value == pytest.approx(3200.0)
     assert measure("tpot_mean", w).value == pytest.approx(0.03)
     assert measure("e2e_p50", w).value == pytest.approx(10.0 + 50.0 * 100 / 200)
+
+
+def test_observations_in_too_few_intervals_cannot_be_bounded():
+    """All of r2's traffic in 2 of 30 intervals: most resamples hold none of it, so no interval is
+    claimed (inconclusive), however many observations the window has in total."""
+    quiet = noisy(0.030, seed=2, noise=0.05, per=0)
+    burst = noisy(0.020, seed=2, noise=0.05, intervals=2, per=300)
+    scrapes = []
+    for i, s in enumerate(quiet):  # flat for 28 intervals, then the two bursts
+        if i < 29:
+            scrapes.append(s)
+    for s in burst[1:]:
+        scrapes.append(Scrape(60.0 * (28 + len(scrapes) - 28), s.counters, s.histograms))
+    w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=0.05)), "r2": window_of("r2", scrapes)}
+    assert len(w["r2"].intervals) == 30 and measure("tpot_p50", w["r2"]).samples == 600
+    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    assert g.verdict == INCONCLUSIVE and "sit in too few scrape intervals" in g.why
+
+
+def test_a_dcgm_read_between_engine_scrapes_leaves_no_series_partial():
+    """DCGM's reads are merged into a replica's scrapes with only a gauge: they are not the
+    engine's scrapes, so the engine's series are still carried by every one of those."""
+    from orchestrator.analysis.window import FB_FREE
+
+    engine = noisy(0.030, seed=2, noise=0.05)
+    dcgm = [Scrape(s.at + 1.0, gauges={FB_FREE: 9000.0}) for s in engine]
+    w = window_of("r2", engine + dcgm)
+    assert w.partial == frozenset() and len(w.intervals) == 30
+    assert measure("completion_rate", w).value == 1.0
