@@ -97,3 +97,37 @@ def test_pass_verdict_between_equal_replicas_within_a_loose_bound(sim: Sim) -> N
     w = _window(sim, {"r1": 8008, "r2": 8009}, 20)
     assert w["r2"].replica == "r2" and measure("tpot_p50", w["r2"]).samples >= 200
     assert ratio_gate("tpot_p50", "r2", "r1", 0.9, 1.1, w, 200).verdict == PASS
+
+
+def test_live_noise_is_seeded_per_engine_slot_and_minute() -> None:
+    """The same slot and minutes give the same histograms (a run's readout is reproducible); another
+    slot has its own minutes; `live-noise` spreads the minutes' medians wider than the calm mix."""
+    hists = [(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, live_traffic.BASE_TPOT_S)]
+
+    def per_minute_mass(key: str, live_noise: bool) -> list[float]:
+        p = live_traffic.profile("x", {}, None, low_traffic=False, live_noise=live_noise)
+        acc, out, before = live_traffic.Accrued(), [], None
+        for m in range(1, 31):
+            live_traffic.accrue(acc, p, key, m * 60.0, hists)
+            now = list(acc.buckets[live_traffic.TPOT])
+            if before is not None:
+                out.append(sum(b - a for a, b in zip(before, now)))  # the minute's mass below every bound
+            before = now
+        return out
+
+    assert per_minute_mass("r2", False) == per_minute_mass("r2", False)
+    assert per_minute_mass("r2", False) != per_minute_mass("r1", False)
+
+    def spread(xs: list[float]) -> float:
+        mean = sum(xs) / len(xs)
+        return (sum((x - mean) ** 2 for x in xs) / len(xs)) ** 0.5
+
+    assert spread(per_minute_mass("r2", True)) > 3 * spread(per_minute_mass("r2", False))
+
+
+def test_a_build_without_the_abort_counter_exports_none() -> None:
+    assert not live_traffic.profile("x", {}, "no-abort-counter", low_traffic=False).aborts_exported
+    assert live_traffic.profile("x", {}, None, low_traffic=False).aborts_exported
+    slower = live_traffic.profile("sglang serve --prefill-decode-interval 2", {}, "candidate-slower", low_traffic=False)
+    assert slower.tpot_s == pytest.approx(live_traffic.BASE_TPOT_S * 1.3)  # whatever its flags
+    assert slower.ttft_s == pytest.approx(live_traffic.BASE_TTFT_S * 1.3)
