@@ -208,3 +208,14 @@ def test_a_dcgm_read_between_engine_scrapes_leaves_no_series_partial():
     w = window_of("r2", engine + dcgm)
     assert w.partial == frozenset() and len(w.intervals) == 30
     assert measure("completion_rate", w).value == 1.0
+
+
+def test_a_declared_counter_without_a_sample_is_zero_an_undeclared_one_unknown():
+    """prometheus_client prints a labelled counter's HELP/TYPE before its first child exists (an
+    engine that has aborted nothing yet): that is 0 aborts. No TYPE line at all (a build or a
+    multiprocess exporter without it) is unknown."""
+    head = ("# TYPE sglang:num_requests_total counter\nsglang:num_requests_total{model_name=\"m\"} 12.0\n")
+    declared = head + ("# HELP sglang:num_aborted_requests_total Number of requests aborted.\n"
+                       "# TYPE sglang:num_aborted_requests_total counter\n")
+    assert parse_scrape(declared, 0.0).counters == {REQUESTS: 12.0, ABORTED: 0.0}
+    assert parse_scrape(head, 0.0).counters == {REQUESTS: 12.0}
