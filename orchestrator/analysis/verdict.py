@@ -20,11 +20,15 @@ aborts per interval is mostly zeros. The interval is the resampling unit because
 finest unit the data has (the engine exports histograms, not requests) and it keeps what varies
 together (a minute's traffic mix) together. The random draws are seeded by the gate's own text,
 so one window always gives one readout (reproducible in tests and when an on-call re-reads it).
+Its limits, said here so a reviewer can weigh them: intervals are taken as independent (adjacent
+minutes that share a slow spell make the interval a little narrow), and a percentile interval
+from ~30 intervals covers a little under 95 %; `MIN_INTERVALS` keeps it away from the smallest
+windows, where both effects grow.
 
 Classification against the bound: the interval wholly inside -> PASS; wholly outside -> FAIL;
 straddling it -> INCONCLUSIVE (the window cannot tell; more traffic, or a longer window, might).
 INCONCLUSIVE also when there is too little to estimate anything: fewer than `min_samples`
-observations (a floor, as before), fewer than `MIN_INTERVALS` scrape intervals, or a series that
+observations (a floor), fewer than `MIN_INTERVALS` scrape intervals, or a series that
 is unknown (absent from the replica's /metrics, or carried by only part of the window), never
 read as zero. A gauge gate (the least free device memory, the deepest queue) judges the extreme
 seen at any scrape: an observed worst case, not an estimate, so it has no interval.
