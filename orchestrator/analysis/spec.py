@@ -5,18 +5,20 @@
       analysis:
         window: 30m          # how long the replicas are watched
         poll: 1m             # a scrape of every replica this often
-        min_samples: 200     # fewer observations of a gate's metric: "not enough traffic"
-        not_enough_traffic: halt   # halt (a human decides; default) or fail (the phase's rollback)
+        min_samples: 200     # fewer observations of a gate's metric: inconclusive ("not enough traffic")
+        not_enough_traffic: halt   # an inconclusive readout: halt (a human decides; default) or fail (the phase's rollback)
         relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}
         gates:
           - ratio: {metric: tpot_p50, candidate: r2, control: r1, max: 0.9}
           - max: {metric: error_rate, replica: r2, value: 0.01}
 
 Like Argo Rollouts' AnalysisTemplate (a metric, an interval, a success condition, a count) and
-Kayenta's judge (candidate vs control per metric, a minimum of data or no verdict), but with the
-three verdicts said out loud: a gate without enough traffic never passes. Metrics are the names
-of `orchestrator.analysis.window.METRICS` (quantiles of SGLang's TTFT/TPOT histograms taken from
-bucket deltas, error and completion rates, request rate), read from each replica's own /metrics
+Kayenta's judge (candidate vs control per metric, classified pass / fail / inconclusive), with each
+gate judged on a 95 % interval, not a point (orchestrator/analysis/verdict.py): an interval that
+straddles the bound, too little traffic or an unknown series is inconclusive, and never passes.
+Metrics are the names of `orchestrator.analysis.window.METRICS` (quantiles of SGLang's
+TTFT/TPOT/end-to-end histograms taken from bucket deltas, the mean time per output token, error
+and completion rates, tokens per request, request rate), read from each replica's own /metrics
 through the soak relay's per-replica routes. Pure: the loader's part only.
 """
 
@@ -237,7 +239,9 @@ class AnalysisSpec(_Strict):
                 f"{format_duration(self.poll)} " + self.where()
                 + f"; each gate needs {self.min_samples} samples per replica): "
                 + "; ".join(g.text() for g in self.gates)
-                + f". Any gate broken fails the phase; not enough traffic {'halts for a human' if self.not_enough_traffic == 'halt' else 'fails the phase'}")
+                + ". Each gate is judged on a 95 % interval (a bootstrap over the scrape intervals): wholly outside "
+                + "its bound fails the phase; straddling it, too little traffic or an unknown series is inconclusive "
+                + f"and {'halts for a human' if self.not_enough_traffic == 'halt' else 'fails the phase'}")
 
 
 def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, list[str]],

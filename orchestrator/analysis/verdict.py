@@ -1,23 +1,71 @@
-"""Gates over windows, and the readout: candidate vs control per metric, with the verdict.
+"""Gates over windows, and the readout: candidate vs control per metric, each with an interval.
 
-Pure. Three verdicts, never two: PASS, FAIL, and NOT ENOUGH TRAFFIC (a gate whose replicas did
-not serve `min_samples` observations of its metric in the window). The analysis' verdict is FAIL
-if any gate failed (a breach seen on enough traffic is a breach, whatever the other gates say),
-else NOT ENOUGH TRAFFIC if any gate lacked traffic (an unjudged gate is not a passed one), else
-PASS.
+Pure and deterministic. Three verdicts, never two: PASS, FAIL and INCONCLUSIVE.
+
+The judge: a seeded bootstrap over the window's scrape intervals. Each replica's window is kept
+per interval between consecutive scrapes (orchestrator/analysis/window.py: bucket deltas, counter
+deltas); a resample draws as many intervals as the replica has, with replacement, sums them and
+computes the gate's statistic on the sum exactly as on the whole window (the same interpolated
+histogram quantile, the same aborted / requests). Candidate and control are resampled
+independently; the 2.5th and 97.5th percentiles of `RESAMPLES` resampled ratios (or values) are
+the 95 % interval printed beside the point.
+
+Why this and not Mann-Whitney U on per-interval values (Kayenta's judge): the gate's number is a
+pooled statistic of the window (p50 of every TPOT observation, aborted / requests over every
+request), and the bootstrap gives an interval for exactly that number, for quantiles, means and
+rates alike; Mann-Whitney's interval (Hodges-Lehmann) is for the shift between per-interval
+values, a different statistic from the point the readout prints, and per-interval p50s of ~20
+observations interpolated inside wide SGLang buckets are coarse and tied; a rate with a handful of
+aborts per interval is mostly zeros. The interval is the resampling unit because it is the
+finest unit the data has (the engine exports histograms, not requests) and it keeps what varies
+together (a minute's traffic mix) together. The random draws are seeded by the gate's own text,
+so one window always gives one readout (reproducible in tests and when an on-call re-reads it).
+Its limits, said here so a reviewer can weigh them: intervals are taken as independent (adjacent
+minutes that share a slow spell make the interval a little narrow), and a percentile interval
+from ~30 intervals covers a little under 95 %; `MIN_INTERVALS` keeps it away from the smallest
+windows, where both effects grow.
+
+Classification against the bound: the interval wholly inside -> PASS; wholly outside -> FAIL;
+straddling it -> INCONCLUSIVE (the window cannot tell; more traffic, or a longer window, might).
+INCONCLUSIVE also when there is too little to estimate anything: fewer than `min_samples`
+observations (a floor), fewer than `MIN_INTERVALS` scrape intervals, or a series that
+is unknown (absent from the replica's /metrics, or carried by only part of the window), never
+read as zero. A gauge gate (the least free device memory, the deepest queue) judges the extreme
+seen at any scrape: an observed worst case, not an estimate, so it has no interval.
+
+The analysis' verdict is FAIL if any gate failed (a breach seen on enough traffic is a breach,
+whatever the other gates say), else INCONCLUSIVE if any gate is (an unjudged gate is not a passed
+one), else PASS.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.analysis.window import GAUGE_MIN_SCRAPES, METRICS, Measurement, ReplicaWindow, measure, ratio
+from orchestrator.analysis.window import (
+    GAUGE_MIN_SCRAPES,
+    METRICS,
+    Histogram,
+    Measurement,
+    ReplicaWindow,
+    measure,
+    needs,
+    ratio,
+    value_of,
+)
 
 PASS = "pass"
 FAIL = "fail"
-NO_TRAFFIC = "not enough traffic"
+INCONCLUSIVE = "inconclusive"
+
+#: the interval's coverage, the resamples it is read from, and the fewest scrape intervals a
+#: replica's window needs before resampling them says anything
+CONFIDENCE = 0.95
+RESAMPLES = 1000
+MIN_INTERVALS = 10
 
 
 @dataclass(frozen=True)
@@ -29,6 +77,8 @@ class GateResult:
     verdict: str
     why: str
     bound: str = ""  # "<= 0.9", "within [0.5, 0.9]"
+    #: the 95 % interval of `observed` (None: a gauge's observed extreme, or nothing judged)
+    interval: tuple[float, float] | None = None
 
 
 def _bounds(lo: float | None, hi: float | None) -> str:
@@ -41,58 +91,156 @@ def _check(value: float, lo: float | None, hi: float | None) -> bool:
     return (lo is None or value >= lo) and (hi is None or value <= hi)
 
 
-def _short_of(m: Measurement, replica: str, metric: str, min_samples: int) -> str | None:
+def classify(interval: tuple[float, float], lo: float | None, hi: float | None) -> str:
+    """PASS when the whole interval meets the bound, FAIL when none of it does, else INCONCLUSIVE."""
+    a, b = interval
+    if (hi is not None and a > hi) or (lo is not None and b < lo):
+        return FAIL
+    if _check(a, lo, hi) and _check(b, lo, hi):
+        return PASS
+    return INCONCLUSIVE
+
+
+def _short_of(m: Measurement, w: ReplicaWindow | None, replica: str, metric: str, min_samples: int) -> str | None:
     if m.absent is not None:
-        return f"{replica}'s /metrics carries no {m.absent} (is the relay route reaching an SGLang engine?)"
+        if m.partial:
+            return (f"{replica}'s /metrics carried {m.absent} in only part of the window (first seen mid-window, "
+                    f"or gone): its increase is unknown, not zero")
+        return (f"{replica}'s /metrics carries no {m.absent}: unknown, not zero (a build or flag set without it, "
+                f"or a relay route not reaching an SGLang engine)")
     if METRICS[metric].kind.startswith("gauge"):
         if m.samples < GAUGE_MIN_SCRAPES or m.value is None:
             return f"{replica}'s {metric} was read {int(m.samples)} times in the window, the gate needs {GAUGE_MIN_SCRAPES}"
         return None
     if m.samples < min_samples or m.value is None:
-        return f"{replica} served {int(m.samples)} {_unit_of_samples(metric)} in the window, the gate needs {min_samples}"
+        return (f"not enough traffic: {replica} served {int(m.samples)} {_unit_of_samples(metric)} in the window, "
+                f"the gate needs {min_samples}")
+    n = len(w.intervals) if w is not None else 0
+    if n < MIN_INTERVALS:
+        return (f"{replica}'s window holds {n} scrape intervals, an interval estimate needs {MIN_INTERVALS} "
+                f"(a longer window or a shorter poll)")
     return None
 
 
 def _unit_of_samples(metric: str) -> str:
-    if METRICS[metric].kind.startswith("gauge"):
+    kind = METRICS[metric].kind
+    if kind.startswith("gauge"):
         return "scrapes"
-    return "requests" if METRICS[metric].kind != "quantile" else f"{metric.split('_')[0].upper()} observations"
+    return f"{metric.split('_')[0].upper()} observations" if kind in ("quantile", "mean") else "requests"
+
+
+class _Resampler:
+    """One replica's intervals as flat vectors of the series a metric needs, resampled and summed."""
+
+    def __init__(self, metric: str, w: ReplicaWindow) -> None:
+        self.d = METRICS[metric]
+        self.names = needs(self.d)
+        self.hist = self.d.kind in ("quantile", "mean")
+        self.layout = w.histograms[self.names[0]].layout() if self.hist else ()
+        self.vecs: list[tuple[float, ...]] = []
+        for iv in w.intervals:
+            if self.hist:
+                h = iv.histograms[self.names[0]]
+                self.vecs.append((*(c for _, c in h.buckets), h.count, h.sum))
+            else:
+                self.vecs.append(tuple(iv.counters[n] for n in self.names))
+        self.seconds = [iv.seconds for iv in w.intervals]
+
+    def draw(self, rng: random.Random) -> float | None:
+        idx = rng.choices(range(len(self.vecs)), k=len(self.vecs))
+        tot = [sum(col) for col in zip(*(self.vecs[i] for i in idx))]
+        seconds = sum(self.seconds[i] for i in idx)
+        if self.hist:
+            h = Histogram(tuple(zip(self.layout, tot[:-2])), tot[-2], tot[-1])
+            return value_of(self.d, {}, {self.names[0]: h}, seconds)[0]
+        return value_of(self.d, dict(zip(self.names, tot)), {}, seconds)[0]
+
+
+def _percentiles(values: list[float]) -> tuple[float, float]:
+    values = sorted(values)
+    tail = (1.0 - CONFIDENCE) / 2
+    return values[int(tail * (len(values) - 1))], values[int(math.ceil((1.0 - tail) * (len(values) - 1)))]
+
+
+def bootstrap(text: str, metric: str, windows: Sequence[ReplicaWindow]) -> tuple[float, float] | None:
+    """The 95 % interval of the metric (one window) or of the ratio of the first window's metric to
+    the second's; None when too many resamples hold no observation at all (the traffic sits in a
+    few intervals). Seeded by `text` (the gate): deterministic for a given input."""
+    rng = random.Random(f"orchestrator-judge:{text}")
+    rs = [_Resampler(metric, w) for w in windows]
+    out: list[float] = []
+    for _ in range(RESAMPLES):
+        vals = [r.draw(rng) for r in rs]
+        if any(v is None for v in vals):
+            continue
+        out.append(ratio(vals[0], vals[1]) if len(vals) == 2 else vals[0])  # type: ignore[arg-type]  # None filtered above
+    if len(out) < RESAMPLES * CONFIDENCE:
+        return None
+    return _percentiles(out)
+
+
+def _judged(text: str, metric: str, replicas: tuple[str, ...], point: float, interval: tuple[float, float] | None,
+            lo: float | None, hi: float | None, what: str, fmt: str) -> GateResult:
+    bound = _bounds(lo, hi)
+    if interval is None:
+        return GateResult(text, metric, replicas, point, INCONCLUSIVE,
+                          f"{what} = {fmt}, but its observations sit in too few scrape intervals to bound it", bound)
+    verdict = classify(interval, lo, hi)
+    span = f"95 % interval [{_fmt(metric, interval[0], len(replicas))}, {_fmt(metric, interval[1], len(replicas))}]"
+    tail = {PASS: f"inside {bound}", FAIL: f"wholly outside {bound}",
+            INCONCLUSIVE: f"straddles {bound}: the window cannot tell (more traffic or a longer window might)"}[verdict]
+    return GateResult(text, metric, replicas, point, verdict, f"{what} = {fmt}, {span}, {tail}", bound, interval)
+
+
+def _fmt(metric: str, v: float, n: int) -> str:
+    return _num(v) if n == 2 else fmt_value(metric, v)
 
 
 def ratio_gate(metric: str, candidate: str, control: str, lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
     text = f"{metric} {candidate}/{control} {_bounds(lo, hi)}"
-    cand, ctrl = measure(metric, windows[candidate]), measure(metric, windows[control])
-    short = [s for s in (_short_of(cand, candidate, metric, min_samples), _short_of(ctrl, control, metric, min_samples)) if s]
+    wc, wk = windows.get(candidate), windows.get(control)
+    cand = measure(metric, wc) if wc is not None else Measurement(None, 0.0)
+    ctrl = measure(metric, wk) if wk is not None else Measurement(None, 0.0)
+    short = [s for s in (_short_of(cand, wc, candidate, metric, min_samples),
+                         _short_of(ctrl, wk, control, metric, min_samples)) if s]
     if short:
-        return GateResult(text, metric, (candidate, control), None, NO_TRAFFIC, "; ".join(short), _bounds(lo, hi))
-    assert cand.value is not None and ctrl.value is not None
+        return GateResult(text, metric, (candidate, control), None, INCONCLUSIVE, "; ".join(short), _bounds(lo, hi))
+    assert cand.value is not None and ctrl.value is not None and wc is not None and wk is not None
     r = ratio(cand.value, ctrl.value)
-    good = _check(r, lo, hi)
-    return GateResult(text, metric, (candidate, control), r, PASS if good else FAIL,
-                      f"{candidate}/{control} = {_num(r)}" + ("" if good else f", not {_bounds(lo, hi)}"), _bounds(lo, hi))
+    if METRICS[metric].kind.startswith("gauge"):  # observed extremes: judged as seen
+        good = _check(r, lo, hi)
+        return GateResult(text, metric, (candidate, control), r, PASS if good else FAIL,
+                          f"{candidate}/{control} = {_num(r)} (extremes seen at a scrape)"
+                          + ("" if good else f", not {_bounds(lo, hi)}"), _bounds(lo, hi))
+    return _judged(text, metric, (candidate, control), r, bootstrap(text, metric, [wc, wk]), lo, hi,
+                   f"{candidate}/{control}", _num(r))
 
 
 def bound_gate(metric: str, replica: str, lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
     text = f"{metric} of {replica} {_bounds(lo, hi)}"
-    m = measure(metric, windows[replica])
-    short = _short_of(m, replica, metric, min_samples)
+    w = windows.get(replica)
+    m = measure(metric, w) if w is not None else Measurement(None, 0.0)
+    short = _short_of(m, w, replica, metric, min_samples)
     if short:
-        return GateResult(text, metric, (replica,), None, NO_TRAFFIC, short, _bounds(lo, hi))
-    assert m.value is not None
-    good = _check(m.value, lo, hi)
-    return GateResult(text, metric, (replica,), m.value, PASS if good else FAIL,
-                      f"{replica} {metric} = {fmt_value(metric, m.value)}" + ("" if good else f", not {_bounds(lo, hi)}"),
-                      _bounds(lo, hi))
+        return GateResult(text, metric, (replica,), None, INCONCLUSIVE, short, _bounds(lo, hi))
+    assert m.value is not None and w is not None
+    if METRICS[metric].kind.startswith("gauge"):
+        good = _check(m.value, lo, hi)
+        return GateResult(text, metric, (replica,), m.value, PASS if good else FAIL,
+                          f"{replica} {metric} = {fmt_value(metric, m.value)}" + ("" if good else f", not {_bounds(lo, hi)}"),
+                          _bounds(lo, hi))
+    return _judged(text, metric, (replica,), m.value, bootstrap(text, metric, [w]), lo, hi,
+                   f"{replica} {metric}", fmt_value(metric, m.value))
 
 
 def overall(results: Sequence[GateResult]) -> str:
     verdicts = {r.verdict for r in results}
     if FAIL in verdicts:
         return FAIL
-    if NO_TRAFFIC in verdicts or not results:
-        return NO_TRAFFIC
+    if INCONCLUSIVE in verdicts or not results:
+        return INCONCLUSIVE
     return PASS
 
 
@@ -112,29 +260,33 @@ def fmt_value(metric: str, v: float | None) -> str:
         return f"{v:.1f} GB"
     if unit == "requests":
         return f"{v:g}"
+    if unit == "tokens":
+        return f"{v:.0f} tokens"
     return f"{v:.3g}/s"
 
 
 def readout(results: Sequence[GateResult], windows: Mapping[str, ReplicaWindow], replicas: Sequence[str],
             window_s: float) -> str:
     """The table an on-call reads in ten seconds: one row per gate, each replica's value (and its
-    samples), the observed ratio or value, the bound, the gate's verdict; the overall verdict first."""
+    samples), the observed ratio or value with its 95 % interval, the bound, the gate's verdict;
+    the overall verdict first, and why for every gate that did not pass."""
     verdict = overall(results)
-    head = ["metric", *[f"{r}" for r in replicas], "observed", "bound", "verdict"]
+    head = ["metric", *[f"{r}" for r in replicas], "observed [95 % interval]", "bound", "verdict"]
     rows: list[list[str]] = []
     for g in results:
         vals = []
         for r in replicas:
             m = measure(g.metric, windows[r]) if r in windows else Measurement(None, 0)
-            vals.append(f"{fmt_value(g.metric, m.value)} (n={int(m.samples)})")
+            vals.append("unknown" if m.absent else f"{fmt_value(g.metric, m.value)} (n={int(m.samples)})")
+        two = len(g.replicas) == 2
         if g.observed is None:
             obs = "-"
-        elif len(g.replicas) == 2:
-            obs = f"{g.replicas[0]}/{g.replicas[1]} {_num(g.observed)}"
         else:
-            obs = f"{g.replicas[0]} {fmt_value(g.metric, g.observed)}"
-        bound = f"{g.replicas[0]}/{g.replicas[1]} {g.bound}" if len(g.replicas) == 2 else f"{g.replicas[0]} {g.bound}"
-        rows.append([g.metric, *vals, obs, bound, g.verdict.upper()])
+            obs = (f"{g.replicas[0]}/{g.replicas[1]} {_num(g.observed)}" if two
+                   else f"{g.replicas[0]} {fmt_value(g.metric, g.observed)}")
+            if g.interval is not None:
+                obs += f" [{_fmt(g.metric, g.interval[0], len(g.replicas))}, {_fmt(g.metric, g.interval[1], len(g.replicas))}]"
+        rows.append([g.metric, *vals, obs, g.bound, g.verdict.upper()])
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 
     def line(cells: Sequence[str]) -> str:

@@ -12,6 +12,9 @@ Pure (no I/O, no clock). The rules, Prometheus' own:
   what the engine served before the window.
 - No samples, no number: a quantile of an empty histogram and a ratio over zero requests are
   `None`, and the gate that asks for them says "not enough traffic".
+- Unknown is not zero: a series the replica's /metrics does not carry (SGLang builds and flags
+  differ in what they export), or carries from only part of the window, gives no value at all.
+- The window is also kept per scrape interval (`Interval`): the judge resamples those.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from dataclasses import dataclass, field
 # checks a metric's name without this module)
 from orchestrator.analysis.metric_defs import (  # noqa: F401  # re-exported: the window readers import the metric names from here
     ABORTED,
+    E2E,
     FB_FREE,
     GAUGE_MIN_SCRAPES,
+    GENERATION_TOKENS,
     METRICS,
+    PROMPT_TOKENS,
     QUEUE,
     REQUESTS,
     TPOT,
@@ -126,8 +132,19 @@ def quantile(q: float, h: Histogram) -> float | None:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """What one replica did between two consecutive scrapes: the unit the judge resamples
+    (orchestrator/analysis/verdict.py). Only series carried by both scrapes are in it."""
+
+    seconds: float
+    counters: Mapping[str, float]
+    histograms: Mapping[str, Histogram]
+
+
+@dataclass(frozen=True)
 class ReplicaWindow:
-    """What one replica did inside the window: increases of every counter and histogram."""
+    """What one replica did inside the window: increases of every counter and histogram, in total
+    and per scrape interval."""
 
     replica: str
     seconds: float
@@ -137,31 +154,63 @@ class ReplicaWindow:
     histograms: Mapping[str, Histogram]
     #: gauge -> (lowest, highest, scrapes carrying it) over the window
     gauges: Mapping[str, tuple[float, float, int]] = field(default_factory=dict)
+    intervals: tuple[Interval, ...] = ()
+    #: series carried by some of the engine's scrapes but not all (first seen mid-window, or gone
+    #: before its end): their increase over the window is unknown, never what the later scrapes say
+    partial: frozenset[str] = frozenset()
+
+
+def _step(prev: float, cur: float) -> float:
+    return cur if cur < prev else cur - prev
+
+
+def _hist_step(prev: Histogram, cur: Histogram) -> Histogram:
+    if _hist_reset(prev, cur):
+        return cur
+    return Histogram(tuple((le, c - p) for (le, p), (_, c) in zip(prev.buckets, cur.buckets)),
+                     cur.count - prev.count, cur.sum - prev.sum)
 
 
 def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
-    """The increases between the first and last scrape (sorted by time). A metric missing from
-    some scrapes is taken over the scrapes that carry it (an engine that was briefly unreadable)."""
+    """The increases between the first and last scrape (sorted by time), and per interval between
+    consecutive engine scrapes. A series must be carried by every engine scrape of the window: one
+    that appears mid-window (or vanishes) is `partial`, its increase unknown. An engine that was
+    briefly unreadable added no scrape at all, so it leaves no gap here."""
     ordered = sorted(scrapes, key=lambda s: s.at)
     seconds = ordered[-1].at - ordered[0].at if ordered else 0.0
+    # the engine's scrapes (a DCGM read merged into the series is not one of the engine's)
+    engine = [s for s in ordered if s.counters or s.histograms]
     counters: dict[str, float] = {}
     hists: dict[str, Histogram] = {}
+    partial: set[str] = set()
     resets = 0
-    for name in sorted({n for s in ordered for n in s.counters}):
-        inc, r = counter_increase([s.counters[name] for s in ordered if name in s.counters])
+    for name in sorted({n for s in engine for n in s.counters}):
+        carried = [s.counters[name] for s in engine if name in s.counters]
+        if len(carried) < len(engine):
+            partial.add(name)
+            continue
+        inc, r = counter_increase(carried)
         counters[name] = inc
         resets = max(resets, r)
-    for name in sorted({n for s in ordered for n in s.histograms}):
-        h, r = histogram_increase([s.histograms[name] for s in ordered if name in s.histograms])
+    for name in sorted({n for s in engine for n in s.histograms}):
+        hs = [s.histograms[name] for s in engine if name in s.histograms]
+        if len(hs) < len(engine):
+            partial.add(name)
+            continue
+        h, r = histogram_increase(hs)
         hists[name] = h
         resets = max(resets, r)
+    intervals = tuple(
+        Interval(cur.at - prev.at,
+                 {n: _step(prev.counters[n], cur.counters[n]) for n in counters},
+                 {n: _hist_step(prev.histograms[n], cur.histograms[n]) for n in hists})
+        for prev, cur in zip(engine, engine[1:]))
     gauges: dict[str, tuple[float, float, int]] = {}
     for name in sorted({n for s in ordered for n in s.gauges}):
         vals = [s.gauges[name] for s in ordered if name in s.gauges]
         gauges[name] = (min(vals), max(vals), len(vals))
-    # the engine's scrapes (a DCGM read merged into the series is not one of the engine's)
-    engine = sum(1 for s in ordered if s.counters or s.histograms) or len(ordered)
-    return ReplicaWindow(replica, seconds, engine, resets, counters, hists, gauges)
+    return ReplicaWindow(replica, seconds, len(engine) or len(ordered), resets, counters, hists, gauges,
+                         intervals, frozenset(partial))
 
 
 @dataclass(frozen=True)
@@ -170,9 +219,39 @@ class Measurement:
 
     value: float | None
     samples: float
-    #: the series the replica's /metrics did not carry at all (not low traffic: a wrong engine, a
-    #: renamed metric, a scrape of something else)
+    #: a series the value needs that the window does not know: the replica's /metrics never
+    #: carried it (a wrong engine, a renamed metric, a build without it), or carried it in only
+    #: some scrapes. Unknown, never zero: the gate is inconclusive.
     absent: str | None = None
+    partial: bool = False
+
+
+def value_of(d: MetricDef, counters: Mapping[str, float], histograms: Mapping[str, Histogram],
+             seconds: float) -> tuple[float | None, float]:
+    """(value, observations) of a counter or histogram metric over summed increases; the series
+    it needs are there (`measure` checks that first)."""
+    if d.kind == "quantile":
+        h = histograms[d.source]
+        return quantile(d.q or 0.0, h), h.count
+    if d.kind == "mean":
+        h = histograms[d.source]
+        return (h.sum / h.count if h.count > 0 else None), h.count
+    requests = counters[REQUESTS]
+    if d.kind == "request_rate":
+        return (requests / seconds if seconds > 0 else None), requests
+    if requests <= 0:
+        return None, 0.0
+    if d.kind == "per_request":
+        return counters[d.source] / requests, requests
+    share = min(1.0, counters[ABORTED] / requests)
+    return (share if d.kind == "error_rate" else 1.0 - share), requests
+
+
+def needs(d: MetricDef) -> tuple[str, ...]:
+    """The series a counter or histogram metric is computed from."""
+    if d.kind in ("quantile", "mean"):
+        return (d.source,)
+    return (REQUESTS,) if d.source == REQUESTS else (REQUESTS, d.source)
 
 
 def measure(metric: str, w: ReplicaWindow) -> Measurement:
@@ -182,21 +261,13 @@ def measure(metric: str, w: ReplicaWindow) -> Measurement:
         if g is None:
             return Measurement(None, 0.0, d.source if w.scrapes else None)
         return Measurement((g[0] if d.kind == "gauge_min" else g[1]) / d.scale, float(g[2]))
-    if d.kind == "quantile":
-        h = w.histograms.get(d.source)
-        if h is None:
-            return Measurement(None, 0.0, d.source if w.scrapes else None)
-        return Measurement(quantile(d.q or 0.0, h), h.count)
-    requests = w.counters.get(REQUESTS)
-    if requests is None:
-        return Measurement(None, 0.0, REQUESTS if w.scrapes else None)
-    if d.kind == "request_rate":
-        return Measurement(requests / w.seconds if w.seconds > 0 else None, requests)
-    if requests <= 0:
-        return Measurement(None, 0.0)
-    aborted = w.counters.get(ABORTED, 0.0)
-    share = min(1.0, aborted / requests)
-    return Measurement(share if d.kind == "error_rate" else 1.0 - share, requests)
+    for name in needs(d):
+        if name in w.partial:
+            return Measurement(None, 0.0, name, partial=True)
+        if name not in w.counters and name not in w.histograms:
+            return Measurement(None, 0.0, name if w.scrapes else None)
+    value, samples = value_of(d, w.counters, w.histograms, w.seconds)
+    return Measurement(value, samples)
 
 
 def ratio(candidate: float, control: float) -> float:

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 #: the histograms and counters any analysis metric reads (others in the text are ignored)
-HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind == "quantile")
-COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind not in ("quantile", "gauge_min", "gauge_max"))})
+HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind in ("quantile", "mean"))
+COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind not in ("quantile", "mean", "gauge_min", "gauge_max"))})
 #: the engine's own gauges a metric reads (summed over label sets); DCGM's are metricproviders/dcgm.py's
 GAUGES = frozenset(d.source for d in METRICS.values() if d.kind.startswith("gauge") and d.origin == "engine")
 
@@ -71,14 +71,22 @@ class Sums:
 
 def parse_scrape(text: str, at: float) -> Scrape:
     """The wanted counters (summed over label sets) and histograms (buckets summed per `le` over
-    label sets) of one /metrics text. A text the parser refuses: `MetricsTextError`."""
+    label sets) of one /metrics text. A text the parser refuses: `MetricsTextError`. A wanted
+    counter the text does not declare is left out (unknown to the judge, never 0)."""
     sums = Sums()
+    declared: set[str] = set()
     try:
         for fam in text_string_to_metric_families(text):
+            if fam.type == "counter" and not fam.samples:
+                declared.add(fam.name + "_total")
             for s in fam.samples:
                 sums.add(s.name, s.labels, float(s.value), fam.name)
     except Exception as exc:  # the parser raises ValueError/IndexError/KeyError on bad input
         raise MetricsTextError(f"the /metrics text does not parse: {type(exc).__name__}: {exc}") from None
+    # a counter the engine declares (its TYPE line) without a sample is a labelled counter that has
+    # no child yet: it has counted nothing, 0. A counter not declared at all stays absent: unknown.
+    for name in declared & COUNTERS:
+        sums.counters.setdefault(name, 0.0)
     return sums.scrape(at, lambda name: MetricsTextError(f"histogram {name} has no +Inf bucket"))
 
 

@@ -13,9 +13,29 @@ _CANARY_ROLLBACK = ("the canary's analysis gate fails on the candidate's readout
 def canary_faults(info: Any) -> dict[str, Any]:
     """name -> FaultInfo of every canary fault (`info` is table.FaultInfo)."""
     return {f.name: f for f in [
+        info("candidate-faster", "replica",
+             "the new engine's live traffic is 30 % faster: TTFT and TPOT 0.7x of a pdi-1 engine in its /metrics "
+             "histograms, whatever its flags",
+             "a canary's analysis passes with every interval inside its bound: the candidate is promoted (DONE)",
+             drawn=False),
         info("candidate-slower", "replica",
-             "the new engine's live traffic decodes slower: TPOT 1.4x of a pdi-1 engine in its /metrics histograms",
+             "the new engine's live traffic is 30 % slower: TTFT and TPOT 1.3x of a pdi-1 engine in its /metrics "
+             "histograms, whatever its flags",
              _CANARY_ROLLBACK, drawn=False),
+        info("candidate-slightly-slower", "replica",
+             "the new engine's live traffic is 3 % slower: TTFT and TPOT 1.03x of a pdi-1 engine, whatever its flags",
+             "with `live-noise`, a canary's `no worse than the control` gate cannot tell: its interval straddles "
+             "the bound, the readout is inconclusive and the run halts for a human (HALTED, exit 4)", drawn=False),
+        info("live-noise", "none",
+             "each minute of every engine's live traffic has its own mix: the latencies' median moves by a "
+             "log-normal factor of spread 0.25 from minute to minute (calm: 0.03), seeded per engine slot",
+             "a canary's intervals widen: a small difference is inconclusive rather than a pass or a fail",
+             drawn=False),
+        info("no-abort-counter", "replica",
+             "the new engine's /metrics carries no sglang:num_aborted_requests_total (a build or flag set "
+             "without it)",
+             "a canary gate on the candidate's error or completion rate is unknown, never 100 %: the readout "
+             "is inconclusive and the run halts for a human (HALTED, exit 4)", drawn=False),
         info("candidate-errors", "replica",
              "the new engine aborts 5 % of its live requests (sglang:num_aborted_requests_total)",
              _CANARY_ROLLBACK, drawn=False),

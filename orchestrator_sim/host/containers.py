@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator_sim.host import live_traffic
 from orchestrator_sim.host.engine_cache import EngineCounters, PrefixCache
 
 PROJECT = "work"
@@ -30,6 +31,8 @@ class EngineRun:
     ready_at: float | None = None
     live_s: float = 0.0
     live_at: float | None = None
+    #: its live histograms as accrued up to `live_s` (live_traffic.accrue)
+    live_hist: live_traffic.Accrued = field(default_factory=lambda: live_traffic.Accrued())
 
 
 @dataclass

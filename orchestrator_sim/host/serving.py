@@ -284,13 +284,15 @@ class ServingPaths(HostCore):
         prof, live_n, live_aborted = self._live_traffic(c)
         rows = [
             ("sglang:num_requests_total", "counter", "Number of requests processed.", k.requests + live_n),
-            ("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", live_aborted),
-            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", k.prompt_tokens),
+            *([("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", live_aborted)]
+              if prof.aborts_exported else []),
+            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+             k.prompt_tokens + live_n * live_traffic.PROMPT_TOKENS),
             (
                 "sglang:generation_tokens_total",
                 "counter",
                 "Number of generation tokens processed.",
-                k.generation_tokens,
+                k.generation_tokens + (live_n - live_aborted) * live_traffic.OUTPUT_TOKENS,
             ),
             ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", k.cached_tokens),
             # Assumed name: the HiCache host-tier hit counter the runbook's host-restore check reads.
@@ -308,8 +310,12 @@ class ServingPaths(HostCore):
         for name, kind, help_text, value in rows:
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
         finished = live_n - live_aborted
-        out += live_traffic.histogram_lines(live_traffic.TTFT, live_traffic.TTFT_BUCKETS, prof.ttft_s, finished, label)
-        out += live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, prof.tpot_s, finished, label)
+        hists = [(live_traffic.TTFT, live_traffic.TTFT_BUCKETS, prof.ttft_s),
+                 (live_traffic.TPOT, live_traffic.TPOT_BUCKETS, prof.tpot_s),
+                 (live_traffic.E2E, live_traffic.E2E_BUCKETS, prof.e2e_s)]
+        live_traffic.accrue(c.engine.live_hist, prof, c.engine.slot or c.service, c.engine.live_s, hists)
+        for name, bounds, _ in hists:
+            out += live_traffic.histogram_lines(name, bounds, c.engine.live_hist, finished, label)
         return "\n".join(out) + "\n"
 
     def _live_traffic(self, c: Container) -> tuple[live_traffic.Profile, int, int]:
@@ -326,6 +332,7 @@ class ServingPaths(HostCore):
         fault = e.fault
         if any(f.name == "serving-errors" and f.replica == e.slot for f in self.faults.specs):
             fault = "serving-errors"  # the replica's serving engine, whatever created it
-        prof = live_traffic.profile(c.command, c.env, fault, low_traffic=self.faults.active("low-traffic"))
+        prof = live_traffic.profile(c.command, c.env, fault, low_traffic=self.faults.active("low-traffic"),
+                                    live_noise=self.faults.active("live-noise"))
         n, aborted = live_traffic.served(prof, e.live_s)
         return prof, n, aborted

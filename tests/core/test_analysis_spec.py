@@ -42,7 +42,8 @@ def test_a_sound_analysis_loads_and_plan_describes_its_thresholds():
     text = handler_for(st).describe(st, rb).gate
     assert "over 30m" in text and "every 1m" in text and ":8009/:8008" in text
     assert "tpot_p50 r2/r1 <= 0.9" in text and "error_rate of r2 <= 0.01" in text
-    assert "200 samples" in text and "not enough traffic halts" in text
+    assert "200 samples" in text and "judged on a 95 % interval" in text
+    assert "straddling it, too little traffic or an unknown series is inconclusive and halts for a human" in text
     assert st.analysis.replicas() == ["r2", "r1"]  # the candidate first
 
 

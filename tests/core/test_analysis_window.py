@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, bound_gate, overall, ratio_gate, readout
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import (
     ABORTED,
     REQUESTS,
@@ -122,13 +122,18 @@ def test_ratio_edges():
 
 
 # ------------------------------------------------------------------------------ gates and verdicts
-def _scrapes(tpot_counts: list[float], requests: float, aborted: float, *, at: float = 1800.0) -> list[Scrape]:
-    zero = Scrape(0.0, {REQUESTS: 1000.0, ABORTED: 5.0}, {TPOT: hist([50, 0, 0, 0, 0]), TTFT: hist([0, 0, 0, 50, 0])})
-    start = zero.histograms[TPOT]
-    end = Histogram(tuple((le, c + d) for (le, c), (_, d) in zip(start.buckets, hist(tpot_counts).buckets)),
-                    start.count + sum(tpot_counts))
-    last = Scrape(at, {REQUESTS: 1000.0 + requests, ABORTED: 5.0 + aborted}, {TPOT: end, TTFT: zero.histograms[TTFT]})
-    return [zero, last]
+def _scrapes(tpot_counts: list[float], requests: float, aborted: float, *, at: float = 1800.0,
+             intervals: int = 30) -> list[Scrape]:
+    """A window of `intervals` scrape intervals, each serving an equal share of `tpot_counts`
+    (per-bucket TPOT observations), `requests` and `aborted` over the window."""
+    out = []
+    cum = [50.0, 0.0, 0.0, 0.0, 0.0]
+    for i in range(intervals + 1):
+        if i:
+            cum = [c + t / intervals for c, t in zip(cum, tpot_counts)]
+        out.append(Scrape(at * i / intervals, {REQUESTS: 1000.0 + requests * i / intervals, ABORTED: 5.0 + aborted * i / intervals},
+                          {TPOT: hist(cum), TTFT: hist([0, 0, 0, 50, 0])}))
+    return out
 
 
 def test_ratio_gate_pass_fail_and_not_enough_traffic():
@@ -137,11 +142,12 @@ def test_ratio_gate_pass_fail_and_not_enough_traffic():
     w = {"r1": slow, "r2": fast}
     good = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, min_samples=200)
     assert good.verdict == PASS and good.observed == pytest.approx(0.015 / 0.035)
+    assert good.interval is not None and good.interval[0] <= good.observed <= good.interval[1]
     bad = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, {"r1": fast, "r2": slow}, min_samples=200)
-    assert bad.verdict == FAIL and "not <= 0.9" in bad.why
+    assert bad.verdict == FAIL and "wholly outside <= 0.9" in bad.why
     # the same windows under a higher minimum: neither pass nor fail
     short = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, min_samples=301)
-    assert short.verdict == NO_TRAFFIC and "r2 served 300" in short.why and "needs 301" in short.why
+    assert short.verdict == INCONCLUSIVE and "r2 served 300" in short.why and "needs 301" in short.why
 
 
 def test_error_rate_bound_and_completion_rate():
@@ -152,29 +158,29 @@ def test_error_rate_bound_and_completion_rate():
     assert bound_gate("error_rate", "r2", None, 0.01, w, 100).verdict == FAIL
     assert bound_gate("error_rate", "r2", None, 0.05, w, 100).verdict == PASS
     assert bound_gate("completion_rate", "r2", 0.99, None, w, 100).verdict == FAIL
-    assert bound_gate("error_rate", "r2", None, 0.05, w, 401).verdict == NO_TRAFFIC
+    assert bound_gate("error_rate", "r2", None, 0.05, w, 401).verdict == INCONCLUSIVE
 
 
-def test_overall_fail_beats_no_traffic_beats_pass():
+def test_overall_fail_beats_inconclusive_beats_pass():
     w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)), "r2": window_of("r2", _scrapes([0, 300, 0, 0, 0], 300, 9))}
     p = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
     f = bound_gate("error_rate", "r2", None, 0.01, w, 200)
     n = bound_gate("error_rate", "r2", None, 0.01, w, 10_000)
     assert overall([p]) == PASS
-    assert overall([p, n]) == NO_TRAFFIC
+    assert overall([p, n]) == INCONCLUSIVE
     assert overall([p, n, f]) == FAIL
-    assert overall([]) == NO_TRAFFIC  # nothing judged is not a pass
+    assert overall([]) == INCONCLUSIVE  # nothing judged is not a pass
 
 
-def test_readout_names_values_ratio_bound_and_verdict():
+def test_readout_names_values_ratio_interval_bound_and_verdict():
     w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)), "r2": window_of("r2", _scrapes([0, 300, 0, 0, 0], 300, 9))}
     res = [ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200), bound_gate("error_rate", "r2", None, 0.01, w, 200)]
     text = readout(res, w, ["r2", "r1"], 1800)
     first = text.splitlines()[0]
     assert first.startswith("canary readout: FAIL over 30 min")
-    assert "r2/r1 0.429" in text and "<= 0.9" in text and "PASS" in text
+    assert "r2/r1 0.429 [0.429, 0.429]" in text and "<= 0.9" in text and "PASS" in text  # no noise: a point interval
     assert "15.0 ms (n=300)" in text and "35.0 ms (n=300)" in text
-    assert "FAIL: error_rate of r2 <= 0.01: r2 error_rate = 3.00 %" in text
+    assert "FAIL: error_rate of r2 <= 0.01: r2 error_rate = 3.00 %, 95 % interval [3.00 %, 3.00 %], wholly outside" in text
 
 
 # ------------------------------------------------------------------------------ the relay's text
@@ -232,10 +238,10 @@ def test_the_window_sees_only_its_own_observations(before, during, restart_at, q
     assert quantile(q, inc) == quantile(q, want)
 
 
-def test_a_metric_the_replica_does_not_expose_is_named_not_called_low_traffic():
+def test_a_metric_the_replica_does_not_expose_is_unknown_not_low_traffic():
     w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)),
          "r2": window_of("r2", [Scrape(0.0, {REQUESTS: 5.0}), Scrape(1800.0, {REQUESTS: 900.0})])}
     g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
-    assert g.verdict == NO_TRAFFIC and "r2's /metrics carries no sglang:time_per_output_token_seconds" in g.why
+    assert g.verdict == INCONCLUSIVE and "r2's /metrics carries no sglang:time_per_output_token_seconds: unknown" in g.why
     never_read = {"r1": w["r1"], "r2": window_of("r2", [])}
     assert "r2 served 0" in ratio_gate("tpot_p50", "r2", "r1", None, 0.9, never_read, 200).why

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, bound_gate, ratio_gate
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, ratio_gate
 from orchestrator.analysis.watch_spec import WatchSpec
 from orchestrator.analysis.window import ABORTED, FB_FREE, QUEUE, REQUESTS, Scrape, window_of
 from orchestrator.engine.executor.watch import breach
@@ -126,7 +126,7 @@ def test_device_memory_gates_take_the_lowest_of_the_window_and_need_two_scrapes(
     assert ratio_gate("min_free_device_memory_gb", "r2", "r1", 1.5, None, w, 200).verdict == PASS
     w["r2"] = window_of("r2", r2[:1])
     g = bound_gate("min_free_device_memory_gb", "r2", 6.0, None, w, 200)
-    assert g.verdict == NO_TRAFFIC and "read 1 times in the window, the gate needs 2" in g.why
+    assert g.verdict == INCONCLUSIVE and "read 1 times in the window, the gate needs 2" in g.why
 
 
 def _watch(**kw) -> WatchSpec:

@@ -14,12 +14,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from sim_time import AnswerTimeClock
 
 from orchestrator.engine.progress import RecordingProgress
 
 pytestmark = pytest.mark.e2e
 
-SPEED = 3000.0
+SPEED = 600.0  # the orchestrator's own compute per poll is simulated time too: the window keeps its ~30 polls
 RUNBOOK = Path(__file__).resolve().parents[2] / "runbooks" / "gpu02-glm53-w4afp8-pdi2-canary.yaml"
 CANARY_TAG = "v0.0.304"
 R1 = "model-sg-glm53-w4afp8-tp4-r1"
@@ -42,20 +43,30 @@ def _run(tmp_path: Path, *faults: str):
     from orchestrator.service.demo import demo_settings
     from orchestrator.service.runner import execute
     from orchestrator.service.session import Session
-    from orchestrator.util.clock import ScaledClock
     from orchestrator_sim import SimConfig, SimFleet
 
     runbook = _prometheus_runbook(tmp_path)
-    with SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, initial="long-context")) as fleet:
+    # one simulated time for both sides, standing still while the simulator answers (tests/e2e/sim_time.py)
+    clock = AnswerTimeClock(SPEED)
+    with SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, initial="long-context"),
+                  clock=clock) as fleet:
         state = tmp_path / "state"
         state.mkdir()
-        session = Session.open(demo_settings(fleet, state), clock=ScaledClock(SPEED),
+        transport = clock.transport()
+        session = Session.open(demo_settings(fleet, state), clock=clock, transport=transport,
                                retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
         try:
             r1_before = fleet.host.container(R1)
             run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, str(runbook))
             progress = RecordingProgress()
-            final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
+
+            async def go():
+                try:
+                    return await execute(session, run, rb, table, progress=progress, yes=True)
+                finally:
+                    await transport.close()
+
+            final = asyncio.run(go())
             notes = [f.get("note") or "" for k, f in progress.events if k == "transition"]
             r1 = fleet.host.container(R1)
             assert r1 is not None and r1.id == r1_before.id and r1.state == "running"

@@ -18,10 +18,14 @@ from orchestrator_sim.host import live_traffic
 LABEL = '{model_name="m"}'
 
 
-def text(tpot_s: float, n: int, aborted: int = 0) -> str:
+def text(acc: live_traffic.Accrued, rate: float, tpot_s: float, n: int, aborted: int = 0) -> str:
+    """The /metrics of an engine that has served `n` requests at `rate` a minute (the simulator's
+    histograms, its calm minute-to-minute noise included)."""
+    prof = live_traffic.Profile(live_traffic.BASE_TTFT_S, tpot_s, 0.0, rate)
+    live_traffic.accrue(acc, prof, "r", n * 60.0 / rate, [(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, tpot_s)])
     lines = ["# TYPE sglang:num_requests_total counter", f"sglang:num_requests_total{LABEL} {n}",
              "# TYPE sglang:num_aborted_requests_total counter", f"sglang:num_aborted_requests_total{LABEL} {aborted}"]
-    lines += live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, tpot_s, n - aborted, LABEL)
+    lines += live_traffic.histogram_lines(live_traffic.TPOT, live_traffic.TPOT_BUCKETS, acc, n - aborted, LABEL)
     return "\n".join(lines) + "\n"
 
 
@@ -54,13 +58,14 @@ class FakeRt:
     stops_serving_at: float | None = None
     clock: Clock = field(default_factory=Clock)
     scrapes: int = 0
+    accrued: dict[int, live_traffic.Accrued] = field(default_factory=dict)
 
     def serve(self, port: int) -> str:
         if port in self.broken:
             raise ConnectionError(f"relay :{port} refused")
         self.scrapes += 1
         rate, tpot = self.rates[port]
-        return text(tpot, int(1000 + rate * self.clock.t / 60))
+        return text(self.accrued.setdefault(port, live_traffic.Accrued()), rate, tpot, int(1000 + rate * self.clock.t / 60))
 
     async def watch_engines(self) -> dict[str, Any]:
         return {"r2-engine": ("id", 100.0)}
@@ -117,13 +122,14 @@ def test_a_faster_candidate_passes_after_the_whole_window_with_the_readout_as_no
 def test_a_slower_candidate_fails_with_the_readout():
     out = run(FakeRt({8008: (20, 0.030), 8009: (20, 0.042)}), step())
     assert out.event == Event.FAIL and "canary readout: FAIL" in out.note and "r2/r1 = 1.4" in out.note
+    assert "wholly outside <= 0.9" in out.note
 
 
 def test_too_little_traffic_halts_by_default_and_fails_when_the_runbook_says_so():
     low = {8008: (1, 0.030), 8009: (1, 0.019)}
     out = run(FakeRt(low), step())
     assert out.event == Event.HALT and "neither promoted nor rolled back" in out.note
-    assert "NOT ENOUGH TRAFFIC" in out.note
+    assert "INCONCLUSIVE: tpot_p50 r2/r1 <= 0.9: not enough traffic: r2 served 30" in out.note
     assert run(FakeRt(low), step(not_enough_traffic="fail")).event == Event.FAIL
 
 
@@ -161,5 +167,22 @@ def test_the_heartbeat_shows_the_gates_on_the_window_so_far():
 
     rt = Ticking({8008: (20, 0.030), 8009: (20, 0.042)})
     run(rt, step())
-    assert rt.lines and rt.lines[0].startswith("tpot_p50 r2/r1 1.4") and "breaking <= 0.9" in rt.lines[0]
-    assert "served 0" in so_far(step().analysis, {"r1": [], "r2": []})  # type: ignore[arg-type]
+    assert rt.lines and rt.lines[0].startswith("tpot_p50 r2/r1 1.4")  # the point so far: the verdict is the window's
+    assert so_far(step().analysis, {"r1": [], "r2": []}) == "tpot_p50: not known yet"  # type: ignore[arg-type]
+
+
+def test_an_unknown_series_halts_with_the_readout_never_a_pass():
+    """The candidate's engine exports no abort counter: its completion is unknown, not 100 %."""
+
+    class NoAborts(FakeRt):
+        def serve(self, port: int) -> str:
+            out = super().serve(port)
+            if port == 8009:
+                out = "\n".join(x for x in out.splitlines() if "num_aborted" not in x) + "\n"
+            return out
+
+    st = step(gates=[{"ratio": {"metric": "tpot_p50", "candidate": "r2", "control": "r1", "max": 0.9}},
+                     {"min": {"metric": "completion_rate", "replica": "r2", "value": 0.99}}])
+    out = run(NoAborts({8008: (20, 0.030), 8009: (20, 0.019)}), st)
+    assert out.event == Event.HALT and "canary readout: INCONCLUSIVE" in out.note
+    assert "r2's /metrics carries no sglang:num_aborted_requests_total: unknown, not zero" in out.note

@@ -47,9 +47,13 @@ def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
         "downloader-fails",
         "no-rejoin",
         "host-unhealthy",
+        "candidate-faster",
         "candidate-slower",
+        "candidate-slightly-slower",
         "candidate-errors",
         "low-traffic",
+        "live-noise",
+        "no-abort-counter",
         "memory-squeeze",
         "serving-errors",
         # issue 23's gates outside the engines

@@ -2,11 +2,13 @@
 
 Every `poll`, each replica the gates read is scraped through its soak-relay route; the engines
 stay watched as in a soak (a candidate that restarts or stops serving fails the phase at once).
-When the window is over, the increases between the first and last scrape are judged
-(orchestrator/analysis): any gate broken -> FAIL (the phase's rollback: the candidate goes back);
-a gate without `min_samples` -> not enough traffic, which never passes: it halts for a human
-(default) or fails, as the runbook says. The readout table is printed and journaled (the step's
-note) whatever the verdict.
+When the window is over, each gate is judged on a 95 % interval (orchestrator/analysis/verdict.py:
+a seeded bootstrap over the scrape intervals): any gate whose interval lies wholly outside its
+bound -> FAIL (the phase's rollback: the candidate goes back); a gate whose interval straddles the
+bound, or that lacks `min_samples`, or reads a series the replica does not carry (unknown, not
+zero) -> INCONCLUSIVE, which never passes: it halts for a human (default) or fails, as the
+runbook's `not_enough_traffic:` says. The readout table (each point with its interval) is printed
+and journaled (the step's note) whatever the verdict.
 
 A relay that cannot be read for 3 polls in a row fails the step (unwatched is not judged). A
 resumed run starts the window again (the scrapes are not journaled): the verdict then rests on a
@@ -17,8 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.analysis.verdict import FAIL, NO_TRAFFIC, PASS, GateResult, bound_gate, overall, ratio_gate, readout
-from orchestrator.analysis.window import Scrape, WindowError, window_of
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
+from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
 from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -47,18 +49,23 @@ def judge(spec: AnalysisSpec, windows: dict[str, ReplicaWindow]) -> list[GateRes
 
 
 def so_far(spec: AnalysisSpec, scrapes: dict[str, list[Scrape]]) -> str:
-    """The gates on the window seen so far (a heartbeat's line: an operator watching sees the trend)."""
+    """The gates' points on the window seen so far (a heartbeat's line: an operator watching sees
+    the trend); no interval and no verdict: those are the whole window's."""
     try:
         windows = {r: window_of(r, s) for r, s in scrapes.items()}
     except WindowError as exc:
         return str(exc)
     parts = []
-    for g in judge(spec, windows):
-        if g.observed is None:
-            parts.append(f"{g.metric}: {g.why.split(';')[0]}")
+    for g in spec.gates:
+        metric = g.metric()
+        ms = [measure(metric, windows[r]) for r in g.replicas()]
+        if any(m.value is None for m in ms):
+            parts.append(f"{metric}: not known yet")
+        elif len(ms) == 2:
+            assert ms[0].value is not None and ms[1].value is not None
+            parts.append(f"{metric} {'/'.join(g.replicas())} {ratio(ms[0].value, ms[1].value):.3g}")
         else:
-            obs = f"{g.replicas[0]}/{g.replicas[1]} {g.observed:.3g}" if len(g.replicas) == 2 else f"{g.observed:.3g}"
-            parts.append(f"{g.metric} {obs} ({'ok' if g.verdict == PASS else 'breaking ' + g.bound})")
+            parts.append(f"{metric} {g.replicas()[0]} {ms[0].value:.3g}")
     return "; ".join(parts)
 
 
@@ -167,10 +174,11 @@ class Analysis(Described):
             return ok(table + f"\n=> PROMOTE: {cand} stays on the candidate")
         if verdict == FAIL:
             return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
-        assert verdict == NO_TRAFFIC
+        assert verdict == INCONCLUSIVE
         run = getattr(rt, "run", None)
         host = getattr(run, "host", "HOST")
-        why = (f"not enough traffic to judge the candidate: neither promoted nor rolled back (the candidate keeps "
-               f"serving beside the control); read the readout, then reject it with `orchestrate rollback {host} "
-               f"--replica {replicas[0]}` or judge it again\n" + table)
+        why = (f"inconclusive: the window cannot judge the candidate (an interval straddles its bound, too little "
+               f"traffic, or a series unknown): neither promoted nor rolled back (the candidate keeps serving beside "
+               f"the control); read the readout, then reject it with `orchestrate rollback {host} --replica "
+               f"{replicas[0]}` or judge it again\n" + table)
         return halt(why) if spec.not_enough_traffic == "halt" else fail(why)
