@@ -19,8 +19,10 @@ from orchestrator_sim.compose_manager.repo import (
     BASE_PREVIOUS_TAG,
     BASE_TARGET_FILE,
     BASE_TARGET_TAG,
+    SimRepository,
 )
 from orchestrator_sim.faults import FAULTS, FaultInfo, FaultSpec, parse_fault
+from orchestrator_sim.fleet.config import KNOWN_HOSTS
 from orchestrator_sim.fleet.sim_fleet import FleetTokens, FleetUrls, SimConfig, SimFleet
 from orchestrator_sim.record.calls import RecordedCall, load_calls
 from orchestrator_sim.record.invariants import check_base_tier, check_invariants, no_call_after
@@ -34,6 +36,7 @@ __all__ = [
     "BASE_TARGET_TAG",
     "check_base_tier",
     "FAULTS",
+    "KNOWN_HOSTS",
     "FaultInfo",
     "FaultSpec",
     "FleetTokens",
@@ -42,6 +45,7 @@ __all__ = [
     "ServingTimeline",
     "SimConfig",
     "SimFleet",
+    "SimRepository",
     "SlotChange",
     "check_invariants",
     "load_calls",

@@ -51,7 +51,7 @@ COMMANDS: dict[str, Command] = {
     "pause": Command("pause", "Hold RUN_ID at its next safe step (never between a down and its replacement's "
                               "readiness) until `orchestrate continue RUN_ID` (journaled, with who asked)."),
     "continue": Command("continue_", "Let a paused RUN_ID go on (journaled, with who asked)."),
-    "demo": Command("demo", "A full gpu02 rollout against a built-in simulated gpu02 (no infrastructure needed)."),
+    "demo": Command("demo", "A full rollout against built-in simulated hosts (no infrastructure needed): gpu02's by default, or the --runbook's on its hosts."),
     "serve": Command("serve", "Team mode: accept rollouts over HTTP and run them here."),
 }
 

@@ -36,10 +36,8 @@ from orchestrator.util.clock import ScaledClock
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError
-from orchestrator_sim import SimConfig, SimFleet
-from orchestrator_sim.compose_manager.repo import SimRepository
+from orchestrator_sim import KNOWN_HOSTS, SimConfig, SimFleet, SimRepository
 from orchestrator_sim.faults import FAULTS, parse_fault
-from orchestrator_sim.fleet.config import KNOWN_HOSTS
 
 DEMO_HOST = "gpu02"
 DEMO_TAG = "v0.0.300"
