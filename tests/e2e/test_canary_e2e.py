@@ -100,6 +100,11 @@ def test_a_slower_candidate_rolls_r2_back_to_294_with_r1_untouched(canary):
     assert r2.tag == "v0.0.300" and r2.state == "running"  # back on #294's file and tag
     _r1_untouched(fleet, r1_before)
     assert fleet.check_invariants() == []
+    # new and previous are one path at two tags: what the rollback restored (r2) and what the
+    # canary never touched (r1, the sidecars) are not "looked at"
+    last = final.message.splitlines()[-1]
+    assert "Back to prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml@v0.0.300 (" in last
+    assert "look at it" not in last, last
 
 
 def test_too_little_traffic_halts_with_the_readout_neither_promoting_nor_rejecting(canary):

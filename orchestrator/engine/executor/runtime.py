@@ -1528,7 +1528,7 @@ class Runtime:
         self.completion_once, self.cache_hit_check = reads.completion_once, reads.cache_hit_check
         self.relay_client, self.prometheus_client = reads.relay_client, reads.prometheus_client
         self.service_file, self.service_log, self.follower = reads.service_file, reads.service_log, reads.follower
-        self.attestation_report = reads.attestation_report
+        self.attestation_report, self.action_log = reads.attestation_report, reads.action_log
         self.address_of, self.host_part = neighbours.address_of, neighbours.host_part
         self.peer_presence, self.presence_problems = neighbours.peer_presence, neighbours.presence_problems
         self.foreign_in_flight, self.foreign_part_way = foreign.foreign_in_flight, foreign.foreign_part_way
