@@ -25,7 +25,7 @@ def _up(tag, file, *services, sha=None):
     return Action(timestamp="T", action="compose_up", tag=tag, commit=None, file=file, file_sha256=sha, services=services)
 
 
-def _rt(containers, fail=False, actions=(), previous_file=OLD, tag="v0.0.300"):
+def _rt(containers, fail=False, actions=(), previous_file=OLD, tag="v0.0.300", before=None):
     async def ps():
         if fail:
             raise TransportError("compose-manager", "connection refused")
@@ -35,7 +35,7 @@ def _rt(containers, fail=False, actions=(), previous_file=OLD, tag="v0.0.300"):
         return list(actions)
 
     previous = {s: {"tag": "v0.0.290", "file": previous_file} for s in RB.previous_refs()}
-    return SimpleNamespace(rb=RB, run=SimpleNamespace(tag=tag), ctx=SimpleNamespace(previous=previous, previous_source="run X"),
+    return SimpleNamespace(rb=RB, run=SimpleNamespace(tag=tag), ctx=SimpleNamespace(previous=previous, previous_source="run X", before=before),
                            ps=ps, action_log=action_log)
 
 
@@ -68,3 +68,14 @@ def test_a_file_the_same_at_both_tags_differs_in_nothing():
     actions = [_up("v0.0.290", RB.file, sha="same"), _up("v0.0.300", RB.file, "dcgm-glm53", sha="same")]
     line = asyncio.run(rollback_summary(_rt([_c("dcgm-glm53", RB.file)], actions=actions, previous_file=RB.file)))
     assert "dcgm-glm53" not in line.split("Back to", 1)[1].split(")", 1)[1]
+
+
+def test_a_sidecar_that_ran_when_the_run_started_and_runs_no_more_is_named():
+    """A soak relay an operator left running, stopped by the rollback and not started again."""
+    before = SimpleNamespace(ps={"glm53-soak-relay": {"id": "r", "state": "running", "status": "Up 3 hours"},
+                                 "model-sg-glm53-fp8-tp4-r2": {"id": "e", "state": "running", "status": "Up 3 hours"},
+                                 "nginx": {"id": "n", "state": "running", "status": "Up 3 hours"}})
+    line = asyncio.run(rollback_summary(_rt([_c("nginx", OLD)], before=before)))
+    assert "glm53-soak-relay ran when the run started and runs no more" in line
+    assert "model-sg-glm53-fp8-tp4-r2 ran" not in line  # an engine: `host now` says what each replica runs
+    assert "nginx ran" not in line

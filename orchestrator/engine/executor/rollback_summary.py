@@ -1,7 +1,8 @@
 """The last line of a run that ended ROLLED_BACK: what it went back to and from where the target
 came (the rollout's journal, the action log, or an operator's explicit --to-tag/--to-file), and
 what still runs the new definition (a forward step the rollback does not undo, e.g. gpu02's
-reconcile of nginx) with the runbook's reason why that is safe (`rollback_keeps:`).
+reconcile of nginx) with the runbook's reason why that is safe (`rollback_keeps:`), and what ran
+when the run started and runs no more (a soak relay the rollback stopped and does not restart).
 
 The new definition is the runbook's file *at the run's tag*: a canary's new and previous files
 are one path at two tags, so a container's file (docker/ps's config_files label) says only where
@@ -19,6 +20,7 @@ from orchestrator.hosts.ps_compare import last_up_naming, runs_from
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
+    from orchestrator.hosts.parsers.docker_ps import Container
 
 CONFIG_FILES = "com.docker.compose.project.config_files"
 
@@ -45,9 +47,18 @@ def differs(service: str, actions: list[Action], new: tuple[str | None, str], pr
     return not (last.file_sha256 and last.file_sha256 in before)
 
 
-async def still_on_new(rt: Activities) -> list[str]:
+def stopped_since_start(rt: Activities, containers: list[Container]) -> list[str]:
+    """Services (not engines: `host now` says those) that ran when the run started (its
+    before-state) and run no more: a sidecar such as a soak relay the rollback stopped and the
+    runbook does not start again."""
+    before = rt.ctx.before.ps if rt.ctx.before is not None else {}
+    now = {n for c in containers if c.state in ("running", "restarting") for n in (c.name, c.service) if n}
+    return sorted(n for n, v in before.items()
+                  if v.get("state") in ("running", "restarting") and n not in now and not rt.rb.replica_of(n))
+
+
+async def still_on_new(rt: Activities, containers: list[Container]) -> list[str]:
     """Running services that run the runbook's new file at the run's tag (see the module doc)."""
-    containers = await rt.ps()
     on_file = {c.service or c.name for c in containers if c.state in ("running", "restarting") and runs_from(c, rt.rb.file)}
     if not on_file:
         return []
@@ -59,15 +70,19 @@ async def still_on_new(rt: Activities) -> list[str]:
 async def rollback_summary(rt: Activities) -> str:
     parts = [t] if (t := targets_text(rt)) else []
     try:
-        left = await still_on_new(rt)
+        containers = await rt.ps()
+        left = await still_on_new(rt, containers)
     except ClientError as exc:
         parts.append(f"what still runs {rt.rb.file}@{rt.run.tag} is unknown (docker/ps or the action log could not be read: "
                      f"{type(exc).__name__})")
-        left = []
+        containers, left = [], []
     for svc in left:
         why = rt.rb.rollback_keeps.get(svc)
         if why:
             parts.append(f"{svc} stays on {rt.rb.file}, which is safe: {' '.join(why.split())}")
         else:
             parts.append(f"{svc} still runs {rt.rb.file}@{rt.run.tag} and the runbook says nothing of it: look at it")
+    for svc in stopped_since_start(rt, containers) if containers else []:
+        parts.append(f"{svc} ran when the run started and runs no more (this run stopped it and its rollback does not "
+                     f"start it again): start it again if it is still wanted")
     return "; ".join(parts)
