@@ -324,7 +324,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
         await refuse_alone(session, host, rb, replica, last)
     if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
         await refuse_nothing_to_roll_back(session, host, rb, tag)
-    await validate_rollback_targets(session, host, rb, previous, replicas)
+    await validate_rollback_targets(session, host, rb, previous, replicas, explicit=to_tag is not None)
     await refuse_tier_short(session, host, rb)
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,

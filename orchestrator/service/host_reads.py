@@ -99,11 +99,12 @@ async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag
 
 
 async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]],
-                                    replicas: list[str] | None = None) -> None:
+                                    replicas: list[str] | None = None, *, explicit: bool = False) -> None:
     """Dry-run every distinct (tag, file) a rollback of `replicas` (default: all) goes back to,
     before anything is stopped: a typo in --to-file or --to-tag, or a file that would remove what
     serves or does not define what the rollback starts from it (targets.wrong_target), exits 2
-    with nothing sent but dry runs."""
+    with nothing sent but dry runs. An `explicit` target (--to-tag/--to-file) whose every service
+    runs another definition cannot be dry-run without planning their recreate: refused too."""
     entry = session.inventory.host(host)
     targets = group_targets(rb, previous)
     for (_, file), services in targets.items():
@@ -120,6 +121,12 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
             # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
             # another definition is checked by the rollback's own dry run, after its stop
             services, _held = split_by_definition(all_services, running, tag, file, actions, engines=set(rb.engines()))
+            if not services and explicit:
+                raise UserError(f"rollback target {file}@{tag} cannot be checked before anything is stopped: every service "
+                                f"the rollback starts from it ({', '.join(all_services)}) runs another definition now, and "
+                                f"a dry run naming them would plan their recreate. {host} does not run what a rollout of "
+                                f"{rb.file} leaves (rolled back already?): look at what it runs, then check "
+                                f"--to-tag/--to-file. Nothing was sent")
             if not services:
                 continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=entry.project, dry_run=True)

@@ -110,7 +110,7 @@ def _replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[s
             pic = ("old-serving", "old serving (as before the run)") if down in passed or outcome == "ROLLED_BACK" \
                 else ("old-serving", "old serving, untouched")
         elif outcome == "HALTED":
-            pic = ("unknown", "unknown: look at the host (`orchestrate host now`)")
+            pic = ("unknown", "unknown: look at the host (the run's message says what runs now)")
         elif state in ids:
             i = ids.index(state)
             if ready in passed:
@@ -148,7 +148,7 @@ def _rollback_replicas(d: dict[str, Any], table: Table, passed: set[str]) -> lis
         if outcome == "ROLLED_BACK" or (ready is not None and ready in passed):
             pic = ("old-serving", "previous serving (rolled back)")
         elif outcome == "HALTED":
-            pic = ("unknown", "unknown: look at the host (`orchestrate host now`)")
+            pic = ("unknown", "unknown: look at the host (the run's message says what runs now)")
         elif outcome is not None:
             pic = ("new-serving", "new serving, untouched") if down not in passed else ("unknown", "unknown: look at the host")
         elif state in ids:

@@ -45,3 +45,28 @@ def test_an_existing_but_wrong_explicit_target_is_refused_before_anything_is_sto
     for svc in (R1, "model-sg-glm53-w4afp8-tp4-r2"):
         assert host.container(svc).state == "running", svc
     assert e.fleet.check_invariants() == []
+
+
+def test_a_wrong_target_on_a_host_already_back_on_the_previous_file_is_refused_with_nothing_sent(e2e_factory, tmp_path):
+    """The rollout's r2 failed and was rolled back: every service the rollback would start from the
+    wrong file runs another definition, so no dry run can check it without planning a recreate."""
+    from orchestrator.engine.progress import RecordingProgress
+    from orchestrator.language.runbook import DEFAULT_RUNBOOK
+    from orchestrator.service.admission import new_rollback, new_rollout
+    from orchestrator.service.runner import execute
+    from orchestrator.util.user_errors import UserError
+
+    e = e2e_factory("oom:r2")
+    run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
+    assert asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True)).outcome == "ROLLED_BACK"
+    laptop, _ = _other_machine(e, tmp_path, "laptop")
+    try:
+        before = len(e.fleet.calls)
+        with pytest.raises(UserError) as exc:
+            asyncio.run(new_rollback(laptop, "gpu02", "all", None, "v0.0.300", WRONG_FILE))
+        assert str(exc.value).startswith(f"rollback target {WRONG_FILE}@v0.0.300 cannot be checked before anything is "
+                                         f"stopped: every service the rollback starts from it"), exc.value
+        assert not [c for c in e.fleet.calls[before:] if c.is_compose_up or c.is_compose_down]
+        assert laptop.journal.list_runs("gpu02") == []
+    finally:
+        laptop.close()
