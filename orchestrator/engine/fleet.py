@@ -9,7 +9,7 @@ Rules (the base tier's order, `docs/reference/base-tier-runbook.md` section 2):
 - the fleet stops at the first host that does not end DONE; the hosts after it are not touched,
   and the final line names them and the command that continues with them;
 - before any host is touched, the runbook's prerequisites (another host's run DONE and soaked,
-  read from the journal) must hold; an operator overrides one only by naming its host
+  read from the journal, and not contradicted by that host's own compose-manager) must hold; an operator overrides one only by naming its host
   (`--override-prerequisite gpu02`), journaled as an approval on every run it lets start;
 - the capacity guard (the other hosts of the runbook carry the domain) is a gate of the runbook
   itself (`presence: {hosts: others}`), so a single-host rollout is guarded the same way;
@@ -19,12 +19,12 @@ Rules (the base tier's order, `docs/reference/base-tier-runbook.md` section 2):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.rules.prerequisites import unmet_in
+from orchestrator.engine.rules.prerequisites import HostWord, unmet_in
 from orchestrator.language.runbook import Runbook, default_runbook, load_runbook, shipped_runbooks  # noqa: F401 - re-exported
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import Refused, UserError
@@ -64,9 +64,11 @@ def runbook_for(hosts: Sequence[str], name: str | None) -> Runbook:
     return fits[0]
 
 
-def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None) -> None:
-    """Refuse before any host is touched while a prerequisite does not hold (not overridden)."""
-    problems = unmet_in(journal, rb.prerequisites, now or datetime.now(UTC), overrides)
+def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None,
+                               words: Mapping[str, HostWord] | None = None) -> None:
+    """Refuse before any host is touched while a prerequisite does not hold (not overridden);
+    `words`: what the prerequisite hosts say of themselves, where they were read."""
+    problems = unmet_in(journal, rb.prerequisites, now or datetime.now(UTC), overrides, words)
     if problems:
         names = " ".join(f"--override-prerequisite {p.host}" for p in rb.prerequisites)
         raise Refused(f"prerequisite not met: {'; '.join(problems)}. Nothing was started; run the prerequisite first, "

@@ -33,7 +33,7 @@ of them. service/runner.py executes what was admitted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,10 +42,12 @@ from orchestrator.engine.fleet import default_runbook, journal_overrides, refuse
 from orchestrator.engine.leave_pool import refuse_tier_halted
 from orchestrator.engine.rules import targets
 from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
+from orchestrator.engine.rules.prerequisites import HostWord
+from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
 from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
-from orchestrator.language.runbook import Runbook, load_recorded_runbook, read_runbook
+from orchestrator.language.runbook import Runbook, load_recorded_runbook, load_runbook, read_runbook
 from orchestrator.service import incident, requests
 
 # tests and the explorer patch validate_rollback_targets and refuse_tier_short on this module
@@ -67,7 +69,7 @@ from orchestrator.service.refusals import (
     refuse_unsettled,
 )
 from orchestrator.service.run_info import check_tag, table_for
-from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, owner_id
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, owner_id
 from orchestrator.service.signals import parse_soak
 from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short
 from orchestrator.util.user_errors import Refused, UserError
@@ -157,10 +159,33 @@ def same_newest_changing_rollout(session: Session, host: str, expected: RunRecor
     return check
 
 
-def prerequisites_hold(session: Session, rb: Runbook, overrides: Iterable[str]) -> Check:
-    """A rollout of a runbook with prerequisites: each holds, or is overridden by name."""
+def prerequisites_hold(session: Session, rb: Runbook, overrides: Iterable[str],
+                       words: Mapping[str, HostWord] | None = None) -> Check:
+    """A rollout of a runbook with prerequisites: each holds, or is overridden by name (`words`:
+    what the prerequisite hosts said of themselves, read before admission)."""
     names = list(overrides)
-    return lambda: refuse_unmet_prerequisites(rb, session.journal, names)
+    return lambda: refuse_unmet_prerequisites(rb, session.journal, names, words=words)
+
+
+async def prerequisite_words(session: Session, rb: Runbook, overrides: Iterable[str]) -> dict[str, HostWord]:
+    """What each prerequisite host says of itself (compose-manager's action log and success
+    record; read-only, advisory): where another machine changed it, the journal here cannot know.
+    A host overridden, unknown to the inventory or not answering is left to the journal."""
+    out: dict[str, HostWord] = {}
+    skip = set(overrides)
+    for p in rb.prerequisites:
+        entry = session.inventory.hosts.get(p.host)
+        if p.host in skip or entry is None:
+            continue
+        try:
+            async with _compose_client(session, entry) as cm:
+                actions = list(await cm.action_log())
+                cur = (await cm.version()).project(entry.project).current
+        except ClientError:
+            continue
+        out[p.host] = HostWord(actions, (cur.tag, cur.file) if cur is not None and cur.tag and cur.file else None,
+                               load_runbook(p.runbook).file)
+    return out
 
 
 def tier_not_busy(session: Session, host: str, rb: Runbook) -> Check:
@@ -191,7 +216,9 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     procedure part-way; preflight's host-state check confirms the host is still there.
     `overrides` (the CLI's `--override-prerequisite`, () for none): the runbook's prerequisites
     are checked at admission and the overrides journaled with the run; None leaves both to the
-    run's own `check: prerequisites` gate (callers that journal overrides themselves)."""
+    run's own `check: prerequisites` gate (callers that journal overrides themselves). With
+    overrides, the prerequisite hosts are asked too (`prerequisite_words`, read-only): the caller
+    is synchronous."""
     check_tag(tag)
     session.inventory.host(host)
     refuse_if_leased(session, host)
@@ -221,7 +248,8 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     checks = [] if start_phase is None else [lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase)]
     after = None
     if overrides is not None:
-        checks.append(prerequisites_hold(session, rb, overrides))
+        words = asyncio.run(prerequisite_words(session, rb, overrides)) if rb.prerequisites else None
+        checks.append(prerequisites_hold(session, rb, overrides, words))
         if overrides:
             after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731  # a one-line hook, read where it is passed
     got = admit(session, host=host, rb=rb, checks=checks, after=after,
@@ -296,7 +324,7 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
         await refuse_alone(session, host, rb, replica, last)
     if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
         await refuse_nothing_to_roll_back(session, host, rb, tag)
-    await validate_rollback_targets(session, host, rb, previous)
+    await validate_rollback_targets(session, host, rb, previous, replicas, explicit=to_tag is not None)
     await refuse_tier_short(session, host, rb)
     table = compile_rollback(rb, replicas)
     ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
@@ -385,6 +413,6 @@ def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, c
     return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False, kept=kept)
 
 
-__all__ = ["Admitted", "admit", "tier_of", "resume_run", "same_newest_changing_rollout", "prerequisites_hold",
+__all__ = ["Admitted", "admit", "tier_of", "resume_run", "same_newest_changing_rollout", "prerequisites_hold", "prerequisite_words",
            "tier_not_busy", "new_rollout", "new_rollback", "retry_run", "rollback_runbook", "admit_rollout",
            "admit_rollback", "admit_resume", "resume_options"]

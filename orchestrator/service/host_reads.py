@@ -11,12 +11,13 @@ from __future__ import annotations
 from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.rules import host_state
 from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
-from orchestrator.engine.rules.targets import group_targets, newest_successful
+from orchestrator.engine.rules.targets import group_targets, newest_successful, wrong_target
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, validate_file
 from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.inventory import HostEntry
+from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.hosts.ps_compare import compare_ps, describe_changes, split_by_definition
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.runbook import Runbook, load_runbook
@@ -97,9 +98,13 @@ async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag
         raise Refused(msg)
 
 
-async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]]) -> None:
-    """Dry-run every distinct (tag, file) a rollback goes back to, before anything is stopped: a
-    typo in --to-file or --to-tag exits 2 with nothing sent but dry runs."""
+async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]],
+                                    replicas: list[str] | None = None, *, explicit: bool = False) -> None:
+    """Dry-run every distinct (tag, file) a rollback of `replicas` (default: all) goes back to,
+    before anything is stopped: a typo in --to-file or --to-tag, or a file that would remove what
+    serves or does not define what the rollback starts from it (targets.wrong_target), exits 2
+    with nothing sent but dry runs. An `explicit` target (--to-tag/--to-file) whose every service
+    runs another definition cannot be dry-run without planning their recreate: refused too."""
     entry = session.inventory.host(host)
     targets = group_targets(rb, previous)
     for (_, file), services in targets.items():
@@ -116,6 +121,12 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
             # never a dry run that plans a recreate (docker/compose#14029 performs it): what runs
             # another definition is checked by the rollback's own dry run, after its stop
             services, _held = split_by_definition(all_services, running, tag, file, actions, engines=set(rb.engines()))
+            if not services and explicit:
+                raise UserError(f"rollback target {file}@{tag} cannot be checked before anything is stopped: every service "
+                                f"the rollback starts from it ({', '.join(all_services)}) runs another definition now, and "
+                                f"a dry run naming them would plan their recreate. {host} does not run what a rollout of "
+                                f"{rb.file} leaves (rolled back already?): look at what it runs, then check "
+                                f"--to-tag/--to-file. Nothing was sent")
             if not services:
                 continue
             req = ComposeRequest(tag=tag, file=file, services=tuple(services), project=entry.project, dry_run=True)
@@ -131,6 +142,11 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
             if outcome.status != "success":
                 raise UserError(f"rollback target {file}@{tag}: its dry run failed ("
                                 + session.redactor.scrub(" | ".join(outcome.lines[-2:])) + "); check --to-tag/--to-file. Nothing was stopped")
+            plan = parse_dry_run(outcome.lines, project=entry.project)
+            removed = {s for s, a in plan.actions.items() if a == "removed" and s in running}
+            wrong = wrong_target(rb, replicas or rb.rollback_replicas("all"), previous, (tag, file), removed)
+            if wrong:
+                raise UserError(wrong)
 
 
 async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:

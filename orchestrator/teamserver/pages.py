@@ -41,6 +41,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
+from orchestrator.service.activity import target_tag
 from orchestrator.service.run_info import table_for
 from orchestrator.teamserver.auth import Principal
 from orchestrator.teamserver.run_view import _e, _runner, _since, render_run
@@ -116,7 +117,7 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
         for r in runs:
             lease = None if r.terminal else journal.current_lease(r.host)
             sub = submitters.get(r.run_id)
-            rows.append({"run_id": r.run_id, "host": r.host, "kind": r.kind, "tag": r.tag, "state": r.state,
+            rows.append({"run_id": r.run_id, "host": r.host, "kind": r.kind, "tag": target_tag(r), "state": r.state,
                          "runbook": r.runbook,
                          "outcome": r.outcome, "who": sub.by if sub is not None else "",
                          "runner": _runner(lease.owner) if lease is not None and lease.run_id == r.run_id else "",
@@ -128,9 +129,17 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
         return HTMLResponse('<p class="empty">No runs in the journal yet.</p>', headers=PAGE_HEADERS)
     out = ['<table class="runs"><thead><tr><th>run</th><th>host</th><th>kind</th><th>tag</th><th>state</th>'
            '<th>submitted by</th><th>runner</th><th>since</th></tr></thead><tbody>']
+    # newest first: a DONE rollout with a later rollback of its host is not shown healthy (green)
+    undone: dict[str, dict[str, Any]] = {}
     for r in rows:
         state = r["outcome"] or r["state"]
         cls = f"outcome-{r['outcome']}" if r["outcome"] else ("running" if r["runner"] else "interrupted")
+        later = undone.get(r["host"])
+        if r["kind"] == "rollback" and r["outcome"] != "ABORTED":  # an ABORTED rollback changed nothing
+            undone.setdefault(r["host"], r)
+        elif later is not None and r["outcome"] == "DONE":
+            how = "rolled back" if later["outcome"] == "ROLLED_BACK" else f"then rollback {later['outcome'] or 'running'}"
+            state, cls = f"DONE, {how}: {later['run_id']}", "superseded"
         out.append(f'<tr class="{_e(cls)}"><td><a href="/ui/runs/{_e(r["run_id"])}">{_e(r["run_id"])}</a></td>'
                    f'<td>{_e(r["host"])}</td><td>{_e(r["kind"])}</td><td>{_e(r["tag"])}</td>'
                    f'<td class="state">{_e(state)}</td><td>{_e(r["who"])}</td><td>{_e(r["runner"])}</td>'
@@ -197,6 +206,7 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
         table = run_table(run)
         detail["history"] = worker.history(run)
         detail["now"] = datetime.now(UTC).isoformat()
+        detail["target_tag"] = target_tag(run)
         return worker.redactor.scrub_obj(detail), table, approval_gates(table)
 
     detail, table, gates = await anyio.to_thread.run_sync(read)

@@ -110,7 +110,7 @@ def _replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[s
             pic = ("old-serving", "old serving (as before the run)") if down in passed or outcome == "ROLLED_BACK" \
                 else ("old-serving", "old serving, untouched")
         elif outcome == "HALTED":
-            pic = ("unknown", "unknown: look at the host (`orchestrate host now`)")
+            pic = ("unknown", "unknown: look at the host (the run's message says what runs now)")
         elif state in ids:
             i = ids.index(state)
             if ready in passed:
@@ -131,6 +131,56 @@ def _replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[s
     return out
 
 
+def _rollback_replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[str, str, str]]:
+    """A rollback run's replicas as the journal tells it, one per phase of its safe order: the new
+    engine until the phase stops it, then the previous one starting, then serving."""
+    out: list[tuple[str, str, str]] = []
+    state, outcome = d["state"], d.get("outcome")
+    phases = list(dict.fromkeys(n.phase for n in (table.nodes[s] for s in table.order)
+                                if n.section == "full_rollback" and n.replica))
+    for phase in phases:
+        nodes = [table.nodes[s] for s in table.order if table.nodes[s].phase == phase and table.nodes[s].section == "full_rollback"]
+        replica = next(n.replica for n in nodes if n.replica)
+        down = next((n.id for n in nodes if n.step is not None and n.step.kind == "down"
+                     and n.step.down is not None and n.step.down.file == "new"), None)
+        ready = next((n.id for n in nodes if n.step is not None and n.step.kind == "logs"), None)
+        ids = [n.id for n in nodes]
+        if outcome == "ROLLED_BACK" or (ready is not None and ready in passed):
+            pic = ("old-serving", "previous serving (rolled back)")
+        elif outcome == "HALTED":
+            pic = ("unknown", "unknown: look at the host (the run's message says what runs now)")
+        elif outcome is not None:
+            pic = ("new-serving", "new serving, untouched") if down not in passed else ("unknown", "unknown: look at the host")
+        elif state in ids:
+            i = ids.index(state)
+            if down is not None and state == down:
+                pic = ("stopping", "new stopping")
+            elif down is not None and ids.index(down) < i:
+                pic = ("cold-starting", "previous cold-starting" if state == ready else "down: previous one starting")
+            else:
+                pic = ("new-serving", "new serving, its rollback starting")
+        else:
+            pic = ("new-serving", "new serving, not yet rolled back")
+        out.append((str(replica), pic[0], pic[1]))
+    return out
+
+
+def _still_waiting(w: dict[str, Any]) -> str | None:
+    """What the current step waits for, from the runner's last heartbeat since the step started
+    (a cold start: `what, 25 min 16 s / 50 min`), when no gate said it (`waiting`)."""
+    beat = None
+    for e in w.get("events") or []:
+        if e.get("event") == "step_started":
+            beat = None
+        elif e.get("event") == "heartbeat":
+            beat = e
+    if beat is None:
+        return None
+    limit = f" / {_dur(beat['timeout'])}" if beat.get("timeout") else ""
+    more = f"; waiting for {beat['awaiting']}" if beat.get("awaiting") else ""
+    return f"{beat.get('what')}, {_dur(beat.get('elapsed'))}{limit}{more}"
+
+
 def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, operator: bool) -> str:
     """The run's fragment: summary, who did what, buttons, the host's picture, states (current
     highlighted, with durations and the expected remaining time), evidence, log tail, timeline."""
@@ -142,7 +192,11 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     sub = who.get("submitted") or {}
     out = [f'<div class="run" data-terminal="{"1" if terminal else "0"}" data-outcome="{_e(outcome or "")}">'
            '<section class="summary"><dl>']
-    for k, v in (("host", d["host"]), ("kind", d["kind"]), ("tag", d.get("tag")), ("runbook", d.get("runbook")),
+    # a rollback's tag is the one it goes back to (as `orchestrate runs` shows it), then the one it leaves
+    tag = d.get("tag")
+    if d["kind"] == "rollback" and d.get("target_tag") and d.get("target_tag") != tag:
+        tag = f"{d['target_tag']} (back from {tag})"
+    for k, v in (("host", d["host"]), ("kind", d["kind"]), ("tag", tag), ("runbook", d.get("runbook")),
                  ("state", outcome or state),
                  ("submitted by", f"{sub.get('by')} at {_since(sub.get('at'))}" if sub else "not journaled"),
                  ("runner", _runner(lease.get("owner")) or ("none (resume it)" if not terminal else "")),
@@ -154,8 +208,9 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         out.append(f'<p class="paused" id="paused">paused by {_e(paused["by"])} at {_e(_since(paused["at"]))}: the '
                    f"runner stops before its next safe step (never between a down and its replacement's readiness) "
                    f"and waits for Continue (`orchestrate continue {_e(d['run_id'])}`)</p>")
-    if w.get("waiting") and not terminal:
-        out.append(f'<p class="waiting">waiting for: {_e(w["waiting"])}</p>')
+    waiting = w.get("waiting") or _still_waiting(w)
+    if waiting and not terminal:
+        out.append(f'<p class="waiting">waiting for: {_e(waiting)}</p>')
     if d.get("message"):
         out.append(f'<p class="message outcome-{_e(outcome or "running")}">{_e(d["message"])}</p>')
     if w.get("error") and not terminal:
@@ -204,9 +259,12 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     in_state = (now - last).total_seconds() if last is not None and not terminal else None
 
     # the host, per replica (as the journal tells it)
-    if table is not None and table.phase_starts:
+    pictures = (_replicas(d, table, passed) if table.phase_starts else _rollback_replicas(d, table, passed)) \
+        if table is not None else []
+    if pictures:
+        assert table is not None
         out.append('<section class="host"><h2>The host</h2><ul class="replicas">')
-        for replica, cls, words in _replicas(d, table, passed):
+        for replica, cls, words in pictures:
             out.append(f'<li class="replica {cls}" data-replica="{_e(replica)}"><b>{_e(replica)}</b> {_e(words)}</li>')
         out.append("</ul>")
         peers = [t for t in d.get("transitions") or [] if t.get("note") and table.nodes.get(t["from"]) is not None

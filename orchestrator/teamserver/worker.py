@@ -51,6 +51,7 @@ from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook, default_runbook, load_recorded_runbook, load_runbook_checked
 from orchestrator.service import signals
+from orchestrator.service.activity import target_tag
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options, rollback_runbook
 from orchestrator.service.notify import FLUSH_S
 from orchestrator.service.refusals import refuse_if_leased
@@ -576,7 +577,7 @@ class Worker:
         journal = self.session.journal
         runs = journal.list_runs(host=host, limit=limit)
         submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
-        return [{**context_summary(r), "terminal": r.terminal,
+        return [{**context_summary(r), "target_tag": target_tag(r), "terminal": r.terminal,
                  "submitted_by": (sub.by if (sub := submitters.get(r.run_id)) is not None else None),
                  "submitted_at": sub.at.isoformat() if sub is not None else None,
                  "worker_status": self.runs[r.run_id].status if r.run_id in self.runs else None} for r in runs]

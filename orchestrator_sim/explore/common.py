@@ -27,6 +27,9 @@ CMD_TIMEOUT_S = 240.0
 TAG = "v0.0.300"
 PREVIOUS_TAG = "v0.0.290"
 TYPO_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canray.yaml"
+#: a file the target tag holds that is the wrong one for gpu02 (the canonical FP8 file, which
+#: defines no W4AFP8 engine): a rollback to it must be refused before anything is stopped
+WRONG_TARGET = ("v0.0.300", "prod/GLM-5.3-Flash-SGL-TP4.yaml")
 #: the faults a gpu02 schedule draws from: the base tier's (scope "base") never hit gpu02, so
 #: drawing them would only dilute the schedules (and shift every seed's draw)
 GPU02_FAULTS = frozenset(n for n, f in FAULTS.items() if f.scope != "base" and f.drawn)

@@ -88,6 +88,17 @@ def judge(ex: Execution, reference: dict[str, Any] | None = None) -> list[str]:
             diff = {k: (ex.first_end_state.get(k), reference["end"].get(k))
                     for k in set(ex.first_end_state) | set(reference["end"]) if ex.first_end_state.get(k) != reference["end"].get(k)}
             out.append(f"end: the end state differs from the uninterrupted run's: {diff}")
+    # a wrong explicit rollback target (a file the tag holds, the wrong one) is refused before
+    # anything is sent but dry runs; after a DONE rollout, with exit 2 (the operator's target is wrong)
+    for c in ex.commands:
+        if c.label != "rollback-wrong" or c.rc == -9 or c.timed_out:
+            continue
+        sent = [k for k in calls if k.is_mutating and k.host in ("", "gpu02") and c.sim_start <= k.at <= (c.sim_end or k.at)]
+        if sent:
+            out.append(f"target: `orchestrate {' '.join(c.argv)}` sent {len(sent)} call(s) that change the host "
+                       f"(first: call #{sent[0].seq} {sent[0].path} {','.join((sent[0].body or {}).get('services') or ())})")
+        if ex.first_outcome == "DONE" and c.rc != 2:
+            out.append(f"target: `orchestrate {' '.join(c.argv)}` after a DONE rollout exited {c.rc}, not 2: {c.tail[-300:]!r}")
     # H: humans stay in the loop (orchestrator_sim/explore/human.py)
     from orchestrator_sim.explore.human import check_humans
 

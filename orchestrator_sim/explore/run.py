@@ -25,6 +25,7 @@ from orchestrator_sim.explore.common import (
     SPEED,
     TAG,
     TYPO_FILE,
+    WRONG_TARGET,
     Command,
     _Watcher,
     end_state,
@@ -253,6 +254,9 @@ class Execution(DoorRuns):
         elif a.kind == "rollback-typo":
             cmd = self.run_cmd("rollback-typo", ["rollback", "gpu02", "--replica", "all", "--to-tag", PREVIOUS_TAG,
                                                  "--to-file", TYPO_FILE])
+        elif a.kind == "rollback-wrong":
+            cmd = self.run_cmd("rollback-wrong", ["rollback", "gpu02", "--replica", "all", "--to-tag", WRONG_TARGET[0],
+                                                  "--to-file", WRONG_TARGET[1]])
         elif a.kind in ("resume", "retry"):
             target = self.newest_run()
             run_id = (target or {}).get("run_id") if a.kind == "retry" else first

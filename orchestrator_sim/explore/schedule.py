@@ -15,7 +15,7 @@ from orchestrator_sim.faults import FAULTS
 # ----------------------------------------------------------------------------- schedules
 @dataclass
 class Action:
-    kind: str  # abort | approve | second-runner | rerun | rollback | rollback-typo | resume | retry
+    kind: str  # abort | approve | second-runner | rerun | rollback | rollback-typo | rollback-wrong | resume | retry
     arg: str = ""  # rollback: all|r1|r2
     #: in-run: ("mut", k, delay_s) k-th mutating call arrived, ("done", k, delay_s) it was answered,
     #: or ("t", seconds, 0) after the command started (real seconds)
@@ -113,7 +113,9 @@ def _draw_cli(rng: random.Random, s: Schedule) -> None:
     n_faults = rng.choices([0, 1, 2], weights=[45, 45, 10])[0]
     for name in rng.sample(names, n_faults):
         arg = FAULTS[name].arg
-        if arg == "replica":
+        if name == "lock-after-down":  # held for a few calls, or past the client's busy retries (the default 12)
+            s.faults.append(f"{name}:{rng.choice([3, 12])}")
+        elif arg == "replica":
             s.faults.append(f"{name}:{rng.choice(['r1', 'r2'])}")
         elif arg == "count":
             s.faults.append(f"{name}:{rng.randint(1, 3)}")
@@ -134,6 +136,8 @@ def _draw_cli(rng: random.Random, s: Schedule) -> None:
     if rng.random() < 0.45:
         for _ in range(rng.choice([1, 1, 2])):
             kind = rng.choice(["rerun", "rollback", "rollback", "rollback-typo", "resume", "retry"])
+            if kind == "rollback-typo" and rng.random() < 0.5:  # a file that exists, but the wrong one
+                kind = "rollback-wrong"
             a = Action(kind)
             if kind == "rollback":
                 a.arg = rng.choice(["all", "all", "r2", "r1"])
@@ -153,6 +157,10 @@ HOLES: dict[str, Schedule] = {
     "abort-r1-cold-start": Schedule(seed=0, during=[Action("abort", trigger=("done", 7, 0.0))]),
     "abort-r2-cold-start": Schedule(seed=0, during=[Action("abort", trigger=("done", 2, 0.0))]),
     "rollback-typo-after-done": Schedule(seed=0, after=[Action("rollback-typo")]),
+    "rollback-wrong-after-done": Schedule(seed=0, after=[Action("rollback-wrong")]),
+    # compose-manager busy for 12 calls after every down (past the client's busy retries): each
+    # step after a stop, the rollout's and the rollback's, waits the lock out
+    "lock-after-down-rollback-all": Schedule(seed=0, faults=["lock-after-down:12"], after=[Action("rollback", "all")]),
     "second-runner-mid-r1": Schedule(seed=0, during=[Action("second-runner", trigger=("done", 7, 0.0))]),
     "rollback-all-after-done": Schedule(seed=0, after=[Action("rollback", "all")]),
     "rollback-r1-after-done": Schedule(seed=0, after=[Action("rollback", "r1")]),

@@ -148,7 +148,6 @@ FAULTS: dict[str, FaultInfo] = {
             "the step after the stop waits the lock out (bounded by the runbook's `timeouts.gone`), saying "
             "what holds it, and the run ends as without the fault: no replica is left empty for a "
             "transient 409",
-            drawn=False,
         ),
         FaultInfo(
             "down-busy",

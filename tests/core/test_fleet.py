@@ -218,3 +218,30 @@ def test_retry_run_starts_the_child_where_the_table_says():
     session = SimpleNamespace(journal=journal, settings=SimpleNamespace(lease_ttl=60), admitted={})
     child, _, _ = retry_run(session, journal.get_run(run.run_id))
     assert child.state == "capacity.others-serve" and child.parent_run_id == run.run_id
+
+
+def test_the_prerequisite_host_has_the_last_word_on_a_journaled_done():
+    """A DONE in this journal holds only while gpu02 itself agrees: no up of another file since
+    the run's last up of its file at its tag, and its last successful up on that file."""
+    from orchestrator.engine.rules.prerequisites import HostWord
+    from orchestrator.hosts.parsers.action_log import Action
+
+    new, old = load_runbook(GPU02_RB).file, "prod/Old.yaml"
+
+    def up(tag, file):
+        return Action(timestamp="T", action="compose_up", tag=tag, commit=None, file=file, file_sha256=None, services=("x",))
+
+    journal = SqliteJournal(":memory:")
+    _gpu02_done(journal)
+    agrees = HostWord([up("v0.0.290", old), up("v0.0.300", new)], ("v0.0.300", new), new)
+    refuse_unmet_prerequisites(BASE, journal, [], words={"gpu02": agrees})
+    rolled_back = HostWord([up("v0.0.300", new), up("v0.0.290", old)], ("v0.0.290", old), new)
+    with pytest.raises(Refused, match=f"compose-manager on gpu02 has run {old}@v0.0.290 .* since"):
+        refuse_unmet_prerequisites(BASE, journal, [], words={"gpu02": rolled_back})
+    refuse_unmet_prerequisites(BASE, journal, ["gpu02"], words={"gpu02": rolled_back})  # overridden by name
+    never = HostWord([up("v0.0.290", old)], ("v0.0.290", old), new)
+    with pytest.raises(Refused, match=f"holds no up of {new}@v0.0.300"):
+        refuse_unmet_prerequisites(BASE, journal, [], words={"gpu02": never})
+    failed_since = HostWord([up("v0.0.300", new)], ("v0.0.290", old), new)
+    with pytest.raises(Refused, match=f"last successful up on gpu02 is {old}@v0.0.290"):
+        refuse_unmet_prerequisites(BASE, journal, [], words={"gpu02": failed_since})

@@ -40,3 +40,35 @@ def test_a_file_outside_deploys_is_not_suggested():
     h = read_history([up("v0.0.100", "prod/Other.yaml", "x"), up("v0.0.300", NEW, "y")], None, RB)
     assert h.suggested is None and command("gpu02", RB, None).endswith("--to-tag TAG --to-file FILE")
     assert "explicit" in EXPLICIT
+
+
+# -- a wrong explicit target, judged from its dry run (targets.wrong_target) ---------------------
+
+def _explicit(tag, file):
+    """An explicit target maps every previous reference to one (tag, file)."""
+    return {svc: {"tag": tag, "file": file, "commit": ""} for svc in RB.previous_refs()}
+
+
+def test_a_target_whose_file_does_not_define_what_the_rollback_starts_from_it_is_wrong():
+    from orchestrator.engine.rules.targets import wrong_target
+
+    target = ("v0.0.300", "prod/GLM-5.3-Flash-SGL-TP4.yaml")
+    msg = wrong_target(RB, RB.rollback_replicas("all"), _explicit(*target), target,
+                       {"model-sg-glm53-w4afp8-tp4-r1", "model-sg-glm53-w4afp8-tp4-r2"})
+    assert msg is not None and "does not define model-sg-glm53-w4afp8-tp4-r1, which the rollback starts from it" in msg
+    assert "model-sg-glm53-w4afp8-tp4-r2" not in msg  # the rollback stops the new r2 itself before it goes back
+
+
+def test_a_target_that_removes_a_running_service_the_rollback_never_stops_is_wrong():
+    from orchestrator.engine.rules.targets import wrong_target
+
+    target = ("v0.0.290", OLD)
+    msg = wrong_target(RB, RB.rollback_replicas("all"), _explicit(*target), target, {"some-other-server"})
+    assert msg is not None and "plans to remove some-other-server, running, which the rollback does not stop" in msg
+
+
+def test_the_right_target_removing_only_what_the_rollback_stops_first_is_not_wrong():
+    from orchestrator.engine.rules.targets import wrong_target
+
+    target = ("v0.0.290", OLD)
+    assert wrong_target(RB, RB.rollback_replicas("all"), _explicit(*target), target, {"model-sg-glm53-w4afp8-tp4-r2"}) is None

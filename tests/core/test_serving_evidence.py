@@ -255,3 +255,19 @@ def test_a_whole_log_without_a_start_is_said_not_started_yet_never_rotated():
     full = LogWindow(["noise"] * 50, asked=50)  # as many as asked: older lines may have rotated out
     assert "(rotated)" in judged(log=full, peers=None).why
     assert "(rotated)" in judged(log=window(*NOISE), peers=None).why  # a read that does not say what it asked
+
+
+# -- the soak relay's word, taken right before a step stopped the relay --------------------------
+
+def test_the_relays_word_before_it_stopped_counts_for_the_same_container_only():
+    from orchestrator.engine.rules.serving_evidence import relay_word
+
+    seen = {"e": {"id": "abc", "said": "the soak relay :8008 (its replica's port) answers /health"}}
+    said = relay_word(seen, "e", ctr())
+    assert said is not None and said.startswith("the soak relay :8008") and "same container" in said
+    assert judged(log=window(*NOISE[:40]), peers=Peers(False, "peer-b does not list it"), relay=said).serving
+    replaced = Container(id="def", name="e", image="img", state="running", status="Up 1 minute", created_at="t", service="e")
+    assert relay_word(seen, "e", replaced) is None
+    assert relay_word(None, "e", ctr()) is None
+    # a start logged since (no ready line after it) is still NOT serving, whatever the relay said
+    assert judged(log=window(START, *RANKS), relay=said).not_serving

@@ -171,6 +171,11 @@ def test_a_candidate_30_percent_slower_is_rejected_with_r1_untouched(canary):
     assert r2.tag == "v0.0.300" and r2.state == "running"  # back on #294's file and tag
     _r1_untouched(fleet, r1_before)
     assert fleet.check_invariants() == []
+    # new and previous are one path at two tags: what the rollback restored (r2) and what the
+    # canary never touched (r1, the sidecars) are not "looked at"
+    last = final.message.splitlines()[-1]
+    assert "Back to prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml@v0.0.300 (" in last
+    assert "look at it" not in last, last
 
 
 def test_a_candidate_3_percent_slower_under_live_noise_is_inconclusive_and_halts(canary, tmp_path):

@@ -31,6 +31,8 @@ from orchestrator_sim.faults import FAULTS
 pytestmark = pytest.mark.e2e
 
 CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
+            # a wrong explicit rollback target refused with nothing sent; a lock after every stop waited out
+            "rollback-wrong-after-done", "lock-after-down-rollback-all",
             # invariant H: an adopted run and a person's resume without --yes wait for a human; the page
             # approves only the gate that waits (explore/human.py)
             "sigint-then-adopted", "ctrl-c-resume-without-yes", "page-approve-in-cold-start",
@@ -136,7 +138,8 @@ def test_draw_is_deterministic_and_covers_every_fault_and_action() -> None:
     assert {s.door_args["adopt"] for s in schedules if s.door == "serve"} == {True, False}
     schedules = cli
     actions = {a.kind for s in schedules for a in s.during + s.after}
-    assert actions == {"abort", "approve", "second-runner", "rerun", "rollback", "rollback-typo", "resume", "retry"}
+    assert actions == {"abort", "approve", "second-runner", "rerun", "rollback", "rollback-typo", "rollback-wrong", "resume",
+                       "retry"}
     assert {s.crash[0] for s in schedules if s.crash} == {"after", "inflight"}
 
 

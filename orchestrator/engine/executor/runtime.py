@@ -62,6 +62,7 @@ from orchestrator.engine.rules.foreign_change import (
     unexplained,
 )
 from orchestrator.engine.rules.serving_evidence import (
+    RELAY_SEEN,
     LogWindow,
     Peers,
     Verdict,
@@ -70,6 +71,7 @@ from orchestrator.engine.rules.serving_evidence import (
     from_log,
     judge,
     publishes,
+    relay_word,
     stop_refusal,
     up_seconds,
 )
@@ -817,7 +819,7 @@ class Serving:
             o_log = await self.log_window(o) if oc is not None and from_docker(o, oc) is None else LogWindow(())
             others[o] = base_verdict(o, oc, o_log, ready_marks=g.required, startup=g.startup,
                                      ran_here=oc is not None and self.ctx.ready.get(o) == oc.id)
-        relay = await self._relay_health(service, containers)
+        relay = await self._relay_health(service, containers) or relay_word(self.ctx.extra.get(RELAY_SEEN), service, c)
         return judge(service, c, log, ready_marks=marks, startup=g.startup, ran_here=ran_here,
                      peers=None if relay else await self.neighbours.peers_view(), others=others,
                      cold_start_s=self.rb.timeouts.cold_start, relay=relay)
@@ -850,6 +852,17 @@ class Serving:
         except ClientError:
             return None
         return f"the soak relay :{port[0]} (its replica's port) answers /health"
+
+    async def take_relay_word(self, stopping: list[str], containers: list[Container]) -> None:
+        """Right before a down stops the soak relay: its live word on each engine it routes to,
+        kept with the run (`relay_word`) for the serving checks after the relay is gone."""
+        ports = self._relay_ports()
+        if not any(publishes(c, port) for c in containers if (c.service or c.name) in stopping for port, _ in ports.values()):
+            return
+        for c in containers:
+            svc = c.service or c.name
+            if self.rb.replica_of(svc) and (said := await self._relay_health(svc, containers)):
+                self.ctx.extra.setdefault(RELAY_SEEN, {})[svc] = {"id": c.id, "said": said}
 
     async def running_engine_verdicts(self, containers: list[Container] | None = None) -> dict[str, Verdict]:
         """The serving verdict of every engine docker/ps lists (running or restarting)."""
@@ -1104,6 +1117,7 @@ class StopGuard:
             return refusal
         engines = [s for s in services if self.rb.replica_of(s)]
         if not engines:
+            await self.serving.take_relay_word(services, await self.reads.ps())
             return None
         # another client's operation may be changing the replica that must keep serving: wait for
         # it to end (bounded by the runbook's `timeouts.gone`) and judge what the host is after it
@@ -1555,7 +1569,7 @@ class Runtime:
         self.completion_once, self.cache_hit_check = reads.completion_once, reads.cache_hit_check
         self.relay_client, self.prometheus_client = reads.relay_client, reads.prometheus_client
         self.service_file, self.service_log, self.follower = reads.service_file, reads.service_log, reads.follower
-        self.attestation_report = reads.attestation_report
+        self.attestation_report, self.action_log = reads.attestation_report, reads.action_log
         self.address_of, self.host_part = neighbours.address_of, neighbours.host_part
         self.peer_presence, self.presence_problems = neighbours.peer_presence, neighbours.presence_problems
         self.foreign_in_flight, self.foreign_part_way = foreign.foreign_in_flight, foreign.foreign_part_way

@@ -8,16 +8,54 @@ step passed before it could end DONE). A run that ended DONE only because prefli
 already at the target ("nothing to do") proves no soak: it is passed over, and the run before it
 decides. An operator overrides one prerequisite only by naming its host; an override of a host
 that is not a prerequisite is refused, so a typo never passes.
+
+The journal is one machine's (or one team's) record: a host rolled back from another machine is
+still DONE in it. Where the caller read the prerequisite host itself (`HostWord`: compose-manager's
+action log and its success record), the host has the last word on a DONE: after the run's last up
+of its runbook's file at its tag, no up of another file, and the last successful up on that file.
+A host that could not be asked leaves the journal to decide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from orchestrator.util.durations import format_duration
 from orchestrator.util.user_errors import UserError
+
+
+@dataclass(frozen=True)
+class HostWord:
+    """What a prerequisite host says of itself: compose-manager's action log (oldest first), its
+    last successful up (tag, file; None: none recorded), and the file of the prerequisite's runbook."""
+
+    actions: Sequence[Any]
+    current: tuple[str, str] | None
+    file: str
+
+
+def host_disagrees(host: str, run: Any, word: HostWord) -> str | None:
+    """Why `host` itself says the journal's DONE `run` (at `run.tag`, on `word.file`) no longer
+    holds (None: it agrees)."""
+    ups = [a for a in word.actions if a.action == "compose_up"]
+    last = max((i for i, a in enumerate(ups) if (a.tag, a.file) == (run.tag, word.file)), default=None)
+    if last is None:
+        return (f"{host}: the journal's {run.run_id} ended DONE at {run.tag}, but compose-manager's action log on {host} "
+                f"holds no up of {word.file}@{run.tag}: look at {host}")
+    away = [a for a in ups[last + 1:] if a.file != word.file]
+    if away:
+        a = away[-1]
+        return (f"{host}: compose-manager on {host} has run {a.file}@{a.tag}"
+                + (f" ({', '.join(a.services)})" if a.services else "") + (f" at {a.timestamp}" if a.timestamp else "")
+                + f" since {run.run_id} ended DONE at {run.tag} (rolled back from another machine?); roll {host} out "
+                f"again (and soak it) first")
+    if word.current is not None and word.current[1] != word.file:
+        return (f"{host}: compose-manager's last successful up on {host} is {word.current[1]}@{word.current[0]}, not "
+                f"{word.file}@{run.tag} as the journal's {run.run_id} left it; look at {host}")
+    return None
 
 
 def nothing_to_do(journal: Any) -> Callable[[Any], bool]:
@@ -43,15 +81,18 @@ def unfinished(journal: Any, hosts: Iterable[str], *, but: str | None = None) ->
     return [(h, r) for h in hosts for r in journal.list_runs(h, limit=50) if not r.terminal and r.run_id != but]
 
 
-def unmet_in(journal: Any, prereqs: Iterable[Any], now: datetime, overrides: Iterable[str] = ()) -> list[str]:
+def unmet_in(journal: Any, prereqs: Iterable[Any], now: datetime, overrides: Iterable[str] = (),
+             words: Mapping[str, HostWord] | None = None) -> list[str]:
     """`unmet`, reading the runs from the journal (a nothing-to-do DONE passed over)."""
-    return unmet(prereqs, lambda h: journal.list_runs(h), now, overrides, nothing_to_do(journal))
+    return unmet(prereqs, lambda h: journal.list_runs(h), now, overrides, nothing_to_do(journal), words)
 
 
 def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = (),
-          placed_only: Callable[[Any], bool] = lambda run: False) -> list[str]:
+          placed_only: Callable[[Any], bool] = lambda run: False,
+          words: Mapping[str, HostWord] | None = None) -> list[str]:
     """Why each prerequisite is not met (empty: all met). `runs_of(host)` -> that host's runs,
-    newest first (journal `list_runs`); `placed_only(run)` -> it ended DONE with nothing to do."""
+    newest first (journal `list_runs`); `placed_only(run)` -> it ended DONE with nothing to do;
+    `words`: host -> what that host says of itself, where it was read (see the module doc)."""
     prereqs = list(prereqs)
     overrides = set(overrides)
     check_overrides(prereqs, overrides)
@@ -77,4 +118,6 @@ def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterab
             if now - ended < timedelta(seconds=p.soaked):
                 out.append(f"{p.host}: {latest.run_id} ended DONE {format_duration((now - ended).total_seconds())} ago, "
                            f"less than the {format_duration(p.soaked)} soak")
+            elif words and p.host in words and (said := host_disagrees(p.host, latest, words[p.host])):
+                out.append(said)
     return out

@@ -19,7 +19,10 @@ Evidence, in order (the first that decides wins):
    A log that could not be read decides nothing either.
 3. Live evidence for an engine the log could not decide: the soak relay, where it runs, answers
    /health on the port of this engine's replica (the only engine of that replica running) ->
-   SERVING; else both model-proxy peers route to the host (list it healthy under a runbook
+   SERVING; the soak relay did so earlier in this run, for this very container, right before a
+   step stopped the relay (`relay_word`: the relay is the only live evidence per replica, and a
+   rollback stops it before its stop guards ask) -> SERVING, the log having shown no start since;
+   else both model-proxy peers route to the host (list it healthy under a runbook
    domain), and either
    - no other engine of the host serves (each is known NOT SERVING): the peers' health can only
      come from this engine; or
@@ -222,6 +225,20 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
                        f"last {len(log.lines)} log lines, which show it working, and {peers.why}")
     short = f" and it is up only {c.status.removeprefix('Up ')}" if up is not None and up < cold_start_s else ""
     return unknown(f"{service}: {gap}; {peers.why}, but another engine may be the one serving{short}")
+
+
+#: The run context's `extra` key of the soak relay's word taken before it was stopped:
+#: service -> {"id": container ID, "said": what the relay answered}.
+RELAY_SEEN = "relay_seen"
+
+
+def relay_word(seen: Mapping[str, Mapping[str, str]] | None, service: str, c: Container) -> str | None:
+    """What the soak relay said of `service` before a step stopped it, if said of this very
+    container (None: nothing, or of another container)."""
+    word = (seen or {}).get(service)
+    if not word or word.get("id") != c.id:
+        return None
+    return f"{word.get('said')} (asked right before the relay was stopped in this run; the same container since)"
 
 
 def base_verdict(service: str, c: Container | None, log: LogWindow, *, ready_marks: Sequence[str], startup: str,

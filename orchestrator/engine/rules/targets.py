@@ -10,7 +10,7 @@ succeed; the action log says which services each up named.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from orchestrator.hosts.parsers.action_log import Action
@@ -74,3 +74,48 @@ def group_targets(rb: Runbook, previous: Mapping[str, Mapping[str, str]]) -> dic
         if p:
             targets.setdefault((p["tag"], p["file"]), []).append(svc)
     return targets
+
+
+def wrong_target(rb: Runbook, replicas: Iterable[str], previous: Mapping[str, Mapping[str, str]],
+                 target: tuple[str, str], removed: Collection[str]) -> str | None:
+    """Why a rollback cannot go back to `target` (tag, file), judged from its dry run before
+    anything is stopped (None: nothing found). `removed`: the running services that dry run plans
+    to remove (compose-manager's --remove-orphans: every running service the file does not define).
+
+    A rollback applies only plans that remove nothing, so a running service the file does not
+    define must have been stopped by the rollback itself before its first step from that file;
+    and a service the rollback starts from that file must be one the file defines."""
+    wanted = set(replicas)
+    stopped: set[str] = set()
+    before_first: set[str] | None = None
+    starts: list[str] = []
+    for ph in rb.full_rollback:
+        if ph.replica not in wanted:
+            continue
+        for st in ph.steps:
+            spec = st.compose
+            if spec is None or not isinstance(spec.services, list):
+                continue
+            if st.down is not None:
+                stopped.update(spec.services)
+                continue
+            ref = previous.get(spec.file.split(":", 1)[1]) if spec.file.startswith("previous:") else None
+            if ref is None or (ref.get("tag"), ref.get("file")) != target:
+                continue
+            if before_first is None:
+                before_first = set(stopped)
+            starts += [s for s in spec.services if s not in starts]
+    gone = set(removed)
+    undefined = [s for s in starts if s in gone]
+    serving = sorted(gone - (before_first or set()) - set(undefined))
+    tag, file = target
+    why: list[str] = []
+    if undefined:
+        why.append(f"the file does not define {', '.join(undefined)}, which the rollback starts from it")
+    if serving:
+        why.append(f"its dry run plans to remove {', '.join(serving)}, running, which the rollback does not stop "
+                   f"before it goes back to that file (compose-manager's --remove-orphans would stop "
+                   f"{'them' if len(serving) > 1 else 'it'} with a 10 s stop)")
+    if not why:
+        return None
+    return f"rollback target {file}@{tag} is wrong: " + "; ".join(why) + ". Check --to-tag/--to-file. Nothing was stopped"
