@@ -82,7 +82,18 @@ def choose_inventory(inventory: Path | str | None, source: str) -> InventoryChoi
         return InventoryChoice(path, f"{where}; ./config/hosts.yaml is a placeholder")
     for path, where in found:
         return InventoryChoice(path, where)
+    example = example_inventory()
+    if example is not None:  # offline previews work from an installed wheel; acting on it is refused (a placeholder)
+        return InventoryChoice(example, "the example shipped with orchestrate, every URL a placeholder",
+                               tuple(p for p, _ in candidates))
     return InventoryChoice(None, "", tuple(p for p, _ in candidates))
+
+
+def example_inventory() -> Path | None:
+    """The example inventory an installed wheel carries (`orchestrator/examples/hosts.yaml`, mapped
+    from the checkout's config/hosts.yaml by pyproject); None in a checkout, which has its own."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "hosts.yaml"
+    return path if path.is_file() else None
 
 
 def required_inventory(choice: InventoryChoice) -> Path:

@@ -57,6 +57,33 @@ def test_inventory_search_order(clean_env, monkeypatch):
     assert "from --inventory" in choice.describe()
 
 
+def test_an_installed_wheel_falls_back_to_its_example_inventory_and_never_acts_on_it(clean_env, monkeypatch):
+    """The wheel carries the checkout's placeholder inventory: the offline plan reads it when no
+    other is found; a command that acts refuses its placeholder URLs (one line naming it)."""
+    from orchestrator.service.oncall import refuse_placeholder_inventory
+    from orchestrator.util import names
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(clean_env / "xdg-config"))
+    example = Path(__file__).resolve().parents[2] / "config" / "hosts.yaml"
+    monkeypatch.setattr(names, "example_inventory", lambda: example)
+    settings = Settings()
+    assert settings.inventory_path() == example
+    assert "example shipped with orchestrate" in settings.inventory_choice().describe()
+    with pytest.raises(UserError) as exc:
+        refuse_placeholder_inventory(settings, "gpu02")
+    assert "example shipped with orchestrate" in str(exc.value) and "placeholder for gpu02" in str(exc.value)
+
+    (clean_env / "xdg-config" / "orchestrator").mkdir(parents=True)
+    (clean_env / "xdg-config" / "orchestrator" / "hosts.yaml").write_text("x")
+    assert Settings().inventory_choice().source == "$XDG_CONFIG_HOME/orchestrator/hosts.yaml"  # the user's wins
+
+
+def test_a_checkout_has_no_packaged_example_inventory():
+    from orchestrator.util.names import example_inventory
+
+    assert example_inventory() is None  # the checkout's own config/hosts.yaml serves
+
+
 @pytest.mark.parametrize("var,value", [
     ("ORCHESTRATOR_POLL_INTERVAL", "abc"),
     ("ORCHESTRATOR_POLL_INTERVAL", "0"),

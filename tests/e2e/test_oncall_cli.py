@@ -258,6 +258,15 @@ def test_a_placeholder_inventory_is_never_used_for_a_real_host(cli):
     assert cli.fleet.calls == [] or all(not (c.is_compose_up or c.is_compose_down) for c in cli.fleet.calls)
 
 
+def test_plan_live_with_a_placeholder_inventory_names_it_at_once(cli):
+    r = cli("plan", "gpu02", "--tag", "v0.0.300", "--live", "--inventory", "config/hosts.yaml")
+    assert r.returncode == 2 and r.stdout == ""
+    [line] = r.stderr.splitlines()
+    assert line.startswith("orchestrate: inventory config/hosts.yaml (from --inventory) is a placeholder for gpu02"), line
+    assert "try again" not in line
+    assert cli.fleet.calls == []
+
+
 def test_a_placeholder_checkout_inventory_is_still_used_when_it_is_the_only_one(tmp_path, monkeypatch):
     """Precedence only: with no inventory of the user's, the checkout's is what `plan` reads (offline)."""
     from orchestrator.util.settings import Settings

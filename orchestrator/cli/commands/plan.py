@@ -124,12 +124,14 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
         render_live_markdown,
         render_live_text,
     )
+    from orchestrator.service.oncall import refuse_placeholder_inventory
     from orchestrator.service.refusals import refuse_if_leased
     from orchestrator.service.session import Session
 
     if fmt not in LIVE_FORMATS:
         raise UserError(f"--live shows {', '.join(LIVE_FORMATS)}, not {fmt!r} (the state diagram needs no host: drop --live)")
     ensure_configured()  # client log events are dropped: stdout holds the plan only
+    refuse_placeholder_inventory(settings, host)  # its URLs never resolve: say so now, not after the retries
     unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),
                                     ("ORCHESTRATOR_DASHBOARD_TOKEN", settings.dashboard_token)) if not tok.get_secret_value()]
     if unset:
