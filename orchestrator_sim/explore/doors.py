@@ -176,7 +176,7 @@ def aim(fleet: Any, aimed: list[tuple[str, str, int, int]]) -> None:
                         return True
             return _orig(n)
 
-        view.take = take  # type: ignore[method-assign]
+        view.take = take  # type: ignore[method-assign]  # the door's hook on this one view
 
 
 def free_port() -> int:
@@ -402,11 +402,11 @@ def clock_offset_hook() -> None:
 
     class SteppedDatetime(_dt.datetime):
         @classmethod
-        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]  # the stepped clock, same call shape
             return _dt.datetime.now(tz) + offset
 
         @classmethod
-        def utcnow(cls) -> Any:  # type: ignore[override]
+        def utcnow(cls) -> Any:  # type: ignore[override]  # the stepped clock, same call shape
             return _dt.datetime.utcnow() + offset
 
     for mod in ("orchestrator.cli", "orchestrator.service.runner", "orchestrator.journal.sql", "orchestrator.journal.base",
@@ -419,7 +419,7 @@ def clock_offset_hook() -> None:
             continue
     for name, m in list(sys.modules.items()):
         if name.startswith("orchestrator.") and getattr(m, "datetime", None) is _dt.datetime:
-            m.datetime = SteppedDatetime  # type: ignore[attr-defined]
+            m.datetime = SteppedDatetime  # type: ignore[attr-defined]  # each module's own datetime name, replaced
 
 
 def describe_door(s: Any) -> str:

@@ -56,7 +56,7 @@ def _child(req: dict[str, Any]) -> None:
         os.chdir(req.get("cwd") or os.getcwd())
         os.environ.clear()
         os.environ.update(req["env"])
-        sys.stdin = open(os.devnull)  # noqa: SIM115
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - the child's stdin for the rest of its life, closed at its exit
         from orchestrator_sim.explore import crash
 
         crash.configure()
@@ -77,7 +77,7 @@ def _child(req: dict[str, Any]) -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - whatever failed, the child still ends and reports
             pass
         os._exit(code)
 

@@ -51,7 +51,7 @@ if STALL:
 
     _admission.validate_rollback_targets = validate_rollback_targets
 
-from orchestrator.cli import main  # noqa: E402
+from orchestrator.cli import main  # noqa: E402 - imported after the hooks above are installed
 
 sys.argv[0] = "orchestrate"
 main()

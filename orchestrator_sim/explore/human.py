@@ -49,7 +49,7 @@ def apply_breaks() -> None:
                 kw["yes"] = True
             init(self, *args, **kw)
 
-        loop.Executor.__init__ = __init__  # type: ignore[method-assign]
+        loop.Executor.__init__ = __init__  # type: ignore[method-assign]  # the explorer's hook on every executor made
     if "page-any-gate" in breaks:
         from orchestrator.teamserver import worker
 
@@ -61,7 +61,7 @@ def apply_breaks() -> None:
                              _approve: Any = approve) -> Any:
                     return _approve(self, run_id, gate, by, now, at_gate=False)
 
-                cls.approve = any_gate  # type: ignore[attr-defined]
+                cls.approve = any_gate  # type: ignore[attr-defined]  # a stand-in human, patched onto the class
 
 
 _GATES: dict[tuple[str, str, str], set[str]] = {}
@@ -79,7 +79,7 @@ def approval_gates(runbook: str, kind: str, context: str) -> set[str]:
         try:
             rb = load_runbook_checked(runbook)[0]
             ctx = json.loads(context) if isinstance(context, str) else (context or {})
-            table = table_for(SimpleNamespace(kind=kind, context=ctx), rb)  # type: ignore[arg-type]
+            table = table_for(SimpleNamespace(kind=kind, context=ctx), rb)  # type: ignore[arg-type]  # only kind and context of a run are read
             _GATES[key] = {n for n, node in table.nodes.items() if node.step is not None and node.step.kind == "soak"
                            and node.step.soak is not None and node.step.soak.approval}
         except Exception:  # noqa: BLE001 - a runbook this checkout cannot load: judge nothing

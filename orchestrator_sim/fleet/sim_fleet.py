@@ -442,7 +442,7 @@ class SimFleet(FleetFiles):
             listener.start()
         self._sync_relays(relays)
         for n, host in self.hosts.items():
-            host.settle_listeners = functools.partial(self._settle_relays, {n: relays[n]})  # type: ignore[attr-defined]
+            host.settle_listeners = functools.partial(self._settle_relays, {n: relays[n]})  # type: ignore[attr-defined]  # set on the host after it is built (the fleet owns the relays)
         every = [*listeners, *(r for per_host in relays.values() for r in per_host.values() if r.open)]
         while not all(lst.server is not None and lst.server.started for lst in every):
             if any(lst.task is not None and lst.task.done() for lst in every):
