@@ -88,8 +88,10 @@ def unknown(why: str) -> Verdict:
 @dataclass(frozen=True)
 class LogWindow:
     """What a read of an engine's log gave: its lines, or why it could not be read. `asked`: the
-    number of lines the read asked for; fewer back means the log was returned whole (nothing of
-    it rotated out), so a missing start line is one not logged yet, never one rotated out."""
+    number of lines the read asked for; fewer back means these are all the lines docker still
+    keeps (`whole`). That is not the log since the start: docker's rotation drops the oldest
+    files, so a start missing from a whole window was either not logged yet (a container up
+    only seconds) or rotated out (`judge` tells them apart by the container's up time)."""
 
     lines: Sequence[str] | None
     error: str = ""
@@ -188,6 +190,11 @@ def from_log(service: str, log: LogWindow, *, ready_marks: Sequence[str], startu
     return None
 
 
+#: A container up less than this whose whole log has no start line has not logged it yet (an
+#: engine logs its start within seconds); one up longer lost it to docker's log rotation.
+JUST_STARTED_S = 60.0
+
+
 def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Sequence[str], startup: str, ran_here: bool,
           peers: Peers | None, others: Mapping[str, Verdict], cold_start_s: float, relay: str | None = None) -> Verdict:
     """The verdict on one engine from every piece of evidence (module docstring).
@@ -207,9 +214,12 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
         return serving(f"{service}: {relay}")
     if log.lines is None:
         gap = f"its log could not be read ({log.error})"
+    elif log.whole and (up_seconds(c.status) or 0.0) < JUST_STARTED_S:
+        gap = (f"neither its start nor its ready line is in its log, which holds {len(log.lines)} lines "
+               f"(all of it) and is up only {c.status.removeprefix('Up ')}: it has not logged its start yet")
     elif log.whole:
-        gap = (f"neither its start nor its ready line is in its whole log ({len(log.lines)} lines, none rotated "
-               f"out): it has not logged its start yet")
+        gap = (f"neither its start nor its ready line is in the {len(log.lines)} lines docker still keeps of its log "
+               f"(fewer than the {log.asked} asked; up {c.status.removeprefix('Up ')}): its start rotated out")
     else:
         gap = f"neither its start nor its ready line is in its last {len(log.lines)} log lines (rotated)"
     if peers is None:
