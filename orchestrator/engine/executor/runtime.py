@@ -190,10 +190,12 @@ class Voice:
         return self.redactor.scrub_lines(list(lines))
 
     def emit(self, kind: str, **fields: Any) -> None:
-        """Tell the watchers. A watcher that fails (a terminal, a notification) is logged and never
-        stops the run: a run may be between a stop and its replacement."""
+        """Tell the watchers, every field scrubbed (an edge: the console, the page, a webhook; a
+        runbook's own words may hold a value the host declares secret). A watcher that fails (a
+        terminal, a notification) is logged and never stops the run: a run may be between a stop
+        and its replacement."""
         try:
-            self.progress.event(kind, clock=self.clock.monotonic(), **fields)
+            self.progress.event(kind, clock=self.clock.monotonic(), **self.redactor.scrub_obj(fields))
         except Exception as exc:  # noqa: BLE001  # any watcher's failure, by the rule above
             log.warning("progress_hook_failed", kind=kind, error=self.scrub(f"{type(exc).__name__}: {exc}")[:300])
 
