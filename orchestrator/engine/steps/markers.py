@@ -27,7 +27,7 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
                   values: list[LogValue], shown: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(problems, not checked) for a service's log lines. A line a problem quotes is taken from
     `shown` (the same lines as they may be shown: scrubbed), else from `lines`; a value's match
-    is quoted alone only when its line is shown as it is."""
+    is quoted alone only when its line is shown as it is, else its scrubbed line is."""
     quoted = shown if shown is not None and len(shown) == len(lines) else lines
     problems: list[str] = []
     unknown: list[str] = []
@@ -53,16 +53,18 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
             if not m:
                 continue
             seen += 1
+            # a match is quoted alone only from a line shown as it is (a secret's piece could be in it)
+            alone = quoted[i] == ln
+            on_line = f"on a line ({quoted[i].strip()[:200]})"
             try:
                 x = float(m.group(1))
             except ValueError:
-                problems.append(f"/{v.pattern}/ matched a non-number {m.group(1)!r}")
+                problems.append(f"/{v.pattern}/ matched a non-number " + (repr(m.group(1)) if alone else on_line))
                 continue
             low = v.min if v.equals is None else v.equals - v.tolerance
             high = v.max if v.equals is None else v.equals + v.tolerance
             if (low is not None and x < low) or (high is not None and x > high):
-                what = m.group(0) if quoted[i] == ln else f"a line ({quoted[i].strip()[:200]})"
-                problems.append(f"{what} is outside {value_text(v)}")
+                problems.append(f"{m.group(0) if alone else 'a value ' + on_line} is outside {value_text(v)}")
                 break
         if seen < v.at_least:
             problems.append(f"/{v.pattern}/ matched {seen} line(s), at least {v.at_least} needed")
