@@ -9,7 +9,7 @@ Mutation list (each guard deleted in the source, the test run and seen failing, 
 - logs.py:ColdStart.run, `read_due = now + FULL_READ_S` -> `now + 1e9` (no full read while the
   probes say quiet) -> test_a_line_the_probes_cannot_tell_apart_is_read_within_a_full_read_interval
   fails (the ready line is never read: FAIL at the deadline);
-- logs.py:ColdStart.run, `scrub=rt.scrub` not given to the watcher ->
+- logs.py:ColdStart.run, `scrub_lines=rt.scrub_lines` not given to the watcher ->
   test_the_run_pages_tail_of_the_log_is_redacted fails (the api key in the startup line is shown).
 """
 
