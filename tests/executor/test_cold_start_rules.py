@@ -612,7 +612,7 @@ def redacted_watcher(*secrets: str, **kw) -> ColdStartWatch:
     red = Redactor(*secrets)
     gate = LogGate(2, ["rank_budget_bytes={rank_budget_bytes}", HICACHE], [READY], list(FORBIDDEN), expected_rank_budget=BUDGET)
     return ColdStartWatch(service=SVC, gate=gate, startup=STARTUP, window=WINDOW, cold_start_s=COLD_START_S, now=0.0,
-                          scrub_lines=lambda lines: red.scrub_lines(list(lines)), **kw)
+                          scrub_lines=lambda lines: red.scrub_lines(list(lines)), may_begin_secret=red.may_begin_secret, **kw)
 
 
 def test_the_gate_judges_raw_text_a_secret_equal_to_the_ready_line_passes():
@@ -633,14 +633,17 @@ def test_failure_evidence_hides_a_secret_split_across_the_failing_line_and_the_n
 
 def test_shown_lines_hide_a_secret_split_across_two_reads():
     # the head ends the last line of one read, the tail starts the next read's first line: the
-    # tail and the gate's line are scrubbed with the line before them
+    # line that may begin a secret is held out of the first tail and shown with the second, both
+    # scrubbed together; the gate's line is scrubbed with the line before it
     head, tail = SECRET[:11], SECRET[11:]
     w = redacted_watcher(SECRET)
-    see(w, 0.0, row(), [START, f"loading with token {head}"])
-    s = see(w, 30.0, row(), [f"{tail} {budget(0)}"])
-    [show] = s.shows
-    assert tail not in repr(show) and "***" in (show.line or ""), show
-    assert tail not in w.progress()["last_line"]
+    [first] = see(w, 0.0, row(), [START, f"loading with token {head}"]).shows
+    assert first.tail == (START,), first
+    [show] = see(w, 30.0, row(), [f"{tail} {budget(0)}"]).shows
+    assert show.tail == ("loading with token ***", f"*** {budget(0)}"), show
+    assert show.line == f"*** {budget(0)}".strip() and tail not in w.progress()["last_line"]
+    [quiet] = see(w, 60.0, row(), [LOADING]).shows
+    assert quiet.tail == (LOADING,)  # nothing held: only the new line
 
 
 # -- the calls' order ------------------------------------------------------------------------------

@@ -189,6 +189,11 @@ class Voice:
         whole (scrubbing them one by one would show its head)."""
         return self.redactor.scrub_lines(list(lines))
 
+    def may_begin_secret(self, line: str) -> bool:
+        """Whether `line` ends with what may be the head of a secret the next line continues: a
+        line shown as it comes is held until the next one (`Redactor.may_begin_secret`)."""
+        return self.redactor.may_begin_secret(line)
+
     def emit(self, kind: str, **fields: Any) -> None:
         """Tell the watchers, every field scrubbed (an edge: the console, the page, a webhook; a
         runbook's own words may hold a value the host declares secret). A watcher that fails (a
@@ -1555,6 +1560,7 @@ class Runtime:
 
         # the operations (orchestrator/engine/steps/activities.py), each from the part that does it
         self.scrub, self.scrub_lines, self.emit = voice.scrub, voice.scrub_lines, voice.emit
+        self.may_begin_secret = voice.may_begin_secret
         self.check_abort, self.wait, self.wait_for_output = timer.check_abort, timer.wait, timer.wait_for_output
         self.start_heartbeat, self.tick = timer.start_heartbeat, timer.tick
         self.save_context, self.approvals, self.approve = records.save_context, records.approvals, records.approve

@@ -236,13 +236,15 @@ class ColdStartWatch:
 
     def __init__(self, *, service: str, gate: LogGate, startup: str, window: int, cold_start_s: float, now: float,
                  journaled: Mapping[str, Any] | None = None, created: Collection[str] = (),
-                 scrub_lines: Callable[[Sequence[str]], list[str]] = list) -> None:
+                 scrub_lines: Callable[[Sequence[str]], list[str]] = list,
+                 may_begin_secret: Callable[[str], bool] = lambda line: False) -> None:
         """`gate`: the lines' judge; `startup`: the text of the engine's startup line; `window`: how
         many lines the first log read asks for (a first window that long without a startup line
         has lost its start); `cold_start_s`: the runbook's cold-start limit (the deadline is
         `now + cold_start_s`); `journaled`: this service's record in `RunContext.milestones`;
         `created`: the container IDs this run created; `scrub_lines`: the run's redaction of
-        consecutive log lines (the module doc's last rule)."""
+        consecutive log lines, `may_begin_secret`: whether a line's end may be the head of a
+        secret the next line continues (the module doc's last rule)."""
         self.service = service
         self.gate = gate
         self.startup = startup
@@ -251,7 +253,9 @@ class ColdStartWatch:
         self.deadline = now + cold_start_s
         self.created = frozenset(created)
         self.scrub_lines = scrub_lines
+        self.may_begin_secret = may_begin_secret
         self._before: str | None = None  # the previous window's last line: context for the next one's first
+        self._held = False  # `_before` was held out of the tail shown: it is shown with the next window
         self._gate_shown = ""  # the gate's latest line as shown (scrubbed with the lines around it)
         self.phase = Phase.UNSEEN
         self.loss = Loss.NONE
@@ -416,7 +420,7 @@ class ColdStartWatch:
         if lines and line and line != self._shown_line:
             self._shown_line = line
             shown = self._gate_shown[:LINE_CHARS]
-        self._pending_show = Show(line=shown, tail=tuple(t[:300] for t in self._shown(max(0, len(lines) - 8), len(lines))))
+        self._pending_show = Show(line=shown, tail=tuple(t[:300] for t in self._tail()))
         return self._at_deadline()
 
     def _at_deadline(self) -> Verdict:
@@ -515,15 +519,33 @@ class ColdStartWatch:
         return {"container": self.container, "per_rank": {p: sorted(r) for p, r in self.gate.seen.items()},
                 "once": sorted(self.gate.seen_once), "start": self.journal.start, "last": self.journal.last}
 
+    def _read(self) -> list[str]:
+        """The previous window's last line (if any), then this window's lines."""
+        return ([self._before] if self._before is not None else []) + self._lines
+
     def _shown(self, start: int, end: int) -> list[str]:
-        """Lines `start:end` of this window as they may be shown: scrubbed together with the line
-        before them (the previous window's last line before this window's first) and the line
-        after them, so a secret split across two consecutive lines is hidden whole."""
-        lines = self._lines
-        before = [lines[start - 1]] if start > 0 else [self._before] if self._before is not None else []
-        after = lines[end:end + 1]
-        out = self.scrub_lines([*before, *lines[start:end], *after])
-        return out[len(before):len(out) - len(after)]
+        """Lines `start:end` of this window as they may be shown (`_shown_read`)."""
+        off = len(self._read()) - len(self._lines)
+        return self._shown_read(start + off, end + off)
+
+    def _shown_read(self, start: int, end: int) -> list[str]:
+        """Lines `start:end` of `_read()` as they may be shown: scrubbed together with the line
+        before and the line after them, so a secret split across two consecutive lines (of one
+        read or two) is hidden whole."""
+        read = self._read()
+        lo, hi = max(0, start - 1), min(len(read), end + 1)
+        out = self.scrub_lines(read[lo:hi])
+        return out[start - lo:len(out) - (hi - end)]
+
+    def _tail(self) -> list[str]:
+        """The last lines read, as the run page shows them: the last 8 of the held line (if any)
+        and this window's; a last line whose end may begin a secret the next line continues is
+        held (shown with the next window, scrubbed with it)."""
+        read = self._read()
+        first = max(len(read) - len(self._lines) - int(self._held), len(read) - 8)
+        end = len(read)
+        self._held = end > first and self.may_begin_secret(read[end - 1])
+        return self._shown_read(first, end - int(self._held))
 
     def _key(self) -> tuple[Any, ...]:
         return (self.journal.start, tuple((p, tuple(sorted(r))) for p, r in self.gate.seen.items()),

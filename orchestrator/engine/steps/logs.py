@@ -69,7 +69,8 @@ class ColdStart(Described):
         watch = ColdStartWatch(
             service=service, startup=g.startup, window=follower.initial_tail, cold_start_s=rt.rb.timeouts.cold_start,
             gate=LogGate(rt.rb.ranks_of(step.logs), list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected),
-            now=rt.clock.monotonic(), journaled=rt.ctx.milestones.get(service), created=rt.ctx.created, scrub_lines=rt.scrub_lines)
+            now=rt.clock.monotonic(), journaled=rt.ctx.milestones.get(service), created=rt.ctx.created,
+            scrub_lines=rt.scrub_lines, may_begin_secret=rt.may_begin_secret)
         rt.emit("waiting", gate=f"{service}: " + ", ".join(watch.missing()))
         hb_start = rt.start_heartbeat()
         # Between polls the log is probed (rt.wait_for_output): a probe that shows a new line has
