@@ -560,7 +560,7 @@ class HostReads:
         return self.known_file(service) or self.rb.file
 
     # Log text is read raw: every gate judges what the engine wrote (a secret that happens to equal
-    # a marker, an `"ok": true` or a ready line must not change a verdict). Whoever shows a line
+    # a marker, a one-shot's verdict event or a ready line must not change a verdict). Whoever shows a line
     # scrubs it there, over the consecutive lines around it (`Voice.scrub_lines`).
 
     async def raw_log(self, service: str, tail: int) -> str:

@@ -48,7 +48,8 @@ The rules:
   watcher hands out to be shown -- the gate's line, the tail, the evidence of a failure or a
   restart -- is scrubbed (`scrub_lines`) over consecutive lines: the quoted lines together with
   the line before and after them (the previous window's last line before a window's first), so a
-  secret split across two lines is hidden whole, never its head or its tail alone.
+  secret split across two lines is hidden whole, never its head or its tail alone; the tail holds
+  back a last line whose end may begin a secret (`may_begin_secret`) until the next window.
 """
 
 from __future__ import annotations

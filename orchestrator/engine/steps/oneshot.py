@@ -9,7 +9,7 @@ Rules:
 - whether docker/ps lists exited containers is not known for the real compose-manager (base-tier
   reference, open questions): a container not listed after it was started is judged by its log
   alone, and that is said in the note;
-- the output is judged raw (a secret that equals `true` or the last line must not change the
+- the output is judged raw (a secret that equals the verdict's event or the last line must not change the
   verdict); its whole output goes to the run log (`oneshot_output`) and its lines are quoted in
   the notes scrubbed as one window (a secret split across two lines is hidden whole), pass or fail.
 """
