@@ -4,7 +4,7 @@ The map holds secrets (tokens) and labels (`ENV`, `CVM_NAME`, ...). Every render
 `EnvMap` -- `repr`, `str`, f-strings, rich's pretty printer, structlog's renderers -- shows the
 number of keys and the key names, never a value. The only ways to get values out are explicit:
 `env[key]`, iteration over `.values()`/`.items()`, `as_body()` (for a request body),
-`secret_values()` and `redaction_values()` (to feed a `Redactor`).
+`redaction_values()` (to feed a `Redactor`).
 
 Which values are secrets (`redaction_values`)
 ---------------------------------------------
@@ -188,10 +188,6 @@ class EnvMap(Mapping[str, str]):
     def as_body(self) -> dict[str, str]:
         """A fresh dict, exactly as read, for a compose-manager request body."""
         return dict(self._data)
-
-    def secret_values(self) -> frozenset[str]:
-        """Every non-empty value (labels included: `ENV=prod` is hidden like a token)."""
-        return frozenset(v for v in self._data.values() if v)
 
     def redaction_values(self, *, secret_keys: Iterable[str] = (), identifiers: Iterable[str] = ()) -> frozenset[str]:
         """What a run's shared redactor hides in every log line and message: the module doc's rules.

@@ -234,12 +234,6 @@ class Redactor:
                 self._patterns = None
         return self
 
-    def add_all(self, secrets: Iterable[Any]) -> Redactor:
-        return self.add(*secrets)
-
-    def __len__(self) -> int:
-        return len(self._secrets)
-
     def __repr__(self) -> str:
         return f"Redactor({len(self._secrets)} secrets)"
 
@@ -373,13 +367,3 @@ class Redactor:
             return self.scrub_obj(dict(event_dict))
 
         return scrub_event
-
-
-def redact_body(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a compose request body with `env` replaced by `"<env map: N keys>"`."""
-    out = dict(body)
-    if "env" in out:
-        env = out["env"]
-        n = len(env) if isinstance(env, Mapping) else None
-        out["env"] = f"<env map: {n} keys>" if n is not None else "<env map>"
-    return out

@@ -18,7 +18,6 @@ from orchestrator.journal.base import (
     LeaseHeld,
     LeaseLost,
     Now,
-    Redactor,
     RunNotFound,
     RunRecord,
     StateConflict,
@@ -40,7 +39,6 @@ __all__ = [
     "LeaseLost",
     "Migration",
     "PostgresJournal",
-    "Redactor",
     "RunNotFound",
     "RunRecord",
     "SchemaTooNew",
@@ -60,7 +58,6 @@ def open_journal(
     url_or_path: str | os.PathLike[str],
     *,
     now: Now | None = None,
-    redactor: Redactor | None = None,
 ) -> Journal:
     """PostgreSQL for a postgresql:// URL, else a SQLite file (parent directories created).
 
@@ -71,7 +68,7 @@ def open_journal(
         # psycopg, an optional dependency (the `postgres` extra), is imported only for PostgreSQL
         from orchestrator.journal.postgres import PostgresJournal
 
-        return PostgresJournal(target, now=now, redactor=redactor)
+        return PostgresJournal(target, now=now)
     if target.startswith(_SQLITE_PREFIX):
         target = target[len(_SQLITE_PREFIX):]
     elif "://" in target:
@@ -81,7 +78,7 @@ def open_journal(
         )
     if not target:
         raise JournalError("empty journal path")
-    return SqliteJournal(Path(target), now=now, redactor=redactor)
+    return SqliteJournal(Path(target), now=now)
 
 
 def __getattr__(name: str) -> object:

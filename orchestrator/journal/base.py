@@ -185,10 +185,6 @@ def _superseded_text(lease: Lease, holder: Lease | None, released: bool) -> str:
 # --------------------------------------------------------------------------- interface
 
 
-class Redactor(Protocol):
-    def scrub_obj(self, obj: Any) -> Any: ...
-
-
 @runtime_checkable
 class Journal(Protocol):
     def create_run(

@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from orchestrator.journal import migrations
-from orchestrator.journal.base import JournalError, Now, Redactor, _utc
+from orchestrator.journal.base import JournalError, Now, _utc
 from orchestrator.journal.sql import SqlJournal, Tx
 
 _SCHEMA_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -39,13 +39,12 @@ class PostgresJournal(SqlJournal):
         *,
         schema: str | None = None,
         now: Now | None = None,
-        redactor: Redactor | None = None,
         connect_timeout_s: int = 10,
         schema_migrations: Sequence[migrations.Migration] = migrations.MIGRATIONS,
     ) -> None:
         """`conninfo`: a libpq URL or DSN. `schema`: created if missing and put first on
         the search_path (a URL's `options=-csearch_path%3D...` works too)."""
-        super().__init__(now=now, redactor=redactor)
+        super().__init__(now=now)
         if schema is not None and not _SCHEMA_NAME_RE.match(schema):
             raise JournalError(f"invalid PostgreSQL schema name {schema!r}")
         try:

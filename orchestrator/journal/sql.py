@@ -38,7 +38,6 @@ from orchestrator.journal.base import (
     LeaseHeld,
     LeaseLost,
     Now,
-    Redactor,
     RunNotFound,
     RunRecord,
     StateConflict,
@@ -111,9 +110,8 @@ class SqlJournal(ABC):
     lock_update: str = ""
     lock_share: str = ""
 
-    def __init__(self, *, now: Now | None = None, redactor: Redactor | None = None) -> None:
+    def __init__(self, *, now: Now | None = None) -> None:
         self._now_fn = now
-        self._redactor = redactor
         self._lock = threading.RLock()
         self._closed = False
         self.applied_migrations: list[int] = []
@@ -181,13 +179,11 @@ class SqlJournal(ABC):
         return _utc(self._now_fn()) if self._now_fn is not None else _utc(self._db_now(tx))
 
     def _prepare(self, obj: Any, what: str) -> dict:
-        """Scrub (if a redactor was given), check JSON-ability, return the dict as stored."""
+        """Check JSON-ability, return the dict as stored. The journal stores what it is given:
+        its callers decide what is text for a person (scrubbed before it comes here) and what is
+        the run's data (exact: a rollback must find what it names)."""
         if not isinstance(obj, dict):
             raise JournalError(f"{what} must be a dict, not {type(obj).__name__}")
-        if self._redactor is not None:
-            obj = self._redactor.scrub_obj(obj)
-            if not isinstance(obj, dict):
-                raise JournalError(f"the redactor turned {what} into a {type(obj).__name__}")
         try:
             text = json.dumps(obj, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError) as exc:  # the messages name types, never values

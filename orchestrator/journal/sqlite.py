@@ -20,7 +20,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from orchestrator.journal import migrations
-from orchestrator.journal.base import JournalError, Now, Redactor, _utc
+from orchestrator.journal.base import JournalError, Now, _utc
 from orchestrator.journal.sql import SqlJournal, Tx
 
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -39,11 +39,10 @@ class SqliteJournal(SqlJournal):
         path: str | os.PathLike[str],
         *,
         now: Now | None = None,
-        redactor: Redactor | None = None,
         busy_timeout_s: float = 30.0,
         schema_migrations: Sequence[migrations.Migration] = migrations.MIGRATIONS,
     ) -> None:
-        super().__init__(now=now, redactor=redactor)
+        super().__init__(now=now)
         self.path = Path(path).expanduser()
         in_memory = str(path) == ":memory:"
         if not in_memory:

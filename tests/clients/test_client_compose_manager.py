@@ -357,11 +357,10 @@ def test_empty_token_is_refused():
         ComposeManagerClient(BASE, "")
 
 
-async def test_logs_are_scrubbed_unless_asked_raw(router, client):
-    client.redactor.add(*ENV.secret_values())
-    line = f"{R2}  | HiCache startup RAM: budget={ENV['GLM53_HICACHE_RAM_BUDGET']} rank_budget_bytes=108984795136\n"
+async def test_logs_are_raw_text_for_the_gates(router, client):
+    # the gates judge what the engine wrote; whoever shows a line scrubs it (Voice.scrub_lines)
+    client.redactor.add("hf_Q8vR2mK7pX4nT9wL")
+    line = f"{R2}  | token hf_Q8vR2mK7pX4nT9wL loaded rank_budget_bytes=108984795136\n"
     router.post("/compose/logs").mock(return_value=httpx.Response(200, json={"status": "ok", "output": line}))
-    scrubbed = await client.logs(NEW_FILE, [R2], 10)
-    assert "406GiB" not in scrubbed and "rank_budget_bytes=108984795136" in scrubbed
-    assert await client.logs(NEW_FILE, [R2], 10, scrub=False) == line
+    assert await client.logs(NEW_FILE, [R2], 10) == line
 

@@ -7,6 +7,7 @@ test_serving_rotation.py, test_gates_probes.py and test_remedy_gate.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -28,6 +29,7 @@ from orchestrator.engine.rules.serving_evidence import Verdict as Serving
 from orchestrator.engine.rules.serving_evidence import not_serving, serving, unknown
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.parsers.docker_ps import Container
+from orchestrator.hosts.redaction import Redactor
 
 SVC = "model-r2"
 CID = "c0ffee"
@@ -59,12 +61,12 @@ def row(cid: str = CID, *, state: str = "running", status: str = "Up 5 minutes")
 
 
 def watcher(*, per_rank: bool = True, journaled: dict | None = None, created: tuple[str, ...] = (), window: int = WINDOW,
-            scrub=lambda text: text) -> ColdStartWatch:
+            scrub: Callable[[str], str] = lambda text: text) -> ColdStartWatch:
     """A watch begun at t=0; `per_rank=False`: a gate of the ready line alone (a rollback target's)."""
     gate = LogGate(2, ["rank_budget_bytes={rank_budget_bytes}", HICACHE], [READY], list(FORBIDDEN),
                    expected_rank_budget=BUDGET if per_rank else None)
     return ColdStartWatch(service=SVC, gate=gate, startup=STARTUP, window=window, cold_start_s=COLD_START_S, now=0.0,
-                          journaled=journaled, created=created, scrub=scrub)
+                          journaled=journaled, created=created, scrub_lines=lambda lines: [scrub(t) for t in lines])
 
 
 @dataclass
@@ -598,6 +600,50 @@ def test_the_gates_line_is_shown_when_it_changes_and_the_tail_holds_the_last_eig
     assert see(w, 90.0, None).shows == []
     assert w.progress() == {"missing": w.missing(), "seen": {f"rank_budget_bytes={BUDGET}": ["TP0"], HICACHE: []},
                             "last_line": budget(0).upper()[:160]}
+
+
+# -- raw judging, scrubbed showing -----------------------------------------------------------------
+
+SECRET = "hf_Q8vR2mK7pX4nT9wLzY3c"
+
+
+def redacted_watcher(*secrets: str, **kw) -> ColdStartWatch:
+    """A watcher showing lines through a run's redactor (`Voice.scrub_lines`)."""
+    red = Redactor(*secrets)
+    gate = LogGate(2, ["rank_budget_bytes={rank_budget_bytes}", HICACHE], [READY], list(FORBIDDEN), expected_rank_budget=BUDGET)
+    return ColdStartWatch(service=SVC, gate=gate, startup=STARTUP, window=WINDOW, cold_start_s=COLD_START_S, now=0.0,
+                          scrub_lines=lambda lines: red.scrub_lines(list(lines)), may_begin_secret=red.may_begin_secret, **kw)
+
+
+def test_the_gate_judges_raw_text_a_secret_equal_to_the_ready_line_passes():
+    # a declared secret whose value is the ready line: judged raw, the gate passes
+    w = redacted_watcher(READY)
+    assert see(w, 0.0, row(), [START, *MILESTONES, READY]).verdict.kind is Kind.PASS
+
+
+def test_failure_evidence_hides_a_secret_split_across_the_failing_line_and_the_next():
+    # the head of the token ends the OOM line, its tail starts the next: the evidence is scrubbed
+    # as one window, so neither half is shown (line by line, the head would be)
+    head, tail = SECRET[:11], SECRET[11:]
+    oom = f"[TP1] torch.OutOfMemoryError: CUDA out of memory (token {head}"
+    v = see(redacted_watcher(SECRET), 0.0, row(), [START, budget(0), oom, f"{tail}) [TP0] CUDA out of memory (2)"]).verdict
+    assert v.kind is Kind.FAIL and v.line == oom.strip()
+    assert head not in v.why and tail not in v.why and "***" in v.why, v.why
+
+
+def test_shown_lines_hide_a_secret_split_across_two_reads():
+    # the head ends the last line of one read, the tail starts the next read's first line: the
+    # line that may begin a secret is held out of the first tail and shown with the second, both
+    # scrubbed together; the gate's line is scrubbed with the line before it
+    head, tail = SECRET[:11], SECRET[11:]
+    w = redacted_watcher(SECRET)
+    [first] = see(w, 0.0, row(), [START, f"loading with token {head}"]).shows
+    assert first.tail == (START,), first
+    [show] = see(w, 30.0, row(), [f"{tail} {budget(0)}"]).shows
+    assert show.tail == ("loading with token ***", f"*** {budget(0)}"), show
+    assert show.line == f"*** {budget(0)}".strip() and tail not in w.progress()["last_line"]
+    [quiet] = see(w, 60.0, row(), [LOADING]).shows
+    assert quiet.tail == (LOADING,)  # nothing held: only the new line
 
 
 # -- the calls' order ------------------------------------------------------------------------------

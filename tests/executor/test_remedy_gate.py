@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import TAG, Rig
+from fakes import SECRETS, TAG, Rig
 from orchestrator.engine.executor import RunContext
 from orchestrator.language.machine import Event
 from orchestrator.language.runbook import load_runbook
@@ -264,3 +264,15 @@ async def test_a_traceback_whose_last_line_is_the_dist_store_error_takes_the_rem
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("remedy", REMEDY1[0]), note
     assert "Scheduler hit an exception" in note and "DistStoreError" in note
+
+
+async def test_the_remedys_evidence_hides_a_secret_split_across_the_causes_line_and_the_one_before():
+    # judged raw, quoted from the record scrubbed whole: neither half of the token is shown
+    # (mutation: steps/logs.py quoting `rt.scrub(record[hit])` alone -> the tail is shown)
+    secret = SECRETS["HF_TOKEN"]
+    head, tail = secret[:10], secret[10:]
+    log = [START, *TRACEBACK[:-2], f"{TRACEBACK[-2]} {head}", f"{tail} {TRACEBACK[-1]}"]
+    rig = after_apply(r1=log, r2=R2_SERVES_AT_10_MIN)
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("remedy", REMEDY1[0]), note
+    assert "DistStoreError" in note and head not in note and tail not in note and "***" in note, note

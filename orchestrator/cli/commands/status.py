@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.markup import escape
@@ -16,6 +17,7 @@ from orchestrator.language.runbook import load_runbook
 from orchestrator.service.reads import get_run, load_settings_for, run_view
 from orchestrator.service.run_info import table_for
 from orchestrator.service.startup import ReadSession
+from orchestrator.util.settings import Settings
 from orchestrator.util.text import shown
 from orchestrator.util.user_errors import UserError
 
@@ -24,6 +26,22 @@ app = command_app()
 #: How a step is marked by the event that left it (the run's current state: `>`).
 _MARKS = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![/red]", "halt": "[red]![/red]",
           "abort": "[yellow]a[/yellow]", "retry": "[yellow]r[/yellow]", "remedy": "[yellow]m[/yellow]"}
+
+
+def _journal_shown(settings: Settings) -> str:
+    """The journal's location as shown: a database URL with its password masked."""
+    loc = settings.journal_location()
+    if not settings.database_url:
+        return loc
+    try:
+        parts = urlsplit(loc)
+        masked = parts.password is not None
+    except ValueError:
+        return "the database of ORCHESTRATOR_DATABASE_URL"
+    if not masked:
+        return loc
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
 
 
 @app.command()
@@ -42,14 +60,14 @@ def status(
         if run_id is None:
             runs = session.journal.list_runs(limit=1)
             if not runs:
-                raise UserError(f"no runs journaled yet in {settings.journal_location()}")
+                raise UserError(f"no runs journaled yet in {_journal_shown(settings)}")
             run = runs[0]
         else:
             run = get_run(session, run_id)
         transitions = session.journal.transitions(run.run_id)
         effects = session.journal.effects(run.run_id)
         view = run_view(session, run, {})
-        where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
+        where = {"journal": _journal_shown(settings), "inventory": settings.inventory_choice().describe()}
         if as_json:
             items = audit.entries(session.journal, run.run_id)
             view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
@@ -61,7 +79,9 @@ def status(
         table = table_for(run, load_runbook(run.runbook))
         tag = view["target_tag"] or "-"
         state = run.outcome or run.state
-        out.print(f"run [bold]{run.run_id}[/bold] {run.kind} of {run.host} to {escape(shown(tag))}: [bold]{state}[/bold]")
+        # every journaled field is external text (a shared journal holds what any writer put there)
+        header = [escape(shown(str(x))) for x in (run.run_id, run.kind, run.host, tag, state)]
+        out.print("run [bold]{}[/bold] {} of {} to {}: [bold]{}[/bold]".format(*header))
         detail = view["activity_detail"]
         lines = [detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}"]
         if run.message:
@@ -78,6 +98,6 @@ def status(
                 mark = "[cyan]>[/cyan]"
             if node.section in ("rollback", "full_rollback", "remedy") and sid not in visited and sid != run.state:
                 continue
-            out.print(f"[{mark}] {sid}: {escape(shown(node.step.say)) if node.step else ''}")
+            out.print(f"[{mark}] {escape(shown(sid))}: {escape(shown(node.step.say)) if node.step else ''}")
     finally:
         session.close()

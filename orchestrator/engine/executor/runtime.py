@@ -40,7 +40,7 @@ Rules kept here (each pinned by a test in tests/executor/):
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, TypeVar
@@ -186,11 +186,23 @@ class Voice:
     def scrub(self, text: str) -> str:
         return self.redactor.scrub(text or "")
 
+    def scrub_lines(self, lines: Sequence[str]) -> list[str]:
+        """Consecutive log lines, scrubbed together: a secret split across two of them is hidden
+        whole (scrubbing them one by one would show its head)."""
+        return self.redactor.scrub_lines(list(lines))
+
+    def may_begin_secret(self, line: str) -> bool:
+        """Whether `line` ends with what may be the head of a secret the next line continues: a
+        line shown as it comes is held until the next one (`Redactor.may_begin_secret`)."""
+        return self.redactor.may_begin_secret(line)
+
     def emit(self, kind: str, **fields: Any) -> None:
-        """Tell the watchers. A watcher that fails (a terminal, a notification) is logged and never
-        stops the run: a run may be between a stop and its replacement."""
+        """Tell the watchers, every field scrubbed (an edge: the console, the page, a webhook; a
+        runbook's own words may hold a value the host declares secret). A watcher that fails (a
+        terminal, a notification) is logged and never stops the run: a run may be between a stop
+        and its replacement."""
         try:
-            self.progress.event(kind, clock=self.clock.monotonic(), **fields)
+            self.progress.event(kind, clock=self.clock.monotonic(), **self.redactor.scrub_obj(fields))
         except Exception as exc:  # noqa: BLE001  # any watcher's failure, by the rule above
             log.warning("progress_hook_failed", kind=kind, error=self.scrub(f"{type(exc).__name__}: {exc}")[:300])
 
@@ -549,15 +561,20 @@ class HostReads:
         """The compose file a service's logs are read through: `known_file`, else the new file."""
         return self.known_file(service) or self.rb.file
 
-    async def service_log(self, service: str, tail: int) -> str:
-        """The last `tail` lines of `service`'s log, through the file that deployed it."""
+    # Log text is read raw: every gate judges what the engine wrote (a secret that happens to equal
+    # a marker, a one-shot's verdict event or a ready line must not change a verdict). Whoever shows a line
+    # scrubs it there, over the consecutive lines around it (`Voice.scrub_lines`).
+
+    async def raw_log(self, service: str, tail: int) -> str:
+        """The last `tail` lines of `service`'s log, through the file that deployed it: raw text."""
         return await self.log_through(self.service_file(service), service, tail)
 
     async def log_through(self, file: str, service: str, tail: int) -> str:
-        """The last `tail` lines of `service`'s log, read through compose file `file`."""
+        """The last `tail` lines of `service`'s log, read through compose file `file`: raw text."""
         return await self.compose.logs(file, [service], tail, self.entry.project)
 
-    def follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
+    def raw_follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
+        """A follower over `service`'s log: raw text."""
         file = self.service_file(service)
         project = self.entry.project
 
@@ -573,7 +590,7 @@ class HostReads:
             return False
         for s in services:
             try:
-                text = await self.service_log(s, 50)
+                text = await self.raw_log(s, 50)
             except ClientError:
                 return False
             if not text.strip():
@@ -1556,7 +1573,8 @@ class Runtime:
         external = External(external=clients.external, entry=entry)
 
         # the operations (orchestrator/engine/steps/activities.py), each from the part that does it
-        self.scrub, self.emit = voice.scrub, voice.emit
+        self.scrub, self.scrub_lines, self.emit = voice.scrub, voice.scrub_lines, voice.emit
+        self.may_begin_secret = voice.may_begin_secret
         self.check_abort, self.wait, self.wait_for_output = timer.check_abort, timer.wait, timer.wait_for_output
         self.start_heartbeat, self.tick = timer.start_heartbeat, timer.tick
         self.save_context, self.approvals, self.approve = records.save_context, records.approvals, records.approve
@@ -1568,7 +1586,7 @@ class Runtime:
         self.version_summary, self.host_cache, self.gpu_holders = reads.version_summary, reads.host_cache, reads.gpu_holders
         self.completion_once, self.cache_hit_check = reads.completion_once, reads.cache_hit_check
         self.relay_client, self.prometheus_client = reads.relay_client, reads.prometheus_client
-        self.service_file, self.service_log, self.follower = reads.service_file, reads.service_log, reads.follower
+        self.service_file, self.raw_log, self.raw_follower = reads.service_file, reads.raw_log, reads.raw_follower
         self.attestation_report, self.action_log = reads.attestation_report, reads.action_log
         self.address_of, self.host_part = neighbours.address_of, neighbours.host_part
         self.peer_presence, self.presence_problems = neighbours.peer_presence, neighbours.presence_problems

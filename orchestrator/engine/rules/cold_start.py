@@ -44,6 +44,12 @@ The rules:
   window holds no failure line but shows it working; then unless the engine is known not to serve
   the gate PASSes. A first window with its start lost for good that holds a failure line HALTs a
   gate that was not resumed (the line may be history; a human judges); a resumed gate fails on it.
+- The lines are judged raw (a secret that equals a milestone must not change a verdict). What the
+  watcher hands out to be shown -- the gate's line, the tail, the evidence of a failure or a
+  restart -- is scrubbed (`scrub_lines`) over consecutive lines: the quoted lines together with
+  the line before and after them (the previous window's last line before a window's first), so a
+  secret split across two lines is hidden whole, never its head or its tail alone; the tail holds
+  back a last line whose end may begin a secret (`may_begin_secret`) until the next window.
 """
 
 from __future__ import annotations
@@ -231,12 +237,15 @@ class ColdStartWatch:
 
     def __init__(self, *, service: str, gate: LogGate, startup: str, window: int, cold_start_s: float, now: float,
                  journaled: Mapping[str, Any] | None = None, created: Collection[str] = (),
-                 scrub: Callable[[str], str] = lambda text: text) -> None:
+                 scrub_lines: Callable[[Sequence[str]], list[str]] = list,
+                 may_begin_secret: Callable[[str], bool] = lambda line: False) -> None:
         """`gate`: the lines' judge; `startup`: the text of the engine's startup line; `window`: how
         many lines the first log read asks for (a first window that long without a startup line
         has lost its start); `cold_start_s`: the runbook's cold-start limit (the deadline is
         `now + cold_start_s`); `journaled`: this service's record in `RunContext.milestones`;
-        `created`: the container IDs this run created; `scrub`: the run's redaction of log text."""
+        `created`: the container IDs this run created; `scrub_lines`: the run's redaction of
+        consecutive log lines, `may_begin_secret`: whether a line's end may be the head of a
+        secret the next line continues (the module doc's last rule)."""
         self.service = service
         self.gate = gate
         self.startup = startup
@@ -244,7 +253,11 @@ class ColdStartWatch:
         self.cold_start_s = cold_start_s
         self.deadline = now + cold_start_s
         self.created = frozenset(created)
-        self.scrub = scrub
+        self.scrub_lines = scrub_lines
+        self.may_begin_secret = may_begin_secret
+        self._before: str | None = None  # the previous window's last line: context for the next one's first
+        self._held = False  # `_before` was held out of the tail shown: it is shown with the next window
+        self._gate_shown = ""  # the gate's latest line as shown (scrubbed with the lines around it)
         self.phase = Phase.UNSEEN
         self.loss = Loss.NONE
         self.resumed = False  # the journal held this very container's progress
@@ -254,7 +267,7 @@ class ColdStartWatch:
         self._journaled = dict(journaled) if journaled else {}
         self._saved_at = now
         self._saved_key = self._key()
-        self._shown = ""  # the gate's line the run page shows
+        self._shown_line = ""  # the gate's line the run page shows (raw)
         self._step = Step.OBSERVE
         # the observation under way
         self._now = now
@@ -274,7 +287,7 @@ class ColdStartWatch:
     def progress(self) -> dict[str, Any]:
         """The heartbeat's payload: what is missing, what was seen, the gate's latest line."""
         return {"missing": self.gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in self.gate.seen.items()},
-                "last_line": self.scrub(self.gate.result.line)[:160]}
+                "last_line": self._gate_shown[:160]}
 
     def lost_for_good_text(self, status: str, read: int, more: str) -> str:
         """The HALT of a start that rotated out with nothing live that says the engine serves."""
@@ -287,6 +300,8 @@ class ColdStartWatch:
     def observe(self, now: float, row: Container | None) -> Verdict:
         """An observation begins at `now` with docker/ps's row of the service (None: not listed)."""
         self._take(Step.OBSERVE)
+        if self._lines:
+            self._before = self._lines[-1]
         self._now, self._row, self._lines = now, row, []
         if row is None:
             return self._at_deadline()  # nothing listed, nothing to read: only the clock decides
@@ -361,19 +376,24 @@ class ColdStartWatch:
                 self.starts += 1
                 if self.starts > 1:
                     return self._decide(Kind.FAIL, f"{self.service} restarted inside its container during its cold start (a "
-                                                   f"second startup line: {self.scrub(text)[:LINE_CHARS]})")
+                                                   f"second startup line: {self._shown(idx, idx + 1)[0].strip()[:LINE_CHARS]})")
+            gate_line = self.gate.result.line
             res = self.gate.feed(text)
             if res.failed:
                 # the decisive evidence: this line and the other failure lines right after it (an
-                # OOM's traceback names the exception a few lines below the first sign)
+                # OOM's traceback names the exception a few lines below the first sign), quoted
+                # from the window scrubbed whole
                 after = lines[idx + 1:idx + 200]
-                more = [x.strip() for x in after if any(bad in x for bad in forbidden) and x.strip() != res.line][:2]
-                evidence = " | ".join(self.scrub(t)[:300] for t in [res.line, *more])
+                more = [j for j, x in enumerate(after, 1) if any(bad in x for bad in forbidden) and x.strip() != res.line][:2]
+                shown = self._shown(idx, idx + 1 + (more[-1] if more else 0))
+                evidence = " | ".join(shown[j].strip()[:300] for j in [0, *more])
                 return self._decide(Kind.FAIL, f"{self.service}: {res.reason}: {evidence}", line=res.line,
                                     record=(res.line, *after))
             if res.passed:
                 seen = f" (with what this run saw before its resume: {self.journal.seen_text()})" if self.resumed else ""
                 return self._decide(Kind.PASS, f"{self.service}: {res.reason}{seen}", ready=row.id)
+            if self.gate.result.line != gate_line:
+                self._gate_shown = self._shown(idx, idx + 1)[0].strip()
         if (self._no_start and lines and not self.resumed
                 and (self.gate.progressed or past_its_start(lines))):
             self._lose(Loss.LINES)  # the first window shows what follows a start, not the start
@@ -391,17 +411,17 @@ class ColdStartWatch:
         self._pending_show = Show()  # the heartbeat; the lines are shown once the container's state passed
         line = self.gate.result.line
         if row.restarting:
-            why = f"; {self.gate.result.reason}: {self.scrub(line)[:LINE_CHARS]}" if self.gate.result.failed else (
-                f"; last line: {self.scrub(line)[:LINE_CHARS]}" if line else "")
+            why = f"; {self.gate.result.reason}: {self._gate_shown[:LINE_CHARS]}" if self.gate.result.failed else (
+                f"; last line: {self._gate_shown[:LINE_CHARS]}" if line else "")
             return self._decide(Kind.FAIL, f"{self.service} is restarting ({row.status}){why}")
         if row.state in ("exited", "dead"):
             return self._decide(Kind.FAIL, f"{self.service} exited during its cold start ({row.status}); last line: "
-                                           f"{self.scrub(line)[:LINE_CHARS]}")
+                                           f"{self._gate_shown[:LINE_CHARS]}")
         shown = None
-        if lines and line and line != self._shown:
-            self._shown = line
-            shown = self.scrub(line)[:LINE_CHARS]
-        self._pending_show = Show(line=shown, tail=tuple(self.scrub(t)[:300] for t in lines[-8:]))
+        if lines and line and line != self._shown_line:
+            self._shown_line = line
+            shown = self._gate_shown[:LINE_CHARS]
+        self._pending_show = Show(line=shown, tail=tuple(t[:300] for t in self._tail()))
         return self._at_deadline()
 
     def _at_deadline(self) -> Verdict:
@@ -499,6 +519,34 @@ class ColdStartWatch:
         self._saved_key, self._saved_at = key, self._now
         return {"container": self.container, "per_rank": {p: sorted(r) for p, r in self.gate.seen.items()},
                 "once": sorted(self.gate.seen_once), "start": self.journal.start, "last": self.journal.last}
+
+    def _read(self) -> list[str]:
+        """The previous window's last line (if any), then this window's lines."""
+        return ([self._before] if self._before is not None else []) + self._lines
+
+    def _shown(self, start: int, end: int) -> list[str]:
+        """Lines `start:end` of this window as they may be shown (`_shown_read`)."""
+        off = len(self._read()) - len(self._lines)
+        return self._shown_read(start + off, end + off)
+
+    def _shown_read(self, start: int, end: int) -> list[str]:
+        """Lines `start:end` of `_read()` as they may be shown: scrubbed together with the line
+        before and the line after them, so a secret split across two consecutive lines (of one
+        read or two) is hidden whole."""
+        read = self._read()
+        lo, hi = max(0, start - 1), min(len(read), end + 1)
+        out = self.scrub_lines(read[lo:hi])
+        return out[start - lo:len(out) - (hi - end)]
+
+    def _tail(self) -> list[str]:
+        """The last lines read, as the run page shows them: the last 8 of the held line (if any)
+        and this window's; a last line whose end may begin a secret the next line continues is
+        held (shown with the next window, scrubbed with it)."""
+        read = self._read()
+        first = max(len(read) - len(self._lines) - int(self._held), len(read) - 8)
+        end = len(read)
+        self._held = end > first and self.may_begin_secret(read[end - 1])
+        return self._shown_read(first, end - int(self._held))
 
     def _key(self) -> tuple[Any, ...]:
         return (self.journal.start, tuple((p, tuple(sorted(r))) for p, r in self.gate.seen.items()),

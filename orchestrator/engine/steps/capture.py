@@ -1,6 +1,7 @@
 """`capture:` services' last log lines kept with the run, before a stop.
 
-Rules: the services' last `tail` lines go to the run log (`log_capture`), scrubbed; with
+Rules: the services' last `tail` lines go to the run log (`log_capture`), scrubbed as one window
+(a secret split across two lines is hidden whole); with
 `to_file` each whole log is written to `<state>/logs/<run_id>/<service>.log`. A service with no
 log is noted, not failed: capturing must never block a rollback.
 """
@@ -28,17 +29,17 @@ class Capture(Described):
         kept = []
         for svc in c.services:
             try:
-                text = await rt.service_log(svc, c.tail)
+                text = await rt.raw_log(svc, c.tail)
             except Exception as exc:  # capturing never blocks what follows
                 rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
                 continue
-            lines = text.splitlines()
+            lines = rt.scrub_lines(text.splitlines())
             if c.to_file:
-                where = save_log(rt, svc, [rt.scrub(ln) for ln in lines])
+                where = save_log(rt, svc, lines)
                 rt.log.info("log_capture_file", service=svc, path=str(where), lines=len(lines))
                 kept.append(f"{svc} ({len(lines)} lines in {where})")
                 continue
-            rt.log.info("log_capture", service=svc, lines=[rt.scrub(ln) for ln in lines])
+            rt.log.info("log_capture", service=svc, lines=lines)
             kept.append(f"{svc} ({len(lines)} lines)")
         return ok("captured " + (", ".join(kept) or "nothing (no log)"))
 

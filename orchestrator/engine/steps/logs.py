@@ -3,7 +3,8 @@ logs its milestones and the ready line.
 
 The rules are the pure watcher's (orchestrator/engine/rules/cold_start.py): this handler polls
 docker/ps and the log, feeds the watcher, answers its questions with serving evidence, journals
-the progress it hands back and acts on its verdict.
+the progress it hands back and acts on its verdict. The log is read raw (`rt.raw_follower`): the
+watcher judges what the engine wrote and scrubs what it hands out to be shown.
 """
 
 from __future__ import annotations
@@ -64,11 +65,12 @@ class ColdStart(Described):
             return passed
         g = rt.rb.log_gates
         expected = expected_rank_budget(rt.ctx.budget, rt.rb, service) if step.logs.budget else None
-        follower = rt.follower(service)
+        follower = rt.raw_follower(service)
         watch = ColdStartWatch(
             service=service, startup=g.startup, window=follower.initial_tail, cold_start_s=rt.rb.timeouts.cold_start,
             gate=LogGate(rt.rb.ranks_of(step.logs), list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected),
-            now=rt.clock.monotonic(), journaled=rt.ctx.milestones.get(service), created=rt.ctx.created, scrub=rt.scrub)
+            now=rt.clock.monotonic(), journaled=rt.ctx.milestones.get(service), created=rt.ctx.created,
+            scrub_lines=rt.scrub_lines, may_begin_secret=rt.may_begin_secret)
         rt.emit("waiting", gate=f"{service}: " + ", ".join(watch.missing()))
         hb_start = rt.start_heartbeat()
         # Between polls the log is probed (rt.wait_for_output): a probe that shows a new line has
@@ -165,11 +167,11 @@ class ColdStart(Described):
             await rt.wait()  # the rest of the traceback may not be in this read yet
             record += [x.text for x in (await follower.poll()).new][:200]
         text = rt.rb.log_markers.get(rem.marker)
-        hit = next((ln for ln in record if text and text in ln), None)
+        hit = next((i for i, ln in enumerate(record) if text and text in ln), None)
         if hit is None:
             return fail(why)
-        if hit != record[0]:
-            why = f"{why} | {rt.scrub(hit.strip())[:300]}"
+        if hit:  # quoted from the record scrubbed whole (a secret split across two lines is hidden whole)
+            why = f"{why} | {rt.scrub_lines(record[:hit + 2])[hit].strip()[:300]}"
         used = rt.ctx.remedies.get(node.id, 0)
         cap = rt.table.remedy_cap(node.id)
         if used >= cap:

@@ -3,7 +3,8 @@
 Rules: the service's log since its container started (a wide window) must hold every `require`
 marker and no `forbid` marker; a marker the runbook leaves null is unknown and is reported as not
 checked (never an invented string); each numeric value is checked on every matching line, and at
-least `at_least` lines must match.
+least `at_least` lines must match. The lines are judged raw (a secret that equals a marker must
+not change the verdict); a line a problem quotes is the scrubbed one (the window scrubbed whole).
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ MARKER_WINDOW = 5000
 
 
 def judge_markers(lines: list[str], markers: dict[str, str | None], require: list[str], forbid: list[str],
-                  values: list[LogValue]) -> tuple[list[str], list[str]]:
-    """(problems, not checked) for a service's log lines."""
+                  values: list[LogValue], shown: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(problems, not checked) for a service's log lines. A line a problem quotes is taken from
+    `shown` (the same lines as they may be shown: scrubbed), else from `lines`; a value's match
+    is quoted alone only when its line is shown as it is, else its scrubbed line is."""
+    quoted = shown if shown is not None and len(shown) == len(lines) else lines
     problems: list[str] = []
     unknown: list[str] = []
     for name in require:
@@ -38,26 +42,29 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
         if text is None:
             unknown.append(name)
             continue
-        hit = next((ln for ln in lines if text in ln), None)
+        hit = next((i for i, ln in enumerate(lines) if text in ln), None)
         if hit is not None:
-            problems.append(f"forbidden marker {name}: {hit.strip()[:200]}")
+            problems.append(f"forbidden marker {name}: {quoted[hit].strip()[:200]}")
     for v in values:
         rx = re.compile(v.pattern)
         seen = 0
-        for ln in lines:
+        for i, ln in enumerate(lines):
             m = rx.search(ln)
             if not m:
                 continue
             seen += 1
+            # a match is quoted alone only from a line shown as it is (a secret's piece could be in it)
+            alone = quoted[i] == ln
+            on_line = f"on a line ({quoted[i].strip()[:200]})"
             try:
                 x = float(m.group(1))
             except ValueError:
-                problems.append(f"/{v.pattern}/ matched a non-number {m.group(1)!r}")
+                problems.append(f"/{v.pattern}/ matched a non-number " + (repr(m.group(1)) if alone else on_line))
                 continue
             low = v.min if v.equals is None else v.equals - v.tolerance
             high = v.max if v.equals is None else v.equals + v.tolerance
             if (low is not None and x < low) or (high is not None and x > high):
-                problems.append(f"{m.group(0)} is outside {value_text(v)}")
+                problems.append(f"{m.group(0) if alone else 'a value ' + on_line} is outside {value_text(v)}")
                 break
         if seen < v.at_least:
             problems.append(f"/{v.pattern}/ matched {seen} line(s), at least {v.at_least} needed")
@@ -72,11 +79,12 @@ class Markers(Described):
         m = step.markers
         assert m is not None
         try:
-            text = await rt.service_log(m.service, MARKER_WINDOW)
+            text = await rt.raw_log(m.service, MARKER_WINDOW)
         except Exception as exc:  # the client's errors, named in the note
             return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
-        problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values)
+        # quoted from the window scrubbed whole (only then is a secret split across two lines found)
+        problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values, rt.scrub_lines(lines))
         if problems:
             return fail(f"{m.service}: " + rt.scrub("; ".join(problems)))
         return ok(f"{m.service}: log markers hold" + (f" (not checked, marker unknown: {', '.join(unknown)})" if unknown else ""))

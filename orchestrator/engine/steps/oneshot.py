@@ -9,7 +9,9 @@ Rules:
 - whether docker/ps lists exited containers is not known for the real compose-manager (base-tier
   reference, open questions): a container not listed after it was started is judged by its log
   alone, and that is said in the note;
-- its whole output goes to the run log (`oneshot_output`), scrubbed, pass or fail.
+- the output is judged raw (a secret that equals the verdict's event or the last line must not change the
+  verdict); its whole output goes to the run log (`oneshot_output`) and its lines are quoted in
+  the notes scrubbed as one window (a secret split across two lines is hidden whole), pass or fail.
 """
 
 from __future__ import annotations
@@ -36,11 +38,15 @@ def exit_code(status: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def judge_output(lines: list[str], last_line: str | None, ok_event: str | None) -> str | None:
-    """None when the output shows a pass, else why not."""
-    text = [ln.strip() for ln in lines if ln.strip()]
+def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
+                 shown: list[str] | None = None) -> str | None:
+    """None when the output shows a pass, else why not. `lines` are judged; a line the reason
+    quotes is taken from `shown` (the same lines as they may be shown: scrubbed), else from `lines`."""
+    quoted = shown if shown is not None and len(shown) == len(lines) else lines
+    kept = [i for i, ln in enumerate(lines) if ln.strip()]
+    text = [lines[i].strip() for i in kept]
     if last_line is not None and (not text or last_line not in text[-1]):
-        return f"the last line is not {last_line!r}: {text[-1][:200] if text else 'no output'}"
+        return f"the last line is not {last_line!r}: {quoted[kept[-1]].strip()[:200] if text else 'no output'}"
     if ok_event is not None:
         verdict = None
         for ln in text:
@@ -84,22 +90,23 @@ class OneShotCompletion(Described):
                 return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
             await rt.wait()
         try:
-            text = await rt.service_log(o.service, OUTPUT_TAIL)
+            text = await rt.raw_log(o.service, OUTPUT_TAIL)
         except Exception as exc:  # the client's errors, named in the note
             return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
         lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
-        rt.log.info("oneshot_output", service=o.service, lines=[rt.scrub(ln) for ln in lines])
+        shown = rt.scrub_lines(lines)
+        rt.log.info("oneshot_output", service=o.service, lines=shown)
         if lines:
-            rt.emit("log_line", service=o.service, line=rt.scrub(lines[-1])[:200])
+            rt.emit("log_line", service=o.service, line=shown[-1][:200])
         code = exit_code(c.status) if c is not None else None
         if c is None and not lines:
             return fail(f"{o.service} is not in docker/ps and logged nothing: it never ran")
         if c is not None and code is None:
             return fail(f"{o.service} ended as {c.state} ({c.status}) without an exit code")
         if code not in (None, 0):
-            why = judge_output(lines, o.last_line, o.ok_event)
+            why = judge_output(lines, o.last_line, o.ok_event, shown)
             return fail(f"{o.service} exited {code}" + (f"; {rt.scrub(why)}" if why else ""))
-        why = judge_output(lines, o.last_line, o.ok_event)
+        why = judge_output(lines, o.last_line, o.ok_event, shown)
         if why:
             return fail(f"{o.service}: {rt.scrub(why)}")
         return ok(f"{o.service} " + ("exited 0" if code == 0 else "is no longer listed (judged by its output alone)")

@@ -24,7 +24,7 @@ class ForbiddenLines:
 
     def __init__(self, rt: Activities, services: list[str]) -> None:
         self.rt = rt
-        self.followers = {svc: rt.follower(svc) for svc in services}
+        self.followers = {svc: rt.raw_follower(svc) for svc in services}
         self.unread = set(services)
 
     async def problem(self) -> str | None:
@@ -41,10 +41,11 @@ class ForbiddenLines:
                     continue  # the baseline: judged from here on
                 ready = [i for i, text in enumerate(lines) if any(m in text for m in g.required)]
                 lines = lines[ready[-1] + 1:] if ready else lines
-            for text in lines:
+            for i, text in enumerate(lines):
                 bad = next((b for b in g.forbidden if b in text), None)
-                if bad is not None:
-                    return f"{svc} logged a forbidden line ({bad}): {self.rt.scrub(text.strip())[:200]}"
+                if bad is not None:  # judged raw, quoted scrubbed with the lines around it
+                    shown = self.rt.scrub_lines(lines[max(0, i - 1):i + 2])[min(i, 1)]
+                    return f"{svc} logged a forbidden line ({bad}): {shown.strip()[:200]}"
         return None
 
 

@@ -17,8 +17,9 @@ Mutating calls (`up`, `down`) and what they return or raise:
 Secrets: the token and every env value are added to the client's `Redactor` before anything is
 sent; error messages, log events, the events passed to `on_event` and `StreamOutcome.lines` are
 scrubbed (a container name that happens to equal an env value shows as `***`: a dry-run plan
-then fails to match, which stops the caller -- the safe side). Pass one shared `Redactor` to
-every client (and to the structlog configuration) to scrub consistently across a run.
+then fails to match, which stops the caller -- the safe side). `logs()` is the exception: its
+text is returned raw, for the gates to judge; its callers scrub what they show. Pass one shared
+`Redactor` to every client (and to the structlog configuration) to scrub consistently across a run.
 
 Reads (`logs`, `ps`, `version`, `action_log`, `status`, `host_gpu`, `host_cache`) retry transport
 errors and 5xx under the policy (not `ComposeFailed`: docker compose's own refusal repeats).
@@ -127,12 +128,12 @@ class ComposeManagerClient(HttpSession):
         return await self._read_json(SYSTEM, method, path, what=f"{SYSTEM} {what}", json_body=json_body, params=params,
                                      check=lambda payload: check_ok_envelope(SYSTEM, payload, self.redactor))
 
-    async def logs(self, file: str, services: Sequence[str], tail: int, project: str | None = None, *, scrub: bool = True) -> str:
-        """`docker compose logs --tail N` text, scrubbed with the client's redactor unless `scrub=False`.
+    async def logs(self, file: str, services: Sequence[str], tail: int, project: str | None = None) -> str:
+        """`docker compose logs --tail N` text, raw: what the engines wrote, never scrubbed.
 
-        Scrubbing replaces env values (labels included) in engine lines too; a caller matching
-        log milestones on raw text passes `scrub=False` and scrubs before storing anything.
-        Keep one choice for the life of a `LogFollower`: its overlap matching compares texts.
+        Gates judge this text (a secret that equals a marker must not change a verdict); whoever
+        shows a line (console, run log, page, journaled text) scrubs it there, over the lines
+        around it (a secret split across two lines is hidden whole only then).
         The server reads its own copy of `file` (written by the last up or dry run of that path)
         and project `work` only; an unknown service raises `ComposeFailed`.
         """
@@ -159,7 +160,7 @@ class ComposeManagerClient(HttpSession):
         output = payload.get("output")
         if not isinstance(output, str):
             raise MalformedResponse(SYSTEM, "compose/logs answer has no 'output' text")
-        return self.redactor.scrub(output) if scrub else output
+        return output
 
     async def ps(self, project: str | None = None, services: Sequence[str] | None = None) -> list[Container]:
         """The RUNNING containers of one compose project (None: the default `work`), optionally
