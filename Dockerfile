@@ -19,6 +19,7 @@ COPY pyproject.toml README.md ./
 COPY orchestrator ./orchestrator
 COPY orchestrator_sim ./orchestrator_sim
 COPY runbooks ./runbooks
+COPY config ./config
 RUN pip wheel --no-deps --wheel-dir /dist .
 
 FROM python:3.11-slim

@@ -118,8 +118,10 @@ def test_plan_live_without_tokens_is_one_line_exit_2(tmp_path):
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
     env["ORCHESTRATOR_STATE_DIR"] = str(tmp_path)
+    inventory = tmp_path / "hosts.yaml"  # the checkout's, on names that are not placeholders (never contacted)
+    inventory.write_text((root / "config" / "hosts.yaml").read_text().replace(".example.invalid", ".localhost"))
     r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "gpu02", "--tag", "v0.0.300", "--live",
-                        "--inventory", str(root / "config" / "hosts.yaml")],
+                        "--inventory", str(inventory)],
                        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "ORCHESTRATOR_COMPOSE_MANAGER_TOKEN" in r.stderr

@@ -103,3 +103,7 @@ def test_the_lock_pins_every_dependency_pyproject_names():
     canon = {re.sub(r"[-_.]+", "-", k).lower() for k in pinned}
     missing = [d for d in wanted if re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~ ;]", d)[0]).lower() not in canon]
     assert missing == [], f"requirements.lock lacks {missing}: run `make lock`"
+
+
+def test_the_example_inventory_is_the_checkouts_placeholder_byte_for_byte(wheel):
+    assert wheel.read("orchestrator/examples/hosts.yaml") == (ROOT / "config" / "hosts.yaml").read_bytes()
