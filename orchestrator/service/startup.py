@@ -8,7 +8,6 @@ signal (`status`, `runs`, `approve`, `abort`): they need no inventory and no hos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.journal import open_journal
@@ -21,7 +20,7 @@ def open_journal_for(settings: Settings) -> Journal:
     """The settings' journal; a location that cannot be opened is one UserError line (exit 2).
     The message never holds the database password. The journal stores what it is given: a run
     scrubs its text before journaling it and keeps its data exact (engine/executor/runtime.py)."""
-    loc = settings.journal_location()
+    loc = settings.journal_url()
     try:
         if not settings.database_url:
             settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -30,10 +29,7 @@ def open_journal_for(settings: Settings) -> Journal:
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         where = "ORCHESTRATOR_DATABASE_URL" if settings.database_url else f"ORCHESTRATOR_STATE_DIR ({settings.state_dir})"
         scrub = Redactor()
-        try:
-            password = urlsplit(settings.database_url).password if settings.database_url else None
-        except ValueError:
-            password = None
+        password = settings.database_password()
         if password:
             scrub.add(password)
         text = " ".join(scrub.scrub(text).split())  # libpq's messages span lines

@@ -29,7 +29,6 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio.to_thread
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -328,9 +327,6 @@ def create_app(
     redactor.add(*settings.tokens())
     if token is not None:
         redactor.add(token)
-    db_password = urlsplit(settings.database_url).password if settings.database_url else None
-    if db_password:
-        redactor.add(db_password)
     log = server_logger(redactor)
 
     def tokens_file_changed(error: str | None) -> None:
@@ -345,7 +341,7 @@ def create_app(
                          tokens_file=TokensFile(tokens_file, on_change=tokens_file_changed) if tokens_file else None)
     # where the journal lives (a file, or a URL naming user, host and port) and the state directory
     # are the server's own business: scrubbed from every answer, to operators too
-    scrub_paths = PathScrubber(settings.state_dir, settings.journal_location(),
+    scrub_paths = PathScrubber(settings.state_dir, settings.journal_url(), settings.journal_location(),
                                settings.inventory, RUNBOOK_DIR, Path(orchestrator.__file__).parent, tokens_file)
 
     def public_text(text: str) -> str:

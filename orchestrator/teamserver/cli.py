@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import typer
 
@@ -49,8 +48,7 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
         err.print(f"orchestrate: {exc}")
         return int(exc.code)
     except JournalError as exc:
-        password = urlsplit(settings.database_url).password if settings.database_url else None
-        err.print("orchestrate: cannot open the journal: " + Redactor(password).scrub(str(exc)))
+        err.print("orchestrate: cannot open the journal: " + Redactor(settings.database_password()).scrub(str(exc)))
         return int(ExitCode.BAD_INPUT)  # the environment to fix (ORCHESTRATOR_DATABASE_URL), not a bug
     return int(ExitCode.DONE)
 

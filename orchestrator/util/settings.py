@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,8 +103,30 @@ class Settings(BaseSettings):
         """The inventory to load, or a UserError naming every place searched."""
         return required_inventory(self.inventory_choice())
 
-    def journal_location(self) -> str:
+    def journal_url(self) -> str:
+        """What the journal is opened from: the database URL (with its password) or the SQLite file."""
         return self.database_url or str(self.state_dir / "journal.sqlite3")
+
+    def journal_location(self) -> str:
+        """The journal as shown to a person or written to a log: a database URL's password masked."""
+        if not self.database_url:
+            return self.journal_url()
+        try:
+            parts = urlsplit(self.database_url)
+            password = parts.password
+        except ValueError:
+            return "the database of ORCHESTRATOR_DATABASE_URL"
+        if password is None:
+            return self.database_url
+        user = parts.netloc.rpartition("@")[0].split(":", 1)[0]
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}"))
+
+    def database_password(self) -> str | None:
+        """The password in ORCHESTRATOR_DATABASE_URL, if any (a secret like the tokens)."""
+        try:
+            return urlsplit(self.database_url).password if self.database_url else None
+        except ValueError:
+            return None
 
     def tokens(self) -> list[str]:
         """Every configured secret, for the redactor."""
@@ -116,6 +139,7 @@ class Settings(BaseSettings):
                 self.inference_token,
                 self.github_token,
                 self.notify_url,
+                SecretStr(self.database_password() or ""),
             )
             if s.get_secret_value()
         ]

@@ -217,3 +217,13 @@ def test_every_command_reads_settings_as_pydantic_settings_does_dotenv_and_error
     r = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=clean_env, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("orchestrate: ORCHESTRATOR_LEASE_TTL (environment or .env) is invalid")
+
+
+def test_the_database_password_is_a_secret_and_never_in_the_journal_shown(clean_env, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATOR_DATABASE_URL", "postgresql://orch:s3cret-pw-0123@db.internal:5432/orch")
+    s = Settings()
+    assert s.journal_url() == "postgresql://orch:s3cret-pw-0123@db.internal:5432/orch"  # what the journal opens
+    assert s.journal_location() == "postgresql://orch:***@db.internal:5432/orch"  # what every message shows
+    assert "s3cret-pw-0123" in s.tokens()  # the redactor hides it wherever else it turns up
+    monkeypatch.setenv("ORCHESTRATOR_DATABASE_URL", "postgresql://db.internal/orch")
+    assert Settings().journal_location() == "postgresql://db.internal/orch" and Settings().database_password() is None

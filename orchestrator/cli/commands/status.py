@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.markup import escape
@@ -30,18 +29,7 @@ _MARKS = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![
 
 def _journal_shown(settings: Settings) -> str:
     """The journal's location as shown: a database URL with its password masked."""
-    loc = settings.journal_location()
-    if not settings.database_url:
-        return loc
-    try:
-        parts = urlsplit(loc)
-        masked = parts.password is not None
-    except ValueError:
-        return "the database of ORCHESTRATOR_DATABASE_URL"
-    if not masked:
-        return loc
-    user, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+    return settings.journal_location()
 
 
 @app.command()
