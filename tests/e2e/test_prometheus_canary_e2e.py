@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import yaml
 from sim_time import AnswerTimeClock
 
 from orchestrator.engine.progress import RecordingProgress
@@ -25,15 +26,19 @@ RUNBOOK = Path(__file__).resolve().parents[2] / "runbooks" / "gpu02-glm53-w4afp8
 CANARY_TAG = "v0.0.304"
 R1 = "model-sg-glm53-w4afp8-tp4-r1"
 R2 = "model-sg-glm53-w4afp8-tp4-r2"
-RELAY_LINE = "          relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}\n"
 
 
 def _prometheus_runbook(tmp: Path) -> Path:
-    text = RUNBOOK.read_text()
-    assert text.count(RELAY_LINE) == 1
+    raw = yaml.safe_load(RUNBOOK.read_text())
+    [analysis] = [s["analysis"] for ph in raw["phases"] for s in ph["steps"] if "analysis" in s]
+    assert analysis.pop("relay") == {"token_variable": "PROXY_TOKEN", "ports": {"r1": 8008, "r2": 8009}}
+    # DCGM's device memory stays on the relay (source: prometheus does not map it): its gates go
+    assert analysis.pop("dcgm") == {"port": 8010}
+    analysis["gates"] = [g for g in analysis["gates"] if "min_free_device_memory_gb" not in str(g)]
+    analysis["source"] = "prometheus"
+    analysis["prometheus"] = {"replica_label": "replica", "selector": 'job="sglang"'}
     out = tmp / "gpu02-glm53-w4afp8-pdi2-canary-prometheus.yaml"
-    out.write_text(text.replace(RELAY_LINE, '          source: prometheus\n'
-                                            '          prometheus: {replica_label: replica, selector: \'job="sglang"\'}\n'))
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
     return out
 
 
