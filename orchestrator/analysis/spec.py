@@ -141,25 +141,86 @@ _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\\n]|\\.)*"\s*
 _SELECTOR = re.compile(rf"^(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?$")
 
 
+def _matchers(where: str, v: str) -> str:
+    """`v` as a list of PromQL label matchers (stripped), else one line naming `where`."""
+    if not _SELECTOR.match(v):
+        raise ValueError(f"{where} {v!r} is not a list of PromQL label matchers "
+                         '(name="value", name=~"regex", name!="value", comma-separated)')
+    if re.search(r'(?:^|,)\s*__name__\s*[=!]', v):
+        raise ValueError(f"{where} may not match __name__ (the analysis names its series)")
+    return v.strip().rstrip(",")
+
+
+#: the host a selector's `host="..."` matcher names (the collector's scrape label: `host: ${CVM_HOST}`)
+HOST_MATCHER = re.compile(r'(?:^|,)\s*host\s*=\s*"([^"\\]*)"')
+
+
 class PrometheusQuery(_Strict):
     """`source: prometheus`: each replica's SGLang series read from the Prometheus-compatible query
     API the inventory names for the host (`prometheus_url`), as `{__name__=~"...", <replica_label>="<replica>",
-    <selector>}` (metricproviders/prometheus_api.py); the window arithmetic is the relay's."""
+    <selector>}` (metricproviders/prometheus_api.py); the window arithmetic is the relay's.
+
+    With `replicas:`, each name a gate reads has its own label matchers instead of
+    `<replica_label>="<name>"`: a control may then live on another host, or be several engines
+    pooled (a regex matching two engines sums their counters and histograms, one pooled control):
+
+        prometheus:
+          selector: 'service="sglang"'
+          replicas:
+            r2: 'host="gpu02", container_name="model-sg-glm53-w4afp8-tp4-r2"'
+            gpu23: 'host="gpu23", container_name=~"model-sg-glm53-w4afp8-tp4-r[12]"'
+    """
 
     #: the label whose value is the runbook's replica name (r1, r2) on every SGLang series
     replica_label: str = Field(default="replica", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: more label matchers ANDed into every query, e.g. `job="sglang", instance=~"gpu02.*"`
     selector: str = ""
+    #: name -> its own label matchers (the names the gates read; replaces `replica_label`)
+    replicas: dict[str, str] | None = None
 
     @field_validator("selector")
     @classmethod
     def _selector(cls, v: str) -> str:
-        if not _SELECTOR.match(v):
-            raise ValueError(f"prometheus.selector {v!r} is not a list of PromQL label matchers "
-                             '(name="value", name=~"regex", name!="value", comma-separated)')
-        if re.search(r'(?:^|,)\s*__name__\s*[=!]', v):
-            raise ValueError("prometheus.selector may not match __name__ (the analysis names its series)")
-        return v.strip().rstrip(",")
+        return _matchers("prometheus.selector", v)
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("prometheus.replicas is empty: name each replica the gates read, or leave it out")
+        out: dict[str, str] = {}
+        for name, sel in v.items():
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+                raise ValueError(f"prometheus.replicas: {name!r} is not a name (lower-case letters, digits, '-')")
+            out[name] = _matchers(f"prometheus.replicas.{name}", sel)
+            if not out[name]:
+                raise ValueError(f"prometheus.replicas.{name} is empty: it would read every engine the API holds, summed")
+        seen: dict[str, str] = {}
+        for name, sel in out.items():
+            key = ",".join(sorted(m.strip() for m in sel.split(",")))
+            if key in seen:
+                raise ValueError(f"prometheus.replicas.{name} and .{seen[key]} select the same series: "
+                                 f"a ratio of one engine with itself")
+            seen[key] = name
+        return out
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PrometheusQuery:
+        if self.replicas is not None and "replica_label" in self.model_fields_set:
+            raise ValueError("prometheus: replica_label: or replicas: (each replica's own matchers), not both")
+        return self
+
+    def of(self, replica: str) -> str:
+        """The label matchers that pick `replica`'s series, `selector:` included."""
+        own = (self.replicas or {}).get(replica)
+        own = own if own is not None else f'{self.replica_label}="{replica}"'
+        return f"{own}, {self.selector}" if self.selector else own
+
+    def hosts(self) -> list[str]:
+        """The hosts the per-replica matchers name with `host="..."` (the inventory must list them)."""
+        return sorted({h for sel in (self.replicas or {}).values() for h in HOST_MATCHER.findall(sel)})
 
 
 class AnalysisSpec(_Strict):
@@ -212,14 +273,25 @@ class AnalysisSpec(_Strict):
                                  f"map yet: use source: relay with dcgm: {{port: N}}")
         if self.prometheus is None:
             object.__setattr__(self, "prometheus", PrometheusQuery())
+        assert self.prometheus is not None
+        if self.prometheus.replicas is not None:
+            for g in self.gates:
+                for r in g.replicas():
+                    if r not in self.prometheus.replicas:
+                        raise ValueError(f"gate {g.text()!r} reads {r}, which prometheus.replicas does not select "
+                                         f"(selects: {', '.join(self.prometheus.replicas)})")
         return self
 
     def where(self) -> str:
         """Where the scrapes come from, in words (plan, the heartbeat)."""
         if self.source == "prometheus":
             assert self.prometheus is not None
-            sel = f", {self.prometheus.selector}" if self.prometheus.selector else ""
-            return (f"from the inventory's Prometheus query API by {self.prometheus.replica_label}=<replica>{sel}")
+            q = self.prometheus
+            if q.replicas is not None:
+                return "from the inventory's Prometheus query API: " + "; ".join(
+                    f"{r} by {{{q.of(r)}}}" for r in self.replicas())
+            sel = f", {q.selector}" if q.selector else ""
+            return (f"from the inventory's Prometheus query API by {q.replica_label}=<replica>{sel}")
         assert self.relay is not None
         return ("through relay :" + "/:".join(str(self.relay.ports[r]) for r in self.replicas())
                 + (f", DCGM through :{self.dcgm.port}" if self.dcgm is not None else ""))
@@ -255,10 +327,17 @@ def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, lis
                     raise ValueError(f"{here}: gate {g.text()!r} reads {r}'s GPUs from DCGM, but replica_gpus "
                                      f"does not list {r}'s GPUs")
     if replicas and spec.relay is None:
-        for r in spec.replicas():
-            if r not in replicas:
-                raise ValueError(f"{here}: an analysis gate reads {r!r}, not a replica of the runbook "
-                                 f"({', '.join(replicas)})")
+        # a name of prometheus.replicas may be a control outside the runbook (another host's engine);
+        # the candidate of a ratio is always the runbook's own: it is what the phase's rollback undoes
+        own = spec.prometheus.replicas if spec.prometheus is not None and spec.prometheus.replicas is not None else {}
+        for g in spec.gates:
+            cand = g.ratio.candidate if g.ratio is not None else None
+            for r in g.replicas():
+                if r not in replicas and (r == cand or r not in own):
+                    raise ValueError(f"{here}: an analysis gate reads {r!r} as its "
+                                     f"{'candidate' if r == cand else 'replica'}, not a replica of the runbook "
+                                     f"({', '.join(replicas)})"
+                                     + ("" if r == cand else ": name it under prometheus.replicas with its matchers"))
     if replicas and spec.relay is not None:
         for r in spec.relay.ports:
             if r not in replicas:

@@ -10,15 +10,29 @@
         window: 5m                  # rates over the last 5 minutes (a sliding window)
         min_samples: 20             # fewer requests in the window: the rates are not judged yet
         max: {error_rate: 0.02, queue_depth_max: 8}
+        on_unknown: fail            # a watched metric r1's /metrics does not carry: fail (default) or note
 
 Like Argo Rollouts' background analysis (a metric watched for the whole of a step, a failure
 aborts the rollout), on a replica that is not the one being changed. A breach (a bound crossed on
 enough traffic), or a replica whose metrics cannot be read 3 polls in a row, stops the step and
 fails it: the phase's rollback follows. A watch never passes a step by itself: the step's own gate
 decides. Pure: the loader's part only (orchestrator/engine/executor/watch.py runs it).
+
+A watched metric whose series the replica's /metrics does not carry (a build without the abort
+counter, a renamed gauge), or carries from only part of the window, is unknown, never "within
+bounds". The rule, `on_unknown`:
+- `fail` (the default): the step fails, naming the metric and the missing series. A watch exists
+  because the watched replica carries the traffic alone while the step runs; a watch that cannot
+  see is no protection, and the phase's rollback restores the capacity it was guarding. A reviewer
+  reading "watched: error_rate <= 2 %" in the plan must be able to trust that it was watched.
+- `note`: the run's log and its progress (terminal, notifications) say, once per metric, that it
+  is not watched; the other metrics are watched as before. For a metric that is a nice-to-have on
+  that replica.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -46,6 +60,8 @@ class WatchSpec(BaseModel):
     min_samples: int = Field(default=20, ge=1)
     max: dict[str, float] = Field(default_factory=lambda: {})
     min: dict[str, float] = Field(default_factory=lambda: {})
+    #: a watched metric the replica's /metrics does not carry: fail the step (default) or note it and go on
+    on_unknown: Literal["fail", "note"] = "fail"
 
     _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
@@ -75,7 +91,8 @@ class WatchSpec(BaseModel):
         return (f"while it runs, {self.replica} is watched through relay :{self.relay.port} every "
                 f"{format_duration(self.poll)} over a sliding {format_duration(self.window)} "
                 f"(rates judged from {self.min_samples} requests): {', '.join(parts)}; a breach stops the step "
-                f"and fails it")
+                f"and fails it; a metric {self.replica}'s /metrics does not carry is unknown, never within bounds: "
+                + ("it fails the step" if self.on_unknown == "fail" else "it is noted and not watched"))
 
 
 def check_watch(here: str, kind: str, spec: WatchSpec, replicas: dict[str, list[str]]) -> None:

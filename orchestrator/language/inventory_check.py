@@ -4,7 +4,9 @@ and a run's start say it in one line (exit 2) instead of a gate failing half-way
 - an `env:` gate (or a `manual:` step's verification) reading another host's env map names a host
   the inventory lists;
 - a `query:` gate, or an analysis with `source: prometheus`, runs on a host whose inventory entry
-  names a `prometheus_url`.
+  names a `prometheus_url`;
+- an analysis' per-replica matchers (`prometheus.replicas`) that name a `host="..."` name a host
+  the inventory lists (a control on another host: a typo there would read no series at all).
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ def inventory_problem(rb: Runbook, host: str, inventory_hosts: Collection[str], 
             reads = ("a query: gate" if st.query is not None else
                      "metrics with source: prometheus" if st.analysis is not None and st.analysis.source == "prometheus"
                      else None)
+            q = st.analysis.prometheus if st.analysis is not None and st.analysis.source == "prometheus" else None
+            for other in (q.hosts() if q is not None else []):
+                if other not in inventory_hosts:
+                    return (f"runbook {rb.name}'s {step_at(where, i, st.id)} reads a replica on host {other!r} "
+                            f"(prometheus.replicas' host=\"{other}\"), which the inventory does not list "
+                            f"({', '.join(sorted(inventory_hosts)) or 'none'}): fix the matcher or add the host")
             if reads is not None and not has_prometheus:
                 return (f"runbook {rb.name}'s {step_at(where, i, st.id)} reads {reads}, but the inventory names no "
                         f"prometheus_url for {host}: add it to the host's entry"

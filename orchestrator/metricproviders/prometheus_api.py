@@ -45,11 +45,13 @@ def _quote(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def replica_query(replica: str, replica_label: str = "replica", selector: str = "") -> str:
-    """The instant-vector selector of one replica's series."""
+def replica_query(replica: str, replica_label: str = "replica", selector: str = "", matchers: str | None = None) -> str:
+    """The instant-vector selector of one replica's series: by `replica_label="<replica>"`, or by
+    the replica's own `matchers` (a per-replica selector); `selector` ANDed in either way."""
     names = "|".join(re.escape(n) for n in series_names())
+    own = matchers if matchers is not None else f'{replica_label}="{_quote(replica)}"'
     extra = f", {selector}" if selector else ""
-    return f'{{__name__=~"{names}", {replica_label}="{_quote(replica)}"{extra}}}'
+    return f'{{__name__=~"{names}", {own}{extra}}}'
 
 
 def parse_vector(answer: Any, at: float) -> Scrape:
@@ -74,11 +76,11 @@ def parse_vector(answer: Any, at: float) -> Scrape:
 
 
 async def read_replica(client: Any, replica: str, at: float, *, replica_label: str = "replica",
-                       selector: str = "") -> Scrape:
+                       selector: str = "", matchers: str | None = None) -> Scrape:
     """One instant read of `replica`'s series through `client` (its `query(promql)` answers
     `(status, text)`: orchestrator/hosts/clients/prometheus.py), stamped `at` (the run clock).
     Raises what the client raises (unreachable) or `PrometheusUnreadable` (an unusable answer)."""
-    status, text = await client.query(replica_query(replica, replica_label, selector))
+    status, text = await client.query(replica_query(replica, replica_label, selector, matchers))
     return parse_answer(status, text, at)
 
 

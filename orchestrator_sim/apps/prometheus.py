@@ -1,9 +1,13 @@
 """A loopback fake of a Prometheus-compatible query API over one simulated host's exporters:
 `GET /api/v1/query` (an instant vector) and `GET /api/v1/query_range` (a matrix).
 
-What it holds, labelled as the host's scrape configs label them:
-- each ready engine's /metrics samples, `replica="r1"|"r2"`, `job="sglang"` (what the analysis'
-  `source: prometheus` reads);
+What it holds, labelled as the hosts' scrape configs label them, for every host of the simulated
+fleet (one query API behind every host's `prometheus_url`, as a central Prometheus holds every
+host's collector's series; a fleet of gpu02 alone holds gpu02's):
+- each ready engine's /metrics samples with the collector's `host="<host>"` and
+  `container_name="<service>"`, and the simulator's `replica="r1"|"r2"` (the service's suffix) and
+  `job="sglang"` (what the analysis' `source: prometheus` reads by default; per-replica matchers
+  pick an engine by host and container name);
 - DCGM's exporter while its container runs (`job="dcgm-dcgm-glm53"`, `container_name="dcgm-glm53"`,
   `host="<host>"`, as the compose file's otelcol job labels it): per GPU `DCGM_FI_DEV_FB_FREE`,
   `DCGM_FI_DEV_FB_USED`, `DCGM_FI_DEV_XID_ERRORS`;
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -95,8 +99,9 @@ def node_text() -> str:
 def host_series(host: SimHost) -> list[Series]:
     """Every series the host's scrape targets expose now."""
     out: list[Series] = []
-    for replica, text in sorted(host.prometheus_texts().items()):
-        out += _samples(text, {"replica": replica, "job": "sglang"})
+    for service, text in sorted(host.prometheus_texts().items()):
+        out += _samples(text, {"replica": service.rsplit("-", 1)[-1], "job": "sglang", "host": host.name,
+                               "container_name": service})
     dcgm = host.dcgm_exporter_text()
     if dcgm is not None:
         out += _samples(dcgm, {"job": "dcgm-dcgm-glm53", "service": "dcgm-exporter", "container_name": "dcgm-glm53",
@@ -148,12 +153,18 @@ def _float(request: Request, name: str) -> float:
                        f"timestamp or duration") from None
 
 
-def build_prometheus_app(host: SimHost) -> Starlette:
+def build_prometheus_app(host: SimHost, fleet: Callable[[], Iterable[SimHost]] | None = None) -> Starlette:
+    """The query API behind `host`'s `prometheus_url`, holding the series of every host `fleet()`
+    gives (default: `host` alone). The `prometheus-down` fault of `host` takes it down."""
+
+    def series() -> list[Series]:
+        return [s for h in (fleet() if fleet is not None else [host]) for s in host_series(h)]
+
     async def query(request: Request) -> Response:
         if host.faults.active("prometheus-down"):
             return _error(503, "unavailable", "the query API is down (simulated fault prometheus-down)")
         try:
-            found = evaluate(request.query_params.get("query", ""), host_series(host))
+            found = evaluate(request.query_params.get("query", ""), series())
         except BadQuery as exc:
             return _error(400, "bad_data", str(exc))
         now = time.time()
@@ -172,7 +183,7 @@ def build_prometheus_app(host: SimHost) -> Starlette:
             if (end - start) / step > MAX_POINTS:
                 raise BadQuery(f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. Try decreasing the "
                                f"query resolution (?step=XX)")
-            found = evaluate(request.query_params.get("query", ""), host_series(host))
+            found = evaluate(request.query_params.get("query", ""), series())
         except BadQuery as exc:
             return _error(400, "bad_data", str(exc))
         points = [start + i * step for i in range(int((end - start) / step) + 1)]

@@ -418,7 +418,7 @@ class SimFleet(FleetFiles):
             "compose-manager": build_compose_manager_app(host, self.tokens.compose_manager, host.faults, rec),
             "inference": build_inference_app(host, self.tokens.inference, rec),
             "proxy": build_host_proxy_app(host),
-            "prometheus": build_prometheus_app(host),
+            "prometheus": build_prometheus_app(host, lambda: list(self.hosts.values())),
         }
         return {name: RecordingMiddleware(app, rec, name, host.name) for name, app in apps.items()}
 

@@ -63,8 +63,10 @@ class HostEngines(HostState):
         if step == "args":
             model = re.search(r"--model-path\s+(\S+)", c.command)
             dist = re.search(r"--dist-init-addr\s+(\S+)", c.command)
+            chunk = re.search(r"--chunked-prefill-size[ =](\S+)", c.command)
             return sglang_log.args_lines(
-                ts, SERVED_MODEL, model.group(1) if model else "", dist.group(1) if dist else ""
+                ts, SERVED_MODEL, model.group(1) if model else "", dist.group(1) if dist else "",
+                chunk.group(1) if chunk else None,
             )
         return {
             "dist": lambda: sglang_log.dist_lines(ts, self.rng),

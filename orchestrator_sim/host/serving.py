@@ -266,11 +266,11 @@ class ServingPaths(HostCore):
             return device_memory.dcgm_text(self._containers.values(), self.host_ip)
 
     def prometheus_texts(self) -> dict[str, str]:
-        """replica (r1, r2: the service's suffix) -> its engine's /metrics text, for every ready
-        engine: what a Prometheus scraping the host's engines holds now (apps/prometheus.py)."""
+        """service -> its engine's /metrics text, for every ready engine: what a Prometheus
+        scraping the host's engines holds now (apps/prometheus.py)."""
         with self._lock:
             self.sync()
-            return {c.service.rsplit("-", 1)[-1]: self._metrics_text(c) for c in self._containers.values()
+            return {c.service: self._metrics_text(c) for c in self._containers.values()
                     if c.engine is not None and c.ready}
 
     def _metrics_text(self, c: Container) -> str:

@@ -36,10 +36,14 @@ def ranked(ts: datetime, text: str) -> list[str]:
     return [f"{stamp(ts, r)} {text}" for r in RANKS]
 
 
-def args_lines(ts: datetime, served_model: str, model_path: str, dist_addr: str) -> list[str]:
+def args_lines(ts: datetime, served_model: str, model_path: str, dist_addr: str,
+               chunked_prefill_size: str | None = None) -> list[str]:
+    """SGLang's `server_args=ServerArgs(...)` line (trimmed to the fields the simulator models);
+    `chunked_prefill_size` is the command's `--chunked-prefill-size` (None when it has none)."""
     return [
         f"{stamp(ts)} server_args=ServerArgs(model_path='{model_path}', tokenizer_mode='auto', "
         f"served_model_name='{served_model}', host='0.0.0.0', port=8000, tp_size=4, ep_size=4, "
+        f"chunked_prefill_size={chunked_prefill_size or 'None'}, "
         f"dist_init_addr='{dist_addr}', enable_metrics=True, enable_cache_report=True)",
     ]
 

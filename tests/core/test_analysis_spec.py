@@ -112,7 +112,16 @@ def test_the_shipped_pdi2_canary_gates_are_the_lab_results_as_thresholds():
     [readout] = [s for ph in rb.phases for s in ph.steps if s.analysis is not None]
     a = readout.analysis
     assert a is not None and a.window == 1800 and a.min_samples == 200 and a.not_enough_traffic == "halt"
-    assert [g.text() for g in a.gates] == ["tpot_p50 r2/r1 <= 0.9", "ttft_p50 r2/r1 <= 1.05", "completion_rate of r2 >= 0.99"]
+    assert [g.text() for g in a.gates] == ["tpot_p50 r2/r1 <= 0.9", "ttft_p50 r2/r1 <= 1.05", "completion_rate of r2 >= 0.99",
+                                           "min_free_device_memory_gb of r2 >= 3",
+                                           "min_free_device_memory_gb r2/r1 >= 0.9"]
+    assert a.dcgm is not None and a.dcgm.port == 8010  # the canary tag's relay route to dcgm-glm53
+    # r2 goes down only after a quiet wait, and r1 (alone on the long domain) is watched while r2 cold-starts
+    steps = [s for ph in rb.phases for s in ph.steps]
+    ids = [s.id for s in steps]
+    assert ids.index("wait-for-quiet") < ids.index("stop-r2") and ids.index("relay-up") < ids.index("wait-for-quiet")
+    cold = next(s for s in steps if s.id == "cold-start")
+    assert cold.watch is not None and cold.watch.replica == "r1" and cold.watch.max == {"error_rate": 0.02, "queue_depth_max": 8}
     # r2 only: no mutating step of the canary or its rollback names r1
     r1 = rb.replicas["r1"][0]
     for steps in rb.step_lists():
@@ -162,4 +171,5 @@ def test_the_canary_plan_is_byte_identical_to_its_golden():
     if os.environ.get("ORCHESTRATOR_UPDATE_GOLDEN") == "1":
         path.write_text(out)
     assert out == path.read_text(), "the canary's plan changed: review it, then regenerate"
-    assert "tpot_p50 r2/r1 <= 0.9; ttft_p50 r2/r1 <= 1.05; completion_rate of r2 >= 0.99" in out
+    assert ("tpot_p50 r2/r1 <= 0.9; ttft_p50 r2/r1 <= 1.05; completion_rate of r2 >= 0.99; "
+            "min_free_device_memory_gb of r2 >= 3; min_free_device_memory_gb r2/r1 >= 0.9") in out

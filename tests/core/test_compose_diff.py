@@ -37,7 +37,8 @@ def _check(runbook: str, old: str, new: str) -> list[str]:
 def test_each_service_is_classified_as_compose_decides():
     changes = service_changes(SEED, PDI2)
     assert changes[R2] == "recreated" and changes[R1] == "unchanged" and changes["otelcol-contrib"] == "config-only"
-    assert {k for k, v in changes.items() if v != "unchanged"} == {R2, "otelcol-contrib"}
+    # the relay gains its :8010 route to DCGM (the canary's device-memory gate)
+    assert {k for k, v in changes.items() if v != "unchanged"} == {R2, "otelcol-contrib", "glm53-soak-relay"}
     moved = service_changes(CANARY, SEED)
     assert moved["model-sg-glm53-fp8-tp4-r2"] == "removed" and moved[R2] == "added" and moved["glm53-soak-relay"] == "config-only"
     # a key compose leaves out of its config hash changes nothing; an interpolated default does

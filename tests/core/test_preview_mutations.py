@@ -115,8 +115,8 @@ OUTSIDE = [
     ("runtime-drift", "    profiles: [\"verification\"]\n    runtime: runc\n    user:", "    profiles: [\"verification\"]\n    runtime: nvidia\n    user:", 1, 1,
      "no gate reads a container's runtime: the perception check's result (its ok event) is what the runbook relies on"),
     ("dcgm-image", "dcgm-exporter@sha256:613ab03c", "dcgm-exporter@sha256:0000aaaa", 1, 1,
-     "the DCGM exporter is not an engine and no gpu02 gate reads its metrics (only the qsplit canary's readout, "
-     "through its own relay route, which its runbook checks)"),
+     "the DCGM exporter is not an engine and no gpu02 gate reads its metrics (only the canaries' readouts, "
+     "through their own relay route, which their runbooks check)"),
 ]
 
 

@@ -68,7 +68,7 @@ def test_source_relay_needs_relay_and_prometheus_needs_neither_relay_nor_dcgm():
 def test_a_prometheus_gate_on_an_unknown_replica_is_refused_at_load():
     a = copy.deepcopy(PROM)
     a["gates"][0]["ratio"]["candidate"] = "r7"
-    with pytest.raises(Exception, match="'r7', not a replica of the runbook"):
+    with pytest.raises(Exception, match="'r7' as its candidate, not a replica of the runbook"):
         parse_runbook(with_analysis(a))
 
 

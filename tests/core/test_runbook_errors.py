@@ -45,13 +45,13 @@ def _step_of(raw: dict, phase: str, step_id: str) -> tuple[int, dict]:
 def test_a_schema_error_and_a_rule_error_name_a_step_alike():
     raw = copy.deepcopy(CANARY)
     i, apply = _step_of(raw, "canary", "apply")
-    assert i == 2  # the third step of the phase: named steps[3], as plan numbers from 1
+    assert i == 5  # the sixth step of the phase: named steps[6], as plan numbers from 1
     apply["up"]["services"] = "all"
-    assert "invalid at phases.canary.steps[3] (apply).up.services:" in _bad(raw)
+    assert "invalid at phases.canary.steps[6] (apply).up.services:" in _bad(raw)
     raw = copy.deepcopy(CANARY)
     _, apply = _step_of(raw, "canary", "apply")
     apply["up"]["services"] = ["model-sg-glm53-w4afp8-tp4-r1"]  # not what the dry run before it asked
-    assert "phases.canary.steps[3] (apply): an up must be preceded by a dry_run" in _bad(raw)
+    assert "phases.canary.steps[6] (apply): an up must be preceded by a dry_run" in _bad(raw)
     raw = copy.deepcopy(CANARY)
     raw["preflight"][1]["check"] = "budgett"
     assert "invalid at preflight[2] (budget).check:" in _bad(raw)

@@ -48,7 +48,15 @@ def test_the_shipped_302_canary_loads_with_its_watch_and_dcgm_gates():
     texts = [g.text() for g in readout.analysis.gates]  # type: ignore[union-attr]
     assert texts == ["ttft_p50 r2/r1 <= 0.85", "tpot_p50 r2/r1 <= 0.9", "ttft_p99 r2/r1 <= 1",
                      "min_free_device_memory_gb of r2 >= 6", "min_free_device_memory_gb r2/r1 >= 1.5",
-                     "completion_rate of r2 >= 0.99"]
+                     "completion_rate of r2 >= 0.99", "completion_rate r2/r1 >= 0.99"]
+    # the change itself is checked on the running r2 before the readout: its startup line and its image
+    ids = [s.id for s in rb.phases[0].steps]
+    assert ids.index("cold-start") < ids.index("change-args") < ids.index("change-image") < ids.index("readout")
+    args = next(s for s in rb.phases[0].steps if s.id == "change-args").markers
+    assert args is not None and [(v.pattern, v.equals) for v in args.values] == [
+        (r"server_args=ServerArgs\(.*\bchunked_prefill_size=(\d+)", 16384)]
+    image = next(s for s in rb.phases[0].steps if s.id == "change-image").image
+    assert image is not None and image.replica == "r2" and rb.replica_values["r2"]["engine_image"] == "8ff1a487b98a"
     r1 = rb.replicas["r1"][0]
     for steps in rb.step_lists():
         for st in steps:

@@ -12,13 +12,19 @@ simulator's live traffic, whose every minute has its own seeded latency factor.
 - a candidate without `sglang:num_aborted_requests_total` (`no-abort-counter`) has an unknown
   completion rate, never 100 %: inconclusive, halted;
 - too little traffic (`low-traffic`) neither passes nor fails silently: HALTED with the readout,
-  the candidate left running for a human.
-Every readout shows each gate's point with its interval.
+  the candidate left running for a human;
+- r2's device memory (DCGM through the relay's :8010 route) under its floor (`memory-squeeze:r2`)
+  fails the readout; r1 erroring while r2 cold-starts (`serving-errors:r1`) fails the phase through
+  the watch on r1; at noon on full traffic r2 is not stopped before the quiet wait has asked (and
+  --yes answered).
+Every readout shows each gate's point with its interval. The runs start inside the runbook's
+01:00-05:00 UTC quiet window (no wait) unless a test says noon.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -34,10 +40,12 @@ RUNBOOK = "gpu02-glm53-w4afp8-pdi2-canary"
 CANARY_TAG = "v0.0.304"
 R1 = "model-sg-glm53-w4afp8-tp4-r1"
 R2 = "model-sg-glm53-w4afp8-tp4-r2"
+NIGHT = datetime(2026, 12, 2, 2, 30, tzinfo=UTC)  # inside the runbook's 01:00-05:00 quiet window
+NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def canary(tmp_path: Path):
+def canary(tmp_path: Path, monkeypatch):
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.demo import demo_settings
     from orchestrator.service.session import Session
@@ -45,11 +53,14 @@ def canary(tmp_path: Path):
 
     opened = []
 
-    def make(*faults: str, runbook: str = RUNBOOK):
+    def make(*faults: str, runbook: str = RUNBOOK, wall: datetime = NIGHT, cold_start_s: float = 1200):
+        import orchestrator.engine.steps.quiet as quiet
+
+        monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
         # one simulated time for the simulator and the orchestrator, standing still while the
         # simulator answers: the window holds its 30 polls however loaded the machine is
         clock = AnswerTimeClock(SPEED)
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, initial="long-context"),
+        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"),
                          clock=clock)
         fleet.__enter__()
         state = tmp_path / f"state{len(opened)}"
@@ -240,6 +251,52 @@ def test_after_too_little_traffic_the_operator_rejects_the_candidate_with_rollba
     assert rb.name == RUNBOOK
     done = canary.within(lambda: execute(session, run, rb, table, progress=RecordingProgress(), yes=True))
     assert done.outcome in ("DONE", "ROLLED_BACK"), done.message
+    assert fleet.host.container(R2).tag == "v0.0.300"
+    _r1_untouched(fleet, r1_before)
+
+
+def _notes(progress: RecordingProgress) -> list[str]:
+    return [f.get("note") or "" for k, f in progress.events if k == "transition"]
+
+
+def test_a_memory_squeeze_fails_the_device_memory_gate_after_the_quiet_wait(canary):
+    """`memory-squeeze:r2`: r2 leaves 1.5 GB free on its tightest GPU (DCGM through :8010), under the
+    3 GB floor and under 0.9x r1's 3.7 GB: both memory gates fail, the latencies still pass, r2 goes
+    back to #294. At noon on full traffic the quiet wait does not end by itself: after 2 h, --yes."""
+    fleet, final, r1_before, progress, _ = canary("memory-squeeze:r2", wall=NOON)
+    assert final.outcome == "ROLLED_BACK", final.message
+    quiet = [n for n in _notes(progress) if n.startswith("not quiet after 2h")]
+    assert quiet and "a human approved going on" in quiet[0], _notes(progress)
+    text = _readout(progress)
+    assert text.startswith("canary readout: FAIL"), text
+    assert "FAIL: min_free_device_memory_gb of r2 >= 3: r2 min_free_device_memory_gb = 1.5 GB, not >= 3" in text, text
+    row = next(line for line in text.splitlines() if line.startswith("min_free_device_memory_gb") and "r2/r1" in line)
+    assert "1.5 GB" in row and "3.7 GB" in row and row.split()[-1] == "FAIL", text
+    assert _row(text, "tpot_p50").split()[-1] == "PASS"
+    assert fleet.host.container(R2).tag == "v0.0.300"
+    _r1_untouched(fleet, r1_before)
+    assert fleet.check_invariants() == []
+
+
+def test_the_device_memory_gates_pass_on_the_pdi2_engine(canary):
+    """Without a fault the pdi-2 engine keeps #294's margin: r2 and r1 both 3.7 GB, ratio 1."""
+    fleet, final, _, progress, _ = canary()
+    assert final.outcome == "DONE", final.message
+    text = _readout(progress)
+    row = next(line for line in text.splitlines() if line.startswith("min_free_device_memory_gb") and "r2/r1" in line)
+    assert "3.7 GB" in row and row.split()[-1] == "PASS", text
+    assert any(n.startswith("inside the 01:00-05:00 UTC window after 0s") for n in _notes(progress)), _notes(progress)
+
+
+def test_a_watch_on_r1_during_r2s_cold_start_fails_the_phase(canary):
+    """`serving-errors:r1`: the control aborts 20 % of its requests while it serves the long domain
+    alone. The watch on r1 breaches its 2 % bound before r2 is ready: the cold start is stopped and
+    fails, r2 goes back to #294, r1 is never touched."""
+    fleet, final, r1_before, progress, _ = canary("serving-errors:r1", cold_start_s=2700)
+    assert final.outcome == "ROLLED_BACK", final.message
+    hit = [n for n in _notes(progress) if n.startswith("watch on r1 during cold-start: r1 error_rate = ")]
+    assert hit and "not <= 0.02" in hit[0], _notes(progress)
+    assert not any("canary readout:" in n for n in _notes(progress))
     assert fleet.host.container(R2).tag == "v0.0.300"
     _r1_untouched(fleet, r1_before)
 

@@ -5,7 +5,11 @@ memory read from the simulator's DCGM exporter through the relay's :8010 route.
 - the simulator's #302 engine (TTFT and TPOT 0.7x, 9.3 GB free vs r1's 3.7 GB) is promoted;
 - a memory squeeze (`memory-squeeze:r2`: 1.5 GB free) fails the device-memory gate: r2 goes back
   to the #294 file and tag, r1 the same container throughout;
-- a watch on r1 during r2's cold start (`serving-errors:r1`: r1 aborts 20 %) fails the phase.
+- a watch on r1 during r2's cold start (`serving-errors:r1`: r1 aborts 20 %) fails the phase;
+- the change itself is checked on the running r2 before any readout: run at the pdi-2 tag (whose r2
+  is not #302), r2's startup line says chunked_prefill_size=8192 and its image is fde25985: the
+  phase fails into its rollback, never a readout of something else;
+- a candidate that aborts requests (`candidate-errors:r2`) fails completion against r1's.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from sim_time import AnswerTimeClock
 from waiting import wait_until_async
 
@@ -30,6 +35,7 @@ R2 = "model-sg-glm53-w4afp8-tp4-r2"
 
 
 NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)  # outside the runbook's 01:00-05:00 quiet window
+NIGHT = datetime(2026, 12, 2, 2, 30, tzinfo=UTC)  # inside it: no wait
 
 
 @pytest.fixture
@@ -43,7 +49,8 @@ def canary(tmp_path: Path, monkeypatch):
 
     opened = []
 
-    def make(*faults: str, wall: datetime = NOON, yes: bool = True, human=None, cold_start_s: float = 1200):
+    def make(*faults: str, wall: datetime = NOON, yes: bool = True, human=None, cold_start_s: float = 1200,
+             tag: str = CANARY_TAG, runbook: str = RUNBOOK):
         import orchestrator.engine.steps.quiet as quiet
 
         monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
@@ -60,7 +67,7 @@ def canary(tmp_path: Path, monkeypatch):
                                retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
         opened.append((fleet, session))
         r1_before = fleet.host.container(R1)
-        run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, RUNBOOK)
+        run, rb, table = new_rollout(session, "gpu02", tag, runbook)
         progress = RecordingProgress()
 
         async def go():
@@ -113,6 +120,11 @@ def test_the_302_candidate_is_promoted_on_latency_and_device_memory(canary):
     r2 = fleet.host.container(R2)
     assert r2.tag == CANARY_TAG and r2.state == "running"
     assert "8ff1a487b98a" in r2.image
+    notes = _notes(progress)
+    assert "model-sg-glm53-w4afp8-tp4-r2: log markers hold" in notes, notes  # chunked_prefill_size=16384
+    assert any(n.startswith("model-sg-glm53-w4afp8-tp4-r2") and "8ff1a487b98a" in n for n in notes), notes
+    completion = next(line for line in text.splitlines() if line.startswith("completion_rate") and "r2/r1" in line)
+    assert completion.split()[-1] == "PASS", text
     _r1_untouched(fleet, r1_before)
     assert fleet.check_invariants() == []
 
@@ -183,4 +195,43 @@ def test_without_yes_the_quiet_wait_asks_a_human_and_r2_stays_up_until_approved(
     assert seen == {"r2_at_ask": "v0.0.300", "downs_at_ask": 0}
     assert any(n.startswith("not quiet after 2h") and "a human approved going on" in n for n in _notes(progress))
     assert final.outcome == "ROLLED_BACK"  # then the canary ran (and its memory squeeze failed it)
+    _r1_untouched(fleet, r1_before)
+
+
+def test_at_a_tag_whose_r2_is_not_302_the_change_check_fails_before_any_readout(canary):
+    """The pdi-2 tag v0.0.304 deploys an r2 at 8192-token chunks on fde25985: its startup line says
+    so, the check of the change fails, r2 goes back to #294 and nothing is read out as #302."""
+    fleet, final, r1_before, progress, _ = canary(wall=NIGHT, tag="v0.0.304")
+    assert final.outcome == "ROLLED_BACK", final.message
+    [note] = [n for n in _notes(progress) if "chunked_prefill_size=" in n]
+    assert note.startswith("model-sg-glm53-w4afp8-tp4-r2: ") and "chunked_prefill_size=8192 is outside" in note, note
+    assert "16384" in note, note
+    assert not any("canary readout:" in n for n in _notes(progress))
+    assert fleet.host.container(R2).tag == "v0.0.300"
+    _r1_untouched(fleet, r1_before)
+
+
+def test_the_image_check_fails_on_an_r2_not_pinned_by_the_v2_digest(canary, tmp_path):
+    """The image gate alone (the args check left out): at v0.0.304 r2 runs fde25985, not 8ff1a487b98a."""
+    from orchestrator.language.runbook import RUNBOOK_DIR
+
+    raw = yaml.safe_load((RUNBOOK_DIR / f"{RUNBOOK}.yaml").read_text())
+    raw["phases"][0]["steps"] = [s for s in raw["phases"][0]["steps"] if s["id"] != "change-args"]
+    path = tmp_path / "qsplit-image-only.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    fleet, final, r1_before, progress, _ = canary(wall=NIGHT, tag="v0.0.304", runbook=str(path))
+    assert final.outcome == "ROLLED_BACK", final.message
+    assert any("8ff1a487b98a" in n and "fde25985" in n for n in _notes(progress)), _notes(progress)
+    assert not any("canary readout:" in n for n in _notes(progress))
+    _r1_untouched(fleet, r1_before)
+
+
+def test_a_candidate_that_aborts_requests_fails_completion_against_r1(canary):
+    """`candidate-errors:r2`: r2 completes 95 % where r1 completes all: r2/r1 wholly under 0.99."""
+    fleet, final, r1_before, progress, _ = canary("candidate-errors:r2", wall=NIGHT)
+    assert final.outcome == "ROLLED_BACK", final.message
+    text = _readout(progress)
+    row = next(line for line in text.splitlines() if line.startswith("completion_rate") and "r2/r1" in line)
+    assert row.split()[-1] == "FAIL", text
+    assert "FAIL: completion_rate r2/r1 >= 0.99: r2/r1 = " in text and "wholly outside >= 0.99" in text, text
     _r1_untouched(fleet, r1_before)

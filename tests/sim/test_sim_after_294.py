@@ -1,5 +1,5 @@
 """gpu02 as #294 left it (SimConfig(initial="long-context")), the canaries' starting point, and
-the pdi-2 canary's tag v0.0.304, whose LongContext file differs from #294's in r2 only."""
+the pdi-2 canary's tag v0.0.304, whose LongContext file differs from #294's in r2 (and the soak relay's DCGM route) only."""
 
 from __future__ import annotations
 

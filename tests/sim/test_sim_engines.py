@@ -228,3 +228,20 @@ def test_a_crashed_engine_restarts_into_a_cold_start_that_can_hang(make_sim) -> 
     assert any("NCCL error" in ln for ln in lines)
     assert STARTUP_LINE in [ln for ln in lines if STARTUP_LINE in ln][-1]
     assert not any(READY_LINE in ln for ln in lines)
+
+
+def test_the_startup_line_says_the_chunk_size_the_command_gives(make_sim) -> None:
+    """SGLang's server_args line carries chunked_prefill_size (what a `markers:` gate reads to check
+    the change on the running engine): the command's --chunked-prefill-size, None without one."""
+    from datetime import datetime
+
+    from orchestrator_sim.host import sglang_log
+
+    sim = make_sim(log_lines=None)
+    command = sim.fleet.host._containers[R1].command
+    want = re.search(r"--chunked-prefill-size[ =](\S+)", command)
+    [line] = [ln for ln in _body(sim.logs(R1, file=CANARY), R1) if STARTUP_LINE in ln]
+    assert f"chunked_prefill_size={want.group(1) if want else 'None'}," in line
+    at = datetime(2026, 12, 2)
+    assert "chunked_prefill_size=16384," in sglang_log.args_lines(at, "m", "/p", "a:1", "16384")[0]
+    assert "chunked_prefill_size=None," in sglang_log.args_lines(at, "m", "/p", "a:1")[0]

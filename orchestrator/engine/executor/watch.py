@@ -5,7 +5,9 @@ a breach cancels the step and fails it, naming the breach, so the phase's rollba
 Each poll scrapes the watched replica's /metrics through its relay route; the rates are taken over
 the scrapes of the last `window` (window arithmetic of orchestrator/analysis/window.py, counter
 resets included); a rate on fewer than `min_samples` requests is not judged (a quiet replica is
-not a failing one), a gauge is judged at every scrape.
+not a failing one), a gauge is judged at every scrape. A metric whose series the replica does not
+carry is unknown: the watch fails the step (`on_unknown: fail`) or says once that it does not
+watch it (`note`); never read as within its bounds (orchestrator/analysis/watch_spec.py).
 """
 
 from __future__ import annotations
@@ -27,8 +29,25 @@ if TYPE_CHECKING:
 MISSES = 3
 
 
+def unknown(spec: WatchSpec, scrapes: list[Scrape]) -> dict[str, str]:
+    """metric -> why it is unknown, for each watched metric whose series the window lacks (absent
+    from the replica's /metrics, or carried by only part of the window)."""
+    try:
+        w = window_of(spec.replica, scrapes)
+    except WindowError:
+        return {}  # a window that cannot be combined is breach()'s to name
+    out: dict[str, str] = {}
+    for metric, _, _ in spec.bounds():
+        m = measure(metric, w)
+        if m.absent is not None:
+            out[metric] = (f"{spec.replica}'s /metrics carried {m.absent} in only part of the window" if m.partial
+                           else f"{spec.replica}'s /metrics carries no {m.absent}")
+    return out
+
+
 def breach(spec: WatchSpec, scrapes: list[Scrape]) -> str | None:
-    """The first bound the window crosses on enough traffic, said in one phrase; else None."""
+    """The first bound the window crosses on enough traffic, said in one phrase; else None. An
+    unknown metric is not judged here (`unknown` names it)."""
     try:
         w = window_of(spec.replica, scrapes)
     except WindowError as exc:
@@ -52,6 +71,7 @@ async def watch(rt: Activities, spec: WatchSpec) -> str:
 
     scrapes: list[Scrape] = []
     misses = 0
+    noted: set[str] = set()
     while True:
         try:
             s = await read_scrape(rt, spec.relay.port, spec.relay.token_variable)
@@ -63,6 +83,15 @@ async def watch(rt: Activities, spec: WatchSpec) -> str:
             found = breach(spec, scrapes) if len(scrapes) >= 2 else None
             if found:
                 return found
+            for metric, why in (unknown(spec, scrapes) if len(scrapes) >= 2 else {}).items():
+                if spec.on_unknown == "fail":
+                    return (f"{spec.replica} {metric} is unknown ({rt.scrub(why)}): a watch that cannot see it does not "
+                            f"watch it (on_unknown: fail)")
+                if metric not in noted:
+                    noted.add(metric)
+                    text = f"watch on {spec.replica}: {metric} is unknown ({rt.scrub(why)}): not watched (on_unknown: note)"
+                    rt.log.warning("watch_metric_unknown", replica=spec.replica, metric=metric, text=text)
+                    rt.emit("note", text=text)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the relay client's errors and bad text, counted, then named

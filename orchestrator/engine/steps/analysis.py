@@ -102,7 +102,8 @@ class _PrometheusReader:
         from orchestrator.metricproviders.prometheus_api import read_replica
 
         return await read_replica(self.client, replica, self.rt.clock.monotonic(),
-                                  replica_label=self.q.replica_label, selector=self.q.selector)
+                                  replica_label=self.q.replica_label, selector=self.q.selector,
+                                  matchers=(self.q.replicas or {}).get(replica))
 
 
 @register
