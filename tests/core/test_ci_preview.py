@@ -26,8 +26,9 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None or shutil.which("bas
 
 
 def test_runbooks_affected_by_names_the_deploying_runbook_and_its_role():
-    # the LongContext file is #294's runbook's new file and the pdi-2 and #302 canaries' (issue 23), which edit r2 in it
-    assert [(a.runbook.name, a.role) for a in runbooks_affected_by(NEW)] == [("gpu02-glm53-w4afp8-long-context", "new"),
+    # the LongContext file is #294's runbook's new file and the pdi-2, #302 and #332 canaries' (issue 23), which edit r2 in it
+    assert [(a.runbook.name, a.role) for a in runbooks_affected_by(NEW)] == [("gpu02-glm53-2xtp2-memopt-canary", "new"),
+                                                                               ("gpu02-glm53-w4afp8-long-context", "new"),
                                                                                ("gpu02-glm53-w4afp8-pdi2-canary", "new"),
                                                                                ("gpu02-glm53-w4afp8-qsplit-canary", "new")]
     # the Canary path is #294's rollback target (gpu02's revision) and the gpu04 canary's new file (its later revision)
@@ -116,7 +117,7 @@ def test_a_mutation_the_runbook_relies_on_fails_the_job_and_the_summary_shows_it
             f"runbooks/gpu02-glm53-w4afp8-long-context.yaml:")
     assert line in r.stderr and line in summary
     # every runbook deploying the file relies on it (the canaries too): none matches, all are listed
-    assert summary.count("(**mismatch**)") == 3
+    assert summary.count("(**mismatch**)") == 4
 
 
 def test_a_change_for_another_runbook_of_the_same_file_passes_and_names_the_others(repo, tmp_path):
