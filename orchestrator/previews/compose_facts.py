@@ -235,6 +235,9 @@ class FactCheck:
                 if field in ("remedy", "down", "dry_run", "up", "plan") or not isinstance(spec, BaseModel):
                     continue
                 for port, rep in _relay_ports(spec, replica, set(self.rb.replicas)):
+                    if field == "proxy_pool":  # the host's own proxy (its /backends/list): no replica's route
+                        out.append(RelayRead(port, None, section, st, field, reads_metrics=False))
+                        continue
                     # a `relay:` gate reads /health, /v1/models and a generation; every other gate
                     # that names a relay (metrics, labels, watch, quiet, soak, analysis) reads /metrics
                     out.append(RelayRead(port, rep, section, st, field, reads_metrics=field != "relay"))

@@ -23,9 +23,16 @@ def _body(cf: ComposeFile, service: str) -> dict[str, Any]:
     return cf.services[service].body
 
 
+#: a command that is a shell running a script: `[/bin/bash, -lc, script]`, `[sh, -c, script]`
+_SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash"})
+
+
 def argv(cf: ComposeFile, service: str, env: Mapping[str, str]) -> list[str] | None:
     """The service's `command` as the argument list compose passes (a string is split as a
-    shell would, after interpolation); None when it has no `command`."""
+    shell would, after interpolation); None when it has no `command`. A shell wrapper whose
+    script ends in `exec PROGRAM ...` (the gpu04 canary's engine checks its loader, then execs
+    `sglang serve`) is read as the argument list of the program it execs: that is the process
+    the flags configure."""
     command = _body(cf, service).get("command")
     if command is None:
         return None
@@ -34,7 +41,24 @@ def argv(cf: ComposeFile, service: str, env: Mapping[str, str]) -> list[str] | N
             return shlex.split(resolve_env_value(command, env, lenient=True))
         except ValueError as exc:
             raise ComposeFileError(f"compose file {cf.path}, service {service}: command: {exc}") from exc
-    return [str(a) for a in interpolate(list(command), env)]
+    args = [str(a) for a in interpolate(list(command), env)]
+    execd = _exec_of_wrapper(args)
+    if execd is None:
+        return args
+    try:
+        return shlex.split(execd)
+    except ValueError as exc:
+        raise ComposeFileError(f"compose file {cf.path}, service {service}: command: {exc}") from exc
+
+
+def _exec_of_wrapper(args: list[str]) -> str | None:
+    """The `exec ...` command line of a `[shell, -c|-lc, script]` command (backslash-newline
+    continuations joined), or None."""
+    if len(args) != 3 or args[0] not in _SHELLS or not args[1].startswith("-") or "c" not in args[1]:
+        return None
+    lines = args[2].replace("\\\n", " ").splitlines()
+    execs = [line.strip()[len("exec "):] for line in lines if line.strip().startswith("exec ")]
+    return execs[-1] if execs else None
 
 
 def labels(cf: ComposeFile, service: str, env: Mapping[str, str]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from orchestrator.engine.fleet import run_fleet
+from orchestrator.engine.progress import Progress
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.language.runbook import (
     DEFAULT_RUNBOOK,
@@ -104,6 +105,29 @@ def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier
     return DemoTarget(name, tuple(rb.hosts), tag, initial)
 
 
+class DemoOperator:
+    """The human a rehearsal needs for a `manual:` step: when the run reaches one, the simulated
+    dashboard gets the edit its verification describes (`equals`: set, `absent`: removed), on the
+    host it names. The run still approves and verifies the edit as it would in production; the
+    demo only plays the person making it. Every event goes on to `inner` (the demo's progress)."""
+
+    def __init__(self, fleet: Any, runbook: Any, host: str, inner: Progress | None = None) -> None:
+        self.fleet, self.host, self.inner = fleet, host, inner
+        self.edits = {s.id: s.manual.verify.env for steps in runbook.step_lists() for s in steps if s.manual is not None}
+
+    def event(self, kind: str, **fields: Any) -> None:
+        if self.inner is not None:
+            self.inner.event(kind, **fields)
+        env = self.edits.get(str(fields.get("state", "")).rsplit(".", 1)[-1]) if kind == "step_started" else None
+        if env is None:
+            return
+        host = self.host if env.host == "this" else env.host
+        for key, value in env.equals.items():
+            self.fleet.set_env_var(key, value, host=host)
+        for key in env.absent:
+            self.fleet.set_env_var(key, None, host=host)
+
+
 def list_fault_table() -> str:
     arg = {"replica": ":r1|:r2", "count": ":N", "replica-count": ":r1|:r2[:N]", "none": ""}
     rows = []
@@ -185,7 +209,8 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
                     if console is not None and title:
                         console.rule(f"{title}{host}")
                     r, rb_, t = new_rollout(session, host, tag, runbook_)
-                    return asyncio.run(execute(session, r, rb_, t, progress=progress, yes=True))
+                    operator = DemoOperator(fleet, rb_, host, inner=progress)
+                    return asyncio.run(execute(session, r, rb_, t, progress=operator, yes=True))
                 return one
 
             if len(target.hosts) == 1:  # refused before it starts: the UserError's one line

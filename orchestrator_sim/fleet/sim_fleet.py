@@ -25,7 +25,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -223,6 +223,9 @@ class SimFleet(FleetFiles):
             "log_lines": self.config.log_lines,
         }
         self.hosts: dict[str, SimHost] = {}
+        #: per host, its env map after each `set_env_var` (simulation seconds, the whole map), the
+        #: map before the first change first: a compose call passes the map as it was when it was sent
+        self.env_history: dict[str, list[tuple[float, dict[str, str]]]] = {}
         self._envs: dict[str, dict[str, str]] = {"gpu02": env}
         if "gpu02" in names:  # drawn first, as when gpu02 was the only host
             self.hosts["gpu02"] = SimHost(
@@ -306,11 +309,18 @@ class SimFleet(FleetFiles):
         default `fleet.host`."""
         name = host or self.host.name
         env = self.host_env(name)
+        history = self.env_history.setdefault(name, [(float("-inf"), dict(env))])
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
         self.dashboard.replace_env(f"inst-{name}", env)
+        history.append((self.now(), dict(env)))
+
+    def env_at(self, name: str) -> Callable[[float], Mapping[str, str]]:
+        """Host `name`'s env map as the dashboard served it at a simulation time."""
+        history = self.env_history.get(name) or [(float("-inf"), self.host_env(name))]
+        return lambda at: next(env for t, env in reversed(history) if t <= at)
 
     def now(self) -> float:
         """Simulation seconds since the fleet started."""
@@ -332,7 +342,7 @@ class SimFleet(FleetFiles):
         out: list[str] = []
         for name, host in self.hosts.items():
             mine = [c for c in calls if c.host == name or (not c.host and host is self.host)]
-            env = dashboard_env if dashboard_env is not None and host is self.host else self.host_env(name)
+            env = dashboard_env if dashboard_env is not None and host is self.host else self.env_at(name)
             found = check_invariants(
                 mine,
                 dashboard_env=env,

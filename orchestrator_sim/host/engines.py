@@ -32,8 +32,8 @@ class HostEngines(HostState):
             self._append(c, sglang_log.dist_lines(ts, self.rng)[:4] + sglang_log.nccl_error_lines(ts))
             self._exit(c, 1)
             return
-        if step == "load_begin" and any(  # another engine still holds this replica's GPUs
-            o is not c and o.engine is not None and o.slot is not None and o.slot == c.slot and o.state == "running"
+        if step == "load_begin" and any(  # another engine still holds one of this engine's GPUs
+            o is not c and o.engine is not None and set(o.gpus) & set(c.gpus) and o.state == "running"
             for o in self._containers.values()
         ):
             self._append(c, sglang_log.gpu_busy_oom_lines(ts))
@@ -60,21 +60,22 @@ class HostEngines(HostState):
         self._schedule((next_frac - frac) * self.cold_start_s, self._engine_step, c, run, index + 1)
 
     def _engine_step_lines(self, c: Container, step: str, ts: datetime) -> list[str]:
+        ranks = sglang_log.ranks_of(c.command)  # each TP rank logs its own lines (TP0-TP3, or TP0-TP1 at TP2)
         if step == "args":
             model = re.search(r"--model-path\s+(\S+)", c.command)
             dist = re.search(r"--dist-init-addr\s+(\S+)", c.command)
             chunk = re.search(r"--chunked-prefill-size[ =](\S+)", c.command)
             return sglang_log.args_lines(
                 ts, SERVED_MODEL, model.group(1) if model else "", dist.group(1) if dist else "",
-                chunk.group(1) if chunk else None,
+                chunk.group(1) if chunk else None, ranks,
             )
         return {
-            "dist": lambda: sglang_log.dist_lines(ts, self.rng),
-            "load_begin": lambda: sglang_log.load_begin_lines(ts, self.rng),
-            "load_end": lambda: sglang_log.load_end_lines(ts, self.rng),
-            "kv": lambda: sglang_log.kv_lines(ts),
-            "graph_begin": lambda: sglang_log.graph_begin_lines(ts),
-            "graph_end": lambda: sglang_log.graph_end_lines(ts, self.rng),
+            "dist": lambda: sglang_log.dist_lines(ts, self.rng, ranks),
+            "load_begin": lambda: sglang_log.load_begin_lines(ts, self.rng, ranks),
+            "load_end": lambda: sglang_log.load_end_lines(ts, self.rng, ranks),
+            "kv": lambda: sglang_log.kv_lines(ts, ranks),
+            "graph_begin": lambda: sglang_log.graph_begin_lines(ts, ranks),
+            "graph_end": lambda: sglang_log.graph_end_lines(ts, self.rng, ranks),
             "uvicorn": lambda: sglang_log.uvicorn_lines(ts),
             "ready": lambda: sglang_log.ready_lines(ts),
         }[step]()
@@ -84,8 +85,9 @@ class HostEngines(HostState):
         assert c.engine is not None
         text = c.env.get("SGLANG_HICACHE_RAM_BUDGET", "")
         available = self.available_bytes - self._booked(exclude=c)
+        ranks = sglang_log.ranks_of(c.command)  # the budget is split over the engine's own TP ranks
         try:
-            budget = resolve_budget(text, available)
+            budget = resolve_budget(text, available, len(ranks))
         except BudgetError:
             self._append(c, sglang_log.budget_invalid_lines(ts, text))
             self._exit(c, 1)
@@ -93,8 +95,8 @@ class HostEngines(HostState):
         logged = budget.rank_bytes
         if c.engine.fault == "rank-budget-wrong":
             wrong_text = text.replace("GiB", "GB").replace("gib", "GB")
-            logged = resolve_budget(wrong_text, available).rank_bytes if wrong_text != text else budget.replica_bytes
-        self._append(c, sglang_log.hicache_budget_lines(ts, text, logged))
+            logged = resolve_budget(wrong_text, available, len(ranks)).rank_bytes if wrong_text != text else budget.replica_bytes
+        self._append(c, sglang_log.hicache_budget_lines(ts, text, logged, ranks))
         if c.engine.fault == "cuda-801":
             self._append(c, sglang_log.cuda_801_lines(ts))
             self._exit(c, 1)
@@ -104,7 +106,7 @@ class HostEngines(HostState):
             self._exit(c, 1)
             return False
         c.engine.booked_bytes = budget.replica_bytes
-        self._append(c, sglang_log.hicache_allocated_lines(ts))
+        self._append(c, sglang_log.hicache_allocated_lines(ts, ranks))
         return True
 
     def _engine_noise(self, c: Container, run: int) -> None:

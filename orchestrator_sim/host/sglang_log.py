@@ -8,9 +8,16 @@ The simulator's engine goes through these milestones, at these fractions of its 
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime
 
-RANKS = (0, 1, 2, 3)
+RANKS = (0, 1, 2, 3)  # a TP4 engine's; a TP2 engine (`--tp-size 2`) logs TP0 and TP1 only
+
+
+def ranks_of(command: str) -> tuple[int, ...]:
+    """The engine's TP ranks, from its `--tp-size` (4 when the flag is absent)."""
+    m = re.search(r"--tp-size[ =](\d+)", command)
+    return tuple(range(int(m.group(1)))) if m else RANKS
 
 # (step, fraction of the cold start at which its lines are printed)
 MILESTONES: tuple[tuple[str, float], ...] = (
@@ -32,25 +39,25 @@ def stamp(ts: datetime, rank: int | None = None) -> str:
     return f"[{base} TP{rank}]" if rank is not None else f"[{base}]"
 
 
-def ranked(ts: datetime, text: str) -> list[str]:
-    return [f"{stamp(ts, r)} {text}" for r in RANKS]
+def ranked(ts: datetime, text: str, ranks: tuple[int, ...] = RANKS) -> list[str]:
+    return [f"{stamp(ts, r)} {text}" for r in ranks]
 
 
 def args_lines(ts: datetime, served_model: str, model_path: str, dist_addr: str,
-               chunked_prefill_size: str | None = None) -> list[str]:
+               chunked_prefill_size: str | None = None, ranks: tuple[int, ...] = RANKS) -> list[str]:
     """SGLang's `server_args=ServerArgs(...)` line (trimmed to the fields the simulator models);
     `chunked_prefill_size` is the command's `--chunked-prefill-size` (None when it has none)."""
     return [
         f"{stamp(ts)} server_args=ServerArgs(model_path='{model_path}', tokenizer_mode='auto', "
-        f"served_model_name='{served_model}', host='0.0.0.0', port=8000, tp_size=4, ep_size=4, "
+        f"served_model_name='{served_model}', host='0.0.0.0', port=8000, tp_size={len(ranks)}, ep_size={len(ranks)}, "
         f"chunked_prefill_size={chunked_prefill_size or 'None'}, "
         f"dist_init_addr='{dist_addr}', enable_metrics=True, enable_cache_report=True)",
     ]
 
 
-def dist_lines(ts: datetime, rng: random.Random) -> list[str]:
-    out = ranked(ts, "Init torch distributed begin.")
-    for r in RANKS:
+def dist_lines(ts: datetime, rng: random.Random, ranks: tuple[int, ...] = RANKS) -> list[str]:
+    out = ranked(ts, "Init torch distributed begin.", ranks)
+    for r in ranks:
         out.append(
             f"{stamp(ts, r)} Init torch distributed ends. mem usage={1.70 + 0.02 * r + rng.random() * 0.05:.2f} GB"
         )
@@ -58,8 +65,8 @@ def dist_lines(ts: datetime, rng: random.Random) -> list[str]:
     return out
 
 
-def load_begin_lines(ts: datetime, rng: random.Random) -> list[str]:
-    out = [f"{stamp(ts, r)} Load weight begin. avail mem={137.25 + rng.random() * 0.1:.2f} GB" for r in RANKS]
+def load_begin_lines(ts: datetime, rng: random.Random, ranks: tuple[int, ...] = RANKS) -> list[str]:
+    out = [f"{stamp(ts, r)} Load weight begin. avail mem={137.25 + rng.random() * 0.1:.2f} GB" for r in ranks]
     out.append(f"{stamp(ts, 0)} Using model weights format ['*.safetensors']")
     bar = "\r".join(
         f"Loading safetensors checkpoint shards: {p:>3}% Completed | {n}/30 [{m:02d}:{s:02d}<{'?' if n == 0 else '00:00'}, "
@@ -70,43 +77,43 @@ def load_begin_lines(ts: datetime, rng: random.Random) -> list[str]:
     return out
 
 
-def load_end_lines(ts: datetime, rng: random.Random) -> list[str]:
+def load_end_lines(ts: datetime, rng: random.Random, ranks: tuple[int, ...] = RANKS) -> list[str]:
     return [
         f"{stamp(ts, r)} Load weight end. type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16, "
         f"avail mem={61.05 + rng.random() * 0.1:.2f} GB, mem usage={76.20 + rng.random() * 0.05:.2f} GB."
-        for r in RANKS
+        for r in ranks
     ]
 
 
-def kv_lines(ts: datetime) -> list[str]:
+def kv_lines(ts: datetime, ranks: tuple[int, ...] = RANKS) -> list[str]:
     out = ranked(
-        ts, "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1106304, K size: 25.32 GB, V size: 25.32 GB"
+        ts, "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1106304, K size: 25.32 GB, V size: 25.32 GB", ranks
     )
-    out += ranked(ts, "Memory pool end. avail mem=8.71 GB")
+    out += ranked(ts, "Memory pool end. avail mem=8.71 GB", ranks)
     return out
 
 
-def hicache_budget_lines(ts: datetime, budget_text: str, rank_bytes: int) -> list[str]:
-    return ranked(ts, f"HiCache startup RAM: budget={budget_text} ranks={len(RANKS)} rank_budget_bytes={rank_bytes}")
+def hicache_budget_lines(ts: datetime, budget_text: str, rank_bytes: int, ranks: tuple[int, ...] = RANKS) -> list[str]:
+    return ranked(ts, f"HiCache startup RAM: budget={budget_text} ranks={len(ranks)} rank_budget_bytes={rank_bytes}", ranks)
 
 
-def hicache_allocated_lines(ts: datetime) -> list[str]:
-    return ranked(ts, "HiCache startup RAM allocated")
+def hicache_allocated_lines(ts: datetime, ranks: tuple[int, ...] = RANKS) -> list[str]:
+    return ranked(ts, "HiCache startup RAM allocated", ranks)
 
 
-def graph_begin_lines(ts: datetime) -> list[str]:
-    out = ranked(ts, "Capture cuda graph begin. This can take up to several minutes. avail mem=8.69 GB")
+def graph_begin_lines(ts: datetime, ranks: tuple[int, ...] = RANKS) -> list[str]:
+    out = ranked(ts, "Capture cuda graph begin. This can take up to several minutes. avail mem=8.69 GB", ranks)
     out.append(
         "Capturing batches (bs=32 avail_mem=8.12 GB): 100%|██████████████████████████████| 36/36 [01:12<00:00,  2.01s/it]"
     )
     return out
 
 
-def graph_end_lines(ts: datetime, rng: random.Random) -> list[str]:
+def graph_end_lines(ts: datetime, rng: random.Random, ranks: tuple[int, ...] = RANKS) -> list[str]:
     return [
         f"{stamp(ts, r)} Capture cuda graph end. Time elapsed: {74 + rng.random() * 8:.2f} s. "
         f"mem usage=1.04 GB. avail mem=7.65 GB."
-        for r in RANKS
+        for r in ranks
     ]
 
 

@@ -6,7 +6,7 @@ compared key by key and reported by key only: no value ever appears in a message
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from orchestrator_sim.record.calls import RecordedCall, fingerprint
@@ -100,7 +100,7 @@ def _late_calls(calls: Iterable[RecordedCall], t: float) -> list[str]:
 def check_invariants(
     calls: Sequence[RecordedCall],
     *,
-    dashboard_env: Mapping[str, str] | None = None,
+    dashboard_env: Mapping[str, str] | Callable[[float], Mapping[str, str]] | None = None,
     timeline: ServingTimeline | tuple[Mapping[str, bool], Sequence[SlotChange]] | None = None,
     allow_outage: bool = False,
     no_call_after: float | None = None,
@@ -113,7 +113,8 @@ def check_invariants(
     - `services` is never empty (or missing) on compose/up or compose/down;
     - `force_recreate` is true only on a request naming no engine (a scoped recreate of the
       services whose only change is inline `configs:` content, docker/compose#11900);
-    - the env map is passed whole on every compose/up and compose/down: equal to `dashboard_env`;
+    - the env map is passed whole on every compose/up and compose/down: equal to `dashboard_env` (or, a
+      function of the simulation time, the map as the dashboard served it when the call arrived);
     - after the initial state, the two replica slots are never both not serving (unless
       `allow_outage`), judged on `timeline`;
     - no container was ever removed as an orphan (each removal is listed);
@@ -132,8 +133,8 @@ def check_invariants(
             engines = [s for s in services or [] if _is_engine(s)] if isinstance(services, list) else []
             if not isinstance(services, list) or not services or engines:
                 out.append(f"{_label(c)} set force_recreate to true on {', '.join(engines) or 'every service'}")
-        if dashboard_env is not None:
-            diff = env_difference(b.get("env"), dashboard_env)
+        if dashboard_env is not None:  # the map as it was when the call arrived, if it changed mid-run
+            diff = env_difference(b.get("env"), dashboard_env(c.at) if callable(dashboard_env) else dashboard_env)
             if diff:
                 out.append(f"{_label(c)} did not pass the dashboard's env map whole ({diff})")
 

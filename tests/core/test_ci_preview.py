@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "ci" / "preview.sh"
 NEW = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
 OLD = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
+CANONICAL = "prod/GLM-5.3-Flash-SGL-TP4.yaml"
 SIM_FILES = ROOT / "orchestrator_sim" / "compose"
 #: The real later revision: r2 reads GLM53_R2_HICACHE_RAM_BUDGET:-650GiB, which the runbook does not govern.
 REFERENCE = ROOT / "tests" / "data" / "reference" / "compose" / "GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml"
@@ -25,11 +26,14 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None or shutil.which("bas
 
 
 def test_runbooks_affected_by_names_the_deploying_runbook_and_its_role():
-    # the LongContext file is #294's runbook's new file and the pdi-2 and #302 canaries' (issue 23), which edit r2 in it
-    assert [(a.runbook.name, a.role) for a in runbooks_affected_by(NEW)] == [("gpu02-glm53-w4afp8-long-context", "new"),
+    # the LongContext file is #294's runbook's new file and the pdi-2, #302 and #332 canaries' (issue 23), which edit r2 in it
+    assert [(a.runbook.name, a.role) for a in runbooks_affected_by(NEW)] == [("gpu02-glm53-2xtp2-memopt-canary", "new"),
+                                                                               ("gpu02-glm53-w4afp8-long-context", "new"),
                                                                                ("gpu02-glm53-w4afp8-pdi2-canary", "new"),
                                                                                ("gpu02-glm53-w4afp8-qsplit-canary", "new")]
-    assert [(a.runbook.name, a.role) for a in runbooks_affected_by("./" + OLD)] == [("gpu02-glm53-w4afp8-long-context", "previous")]
+    # the Canary path is #294's rollback target (gpu02's revision) and the gpu04 canary's new file (its later revision)
+    assert [(a.runbook.name, a.role) for a in runbooks_affected_by("./" + OLD)] == [("gpu02-glm53-w4afp8-long-context", "previous"),
+                                                                                     ("gpu04-glm53-w4afp8-canary", "new")]
     assert runbooks_affected_by("prod/Unrelated.yaml") == []
 
 
@@ -92,7 +96,7 @@ def test_an_unrelated_change_passes(repo, tmp_path):
 
 
 def test_a_change_to_the_rollback_target_file_is_shown_not_checked(repo, tmp_path):
-    path = repo / OLD
+    path = repo / CANONICAL  # only ever a rollback target (the base tier's and the gpu04 canary's)
     path.write_text(path.read_text() + "\n# touched\n")
     _git(repo, "commit", "-q", "-am", "touch canary")
     r, summary = _preview(repo, tmp_path)
@@ -113,7 +117,7 @@ def test_a_mutation_the_runbook_relies_on_fails_the_job_and_the_summary_shows_it
             f"runbooks/gpu02-glm53-w4afp8-long-context.yaml:")
     assert line in r.stderr and line in summary
     # every runbook deploying the file relies on it (the canaries too): none matches, all are listed
-    assert summary.count("(**mismatch**)") == 3
+    assert summary.count("(**mismatch**)") == 4
 
 
 def test_a_change_for_another_runbook_of_the_same_file_passes_and_names_the_others(repo, tmp_path):

@@ -59,7 +59,7 @@ def test_the_target_of_a_runbook_file_and_of_a_fleet_runbook(tmp_path: Path):
     assert demo_target(str(CANARY)).tag == "v0.0.304"  # a shipped runbook by its path: as by its name
     t = demo_target(str(_new_procedure(tmp_path)))
     # the newest simulated tag holding the file, old enough; gpu02 as #294 left it (no deploys: back to the canary)
-    assert (t.hosts, t.tag, t.initial) == (("gpu02",), "v0.0.310", "long-context")
+    assert (t.hosts, t.tag, t.initial) == (("gpu02",), "v0.0.332", "long-context")
     t = demo_target(str(RUNBOOK_DIR / "gpu02-glm53-w4afp8-long-context.yaml"))
     assert t.initial == "canary"  # its rollbacks go back to the canary file: gpu02 starts there
     t = demo_target("base-glm53-w4afp8")
