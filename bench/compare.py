@@ -12,43 +12,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
-
-from bench.report import summary_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(checkout: Path, only: str, quick: bool, out: Path) -> dict[str, Any]:
-    args = [str(checkout / ".venv" / "bin" / "python"), "-m", "bench", "--only", only, "--out", str(out)]
-    subprocess.run(args + (["--quick"] if quick else []), cwd=checkout, check=False)
+#: each side's own report reads each side's own results (their shapes differ between revisions)
+_ROWS = ("import json, sys; from bench.report import summary_rows; "
+         "print(json.dumps([[str(c) for c in r] for r in summary_rows(json.load(open(sys.argv[1])))]))")
+
+
+def _run(checkout: Path, only: str, quick: bool, out: Path) -> dict[tuple[str, str], str]:
+    """(benchmark, what) -> measured, from `checkout`'s benchmarks and its own report of them."""
+    python = str(checkout / ".venv" / "bin" / "python")
+    subprocess.run([python, "-m", "bench", "--only", only, "--out", str(out)] + (["--quick"] if quick else []),
+                   cwd=checkout, check=False)
     path = out / "latest.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    r = subprocess.run([python, "-c", _ROWS, str(path)], cwd=checkout, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        print(f"bench.compare: {checkout}'s report could not read its results:\n{r.stderr[-1500:]}", file=sys.stderr)
+        return {}
+    return rows_by_key(json.loads(r.stdout))
 
 
-def _rows(res: dict[str, Any]) -> dict[tuple[str, str], str]:
-    """(benchmark, what) -> measured; a benchmark whose result this report cannot read is left out."""
-    rows: dict[tuple[str, str], str] = {}
-    for name in ("P1", "P2", "P3", "P4", "P5", "P6"):
-        try:
-            for bench, what, measured, _met in summary_rows({name: res.get(name)}):
-                rows[(bench, what)] = str(measured)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            continue
-    return rows
+def rows_by_key(rows: list[list[str]]) -> dict[tuple[str, str], str]:
+    """The same row under another goal (a goal since changed) lines up with it: the key drops the bound."""
+    return {(bench, re.sub(r"≤ [0-9.]+", "≤ goal", what)): measured for bench, what, measured, _met in rows}
 
 
-def side_by_side(base: list[dict[str, Any]], head: list[dict[str, Any]], base_name: str) -> str:
-    base_rows, head_rows = [_rows(r) for r in base], [_rows(r) for r in head]
-    keys = list(dict.fromkeys(k for rows in head_rows + base_rows for k in rows))
+def side_by_side(base: list[dict[tuple[str, str], str]], head: list[dict[tuple[str, str], str]], base_name: str) -> str:
+    keys = list(dict.fromkeys(k for rows in head + base for k in rows))
     lines = [f"| | what | {base_name} | this checkout |", "|---|---|---|---|"]
     for key in keys:
-        b = " ⁄ ".join(r.get(key, "–") for r in base_rows)
-        h = " ⁄ ".join(r.get(key, "–") for r in head_rows)
+        b = " ⁄ ".join(r.get(key, "–") for r in base)
+        h = " ⁄ ".join(r.get(key, "–") for r in head)
         lines.append(f"| {key[0]} | {key[1]} | {b} | {h} |")
     return "\n".join(lines)
 
@@ -66,15 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", str(base_dir), args.base], cwd=ROOT, check=True)
         try:
             subprocess.run(["make", "install"], cwd=base_dir, check=True, stdout=subprocess.DEVNULL)
-            base: list[dict[str, Any]] = []
-            head: list[dict[str, Any]] = []
+            base: list[dict[tuple[str, str], str]] = []
+            head: list[dict[tuple[str, str], str]] = []
             for n in range(args.rounds):
                 base.append(_run(base_dir, args.only, args.quick, Path(tmp) / f"base-{n}"))
                 head.append(_run(ROOT, args.only, args.quick, Path(tmp) / f"head-{n}"))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base_dir)], cwd=ROOT, check=False)
-    commits = ", ".join(sorted({r.get("machine", {}).get("git_commit", "?")[:9] for r in head}))
-    table = (f"# {args.base} against this checkout ({commits}), {args.rounds} rounds each, alternating"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    table = (f"# {args.base} against this checkout ({commit}), {args.rounds} rounds each, alternating"
              f"{', quick' if args.quick else ''}\n\n" + side_by_side(base, head, args.base) + "\n")
     Path(args.out).write_text(table)
     print(table)
