@@ -193,11 +193,15 @@ def shipped_runbooks(loaded: dict[Path, Runbook] | None = None) -> list[Runbook]
 
 
 def default_runbook(host: str, loaded: dict[Path, Runbook] | None = None) -> str:
-    """`--runbook` left out for one HOST: the one shipped runbook that names it, else the default
-    (whose own host check then says which hosts it is written for). Also orchestrator.engine.fleet's.
-    `loaded`: see `shipped_runbooks`."""
-    fits = [rb.name for rb in shipped_runbooks(loaded) if host in rb.hosts]
-    return fits[0] if len(fits) == 1 else DEFAULT_RUNBOOK
+    """`--runbook` left out for one HOST: the one shipped runbook that names it; of several, the one
+    written for a tier of hosts (a one-host procedure such as a canary is chosen by name only);
+    else the default (whose own host check then says which hosts it is written for). Also
+    orchestrator.engine.fleet's. `loaded`: see `shipped_runbooks`."""
+    fits = [rb for rb in shipped_runbooks(loaded) if host in rb.hosts]
+    if len(fits) == 1:
+        return fits[0].name
+    tiers = [rb.name for rb in fits if len(rb.hosts) > 1]
+    return tiers[0] if len(tiers) == 1 else DEFAULT_RUNBOOK
 
 
 def reuse_loaded(name_or_path: str, loaded: dict[Path, Runbook]) -> Runbook | None:

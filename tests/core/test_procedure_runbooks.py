@@ -111,3 +111,14 @@ def test_the_demo_operator_makes_the_edit_a_manual_step_verifies():
     assert fleet.env["gpu02"]["GLM53_BACKEND_URLS"].endswith("model-sg-glm53-w4afp8-tp2-r2b:8000")
     operator.event("step_started", state="canary.rollback.rb2-pool-override-undo")
     assert fleet.env["gpu02"] == {}
+
+
+def test_a_one_host_procedure_is_never_the_default_runbook_of_a_tier_host():
+    """gpu04 is named by the base tier's runbook and by its own canary procedure: left out,
+    `--runbook` is the tier's (its prerequisite, its capacity rules); the canary by name only."""
+    from orchestrator.language.runbook import default_runbook, shipped_runbooks
+
+    assert {"base-glm53-w4afp8", "gpu04-glm53-w4afp8-canary"} <= {r.name for r in shipped_runbooks() if "gpu04" in r.hosts}
+    assert default_runbook("gpu04") == "base-glm53-w4afp8"
+    assert default_runbook("gpu03") == "base-glm53-w4afp8"
+    assert default_runbook("gpu02") == "gpu02-glm53-w4afp8-long-context"

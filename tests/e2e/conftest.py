@@ -44,3 +44,13 @@ def e2e_factory(tmp_path):
     for e in opened:
         e.session.close()
         e.fleet.__exit__(None, None, None)
+
+
+@pytest.fixture
+def rehearsals(tmp_path: Path, monkeypatch):
+    """Rollouts on simulated hosts run to their end in-process (tests/e2e/rehearsal.py)."""
+    from rehearsal import Rehearsals
+
+    r = Rehearsals(tmp_path, monkeypatch)
+    yield r
+    r.close()

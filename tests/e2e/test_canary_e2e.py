@@ -23,13 +23,11 @@ Every readout shows each gate's point with its interval. The runs start inside t
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from sim_time import AnswerTimeClock
 
 from orchestrator.engine.progress import RecordingProgress
 
@@ -45,58 +43,13 @@ NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def canary(tmp_path: Path, monkeypatch):
-    from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.service.demo import demo_settings
-    from orchestrator.service.session import Session
-    from orchestrator_sim import SimConfig, SimFleet
-
-    opened = []
-
+def canary(rehearsals):
     def make(*faults: str, runbook: str = RUNBOOK, wall: datetime = NIGHT, cold_start_s: float = 1200):
-        import orchestrator.engine.steps.quiet as quiet
+        r = rehearsals.run(*faults, runbook=runbook, tag=CANARY_TAG, r1=R1, speed=SPEED, wall=wall, cold_start_s=cold_start_s)
+        make.session, make.within = r.session, r.within
+        return r.fleet, r.final, r.r1_before, r.progress, r.session.journal.transitions(r.final.run_id)
 
-        monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
-        # one simulated time for the simulator and the orchestrator, standing still while the
-        # simulator answers: the window holds its 30 polls however loaded the machine is
-        clock = AnswerTimeClock(SPEED)
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"),
-                         clock=clock)
-        fleet.__enter__()
-        state = tmp_path / f"state{len(opened)}"
-        state.mkdir()
-        session = Session.open(demo_settings(fleet, state), clock=clock,
-                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
-        opened.append((fleet, session))
-        make.session = session
-
-        def within(work):
-            """`work()` awaited on its own event loop, through a holding transport of that loop."""
-            async def go():
-                session.transport = transport = clock.transport()
-                try:
-                    return await work()
-                finally:
-                    await transport.close()
-
-            return asyncio.run(go())
-
-        make.within = within
-        r1_before = fleet.host.container(R1)
-        from orchestrator.service.admission import new_rollout
-        from orchestrator.service.runner import execute
-
-        run, rb, table = new_rollout(session, "gpu02", CANARY_TAG, runbook)
-        progress = RecordingProgress()
-
-        final = asyncio.run(execute(session, run, rb, table, progress=progress, yes=True))
-        transitions = session.journal.transitions(final.run_id) if hasattr(session.journal, "transitions") else []
-        return fleet, final, r1_before, progress, transitions
-
-    yield make
-    for fleet, session in opened:
-        session.close()
-        fleet.__exit__(None, None, None)
+    return make
 
 
 def _readout(progress: RecordingProgress) -> str:

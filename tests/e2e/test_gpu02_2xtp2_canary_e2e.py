@@ -11,14 +11,10 @@ engines behind a proxy whose pool a human set in the env map, r1 the control, ne
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-from sim_time import AnswerTimeClock
 
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import RUNBOOK_DIR
 
 pytestmark = pytest.mark.e2e
@@ -35,48 +31,13 @@ NIGHT = datetime(2026, 12, 2, 2, 30, tzinfo=UTC)  # inside the runbook's 01:00-0
 
 
 @pytest.fixture
-def gpu02(tmp_path: Path, monkeypatch):
-    from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.service.admission import new_rollout
-    from orchestrator.service.demo import DemoOperator, demo_settings
-    from orchestrator.service.runner import execute
-    from orchestrator.service.session import Session
-    from orchestrator_sim import SimConfig, SimFleet
-
-    opened = []
-
+def gpu02(rehearsals):
     def make(*faults: str, cold_start_s: float = 1200):
-        import orchestrator.engine.steps.quiet as quiet
+        r = rehearsals.run(*faults, runbook=RUNBOOK, tag=TAG, r1=R1, speed=SPEED, wall=NIGHT, cold_start_s=cold_start_s,
+                           operator=True)  # the demo's operator makes the env-map edits the manual steps ask for
+        return r.fleet, r.final, r.r1_before, r.progress
 
-        monkeypatch.setattr(quiet, "WALL", lambda: NIGHT)  # the quiet window must not depend on when CI runs
-        clock = AnswerTimeClock(SPEED)
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"),
-                         clock=clock)
-        fleet.__enter__()
-        state = tmp_path / f"state{len(opened)}"
-        state.mkdir()
-        transport = clock.transport()
-        session = Session.open(demo_settings(fleet, state), clock=clock, transport=transport,
-                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
-        opened.append((fleet, session))
-        r1_before = fleet.host.container(R1)
-        run, rb, table = new_rollout(session, "gpu02", TAG, RUNBOOK)
-        progress = RecordingProgress()
-
-        async def go():
-            try:  # the demo's operator makes the env-map edits the manual steps ask for
-                return await execute(session, run, rb, table, progress=DemoOperator(fleet, rb, "gpu02", inner=progress),
-                                     yes=True)
-            finally:
-                await transport.close()
-
-        final = asyncio.run(go())
-        return fleet, final, r1_before, progress
-
-    yield make
-    for fleet, session in opened:
-        session.close()
-        fleet.__exit__(None, None, None)
+    return make
 
 
 def _r1_untouched(fleet, r1_before) -> None:

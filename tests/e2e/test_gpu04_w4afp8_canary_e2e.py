@@ -10,11 +10,7 @@ the production FP8 control that is never stopped or recreated.
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
-
 import pytest
-from sim_time import AnswerTimeClock
 
 from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import RUNBOOK_DIR
@@ -32,45 +28,13 @@ R2_W4 = "model-sg-glm53-w4afp8-tp4-r2"
 
 
 @pytest.fixture
-def gpu04(tmp_path: Path):
-    from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.service.admission import new_rollout
-    from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import execute
-    from orchestrator.service.session import Session
-    from orchestrator_sim import SimConfig, SimFleet
-
-    opened = []
-
+def gpu04(rehearsals):
     def make(*faults: str):
-        # one simulated time for the simulator and the orchestrator, standing still while the
-        # simulator answers: the readout's scrapes do not depend on how loaded the machine is
-        clock = AnswerTimeClock(SPEED)
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=1200, hosts=("gpu04",)), clock=clock)
-        fleet.__enter__()
-        state = tmp_path / f"state{len(opened)}"
-        state.mkdir()
-        transport = clock.transport()
-        session = Session.open(demo_settings(fleet, state), clock=clock, transport=transport,
-                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
-        opened.append((fleet, session))
-        r1_before = fleet.hosts["gpu04"].container(R1)
-        run, rb, table = new_rollout(session, "gpu04", TAG, RUNBOOK)
-        progress = RecordingProgress()
+        r = rehearsals.run(*faults, runbook=RUNBOOK, tag=TAG, host="gpu04", r1=R1, speed=SPEED, initial=None,
+                           hosts=("gpu04",))
+        return r.fleet, r.final, r.r1_before, r.progress
 
-        async def go():
-            try:
-                return await execute(session, run, rb, table, progress=progress, yes=True)
-            finally:
-                await transport.close()
-
-        final = asyncio.run(go())
-        return fleet, final, r1_before, progress
-
-    yield make
-    for fleet, session in opened:
-        session.close()
-        fleet.__exit__(None, None, None)
+    return make
 
 
 def _notes(progress: RecordingProgress) -> list[str]:

@@ -14,13 +14,10 @@ memory read from the simulator's DCGM exporter through the relay's :8010 route.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import yaml
-from sim_time import AnswerTimeClock
 from waiting import wait_until_async
 
 from orchestrator.engine.progress import RecordingProgress
@@ -39,53 +36,14 @@ NIGHT = datetime(2026, 12, 2, 2, 30, tzinfo=UTC)  # inside it: no wait
 
 
 @pytest.fixture
-def canary(tmp_path: Path, monkeypatch):
-    from orchestrator.hosts.clients.retry import RetryPolicy
-    from orchestrator.service.admission import new_rollout
-    from orchestrator.service.demo import demo_settings
-    from orchestrator.service.runner import execute
-    from orchestrator.service.session import Session
-    from orchestrator_sim import SimConfig, SimFleet
-
-    opened = []
-
+def canary(rehearsals):
     def make(*faults: str, wall: datetime = NOON, yes: bool = True, human=None, cold_start_s: float = 1200,
              tag: str = CANARY_TAG, runbook: str = RUNBOOK):
-        import orchestrator.engine.steps.quiet as quiet
+        r = rehearsals.run(*faults, runbook=runbook, tag=tag, r1=R1, speed=SPEED, wall=wall, yes=yes, human=human,
+                           cold_start_s=cold_start_s)
+        return r.fleet, r.final, r.r1_before, r.progress, r.session
 
-        monkeypatch.setattr(quiet, "WALL", lambda: wall)  # the quiet window must not depend on when CI runs
-        # one simulated time for the simulator and the orchestrator, standing still while the
-        # simulator answers: a window's scrapes do not depend on how loaded the machine is
-        clock = AnswerTimeClock(SPEED)
-        fleet = SimFleet(SimConfig(speed=SPEED, faults=list(faults), cold_start_s=cold_start_s, initial="long-context"),
-                         clock=clock)
-        fleet.__enter__()
-        state = tmp_path / f"state{len(opened)}"
-        state.mkdir()
-        transport = clock.transport()
-        session = Session.open(demo_settings(fleet, state), clock=clock, transport=transport,
-                               retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
-        opened.append((fleet, session))
-        r1_before = fleet.host.container(R1)
-        run, rb, table = new_rollout(session, "gpu02", tag, runbook)
-        progress = RecordingProgress()
-
-        async def go():
-            helper = asyncio.ensure_future(human(session, run.run_id, progress, fleet)) if human else None
-            try:
-                return await execute(session, run, rb, table, progress=progress, yes=yes)
-            finally:
-                if helper is not None:
-                    helper.cancel()
-                await transport.close()
-
-        final = asyncio.run(go())
-        return fleet, final, r1_before, progress, session
-
-    yield make
-    for fleet, session in opened:
-        session.close()
-        fleet.__exit__(None, None, None)
+    return make
 
 
 def _notes(progress: RecordingProgress) -> list[str]:
