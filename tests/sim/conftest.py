@@ -14,13 +14,14 @@ from orchestrator_sim.testing import SimDriver
 
 @pytest.fixture
 def make_sim() -> Iterator[Callable[..., SimDriver]]:
-    """A factory of running fleets (speed x6000, 10-minute cold start unless told otherwise)."""
+    """A factory of running fleets (speed x12000, 10-minute cold start unless told otherwise;
+    `clock`: the fleet's clock, e.g. a tests/sim_time.AnswerTimeClock the test holds)."""
     fleets: list[SimFleet] = []
     clients: list[httpx.Client] = []
 
-    def make(**config: Any) -> SimDriver:
+    def make(clock: Any = None, **config: Any) -> SimDriver:
         cfg = SimConfig(**{"speed": 12000.0, "cold_start_s": 600.0, "seed": 7, **config})
-        fleet = SimFleet(cfg)
+        fleet = SimFleet(cfg, **({"clock": clock} if clock is not None else {}))
         fleet.start()
         fleets.append(fleet)
         client = httpx.Client(timeout=30.0)

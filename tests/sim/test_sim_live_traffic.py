@@ -4,6 +4,7 @@ soak relay, following each engine's configuration and the canary faults."""
 from __future__ import annotations
 
 import pytest
+from sim_time import AnswerTimeClock
 
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, ratio_gate
 from orchestrator.analysis.window import measure, window_of
@@ -15,14 +16,38 @@ from orchestrator_sim.testing import SimDriver as Sim
 PROXY = "proxy-glm53"
 
 
+SPEED = 12000.0
+
+
+@pytest.fixture
+def make_held(make_sim):
+    """A fleet on a clock the window holds while it scrapes: at x12000 a loaded machine's few
+    milliseconds per answer would be simulated minutes, and the stamps would not be the scrapes'."""
+    def make(**config) -> Sim:
+        return make_sim(clock=AnswerTimeClock(SPEED), speed=SPEED, **config)
+
+    return make
+
+
+@pytest.fixture
+def sim(make_held) -> Sim:
+    return make_held()
+
+
 def _window(sim: Sim, ports: dict[str, int], minutes: int):
-    """A scrape of each replica every simulated minute (the analysis' poll), `minutes` of them."""
+    """A scrape of each replica every simulated minute (the analysis' poll), `minutes` of them,
+    simulated time standing still while they are read: each is stamped at the time it was taken."""
+    clock = sim.fleet.clock
     scrapes: dict[str, list] = {r: [] for r in ports}
     for i in range(minutes + 1):
         if i:
             sim.wait_sim(60)
-        for r, p in ports.items():
-            scrapes[r].append(parse_scrape(sim.relay(p, "GET", "/metrics").text, sim.fleet.now()))
+        clock.hold()
+        try:
+            for r, p in ports.items():
+                scrapes[r].append(parse_scrape(sim.relay(p, "GET", "/metrics").text, sim.fleet.now()))
+        finally:
+            clock.release()
     return {r: window_of(r, scrapes[r]) for r in ports}
 
 
@@ -46,15 +71,15 @@ def test_serving_engines_show_live_traffic_with_sglang_histograms(sim: Sim) -> N
         assert measure("prompt_tokens_per_request", w[r]).value == pytest.approx(live_traffic.PROMPT_TOKENS, rel=0.05)
 
 
-def test_low_traffic_leaves_too_few_samples(make_sim) -> None:
-    sim = make_sim(faults=["low-traffic"])
+def test_low_traffic_leaves_too_few_samples(make_held) -> None:
+    sim = make_held(faults=["low-traffic"])
     w = _window(sim, {"r1": 8008, "r2": 8009}, 30)
     assert measure("request_rate", w["r2"]).value == pytest.approx(live_traffic.LOW_REQ_PER_MIN / 60, rel=0.1)
     assert ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200).verdict == INCONCLUSIVE
 
 
-def test_a_slower_candidate_shows_in_its_tpot_and_r1_is_unchanged(make_sim) -> None:
-    sim = make_sim(faults=["candidate-slower:r2"])
+def test_a_slower_candidate_shows_in_its_tpot_and_r1_is_unchanged(make_held) -> None:
+    sim = make_held(faults=["candidate-slower:r2"])
     sim.swap_r2()
     sim.safe_up(NEW_TAG, TARGET, [PROXY])  # proxy-glm53 now pools the new r2
     sim.safe_up(NEW_TAG, TARGET, [RELAY], force_recreate=True)  # :8009 reaches it (inline config: #11900)
