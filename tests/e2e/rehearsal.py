@@ -25,19 +25,18 @@ class Rehearsal:
     r1_before: Any  # the control's container before the run (None when the host has no such service)
     progress: RecordingProgress
     session: Any  # service.session.Session
+    clock: AnswerTimeClock  # shared by the simulator and the session
 
     def within(self, work: Callable[[], Awaitable[Any]]) -> Any:
         """`work()` awaited on its own event loop, through a transport of that loop."""
         async def go() -> Any:
-            self.session.transport = transport = self.fleet_clock.transport()
+            self.session.transport = transport = self.clock.transport()
             try:
                 return await work()
             finally:
                 await transport.close()
 
         return asyncio.run(go())
-
-    fleet_clock: Any = None
 
 
 class Rehearsals:
@@ -89,7 +88,7 @@ class Rehearsals:
                 await transport.close()
 
         final = asyncio.run(go())
-        return Rehearsal(fleet, final, r1_before, progress, session, fleet_clock=clock)
+        return Rehearsal(fleet, final, r1_before, progress, session, clock)
 
     def close(self) -> None:
         for fleet, session in self.opened:

@@ -211,16 +211,11 @@ def test_one_turn_of_writes_goes_out_in_one_send_and_close_flushes_first():
     asyncio.run(main())
 
 
-def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settings, tmp_path):
+def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settings, tls_files):
     """Over TLS a connection is the protocol's (and its address's) only once its handshake is
     done: a client that opens one and never says hello is closed after the header timeout, not
     asyncio's 60 s."""
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert_pem, key_pem = tmp_path / "s.pem", tmp_path / "s.key"
-    cert.private_key_pem.write_to_path(str(key_pem))
-    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
+    cert_pem, key_pem, _ = tls_files
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
