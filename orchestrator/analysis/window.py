@@ -20,8 +20,9 @@ Pure (no I/O, no clock). The rules, Prometheus' own:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 # the metrics a gate names, re-exported (orchestrator/analysis/metric_defs.py: the runbook schema
 # checks a metric's name without this module)
@@ -171,6 +172,22 @@ def _hist_step(prev: Histogram, cur: Histogram) -> Histogram:
                      cur.count - prev.count, cur.sum - prev.sum)
 
 
+def _increases(series: Sequence[Mapping[str, Any]], increase: Callable[[list[Any]], tuple[Any, int]],
+               partial: set[str]) -> tuple[dict[str, Any], int]:
+    """Each name's increase over the scrapes that all carry it, and the most resets seen; a name
+    only some of them carry goes to `partial` (it first appeared, or vanished, mid-window)."""
+    out: dict[str, Any] = {}
+    resets = 0
+    for name in sorted({n for scrape in series for n in scrape}):
+        carried = [scrape[name] for scrape in series if name in scrape]
+        if len(carried) < len(series):
+            partial.add(name)
+            continue
+        out[name], r = increase(carried)
+        resets = max(resets, r)
+    return out, resets
+
+
 def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
     """The increases between the first and last scrape (sorted by time), and per interval between
     consecutive engine scrapes. A series must be carried by every engine scrape of the window: one
@@ -180,26 +197,10 @@ def window_of(replica: str, scrapes: Sequence[Scrape]) -> ReplicaWindow:
     seconds = ordered[-1].at - ordered[0].at if ordered else 0.0
     # the engine's scrapes (a DCGM read merged into the series is not one of the engine's)
     engine = [s for s in ordered if s.counters or s.histograms]
-    counters: dict[str, float] = {}
-    hists: dict[str, Histogram] = {}
     partial: set[str] = set()
-    resets = 0
-    for name in sorted({n for s in engine for n in s.counters}):
-        carried = [s.counters[name] for s in engine if name in s.counters]
-        if len(carried) < len(engine):
-            partial.add(name)
-            continue
-        inc, r = counter_increase(carried)
-        counters[name] = inc
-        resets = max(resets, r)
-    for name in sorted({n for s in engine for n in s.histograms}):
-        hs = [s.histograms[name] for s in engine if name in s.histograms]
-        if len(hs) < len(engine):
-            partial.add(name)
-            continue
-        h, r = histogram_increase(hs)
-        hists[name] = h
-        resets = max(resets, r)
+    counters, counter_resets = _increases([s.counters for s in engine], counter_increase, partial)
+    hists, hist_resets = _increases([s.histograms for s in engine], histogram_increase, partial)
+    resets = max(counter_resets, hist_resets)
     intervals = tuple(
         Interval(cur.at - prev.at,
                  {n: _step(prev.counters[n], cur.counters[n]) for n in counters},
