@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -173,11 +174,7 @@ SERVER_TOKEN = "server-token-3c9a1f7e5d2b8046a1c3e5f7092b4d6e"
 
 
 def test_serve_runs_a_rollout_submitted_with_server(cli, tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     fleet = cli.fleet
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
     env.update(fleet.env_for_orchestrator(tmp_path / "srv-inventory.yaml"))

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 from waiting import wait_until
 
 from orchestrator.journal import SqliteJournal
@@ -82,9 +82,7 @@ class Team:
                 and ((c.is_compose_up and not (c.body or {}).get("dry_run")) or c.is_compose_down)]
 
     def serve(self, ttl: str = "3") -> str:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.serve_log = self.state.parent / f"serve{len(self.servers)}.log"
         log = self.serve_log.open("w")
         proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--port", str(port)], cwd=ROOT,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 
 from helpers_server import AUTH, TOKEN, wait_for
 
@@ -24,11 +24,6 @@ TTL = 4.0  # seconds: the lease TTL of both servers (heartbeat every third)
 SPEED = 1000.0  # simulated seconds per real second (both servers' ORCHESTRATOR_TIME_SCALE)
 COLD_START_S = 45 * 60.0  # simulated, within the runbook's 50 min: 2.7 s real, long enough to kill a server inside it
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(env: dict[str, str], state: Path, log: Path) -> tuple[subprocess.Popen, str]:

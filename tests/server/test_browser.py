@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import threading
 
 import pytest
+from ports import free_port
 from waiting import wait_until
 
 from helpers_server import sim_settings, wait_for
@@ -61,9 +61,7 @@ def served(tmp_path):
     names = {"alice": add_token(tokens, "alice", "operator"), "grafana": add_token(tokens, "grafana", "viewer")}
     app = create_app(settings, tokens_file=tokens, adopt=False, session_factory=lambda s: Session.open(
         s, clock=ScaledClock(SPEED), retry=RetryPolicy(deadline_s=900, busy_wait_s=5)))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port
 
 from helpers_server import AUTH, INVENTORY, TOKEN, wait_for
 
@@ -36,9 +37,7 @@ def test_a_flood_beyond_the_file_limit_is_refused_without_running_out_of_descrip
         pytest.skip(f"this test's own process needs {FLOOD + 200} open files (soft limit {soft})")
     inv = tmp_path / "inventory.yaml"
     inv.write_text(INVENTORY)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "ORCHESTRATOR_SERVER_TOKEN": TOKEN, "ORCHESTRATOR_STATE_DIR": str(tmp_path / "state"),
            "ORCHESTRATOR_INVENTORY": str(inv), "ORCHESTRATOR_DATABASE_URL": ""}
     env.pop("ORCHESTRATOR_SERVER_TOKENS_FILE", None)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from waiting import wait_until
 
 from helpers_server import INVENTORY, TOKEN
@@ -20,11 +21,6 @@ from orchestrator.teamserver.healthcheck import probe, serves
 
 ORCHESTRATE = str(Path(sys.executable).parent / "orchestrate")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def image_env(tmp_path: Path, port: int) -> dict[str, str]:
