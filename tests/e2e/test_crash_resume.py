@@ -13,6 +13,7 @@ to kill after every journal write of both entire rollouts."""
 from __future__ import annotations
 
 import collections
+import fcntl
 import json
 import os
 import subprocess
@@ -72,19 +73,37 @@ def _fleet(target: str):
     return SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200, hosts=TARGETS[target]["hosts"]))
 
 
-@pytest.fixture(scope="module", params=sorted(TARGETS))
-def baseline(request, tmp_path_factory):
-    """One uninterrupted rollout per target, with every journal write logged (never killed)."""
-    target = TARGETS[request.param]
-    state = tmp_path_factory.mktemp(f"baseline-{request.param}")
+def _baseline(target_name: str, state: Path) -> dict:
+    target = TARGETS[target_name]
     log = state / "writes.log"
-    with _fleet(request.param) as fleet:
+    with _fleet(target_name) as fleet:
         r = _orchestrate(target["args"],
                          _env(fleet, state, ORCHESTRATOR_TEST_KILL_AFTER="0", ORCHESTRATOR_TEST_WRITE_LOG=str(log)), crashing=True)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        writes = [ln.split() for ln in log.read_text().splitlines()]
-        return {"target": request.param, "writes": writes, "mutating": _mutating(fleet, target["host"]),
+        return {"target": target_name, "writes": [ln.split() for ln in log.read_text().splitlines()],
+                "mutating": [[list(req), n] for req, n in _mutating(fleet, target["host"]).items()],
                 "end": _end_state(fleet, target["host"])}
+
+
+@pytest.fixture(scope="module", params=sorted(TARGETS))
+def baseline(request, tmp_path_factory):
+    """One uninterrupted rollout per target, with every journal write logged (never killed), run
+    once per test session: under xdist the first worker to need a target's baseline runs it and the
+    others read its file (pytest-xdist's lock-and-share recipe), so no worker repeats the rollout."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        shared = tmp_path_factory.getbasetemp().parent
+        with open(shared / f"crash-baseline-{request.param}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = shared / f"crash-baseline-{request.param}.json"
+            if not done.exists():
+                done.write_text(json.dumps(_baseline(request.param, tmp_path_factory.mktemp(f"baseline-{request.param}"))))
+            data = json.loads(done.read_text())
+    else:
+        data = json.loads(json.dumps(_baseline(request.param, tmp_path_factory.mktemp(f"baseline-{request.param}"))))
+    data["mutating"] = collections.Counter({tuple(tuple(x) if isinstance(x, list) else x for x in req): n
+                                            for req, n in data["mutating"]})
+    data["end"] = {service: tuple(v) for service, v in data["end"].items()}
+    return data
 
 
 def _kill_points(writes, intents_at=(0, 2, 4, 7)) -> list[int]:
