@@ -6,18 +6,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: SGLang's own series (sglang/srt/metrics/collector.py; each name below is in the recorded /metrics
-#: page tests/data/reference/samples/sglang-metrics.txt but the aborted counter, which is the
-#: collector's): latency histograms in seconds, request and token counters.
-#: `num_aborted_requests_total` counts requests the engine aborted (errors, timeouts, client
-#: aborts): the engine's own error count; SGLang keeps no per-status HTTP counter.
+#: SGLang's own series (sglang/srt/observability/metrics_collector.py, formerly
+#: sglang/srt/metrics/collector.py; the HTTP counter is sglang/srt/utils/common.py's): latency
+#: histograms in seconds, request and token counters. Each name is in a recorded sample under
+#: tests/data/reference/samples/ (sglang-metrics.txt, the documentation's /metrics page, and
+#: sglang-metrics-flags.txt, the collector's definitions and the flags each needs).
+#: `num_aborted_requests_total` counts requests the engine aborted (errors, timeouts, client aborts).
 TTFT = "sglang:time_to_first_token_seconds"
-TPOT = "sglang:time_per_output_token_seconds"
+#: the inter-token latency histogram (one observation per generated token; SGLang's `_sum` is the
+#: decode time, so sum / count is the mean time per output token). The documentation page's
+#: `sglang:time_per_output_token_seconds` is the name it had before SGLang renamed it: the pinned
+#: image (SGLang main as of fc91d24) exports only this one.
+TPOT = "sglang:inter_token_latency_seconds"
 E2E = "sglang:e2e_request_latency_seconds"
 PROMPT_TOKENS = "sglang:prompt_tokens_total"
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 REQUESTS = "sglang:num_requests_total"
 ABORTED = "sglang:num_aborted_requests_total"
+#: each finished request's prompt length (tokens), exported with `--enable-metrics` (older builds
+#: also needed `--collect-tokens-histogram`); default bounds ..., 40000, 66000, 99000, ...
+PROMPT_HIST = "sglang:prompt_tokens_histogram"
+#: the HTTP server's responses by `endpoint`, `status_code` and `method` (with `--enable-metrics`).
+#: It is read as two counters of the generation endpoints only (health probes and scrapes answer
+#: on the same server): all their responses, and those with a 5xx status other than 503 (a 503 is
+#: SGLang's answer to a full queue, `--max-queued-requests`: load shedding, not an error).
+HTTP_RESPONSES = "sglang:http_responses_total"
+HTTP_SERVED = HTTP_RESPONSES + "{generation endpoints}"
+HTTP_5XX = HTTP_RESPONSES + "{generation endpoints, 5xx but 503}"
+GENERATION_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate"})
+#: the long tier's long prompts: at least 64K tokens
+LONG_PROMPT_TOKENS = 65536.0
 QUEUE = "sglang:num_queue_reqs"
 #: DCGM's per-GPU free framebuffer (MiB); orchestrator/metricproviders/dcgm.py gives each replica
 #: the lowest of its GPUs' (runbook `replica_gpus`)
@@ -27,8 +45,9 @@ FB_FREE = "DCGM_FI_DEV_FB_FREE"
 @dataclass(frozen=True)
 class MetricDef:
     name: str
-    #: quantile | mean (a histogram's sum / count) | error_rate | completion_rate | request_rate |
-    #: per_request (a counter / requests) | gauge_min | gauge_max
+    #: quantile | mean (a histogram's sum / count) | share_above (of a histogram's observations,
+    #: above `threshold`) | error_rate | completion_rate | request_rate | per_request (a counter /
+    #: requests) | http_5xx_rate | gauge_min | gauge_max
     kind: str
     source: str
     q: float | None = None
@@ -37,10 +56,19 @@ class MetricDef:
     scale: float = 1.0  # a gauge's value is divided by this (DCGM's MiB -> GB)
     #: where the series is read: "engine" (the replica's own /metrics) or "dcgm" (the exporter)
     origin: str = "engine"
+    threshold: float | None = None
+
+    @property
+    def hist(self) -> bool:
+        """Read from one histogram (else from counters, or a gauge)."""
+        return self.kind in HIST_KINDS
 
 
-def _quantiles(prefix: str, series: str, what: str) -> dict[str, MetricDef]:
-    return {f"{prefix}_p{p}": MetricDef(f"{prefix}_p{p}", "quantile", series, p / 100, "s", f"{what} p{p} over the window")
+HIST_KINDS = ("quantile", "mean", "share_above")
+
+
+def _quantiles(prefix: str, series: str, what: str, unit: str = "s") -> dict[str, MetricDef]:
+    return {f"{prefix}_p{p}": MetricDef(f"{prefix}_p{p}", "quantile", series, p / 100, unit, f"{what} p{p} over the window")
             for p in (50, 90, 95, 99)}
 
 
@@ -48,6 +76,14 @@ METRICS: dict[str, MetricDef] = {
     **_quantiles("ttft", TTFT, "time to first token"),
     **_quantiles("tpot", TPOT, "time per output token"),
     **_quantiles("e2e", E2E, "end-to-end request latency"),
+    **_quantiles("prompt_tokens", PROMPT_HIST, "prompt length (tokens)", "tokens"),
+    "long_prompt_share": MetricDef(
+        "long_prompt_share", "share_above", PROMPT_HIST, unit="share", threshold=LONG_PROMPT_TOKENS,
+        doc="share of the window's prompts longer than 64K (65,536) tokens, interpolated inside SGLang's "
+            "40000-66000 bucket: whether the replicas saw the same long-prompt mix"),
+    "http_5xx_rate": MetricDef("http_5xx_rate", "http_5xx_rate", HTTP_RESPONSES, unit="share",
+                               doc="responses of the generation endpoints with a 5xx status other than 503 / "
+                                   "all their responses over the window"),
     "tpot_mean": MetricDef("tpot_mean", "mean", TPOT,
                            doc="mean time per output token (the inter-token latency) over the window: the histogram's sum / count"),
     "prompt_tokens_per_request": MetricDef("prompt_tokens_per_request", "per_request", PROMPT_TOKENS, unit="tokens",

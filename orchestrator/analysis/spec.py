@@ -18,8 +18,9 @@ gate judged on a 95 % interval, not a point (orchestrator/analysis/verdict.py): 
 straddles the bound, too little traffic or an unknown series is inconclusive, and never passes.
 Metrics are the names of `orchestrator.analysis.window.METRICS` (quantiles of SGLang's
 TTFT/TPOT/end-to-end histograms taken from bucket deltas, the mean time per output token, error
-and completion rates, tokens per request, request rate), read from each replica's own /metrics
-through the soak relay's per-replica routes. Pure: the loader's part only.
+and completion rates, tokens per request, request rate, prompt lengths, the HTTP 5xx rate), read
+from each replica's own /metrics through the soak relay's per-replica routes. Pure: the loader's
+part only.
 """
 
 from __future__ import annotations

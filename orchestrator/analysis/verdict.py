@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from orchestrator.analysis.window import (
     GAUGE_MIN_SCRAPES,
     METRICS,
+    PROMPT_HIST,
     Histogram,
     Measurement,
     ReplicaWindow,
@@ -123,10 +124,14 @@ def _short_of(m: Measurement, w: ReplicaWindow | None, replica: str, metric: str
 
 
 def _unit_of_samples(metric: str) -> str:
-    kind = METRICS[metric].kind
-    if kind.startswith("gauge"):
+    d = METRICS[metric]
+    if d.kind.startswith("gauge"):
         return "scrapes"
-    return f"{metric.split('_')[0].upper()} observations" if kind in ("quantile", "mean") else "requests"
+    if d.source == PROMPT_HIST:
+        return "prompts"
+    if d.kind == "http_5xx_rate":
+        return "responses"
+    return f"{metric.split('_')[0].upper()} observations" if d.hist else "requests"
 
 
 class _Resampler:
@@ -135,7 +140,7 @@ class _Resampler:
     def __init__(self, metric: str, w: ReplicaWindow) -> None:
         self.d = METRICS[metric]
         self.names = needs(self.d)
-        self.hist = self.d.kind in ("quantile", "mean")
+        self.hist = self.d.hist
         self.layout = w.histograms[self.names[0]].layout() if self.hist else ()
         self.vecs: list[tuple[float, ...]] = []
         for iv in w.intervals:

@@ -31,8 +31,13 @@ from orchestrator.analysis.metric_defs import (  # noqa: F401  # re-exported: th
     E2E,
     FB_FREE,
     GAUGE_MIN_SCRAPES,
+    GENERATION_ENDPOINTS,
     GENERATION_TOKENS,
+    HTTP_5XX,
+    HTTP_RESPONSES,
+    HTTP_SERVED,
     METRICS,
+    PROMPT_HIST,
     PROMPT_TOKENS,
     QUEUE,
     REQUESTS,
@@ -130,6 +135,21 @@ def quantile(q: float, h: Histogram) -> float | None:
             return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
         prev_le, prev_count = le, count
     return h.buckets[-2][0] if len(h.buckets) > 1 else None
+
+
+def share_above(x: float, h: Histogram) -> float | None:
+    """The share of observations above `x`, the count at `x` interpolated linearly inside its bucket
+    (as `quantile` does); None without observations. Above the highest finite bound every
+    observation of the `+Inf` bucket counts as above: an upper estimate."""
+    if not h.buckets or h.buckets[-1][1] <= 0:
+        return None
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in h.buckets:
+        if x <= le:
+            below = prev_count if math.isinf(le) else prev_count + (count - prev_count) * (x - prev_le) / (le - prev_le)
+            return 1.0 - below / h.buckets[-1][1]
+        prev_le, prev_count = le, count
+    return 0.0
 
 
 @dataclass(frozen=True)
@@ -237,6 +257,12 @@ def value_of(d: MetricDef, counters: Mapping[str, float], histograms: Mapping[st
     if d.kind == "mean":
         h = histograms[d.source]
         return (h.sum / h.count if h.count > 0 else None), h.count
+    if d.kind == "share_above":
+        h = histograms[d.source]
+        return share_above(d.threshold or 0.0, h), h.count
+    if d.kind == "http_5xx_rate":
+        served = counters[HTTP_SERVED]
+        return (counters[HTTP_5XX] / served if served > 0 else None), served
     requests = counters[REQUESTS]
     if d.kind == "request_rate":
         return (requests / seconds if seconds > 0 else None), requests
@@ -250,8 +276,10 @@ def value_of(d: MetricDef, counters: Mapping[str, float], histograms: Mapping[st
 
 def needs(d: MetricDef) -> tuple[str, ...]:
     """The series a counter or histogram metric is computed from."""
-    if d.kind in ("quantile", "mean"):
+    if d.hist:
         return (d.source,)
+    if d.kind == "http_5xx_rate":
+        return (HTTP_SERVED, HTTP_5XX)
     return (REQUESTS,) if d.source == REQUESTS else (REQUESTS, d.source)
 
 

@@ -2,7 +2,7 @@
 the inventory names one for the host (`prometheus_url`): the same SGLang series the relay's /metrics
 carries, read as an instant vector per replica with one `GET /api/v1/query`:
 
-    {__name__=~"sglang:num_requests_total|...|sglang:time_per_output_token_seconds_bucket|...",
+    {__name__=~"sglang:num_requests_total|...|sglang:inter_token_latency_seconds_bucket|...",
      replica="r2", job="sglang"}
 
 The answer's samples are summed per series name (and per `le` for histogram buckets) into a

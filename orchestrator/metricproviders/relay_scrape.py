@@ -14,15 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.analysis.window import METRICS, REQUESTS, Histogram, Scrape
+from orchestrator.analysis.window import (
+    GENERATION_ENDPOINTS,
+    HTTP_5XX,
+    HTTP_RESPONSES,
+    HTTP_SERVED,
+    METRICS,
+    REQUESTS,
+    Histogram,
+    Scrape,
+)
 from orchestrator.metricproviders.metrics_text import MetricsTextError
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 #: the histograms and counters any analysis metric reads (others in the text are ignored)
-HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.kind in ("quantile", "mean"))
-COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if d.kind not in ("quantile", "mean", "gauge_min", "gauge_max"))})
+HISTOGRAMS = frozenset(d.source for d in METRICS.values() if d.hist)
+COUNTERS = frozenset({REQUESTS, *(d.source for d in METRICS.values() if not d.hist and not d.kind.startswith("gauge"))})
 #: the engine's own gauges a metric reads (summed over label sets); DCGM's are metricproviders/dcgm.py's
 GAUGES = frozenset(d.source for d in METRICS.values() if d.kind.startswith("gauge") and d.origin == "engine")
 
@@ -37,6 +46,8 @@ class Sums:
         self.buckets: dict[str, dict[float, float]] = {}
         self.counts: dict[str, float] = {}
         self.sums: dict[str, float] = {}
+        #: HTTP_RESPONSES read as its two counters of the generation endpoints (metric_defs.py)
+        self.http = {HTTP_SERVED: 0.0, HTTP_5XX: 0.0}
 
     def add(self, name: str, labels: dict[str, str], value: float, family: str | None = None) -> None:
         """`family`: the sample's histogram when the source names it, else read off the name."""
@@ -45,6 +56,11 @@ class Sums:
             return
         if name in COUNTERS:
             self.counters[name] = self.counters.get(name, 0.0) + value
+            if name == HTTP_RESPONSES and labels.get("endpoint") in GENERATION_ENDPOINTS:
+                self.http[HTTP_SERVED] += value
+                status = labels.get("status_code", "")
+                if status.startswith("5") and status != "503":
+                    self.http[HTTP_5XX] += value
             return
         base, _, suffix = name.rpartition("_")
         if base not in HISTOGRAMS or (family is not None and family != base):
@@ -66,7 +82,11 @@ class Sums:
                 raise no_inf(name)
             layout = tuple(sorted(b.items()))
             hists[name] = Histogram(layout, self.counts.get(name, layout[-1][1]), self.sums.get(name, 0.0))
-        return Scrape(at, self.counters, hists, self.gauges)
+        counters = dict(self.counters)
+        if counters.pop(HTTP_RESPONSES, None) is not None:
+            # the family is exported: a status that has no child yet has answered nothing, 0
+            counters.update(self.http)
+        return Scrape(at, counters, hists, self.gauges)
 
 
 def parse_scrape(text: str, at: float) -> Scrape:

@@ -1,10 +1,14 @@
 """Live traffic on the simulated engines, as their /metrics show it (issue 23's canaries).
 
 A production replica serves the long domain's traffic all day; its /metrics carry SGLang's
-latency histograms (`sglang:time_to_first_token_seconds`, `sglang:time_per_output_token_seconds`,
-one observation per finished request, SGLang's bucket bounds) and request counters
-(`sglang:num_requests_total`, `sglang:num_aborted_requests_total`). The simulator derives them
-from the engine's configuration, deterministically:
+latency histograms (`sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
+one observation per finished request, SGLang's bucket bounds), request counters
+(`sglang:num_requests_total`, `sglang:num_aborted_requests_total`), the prompt-length histogram
+(`sglang:prompt_tokens_histogram`: `LONG_SHARE` of the finished requests carry a
+`LONG_PROMPT_TOKENS` prompt, the others `SHORT_PROMPT_TOKENS`, averaging `PROMPT_TOKENS`) and the
+HTTP server's `sglang:http_responses_total` (a finished request answers 200, an aborted one 500;
+the proxy's /health probe every `HEALTH_PROBE_S` answers 200). The simulator derives them from the
+engine's configuration, deterministically:
 
 - requests arrive at `REQ_PER_MIN` per serving engine (ready, in proxy-glm53's pool, the serving
   path up); `low-traffic` cuts that to `LOW_REQ_PER_MIN`;
@@ -40,6 +44,11 @@ BASE_TTFT_S = 2.0
 BASE_TPOT_S = 0.030
 OUTPUT_TOKENS = 400  # a long-domain answer: the end-to-end latency's decode part
 PROMPT_TOKENS = 24000  # a long-domain prompt (the long tier serves 16K-64K-token contexts)
+#: the prompt mix behind that mean: a tenth of the prompts past 64K tokens
+LONG_SHARE = 0.1
+LONG_PROMPT_TOKENS = 96000
+SHORT_PROMPT_TOKENS = 16000
+HEALTH_PROBE_S = 3.0
 #: the spread of a minute's latency median (its traffic mix): calm, and with `live-noise`
 NOISE = 0.03
 LIVE_NOISE = 0.25
@@ -47,15 +56,20 @@ SLOT_S = 60.0
 #: every latency of the candidate against the pdi-1 engine, per speed fault
 SPEED_FAULTS = {"candidate-faster": 0.7, "candidate-slower": 1.3, "candidate-slightly-slower": 1.03}
 
-# SGLang's bucket bounds (sglang/srt/metrics/collector.py)
+# SGLang's bucket bounds: TTFT and E2E as on its documentation's /metrics page; the inter-token
+# latency's and the prompt length's the collector's defaults (sglang/srt/observability/metrics_collector.py)
 TTFT_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0, 60.0, 120.0, math.inf)
-TPOT_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-                1.0, 2.5, math.inf)
+TPOT_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
+                0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0, math.inf)
+PROMPT_BUCKETS = (100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 12000, 15000,
+                  20000, 22000, 25000, 30000, 35000, 40000, 66000, 99000, 132000, 300000, 600000, 900000, 1100000,
+                  math.inf)
 
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, math.inf)
 
 TTFT = "sglang:time_to_first_token_seconds"
-TPOT = "sglang:time_per_output_token_seconds"
+TPOT = "sglang:inter_token_latency_seconds"
+PROMPT_HIST = "sglang:prompt_tokens_histogram"
 E2E = "sglang:e2e_request_latency_seconds"
 
 
@@ -165,3 +179,25 @@ def served(p: Profile, seconds: float) -> tuple[int, int]:
     """(requests, aborted) over `seconds` of serving."""
     n = math.floor(p.req_per_min * seconds / 60.0)
     return n, math.floor(n * p.error_share)
+
+
+def prompt_histogram_lines(finished: int, label: str) -> list[str]:
+    """`sglang:prompt_tokens_histogram` of `finished` requests (the prompt mix above)."""
+    long_n = math.floor(finished * LONG_SHARE)
+    out = [f"# HELP {PROMPT_HIST} Histogram of prompt token length.", f"# TYPE {PROMPT_HIST} histogram"]
+    for le in PROMPT_BUCKETS:
+        count = (le >= SHORT_PROMPT_TOKENS) * (finished - long_n) + (le >= LONG_PROMPT_TOKENS) * long_n
+        out.append(f'{PROMPT_HIST}_bucket{{le="{"+Inf" if math.isinf(le) else f"{float(le):g}"}",{label[1:-1]}}} {float(count)}')
+    out.append(f"{PROMPT_HIST}_count{label} {float(finished)}")
+    out.append(f"{PROMPT_HIST}_sum{label} {float((finished - long_n) * SHORT_PROMPT_TOKENS + long_n * LONG_PROMPT_TOKENS)}")
+    return out
+
+
+def http_response_lines(finished: int, aborted: int, live_s: float) -> list[str]:
+    """`sglang:http_responses_total` (labelled by endpoint, method and status code, not model)."""
+    name = "sglang:http_responses_total"
+    rows = [("/v1/chat/completions", "POST", "200", finished), ("/v1/chat/completions", "POST", "500", aborted),
+            ("/health", "GET", "200", math.floor(live_s / HEALTH_PROBE_S))]
+    out = [f"# HELP {name} Total number of HTTP responses by endpoint and status code", f"# TYPE {name} counter"]
+    out += [f'{name}{{endpoint="{e}",method="{m}",status_code="{c}"}} {float(n)}' for e, m, c, n in rows if n]
+    return out

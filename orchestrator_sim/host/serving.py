@@ -316,6 +316,8 @@ class ServingPaths(HostCore):
         live_traffic.accrue(c.engine.live_hist, prof, c.engine.slot or c.service, c.engine.live_s, hists)
         for name, bounds, _ in hists:
             out += live_traffic.histogram_lines(name, bounds, c.engine.live_hist, finished, label)
+        out += live_traffic.prompt_histogram_lines(finished, label)
+        out += live_traffic.http_response_lines(finished, live_aborted, c.engine.live_s)
         return "\n".join(out) + "\n"
 
     def _live_traffic(self, c: Container) -> tuple[live_traffic.Profile, int, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,11 @@ from orchestrator.analysis.window import (
     ABORTED,
     E2E,
     GENERATION_TOKENS,
+    HTTP_5XX,
+    HTTP_RESPONSES,
+    HTTP_SERVED,
     METRICS,
+    PROMPT_HIST,
     PROMPT_TOKENS,
     REQUESTS,
     TPOT,
@@ -36,6 +41,7 @@ from orchestrator.analysis.window import (
 from orchestrator.metricproviders.relay_scrape import COUNTERS, HISTOGRAMS, parse_scrape
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "reference" / "samples" / "sglang-metrics.txt"
+FLAGS = SAMPLE.with_name("sglang-metrics-flags.txt")
 LES = (0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, math.inf)  # SGLang's TPOT bounds around 30 ms
 
 
@@ -154,17 +160,24 @@ def test_the_readout_shows_the_interval_beside_the_point():
 
 
 def test_the_metric_names_are_the_recorded_sglang_page():
-    """Every series an analysis metric reads from the engine is named on SGLang's recorded /metrics
-    page (tests/data/reference/samples/sglang-metrics.txt), but the request and abort counters
-    (collector.py's; not on that page)."""
+    """Every series an analysis metric reads from the engine is named in a recorded sample: SGLang's
+    /metrics page (sglang-metrics.txt) or the collector's definitions copied into
+    sglang-metrics-flags.txt (the inter-token latency, request, abort, prompt-length and HTTP
+    series, with the flags that export them)."""
     text = SAMPLE.read_text()
     s = parse_scrape(text, 0.0)
+    flags = FLAGS.read_text()
+    defined = set(re.findall(r'name="(sglang:[^"]+)"', flags))
+    exposed = parse_scrape(flags.split("\n## exposition\n", 1)[1].split("\n\n", 1)[0], 0.0)
     engine_series = {d.source for d in METRICS.values() if d.origin == "engine" and not d.kind.startswith("gauge")}
-    for name in engine_series - {REQUESTS, ABORTED}:
-        assert name in s.counters or name in s.histograms, name
-    assert {E2E, TPOT} <= set(HISTOGRAMS) and {PROMPT_TOKENS, GENERATION_TOKENS} <= set(COUNTERS)
+    for name in engine_series:
+        assert name in s.counters or name in s.histograms or name in defined, name
+    assert {REQUESTS, ABORTED, TPOT, PROMPT_HIST, HTTP_RESPONSES} <= defined
+    assert {E2E, TPOT, PROMPT_HIST} <= set(HISTOGRAMS) and {PROMPT_TOKENS, GENERATION_TOKENS, HTTP_RESPONSES} <= set(COUNTERS)
     assert s.histograms[E2E].count == 11228.0
     assert s.counters[GENERATION_TOKENS] == 7.557572e06
+    # the recorded HTTP counter: /generate's 5 of 100 responses are 500s; /metrics' are not requests
+    assert exposed.counters[HTTP_SERVED] == 100.0 and exposed.counters[HTTP_5XX] == 5.0
 
 
 def test_the_new_metrics_over_a_window():

@@ -184,13 +184,13 @@ def test_readout_names_values_ratio_interval_bound_and_verdict():
 
 
 # ------------------------------------------------------------------------------ the relay's text
-TEXT = """# HELP sglang:time_per_output_token_seconds Histogram of time per output token in seconds.
-# TYPE sglang:time_per_output_token_seconds histogram
-sglang:time_per_output_token_seconds_bucket{le="0.01",model_name="m"} 1.0
-sglang:time_per_output_token_seconds_bucket{le="0.02",model_name="m"} 3.0
-sglang:time_per_output_token_seconds_bucket{le="+Inf",model_name="m"} 4.0
-sglang:time_per_output_token_seconds_count{model_name="m"} 4.0
-sglang:time_per_output_token_seconds_sum{model_name="m"} 0.07
+TEXT = """# HELP sglang:inter_token_latency_seconds Histogram of inter-token latency in seconds.
+# TYPE sglang:inter_token_latency_seconds histogram
+sglang:inter_token_latency_seconds_bucket{le="0.01",model_name="m"} 1.0
+sglang:inter_token_latency_seconds_bucket{le="0.02",model_name="m"} 3.0
+sglang:inter_token_latency_seconds_bucket{le="+Inf",model_name="m"} 4.0
+sglang:inter_token_latency_seconds_count{model_name="m"} 4.0
+sglang:inter_token_latency_seconds_sum{model_name="m"} 0.07
 # HELP sglang:num_requests_total Number of requests processed.
 # TYPE sglang:num_requests_total counter
 sglang:num_requests_total{model_name="m"} 12.0
@@ -242,6 +242,6 @@ def test_a_metric_the_replica_does_not_expose_is_unknown_not_low_traffic():
     w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)),
          "r2": window_of("r2", [Scrape(0.0, {REQUESTS: 5.0}), Scrape(1800.0, {REQUESTS: 900.0})])}
     g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
-    assert g.verdict == INCONCLUSIVE and "r2's /metrics carries no sglang:time_per_output_token_seconds: unknown" in g.why
+    assert g.verdict == INCONCLUSIVE and "r2's /metrics carries no sglang:inter_token_latency_seconds: unknown" in g.why
     never_read = {"r1": w["r1"], "r2": window_of("r2", [])}
     assert "r2 served 0" in ratio_gate("tpot_p50", "r2", "r1", None, 0.9, never_read, 200).why

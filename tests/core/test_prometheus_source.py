@@ -133,7 +133,7 @@ def _vector(n: float, aborted: float = 0.0, slow: float = 0.0) -> dict:
 def test_the_query_is_one_selector_of_every_series_by_replica_label():
     q = replica_query("r2", "replica", 'job="sglang"')
     assert q.startswith('{__name__=~"') and 'replica="r2"' in q and q.endswith(', job="sglang"}')
-    assert "sglang:time_per_output_token_seconds_bucket" in q.replace("\\", "") and "num_requests_total" in q
+    assert "sglang:inter_token_latency_seconds_bucket" in q.replace("\\", "") and "num_requests_total" in q
 
 
 def test_an_instant_vector_becomes_a_scrape_the_window_arithmetic_reads():

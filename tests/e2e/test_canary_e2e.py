@@ -191,6 +191,33 @@ def test_a_candidate_that_aborts_requests_fails_its_completion_rate_and_rolls_ba
     _r1_untouched(fleet, r1_before)
 
 
+def test_the_http_5xx_rate_and_the_long_prompt_mix_are_judged_from_the_engines_own_series(canary, tmp_path):
+    """The #332 procedure's "5xx other than 503 at most 0.5 %" on each replica, and the share of
+    prompts past 64K tokens r2 against r1 (the same traffic mix): r2 answering 5 % of its requests
+    with a 500 (`candidate-errors`) fails, r1 passes, the mix matches."""
+    from orchestrator.language.runbook import RUNBOOK_DIR
+
+    data = yaml.safe_load((RUNBOOK_DIR / f"{RUNBOOK}.yaml").read_text())
+    step = next(s for ph in data["phases"] for s in ph.get("steps", []) if "analysis" in s)
+    step["analysis"]["gates"] = [
+        {"max": {"metric": "http_5xx_rate", "replica": "r2", "value": 0.005}},
+        {"max": {"metric": "http_5xx_rate", "replica": "r1", "value": 0.005}},
+        {"ratio": {"metric": "long_prompt_share", "candidate": "r2", "control": "r1", "min": 0.8, "max": 1.25}},
+    ]
+    path = tmp_path / "gpu02-pdi2-canary-5xx.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    fleet, final, r1_before, progress, _ = canary("candidate-errors:r2", runbook=str(path))
+    assert final.outcome == "ROLLED_BACK", final.message
+    text = _readout(progress)
+    assert "FAIL: http_5xx_rate of r2 <= 0.005: r2 http_5xx_rate = " in text and "wholly outside <= 0.005" in text
+    rows = [line for line in text.splitlines() if line.startswith("http_5xx_rate ")]
+    assert [r.split()[-1] for r in rows] == ["FAIL", "PASS"], text
+    point, lo, hi = _interval(text, "long_prompt_share")
+    assert 0.8 < lo <= point <= hi < 1.25 and _row(text, "long_prompt_share").split()[-1] == "PASS", text
+    assert fleet.host.container(R2).tag == "v0.0.300"
+    _r1_untouched(fleet, r1_before)
+
+
 def test_after_too_little_traffic_the_operator_rejects_the_candidate_with_rollback_r2(canary):
     """What the halt says to run: `orchestrate rollback gpu02 --replica r2` takes r2 back to #294."""
     from orchestrator.service.admission import new_rollback
