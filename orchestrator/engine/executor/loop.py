@@ -87,13 +87,13 @@ class Executor:
         while not self.machine.terminal:
             state = self.machine.state
             node = self.table.nodes[state]
-            rt.node = node
-            rt.visit_key = f"{state}@{len(self.journal.transitions(self.run.run_id))}"
-            rt.log = self.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
+            rt.visit.node = node
+            rt.visit.key = f"{state}@{len(self.journal.transitions(self.run.run_id))}"
+            rt.visit.log = self.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
             rt.emit("step_started", state=state, say=node.step.say if node.step else "", phase=node.phase)
             self.log.info("step_started")
             try:
-                if not any(e.step == rt.visit_key for e in self.journal.open_effects(self.run.run_id)):
+                if not any(e.step == rt.visit.key for e in self.journal.open_effects(self.run.run_id)):
                     # a call of this visit whose outcome is unknown is settled first (by its
                     # handler); an abort is honoured at the next wait or step
                     rt.check_abort()

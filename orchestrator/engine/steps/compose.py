@@ -60,7 +60,7 @@ class DryRun(Described):
         outcome = res.stream
         assert outcome is not None  # a done dry run carries its stream
         lines = outcome.lines
-        rt.journal_read("dry_run", req, {"status": outcome.status, "exit_code": outcome.exit_code, "lines": lines[-40:]})
+        rt.journal_dry_run(req, outcome)
         if outcome.status != "success":
             return fail(f"the dry run did not succeed ({outcome.status}, exit {outcome.exit_code}): " + " | ".join(lines[-3:]))
         if step.plan.tag_only:

@@ -98,9 +98,7 @@ class ProxyPool(Described):
                     problems.append(f"still lists {r} ({', '.join(hit)})")
             return problems
 
-        if p.within:
-            rt.emit("waiting", gate=p.text())
-        problems = await poll(rt, p.within, check)
+        problems = await poll(rt, p.within, check, p.text())
         pool = f"pool: {', '.join(listed) or 'empty'}"
         if problems:
             return fail(f"the host's proxy (:{p.port}) " + "; ".join(problems) + f" ({pool})")
@@ -162,9 +160,7 @@ class HttpJson(Described):
                 return [f"GET {url}: {spec.path} is {_clip(value)}, which does not {want}"]
             return []
 
-        if spec.within:
-            rt.emit("waiting", gate=spec.text())
-        problems = await poll(rt, spec.within, check)
+        problems = await poll(rt, spec.within, check, spec.text())
         if problems:
             return fail(rt.scrub("; ".join(problems)))
         return ok(rt.scrub(f"{spec.path} holds ({seen[0] if seen else ''})"))

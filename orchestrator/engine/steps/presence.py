@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.rules.prerequisites import unfinished
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
+from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register
+from orchestrator.engine.steps.env import poll
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
@@ -43,20 +44,14 @@ class Presence(Described):
         else:
             targets = {rt.run.host: rt.entry.model_proxy_address}
         shown = ", ".join(f"{h} ({a})" for h, a in targets.items())
-        deadline = rt.clock.monotonic() + p.within
-        rt.emit("waiting", gate=f"both peers: {shown} " + describe_roles(p.listed, p.absent))
-        while True:
-            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
-            try:
-                problems = await rt.presence_problems(targets, p.listed, p.absent)
-            except Exception as exc:  # a peer that does not answer is a problem, retried
-                problems = [rt.scrub(error_text(exc))]
-            if not problems:
-                short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
-                return halt(short) if short else ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
-            if seen >= deadline:
-                return fail("; ".join(problems))
-            await rt.wait()
+        said = f"both peers: {shown} " + describe_roles(p.listed, p.absent)
+        rt.emit("waiting", gate=said)
+        # a peer that does not answer is a problem, retried
+        problems = await poll(rt, p.within, lambda: rt.presence_problems(targets, p.listed, p.absent))
+        if problems:
+            return fail("; ".join(problems))
+        short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
+        return halt(short) if short else ok(said)
 
 
 def describe_roles(listed: list[str], absent: list[str]) -> str:

@@ -56,10 +56,8 @@ class Query(Described):
                        for s in series[:4] if s.values]
             return judge_query(series, spec.min, spec.max, query_number)
 
-        if spec.within:
-            rt.emit("waiting", gate=spec.text())
         try:
-            problems = await poll(rt, spec.within, check)
+            problems = await poll(rt, spec.within, check, spec.text())
         finally:
             await client.aclose()
         where = f"query {spec.what + ' ' if spec.what else ''}({spec.bound_text()})"
