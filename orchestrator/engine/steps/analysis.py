@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, halt, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
@@ -107,7 +107,7 @@ class _PrometheusReader:
 
 
 @register
-class Analysis(Described):
+class Analysis:
     key = "analysis"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

@@ -4,31 +4,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.engine.step_descriptions import DESCRIPTIONS, Description, handler_key
+from orchestrator.engine.step_descriptions import DESCRIPTIONS, handler_key
 from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok, remedy, retry, skip  # noqa: F401 - the handlers' names
 from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, Step
+from orchestrator.language.runbook import Step
 
 if TYPE_CHECKING:  # what a handler may do (the executor's Runtime implements it); never imported at run time here
     from orchestrator.engine.steps.activities import Activities
 
 
 class Handler(Protocol):
-    key: str
+    """A step kind's handler; what `plan` says of its steps is the kind's entry of
+    orchestrator/engine/step_descriptions.py (kept apart, so that `plan` does not load handlers)."""
 
-    def describe(self, step: Step, rb: Runbook) -> Description: ...
+    key: str
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome: ...
-
-
-class Described:
-    """A handler's `describe`: its step kind's entry of orchestrator/engine/step_descriptions.py
-    (kept apart from the handlers, so that `plan` describes steps without loading them)."""
-
-    key: str
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return DESCRIPTIONS[self.key](step, rb)
 
 
 HANDLERS: dict[str, Handler] = {}

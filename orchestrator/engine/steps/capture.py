@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine.run_logs import ROUTER
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Capture(Described):
+class Capture:
     key = "capture"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

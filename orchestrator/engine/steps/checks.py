@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.hosts.budget import Budget as HostBudget
 from orchestrator.language.machine import Node
@@ -139,7 +139,7 @@ def budget_verdict(rt: Activities) -> StepOutcome:
 
 
 @register
-class EnvMapCheck(Described):
+class EnvMapCheck:
     key = "check.env_map"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -154,7 +154,7 @@ class EnvMapCheck(Described):
 
 
 @register
-class BudgetCheck(Described):
+class BudgetCheck:
     key = "check.budget"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -179,7 +179,7 @@ async def record_rollback_targets(rt: Activities, before: BeforeState) -> StepOu
 
 
 @register
-class RollbackTargetsCheck(Described):
+class RollbackTargetsCheck:
     """`check: rollback_targets`: the part of the before-state every runbook needs (the previous
     successful deploy of every service a `previous:` request names, each dry-run-checked before
     anything is stopped), without gpu02's peer and completion checks (a runbook states those as
@@ -198,7 +198,7 @@ class RollbackTargetsCheck(Described):
 
 
 @register
-class BeforeStateCheck(Described):
+class BeforeStateCheck:
     key = "check.before_state"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -220,7 +220,7 @@ class BeforeStateCheck(Described):
 
 
 @register
-class HostStateCheck(Described):
+class HostStateCheck:
     """Place the host in the runbook's declared host states (see `orchestrator.engine.rules.host_state`).
 
     before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
@@ -281,7 +281,7 @@ class HostStateCheck(Described):
 
 
 @register
-class TagAgeCheck(Described):
+class TagAgeCheck:
     """The tag is merged to main and its commit is at least `min_tag_age` old, from GitHub's API
     for the host's `github_repo`. compose-manager's own age gate is off in production
     (MIN_TAG_AGE_HOURS=0), so this is ours to check. When GitHub cannot answer, the run stops
@@ -298,7 +298,7 @@ class TagAgeCheck(Described):
 
 
 @register
-class ModelCacheCheck(Described):
+class ModelCacheCheck:
     """The runbook's `weights` are in the host's model cache (`GET /host/cache`). Missing weights
     are a warning, not a failure: the plan allows the model-downloader, but the cold start then
     includes a download and the operator should know before the maintenance window starts."""
@@ -317,7 +317,7 @@ class ModelCacheCheck(Described):
 
 
 @register
-class CacheHolds(Described):
+class CacheHolds:
     """`cache: {holds: [org/repo]}`: see runbook.CacheSpec. Missing -> FAIL naming what is missing."""
 
     key = "cache"
@@ -336,7 +336,7 @@ class CacheHolds(Described):
 
 
 @register
-class Prerequisites(Described):
+class Prerequisites:
     key = "check.prerequisites"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

@@ -22,7 +22,7 @@ from orchestrator.engine.context import DryRunPlan
 from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.engine.rules.ownership import ps_ids
 from orchestrator.engine.steps import config_recreate
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, retry, skip
+from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 @register
-class DryRun(Described):
+class DryRun:
     key = "dry_run"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -92,7 +92,7 @@ class DryRun(Described):
 
 
 @register
-class Up(Described):
+class Up:
     key = "up"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -158,7 +158,7 @@ class Up(Described):
 
 
 @register
-class Down(Described):
+class Down:
     key = "down"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.language.gate_specs import EnvSpec, fill, needs_file_sha
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -89,7 +89,7 @@ async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
 
 
 @register
-class EnvGate(Described):
+class EnvGate:
     key = "env"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

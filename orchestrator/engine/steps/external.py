@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
 from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
 from orchestrator.language.gate_specs import fill, json_at
@@ -74,7 +74,7 @@ def judge_pull_request(status: Any, merged: bool, green: bool, required: list[st
 
 
 @register
-class ProxyPool(Described):
+class ProxyPool:
     key = "proxy_pool"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -107,7 +107,7 @@ class ProxyPool(Described):
 
 
 @register
-class PullRequest(Described):
+class PullRequest:
     key = "pull_request"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -130,7 +130,7 @@ class PullRequest(Described):
 
 
 @register
-class HttpJson(Described):
+class HttpJson:
     key = "http_json"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -167,7 +167,7 @@ class HttpJson(Described):
 
 
 @register
-class Attestation(Described):
+class Attestation:
     key = "attestation"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
@@ -240,7 +240,7 @@ def image_digest(image: str) -> str | None:
 
 
 @register
-class Image(Described):
+class Image:
     key = "image"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

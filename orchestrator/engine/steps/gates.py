@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
 from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Relay(Described):
+class Relay:
     key = "relay"
 
     async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
@@ -35,7 +35,7 @@ class Relay(Described):
 
 
 @register
-class Verify(Described):
+class Verify:
     key = "verify"
 
     async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
@@ -67,7 +67,7 @@ class Verify(Described):
 
 
 @register
-class Soak(Described):
+class Soak:
     """Wait the soak out while watching every engine of every replica: a restart (new ID, a
     `restarting` state, an `Up` time that went back) or an engine gone fails the soak. The time
     already soaked is journaled, so a resume continues the soak; an approval is journaled too and

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -40,7 +40,7 @@ def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
 
 
 @register
-class TelemetryLabels(Described):
+class TelemetryLabels:
     key = "labels"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from orchestrator.engine.context import ColdStartProgress
 from orchestrator.engine.rules.cold_start import ColdStartWatch, Kind, Verdict
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, remedy
+from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.engine.steps.checks import expected_rank_budget
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.parsers.docker_ps import by_service
@@ -38,7 +38,7 @@ SHORT_RECORD = 50
 
 
 @register
-class ColdStart(Described):
+class ColdStart:
     """Follow an engine's log until every rank logs its milestones and the ready line.
 
     The first read takes the engine's log from its container's start (a wide window), so a resume

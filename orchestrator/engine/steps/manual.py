@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
 from orchestrator.engine.steps.env import env_gate, placeholder_values
 from orchestrator.language.gate_specs import fill
 from orchestrator.language.machine import Event, Node
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Manual(Described):
+class Manual:
     key = "manual"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

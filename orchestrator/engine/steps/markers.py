@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.step_descriptions import value_text
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import LogValue, Step
 
@@ -72,7 +72,7 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
 
 
 @register
-class Markers(Described):
+class Markers:
     key = "markers"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

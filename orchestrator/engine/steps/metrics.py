@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine.step_descriptions import bound_text
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.language.machine import Event, Node
 from orchestrator.language.runbook import GaugeBound, Step
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
@@ -36,7 +36,7 @@ def gauge_problem(text: str, g: GaugeBound) -> str | None:
 
 
 @register
-class MetricsEvidence(Described):
+class MetricsEvidence:
     key = "metrics"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

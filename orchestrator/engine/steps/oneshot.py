@@ -20,7 +20,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -64,7 +64,7 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
 
 
 @register
-class OneShotCompletion(Described):
+class OneShotCompletion:
     key = "oneshot"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

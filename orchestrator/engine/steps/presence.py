@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.rules.prerequisites import unfinished
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register
 from orchestrator.engine.steps.env import poll
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Presence(Described):
+class Presence:
     key = "presence"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
 from orchestrator.language.gate_specs import fill_query, query_number
 from orchestrator.language.machine import Node
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Query(Described):
+class Query:
     key = "query"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.analysis.quiet_spec import inside
 from orchestrator.analysis.window import REQUESTS, Scrape, counter_increase
-from orchestrator.engine.steps.base import Described, StepOutcome, ok, register
+from orchestrator.engine.steps.base import StepOutcome, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 from orchestrator.util.durations import format_duration
@@ -41,7 +41,7 @@ def rate_per_min(series: dict[str, list[Scrape]], over: float) -> tuple[float, f
 
 
 @register
-class Quiet(Described):
+class Quiet:
     key = "quiet"
 
     async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
