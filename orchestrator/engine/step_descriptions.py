@@ -1,10 +1,8 @@
 """What `plan` says of each step: the gate checked after it, and a precondition if any.
 
 One function per step kind, in one table (`DESCRIPTIONS`, keyed as the handlers are: the step's
-kind, or `check.<name>` for a preflight check). Each handler of `orchestrator.engine.steps`
-answers `describe` from this table, and `plan` reads it directly: describing a step needs the
-runbook only, not the handlers (their clients, parsers and analysis code), so that a first
-`orchestrate plan` does not load them (pinned by tests/core/test_cli_startup.py). A new
+kind, or `check.<name>` for a preflight check). `plan` reads it without the handlers (their
+clients, parsers and analysis code), so that a first `orchestrate plan` does not load them. A new
 step kind adds its description here; `register` refuses a handler without one.
 """
 
