@@ -223,5 +223,3 @@ def rollback_again(host: str, rb: Runbook, ctx: RunContext) -> str:
 
 #: how a final message names the engines a rollback left running because this run did not create them
 _LEFT = "The rollback left running what this run did not create"
-
-__all__ = ["Executor", "RunnerFenced"]

@@ -83,11 +83,6 @@ from orchestrator.language.runbook import Runbook, Step
 from orchestrator.util.clock import Clock
 from orchestrator.util.durations import format_duration
 
-__all__ = [
-    "COLD_START_WINDOW", "HEARTBEAT_S", "MAX_DOWN_RESENDS", "MIN_PROBE_REAL_S", "SERVING_WINDOW", "SETTLE_S",
-    "AbortRequested", "DryRunCall", "ForeignChange", "MaskedEnv", "Runtime",
-]
-
 log = structlog.get_logger("orchestrator.executor")
 T = TypeVar("T")
 
@@ -1327,7 +1322,7 @@ class Waits:
         if down is None:
             return None
         host = self.run.host
-        found = await self.neighbours.tier_refusal(leave_pool.NoRuns())
+        found = await self.neighbours.tier_refusal(None)
         if found is None:
             return None
         out, why = found
