@@ -94,8 +94,14 @@ _FIXED = {
     "up": "the stream ends with done/success; a broken stream is settled from compose-manager's status, docker/ps "
         "and the action log, never by sending the up again",
 }
+
+
+def _fixed(text: str) -> Callable[[Step, Runbook], Description]:
+    return lambda step, rb: Description(text)
+
+
 for _key, _text in _FIXED.items():
-    _describes(_key)(lambda step, rb, text=_text: Description(text))
+    _describes(_key)(_fixed(_text))
 
 
 # -- preflight checks and the cache (steps/checks.py) ---------------------------------------------------

@@ -129,7 +129,7 @@ class Executor:
             from orchestrator.engine.executor.watch import run_watched
 
             return await run_watched(self.rt, node, handler_for(node.step))
-        return await handler_for(node.step).run(self.rt, node, node.step)
+        return await handler_for(node.step)(self.rt, node, node.step)
 
     def _transition(self, state: str, outcome: StepOutcome, host_now: str = "") -> None:
         to = self.machine.send(outcome.event)

@@ -490,7 +490,7 @@ class HostReads:
         """GPU index -> the containers holding it, for the replica's GPUs (None: not offered)."""
         gpus = self.rb.replica_gpus.get(replica or "")
         info = await self._offered("host_gpu") if gpus else None
-        if info is None:
+        if not gpus or info is None:
             return None
         by_index = {g.index: set(g.claimed_by) for g in info}
         return {i: by_index.get(i, set()) for i in gpus}

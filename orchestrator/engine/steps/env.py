@@ -88,10 +88,7 @@ async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
     return ok(f"{who}'s env map: {', '.join(held)}")
 
 
-@register
-class EnvGate:
-    key = "env"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        assert step.env is not None
-        return await env_gate(rt, step.env)
+@register("env")
+async def env_step(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    assert step.env is not None
+    return await env_gate(rt, step.env)
