@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
-from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register, skip
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.hosts.budget import Budget as HostBudget
 from orchestrator.language.machine import Node
@@ -215,7 +215,6 @@ async def host_state_check(rt: Activities, node: Node, step: Step) -> StepOutcom
     `--continue`, else FAIL (ABORTED) naming the state and the exact command; unrecognised ->
     FAIL (ABORTED) with the difference to the nearest declared state."""
     from orchestrator.engine.rules import host_state
-    from orchestrator.engine.steps.base import skip
 
     observed = await rt.observe_host()
     if isinstance(observed, StepOutcome):
