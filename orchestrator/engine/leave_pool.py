@@ -56,7 +56,9 @@ def takes_host_out(rb: Runbook, services: Iterable[str]) -> bool:
 async def tier_refusal(*, journal: Any, rb: Runbook, host: str, peers: Sequence[Any],
                        addresses: Mapping[str, str], run_id: str | None = None) -> tuple[str, str] | None:
     """(the other host that is out, why) when `host` must not leave the pool now; None when every
-    other host of the tier is in it and has no unfinished run. Read live; never assumes capacity."""
+    other host of the tier is in it and has no unfinished run. Read live; never assumes capacity.
+    `journal` None: only the peers count (the re-check after a drain: this run's own tier lease
+    already keeps this journal's other runs out)."""
     from orchestrator.engine.rules.prerequisites import unfinished
     from orchestrator.hosts.clients.errors import ClientError
 
@@ -66,7 +68,7 @@ async def tier_refusal(*, journal: Any, rb: Runbook, host: str, peers: Sequence[
     unknown = [h for h in others if h not in addresses]
     if unknown:
         return unknown[0], f"{unknown[0]} is not in the inventory, so its capacity cannot be confirmed"
-    for h, r in unfinished(journal, others, but=run_id):
+    for h, r in unfinished(journal, others, but=run_id) if journal is not None else ():
         return h, f"{h} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}: it may be out of the pool"
     domain = rb.domains.of("base")
     for peer in peers:
@@ -129,15 +131,3 @@ def drain_down_before(rb: Runbook, step: Any) -> Any | None:
                     and services & set(before.down.services):
                 return before
     return None
-
-
-class NoRuns:
-    """The journal view of the re-check after a drain: only the peers count there (this run's
-    own tier lease already keeps this journal's other runs out)."""
-
-    def list_runs(self, host: str, limit: int = 50) -> list[Any]:
-        return []
-
-
-__all__ = ["leave_pool_services", "takes_host_out", "tier_refusal", "halted_outside", "refuse_tier_halted",
-           "drain_down_before", "NoRuns"]

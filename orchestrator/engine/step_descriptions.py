@@ -1,10 +1,8 @@
 """What `plan` says of each step: the gate checked after it, and a precondition if any.
 
 One function per step kind, in one table (`DESCRIPTIONS`, keyed as the handlers are: the step's
-kind, or `check.<name>` for a preflight check). Each handler of `orchestrator.engine.steps`
-answers `describe` from this table, and `plan` reads it directly: describing a step needs the
-runbook only, not the handlers (their clients, parsers and analysis code), so that a first
-`orchestrate plan` does not load them (pinned by tests/core/test_cli_startup.py). A new
+kind, or `check.<name>` for a preflight check). `plan` reads it without the handlers (their
+clients, parsers and analysis code), so that a first `orchestrate plan` does not load them. A new
 step kind adds its description here; `register` refuses a handler without one.
 """
 
@@ -83,13 +81,30 @@ def describe_step(step: Step, rb: Runbook) -> Description:
     return describe(step, rb)
 
 
+#: step kinds whose gate is said the same for every step
+_FIXED = {
+    "check.env_map": "the dashboard lists the host exactly once; its env map is kept in memory only; "
+        "no credential value is a mask or a placeholder",
+    "check.rollback_targets": "the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
+        "needs is known, and a dry run of each accepts its tag and file (checked before anything is stopped)",
+    "check.before_state": "the previous successful deploy (tag and file) of every service a rollback needs is known, and a dry run "
+        "of each accepts its tag and file (checked before anything is stopped); both peers "
+        "list the host healthy under the long domain and not under the base domain; one long-domain "
+        "completion succeeds",
+    "up": "the stream ends with done/success; a broken stream is settled from compose-manager's status, docker/ps "
+        "and the action log, never by sending the up again",
+}
+
+
+def _fixed(text: str) -> Callable[[Step, Runbook], Description]:
+    return lambda step, rb: Description(text)
+
+
+for _key, _text in _FIXED.items():
+    _describes(_key)(_fixed(_text))
+
+
 # -- preflight checks and the cache (steps/checks.py) ---------------------------------------------------
-
-@_describes("check.env_map")
-def _env_map(step: Step, rb: Runbook) -> Description:
-    return Description("the dashboard lists the host exactly once; its env map is kept in memory only; "
-                       "no credential value is a mask or a placeholder")
-
 
 @_describes("check.budget")
 def _budget(step: Step, rb: Runbook) -> Description:
@@ -103,20 +118,6 @@ def _budget(step: Step, rb: Runbook) -> Description:
     assert b is not None  # the loader refuses a budget check without the runbook's budget: block
     return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
                        f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
-
-
-@_describes("check.rollback_targets")
-def _rollback_targets(step: Step, rb: Runbook) -> Description:
-    return Description("the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
-                       "needs is known, and a dry run of each accepts its tag and file (checked before anything is stopped)")
-
-
-@_describes("check.before_state")
-def _before_state(step: Step, rb: Runbook) -> Description:
-    return Description("the previous successful deploy (tag and file) of every service a rollback needs is known, and a dry run "
-                       "of each accepts its tag and file (checked before anything is stopped); both peers "
-                       "list the host healthy under the long domain and not under the base domain; one long-domain "
-                       "completion succeeds")
 
 
 @_describes("check.host_state")
@@ -171,12 +172,6 @@ def _dry_run(step: Step, rb: Runbook) -> Description:
                   f"(compose would report it unchanged and keep the old config: docker/compose#11900)")
     return Description(f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
                        f"removes nothing and has no line we do not understand{skip_}")
-
-
-@_describes("up")
-def _up(step: Step, rb: Runbook) -> Description:
-    return Description("the stream ends with done/success; a broken stream is settled from compose-manager's status, docker/ps "
-                       "and the action log, never by sending the up again")
 
 
 @_describes("down")

@@ -66,22 +66,22 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
 
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.progress import RecordingProgress
-    from orchestrator.engine.steps import presence
+    from orchestrator.engine.steps import HANDLERS
     from orchestrator.journal import audit
     from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.runner import execute
 
     e = e2e_factory(hosts=BASE_HOSTS)
-    original = presence.Presence.run
+    original = HANDLERS["presence"]
 
-    async def presence_then_pause(self, rt, node, step):
-        out = await original(self, rt, node, step)
+    async def presence_then_pause(rt, node, step):
+        out = await original(rt, node, step)
         if node.id == "capacity.others-serve":
             commands.pause(rt.journal, rt.journal.get_run(rt.run.run_id), "alice")  # clicked while it checked
         return out
 
-    monkeypatch.setattr(presence.Presence, "run", presence_then_pause)
+    monkeypatch.setitem(HANDLERS, "presence", presence_then_pause)
     checks: list[str] = []  # each look of the paused runner at its pause
     real_paused_by = audit.paused_by
 

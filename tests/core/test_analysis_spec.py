@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from orchestrator.analysis.spec import AnalysisSpec
-from orchestrator.engine.steps import handler_for
+from orchestrator.engine.step_descriptions import describe_step
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError
 
@@ -39,7 +39,7 @@ def test_a_sound_analysis_loads_and_plan_describes_its_thresholds():
     st = next(s for s in rb.phases[0].steps if s.id == "canary-readout")
     assert st.kind == "analysis" and st.analysis is not None
     assert st.analysis.window == 1800 and st.analysis.poll == 60
-    text = handler_for(st).describe(st, rb).gate
+    text = describe_step(st, rb).gate
     assert "over 30m" in text and "every 1m" in text and ":8009/:8008" in text
     assert "tpot_p50 r2/r1 <= 0.9" in text and "error_rate of r2 <= 0.01" in text
     assert "200 samples" in text and "judged on a 95 % interval" in text

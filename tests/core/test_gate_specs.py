@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.engine.steps import handler_for
+from orchestrator.engine.step_descriptions import describe_step
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError
 
@@ -70,7 +70,7 @@ def test_the_gates_load_and_plan_renders_each_with_its_thresholds():
     from orchestrator.previews.plan import build_plan, render_text
 
     rb = parse_runbook(with_gates())
-    texts = {st.id: handler_for(st).describe(st, rb).gate for steps in rb.step_lists() for st in steps}
+    texts = {st.id: describe_step(st, rb).gate for steps in rb.step_lists() for st in steps}
     assert "every CI check run" in texts["pr-green"] and "including validate" in texts["pr-green"]
     assert "GLM53_BACKEND_URLS absent" in texts["pool-unset"] and "LONG_TIER_ONLY = 'true'" in texts["pool-unset"]
     assert "never shown" in texts["pool-unset"]

@@ -169,7 +169,7 @@ def _run(query: dict, answers: list[tuple[int, str]], **rt_over: Any) -> tuple[A
     st = _step(rb)
     client = FakeClient(answers)
     rt = FakeRt(rb, client, **rt_over)
-    return asyncio.run(handler_for(st).run(rt, None, st)), client  # type: ignore[arg-type]
+    return asyncio.run(handler_for(st)(rt, None, st)), client  # type: ignore[arg-type]
 
 
 def _disk(value: str) -> tuple[int, str]:

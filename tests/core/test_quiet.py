@@ -27,12 +27,12 @@ def _bad(mutate) -> str:
 
 
 def test_the_shipped_quiet_wait_loads_and_plan_says_its_bounds():
-    from orchestrator.engine.steps import handler_for
+    from orchestrator.engine.step_descriptions import describe_step
 
     rb = parse_runbook(copy.deepcopy(RAW))
     st = next(s for s in rb.phases[0].steps if s.id == "wait-for-quiet")
     assert st.kind == "quiet" and st.quiet is not None and st.quiet.wait_at_most == 7200
-    gate = handler_for(st).describe(st, rb).gate
+    gate = describe_step(st, rb).gate
     assert "below 10 requests/min over 10m, or the UTC clock inside 01:00-05:00" in gate
     assert "after 2h an operator runs `orchestrate approve RUN_ID`" in gate
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.engine.steps import handler_for
+from orchestrator.engine.step_descriptions import describe_step
 from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError
@@ -76,11 +76,11 @@ def test_the_gate_fits_all_budgets_together_and_holds_each_variable_to_its_allow
 def test_plan_and_the_gate_describe_every_budget():
     rb = parse_runbook(two_budgets())
     step = next(s for s in rb.preflight if s.check == "budget")
-    text = handler_for(step).describe(step, rb).gate
+    text = describe_step(step, rb).gate
     assert "R1_BUDGET unset or 406GiB" in text and "R2_BUDGET unset or 300GiB / 200GiB" in text
     assert "together 1 x 406GiB + 1 x 300GiB" in text
     r2_gate = next(s for s in rb.phases[0].steps if s.logs is not None and s.logs.budget and s.logs.service == R2)
-    assert f"rank_budget_bytes={300 * 2**30 // 4}" in handler_for(r2_gate).describe(r2_gate, rb).gate
+    assert f"rank_budget_bytes={300 * 2**30 // 4}" in describe_step(r2_gate, rb).gate
 
 
 def test_orchestrate_plan_renders_each_budget(tmp_path: Path):

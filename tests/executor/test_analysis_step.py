@@ -108,7 +108,7 @@ def step(**over: Any) -> Step:
 
 
 def run(rt: FakeRt, st: Step):
-    return asyncio.run(handler_for(st).run(rt, None, st))  # type: ignore[arg-type]
+    return asyncio.run(handler_for(st)(rt, None, st))  # type: ignore[arg-type]
 
 
 def test_a_faster_candidate_passes_after_the_whole_window_with_the_readout_as_note():

@@ -6,12 +6,12 @@ Mutation list (each guard changed in the source, the tests run and seen failing,
 restored):
 - rules/cold_start.py:ColdStartWatch.observe, `self.resumed = self._restore(...)` -> `self._restore(...)` ->
   test_a_resumed_gate_counts_what_it_journaled_and_passes_on_live_evidence (HALT);
-- steps/logs.py:ColdStart.run, `rt.serving(service, live=verdict.live)` -> `rt.serving(service)` ->
+- steps/logs.py:cold_start, `rt.serving(service, live=verdict.live)` -> `rt.serving(service)` ->
   test_the_ready_line_alone_does_not_stand_in_for_rotated_milestones (ok on the log's ready line);
 - ColdStartWatch.window, the `self.journal.restarted_in` check removed ->
   test_a_startup_line_other_than_the_journaled_one_fails;
-- steps/logs.py:ColdStart.run, the journal's write removed -> test_the_gate_journals_its_milestones_as_it_sees_them;
-- steps/logs.py:ColdStart.run, `created=rt.ctx.created` -> `created=()` ->
+- steps/logs.py:cold_start, the journal's write removed -> test_the_gate_journals_its_milestones_as_it_sees_them;
+- steps/logs.py:cold_start, `created=rt.ctx.created` -> `created=()` ->
   test_an_engine_this_run_created_passes_on_live_evidence_without_a_journal (HALT);
 - ColdStartWatch.window, the loss on a follower gap removed -> both
   test_a_cold_start_rotated_out_between_two_polls_* (FAIL at the deadline: a rollback of a ready engine);

@@ -5,22 +5,22 @@ restored):
 - rule 1  runtime.py:ComposeCalls.mutate, `record_intent(...)` before `await call(req, env)`: moved after
           the call -> test_every_mutating_call_is_journaled_before_and_after fails (no open intent
           at send time); `record_outcome(...)` deleted -> same test fails (effects without outcome).
-- rule 2  steps/compose.py:Up.run, `if checked is None or (...) != (...): return halt(...)` removed
+- rule 2  steps/compose.py:up, `if checked is None or (...) != (...): return halt(...)` removed
           -> test_up_without_a_checked_dry_run_halts* fail (RETRY instead of HALT).
-- rule 3  steps/compose.py:Up.run, the `checked.after != now` comparison removed -> the up is sent,
-          test_containers_changed_since_the_dry_run_* fail; Up._again `used < retry_cap` made
+- rule 3  steps/compose.py:up, the `checked.after != now` comparison removed -> the up is sent,
+          test_containers_changed_since_the_dry_run_* fail; _again `used < retry_cap` made
           always true -> the capped test fails (RETRY again instead of FAIL).
-- rule 4  steps/compose.py:Up.run, `if not rt.same_as_checked(req, env)` removed -> the up is sent
+- rule 4  steps/compose.py:up, `if not rt.same_as_checked(req, env)` removed -> the up is sent
           with the new env map, test_env_map_changed_since_the_dry_run_* fails.
 - rule 5  runtime.py:ComposeCalls.dry_run, `if changed: return DryRunCall("changed", halt(...))` made
           `if False` -> test_a_dry_run_that_changes_docker_ps_halts fails (OK instead of HALT).
 - rule 6  dry_run_check.py:judge_dry_run, `if removed: return DryRunJudgement("refuse", ...)` removed -> the
           up is applied, test_a_plan_that_removes_anything_is_never_applied fails.
-- rule 7  steps/compose.py:Up.run, `recorded = rt.recorded_effect("compose_up")` -> `None`
+- rule 7  steps/compose.py:up, `recorded = rt.recorded_effect("compose_up")` -> `None`
           -> test_resumed_up_*_applied_moves_on fails (RETRY: re-planned instead of OK).
 - rule 8  runtime.py:Waits.settle_up, the `if in_flight is False:` branch removed ->
           test_unknown_up_with_nothing_in_flight_* fail (waits SETTLE_S / HALT instead of deciding
-          at once); steps/compose.py:Up._judge, `settle_up(...)` replaced by "not_applied" ->
+          at once); steps/compose.py:_judge, `settle_up(...)` replaced by "not_applied" ->
           test_unknown_up_with_nothing_in_flight_and_changed_ps_is_applied fails.
 - bug     runtime.py:Waits.settle_up checks the SETTLE_S deadline even while `status()` says the up
           is in flight: test_unknown_up_still_in_flight_is_waited_for_not_replanned was xfail(strict) until the executor was fixed; it passes now.

@@ -145,7 +145,7 @@ def step(sid: str):
 
 async def run(rt: FakeRt, sid: str, node_id: str = "canary.x"):
     st = step(sid)
-    return await handler_for(st).run(rt, SimpleNamespace(id=node_id), st)  # type: ignore[arg-type]
+    return await handler_for(st)(rt, SimpleNamespace(id=node_id), st)  # type: ignore[arg-type]
 
 
 # -- env -------------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ restored):
   _halts_and_sends_nothing and test_fleet_down_when_a_peer_cannot_be_asked_halts fail;
 - runtime.py:Neighbours.still_listed, the `except ClientError` branch made to `continue` ->
   test_fleet_down_when_a_peer_cannot_be_asked_halts fails;
-- steps/presence.py:Presence.run, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
+- steps/presence.py:presence, the `unknown` refusal removed -> test_capacity_guard_fails_for_a
   _host_the_inventory_does_not_know fails (a KeyError, not a named refusal);
-- steps/presence.py:Presence.run, `targets` for `others` replaced by this host's address ->
+- steps/presence.py:presence, `targets` for `others` replaced by this host's address ->
   test_capacity_guard_fails_while_another_host_is_unhealthy fails.
 """
 
@@ -115,7 +115,7 @@ async def test_fleet_drain_is_judged_on_any_port_of_the_host():
 
 async def test_capacity_guard_refuses_while_another_host_of_the_tier_has_a_run_that_has_not_ended():
     """Two terminals, two base hosts: each run sees the other's (runs are created before their
-    preflight), so they never leave the pool together (steps/presence.py:Presence.run, the `busy`
+    preflight), so they never leave the pool together (steps/presence.py:presence, the `busy`
     refusal removed -> this test fails: the guard passes)."""
     rig = capacity_rig(lambda addr, domain: (domain == BASE.domains.base, True))
     other = rig.journal.create_run(host="gpu04", runbook=BASE.name, tag="v2", kind="rollout", state="drain.drain", context={})
@@ -137,7 +137,7 @@ async def _cache_step(weights):
 
 
 async def test_a_snapshot_missing_after_the_prestage_fails_before_the_host_is_touched():
-    """steps/checks.py:CacheHolds.run, `if missing: return fail(...)` removed -> this test fails."""
+    """steps/checks.py:cache_holds, `if missing: return fail(...)` removed -> this test fails."""
     rig, event, note, to = await _cache_step(["models--zai-org--GLM-5.3-Flash"])
     assert (event, to) == ("fail", "prestage.rollback.abort")
     assert "graphistry/GLM-5.3-Flash-W4AFP8" in note
@@ -166,7 +166,7 @@ async def test_an_operator_abort_in_a_phase_that_changed_nothing_ends_aborted_sa
 async def test_verify_tries_the_cache_hit_pair_as_often_as_the_runbook_says():
     """The base domain balances over several engines: a follow-up that lands elsewhere reports no
     cached tokens. `verify.attempts` (3 on the base tier) tries the pair again (steps/gates.py:
-    Verify.run, the loop cut to one try -> the first case fails)."""
+    verify, the loop cut to one try -> the first case fails)."""
     from orchestrator.hosts.clients.inference import CacheHitResult
 
     for misses, outcome in ((2, "ok"), (3, "fail")):

@@ -2,7 +2,7 @@
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):
-- rule 11 steps/gates.py:ColdStart.run, `if starts > 1: return fail(...)` removed ->
+- rule 11 steps/gates.py:cold_start, `if starts > 1: return fail(...)` removed ->
           test_cold_start_fails_on_a_second_startup_line fails (OK);
           `if c.id != first_id: return fail(...)` removed -> test_cold_start_fails_when_the_container_id_changes
           fails (OK); `if res.failed: return fail(...)` removed -> test_cold_start_fails_on_a_forbidden_line_*
@@ -13,14 +13,14 @@ restored):
 - rule 12 runtime.py:Serving.engines_still_serving, each of `if c.id != cid`, `if c.restarting or
           c.state != "running"`, `if ... now_up < up` removed -> the matching
           test_soak_fails_when_an_engine_restarts[...] cases fail (soak passes);
-          steps/gates.py:Soak.run, `already = float(rt.ctx.soaks.get(node.id, 0.0))` -> `0.0` and,
+          steps/gates.py:soak, `already = float(rt.ctx.soaks.get(node.id, 0.0))` -> `0.0` and,
           separately, `rt.save_context()` removed -> test_resumed_soak_continues_the_journaled_time fails;
           `approved = (not need_approval) or bool({node.id, "*"} & approvals)` -> `not need_approval`
           -> test_an_approval_in_the_journal_is_not_waited_for_again fails (runs into the clock limit).
-- bug     steps/gates.py:Soak.run announces "then `orchestrate approve RUN_ID`" whenever
+- bug     steps/gates.py:soak announces "then `orchestrate approve RUN_ID`" whenever
           `need_approval`, even when the journal already holds the approval:
           test_an_approval_in_the_journal_is_not_asked_for_again was xfail(strict) until the executor was fixed; it passes now.
-- bug     steps/gates.py:Soak.run takes its baseline afresh on resume (`watched = await rt.watch_engines()`)
+- bug     steps/gates.py:soak takes its baseline afresh on resume (`watched = await rt.watch_engines()`)
           while continuing the journaled time; ctx.ready is never read:
           test_resumed_soak_fails_when_an_engine_was_replaced_while_the_runner_was_down was xfail(strict) until the executor was fixed; it passes now.
 """
@@ -225,7 +225,7 @@ async def test_resumed_soak_fails_when_an_engine_was_replaced_while_the_runner_w
 
 async def test_approve_now_ends_the_rest_of_the_soak():
     """`orchestrate approve RUN --now` journals `<gate>!now`: the soak ends at once, approved.
-    Mutation: Soak.run's `ended_early` (drop the `!now` check) -> the soak waits its full 30 min."""
+    Mutation: soak's `ended_early` (drop the `!now` check) -> the soak waits its full 30 min."""
     from orchestrator.service import signals as commands
 
     rig = at_soak(yes=False)

@@ -8,14 +8,14 @@ a failed gate.
 Mutation list (each guard disabled in the source, the test seen failing, the source restored):
 - runtime.py:RunClock.wait_for_output, `if await follower.probe(): ... break` -> never breaks ->
   test_a_forbidden_line_is_acted_on_within_a_probe_interval fails (decided at the next poll);
-- steps/logs.py:ColdStart.run, the quiet skip `if waited == "quiet" and now < read_due` -> always read ->
+- steps/logs.py:cold_start, the quiet skip `if waited == "quiet" and now < read_due` -> always read ->
   test_quiet_probes_replace_the_log_reads_but_for_one_full_read_a_minute fails;
   `read_due = now + FULL_READ_S` -> `now + 1e9` -> test_logs_step.py's
   test_a_line_the_probes_cannot_tell_apart_is_read_within_a_full_read_interval fails (no full read);
-- steps/logs.py:ColdStart.run, the chatty check -> test_a_chatty_log_gets_no_probes fails;
+- steps/logs.py:cold_start, the chatty check -> test_a_chatty_log_gets_no_probes fails;
 - runtime.py:RunClock.wait_for_output, the MIN_PROBE_REAL_S check -> test_a_compressed_clock_gets_no_probes fails;
 - runtime.py:RunClock.wait_for_output, `except ClientError` -> test_a_failing_probe_is_not_a_failed_gate fails;
-- steps/logs.py:ColdStart.run, `c is None or` in the unprobed wait -> test_an_engine_docker_ps_does_not_list_gets_no_probes fails.
+- steps/logs.py:cold_start, `c is None or` in the unprobed wait -> test_an_engine_docker_ps_does_not_list_gets_no_probes fails.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from orchestrator.engine.steps.capture import Capture
-from orchestrator.engine.steps.markers import Markers
-from orchestrator.engine.steps.oneshot import OneShotCompletion
+from orchestrator.engine.steps.capture import capture
+from orchestrator.engine.steps.markers import markers
+from orchestrator.engine.steps.oneshot import oneshot_completion
 from orchestrator.hosts.parsers.docker_ps import Container
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.language.step_specs import CaptureSpec, LogValue, MarkersSpec, OneShotSpec
@@ -83,13 +83,13 @@ def step(**spec: Any) -> Step:
 async def test_a_marker_equal_to_a_declared_secret_is_judged_raw():
     # the required marker's text is a declared secret's value: on scrubbed text it would be missing
     rt = Stand(["loading", f"ready {TOKEN} serving"], TOKEN, markers={"ready": TOKEN})
-    out = await Markers().run(rt, None, step(markers=MarkersSpec(service=SVC, require=["ready"])))  # type: ignore[arg-type]
+    out = await markers(rt, None, step(markers=MarkersSpec(service=SVC, require=["ready"])))  # type: ignore[arg-type]
     assert out.event.value == "ok", out.note
 
 
 async def test_a_forbidden_markers_line_is_quoted_with_a_split_secret_hidden_whole():
     rt = Stand(["boot", f"NCCL error: peer said {HEAD}", f"{TAIL} and more"], TOKEN, markers={"nccl": "NCCL error"})
-    out = await Markers().run(rt, None, step(markers=MarkersSpec(service=SVC, forbid=["nccl"])))  # type: ignore[arg-type]
+    out = await markers(rt, None, step(markers=MarkersSpec(service=SVC, forbid=["nccl"])))  # type: ignore[arg-type]
     assert out.event.value == "fail" and "NCCL error: peer said ***" in out.note, out.note
     assert HEAD not in out.note and TAIL not in out.note
 
@@ -99,7 +99,7 @@ async def test_a_values_match_on_a_line_holding_a_secret_quotes_the_scrubbed_lin
     # the value's line begins with the tail of a token split across it and the line before
     rt = Stand([f"auth {HEAD}", f"{TAIL}=7 budget=9"], TOKEN)
     spec = MarkersSpec(service=SVC, values=[LogValue(pattern=pattern, max=5)])
-    out = await Markers().run(rt, None, step(markers=spec))  # type: ignore[arg-type]
+    out = await markers(rt, None, step(markers=spec))  # type: ignore[arg-type]
     assert out.event.value == "fail" and "on a line (***=7 budget=9)" in out.note, out.note
     assert TAIL not in out.note and HEAD not in out.note, out.note
 
@@ -111,7 +111,7 @@ def _exited(code: int) -> list[Container]:
 
 async def test_a_oneshots_failure_quotes_its_last_line_with_a_split_secret_hidden_whole():
     rt = Stand(["starting", f"using token {HEAD}", f"{TAIL} rejected"], TOKEN, ps=_exited(0))
-    out = await OneShotCompletion().run(rt, None, step(oneshot=OneShotSpec(service=SVC, timeout=60, last_line="done")))  # type: ignore[arg-type]
+    out = await oneshot_completion(rt, None, step(oneshot=OneShotSpec(service=SVC, timeout=60, last_line="done")))  # type: ignore[arg-type]
     assert out.event.value == "fail", out.note
     assert TAIL not in out.note and "*** rejected" in out.note, out.note
     [output] = [e for e in rt.log.events if e["event"] == "oneshot_output"]
@@ -122,14 +122,14 @@ async def test_a_oneshots_failure_quotes_its_last_line_with_a_split_secret_hidde
 async def test_a_oneshots_verdict_equal_to_a_declared_secret_is_judged_raw():
     rt = Stand(['{"event": "qualification_finished", "ok": true}'], "qualification_finished", ps=_exited(0))
     spec = OneShotSpec(service=SVC, timeout=60, ok_event="qualification_finished")
-    out = await OneShotCompletion().run(rt, None, step(oneshot=spec))  # type: ignore[arg-type]
+    out = await oneshot_completion(rt, None, step(oneshot=spec))  # type: ignore[arg-type]
     assert out.event.value == "ok", out.note
 
 
 async def test_a_capture_keeps_a_split_secret_out_of_the_run_log():
     rt = Stand(["a", f"token {HEAD}", f"{TAIL} b"], TOKEN)
     with capture_logs():
-        out = await Capture().run(rt, None, step(capture=CaptureSpec(services=[SVC], tail=10)))  # type: ignore[arg-type]
+        out = await capture(rt, None, step(capture=CaptureSpec(services=[SVC], tail=10)))  # type: ignore[arg-type]
     assert out.event.value == "ok", out.note
     [kept] = [e for e in rt.log.events if e["event"] == "log_capture"]
     text = repr(kept)

@@ -2,14 +2,14 @@
 watcher: an engine the dry run left unchanged and that serves has no cold start to watch.
 
 Mutation list (each guard deleted in the source, the test run and seen failing, the source restored):
-- logs.py:ColdStart._no_cold_start, the `unchanged` shortcut removed ->
+- logs.py:_no_cold_start, the `unchanged` shortcut removed ->
   test_an_unchanged_engine_that_serves_has_no_cold_start_to_watch fails (HALT: its start rotated out);
 - its `if verdict.serving` made unconditional ->
   test_an_unchanged_engine_that_does_not_serve_is_watched fails (OK without a cold start);
-- logs.py:ColdStart.run, `read_due = now + FULL_READ_S` -> `now + 1e9` (no full read while the
+- logs.py:cold_start, `read_due = now + FULL_READ_S` -> `now + 1e9` (no full read while the
   probes say quiet) -> test_a_line_the_probes_cannot_tell_apart_is_read_within_a_full_read_interval
   fails (the ready line is never read: FAIL at the deadline);
-- logs.py:ColdStart.run, `scrub_lines=rt.scrub_lines` not given to the watcher ->
+- logs.py:cold_start, `scrub_lines=rt.scrub_lines` not given to the watcher ->
   test_the_gates_line_hides_a_secret_split_across_two_reads fails (the token's tail is shown; a
   whole token is still hidden where the event leaves, `Voice.emit`);
 - rules/cold_start.py:ColdStartWatch._tail, `self._held = False` (a line that may begin a secret

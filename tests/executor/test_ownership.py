@@ -2,10 +2,10 @@
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):
-- ledger  steps/compose.py:Up._judged, `await rt.record_ownership(..., up=True)` deleted ->
+- ledger  steps/compose.py:_judged, `await rt.record_ownership(..., up=True)` deleted ->
           test_a_rollout_records_what_it_created_and_stopped_by_container_id and
           test_the_ledger_survives_a_crash_after_the_ups_outcome fail (no created IDs);
-          steps/compose.py:Down.run, `await rt.record_ownership(..., up=False)` deleted -> that
+          steps/compose.py:down, `await rt.record_ownership(..., up=False)` deleted -> that
           test, test_a_rollback_stops_the_engine_its_run_created and
           test_a_resumed_narrowed_down_waits_only_for_what_it_sent fail (no stopped IDs).
 - owner   runtime.py:StopGuard.not_owned, `_, others = owned_split(...)` -> `others = []` ->
@@ -22,12 +22,12 @@ restored):
 - message loop.py:Executor._final_message, the `if self.ctx.not_stopped:` branch disabled ->
           test_a_rollback_never_stops_a_namesake_it_did_not_create fails (the runbook's halt text
           claims "The failing r1 was stopped").
-- narrow  steps/compose.py:Down.run, the resume path's `req = replace(req, services=sent)` deleted
+- narrow  steps/compose.py:down, the resume path's `req = replace(req, services=sent)` deleted
           -> test_a_resumed_narrowed_down_waits_only_for_what_it_sent fails (it waits for the
           namesake it left running and fails).
 - retry   context.py:RunContext.for_retry, `created=..., stopped=...` dropped ->
           test_a_retry_keeps_the_ledger_of_the_run_it_continues fails.
-- budget  steps/compose.py:DryRun.run, the rollback branch (`not target_needs_budget(...)`)
+- budget  steps/compose.py:dry_run, the rollback branch (`not target_needs_budget(...)`)
           deleted -> test_a_rollback_to_the_previous_file_is_not_held_to_the_new_budget fails;
           checks.py:target_needs_budget returning False always ->
           test_a_rollback_to_a_new_file_engine_is_still_held_to_the_budget fails.

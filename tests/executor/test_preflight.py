@@ -2,11 +2,11 @@
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):
-- rule 13 steps/checks.py:EnvMapCheck.run, `if masked: return fail(...)` removed ->
+- rule 13 steps/checks.py:env_map_check, `if masked: return fail(...)` removed ->
           test_masked_credentials_abort_the_rollout_before_anything_is_sent fails (the run goes on
           and sends dry runs and downs); runtime.py:EnvReader.ensure_env, `if masked: raise MaskedEnv`
           removed -> test_masked_credentials_read_on_resume_halt_and_send_nothing fails (RETRY).
-- rule 14 steps/checks.py:HostStateCheck.run, `if state.action == "done": return skip(...)`
+- rule 14 steps/checks.py:host_state_check, `if state.action == "done": return skip(...)`
           removed -> test_host_at_target_is_done_with_nothing_to_do fails (ABORTED); the loop refusing
           beside another run of the host that has not ended removed ->
           test_host_at_target_beside_an_interrupted_run_is_refused_naming_it fails (DONE);
@@ -125,7 +125,7 @@ async def test_unrecognised_host_is_refused_with_the_difference():
 
 
 # -- the orchestrator's own tag check (compose-manager's age gate is off in production) -----------
-# Mutation list: TagAgeCheck.run / Preflight.check_tag_age
+# Mutation list: tag_age_check / Preflight.check_tag_age
 #   - the `except GitHubUnreachable` branch returning FAIL unless skipped (test_unreachable_github_*)
 #   - `return False, ... {res.reason}` for a tag that is not ok (test_a_young_tag_*)
 

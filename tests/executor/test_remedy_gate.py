@@ -7,24 +7,24 @@ after its sibling serves (base-tier-runbook.md section 5 step 3), instead of the
 
 Rules pinned here, and the mutation each was checked with (guard deleted in the source, the test
 run and seen failing, the source restored):
-- R1 steps/gates.py:ColdStart._failed_on_line, `if hit is None: return fail(why)` removed
+- R1 steps/gates.py:_failed_on_line, `if hit is None: return fail(why)` removed
      -> test_another_forbidden_line_fails_the_gate_as_before fails (REMEDY on an NCCL error);
      the record cut to its first line (`record = [res.line]`) -> test_a_traceback_whose_last_line_is
      _the_dist_store_error_takes_the_remedy[one-read] fails; the second read removed -> its
      `split` case fails (FAIL: the cause was not read yet);
-- R2 steps/gates.py:ColdStart._failed_on_line, `if used >= cap: return fail(...)` removed ->
+- R2 steps/gates.py:_failed_on_line, `if used >= cap: return fail(...)` removed ->
      test_the_remedy_is_not_taken_past_its_cap and test_a_second_dist_store_error_after_the_remedy_fails
      fail (REMEDY again);
-- R3 steps/gates.py:ColdStart._failed_on_line, `rt.ctx.remedies[node.id] = used + 1` removed ->
+- R3 steps/gates.py:_failed_on_line, `rt.ctx.remedies[node.id] = used + 1` removed ->
      test_a_second_dist_store_error_after_the_remedy_fails and test_a_resume_inside_the_remedy_* fail
      (the count is what the journal carries);
-- R4 steps/gates.py:ColdStart.run, `return self._failed_on_line(...)` -> `return fail(...)` ->
+- R4 steps/gates.py:cold_start, `return self._failed_on_line(...)` -> `return fail(...)` ->
      test_dist_store_error_takes_the_remedy_then_the_gate_passes_on_the_new_container fails;
-- R5 steps/compose.py:Up.run, the `checked is None ...: return halt(...)` guard removed ->
+- R5 steps/compose.py:up, the `checked is None ...: return halt(...)` guard removed ->
      test_the_remedy_up_needs_its_own_dry_run fails (the up is sent);
 - R6 runtime.py:StopGuard.stop_guard, `return (f"refusing to stop {e}: ...")` made `return None`
      -> test_the_stop_guard_holds_inside_a_remedy fails (the down is sent);
-- R7 steps/gates.py:ColdStart.run, `if now is not None and now.id == ready_id:` made `if False:` ->
+- R7 steps/gates.py:cold_start, `if now is not None and now.id == ready_id:` made `if False:` ->
      test_a_sibling_whose_cold_start_passed_in_this_run_is_not_judged_again_from_a_scrolled_log fails (HALT).
 """
 
@@ -201,7 +201,7 @@ def test_the_table_sends_remedy_only_where_the_runbook_names_one():
 
 
 async def test_a_sibling_whose_cold_start_passed_in_this_run_is_not_judged_again_from_a_scrolled_log():
-    """R7: steps/gates.py:ColdStart.run, the `ctx.ready` shortcut removed -> this test fails (HALT:
+    """R7: steps/gates.py:cold_start, the `ctx.ready` shortcut removed -> this test fails (HALT:
     r1's start scrolled out of the window while r2's remedy waits for it)."""
     noise = [f"Decode batch. #running-req: 0, #token: {i}" for i in range(6000)]
     rig = after_apply(r1=[START, READY, *noise], r2=[(0.0, START), (300.0, DSE)], state=GATE2)

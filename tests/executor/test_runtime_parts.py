@@ -48,5 +48,5 @@ def test_the_key_table_says_where_each_handler_is():
     from orchestrator.engine.steps import HANDLERS, MODULES
 
     assert set(MODULES) == set(HANDLERS)
-    wrong = {k: type(h).__module__ for k, h in HANDLERS.items() if type(h).__module__ != f"orchestrator.engine.steps.{MODULES[k]}"}
+    wrong = {k: h.__module__ for k, h in HANDLERS.items() if h.__module__ != f"orchestrator.engine.steps.{MODULES[k]}"}
     assert not wrong, wrong

@@ -11,13 +11,13 @@ Mutation list (each guard was disabled in the source, the test run and seen fail
 restored):
 - rule 16 runtime.py:ComposeCalls.mutate, `[self.scrub(x) for x in res.lines[-30:]]` -> the raw lines ->
           test_nothing_journaled_or_logged_holds_a_secret[rollout] fails (effect outcomes);
-          runtime.py:RunJournal.journal_read, `self.redactor.scrub_obj(outcome)` -> `outcome` -> same
+          runtime.py:RunJournal.journal_dry_run, `self._outcome_json(outcome)` -> `outcome` -> same
           test fails (dry-run effects);
-          steps/gates.py:ColdStart.run `rt.scrub(res.line)` AND loop.py:Executor._transition
+          steps/gates.py:cold_start `rt.scrub(res.line)` AND loop.py:Executor._transition
           `self.redactor.scrub(outcome.note)` both removed -> [failed-cold-start] fails (transition
           note and run message). Either one alone is covered by the other (two layers): removing
           only one does NOT fail that test, by design; loop.py:Executor._transition's scrub alone
-          is pinned by test_a_failed_dry_run_quoting_a_secret_is_journaled_scrubbed (DryRun.run
+          is pinned by test_a_failed_dry_run_quoting_a_secret_is_journaled_scrubbed (dry_run
           quotes the stream's last lines unscrubbed and relies on it).
 """
 

@@ -12,9 +12,9 @@ restored):
   test_an_unknown_engine_is_not_stopped_without_a_serving_other;
 - runtime.py:Serving.host_now, "NOT serving (...)" for anything not serving ->
   test_host_now_says_unknown_when_the_log_cannot_be_read;
-- steps/gates.py:Soak.run, `if verdict.not_serving` -> `if not verdict.serving` ->
+- steps/gates.py:soak, `if verdict.not_serving` -> `if not verdict.serving` ->
   test_the_soak_watches_an_engine_whose_serving_is_unknown (the soak fails);
-- steps/gates.py:ColdStart.run, the `long_up(...)` alternative removed ->
+- steps/gates.py:cold_start, the `long_up(...)` alternative removed ->
   test_a_cold_start_gate_whose_start_rotated_out_halts_at_once (it waits 50 minutes, then FAIL).
 """
 
@@ -113,7 +113,7 @@ async def test_host_now_says_unknown_when_the_log_cannot_be_read():
 
 
 # -- placement ------------------------------------------------------------------------------------
-# Mutation: steps/checks.py:HostStateCheck.run, the `if down:` refusal removed ->
+# Mutation: steps/checks.py:host_state_check, the `if down:` refusal removed ->
 # test_a_host_at_target_with_an_engine_in_a_cold_start_is_not_done fails (DONE "nothing to do").
 
 def at_target(r1_log: list[str]) -> Rig:
@@ -204,7 +204,7 @@ async def test_a_relay_that_answers_502_is_no_evidence():
 
 
 # -- a resumed cold-start gate whose start rotated out, for a gate that needs only the ready line ---
-# Mutations: steps/gates.py:ColdStart._start_rotated_out, the `gate.required_per_rank` condition
+# Mutations: steps/gates.py:_start_rotated_out, the `gate.required_per_rank` condition
 # removed -> test_a_cold_start_gate_whose_start_rotated_out_halts_at_once fails (it passes a
 # budget gate unverified); the forbidden-line condition removed ->
 # test_a_rotated_start_with_a_failure_line_in_the_window_halts fails; the `long_up` condition
@@ -247,7 +247,7 @@ async def test_a_rotated_start_of_an_engine_docker_calls_unhealthy_halts():
 
 
 async def test_a_rotated_window_that_shows_no_work_halts():
-    # mutation: the `past_its_start` condition in ColdStart._start_rotated_out removed -> passes
+    # mutation: the `past_its_start` condition in _start_rotated_out removed -> passes
     rig = at_cold_start_old(["[TP0] Capturing batches (bs=32): 50%"] * 500, -7200.0)
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("halt", "HALTED"), note

@@ -2,7 +2,7 @@
 
 Mutation list (each guard was disabled in the source, the test run and seen failing, the source
 restored):
-- rule 9  steps/compose.py:Down.run, `if refusal: return halt(refusal)` removed -> the down is
+- rule 9  steps/compose.py:down, `if refusal: return halt(refusal)` removed -> the down is
           sent, test_down_of_the_last_serving_engine_halts_and_sends_nothing fails (and the
           rollback variant);
           runtime.py:StopGuard.stop_guard, `if any(v.serving for v in verdicts): continue` removed ->
@@ -137,7 +137,7 @@ async def test_a_resent_down_is_guarded_again():
 
 
 # -- GPU claims (compose-manager's GET /host/gpu) -----------------------------------------------
-# Mutation list: steps/compose.py:Down.run
+# Mutation list: steps/compose.py:down
 #   - `if others: return halt(...)` removed -> test_a_down_is_not_sent_while_another_engine_holds_its_gpus fails
 #   - `if busy: return fail(...)` removed -> test_gpus_still_held_after_the_down_fail_the_gate fails
 #   - the `& engines` filter removed -> test_the_dcgm_exporter_holding_every_gpu_is_not_an_engine fails
@@ -238,7 +238,7 @@ class Crash(Exception):
 async def test_a_resend_in_flight_at_a_crash_is_settled_not_sent_again():
     """The review's finding 5: a crash while a down *resend* is in flight; the resume settles the
     newest down of the visit and counts the resends already sent.
-    Mutation: compose.py Down.run settling only the first down (`visit_effects(...)[0]`) -> the
+    Mutation: compose.py down settling only the first down (`visit_effects(...)[0]`) -> the
     resend goes out again (3 downs instead of 2)."""
     rig = at_stop_old(r2_log=engine_log(), r1_log=engine_log())
     calls = {"n": 0}

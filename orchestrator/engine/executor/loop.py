@@ -87,13 +87,13 @@ class Executor:
         while not self.machine.terminal:
             state = self.machine.state
             node = self.table.nodes[state]
-            rt.node = node
-            rt.visit_key = f"{state}@{len(self.journal.transitions(self.run.run_id))}"
-            rt.log = self.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
+            rt.visit.node = node
+            rt.visit.key = f"{state}@{len(self.journal.transitions(self.run.run_id))}"
+            rt.visit.log = self.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
             rt.emit("step_started", state=state, say=node.step.say if node.step else "", phase=node.phase)
             self.log.info("step_started")
             try:
-                if not any(e.step == rt.visit_key for e in self.journal.open_effects(self.run.run_id)):
+                if not any(e.step == rt.visit.key for e in self.journal.open_effects(self.run.run_id)):
                     # a call of this visit whose outcome is unknown is settled first (by its
                     # handler); an abort is honoured at the next wait or step
                     rt.check_abort()
@@ -129,7 +129,7 @@ class Executor:
             from orchestrator.engine.executor.watch import run_watched
 
             return await run_watched(self.rt, node, handler_for(node.step))
-        return await handler_for(node.step).run(self.rt, node, node.step)
+        return await handler_for(node.step)(self.rt, node, node.step)
 
     def _transition(self, state: str, outcome: StepOutcome, host_now: str = "") -> None:
         to = self.machine.send(outcome.event)
@@ -223,5 +223,3 @@ def rollback_again(host: str, rb: Runbook, ctx: RunContext) -> str:
 
 #: how a final message names the engines a rollback left running because this run did not create them
 _LEFT = "The rollback left running what this run did not create"
-
-__all__ = ["Executor", "RunnerFenced"]

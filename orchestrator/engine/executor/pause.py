@@ -95,6 +95,3 @@ def observed(rt: Any, node: Any, outcome: Any) -> Any:
         rt.emit("observed", state=node.id, passed=True, note=outcome.note)
         return StepOutcome(Event.OK, f"observe-only gate passed: {outcome.note}")
     return outcome
-
-
-__all__ = ["safe_points", "honour_pause", "observed"]

@@ -2,29 +2,9 @@
 
 `Runtime` is the object every handler receives. It is built from small parts, each a dataclass
 whose fields are the clients and the other parts it uses, so that what depends on what is read in
-the code (top to bottom, each part uses only parts defined above it):
-
-    Visit          the state the run loop is at (node, visit key, logger)
-    Voice          progress events and scrubbed text
-    RunClock       polls, log probes, heartbeats, abort checks            (Visit, Voice)
-    RunJournal     this run's records: context, approvals, effects        (Visit)
-    EnvReader      the host's env map, from the dashboard                  (Visit, Voice)
-    HostReads      docker/ps, compose-manager's reads, engine logs,        (Voice)
-                   the inference route, the soak relay
-    Neighbours     the model-proxy peers, the inventory's other hosts
-    ForeignChecks  calls compose-manager ran that this run did not make    (HostReads, RunJournal, Voice)
-    Serving        whether an engine serves; the soak's engine watches     (HostReads, EnvReader, Neighbours, Voice)
-    ComposeCalls   requests, dry runs, journaled mutating calls, ledgers   (EnvReader, HostReads, RunJournal,
-                                                                            ForeignChecks, RunClock, Visit, Voice)
-    StopGuard      what keeps a stop from taking capacity away             (Serving, HostReads, Neighbours, Visit, Voice)
-    Waits          settling an unknown up, following a down, the re-check  (RunClock, HostReads, ComposeCalls,
-                   after a drain                                            StopGuard, Neighbours, RunJournal, Visit, Voice)
-    Preflight      rollback targets, placement, the tag check              (EnvReader, HostReads, ComposeCalls,
-                                                                            RunJournal, Voice)
-    External       the host's proxy, GitHub, read-only HTTP/JSON
-
-Handlers see the operations of `orchestrator.engine.steps.activities.Activities` (Temporal's
-activities): named reads, calls and waits; no handler reaches a client.
+the code (each part uses only parts defined above it). Handlers see the operations of
+`orchestrator.engine.steps.activities.Activities` (Temporal's activities): named reads, calls and
+waits; no handler reaches a client.
 
 Rules kept here (each pinned by a test in tests/executor/):
 - every mutating call is journaled as an intent before it is sent and an outcome after; on resume
@@ -103,11 +83,6 @@ from orchestrator.language.runbook import Runbook, Step
 from orchestrator.util.clock import Clock
 from orchestrator.util.durations import format_duration
 
-__all__ = [
-    "COLD_START_WINDOW", "HEARTBEAT_S", "MAX_DOWN_RESENDS", "MIN_PROBE_REAL_S", "SERVING_WINDOW", "SETTLE_S",
-    "AbortRequested", "DryRunCall", "ForeignChange", "MaskedEnv", "Runtime",
-]
-
 log = structlog.get_logger("orchestrator.executor")
 T = TypeVar("T")
 
@@ -157,10 +132,6 @@ class DryRunCall:
     stream: StreamOutcome | None = None
     after: list[Container] | None = None
     outcome: StepOutcome | None = None
-
-
-def _dry_run_lines(stream: StreamOutcome, scrub: Callable[[str], str]) -> list[str]:
-    return [scrub(x) for x in stream.lines[-40:]]
 
 
 # -- the run's position and voice ----------------------------------------------------------------
@@ -338,9 +309,11 @@ class RunJournal:
     def record_outcome(self, effect_id: int, outcome: dict[str, Any]) -> None:
         self.journal.record_outcome(self.lease, self.run.run_id, effect_id, self._outcome_json(outcome))
 
-    def journal_read(self, kind: str, req: ComposeRequest, outcome: dict[str, Any]) -> None:
-        """A non-mutating effect is journaled after the fact (nothing to reconcile on resume)."""
-        eff = self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind, req.redacted(), mutating=False)
+    def journal_dry_run(self, req: ComposeRequest, stream: StreamOutcome, **extra: Any) -> None:
+        """A dry run is journaled after the fact (nothing to reconcile on resume): its status, exit
+        code and last 40 lines (scrubbed as text, `OUTCOME_TEXT`)."""
+        outcome = {"status": stream.status, "exit_code": stream.exit_code, "lines": stream.lines[-40:], **extra}
+        eff = self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, "dry_run", req.redacted(), mutating=False)
         self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, self._outcome_json(outcome))
 
     def visit_effects(self, prefix: str) -> list[EffectRecord]:
@@ -499,9 +472,9 @@ class HostReads:
             return None
         return st is not None
 
-    async def host_cache(self) -> Any | None:
-        """`GET /host/cache`, or None where compose-manager does not offer it (or it failed)."""
-        reader = getattr(self.compose, "host_cache", None)
+    async def _offered(self, name: str) -> Any | None:
+        """compose-manager's read `name`, or None where it does not offer it (or it failed)."""
+        reader = getattr(self.compose, name, None)
         if reader is None:
             return None
         try:
@@ -509,15 +482,15 @@ class HostReads:
         except ClientError:
             return None
 
+    async def host_cache(self) -> Any | None:
+        """`GET /host/cache`, or None where compose-manager does not offer it (or it failed)."""
+        return await self._offered("host_cache")
+
     async def gpu_holders(self, replica: str | None) -> dict[int, set[str]] | None:
         """GPU index -> the containers holding it, for the replica's GPUs (None: not offered)."""
         gpus = self.rb.replica_gpus.get(replica or "")
-        reader = getattr(self.compose, "host_gpu", None)
-        if not gpus or reader is None:
-            return None
-        try:
-            info = await reader()
-        except ClientError:
+        info = await self._offered("host_gpu") if gpus else None
+        if not gpus or info is None:
             return None
         by_index = {g.index: set(g.claimed_by) for g in info}
         return {i: by_index.get(i, set()) for i in gpus}
@@ -576,12 +549,8 @@ class HostReads:
     def raw_follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
         """A follower over `service`'s log: raw text."""
         file = self.service_file(service)
-        project = self.entry.project
-
-        async def fetch(tail: int) -> str:
-            return await self.compose.logs(file, [service], tail, project)
-
-        return LogFollower(fetch, initial_tail=initial_tail, max_tail=max(initial_tail, 5000))
+        return LogFollower(lambda tail: self.log_through(file, service, tail), initial_tail=initial_tail,
+                           max_tail=max(initial_tail, 5000))
 
     async def oneshots_ran(self, services: list[str]) -> bool:
         """Every one of `services` is a runbook one-shot whose container left output (it ran)."""
@@ -602,9 +571,6 @@ class HostReads:
 class Neighbours:
     """The model-proxy peers, asked about this host or the tier's other hosts, and the inventory's
     addresses of those hosts."""
-
-    #: `ip:port` -> `ip` (a peer asked about a bare host matches every port of it)
-    host_part = staticmethod(split_host)
 
     peers: list[Any]
     addresses: dict[str, str]
@@ -1231,8 +1197,7 @@ class Waits:
         res = await self.calls.dry_run(req.as_dry_run())
         if res.verdict != "done" or res.stream is None or res.stream.status != "success":
             return False
-        self.records.journal_read("dry_run", req.as_dry_run(), {"status": res.stream.status, "purpose": "settle",
-                                                                "lines": _dry_run_lines(res.stream, self.voice.scrub)})
+        self.records.journal_dry_run(req.as_dry_run(), res.stream, purpose="settle")
         event = res.stream.plan_event or {}
         plan = event.get("plan") if isinstance(event.get("plan"), dict) else None
         if plan is not None:
@@ -1357,7 +1322,7 @@ class Waits:
         if down is None:
             return None
         host = self.run.host
-        found = await self.neighbours.tier_refusal(leave_pool.NoRuns())
+        found = await self.neighbours.tier_refusal(None)
         if found is None:
             return None
         out, why = found
@@ -1438,8 +1403,7 @@ class Preflight:
                 assert res.outcome is not None
                 return res.outcome if res.verdict == "changed" else fail(f"rollback target {file}@{tag}: {res.outcome.note}")
             assert res.stream is not None
-            self.records.journal_read("dry_run", req, {"status": res.stream.status, "exit_code": res.stream.exit_code,
-                                                       "lines": _dry_run_lines(res.stream, self.voice.scrub)})
+            self.records.journal_dry_run(req, res.stream)
             if res.stream.status != "success":
                 return fail(f"rollback target {file}@{tag} ({', '.join(services)}): its dry run failed: "
                             + self.voice.scrub(" | ".join(res.stream.lines[-2:])))
@@ -1449,12 +1413,9 @@ class Preflight:
         """What each service the runbook's host states name runs (executor/placement.py), or the
         outcome when that cannot be read safely."""
         env = await self.envs.ensure_env()
-        scrub = self.voice.scrub
         try:
-            return await observe_host(
-                self.compose, env, self.rb, self.run.tag or "", self.entry.project,
-                on_dry_run=lambda req, out: self.records.journal_read(
-                    "dry_run", req, {"status": out.status, "exit_code": out.exit_code, "lines": _dry_run_lines(out, scrub)}))
+            return await observe_host(self.compose, env, self.rb, self.run.tag or "", self.entry.project,
+                                      on_dry_run=self.records.journal_dry_run)
         except PlacementError as exc:
             return halt(str(exc)) if exc.changed else fail(str(exc))
 
@@ -1579,16 +1540,16 @@ class Runtime:
         self.start_heartbeat, self.tick = timer.start_heartbeat, timer.tick
         self.save_context, self.approvals, self.approve = records.save_context, records.approvals, records.approve
         self.context_json = records.context_json
-        self.journal_read, self.visit_effects = records.journal_read, records.visit_effects
+        self.journal_dry_run, self.visit_effects = records.journal_dry_run, records.visit_effects
         self.recorded_effect, self.resume_effect = records.recorded_effect, records.resume_effect
         self.read_env, self.ensure_env, self.other_env = envs.read_env, envs.ensure_env, envs.other_env
         self.ps, self.action_count, self.success_record = reads.ps, reads.action_count, reads.success_record
         self.version_summary, self.host_cache, self.gpu_holders = reads.version_summary, reads.host_cache, reads.gpu_holders
         self.completion_once, self.cache_hit_check = reads.completion_once, reads.cache_hit_check
         self.relay_client, self.prometheus_client = reads.relay_client, reads.prometheus_client
-        self.service_file, self.raw_log, self.raw_follower = reads.service_file, reads.raw_log, reads.raw_follower
+        self.raw_log, self.raw_follower = reads.raw_log, reads.raw_follower
         self.attestation_report, self.action_log = reads.attestation_report, reads.action_log
-        self.address_of, self.host_part = neighbours.address_of, neighbours.host_part
+        self.address_of = neighbours.address_of
         self.peer_presence, self.presence_problems = neighbours.peer_presence, neighbours.presence_problems
         self.foreign_in_flight, self.foreign_part_way = foreign.foreign_in_flight, foreign.foreign_part_way
         self.serving, self.running_engine_verdicts = serving.serving, serving.running_engine_verdicts
@@ -1605,30 +1566,14 @@ class Runtime:
         self.pull_request, self.file_sha256 = external.pull_request, external.file_sha256
         self._records, self._envs, self._timer = records, envs, timer  # what the properties below read
 
-    # the run loop moves these; the parts read them through `visit` and `records`
+    # the run loop moves `visit` and the lease; the parts read them through `visit` and `records`
     @property
     def node(self) -> Node | None:
         return self.visit.node
 
-    @node.setter
-    def node(self, value: Node | None) -> None:
-        self.visit.node = value
-
-    @property
-    def visit_key(self) -> str:
-        return self.visit.key
-
-    @visit_key.setter
-    def visit_key(self, value: str) -> None:
-        self.visit.key = value
-
     @property
     def log(self) -> Any:
         return self.visit.log
-
-    @log.setter
-    def log(self, value: Any) -> None:
-        self.visit.log = value
 
     @property
     def lease(self) -> Lease:

@@ -106,7 +106,7 @@ async def run_watched(rt: Activities, node: Node, handler: Handler) -> StepOutco
     step = node.step
     assert step is not None and step.watch is not None
     spec = step.watch
-    work = asyncio.ensure_future(handler.run(rt, node, step))
+    work = asyncio.ensure_future(handler(rt, node, step))
     watcher = asyncio.ensure_future(watch(rt, spec))
     try:
         await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)

@@ -65,6 +65,3 @@ def effective(journal: Any, run_id: str) -> set[str]:
     if since is None and not items:
         fresh = {g for g in raw if _wild(g)}  # a journal without an audit list (test doubles)
     return {g for g in raw if not _wild(g)} | {_read_as(g) for g in fresh}
-
-
-__all__ = ["WILDCARD", "waiting_gate", "stored_name", "effective"]

@@ -4,17 +4,17 @@ Where each key's handler is (`MODULES`, read like pip's `commands_dict`): a modu
 the key it serves, or holds a few keys of one concern (`checks`: every `check:`; `compose`: the
 dry run, the up and the down; `gates`: the relay, the completion check and the soak; `logs`: the cold start).
 
-Each handler has `describe(step, runbook)` (what `plan` prints: the gate checked after the step,
-and a precondition; its text lives in `orchestrator.engine.step_descriptions`, which `plan` reads
-without loading the handlers) and `async run(rt, node, step)` (the effect and the gate, through the
-operations of `activities.Activities`). Adding a step kind is one new module that registers its
-handler, its line here, and its description.
+Each handler has `async run(rt, node, step)` (the effect and the gate, through the operations of
+`activities.Activities`); what `plan` prints of a step (the gate checked after it, and a
+precondition) lives in `orchestrator.engine.step_descriptions`, which `plan` reads without loading
+the handlers. Adding a step kind is one new module that registers its handler, its line here, and
+its description.
 
 This package is pure at import time: it imports no HTTP client, no journal and no event loop, so
 the offline `plan` can read the same table the executor runs. Effects happen only through `rt`.
 """
 
-from orchestrator.engine.steps.base import HANDLERS, Description, Handler, StepOutcome, handler_for
+from orchestrator.engine.steps.base import HANDLERS, Handler, StepOutcome, handler_for
 
 #: runbook key (`check.<name>` for a preflight check) -> the module of `orchestrator.engine.steps` that serves it
 MODULES: dict[str, str] = {
@@ -51,4 +51,4 @@ from orchestrator.engine.steps import (  # noqa: E402,F401 - imported for their 
     quiet,
 )
 
-__all__ = ["HANDLERS", "MODULES", "Description", "Handler", "StepOutcome", "handler_for"]
+__all__ = ["HANDLERS", "MODULES", "Handler", "StepOutcome", "handler_for"]

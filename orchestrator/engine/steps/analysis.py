@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, halt, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
@@ -106,80 +106,78 @@ class _PrometheusReader:
                                   matchers=(self.q.replicas or {}).get(replica))
 
 
-@register
-class Analysis(Described):
-    key = "analysis"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        spec = step.analysis
-        assert spec is not None
-        if spec.source == "prometheus":
-            if rt.entry.prometheus_url is None:
-                return fail(f"analysis: source: prometheus, but the inventory names no prometheus_url for {rt.run.host}")
-            reader = _PrometheusReader(rt, spec)
-            try:
-                return await self._run(rt, spec, reader)
-            finally:
-                await reader.client.aclose()
-        return await self._run(rt, spec, None)
-
-    async def _run(self, rt: Activities, spec: AnalysisSpec, prom: _PrometheusReader | None) -> StepOutcome:
-        from orchestrator.metricproviders.relay_scrape import read_scrape
-
-        replicas = spec.replicas()
-        scrapes: dict[str, list[Scrape]] = {r: [] for r in replicas}
-        misses = {r: 0 for r in replicas}
-        watched = await rt.watch_engines()
-        rt.start_heartbeat()
-        start = rt.clock.monotonic()
-        rt.emit("waiting", gate=f"analysis: {', '.join(replicas)} over {int(spec.window)} s of live traffic")
-        while True:
-            problem = await rt.engines_still_serving(watched)
-            if problem:
-                return fail(f"during the analysis: {problem}")
-            if spec.dcgm is not None:
-                problem = await _read_dcgm(rt, spec, scrapes, misses)
-                if problem:
-                    return fail(problem)
-            for r in replicas:
-                try:
-                    if prom is not None:
-                        scrapes[r].append(await prom.read(r))
-                    else:
-                        assert spec.relay is not None
-                        scrapes[r].append(await read_scrape(rt, spec.relay.ports[r], spec.relay.token_variable))
-                    misses[r] = 0
-                except Exception as exc:  # the source's errors and bad answers, counted, then named
-                    misses[r] += 1
-                    if misses[r] >= MISSES:
-                        where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr]  # no Prometheus: the relay is set
-                        return fail(f"analysis: {r}'s metrics ({where}) could not be read {MISSES} times in a row: "
-                                    f"{rt.scrub(error_text(exc))}")
-            elapsed = rt.clock.monotonic() - start
-            if elapsed >= spec.window:
-                break
-            rt.tick("analysis of " + ", ".join(replicas), start, spec.window, lambda: {"so_far": so_far(spec, scrapes)})
-            await rt.wait(min(spec.poll, max(0.0, spec.window - elapsed)))
+@register("analysis")
+async def analysis(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    spec = step.analysis
+    assert spec is not None
+    if spec.source == "prometheus":
+        if rt.entry.prometheus_url is None:
+            return fail(f"analysis: source: prometheus, but the inventory names no prometheus_url for {rt.run.host}")
+        reader = _PrometheusReader(rt, spec)
         try:
-            windows = {r: window_of(r, s) for r, s in scrapes.items() if s}
-        except WindowError as exc:
-            return fail(f"analysis: {exc}")
-        for r in replicas:  # a replica never read has an empty window: its gates lack traffic
-            windows.setdefault(r, window_of(r, []))
-        results = judge(spec, windows)
-        # the readout is the step's note: printed with its transition and journaled with it
-        table = readout(results, windows, replicas, spec.window)
-        verdict = overall(results)
-        cand = replicas[0]
-        if verdict == PASS:  # the decision last, in a word (a human reads the verdict, then what happens)
-            return ok(table + f"\n=> PROMOTE: {cand} stays on the candidate")
-        if verdict == FAIL:
-            return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
-        assert verdict == INCONCLUSIVE
-        run = getattr(rt, "run", None)
-        host = getattr(run, "host", "HOST")
-        why = (f"inconclusive: the window cannot judge the candidate (an interval straddles its bound, too little "
-               f"traffic, or a series unknown): neither promoted nor rolled back (the candidate keeps serving beside "
-               f"the control); read the readout, then reject it with `orchestrate rollback {host} --replica "
-               f"{replicas[0]}` or judge it again\n" + table)
-        return halt(why) if spec.not_enough_traffic == "halt" else fail(why)
+            return await _run(rt, spec, reader)
+        finally:
+            await reader.client.aclose()
+    return await _run(rt, spec, None)
+
+
+async def _run(rt: Activities, spec: AnalysisSpec, prom: _PrometheusReader | None) -> StepOutcome:
+    from orchestrator.metricproviders.relay_scrape import read_scrape
+
+    replicas = spec.replicas()
+    scrapes: dict[str, list[Scrape]] = {r: [] for r in replicas}
+    misses = {r: 0 for r in replicas}
+    watched = await rt.watch_engines()
+    rt.start_heartbeat()
+    start = rt.clock.monotonic()
+    rt.emit("waiting", gate=f"analysis: {', '.join(replicas)} over {int(spec.window)} s of live traffic")
+    while True:
+        problem = await rt.engines_still_serving(watched)
+        if problem:
+            return fail(f"during the analysis: {problem}")
+        if spec.dcgm is not None:
+            problem = await _read_dcgm(rt, spec, scrapes, misses)
+            if problem:
+                return fail(problem)
+        for r in replicas:
+            try:
+                if prom is not None:
+                    scrapes[r].append(await prom.read(r))
+                else:
+                    assert spec.relay is not None
+                    scrapes[r].append(await read_scrape(rt, spec.relay.ports[r], spec.relay.token_variable))
+                misses[r] = 0
+            except Exception as exc:  # the source's errors and bad answers, counted, then named
+                misses[r] += 1
+                if misses[r] >= MISSES:
+                    where = "the Prometheus query API" if prom is not None else f"relay :{spec.relay.ports[r]}"  # type: ignore[union-attr]  # no Prometheus: the relay is set
+                    return fail(f"analysis: {r}'s metrics ({where}) could not be read {MISSES} times in a row: "
+                                f"{rt.scrub(error_text(exc))}")
+        elapsed = rt.clock.monotonic() - start
+        if elapsed >= spec.window:
+            break
+        rt.tick("analysis of " + ", ".join(replicas), start, spec.window, lambda: {"so_far": so_far(spec, scrapes)})
+        await rt.wait(min(spec.poll, max(0.0, spec.window - elapsed)))
+    try:
+        windows = {r: window_of(r, s) for r, s in scrapes.items() if s}
+    except WindowError as exc:
+        return fail(f"analysis: {exc}")
+    for r in replicas:  # a replica never read has an empty window: its gates lack traffic
+        windows.setdefault(r, window_of(r, []))
+    results = judge(spec, windows)
+    # the readout is the step's note: printed with its transition and journaled with it
+    table = readout(results, windows, replicas, spec.window)
+    verdict = overall(results)
+    cand = replicas[0]
+    if verdict == PASS:  # the decision last, in a word (a human reads the verdict, then what happens)
+        return ok(table + f"\n=> PROMOTE: {cand} stays on the candidate")
+    if verdict == FAIL:
+        return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
+    assert verdict == INCONCLUSIVE
+    run = getattr(rt, "run", None)
+    host = getattr(run, "host", "HOST")
+    why = (f"inconclusive: the window cannot judge the candidate (an interval straddles its bound, too little "
+           f"traffic, or a series unknown): neither promoted nor rolled back (the candidate keeps serving beside "
+           f"the control); read the readout, then reject it with `orchestrate rollback {host} --replica "
+           f"{replicas[0]}` or judge it again\n" + table)
+    return halt(why) if spec.not_enough_traffic == "halt" else fail(why)

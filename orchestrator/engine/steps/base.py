@@ -1,35 +1,23 @@
-"""The handler protocol and the registry every step kind is looked up in."""
+"""The handler type and the registry every step kind is looked up in."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from orchestrator.engine.step_descriptions import DESCRIPTIONS, Description, handler_key
+from orchestrator.engine.step_descriptions import DESCRIPTIONS, handler_key
 from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok, remedy, retry, skip  # noqa: F401 - the handlers' names
 from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, Step
+from orchestrator.language.runbook import Step
 
 if TYPE_CHECKING:  # what a handler may do (the executor's Runtime implements it); never imported at run time here
     from orchestrator.engine.steps.activities import Activities
 
 
-class Handler(Protocol):
-    key: str
-
-    def describe(self, step: Step, rb: Runbook) -> Description: ...
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome: ...
-
-
-class Described:
-    """A handler's `describe`: its step kind's entry of orchestrator/engine/step_descriptions.py
-    (kept apart from the handlers, so that `plan` describes steps without loading them)."""
-
-    key: str
-
-    def describe(self, step: Step, rb: Runbook) -> Description:
-        return DESCRIPTIONS[self.key](step, rb)
-
+#: A step kind's handler: its effect and its gate, through the operations of `Activities`. What
+#: `plan` says of its steps is the kind's entry of orchestrator/engine/step_descriptions.py (kept
+#: apart, so that `plan` does not load the handlers).
+Handler = Callable[["Activities", Node, Step], Awaitable[StepOutcome]]
 
 HANDLERS: dict[str, Handler] = {}
 
@@ -39,16 +27,18 @@ def error_text(exc: BaseException) -> str:
     return str(getattr(exc, "detail", "") or f"{type(exc).__name__}: {exc}")
 
 
-def register(handler: Any) -> Any:
-    """Class decorator: one instance per step kind in `HANDLERS` (each kind described in
+def register(key: str) -> Callable[[Handler], Handler]:
+    """Decorator: the handler of step kind `key` in `HANDLERS` (each kind described in
     orchestrator/engine/step_descriptions.py)."""
-    inst = handler()
-    if inst.key in HANDLERS:
-        raise ValueError(f"two handlers for {inst.key!r}")
-    if inst.key not in DESCRIPTIONS:
-        raise ValueError(f"no description for {inst.key!r} in orchestrator/engine/step_descriptions.py")
-    HANDLERS[inst.key] = inst
-    return handler
+    if key in HANDLERS:
+        raise ValueError(f"two handlers for {key!r}")
+    if key not in DESCRIPTIONS:
+        raise ValueError(f"no description for {key!r} in orchestrator/engine/step_descriptions.py")
+
+    def put(handler: Handler) -> Handler:
+        HANDLERS[key] = handler
+        return handler
+    return put
 
 
 def handler_for(step: Step) -> Handler:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine.run_logs import ROUTER
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
@@ -19,29 +19,26 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 
-@register
-class Capture(Described):
-    key = "capture"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        c = step.capture
-        assert c is not None
-        kept = []
-        for svc in c.services:
-            try:
-                text = await rt.raw_log(svc, c.tail)
-            except Exception as exc:  # capturing never blocks what follows
-                rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
-                continue
-            lines = rt.scrub_lines(text.splitlines())
-            if c.to_file:
-                where = save_log(rt, svc, lines)
-                rt.log.info("log_capture_file", service=svc, path=str(where), lines=len(lines))
-                kept.append(f"{svc} ({len(lines)} lines in {where})")
-                continue
-            rt.log.info("log_capture", service=svc, lines=lines)
-            kept.append(f"{svc} ({len(lines)} lines)")
-        return ok("captured " + (", ".join(kept) or "nothing (no log)"))
+@register("capture")
+async def capture(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    c = step.capture
+    assert c is not None
+    kept = []
+    for svc in c.services:
+        try:
+            text = await rt.raw_log(svc, c.tail)
+        except Exception as exc:  # capturing never blocks what follows
+            rt.log.warning("log_capture_failed", service=svc, reason=rt.scrub(error_text(exc)))
+            continue
+        lines = rt.scrub_lines(text.splitlines())
+        if c.to_file:
+            where = save_log(rt, svc, lines)
+            rt.log.info("log_capture_file", service=svc, path=str(where), lines=len(lines))
+            kept.append(f"{svc} ({len(lines)} lines in {where})")
+            continue
+        rt.log.info("log_capture", service=svc, lines=lines)
+        kept.append(f"{svc} ({len(lines)} lines)")
+    return ok("captured " + (", ".join(kept) or "nothing (no log)"))
 
 
 def save_log(rt: Activities, service: str, lines: list[str]) -> Any:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register, skip
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
 from orchestrator.hosts.budget import Budget as HostBudget
 from orchestrator.language.machine import Node
@@ -138,28 +138,22 @@ def budget_verdict(rt: Activities) -> StepOutcome:
     )
 
 
-@register
-class EnvMapCheck(Described):
-    key = "check.env_map"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        env = await rt.read_env()
-        masked = env.masked_credentials(secret_keys=rt.entry.secret_keys)
-        if masked:
-            return fail(
-                f"the env map of {rt.entry.instance_name} holds masked or placeholder values for {', '.join(masked)} "
-                f"(copied from a redacted view?): deploying it would break the host; fix them in the dashboard"
-            )
-        return ok(f"read the env map of {rt.entry.instance_name}: {len(env)} keys (values are never shown)")
+@register("check.env_map")
+async def env_map_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    env = await rt.read_env()
+    masked = env.masked_credentials(secret_keys=rt.entry.secret_keys)
+    if masked:
+        return fail(
+            f"the env map of {rt.entry.instance_name} holds masked or placeholder values for {', '.join(masked)} "
+            f"(copied from a redacted view?): deploying it would break the host; fix them in the dashboard"
+        )
+    return ok(f"read the env map of {rt.entry.instance_name}: {len(env)} keys (values are never shown)")
 
 
-@register
-class BudgetCheck(Described):
-    key = "check.budget"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        await rt.ensure_env()
-        return budget_verdict(rt)
+@register("check.budget")
+async def budget_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    await rt.ensure_env()
+    return budget_verdict(rt)
 
 
 async def record_rollback_targets(rt: Activities, before: BeforeState) -> StepOutcome | None:
@@ -178,170 +172,143 @@ async def record_rollback_targets(rt: Activities, before: BeforeState) -> StepOu
     return await rt.validate_previous_targets()
 
 
-@register
-class RollbackTargetsCheck(Described):
+@register("check.rollback_targets")
+async def rollback_targets_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
     """`check: rollback_targets`: the part of the before-state every runbook needs (the previous
     successful deploy of every service a `previous:` request names, each dry-run-checked before
     anything is stopped), without gpu02's peer and completion checks (a runbook states those as
     `presence:` and `verify:` gates of its own)."""
-
-    key = "check.rollback_targets"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        before = BeforeState()
-        refused = await record_rollback_targets(rt, before)
-        if refused is not None:
-            return refused
-        rt.ctx.before = before
-        prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
-        return ok(f"rollback targets recorded; previous deploys: {prev}")
+    before = BeforeState()
+    refused = await record_rollback_targets(rt, before)
+    if refused is not None:
+        return refused
+    rt.ctx.before = before
+    prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
+    return ok(f"rollback targets recorded; previous deploys: {prev}")
 
 
-@register
-class BeforeStateCheck(Described):
-    key = "check.before_state"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        before = BeforeState()
-        refused = await record_rollback_targets(rt, before)
-        if refused is not None:
-            return refused
-        peers, problems = await rt.peer_presence()
-        before.peers = peers
-        comp = await rt.completion_once()
-        before.completion = comp
-        rt.ctx.before = before
-        if problems:
-            return fail("before-state: " + "; ".join(problems) + " (the host must be healthy before a rollout starts)")
-        if not comp.get("ok"):
-            return fail(f"before-state: a long-domain completion failed ({comp.get('reason')}); the host must serve before a rollout starts")
-        prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
-        return ok(f"before-state recorded; previous deploys: {prev}")
+@register("check.before_state")
+async def before_state_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    before = BeforeState()
+    refused = await record_rollback_targets(rt, before)
+    if refused is not None:
+        return refused
+    peers, problems = await rt.peer_presence()
+    before.peers = peers
+    comp = await rt.completion_once()
+    before.completion = comp
+    rt.ctx.before = before
+    if problems:
+        return fail("before-state: " + "; ".join(problems) + " (the host must be healthy before a rollout starts)")
+    if not comp.get("ok"):
+        return fail(f"before-state: a long-domain completion failed ({comp.get('reason')}); the host must serve before a rollout starts")
+    prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
+    return ok(f"before-state recorded; previous deploys: {prev}")
 
 
-@register
-class HostStateCheck(Described):
+@register("check.host_state")
+async def host_state_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
     """Place the host in the runbook's declared host states (see `orchestrator.engine.rules.host_state`).
 
     before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
     part-way -> OK only when the run was started at that state's phase with the operator's
     `--continue`, else FAIL (ABORTED) naming the state and the exact command; unrecognised ->
     FAIL (ABORTED) with the difference to the nearest declared state."""
+    from orchestrator.engine.rules import host_state
 
-    key = "check.host_state"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        from orchestrator.engine.rules import host_state
-        from orchestrator.engine.steps.base import skip
-
-        observed = await rt.observe_host()
-        if isinstance(observed, StepOutcome):
-            return observed
-        state = host_state.place(rt.rb, observed)
-        rt.ctx.placement = placement = Placement(observed=dict(observed), state=state.name if state else None)
-        first = rt.rb.phases[0].name
-        wanted = rt.ctx.start_phase
-        if state is None:
-            near = host_state.nearest(rt.rb, observed)
-            diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
-            return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
-                        f"Nothing was changed")
-        # the one serving model (orchestrator/engine/rules/serving_evidence.py): what each engine's evidence says
-        verdicts = await rt.running_engine_verdicts()
-        placement.serving = {svc: v.state.value for svc, v in verdicts.items()}
-        serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())
-        if state.action == "done":
-            down = [f"{svc} {v.phrase()}" for svc, v in verdicts.items() if v.not_serving]
-            if down:  # the target is in place but not serving: "nothing to do" would be untrue
-                return fail(f"{rt.run.host} already runs the target ({state.say}), but {'; '.join(down)}. Nothing was "
-                            f"changed; look at the host (a rollout has nothing to deploy here)")
-            for _, other in unfinished(rt.journal, [rt.run.host], but=rt.run.run_id):
-                # the target is in place, but that run's remaining gates (its soak, its approval)
-                # never passed: "nothing to do" must not stand in for them
-                return fail(f"{rt.run.host} already runs the target, but run {other.run_id} ({other.kind}) stopped at "
-                            f"{other.state} before it ended: `orchestrate resume {other.run_id}` finishes it (its soak "
-                            f"and approval). Nothing was changed")
-            return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do"
-                        + (f" (engines: {serving_note})" if any(not v.serving for v in verdicts.values()) else ""))
-        target = first if state.action == "start" else state.action
-        foreign = await rt.foreign_in_flight()  # someone else is acting on the host right now
-        if not foreign and state.action != "start":
-            foreign = await rt.foreign_part_way()  # never continue a rollout another process drives
-        if foreign:
-            return fail(foreign)
-        if (wanted or first) == target:
-            return ok(f"{rt.run.host} is in state {state.name} ({state.say}): the procedure runs from phase {target}"
-                      + (f"; engines: {serving_note}" if serving_note else ""))
-        if state.action == "start":
-            return fail(f"{rt.run.host} is in state {state.name} ({state.say}): start from the beginning, without --continue")
-        return fail(
-            f"{rt.run.host} is part-way: {state.name} ({state.say}). Nothing was changed. To continue from phase {target}, "
-            f"run `orchestrate rollout {rt.run.host} --tag {rt.run.tag} --continue`"
-        )
+    observed = await rt.observe_host()
+    if isinstance(observed, StepOutcome):
+        return observed
+    state = host_state.place(rt.rb, observed)
+    rt.ctx.placement = placement = Placement(observed=dict(observed), state=state.name if state else None)
+    first = rt.rb.phases[0].name
+    wanted = rt.ctx.start_phase
+    if state is None:
+        near = host_state.nearest(rt.rb, observed)
+        diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
+        return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
+                    f"Nothing was changed")
+    # the one serving model (orchestrator/engine/rules/serving_evidence.py): what each engine's evidence says
+    verdicts = await rt.running_engine_verdicts()
+    placement.serving = {svc: v.state.value for svc, v in verdicts.items()}
+    serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())
+    if state.action == "done":
+        down = [f"{svc} {v.phrase()}" for svc, v in verdicts.items() if v.not_serving]
+        if down:  # the target is in place but not serving: "nothing to do" would be untrue
+            return fail(f"{rt.run.host} already runs the target ({state.say}), but {'; '.join(down)}. Nothing was "
+                        f"changed; look at the host (a rollout has nothing to deploy here)")
+        for _, other in unfinished(rt.journal, [rt.run.host], but=rt.run.run_id):
+            # the target is in place, but that run's remaining gates (its soak, its approval)
+            # never passed: "nothing to do" must not stand in for them
+            return fail(f"{rt.run.host} already runs the target, but run {other.run_id} ({other.kind}) stopped at "
+                        f"{other.state} before it ended: `orchestrate resume {other.run_id}` finishes it (its soak "
+                        f"and approval). Nothing was changed")
+        return skip(f"{rt.run.host} already runs the target ({state.say}): nothing to do"
+                    + (f" (engines: {serving_note})" if any(not v.serving for v in verdicts.values()) else ""))
+    target = first if state.action == "start" else state.action
+    foreign = await rt.foreign_in_flight()  # someone else is acting on the host right now
+    if not foreign and state.action != "start":
+        foreign = await rt.foreign_part_way()  # never continue a rollout another process drives
+    if foreign:
+        return fail(foreign)
+    if (wanted or first) == target:
+        return ok(f"{rt.run.host} is in state {state.name} ({state.say}): the procedure runs from phase {target}"
+                  + (f"; engines: {serving_note}" if serving_note else ""))
+    if state.action == "start":
+        return fail(f"{rt.run.host} is in state {state.name} ({state.say}): start from the beginning, without --continue")
+    return fail(
+        f"{rt.run.host} is part-way: {state.name} ({state.say}). Nothing was changed. To continue from phase {target}, "
+        f"run `orchestrate rollout {rt.run.host} --tag {rt.run.tag} --continue`"
+    )
 
 
-@register
-class TagAgeCheck(Described):
+@register("check.tag_age")
+async def tag_age_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
     """The tag is merged to main and its commit is at least `min_tag_age` old, from GitHub's API
     for the host's `github_repo`. compose-manager's own age gate is off in production
     (MIN_TAG_AGE_HOURS=0), so this is ours to check. When GitHub cannot answer, the run stops
     unless the operator passed `--skip-tag-age-check` (journaled in the run)."""
-
-    key = "check.tag_age"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        verdict = await rt.check_tag_age()
-        if verdict is None:
-            return ok("tag age not checked: --skip-tag-age-check")
-        good, text = verdict
-        return ok(text) if good else fail(text)
+    verdict = await rt.check_tag_age()
+    if verdict is None:
+        return ok("tag age not checked: --skip-tag-age-check")
+    good, text = verdict
+    return ok(text) if good else fail(text)
 
 
-@register
-class ModelCacheCheck(Described):
+@register("check.model_cache")
+async def model_cache_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
     """The runbook's `weights` are in the host's model cache (`GET /host/cache`). Missing weights
     are a warning, not a failure: the plan allows the model-downloader, but the cold start then
     includes a download and the operator should know before the maintenance window starts."""
-
-    key = "check.model_cache"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        cache = await rt.host_cache()
-        if cache is None:
-            return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
-        missing = [w for w in rt.rb.weights if not cache.holds(w)]
-        if missing:
-            rt.emit("note", text=f"the host's model cache does not hold {', '.join(missing)}: the cold start includes a download")
-            return ok(f"model cache: {', '.join(missing)} NOT cached (the cold start includes a download)")
-        return ok(f"model cache holds {', '.join(rt.rb.weights) or 'nothing the runbook names'}")
+    cache = await rt.host_cache()
+    if cache is None:
+        return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
+    missing = [w for w in rt.rb.weights if not cache.holds(w)]
+    if missing:
+        rt.emit("note", text=f"the host's model cache does not hold {', '.join(missing)}: the cold start includes a download")
+        return ok(f"model cache: {', '.join(missing)} NOT cached (the cold start includes a download)")
+    return ok(f"model cache holds {', '.join(rt.rb.weights) or 'nothing the runbook names'}")
 
 
-@register
-class CacheHolds(Described):
+@register("cache")
+async def cache_holds(rt: Activities, node: Node, step: Step) -> StepOutcome:
     """`cache: {holds: [org/repo]}`: see runbook.CacheSpec. Missing -> FAIL naming what is missing."""
-
-    key = "cache"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        assert step.cache is not None
-        cache = await rt.host_cache()
-        if cache is None:
-            rt.emit("note", text="GET /host/cache did not answer: the model cache was not checked")
-            return ok("GET /host/cache did not answer: the model cache was not checked")
-        missing = [w for w in step.cache.holds if not cache.holds(w)]
-        if missing:
-            return fail(f"the model cache does not hold {', '.join(missing)} (it holds {', '.join(cache.weights) or 'nothing'}): "
-                        f"the pre-stage did not fetch it; nothing was changed")
-        return ok(f"the model cache holds {', '.join(step.cache.holds)}")
+    assert step.cache is not None
+    cache = await rt.host_cache()
+    if cache is None:
+        rt.emit("note", text="GET /host/cache did not answer: the model cache was not checked")
+        return ok("GET /host/cache did not answer: the model cache was not checked")
+    missing = [w for w in step.cache.holds if not cache.holds(w)]
+    if missing:
+        return fail(f"the model cache does not hold {', '.join(missing)} (it holds {', '.join(cache.weights) or 'nothing'}): "
+                    f"the pre-stage did not fetch it; nothing was changed")
+    return ok(f"the model cache holds {', '.join(step.cache.holds)}")
 
 
-@register
-class Prerequisites(Described):
-    key = "check.prerequisites"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
-        problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(UTC), overrides)
-        if problems:
-            return fail("prerequisite not met: " + "; ".join(problems))
-        return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))
+@register("check.prerequisites")
+async def prerequisites(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    overrides = [g.split(":", 1)[1] for g in rt.approvals() if g.startswith("prerequisite:")]
+    problems = unmet_in(rt.journal, rt.rb.prerequisites, datetime.now(UTC), overrides)
+    if problems:
+        return fail("prerequisite not met: " + "; ".join(problems))
+    return ok("prerequisites met" + (f" (overridden by name: {', '.join(overrides)})" if overrides else ""))

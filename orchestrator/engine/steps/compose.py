@@ -22,7 +22,7 @@ from orchestrator.engine.context import DryRunPlan
 from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.engine.rules.ownership import ps_ids
 from orchestrator.engine.steps import config_recreate
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, halt, ok, register, retry, skip
+from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
@@ -33,189 +33,182 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 
-@register
-class DryRun(Described):
-    key = "dry_run"
+@register("dry_run")
+async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    assert step.plan is not None
+    env = await rt.ensure_env()
+    req = rt.request(step, dry_run=True)
+    if rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint \
+            and node.section in ("rollback", "full_rollback") and not target_needs_budget(rt.rb, req.file, req.services):
+        # a rollback is judged by what its target needs: the new engines' budget is not its rule
+        rt.emit("note", text=f"the host's env map changed since the budget was checked; {', '.join(req.services)} from "
+                             f"{req.file} is not held to the new engines' budget rule (its dry run and start judge it)")
+    elif rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint:
+        # the env map changed since the budget was checked: check it again before planning
+        recheck = budget_verdict(rt)
+        if recheck.event.value != "ok":
+            return fail("the env map changed since preflight and no longer passes the budget check: " + recheck.note)
+        rt.emit("note", text="the host's env map changed since the last dry run; the budget was checked again")
+    rt.ctx.checked_dry_run = None
+    res = await rt.dry_run(req)
+    if res.verdict != "done":
+        assert res.outcome is not None  # every verdict but done carries the outcome to return
+        return res.outcome  # refused tag, repeated failure, or docker/ps changed (halt)
+    outcome = res.stream
+    assert outcome is not None  # a done dry run carries its stream
+    lines = outcome.lines
+    rt.journal_dry_run(req, outcome)
+    if outcome.status != "success":
+        return fail(f"the dry run did not succeed ({outcome.status}, exit {outcome.exit_code}): " + " | ".join(lines[-3:]))
+    if step.plan.tag_only:
+        return ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
+    plan = parse_dry_run(lines, project=rt.entry.project)
+    stale = config_recreate.not_recreated(plan, req)
+    if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
+        # a forced recreate the host did not plan: its config would not take (docker/compose#11900)
+        rt.ctx.retries[config_recreate.remedy_key(node)] = 1
+        stopped = await config_recreate.stop_for_recreate(rt, node, step, stale, down)
+        if stopped.event.value != "ok":
+            return stopped
+        return await dry_run(rt, node, step)
+    if stale:
+        return fail(f"dry run of {', '.join(req.services)} from {req.file}@{req.tag}: force_recreate does not recreate "
+                    f"{', '.join(stale)} even after a scoped down, so its new inline config would not take")
+    listed = list(req.services) if step.plan.change == SELECTED else list(step.plan.change or req.services)
+    verdict = judge_dry_run(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
+    rt.ctx.plans[node.id] = DryRunPlan(actions=dict(plan.actions), verdict=verdict.verdict)
+    if verdict.verdict == "refuse":
+        quoted = (" Plan lines: " + " | ".join(verdict.quoted)) if verdict.quoted else ""
+        return fail(f"dry run of {', '.join(req.services)} from {req.file}@{req.tag}: {verdict.reason}.{quoted}")
+    if step.plan.select_changed:
+        rt.ctx.selected = verdict.changed
+    if verdict.verdict == "skip":
+        return skip(verdict.reason)
+    rt.ctx.checked_dry_run = rt.dry_run_record(req, env, res.after)
+    return ok(verdict.reason)
 
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        assert step.plan is not None
-        env = await rt.ensure_env()
-        req = rt.request(step, dry_run=True)
-        if rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint \
-                and node.section in ("rollback", "full_rollback") and not target_needs_budget(rt.rb, req.file, req.services):
-            # a rollback is judged by what its target needs: the new engines' budget is not its rule
-            rt.emit("note", text=f"the host's env map changed since the budget was checked; {', '.join(req.services)} from "
-                                 f"{req.file} is not held to the new engines' budget rule (its dry run and start judge it)")
-        elif rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint:
-            # the env map changed since the budget was checked: check it again before planning
-            recheck = budget_verdict(rt)
-            if recheck.event.value != "ok":
-                return fail("the env map changed since preflight and no longer passes the budget check: " + recheck.note)
-            rt.emit("note", text="the host's env map changed since the last dry run; the budget was checked again")
+
+@register("up")
+async def up(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    env = await rt.ensure_env()
+    req = rt.request(step, dry_run=False)
+    recorded = rt.recorded_effect("compose_up")
+    if recorded is not None:
+        # resume: what this visit already sent is settled first, before any comparison
+        outcome = await rt.resume_effect(recorded)
         rt.ctx.checked_dry_run = None
-        res = await rt.dry_run(req)
-        if res.verdict != "done":
-            assert res.outcome is not None  # every verdict but done carries the outcome to return
-            return res.outcome  # refused tag, repeated failure, or docker/ps changed (halt)
-        outcome = res.stream
-        assert outcome is not None  # a done dry run carries its stream
-        lines = outcome.lines
-        rt.journal_read("dry_run", req, {"status": outcome.status, "exit_code": outcome.exit_code, "lines": lines[-40:]})
-        if outcome.status != "success":
-            return fail(f"the dry run did not succeed ({outcome.status}, exit {outcome.exit_code}): " + " | ".join(lines[-3:]))
-        if step.plan.tag_only:
-            return ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
-        plan = parse_dry_run(lines, project=rt.entry.project)
-        stale = config_recreate.not_recreated(plan, req)
-        if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
-            # a forced recreate the host did not plan: its config would not take (docker/compose#11900)
-            rt.ctx.retries[config_recreate.remedy_key(node)] = 1
-            stopped = await config_recreate.stop_for_recreate(rt, node, step, stale, Down())
-            if stopped.event.value != "ok":
-                return stopped
-            return await self.run(rt, node, step)
-        if stale:
-            return fail(f"dry run of {', '.join(req.services)} from {req.file}@{req.tag}: force_recreate does not recreate "
-                        f"{', '.join(stale)} even after a scoped down, so its new inline config would not take")
-        listed = list(req.services) if step.plan.change == SELECTED else list(step.plan.change or req.services)
-        verdict = judge_dry_run(plan, listed, may_also=step.plan.may_also, allow_unchanged=step.plan.allow_unchanged)
-        rt.ctx.plans[node.id] = DryRunPlan(actions=dict(plan.actions), verdict=verdict.verdict)
-        if verdict.verdict == "refuse":
-            quoted = (" Plan lines: " + " | ".join(verdict.quoted)) if verdict.quoted else ""
-            return fail(f"dry run of {', '.join(req.services)} from {req.file}@{req.tag}: {verdict.reason}.{quoted}")
-        if step.plan.select_changed:
-            rt.ctx.selected = verdict.changed
-        if verdict.verdict == "skip":
-            return skip(verdict.reason)
-        rt.ctx.checked_dry_run = rt.dry_run_record(req, env, res.after)
-        return ok(verdict.reason)
+        return await _judged(rt, node, req, outcome)
+    checked = rt.ctx.checked_dry_run
+    if checked is None or (checked.tag, checked.file, tuple(checked.services), checked.project) != (
+        req.tag, req.file, tuple(req.services), req.project
+    ):
+        return halt("refusing to apply: no checked dry run of this exact request precedes it")
+    if not rt.same_as_checked(req, env):
+        rt.ctx.checked_dry_run = None
+        return _again(rt, node, "the env map changed since the dry run")
+    containers = await rt.ps()
+    if changed_containers(checked.after, snapshot(containers)):
+        rt.ctx.checked_dry_run = None
+        return _again(rt, node, "containers changed since the dry run")
+    svc = by_service(containers)
+    baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
+                "actions": await rt.action_count(), "record": await rt.success_record(),
+                "ps": ps_ids(containers)}  # the whole docker/ps: what this up creates and removes, by ID
+    outcome = await rt.mutate("compose_up", req, baseline)
+    rt.ctx.checked_dry_run = None
+    return await _judged(rt, node, req, outcome)
 
 
-@register
-class Up(Described):
-    key = "up"
+async def _judged(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+    """The up's verdict, then the run's container ledger: what it created and stopped, by ID."""
+    verdict = await _judge(rt, node, req, outcome)
+    if outcome.get("status") != "refused":
+        await rt.record_ownership(req, outcome.get("baseline", {}), up=True)
+    return verdict
 
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        env = await rt.ensure_env()
-        req = rt.request(step, dry_run=False)
-        recorded = rt.recorded_effect("compose_up")
-        if recorded is not None:
-            # resume: what this visit already sent is settled first, before any comparison
-            outcome = await rt.resume_effect(recorded)
-            rt.ctx.checked_dry_run = None
-            return await self._judged(rt, node, req, outcome)
-        checked = rt.ctx.checked_dry_run
-        if checked is None or (checked.tag, checked.file, tuple(checked.services), checked.project) != (
-            req.tag, req.file, tuple(req.services), req.project
-        ):
-            return halt("refusing to apply: no checked dry run of this exact request precedes it")
-        if not rt.same_as_checked(req, env):
-            rt.ctx.checked_dry_run = None
-            return self._again(rt, node, "the env map changed since the dry run")
+
+def _again(rt: Activities, node: Node, why: str) -> StepOutcome:
+    used = rt.ctx.retries.get(node.id, 0)
+    if used < rt.table.retry_cap(node.id):
+        rt.ctx.retries[node.id] = used + 1
+        return retry(f"{why}: planning again")
+    return fail(f"{why}, again after planning anew")
+
+
+async def _judge(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+    status = outcome["status"]
+    if status == "success":
+        rt.mark_deployed(req)
+        return ok(f"applied {', '.join(req.services)} from {req.file}@{req.tag}")
+    if status == "failure":
+        return fail(f"compose up failed (exit {outcome.get('exit_code')}): " + " | ".join(outcome.get("lines", [])[-3:]))
+    if status == "refused":
+        return fail(f"compose-manager did not run the up: {outcome.get('error')}")
+    verdict = await rt.settle_up(req, outcome.get("baseline", {}))
+    if verdict == "applied":
+        rt.mark_deployed(req)
+        return ok("the up's outcome was unknown, but compose-manager's record and docker/ps show it took effect")
+    if verdict == "not_applied":
+        return _again(rt, node, "the up's outcome was unknown and it did not take effect (docker/ps unchanged)")
+    return halt("the up's outcome could not be established from compose-manager's status, docker/ps and the action log: " + verdict)
+
+
+@register("down")
+async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    await rt.ensure_env()
+    req = rt.request(step, dry_run=False)
+    downs = rt.visit_effects("compose_down")  # the first down and any resend of this visit
+    resends = max(0, len(downs) - 1)
+    if downs:
+        sent = downs[0].request.get("request", {}).get("services")
+        if sent and tuple(sent) != tuple(req.services):  # a rollback's down narrowed to what the run owns
+            req = replace(req, services=tuple(sent))
+        # resume: the newest down this visit sent is settled first; earlier resends count
+        outcome = await rt.resume_effect(downs[-1])
+        if resends:
+            outcome["baseline"] = dict(downs[0].request.get("baseline", {}))
+    else:
         containers = await rt.ps()
-        if changed_containers(checked.after, snapshot(containers)):
-            rt.ctx.checked_dry_run = None
-            return self._again(rt, node, "containers changed since the dry run")
         svc = by_service(containers)
-        baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
-                    "actions": await rt.action_count(), "record": await rt.success_record(),
-                    "ps": ps_ids(containers)}  # the whole docker/ps: what this up creates and removes, by ID
-        outcome = await rt.mutate("compose_up", req, baseline)
-        rt.ctx.checked_dry_run = None
-        return await self._judged(rt, node, req, outcome)
-
-    async def _judged(self, rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
-        """The up's verdict, then the run's container ledger: what it created and stopped, by ID."""
-        verdict = await self._judge(rt, node, req, outcome)
-        if outcome.get("status") != "refused":
-            await rt.record_ownership(req, outcome.get("baseline", {}), up=True)
-        return verdict
-
-    @staticmethod
-    def _again(rt: Activities, node: Node, why: str) -> StepOutcome:
-        used = rt.ctx.retries.get(node.id, 0)
-        if used < rt.table.retry_cap(node.id):
-            rt.ctx.retries[node.id] = used + 1
-            return retry(f"{why}: planning again")
-        return fail(f"{why}, again after planning anew")
-
-    async def _judge(self, rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
-        status = outcome["status"]
-        if status == "success":
-            rt.mark_deployed(req)
-            return ok(f"applied {', '.join(req.services)} from {req.file}@{req.tag}")
-        if status == "failure":
-            return fail(f"compose up failed (exit {outcome.get('exit_code')}): " + " | ".join(outcome.get("lines", [])[-3:]))
-        if status == "refused":
-            return fail(f"compose-manager did not run the up: {outcome.get('error')}")
-        verdict = await rt.settle_up(req, outcome.get("baseline", {}))
-        if verdict == "applied":
-            rt.mark_deployed(req)
-            return ok("the up's outcome was unknown, but compose-manager's record and docker/ps show it took effect")
-        if verdict == "not_applied":
-            return self._again(rt, node, "the up's outcome was unknown and it did not take effect (docker/ps unchanged)")
-        return halt("the up's outcome could not be established from compose-manager's status, docker/ps and the action log: " + verdict)
-
-
-@register
-class Down(Described):
-    key = "down"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        await rt.ensure_env()
-        req = rt.request(step, dry_run=False)
-        downs = rt.visit_effects("compose_down")  # the first down and any resend of this visit
-        resends = max(0, len(downs) - 1)
-        if downs:
-            sent = downs[0].request.get("request", {}).get("services")
-            if sent and tuple(sent) != tuple(req.services):  # a rollback's down narrowed to what the run owns
-                req = replace(req, services=tuple(sent))
-            # resume: the newest down this visit sent is settled first; earlier resends count
-            outcome = await rt.resume_effect(downs[-1])
-            if resends:
-                outcome["baseline"] = dict(downs[0].request.get("baseline", {}))
-        else:
-            containers = await rt.ps()
-            svc = by_service(containers)
-            present = [s for s in req.services if s in svc]
-            # a config recreate's own down (never an engine: config_recreate.stop_for_recreate) is part of
-            # restoring the target, not a stop of a namesake: a rollback restoring the old collector's
-            # config must stop the collector it did not create (tests/executor/test_secrets.py)
-            remedy = step.id.endswith(config_recreate.CONFIG_DOWN_SUFFIX)
-            left = {} if remedy else rt.not_owned(node, [svc[s] for s in present])
-            if left:  # a rollback stops only containers this run created, never a namesake
-                present = [s for s in present if s not in left]
-                req = replace(req, services=tuple(s for s in req.services if s not in left))
-                if not req.services:
-                    return ok(" ".join(left.values()))
-            # docker/ps lists running containers only: a finished one-shot (a perception check)
-            # is invisible there but still exists, so its down is always sent (harmless if gone)
-            oneshots = [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
-            if not present and not oneshots:
-                return ok(f"{', '.join(req.services)} not running: nothing to stop")
-            # stop_guard: a call that takes the host out of a fleet's pool asks the tier live, right now
-            refusal = await rt.stop_guard(present)
-            if refusal:
-                return halt(refusal)
-            engines = {c.name for c in containers if rt.rb.replica_of(c.service or c.name)}
-            for s in present:  # an engine's GPUs are held by no other engine before it stops
-                holders = await rt.gpu_holders(rt.rb.replica_of(s))
-                others = sorted(({h for hs in (holders or {}).values() for h in hs} & engines) - {svc[s].name})
-                if others:
-                    return halt(f"GPUs {sorted(holders or {})} of {rt.rb.replica_of(s)} are also held by {', '.join(others)}: stopping "
-                                f"{s} would not free them for the new engine. Nothing was stopped; inspect the host")
-            baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services}}
-            outcome = await rt.mutate("compose_down", req, baseline)
-        if outcome["status"] == "refused":
-            return fail(f"compose-manager did not run the down: {outcome.get('error')}")
-        verdict = await rt.wait_gone(req, outcome, resends=resends)
-        await rt.record_ownership(req, outcome.get("baseline", {}), up=False)
-        if verdict.event.value == "ok":
-            running_engines = {c.name for c in await rt.ps() if rt.rb.replica_of(c.service or c.name)}
-            for s in req.services:  # and no engine holds them once it is gone
-                holders = await rt.gpu_holders(rt.rb.replica_of(s))
-                busy = {i: sorted(h & running_engines) for i, h in (holders or {}).items() if h & running_engines}
-                if busy:
-                    return fail(f"{s} is gone but its GPUs are still held: " + "; ".join(f"GPU {i} by {', '.join(h)}" for i, h in busy.items()))
-            rt.ctx.oneshots_removed += [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
-        return verdict
+        present = [s for s in req.services if s in svc]
+        # a config recreate's own down (never an engine: config_recreate.stop_for_recreate) is part of
+        # restoring the target, not a stop of a namesake: a rollback restoring the old collector's
+        # config must stop the collector it did not create (tests/executor/test_secrets.py)
+        remedy = step.id.endswith(config_recreate.CONFIG_DOWN_SUFFIX)
+        left = {} if remedy else rt.not_owned(node, [svc[s] for s in present])
+        if left:  # a rollback stops only containers this run created, never a namesake
+            present = [s for s in present if s not in left]
+            req = replace(req, services=tuple(s for s in req.services if s not in left))
+            if not req.services:
+                return ok(" ".join(left.values()))
+        # docker/ps lists running containers only: a finished one-shot (a perception check)
+        # is invisible there but still exists, so its down is always sent (harmless if gone)
+        oneshots = [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
+        if not present and not oneshots:
+            return ok(f"{', '.join(req.services)} not running: nothing to stop")
+        # stop_guard: a call that takes the host out of a fleet's pool asks the tier live, right now
+        refusal = await rt.stop_guard(present)
+        if refusal:
+            return halt(refusal)
+        engines = {c.name for c in containers if rt.rb.replica_of(c.service or c.name)}
+        for s in present:  # an engine's GPUs are held by no other engine before it stops
+            holders = await rt.gpu_holders(rt.rb.replica_of(s))
+            others = sorted(({h for hs in (holders or {}).values() for h in hs} & engines) - {svc[s].name})
+            if others:
+                return halt(f"GPUs {sorted(holders or {})} of {rt.rb.replica_of(s)} are also held by {', '.join(others)}: stopping "
+                            f"{s} would not free them for the new engine. Nothing was stopped; inspect the host")
+        baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services}}
+        outcome = await rt.mutate("compose_down", req, baseline)
+    if outcome["status"] == "refused":
+        return fail(f"compose-manager did not run the down: {outcome.get('error')}")
+    verdict = await rt.wait_gone(req, outcome, resends=resends)
+    await rt.record_ownership(req, outcome.get("baseline", {}), up=False)
+    if verdict.event.value == "ok":
+        running_engines = {c.name for c in await rt.ps() if rt.rb.replica_of(c.service or c.name)}
+        for s in req.services:  # and no engine holds them once it is gone
+            holders = await rt.gpu_holders(rt.rb.replica_of(s))
+            busy = {i: sorted(h & running_engines) for i, h in (holders or {}).items() if h & running_engines}
+            if busy:
+                return fail(f"{s} is gone but its GPUs are still held: " + "; ".join(f"GPU {i} by {', '.join(h)}" for i, h in busy.items()))
+        rt.ctx.oneshots_removed += [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
+    return verdict

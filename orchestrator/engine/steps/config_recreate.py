@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 _TAKES = ("created", "recreated")
 
-#: The id suffix of the remedy's own down (steps/compose.py: exempt from rollback ownership, see Down.run).
+#: The id suffix of the remedy's own down (steps/compose.py: exempt from rollback ownership, see down).
 CONFIG_DOWN_SUFFIX = "-config-down"
 
 
@@ -52,4 +52,4 @@ async def stop_for_recreate(rt: Activities, node: Node, step: Step, services: li
                 down=ComposeSpec(file=step.dry_run.file, services=list(services)))
     rt.emit("note", text=f"{', '.join(services)}: the forced dry run does not recreate it (its new inline config would not "
                          f"take): a scoped down of exactly that, then the dry run again")
-    return await down_step.run(rt, node, down)
+    return await down_step(rt, node, down)

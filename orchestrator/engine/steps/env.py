@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.language.gate_specs import EnvSpec, fill, needs_file_sha
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -47,11 +47,14 @@ async def placeholder_values(rt: Activities, *texts: str) -> dict[str, str]:
     return values
 
 
-async def poll(rt: Activities, within: float, check: Callable[[], Awaitable[list[str]]]) -> list[str]:
-    """`check()` until it finds no problem or `within` has run out (once when 0); the last problems."""
+async def poll(rt: Activities, within: float, check: Callable[[], Awaitable[list[str]]], gate: str = "") -> list[str]:
+    """`check()` until it finds no problem or `within` has run out (once when 0); the last problems.
+    `gate`: what a poll with a `within` says it waits for."""
+    if within and gate:
+        rt.emit("waiting", gate=gate)
     deadline = rt.clock.monotonic() + within
     while True:
-        seen = rt.clock.monotonic()
+        seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
         try:
             problems = await check()
         except Exception as exc:  # the clients' errors and a missing host, named, retried
@@ -77,9 +80,7 @@ async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
             values = await placeholder_values(rt, *spec.equals.values())
         return judge_env(await env_of(rt, spec.host), spec, values)
 
-    if spec.within:
-        rt.emit("waiting", gate=spec.text())
-    problems = await poll(rt, spec.within, check)
+    problems = await poll(rt, spec.within, check, spec.text())
     if problems:
         return fail(f"{who}'s env map: " + "; ".join(problems)
                     + (f" (after {format_duration(spec.within)})" if spec.within else ""))
@@ -87,10 +88,7 @@ async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
     return ok(f"{who}'s env map: {', '.join(held)}")
 
 
-@register
-class EnvGate(Described):
-    key = "env"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        assert step.env is not None
-        return await env_gate(rt, step.env)
+@register("env")
+async def env_step(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    assert step.env is not None
+    return await env_gate(rt, step.env)

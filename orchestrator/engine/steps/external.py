@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
 from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
 from orchestrator.language.gate_specs import fill, json_at
@@ -73,151 +73,135 @@ def judge_pull_request(status: Any, merged: bool, green: bool, required: list[st
     return problems
 
 
-@register
-class ProxyPool(Described):
-    key = "proxy_pool"
+@register("proxy_pool")
+async def proxy_pool(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    p = step.proxy_pool
+    assert p is not None
+    listed: list[str] = []
 
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        p = step.proxy_pool
-        assert p is not None
-        listed: list[str] = []
+    async def check() -> list[str]:
+        env = await rt.ensure_env()
+        backends = await rt.proxy_backends(p.port, env.get(p.token_variable, ""))
+        listed[:] = [f"{b.address}{'' if b.healthy else ' (unhealthy)'}" for b in backends]
+        problems = []
+        for r in p.contains:
+            engines = set(rt.rb.replicas.get(r, []))
+            if not any(b.host in engines and b.healthy for b in backends):
+                problems.append(f"does not list {r} ({', '.join(sorted(engines))}) healthy")
+        for r in p.lacks:
+            engines = set(rt.rb.replicas.get(r, []))
+            hit = [b.address for b in backends if b.host in engines]
+            if hit:
+                problems.append(f"still lists {r} ({', '.join(hit)})")
+        return problems
 
-        async def check() -> list[str]:
-            env = await rt.ensure_env()
-            backends = await rt.proxy_backends(p.port, env.get(p.token_variable, ""))
-            listed[:] = [f"{b.address}{'' if b.healthy else ' (unhealthy)'}" for b in backends]
-            problems = []
-            for r in p.contains:
-                engines = set(rt.rb.replicas.get(r, []))
-                if not any(b.host in engines and b.healthy for b in backends):
-                    problems.append(f"does not list {r} ({', '.join(sorted(engines))}) healthy")
-            for r in p.lacks:
-                engines = set(rt.rb.replicas.get(r, []))
-                hit = [b.address for b in backends if b.host in engines]
-                if hit:
-                    problems.append(f"still lists {r} ({', '.join(hit)})")
-            return problems
-
-        if p.within:
-            rt.emit("waiting", gate=p.text())
-        problems = await poll(rt, p.within, check)
-        pool = f"pool: {', '.join(listed) or 'empty'}"
-        if problems:
-            return fail(f"the host's proxy (:{p.port}) " + "; ".join(problems) + f" ({pool})")
-        return ok(f"the host's proxy (:{p.port}) " + " and ".join(
-            [f"lists {r}" for r in p.contains] + [f"does not list {r}" for r in p.lacks]) + f" ({pool})")
+    problems = await poll(rt, p.within, check, p.text())
+    pool = f"pool: {', '.join(listed) or 'empty'}"
+    if problems:
+        return fail(f"the host's proxy (:{p.port}) " + "; ".join(problems) + f" ({pool})")
+    return ok(f"the host's proxy (:{p.port}) " + " and ".join(
+        [f"lists {r}" for r in p.contains] + [f"does not list {r}" for r in p.lacks]) + f" ({pool})")
 
 
-@register
-class PullRequest(Described):
-    key = "pull_request"
+@register("pull_request")
+async def pull_request(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    spec = step.pull_request
+    assert spec is not None
+    repo, tag = rt.github_repo(), rt.run.tag or ""
+    if repo is None:
+        return fail(f"the inventory names no github_repo for {rt.run.host}: tag {tag}'s PR and CI cannot be checked")
+    try:
+        status = await rt.pull_request(repo, tag)
+    except Exception as exc:  # GitHubUnreachable and the client's errors, named
+        return fail(f"GitHub could not say whether tag {tag}'s PR is merged and green: {rt.scrub(error_text(exc))}")
+    if status is None:
+        return fail(f"tag {tag} does not exist in {repo}")
+    problems = judge_pull_request(status, spec.merged, spec.checks == "green", spec.required)
+    if problems:
+        return fail(f"tag {tag} ({status.commit[:12]}) in {repo}: " + "; ".join(problems))
+    return ok(f"tag {tag}: PR #{status.number} merged" + (f", {len(status.checks)} CI checks green ("
+                                                       f"{', '.join(sorted(status.checks))})" if spec.checks == "green" else ""))
 
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        spec = step.pull_request
-        assert spec is not None
-        repo, tag = rt.github_repo(), rt.run.tag or ""
-        if repo is None:
-            return fail(f"the inventory names no github_repo for {rt.run.host}: tag {tag}'s PR and CI cannot be checked")
+
+@register("http_json")
+async def http_json(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    spec = step.http_json
+    assert spec is not None
+    texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
+    seen: list[str] = []
+    known: dict[str, str] = {}
+
+    async def check() -> list[str]:
+        values = known or await placeholder_values(rt, *texts)  # read once (GitHub for {file_sha256})
+        known.update(values)
+        url = fill(spec.url, values)
+        token = None
+        if spec.token_variable:
+            token = (await rt.ensure_env()).get(spec.token_variable) or None
+        payload = await rt.http_json(url, token)
         try:
-            status = await rt.pull_request(repo, tag)
-        except Exception as exc:  # GitHubUnreachable and the client's errors, named
-            return fail(f"GitHub could not say whether tag {tag}'s PR is merged and green: {rt.scrub(error_text(exc))}")
-        if status is None:
-            return fail(f"tag {tag} does not exist in {repo}")
-        problems = judge_pull_request(status, spec.merged, spec.checks == "green", spec.required)
-        if problems:
-            return fail(f"tag {tag} ({status.commit[:12]}) in {repo}: " + "; ".join(problems))
-        return ok(f"tag {tag}: PR #{status.number} merged" + (f", {len(status.checks)} CI checks green ("
-                                                           f"{', '.join(sorted(status.checks))})" if spec.checks == "green" else ""))
+            value = json_at(payload, spec.path)
+        except KeyError as exc:
+            return [f"GET {url}: no {exc.args[0]!r} on the way to {spec.path}"]
+        seen[:] = [_clip(value)]
+        equals = fill(spec.equals, values) if isinstance(spec.equals, str) else spec.equals
+        contains = fill(spec.contains, values) if spec.contains is not None else None
+        if not matches(value, equals, contains):
+            want = f"equal {_clip(equals)}" if contains is None else f"contain {contains!r}"
+            return [f"GET {url}: {spec.path} is {_clip(value)}, which does not {want}"]
+        return []
+
+    problems = await poll(rt, spec.within, check, spec.text())
+    if problems:
+        return fail(rt.scrub("; ".join(problems)))
+    return ok(rt.scrub(f"{spec.path} holds ({seen[0] if seen else ''})"))
 
 
-@register
-class HttpJson(Described):
-    key = "http_json"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        spec = step.http_json
-        assert spec is not None
-        texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
-        seen: list[str] = []
-        known: dict[str, str] = {}
-
-        async def check() -> list[str]:
-            values = known or await placeholder_values(rt, *texts)  # read once (GitHub for {file_sha256})
-            known.update(values)
-            url = fill(spec.url, values)
-            token = None
-            if spec.token_variable:
-                token = (await rt.ensure_env()).get(spec.token_variable) or None
-            payload = await rt.http_json(url, token)
+@register("attestation")
+async def attestation(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    spec = step.attestation
+    assert spec is not None
+    try:
+        report = await rt.attestation_report()  # a fresh nonce, checked echoed
+    except Exception as exc:  # the client's errors, named
+        return fail(f"attestation report could not be read: {rt.scrub(error_text(exc))}")
+    problems = bound_report(report)
+    try:
+        actions = parse_action_log(report)
+    except Exception as exc:  # ParseError
+        return fail(f"attestation report's actions do not parse: {exc}")
+    repo = rt.github_repo()
+    sha_cache: dict[tuple[str, str], str | None] = {}
+    lines = []
+    for svc in spec.services:
+        want = rt.ctx.deployed.get(svc) or {"tag": rt.run.tag or "", "file": rt.rb.file}
+        got = last_deploy(actions, svc)
+        if got is None:
+            problems.append(f"no compose_up of {svc} is attested")
+            continue
+        if (got.tag, got.file) != (want["tag"], want["file"]):
+            problems.append(f"{svc}: attested {got.file}@{got.tag}, deployed {want['file']}@{want['tag']}")
+            continue
+        key = (want["file"], want["tag"])
+        if key not in sha_cache:
+            if repo is None:
+                return fail("the attested file hash cannot be checked: the inventory names no github_repo for "
+                            f"{rt.run.host}")
             try:
-                value = json_at(payload, spec.path)
-            except KeyError as exc:
-                return [f"GET {url}: no {exc.args[0]!r} on the way to {spec.path}"]
-            seen[:] = [_clip(value)]
-            equals = fill(spec.equals, values) if isinstance(spec.equals, str) else spec.equals
-            contains = fill(spec.contains, values) if spec.contains is not None else None
-            if not matches(value, equals, contains):
-                want = f"equal {_clip(equals)}" if contains is None else f"contain {contains!r}"
-                return [f"GET {url}: {spec.path} is {_clip(value)}, which does not {want}"]
-            return []
-
-        if spec.within:
-            rt.emit("waiting", gate=spec.text())
-        problems = await poll(rt, spec.within, check)
-        if problems:
-            return fail(rt.scrub("; ".join(problems)))
-        return ok(rt.scrub(f"{spec.path} holds ({seen[0] if seen else ''})"))
-
-
-@register
-class Attestation(Described):
-    key = "attestation"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        spec = step.attestation
-        assert spec is not None
-        try:
-            report = await rt.attestation_report()  # a fresh nonce, checked echoed
-        except Exception as exc:  # the client's errors, named
-            return fail(f"attestation report could not be read: {rt.scrub(error_text(exc))}")
-        problems = bound_report(report)
-        try:
-            actions = parse_action_log(report)
-        except Exception as exc:  # ParseError
-            return fail(f"attestation report's actions do not parse: {exc}")
-        repo = rt.github_repo()
-        sha_cache: dict[tuple[str, str], str | None] = {}
-        lines = []
-        for svc in spec.services:
-            want = rt.ctx.deployed.get(svc) or {"tag": rt.run.tag or "", "file": rt.rb.file}
-            got = last_deploy(actions, svc)
-            if got is None:
-                problems.append(f"no compose_up of {svc} is attested")
-                continue
-            if (got.tag, got.file) != (want["tag"], want["file"]):
-                problems.append(f"{svc}: attested {got.file}@{got.tag}, deployed {want['file']}@{want['tag']}")
-                continue
-            key = (want["file"], want["tag"])
-            if key not in sha_cache:
-                if repo is None:
-                    return fail("the attested file hash cannot be checked: the inventory names no github_repo for "
-                                f"{rt.run.host}")
-                try:
-                    sha_cache[key] = await rt.file_sha256(repo, *key)
-                except Exception as exc:  # GitHub's errors, named
-                    return fail(f"{key[0]}@{key[1]} could not be read from GitHub to check its hash: {rt.scrub(error_text(exc))}")
-            expected = sha_cache[key]
-            if expected is None:
-                problems.append(f"{key[0]} is not in {repo} at {key[1]}")
-            elif got.file_sha256 != expected:
-                problems.append(f"{svc}: attested file_sha256 {str(got.file_sha256)[:12]} is not that of {key[0]}@{key[1]} "
-                                f"({expected[:12]})")
-            else:
-                lines.append(f"{svc} <- {key[0]}@{key[1]} (sha256 {expected[:12]})")
-        if problems:
-            return fail("attestation: " + "; ".join(problems))
-        return ok("attested: " + "; ".join(lines))
+                sha_cache[key] = await rt.file_sha256(repo, *key)
+            except Exception as exc:  # GitHub's errors, named
+                return fail(f"{key[0]}@{key[1]} could not be read from GitHub to check its hash: {rt.scrub(error_text(exc))}")
+        expected = sha_cache[key]
+        if expected is None:
+            problems.append(f"{key[0]} is not in {repo} at {key[1]}")
+        elif got.file_sha256 != expected:
+            problems.append(f"{svc}: attested file_sha256 {str(got.file_sha256)[:12]} is not that of {key[0]}@{key[1]} "
+                            f"({expected[:12]})")
+        else:
+            lines.append(f"{svc} <- {key[0]}@{key[1]} (sha256 {expected[:12]})")
+    if problems:
+        return fail("attestation: " + "; ".join(problems))
+    return ok("attested: " + "; ".join(lines))
 
 
 def bound_report(report: dict[str, Any]) -> list[str]:
@@ -243,20 +227,17 @@ def image_digest(image: str) -> str | None:
     return digest.lower() if at and digest else None
 
 
-@register
-class Image(Described):
-    key = "image"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        spec = step.image
-        assert spec is not None
-        want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")
-        running = [c for c in await rt.ps() if (c.service or c.name) == spec.service]
-        if not running:
-            return fail(f"{spec.service} is not running (docker/ps): its image cannot be checked")
-        got = image_digest(running[0].image or "")
-        if got is None:
-            return fail(f"{spec.service} runs {running[0].image!r}, named by a tag, not pinned by a digest")
-        if not got.startswith(want.lower()):
-            return fail(f"{spec.service} runs sha256:{got[:12]}, not the pinned sha256:{want[:12]}")
-        return ok(f"{spec.service} runs sha256:{got[:12]} as pinned")
+@register("image")
+async def image(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    spec = step.image
+    assert spec is not None
+    want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")
+    running = [c for c in await rt.ps() if (c.service or c.name) == spec.service]
+    if not running:
+        return fail(f"{spec.service} is not running (docker/ps): its image cannot be checked")
+    got = image_digest(running[0].image or "")
+    if got is None:
+        return fail(f"{spec.service} runs {running[0].image!r}, named by a tag, not pinned by a digest")
+    if not got.startswith(want.lower()):
+        return fail(f"{spec.service} runs sha256:{got[:12]}, not the pinned sha256:{want[:12]}")
+    return ok(f"{spec.service} runs sha256:{got[:12]} as pinned")

@@ -5,141 +5,131 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
 from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
 if TYPE_CHECKING:
-    from orchestrator.engine.executor.runtime import Runtime
+    from orchestrator.engine.steps.activities import Activities
 
 
-@register
-class Relay(Described):
-    key = "relay"
+@register("relay")
+async def relay(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    assert step.relay is not None
+    env = await rt.ensure_env()
+    client = rt.relay_client(step.relay.port, env.get(step.relay.token_variable, ""))
+    deadline = rt.clock.monotonic() + rt.rb.timeouts.relay
+    rt.emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
+    while True:
+        seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
+        res = await client.direct_checks(rt.rb.model)
+        if res.ok:
+            return ok(f"relay :{step.relay.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
+        if seen >= deadline:
+            return fail(f"relay :{step.relay.port} direct checks failed: {rt.scrub(res.reason)}")
+        await rt.wait()
 
-    async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
-        assert step.relay is not None
-        env = await rt.ensure_env()
-        client = rt.relay_client(step.relay.port, env.get(step.relay.token_variable, ""))
-        deadline = rt.clock.monotonic() + rt.rb.timeouts.relay
-        rt.emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
+
+@register("verify")
+async def verify(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    assert step.verify is not None
+    addr = rt.entry.model_proxy_address
+    if step.verify.peers:
+        deadline = rt.clock.monotonic() + rt.rb.timeouts.discovery
+        rt.emit("waiting", gate=f"both peers list {addr} healthy under {rt.rb.domains.long} only")
         while True:
             seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
-            res = await client.direct_checks(rt.rb.model)
-            if res.ok:
-                return ok(f"relay :{step.relay.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
+            _, problems = await rt.peer_presence()
+            if not problems:
+                break
             if seen >= deadline:
-                return fail(f"relay :{step.relay.port} direct checks failed: {rt.scrub(res.reason)}")
+                return fail("; ".join(problems))
             await rt.wait()
+    notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []
+    if step.verify.completion:
+        for attempt in range(1, step.verify.attempts + 1):
+            res = await rt.cache_hit_check()
+            if res.ok:
+                break
+            if attempt == step.verify.attempts:
+                return fail(f"completion check on {rt.entry.inference_endpoint}"
+                            + (f" ({attempt} tries)" if attempt > 1 else "") + f": {rt.scrub(res.reason)}")
+            await rt.wait()
+        notes.append("completion and cache-hit follow-up passed" + (f" (try {attempt})" if attempt > 1 else ""))
+    return ok("; ".join(notes))
 
 
-@register
-class Verify(Described):
-    key = "verify"
-
-    async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
-        assert step.verify is not None
-        addr = rt.entry.model_proxy_address
-        if step.verify.peers:
-            deadline = rt.clock.monotonic() + rt.rb.timeouts.discovery
-            rt.emit("waiting", gate=f"both peers list {addr} healthy under {rt.rb.domains.long} only")
-            while True:
-                seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
-                _, problems = await rt.peer_presence()
-                if not problems:
-                    break
-                if seen >= deadline:
-                    return fail("; ".join(problems))
-                await rt.wait()
-        notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []
-        if step.verify.completion:
-            for attempt in range(1, step.verify.attempts + 1):
-                res = await rt.cache_hit_check()
-                if res.ok:
-                    break
-                if attempt == step.verify.attempts:
-                    return fail(f"completion check on {rt.entry.inference_endpoint}"
-                                + (f" ({attempt} tries)" if attempt > 1 else "") + f": {rt.scrub(res.reason)}")
-                await rt.wait()
-            notes.append("completion and cache-hit follow-up passed" + (f" (try {attempt})" if attempt > 1 else ""))
-        return ok("; ".join(notes))
-
-
-@register
-class Soak(Described):
+@register("soak")
+async def soak(rt: Activities, node: Node, step: Step) -> StepOutcome:
     """Wait the soak out while watching every engine of every replica: a restart (new ID, a
     `restarting` state, an `Up` time that went back) or an engine gone fails the soak. The time
     already soaked is journaled, so a resume continues the soak; an approval is journaled too and
     never asked for again."""
-
-    key = "soak"
-
-    async def run(self, rt: Runtime, node: Node, step: Step) -> StepOutcome:
-        assert step.soak is not None
-        duration = rt.soak_override if rt.soak_override is not None else step.soak.duration
-        already = float(rt.ctx.soaks.get(node.id, 0.0))
-        start = rt.clock.monotonic() - already
-        need_approval = step.soak.approval and not rt.yes
-        watched = await rt.watch_engines()
-        baseline = rt.ctx.soak_watch.get(node.id)
-        if baseline is None:
-            rt.ctx.soak_watch[node.id] = {svc: cid for svc, (cid, _) in watched.items()}
-        else:  # a resumed soak: what ran when it started must still run, unreplaced
-            for svc, cid in baseline.items():
-                now = watched.get(svc)
-                if now is None:
-                    return fail(f"during the soak: {svc} is gone from docker/ps (seen on resume)")
-                if now[0] != cid:
-                    return fail(f"during the soak: {svc} was replaced while no runner watched (container ID changed)")
-        replaced = rt.check_ready_unchanged(watched)
-        if replaced:
-            return fail(f"during the soak: {replaced}")
-        for svc in watched:
-            # the one serving model (orchestrator/engine/rules/serving_evidence.py): an engine known not to
-            # serve fails the soak; one whose evidence does not decide (its start rotated out of
-            # the log and nothing live says which engine carries the traffic) is watched, not
-            # failed: failing a healthy host's soak would roll back what serves
-            verdict = await rt.serving(svc)
-            if verdict.not_serving:
-                return fail(f"during the soak: {verdict.why}")
-            if verdict.unknown:
-                rt.emit("note", text=f"soak: whether {svc} serves is unknown ({verdict.why}); it is watched for a restart or exit")
-        logs = ForbiddenLines(rt, list(watched)) if step.soak.watch_logs and rt.rb.log_gates.forbidden else None
-        gauges = SoakGaugeWatch(rt, step.soak) if step.soak.metrics else None
-        rt.start_heartbeat()
-        announced = False
-        last_saved = rt.clock.monotonic()
-        while True:
-            problem = await rt.engines_still_serving(watched)
-            if problem is None and logs is not None:
-                problem = await logs.problem()
-            if problem is None and gauges is not None:
-                problem = await gauges.problem()
-            if problem:
-                return fail(f"during the soak: {problem}")
-            elapsed = rt.clock.monotonic() - start
-            if rt.clock.monotonic() - last_saved >= 60:
-                rt.ctx.soaks[node.id] = elapsed
-                rt.save_context()
-                last_saved = rt.clock.monotonic()
-            approvals = rt.approvals()
-            approved = (not need_approval) or bool({node.id, "*"} & approvals)
-            ended_early = approved and bool({f"{node.id}!now", "*!now"} & approvals)
-            if (elapsed >= duration or ended_early) and approved:
-                if step.soak.approval and rt.yes:
-                    rt.approve(node.id, by="--yes")
-                rt.ctx.soaks[node.id] = elapsed
-                return ok(f"soaked {int(elapsed)} s" + (" and approved" if step.soak.approval else "")
-                          + (" (ended early by the approval)" if ended_early and elapsed < duration else ""))
-            rt.tick(f"soak of {', '.join(sorted(watched))}", start, duration,
-                    lambda: {"awaiting": "approval" if need_approval and not approved and elapsed >= duration else "time"})
-            if not announced:
-                gate = f"soak {int(duration)} s"
-                if need_approval and not approved:
-                    gate += f", then `orchestrate approve {rt.run.run_id}`"
-                elif need_approval:
-                    gate += " (already approved)"
-                rt.emit("waiting", gate=gate)
-                announced = True
-            await rt.wait(min(rt.poll, max(0.0, duration - elapsed)) if elapsed < duration else rt.poll)
+    assert step.soak is not None
+    duration = rt.soak_override if rt.soak_override is not None else step.soak.duration
+    already = float(rt.ctx.soaks.get(node.id, 0.0))
+    start = rt.clock.monotonic() - already
+    need_approval = step.soak.approval and not rt.yes
+    watched = await rt.watch_engines()
+    baseline = rt.ctx.soak_watch.get(node.id)
+    if baseline is None:
+        rt.ctx.soak_watch[node.id] = {svc: cid for svc, (cid, _) in watched.items()}
+    else:  # a resumed soak: what ran when it started must still run, unreplaced
+        for svc, cid in baseline.items():
+            now = watched.get(svc)
+            if now is None:
+                return fail(f"during the soak: {svc} is gone from docker/ps (seen on resume)")
+            if now[0] != cid:
+                return fail(f"during the soak: {svc} was replaced while no runner watched (container ID changed)")
+    replaced = rt.check_ready_unchanged(watched)
+    if replaced:
+        return fail(f"during the soak: {replaced}")
+    for svc in watched:
+        # the one serving model (orchestrator/engine/rules/serving_evidence.py): an engine known not to
+        # serve fails the soak; one whose evidence does not decide (its start rotated out of
+        # the log and nothing live says which engine carries the traffic) is watched, not
+        # failed: failing a healthy host's soak would roll back what serves
+        verdict = await rt.serving(svc)
+        if verdict.not_serving:
+            return fail(f"during the soak: {verdict.why}")
+        if verdict.unknown:
+            rt.emit("note", text=f"soak: whether {svc} serves is unknown ({verdict.why}); it is watched for a restart or exit")
+    logs = ForbiddenLines(rt, list(watched)) if step.soak.watch_logs and rt.rb.log_gates.forbidden else None
+    gauges = SoakGaugeWatch(rt, step.soak) if step.soak.metrics else None
+    rt.start_heartbeat()
+    announced = False
+    last_saved = rt.clock.monotonic()
+    while True:
+        problem = await rt.engines_still_serving(watched)
+        if problem is None and logs is not None:
+            problem = await logs.problem()
+        if problem is None and gauges is not None:
+            problem = await gauges.problem()
+        if problem:
+            return fail(f"during the soak: {problem}")
+        elapsed = rt.clock.monotonic() - start
+        if rt.clock.monotonic() - last_saved >= 60:
+            rt.ctx.soaks[node.id] = elapsed
+            rt.save_context()
+            last_saved = rt.clock.monotonic()
+        approvals = rt.approvals()
+        approved = (not need_approval) or bool({node.id, "*"} & approvals)
+        ended_early = approved and bool({f"{node.id}!now", "*!now"} & approvals)
+        if (elapsed >= duration or ended_early) and approved:
+            if step.soak.approval and rt.yes:
+                rt.approve(node.id, by="--yes")
+            rt.ctx.soaks[node.id] = elapsed
+            return ok(f"soaked {int(elapsed)} s" + (" and approved" if step.soak.approval else "")
+                      + (" (ended early by the approval)" if ended_early and elapsed < duration else ""))
+        rt.tick(f"soak of {', '.join(sorted(watched))}", start, duration,
+                lambda: {"awaiting": "approval" if need_approval and not approved and elapsed >= duration else "time"})
+        if not announced:
+            gate = f"soak {int(duration)} s"
+            if need_approval and not approved:
+                gate += f", then `orchestrate approve {rt.run.run_id}`"
+            elif need_approval:
+                gate += " (already approved)"
+            rt.emit("waiting", gate=gate)
+            announced = True
+        await rt.wait(min(rt.poll, max(0.0, duration - elapsed)) if elapsed < duration else rt.poll)

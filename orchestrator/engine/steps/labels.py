@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -39,41 +39,38 @@ def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-@register
-class TelemetryLabels(Described):
-    key = "labels"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        lb = step.labels
-        assert lb is not None
-        vals = rt.rb.replica_values[lb.replica]
-        c = by_service(await rt.ps()).get(lb.service)
-        if c is None:
-            return fail(f"{lb.service} is not in docker/ps: no labels to check")
-        problems: list[str] = []
-        tags = log_tags(c.labels)
-        for k in lb.log_tags:
-            if vals[k] not in tags.get(k, []):
-                problems.append(f"log tag {k}: want {vals[k]}, found {', '.join(tags.get(k, [])) or 'none'}")
-        for k in lb.otel_labels:
-            got = c.labels.get(f"nearai.otel.{k}")
-            if got != vals[k]:
-                problems.append(f"label nearai.otel.{k}: want {vals[k]}, found {got if got is not None else 'none'}")
-        if lb.metric_labels and lb.relay is not None:
-            env = await rt.ensure_env()
-            client = rt.relay_client(lb.relay.port, env.get(lb.relay.token_variable, ""))
-            try:
-                found = samples(await client.metrics_text(), lb.metric)
-            except MetricsTextError as exc:
-                return fail(f"relay :{lb.relay.port}: {exc}")
-            except Exception as exc:  # the relay's client errors, named in the note
-                return fail(f"relay :{lb.relay.port}: {rt.scrub(error_text(exc))}")
-            if not found:
-                problems.append(f"{lb.metric} is not exposed through :{lb.relay.port}")
-            for k in lb.metric_labels:
-                bad = sorted({s.labels.get(k, "none") for s in found if s.labels.get(k) != vals[k]})
-                if bad:
-                    problems.append(f"metric label {k}: want {vals[k]}, found {', '.join(bad)}")
-        if problems:
-            return fail(f"{lb.service} telemetry does not match {lb.replica}'s values: " + rt.scrub("; ".join(problems)))
-        return ok(f"{lb.service} carries {lb.replica}'s " + ", ".join(sorted({*lb.log_tags, *lb.otel_labels, *lb.metric_labels})))
+@register("labels")
+async def telemetry_labels(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    lb = step.labels
+    assert lb is not None
+    vals = rt.rb.replica_values[lb.replica]
+    c = by_service(await rt.ps()).get(lb.service)
+    if c is None:
+        return fail(f"{lb.service} is not in docker/ps: no labels to check")
+    problems: list[str] = []
+    tags = log_tags(c.labels)
+    for k in lb.log_tags:
+        if vals[k] not in tags.get(k, []):
+            problems.append(f"log tag {k}: want {vals[k]}, found {', '.join(tags.get(k, [])) or 'none'}")
+    for k in lb.otel_labels:
+        got = c.labels.get(f"nearai.otel.{k}")
+        if got != vals[k]:
+            problems.append(f"label nearai.otel.{k}: want {vals[k]}, found {got if got is not None else 'none'}")
+    if lb.metric_labels and lb.relay is not None:
+        env = await rt.ensure_env()
+        client = rt.relay_client(lb.relay.port, env.get(lb.relay.token_variable, ""))
+        try:
+            found = samples(await client.metrics_text(), lb.metric)
+        except MetricsTextError as exc:
+            return fail(f"relay :{lb.relay.port}: {exc}")
+        except Exception as exc:  # the relay's client errors, named in the note
+            return fail(f"relay :{lb.relay.port}: {rt.scrub(error_text(exc))}")
+        if not found:
+            problems.append(f"{lb.metric} is not exposed through :{lb.relay.port}")
+        for k in lb.metric_labels:
+            bad = sorted({s.labels.get(k, "none") for s in found if s.labels.get(k) != vals[k]})
+            if bad:
+                problems.append(f"metric label {k}: want {vals[k]}, found {', '.join(bad)}")
+    if problems:
+        return fail(f"{lb.service} telemetry does not match {lb.replica}'s values: " + rt.scrub("; ".join(problems)))
+    return ok(f"{lb.service} carries {lb.replica}'s " + ", ".join(sorted({*lb.log_tags, *lb.otel_labels, *lb.metric_labels})))

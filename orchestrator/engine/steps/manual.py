@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.engine.steps.base import Described, StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
 from orchestrator.engine.steps.env import env_gate, placeholder_values
 from orchestrator.language.gate_specs import fill
 from orchestrator.language.machine import Event, Node
@@ -23,31 +23,28 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 
-@register
-class Manual(Described):
-    key = "manual"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        m = step.manual
-        assert m is not None
-        edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out
-        announced = False
-        start = rt.start_heartbeat()
-        while not ({node.id, "*"} & rt.approvals()):
-            if rt.yes:
-                rt.approve(node.id, by="--yes")
-                break
-            if not announced:
-                rt.emit("waiting", gate=f"MANUAL EDIT: {edit}; once made, `orchestrate approve {rt.run.run_id} --gate "
-                                        f"{node.id}` (then it is verified: {m.verify.env.text()})")
-                rt.log.warning("manual_edit_awaited", state=node.id, edit=edit)
-                announced = True
-            rt.tick(f"manual edit at {node.id}", start, None, lambda: {"awaiting": "approval", "edit": edit})
-            await rt.wait()
-        verdict = await env_gate(rt, m.verify.env)
-        if verdict.event.value != "ok":
-            return fail(f"the manual edit was approved but does not hold: {verdict.note} (edit: {edit})")
-        return ok(f"manual edit made and verified: {verdict.note}")
+@register("manual")
+async def manual(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    m = step.manual
+    assert m is not None
+    edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out
+    announced = False
+    start = rt.start_heartbeat()
+    while not ({node.id, "*"} & rt.approvals()):
+        if rt.yes:
+            rt.approve(node.id, by="--yes")
+            break
+        if not announced:
+            rt.emit("waiting", gate=f"MANUAL EDIT: {edit}; once made, `orchestrate approve {rt.run.run_id} --gate "
+                                    f"{node.id}` (then it is verified: {m.verify.env.text()})")
+            rt.log.warning("manual_edit_awaited", state=node.id, edit=edit)
+            announced = True
+        rt.tick(f"manual edit at {node.id}", start, None, lambda: {"awaiting": "approval", "edit": edit})
+        await rt.wait()
+    verdict = await env_gate(rt, m.verify.env)
+    if verdict.event.value != "ok":
+        return fail(f"the manual edit was approved but does not hold: {verdict.note} (edit: {edit})")
+    return ok(f"manual edit made and verified: {verdict.note}")
 
 
 def manual_edits_ahead(table: Any, start: str) -> list[str]:

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.step_descriptions import value_text
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import LogValue, Step
 
@@ -71,20 +71,17 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
     return problems, unknown
 
 
-@register
-class Markers(Described):
-    key = "markers"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        m = step.markers
-        assert m is not None
-        try:
-            text = await rt.raw_log(m.service, MARKER_WINDOW)
-        except Exception as exc:  # the client's errors, named in the note
-            return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
-        lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
-        # quoted from the window scrubbed whole (only then is a secret split across two lines found)
-        problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values, rt.scrub_lines(lines))
-        if problems:
-            return fail(f"{m.service}: " + rt.scrub("; ".join(problems)))
-        return ok(f"{m.service}: log markers hold" + (f" (not checked, marker unknown: {', '.join(unknown)})" if unknown else ""))
+@register("markers")
+async def markers(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    m = step.markers
+    assert m is not None
+    try:
+        text = await rt.raw_log(m.service, MARKER_WINDOW)
+    except Exception as exc:  # the client's errors, named in the note
+        return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
+    lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
+    # quoted from the window scrubbed whole (only then is a secret split across two lines found)
+    problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values, rt.scrub_lines(lines))
+    if problems:
+        return fail(f"{m.service}: " + rt.scrub("; ".join(problems)))
+    return ok(f"{m.service}: log markers hold" + (f" (not checked, marker unknown: {', '.join(unknown)})" if unknown else ""))

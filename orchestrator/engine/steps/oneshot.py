@@ -20,7 +20,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
+
+
 OUTPUT_TAIL = 2000
 
 
@@ -63,51 +65,48 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
     return None
 
 
-@register
-class OneShotCompletion(Described):
-    key = "oneshot"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        o = step.oneshot
-        assert o is not None
-        deadline = rt.clock.monotonic() + o.timeout
-        first_id: str | None = None
-        rt.emit("waiting", gate=f"{o.service} to finish")
-        while True:
-            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
-            c = by_service(await rt.ps()).get(o.service)
-            if c is not None and first_id is None:
-                first_id = c.id
-            if c is not None and c.id != first_id:
-                return fail(f"{o.service} was replaced while it ran (container ID changed)")
-            if c is None:
-                break  # gone from docker/ps: finished
-            if c.restarting:
-                return fail(f"{o.service} is restarting ({c.status}); a one-shot must run once")
-            if c.state in ("exited", "dead"):
-                break
-            if seen >= deadline:
-                return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
-            await rt.wait()
-        try:
-            text = await rt.raw_log(o.service, OUTPUT_TAIL)
-        except Exception as exc:  # the client's errors, named in the note
-            return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
-        lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
-        shown = rt.scrub_lines(lines)
-        rt.log.info("oneshot_output", service=o.service, lines=shown)
-        if lines:
-            rt.emit("log_line", service=o.service, line=shown[-1][:200])
-        code = exit_code(c.status) if c is not None else None
-        if c is None and not lines:
-            return fail(f"{o.service} is not in docker/ps and logged nothing: it never ran")
-        if c is not None and code is None:
-            return fail(f"{o.service} ended as {c.state} ({c.status}) without an exit code")
-        if code not in (None, 0):
-            why = judge_output(lines, o.last_line, o.ok_event, shown)
-            return fail(f"{o.service} exited {code}" + (f"; {rt.scrub(why)}" if why else ""))
+@register("oneshot")
+async def oneshot_completion(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    o = step.oneshot
+    assert o is not None
+    deadline = rt.clock.monotonic() + o.timeout
+    first_id: str | None = None
+    rt.emit("waiting", gate=f"{o.service} to finish")
+    while True:
+        seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
+        c = by_service(await rt.ps()).get(o.service)
+        if c is not None and first_id is None:
+            first_id = c.id
+        if c is not None and c.id != first_id:
+            return fail(f"{o.service} was replaced while it ran (container ID changed)")
+        if c is None:
+            break  # gone from docker/ps: finished
+        if c.restarting:
+            return fail(f"{o.service} is restarting ({c.status}); a one-shot must run once")
+        if c.state in ("exited", "dead"):
+            break
+        if seen >= deadline:
+            return fail(f"{o.service} did not finish within {format_duration(o.timeout)} ({c.status})")
+        await rt.wait()
+    try:
+        text = await rt.raw_log(o.service, OUTPUT_TAIL)
+    except Exception as exc:  # the client's errors, named in the note
+        return fail(f"{o.service} finished but its output could not be read: {rt.scrub(error_text(exc))}")
+    lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
+    shown = rt.scrub_lines(lines)
+    rt.log.info("oneshot_output", service=o.service, lines=shown)
+    if lines:
+        rt.emit("log_line", service=o.service, line=shown[-1][:200])
+    code = exit_code(c.status) if c is not None else None
+    if c is None and not lines:
+        return fail(f"{o.service} is not in docker/ps and logged nothing: it never ran")
+    if c is not None and code is None:
+        return fail(f"{o.service} ended as {c.state} ({c.status}) without an exit code")
+    if code not in (None, 0):
         why = judge_output(lines, o.last_line, o.ok_event, shown)
-        if why:
-            return fail(f"{o.service}: {rt.scrub(why)}")
-        return ok(f"{o.service} " + ("exited 0" if code == 0 else "is no longer listed (judged by its output alone)")
-                  + (f" and logged {o.ok_event} ok" if o.ok_event else ""))
+        return fail(f"{o.service} exited {code}" + (f"; {rt.scrub(why)}" if why else ""))
+    why = judge_output(lines, o.last_line, o.ok_event, shown)
+    if why:
+        return fail(f"{o.service}: {rt.scrub(why)}")
+    return ok(f"{o.service} " + ("exited 0" if code == 0 else "is no longer listed (judged by its output alone)")
+              + (f" and logged {o.ok_event} ok" if o.ok_event else ""))

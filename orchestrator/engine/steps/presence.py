@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.rules.prerequisites import unfinished
-from orchestrator.engine.steps.base import Described, StepOutcome, error_text, fail, halt, ok, register
+from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register
+from orchestrator.engine.steps.env import poll
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
@@ -21,42 +22,33 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 
-@register
-class Presence(Described):
-    key = "presence"
-
-    async def run(self, rt: Activities, node: Node, step: Step) -> StepOutcome:
-        p = step.presence
-        assert p is not None
-        if p.hosts == "others":
-            others = [h for h in rt.rb.hosts if h != rt.run.host]
-            unknown = [h for h in others if rt.address_of(h) is None]
-            if unknown:  # never assume a host we cannot ask about carries the domain
-                return fail(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory (the runbook's "
-                            f"hosts: {', '.join(rt.rb.hosts)}); add it to the inventory, or take it out of the runbook's "
-                            f"hosts: if it no longer belongs to this tier")
-            busy = unfinished(rt.journal, others)
-            if busy:  # two hosts of one tier never leave it at once, even from two terminals
-                return fail("one host of the tier at a time: " + "; ".join(
-                    f"{h} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}" for h, r in busy))
-            targets = {h: rt.address_of(h) or "" for h in others}
-        else:
-            targets = {rt.run.host: rt.entry.model_proxy_address}
-        shown = ", ".join(f"{h} ({a})" for h, a in targets.items())
-        deadline = rt.clock.monotonic() + p.within
-        rt.emit("waiting", gate=f"both peers: {shown} " + describe_roles(p.listed, p.absent))
-        while True:
-            seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
-            try:
-                problems = await rt.presence_problems(targets, p.listed, p.absent)
-            except Exception as exc:  # a peer that does not answer is a problem, retried
-                problems = [rt.scrub(error_text(exc))]
-            if not problems:
-                short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
-                return halt(short) if short else ok(f"both peers: {shown} " + describe_roles(p.listed, p.absent))
-            if seen >= deadline:
-                return fail("; ".join(problems))
-            await rt.wait()
+@register("presence")
+async def presence(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    p = step.presence
+    assert p is not None
+    if p.hosts == "others":
+        others = [h for h in rt.rb.hosts if h != rt.run.host]
+        unknown = [h for h in others if rt.address_of(h) is None]
+        if unknown:  # never assume a host we cannot ask about carries the domain
+            return fail(f"capacity cannot be confirmed: {', '.join(unknown)} not in the inventory (the runbook's "
+                        f"hosts: {', '.join(rt.rb.hosts)}); add it to the inventory, or take it out of the runbook's "
+                        f"hosts: if it no longer belongs to this tier")
+        busy = unfinished(rt.journal, others)
+        if busy:  # two hosts of one tier never leave it at once, even from two terminals
+            return fail("one host of the tier at a time: " + "; ".join(
+                f"{h} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}" for h, r in busy))
+        targets = {h: rt.address_of(h) or "" for h in others}
+    else:
+        targets = {rt.run.host: rt.entry.model_proxy_address}
+    shown = ", ".join(f"{h} ({a})" for h, a in targets.items())
+    said = f"both peers: {shown} " + describe_roles(p.listed, p.absent)
+    rt.emit("waiting", gate=said)
+    # a peer that does not answer is a problem, retried
+    problems = await poll(rt, p.within, lambda: rt.presence_problems(targets, p.listed, p.absent))
+    if problems:
+        return fail("; ".join(problems))
+    short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
+    return halt(short) if short else ok(said)
 
 
 def describe_roles(listed: list[str], absent: list[str]) -> str:
