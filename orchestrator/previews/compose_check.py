@@ -26,9 +26,12 @@ from orchestrator.previews.runbook_lines import RunbookLines
 from orchestrator.util.user_errors import UserError
 
 
-def read_env_file(path: Path) -> dict[str, str]:
+def read_env_file(path: Path | None) -> dict[str, str] | None:
     """A host's env map as a dotenv file (`NAME=value` lines, `#` comments, optional `export `,
-    one level of matching quotes stripped). Errors name the file and the line number, never a value."""
+    one level of matching quotes stripped); None without one (the files' own defaults). Errors name
+    the file and the line number, never a value."""
+    if path is None:
+        return None
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -91,7 +91,7 @@ def plan(
     checks: list[str] = []
     problems: list[str] = []
     if compose_file is not None:
-        checks, problems, new_services = check_against_compose_file(rb, compose_file, env=_env(env_file))
+        checks, problems, new_services = check_against_compose_file(rb, compose_file, env=read_env_file(env_file))
     if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
         sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
         return
@@ -141,7 +141,7 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     new_services = None
     if compose_file is not None:
         checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file,
-                                                                    env=_env(env_file))
+                                                                    env=read_env_file(env_file))
     session = Session.open(settings)
     try:
         # another run's compose calls would meet the preview's dry runs (409) and the preview theirs
@@ -156,8 +156,3 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     if lp.changed:  # never a silent "nothing was changed": one line naming what changed
         err.print(f"orchestrate: the preview changed real containers: {'; '.join(lp.changed)}", markup=False, soft_wrap=True)
     raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)
-
-
-def _env(env_file: Path | None) -> dict[str, str] | None:
-    """The host env map `--env` names (None: the compose file's own defaults)."""
-    return read_env_file(env_file) if env_file is not None else None

@@ -16,7 +16,6 @@ from orchestrator.language.runbook import load_runbook
 from orchestrator.service.reads import get_run, load_settings_for, run_view
 from orchestrator.service.run_info import table_for
 from orchestrator.service.startup import ReadSession
-from orchestrator.util.settings import Settings
 from orchestrator.util.text import shown
 from orchestrator.util.user_errors import UserError
 
@@ -25,11 +24,6 @@ app = command_app()
 #: How a step is marked by the event that left it (the run's current state: `>`).
 _MARKS = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![/red]", "halt": "[red]![/red]",
           "abort": "[yellow]a[/yellow]", "retry": "[yellow]r[/yellow]", "remedy": "[yellow]m[/yellow]"}
-
-
-def _journal_shown(settings: Settings) -> str:
-    """The journal's location as shown: a database URL with its password masked."""
-    return settings.journal_location()
 
 
 @app.command()
@@ -48,14 +42,14 @@ def status(
         if run_id is None:
             runs = session.journal.list_runs(limit=1)
             if not runs:
-                raise UserError(f"no runs journaled yet in {_journal_shown(settings)}")
+                raise UserError(f"no runs journaled yet in {settings.journal_location()}")
             run = runs[0]
         else:
             run = get_run(session, run_id)
         transitions = session.journal.transitions(run.run_id)
         effects = session.journal.effects(run.run_id)
         view = run_view(session, run, {})
-        where = {"journal": _journal_shown(settings), "inventory": settings.inventory_choice().describe()}
+        where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
         if as_json:
             items = audit.entries(session.journal, run.run_id)
             view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
