@@ -26,9 +26,7 @@ def abort(
     server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
-    if server:
-        remote(server, "abort", {"run_id": run_id}, False, server_ca)
-
+    remote(server, "abort", {"run_id": run_id}, False, server_ca)
     settings = load_settings_for(inventory)
     session = ReadSession.open(settings)
     try:

@@ -29,9 +29,7 @@ def approve(
     server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."""
-    if server:
-        remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
-
+    remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
     session = ReadSession.open(load_settings_for(inventory))
     try:
         run = get_run(session, run_id)

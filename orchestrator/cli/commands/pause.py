@@ -28,9 +28,7 @@ def pause(
 
 def signal_run(run_id: str, action: str, inventory: Path | None, server: str | None, server_ca: Path | None) -> None:
     """`pause` or `continue`: journaled with who asked (here, or through --server)."""
-    if server:
-        remote(server, action, {"run_id": run_id}, False, server_ca)
-
+    remote(server, action, {"run_id": run_id}, False, server_ca)
     session = ReadSession.open(load_settings_for(inventory))
     try:
         run = get_run(session, run_id)
