@@ -65,10 +65,6 @@ class Node:
     #: For a rollback that ends HALTED: the message the operator gets.
     halt_message: str | None = None
 
-    @property
-    def terminal(self) -> bool:
-        return self.section == "terminal"
-
 
 @dataclass(frozen=True)
 class Table:
@@ -134,10 +130,6 @@ class Machine:
         self.state = state or table.start
         if self.state not in table.nodes:
             raise IllegalTransition(self.state, Event.OK)
-
-    @property
-    def node(self) -> Node:
-        return self.table.nodes[self.state]
 
     @property
     def terminal(self) -> bool:

@@ -243,13 +243,10 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
     masked = env.masked_credentials(secret_keys=entry.secret_keys)
     if masked:
         lp.refuse(f"the env map of {entry.instance_name} holds masked or placeholder values for {', '.join(masked)}: fix them in the dashboard")
-    if rb.budget is not None:
-        good, lp.budget = budget_rule(rb, env.get(rb.budget.variable), entry.available_ram_gib, entry.available_ram_source, host,
-                                      {m.variable: env.get(m.variable) for m in rb.more_budgets})
-        if not good:
-            lp.refuse(lp.budget)
-    else:
-        lp.budget = "none (no HiCache host-RAM budget in this runbook)"
+    good, lp.budget = budget_rule(rb, env.get(rb.budget.variable) if rb.budget else None, entry.available_ram_gib,
+                                  entry.available_ram_source, host, {m.variable: env.get(m.variable) for m in rb.more_budgets})
+    if not good:
+        lp.refuse(lp.budget)
 
     async with _compose_client(session, entry) as raw_cm:
         cm = _ReadOnlyCompose(raw_cm)
