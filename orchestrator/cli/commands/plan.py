@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -142,13 +143,10 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     if compose_file is not None:
         checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file,
                                                                     env=read_env_file(env_file))
-    session = Session.open(settings)
-    try:
+    with closing(Session.open(settings)) as session:
         # another run's compose calls would meet the preview's dry runs (409) and the preview theirs
         refuse_if_leased(session, host, "plan --live sends dry runs and reads nothing while a run holds the host")
         lp = asyncio.run(build_live_plan(session, host, tag, runbook, new_file_services=new_services))
-    finally:
-        session.close()
     lp.plan.checks, lp.plan.problems = checks, problems
     sys.stdout.write({"text": render_live_text, "markdown": render_live_markdown, "json": render_live_json}[fmt](lp))
     for pr in problems:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import typer
@@ -37,8 +38,7 @@ def status(
     """Where a run is (default: the newest): running, interrupted (its runner is gone),
     waiting for approval, or ended; its steps; which journal and inventory are used."""
     settings = load_settings_for(inventory)
-    session = ReadSession.open(settings)
-    try:
+    with closing(ReadSession.open(settings)) as session:
         if run_id is None:
             runs = session.journal.list_runs(limit=1)
             if not runs:
@@ -81,5 +81,3 @@ def status(
             if node.section in ("rollback", "full_rollback", "remedy") and sid not in visited and sid != run.state:
                 continue
             out.print(f"[{mark}] {escape(shown(sid))}: {escape(shown(node.step.say)) if node.step else ''}")
-    finally:
-        session.close()
