@@ -7,8 +7,6 @@ from typing import Any
 
 import typer
 
-from orchestrator.util.names import DEFAULT_RUNBOOK
-
 
 def flag(name: str, help: str) -> Any:
     """A real flag: takes no value, and `--help` shows no `<bool>` that invites `--yes true`."""
@@ -24,8 +22,6 @@ InventoryOpt = typer.Option(
     None, "--inventory", metavar="PATH",
     help="Host inventory YAML. Default: $ORCHESTRATOR_INVENTORY, else ./config/hosts.yaml, "
          "else $XDG_CONFIG_HOME/orchestrator/hosts.yaml (~/.config/orchestrator/hosts.yaml)")
-RunbookOpt = typer.Option(DEFAULT_RUNBOOK, "--runbook", metavar="NAME|PATH",
-                          help="Runbook: a name shipped in runbooks/, or a path to a runbook YAML")
 RUN_JSON_HELP = ("Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each event "
                  "(run_started, step_started, waiting, log_line, effect, transition, note, run_finished), "
                  "then {\"event\": \"summary\", run_id, host, kind, tag, state, outcome, message, ...}")
@@ -41,8 +37,11 @@ SoakOpt = typer.Option(None, "--soak", metavar="DURATION",
 YesOpt = flag("--yes", "Approve the soaks' manual approval gates without waiting for `orchestrate approve`")
 
 
-def remote(server: str, action: str, body: dict[str, Any], as_json: bool, server_ca: Path | None) -> None:
-    """Send the command to `orchestrate serve` at `server` instead; exit with its code."""
+def remote(server: str | None, action: str, body: dict[str, Any], as_json: bool, server_ca: Path | None) -> None:
+    """With --server: send the command to `orchestrate serve` at `server` instead, and exit with its
+    code. Without: return (the command runs here)."""
+    if not server:
+        return
     # the team server's client (httpx, ~0.2 s of start-up) is imported only with --server
     from orchestrator.teamserver.remote import remote as send
     from orchestrator.teamserver.remote import server_ca as ca

@@ -28,21 +28,14 @@ import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from orchestrator.util.durations import format_duration, parse_duration
+from orchestrator.language.step_specs import OptionalSeconds, Seconds, _Strict
+from orchestrator.util.durations import format_duration
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLACEHOLDERS = ("host", "tag", "file", "run_id", "file_sha256")
 _BRACES = re.compile(r"\{([^{}]*)\}")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-
-def _secs(v: object) -> float:
-    return parse_duration(v)  # type: ignore[arg-type]  # pydantic hands the raw YAML value; parse_duration refuses a wrong type
 
 
 def check_placeholders(text: str, what: str) -> str:
@@ -83,9 +76,7 @@ class EnvSpec(_Strict):
     absent: list[str] = Field(default_factory=lambda: [])
     equals: dict[str, str] = Field(default_factory=lambda: {})
     #: polled until it holds (0: checked once)
-    within: float = 0.0
-
-    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
+    within: Seconds = 0.0
 
     @model_validator(mode="after")
     def _sound(self) -> EnvSpec:
@@ -135,9 +126,7 @@ class ProxyPoolSpec(_Strict):
     contains: list[str] = Field(default_factory=lambda: [])
     #: replicas none of whose engines the pool may list
     lacks: list[str] = Field(default_factory=lambda: [])
-    within: float = 0.0
-
-    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
+    within: Seconds = 0.0
 
     @model_validator(mode="after")
     def _sound(self) -> ProxyPoolSpec:
@@ -186,9 +175,7 @@ class HttpJsonSpec(_Strict):
     contains: str | None = None
     #: the env-map variable holding a bearer token for the URL (none: no Authorization header)
     token_variable: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    within: float = 0.0
-
-    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
+    within: Seconds = 0.0
 
     @field_validator("url")
     @classmethod
@@ -249,15 +236,12 @@ class QuerySpec(_Strict):
     min: float | None = None
     max: float | None = None
     #: a range query over this much time before now (None: an instant query)
-    range: float | None = None
+    range: OptionalSeconds = None
     #: the resolution of a range query
-    step: float | None = None
+    step: OptionalSeconds = None
     #: what the value is, in words, for plan text and the run's messages (e.g. "free bytes on the cache volume")
     what: str | None = None
-    within: float = 0.0
-
-    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _secs(v)))
-    _r = field_validator("range", "step", mode="before")(classmethod(lambda cls, v: None if v is None else _secs(v)))
+    within: Seconds = 0.0
 
     @field_validator("min", "max", mode="before")
     @classmethod

@@ -20,7 +20,7 @@ Events:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
 
@@ -64,10 +64,6 @@ class Node:
     step: Step | None = None
     #: For a rollback that ends HALTED: the message the operator gets.
     halt_message: str | None = None
-
-    @property
-    def terminal(self) -> bool:
-        return self.section == "terminal"
 
 
 @dataclass(frozen=True)
@@ -136,10 +132,6 @@ class Machine:
             raise IllegalTransition(self.state, Event.OK)
 
     @property
-    def node(self) -> Node:
-        return self.table.nodes[self.state]
-
-    @property
     def terminal(self) -> bool:
         return self.state in TERMINALS
 
@@ -154,31 +146,23 @@ class Machine:
 
 
 class _Builder:
+    """A table being compiled: its maps filled in place; its start and reading order set last."""
+
     def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.nodes: dict[str, Node] = {t: Node(t, "terminal") for t in TERMINALS}
-        self.edges: dict[tuple[str, Event], str] = {}
+        self.t = Table(kind, "", {t: Node(t, "terminal") for t in TERMINALS}, {})
         self.order: list[str] = []
-        self.retry_caps: dict[str, int] = {}
-        self.phase_starts: dict[str, str] = {}
-        self.retry_starts: dict[str, str] = {}
-        self.covering: dict[str, str] = {}
-        self.remedy_caps: dict[str, int] = {}
-        self.remedy_of: dict[str, str] = {}
 
     def table(self, start: str) -> Table:
-        return Table(self.kind, start, dict(self.nodes), dict(self.edges), tuple(_ordered(self, start)),
-                     dict(self.retry_caps), dict(self.phase_starts), dict(self.covering), dict(self.remedy_caps),
-                     dict(self.remedy_of), dict(self.retry_starts))
+        return replace(self.t, start=start, order=tuple(_ordered(self.t.edges, self.order, start)))
 
     def add(self, node: Node) -> None:
-        if node.id in self.nodes:
+        if node.id in self.t.nodes:
             raise ValueError(f"state {node.id!r} defined twice")
-        self.nodes[node.id] = node
+        self.t.nodes[node.id] = node
         self.order.append(node.id)
 
     def edge(self, state: str, event: Event, to: str) -> None:
-        self.edges[(state, event)] = to
+        self.t.edges[(state, event)] = to
 
 
 def _skip_target(ids: list[str], steps: list[Step], i: int, after: str) -> str:
@@ -223,8 +207,8 @@ def _chain(
             for j in range(i - 1, -1, -1):
                 if steps[j].dry_run is not None:
                     b.edge(ids[i], Event.RETRY, ids[j])
-                    b.retry_caps[ids[i]] = UP_RETRY_CAP
-                    b.covering[ids[i]] = ids[j]
+                    b.t.retry_caps[ids[i]] = UP_RETRY_CAP
+                    b.t.covering_dry_run[ids[i]] = ids[j]
                     break
         if s.remedy is not None:
             if section != "forward":
@@ -234,9 +218,9 @@ def _chain(
             first = _chain(b, f"{ids[i]}.remedy", s.remedy.steps, section="remedy", phase=phase, replica=replica,
                            after=ids[i], on_fail=on_fail, on_abort=on_abort, halt_message=halt_message)
             b.edge(ids[i], Event.REMEDY, first)
-            b.remedy_caps[ids[i]] = s.remedy.max
+            b.t.remedy_caps[ids[i]] = s.remedy.max
             for r in s.remedy.steps:
-                b.remedy_of[f"{ids[i]}.remedy.{r.id}"] = ids[i]
+                b.t.remedy_of[f"{ids[i]}.remedy.{r.id}"] = ids[i]
     return ids[0] if ids else after
 
 
@@ -260,7 +244,6 @@ def compile_rollout(rb: Runbook, start_phase: str | None = None) -> Table:
     full_start = _full_rollback(b, rb.full_rollback, end=ROLLED_BACK) if rb.full_rollback else None
 
     # Forward phases, back to front.
-    phase_starts: list[str] = []
     after: str = DONE
     for idx in range(len(rb.phases) - 1, -1, -1):
         ph = rb.phases[idx]
@@ -286,13 +269,12 @@ def compile_rollout(rb: Runbook, start_phase: str | None = None) -> Table:
             b, ph.name, ph.steps, section="forward", phase=ph.name, replica=ph.replica,
             after=after, on_fail=rb_start, on_abort=abort_to,
         )
-        phase_starts.insert(0, start)
-        b.phase_starts[ph.name] = start
+        b.t.phase_starts[ph.name] = start
         after = start
 
     for ph in rb.phases:
-        b.retry_starts[ph.name] = b.phase_starts[ph.retry_from or ph.name]
-    first_forward = after if start_phase is None else b.phase_starts.get(start_phase)
+        b.t.retry_starts[ph.name] = b.t.phase_starts[ph.retry_from or ph.name]
+    first_forward = after if start_phase is None else b.t.phase_starts.get(start_phase)
     if first_forward is None:
         raise ValueError(f"the runbook has no forward phase {start_phase!r}")
     pre_start = _chain(
@@ -318,17 +300,17 @@ def compile_rollback(rb: Runbook, replicas: Iterable[str]) -> Table:
     return b.table(pre)
 
 
-def _ordered(b: _Builder, start: str) -> list[str]:
+def _ordered(edges: dict[tuple[str, Event], str], added: list[str], start: str) -> list[str]:
     """States in reading order: the happy path first (a gate's remedy right after its gate), then
-    every rollback chain."""
+    every rollback chain (in the order they were added)."""
     seen: list[str] = []
     cur = start
     while cur not in TERMINALS and cur not in seen:
         seen.append(cur)
-        rem = b.edges.get((cur, Event.REMEDY))
+        rem = edges.get((cur, Event.REMEDY))
         while rem is not None and rem not in TERMINALS and rem not in seen:
             seen.append(rem)
-            rem = b.edges[(rem, Event.OK)]
-        cur = b.edges[(cur, Event.OK)]
-    seen.extend(s for s in b.order if s not in seen)
+            rem = edges[(rem, Event.OK)]
+        cur = edges[(cur, Event.OK)]
+    seen.extend(s for s in added if s not in seen)
     return seen

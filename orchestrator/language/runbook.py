@@ -23,7 +23,6 @@ from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
 
 # Schema names importers take from here, besides their own modules.
 from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401  # re-exported: the public entry of the runbook language
@@ -71,10 +70,6 @@ def field_path(loc: tuple[int | str, ...], data: object) -> str:
     return out
 
 
-def _field_path(err: ErrorDetails, data: object) -> str:
-    return field_path(tuple(err["loc"]), data)
-
-
 def _boolean_key(data: object, loc: tuple[int | str, ...] = ()) -> tuple[tuple[int | str, ...], bool] | None:
     """(where, key) of the first mapping key YAML 1.1 read as a boolean (a bare `on`, `off`, `yes`,
     `no`, `y`, `n`), else None: no key of the schema is a boolean."""
@@ -98,10 +93,7 @@ def read_runbook(name_or_path: str) -> tuple[Runbook, dict[str, str], str]:
     (name, resolved path, sha256 of the bytes) names it; the text is what the run executes on
     every resume, whatever happens to the file on disk afterwards (an edit, a `git pull`)."""
     path = resolve_runbook_path(name_or_path).resolve()
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read runbook {path}: {exc.strerror}") from None
+    raw = _read(path)
     text = _decode(raw, path)
     identity = {"name": path.stem, "path": str(path), "sha256": hashlib.sha256(raw).hexdigest()}
     return _parse_text(text, str(path)), identity, text
@@ -129,6 +121,13 @@ def load_recorded_runbook(name: str, identity: dict[str, str] | None, text: str 
     return _parse_text(_decode(data, path), str(path))
 
 
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read runbook {path}: {exc.strerror}") from None
+
+
 def _decode(raw: bytes, path: Path) -> str:
     try:
         return raw.decode("utf-8")
@@ -148,11 +147,7 @@ def _parse_text(text: str, source: str) -> Runbook:
 
 def load_runbook(name_or_path: str = DEFAULT_RUNBOOK) -> Runbook:
     path = resolve_runbook_path(name_or_path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read runbook {path}: {exc.strerror}") from None
-    return _parse_text(_decode(raw, path), str(path))
+    return _parse_text(_decode(_read(path), path), str(path))
 
 
 def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:
@@ -172,12 +167,8 @@ def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (typo?)"
-        where = _field_path(err, data)
-        return _raise(f"runbook {source} is invalid" + (f" at {where}" if where else "") + f": {msg}")
-
-
-def _raise(message: str) -> Runbook:
-    raise UserError(message)
+        where = field_path(tuple(err["loc"]), data)
+        raise UserError(f"runbook {source} is invalid" + (f" at {where}" if where else "") + f": {msg}") from None
 
 
 def shipped_runbooks(loaded: dict[Path, Runbook] | None = None) -> list[Runbook]:

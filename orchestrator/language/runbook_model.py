@@ -17,7 +17,7 @@ from orchestrator.analysis.spec import check_against_runbook as _check_analysis
 from orchestrator.analysis.watch_spec import check_watch as _check_watch
 from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
-from orchestrator.language.step_specs import LogsSpec, Prerequisite, _seconds, _Strict
+from orchestrator.language.step_specs import LogsSpec, Prerequisite, Seconds, _Strict
 from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, step_at
 from orchestrator.language.steps import check_sequence as _check_sequence
 from orchestrator.util.user_errors import UserError
@@ -35,13 +35,11 @@ class Budget(_Strict):
 
 
 class Timeouts(_Strict):
-    cold_start: float
-    stop_grace: float
-    gone: float
-    relay: float
-    discovery: float
-
-    _d = field_validator("*", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    cold_start: Seconds
+    stop_grace: Seconds
+    gone: Seconds
+    relay: Seconds
+    discovery: Seconds
 
 
 class LogGates(_Strict):
@@ -130,7 +128,7 @@ class Runbook(_Strict):
     replicas: dict[str, list[str]] = Field(default_factory=lambda: {})
     #: The orchestrator's own tag check (compose-manager's is off in production): the tag is merged
     #: to main in the compose-files repository and its commit at least this old.
-    min_tag_age: float = 48 * 3600.0
+    min_tag_age: Seconds = 48 * 3600.0
     #: The host states the runbook recognises (before / part-way / at target), checked in order.
     host_states: list[HostState] = Field(default_factory=lambda: [])
     #: Per-replica values (telemetry the new file declares for each replica): replica -> key -> value.
@@ -151,21 +149,13 @@ class Runbook(_Strict):
     #: must not have), checked by `plan --compose-file` and `ci-preview` (orchestrator.language.expects).
     expects: list[Expectation] = Field(default_factory=lambda: [])
 
-    _age = field_validator("min_tag_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
-
-    @field_validator("file")
+    @field_validator("file", "deploys")
     @classmethod
-    def _relative(cls, v: str) -> str:
-        if not v or v.startswith("/") or ".." in Path(v).parts:
-            raise ValueError("file must be a relative path inside the compose-files repository")
-        return v
-
-    @field_validator("deploys")
-    @classmethod
-    def _relative_all(cls, v: list[str]) -> list[str]:
-        for f in v:
+    def _relative(cls, v: str | list[str]) -> str | list[str]:
+        for f in [v] if isinstance(v, str) else v:
             if not f or f.startswith("/") or ".." in Path(f).parts:
-                raise ValueError(f"deploys: {f!r} must be a relative path inside the compose-files repository")
+                raise ValueError(("file" if isinstance(v, str) else f"deploys: {f!r}")
+                                 + " must be a relative path inside the compose-files repository")
         return v
 
     @model_validator(mode="before")
@@ -212,7 +202,7 @@ class Runbook(_Strict):
                 raise ValueError(f"host_states[{i + 1}] ({hs.name}): action must be start, done or a phase name, not {hs.action!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
-                here = f"{step_at(lists_where, i, st.id)}"
+                here = step_at(lists_where, i, st.id)
                 if st.remedy is not None:
                     self._check_remedy(here, st, forward=lists_where in forward)
                 if self.budget is None and (st.check == "budget" or (st.logs is not None and st.logs.budget)):
@@ -246,13 +236,13 @@ class Runbook(_Strict):
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:
-                        raise ValueError(f"{step_at(lists_where, i, st.id)}: labels.replica {st.labels.replica!r} has no replica_values entry")
+                        raise ValueError(f"{here}: labels.replica {st.labels.replica!r} has no replica_values entry")
                     for key in [*st.labels.log_tags, *st.labels.otel_labels, *st.labels.metric_labels]:
                         if key not in vals:
-                            raise ValueError(f"{step_at(lists_where, i, st.id)}: replica_values.{st.labels.replica} has no {key!r}")
+                            raise ValueError(f"{here}: replica_values.{st.labels.replica} has no {key!r}")
         for lists_where, steps in self._named_step_lists():
             for i, st in enumerate(steps):
-                self._check_force_recreate(f"{step_at(lists_where, i, st.id)}", st)
+                self._check_force_recreate(step_at(lists_where, i, st.id), st)
         for svc in self.rollback_keeps:
             if svc in self.engines():
                 raise ValueError(f"rollback_keeps.{svc}: an engine never stays on the new file after a rollback")
@@ -379,15 +369,8 @@ class Runbook(_Strict):
 
     def previous_refs(self) -> list[str]:
         """Services whose previous deploy must be read from the action log during preflight."""
-        seen: list[str] = []
-        for steps in self.step_lists():
-            for s in steps:
-                c = s.compose
-                if c is not None and c.file.startswith("previous:"):
-                    svc = c.file.split(":", 1)[1]
-                    if svc not in seen:
-                        seen.append(svc)
-        return seen
+        return list(dict.fromkeys(s.compose.file.split(":", 1)[1] for steps in self.step_lists() for s in steps
+                                  if s.compose is not None and s.compose.file.startswith("previous:")))
 
     def _named_step_lists(self) -> list[tuple[str, list[Step]]]:
         out = [("preflight", self.preflight)]

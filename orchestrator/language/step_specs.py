@@ -8,9 +8,9 @@ runbook live in `orchestrator.language.runbook_model`; the loader in `orchestrat
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.util.durations import parse_duration
 
@@ -29,6 +29,11 @@ class _Strict(BaseModel):
 
 def _seconds(v: object) -> float:
     return parse_duration(v)  # type: ignore[arg-type]  # pydantic hands the raw YAML value; parse_duration refuses a wrong type
+
+
+#: A duration as the runbooks write it (`5m`, `1h30m`, `30`: seconds), held in seconds.
+Seconds = Annotated[float, BeforeValidator(_seconds)]
+OptionalSeconds = Annotated[float | None, BeforeValidator(lambda v: None if v is None else _seconds(v))]
 
 
 class ComposeSpec(_Strict):
@@ -146,13 +151,11 @@ class PresenceSpec(_Strict):
 
     listed: list[str] = Field(default_factory=lambda: [])
     absent: list[str] = Field(default_factory=lambda: [])
-    within: float
+    within: Seconds
     #: `this`: the run's host. `others`: every OTHER host of the runbook's `hosts:` (the capacity
     #: guard before a host leaves a domain: the rest of the tier must carry it). An `others` host
     #: the inventory does not know fails the gate: its capacity cannot be confirmed.
     hosts: Literal["this", "others"] = "this"
-
-    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
     @model_validator(mode="after")
     def _roles(self) -> PresenceSpec:
@@ -195,9 +198,7 @@ class Prerequisite(_Strict):
 
     host: str = Field(min_length=1)
     runbook: str = Field(min_length=1)
-    soaked: float = 0.0
-
-    _d = field_validator("soaked", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    soaked: Seconds = 0.0
 
 
 class RelaySpec(_Strict):
@@ -236,12 +237,10 @@ class SoakSpec(_Strict):
     gauge of `metrics` must hold at every poll (a relay that cannot be read for 3 polls in a row
     fails the soak too: unwatched is not healthy)."""
 
-    duration: float
+    duration: Seconds
     approval: bool = False
     watch_logs: bool = True
     metrics: list[SoakGauges] = Field(default_factory=lambda: [])
-
-    _d = field_validator("duration", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
 class GaugeBound(_Strict):
@@ -251,9 +250,7 @@ class GaugeBound(_Strict):
     name: str = Field(min_length=1)
     min: float | None = None
     max: float | None = None
-    within: float | None = None
-
-    _d = field_validator("within", mode="before")(classmethod(lambda cls, v: None if v is None else _seconds(v)))
+    within: OptionalSeconds = None
 
     @model_validator(mode="after")
     def _bounded(self) -> GaugeBound:
@@ -312,13 +309,11 @@ class OneShotSpec(_Strict):
     a last line / a JSON event that says it passed. Its output is kept in the run log."""
 
     service: str = Field(min_length=1)
-    timeout: float
+    timeout: Seconds
     #: the last non-empty line must contain this text (exactly as the container prints it)
     last_line: str | None = None
     #: or: a JSON line whose `event` is this and whose `ok` is true
     ok_event: str | None = None
-
-    _d = field_validator("timeout", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
 
 # (no model_rebuild: the models defer their schema to first use, which resolves the forward references)

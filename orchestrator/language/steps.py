@@ -6,7 +6,7 @@ after a dry run that selects, a one-shot after the up that starts it).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -41,9 +41,6 @@ from orchestrator.language.step_specs import (
     _Strict,
 )
 
-STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
-              "markers", "presence", "capture", "cache", "analysis", "quiet",
-              "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: the gates outside the engines (orchestrator/language/gate_specs.py)
 EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
@@ -53,6 +50,7 @@ OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cach
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache", "analysis", "quiet",
                    "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image"]
+STEP_KINDS: tuple[StepKind, ...] = get_args(StepKind)
 
 
 class Step(_Strict):
@@ -118,7 +116,7 @@ class Step(_Strict):
     def kind(self) -> StepKind:
         for k in STEP_KINDS:
             if getattr(self, k) is not None:
-                return k  # type: ignore[return-value]  # STEP_KINDS lists exactly the StepKind names
+                return k
         raise AssertionError("validated above")
 
     @property

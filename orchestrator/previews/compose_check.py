@@ -26,9 +26,12 @@ from orchestrator.previews.runbook_lines import RunbookLines
 from orchestrator.util.user_errors import UserError
 
 
-def read_env_file(path: Path) -> dict[str, str]:
+def read_env_file(path: Path | None) -> dict[str, str] | None:
     """A host's env map as a dotenv file (`NAME=value` lines, `#` comments, optional `export `,
-    one level of matching quotes stripped). Errors name the file and the line number, never a value."""
+    one level of matching quotes stripped); None without one (the files' own defaults). Errors name
+    the file and the line number, never a value."""
+    if path is None:
+        return None
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -76,7 +79,7 @@ def check_against_compose_file(rb: Runbook, path: Path, *, env: Mapping[str, str
         checks.append(f"every service the runbook names with file: new is defined ({len(named)})")
     bad_names = [f"{k} (container_name {v.container_name!r})" for k, v in cf.services.items()
                  if v.container_name is not None and v.container_name != k]
-    no_names = [k for s in named if (k := s) in cf.services and cf.services[k].container_name is None]
+    no_names = [s for s in named if s in cf.services and cf.services[s].container_name is None]
     if bad_names:
         problems.append("container_name differs from the service key: " + ", ".join(bad_names))
     if no_names:
@@ -145,8 +148,7 @@ def check_config_only_recreates(rb: Runbook, path: Path) -> tuple[list[str], lis
     from orchestrator.hosts.compose_file import config_only_changes
 
     root = _repo_root(rb, path)
-    previous = [root / f for f in rb.deploys] if root is not None else []
-    previous = [p for p in previous if p.is_file()]
+    previous = [root / f for f in rb.deploys if (root / f).is_file()] if root is not None else []
     if not previous:
         return [], []
     try:

@@ -120,7 +120,7 @@ class FactCheck:
         before = len(self.findings)
         for replica, values in self.rb.replica_values.items():
             for engine in self.engines(replica):
-                labels = self.labels_of(engine)
+                labels = reading.labels(self.cf, engine, self.env)
                 tags = _log_tags(labels.get(LOG_LABEL, ""))
                 for key, want in values.items():
                     where = self.labels_steps(replica, key, "otel_labels") or [self.lines.at("replica_values", replica, key)]
@@ -147,9 +147,6 @@ class FactCheck:
                              self.lines.at("replica_values", replica, "engine_image"))
         if self.rb.replica_values and len(self.findings) == before:
             self.checks.append("each replica's engines carry its replica_values (labels, log tags, scrape labels, image)")
-
-    def labels_of(self, service: str) -> dict[str, str]:
-        return reading.labels(self.cf, service, self.env)
 
     def scrape_labels(self) -> dict[str, list[tuple[str, dict[str, str]]]]:
         """service -> (job name, static labels) of every scrape job in the file's inline configs
@@ -194,7 +191,7 @@ class FactCheck:
                     self.add(dep, "command", "no download of it", f"a download of {w} (the engines depend on {dep})", where)
         scrape = self.scrape_labels()
         for service in self.cf.services:
-            labels = self.labels_of(service)
+            labels = reading.labels(self.cf, service, self.env)
             found = [(f"label {OTEL_PREFIX}model_path", labels.get(OTEL_PREFIX + "model_path"))]
             found += [("log tag model_path", v) for v in _log_tags(labels.get(LOG_LABEL, "")).get("model_path", [])]
             found += [(f"scrape label model_path (collector job {job})", lab.get("model_path")) for job, lab in scrape.get(service, [])]

@@ -31,7 +31,7 @@ from typing import Any
 
 from orchestrator.engine.rules import host_state
 from orchestrator.engine.rules.dry_run_check import judge_dry_run
-from orchestrator.engine.rules.targets import journaled_successes, newest_successful, recorded_successes
+from orchestrator.engine.rules.targets import group_targets, journaled_successes, newest_successful, recorded_successes
 from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.hosts.budget import format_gib
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
@@ -58,28 +58,20 @@ class MutationRefused(RuntimeError):
 class _ReadOnlyCompose:
     """The compose-manager client with its mutating half removed: reads, and dry runs only."""
 
+    _READS = frozenset({"ps", "version", "action_log", "host_gpu", "host_cache"})
+
     def __init__(self, cm: ComposeManagerClient) -> None:
         self._cm = cm
 
-    async def ps(self, project: str | None = None) -> list[Any]:
-        return await self._cm.ps(project)
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._READS:  # `down`, and anything else that is not a read: not there
+            raise AttributeError(name)
+        return getattr(self._cm, name)
 
     async def up(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
         if req.dry_run is not True:
             raise MutationRefused("plan --live sends dry runs only")
         return await self._cm.up(req, env, on_event)
-
-    async def version(self) -> Any:
-        return await self._cm.version()
-
-    async def action_log(self) -> list[Any]:
-        return await self._cm.action_log()
-
-    async def host_gpu(self) -> Any:
-        return await self._cm.host_gpu()
-
-    async def host_cache(self) -> Any:
-        return await self._cm.host_cache()
 
 
 @dataclass
@@ -251,13 +243,10 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
     masked = env.masked_credentials(secret_keys=entry.secret_keys)
     if masked:
         lp.refuse(f"the env map of {entry.instance_name} holds masked or placeholder values for {', '.join(masked)}: fix them in the dashboard")
-    if rb.budget is not None:
-        good, lp.budget = budget_rule(rb, env.get(rb.budget.variable), entry.available_ram_gib, entry.available_ram_source, host,
-                                      {m.variable: env.get(m.variable) for m in rb.more_budgets})
-        if not good:
-            lp.refuse(lp.budget)
-    else:
-        lp.budget = "none (no HiCache host-RAM budget in this runbook)"
+    good, lp.budget = budget_rule(rb, env.get(rb.budget.variable) if rb.budget else None, entry.available_ram_gib,
+                                  entry.available_ram_source, host, {m.variable: env.get(m.variable) for m in rb.more_budgets})
+    if not good:
+        lp.refuse(lp.budget)
 
     async with _compose_client(session, entry) as raw_cm:
         cm = _ReadOnlyCompose(raw_cm)
@@ -324,12 +313,7 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 if st.dry_run is not None and st.dry_run.services != SELECTED:
                     plans.append((f"preflight {st.id}", ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services),
                                                                        project=entry.project, dry_run=True), None, set()))
-            targets: dict[tuple[str, str], list[str]] = {}
-            for svc in rb.previous_refs():
-                p = lp.previous.get(svc)
-                if p:
-                    targets.setdefault((p["tag"], p["file"]), []).append(svc)
-            for (t, f), services in targets.items():
+            for (t, f), services in group_targets(rb, lp.previous).items():
                 plans.append(("rollback target", ComposeRequest(tag=t, file=f, services=tuple(services), project=entry.project,
                                                                 dry_run=True), None, set()))
             for st, stopped in phase_dry_run_steps(rb, lp.start_phase):

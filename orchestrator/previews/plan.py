@@ -97,12 +97,8 @@ def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) 
     return {"method": "POST", "path": path, "body": body}
 
 
-def _target(table: Table, to: str | None) -> str | None:
-    if to is None:
-        return None
-    if to in TERMINALS:
-        return to
-    return f"-> {to}"
+def _target(to: str | None) -> str | None:
+    return to if to is None or to in TERMINALS else f"-> {to}"
 
 
 def _defined_sets(rb: Runbook, new_services: set[str] | None) -> tuple[set[str], set[str], str]:
@@ -204,25 +200,25 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         if step is None:
             steps.append(PlanStep(i, sid, node.section, node.phase,
                                   "hand over to a human" if ev.get(Event.OK) == "HALTED" else "end: nothing to undo", None,
-                                  "-", _target(table, ev.get(Event.OK)) or "", None))
+                                  "-", _target(ev.get(Event.OK)) or "", None))
             continue
         desc = describe_step(step, rb)  # the handler's own text, without loading the handlers
         on_remedy = then = None
         if Event.REMEDY in ev and step.remedy is not None:
             cap = table.remedy_cap(sid)
             on_remedy = (f"on a line with {rb.log_markers.get(step.remedy.marker)!r} (log marker {step.remedy.marker}; "
-                         f"at most {cap} time{'s' if cap != 1 else ''} in a run, then it fails) {_target(table, ev[Event.REMEDY])}")
+                         f"at most {cap} time{'s' if cap != 1 else ''} in a run, then it fails) {_target(ev[Event.REMEDY])}")
         if node.section == "remedy" and ev.get(Event.OK) == table.remedy_of.get(sid):
-            then = f"{_target(table, ev[Event.OK])} (its gate again, reading the engine's log afresh)"
+            then = f"{_target(ev[Event.OK])} (its gate again, reading the engine's log afresh)"
         steps.append(PlanStep(
             number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
             request=_request(step, rb, host, tag, project),
-            gate=desc.gate + (f"; {step.watch.describe()}" if getattr(step, "watch", None) is not None else "")
+            gate=desc.gate + (f"; {step.watch.describe()}" if step.watch is not None else "")
             + (" (observe only: its pass or failure is recorded and notified; the run goes on either way)"
-                              if getattr(step, "observe", False) else ""),
-            on_fail=_target(table, ev.get(Event.FAIL)) or "",
-            on_abort=_target(table, ev.get(Event.ABORT)),
-            on_skip=_target(table, ev.get(Event.SKIP)),
+                              if step.observe else ""),
+            on_fail=_target(ev.get(Event.FAIL)) or "",
+            on_abort=_target(ev.get(Event.ABORT)),
+            on_skip=_target(ev.get(Event.SKIP)),
             precondition=desc.precondition,
             on_remedy=on_remedy,
             then=then,

@@ -130,19 +130,8 @@ class Settings(BaseSettings):
 
     def tokens(self) -> list[str]:
         """Every configured secret, for the redactor."""
-        return [
-            s.get_secret_value()
-            for s in (
-                self.compose_manager_token,
-                self.dashboard_token,
-                self.model_proxy_token,
-                self.inference_token,
-                self.github_token,
-                self.notify_url,
-                SecretStr(self.database_password() or ""),
-            )
-            if s.get_secret_value()
-        ]
+        values = [getattr(self, name).get_secret_value() for name in (*HOST_TOKENS, "github_token", "notify_url")]
+        return [v for v in (*values, self.database_password() or "") if v]
 
     def missing_host_tokens(self) -> list[str]:
         """The environment variables of the host tokens that are unset, empty or blank."""

@@ -6,7 +6,7 @@ written; a database URL's password never.
 Mutations (each seen failing, then restored):
 - status.py, `shown(line)` -> `line` for the message lines -> the C1 byte and the override reach stdout;
 - status.py, the header's host printed without `escape(shown(...))` -> the override reaches stdout;
-- status.py, `_journal_shown` returning the location as is -> the password is printed.
+- settings.py, `journal_location` returning the database URL as is -> the password is printed.
 """
 
 from __future__ import annotations
@@ -51,10 +51,9 @@ def test_journaled_free_text_is_shown_escaped(tmp_path: Path):
 
 
 def test_the_journal_location_never_shows_a_database_password(tmp_path: Path):
-    from orchestrator.cli.commands.status import _journal_shown
     from orchestrator.util.settings import Settings
 
     url = "postgresql://orch:hunter2-s3cret@db.internal:5432/orchestrator"
     s = Settings(inventory=INVENTORY, state_dir=tmp_path, database_url=url)
-    assert _journal_shown(s) == "postgresql://orch:***@db.internal:5432/orchestrator"
-    assert _journal_shown(Settings(inventory=INVENTORY, state_dir=tmp_path, database_url="")) == str(tmp_path / "journal.sqlite3")
+    assert s.journal_location() == "postgresql://orch:***@db.internal:5432/orchestrator"
+    assert Settings(inventory=INVENTORY, state_dir=tmp_path, database_url="").journal_location() == str(tmp_path / "journal.sqlite3")

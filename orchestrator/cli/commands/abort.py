@@ -4,6 +4,7 @@ ended here with what the host shows)."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import closing
 from pathlib import Path
 
 from orchestrator.cli.consoles import out
@@ -26,22 +27,14 @@ def abort(
     server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
-    if server:
-        remote(server, "abort", {"run_id": run_id}, False, server_ca)
-
+    remote(server, "abort", {"run_id": run_id}, False, server_ca)
     settings = load_settings_for(inventory)
-    session = ReadSession.open(settings)
-    try:
+    with closing(ReadSession.open(settings)) as session:
         run = get_run(session, run_id)
         result = signals.abort(session.journal, run, cli_actor())  # who: user@machine
-    finally:
-        session.close()
     if result.runner is None:  # nobody drives it: read the host and end it with what is true
-        full = Session.open(settings)
-        try:
+        with closing(Session.open(settings)) as full:
             ended = asyncio.run(end_unowned(full, full.journal.get_run(run_id), owner_id()))
-        finally:
-            full.close()
         if ended is not None:
             out.print(ended + f" (journal {settings.journal_location()})", markup=False)
             return

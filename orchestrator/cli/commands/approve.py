@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 
 import typer
@@ -29,11 +30,8 @@ def approve(
     server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."""
-    if server:
-        remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
-
-    session = ReadSession.open(load_settings_for(inventory))
-    try:
+    remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
+    with closing(ReadSession.open(load_settings_for(inventory))) as session:
         run = get_run(session, run_id)
         gates = None if run.terminal else signals.run_gates(run, lambda: load_runbook(run.runbook))
 
@@ -42,5 +40,3 @@ def approve(
 
         if (idle := nobody_drives(session.journal, run)) is not None:
             out.print(idle, markup=False)
-    finally:
-        session.close()

@@ -32,9 +32,8 @@ def ci_preview(
 ) -> None:
     """CI for the compose-files repository: the offline plan of every runbook a changed file affects,
     as markdown; exit 1 when a changed file no longer matches a runbook that deploys it."""
-    env = read_env_file(env_file) if env_file is not None else None
-    md, failures = ci.preview(changed, ci.check_repo(repo), projects=ci.inventory_projects(inventory), env=env,
-                              base_ref=base_ref)
+    md, failures = ci.preview(changed, ci.check_repo(repo), projects=ci.inventory_projects(inventory),
+                              env=read_env_file(env_file), base_ref=base_ref)
     sys.stdout.write(md)
     if summary is not None:
         with summary.open("a", encoding="utf-8") as fh:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 
 from orchestrator.cli.consoles import out
@@ -28,13 +29,8 @@ def pause(
 
 def signal_run(run_id: str, action: str, inventory: Path | None, server: str | None, server_ca: Path | None) -> None:
     """`pause` or `continue`: journaled with who asked (here, or through --server)."""
-    if server:
-        remote(server, action, {"run_id": run_id}, False, server_ca)
-
-    session = ReadSession.open(load_settings_for(inventory))
-    try:
+    remote(server, action, {"run_id": run_id}, False, server_ca)
+    with closing(ReadSession.open(load_settings_for(inventory))) as session:
         run = get_run(session, run_id)
         do = signals.pause if action == "pause" else signals.continue_run
         out.print(do(session.journal, run, audit.cli_actor()), markup=False)
-    finally:
-        session.close()

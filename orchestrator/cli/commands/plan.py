@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def plan(
     checks: list[str] = []
     problems: list[str] = []
     if compose_file is not None:
-        checks, problems, new_services = check_against_compose_file(rb, compose_file, env=_env(env_file))
+        checks, problems, new_services = check_against_compose_file(rb, compose_file, env=read_env_file(env_file))
     if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
         sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
         return
@@ -141,14 +142,11 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     new_services = None
     if compose_file is not None:
         checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file,
-                                                                    env=_env(env_file))
-    session = Session.open(settings)
-    try:
+                                                                    env=read_env_file(env_file))
+    with closing(Session.open(settings)) as session:
         # another run's compose calls would meet the preview's dry runs (409) and the preview theirs
         refuse_if_leased(session, host, "plan --live sends dry runs and reads nothing while a run holds the host")
         lp = asyncio.run(build_live_plan(session, host, tag, runbook, new_file_services=new_services))
-    finally:
-        session.close()
     lp.plan.checks, lp.plan.problems = checks, problems
     sys.stdout.write({"text": render_live_text, "markdown": render_live_markdown, "json": render_live_json}[fmt](lp))
     for pr in problems:
@@ -156,8 +154,3 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     if lp.changed:  # never a silent "nothing was changed": one line naming what changed
         err.print(f"orchestrate: the preview changed real containers: {'; '.join(lp.changed)}", markup=False, soft_wrap=True)
     raise typer.Exit(int(ExitCode.UNEXPECTED) if problems else lp.exit_code)
-
-
-def _env(env_file: Path | None) -> dict[str, str] | None:
-    """The host env map `--env` names (None: the compose file's own defaults)."""
-    return read_env_file(env_file) if env_file is not None else None

@@ -35,7 +35,5 @@ def resume(
     server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Continue a run after a crash or Ctrl-C (no mutating call whose outcome is journaled is sent again)."""
-    if server:
-        remote(server, "resume", {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json, server_ca)
-
+    remote(server, "resume", {"run_id": run_id, "retry": retry, "yes": yes, "soak": soak}, as_json, server_ca)
     finish(runs.resume(ResumeRequest(run_id=run_id, retry=retry, yes=yes, soak=soak), inventory, hooks(as_json)), as_json)

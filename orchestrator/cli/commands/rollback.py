@@ -44,9 +44,7 @@ def rollback(
 ) -> None:
     """Put HOST's replicas back on the previous tag and file, in a safe order. Exit 0 when the
     replicas reached that target (3 is a rollout that rolled back)."""
-    if server:
-        remote(server, "rollback", {"host": host, "replica": replica, "to_tag": to_tag, "to_file": to_file,
-                                    "runbook": runbook, "yes": yes, "soak": soak}, as_json, server_ca)
-
+    remote(server, "rollback", {"host": host, "replica": replica, "to_tag": to_tag, "to_file": to_file,
+                                "runbook": runbook, "yes": yes, "soak": soak}, as_json, server_ca)
     req = RollbackRequest(host=host, replica=replica, runbook=runbook, to_tag=to_tag, to_file=to_file, yes=yes, soak=soak)
     finish(runs.rollback(req, inventory, hooks(as_json)), as_json)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import typer
@@ -26,8 +27,7 @@ def runs(
 ) -> None:
     """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
     tag it goes back to), state or outcome, activity (running, paused, waiting for approval, interrupted, ended)."""
-    session = ReadSession.open(load_settings_for(inventory))
-    try:
+    with closing(ReadSession.open(load_settings_for(inventory))) as session:
         tables: dict = {}
         items = [run_view(session, r, tables) for r in session.journal.list_runs(host=host, limit=50)]
         if as_json:
@@ -39,5 +39,3 @@ def runs(
             updated = v["updated_at"][:16].replace("T", " ")
             plain(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
                   f"{v['outcome'] or v['state']:<28} {v['activity']:<20} {updated}")
-    finally:
-        session.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import typer
@@ -16,7 +17,6 @@ from orchestrator.language.runbook import load_runbook
 from orchestrator.service.reads import get_run, load_settings_for, run_view
 from orchestrator.service.run_info import table_for
 from orchestrator.service.startup import ReadSession
-from orchestrator.util.settings import Settings
 from orchestrator.util.text import shown
 from orchestrator.util.user_errors import UserError
 
@@ -25,11 +25,6 @@ app = command_app()
 #: How a step is marked by the event that left it (the run's current state: `>`).
 _MARKS = {"ok": "[green]x[/green]", "skip": "[green]-[/green]", "fail": "[red]![/red]", "halt": "[red]![/red]",
           "abort": "[yellow]a[/yellow]", "retry": "[yellow]r[/yellow]", "remedy": "[yellow]m[/yellow]"}
-
-
-def _journal_shown(settings: Settings) -> str:
-    """The journal's location as shown: a database URL with its password masked."""
-    return settings.journal_location()
 
 
 @app.command()
@@ -43,19 +38,18 @@ def status(
     """Where a run is (default: the newest): running, interrupted (its runner is gone),
     waiting for approval, or ended; its steps; which journal and inventory are used."""
     settings = load_settings_for(inventory)
-    session = ReadSession.open(settings)
-    try:
+    with closing(ReadSession.open(settings)) as session:
         if run_id is None:
             runs = session.journal.list_runs(limit=1)
             if not runs:
-                raise UserError(f"no runs journaled yet in {_journal_shown(settings)}")
+                raise UserError(f"no runs journaled yet in {settings.journal_location()}")
             run = runs[0]
         else:
             run = get_run(session, run_id)
         transitions = session.journal.transitions(run.run_id)
         effects = session.journal.effects(run.run_id)
         view = run_view(session, run, {})
-        where = {"journal": _journal_shown(settings), "inventory": settings.inventory_choice().describe()}
+        where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
         if as_json:
             items = audit.entries(session.journal, run.run_id)
             view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
@@ -87,5 +81,3 @@ def status(
             if node.section in ("rollback", "full_rollback", "remedy") and sid not in visited and sid != run.state:
                 continue
             out.print(f"[{mark}] {escape(shown(sid))}: {escape(shown(node.step.say)) if node.step else ''}")
-    finally:
-        session.close()
