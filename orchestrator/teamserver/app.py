@@ -58,7 +58,7 @@ from orchestrator.teamserver.guards import (
     allowed_host_set,
     parse_json,
 )
-from orchestrator.teamserver.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
+from orchestrator.teamserver.schemas import SUBMIT, ApproveBody, SignalBody, validation_message
 from orchestrator.teamserver.worker import SessionFactory, Worker
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
@@ -97,16 +97,9 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
                 return error_response(400, str(exc), ExitCode.BAD_INPUT)
             except ValidationError as exc:
                 return error_response(400, public(validation_message(exc)), ExitCode.BAD_INPUT)
-            except Refused as exc:
-                return error_response(409, public(str(exc)), exc.code)
-            except UserError as exc:
-                return error_response(400, public(str(exc)), exc.code)
-            except RunNotFound as exc:
-                return error_response(404, public(str(exc)), ExitCode.BAD_INPUT)
-            except LeaseHeld as exc:
-                return error_response(409, public(str(exc)), ExitCode.ABORTED)
-            except ClientError as exc:
-                return error_response(502, public(str(exc)), ExitCode.UNEXPECTED)
+            except _ANSWERED as exc:
+                status, code = next((s, c) for kind, s, c in _ANSWERS if isinstance(exc, kind))
+                return error_response(status, public(str(exc)), getattr(exc, "code", 0) if code is None else code)
             except JournalError as exc:
                 worker.log.error("journal_error", path=request.url.path, error=str(exc))
                 return error_response(500, "the journal refused the request; the server's log has the details",
@@ -118,6 +111,14 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
         return wrapped
 
     return deco
+
+
+#: Errors answered with their own one line: (kind, status, exit code; None: the error's own), the
+#: first kind that matches (a Refused is a UserError, a RunNotFound and a LeaseHeld JournalErrors).
+_ANSWERS: tuple[tuple[type[Exception], int, ExitCode | None], ...] = (
+    (Refused, 409, None), (UserError, 400, None), (RunNotFound, 404, ExitCode.BAD_INPUT),
+    (LeaseHeld, 409, ExitCode.ABORTED), (ClientError, 502, ExitCode.UNEXPECTED))
+_ANSWERED = tuple(kind for kind, _, _ in _ANSWERS)
 
 
 def _control_chars(request: Request) -> str | None:
@@ -253,27 +254,17 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
-async def pause_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
-    body = PauseBody.model_validate(await _json_body(request, optional=True))
-    by = _by(request, principal, body.by)
-    return JSONResponse(worker.redactor.scrub_obj(await anyio.to_thread.run_sync(worker.pause, request.path_params["run_id"], by)))
+def _signal(method: str) -> Handler:
+    """POST /runs/{id}/pause, /continue, /abort: `Worker.<method>(run_id, by)`, its answer as JSON."""
 
+    async def handler(request: Request, principal: Principal) -> Response:
+        worker: Worker = request.app.state.worker
+        body = SignalBody.model_validate(await _json_body(request, optional=True))
+        by = _by(request, principal, body.by)
+        answer = await anyio.to_thread.run_sync(getattr(worker, method), request.path_params["run_id"], by)
+        return JSONResponse(worker.redactor.scrub_obj(answer))
 
-async def continue_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
-    body = PauseBody.model_validate(await _json_body(request, optional=True))
-    by = _by(request, principal, body.by)
-    return JSONResponse(worker.redactor.scrub_obj(
-        await anyio.to_thread.run_sync(worker.continue_run, request.path_params["run_id"], by)))
-
-
-async def abort_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
-    body = AbortBody.model_validate(await _json_body(request, optional=True))
-    by = _by(request, principal, body.by)
-    answer = await anyio.to_thread.run_sync(worker.abort, request.path_params["run_id"], by)
-    return JSONResponse(worker.redactor.scrub_obj(answer))
+    return handler
 
 
 def create_app(
@@ -389,9 +380,9 @@ def create_app(
             Route("/runs", _route("viewer")(list_runs), methods=["GET"]),
             Route("/runs/{run_id}", _route("viewer")(get_run), methods=["GET"]),
             Route("/runs/{run_id}/approve", _route("operator")(approve_run), methods=["POST"]),
-            Route("/runs/{run_id}/abort", _route("operator")(abort_run), methods=["POST"]),
-            Route("/runs/{run_id}/pause", _route("operator")(pause_run), methods=["POST"]),
-            Route("/runs/{run_id}/continue", _route("operator")(continue_run), methods=["POST"]),
+            Route("/runs/{run_id}/abort", _route("operator")(_signal("abort")), methods=["POST"]),
+            Route("/runs/{run_id}/pause", _route("operator")(_signal("pause")), methods=["POST"]),
+            Route("/runs/{run_id}/continue", _route("operator")(_signal("continue_run")), methods=["POST"]),
             # the web page (orchestrator/teamserver/pages.py): shells and static files carry no data;
             # the fragments and /whoami need a viewer's token like the JSON routes
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
@@ -433,8 +424,6 @@ def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:
     """SIGHUP re-reads the tokens file (where the loop can take signals: the main thread)."""
     if auth.tokens_file is None or not hasattr(signal, "SIGHUP"):
         return lambda: None
-    import asyncio
-
     loop = asyncio.get_running_loop()
 
     def reload() -> None:

@@ -112,7 +112,7 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
     def read() -> list[dict[str, Any]]:
         journal = worker.session.journal
         runs = journal.list_runs(limit=100)
-        submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
+        submitters = journal.submitters([r.run_id for r in runs])
         rows = []
         for r in runs:
             lease = None if r.terminal else journal.current_lease(r.host)
@@ -183,10 +183,10 @@ def run_table(run: Any) -> Table | None:
     """The run's transition table from its pinned runbook (None if this server cannot load it)."""
     import json
 
-    ident = run.context.get("runbook_identity") or {}
-    sha = ident.get("sha256") if isinstance(ident, dict) else None
+    from orchestrator.teamserver.worker import pinned_sha
+
     keep = {k: run.context.get(k) for k in ("start_phase", "replicas") if run.context.get(k) is not None}
-    return _table(run.runbook, sha, run.kind, json.dumps(keep, sort_keys=True))
+    return _table(run.runbook, pinned_sha(run), run.kind, json.dumps(keep, sort_keys=True))
 
 
 def approval_gates(table: Table | None) -> set[str]:

@@ -179,6 +179,12 @@ def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
 IDENTITY_KEY = "runbook_identity"
 
 
+def pinned_sha(run: RunRecord) -> str | None:
+    """The sha256 of the runbook the run recorded (its identity), None if it recorded none."""
+    identity = run.context.get(IDENTITY_KEY)
+    return identity.get("sha256") if isinstance(identity, dict) else None
+
+
 @dataclass
 class _Prepared:
     run: RunRecord
@@ -278,7 +284,7 @@ class Worker:
         async with self._submit_lock:
             prepared = await _in_thread(self._prepare, body, by, adopting)
             if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
-                await _in_thread(self._audit_submission, prepared.run.run_id, body, by)
+                await _in_thread(self._record_submission, prepared.run.run_id, body, by)
             active = self._launch(prepared)
             active.by = by
             return active
@@ -319,8 +325,7 @@ class Worker:
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
                 raise Refused(f"run {run.run_id} is already running on this server")
-            identity = run.context.get(IDENTITY_KEY) or {}
-            pinned = identity.get("sha256") if isinstance(identity, dict) else None
+            pinned = pinned_sha(run)
             if body.retry:
                 self._refuse_if_busy(run.host)
                 checked, digest = _recorded(run, pinned)
@@ -343,18 +348,14 @@ class Worker:
             run = s.journal.get_run(run.run_id)
         return _Prepared(run, rb, table, yes, soak, took_over)
 
-    def _audit_submission(self, run_id: str, body: Any, by: str) -> None:
+    def _record_submission(self, run_id: str, body: Any, by: str) -> None:
+        resume = isinstance(body, ResumeBody)
+        how = ("retry " if body.retry else "") if resume else f"{body.action} "
         try:
-            self._record_submission(run_id, body, by)
+            audit.record(self.session.journal, run_id, "resumed" if resume else "submitted", by,
+                         f"{how}via the server {_server_name()}")
         except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
             self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
-
-    def _record_submission(self, run_id: str, body: Any, by: str) -> None:
-        if isinstance(body, ResumeBody):
-            audit.record(self.session.journal, run_id, "resumed", by,
-                         f"{'retry ' if body.retry else ''}via the server {_server_name()}")
-        else:
-            audit.record(self.session.journal, run_id, "submitted", by, f"{body.action} via the server {_server_name()}")
 
     def _refuse_if_busy(self, host: str) -> None:
         """Before journaling a new run: is the host visibly leased (here or by anyone)?"""
@@ -370,12 +371,9 @@ class Worker:
         A new run journaled a moment before another runner won the lease is left unstarted.
         """
         admitted = self.session.admitted.get(run.run_id)
-        if admitted is not None:
-            taken = admitted.took_over
-            return admitted.lease, (None if taken is None else
-                                    f"took over the expired lease of run {taken.run_id} ({taken.owner})")
         try:
-            lease, taken = self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl)
+            lease, taken = ((admitted.lease, admitted.took_over) if admitted is not None else
+                            self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl))
         except LeaseHeld as exc:
             if exc.holder_run_id == run.run_id:
                 raise Refused(
@@ -386,9 +384,7 @@ class Worker:
                 self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
             raise Refused(signals.lease_refused(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
                                                  f"run {run.run_id} was not started")) from None
-        if taken is None:
-            return lease, None
-        return lease, f"took over the expired lease of run {taken.run_id} ({taken.owner})"
+        return lease, (None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})")
 
     def _launch(self, p: _Prepared) -> ActiveRun:
         active = ActiveRun(p.run.run_id, p.run.host)
@@ -521,11 +517,8 @@ class Worker:
     def orphans(self) -> list[str]:
         """Unfinished runs with journaled transitions whose host has no live lease (in a thread)."""
         journal = self.session.journal
-        census = getattr(journal, "run_census", None)
-        unfinished = census()[1] if census is not None else [(r.run_id, r.host) for r in journal.list_runs(limit=1000)
-                                                             if not r.terminal]
         out: list[str] = []
-        for run_id, host in unfinished:
+        for run_id, host in journal.run_census()[1]:
             mine = self.runs.get(run_id)
             if mine is not None and (mine.active or mine.status in ("failed", "fenced")):
                 continue
@@ -546,17 +539,8 @@ class Worker:
 
     def run_counts(self) -> dict[str, int]:
         journal = self.session.journal
-        census = getattr(journal, "run_census", None)
-        if census is not None:
-            counts, unfinished = census()
-        else:  # a journal without the census query (test doubles)
-            counts, unfinished = collections.Counter(), []
-            for run in journal.list_runs(limit=1_000_000):
-                if run.terminal:
-                    counts[run.outcome or "HALTED"] += 1
-                else:
-                    unfinished.append((run.run_id, run.host))
-        counts = collections.Counter(counts)
+        done, unfinished = journal.run_census()
+        counts = collections.Counter(done)
         leases: dict[str, Any] = {}
         for run_id, host in unfinished:
             if host not in leases:
@@ -576,7 +560,7 @@ class Worker:
     def list_runs(self, host: str | None, limit: int) -> list[dict[str, Any]]:
         journal = self.session.journal
         runs = journal.list_runs(host=host, limit=limit)
-        submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
+        submitters = journal.submitters([r.run_id for r in runs])
         return [{**context_summary(r), "target_tag": target_tag(r), "terminal": r.terminal,
                  "submitted_by": (sub.by if (sub := submitters.get(r.run_id)) is not None else None),
                  "submitted_at": sub.at.isoformat() if sub is not None else None,
@@ -647,9 +631,7 @@ class Worker:
 
     def _gates(self, run: RunRecord) -> set[str]:
         """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
-        identity = run.context.get(IDENTITY_KEY) or {}
-        pinned = identity.get("sha256") if isinstance(identity, dict) else None
-        return signals.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
+        return signals.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned_sha(run))[0])
 
     def approve(self, run_id: str, gate: str | None, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
         """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
