@@ -124,14 +124,11 @@ class _CoalescingTransport:
         if not data:
             return
         if not self._pending:
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
         self._pending.append(bytes(data))
 
     def flush(self) -> None:
         """Send what is pending now (before an `abort`, which drops it)."""
-        self._flush()
-
-    def _flush(self) -> None:
         if self._pending:
             data = b"".join(self._pending)
             self._pending.clear()
@@ -139,11 +136,11 @@ class _CoalescingTransport:
                 self._transport.write(data)
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
 
     def write_eof(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.write_eof()
 
     def abort(self) -> None:
