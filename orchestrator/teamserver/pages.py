@@ -1,14 +1,5 @@
-"""The web page of `orchestrate serve`: the runs list and a live page per run.
-
-Shape (no front-end build, no template engine: `string.Template` and `html.escape`):
-
-    GET /ui                          the runs list (a shell; no data, no token needed)
-    GET /ui/runs/{id}                a run's page (a shell)
-    GET /ui/static/{app.js,app.css}  the page's script and style (packaged files)
-    GET /ui/fragments/runs           viewer   the runs table, server-rendered HTML
-    GET /ui/fragments/runs/{id}      viewer   the run: where it is in the runbook's states, the
-                                              evidence of each gate, the journal's timeline, buttons
-    GET /whoami                      viewer   {"name", "role"}: the page shows buttons to operators only
+"""The web page of `orchestrate serve`: the runs list, a live page per run and per fleet (routes:
+app.py), with no front-end build and no template engine (`string.Template`, `html.escape`).
 
 Rules and reasons:
 - **The data needs the same token as the API.** The shells carry no data; the script asks for the
@@ -72,23 +63,23 @@ _SHELL = Template("""<!doctype html>
 """)
 
 
-def _page(request: Request, page: str, title: str, heading: str, run_id: str = "") -> Response:
+def _page(page: str, title: str, heading: str, run_id: str = "") -> Response:
     body = _SHELL.substitute(page=_e(page), title=_e(title), heading=_e(heading), run_id=_e(run_id))
     return HTMLResponse(body, headers=PAGE_HEADERS)
 
 
 async def runs_page(request: Request) -> Response:
-    return _page(request, "runs", "runs · orchestrate", "Runs")
+    return _page("runs", "runs · orchestrate", "Runs")
 
 
 async def run_page(request: Request) -> Response:
     run_id = request.path_params["run_id"]
-    return _page(request, "run", f"{run_id} · orchestrate", run_id, run_id)
+    return _page("run", f"{run_id} · orchestrate", run_id, run_id)
 
 
 async def fleet_page(request: Request) -> Response:
     name = request.path_params["runbook"]
-    return _page(request, "fleet", f"{name} · orchestrate", f"Fleet: {name}", name)
+    return _page("fleet", f"{name} · orchestrate", f"Fleet: {name}", name)
 
 
 async def static_file(request: Request) -> Response:

@@ -41,7 +41,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio.to_thread
@@ -55,7 +55,7 @@ from orchestrator.service.activity import target_tag
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options, rollback_runbook
 from orchestrator.service.notify import FLUSH_S
 from orchestrator.service.refusals import refuse_if_leased
-from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
+from orchestrator.service.requests import Admitted, ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.service.run_info import check_tag, context_summary
 
 # `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
@@ -185,16 +185,6 @@ def pinned_sha(run: RunRecord) -> str | None:
     return identity.get("sha256") if isinstance(identity, dict) else None
 
 
-@dataclass
-class _Prepared:
-    run: RunRecord
-    rb: Runbook
-    table: Table
-    yes: bool
-    soak: float | None
-    took_over: str | None
-
-
 def _server_name() -> str:
     """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
     from orchestrator.journal.owner import describe_owner
@@ -282,20 +272,19 @@ class Worker:
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
-            prepared = await _in_thread(self._prepare, body, by, adopting)
+            adm, note = await _in_thread(self._prepare, body, adopting)
             if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
-                await _in_thread(self._record_submission, prepared.run.run_id, body, by)
-            active = self._launch(prepared)
+                await _in_thread(self._record_submission, adm.run.run_id, body, by)
+            active = self._launch(adm, note)
             active.by = by
             return active
 
-
-    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None,
-                 adopting: bool = False) -> _Prepared:
-        """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, adopting: bool = False) -> tuple[Admitted, str | None]:
+        """In a worker thread: check, journal the run, take its lease, record the runbook identity.
+        Returns the admission and the note the run's first event carries (a lease taken over, the
+        options a resume kept)."""
         s = self.session
         # the service's admission, exactly as the CLI's (orchestrator/service/admission.py)
-        pinned = None
         kept_note = None  # a person's resume that keeps the run's --yes says so
         if isinstance(body, RolloutBody):
             req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or default_runbook(body.host), yes=body.yes,
@@ -304,7 +293,7 @@ class Worker:
             check_tag(req.tag)
             s.inventory.host(req.host)
             self._refuse_if_busy(req.host)
-            checked, digest = load_runbook_checked(req.runbook)
+            digest = load_runbook_checked(req.runbook)[1]
             # admitted with the runbook's prerequisites checked (no override through the server)
             adm = admit_rollout(s, req, soak_name="soak")
         elif isinstance(body, RollbackBody):
@@ -312,7 +301,7 @@ class Worker:
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             name = rollback_runbook(s, body.host, body.runbook)  # the CLI's choice, whatever the door
-            checked, digest = load_runbook_checked(name)
+            digest = load_runbook_checked(name)[1]
             adm = admit_rollback(s, RollbackRequest(host=body.host, replica=body.replica, runbook=name, to_tag=body.to_tag,
                                                     to_file=body.to_file, yes=body.yes, soak=body.soak), soak_name="soak")
         else:
@@ -325,28 +314,23 @@ class Worker:
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
                 raise Refused(f"run {run.run_id} is already running on this server")
-            pinned = pinned_sha(run)
             if body.retry:
                 self._refuse_if_busy(run.host)
-                checked, digest = _recorded(run, pinned)
-                adm = admit_resume(s, run, req_r, soak_name="soak")
-            else:
-                if run.terminal:
-                    raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
-                                    code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
-                checked, digest = _recorded(run, pinned)
-                # the one admission path: a run superseded by a later run of its host is refused
-                # here exactly as on the CLI (an adoption included)
-                adm = admit_resume(s, run, req_r, checked=checked, soak_name="soak")
+            elif run.terminal:
+                raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
+                                code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
+            checked, digest = _recorded(run, pinned_sha(run))
+            # the one admission path: a run superseded by a later run of its host is refused here
+            # exactly as on the CLI (an adoption included); a retry is a new run of its failed phase
+            adm = admit_resume(s, run, req_r, checked=None if body.retry else checked, soak_name="soak")
         # admission journaled the runbook it read (its text and identity) with the run: that text
         # is what the run executes, whatever happens to the file now, so nothing is compared here
-        run, rb, table, yes, soak, new = adm.run, adm.rb, adm.table, adm.yes, adm.soak, adm.new
-        lease, took_over = self._claim(run, new=new)
-        took_over = "; ".join(x for x in (took_over, kept_note) if x) or None
+        run = adm.run
+        lease, took_over = self._claim(run, new=adm.new)
         if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
             s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
-            run = s.journal.get_run(run.run_id)
-        return _Prepared(run, rb, table, yes, soak, took_over)
+            adm = replace(adm, run=s.journal.get_run(run.run_id))
+        return adm, "; ".join(x for x in (took_over, kept_note) if x) or None
 
     def _record_submission(self, run_id: str, body: Any, by: str) -> None:
         resume = isinstance(body, ResumeBody)
@@ -386,22 +370,23 @@ class Worker:
                                                  f"run {run.run_id} was not started")) from None
         return lease, (None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})")
 
-    def _launch(self, p: _Prepared) -> ActiveRun:
-        active = ActiveRun(p.run.run_id, p.run.host)
-        progress = ServerProgress(self, active, p.table)
-        if p.took_over:
-            progress.event("note", text=p.took_over)
+    def _launch(self, adm: Admitted, note: str | None) -> ActiveRun:
+        run = adm.run
+        active = ActiveRun(run.run_id, run.host)
+        progress = ServerProgress(self, active, adm.table)
+        if note:
+            progress.event("note", text=note)
         self._remember(active)
-        active.task = asyncio.create_task(self._run(active, progress, p), name=f"run {p.run.run_id}")
-        self.log.info("run_submitted", run_id=p.run.run_id, host=p.run.host, kind=p.run.kind, tag=p.run.tag)
+        active.task = asyncio.create_task(self._run(active, progress, adm), name=f"run {run.run_id}")
+        self.log.info("run_submitted", run_id=run.run_id, host=run.host, kind=run.kind, tag=run.tag)
         return active
 
-    async def _run(self, active: ActiveRun, progress: ServerProgress, p: _Prepared) -> None:
-        run = p.run
+    async def _run(self, active: ActiveRun, progress: ServerProgress, adm: Admitted) -> None:
+        run = adm.run
         active.status = "running"
         audit.RECORDED_BY_SERVER.set(True)  # this task's context only: the server journaled who
         try:
-            final = await execute(self.session, run, p.rb, p.table, progress=progress, yes=p.yes, soak=p.soak)
+            final = await execute(self.session, run, adm.rb, adm.table, progress=progress, yes=adm.yes, soak=adm.soak)
             active.status, active.outcome = "finished", final.outcome
             self.log.info("run_finished", run_id=run.run_id, outcome=final.outcome)
         except asyncio.CancelledError:
