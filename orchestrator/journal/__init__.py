@@ -9,46 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.journal.base import (
-    EffectRecord,
-    Fenced,
-    Journal,
-    JournalError,
-    Lease,
-    LeaseHeld,
-    LeaseLost,
-    Now,
-    RunNotFound,
-    RunRecord,
-    StateConflict,
-    TierHeld,
-    TransitionRecord,
-    make_run_id,
-)
-from orchestrator.journal.migrations import MIGRATIONS, Migration, SchemaTooNew
+from orchestrator.journal.base import Journal, JournalError, Now
 from orchestrator.journal.sqlite import SqliteJournal
-
-__all__ = [
-    "MIGRATIONS",
-    "EffectRecord",
-    "Fenced",
-    "Journal",
-    "JournalError",
-    "Lease",
-    "LeaseHeld",
-    "LeaseLost",
-    "Migration",
-    "PostgresJournal",
-    "RunNotFound",
-    "RunRecord",
-    "SchemaTooNew",
-    "SqliteJournal",
-    "StateConflict",
-    "TierHeld",
-    "TransitionRecord",
-    "make_run_id",
-    "open_journal",
-]
 
 _POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 _SQLITE_PREFIX = "sqlite:///"
@@ -80,11 +42,3 @@ def open_journal(
         raise JournalError("empty journal path")
     return SqliteJournal(Path(target), now=now)
 
-
-def __getattr__(name: str) -> object:
-    # psycopg is imported only when PostgreSQL is used.
-    if name == "PostgresJournal":
-        from orchestrator.journal.postgres import PostgresJournal
-
-        return PostgresJournal
-    raise AttributeError(name)

@@ -168,17 +168,9 @@ class ServerClient:
         body: dict[str, Any] = {"by": by, "now": now} | ({"gate": gate} if gate else {})
         return await self._post(f"/runs/{run_id}/approve", body)
 
-    async def abort(self, run_id: str, by: str | None = None) -> dict[str, Any]:
-        return await self._post(f"/runs/{run_id}/abort", {"by": by})
-
-    async def pause(self, run_id: str, by: str | None = None) -> dict[str, Any]:
-        return await self._post(f"/runs/{run_id}/pause", {"by": by})
-
-    async def continue_run(self, run_id: str, by: str | None = None) -> dict[str, Any]:
-        return await self._post(f"/runs/{run_id}/continue", {"by": by})
-
-    async def health(self) -> dict[str, Any]:
-        return await self._get("/healthz")
+    async def signal(self, run_id: str, action: str, by: str | None = None) -> dict[str, Any]:
+        """`action`: pause, continue or abort."""
+        return await self._post(f"/runs/{run_id}/{action}", {"by": by})
 
     async def follow(self, run_id: str, emit: Emit, *, interval: float = 1.0, orphan_polls: int = 2,
                      max_failed_polls: int = 10) -> FollowResult:

@@ -12,9 +12,8 @@
 - **Body size**: at most `max_body` bytes (64 KiB), by Content-Length or as streamed: 413.
 - **JSON** (`parse_json`): at most `MAX_JSON_DEPTH` levels (a 400, not a RecursionError 500),
   no NaN/Infinity constants.
-- **Connections** (`Admission`, used by serving.py): unauthenticated connections are capped per
-  address, per network (/24, /64) and in total, with room kept for connections that presented a
-  valid token.
+- **Connections** (`Admission`, used by serving.py): unauthenticated connections capped per
+  address, per network and in total (its docstring has the rules).
 """
 
 from __future__ import annotations

@@ -188,8 +188,7 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
         else:
             p.line(f"approved {res['gate']} of {run_id}")
     elif action in ("pause", "continue", "abort"):
-        signal = {"pause": client.pause, "continue": client.continue_run, "abort": client.abort}[action]
-        res = await signal(run_id, by=cli_actor())
+        res = await client.signal(run_id, action, by=cli_actor())
         if p.as_json:
             p.json(res)
         else:

@@ -305,7 +305,7 @@ class Worker:
             adm = admit_rollback(s, RollbackRequest(host=body.host, replica=body.replica, runbook=name, to_tag=body.to_tag,
                                                     to_file=body.to_file, yes=body.yes, soak=body.soak), soak_name="soak")
         else:
-            run = self._get_run(body.run_id)
+            run = self.session.journal.get_run(body.run_id)
             req_r = ResumeRequest(run_id=run.run_id, retry=body.retry, yes=body.yes, soak=body.soak, adopting=adopting)
             # the run's own options, unless given (a bad --soak: 400); an adoption never keeps --yes
             kept_yes, _, _, kept = resume_options(run, req_r, soak_name="soak")
@@ -487,7 +487,7 @@ class Worker:
         for run_id in await _in_thread(self.orphans):
             try:
                 active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
-            except (Refused, UserError, ApiError, LeaseHeld) as exc:  # another runner won it, or it ended
+            except (Refused, UserError, ApiError, LeaseHeld, RunNotFound) as exc:  # another runner won it, or it ended
                 self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
                 continue
             active.adopted = True
@@ -515,12 +515,6 @@ class Worker:
         return out
 
     # -- reads (call them in a worker thread)
-
-    def _get_run(self, run_id: str) -> RunRecord:
-        try:
-            return self.session.journal.get_run(run_id)
-        except RunNotFound:
-            raise ApiError(404, f"no run {run_id!r} in the journal", ExitCode.BAD_INPUT) from None
 
     def run_counts(self) -> dict[str, int]:
         journal = self.session.journal
@@ -553,7 +547,7 @@ class Worker:
 
     def run_detail(self, run_id: str, *, events_after: int = 0) -> dict[str, Any]:
         journal = self.session.journal
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         lease = journal.current_lease(run.host)
         mine = self.runs.get(run_id)
         items = audit.entries(journal, run_id)
@@ -622,7 +616,7 @@ class Worker:
         """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
         name; `*` and a gate not reached yet are refused (a wildcard once let a click during
         r2's cold start pass r2.soak without stopping)."""
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         gates = None if run.terminal else self._gates(run)
         if gate is None and not run.terminal:  # no gate named: the one it waits at now (approval_scope.py)
             from orchestrator.engine.rules.approval_scope import waiting_gate
@@ -640,19 +634,19 @@ class Worker:
         return {"run_id": run.run_id, "gate": gate, "approved_by": by}
 
     def pause(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         message = signals.pause(self.session.journal, run, by)
         self.log.info("pause_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "paused_by": by, "message": message}
 
     def continue_run(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         message = signals.continue_run(self.session.journal, run, by)
         self.log.info("continue_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "continued_by": by, "message": message}
 
     def abort(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         result = signals.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
         mine = self.runs.get(run.run_id)
