@@ -228,29 +228,18 @@ class SqlJournal(ABC):
             seq=int(row["run_seq"] or 0),
         )
 
+    # _TRANSITION_COLS and _EFFECT_COLS are the records' field names: only the typed ones convert
+
     def _transition(self, row: dict[str, Any]) -> TransitionRecord:
-        return TransitionRecord(
-            run_id=row["run_id"],
-            seq=int(row["seq"]),
-            from_state=row["from_state"],
-            event=row["event"],
-            to_state=row["to_state"],
-            at=self._ts_value(row["at"]),
-            note=row["note"],
-        )
+        return TransitionRecord(**{**row, "seq": int(row["seq"]), "at": self._ts_value(row["at"])})
 
     def _effect(self, row: dict[str, Any]) -> EffectRecord:
-        return EffectRecord(
-            run_id=row["run_id"],
-            effect_id=int(row["effect_id"]),
-            step=row["step"],
-            kind=row["kind"],
-            mutating=bool(row["mutating"]),
-            request=self._json_value(row["request"]) or {},
-            intent_at=self._ts_value(row["intent_at"]),
-            outcome=self._json_value(row["outcome"]),
-            outcome_at=self._ts_value(row["outcome_at"]) if row["outcome_at"] is not None else None,
-        )
+        return EffectRecord(**{
+            **row, "effect_id": int(row["effect_id"]), "mutating": bool(row["mutating"]),
+            "request": self._json_value(row["request"]) or {}, "intent_at": self._ts_value(row["intent_at"]),
+            "outcome": self._json_value(row["outcome"]),
+            "outcome_at": self._ts_value(row["outcome_at"]) if row["outcome_at"] is not None else None,
+        })
 
     def _lease(self, row: dict[str, Any]) -> Lease:
         return Lease(

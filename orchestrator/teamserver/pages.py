@@ -101,18 +101,10 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
     worker = request.app.state.worker
 
     def read() -> list[dict[str, Any]]:
-        journal = worker.session.journal
-        runs = journal.list_runs(limit=100)
-        submitters = journal.submitters([r.run_id for r in runs])
-        rows = []
-        for r in runs:
-            lease = None if r.terminal else journal.current_lease(r.host)
-            sub = submitters.get(r.run_id)
-            rows.append({"run_id": r.run_id, "host": r.host, "kind": r.kind, "tag": target_tag(r), "state": r.state,
-                         "runbook": r.runbook,
-                         "outcome": r.outcome, "who": sub.by if sub is not None else "",
-                         "runner": _runner(lease.owner) if lease is not None and lease.run_id == r.run_id else "",
-                         "since": r.created_at.isoformat(), "updated": r.updated_at.isoformat()})
+        rows = worker.list_runs(None, 100)
+        for r in rows:  # + who runs it now
+            lease = None if r["terminal"] else worker.session.journal.current_lease(r["host"])
+            r["runner"] = _runner(lease.owner) if lease is not None and lease.run_id == r["run_id"] else ""
         return worker.redactor.scrub_obj(rows)
 
     rows = await anyio.to_thread.run_sync(read)
@@ -132,9 +124,9 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
             how = "rolled back" if later["outcome"] == "ROLLED_BACK" else f"then rollback {later['outcome'] or 'running'}"
             state, cls = f"DONE, {how}: {later['run_id']}", "superseded"
         out.append(f'<tr class="{_e(cls)}"><td><a href="/ui/runs/{_e(r["run_id"])}">{_e(r["run_id"])}</a></td>'
-                   f'<td>{_e(r["host"])}</td><td>{_e(r["kind"])}</td><td>{_e(r["tag"])}</td>'
-                   f'<td class="state">{_e(state)}</td><td>{_e(r["who"])}</td><td>{_e(r["runner"])}</td>'
-                   f'<td>{_e(_since(r["since"]))}</td></tr>')
+                   f'<td>{_e(r["host"])}</td><td>{_e(r["kind"])}</td><td>{_e(r["target_tag"])}</td>'
+                   f'<td class="state">{_e(state)}</td><td>{_e(r["submitted_by"])}</td><td>{_e(r["runner"])}</td>'
+                   f'<td>{_e(_since(r["created_at"]))}</td></tr>')
     out.append("</tbody></table>")
     fleets = sorted({r["runbook"] for r in rows if len(_hosts_of(r["runbook"])) > 1})
     if fleets:
