@@ -6,7 +6,7 @@ executor. Rules:
 - Every journal call the server itself makes runs in a worker thread (`anyio.to_thread`), never
   on the event loop, so a slow journal cannot stall other requests. The journal objects allow
   this: SQLite is opened with `check_same_thread=False` and every backend serialises its one
-  connection with a lock (journal/base.py). (The executor's own journal writes happen inside
+  connection with a lock (journal/sql.py). (The executor's own journal writes happen inside
   `execute`, which this package does not change.)
 - Submissions are prepared one at a time (an asyncio lock): the in-memory "already running here"
   check and the lease claim cannot interleave. A submission is admitted through the service's one
@@ -91,8 +91,6 @@ class ActiveRun:
     step: str | None = None
     waiting: str | None = None
     task: asyncio.Task[Any] | None = None
-    #: who submitted it here (the token's name), or None (adopted, or not submitted here)
-    by: str | None = None
     #: True when this server adopted it (its previous runner's lease expired)
     adopted: bool = False
     seq: int = 0
@@ -266,7 +264,7 @@ class Worker:
 
     async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None, *,
                      adopting: bool = False) -> ActiveRun:
-        """`by`: who submitted it (the token's name), shown on the run's page by this server.
+        """`by`: who submitted it (the token's name), journaled in the run's audit list.
         `adopting`: this server resumes an orphan on its own, no human asked: it keeps the run's
         `--soak` but never its `--yes` (an adopted run waits for a human at every approval)."""
         if self._submit_lock is None:
@@ -275,9 +273,7 @@ class Worker:
             adm, note = await _in_thread(self._prepare, body, adopting)
             if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
                 await _in_thread(self._record_submission, adm.run.run_id, body, by)
-            active = self._launch(adm, note)
-            active.by = by
-            return active
+            return self._launch(adm, note)
 
     def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, adopting: bool = False) -> tuple[Admitted, str | None]:
         """In a worker thread: check, journal the run, take its lease, record the runbook identity.
