@@ -12,7 +12,7 @@ from pathlib import Path
 from orchestrator.journal.base import Journal, JournalError, Now
 from orchestrator.journal.sqlite import SqliteJournal
 
-_POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 _SQLITE_PREFIX = "sqlite:///"
 
 
@@ -26,7 +26,7 @@ def open_journal(
     "sqlite:///state/journal.db" is relative, "sqlite:////var/lib/x.db" absolute.
     """
     target = os.fspath(url_or_path)
-    if target.startswith(_POSTGRES_PREFIXES):
+    if target.startswith(POSTGRES_PREFIXES):
         # psycopg, an optional dependency (the `postgres` extra), is imported only for PostgreSQL
         from orchestrator.journal.postgres import PostgresJournal
 

@@ -43,12 +43,13 @@ from starlette.routing import Route
 
 import orchestrator
 from orchestrator.hosts.clients.errors import ClientError
+from orchestrator.journal import POSTGRES_PREFIXES
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.language.runbook import RUNBOOK_DIR
 from orchestrator.service.session import Session, owner_id
 from orchestrator.teamserver import pages
 from orchestrator.teamserver.auth import Authenticator, Principal, TokensFile, check_token_strength
-from orchestrator.teamserver.config import ServerConfig, ServerRedactor, journal_kind, server_logger
+from orchestrator.teamserver.config import ServerConfig, ServerRedactor, server_logger
 from orchestrator.teamserver.errors import ApiError, PathScrubber, error_response
 from orchestrator.teamserver.guards import (
     BODY_TIMEOUT_S,
@@ -357,7 +358,8 @@ def create_app(
             log.warning("host_tokens_missing", missing=[f"ORCHESTRATOR_{n.upper()}" for n in missing],
                         detail="runs will fail when they first call a host")
         hup = _install_sighup(auth, log)
-        log.info("serving", journal=journal_kind(settings), owner=owner_id(), auth=auth.mode, adopt=adopt)
+        journal = "postgresql" if settings.database_url.startswith(POSTGRES_PREFIXES) else "sqlite"
+        log.info("serving", journal=journal, owner=owner_id(), auth=auth.mode, adopt=adopt)
         adoption = (asyncio.get_running_loop().create_task(
             worker.adopt_loop(adopt_interval or max(settings.lease_ttl / 3, 0.2)), name="adoption") if adopt else None)
         try:

@@ -194,10 +194,10 @@ def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return anyio.to_thread.run_sync(fn, *args)
 
 
-def _recorded(run: RunRecord, pinned: str | None) -> tuple[Runbook, str | None]:
+def _recorded(run: RunRecord) -> tuple[Runbook, str | None]:
     """(runbook, sha256) a resume runs with: the text the run recorded when it has one (the file
     on disk is not read), else the shipped file of that name, refused if it changed since."""
-    text = run.context.get(RUNBOOK_TEXT)
+    text, pinned = run.context.get(RUNBOOK_TEXT), pinned_sha(run)
     if isinstance(text, str) and pinned:
         return load_recorded_runbook(run.runbook, run.context.get(IDENTITY_KEY), text), pinned
     return load_runbook_checked(run.runbook, pinned)
@@ -315,7 +315,7 @@ class Worker:
             elif run.terminal:
                 raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
                                 code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
-            checked, digest = _recorded(run, pinned_sha(run))
+            checked, digest = _recorded(run)
             # the one admission path: a run superseded by a later run of its host is refused here
             # exactly as on the CLI (an adoption included); a retry is a new run of its failed phase
             adm = admit_resume(s, run, req_r, checked=None if body.retry else checked, soak_name="soak")
