@@ -60,6 +60,7 @@ from orchestrator.teamserver.guards import (
     allowed_host_set,
     parse_json,
 )
+from orchestrator.teamserver.metrics import Snapshot
 from orchestrator.teamserver.schemas import SUBMIT, ApproveBody, SignalBody, validation_message
 from orchestrator.teamserver.worker import SessionFactory, Worker
 from orchestrator.util.exit_codes import ExitCode
@@ -343,8 +344,6 @@ def create_app(
         return Session.open(s, transport=transport, clock=clock)
 
     worker = Worker(settings, session_factory or default_factory, redactor, log, metrics_max_age=metrics_max_age)
-    from orchestrator.teamserver.metrics import Snapshot
-
     health = Snapshot(worker.healthy, max_age=1.0, wait_s=5.0)
 
     @contextlib.asynccontextmanager

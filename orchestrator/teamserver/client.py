@@ -25,6 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from orchestrator.util.clock import Clock, RealClock
 from orchestrator.util.exit_codes import ExitCode
+from orchestrator.util.user_errors import UserError
 
 #: Worker statuses after which this server will not move the run any further ("finished" with an
 #: unfinished run cannot happen: execute returns after the terminal transition is journaled).
@@ -65,8 +66,6 @@ class FollowResult:
 
 def ca_context(ca: Path) -> ssl.SSLContext:
     """A client TLS context that trusts only the CA certificate(s) in `ca`."""
-    from orchestrator.util.user_errors import UserError
-
     try:
         return ssl.create_default_context(cafile=str(ca))
     except (OSError, ssl.SSLError) as exc:

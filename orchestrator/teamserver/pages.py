@@ -21,6 +21,7 @@ Rules and reasons:
 from __future__ import annotations
 
 import functools
+import json
 from datetime import UTC, datetime
 from importlib import resources
 from string import Template
@@ -30,12 +31,16 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from orchestrator.journal.base import RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
 from orchestrator.service.activity import target_tag
 from orchestrator.service.run_info import table_for
 from orchestrator.teamserver.auth import Principal
+from orchestrator.teamserver.errors import ApiError
 from orchestrator.teamserver.run_view import _e, _runner, _since, render_run
+from orchestrator.teamserver.worker import pinned_sha
+from orchestrator.util.exit_codes import ExitCode
 
 #: Headers of every page and fragment.
 PAGE_HEADERS = {
@@ -146,10 +151,6 @@ def _hosts_of(runbook: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=64)
 def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table | None:
-    import json
-
-    from orchestrator.journal.base import RunRecord
-
     try:
         rb, _ = load_runbook_checked(runbook, sha)
     except Exception:  # noqa: BLE001 - the page still shows the journal without the runbook
@@ -164,10 +165,6 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
 
 def run_table(run: Any) -> Table | None:
     """The run's transition table from its pinned runbook (None if this server cannot load it)."""
-    import json
-
-    from orchestrator.teamserver.worker import pinned_sha
-
     keep = {k: run.context.get(k) for k in ("start_phase", "replicas") if run.context.get(k) is not None}
     return _table(run.runbook, pinned_sha(run), run.kind, json.dumps(keep, sort_keys=True))
 
@@ -208,9 +205,6 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
         try:
             rb, _ = load_runbook_checked(name)
         except Exception:  # noqa: BLE001 - an unknown runbook name is the caller's mistake
-            from orchestrator.teamserver.errors import ApiError
-            from orchestrator.util.exit_codes import ExitCode
-
             raise ApiError(404, f"no runbook {name[:60]!r} on this server", ExitCode.BAD_INPUT) from None
         journal = worker.session.journal
         rows = []

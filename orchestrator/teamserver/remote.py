@@ -19,6 +19,7 @@ from rich.console import Console
 from orchestrator.journal.audit import cli_actor, summary_lines
 from orchestrator.journal.base import AuditEntry
 from orchestrator.teamserver.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
+from orchestrator.teamserver.config import ServerConfig
 from orchestrator.teamserver.guards import is_loopback
 from orchestrator.util.clock import Clock
 from orchestrator.util.exit_codes import ExitCode
@@ -30,15 +31,11 @@ ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "pause", "continue", "status", "
 
 def server_token() -> str:
     """The client's bearer token: ORCHESTRATOR_SERVER_TOKEN (environment or .env)."""
-    from orchestrator.teamserver.config import ServerConfig
-
     return ServerConfig().token.get_secret_value()
 
 
 def server_ca(given: Path | None = None) -> Path | None:
     """The CA a `--server https://` client pins: `--server-ca`, else ORCHESTRATOR_SERVER_CA."""
-    from orchestrator.teamserver.config import ServerConfig
-
     return given if given is not None else ServerConfig().ca
 
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.journal.audit import SAY, when
+from orchestrator.journal.owner import describe_owner
 from orchestrator.language.machine import TERMINALS, Table
 
 
@@ -31,8 +32,6 @@ def _runner(owner: str | None) -> str:
     """A lease owner as a person reads it (`pid 4242 on vm`), never the raw `host:pid:boot:start`."""
     if not owner:
         return ""
-    from orchestrator.journal.owner import describe_owner
-
     try:
         return describe_owner(owner)
     except Exception:  # noqa: BLE001 - an owner text of another version: shown as it is

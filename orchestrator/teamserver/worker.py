@@ -48,6 +48,7 @@ import anyio.to_thread
 
 from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
+from orchestrator.journal.owner import describe_owner
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook, default_runbook, load_recorded_runbook, load_runbook_checked
 from orchestrator.service import signals
@@ -185,8 +186,6 @@ def pinned_sha(run: RunRecord) -> str | None:
 
 def _server_name() -> str:
     """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
-    from orchestrator.journal.owner import describe_owner
-
     return describe_owner(owner_id())
 
 

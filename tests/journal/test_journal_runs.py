@@ -11,7 +11,7 @@ import pytest
 from orchestrator.journal.base import Journal, JournalError, RunNotFound, StateConflict, TransitionRecord, make_run_id
 
 
-def test_every_backend_is_the_one_journal_class(journal) -> None:
+def test_journal_objects_satisfy_the_protocol(journal) -> None:
     assert isinstance(journal, Journal)
 
 
