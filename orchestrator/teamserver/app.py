@@ -302,11 +302,8 @@ def create_app(
     lease TTL, so an orphan is adopted within about 1.3 TTL of its runner's last heartbeat).
     """
     config = ServerConfig()
-    if token is None:
-        token = config.token.get_secret_value()
-    token = token.strip() or None
-    if tokens_file is None:
-        tokens_file = config.tokens_file
+    token = (config.token.get_secret_value() if token is None else token).strip() or None
+    tokens_file = config.tokens_file if tokens_file is None else tokens_file
     if tokens_file is not None and token is not None:
         raise UserError("set either ORCHESTRATOR_SERVER_TOKEN (one shared token) or a tokens file, not both")
     if token is None and tokens_file is None and not insecure_no_auth:
@@ -316,10 +313,7 @@ def create_app(
         )
     if token is not None:
         check_token_strength(token)
-    redactor = ServerRedactor()
-    redactor.add(*settings.tokens())
-    if token is not None:
-        redactor.add(token)
+    redactor = ServerRedactor(*settings.tokens(), token)  # None adds nothing
     log = server_logger(redactor)
 
     def tokens_file_changed(error: str | None) -> None:
