@@ -210,25 +210,16 @@ class SqlJournal(ABC):
 
     # ---- row conversion
 
-    def _run(self, row: dict[str, Any]) -> RunRecord:
-        return RunRecord(
-            run_id=row["run_id"],
-            host=row["host"],
-            runbook=row["runbook"],
-            tag=row["tag"],
-            kind=row["kind"],
-            state=row["state"],
-            terminal=bool(row["terminal"]),
-            outcome=row["outcome"],
-            message=row["message"],
-            context=self._json_value(row["context"]) or {},
-            created_at=self._ts_value(row["created_at"]),
-            updated_at=self._ts_value(row["updated_at"]),
-            parent_run_id=row["parent_run_id"],
-            seq=int(row["run_seq"] or 0),
-        )
+    # the columns read are the records' field names (a run's `run_seq` is its `seq`): only the
+    # typed ones convert
 
-    # _TRANSITION_COLS and _EFFECT_COLS are the records' field names: only the typed ones convert
+    def _run(self, row: dict[str, Any]) -> RunRecord:
+        fields = {k: v for k, v in row.items() if k != "run_seq"}
+        return RunRecord(**{
+            **fields, "terminal": bool(row["terminal"]), "context": self._json_value(row["context"]) or {},
+            "created_at": self._ts_value(row["created_at"]), "updated_at": self._ts_value(row["updated_at"]),
+            "seq": int(row["run_seq"] or 0),
+        })
 
     def _transition(self, row: dict[str, Any]) -> TransitionRecord:
         return TransitionRecord(**{**row, "seq": int(row["seq"]), "at": self._ts_value(row["at"])})
