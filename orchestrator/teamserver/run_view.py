@@ -30,12 +30,7 @@ def _since(iso: str | None) -> str:
 
 def _runner(owner: str | None) -> str:
     """A lease owner as a person reads it (`pid 4242 on vm`), never the raw `host:pid:boot:start`."""
-    if not owner:
-        return ""
-    try:
-        return describe_owner(owner)
-    except Exception:  # noqa: BLE001 - an owner text of another version: shown as it is
-        return owner
+    return describe_owner(owner) if owner else ""  # an owner it cannot parse is shown as it is
 
 
 def _fill(text: str, d: dict[str, Any]) -> str:
