@@ -105,9 +105,7 @@ class ServerClient:
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
-        verify: ssl.SSLContext | bool = True
-        if ca is not None:
-            verify = ca_context(ca)
+        verify: ssl.SSLContext | bool = ca_context(ca) if ca is not None else True
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout,
                                        verify=verify)
         self.clock = clock or RealClock()
