@@ -9,48 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.journal.base import (
-    EffectRecord,
-    Fenced,
-    Journal,
-    JournalError,
-    Lease,
-    LeaseHeld,
-    LeaseLost,
-    Now,
-    RunNotFound,
-    RunRecord,
-    StateConflict,
-    TierHeld,
-    TransitionRecord,
-    make_run_id,
-)
-from orchestrator.journal.migrations import MIGRATIONS, Migration, SchemaTooNew
+from orchestrator.journal.base import Journal, JournalError, Now
 from orchestrator.journal.sqlite import SqliteJournal
 
-__all__ = [
-    "MIGRATIONS",
-    "EffectRecord",
-    "Fenced",
-    "Journal",
-    "JournalError",
-    "Lease",
-    "LeaseHeld",
-    "LeaseLost",
-    "Migration",
-    "PostgresJournal",
-    "RunNotFound",
-    "RunRecord",
-    "SchemaTooNew",
-    "SqliteJournal",
-    "StateConflict",
-    "TierHeld",
-    "TransitionRecord",
-    "make_run_id",
-    "open_journal",
-]
-
-_POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 _SQLITE_PREFIX = "sqlite:///"
 
 
@@ -64,7 +26,7 @@ def open_journal(
     "sqlite:///state/journal.db" is relative, "sqlite:////var/lib/x.db" absolute.
     """
     target = os.fspath(url_or_path)
-    if target.startswith(_POSTGRES_PREFIXES):
+    if target.startswith(POSTGRES_PREFIXES):
         # psycopg, an optional dependency (the `postgres` extra), is imported only for PostgreSQL
         from orchestrator.journal.postgres import PostgresJournal
 
@@ -80,11 +42,3 @@ def open_journal(
         raise JournalError("empty journal path")
     return SqliteJournal(Path(target), now=now)
 
-
-def __getattr__(name: str) -> object:
-    # psycopg is imported only when PostgreSQL is used.
-    if name == "PostgresJournal":
-        from orchestrator.journal.postgres import PostgresJournal
-
-        return PostgresJournal
-    raise AttributeError(name)

@@ -109,14 +109,14 @@ def summary(items: list[AuditEntry]) -> dict[str, Any]:
     return out
 
 
-_SAY = {"submitted": "submitted", "resumed": "resumed", "adopted": "adopted", "paused": "asked to pause",
+SAY = {"submitted": "submitted", "resumed": "resumed", "adopted": "adopted", "paused": "asked to pause",
         "continued": "continued", "pause_honoured": "paused at", "approved": "approved", "abort_requested":
         "asked to abort"}
 
 
 def line(e: AuditEntry) -> str:
     """One line of the audit list: `2026-12-01 23:10:05 UTC  alice approved r2.soak`."""
-    what = _SAY.get(e.action, e.action)
+    what = SAY.get(e.action, e.action)
     detail = f" {e.detail}" if e.detail else ""
     if e.action == "pause_honoured":
         return f"{when(e.at)}  the runner paused before {e.detail} ({e.by})"
@@ -126,20 +126,19 @@ def line(e: AuditEntry) -> str:
 def summary_lines(items: list[AuditEntry]) -> list[str]:
     """`who:` lines for `orchestrate status` and the final message."""
     s = summary(items)
-    out = []
-    if s["submitted"]:
-        out.append(f"submitted by {s['submitted']['by']} at {when(datetime.fromisoformat(s['submitted']['at']))}")
-    for a in s["adopted"]:
-        out.append(f"adopted by {a['by']} at {when(datetime.fromisoformat(a['at']))}")
-    for a in s["approved"]:
-        out.append(f"{a['gate']} approved by {a['by']} at {when(datetime.fromisoformat(a['at']))}")
+
+    def by(what: str, line: dict[str, Any]) -> str:
+        return f"{what} by {line['by']} at {when(datetime.fromisoformat(line['at']))}"
+
+    out = [by("submitted", s["submitted"])] if s["submitted"] else []
+    out += [by("adopted", a) for a in s["adopted"]]
+    out += [by(f"{a['gate']} approved", a) for a in s["approved"]]
     if s["aborted"]:
-        out.append(f"abort asked by {s['aborted']['by']} at {when(datetime.fromisoformat(s['aborted']['at']))}")
+        out.append(by("abort asked", s["aborted"]))
     if s["paused"]:
-        out.append(f"paused by {s['paused']['by']} at {when(datetime.fromisoformat(s['paused']['at']))}: "
-                   f"`orchestrate continue` goes on")
+        out.append(by("paused", s["paused"]) + ": `orchestrate continue` goes on")
     return out
 
 
 __all__ = ["entries", "record", "record_start", "cli_actor", "abort_note", "summary", "summary_lines", "line",
-           "paused_by", "when"]
+           "paused_by", "when", "SAY"]

@@ -210,47 +210,27 @@ class SqlJournal(ABC):
 
     # ---- row conversion
 
+    # the columns read are the records' field names (a run's `run_seq` is its `seq`): only the
+    # typed ones convert
+
     def _run(self, row: dict[str, Any]) -> RunRecord:
-        return RunRecord(
-            run_id=row["run_id"],
-            host=row["host"],
-            runbook=row["runbook"],
-            tag=row["tag"],
-            kind=row["kind"],
-            state=row["state"],
-            terminal=bool(row["terminal"]),
-            outcome=row["outcome"],
-            message=row["message"],
-            context=self._json_value(row["context"]) or {},
-            created_at=self._ts_value(row["created_at"]),
-            updated_at=self._ts_value(row["updated_at"]),
-            parent_run_id=row["parent_run_id"],
-            seq=int(row["run_seq"] or 0),
-        )
+        fields = {k: v for k, v in row.items() if k != "run_seq"}
+        return RunRecord(**{
+            **fields, "terminal": bool(row["terminal"]), "context": self._json_value(row["context"]) or {},
+            "created_at": self._ts_value(row["created_at"]), "updated_at": self._ts_value(row["updated_at"]),
+            "seq": int(row["run_seq"] or 0),
+        })
 
     def _transition(self, row: dict[str, Any]) -> TransitionRecord:
-        return TransitionRecord(
-            run_id=row["run_id"],
-            seq=int(row["seq"]),
-            from_state=row["from_state"],
-            event=row["event"],
-            to_state=row["to_state"],
-            at=self._ts_value(row["at"]),
-            note=row["note"],
-        )
+        return TransitionRecord(**{**row, "seq": int(row["seq"]), "at": self._ts_value(row["at"])})
 
     def _effect(self, row: dict[str, Any]) -> EffectRecord:
-        return EffectRecord(
-            run_id=row["run_id"],
-            effect_id=int(row["effect_id"]),
-            step=row["step"],
-            kind=row["kind"],
-            mutating=bool(row["mutating"]),
-            request=self._json_value(row["request"]) or {},
-            intent_at=self._ts_value(row["intent_at"]),
-            outcome=self._json_value(row["outcome"]),
-            outcome_at=self._ts_value(row["outcome_at"]) if row["outcome_at"] is not None else None,
-        )
+        return EffectRecord(**{
+            **row, "effect_id": int(row["effect_id"]), "mutating": bool(row["mutating"]),
+            "request": self._json_value(row["request"]) or {}, "intent_at": self._ts_value(row["intent_at"]),
+            "outcome": self._json_value(row["outcome"]),
+            "outcome_at": self._ts_value(row["outcome_at"]) if row["outcome_at"] is not None else None,
+        })
 
     def _lease(self, row: dict[str, Any]) -> Lease:
         return Lease(
@@ -549,8 +529,9 @@ class SqlJournal(ABC):
             now = self._now(tx)
             run = self._load_run(tx, run_id, lock=False)
             row = self._lease_row(tx, run.host, self.lock_update)
-            if row is not None and row["released_at"] is None and row["run_id"] == run_id:
-                held = self._lease(row)
+            own = row if row is not None and row["released_at"] is None and row["run_id"] == run_id else None
+            if own is not None:
+                held = self._lease(own)
                 if held.expires_at > now and not (takeover_if is not None and takeover_if(held)):
                     raise LeaseHeld(held)
             run = self._load_run(tx, run_id, lock=True)
@@ -562,10 +543,10 @@ class SqlJournal(ABC):
                 "UPDATE runs SET state = ?, terminal = ?, outcome = ?, message = ?, updated_at = ? WHERE run_id = ?",
                 outcome, True, outcome, message, self._ts_param(now), run_id,
             )
-            if row is not None and row["released_at"] is None and row["run_id"] == run_id:
+            if own is not None:
                 # the orphan's own lease (expired, or its holder gone) ends with it
                 tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
-                       self._ts_param(now), run.host, int(row["token"]))
+                       self._ts_param(now), run.host, int(own["token"]))
         return TransitionRecord(run_id, seq, from_state, "abort", outcome, now, note)
 
 
@@ -688,34 +669,33 @@ class SqlJournal(ABC):
     def current_lease(self, host: str) -> Lease | None:
         with self._tx(write=False) as tx:
             now = self._now(tx)
-            row = self._lease_row(tx, host, "")
-        if row is None or row["released_at"] is not None:
-            return None
-        lease = self._lease(row)
-        return lease if lease.expires_at > now else None
+            lease = self._held(tx, host)
+        return lease if lease is not None and lease.expires_at > now else None
 
     def held_lease(self, host: str) -> Lease | None:
         """The host's unreleased lease, expired or not (None: released or never taken): what
         `status` needs to tell a running run from one whose runner stopped."""
         with self._tx(write=False) as tx:
-            row = self._lease_row(tx, host, "")
-        if row is None or row["released_at"] is not None:
-            return None
-        return self._lease(row)
+            return self._held(tx, host)
+
+    def _held(self, tx: Tx, host: str) -> Lease | None:
+        row = self._lease_row(tx, host, "")
+        return None if row is None or row["released_at"] is not None else self._lease(row)
 
 
     # ---- operator signals (not fenced: they come from the CLI, not from a runner)
 
-    def request_abort(self, run_id: str, by: str) -> None:
-        _require_text(by, "by")
+    def _signal(self, run_id: str, sql: str, *params: Any) -> None:
+        """Journal an operator's signal once: `sql` inserts (run_id, *params, now), a repeat does nothing."""
         with self._tx(write=True) as tx:
             now = self._now(tx)
             self._run_exists(tx, run_id)
-            tx.run(
-                "INSERT INTO abort_requests (run_id, requested_by, requested_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (run_id) DO NOTHING",
-                run_id, by, self._ts_param(now),
-            )
+            tx.run(sql, run_id, *params, self._ts_param(now))
+
+    def request_abort(self, run_id: str, by: str) -> None:
+        _require_text(by, "by")
+        self._signal(run_id, "INSERT INTO abort_requests (run_id, requested_by, requested_at) VALUES (?, ?, ?) "
+                     "ON CONFLICT (run_id) DO NOTHING", by)
 
     def abort_requested(self, run_id: str) -> bool:
         with self._tx(write=False) as tx:
@@ -731,14 +711,8 @@ class SqlJournal(ABC):
     def approve(self, run_id: str, gate: str, by: str) -> None:
         _require_text(gate, "gate")
         _require_text(by, "by")
-        with self._tx(write=True) as tx:
-            now = self._now(tx)
-            self._run_exists(tx, run_id)
-            tx.run(
-                "INSERT INTO approvals (run_id, gate, approved_by, approved_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (run_id, gate) DO NOTHING",
-                run_id, gate, by, self._ts_param(now),
-            )
+        self._signal(run_id, "INSERT INTO approvals (run_id, gate, approved_by, approved_at) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT (run_id, gate) DO NOTHING", gate, by)
 
     def approvals(self, run_id: str) -> set[str]:
         with self._tx(write=False) as tx:
@@ -769,7 +743,7 @@ class SqlJournal(ABC):
             rows = tx.all("SELECT seq, action, actor, at, detail FROM audit WHERE run_id = ? ORDER BY seq", run_id)
             approvals = tx.all("SELECT gate, approved_by, approved_at FROM approvals WHERE run_id = ?", run_id)
             aborts = tx.all("SELECT requested_by, requested_at FROM abort_requests WHERE run_id = ?", run_id)
-        out = [AuditEntry(r["action"], r["actor"], self._ts_value(r["at"]), r["detail"]) for r in rows]
+        out = [self._audit_entry(r) for r in rows]
         out += [AuditEntry("approved", a["approved_by"], self._ts_value(a["approved_at"]), a["gate"]) for a in approvals]
         out += [AuditEntry("abort_requested", a["requested_by"], self._ts_value(a["requested_at"]), None) for a in aborts]
         out.sort(key=lambda e: e.at)  # stable: audit rows keep their order at one timestamp
@@ -780,9 +754,7 @@ class SqlJournal(ABC):
         with self._tx(write=False) as tx:
             row = tx.one("SELECT action, actor, at, detail FROM audit WHERE run_id = ? AND action IN ('paused', "
                          "'continued') ORDER BY seq DESC LIMIT 1", run_id)
-        if row is None or row["action"] != "paused":
-            return None
-        return AuditEntry(row["action"], row["actor"], self._ts_value(row["at"]), row["detail"])
+        return self._audit_entry(row) if row is not None and row["action"] == "paused" else None
 
     def submitters(self, run_ids: list[str]) -> dict[str, AuditEntry]:
         """Who submitted each of `run_ids` (one query, for a runs list)."""
@@ -790,9 +762,12 @@ class SqlJournal(ABC):
             return {}
         marks = ", ".join("?" for _ in run_ids)
         with self._tx(write=False) as tx:
-            rows = tx.all(f"SELECT run_id, actor, at, detail FROM audit WHERE action = 'submitted' "
+            rows = tx.all(f"SELECT run_id, action, actor, at, detail FROM audit WHERE action = 'submitted' "
                           f"AND run_id IN ({marks}) ORDER BY seq", *run_ids)
         out: dict[str, AuditEntry] = {}
         for r in rows:
-            out.setdefault(r["run_id"], AuditEntry("submitted", r["actor"], self._ts_value(r["at"]), r["detail"]))
+            out.setdefault(r["run_id"], self._audit_entry(r))
         return out
+
+    def _audit_entry(self, row: dict[str, Any]) -> AuditEntry:
+        return AuditEntry(row["action"], row["actor"], self._ts_value(row["at"]), row["detail"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -42,12 +43,13 @@ from starlette.routing import Route
 
 import orchestrator
 from orchestrator.hosts.clients.errors import ClientError
+from orchestrator.journal import POSTGRES_PREFIXES
 from orchestrator.journal.base import JournalError, LeaseHeld, RunNotFound
 from orchestrator.language.runbook import RUNBOOK_DIR
 from orchestrator.service.session import Session, owner_id
 from orchestrator.teamserver import pages
 from orchestrator.teamserver.auth import Authenticator, Principal, TokensFile, check_token_strength
-from orchestrator.teamserver.config import ServerConfig, ServerRedactor, journal_kind, server_logger
+from orchestrator.teamserver.config import ServerConfig, ServerRedactor, server_logger
 from orchestrator.teamserver.errors import ApiError, PathScrubber, error_response
 from orchestrator.teamserver.guards import (
     BODY_TIMEOUT_S,
@@ -58,7 +60,8 @@ from orchestrator.teamserver.guards import (
     allowed_host_set,
     parse_json,
 )
-from orchestrator.teamserver.schemas import SUBMIT, AbortBody, ApproveBody, PauseBody, validation_message
+from orchestrator.teamserver.metrics import Snapshot
+from orchestrator.teamserver.schemas import SUBMIT, ApproveBody, SignalBody, validation_message
 from orchestrator.teamserver.worker import SessionFactory, Worker
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
@@ -97,16 +100,9 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
                 return error_response(400, str(exc), ExitCode.BAD_INPUT)
             except ValidationError as exc:
                 return error_response(400, public(validation_message(exc)), ExitCode.BAD_INPUT)
-            except Refused as exc:
-                return error_response(409, public(str(exc)), exc.code)
-            except UserError as exc:
-                return error_response(400, public(str(exc)), exc.code)
-            except RunNotFound as exc:
-                return error_response(404, public(str(exc)), ExitCode.BAD_INPUT)
-            except LeaseHeld as exc:
-                return error_response(409, public(str(exc)), ExitCode.ABORTED)
-            except ClientError as exc:
-                return error_response(502, public(str(exc)), ExitCode.UNEXPECTED)
+            except _ANSWERED as exc:
+                status, code = next((s, c) for kind, s, c in _ANSWERS if isinstance(exc, kind))
+                return error_response(status, public(str(exc)), getattr(exc, "code", 0) if code is None else code)
             except JournalError as exc:
                 worker.log.error("journal_error", path=request.url.path, error=str(exc))
                 return error_response(500, "the journal refused the request; the server's log has the details",
@@ -120,20 +116,27 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
     return deco
 
 
+#: Errors answered with their own one line: (kind, status, exit code; None: the error's own), the
+#: first kind that matches (a Refused is a UserError, a RunNotFound and a LeaseHeld JournalErrors).
+_ANSWERS: tuple[tuple[type[Exception], int, ExitCode | None], ...] = (
+    (Refused, 409, None), (UserError, 400, None), (RunNotFound, 404, ExitCode.BAD_INPUT),
+    (LeaseHeld, 409, ExitCode.ABORTED), (ClientError, 502, ExitCode.UNEXPECTED))
+_ANSWERED = tuple(kind for kind, _, _ in _ANSWERS)
+
+
 def _control_chars(request: Request) -> str | None:
     """A NUL or other control character in the path or a query value: the one line of a 400
     (the journal refuses it, which would be a 500 with a traceback)."""
     for name, value in request.path_params.items():
-        if _has_control(str(value)):
+        if _CONTROL.search(str(value)):
             return f"{name} holds a control character"
     for name, value in request.query_params.multi_items():
-        if _has_control(name) or _has_control(value):
+        if _CONTROL.search(name) or _CONTROL.search(value):
             return f"the query parameter {name[:30]!r} holds a control character"
     return None
 
 
-def _has_control(text: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _strings(obj: Any) -> Any:
@@ -253,27 +256,17 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
-async def pause_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
-    body = PauseBody.model_validate(await _json_body(request, optional=True))
-    by = _by(request, principal, body.by)
-    return JSONResponse(worker.redactor.scrub_obj(await anyio.to_thread.run_sync(worker.pause, request.path_params["run_id"], by)))
+def _signal(method: str) -> Handler:
+    """POST /runs/{id}/pause, /continue, /abort: `Worker.<method>(run_id, by)`, its answer as JSON."""
 
+    async def handler(request: Request, principal: Principal) -> Response:
+        worker: Worker = request.app.state.worker
+        body = SignalBody.model_validate(await _json_body(request, optional=True))
+        by = _by(request, principal, body.by)
+        answer = await anyio.to_thread.run_sync(getattr(worker, method), request.path_params["run_id"], by)
+        return JSONResponse(worker.redactor.scrub_obj(answer))
 
-async def continue_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
-    body = PauseBody.model_validate(await _json_body(request, optional=True))
-    by = _by(request, principal, body.by)
-    return JSONResponse(worker.redactor.scrub_obj(
-        await anyio.to_thread.run_sync(worker.continue_run, request.path_params["run_id"], by)))
-
-
-async def abort_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
-    body = AbortBody.model_validate(await _json_body(request, optional=True))
-    by = _by(request, principal, body.by)
-    answer = await anyio.to_thread.run_sync(worker.abort, request.path_params["run_id"], by)
-    return JSONResponse(worker.redactor.scrub_obj(answer))
+    return handler
 
 
 def create_app(
@@ -309,11 +302,8 @@ def create_app(
     lease TTL, so an orphan is adopted within about 1.3 TTL of its runner's last heartbeat).
     """
     config = ServerConfig()
-    if token is None:
-        token = config.token.get_secret_value()
-    token = token.strip() or None
-    if tokens_file is None:
-        tokens_file = config.tokens_file
+    token = (config.token.get_secret_value() if token is None else token).strip() or None
+    tokens_file = config.tokens_file if tokens_file is None else tokens_file
     if tokens_file is not None and token is not None:
         raise UserError("set either ORCHESTRATOR_SERVER_TOKEN (one shared token) or a tokens file, not both")
     if token is None and tokens_file is None and not insecure_no_auth:
@@ -323,10 +313,7 @@ def create_app(
         )
     if token is not None:
         check_token_strength(token)
-    redactor = ServerRedactor()
-    redactor.add(*settings.tokens())
-    if token is not None:
-        redactor.add(token)
+    redactor = ServerRedactor(*settings.tokens(), token)  # None adds nothing
     log = server_logger(redactor)
 
     def tokens_file_changed(error: str | None) -> None:
@@ -351,8 +338,6 @@ def create_app(
         return Session.open(s, transport=transport, clock=clock)
 
     worker = Worker(settings, session_factory or default_factory, redactor, log, metrics_max_age=metrics_max_age)
-    from orchestrator.teamserver.metrics import Snapshot
-
     health = Snapshot(worker.healthy, max_age=1.0, wait_s=5.0)
 
     @contextlib.asynccontextmanager
@@ -366,7 +351,8 @@ def create_app(
             log.warning("host_tokens_missing", missing=[f"ORCHESTRATOR_{n.upper()}" for n in missing],
                         detail="runs will fail when they first call a host")
         hup = _install_sighup(auth, log)
-        log.info("serving", journal=journal_kind(settings), owner=owner_id(), auth=auth.mode, adopt=adopt)
+        journal = "postgresql" if settings.database_url.startswith(POSTGRES_PREFIXES) else "sqlite"
+        log.info("serving", journal=journal, owner=owner_id(), auth=auth.mode, adopt=adopt)
         adoption = (asyncio.get_running_loop().create_task(
             worker.adopt_loop(adopt_interval or max(settings.lease_ttl / 3, 0.2)), name="adoption") if adopt else None)
         try:
@@ -389,9 +375,9 @@ def create_app(
             Route("/runs", _route("viewer")(list_runs), methods=["GET"]),
             Route("/runs/{run_id}", _route("viewer")(get_run), methods=["GET"]),
             Route("/runs/{run_id}/approve", _route("operator")(approve_run), methods=["POST"]),
-            Route("/runs/{run_id}/abort", _route("operator")(abort_run), methods=["POST"]),
-            Route("/runs/{run_id}/pause", _route("operator")(pause_run), methods=["POST"]),
-            Route("/runs/{run_id}/continue", _route("operator")(continue_run), methods=["POST"]),
+            Route("/runs/{run_id}/abort", _route("operator")(_signal("abort")), methods=["POST"]),
+            Route("/runs/{run_id}/pause", _route("operator")(_signal("pause")), methods=["POST"]),
+            Route("/runs/{run_id}/continue", _route("operator")(_signal("continue_run")), methods=["POST"]),
             # the web page (orchestrator/teamserver/pages.py): shells and static files carry no data;
             # the fragments and /whoami need a viewer's token like the JSON routes
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
@@ -433,8 +419,6 @@ def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:
     """SIGHUP re-reads the tokens file (where the loop can take signals: the main thread)."""
     if auth.tokens_file is None or not hasattr(signal, "SIGHUP"):
         return lambda: None
-    import asyncio
-
     loop = asyncio.get_running_loop()
 
     def reload() -> None:

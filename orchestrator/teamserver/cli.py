@@ -7,7 +7,7 @@ Imported by the CLI (orchestrator/cli/) at start-up, so it imports nothing heavy
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -27,11 +27,9 @@ TokensFileOpt = typer.Option(None, "--tokens-file", envvar="ORCHESTRATOR_SERVER_
                              help="Per-operator tokens (YAML, made by `serve token add`); instead of ORCHESTRATOR_SERVER_TOKEN")
 
 
-def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, insecure_no_auth: bool = False,
-              tls_cert: Path | None = None, tls_key: Path | None = None, insecure_plaintext_on_network: bool = False,
-              allowed_hosts: list[str] | None = None, tokens_file: Path | None = None,
-              protect_metrics: bool = False, adopt: bool = True, max_connections_per_address: int | None = None) -> int:
-    """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN."""
+def run_serve(bind: str, port: int, token: str | None, settings: Settings, **options: Any) -> int:
+    """`orchestrate serve`: serve until stopped; the exit code. `token` None: ORCHESTRATOR_SERVER_TOKEN.
+    `options`: serving.serve's (TLS, tokens file, exposure overrides, adoption, connection caps)."""
     from rich.console import Console
 
     from orchestrator.hosts.redaction import Redactor
@@ -40,10 +38,7 @@ def run_serve(bind: str, port: int, token: str | None, settings: Settings, *, in
 
     err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
     try:
-        serve(settings, bind, port, token, insecure_no_auth=insecure_no_auth, tls_cert=tls_cert, tls_key=tls_key,
-              insecure_plaintext_on_network=insecure_plaintext_on_network, allowed_hosts=allowed_hosts,
-              tokens_file=tokens_file, protect_metrics=protect_metrics, adopt=adopt,
-              **({"max_connections_per_address": max_connections_per_address} if max_connections_per_address else {}))
+        serve(settings, bind, port, token, **options)
     except UserError as exc:
         err.print(f"orchestrate: {exc}")
         return int(exc.code)

@@ -25,6 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from orchestrator.util.clock import Clock, RealClock
 from orchestrator.util.exit_codes import ExitCode
+from orchestrator.util.user_errors import UserError
 
 #: Worker statuses after which this server will not move the run any further ("finished" with an
 #: unfinished run cannot happen: execute returns after the terminal transition is journaled).
@@ -65,8 +66,6 @@ class FollowResult:
 
 def ca_context(ca: Path) -> ssl.SSLContext:
     """A client TLS context that trusts only the CA certificate(s) in `ca`."""
-    from orchestrator.util.user_errors import UserError
-
     try:
         return ssl.create_default_context(cafile=str(ca))
     except (OSError, ssl.SSLError) as exc:
@@ -106,9 +105,7 @@ class ServerClient:
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
-        verify: ssl.SSLContext | bool = True
-        if ca is not None:
-            verify = ca_context(ca)
+        verify: ssl.SSLContext | bool = ca_context(ca) if ca is not None else True
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout,
                                        verify=verify)
         self.clock = clock or RealClock()
@@ -168,17 +165,9 @@ class ServerClient:
         body: dict[str, Any] = {"by": by, "now": now} | ({"gate": gate} if gate else {})
         return await self._post(f"/runs/{run_id}/approve", body)
 
-    async def abort(self, run_id: str, by: str | None = None) -> dict[str, Any]:
-        return await self._post(f"/runs/{run_id}/abort", {"by": by})
-
-    async def pause(self, run_id: str, by: str | None = None) -> dict[str, Any]:
-        return await self._post(f"/runs/{run_id}/pause", {"by": by})
-
-    async def continue_run(self, run_id: str, by: str | None = None) -> dict[str, Any]:
-        return await self._post(f"/runs/{run_id}/continue", {"by": by})
-
-    async def health(self) -> dict[str, Any]:
-        return await self._get("/healthz")
+    async def signal(self, run_id: str, action: str, by: str | None = None) -> dict[str, Any]:
+        """`action`: pause, continue or abort."""
+        return await self._post(f"/runs/{run_id}/{action}", {"by": by})
 
     async def follow(self, run_id: str, emit: Emit, *, interval: float = 1.0, orphan_polls: int = 2,
                      max_failed_polls: int = 10) -> FollowResult:

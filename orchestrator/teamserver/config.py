@@ -11,7 +11,6 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.util.settings import Settings
 
 
 class ServerConfig(BaseSettings):
@@ -29,11 +28,6 @@ class ServerConfig(BaseSettings):
     token: SecretStr = SecretStr("")
     tokens_file: Path | None = None
     ca: Path | None = None
-
-
-def journal_kind(settings: Settings) -> str:
-    url = settings.database_url
-    return "postgresql" if url.startswith(("postgresql://", "postgres://")) else "sqlite"
 
 
 class ServerRedactor(Redactor):

@@ -11,7 +11,6 @@ inventory, the installed package): an API client learns what to fix, not how the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from starlette.responses import JSONResponse
 
@@ -24,10 +23,10 @@ class ApiError(Exception):
         self.status, self.message, self.code = status, message, int(code)
 
 
-def error_response(status: int, message: str, code: int | ExitCode, **extra: Any) -> JSONResponse:
+def error_response(status: int, message: str, code: int | ExitCode) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     one_line = " ".join(message.split())[:500]
-    return JSONResponse({"error": one_line, "exit_code": int(code), **extra}, status_code=status, headers=headers)
+    return JSONResponse({"error": one_line, "exit_code": int(code)}, status_code=status, headers=headers)
 
 
 class PathScrubber:

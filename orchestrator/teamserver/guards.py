@@ -12,9 +12,8 @@
 - **Body size**: at most `max_body` bytes (64 KiB), by Content-Length or as streamed: 413.
 - **JSON** (`parse_json`): at most `MAX_JSON_DEPTH` levels (a 400, not a RecursionError 500),
   no NaN/Infinity constants.
-- **Connections** (`Admission`, used by serving.py): unauthenticated connections are capped per
-  address, per network (/24, /64) and in total, with room kept for connections that presented a
-  valid token.
+- **Connections** (`Admission`, used by serving.py): unauthenticated connections capped per
+  address, per network and in total (its docstring has the rules).
 """
 
 from __future__ import annotations
@@ -260,11 +259,12 @@ class Admission:
         self.per_network = per_network
         self.per_address = per_address
         self._members: dict[Any, _Member] = {}
-        self._by_address: dict[str, int] = {}
-        self._by_network: dict[str, int] = {}
+        # unauthenticated connections per address and per network (a key at 0 goes: `_less`)
+        self._by_address: Counter[str] = Counter()
+        self._by_network: Counter[str] = Counter()
         self._addresses: dict[str, dict[str, None]] = {}  # network -> its addresses with unauthenticated connections
         self._idle: dict[str, dict[Any, None]] = {}  # address -> its idle unauthenticated connections, oldest first
-        self._idle_by_network: dict[str, int] = {}
+        self._idle_by_network: Counter[str] = Counter()
         self.unauthenticated = 0
         self.authenticated = 0
         self.refused: Counter[str] = Counter()
@@ -280,11 +280,11 @@ class Admission:
 
     def arrive(self, conn: Any, address: str) -> Decision:
         network = network_of(address)
-        if self._by_address.get(address, 0) >= self.per_address:
+        if self._by_address[address] >= self.per_address:
             return self._refuse("address")
         victims: list[Any] = []
-        if self._by_network.get(network, 0) >= self.per_network:
-            victim = self._victim_within(network, self._by_address.get(address, 0))
+        if self._by_network[network] >= self.per_network:
+            victim = self._victim_within(network, self._by_address[address])
             if victim is None:
                 return self._refuse("network")
             victims.append(self._evict(victim))
@@ -296,8 +296,8 @@ class Admission:
         self._members[conn] = _Member(address, network)
         self.unauthenticated += 1
         self.peak_unauthenticated = max(self.peak_unauthenticated, self.unauthenticated)
-        self._by_address[address] = self._by_address.get(address, 0) + 1
-        self._by_network[network] = self._by_network.get(network, 0) + 1
+        self._by_address[address] += 1
+        self._by_network[network] += 1
         self._addresses.setdefault(network, {})[address] = None
         self._set_idle(conn, self._members[conn])
         return Decision(True, tuple(victims))
@@ -343,53 +343,53 @@ class Admission:
     def _set_idle(self, conn: Any, member: _Member) -> None:
         member.idle = True
         self._idle.setdefault(member.address, {})[conn] = None
-        self._idle_by_network[member.network] = self._idle_by_network.get(member.network, 0) + 1
+        self._idle_by_network[member.network] += 1
 
     def _unset_idle(self, conn: Any, member: _Member) -> None:
         member.idle = False
-        idle = self._idle.get(member.address)
-        if idle is not None:
-            idle.pop(conn, None)
-            if not idle:
-                del self._idle[member.address]
-        left = self._idle_by_network.get(member.network, 1) - 1
-        if left > 0:
-            self._idle_by_network[member.network] = left
-        else:
-            self._idle_by_network.pop(member.network, None)
+        _discard(self._idle, member.address, conn)
+        _less(self._idle_by_network, member.network)
 
     def _forget_unauthenticated(self, conn: Any, member: _Member) -> None:
         if member.idle:
             self._unset_idle(conn, member)
         self.unauthenticated -= 1
-        for counts, key in ((self._by_address, member.address), (self._by_network, member.network)):
-            left = counts.get(key, 1) - 1
-            if left > 0:
-                counts[key] = left
-            else:
-                counts.pop(key, None)
+        _less(self._by_address, member.address)
+        _less(self._by_network, member.network)
         if member.address not in self._by_address:
-            addresses = self._addresses.get(member.network)
-            if addresses is not None:
-                addresses.pop(member.address, None)
-                if not addresses:
-                    del self._addresses[member.network]
+            _discard(self._addresses, member.network, member.address)
 
     def _victim_within(self, network: str, newcomer: int) -> Any:
         """The oldest idle connection of `network`'s busiest address holding >= newcomer + 2."""
         best, best_count = None, newcomer + 1
         for address in self._addresses.get(network, ()):
-            count = self._by_address.get(address, 0)
+            count = self._by_address[address]
             if count > best_count and address in self._idle:
                 best, best_count = address, count
         return None if best is None else next(iter(self._idle[best]))
 
     def _victim_anywhere(self, network: str, address: str) -> Any:
-        best, best_count = None, self._by_network.get(network, 0) + 1
+        best, best_count = None, self._by_network[network] + 1
         for other, idle in self._idle_by_network.items():
-            count = self._by_network.get(other, 0)
+            count = self._by_network[other]
             if idle and count > best_count:
                 best, best_count = other, count
         if best is not None:
             return self._victim_within(best, -2)
-        return self._victim_within(network, self._by_address.get(address, 0))
+        return self._victim_within(network, self._by_address[address])
+
+
+def _less(counts: Counter[str], key: str) -> None:
+    """One less of `key`; a key at 0 goes (the victim searches iterate the keys)."""
+    counts[key] -= 1
+    if counts[key] <= 0:
+        del counts[key]
+
+
+def _discard(groups: dict[str, dict[Any, None]], key: str, item: Any) -> None:
+    """`item` out of `key`'s group; an empty group goes."""
+    group = groups.get(key)
+    if group is not None:
+        group.pop(item, None)
+        if not group:
+            del groups[key]

@@ -1,14 +1,5 @@
-"""The web page of `orchestrate serve`: the runs list and a live page per run.
-
-Shape (no front-end build, no template engine: `string.Template` and `html.escape`):
-
-    GET /ui                          the runs list (a shell; no data, no token needed)
-    GET /ui/runs/{id}                a run's page (a shell)
-    GET /ui/static/{app.js,app.css}  the page's script and style (packaged files)
-    GET /ui/fragments/runs           viewer   the runs table, server-rendered HTML
-    GET /ui/fragments/runs/{id}      viewer   the run: where it is in the runbook's states, the
-                                              evidence of each gate, the journal's timeline, buttons
-    GET /whoami                      viewer   {"name", "role"}: the page shows buttons to operators only
+"""The web page of `orchestrate serve`: the runs list, a live page per run and per fleet (routes:
+app.py), with no front-end build and no template engine (`string.Template`, `html.escape`).
 
 Rules and reasons:
 - **The data needs the same token as the API.** The shells carry no data; the script asks for the
@@ -30,6 +21,7 @@ Rules and reasons:
 from __future__ import annotations
 
 import functools
+import json
 from datetime import UTC, datetime
 from importlib import resources
 from string import Template
@@ -39,12 +31,16 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from orchestrator.journal.base import RunRecord
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
 from orchestrator.service.activity import target_tag
 from orchestrator.service.run_info import table_for
 from orchestrator.teamserver.auth import Principal
+from orchestrator.teamserver.errors import ApiError
 from orchestrator.teamserver.run_view import _e, _runner, _since, render_run
+from orchestrator.teamserver.worker import pinned_sha
+from orchestrator.util.exit_codes import ExitCode
 
 #: Headers of every page and fragment.
 PAGE_HEADERS = {
@@ -72,23 +68,23 @@ _SHELL = Template("""<!doctype html>
 """)
 
 
-def _page(request: Request, page: str, title: str, heading: str, run_id: str = "") -> Response:
+def _page(page: str, title: str, heading: str, run_id: str = "") -> Response:
     body = _SHELL.substitute(page=_e(page), title=_e(title), heading=_e(heading), run_id=_e(run_id))
     return HTMLResponse(body, headers=PAGE_HEADERS)
 
 
 async def runs_page(request: Request) -> Response:
-    return _page(request, "runs", "runs · orchestrate", "Runs")
+    return _page("runs", "runs · orchestrate", "Runs")
 
 
 async def run_page(request: Request) -> Response:
     run_id = request.path_params["run_id"]
-    return _page(request, "run", f"{run_id} · orchestrate", run_id, run_id)
+    return _page("run", f"{run_id} · orchestrate", run_id, run_id)
 
 
 async def fleet_page(request: Request) -> Response:
     name = request.path_params["runbook"]
-    return _page(request, "fleet", f"{name} · orchestrate", f"Fleet: {name}", name)
+    return _page("fleet", f"{name} · orchestrate", f"Fleet: {name}", name)
 
 
 async def static_file(request: Request) -> Response:
@@ -110,18 +106,10 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
     worker = request.app.state.worker
 
     def read() -> list[dict[str, Any]]:
-        journal = worker.session.journal
-        runs = journal.list_runs(limit=100)
-        submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
-        rows = []
-        for r in runs:
-            lease = None if r.terminal else journal.current_lease(r.host)
-            sub = submitters.get(r.run_id)
-            rows.append({"run_id": r.run_id, "host": r.host, "kind": r.kind, "tag": target_tag(r), "state": r.state,
-                         "runbook": r.runbook,
-                         "outcome": r.outcome, "who": sub.by if sub is not None else "",
-                         "runner": _runner(lease.owner) if lease is not None and lease.run_id == r.run_id else "",
-                         "since": r.created_at.isoformat(), "updated": r.updated_at.isoformat()})
+        rows = worker.list_runs(None, 100)
+        for r in rows:  # + who runs it now
+            lease = None if r["terminal"] else worker.session.journal.current_lease(r["host"])
+            r["runner"] = _runner(lease.owner) if lease is not None and lease.run_id == r["run_id"] else ""
         return worker.redactor.scrub_obj(rows)
 
     rows = await anyio.to_thread.run_sync(read)
@@ -141,9 +129,9 @@ async def runs_fragment(request: Request, principal: Principal) -> Response:
             how = "rolled back" if later["outcome"] == "ROLLED_BACK" else f"then rollback {later['outcome'] or 'running'}"
             state, cls = f"DONE, {how}: {later['run_id']}", "superseded"
         out.append(f'<tr class="{_e(cls)}"><td><a href="/ui/runs/{_e(r["run_id"])}">{_e(r["run_id"])}</a></td>'
-                   f'<td>{_e(r["host"])}</td><td>{_e(r["kind"])}</td><td>{_e(r["tag"])}</td>'
-                   f'<td class="state">{_e(state)}</td><td>{_e(r["who"])}</td><td>{_e(r["runner"])}</td>'
-                   f'<td>{_e(_since(r["since"]))}</td></tr>')
+                   f'<td>{_e(r["host"])}</td><td>{_e(r["kind"])}</td><td>{_e(r["target_tag"])}</td>'
+                   f'<td class="state">{_e(state)}</td><td>{_e(r["submitted_by"])}</td><td>{_e(r["runner"])}</td>'
+                   f'<td>{_e(_since(r["created_at"]))}</td></tr>')
     out.append("</tbody></table>")
     fleets = sorted({r["runbook"] for r in rows if len(_hosts_of(r["runbook"])) > 1})
     if fleets:
@@ -163,10 +151,6 @@ def _hosts_of(runbook: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=64)
 def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table | None:
-    import json
-
-    from orchestrator.journal.base import RunRecord
-
     try:
         rb, _ = load_runbook_checked(runbook, sha)
     except Exception:  # noqa: BLE001 - the page still shows the journal without the runbook
@@ -181,12 +165,8 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
 
 def run_table(run: Any) -> Table | None:
     """The run's transition table from its pinned runbook (None if this server cannot load it)."""
-    import json
-
-    ident = run.context.get("runbook_identity") or {}
-    sha = ident.get("sha256") if isinstance(ident, dict) else None
     keep = {k: run.context.get(k) for k in ("start_phase", "replicas") if run.context.get(k) is not None}
-    return _table(run.runbook, sha, run.kind, json.dumps(keep, sort_keys=True))
+    return _table(run.runbook, pinned_sha(run), run.kind, json.dumps(keep, sort_keys=True))
 
 
 def approval_gates(table: Table | None) -> set[str]:
@@ -225,9 +205,6 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
         try:
             rb, _ = load_runbook_checked(name)
         except Exception:  # noqa: BLE001 - an unknown runbook name is the caller's mistake
-            from orchestrator.teamserver.errors import ApiError
-            from orchestrator.util.exit_codes import ExitCode
-
             raise ApiError(404, f"no runbook {name[:60]!r} on this server", ExitCode.BAD_INPUT) from None
         journal = worker.session.journal
         rows = []

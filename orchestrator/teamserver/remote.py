@@ -6,9 +6,7 @@ the exit code the same command would return run locally (orchestrator/util/exit_
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
-import socket
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 from rich.console import Console
 
+from orchestrator.journal.audit import cli_actor, summary_lines
+from orchestrator.journal.base import AuditEntry
 from orchestrator.teamserver.client import FollowResult, ServerAnswer, ServerClient, ServerUnreachable
+from orchestrator.teamserver.config import ServerConfig
 from orchestrator.teamserver.guards import is_loopback
 from orchestrator.util.clock import Clock
 from orchestrator.util.exit_codes import ExitCode
@@ -30,15 +31,11 @@ ACTIONS = (*SUBMIT_ACTIONS, "approve", "abort", "pause", "continue", "status", "
 
 def server_token() -> str:
     """The client's bearer token: ORCHESTRATOR_SERVER_TOKEN (environment or .env)."""
-    from orchestrator.teamserver.config import ServerConfig
-
     return ServerConfig().token.get_secret_value()
 
 
 def server_ca(given: Path | None = None) -> Path | None:
     """The CA a `--server https://` client pins: `--server-ca`, else ORCHESTRATOR_SERVER_CA."""
-    from orchestrator.teamserver.config import ServerConfig
-
     return given if given is not None else ServerConfig().ca
 
 
@@ -62,9 +59,6 @@ def check_server_url(server_url: str, ca: Path | None) -> str | None:
 
 def _who_lines(run: dict[str, Any]) -> list[str]:
     """`orchestrate status RUN --server URL`: who did what, from the server's audit list."""
-    from orchestrator.journal.audit import summary_lines
-    from orchestrator.journal.base import AuditEntry
-
     items = []
     for e in run.get("audit") or []:
         try:
@@ -72,14 +66,6 @@ def _who_lines(run: dict[str, Any]) -> list[str]:
         except (KeyError, TypeError, ValueError):
             continue
     return summary_lines(items)
-
-
-def _who() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no user name is not a reason to fail
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def _clock_text(at: str | None) -> str:
@@ -169,7 +155,7 @@ def _finish(p: _Printer, result: FollowResult) -> int:
 async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], follow: bool,
                   interval: float) -> int:
     if action in SUBMIT_ACTIONS:
-        run_id = await client.submit({"action": action, **payload, "by": _who()})
+        run_id = await client.submit({"action": action, **payload, "by": cli_actor()})
         if not follow:
             if p.as_json:
                 p.json({"event": "submitted", "run_id": run_id})
@@ -193,14 +179,13 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
     if action in ("approve", "abort", "pause", "continue", "status") and not run_id:
         raise UserError(f"{action} needs a run id")
     if action == "approve":
-        res = await client.approve(run_id, (str(payload["gate"]) if payload.get("gate") else None), by=_who(), now=bool(payload.get("now")))
+        res = await client.approve(run_id, (str(payload["gate"]) if payload.get("gate") else None), by=cli_actor(), now=bool(payload.get("now")))
         if p.as_json:
             p.json(res)
         else:
             p.line(f"approved {res['gate']} of {run_id}")
     elif action in ("pause", "continue", "abort"):
-        signal = {"pause": client.pause, "continue": client.continue_run, "abort": client.abort}[action]
-        res = await signal(run_id, by=_who())
+        res = await client.signal(run_id, action, by=cli_actor())
         if p.as_json:
             p.json(res)
         else:

@@ -14,6 +14,8 @@ import html
 from datetime import UTC, datetime
 from typing import Any
 
+from orchestrator.journal.audit import SAY, when
+from orchestrator.journal.owner import describe_owner
 from orchestrator.language.machine import TERMINALS, Table
 
 
@@ -22,25 +24,13 @@ def _e(value: Any) -> str:
 
 
 def _since(iso: str | None) -> str:
-    if not iso:
-        return ""
-    try:
-        at = datetime.fromisoformat(iso)
-    except ValueError:
-        return iso
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    at = _at(iso)
+    return when(at) if at is not None else iso or ""
 
 
 def _runner(owner: str | None) -> str:
     """A lease owner as a person reads it (`pid 4242 on vm`), never the raw `host:pid:boot:start`."""
-    if not owner:
-        return ""
-    from orchestrator.journal.owner import describe_owner
-
-    try:
-        return describe_owner(owner)
-    except Exception:  # noqa: BLE001 - an owner text of another version: shown as it is
-        return owner
+    return describe_owner(owner) if owner else ""  # an owner it cannot parse is shown as it is
 
 
 def _fill(text: str, d: dict[str, Any]) -> str:
@@ -75,6 +65,11 @@ def _dur(seconds: float | None) -> str:
     if seconds < 3600:
         return f"{seconds // 60} min {seconds % 60:02d} s"
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _step_kind(table: Table, state: str) -> str | None:
+    node = table.nodes.get(state)
+    return node.step.kind if node is not None and node.step is not None else None
 
 
 def _durations(d: dict[str, Any]) -> dict[str, float]:
@@ -240,9 +235,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     out.append('<section class="audit"><h2>Who did what</h2><ol>')
     for e in d.get("audit") or []:
         detail = f" {e['detail']}" if e.get("detail") and e["action"] != "submitted" else ""
-        words = {"submitted": "submitted", "resumed": "resumed", "adopted": "adopted", "paused": "asked to pause",
-                 "continued": "continued", "approved": "approved", "abort_requested": "asked to abort",
-                 "pause_honoured": "(the runner) paused before"}.get(e["action"], e["action"])
+        words = "(the runner) paused before" if e["action"] == "pause_honoured" else SAY.get(e["action"], e["action"])
         out.append(f'<li data-action="{_e(e["action"])}"><time>{_e(_since(e["at"]))}</time> '
                    f'<b>{_e(e["by"])}</b> {_e(words)}{_e(detail)}</li>')
     if not d.get("audit"):
@@ -267,8 +260,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         for replica, cls, words in pictures:
             out.append(f'<li class="replica {cls}" data-replica="{_e(replica)}"><b>{_e(replica)}</b> {_e(words)}</li>')
         out.append("</ul>")
-        peers = [t for t in d.get("transitions") or [] if t.get("note") and table.nodes.get(t["from"]) is not None
-                 and table.nodes[t["from"]].step is not None and table.nodes[t["from"]].step.kind == "verify"]
+        peers = [t for t in d.get("transitions") or [] if t.get("note") and _step_kind(table, t["from"]) == "verify"]
         if peers:
             out.append(f'<p class="peers">the peers\' view (last check, {_e(peers[-1]["from"])}): {_e(peers[-1]["note"])}</p>')
         out.append('<p class="note">from the journal and this server\'s view of the run, not a live read of the host</p>')
@@ -341,9 +333,8 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
 
     # the canary's readout: what the direct checks and the metrics through the soak relay said
     if table is not None:
-        canary = [t for t in d.get("transitions") or [] if t.get("note") and table.nodes.get(t["from"]) is not None
-                  and table.nodes[t["from"]].step is not None
-                  and table.nodes[t["from"]].step.kind in ("relay", "metrics", "analysis")]
+        canary = [t for t in d.get("transitions") or []
+                  if t.get("note") and _step_kind(table, t["from"]) in ("relay", "metrics", "analysis")]
         if canary:
             out.append('<section class="canary"><h2>Canary readout (direct checks through the soak relay)</h2><dl>')
             for t in canary:
@@ -374,9 +365,8 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     # the journal's transitions as a timeline
     out.append('<section class="timeline"><h2>Timeline (journal)</h2><ol>')
     for t in d.get("transitions") or []:
-        took = ""
         out.append(f'<li><time>{_e(_since(t["at"]))}</time> <code>{_e(t["from"])}</code> '
-                   f'<span class="ev ev-{_e(t["event"])}">{_e(t["event"])}</span> &rarr; <code>{_e(t["to"])}</code>{took}</li>')
+                   f'<span class="ev ev-{_e(t["event"])}">{_e(t["event"])}</span> &rarr; <code>{_e(t["to"])}</code></li>')
     if not d.get("transitions"):
         out.append("<li>no transition yet</li>")
     out.append("</ol></section></div>")

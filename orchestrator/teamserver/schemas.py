@@ -79,12 +79,8 @@ class ApproveBody(_Body):
     by: Who | None = None
 
 
-class AbortBody(_Body):
-    by: Who | None = None
-
-
-class PauseBody(_Body):
-    """pause and continue"""
+class SignalBody(_Body):
+    """abort, pause and continue"""
 
     by: Who | None = None
 

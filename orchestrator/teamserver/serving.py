@@ -7,13 +7,10 @@ Rules (`check_exposure`):
 - `--insecure-no-auth` is for a loopback bind only, without exception.
 
 Limits (`build_server`), so that clients without a token cannot deny the server to those with one:
-- every connection is admitted or refused when it is accepted, before any TLS handshake
-  (`guards.Admission`): unauthenticated connections (a handshake in progress included) are capped
-  per address (`MAX_CONNECTIONS_PER_ADDRESS`), per network (`MAX_CONNECTIONS_PER_NETWORK`, a /24 or
-  a /64) and in total (`MAX_CONNECTIONS` less an eighth, kept for connections that
-  presented a valid token); when full, the oldest idle connection of the busiest network makes room
-  for a newcomer from a less busy one. A refused plain connection gets a 503 and is closed, a
-  refused TLS one is dropped; an evicted one is aborted;
+- every connection is admitted or refused when it is accepted, before any TLS handshake, by the
+  caps and eviction rules of `guards.Admission` (per address, per network, in total less an eighth
+  kept for connections that presented a valid token). A refused plain connection gets a 503 and is
+  closed, a refused TLS one is dropped; an evicted one is aborted;
 - the handshake and then each request's headers must come within `HEADER_TIMEOUT_S` of the
   connection (or of the previous answer), idle keep-alive connections go after `KEEP_ALIVE_S`:
   such timed-out connections are aborted at once (over TLS too: no close_notify exchange to wait
@@ -124,14 +121,11 @@ class _CoalescingTransport:
         if not data:
             return
         if not self._pending:
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
         self._pending.append(bytes(data))
 
     def flush(self) -> None:
         """Send what is pending now (before an `abort`, which drops it)."""
-        self._flush()
-
-    def _flush(self) -> None:
         if self._pending:
             data = b"".join(self._pending)
             self._pending.clear()
@@ -139,11 +133,11 @@ class _CoalescingTransport:
                 self._transport.write(data)
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
 
     def write_eof(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.write_eof()
 
     def abort(self) -> None:

@@ -6,7 +6,7 @@ executor. Rules:
 - Every journal call the server itself makes runs in a worker thread (`anyio.to_thread`), never
   on the event loop, so a slow journal cannot stall other requests. The journal objects allow
   this: SQLite is opened with `check_same_thread=False` and every backend serialises its one
-  connection with a lock (journal/base.py). (The executor's own journal writes happen inside
+  connection with a lock (journal/sql.py). (The executor's own journal writes happen inside
   `execute`, which this package does not change.)
 - Submissions are prepared one at a time (an asyncio lock): the in-memory "already running here"
   check and the lease claim cannot interleave. A submission is admitted through the service's one
@@ -41,13 +41,14 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio.to_thread
 
 from orchestrator.journal import audit
 from orchestrator.journal.base import LeaseHeld, RunNotFound, RunRecord
+from orchestrator.journal.owner import describe_owner
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook, default_runbook, load_recorded_runbook, load_runbook_checked
 from orchestrator.service import signals
@@ -55,7 +56,7 @@ from orchestrator.service.activity import target_tag
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options, rollback_runbook
 from orchestrator.service.notify import FLUSH_S
 from orchestrator.service.refusals import refuse_if_leased
-from orchestrator.service.requests import ResumeRequest, RollbackRequest, RolloutRequest
+from orchestrator.service.requests import Admitted, ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.service.run_info import check_tag, context_summary
 
 # `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
@@ -91,8 +92,6 @@ class ActiveRun:
     step: str | None = None
     waiting: str | None = None
     task: asyncio.Task[Any] | None = None
-    #: who submitted it here (the token's name), or None (adopted, or not submitted here)
-    by: str | None = None
     #: True when this server adopted it (its previous runner's lease expired)
     adopted: bool = False
     seq: int = 0
@@ -179,20 +178,14 @@ def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
 IDENTITY_KEY = "runbook_identity"
 
 
-@dataclass
-class _Prepared:
-    run: RunRecord
-    rb: Runbook
-    table: Table
-    yes: bool
-    soak: float | None
-    took_over: str | None
+def pinned_sha(run: RunRecord) -> str | None:
+    """The sha256 of the runbook the run recorded (its identity), None if it recorded none."""
+    identity = run.context.get(IDENTITY_KEY)
+    return identity.get("sha256") if isinstance(identity, dict) else None
 
 
 def _server_name() -> str:
     """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
-    from orchestrator.journal.owner import describe_owner
-
     return describe_owner(owner_id())
 
 
@@ -200,10 +193,10 @@ def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return anyio.to_thread.run_sync(fn, *args)
 
 
-def _recorded(run: RunRecord, pinned: str | None) -> tuple[Runbook, str | None]:
+def _recorded(run: RunRecord) -> tuple[Runbook, str | None]:
     """(runbook, sha256) a resume runs with: the text the run recorded when it has one (the file
     on disk is not read), else the shipped file of that name, refused if it changed since."""
-    text = run.context.get(RUNBOOK_TEXT)
+    text, pinned = run.context.get(RUNBOOK_TEXT), pinned_sha(run)
     if isinstance(text, str) and pinned:
         return load_recorded_runbook(run.runbook, run.context.get(IDENTITY_KEY), text), pinned
     return load_runbook_checked(run.runbook, pinned)
@@ -270,26 +263,23 @@ class Worker:
 
     async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None, *,
                      adopting: bool = False) -> ActiveRun:
-        """`by`: who submitted it (the token's name), shown on the run's page by this server.
+        """`by`: who submitted it (the token's name), journaled in the run's audit list.
         `adopting`: this server resumes an orphan on its own, no human asked: it keeps the run's
         `--soak` but never its `--yes` (an adopted run waits for a human at every approval)."""
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
-            prepared = await _in_thread(self._prepare, body, by, adopting)
+            adm, note = await _in_thread(self._prepare, body, adopting)
             if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
-                await _in_thread(self._audit_submission, prepared.run.run_id, body, by)
-            active = self._launch(prepared)
-            active.by = by
-            return active
+                await _in_thread(self._record_submission, adm.run.run_id, body, by)
+            return self._launch(adm, note)
 
-
-    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None,
-                 adopting: bool = False) -> _Prepared:
-        """In a worker thread: check, journal the run, take its lease, record the runbook identity."""
+    def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, adopting: bool = False) -> tuple[Admitted, str | None]:
+        """In a worker thread: check, journal the run, take its lease, record the runbook identity.
+        Returns the admission and the note the run's first event carries (a lease taken over, the
+        options a resume kept)."""
         s = self.session
         # the service's admission, exactly as the CLI's (orchestrator/service/admission.py)
-        pinned = None
         kept_note = None  # a person's resume that keeps the run's --yes says so
         if isinstance(body, RolloutBody):
             req = RolloutRequest(host=body.host, tag=body.tag, runbook=body.runbook or default_runbook(body.host), yes=body.yes,
@@ -298,7 +288,7 @@ class Worker:
             check_tag(req.tag)
             s.inventory.host(req.host)
             self._refuse_if_busy(req.host)
-            checked, digest = load_runbook_checked(req.runbook)
+            digest = load_runbook_checked(req.runbook)[1]
             # admitted with the runbook's prerequisites checked (no override through the server)
             adm = admit_rollout(s, req, soak_name="soak")
         elif isinstance(body, RollbackBody):
@@ -306,11 +296,11 @@ class Worker:
             s.inventory.host(body.host)
             self._refuse_if_busy(body.host)
             name = rollback_runbook(s, body.host, body.runbook)  # the CLI's choice, whatever the door
-            checked, digest = load_runbook_checked(name)
+            digest = load_runbook_checked(name)[1]
             adm = admit_rollback(s, RollbackRequest(host=body.host, replica=body.replica, runbook=name, to_tag=body.to_tag,
                                                     to_file=body.to_file, yes=body.yes, soak=body.soak), soak_name="soak")
         else:
-            run = self._get_run(body.run_id)
+            run = self.session.journal.get_run(body.run_id)
             req_r = ResumeRequest(run_id=run.run_id, retry=body.retry, yes=body.yes, soak=body.soak, adopting=adopting)
             # the run's own options, unless given (a bad --soak: 400); an adoption never keeps --yes
             kept_yes, _, _, kept = resume_options(run, req_r, soak_name="soak")
@@ -319,42 +309,32 @@ class Worker:
             mine = self.runs.get(run.run_id)
             if mine is not None and mine.active:
                 raise Refused(f"run {run.run_id} is already running on this server")
-            identity = run.context.get(IDENTITY_KEY) or {}
-            pinned = identity.get("sha256") if isinstance(identity, dict) else None
             if body.retry:
                 self._refuse_if_busy(run.host)
-                checked, digest = _recorded(run, pinned)
-                adm = admit_resume(s, run, req_r, soak_name="soak")
-            else:
-                if run.terminal:
-                    raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
-                                    code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
-                checked, digest = _recorded(run, pinned)
-                # the one admission path: a run superseded by a later run of its host is refused
-                # here exactly as on the CLI (an adoption included)
-                adm = admit_resume(s, run, req_r, checked=checked, soak_name="soak")
+            elif run.terminal:
+                raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
+                                code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
+            checked, digest = _recorded(run)
+            # the one admission path: a run superseded by a later run of its host is refused here
+            # exactly as on the CLI (an adoption included); a retry is a new run of its failed phase
+            adm = admit_resume(s, run, req_r, checked=None if body.retry else checked, soak_name="soak")
         # admission journaled the runbook it read (its text and identity) with the run: that text
         # is what the run executes, whatever happens to the file now, so nothing is compared here
-        run, rb, table, yes, soak, new = adm.run, adm.rb, adm.table, adm.yes, adm.soak, adm.new
-        lease, took_over = self._claim(run, new=new)
-        took_over = "; ".join(x for x in (took_over, kept_note) if x) or None
+        run = adm.run
+        lease, took_over = self._claim(run, new=adm.new)
         if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
             s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
-            run = s.journal.get_run(run.run_id)
-        return _Prepared(run, rb, table, yes, soak, took_over)
-
-    def _audit_submission(self, run_id: str, body: Any, by: str) -> None:
-        try:
-            self._record_submission(run_id, body, by)
-        except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
-            self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
+            adm = replace(adm, run=s.journal.get_run(run.run_id))
+        return adm, "; ".join(x for x in (took_over, kept_note) if x) or None
 
     def _record_submission(self, run_id: str, body: Any, by: str) -> None:
-        if isinstance(body, ResumeBody):
-            audit.record(self.session.journal, run_id, "resumed", by,
-                         f"{'retry ' if body.retry else ''}via the server {_server_name()}")
-        else:
-            audit.record(self.session.journal, run_id, "submitted", by, f"{body.action} via the server {_server_name()}")
+        resume = isinstance(body, ResumeBody)
+        how = ("retry " if body.retry else "") if resume else f"{body.action} "
+        try:
+            audit.record(self.session.journal, run_id, "resumed" if resume else "submitted", by,
+                         f"{how}via the server {_server_name()}")
+        except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
+            self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
 
     def _refuse_if_busy(self, host: str) -> None:
         """Before journaling a new run: is the host visibly leased (here or by anyone)?"""
@@ -370,12 +350,9 @@ class Worker:
         A new run journaled a moment before another runner won the lease is left unstarted.
         """
         admitted = self.session.admitted.get(run.run_id)
-        if admitted is not None:
-            taken = admitted.took_over
-            return admitted.lease, (None if taken is None else
-                                    f"took over the expired lease of run {taken.run_id} ({taken.owner})")
         try:
-            lease, taken = self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl)
+            lease, taken = ((admitted.lease, admitted.took_over) if admitted is not None else
+                            self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl))
         except LeaseHeld as exc:
             if exc.holder_run_id == run.run_id:
                 raise Refused(
@@ -386,26 +363,25 @@ class Worker:
                 self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
             raise Refused(signals.lease_refused(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
                                                  f"run {run.run_id} was not started")) from None
-        if taken is None:
-            return lease, None
-        return lease, f"took over the expired lease of run {taken.run_id} ({taken.owner})"
+        return lease, (None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})")
 
-    def _launch(self, p: _Prepared) -> ActiveRun:
-        active = ActiveRun(p.run.run_id, p.run.host)
-        progress = ServerProgress(self, active, p.table)
-        if p.took_over:
-            progress.event("note", text=p.took_over)
+    def _launch(self, adm: Admitted, note: str | None) -> ActiveRun:
+        run = adm.run
+        active = ActiveRun(run.run_id, run.host)
+        progress = ServerProgress(self, active, adm.table)
+        if note:
+            progress.event("note", text=note)
         self._remember(active)
-        active.task = asyncio.create_task(self._run(active, progress, p), name=f"run {p.run.run_id}")
-        self.log.info("run_submitted", run_id=p.run.run_id, host=p.run.host, kind=p.run.kind, tag=p.run.tag)
+        active.task = asyncio.create_task(self._run(active, progress, adm), name=f"run {run.run_id}")
+        self.log.info("run_submitted", run_id=run.run_id, host=run.host, kind=run.kind, tag=run.tag)
         return active
 
-    async def _run(self, active: ActiveRun, progress: ServerProgress, p: _Prepared) -> None:
-        run = p.run
+    async def _run(self, active: ActiveRun, progress: ServerProgress, adm: Admitted) -> None:
+        run = adm.run
         active.status = "running"
         audit.RECORDED_BY_SERVER.set(True)  # this task's context only: the server journaled who
         try:
-            final = await execute(self.session, run, p.rb, p.table, progress=progress, yes=p.yes, soak=p.soak)
+            final = await execute(self.session, run, adm.rb, adm.table, progress=progress, yes=adm.yes, soak=adm.soak)
             active.status, active.outcome = "finished", final.outcome
             self.log.info("run_finished", run_id=run.run_id, outcome=final.outcome)
         except asyncio.CancelledError:
@@ -506,7 +482,7 @@ class Worker:
         for run_id in await _in_thread(self.orphans):
             try:
                 active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
-            except (Refused, UserError, ApiError, LeaseHeld) as exc:  # another runner won it, or it ended
+            except (Refused, UserError, ApiError, LeaseHeld, RunNotFound) as exc:  # another runner won it, or it ended
                 self.log.info("adoption_skipped", run_id=run_id, reason=self.redactor.scrub(str(exc))[:200])
                 continue
             active.adopted = True
@@ -521,11 +497,8 @@ class Worker:
     def orphans(self) -> list[str]:
         """Unfinished runs with journaled transitions whose host has no live lease (in a thread)."""
         journal = self.session.journal
-        census = getattr(journal, "run_census", None)
-        unfinished = census()[1] if census is not None else [(r.run_id, r.host) for r in journal.list_runs(limit=1000)
-                                                             if not r.terminal]
         out: list[str] = []
-        for run_id, host in unfinished:
+        for run_id, host in journal.run_census()[1]:
             mine = self.runs.get(run_id)
             if mine is not None and (mine.active or mine.status in ("failed", "fenced")):
                 continue
@@ -538,25 +511,10 @@ class Worker:
 
     # -- reads (call them in a worker thread)
 
-    def _get_run(self, run_id: str) -> RunRecord:
-        try:
-            return self.session.journal.get_run(run_id)
-        except RunNotFound:
-            raise ApiError(404, f"no run {run_id!r} in the journal", ExitCode.BAD_INPUT) from None
-
     def run_counts(self) -> dict[str, int]:
         journal = self.session.journal
-        census = getattr(journal, "run_census", None)
-        if census is not None:
-            counts, unfinished = census()
-        else:  # a journal without the census query (test doubles)
-            counts, unfinished = collections.Counter(), []
-            for run in journal.list_runs(limit=1_000_000):
-                if run.terminal:
-                    counts[run.outcome or "HALTED"] += 1
-                else:
-                    unfinished.append((run.run_id, run.host))
-        counts = collections.Counter(counts)
+        done, unfinished = journal.run_census()
+        counts = collections.Counter(done)
         leases: dict[str, Any] = {}
         for run_id, host in unfinished:
             if host not in leases:
@@ -576,7 +534,7 @@ class Worker:
     def list_runs(self, host: str | None, limit: int) -> list[dict[str, Any]]:
         journal = self.session.journal
         runs = journal.list_runs(host=host, limit=limit)
-        submitters = journal.submitters([r.run_id for r in runs]) if hasattr(journal, "submitters") else {}
+        submitters = journal.submitters([r.run_id for r in runs])
         return [{**context_summary(r), "target_tag": target_tag(r), "terminal": r.terminal,
                  "submitted_by": (sub.by if (sub := submitters.get(r.run_id)) is not None else None),
                  "submitted_at": sub.at.isoformat() if sub is not None else None,
@@ -584,7 +542,7 @@ class Worker:
 
     def run_detail(self, run_id: str, *, events_after: int = 0) -> dict[str, Any]:
         journal = self.session.journal
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         lease = journal.current_lease(run.host)
         mine = self.runs.get(run_id)
         items = audit.entries(journal, run_id)
@@ -647,15 +605,13 @@ class Worker:
 
     def _gates(self, run: RunRecord) -> set[str]:
         """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
-        identity = run.context.get(IDENTITY_KEY) or {}
-        pinned = identity.get("sha256") if isinstance(identity, dict) else None
-        return signals.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned)[0])
+        return signals.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned_sha(run))[0])
 
     def approve(self, run_id: str, gate: str | None, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
         """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
         name; `*` and a gate not reached yet are refused (a wildcard once let a click during
         r2's cold start pass r2.soak without stopping)."""
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         gates = None if run.terminal else self._gates(run)
         if gate is None and not run.terminal:  # no gate named: the one it waits at now (approval_scope.py)
             from orchestrator.engine.rules.approval_scope import waiting_gate
@@ -673,19 +629,19 @@ class Worker:
         return {"run_id": run.run_id, "gate": gate, "approved_by": by}
 
     def pause(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         message = signals.pause(self.session.journal, run, by)
         self.log.info("pause_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "paused_by": by, "message": message}
 
     def continue_run(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         message = signals.continue_run(self.session.journal, run, by)
         self.log.info("continue_requested", run_id=run.run_id, by=by)
         return {"run_id": run.run_id, "continued_by": by, "message": message}
 
     def abort(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self._get_run(run_id)
+        run = self.session.journal.get_run(run_id)
         result = signals.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
         mine = self.runs.get(run.run_id)

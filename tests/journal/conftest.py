@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from journal_clock import START, FakeClock  # noqa: E402,F401  (re-exported for the tests)
-from orchestrator.journal import RunRecord, SqliteJournal
+from orchestrator.journal.base import RunRecord
 from orchestrator.journal.sql import SqlJournal
+from orchestrator.journal.sqlite import SqliteJournal
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Store:
         if self.backend == "sqlite":
             journal: SqlJournal = SqliteJournal(self.location, **kwargs)
         else:
-            from orchestrator.journal import PostgresJournal
+            from orchestrator.journal.postgres import PostgresJournal
 
             journal = PostgresJournal(self.location, schema=self.schema, **kwargs)
         self.journals.append(journal)

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from orchestrator.journal import JournalError, LeaseHeld, TierHeld
+from orchestrator.journal.base import JournalError, LeaseHeld, TierHeld
 
 TTL = 60.0
 HANG_GUARD_S = 60

@@ -9,7 +9,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from orchestrator.journal import Fenced, LeaseHeld, open_journal
+from orchestrator.journal import open_journal
+from orchestrator.journal.base import Fenced, LeaseHeld
 
 TTL = 60.0
 HANG_GUARD_S = 60  # only stops a deadlocked test from hanging; nothing asserts on time
@@ -156,7 +157,8 @@ def test_a_second_process_on_the_same_sqlite_file(tmp_path: Path) -> None:
 
 RACER = r"""
 import sys
-from orchestrator.journal import open_journal, LeaseHeld
+from orchestrator.journal import open_journal
+from orchestrator.journal.base import LeaseHeld
 j = open_journal(sys.argv[1])
 me = sys.argv[2]
 print("ready", flush=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.journal import EffectRecord, JournalError
+from orchestrator.journal.base import EffectRecord, JournalError
 
 
 def test_intents_outcomes_and_open_effects(journal, clock, make_run) -> None:

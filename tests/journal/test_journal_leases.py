@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.journal import Fenced, JournalError, Lease, LeaseHeld, LeaseLost
+from orchestrator.journal.base import Fenced, JournalError, Lease, LeaseHeld, LeaseLost
 
 TTL = 60.0
 

@@ -11,14 +11,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.journal import (
-    MIGRATIONS,
-    JournalError,
-    Migration,
-    SchemaTooNew,
-    SqliteJournal,
-)
-from orchestrator.journal.migrations import check_order
+from orchestrator.journal.base import JournalError
+from orchestrator.journal.migrations import MIGRATIONS, Migration, SchemaTooNew, check_order
+from orchestrator.journal.sqlite import SqliteJournal
 
 LATEST = MIGRATIONS[-1].version
 FUTURE = Migration(LATEST + 1, "notes", ("CREATE TABLE notes (id INTEGER PRIMARY KEY, body {json})",))
@@ -172,7 +167,7 @@ def _postgres_columns(url: str, schema: str) -> dict[str, list[str]]:
 
 @pytest.mark.postgres
 def test_both_backends_share_the_logical_schema(tmp_path: Path, postgres_url: str, pg_schema: str) -> None:
-    from orchestrator.journal import PostgresJournal
+    from orchestrator.journal.postgres import PostgresJournal
 
     SqliteJournal(tmp_path / "j.db").close()
     PostgresJournal(postgres_url, schema=pg_schema).close()

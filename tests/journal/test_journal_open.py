@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from journal_clock import START, FakeClock  # noqa: E402
-from orchestrator.journal import JournalError, SqliteJournal, open_journal
+from orchestrator.journal import open_journal
+from orchestrator.journal.base import JournalError
+from orchestrator.journal.sqlite import SqliteJournal
 
 
 def test_plain_path_creates_parent_directories(tmp_path: Path) -> None:
@@ -44,7 +46,7 @@ def test_the_clock_is_passed_through(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 def test_postgresql_url_selects_postgres(postgres_url: str, pg_schema: str) -> None:
-    from orchestrator.journal import PostgresJournal
+    from orchestrator.journal.postgres import PostgresJournal
 
     url = f"{postgres_url}?options=-csearch_path%3D{pg_schema}"
     with open_journal(url) as journal:
@@ -59,7 +61,7 @@ def test_postgresql_url_selects_postgres(postgres_url: str, pg_schema: str) -> N
 
 
 def test_unreachable_postgres_is_a_journal_error() -> None:
-    from orchestrator.journal import PostgresJournal
+    from orchestrator.journal.postgres import PostgresJournal
 
     # Port 1 on loopback: nothing listens there.
     with pytest.raises(JournalError, match="cannot connect"):

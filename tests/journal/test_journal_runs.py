@@ -8,14 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.journal import (
-    Journal,
-    JournalError,
-    RunNotFound,
-    StateConflict,
-    TransitionRecord,
-    make_run_id,
-)
+from orchestrator.journal.base import Journal, JournalError, RunNotFound, StateConflict, TransitionRecord, make_run_id
 
 
 def test_journal_objects_satisfy_the_protocol(journal) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.journal import JournalError, RunNotFound
+from orchestrator.journal.base import JournalError, RunNotFound
 
 
 def test_abort_request_is_seen_by_the_runner(store, clock, make_run) -> None:
