@@ -23,10 +23,8 @@ from orchestrator.hosts.clients.errors import (
     RequestInvalid,
 )
 from orchestrator.hosts.clients.http_session import HttpSession
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.util.clock import Clock
+from orchestrator.hosts.redaction import Redactor
 
 log = structlog.get_logger(__name__)
 
@@ -42,10 +40,6 @@ class Instance:
     env: EnvMap
     env_present: bool = True
     bearer_token: SecretStr | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def compose_url(self) -> str:
-        return self.url
 
 
 def normalize_url(url: str) -> str:
@@ -111,24 +105,11 @@ def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
 
 
 class DashboardClient(HttpSession):
-    def __init__(
-        self,
-        base_url: str,
-        token: Any,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 30,
-        redactor: Redactor | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        secret = reveal(token)
-        if not secret:
-            raise RequestInvalid(SYSTEM, "token: empty dashboard token", field="token")
-        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor, retry=retry, clock=clock)
+    system = SYSTEM
+    empty_token = "empty dashboard token"
 
     async def list_instances(self) -> list[Instance]:
-        payload = await self._read_json(SYSTEM, "GET", "/api/instances", what="dashboard instances")
+        payload = await self._read_json("GET", "/api/instances", what="dashboard instances")
         instances = parse_instances(payload, self.redactor)
         log.info("dashboard.instances", count=len(instances))
         return instances

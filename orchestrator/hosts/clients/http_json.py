@@ -85,7 +85,7 @@ class ExternalReads:
         if sha is None:
             return None
         try:
-            pulls = await gh._get_list(f"/repos/{repo}/commits/{sha}/pulls")
+            pulls: Any = await gh._get(f"/repos/{repo}/commits/{sha}/pulls", want=list)
         except _NotFound:
             pulls = []
         if not pulls:
