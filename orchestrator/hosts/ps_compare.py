@@ -23,7 +23,7 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.hosts.parsers.action_log import Action, last_deploy
 from orchestrator.hosts.parsers.docker_ps import Container
 
 CONFIG_FILES_LABEL = "com.docker.compose.project.config_files"
@@ -97,22 +97,13 @@ def runs_from(c: Container, file: str) -> bool | None:
     return any(f == file or f.endswith("/" + file) for f in files)
 
 
-def last_up_naming(actions: Iterable[Action], service: str) -> Action | None:
-    """The last `compose_up` the action log holds that named `service` (or named no services)."""
-    found = None
-    for a in actions:
-        if a.action == "compose_up" and a.covers(service):
-            found = a
-    return found
-
-
 def on_definition(c: Container, service: str, tag: str, file: str, actions: Sequence[Action]) -> bool | None:
     """Does the running `c` come from `file` at `tag`? False when its label names another file or
     the last up that named it ran another tag; None when docker/ps does not say (no label)."""
     on = runs_from(c, file)
     if not on:
         return on
-    last = last_up_naming(actions, service)
+    last = last_deploy(actions, service)
     if last is not None and last.file == file and last.tag is not None and last.tag != tag:
         return False
     return True

@@ -411,8 +411,3 @@ def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, c
     admitted, rb, table = resume_run(session, run.run_id, checked)
     session.admitted[run.run_id] = admitted
     return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False, kept=kept)
-
-
-__all__ = ["Admitted", "admit", "tier_of", "resume_run", "same_newest_changing_rollout", "prerequisites_hold", "prerequisite_words",
-           "tier_not_busy", "new_rollout", "new_rollback", "retry_run", "rollback_runbook", "admit_rollout",
-           "admit_rollback", "admit_resume", "resume_options"]

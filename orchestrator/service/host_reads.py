@@ -186,6 +186,3 @@ async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, l
             f"Run `orchestrate rollback {host} --replica all` (in the runbook's safe order, one replica serving at every moment), "
             f"or retry {replica} from the new file with {retry}. Nothing was changed."
         )
-
-
-__all__ = ["previous_from_action_log", "place_for_continue", "validate_rollback_targets", "refuse_nothing_to_roll_back", "refuse_alone"]

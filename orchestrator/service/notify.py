@@ -202,6 +202,3 @@ class NotifyProgress:
     def _post(self, event: str, outcome: str | None, text: str) -> None:
         self.notifier.post({"event": event, "run_id": self.run_id, "host": self.host, "kind": self.kind,
                             "tag": self.tag, "state": self._state, "outcome": outcome, "text": text, "url": self.url})
-
-
-__all__ = ["Notifier", "NotifyProgress", "run_page_url", "FLUSH_S", "QUEUE_SIZE", "ATTEMPTS"]

@@ -22,7 +22,6 @@ from orchestrator.service.oncall import kept_options, record_options, refuse_pla
 from orchestrator.service.orphans import superseded_by
 from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
 from orchestrator.service.requests import (
-    INTERRUPTED_EXIT,
     Admitted,
     FleetOutcome,
     FleetRequest,
@@ -36,7 +35,7 @@ from orchestrator.service.runner import execute_stoppable
 from orchestrator.service.session import Session
 from orchestrator.service.signals import parse_soak
 from orchestrator.service.startup import ReadSession
-from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT, OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import UserError
 
 
@@ -205,6 +204,3 @@ def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> Run
             return run
         return None  # the newest unfinished run is another kind of run: admission decides
     return None
-
-
-__all__ = ["Hooks", "rollout", "rollback", "resume", "fleet", "check_fleet_options", "exit_code"]

@@ -82,6 +82,3 @@ def notifier_for(session: Session) -> Notifier:
     """The webhook notifier of ORCHESTRATOR_NOTIFY_URL, its messages scrubbed by the session's redactor."""
     s = session.settings
     return Notifier(s.notify_url.get_secret_value(), s.notify_format, scrub=session.redactor.scrub)
-
-
-__all__ = ["RUNBOOK_IDENTITY", "RUNBOOK_TEXT", "Session", "owner_id", "notifier_for"]

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from orchestrator.hosts.parsers import ParseError
-from orchestrator.hosts.parsers.docker_ps import parse_docker_ps, parse_labels, zombies
+from orchestrator.hosts.parsers.docker_ps import parse_docker_ps, parse_labels
 
 
 def ps_line(**fields):
@@ -41,7 +41,7 @@ def test_zombie_states(state):
     out = "\n".join([ps_line(), ps_line(ID="z1", Names="work-r2-1", State=state, Status="Removal In Progress",
                                         Labels="com.docker.compose.service=r2,com.docker.compose.project=work")])
     containers = parse_docker_ps(out)
-    assert [c.id for c in zombies(containers)] == ["z1"]
+    assert [c.id for c in containers if c.is_zombie] == ["z1"]
     assert containers[1].is_zombie and not containers[1].is_running
     assert not containers[0].is_zombie
 

@@ -89,8 +89,6 @@ from orchestrator.hosts.parsers.docker_ps import Container, parse_docker_ps
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
-__all__ = ["ComposeManagerClient", "ComposeRequest", "StreamOutcome", "validate_file"]
-
 
 class _SentButLost(Exception):
     """Internal: the request may have reached the server, then the connection failed."""

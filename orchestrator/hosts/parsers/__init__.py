@@ -18,6 +18,3 @@ class ParseError(ValueError):
     def __init__(self, message: str, *, line_no: int | None = None) -> None:
         super().__init__(message if line_no is None else f"line {line_no}: {message}")
         self.line_no = line_no
-
-
-__all__ = ["ParseError"]
