@@ -36,9 +36,6 @@ The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes the
   final error says so.
 - `/version`'s top-level fields are the last ATTEMPTED up; `projects.work.current/previous` the
   last successful ones (`VersionInfo`). `status()` tells whether an operation holds the lock.
-
-The request checks and `ComposeRequest` are in compose_manager_request.py, the NDJSON stream's
-reading and judging (`StreamOutcome`) in compose_manager_stream.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Pure parsers (no I/O) for the outputs the orchestrator reads.
-
-- `docker_ps`: `docker ps --format json` (one JSON object per line) -> `Container`s
-- `compose_logs`: `docker compose logs` text -> `LogLine`s
-- `dry_run`: docker compose dry-run lines -> `DryRunResult`
-- `action_log`: compose-manager's attestation report -> `Action`s, `last_deploy`
-
-A parser that cannot make sense of its input raises `ParseError`; the clients turn it into
-`MalformedResponse`.
+"""Pure parsers (no I/O) for the outputs the orchestrator reads. A parser that cannot make sense
+of its input raises `ParseError`; the clients turn it into `MalformedResponse`.
 """
 
 from __future__ import annotations
