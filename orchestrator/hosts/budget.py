@@ -81,10 +81,6 @@ class Budget:
         value = Decimal(percent)
         return cls(text=text if text is not None else f"{value}%", percent=value)
 
-    @property
-    def is_percent(self) -> bool:
-        return self.percent is not None
-
     def resolve(self, available_bytes: int) -> int:
         """Bytes this budget books when `available_bytes` are available at its engine's start."""
         if self.bytes is not None:
@@ -142,19 +138,6 @@ def _unit_hint(unit: str) -> str | None:
     return None
 
 
-def format_size(n_bytes: int, unit: str = "GiB") -> str:
-    """`n_bytes` written exactly in `unit`, the way `parse_budget` reads it: 1.5 TiB -> `1.5TiB`.
-
-    Exact for every integer and unit (a power of 2 or 10 always has a finite decimal expansion).
-    """
-    if unit not in UNITS:
-        raise BudgetError(f"cannot format in unit {unit!r}: use one of {' '.join(UNITS)}")
-    if unit == "B":
-        return str(n_bytes)
-    value = _EXACT.divide(Decimal(n_bytes), Decimal(UNITS[unit]))
-    return f"{value.normalize(_EXACT):f}{unit}"
-
-
 def format_gib(n_bytes: int) -> str:
     """Bytes in GiB with one decimal, for humans: 435939180544 -> `406.0 GiB`."""
     value = _EXACT.divide(Decimal(n_bytes), Decimal(GIB))
@@ -168,11 +151,6 @@ def per_rank_bytes(replica_bytes: int, ranks: int) -> int:
     if replica_bytes < 0:
         raise BudgetError(f"replica budget must not be negative ({replica_bytes} bytes)")
     return replica_bytes // ranks
-
-
-def expected_rank_budget_line(replica_bytes: int, ranks: int) -> str:
-    """The text every rank's startup log must contain: `rank_budget_bytes=108984795136`."""
-    return f"rank_budget_bytes={per_rank_bytes(replica_bytes, ranks)}"
 
 
 def resolve_in_start_order(budgets: Sequence[Budget], available_bytes: int) -> list[int]:

@@ -7,8 +7,9 @@ Duplicate keys in one mapping are refused, as compose refuses them.
 
 What is modelled per service: container name, profiles, `depends_on` (with conditions),
 `stop_grace_period`, `environment`, image. What a file would do to a running project is answered
-by `closure` (what a scoped `up` starts), `orphans_if_applied` (what `up --remove-orphans`
-removes) and `budget_of` (the HiCache budget expression of an engine).
+by `closure` (what a scoped `up` starts) and `budget_of` (the HiCache budget expression of an
+engine); what `up --remove-orphans` removes is every running service the file does not define,
+whatever `services` list the `up` is scoped to.
 
 Interpolation (`resolve_env_value`) follows compose's rules: `$VAR`, `${VAR}`, `${VAR:-d}`
 (unset or empty -> d), `${VAR-d}` (unset -> d), `${VAR:?e}`, `${VAR?e}`, `${VAR:+r}`, `${VAR+r}`,
@@ -298,13 +299,6 @@ class ComposeFile:
     def dependencies_of(self, services: Iterable[str]) -> set[str]:
         requested = _names(services)
         return set(self.closure(requested)) - set(requested)
-
-    def orphans_if_applied(self, running_services: Iterable[str]) -> set[str]:
-        """Running services this file does not define: what `up --remove-orphans` removes.
-
-        Compose removes them whatever `services` list the `up` is scoped to.
-        """
-        return {name for name in _names(running_services) if name not in self.services}
 
     def budget_of(
         self, service: str, var_prefix: str = "SGLANG_HICACHE_RAM_BUDGET"

@@ -69,7 +69,7 @@ async def test_tag_found_on_a_retry_goes_ahead(router):
     done = httpx.Response(200, content=b'{"event":"done","success":true,"exit_code":0}\n')
     route = router.post("/compose/up").mock(side_effect=[error(400, "tag not found: v0.0.300"), done])
     async with ComposeManagerClient(BASE, TOKEN, retry=RetryPolicy.immediate(), clock=FakeClock()) as cm:
-        assert (await cm.up(REQ, ENV)).succeeded
+        assert (await cm.up(REQ, ENV)).status == "success"
     assert route.call_count == 2
 
 
