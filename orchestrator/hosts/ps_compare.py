@@ -82,15 +82,10 @@ def describe_changes(changes: Sequence[ContainerChange]) -> str:
     return ", ".join(str(c) for c in changes)
 
 
-def created_from(c: Container) -> tuple[str, ...]:
-    """The compose files a container was created from (its config_files label), as given."""
-    raw = c.labels.get(CONFIG_FILES_LABEL, "")
-    return tuple(f.strip() for f in raw.split(",") if f.strip())
-
-
 def runs_from(c: Container, file: str) -> bool | None:
-    """Was `c` created from `file` (a path relative to compose-manager's work dir)? None: unknown."""
-    files = created_from(c)
+    """Was `c` created from `file` (a path relative to compose-manager's work dir), by its
+    config_files label? None: unknown (no label)."""
+    files = [f.strip() for f in c.labels.get(CONFIG_FILES_LABEL, "").split(",") if f.strip()]
     if not files:
         return None
     file = file.lstrip("/")

@@ -21,9 +21,6 @@ then fails to match, which stops the caller -- the safe side). `logs()` is the e
 text is returned raw, for the gates to judge; its callers scrub what they show. Pass one shared
 `Redactor` to every client (and to the structlog configuration) to scrub consistently across a run.
 
-Reads (`logs`, `ps`, `version`, `action_log`, `status`, `host_gpu`, `host_cache`) retry transport
-errors and 5xx under the policy (not `ComposeFailed`: docker compose's own refusal repeats).
-
 The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes these rules:
 - `docker/ps` is GET only and lists the running containers of EVERY project: `ps()` filters by
   the `com.docker.compose.project` / `.service` labels here (project None = the default `work`).
@@ -155,13 +152,8 @@ class ComposeManagerClient(HttpSession):
         return _output(payload, "compose/logs")
 
     async def ps(self, project: str | None = None, services: Sequence[str] | None = None) -> list[Container]:
-        """The RUNNING containers of one compose project (None: the default `work`), optionally
-        of some services only.
-
-        `GET /docker/ps` (the only form 8e07c35 serves; POST is 405) lists every project's running
-        containers, exited one-shots excluded; the project/service filter is applied here, by the
-        `com.docker.compose.project` / `.service` labels. `ps_all()` gives the unfiltered list.
-        """
+        """The RUNNING containers (exited one-shots excluded) of one compose project (None: the
+        default `work`), optionally of some services only: `ps_all()` filtered here (module doc)."""
         if project is not None and project != DEFAULT_PROJECT:
             validate_project(project)
         if services is not None:
@@ -175,16 +167,13 @@ class ComposeManagerClient(HttpSession):
         ]
 
     async def ps_all(self) -> list[Container]:
-        """`GET /docker/ps`, parsed: running containers of every project on the host."""
+        """`GET /docker/ps` (POST is 405), parsed: running containers of every project on the host."""
         output = _output(await self._read("GET", "/docker/ps", what="ps"), "docker/ps")
         return _parsed("docker/ps output", parse_docker_ps, output)
 
     async def version(self) -> VersionInfo:
-        """`GET /version` as a `VersionInfo` (still a mapping of the raw answer).
-
-        Top-level `tag/commit/file` = the last ATTEMPTED up; `.project(p).current/.previous` = the
-        last successful ups of project p (None: `work`), the only valid rollback targets.
-        """
+        """`GET /version` as a `VersionInfo`: `.project(p).current/.previous` (the last successful
+        ups) are the only valid rollback targets."""
         return _parsed("version", parse_version, await self._read("GET", "/version", what="version"))
 
     async def status(self) -> InFlight | None:

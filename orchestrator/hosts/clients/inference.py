@@ -218,15 +218,7 @@ class SoakRelayClient(_OpenAIEndpoint):
         except Exception as exc:
             problems.append(f"/v1/models: {self._reason(exc)}")
         try:
-            body = {
-                "model": model,
-                "messages": [{"role": "user", "content": "Reply with the single word: ready"}],
-                "max_tokens": 16,
-                "temperature": 0,
-                "seed": 0,
-                "stream": False,
-            }
-            generation = parse_completion(await self._call("POST", "/v1/chat/completions", json_body=body), self.system).text
+            generation = (await self.prompt(model, "Reply with the single word: ready", max_tokens=16)).text
             if not generation.strip():
                 problems.append("the deterministic generation returned empty output")
         except Exception as exc:

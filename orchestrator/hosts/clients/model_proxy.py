@@ -55,20 +55,21 @@ def split_host(address: str) -> str:
 
 def parse_backends_list(payload: Any, system: str = "model-proxy") -> list[Backend]:
     """The ONE parser of the assumed /backends/list shape (see module doc)."""
+    def bad(what: str) -> MalformedResponse:
+        return MalformedResponse(system, f"/backends/list {what} (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})")
+
     if not isinstance(payload, dict) or not isinstance(payload.get("backends"), list):
         raise MalformedResponse(system, f"/backends/list answer does not have the assumed shape {ASSUMED_BACKENDS_LIST_SHAPE}")
     backends: list[Backend] = []
     for index, item in enumerate(payload["backends"]):
         if not isinstance(item, dict):
-            raise MalformedResponse(system, f"/backends/list backend {index} is not an object (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})")
+            raise bad(f"backend {index} is not an object")
         address = item.get("address")
         healthy = item.get("healthy")
         if not isinstance(address, str) or not address:
-            raise MalformedResponse(system, f"/backends/list backend {index} has no 'address' (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})")
+            raise bad(f"backend {index} has no 'address'")
         if not isinstance(healthy, bool):
-            raise MalformedResponse(
-                system, f"/backends/list backend {address} has no boolean 'healthy' (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})"
-            )
+            raise bad(f"backend {address} has no boolean 'healthy'")
         extra = {k: v for k, v in item.items() if k not in ("address", "healthy")}
         backends.append(Backend(address=address, healthy=healthy, extra=extra))
     return backends

@@ -35,25 +35,14 @@ from dataclasses import dataclass, field
 
 DRY_RUN_MARK = "DRY-RUN"
 
-STATUS_ACTIONS: dict[str, str] = {
-    "created": "created",
-    "creating": "created",
-    "recreated": "recreated",
-    "recreate": "recreated",
-    "recreating": "recreated",
-    "started": "started",
-    "starting": "started",
-    "running": "unchanged",
-    "healthy": "unchanged",
-    "waiting": "unchanged",
-    "exited": "unchanged",
-    "removed": "removed",
-    "removing": "removed",
-    "stopped": "removed",
-    "stopping": "removed",
-    "killed": "removed",
-    "killing": "removed",
-}
+#: a container line's status (lower-cased) -> the action it stands for (module doc)
+STATUS_ACTIONS: dict[str, str] = {status: action for action, statuses in {
+    "created": ("created", "creating"),
+    "recreated": ("recreated", "recreate", "recreating"),
+    "started": ("started", "starting"),
+    "unchanged": ("running", "healthy", "waiting", "exited"),
+    "removed": ("removed", "removing", "stopped", "stopping", "killed", "killing"),
+}.items() for status in statuses}
 
 STRENGTH = {"unchanged": 0, "started": 1, "created": 2, "recreated": 3, "removed": 4}
 
