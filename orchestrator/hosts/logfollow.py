@@ -152,15 +152,11 @@ class LogFollower:
                 continue
             break
 
-        gap_containers: list[str] = []
-        reset_containers: list[str] = []
-        for name, decision in decisions.items():
+        for decision in decisions.values():
             if decision.kind == "grow":  # at max_tail
                 decision.kind = "gap"
-            if decision.kind in ("gap", "reset"):
-                gap_containers.append(name)
-            if decision.kind == "reset":
-                reset_containers.append(name)
+        gap_containers = [name for name, d in decisions.items() if d.kind in ("gap", "reset")]
+        reset_containers = [name for name, d in decisions.items() if d.kind == "reset"]
 
         new: list[LogLine] = []
         position: dict[str, int] = {}

@@ -23,11 +23,6 @@ judged again here against the journal, and the tier lease keeps another run of t
 the window between such a read and the admission.
 
 Admissions are serialised across processes (SQLite's write lock, a PostgreSQL advisory lock).
-
-The runs are made here too: `new_rollout`, `new_rollback` and `retry_run` read and check what
-they need (the runbook, the host, a rollback's targets), then admit; `admit_rollout`,
-`admit_rollback` and `admit_resume` turn a front end's request (the CLI's, the server's) into one
-of them. service/runner.py executes what was admitted.
 """
 
 from __future__ import annotations

@@ -87,10 +87,6 @@ T = TypeVar("T")
 class _SentButLost(Exception):
     """Internal: the request may have reached the server, then the connection failed."""
 
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
 
 def _output(payload: dict[str, Any], route: str) -> str:
     output = payload.get("output")
@@ -253,7 +249,7 @@ class ComposeManagerClient(HttpSession):
                 status=exc.status,
             ) from None
         except _SentButLost as lost:
-            outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost.detail}")
+            outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost}")
         else:
             outcome = await consume_stream(response, on_event, redactor=self.redactor, idle_timeout_s=self.stream_idle_timeout_s)
         outcome_fields = dict(**where, **scope, status=outcome.status, exit_code=outcome.exit_code,
