@@ -140,11 +140,10 @@ class Notifier:
         if self._task is not None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._queue.join(), timeout=flush_s)
-            if self._queue.qsize() or not self._task.done():
-                left = self._queue.qsize()
-                if left:
-                    self.dropped += left
-                    self.log.warning("notifications_not_delivered", count=left, reason=f"not out within {flush_s} s")
+            left = self._queue.qsize()
+            if left:
+                self.dropped += left
+                self.log.warning("notifications_not_delivered", count=left, reason=f"not out within {flush_s} s")
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task

@@ -36,12 +36,11 @@ def dash_router():
         yield r
 
 
-async def test_instance_by_name_and_url_keep_the_env_map_exactly(dash_router):
+async def test_instance_by_name_keeps_the_env_map_exactly(dash_router):
     async with DashboardClient(DASH, DASH_TOKEN, retry=FAST) as dash:
         inst = await dash.instance(name="gpu02")
         assert inst.env == EnvMap(GPU02_ENV) and inst.env.as_body() == GPU02_ENV
         assert inst.id == "1" and inst.github_repo == "nearai/cvm-compose-files"
-        assert (await dash.instance(compose_url="HTTPS://gpu02.cvm.test:8080")).name == "gpu02"
         assert await dash.env_map(name="gpu13") == EnvMap({"ENV": "prod"})
     request = dash_router.routes[0].calls.last.request
     assert request.headers["authorization"] == f"Bearer {DASH_TOKEN}"
@@ -61,10 +60,6 @@ async def test_host_not_found_and_listed_twice_name_the_host(dash_router):
         with pytest.raises(HostListedTwice) as err:
             await dash.instance(name="gpu07")
         assert "gpu07" in str(err.value) and "2 times" in str(err.value)
-        with pytest.raises(HostNotFound):
-            await dash.instance(compose_url="https://nowhere.test:8080")
-        with pytest.raises(RequestInvalid):
-            await dash.instance()
         with pytest.raises(MalformedResponse):
             await dash.env_map(name="gpu99")  # no env_vars at all: the full map is unknown
 

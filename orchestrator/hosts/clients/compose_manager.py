@@ -147,20 +147,12 @@ class ComposeManagerClient(HttpSession):
             raise
         return _output(payload, "compose/logs")
 
-    async def ps(self, project: str | None = None, services: Sequence[str] | None = None) -> list[Container]:
+    async def ps(self, project: str | None = None) -> list[Container]:
         """The RUNNING containers (exited one-shots excluded) of one compose project (None: the
-        default `work`), optionally of some services only: `ps_all()` filtered here (module doc)."""
+        default `work`): `ps_all()` filtered here (module doc)."""
         if project is not None and project != DEFAULT_PROJECT:
             validate_project(project)
-        if services is not None:
-            validate_services(list(services), allow_empty=True)
-        wanted_project = project or DEFAULT_PROJECT
-        wanted = set(services) if services else None
-        return [
-            c
-            for c in await self.ps_all()
-            if c.project == wanted_project and (wanted is None or c.service in wanted)
-        ]
+        return [c for c in await self.ps_all() if c.project == (project or DEFAULT_PROJECT)]
 
     async def ps_all(self) -> list[Container]:
         """`GET /docker/ps` (POST is 405), parsed: running containers of every project on the host."""

@@ -28,15 +28,15 @@ SYSTEM = "http-json"
 
 
 async def get_json(url: str, token: str | None, *, transport: httpx.AsyncBaseTransport | None, redactor: Redactor,
-                   system: str = SYSTEM, params: dict[str, str] | None = None, timeout_s: float = 20) -> Any:
+                   system: str = SYSTEM) -> Any:
     """One GET; the JSON body of a 2xx answer, else the taxonomy's error naming the status."""
     headers = {"Accept": "application/json"}
     if token:
         redactor.add(token)
         headers["Authorization"] = f"Bearer {token}"
-    async with httpx.AsyncClient(verify=shared_context(), transport=transport, timeout=httpx.Timeout(timeout_s)) as http:
+    async with httpx.AsyncClient(verify=shared_context(), transport=transport, timeout=httpx.Timeout(20)) as http:
         try:
-            response = await http.get(url, headers=headers, params=params)
+            response = await http.get(url, headers=headers)
         except httpx.HTTPError as exc:
             raise transport_error(system, exc, redactor) from None
     if not response.is_success:

@@ -2,11 +2,8 @@
 
 Line shape: ` ✔ DRY-RUN MODE -  Container <name>  <Status>  0.0s` (the duration may be missing).
 
-Status -> action:
-  Created/Creating -> created; Recreated/Recreate/Recreating -> recreated;
-  Started/Starting -> started; Running/Healthy/Waiting/Exited -> unchanged (states, not actions;
-  `Exited` is what a finished one-shot such as model-downloader reports);
-  Removed/Removing/Stopped/Stopping/Killed/Killing -> removed.
+Status -> action: `STATUS_ACTIONS`. Running/Healthy/Waiting/Exited are states, not actions: they
+read as unchanged (`Exited` is what a finished one-shot such as model-downloader reports).
 
 Container name -> service: with `container_name` (always the service key in these repos) the name
 is the service. When `project` is given and the name starts with `<project>-` (or v1's
@@ -35,7 +32,6 @@ from dataclasses import dataclass, field
 
 DRY_RUN_MARK = "DRY-RUN"
 
-#: a container line's status (lower-cased) -> the action it stands for (module doc)
 STATUS_ACTIONS: dict[str, str] = {status: action for action, statuses in {
     "created": ("created", "creating"),
     "recreated": ("recreated", "recreate", "recreating"),
