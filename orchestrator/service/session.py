@@ -56,8 +56,7 @@ class Session:
     @classmethod
     def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> Session:
         inventory = load_inventory(settings.inventory_path())
-        redactor = Redactor()
-        redactor.add(*settings.tokens())
+        redactor = Redactor(*settings.tokens())
         journal = open_journal_for(settings)  # a bad location: one UserError line
         if clock is None:
             clock = clock_for(inventory.urls())
