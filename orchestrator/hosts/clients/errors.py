@@ -175,9 +175,7 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
         fix = f" (check {TOKEN_VARIABLES[system]})" if system in TOKEN_VARIABLES else ""
         return Unauthorized(system, f"HTTP {status} unauthorized: {shown}{fix}", status=status)
     if status == 409:
-        in_flight = ""
-        if text and "in progress:" in text:
-            in_flight = text.split("in progress:", 1)[1].strip()
+        in_flight = text.split("in progress:", 1)[1].strip() if text and "in progress:" in text else ""
         return Busy(system, f"HTTP 409 busy: {shown}", in_flight=in_flight)
     if status == 400 and text is not None:
         lowered = text.lower()

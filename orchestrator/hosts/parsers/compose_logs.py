@@ -50,9 +50,4 @@ def parse_compose_line(line: str) -> LogLine | None:
 
 
 def parse_compose_logs(text: str) -> list[LogLine]:
-    out: list[LogLine] = []
-    for line in text.split("\n"):
-        parsed = parse_compose_line(line)
-        if parsed is not None:
-            out.append(parsed)
-    return out
+    return [parsed for parsed in map(parse_compose_line, text.split("\n")) if parsed is not None]
