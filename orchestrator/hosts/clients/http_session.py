@@ -71,11 +71,11 @@ class HttpSession:
             timeout=httpx.Timeout(self.timeout_s), headers=headers,
         )
 
-    async def _send(self, method: str, path: str, *, json_body: Any = None,
-                    params: dict[str, str] | None = None) -> httpx.Response:
+    async def request(self, method: str, path: str, *, json_body: Any = None, params: dict[str, str] | None = None,
+                      headers: dict[str, str] | None = None) -> httpx.Response:
         """One request: its 2xx answer, else the taxonomy's error (a transport failure's too)."""
         try:
-            response = await self._http.request(method, path, json=json_body, params=params)
+            response = await self._http.request(method, path, json=json_body, params=params, headers=headers)
         except httpx.HTTPError as exc:
             raise transport_error(self.system, exc, self.redactor) from None
         if not response.is_success:
@@ -88,7 +88,7 @@ class HttpSession:
         whose errors are retried like the status's), else the error taxonomy's error. `what`
         names the call in log events (default: the system and the path)."""
         async def attempt() -> Any:
-            response = await self._send(method, path, json_body=json_body, params=params)
+            response = await self.request(method, path, json_body=json_body, params=params)
             payload = parse_json(self.system, response, self.redactor)
             return check(payload) if check is not None else payload
 

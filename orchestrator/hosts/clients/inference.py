@@ -124,7 +124,7 @@ class _OpenAIEndpoint(HttpSession):
     async def _call(self, method: str, route: str, *, json_body: Any = None, want_json: bool = True) -> Any:
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await self._send(method, route, json_body=json_body)
+                response = await self.request(method, route, json_body=json_body)
         except TimeoutError:
             raise TransportError(self.system, f"{method} {route}: no answer within {self.timeout_s:g} s") from None
         return parse_json(self.system, response, self.redactor) if want_json else response
