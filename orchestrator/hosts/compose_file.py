@@ -336,11 +336,14 @@ def _service(file: str, name: str, body: Any) -> ServiceDef:
     where = f"compose file {file}, service {name}"
     if not isinstance(body, dict):
         raise ComposeFileError(f"{where}: the service is not a mapping")
-    grace = body.get("stop_grace_period")
+    container_name = _optional_str(where, "container_name", body.get("container_name"))
+    grace, profiles = body.get("stop_grace_period"), body.get("profiles")
+    if profiles is not None and not isinstance(profiles, list):
+        raise ComposeFileError(f"{where}: profiles must be a list")
     return ServiceDef(
         name=name,
-        container_name=_optional_str(where, "container_name", body.get("container_name")),
-        profiles=tuple(str(p) for p in _list(where, "profiles", body.get("profiles"))),
+        container_name=container_name,
+        profiles=tuple(str(p) for p in profiles or []),
         depends_on=_depends_on(where, body.get("depends_on")),
         stop_grace_period_s=None if grace is None else _grace(where, grace),
         environment=_environment(where, body.get("environment")),
@@ -353,14 +356,6 @@ def _optional_str(where: str, key: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise ComposeFileError(f"{where}: {key} must be a string")
-
-
-def _list(where: str, key: str, value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ComposeFileError(f"{where}: {key} must be a list")
-    return value
 
 
 def _depends_on(where: str, value: Any) -> dict[str, str]:
