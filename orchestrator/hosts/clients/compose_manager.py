@@ -76,7 +76,6 @@ from orchestrator.hosts.parsers.compose_manager_reads import (
     parse_host_cache,
     parse_host_gpu,
     parse_status,
-    parse_version,
 )
 from orchestrator.hosts.parsers.docker_ps import Container, parse_docker_ps
 
@@ -162,7 +161,7 @@ class ComposeManagerClient(HttpSession):
     async def version(self) -> VersionInfo:
         """`GET /version` as a `VersionInfo`: `.project(p).current/.previous` (the last successful
         ups) are the only valid rollback targets."""
-        return _parsed("version", parse_version, await self._read("GET", "/version", what="version"))
+        return _parsed("version", VersionInfo, await self._read("GET", "/version", what="version"))
 
     async def status(self) -> InFlight | None:
         """The mutating operation holding the host's lock (`GET /status`), or None when idle.

@@ -106,10 +106,6 @@ class VersionInfo(dict[str, Any]):
         return self.projects.get(name or DEFAULT_PROJECT, ProjectVersions())
 
 
-def parse_version(payload: Mapping[str, Any]) -> VersionInfo:
-    return VersionInfo(payload)
-
-
 @dataclass(frozen=True)
 class InFlight:
     """The mutating operation holding compose-manager's lock (`GET /status` -> `in_flight`)."""

@@ -18,7 +18,6 @@ from orchestrator.hosts.parsers import ParseError
 SERVICE_LABEL = "com.docker.compose.service"
 PROJECT_LABEL = "com.docker.compose.project"
 
-ZOMBIE_STATES = frozenset({"removing", "dead"})
 
 
 @dataclass(frozen=True)
@@ -41,11 +40,6 @@ class Container:
     @property
     def restarting(self) -> bool:
         return self.state == "restarting" or self.status.startswith("Restarting")
-
-    @property
-    def is_zombie(self) -> bool:
-        """A container a down failed to remove: listed as `removing` or `dead`."""
-        return self.state in ZOMBIE_STATES
 
     @property
     def is_running(self) -> bool:
