@@ -107,7 +107,7 @@ class LastPollWindowFollower(LogFollower):
     new lines (and the tail that last resolved a grow), not from the most of the last three polls."""
 
     def _next_tail(self) -> int:
-        new, grown = self._c.history[-1]
+        new, grown = self._history[-1]
         wanted = max(2 * new + self.min_overlap, grown)
         return max(self.min_tail, min(self.max_tail, wanted))
 

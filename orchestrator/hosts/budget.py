@@ -81,10 +81,6 @@ class Budget:
         value = Decimal(percent)
         return cls(text=text if text is not None else f"{value}%", percent=value)
 
-    @property
-    def is_percent(self) -> bool:
-        return self.percent is not None
-
     def resolve(self, available_bytes: int) -> int:
         """Bytes this budget books when `available_bytes` are available at its engine's start."""
         if self.bytes is not None:
@@ -120,9 +116,10 @@ def parse_budget(text: str) -> Budget:
             raise BudgetError(f"budget {text!r} is over 100%: a percentage is at most 100%")
         return Budget(text=text, percent=number)
     if unit not in UNITS:
-        hint = _unit_hint(unit)
-        if hint:
-            raise BudgetError(f"budget {text!r}: {hint}")
+        spelled = next((u for u in UNITS if u.lower() == unit.lower()), None)
+        if spelled is not None:  # a unit written in the wrong case: say how it is spelled
+            raise BudgetError(f"budget {text!r}: unit {unit!r} is spelled {spelled!r} "
+                              f"(units are case-sensitive: {' '.join(UNITS)})")
         raise BudgetError(f"budget {text!r} is not understood: {_EXAMPLES}")
     value = _EXACT.multiply(number, Decimal(UNITS[unit]))
     if value != value.to_integral_value():
@@ -131,28 +128,6 @@ def parse_budget(text: str) -> Budget:
             f"write it in a smaller unit or in bytes"
         )
     return Budget(text=text, bytes=int(value))
-
-
-def _unit_hint(unit: str) -> str | None:
-    """How to spell a unit written in the wrong case; None when it is no unit at all."""
-    for spelled in UNITS:
-        if unit.lower() == spelled.lower():
-            known = " ".join(UNITS)
-            return f"unit {unit!r} is spelled {spelled!r} (units are case-sensitive: {known})"
-    return None
-
-
-def format_size(n_bytes: int, unit: str = "GiB") -> str:
-    """`n_bytes` written exactly in `unit`, the way `parse_budget` reads it: 1.5 TiB -> `1.5TiB`.
-
-    Exact for every integer and unit (a power of 2 or 10 always has a finite decimal expansion).
-    """
-    if unit not in UNITS:
-        raise BudgetError(f"cannot format in unit {unit!r}: use one of {' '.join(UNITS)}")
-    if unit == "B":
-        return str(n_bytes)
-    value = _EXACT.divide(Decimal(n_bytes), Decimal(UNITS[unit]))
-    return f"{value.normalize(_EXACT):f}{unit}"
 
 
 def format_gib(n_bytes: int) -> str:
@@ -168,11 +143,6 @@ def per_rank_bytes(replica_bytes: int, ranks: int) -> int:
     if replica_bytes < 0:
         raise BudgetError(f"replica budget must not be negative ({replica_bytes} bytes)")
     return replica_bytes // ranks
-
-
-def expected_rank_budget_line(replica_bytes: int, ranks: int) -> str:
-    """The text every rank's startup log must contain: `rank_budget_bytes=108984795136`."""
-    return f"rank_budget_bytes={per_rank_bytes(replica_bytes, ranks)}"
 
 
 def resolve_in_start_order(budgets: Sequence[Budget], available_bytes: int) -> list[int]:
@@ -253,8 +223,9 @@ def check_fit(
             f"(a single-replica percentage applied to {len(percents)} replicas)"
         )
     if total > usable:
+        books = "1 replica's budget books" if len(budgets) == 1 else f"{len(budgets)} replicas' budgets book"
         problems.append(
-            f"double-booking: {_replicas_book(len(budgets))} {format_gib(total)}, more than the "
+            f"double-booking: {books} {format_gib(total)}, more than the "
             f"{format_gib(max(usable, 0))} left of {format_gib(available_bytes)} available after "
             f"the {format_gib(reserve_bytes)} reserve ({format_gib(-headroom)} over): "
             f"the engine started last fails at startup"
@@ -274,10 +245,6 @@ def check_fit(
         problems=problems,
         double_booking=percent_sum > 100 or total > usable,
     )
-
-
-def _replicas_book(count: int) -> str:
-    return "1 replica's budget books" if count == 1 else f"{count} replicas' budgets book"
 
 
 def _require_non_negative(**values: int) -> None:

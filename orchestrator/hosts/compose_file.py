@@ -7,8 +7,9 @@ Duplicate keys in one mapping are refused, as compose refuses them.
 
 What is modelled per service: container name, profiles, `depends_on` (with conditions),
 `stop_grace_period`, `environment`, image. What a file would do to a running project is answered
-by `closure` (what a scoped `up` starts), `orphans_if_applied` (what `up --remove-orphans`
-removes) and `budget_of` (the HiCache budget expression of an engine).
+by `closure` (what a scoped `up` starts) and `budget_of` (the HiCache budget expression of an
+engine); what `up --remove-orphans` removes is every running service the file does not define,
+whatever `services` list the `up` is scoped to.
 
 Interpolation (`resolve_env_value`) follows compose's rules: `$VAR`, `${VAR}`, `${VAR:-d}`
 (unset or empty -> d), `${VAR-d}` (unset -> d), `${VAR:?e}`, `${VAR?e}`, `${VAR:+r}`, `${VAR+r}`,
@@ -299,13 +300,6 @@ class ComposeFile:
         requested = _names(services)
         return set(self.closure(requested)) - set(requested)
 
-    def orphans_if_applied(self, running_services: Iterable[str]) -> set[str]:
-        """Running services this file does not define: what `up --remove-orphans` removes.
-
-        Compose removes them whatever `services` list the `up` is scoped to.
-        """
-        return {name for name in _names(running_services) if name not in self.services}
-
     def budget_of(
         self, service: str, var_prefix: str = "SGLANG_HICACHE_RAM_BUDGET"
     ) -> BudgetExpr | None:
@@ -342,11 +336,14 @@ def _service(file: str, name: str, body: Any) -> ServiceDef:
     where = f"compose file {file}, service {name}"
     if not isinstance(body, dict):
         raise ComposeFileError(f"{where}: the service is not a mapping")
-    grace = body.get("stop_grace_period")
+    container_name = _optional_str(where, "container_name", body.get("container_name"))
+    grace, profiles = body.get("stop_grace_period"), body.get("profiles")
+    if profiles is not None and not isinstance(profiles, list):
+        raise ComposeFileError(f"{where}: profiles must be a list")
     return ServiceDef(
         name=name,
-        container_name=_optional_str(where, "container_name", body.get("container_name")),
-        profiles=tuple(str(p) for p in _list(where, "profiles", body.get("profiles"))),
+        container_name=container_name,
+        profiles=tuple(str(p) for p in profiles or []),
         depends_on=_depends_on(where, body.get("depends_on")),
         stop_grace_period_s=None if grace is None else _grace(where, grace),
         environment=_environment(where, body.get("environment")),
@@ -359,14 +356,6 @@ def _optional_str(where: str, key: str, value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise ComposeFileError(f"{where}: {key} must be a string")
-
-
-def _list(where: str, key: str, value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ComposeFileError(f"{where}: {key} must be a list")
-    return value
 
 
 def _depends_on(where: str, value: Any) -> dict[str, str]:

@@ -212,10 +212,8 @@ class EnvMap(Mapping[str, str]):
         """A digest of keys *and* values: a dry run is valid only for the env map it was sent
         with. Salted with a fixed label and covering the whole map (credentials included), so it
         reveals nothing about any one value."""
-        h = hashlib.sha256(b"orchestrator-env-v1\0")
-        for k in sorted(self._data):
-            h.update(k.encode() + b"=" + self._data[k].encode() + b"\0")
-        return h.hexdigest()[:32]
+        entries = b"".join(k.encode() + b"=" + self._data[k].encode() + b"\0" for k in sorted(self._data))
+        return hashlib.sha256(b"orchestrator-env-v1\0" + entries).hexdigest()[:32]
 
     def masked_credentials(self, *, secret_keys: Iterable[str] = ()) -> list[str]:
         """Keys whose value was copied from a redacted view and must never be deployed: a mask
@@ -235,11 +233,7 @@ class EnvMap(Mapping[str, str]):
 
     def keys_fingerprint(self) -> str:
         """sha256 over the sorted key names only (safe to journal; detects added/removed keys)."""
-        digest = hashlib.sha256()
-        for key in sorted(self._data):
-            digest.update(key.encode())
-            digest.update(b"\n")
-        return digest.hexdigest()
+        return hashlib.sha256("".join(f"{key}\n" for key in sorted(self._data)).encode()).hexdigest()
 
     def describe(self) -> str:
         """`<env map: N keys>`: the form request bodies take in logs and the journal."""

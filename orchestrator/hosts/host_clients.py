@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -60,28 +61,18 @@ def build_host_clients(
     retry: RetryPolicy | None = None,
     clock: Clock | None = None,
 ) -> HostClients:
+    common: dict[str, Any] = dict(transport=transport, retry=retry, clock=clock)
+
     def relay_factory(url: str, token: str) -> SoakRelayClient:
         return SoakRelayClient(url, token, transport=transport, redactor=redactor)
 
-    github = GitHubClient(settings.github_api_url, settings.github_token, transport=transport, retry=retry,
-                          redactor=redactor, clock=clock)
+    github = GitHubClient(settings.github_api_url, settings.github_token, redactor=redactor, **common)
     return HostClients(
-        compose=ComposeManagerClient(
-            str(entry.compose_manager_url).rstrip("/"),
-            settings.compose_manager_token,
-            transport=transport,
-            retry=retry,
-            redactor=redactor,
-            clock=clock,
-        ),
-        dashboard=DashboardClient(str(inventory.dashboard_url).rstrip("/"), settings.dashboard_token,
-                                  transport=transport, retry=retry, clock=clock),
-        peers=[
-            ModelProxyClient(name, str(url).rstrip("/"), settings.model_proxy_token, transport=transport, retry=retry, clock=clock)
-            for name, url in inventory.model_proxy_peers.items()
-        ],
-        inference=InferenceClient(str(entry.inference_endpoint).rstrip("/"), settings.inference_token,
-                                  transport=transport, redactor=redactor),
+        compose=ComposeManagerClient(str(entry.compose_manager_url), settings.compose_manager_token, redactor=redactor, **common),
+        dashboard=DashboardClient(str(inventory.dashboard_url), settings.dashboard_token, **common),
+        peers=[ModelProxyClient(name, str(url), settings.model_proxy_token, **common)
+               for name, url in inventory.model_proxy_peers.items()],
+        inference=InferenceClient(str(entry.inference_endpoint), settings.inference_token, transport=transport, redactor=redactor),
         relay_factory=relay_factory,
         github=github,
         addresses={name: h.model_proxy_address for name, h in inventory.hosts.items()},

@@ -38,17 +38,12 @@ class LogGate:
     result: LogGateResult = field(default_factory=LogGateResult)
 
     def __post_init__(self) -> None:
-        self.required_per_rank = [self._fill(p) for p in self.required_per_rank]
-        if self.expected_rank_budget is None:
-            # A rollback target (the previous engine) is checked for its ready line and the failure
-            # signs only: its own budget and HiCache milestones are not this runbook's to judge.
-            self.required_per_rank = []
+        # A rollback target (the previous engine, no expected budget) is checked for its ready line
+        # and the failure signs only: its own budget and HiCache milestones are not this runbook's to judge.
+        budget = self.expected_rank_budget
+        self.required_per_rank = ([p.replace("{rank_budget_bytes}", str(budget)) for p in self.required_per_rank]
+                                  if budget is not None else [])
         self.seen = {p: set() for p in self.required_per_rank}
-
-    def _fill(self, pattern: str) -> str:
-        if "{rank_budget_bytes}" in pattern:
-            return pattern.replace("{rank_budget_bytes}", str(self.expected_rank_budget) if self.expected_rank_budget is not None else "")
-        return pattern
 
     @property
     def done(self) -> bool:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orchestrator.hosts.parsers.compose_logs import LogLine, parse_compose_logs
 
@@ -74,20 +74,6 @@ class _Decision:
     resolved_exactly: bool = False
 
 
-@dataclass
-class _Counters:
-    polls: int = 0
-    fetches: int = 0
-    total_bytes: int = 0
-    total_lines_fetched: int = 0
-    total_new_lines: int = 0
-    gaps: int = 0
-    resets: int = 0
-    probes: int = 0
-    probe_bytes: int = 0
-    history: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=3))
-
-
 class LogFollower:
     def __init__(
         self,
@@ -114,49 +100,15 @@ class LogFollower:
         self.tail = initial_tail
         self._tracks: dict[str, _Track] = {}
         self._polled = False
-        self._c = _Counters()
-
-    # ------------------------------------------------------------------ counters
-
-    @property
-    def total_bytes(self) -> int:
-        return self._c.total_bytes
-
-    @property
-    def total_lines_fetched(self) -> int:
-        return self._c.total_lines_fetched
-
-    @property
-    def total_new_lines(self) -> int:
-        return self._c.total_new_lines
-
-    @property
-    def gaps(self) -> int:
-        return self._c.gaps
-
-    @property
-    def resets(self) -> int:
-        return self._c.resets
-
-    @property
-    def polls(self) -> int:
-        return self._c.polls
-
-    @property
-    def fetches(self) -> int:
-        return self._c.fetches
-
-    @property
-    def probes(self) -> int:
-        return self._c.probes
-
-    @property
-    def probe_bytes(self) -> int:
-        return self._c.probe_bytes
+        # counters since the follower was made (a probe's bytes count in `total_bytes` too)
+        self.polls = self.fetches = self.total_bytes = self.total_lines_fetched = self.total_new_lines = 0
+        self.gaps = self.resets = self.probes = self.probe_bytes = 0
+        #: (most new lines of one container, the tail a grown poll needed or 0) of the last polls
+        self._history: deque[tuple[int, int]] = deque(maxlen=3)
 
     @property
     def bytes_per_new_line(self) -> float | None:
-        return self._c.total_bytes / self._c.total_new_lines if self._c.total_new_lines else None
+        return self.total_bytes / self.total_new_lines if self.total_new_lines else None
 
     # ------------------------------------------------------------------ probing
 
@@ -168,10 +120,9 @@ class LogFollower:
         the next poll still yields it. Its bytes count in `total_bytes` (and `probe_bytes`)."""
         text = await self._fetch(1)
         size = len(text.encode("utf-8", "replace"))
-        c = self._c
-        c.probes += 1
-        c.probe_bytes += size
-        c.total_bytes += size
+        self.probes += 1
+        self.probe_bytes += size
+        self.total_bytes += size
         lines = parse_compose_logs(text)
         if not self._polled:
             return bool(lines)
@@ -201,15 +152,11 @@ class LogFollower:
                 continue
             break
 
-        gap_containers: list[str] = []
-        reset_containers: list[str] = []
-        for name, decision in decisions.items():
+        for decision in decisions.values():
             if decision.kind == "grow":  # at max_tail
                 decision.kind = "gap"
-            if decision.kind in ("gap", "reset"):
-                gap_containers.append(name)
-            if decision.kind == "reset":
-                reset_containers.append(name)
+        gap_containers = [name for name, d in decisions.items() if d.kind in ("gap", "reset")]
+        reset_containers = [name for name, d in decisions.items() if d.kind == "reset"]
 
         new: list[LogLine] = []
         position: dict[str, int] = {}
@@ -224,11 +171,9 @@ class LogFollower:
             decision = decisions[name]
             fresh = texts[decision.start :]
             most_new = max(most_new, len(fresh))
-            track = self._tracks.get(name)
-            if track is None:
-                track = self._tracks[name] = _Track(seen=deque(maxlen=self.keep_lines))
-                track.exact = len(texts) < tail
-                track.count = 0
+            if name not in self._tracks:
+                self._tracks[name] = _Track(deque(maxlen=self.keep_lines), exact=len(texts) < tail)
+            track = self._tracks[name]
             if decision.kind == "ok":
                 track.seen.extend(fresh)
                 track.count += len(fresh)
@@ -246,15 +191,14 @@ class LogFollower:
                     track.count += len(fresh)
 
         gap = bool(gap_containers)
-        c = self._c
-        c.polls += 1
-        c.fetches += fetches
-        c.total_bytes += fetched_bytes
-        c.total_lines_fetched += fetched_lines
-        c.total_new_lines += len(new)
-        c.gaps += int(gap)
-        c.resets += len(reset_containers)
-        c.history.append((most_new, tail if fetches > 1 else 0))
+        self.polls += 1
+        self.fetches += fetches
+        self.total_bytes += fetched_bytes
+        self.total_lines_fetched += fetched_lines
+        self.total_new_lines += len(new)
+        self.gaps += int(gap)
+        self.resets += len(reset_containers)
+        self._history.append((most_new, tail if fetches > 1 else 0))
         self._polled = True
         self.tail = self._next_tail()
         return FollowBatch(
@@ -269,8 +213,8 @@ class LogFollower:
         )
 
     def _next_tail(self) -> int:
-        recent_new = max(n for n, _ in self._c.history)
-        grown = max(t for _, t in self._c.history)
+        recent_new = max(n for n, _ in self._history)
+        grown = max(t for _, t in self._history)
         wanted = max(2 * recent_new + self.min_overlap, grown)
         return max(self.min_tail, min(self.max_tail, wanted))
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.hosts.parsers.action_log import Action
+from orchestrator.hosts.parsers.action_log import Action, last_deploy
 from orchestrator.hosts.parsers.docker_ps import Container
 
 CONFIG_FILES_LABEL = "com.docker.compose.project.config_files"
@@ -82,28 +82,14 @@ def describe_changes(changes: Sequence[ContainerChange]) -> str:
     return ", ".join(str(c) for c in changes)
 
 
-def created_from(c: Container) -> tuple[str, ...]:
-    """The compose files a container was created from (its config_files label), as given."""
-    raw = c.labels.get(CONFIG_FILES_LABEL, "")
-    return tuple(f.strip() for f in raw.split(",") if f.strip())
-
-
 def runs_from(c: Container, file: str) -> bool | None:
-    """Was `c` created from `file` (a path relative to compose-manager's work dir)? None: unknown."""
-    files = created_from(c)
+    """Was `c` created from `file` (a path relative to compose-manager's work dir), by its
+    config_files label? None: unknown (no label)."""
+    files = [f.strip() for f in c.labels.get(CONFIG_FILES_LABEL, "").split(",") if f.strip()]
     if not files:
         return None
     file = file.lstrip("/")
     return any(f == file or f.endswith("/" + file) for f in files)
-
-
-def last_up_naming(actions: Iterable[Action], service: str) -> Action | None:
-    """The last `compose_up` the action log holds that named `service` (or named no services)."""
-    found = None
-    for a in actions:
-        if a.action == "compose_up" and a.covers(service):
-            found = a
-    return found
 
 
 def on_definition(c: Container, service: str, tag: str, file: str, actions: Sequence[Action]) -> bool | None:
@@ -112,7 +98,7 @@ def on_definition(c: Container, service: str, tag: str, file: str, actions: Sequ
     on = runs_from(c, file)
     if not on:
         return on
-    last = last_up_naming(actions, service)
+    last = last_deploy(actions, service)
     if last is not None and last.file == file and last.tag is not None and last.tag != tag:
         return False
     return True

@@ -23,11 +23,6 @@ judged again here against the journal, and the tier lease keeps another run of t
 the window between such a read and the admission.
 
 Admissions are serialised across processes (SQLite's write lock, a PostgreSQL advisory lock).
-
-The runs are made here too: `new_rollout`, `new_rollback` and `retry_run` read and check what
-they need (the runbook, the host, a rollback's targets), then admit; `admit_rollout`,
-`admit_rollback` and `admit_resume` turn a front end's request (the CLI's, the server's) into one
-of them. service/runner.py executes what was admitted.
 """
 
 from __future__ import annotations
@@ -141,7 +136,8 @@ def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] =
         raise Refused(f"{exc.host} has run {exc.run_id} in flight ({describe_owner(exc.owner)}): one host of the "
                       f"tier ({', '.join(rb.hosts)}) at a time, so {host} is not taken out of it now; {what}. "
                       f"Let that run end, then try again") from None
-    return Admitted(run, lease, took_over, tier)
+    got = session.admitted[run.run_id] = Admitted(run, lease, took_over, tier)  # the lease `execute` runs under
+    return got
 
 
 # --------------------------------------------------------------------------- the doors' checks
@@ -255,7 +251,6 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     got = admit(session, host=host, rb=rb, checks=checks, after=after,
                           create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
                                       context=ctx.to_json()))
-    session.admitted[got.run.run_id] = got
     return got.run, rb, table
 
 
@@ -281,7 +276,6 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
     got = admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)],
                           create=dict(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
                                       context=ctx.to_json(), parent_run_id=run.run_id))
-    session.admitted[got.run.run_id] = got
     return got.run, rb, table
 
 
@@ -339,7 +333,6 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
                                   same_newest_changing_rollout(session, host, last)],
                           create=dict(host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
                                       context=ctx.to_json(), parent_run_id=last.run_id if last else None))
-    session.admitted[got.run.run_id] = got
     return got.run, rb, table
 
 
@@ -409,10 +402,4 @@ def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, c
         new_run, rb, table = retry_run(session, run)
         return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True, kept=kept)
     admitted, rb, table = resume_run(session, run.run_id, checked)
-    session.admitted[run.run_id] = admitted
     return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False, kept=kept)
-
-
-__all__ = ["Admitted", "admit", "tier_of", "resume_run", "same_newest_changing_rollout", "prerequisites_hold", "prerequisite_words",
-           "tier_not_busy", "new_rollout", "new_rollback", "retry_run", "rollback_runbook", "admit_rollout",
-           "admit_rollback", "admit_resume", "resume_options"]

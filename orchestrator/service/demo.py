@@ -14,6 +14,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,8 +199,7 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
     with SimFleet(config) as fleet:
         settings = demo_settings(fleet, state_dir)
         clock = ScaledClock(speed)
-        session = Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))
-        try:
+        with closing(Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))) as session:
             if console is not None:
                 console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); runbook {target.runbook} at "
                               f"{target.tag}; faults: {', '.join(faults) or 'none'}")
@@ -229,8 +229,6 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
                     console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
                 final = result.runs[-1] if result.runs else final  # the fleet stops at its first run not DONE
                 outcome = result.outcome
-        finally:
-            session.close()
         violations = fleet.check_invariants()
         if console is not None:
             console.print(f"journal: {settings.journal_location()}")

@@ -1,7 +1,6 @@
 """The read-only host reads made before a run is admitted: where the host stands in the runbook
-(`rollout --continue`), whether a rollback's targets are usable (dry runs), whether a rollback
-has anything to do or would stop an engine of another replica, and the previous deploys in
-compose-manager's action log.
+(`rollout --continue`), whether a rollback's targets are usable (dry runs), and whether a rollback
+has anything to do or would stop an engine of another replica.
 
 Advisory only: what they found is judged again by the admission transaction (service/admission.py).
 """
@@ -11,7 +10,7 @@ from __future__ import annotations
 from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.rules import host_state
 from orchestrator.engine.rules.foreign_change import refuse_foreign_part_way
-from orchestrator.engine.rules.targets import group_targets, newest_successful, wrong_target
+from orchestrator.engine.rules.targets import group_targets, wrong_target
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, validate_file
 from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import BadRequest, RequestInvalid, TagNotFound, TagTooRecent
@@ -25,27 +24,6 @@ from orchestrator.service.refusals import _require_earlier_phases_passed
 from orchestrator.service.run_info import check_tag
 from orchestrator.service.session import Session, _compose_client
 from orchestrator.util.user_errors import Refused, UserError
-
-
-async def previous_from_action_log(session: Session, host: str, rb: Runbook) -> dict[str, dict[str, str]]:
-    """With no journal: for each service, the newest successful deploy before the current one.
-
-    Success comes from compose-manager's record (`/version` projects.<p>.current/previous, written
-    only after an up succeeded); the action log says which services each up named (it logs every
-    attempt, failed ones too)."""
-    entry = session.inventory.host(host)
-    async with _compose_client(session, entry) as cm:
-        actions = await cm.action_log()
-        version = await cm.version()
-    proj = version.project(entry.project)
-    current = {(proj.current.tag, proj.current.file)} if proj.current else set()
-    earlier = {(proj.previous.tag, proj.previous.file)} if proj.previous else set()
-    out: dict[str, dict[str, str]] = {}
-    for service in rb.previous_refs():
-        act = newest_successful(actions, service, earlier - current)
-        if act is not None:
-            out[service] = {"tag": act.tag or "", "file": act.file or "", "commit": act.commit or ""}
-    return out
 
 
 async def _env_map(session: Session, host: str, entry: HostEntry, *identifiers: str) -> EnvMap:
@@ -186,6 +164,3 @@ async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, l
             f"Run `orchestrate rollback {host} --replica all` (in the runbook's safe order, one replica serving at every moment), "
             f"or retry {replica} from the new file with {retry}. Nothing was changed."
         )
-
-
-__all__ = ["previous_from_action_log", "place_for_continue", "validate_rollback_targets", "refuse_nothing_to_roll_back", "refuse_alone"]

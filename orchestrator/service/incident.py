@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from orchestrator.service.session import Session
     from orchestrator.util.settings import Settings
 
-EXPLICIT = targets.EXPLICIT
-
 
 def journal_description(settings: Settings) -> str:
     """Which journal this machine reads, never quoting a database URL (it may hold a password)."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 import structlog
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 #: Messages waiting for delivery; beyond this a new message is dropped (and logged), never waited for.
 QUEUE_SIZE = 64
@@ -49,10 +49,6 @@ _OUTCOME_MARK = {"DONE": ":white_check_mark:", "ROLLED_BACK": ":leftwards_arrow_
 
 class _Retryable(Exception):
     """A 429 or 5xx answer: worth another attempt."""
-
-
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, (_Retryable, httpx.TransportError))
 
 
 def run_page_url(public_url: str, run_id: str) -> str | None:
@@ -112,7 +108,7 @@ class Notifier:
         body = self.body(message)
         async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
                                            wait=wait_exponential(multiplier=self.backoff_s, max=8.0),
-                                           retry=retry_if_exception(_retryable), reraise=True):
+                                           retry=retry_if_exception_type((_Retryable, httpx.TransportError)), reraise=True):
             with attempt:
                 r = await self._client.post(self.url, json=body)
                 if r.status_code == 429 or r.status_code >= 500:
@@ -140,11 +136,10 @@ class Notifier:
         if self._task is not None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._queue.join(), timeout=flush_s)
-            if self._queue.qsize() or not self._task.done():
-                left = self._queue.qsize()
-                if left:
-                    self.dropped += left
-                    self.log.warning("notifications_not_delivered", count=left, reason=f"not out within {flush_s} s")
+            left = self._queue.qsize()
+            if left:
+                self.dropped += left
+                self.log.warning("notifications_not_delivered", count=left, reason=f"not out within {flush_s} s")
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
@@ -202,6 +197,3 @@ class NotifyProgress:
     def _post(self, event: str, outcome: str | None, text: str) -> None:
         self.notifier.post({"event": event, "run_id": self.run_id, "host": self.host, "kind": self.kind,
                             "tag": self.tag, "state": self._state, "outcome": outcome, "text": text, "url": self.url})
-
-
-__all__ = ["Notifier", "NotifyProgress", "run_page_url", "FLUSH_S", "QUEUE_SIZE", "ATTEMPTS"]

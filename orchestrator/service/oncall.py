@@ -215,10 +215,6 @@ def nobody_drives(journal: Any, run: Any) -> str | None:
             f"`orchestrate resume {run.run_id}` continues it")
 
 
-__all__ = ["exit_code", "where", "rollback_headline", "never_rolled_out", "final_lines", "record_options",
-           "kept_options", "nobody_drives", "OPTIONS_KEY"]
-
-
 # --------------------------------------------------------------------------- inventory, demo
 
 

@@ -107,6 +107,3 @@ async def end_unowned(session: Session, run: RunRecord, by: str) -> str | None:
         raise Refused(f"run {run.run_id} moved while it was being ended ({exc}): look again with "
                       f"`orchestrate status {run.run_id}`") from None
     return f"run {run.run_id} ended {outcome}: {text}"
-
-
-__all__ = ["end_unowned", "read_host", "superseded_by"]

@@ -48,6 +48,3 @@ def run_view(session: Any, run: Any, tables: dict) -> dict[str, Any]:
         return tables[key]
     act = run_activity(run, session.journal, table)
     return {**context_summary(run), "target_tag": target_tag(run), "activity": act.label, "activity_detail": act.detail}
-
-
-__all__ = ["load_settings_for", "load_runbook_text", "get_run", "run_view"]

@@ -121,7 +121,3 @@ def last_changing_rollout(session: Session, host: str) -> RunRecord | None:
         if RunContext.from_json(run.context).previous:
             return run
     return None
-
-
-__all__ = ["refuse_if_leased", "refuse_unreadable_logs", "refuse_missing_sources", "refuse_unsettled",
-           "refuse_stale_resume", "last_changing_rollout"]

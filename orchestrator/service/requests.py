@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from orchestrator.journal.base import RunRecord
 
-from orchestrator.util.exit_codes import INTERRUPTED_EXIT
-
 
 @dataclass(frozen=True)
 class RolloutRequest:
@@ -107,7 +105,3 @@ class FleetOutcome:
     @property
     def interrupted(self) -> bool:
         return self.result.interrupted is not None
-
-
-__all__ = ["RolloutRequest", "RollbackRequest", "ResumeRequest", "FleetRequest", "Admitted", "RunResult",
-           "FleetOutcome", "INTERRUPTED_EXIT"]

@@ -29,8 +29,8 @@ from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
 from orchestrator.service.refusals import leased_refusal
-from orchestrator.service.requests import INTERRUPTED_EXIT
 from orchestrator.service.session import Session, notifier_for, owner_id
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.user_errors import Refused
 
 
@@ -189,6 +189,3 @@ def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
     if now.terminal:
         return now, None
     return now, stopped_by[0]
-
-
-__all__ = ["execute", "execute_stoppable", "exit_at_once"]

@@ -8,6 +8,7 @@ Ctrl-C does; it renders the typed result (service.requests). Nothing here prints
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ from orchestrator.service.oncall import kept_options, record_options, refuse_pla
 from orchestrator.service.orphans import superseded_by
 from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
 from orchestrator.service.requests import (
-    INTERRUPTED_EXIT,
     Admitted,
     FleetOutcome,
     FleetRequest,
@@ -36,7 +36,7 @@ from orchestrator.service.runner import execute_stoppable
 from orchestrator.service.session import Session
 from orchestrator.service.signals import parse_soak
 from orchestrator.service.startup import ReadSession
-from orchestrator.util.exit_codes import OUTCOME_EXIT, ExitCode
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT, OUTCOME_EXIT, ExitCode
 from orchestrator.util.user_errors import UserError
 
 
@@ -89,12 +89,9 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
         check_overrides(rb.prerequisites, list(req.overrides))
     refuse_placeholder_inventory(settings, req.host)
     hooks.first_line(f"{req.host}: rollout to {req.tag} (runbook {Path(req.runbook).stem})", settings)
-    session = Session.open(settings)
-    try:
+    with closing(Session.open(settings)) as session:
         # admitted with its prerequisites checked and the overrides journaled
         return _execute(session, admit_rollout(session, req), hooks)
-    finally:
-        session.close()
 
 
 def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
@@ -110,24 +107,18 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
         load_runbook_text(req.runbook)
     load_runbook_text(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
     refuse_placeholder_inventory(settings, req.host)
-    session = Session.open(settings)
-    try:
+    with closing(Session.open(settings)) as session:
         adm = admit_rollback(session, req)
         hooks.first_line(rollback_headline(adm.run, adm.rb), settings)
         return _execute(session, adm, hooks)
-    finally:
-        session.close()
 
 
 def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
     """`orchestrate resume RUN_ID [--retry]`: a run that already ended is reported, not run."""
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
-    reader = ReadSession.open(settings)
-    try:
+    with closing(ReadSession.open(settings)) as reader:
         run = get_run(reader, req.run_id)
-    finally:
-        reader.close()
     if run.terminal and not req.retry:
         return RunResult(run, exit_code(run), already_ended=True)
     settings.require_host_tokens("resume")
@@ -137,11 +128,8 @@ def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResul
     parse_soak(soak_text)
     hooks.first_line(f"{run.run_id}: {'retry' if req.retry else 'resume'} of the {run.kind} of {run.host} at {run.state}; "
                      f"{kept}", settings)
-    session = Session.open(settings)
-    try:
+    with closing(Session.open(settings)) as session:
         return _execute(session, admit_resume(session, get_run(session, req.run_id), req), hooks)
-    finally:
-        session.close()
 
 
 def check_fleet_options(tag: str, soak: str | None) -> None:
@@ -161,8 +149,7 @@ def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutco
         inv.host(h)  # an unknown host is named before any runbook is chosen
     rb = runbook_for(hosts, req.runbook)
     runbook_ref = req.runbook or rb.name
-    session = Session.open(settings)
-    try:
+    with closing(Session.open(settings)) as session:
         refuse_unmet_prerequisites(rb, session.journal, req.overrides)
         for h in hosts:
             refuse_placeholder_inventory(settings, h)
@@ -181,8 +168,6 @@ def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutco
             return result.run
 
         result = run_fleet(hosts, one, hooks.fleet_host)
-    finally:
-        session.close()
     if result.refused is not None:
         code = int(result.refused[1].code)
     elif result.interrupted is not None:
@@ -205,6 +190,3 @@ def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> Run
             return run
         return None  # the newest unfinished run is another kind of run: admission decides
     return None
-
-
-__all__ = ["Hooks", "rollout", "rollback", "resume", "fleet", "check_fleet_options", "exit_code"]

@@ -56,8 +56,7 @@ class Session:
     @classmethod
     def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> Session:
         inventory = load_inventory(settings.inventory_path())
-        redactor = Redactor()
-        redactor.add(*settings.tokens())
+        redactor = Redactor(*settings.tokens())
         journal = open_journal_for(settings)  # a bad location: one UserError line
         if clock is None:
             clock = clock_for(inventory.urls())
@@ -82,6 +81,3 @@ def notifier_for(session: Session) -> Notifier:
     """The webhook notifier of ORCHESTRATOR_NOTIFY_URL, its messages scrubbed by the session's redactor."""
     s = session.settings
     return Notifier(s.notify_url.get_secret_value(), s.notify_format, scrub=session.redactor.scrub)
-
-
-__all__ = ["RUNBOOK_IDENTITY", "RUNBOOK_TEXT", "Session", "owner_id", "notifier_for"]

@@ -135,6 +135,3 @@ def continue_run(journal: Journal, run: RunRecord, by: str) -> str:
         raise UserError(f"run {run.run_id} is not paused")
     audit.record(journal, run.run_id, "continued", by)
     return f"continue recorded for {run.run_id}: its runner goes on at its next check"
-
-
-__all__ = ["parse_soak", "pause", "continue_run", "lease_refused", "approval_gates", "run_gates", "approve", "abort", "AbortResult", "MAX_GATE_LEN"]

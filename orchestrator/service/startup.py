@@ -28,11 +28,7 @@ def open_journal_for(settings: Settings) -> Journal:
     except (OSError, JournalError) as exc:
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         where = "ORCHESTRATOR_DATABASE_URL" if settings.database_url else f"ORCHESTRATOR_STATE_DIR ({settings.state_dir})"
-        scrub = Redactor()
-        password = settings.database_password()
-        if password:
-            scrub.add(password)
-        text = " ".join(scrub.scrub(text).split())  # libpq's messages span lines
+        text = " ".join(Redactor(settings.database_password()).scrub(text).split())  # libpq's messages span lines
         raise UserError(f"cannot open the journal: {text}; check {where}") from None
 
 

@@ -81,6 +81,3 @@ async def refuse_tier_short(session: Session, host: str, rb: Runbook) -> None:
                       + f"): that would leave {serving - 1} serving. Bring "
                       f"{', '.join(short)} back into the pool first (`orchestrate rollback {next(iter(short))}` if "
                       f"its run ended outside it). Nothing was changed")
-
-
-__all__ = ["refuse_tier_busy", "tier_listing", "refuse_tier_short"]

@@ -36,12 +36,11 @@ def dash_router():
         yield r
 
 
-async def test_instance_by_name_and_url_keep_the_env_map_exactly(dash_router):
+async def test_instance_by_name_keeps_the_env_map_exactly(dash_router):
     async with DashboardClient(DASH, DASH_TOKEN, retry=FAST) as dash:
         inst = await dash.instance(name="gpu02")
         assert inst.env == EnvMap(GPU02_ENV) and inst.env.as_body() == GPU02_ENV
         assert inst.id == "1" and inst.github_repo == "nearai/cvm-compose-files"
-        assert (await dash.instance(compose_url="HTTPS://gpu02.cvm.test:8080")).name == "gpu02"
         assert await dash.env_map(name="gpu13") == EnvMap({"ENV": "prod"})
     request = dash_router.routes[0].calls.last.request
     assert request.headers["authorization"] == f"Bearer {DASH_TOKEN}"
@@ -61,10 +60,6 @@ async def test_host_not_found_and_listed_twice_name_the_host(dash_router):
         with pytest.raises(HostListedTwice) as err:
             await dash.instance(name="gpu07")
         assert "gpu07" in str(err.value) and "2 times" in str(err.value)
-        with pytest.raises(HostNotFound):
-            await dash.instance(compose_url="https://nowhere.test:8080")
-        with pytest.raises(RequestInvalid):
-            await dash.instance()
         with pytest.raises(MalformedResponse):
             await dash.env_map(name="gpu99")  # no env_vars at all: the full map is unknown
 
@@ -122,31 +117,24 @@ async def test_model_proxy_routes_and_presence():
             return httpx.Response(200, json={"domain": domain, "backends": listed})
 
         r.get("/backends/list").mock(side_effect=backends)
-        r.get("/backends/count").mock(return_value=httpx.Response(200, json={"domain": LONG, "requested_domain": "glm-long", "healthy": 1, "total": 2}))
-        r.get("/registry").mock(return_value=httpx.Response(200, json={
-            "domains": {LONG: [{"address": "10.0.0.2:8001", "healthy": True}]}, "total_backends": 1, "healthy_backends": 1}))
         async with ModelProxyClient("peer-1", PEER, "mp-token-secret", retry=FAST) as mp:
             long_presence = await mp.presence("10.0.0.2:8001", LONG)
             base_presence = await mp.presence("10.0.0.2:8001", BASE_DOMAIN)
             by_host = await mp.presence("10.0.0.2", LONG)
-            count = await mp.backends_count("glm-long")
-            registry = await mp.registry()
             with pytest.raises(RequestInvalid):
                 await mp.backends_list("")
         assert r.routes[0].calls.last.request.headers["authorization"] == "Bearer mp-token-secret"
     assert long_presence.listed and long_presence.healthy and long_presence.peer == "peer-1"
     assert not base_presence.listed and not base_presence.healthy
     assert by_host.listed
-    assert (count.domain, count.requested_domain, count.healthy, count.total) == (LONG, "glm-long", 1, 2)
-    assert registry.addresses(LONG) == ["10.0.0.2:8001"] and registry.total_backends == 1
 
 
-async def test_model_proxy_without_token_sends_no_auth_and_bad_registry_is_malformed():
+async def test_model_proxy_without_token_sends_no_auth_and_bad_backends_list_is_malformed():
     with respx.mock(base_url=PEER) as r:
-        route = r.get("/registry").mock(return_value=httpx.Response(200, json={"total_backends": 1}))
+        route = r.get("/backends/list").mock(return_value=httpx.Response(200, json={"total_backends": 1}))
         async with ModelProxyClient("peer-2", PEER, retry=FAST) as mp:
             with pytest.raises(MalformedResponse) as err:
-                await mp.registry()
+                await mp.backends_list(LONG)
         assert "authorization" not in route.calls.last.request.headers
     assert err.value.system == "model-proxy:peer-2"
 

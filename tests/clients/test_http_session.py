@@ -14,9 +14,8 @@ from orchestrator.hosts.clients import http_session
 from orchestrator.hosts.clients.http_session import HttpSession
 
 
-class _Client(HttpSession):
-    def __init__(self, base_url: str, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._open_session(base_url, "t0ken-value", transport=transport, timeout_s=5, redactor=None)
+def _client(base_url: str, transport: httpx.AsyncBaseTransport | None = None) -> HttpSession:
+    return HttpSession(base_url, "t0ken-value", transport=transport, timeout_s=5)
 
 
 class _Server:
@@ -51,13 +50,13 @@ async def test_tls_is_verified_with_the_shared_context(monkeypatch):
     ca.issue_cert("localhost").configure_cert(server_ctx)
     async with _Server(server_ctx) as port:
         url = f"https://localhost:{port}"
-        async with _Client(url) as client:  # the default trust store does not know this CA
+        async with _client(url) as client:  # the default trust store does not know this CA
             with pytest.raises(httpx.ConnectError):
                 await client._http.get("/version")
         trusting = ssl.create_default_context()
         ca.configure_trust(trusting)
         monkeypatch.setattr(http_session, "shared_context", lambda: trusting)
-        async with _Client(url) as client:
+        async with _client(url) as client:
             assert (await client._http.get("/version")).json() == {"ok": True}
 
 
@@ -67,7 +66,7 @@ async def test_a_configured_proxy_carries_the_requests(monkeypatch):
     proxy = _Server()
     async with proxy as port:
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
-        async with _Client("http://compose-manager.test:8000") as client:
+        async with _client("http://compose-manager.test:8000") as client:
             assert (await client._http.get("/version")).json() == {"ok": True}
     assert proxy.heads[0].startswith(b"GET http://compose-manager.test:8000/version HTTP/1.1\r\n")
     assert b"authorization: bearer t0ken-value" in proxy.heads[0].lower()
@@ -80,7 +79,7 @@ async def test_a_cookie_a_host_sets_is_sent_back():
         seen.append(request.headers.get("cookie"))
         return httpx.Response(200, json={"ok": True}, headers={"Set-Cookie": "session=abc; Path=/"})
 
-    async with _Client("http://cm.test", httpx.MockTransport(handler)) as client:
+    async with _client("http://cm.test", httpx.MockTransport(handler)) as client:
         await client._http.get("/version")
         await client._http.get("/status")
     assert seen == [None, "session=abc"]

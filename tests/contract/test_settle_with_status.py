@@ -30,7 +30,7 @@ async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:
         assert not up.done()
         cm.clock.frozen = False
         outcome = await asyncio.wait_for(up, 30)
-        assert outcome.succeeded
+        assert outcome.status == "success"
         assert await client.status() is None
         version = await client.version()
         assert version.project().current.tag == OLD_TAG and version.tag == OLD_TAG

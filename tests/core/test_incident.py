@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from orchestrator.engine.rules.targets import EXPLICIT
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
-from orchestrator.service.incident import EXPLICIT, command, read_history
+from orchestrator.service.incident import command, read_history
 
 RB = load_runbook(DEFAULT_RUNBOOK)
 NEW, OLD = RB.file, RB.deploys[0]

@@ -177,9 +177,9 @@ class FakeCompose:
 
     async def version(self) -> Any:
         # compose-manager's success record: the previous configuration's up succeeded
-        from orchestrator.hosts.parsers.compose_manager_reads import parse_version
+        from orchestrator.hosts.parsers.compose_manager_reads import VersionInfo
 
-        return parse_version({"status": "ok", "tag": OLD_TAG, "commit": "abc", "file": OLD_FILE,
+        return VersionInfo({"status": "ok", "tag": OLD_TAG, "commit": "abc", "file": OLD_FILE,
                               "projects": {"work": {"current": {"tag": OLD_TAG, "commit": "abc", "file": OLD_FILE}}}})
 
     # -- mutating calls

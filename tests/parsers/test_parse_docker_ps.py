@@ -3,7 +3,7 @@ import json
 import pytest
 
 from orchestrator.hosts.parsers import ParseError
-from orchestrator.hosts.parsers.docker_ps import parse_docker_ps, parse_labels, zombies
+from orchestrator.hosts.parsers.docker_ps import parse_docker_ps, parse_labels
 
 
 def ps_line(**fields):
@@ -33,7 +33,7 @@ def test_real_sample_line(sample):
     assert c.labels["com.docker.compose.depends_on"] == ""
     assert c.labels["com.docker.compose.version"] == "2.26.1"
     assert c.exit_code == 0
-    assert not c.restarting and not c.is_zombie and c.is_running
+    assert not c.restarting and c.is_running
 
 
 @pytest.mark.parametrize("state", ["removing", "dead"])
@@ -41,9 +41,9 @@ def test_zombie_states(state):
     out = "\n".join([ps_line(), ps_line(ID="z1", Names="work-r2-1", State=state, Status="Removal In Progress",
                                         Labels="com.docker.compose.service=r2,com.docker.compose.project=work")])
     containers = parse_docker_ps(out)
-    assert [c.id for c in zombies(containers)] == ["z1"]
-    assert containers[1].is_zombie and not containers[1].is_running
-    assert not containers[0].is_zombie
+    assert [c.id for c in containers if c.state in ("removing", "dead")] == ["z1"]
+    assert containers[1].state == state and not containers[1].is_running
+    assert containers[0].state not in ("removing", "dead")
 
 
 def test_restarting_by_state_or_status():

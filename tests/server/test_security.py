@@ -329,16 +329,11 @@ def test_errors_do_not_reveal_the_servers_paths(live, settings, monkeypatch):
     """A rollback with no journaled rollout and no target: the refusal names the journal this
     machine reads (here the server's SQLite path) and compose-manager's history (stubbed: the
     inventory's host is never contacted); the server's answer hides the path."""
-    import orchestrator.service.host_reads
     import orchestrator.service.incident
-
-    async def no_previous(*_a, **_k):
-        return {}
 
     async def no_history(*_a, **_k):
         return orchestrator.service.incident.HostHistory(None, None, None)
 
-    monkeypatch.setattr(orchestrator.service.host_reads, "previous_from_action_log", no_previous)
     monkeypatch.setattr(orchestrator.service.incident, "host_history", no_history)
     url, _ = live
     r = httpx.post(f"{url}/runs", json={"action": "rollback", "host": "gpu02"}, headers=AUTH, timeout=10)

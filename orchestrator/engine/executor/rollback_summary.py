@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from orchestrator.engine.rules.targets import group_targets
 from orchestrator.hosts.clients.errors import ClientError
-from orchestrator.hosts.parsers.action_log import Action
-from orchestrator.hosts.ps_compare import last_up_naming, runs_from
+from orchestrator.hosts.parsers.action_log import Action, last_deploy
+from orchestrator.hosts.ps_compare import runs_from
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -38,7 +38,7 @@ def differs(service: str, actions: list[Action], new: tuple[str | None, str], pr
     """Does `service`, running from the new file, run the new definition? Its last up in the
     action log was at the new tag (none: cannot tell, so it does), and that file's content is not
     the same as at a previous target's tag."""
-    last = last_up_naming(actions, service)
+    last = last_deploy(actions, service)
     if last is None:
         return True
     if (last.tag, last.file) != new:

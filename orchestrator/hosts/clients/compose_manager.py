@@ -21,9 +21,6 @@ then fails to match, which stops the caller -- the safe side). `logs()` is the e
 text is returned raw, for the gates to judge; its callers scrub what they show. Pass one shared
 `Redactor` to every client (and to the structlog configuration) to scrub consistently across a run.
 
-Reads (`logs`, `ps`, `version`, `action_log`, `status`, `host_gpu`, `host_cache`) retry transport
-errors and 5xx under the policy (not `ComposeFailed`: docker compose's own refusal repeats).
-
 The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes these rules:
 - `docker/ps` is GET only and lists the running containers of EVERY project: `ps()` filters by
   the `com.docker.compose.project` / `.service` labels here (project None = the default `work`).
@@ -36,16 +33,13 @@ The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes the
   final error says so.
 - `/version`'s top-level fields are the last ATTEMPTED up; `projects.work.current/previous` the
   last successful ones (`VersionInfo`). `status()` tells whether an operation holds the lock.
-
-The request checks and `ComposeRequest` are in compose_manager_request.py, the NDJSON stream's
-reading and judging (`StreamOutcome`) in compose_manager_stream.py.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 import structlog
@@ -63,14 +57,13 @@ from orchestrator.hosts.clients.compose_manager_stream import EventCallback, Str
 from orchestrator.hosts.clients.errors import (
     ComposeFailed,
     MalformedResponse,
-    RequestInvalid,
     TagNotFound,
     check_ok_envelope,
     error_for_status,
     transport_error,
 )
 from orchestrator.hosts.clients.http_session import HttpSession
-from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
+from orchestrator.hosts.clients.retry import call_with_retry
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers import ParseError
 from orchestrator.hosts.parsers.action_log import Action, parse_action_log
@@ -83,49 +76,43 @@ from orchestrator.hosts.parsers.compose_manager_reads import (
     parse_host_cache,
     parse_host_gpu,
     parse_status,
-    parse_version,
 )
 from orchestrator.hosts.parsers.docker_ps import Container, parse_docker_ps
-from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.util.clock import Clock
 
 log = structlog.get_logger(__name__)
-
-__all__ = ["ComposeManagerClient", "ComposeRequest", "StreamOutcome", "validate_file"]
+T = TypeVar("T")
 
 
 class _SentButLost(Exception):
     """Internal: the request may have reached the server, then the connection failed."""
 
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
+
+def _output(payload: dict[str, Any], route: str) -> str:
+    output = payload.get("output")
+    if not isinstance(output, str):
+        raise MalformedResponse(SYSTEM, f"{route} answer has no 'output' text")
+    return output
+
+
+def _parsed(what: str, parse: Callable[[Any], T], payload: Any) -> T:
+    try:
+        return parse(payload)
+    except ParseError as exc:
+        raise MalformedResponse(SYSTEM, f"{what}: {exc}") from None
 
 
 class ComposeManagerClient(HttpSession):
-    def __init__(
-        self,
-        base_url: str,
-        token: Any,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 30,
-        stream_idle_timeout_s: float = 900,
-        redactor: Redactor | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        secret = reveal(token)
-        if not secret:
-            raise RequestInvalid(SYSTEM, "token: empty bearer token", field="token")
-        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor, retry=retry, clock=clock)
-        self.timeout_s = timeout_s
+    system = SYSTEM
+    empty_token = "empty bearer token"
+
+    def __init__(self, base_url: str, token: Any, *, stream_idle_timeout_s: float = 900, **session: Any) -> None:
+        super().__init__(base_url, token, **session)
         self.stream_idle_timeout_s = stream_idle_timeout_s
 
     # ---------------------------------------------------------------- reads
 
     async def _read(self, method: str, path: str, *, what: str, json_body: Any = None, params: dict[str, str] | None = None) -> dict[str, Any]:
-        return await self._read_json(SYSTEM, method, path, what=f"{SYSTEM} {what}", json_body=json_body, params=params,
+        return await self._read_json(method, path, what=f"{SYSTEM} {what}", json_body=json_body, params=params,
                                      check=lambda payload: check_ok_envelope(SYSTEM, payload, self.redactor))
 
     async def logs(self, file: str, services: Sequence[str], tail: int, project: str | None = None) -> str:
@@ -157,53 +144,24 @@ class ComposeManagerClient(HttpSession):
                     SYSTEM, f"logs: {exc.stderr} (not defined in the host's copy of {file})", stderr=exc.stderr
                 ) from None
             raise
-        output = payload.get("output")
-        if not isinstance(output, str):
-            raise MalformedResponse(SYSTEM, "compose/logs answer has no 'output' text")
-        return output
+        return _output(payload, "compose/logs")
 
-    async def ps(self, project: str | None = None, services: Sequence[str] | None = None) -> list[Container]:
-        """The RUNNING containers of one compose project (None: the default `work`), optionally
-        of some services only.
-
-        `GET /docker/ps` (the only form 8e07c35 serves; POST is 405) lists every project's running
-        containers, exited one-shots excluded; the project/service filter is applied here, by the
-        `com.docker.compose.project` / `.service` labels. `ps_all()` gives the unfiltered list.
-        """
+    async def ps(self, project: str | None = None) -> list[Container]:
+        """The RUNNING containers (exited one-shots excluded) of one compose project (None: the
+        default `work`): `ps_all()` filtered here (module doc)."""
         if project is not None and project != DEFAULT_PROJECT:
             validate_project(project)
-        if services is not None:
-            validate_services(list(services), allow_empty=True)
-        wanted_project = project or DEFAULT_PROJECT
-        wanted = set(services) if services else None
-        return [
-            c
-            for c in await self.ps_all()
-            if c.project == wanted_project and (wanted is None or c.service in wanted)
-        ]
+        return [c for c in await self.ps_all() if c.project == (project or DEFAULT_PROJECT)]
 
     async def ps_all(self) -> list[Container]:
-        """`GET /docker/ps`, parsed: running containers of every project on the host."""
-        payload = await self._read("GET", "/docker/ps", what="ps")
-        output = payload.get("output")
-        if not isinstance(output, str):
-            raise MalformedResponse(SYSTEM, "docker/ps answer has no 'output' text")
-        try:
-            return parse_docker_ps(output)
-        except ParseError as exc:
-            raise MalformedResponse(SYSTEM, f"docker/ps output: {exc}") from None
+        """`GET /docker/ps` (POST is 405), parsed: running containers of every project on the host."""
+        output = _output(await self._read("GET", "/docker/ps", what="ps"), "docker/ps")
+        return _parsed("docker/ps output", parse_docker_ps, output)
 
     async def version(self) -> VersionInfo:
-        """`GET /version` as a `VersionInfo` (still a mapping of the raw answer).
-
-        Top-level `tag/commit/file` = the last ATTEMPTED up; `.project(p).current/.previous` = the
-        last successful ups of project p (None: `work`), the only valid rollback targets.
-        """
-        payload = await self._read("GET", "/version", what="version")
-        try:
-            return parse_version(payload)
-        except ParseError as exc:
-            raise MalformedResponse(SYSTEM, f"version: {exc}") from None
+        """`GET /version` as a `VersionInfo`: `.project(p).current/.previous` (the last successful
+        ups) are the only valid rollback targets."""
+        return _parsed("version", VersionInfo, await self._read("GET", "/version", what="version"))
 
     async def status(self) -> InFlight | None:
         """The mutating operation holding the host's lock (`GET /status`), or None when idle.
@@ -211,27 +169,15 @@ class ComposeManagerClient(HttpSession):
         The direct way to tell whether an up whose stream broke is still running: poll until None
         before judging the outcome from `ps()` / `version()`.
         """
-        payload = await self._read("GET", "/status", what="status")
-        try:
-            return parse_status(payload)
-        except ParseError as exc:
-            raise MalformedResponse(SYSTEM, f"status: {exc}") from None
+        return _parsed("status", parse_status, await self._read("GET", "/status", what="status"))
 
     async def host_gpu(self) -> list[GpuInfo]:
         """`GET /host/gpu`: per GPU index, its memory, utilization and the containers holding it."""
-        payload = await self._read("GET", "/host/gpu", what="host/gpu")
-        try:
-            return parse_host_gpu(payload)
-        except ParseError as exc:
-            raise MalformedResponse(SYSTEM, f"host/gpu: {exc}") from None
+        return _parsed("host/gpu", parse_host_gpu, await self._read("GET", "/host/gpu", what="host/gpu"))
 
     async def host_cache(self) -> HostCache:
         """`GET /host/cache`: the model-cache volumes and the weights (`models--org--repo`) held."""
-        payload = await self._read("GET", "/host/cache", what="host/cache")
-        try:
-            return parse_host_cache(payload)
-        except ParseError as exc:
-            raise MalformedResponse(SYSTEM, f"host/cache: {exc}") from None
+        return _parsed("host/cache", parse_host_cache, await self._read("GET", "/host/cache", what="host/cache"))
 
     async def attestation_report(self) -> dict[str, Any]:
         nonce = secrets.token_hex(32)
@@ -242,11 +188,7 @@ class ComposeManagerClient(HttpSession):
         return report
 
     async def action_log(self) -> list[Action]:
-        report = await self.attestation_report()
-        try:
-            return parse_action_log(report)
-        except ParseError as exc:
-            raise MalformedResponse(SYSTEM, f"action log: {exc}") from None
+        return _parsed("action log", parse_action_log, await self.attestation_report())
 
     # ---------------------------------------------------------------- mutating calls
 
@@ -260,17 +202,10 @@ class ComposeManagerClient(HttpSession):
         req.validate(env, action=action)
         self.redactor.add(*env.redaction_values())
         body = req.body(env, action=action)
-        fields = dict(
-            route=route,
-            tag=req.tag,
-            file=req.file,
-            project=req.project,
-            services=list(req.services),
-            dry_run=req.dry_run if action == "up" else None,
-            force_recreate=req.force_recreate if action == "up" else None,
-            env_keys=len(env),
-            env_keys_fingerprint=env.keys_fingerprint()[:16],
-        )
+        where = dict(route=route, tag=req.tag, file=req.file)
+        scope = dict(services=list(req.services), dry_run=req.dry_run if action == "up" else None)
+        fields = dict(**where, project=req.project, **scope, force_recreate=req.force_recreate if action == "up" else None,
+                      env_keys=len(env), env_keys_fingerprint=env.keys_fingerprint()[:16])
         log.info("compose.request", **self.redactor.scrub_obj(fields))
         stream_timeout = httpx.Timeout(self.timeout_s, read=self.stream_idle_timeout_s)
 
@@ -305,22 +240,10 @@ class ComposeManagerClient(HttpSession):
                 status=exc.status,
             ) from None
         except _SentButLost as lost:
-            outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost.detail}")
+            outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost}")
         else:
-            outcome = await self._consume(response, on_event)
-        outcome_fields = dict(
-            route=route,
-            tag=req.tag,
-            file=req.file,
-            services=list(req.services),
-            dry_run=req.dry_run if action == "up" else None,
-            status=outcome.status,
-            exit_code=outcome.exit_code,
-            lines=len(outcome.lines),
-            error=outcome.error,
-        )
+            outcome = await consume_stream(response, on_event, redactor=self.redactor, idle_timeout_s=self.stream_idle_timeout_s)
+        outcome_fields = dict(**where, **scope, status=outcome.status, exit_code=outcome.exit_code,
+                              lines=len(outcome.lines), error=outcome.error)
         log.info("compose.outcome", **self.redactor.scrub_obj(outcome_fields))
         return outcome
-
-    async def _consume(self, response: httpx.Response, on_event: EventCallback | None) -> StreamOutcome:
-        return await consume_stream(response, on_event, redactor=self.redactor, idle_timeout_s=self.stream_idle_timeout_s)

@@ -109,30 +109,22 @@ class ComposeRequest:
             raise _invalid("dry_run", "compose/down ignores dry_run and would act at once; refusing")
         validate_env(env)
 
-    def _base(self) -> dict[str, Any]:
+    def _body(self, env: Any, action: ComposeVerb) -> dict[str, Any]:
         body: dict[str, Any] = {"tag": self.tag, "file": self.file}
         if self.project is not None:
             body["project"] = self.project
-        body["services"] = list(self.services)
+        body |= {"services": list(self.services), "env": env}
+        if action == "up":
+            body |= {"force_recreate": self.force_recreate, "dry_run": self.dry_run}
         return body
 
     def body(self, env: EnvMap, *, action: ComposeVerb = "up") -> dict[str, Any]:
         """The JSON body. Holds every env value: never log it (use `redacted`)."""
-        body = self._base()
-        body["env"] = env.as_body()
-        if action == "up":
-            body["force_recreate"] = self.force_recreate
-            body["dry_run"] = self.dry_run
-        return body
+        return self._body(env.as_body(), action)
 
     def redacted(self, n_keys: int | None = None, *, action: ComposeVerb = "up") -> dict[str, Any]:
         """The body as it may be logged or journaled: env shown as `<env map: N keys>`."""
-        body = self._base()
-        body["env"] = f"<env map: {n_keys} keys>" if n_keys is not None else "<env map>"
-        if action == "up":
-            body["force_recreate"] = self.force_recreate
-            body["dry_run"] = self.dry_run
-        return body
+        return self._body(f"<env map: {n_keys} keys>" if n_keys is not None else "<env map>", action)
 
     def as_dry_run(self) -> ComposeRequest:
         return replace(self, dry_run=True)

@@ -40,10 +40,6 @@ class StreamOutcome:
     plan_event: dict[str, Any] | None = None
 
     @property
-    def succeeded(self) -> bool:
-        return self.status == "success"
-
-    @property
     def unknown(self) -> bool:
         return self.status == "unknown"
 

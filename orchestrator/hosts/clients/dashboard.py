@@ -12,21 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import structlog
 from pydantic import SecretStr
 
-from orchestrator.hosts.clients.errors import (
-    HostListedTwice,
-    HostNotFound,
-    MalformedResponse,
-    RequestInvalid,
-)
+from orchestrator.hosts.clients.errors import HostListedTwice, HostNotFound, MalformedResponse
 from orchestrator.hosts.clients.http_session import HttpSession
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.util.clock import Clock
+from orchestrator.hosts.redaction import Redactor
 
 log = structlog.get_logger(__name__)
 
@@ -42,21 +34,6 @@ class Instance:
     env: EnvMap
     env_present: bool = True
     bearer_token: SecretStr | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def compose_url(self) -> str:
-        return self.url
-
-
-def normalize_url(url: str) -> str:
-    """For matching a compose-manager URL: scheme and host lowercased, trailing slash dropped."""
-    try:
-        parsed = httpx.URL(url.strip())
-    except Exception:  # an unparsable URL is compared as text
-        return url.strip().rstrip("/").lower()
-    path = parsed.path.rstrip("/")
-    port = f":{parsed.port}" if parsed.port is not None else ""
-    return f"{parsed.scheme.lower()}://{parsed.host.lower()}{port}{path}"
 
 
 def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
@@ -111,41 +88,20 @@ def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
 
 
 class DashboardClient(HttpSession):
-    def __init__(
-        self,
-        base_url: str,
-        token: Any,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 30,
-        redactor: Redactor | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        secret = reveal(token)
-        if not secret:
-            raise RequestInvalid(SYSTEM, "token: empty dashboard token", field="token")
-        self._open_session(base_url, secret, transport=transport, timeout_s=timeout_s, redactor=redactor, retry=retry, clock=clock)
+    system = SYSTEM
+    empty_token = "empty dashboard token"
 
     async def list_instances(self) -> list[Instance]:
-        payload = await self._read_json(SYSTEM, "GET", "/api/instances", what="dashboard instances")
+        payload = await self._read_json("GET", "/api/instances", what="dashboard instances")
         instances = parse_instances(payload, self.redactor)
         log.info("dashboard.instances", count=len(instances))
         return instances
 
-    async def instance(self, name: str | None = None, compose_url: str | None = None) -> Instance:
-        """The one instance with this name (or compose-manager URL): HostNotFound / HostListedTwice."""
-        if (name is None) == (compose_url is None):
-            raise RequestInvalid(SYSTEM, "give exactly one of name or compose_url", field="name")
+    async def instance(self, name: str) -> Instance:
+        """The one instance with this name: HostNotFound / HostListedTwice."""
         instances = await self.list_instances()
-        if name is not None:
-            host = repr(name)
-            matches = [i for i in instances if i.name == name]
-        else:
-            assert compose_url is not None
-            host = f"at {compose_url!r}"
-            wanted = normalize_url(compose_url)
-            matches = [i for i in instances if normalize_url(i.url) == wanted]
+        host = repr(name)
+        matches = [i for i in instances if i.name == name]
         if not matches:
             known = ", ".join(sorted(i.name for i in instances)) or "none"
             raise HostNotFound(SYSTEM, f"the dashboard lists no instance {host} (instances: {known})")
@@ -160,8 +116,8 @@ class DashboardClient(HttpSession):
         log.info("dashboard.instance", **self.redactor.scrub_obj(dict(name=found.name, id=found.id, env_keys=len(found.env))))
         return found
 
-    async def env_map(self, name: str | None = None, compose_url: str | None = None) -> EnvMap:
-        found = await self.instance(name=name, compose_url=compose_url)
+    async def env_map(self, name: str) -> EnvMap:
+        found = await self.instance(name)
         if not found.env_present:
             raise MalformedResponse(SYSTEM, f"instance {found.name!r} has no env_vars: its full env map is unknown")
         return found.env

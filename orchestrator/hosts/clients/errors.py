@@ -4,15 +4,12 @@ Every message is built from text that went through a `Redactor` holding the toke
 values of the call: a server's error text may echo the request. Bodies that are not JSON (an HTML
 error page from a proxy) are never quoted, only described (content type and size).
 
-HTTP status mapping (`error_for_status`):
-- 401/403 -> `Unauthorized`
-- 400 `tag too recent: ...` -> `TagTooRecent`; 400 `tag not found: ...` -> `TagNotFound`
-- 409 -> `Busy` (`in_flight` = the text after `already in progress:`)
-- any other 4xx -> `BadRequest`. A `text/plain` 4xx body is the server's own message (8e07c35's
-  422 `Failed to deserialize the JSON body ...: missing field `tag``) and is quoted, scrubbed and
-  clipped; HTML and other bodies are only described.
-- 500 `docker compose failed (exit N): ...` -> `ComposeFailed`: docker compose itself refused
-  (e.g. `no such service: X` for logs). Deterministic, so never retried, unlike other 5xx.
+HTTP status mapping (`error_for_status`; each class names the answers it stands for):
+- A `text/plain` 4xx body is the server's own message (8e07c35's 422 `Failed to deserialize the
+  JSON body ...: missing field `tag``) and is quoted, scrubbed and clipped; HTML and other bodies
+  are only described.
+- `ComposeFailed` (docker compose itself refused, e.g. `no such service: X` for logs) is
+  deterministic, so never retried, unlike other 5xx.
 - 5xx -> `ServerError`, whatever the body is. An HTML 502 page from a proxy is a `ServerError`
   (status 502), not a `MalformedResponse`: the status says the server side failed, which is what
   the retry policy needs to know. `MalformedResponse` is for a 2xx answer whose body is not what
@@ -64,7 +61,8 @@ class TagNotFound(ClientError):
 
 
 class Busy(ClientError):
-    """409: another docker operation is in progress on the host (the server refused; nothing done)."""
+    """409: another docker operation is in progress on the host (the server refused; nothing done).
+    `in_flight`: the text after `already in progress:`."""
 
     def __init__(self, system: str, detail: str, *, in_flight: str = "", status: int | None = 409) -> None:
         super().__init__(system, detail, status=status)
@@ -177,9 +175,7 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
         fix = f" (check {TOKEN_VARIABLES[system]})" if system in TOKEN_VARIABLES else ""
         return Unauthorized(system, f"HTTP {status} unauthorized: {shown}{fix}", status=status)
     if status == 409:
-        in_flight = ""
-        if text and "in progress:" in text:
-            in_flight = text.split("in progress:", 1)[1].strip()
+        in_flight = text.split("in progress:", 1)[1].strip() if text and "in progress:" in text else ""
         return Busy(system, f"HTTP 409 busy: {shown}", in_flight=in_flight)
     if status == 400 and text is not None:
         lowered = text.lower()

@@ -33,8 +33,6 @@ import httpx
 from orchestrator.hosts.clients.errors import ClientError, ServerError, TransportError, Unauthorized, transport_error
 from orchestrator.hosts.clients.http_session import HttpSession
 from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
-from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.util.clock import Clock
 
 SYSTEM = "github"
 DEFAULT_API_URL = "https://api.github.com"
@@ -71,26 +69,13 @@ def _parse_time(text: Any) -> datetime | None:
 
 
 class GitHubClient(HttpSession):
-    def __init__(
-        self,
-        api_url: str = DEFAULT_API_URL,
-        token: Any = None,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 20,
-        redactor: Redactor | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        secret = reveal(token) if token is not None else ""
-        self._open_session(api_url, secret or None, transport=transport, timeout_s=timeout_s, redactor=redactor,
-                           retry=retry or RetryPolicy(max_attempts=3, deadline_s=30), clock=clock)
-        self._http.headers["Accept"] = "application/vnd.github+json"
-        self._http.headers["X-GitHub-Api-Version"] = "2022-11-28"
+    system = SYSTEM
+    timeout_s = 20
 
-    async def _get_list(self, path: str) -> list[Any]:
-        """A GET whose answer is a JSON list (a commit's pull requests)."""
-        return await self._get(path, want=list)  # type: ignore[return-value]  # `want=list` checked the shape
+    def __init__(self, api_url: str = DEFAULT_API_URL, token: Any = None, *, retry: RetryPolicy | None = None,
+                 **session: Any) -> None:
+        super().__init__(api_url, token, retry=retry or RetryPolicy(max_attempts=3, deadline_s=30), **session)
+        self._http.headers.update({"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"})
 
     async def _get(self, path: str, want: type = dict) -> dict[str, Any]:
         async def attempt() -> dict[str, Any]:

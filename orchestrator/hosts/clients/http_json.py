@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 import httpx
 
-from orchestrator.hosts.clients.errors import error_for_status, parse_json, transport_error
+from orchestrator.hosts.clients.errors import parse_json
 from orchestrator.hosts.clients.github import GitHubClient, GitHubUnreachable, _NotFound
-from orchestrator.hosts.clients.http_session import shared_context
+from orchestrator.hosts.clients.http_session import HttpSession
 from orchestrator.hosts.clients.model_proxy import Backend, parse_backends_list
 from orchestrator.hosts.redaction import Redactor
 
@@ -28,19 +28,11 @@ SYSTEM = "http-json"
 
 
 async def get_json(url: str, token: str | None, *, transport: httpx.AsyncBaseTransport | None, redactor: Redactor,
-                   system: str = SYSTEM, params: dict[str, str] | None = None, timeout_s: float = 20) -> Any:
+                   system: str = SYSTEM) -> Any:
     """One GET; the JSON body of a 2xx answer, else the taxonomy's error naming the status."""
-    headers = {"Accept": "application/json"}
-    if token:
-        redactor.add(token)
-        headers["Authorization"] = f"Bearer {token}"
-    async with httpx.AsyncClient(verify=shared_context(), transport=transport, timeout=httpx.Timeout(timeout_s)) as http:
-        try:
-            response = await http.get(url, headers=headers, params=params)
-        except httpx.HTTPError as exc:
-            raise transport_error(system, exc, redactor) from None
-    if not response.is_success:
-        raise error_for_status(system, response, redactor)
+    async with HttpSession("", token, transport=transport, timeout_s=20, redactor=redactor) as http:
+        http.system = system
+        response = await http.request("GET", url, headers={"Accept": "application/json"})
     return parse_json(system, response, redactor)
 
 
@@ -85,7 +77,7 @@ class ExternalReads:
         if sha is None:
             return None
         try:
-            pulls = await gh._get_list(f"/repos/{repo}/commits/{sha}/pulls")
+            pulls: Any = await gh._get(f"/repos/{repo}/commits/{sha}/pulls", want=list)
         except _NotFound:
             pulls = []
         if not pulls:

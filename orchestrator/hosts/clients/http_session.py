@@ -1,5 +1,6 @@
 """What every HTTP client here shares: one httpx session per client, bearer auth registered with
-the redactor, a process-wide TLS context, the retried JSON read, `async with` and `aclose()`.
+the redactor, a process-wide TLS context, the request mapped to the error taxonomy, the retried
+JSON read, `async with` and `aclose()`.
 
 The wire is httpx's own (`AsyncHTTPTransport`, built by `httpx.AsyncClient`): the one respx mocks
 in the tests, and the one that honours `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY`/`NO_PROXY`. A test
@@ -19,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from orchestrator.hosts.clients.errors import error_for_status, parse_json, transport_error
+from orchestrator.hosts.clients.errors import RequestInvalid, error_for_status, parse_json, transport_error
 from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
-from orchestrator.hosts.redaction import Redactor
+from orchestrator.hosts.redaction import Redactor, reveal
 from orchestrator.util.clock import Clock, RealClock
 
 
@@ -32,47 +33,67 @@ def shared_context() -> ssl.SSLContext:
 
 class HttpSession:
     """Base of the clients: `self._http`, `self.base_url`, `self.redactor` (holding the token),
-    `self.retry` and `self._clock` (what a read's retries wait on)."""
+    `self.retry` and `self._clock` (what a read's retries wait on).
 
-    def _open_session(
+    A subclass names its `system` (in every error), its default `timeout_s`, and `empty_token`:
+    the refusal of an empty token where the system requires one (None: the token is optional)."""
+
+    system = "http"
+    timeout_s: float = 30
+    empty_token: str | None = None
+
+    def __init__(
         self,
         base_url: str,
-        secret: str | None,
+        token: Any = None,
         *,
-        transport: httpx.AsyncBaseTransport | None,
-        timeout_s: float,
-        redactor: Redactor | None,
+        transport: httpx.AsyncBaseTransport | None = None,
         retry: RetryPolicy | None = None,
+        timeout_s: float | None = None,
+        redactor: Redactor | None = None,
         clock: Clock | None = None,
     ) -> None:
+        secret = reveal(token)
+        if not secret and self.empty_token:
+            raise RequestInvalid(self.system, f"token: {self.empty_token}", field="token")
         self.base_url = base_url.rstrip("/")
         self.redactor = redactor if redactor is not None else Redactor()
         self.retry = retry or RetryPolicy()
         self._clock = clock or RealClock()
+        if timeout_s is not None:
+            self.timeout_s = timeout_s
         headers = {}
         if secret:
             self.redactor.add(secret)
             headers["Authorization"] = f"Bearer {secret}"
         self._http = httpx.AsyncClient(
             verify=shared_context(), base_url=self.base_url, transport=transport,
-            timeout=httpx.Timeout(timeout_s), headers=headers,
+            timeout=httpx.Timeout(self.timeout_s), headers=headers,
         )
 
-    async def _read_json(self, system: str, method: str, path: str, *, what: str, json_body: Any = None,
+    async def request(self, method: str, path: str, *, json_body: Any = None, params: dict[str, str] | None = None,
+                      headers: dict[str, str] | None = None) -> httpx.Response:
+        """One request: its 2xx answer, else the taxonomy's error (a transport failure's too)."""
+        try:
+            response = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+        except httpx.HTTPError as exc:
+            raise transport_error(self.system, exc, self.redactor) from None
+        if not response.is_success:
+            raise error_for_status(self.system, response, self.redactor)
+        return response
+
+    async def _read_json(self, method: str, path: str, *, what: str | None = None, json_body: Any = None,
                          params: dict[str, str] | None = None, check: Callable[[Any], Any] | None = None) -> Any:
         """A read, retried by `self.retry`: the JSON body of a 2xx answer (passed through `check`,
-        whose errors are retried like the status's), else the error taxonomy's error."""
+        whose errors are retried like the status's), else the error taxonomy's error. `what`
+        names the call in log events (default: the system and the path)."""
         async def attempt() -> Any:
-            try:
-                response = await self._http.request(method, path, json=json_body, params=params)
-            except httpx.HTTPError as exc:
-                raise transport_error(system, exc, self.redactor) from None
-            if not response.is_success:
-                raise error_for_status(system, response, self.redactor)
-            payload = parse_json(system, response, self.redactor)
+            response = await self.request(method, path, json_body=json_body, params=params)
+            payload = parse_json(self.system, response, self.redactor)
             return check(payload) if check is not None else payload
 
-        return await call_with_retry(attempt, self.retry, mutating=False, what=what, clock=self._clock)
+        return await call_with_retry(attempt, self.retry, mutating=False, what=what or f"{self.system} {path}",
+                                     clock=self._clock)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"

@@ -25,12 +25,10 @@ from orchestrator.hosts.clients.errors import (
     MalformedResponse,
     RequestInvalid,
     TransportError,
-    error_for_status,
     parse_json,
-    transport_error,
 )
 from orchestrator.hosts.clients.http_session import HttpSession
-from orchestrator.hosts.redaction import Redactor, reveal
+from orchestrator.hosts.redaction import Redactor
 
 log = structlog.get_logger(__name__)
 
@@ -115,27 +113,20 @@ def parse_completion(payload: Any, system: str) -> Completion:
 
 
 class _OpenAIEndpoint(HttpSession):
-    system = "inference"
-
-    def __init__(self, base_url: str, token: Any, *, transport: httpx.AsyncBaseTransport | None, timeout_s: float, redactor: Redactor | None) -> None:
+    def __init__(self, base_url: str, token: Any, *, transport: httpx.AsyncBaseTransport | None = None,
+                 timeout_s: float | None = None, redactor: Redactor | None = None) -> None:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise RequestInvalid(self.system, "timeout_s: must be positive", field="timeout_s")
-        base = base_url.rstrip("/")
-        if base.endswith("/v1"):
-            base = base[: -len("/v1")]
-        self.timeout_s = float(timeout_s)
-        self._open_session(base, reveal(token), transport=transport, timeout_s=self.timeout_s, redactor=redactor)
+        super().__init__(base_url.rstrip("/").removesuffix("/v1"), token, transport=transport, timeout_s=float(timeout_s),
+                         redactor=redactor)
 
     async def _call(self, method: str, route: str, *, json_body: Any = None, want_json: bool = True) -> Any:
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await self._http.request(method, route, json=json_body)
+                response = await self.request(method, route, json_body=json_body)
         except TimeoutError:
             raise TransportError(self.system, f"{method} {route}: no answer within {self.timeout_s:g} s") from None
-        except httpx.HTTPError as exc:
-            raise transport_error(self.system, exc, self.redactor) from None
-        if not response.is_success:
-            raise error_for_status(self.system, response, self.redactor)
         return parse_json(self.system, response, self.redactor) if want_json else response
 
     def _reason(self, exc: BaseException) -> str:
@@ -146,9 +137,7 @@ class _OpenAIEndpoint(HttpSession):
 
 class InferenceClient(_OpenAIEndpoint):
     system = "inference"
-
-    def __init__(self, base_url: str, token: Any, *, transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 120, redactor: Redactor | None = None) -> None:
-        super().__init__(base_url, token, transport=transport, timeout_s=timeout_s, redactor=redactor)
+    timeout_s = 120
 
     async def completion(self, model: str, messages: list[dict[str, Any]], max_tokens: int = 64) -> Completion:
         _validate_model(model)
@@ -204,9 +193,7 @@ class InferenceClient(_OpenAIEndpoint):
 
 class SoakRelayClient(_OpenAIEndpoint):
     system = "soak-relay"
-
-    def __init__(self, base_url: str, token: Any, *, transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 60, redactor: Redactor | None = None) -> None:
-        super().__init__(base_url, token, transport=transport, timeout_s=timeout_s, redactor=redactor)
+    timeout_s = 60
 
     async def direct_checks(self, model: str) -> RelayCheckResult:
         """GET /health, GET /v1/models (must list `model`), a deterministic generation (non-empty)."""
@@ -231,15 +218,7 @@ class SoakRelayClient(_OpenAIEndpoint):
         except Exception as exc:
             problems.append(f"/v1/models: {self._reason(exc)}")
         try:
-            body = {
-                "model": model,
-                "messages": [{"role": "user", "content": "Reply with the single word: ready"}],
-                "max_tokens": 16,
-                "temperature": 0,
-                "seed": 0,
-                "stream": False,
-            }
-            generation = parse_completion(await self._call("POST", "/v1/chat/completions", json_body=body), self.system).text
+            generation = (await self.prompt(model, "Reply with the single word: ready", max_tokens=16)).text
             if not generation.strip():
                 problems.append("the deterministic generation returned empty output")
         except Exception as exc:

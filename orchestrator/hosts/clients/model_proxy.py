@@ -14,17 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import structlog
 
-from orchestrator.hosts.clients.errors import (
-    MalformedResponse,
-    RequestInvalid,
-)
+from orchestrator.hosts.clients.errors import MalformedResponse, RequestInvalid
 from orchestrator.hosts.clients.http_session import HttpSession
-from orchestrator.hosts.clients.retry import RetryPolicy
-from orchestrator.hosts.redaction import Redactor, reveal
-from orchestrator.util.clock import Clock
 
 log = structlog.get_logger(__name__)
 
@@ -40,24 +33,6 @@ class Backend:
     @property
     def host(self) -> str:
         return split_host(self.address)
-
-
-@dataclass(frozen=True)
-class BackendCount:
-    domain: str
-    requested_domain: str
-    healthy: int
-    total: int
-
-
-@dataclass(frozen=True)
-class Registry:
-    domains: dict[str, list[dict[str, Any]]]
-    total_backends: int
-    healthy_backends: int
-
-    def addresses(self, domain: str) -> list[str]:
-        return [str(b.get("address")) for b in self.domains.get(domain, []) if isinstance(b, dict)]
 
 
 @dataclass(frozen=True)
@@ -80,55 +55,36 @@ def split_host(address: str) -> str:
 
 def parse_backends_list(payload: Any, system: str = "model-proxy") -> list[Backend]:
     """The ONE parser of the assumed /backends/list shape (see module doc)."""
+    def bad(what: str) -> MalformedResponse:
+        return MalformedResponse(system, f"/backends/list {what} (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})")
+
     if not isinstance(payload, dict) or not isinstance(payload.get("backends"), list):
         raise MalformedResponse(system, f"/backends/list answer does not have the assumed shape {ASSUMED_BACKENDS_LIST_SHAPE}")
     backends: list[Backend] = []
     for index, item in enumerate(payload["backends"]):
         if not isinstance(item, dict):
-            raise MalformedResponse(system, f"/backends/list backend {index} is not an object (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})")
+            raise bad(f"backend {index} is not an object")
         address = item.get("address")
         healthy = item.get("healthy")
         if not isinstance(address, str) or not address:
-            raise MalformedResponse(system, f"/backends/list backend {index} has no 'address' (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})")
+            raise bad(f"backend {index} has no 'address'")
         if not isinstance(healthy, bool):
-            raise MalformedResponse(
-                system, f"/backends/list backend {address} has no boolean 'healthy' (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})"
-            )
+            raise bad(f"backend {address} has no boolean 'healthy'")
         extra = {k: v for k, v in item.items() if k not in ("address", "healthy")}
         backends.append(Backend(address=address, healthy=healthy, extra=extra))
     return backends
 
 
-def _int(payload: dict[str, Any], key: str, system: str, route: str) -> int:
-    value = payload.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise MalformedResponse(system, f"{route} answer has no integer {key!r}")
-    return value
-
-
 class ModelProxyClient(HttpSession):
-    def __init__(
-        self,
-        name: str,
-        base_url: str,
-        token: Any = None,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 15,
-        redactor: Redactor | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    timeout_s = 15
+
+    def __init__(self, name: str, base_url: str, token: Any = None, **session: Any) -> None:
         self.name = name
         self.system = f"model-proxy:{name}"
-        self._open_session(base_url, reveal(token), transport=transport, timeout_s=timeout_s, redactor=redactor,
-                           retry=retry, clock=clock)
+        super().__init__(base_url, token, **session)
 
     def __repr__(self) -> str:
         return f"ModelProxyClient({self.name!r}, {self.base_url!r})"
-
-    async def _get(self, route: str, params: dict[str, str] | None = None) -> Any:
-        return await self._read_json(self.system, "GET", route, what=f"{self.system} {route}", params=params)
 
     @staticmethod
     def _check_domain(domain: str) -> None:
@@ -137,39 +93,12 @@ class ModelProxyClient(HttpSession):
 
     async def backends_list(self, domain: str) -> list[Backend]:
         self._check_domain(domain)
-        backends = parse_backends_list(await self._get("/backends/list", {"domain": domain}), self.system)
+        backends = parse_backends_list(await self._read_json("GET", "/backends/list", params={"domain": domain}), self.system)
         log.info(
             "model_proxy.backends",
             **self.redactor.scrub_obj(dict(peer=self.name, domain=domain, total=len(backends), healthy=sum(b.healthy for b in backends))),
         )
         return backends
-
-    async def backends_count(self, domain: str) -> BackendCount:
-        self._check_domain(domain)
-        payload = await self._get("/backends/count", {"domain": domain})
-        if not isinstance(payload, dict):
-            raise MalformedResponse(self.system, "/backends/count answer is not an object")
-        return BackendCount(
-            domain=str(payload.get("domain", domain)),
-            requested_domain=str(payload.get("requested_domain", domain)),
-            healthy=_int(payload, "healthy", self.system, "/backends/count"),
-            total=_int(payload, "total", self.system, "/backends/count"),
-        )
-
-    async def registry(self) -> Registry:
-        payload = await self._get("/registry")
-        if not isinstance(payload, dict) or not isinstance(payload.get("domains"), dict):
-            raise MalformedResponse(self.system, "/registry answer has no 'domains' object")
-        domains: dict[str, list[dict[str, Any]]] = {}
-        for domain, entries in payload["domains"].items():
-            if not isinstance(entries, list):
-                raise MalformedResponse(self.system, f"/registry domain {domain!r} is not a list")
-            domains[str(domain)] = [e if isinstance(e, dict) else {"address": e} for e in entries]
-        return Registry(
-            domains=domains,
-            total_backends=_int(payload, "total_backends", self.system, "/registry"),
-            healthy_backends=_int(payload, "healthy_backends", self.system, "/registry"),
-        )
 
     async def presence(self, address: str, domain: str) -> Presence:
         """Is `address` listed (and healthy) under `domain` on this peer?

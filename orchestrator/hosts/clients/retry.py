@@ -24,8 +24,9 @@ The last error is re-raised as is when a budget is spent. Waits go through an in
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
@@ -65,17 +66,6 @@ class RetryPolicy:
         return base / 2 + r * base / 2
 
 
-@dataclass
-class _Budget:
-    policy: RetryPolicy
-    started: float
-    transient: int = 0
-    busy: int = 0
-    tag_not_found: int = 0
-    last_busy: bool = field(default=False)
-    last_tag_not_found: bool = field(default=False)
-
-
 def is_transient(exc: BaseException, *, mutating: bool) -> bool:
     if isinstance(exc, TransportError):
         return (not mutating) or (not exc.request_sent)
@@ -94,42 +84,36 @@ async def call_with_retry(
 ) -> T:
     """Run `fn` under `policy` (see module doc). `what` names the call in log events."""
     clock = clock or RealClock()
-    budget = _Budget(policy=policy, started=clock.monotonic())
+    started = clock.monotonic()
+    # failures per budget ("busy", "tag", "transient"), and the budget of the last one
+    spent: Counter[str] = Counter()
+    last = ""
 
     def should_retry(state: RetryCallState) -> bool:
+        nonlocal last
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return False
-        budget.last_busy = budget.last_tag_not_found = False
-        if isinstance(exc, Busy):
-            budget.busy += 1
-            budget.last_busy = True
-            return True
-        if isinstance(exc, TagNotFound):
-            budget.tag_not_found += 1
-            budget.last_tag_not_found = True
-            return True
-        if is_transient(exc, mutating=mutating):
-            budget.transient += 1
-            return True
-        return False
+        last = ("busy" if isinstance(exc, Busy) else "tag" if isinstance(exc, TagNotFound)
+                else "transient" if is_transient(exc, mutating=mutating) else "")
+        spent[last] += 1
+        return bool(last)
 
     def wait(_state: RetryCallState) -> float:
-        if budget.last_busy:
+        if last == "busy":
             return policy.busy_wait_s
-        if budget.last_tag_not_found:
-            return policy.tag_not_found_wait_s * (2 ** max(0, budget.tag_not_found - 1))
-        return policy.backoff(budget.transient)
+        if last == "tag":
+            return policy.tag_not_found_wait_s * (2 ** max(0, spent["tag"] - 1))
+        return policy.backoff(spent["transient"])
 
     def stop(state: RetryCallState) -> bool:
-        if budget.last_busy:
-            return budget.busy > policy.busy_retries
-        if budget.last_tag_not_found:
-            return budget.tag_not_found > policy.tag_not_found_retries
-        if budget.transient >= policy.max_attempts:
+        if last == "busy":
+            return spent["busy"] > policy.busy_retries
+        if last == "tag":
+            return spent["tag"] > policy.tag_not_found_retries
+        if spent["transient"] >= policy.max_attempts:
             return True
-        elapsed = clock.monotonic() - budget.started
-        return elapsed + (state.upcoming_sleep or 0.0) > policy.deadline_s
+        return clock.monotonic() - started + (state.upcoming_sleep or 0.0) > policy.deadline_s
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None

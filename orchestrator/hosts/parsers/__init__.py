@@ -1,12 +1,5 @@
-"""Pure parsers (no I/O) for the outputs the orchestrator reads.
-
-- `docker_ps`: `docker ps --format json` (one JSON object per line) -> `Container`s
-- `compose_logs`: `docker compose logs` text -> `LogLine`s
-- `dry_run`: docker compose dry-run lines -> `DryRunResult`
-- `action_log`: compose-manager's attestation report -> `Action`s, `last_deploy`
-
-A parser that cannot make sense of its input raises `ParseError`; the clients turn it into
-`MalformedResponse`.
+"""Pure parsers (no I/O) for the outputs the orchestrator reads. A parser that cannot make sense
+of its input raises `ParseError`; the clients turn it into `MalformedResponse`.
 """
 
 from __future__ import annotations
@@ -18,6 +11,3 @@ class ParseError(ValueError):
     def __init__(self, message: str, *, line_no: int | None = None) -> None:
         super().__init__(message if line_no is None else f"line {line_no}: {message}")
         self.line_no = line_no
-
-
-__all__ = ["ParseError"]

@@ -31,9 +31,7 @@ class Action:
 
 def _opt_str(entry: Mapping[str, Any], key: str) -> str | None:
     value = entry.get(key)
-    if value is None:
-        return None
-    return str(value)
+    return None if value is None else str(value)
 
 
 def action_from_json(entry: Any, index: int) -> Action:

@@ -25,10 +25,6 @@ class LogLine:
     text: str
 
 
-def strip_ansi(text: str) -> str:
-    return ANSI_RE.sub("", text)
-
-
 def last_redraw(text: str) -> str:
     """The last non-empty `\\r`-separated segment (the whole text when there is no `\\r`)."""
     if "\r" not in text:
@@ -40,7 +36,7 @@ def last_redraw(text: str) -> str:
 def parse_compose_line(line: str) -> LogLine | None:
     if line.endswith("\r"):
         line = line[:-1]
-    line = strip_ansi(line)
+    line = ANSI_RE.sub("", line)
     if not line:
         return None
     match = PREFIX_RE.match(line)
@@ -50,9 +46,4 @@ def parse_compose_line(line: str) -> LogLine | None:
 
 
 def parse_compose_logs(text: str) -> list[LogLine]:
-    out: list[LogLine] = []
-    for line in text.split("\n"):
-        parsed = parse_compose_line(line)
-        if parsed is not None:
-            out.append(parsed)
-    return out
+    return [parsed for parsed in map(parse_compose_line, text.split("\n")) if parsed is not None]

@@ -17,7 +17,7 @@ as a rollback target.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,61 +79,31 @@ class ProjectVersions:
     previous: DeployRecord | None = None
 
 
-class VersionInfo(Mapping[str, Any]):
-    """`GET /version`, typed, and still the raw mapping (`info["tag"]`, `info.items()`) for callers
-    written against the old dict answer.
+class VersionInfo(dict[str, Any]):
+    """`GET /version`, typed, and still the raw mapping (`info["tag"]`, `info.items()`).
 
-    `tag/commit/file/file_sha256` here are the last ATTEMPTED up; use `project(p).current` /
+    `tag/commit/file` here are the last ATTEMPTED up (`last_attempt`); use `project(p).current` /
     `.previous` for what actually deployed.
     """
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
-        raw = _obj(raw, "version")
-        self._raw = dict(raw)
+        super().__init__(_obj(raw, "version"))
         self.image = _opt_str(raw, "image", "version")
         self.last_attempt = DeployRecord.parse({k: raw[k] for k in _RECORD_KEYS if k in raw}, "version")
-        projects: dict[str, ProjectVersions] = {}
+        self.tag, self.commit, self.file = self.last_attempt.tag, self.last_attempt.commit, self.last_attempt.file
+        self.projects: dict[str, ProjectVersions] = {}
         for name, entry in _obj(raw.get("projects") or {}, "version.projects").items():
             where = f"version.projects.{name}"
             entry = _obj(entry, where)
             cur, prev = entry.get("current"), entry.get("previous")
-            projects[str(name)] = ProjectVersions(
+            self.projects[str(name)] = ProjectVersions(
                 current=DeployRecord.parse(cur, where + ".current") if cur is not None else None,
                 previous=DeployRecord.parse(prev, where + ".previous") if prev is not None else None,
             )
-        self.projects = projects
-
-    @property
-    def tag(self) -> str | None:
-        return self.last_attempt.tag
-
-    @property
-    def commit(self) -> str | None:
-        return self.last_attempt.commit
-
-    @property
-    def file(self) -> str | None:
-        return self.last_attempt.file
 
     def project(self, name: str | None = None) -> ProjectVersions:
         """The success record of a project (None: the default project `work`); empty if unknown."""
         return self.projects.get(name or DEFAULT_PROJECT, ProjectVersions())
-
-    def __getitem__(self, key: str) -> Any:
-        return self._raw[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
-
-    def __len__(self) -> int:
-        return len(self._raw)
-
-    def __repr__(self) -> str:
-        return f"VersionInfo({self._raw!r})"
-
-
-def parse_version(payload: Mapping[str, Any]) -> VersionInfo:
-    return VersionInfo(payload)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,7 @@ from orchestrator.hosts.parsers import ParseError
 
 SERVICE_LABEL = "com.docker.compose.service"
 PROJECT_LABEL = "com.docker.compose.project"
-CONFIG_HASH_LABEL = "com.docker.compose.config-hash"
 
-ZOMBIE_STATES = frozenset({"removing", "dead"})
 
 
 @dataclass(frozen=True)
@@ -44,22 +42,8 @@ class Container:
         return self.state == "restarting" or self.status.startswith("Restarting")
 
     @property
-    def is_zombie(self) -> bool:
-        """A container a down failed to remove: listed as `removing` or `dead`."""
-        return self.state in ZOMBIE_STATES
-
-    @property
     def is_running(self) -> bool:
         return self.state == "running" and not self.restarting
-
-    @property
-    def config_hash(self) -> str | None:
-        return self.labels.get(CONFIG_HASH_LABEL)
-
-    @property
-    def identity(self) -> tuple[str, str]:
-        """(ID, CreatedAt): changes when the container is recreated (the dry-run hazard check)."""
-        return (self.id, self.created_at)
 
 
 def parse_labels(labels: str | Mapping[str, Any] | None) -> dict[str, str]:
@@ -151,10 +135,6 @@ def _parse_line(line: str, line_no: int) -> tuple[Container, ...]:
 #: parsed docker/ps lines by their text, oldest first (bounded: a host lists tens of containers)
 _LINE_CACHE: dict[str, tuple[Container, ...]] = {}
 _LINE_CACHE_SIZE = 512
-
-
-def zombies(containers: Iterable[Container]) -> list[Container]:
-    return [c for c in containers if c.is_zombie]
 
 
 def by_service(containers: Iterable[Container]) -> dict[str, Container]:

@@ -2,11 +2,8 @@
 
 Line shape: ` ✔ DRY-RUN MODE -  Container <name>  <Status>  0.0s` (the duration may be missing).
 
-Status -> action:
-  Created/Creating -> created; Recreated/Recreate/Recreating -> recreated;
-  Started/Starting -> started; Running/Healthy/Waiting/Exited -> unchanged (states, not actions;
-  `Exited` is what a finished one-shot such as model-downloader reports);
-  Removed/Removing/Stopped/Stopping/Killed/Killing -> removed.
+Status -> action: `STATUS_ACTIONS`. Running/Healthy/Waiting/Exited are states, not actions: they
+read as unchanged (`Exited` is what a finished one-shot such as model-downloader reports).
 
 Container name -> service: with `container_name` (always the service key in these repos) the name
 is the service. When `project` is given and the name starts with `<project>-` (or v1's
@@ -35,25 +32,13 @@ from dataclasses import dataclass, field
 
 DRY_RUN_MARK = "DRY-RUN"
 
-STATUS_ACTIONS: dict[str, str] = {
-    "created": "created",
-    "creating": "created",
-    "recreated": "recreated",
-    "recreate": "recreated",
-    "recreating": "recreated",
-    "started": "started",
-    "starting": "started",
-    "running": "unchanged",
-    "healthy": "unchanged",
-    "waiting": "unchanged",
-    "exited": "unchanged",
-    "removed": "removed",
-    "removing": "removed",
-    "stopped": "removed",
-    "stopping": "removed",
-    "killed": "removed",
-    "killing": "removed",
-}
+STATUS_ACTIONS: dict[str, str] = {status: action for action, statuses in {
+    "created": ("created", "creating"),
+    "recreated": ("recreated", "recreate", "recreating"),
+    "started": ("started", "starting"),
+    "unchanged": ("running", "healthy", "waiting", "exited"),
+    "removed": ("removed", "removing", "stopped", "stopping", "killed", "killing"),
+}.items() for status in statuses}
 
 STRENGTH = {"unchanged": 0, "started": 1, "created": 2, "recreated": 3, "removed": 4}
 
