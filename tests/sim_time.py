@@ -10,20 +10,29 @@ the orchestrator awaits the simulator's answer (its transport holds the clock fr
 until the response's body is read; a compose-manager stream, whose body lasts as long as the
 simulated operation, only until its headers). Shared by the simulator (`SimFleet(clock=...)`) and the
 orchestrator (`Session.open(clock=..., transport=clock.transport())`), simulated time then passes
-only while the orchestrator computes or waits on the clock, as in production, where a scrape
-takes milliseconds of a 30-minute window: how many polls a window holds follows from the runbook,
-not from the machine's load.
+only while the orchestrator waits on the clock.
+
+`clock.run(coro)` runs the orchestrator on an event loop whose time stands still while the loop
+computes too (parsing a scrape, judging a window, writing the journal): the clock runs only while
+the loop waits in its selector. In production that compute takes milliseconds of a 30-minute
+window; on a loaded test machine it can take a second of real time, minutes of simulated time at
+600x. With `run`, how many polls a window holds follows from the runbook, not from the load.
 """
 
 from __future__ import annotations
 
 import asyncio
+import selectors
 import threading
 import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import httpx
 
 from orchestrator.util.clock import ScaledClock
+
+T = TypeVar("T")
 
 
 class AnswerTimeClock(ScaledClock):
@@ -59,6 +68,15 @@ class AnswerTimeClock(ScaledClock):
             self._held -= 1
             if self._held == 0:
                 self._stopped += time.monotonic() - self._held_since
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        """`asyncio.run(main)` on a loop that holds this clock except while it waits in its selector."""
+        self.hold()
+        try:
+            with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(_WaitingSelector(self))) as runner:
+                return runner.run(main)
+        finally:
+            self.release()
 
     def transport(self) -> HoldingTransport:
         """httpx's own transport, holding this clock while each request awaits its answer."""
@@ -110,3 +128,18 @@ class _HeldBody(httpx.AsyncByteStream):
             if self.held:
                 self.held = False
                 self.clock.release()
+
+
+class _WaitingSelector(selectors.DefaultSelector):
+    """The event loop's selector: the clock it is given runs only while `select` waits."""
+
+    def __init__(self, clock: AnswerTimeClock) -> None:
+        super().__init__()
+        self._clock = clock
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self._clock.release()
+        try:
+            return super().select(timeout)
+        finally:
+            self._clock.hold()

@@ -6,7 +6,11 @@ lines then lack the `DRY-RUN MODE -` prefix and the stream still ends in success
 
 - `compare_ps`: docker/ps read before and after EVERY dry run; a container that was recreated
   (another ID or creation time), is gone, is new, or restarted in place (its `Up` time went back,
-  or it is restarting now) is a change, named one by one (`describe_changes`).
+  or it is restarting now) is a change, named one by one (`describe_changes`). A one-shot that is
+  gone is not: docker/ps lists running containers only, and a one-shot started by the step before
+  (model-downloader, which the engines wait to complete) leaves it when it exits, on its own,
+  during any dry run. One-shots are the runbook's `oneshot:` services and every service another
+  container's `com.docker.compose.depends_on` label waits for with `service_completed_successfully`.
 - `split_by_definition`: a check (placement, a preview, a rollback-target check) names only
   services that cannot be recreated by it: absent ones, or ones docker/ps shows running from the
   very file (and, by the action log, tag) the dry run asks for. A service running another
@@ -27,6 +31,7 @@ from orchestrator.hosts.parsers.action_log import Action, last_deploy
 from orchestrator.hosts.parsers.docker_ps import Container
 
 CONFIG_FILES_LABEL = "com.docker.compose.project.config_files"
+DEPENDS_ON_LABEL = "com.docker.compose.depends_on"  # "svc:condition:restart,..." as docker compose writes it
 
 _UP_RE = re.compile(r"^Up\s+(?:(?P<less>Less than a second)|(?P<about>About an? )?(?P<n>\d+|an?)?\s*"
                     r"(?P<unit>second|minute|hour|day|week|month|year)s?)", re.I)
@@ -55,16 +60,31 @@ class ContainerChange:
         return f"{self.name} {self.detail}"
 
 
-def compare_ps(before: Iterable[Container], after: Iterable[Container]) -> list[ContainerChange]:
-    """What changed between two docker/ps reads, one entry per container (by name)."""
+def completion_dependencies(containers: Iterable[Container]) -> set[str]:
+    """The services some container waits to complete (`service_completed_successfully`): one-shots."""
+    out: set[str] = set()
+    for c in containers:
+        for entry in c.labels.get(DEPENDS_ON_LABEL, "").split(","):
+            service, _, rest = entry.strip().partition(":")
+            if rest.partition(":")[0] == "service_completed_successfully":
+                out.add(service)
+    return out
+
+
+def compare_ps(before: Iterable[Container], after: Iterable[Container],
+               oneshots: Collection[str] = ()) -> list[ContainerChange]:
+    """What changed between two docker/ps reads, one entry per container (by name); a one-shot
+    that is gone exited (`oneshots`: the runbook's, besides those the labels name)."""
     b = {c.name: c for c in before}
     a = {c.name: c for c in after}
+    oneshots = set(oneshots) | completion_dependencies([*b.values(), *a.values()])
     out: list[ContainerChange] = []
     for name in sorted(set(b) | set(a)):
         old, new = b.get(name), a.get(name)
         if new is None:
             assert old is not None
-            out.append(ContainerChange(name, "gone", f"gone (was {old.id[:12]})"))
+            if (old.service or old.name) not in oneshots:
+                out.append(ContainerChange(name, "gone", f"gone (was {old.id[:12]})"))
         elif old is None:
             out.append(ContainerChange(name, "new", f"new ({new.id[:12]})"))
         elif (old.id, old.created_at) != (new.id, new.created_at):

@@ -345,7 +345,7 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                     if st is not None or not safe:
                         continue
                     req = ComposeRequest(tag=req.tag, file=req.file, services=tuple(safe), project=req.project, dry_run=True)
-                if not await _planned_dry_run(cm, env, entry.project, purpose, req, st, stopped, lp, record):
+                if not await _planned_dry_run(cm, env, entry.project, purpose, req, st, stopped, lp, record, rb.oneshot_services()):
                     break
 
         try:
@@ -378,7 +378,7 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
 
 
 async def _planned_dry_run(cm: _ReadOnlyCompose, env: EnvMap, project: str | None, purpose: str, req: ComposeRequest,
-                           step: Step | None, stopped: set[str], lp: LivePlan, record: Any) -> bool:
+                           step: Step | None, stopped: set[str], lp: LivePlan, record: Any, oneshots: set[str]) -> bool:
     """One dry run, docker/ps compared around it, judged like its step would be. False: stop
     sending dry runs (docker/ps changed)."""
     from orchestrator.engine.rules.foreign_change import describe_action
@@ -394,7 +394,7 @@ async def _planned_dry_run(cm: _ReadOnlyCompose, env: EnvMap, project: str | Non
         lp.refuse(f"{purpose}: {note}")
         return True
     after = await cm.ps(project)
-    changes = compare_ps(before, after)
+    changes = compare_ps(before, after, oneshots)
     if changes:
         named = describe_changes(changes)
         later = (await cm.action_log())[n_actions:]

@@ -113,7 +113,7 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
             except (TagNotFound, TagTooRecent, BadRequest) as exc:
                 raise UserError(f"rollback target {file}@{tag} is not usable: {session.redactor.scrub(str(exc))}; "
                                 f"check --to-tag/--to-file. Nothing was stopped") from None
-            changes = compare_ps(before, await cm.ps(entry.project))
+            changes = compare_ps(before, await cm.ps(entry.project), rb.oneshot_services())
             if changes:
                 raise Refused(f"the dry run of rollback target {file}@{tag} changed real containers: {describe_changes(changes)} "
                               f"(docker/compose#14029, or someone else acting on {host}): inspect the host. Nothing more was sent")

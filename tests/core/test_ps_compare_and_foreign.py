@@ -2,7 +2,10 @@
 (`orchestrator.engine.rules.foreign_change`).
 
 Mutation list (each guard deleted in the source, the test seen failing, the source restored):
-- compare_ps: the `gone` branch -> test_a_container_gone_is_named; the ID/creation branch ->
+- compare_ps: the `gone` branch -> test_a_container_gone_is_named; the one-shot exemption ->
+  test_a_one_shot_that_exited_is_no_change_but_an_engine_gone_still_is; the condition check in
+  completion_dependencies -> test_a_service_the_engines_wait_to_complete_is_a_one_shot_by_docker_ps_alone;
+  the ID/creation branch ->
   test_a_recreated_container_is_named; the state branch -> test_a_restarting_container_is_named;
   the `t1 < t0` branch -> test_a_restart_in_place_is_named_by_its_up_time_going_back.
 - on_definition: the action-log tag rule -> test_a_service_last_applied_at_another_tag_is_held_back;
@@ -27,7 +30,13 @@ from orchestrator.engine.rules.foreign_change import (
 )
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.hosts.parsers.docker_ps import Container
-from orchestrator.hosts.ps_compare import CONFIG_FILES_LABEL, compare_ps, split_by_definition
+from orchestrator.hosts.ps_compare import (
+    CONFIG_FILES_LABEL,
+    DEPENDS_ON_LABEL,
+    compare_ps,
+    completion_dependencies,
+    split_by_definition,
+)
 
 NEW = "prod/New.yaml"
 OLD = "prod/Old.yaml"
@@ -54,6 +63,29 @@ def test_a_recreated_container_is_named():
 def test_a_container_gone_is_named():
     [c] = compare_ps([ctr("r1", "aaa"), ctr("r2", "ccc")], [ctr("r1", "aaa")])
     assert (c.name, c.what) == ("r2", "gone")
+
+
+def test_a_one_shot_that_exited_is_no_change_but_an_engine_gone_still_is():
+    # docker/ps lists running containers only: model-downloader, started by the step before,
+    # exits during the next dry run on its own; a dry run did not remove it
+    before = [ctr("model-downloader", "ddd"), ctr("r2", "ccc")]
+    assert compare_ps(before, [ctr("r2", "ccc")], oneshots={"model-downloader"}) == []
+    [c] = compare_ps(before, [], oneshots={"model-downloader"})
+    assert (c.name, c.what) == ("r2", "gone")
+    [c] = compare_ps(before, [ctr("r2", "ccc")])  # not a one-shot of this runbook: a change
+    assert (c.name, c.what) == ("model-downloader", "gone")
+    [c] = compare_ps([], [ctr("model-downloader", "eee")], oneshots={"model-downloader"})  # one started: a change
+    assert c.what == "new"
+
+
+def test_a_service_the_engines_wait_to_complete_is_a_one_shot_by_docker_ps_alone():
+    # the engine's label as docker compose writes it; the downloader exits during the dry run
+    engine = ctr("r2", "ccc")
+    engine.labels[DEPENDS_ON_LABEL] = "model-downloader:service_completed_successfully:false,nginx:service_started:true"
+    assert completion_dependencies([engine]) == {"model-downloader"}
+    assert compare_ps([ctr("model-downloader", "ddd"), ctr("nginx", "nnn"), engine], [ctr("nginx", "nnn"), engine]) == []
+    [c] = compare_ps([ctr("model-downloader", "ddd"), ctr("nginx", "nnn"), engine], [ctr("model-downloader", "ddd"), engine])
+    assert (c.name, c.what) == ("nginx", "gone")  # a service merely started first is no one-shot
 
 
 def test_a_new_container_is_named():

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 from waiting import expire_lease, wait_until, wait_until_async
 
-from orchestrator.journal import LeaseHeld, open_journal
+from orchestrator.journal import open_journal
+from orchestrator.journal.base import LeaseHeld
 
 
 def test_wait_until_returns_the_value_and_a_timeout_names_what_it_waited_for():

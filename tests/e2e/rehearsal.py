@@ -1,7 +1,7 @@
 """One rollout on simulated hosts, run to its end in-process on one simulated time (the answer-time
-clock: it stands still while the simulator answers, so a canary window holds its polls however
-loaded the machine is). The canary and procedure end-to-end tests share it through the
-`rehearsals` fixture (tests/e2e/conftest.py)."""
+clock: it stands still while the simulator answers and while the orchestrator computes, so a
+canary window holds its polls however loaded the machine is). The canary and procedure end-to-end
+tests share it through the `rehearsals` fixture (tests/e2e/conftest.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class Rehearsal:
     clock: AnswerTimeClock  # shared by the simulator and the session
 
     def within(self, work: Callable[[], Awaitable[Any]]) -> Any:
-        """`work()` awaited on its own event loop, through a transport of that loop."""
+        """`work()` awaited on its own event loop (the clock's), through a transport of that loop."""
         async def go() -> Any:
             self.session.transport = transport = self.clock.transport()
             try:
@@ -36,7 +36,7 @@ class Rehearsal:
             finally:
                 await transport.close()
 
-        return asyncio.run(go())
+        return self.clock.run(go())
 
 
 class Rehearsals:
@@ -87,7 +87,7 @@ class Rehearsals:
                     beside.cancel()
                 await transport.close()
 
-        final = asyncio.run(go())
+        final = clock.run(go())
         return Rehearsal(fleet, final, r1_before, progress, session, clock)
 
     def close(self) -> None:

@@ -218,7 +218,7 @@ def test_a_lock_held_by_another_client_after_each_stop_is_waited_out_never_leavi
                 finally:
                     await transport.close()
 
-            final, progress, back = asyncio.run(both())
+            final, progress, back = clock.run(both())
         finally:
             session.close()
         assert final.outcome == "DONE", final.message

@@ -13,7 +13,6 @@ simulated engines' /metrics labelled by replica.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -85,7 +84,7 @@ def _run(tmp_path: Path, *faults: str, hosts: tuple[str, ...] = ("gpu02",), prom
                 finally:
                     await transport.close()
 
-            final = asyncio.run(go())
+            final = clock.run(go())
             notes = [f.get("note") or "" for k, f in progress.events if k == "transition"]
             r1 = fleet.host.container(R1)
             assert r1 is not None and r1.id == r1_before.id and r1.state == "running"

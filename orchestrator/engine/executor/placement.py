@@ -66,7 +66,7 @@ async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project
     if on_dry_run is not None:
         on_dry_run(req, outcome)
     after = await compose.ps(project)
-    changes = compare_ps(before, after)
+    changes = compare_ps(before, after, rb.oneshot_services())
     if changes:
         later = (await _action_log(compose))[len(actions):]
         if later:
