@@ -24,6 +24,7 @@ from orchestrator.util.user_errors import UserError
 
 if TYPE_CHECKING:
     from orchestrator.journal.base import Journal, RunRecord
+    from orchestrator.language.machine import Table
     from orchestrator.language.runbook import Runbook
 
 #: The longest gate name accepted (node ids are far shorter).
@@ -47,14 +48,19 @@ def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint
 
 
 def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
-    """`*` and the ids of the run's soak steps that wait for an approval."""
-    table = table_for(run, rb)
-    gates = {"*"}
+    """`*` and the ids of the run's steps that wait for an approval (`table_gates`)."""
+    return {"*"} | table_gates(table_for(run, rb))
+
+
+def table_gates(table: Table) -> set[str]:
+    """The steps of `table` that wait for a human's approval: a quiet window, a soak that asks for
+    one, and a `manual:` step (a human's edit, approved by name). The API and the run page both ask
+    this, so the page's Approve button is live exactly where an approve is accepted."""
+    gates = set()
     for node_id, node in table.nodes.items():
         step = node.step
-        if step is not None and (step.kind == "quiet" or (step.kind == "soak" and step.soak is not None and step.soak.approval)):
-            gates.add(node_id)
-        if step is not None and step.manual is not None:  # a human's edit, approved by name
+        if step is not None and (step.kind == "quiet" or step.manual is not None
+                                 or (step.kind == "soak" and step.soak is not None and step.soak.approval)):
             gates.add(node_id)
     return gates
 

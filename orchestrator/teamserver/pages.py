@@ -36,6 +36,7 @@ from orchestrator.language.machine import Table
 from orchestrator.language.runbook import load_runbook_checked
 from orchestrator.service.activity import target_tag
 from orchestrator.service.run_info import table_for
+from orchestrator.service.signals import table_gates
 from orchestrator.teamserver.auth import Principal
 from orchestrator.teamserver.errors import ApiError
 from orchestrator.teamserver.run_view import _e, _runner, _since, render_run
@@ -170,10 +171,7 @@ def run_table(run: Any) -> Table | None:
 
 
 def approval_gates(table: Table | None) -> set[str]:
-    if table is None:
-        return set()
-    return {s for s, n in table.nodes.items() if n.step is not None and (n.step.kind == "quiet" or (
-            n.step.kind == "soak" and n.step.soak is not None and n.step.soak.approval))}
+    return set() if table is None else table_gates(table)
 
 
 async def run_fragment(request: Request, principal: Principal) -> Response:
