@@ -538,7 +538,8 @@ class Worker:
         return [{**context_summary(r), "target_tag": target_tag(r), "terminal": r.terminal,
                  "submitted_by": (sub.by if (sub := submitters.get(r.run_id)) is not None else None),
                  "submitted_at": sub.at.isoformat() if sub is not None else None,
-                 "worker_status": self.runs[r.run_id].status if r.run_id in self.runs else None} for r in runs]
+                 # .get: the event loop may forget a run between a check and a read (this runs in a thread)
+                 "worker_status": active.status if (active := self.runs.get(r.run_id)) is not None else None} for r in runs]
 
     def run_detail(self, run_id: str, *, events_after: int = 0) -> dict[str, Any]:
         journal = self.session.journal

@@ -14,6 +14,9 @@ restored):
           with the new env map, test_env_map_changed_since_the_dry_run_* fails.
 - rule 5  runtime.py:ComposeCalls.dry_run, `if changed: return DryRunCall("changed", halt(...))` made
           `if False` -> test_a_dry_run_that_changes_docker_ps_halts fails (OK instead of HALT).
+- rule 5b runtime.py:ComposeCalls.dry_run after a failed attempt: `if changed or any(...)` made
+          `if False` -> test_a_failed_dry_run_that_*_halts fail (retried, then OK);
+          the state clause alone removed -> ..._moved_a_container_state_halts fails.
 - rule 6  dry_run_check.py:judge_dry_run, `if removed: return DryRunJudgement("refuse", ...)` removed -> the
           up is applied, test_a_plan_that_removes_anything_is_never_applied fails.
 - rule 7  steps/compose.py:up, `recorded = rt.recorded_effect("compose_up")` -> `None`
@@ -162,6 +165,37 @@ async def test_a_dry_run_that_changes_docker_ps_halts():
     assert "14029" in note and R1 in note
     assert rig.ctx.checked_dry_run is None
     assert rig.compose.sent("up") == []
+
+
+def _fails_once(rig: Rig, then) -> None:
+    from orchestrator.hosts.clients.errors import ServerError
+
+    seen = []
+
+    def send(verb, req, env):
+        if verb == "dry_run" and not seen:
+            seen.append(req)
+            then()
+            raise ServerError("compose-manager", "HTTP 502: bad gateway", status=502)
+        return None
+
+    rig.compose.on_send = send
+
+
+async def test_a_failed_dry_run_that_changed_docker_ps_halts():
+    rig = at_dry_run()
+    _fails_once(rig, lambda: rig.compose.run(R1))  # the failed "dry run" recreated r1 for real
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED") and "failed also changed" in note and R1 in note, note
+    assert len(rig.compose.sent("dry_run")) == 1 and rig.compose.sent("up") == []
+
+
+async def test_a_failed_dry_run_that_moved_a_container_state_halts():
+    rig = at_dry_run()
+    rig.compose.host[R1].state = "restarting"  # came back during the failed attempt: not what was planned against
+    _fails_once(rig, lambda: setattr(rig.compose.host[R1], "state", "running"))
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED") and "container states" in note, note
 
 
 # -- rule 6 ---------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.host_clients import HostClients
 from orchestrator.hosts.inventory import HostEntry
 from orchestrator.hosts.logfollow import LogFollower
-from orchestrator.hosts.parsers.docker_ps import Container, by_service
+from orchestrator.hosts.parsers.docker_ps import Container, by_service, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.hosts.ps_compare import compare_ps, describe_changes, split_by_definition
 from orchestrator.hosts.redaction import Redactor
@@ -957,6 +957,7 @@ class ComposeCalls:
     async def dry_run(self, req: ComposeRequest) -> DryRunCall:
         env = await self.envs.ensure_env()
         before_list = await self.reads.ps()
+        before = snapshot(before_list)
         attempt = 0
         while True:
             attempt += 1
@@ -971,10 +972,13 @@ class ComposeCalls:
                 # unless it changed something (then the comparison halts the run).
                 if attempt >= 3:
                     return DryRunCall("failed", outcome=fail(f"the dry run failed {attempt} times: {self.voice.scrub(str(exc))}"))
-                changed = compare_ps(before_list, await self.reads.ps(), self.rb.oneshot_services())
-                if changed:
-                    return DryRunCall("changed", outcome=halt(f"a dry run that failed also changed real containers: "
-                                                              f"{describe_changes(changed)} (docker/compose#14029); inspect the host"))
+                now = await self.reads.ps()
+                changed = compare_ps(before_list, now, self.rb.oneshot_services())
+                # stricter than after a success: any container whose state moved too (before it is retried)
+                if changed or any(c.name in before and before[c.name] != snapshot([c])[c.name] for c in now):
+                    named = describe_changes(changed) or "container states"
+                    return DryRunCall("changed", outcome=halt(f"a dry run that failed also changed real containers: {named} "
+                                                              "(docker/compose#14029); inspect the host"))
                 self.visit.log.warning("dry_run_retried", error=type(exc).__name__)
                 await self.clock.wait()
         after_list = await self.reads.ps()
