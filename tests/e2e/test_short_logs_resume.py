@@ -21,7 +21,11 @@ pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-SPEED = "3000"
+# the kill must land between r2's budget lines (60 % of its cold start) and its ready line: at 600x
+# with a 2400 s cold start that window is 1.6 s of real time, many of the runner's polls however
+# loaded the machine (at 3000x and 1200 s it was 0.16 s, and a slow poll saw both lines at once)
+SPEED = "600"
+COLD_START_S = 2400
 LOG_LINES = 50
 R2_NEW = "model-sg-glm53-w4afp8-tp4-r2"
 STARTUP = "server_args=ServerArgs("
@@ -45,7 +49,7 @@ def _orchestrate(args, env, *, crashing=False):
 def test_a_run_killed_mid_cold_start_resumes_after_its_start_rotated_out_and_completes(tmp_path, kill_at):
     from orchestrator_sim import SimConfig, SimFleet
 
-    with SimFleet(SimConfig(speed=float(SPEED), cold_start_s=1200, log_lines=LOG_LINES)) as fleet:
+    with SimFleet(SimConfig(speed=float(SPEED), cold_start_s=COLD_START_S, log_lines=LOG_LINES)) as fleet:
         r = _orchestrate(["rollout", "gpu02", "--tag", "v0.0.300", "--yes"],
                          _env(fleet, tmp_path, ORCHESTRATOR_TEST_KILL_AT_CONTEXT=kill_at), crashing=True)
         assert r.returncode == -9, f"not killed mid cold start: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-1000:]}"
