@@ -219,6 +219,7 @@ def test_abort_during_r1s_cold_start_ends_saying_how_to_finish_the_abort(tmp_pat
 def test_ctrl_c_during_the_demo_says_what_happened(tmp_path):
     # the demo's simulator keeps the suite's log rotation (`--sim-log-lines`, make test-short-logs)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_") or k == "ORCHESTRATOR_SIM_LOG_LINES"}
+    env["PYTHONFAULTHANDLER"] = "1"  # a demo still running when the bound is up prints every thread's stack (SIGABRT)
     state = tmp_path / "demo"
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "demo", "--speed", "50", "--state-dir", str(state)],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -238,7 +239,14 @@ def test_ctrl_c_during_the_demo_says_what_happened(tmp_path):
 
         wait_until(stepped, "the demo's run to take its first step")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        # the bound is generous (the simulator's servers stop one by one on a loaded machine); a demo
+        # that went on instead would end its whole rollout with exit 0, which the returncode check names
+        try:
+            out, err = proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+            raise AssertionError(f"the demo had not stopped 180 s after Ctrl-C; its threads:\n{err[-6000:]}") from None
     finally:
         proc.kill()
     assert proc.returncode == 130
