@@ -9,7 +9,7 @@ period runs its production value. Nothing here branches the executor: only the n
 
 from __future__ import annotations
 
-import asyncio
+import os
 import re
 import sys
 import tempfile
@@ -32,9 +32,10 @@ from orchestrator.language.runbook import (
     runbook_names,
 )
 from orchestrator.service.admission import new_rollout
-from orchestrator.service.runner import execute
+from orchestrator.service.runner import execute_stoppable
 from orchestrator.service.session import Session
 from orchestrator.util.clock import ScaledClock
+from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError
@@ -182,6 +183,14 @@ def check_faults(specs: list[str], *, base_tier: bool = False, hosts: tuple[str,
                             f"not {DEMO_HOST}")
 
 
+def _demo_hard_stop(run: Any, signame: str) -> None:
+    """A second Ctrl-C: the demo exits at once (its simulated hosts go with it; nothing to resume)."""
+    sys.stderr.write(f"orchestrate: second {signame}: the demo exits at once (run {run.run_id}); nothing real was touched\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(INTERRUPTED_EXIT)
+
+
 def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any,
              base_tier: bool = False, runbook: str = DEFAULT_RUNBOOK, target: DemoTarget | None = None) -> str:
     """The runbook's rollout on its simulated hosts (`target`, default `demo_target(runbook)`: gpu02
@@ -210,7 +219,11 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progres
                         console.rule(f"{title}{host}")
                     r, rb_, t = new_rollout(session, host, tag, runbook_)
                     operator = DemoOperator(fleet, rb_, host, inner=progress)
-                    return asyncio.run(execute(session, r, rb_, t, progress=operator, yes=True))
+                    final, stopped_by = execute_stoppable(session, r, rb_, t, progress=operator, yes=True,
+                                                          hard_stop=_demo_hard_stop)
+                    if stopped_by is not None:  # Ctrl-C (or SIGTERM): the command says where the run was
+                        raise KeyboardInterrupt
+                    return final
                 return one
 
             if len(target.hosts) == 1:  # refused before it starts: the UserError's one line

@@ -159,11 +159,18 @@ def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
         loop = asyncio.get_running_loop()
         task = asyncio.create_task(execute(session, run, rb, table, **kwargs))
 
+        def cancel_until_done() -> None:
+            # a cancellation can be lost on its way (a library that catches it while an inner
+            # timeout fires at the same moment): asked again each second until the run has stopped
+            if not task.done():
+                task.cancel()
+                loop.call_later(1.0, cancel_until_done)
+
         def on_signal(signame: str) -> None:
             if stopped_by:
                 on_hard_stop(run, signame)
             stopped_by.append(signame)
-            task.cancel()
+            cancel_until_done()
 
         installed = []
         for sig in (signal.SIGINT, signal.SIGTERM):
