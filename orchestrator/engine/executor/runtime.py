@@ -975,7 +975,7 @@ class ComposeCalls:
                 now = await self.reads.ps()
                 changed = compare_ps(before_list, now, self.rb.oneshot_services())
                 # stricter than after a success: any container whose state moved too (before it is retried)
-                if changed or any(c.name in before and before[c.name] != snapshot([c])[c.name] for c in now):
+                if changed or any(name in before and before[name] != seen for name, seen in snapshot(now).items()):
                     named = describe_changes(changed) or "container states"
                     return DryRunCall("changed", outcome=halt(f"a dry run that failed also changed real containers: {named} "
                                                               "(docker/compose#14029); inspect the host"))
