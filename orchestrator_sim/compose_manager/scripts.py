@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator_sim.compose_manager.plan import ComposePlanning, PlanItem
 from orchestrator_sim.compose_manager.records import ComposeRequest, Operation, OrphanRemoval, WorkCopy
 from orchestrator_sim.compose_manager.repo import ComposeFile
+from orchestrator_sim.faults import LOCK_AFTER_DOWN_HOLD_S
 from orchestrator_sim.host.containers import Container
 from orchestrator_sim.host.core import ORPHAN_STOP_TIMEOUT_S
 
@@ -42,7 +43,7 @@ class ComposeScripts(ComposePlanning):
         if success and op.action == "compose_down":
             refusals = self.faults.count_of("lock-after-down")
             if refusals:  # another client (the dashboard, an operator's dry run) takes the lock at once
-                self._held_by_other = (refusals, {
+                self._held_by_other = (refusals, self._now + LOCK_AFTER_DOWN_HOLD_S, {
                     "action": "compose_up", "started_at": self.stamp(), "tag": op.request.tag,
                     "file": op.request.file, "services": [], "dry_run": True})
         if op.call is not None and self.recorder is not None:

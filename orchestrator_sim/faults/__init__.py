@@ -27,13 +27,16 @@ from threading import RLock
 
 from orchestrator_sim.faults.table import ENGINE_FAULTS, ENGINE_REPLICAS, FAULTS, FaultInfo
 
-__all__ = ["DOWN_BUSY_DEFAULT", "ENGINE_FAULTS", "ENGINE_REPLICAS", "FAULTS", "ActiveFaults", "FaultInfo", "FaultSpec", "parse_fault"]
+__all__ = ["DOWN_BUSY_DEFAULT", "LOCK_AFTER_DOWN_HOLD_S", "ENGINE_FAULTS", "ENGINE_REPLICAS", "FAULTS", "ActiveFaults", "FaultInfo", "FaultSpec", "parse_fault"]
 
 #: `down-busy` without a count: one compose/down refused through the client's five busy retries
 DOWN_BUSY_DEFAULT = 6
 #: `lock-after-down` without a count: how many lock calls another client's operation refuses after
 #: each down (two compose calls' worth of the client's 1 + 5 busy attempts)
 LOCK_AFTER_DOWN_DEFAULT = 12
+#: ... and for at most this many simulated seconds (another client's dry run), whatever is left of
+#: the count: well inside every runbook's `timeouts.gone`, however slowly the calls come
+LOCK_AFTER_DOWN_HOLD_S = 120.0
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,8 @@ FAULTS: dict[str, FaultInfo] = {
             "count",
             "right after every compose/down completes, another client (the dashboard, an operator's "
             "dry run) holds compose-manager's lock for the next N lock calls and `GET /status` answers "
-            "(default 12: two calls' worth of the client's busy retries): compose/up and compose/down "
+            "(default 12: two calls' worth of the client's busy retries), for at most 120 simulated "
+            "seconds (another client's dry run): compose/up and compose/down "
             "get 409 `already in progress: compose_up`, and `GET /status` names that operation",
             "the step after the stop waits the lock out (bounded by the runbook's `timeouts.gone`), saying "
             "what holds it, and the run ends as without the fault: no replica is left empty for a "
@@ -157,10 +158,9 @@ FAULTS: dict[str, FaultInfo] = {
             "already in progress: docker_restart`; other calls are not affected. `down-busy:r1` hits "
             "r1's step-7 stop of the old r1 (the same service name as the new r1)",
             "the down waits the lock out for up to the runbook's `timeouts.gone`: a few refusals end as "
-            "without the fault; a lock held past that bound (`down-busy:r1:100000`) fails that step's gate "
-            "(compose-manager did not run the down) and the phase's rollback runs; the rollback stops only "
-            "containers this run created, so the old r1 it never touched keeps serving beside the new r2 "
-            "(HALTED, exit 4, the untouched r1 named as left running)",
+            "without the fault; a lock held past that bound (`down-busy:r1:100000`) halts the run at that "
+            "step (HALTED, exit 4: the lock named, nothing changed, no rollback), so the old r1 keeps "
+            "serving beside the new r2",
             drawn=False,
         ),
         FaultInfo(

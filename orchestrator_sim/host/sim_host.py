@@ -121,8 +121,9 @@ class SimHost(ComposeOperations, ServingPaths):
         self._work_dir: dict[str, WorkCopy] = {}
         self._orphans: list[OrphanRemoval] = []
         self._op: Operation | None = None
-        #: (lock calls it still refuses, what) of the `lock-after-down` fault: another client holds the lock
-        self._held_by_other: tuple[int, dict[str, Any]] | None = None
+        #: (lock calls it still refuses, simulated time it ends at, what) of the `lock-after-down`
+        #: fault: another client holds the lock
+        self._held_by_other: tuple[int, float, dict[str, Any]] | None = None
         self._round_robin = -1
         if fresh:
             self._actions.append(self._started_entry(0.0))

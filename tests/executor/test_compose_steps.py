@@ -25,6 +25,11 @@ restored):
           test_unknown_up_with_nothing_in_flight_* fail (waits SETTLE_S / HALT instead of deciding
           at once); steps/compose.py:_judge, `settle_up(...)` replaced by "not_applied" ->
           test_unknown_up_with_nothing_in_flight_and_changed_ps_is_applied fails.
+- rule 9  steps/compose.py:down and _judge, the `if outcome.get("lock_held")` branches removed ->
+          test_a_stop_refused_for_the_lock_halts_and_stops_nothing_healthy fails (FAIL into r1's
+          rollback, which stops the healthy new r1) and ..._sidecar_up_refused_... fails likewise;
+          the `not any(rt.rb.replica_of(...))` clause removed ->
+          test_an_engine_up_refused_for_the_lock_fails_into_the_rollback fails (HALT).
 - bug     runtime.py:Waits.settle_up checks the SETTLE_S deadline even while `status()` says the up
           is in flight: test_unknown_up_still_in_flight_is_waited_for_not_replanned was xfail(strict) until the executor was fixed; it passes now.
 """
@@ -37,7 +42,9 @@ from fakes import ENV, NEW_R2, R1, RB, RELAY, TAG, Rig, ctx_at, host_before
 from orchestrator.engine.context import DryRunRecord
 from orchestrator.engine.executor.runtime import SETTLE_S
 from orchestrator.hosts.clients.compose_manager import StreamOutcome
+from orchestrator.hosts.clients.errors import Busy
 from orchestrator.hosts.envmap import EnvMap
+from orchestrator.hosts.parsers.compose_manager_reads import InFlight
 
 
 class Crash(Exception):
@@ -333,3 +340,59 @@ async def test_an_abort_does_not_land_while_an_unknown_up_is_being_settled():
     [(event, note, to)] = await rig.step()
     assert event == "retry", (event, note)  # settled: it did not take effect, so plan again
     assert len(rig.compose.sent("up")) == 1
+
+
+# -- rule 9 ---------------------------------------------------------------------------------------
+
+def _lock_held_by_another(rig: Rig, verb_of: str) -> None:
+    """compose-manager answers every `verb_of` call 409 and `GET /status` names another client's
+    up: its lock is held for ever (past the runbook's `timeouts.gone`, which the fake clock
+    reaches without waiting)."""
+    def refuse(verb, req, env):
+        if verb == verb_of:
+            raise Busy("compose-manager", "another docker operation is already in progress: compose_up",
+                       in_flight="compose_up")
+        return None
+
+    async def status():
+        return InFlight("compose_up", started_at="2026-12-05T03:00:00Z", file=RB.file)
+
+    rig.compose.on_send = refuse
+    rig.compose.status = status
+
+
+async def test_a_stop_refused_for_the_lock_halts_and_stops_nothing_healthy():
+    """r1's relay-stop after the new r1 passed its gates: the refused down changed nothing and says
+    nothing of r1, so the run halts there; failing it would run r1's rollback, whose stop-new
+    stops the healthy r1 this phase started."""
+    rig = Rig(state="r1.relay-stop", ctx=ctx_at())
+    r1 = rig.compose.run(R1, file=RB.file, tag=TAG)
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG)
+    rig.compose.run(RELAY, file=RB.file, tag=TAG)
+    rig.ctx.created[r1.id] = {"service": R1, "state": "r1.apply"}
+    rig.ex.rt.save_context()
+    _lock_held_by_another(rig, "down")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), (event, note, to)
+    assert "lock stayed held by another operation past 10m" in note and "nothing was changed or rolled back" in note, note
+    assert [r.services for r in rig.compose.sent("down")][-1] == (RELAY,)
+    assert rig.compose.host[R1].id == r1.id and RELAY in rig.compose.host
+
+
+async def test_a_sidecar_up_refused_for_the_lock_halts():
+    rig = Rig(state="r1.relay-dry-run", ctx=ctx_at())
+    rig.compose.run(R1, file=RB.file, tag=TAG)
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG)
+    _lock_held_by_another(rig, "up")
+    events = await rig.step(2)
+    assert [(e, to) for e, _, to in events] == [("ok", "r1.relay-up"), ("halt", "HALTED")], events
+    assert "the up of glm53-soak-relay was not run" in events[-1][1], events
+
+
+async def test_an_engine_up_refused_for_the_lock_fails_into_the_rollback():
+    """The old r2 is stopped: a refused up of the new r2 fails the gate, so the rollback brings
+    the old r2 back (halting would leave the replica empty)."""
+    rig = await at_apply()
+    _lock_held_by_another(rig, "up")
+    events = await rig.step()
+    assert events[0][0] == "fail" and "did not run the up" in events[0][1], events

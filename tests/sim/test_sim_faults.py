@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TypeVar
+
 import httpx
 import pytest
 
+from orchestrator.util.clock import ScaledClock
 from orchestrator_sim import FAULTS, parse_fault
+from orchestrator_sim.faults import LOCK_AFTER_DOWN_HOLD_S
 from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, RELAY, TARGET
 from orchestrator_sim.testing import SimDriver as Sim
+
+T = TypeVar("T")
 
 
 def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
@@ -305,3 +313,37 @@ def test_the_external_gate_faults_show_on_their_surfaces(make_sim) -> None:
 
 
 TARGET_TAG_NAME = "v0.0.300"
+
+
+class _SteppedClock(ScaledClock):
+    """Simulated time that moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        super().__init__(1.0)
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def run(self, call: Callable[[], T]) -> T:
+        """`call()` in a thread, the clock stepping a simulated second at a time until it returns
+        (a compose call's operation takes simulated time: its stop grace, its pulls)."""
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(call)
+            while not wait([answer], timeout=0.002).done:
+                self.t += 1.0
+            return answer.result()
+
+
+def test_lock_after_down_ends_by_simulated_time_whatever_is_left_of_its_count(make_sim) -> None:
+    """Another client's operation holds the lock for a bounded time: with a count no run spends,
+    it still ends LOCK_AFTER_DOWN_HOLD_S simulated seconds after the down, so a slow machine (more
+    simulated time per call) never sees it outlast a runbook's `timeouts.gone`."""
+    clock = _SteppedClock()
+    sim = make_sim(clock=clock, faults=["lock-after-down:100000"])
+    assert clock.run(lambda: sim.down(OLD_TAG, CANARY, [OLD_R2])).ok
+    ended = clock.t
+    refused = sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)
+    assert (refused.status, refused.error["error"]) == (409, "another docker operation is already in progress: compose_up")
+    clock.t = ended + LOCK_AFTER_DOWN_HOLD_S + 1
+    assert clock.run(lambda: sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)).ok

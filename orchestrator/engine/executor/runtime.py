@@ -1048,6 +1048,8 @@ class ComposeCalls:
         except ClientError as exc:  # a server error may have acted: its outcome is settled by observation
             status = "unknown" if isinstance(exc, ServerError) else "refused"
             outcome = {"status": status, "error": scrub(f"{type(exc).__name__}: {exc}")}
+            if isinstance(exc, Busy):  # refused for compose-manager's lock, held past the bound: nothing was done
+                outcome["lock_held"] = True
         self.records.record_outcome(intent.effect_id, outcome)
         self.visit.log.info("effect_outcome", kind=kind, status=outcome["status"])
         return outcome | {"baseline": baseline}

@@ -28,6 +28,7 @@ from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers,
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import SELECTED, Step
+from orchestrator.util.durations import format_duration
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -143,6 +144,9 @@ async def _judge(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) 
     if status == "failure":
         return fail(f"compose up failed (exit {outcome.get('exit_code')}): " + " | ".join(outcome.get("lines", [])[-3:]))
     if status == "refused":
+        if outcome.get("lock_held") and not any(rt.rb.replica_of(s) for s in req.services):
+            return _lock_held(rt, "up", req, outcome)
+        # an engine's up refused: the phase's rollback brings the replica's previous engine back
         return fail(f"compose-manager did not run the up: {outcome.get('error')}")
     verdict = await rt.settle_up(req, outcome.get("baseline", {}))
     if verdict == "applied":
@@ -151,6 +155,16 @@ async def _judge(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) 
     if verdict == "not_applied":
         return _again(rt, node, "the up's outcome was unknown and it did not take effect (docker/ps unchanged)")
     return halt("the up's outcome could not be established from compose-manager's status, docker/ps and the action log: " + verdict)
+
+
+def _lock_held(rt: Activities, verb: str, req: Any, outcome: dict[str, Any]) -> StepOutcome:
+    """A call compose-manager refused because another operation held its lock past the runbook's
+    `timeouts.gone` changed nothing and says nothing of any replica's health. Failing the gate
+    would run the phase's rollback, which stops the healthy engine this phase started (a refused
+    stop of the soak relay would cost the host a replica), so the run halts where it stands."""
+    return halt(f"compose-manager's lock stayed held by another operation past "
+                f"{format_duration(rt.rb.timeouts.gone)} (timeouts.gone): the {verb} of {', '.join(req.services)} was "
+                f"not run and nothing was changed or rolled back ({outcome.get('error')})")
 
 
 @register("down")
@@ -200,6 +214,8 @@ async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
         baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services}}
         outcome = await rt.mutate("compose_down", req, baseline)
     if outcome["status"] == "refused":
+        if outcome.get("lock_held"):
+            return _lock_held(rt, "down", req, outcome)
         return fail(f"compose-manager did not run the down: {outcome.get('error')}")
     verdict = await rt.wait_gone(req, outcome, resends=resends)
     await rt.record_ownership(req, outcome.get("baseline", {}), up=False)
