@@ -17,6 +17,7 @@ from orchestrator.hosts.clients.github import GitHubClient
 from orchestrator.hosts.clients.http_json import ExternalReads
 from orchestrator.hosts.clients.inference import InferenceClient, SoakRelayClient
 from orchestrator.hosts.clients.model_proxy import ModelProxyClient
+from orchestrator.hosts.clients.prometheus import PrometheusQueryClient
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.inventory import HostEntry, Inventory
 from orchestrator.hosts.redaction import Redactor
@@ -39,12 +40,18 @@ class HostClients:
     instance_names: dict[str, str] = field(default_factory=dict)
     #: the read-only external gates (orchestrator/hosts/clients/http_json.py)
     external: ExternalReads | None = None
+    #: httpx's seam for the clients made later (the inventory's Prometheus query API per step)
+    transport: httpx.AsyncBaseTransport | None = None
     _opened: list = field(default_factory=list)
 
     def relay(self, url: str, token: str) -> SoakRelayClient:
         client = self.relay_factory(url, token)
         self._opened.append(client)
         return client
+
+    def prometheus(self, url: str) -> PrometheusQueryClient:
+        """A client of the query API at `url`, closed by its caller (one per step)."""
+        return PrometheusQueryClient(url, transport=self.transport)
 
     async def aclose(self) -> None:
         for c in [self.compose, self.dashboard, self.inference, *self.peers, *self._opened, *([self.github] if self.github else [])]:
@@ -78,4 +85,5 @@ def build_host_clients(
         addresses={name: h.model_proxy_address for name, h in inventory.hosts.items()},
         instance_names={name: h.instance_name for name, h in inventory.hosts.items()},
         external=ExternalReads(redactor, github, transport),
+        transport=transport,
     )

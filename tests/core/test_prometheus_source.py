@@ -208,3 +208,28 @@ def test_read_replica_timeout_and_refusal_are_unreachable():
         with pytest.raises(PrometheusUnreachable, match="could not be reached"):
             _read()
 
+
+
+def test_the_query_client_of_a_step_goes_through_the_run_s_transport():
+    """The run's transport is the seam every host read goes through (in tests: the simulated clock
+    that stands still while an answer is awaited); the query API's client, made per step, too."""
+    from orchestrator.hosts.host_clients import HostClients
+
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url.path))
+        return httpx.Response(200, json=_vector(10))
+
+    clients = HostClients(compose=None, dashboard=None, peers=[], inference=None, relay_factory=None,  # type: ignore[arg-type]  # only the query API is used
+                          transport=httpx.MockTransport(answer))
+
+    async def go():
+        c = clients.prometheus(API)
+        try:
+            return await c.query("up")
+        finally:
+            await c.aclose()
+
+    status, _ = asyncio.run(go())
+    assert status == 200 and seen == ["/api/v1/query"]

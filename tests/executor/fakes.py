@@ -272,6 +272,9 @@ class FakeClients:
         self.relay_tokens.append(token)
         return FakeRelay()
 
+    def prometheus(self, url: str) -> Any:
+        raise AssertionError(f"no query API in these tests ({url})")  # the query gate has its own tests
+
 
 def host_before(compose: FakeCompose) -> None:
     """gpu02 before the rollout: the FP8 r2 and r1 on the previous file, serving; the sidecars."""

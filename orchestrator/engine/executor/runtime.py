@@ -406,6 +406,7 @@ class HostReads:
     compose: Any
     inference: Any
     relay: Callable[[str, str], Any]
+    prometheus: Callable[[str], Any]
     entry: HostEntry
     rb: Runbook
     ctx: RunContext
@@ -517,10 +518,8 @@ class HostReads:
 
     def prometheus_client(self) -> Any:
         """The inventory's Prometheus query API for this host (`prometheus_url`)."""
-        from orchestrator.hosts.clients.prometheus import PrometheusQueryClient
-
         assert self.entry.prometheus_url is not None
-        return PrometheusQueryClient(str(self.entry.prometheus_url))
+        return self.prometheus(str(self.entry.prometheus_url))
 
     def known_file(self, service: str) -> str | None:
         """The file that deployed `service` as this run knows it (this run, or the action log's
@@ -1519,7 +1518,7 @@ class Runtime:
                          entry=entry, redactor=redactor, ctx=ctx, voice=voice, visit=visit,
                          identifiers=tuple(n for n in names if n))
         reads = HostReads(compose=clients.compose, inference=clients.inference, relay=clients.relay,
-                          entry=entry, rb=runbook, ctx=ctx, voice=voice)
+                          prometheus=clients.prometheus, entry=entry, rb=runbook, ctx=ctx, voice=voice)
         neighbours = Neighbours(peers=clients.peers, addresses=clients.addresses,
                                 entry=entry, rb=runbook, run=run)
         foreign = ForeignChecks(compose=clients.compose, reads=reads, records=records, rb=runbook, run=run,

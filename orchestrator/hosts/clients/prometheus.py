@@ -10,6 +10,7 @@ import time
 import httpx
 
 from orchestrator.hosts.clients.errors import ClientError
+from orchestrator.hosts.clients.http_session import shared_context
 
 #: a query that takes longer is a missed scrape (the analysis polls at its own cadence)
 TIMEOUT_S = 10.0
@@ -20,11 +21,11 @@ class PrometheusUnreachable(ClientError):
 
 
 class PrometheusQueryClient:
-    def __init__(self, base_url: str, *, timeout: float = TIMEOUT_S) -> None:
+    def __init__(self, base_url: str, *, timeout: float = TIMEOUT_S, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url = base_url.rstrip("/") + "/api/v1/query"
         self.range_url = self.url + "_range"
         self.timeout = timeout
-        self._http = httpx.AsyncClient(trust_env=False)
+        self._http = httpx.AsyncClient(trust_env=False, transport=transport, verify=shared_context())
 
     async def query(self, promql: str) -> tuple[int, str]:
         """(HTTP status, body text) of one instant query."""
