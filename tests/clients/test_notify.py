@@ -47,9 +47,9 @@ async def test_a_full_queue_drops_instead_of_waiting():
         return httpx.Response(200)
 
     n = Notifier(URL, transport=httpx.MockTransport(handle), queue_size=2)
-    t0 = time.perf_counter()
+    # `post` is a plain call that returns at once: one that waited for room would wait for ever
+    # here (the receiver answers only after the posts), so reaching the next line is the proof
     results = [n.post({"text": str(i)}) for i in range(10)]
-    assert time.perf_counter() - t0 < 0.05
     assert results.count(False) >= 7 and n.dropped >= 7
     gate.set()
     await n.aclose(5)
@@ -64,7 +64,7 @@ async def test_close_is_bounded_when_the_receiver_hangs():
     n.post({"text": "x"})
     t0 = time.perf_counter()
     await n.aclose(0.3)
-    assert time.perf_counter() - t0 < 1.0 and n.sent == 0
+    assert time.perf_counter() - t0 < 30 and n.sent == 0  # not the receiver's 60 s, however loaded the machine
 
 
 async def test_messages_are_redacted_and_only_approval_waits_and_ends_are_sent():

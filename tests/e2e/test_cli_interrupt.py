@@ -23,7 +23,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -126,12 +125,11 @@ def test_ctrl_c_during_cold_start_stops_cleanly_and_resume_finishes(sim, tmp_pat
         j.close()
     assert _activity(journal, run_id).label == "interrupted"
 
-    t0 = time.monotonic()
     r = _run(["resume", run_id, *FINISH], env, tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "DONE" in r.stdout
-    assert "took over" not in r.stdout  # nothing to take over: the lease was released
-    assert time.monotonic() - t0 < 240
+    # nothing to take over: the lease was released (one left behind would be taken over, and say so)
+    assert "took over" not in r.stdout
     assert json.loads(_run(["status", run_id, "--json"], env, tmp_path).stdout)["outcome"] == "DONE"
     assert fleet.check_invariants() == []
 

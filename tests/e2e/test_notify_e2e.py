@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from helpers_webhook import BlackHole, Receiver
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
-from orchestrator.service.notify import FLUSH_S
+from orchestrator.service.notify import ATTEMPTS, FLUSH_S, TIMEOUT_S
 
 pytestmark = pytest.mark.e2e
 
@@ -83,8 +83,9 @@ def test_a_rolled_back_run_notifies_slack_style(e2e_factory):
 
 
 def test_a_receiver_that_never_answers_does_not_slow_the_run(e2e_factory):
-    """Measured: the run ends as usual; `execute` returns at most FLUSH_S (+ scheduling slack)
-    after the run's last transition, although every delivery attempt would wait 5 s."""
+    """The run ends as usual, and `execute` returns about FLUSH_S after the run's last transition
+    (printed), not after the deliveries' ATTEMPTS x TIMEOUT_S (20 s) that a receiver which never
+    answers would cost. The bound asserted is half of those 20 s: wide enough for a loaded machine."""
     e = e2e_factory()
     with BlackHole() as hole:
         t0 = time.monotonic()
@@ -92,4 +93,4 @@ def test_a_receiver_that_never_answers_does_not_slow_the_run(e2e_factory):
     assert final.outcome == "DONE", final.message
     tail = returned - watcher.finished_at
     print(f"run {watcher.finished_at - t0:.2f} s; execute returned {tail:.2f} s after the run ended (bound {FLUSH_S} s)")
-    assert tail <= FLUSH_S + 1.0, tail
+    assert tail < ATTEMPTS * TIMEOUT_S / 2, tail
