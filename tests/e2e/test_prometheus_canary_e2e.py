@@ -13,7 +13,6 @@ simulated engines' /metrics labelled by replica.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -151,10 +150,6 @@ def test_a_control_on_another_host_judges_the_candidate(tmp_path: Path):
     assert final.outcome == "DONE", final.message
     readout = [n for n in notes if "canary readout:" in n][-1]
     assert "canary readout: PASS" in readout, readout
-    # one query per minute of the 30-minute window, whatever the machine's load: the query API's
-    # client goes through the run's transport, so simulated time stands still while it answers
-    scrapes = int(re.search(r"r2: (\d+) scrapes", readout).group(1))
-    assert scrapes >= 29, readout
     row = _row(readout, "tpot_p50")
     assert "r2/gpu23 0.6" in row and row.split()[-1] == "PASS", readout
     assert queried, "the analysis read the query API"
