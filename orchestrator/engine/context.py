@@ -54,9 +54,7 @@ class DryRunRecord:
 def same_request(dry: DryRunRecord | None, *, tag: str, file: str, services: list[str] | tuple[str, ...],
                  project: str | None, env_fingerprint: str, force_recreate: bool = False) -> bool:
     """True when an apply is the exact request `dry` checked: tag, file, services, project, env, force_recreate."""
-    if dry is None:
-        return False
-    return dry.key() == (tag, file, tuple(services), project, env_fingerprint, force_recreate)
+    return dry is not None and dry.key() == (tag, file, tuple(services), project, env_fingerprint, force_recreate)
 
 
 @dataclass

@@ -75,15 +75,14 @@ def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[st
                       f"or override it by name ({names})")
 
 
-def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by: str, rb: Runbook | None = None,
-                      now: datetime | None = None) -> list[str]:
+def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by: str, rb: Runbook | None = None) -> list[str]:
     """Journal each named override as an approval of the run (the prerequisites gate reads them).
     With `rb`, only the overrides of prerequisites that do not hold now: an override that changes
     nothing is not put on record as if it had. Returns the hosts journaled."""
     wanted = list(overrides)
     if rb is not None:
-        when = now or datetime.now(UTC)
-        wanted = [h for h in wanted if unmet_in(journal, [p for p in rb.prerequisites if p.host == h], when)]
+        now = datetime.now(UTC)
+        wanted = [h for h in wanted if unmet_in(journal, [p for p in rb.prerequisites if p.host == h], now)]
     for host in wanted:
         journal.approve(run.run_id, OVERRIDE_GATE.format(host=host), by=f"--override-prerequisite ({by})")
     return wanted

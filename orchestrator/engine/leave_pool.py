@@ -24,7 +24,7 @@ sent a leave-pool call and ended HALTED, with no later DONE or ROLLED_BACK run o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,10 +47,6 @@ def leave_pool_services(rb: Runbook) -> set[str]:
                     and isinstance(step.down.services, list):
                 out.update(step.down.services)
     return out
-
-
-def takes_host_out(rb: Runbook, services: Iterable[str]) -> bool:
-    return bool(leave_pool_services(rb) & set(services))
 
 
 async def tier_refusal(*, journal: Any, rb: Runbook, host: str, peers: Sequence[Any],

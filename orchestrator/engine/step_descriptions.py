@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Description:
-    """What `plan` shows for a step: the gate checked after it, and a precondition if any."""
-
     gate: str
     precondition: str | None = None
 
@@ -180,12 +178,10 @@ def _down(step: Step, rb: Runbook) -> Description:
     t = rb.timeouts
     engines = [s for s in step.down.services if rb.replica_of(s)] if isinstance(step.down.services, list) else []
     pre = None
-    if engines and rb.capacity == "fleet":
-        pre = (f"{', '.join(engines)} is stopped only if it does not serve, or once both model-proxy peers no longer list "
-               f"the host under any domain (drained); else the run halts with the host untouched")
-    elif engines:
-        pre = (f"{', '.join(engines)} is stopped only if it does not serve, or an engine of another replica serves "
-               f"(ready, not restarted since); else the run halts with the host untouched")
+    if engines:
+        unless = ("once both model-proxy peers no longer list the host under any domain (drained)" if rb.capacity == "fleet"
+                  else "an engine of another replica serves (ready, not restarted since)")
+        pre = f"{', '.join(engines)} is stopped only if it does not serve, or {unless}; else the run halts with the host untouched"
     return Description(f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "
                        f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
 

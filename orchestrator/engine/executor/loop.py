@@ -110,12 +110,10 @@ class Executor:
             except ClientError as exc:
                 outcome = StepOutcome(Event.FAIL, rt.scrub(str(exc)))  # "system: detail", with the URL
             outcome = observed(rt, node, outcome)  # an observe-only gate records a failure and never fails
-            host_now = ""
-            if self.table.next(state, outcome.event) in TERMINALS and self.table.next(state, outcome.event) != Outcome.DONE:
-                host_now = await rt.host_now()
-            if self.table.next(state, outcome.event) == Outcome.ROLLED_BACK:
-                summary = await rollback_summary(rt)
-                host_now = f"{summary}. {host_now}" if summary else host_now
+            to = self.table.next(state, outcome.event)
+            host_now = await rt.host_now() if to in TERMINALS and to != Outcome.DONE else ""
+            if to == Outcome.ROLLED_BACK and (summary := await rollback_summary(rt)):
+                host_now = f"{summary}. {host_now}"
             try:
                 self._transition(state, outcome, host_now)
             except (Fenced, LeaseLost) as exc:  # taken over during a step that wrote nothing
@@ -166,23 +164,21 @@ class Executor:
         run ended, and (for a halt) what to run next with this run's id."""
         node = self.table.nodes[state]
         failure = self.ctx.failure
+        why = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}" if failure else ""
         operator_abort = failure is not None and failure.event == "abort"
         if (to == Outcome.HALTED or (to == Outcome.ABORTED and not operator_abort)) and node.halt_message \
                 and node.section == "rollback":
             if self.ctx.not_stopped:  # the runbook's message tells of a stop this rollback did not make
-                why = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}" if failure else note
-                return " ".join(f"{why.rstrip('.')}. {_LEFT}: {'; '.join(self.ctx.not_stopped)}{self._next_steps(to)}".split())
+                return " ".join(f"{(why or note).rstrip('.')}. {_LEFT}: {'; '.join(self.ctx.not_stopped)}"
+                                f"{self._next_steps(to)}".split())
             msg = node.halt_message.format(host=self.run.host, run_id=self.run.run_id, tag=self.run.tag)
-            if failure:
-                msg = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}. " + msg
-            return " ".join(msg.split())
+            return " ".join((f"{why}. {msg}" if failure else msg).split())
         if to == Outcome.DONE:
             if node.step is not None and node.step.check == "host_state":
                 return note  # nothing to do: the host already runs the target
             return f"{self.run.host}: every phase passed its gates"
         if failure is None:
             return f"{note}" + self._next_steps(to)
-        why = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}"
         if to == Outcome.ROLLED_BACK:
             return f"{why}. The rollback finished" + (f" ({state}: {note})" if state != failure.state and note else "")
         if to == Outcome.ABORTED:

@@ -317,15 +317,11 @@ class RunJournal:
         self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, self._outcome_json(outcome))
 
     def visit_effects(self, prefix: str) -> list[EffectRecord]:
-        """This visit's journaled effects whose kind starts with `prefix`, oldest first."""
         return [e for e in self.effects() if e.step == self.visit.key and e.kind.startswith(prefix)]
 
     def recorded_effect(self, kind: str) -> EffectRecord | None:
         """The mutating effect of `kind` this visit of this state already journaled (a resume)."""
-        for eff in reversed(self.effects()):
-            if eff.step == self.visit.key and eff.kind == kind:
-                return eff
-        return None
+        return next((e for e in reversed(self.visit_effects(kind)) if e.kind == kind), None)
 
     async def resume_effect(self, eff: EffectRecord) -> dict[str, Any]:
         """A call this visit journaled before a resume: its recorded outcome, or "unknown" (then
@@ -344,8 +340,7 @@ class RunJournal:
 
 @dataclass(kw_only=True, eq=False)
 class EnvReader:
-    """The host's env map, read from the dashboard; its values join the redactor as they are read.
-    `env` is the map as last read (None before the first read of this runner)."""
+    """The host's env map, read from the dashboard; its values join the redactor as they are read."""
 
     dashboard: Any
     instance_names: dict[str, str]
@@ -439,28 +434,26 @@ class HostReads:
         except ClientError as exc:
             return {"error": type(exc).__name__}
 
+    async def _project_version(self) -> Any | None:
+        """`/version` projects.<p> (None: not offered, or it could not be read)."""
+        try:
+            version = await self.compose.version()
+        except ClientError:
+            return None
+        return version.project(self.entry.project) if hasattr(version, "project") else None
+
     async def success_record(self) -> list[Any] | None:
         """compose-manager's success record (`/version` projects.<p>.current/previous), which it
         rewrites only after an up's stream ended in success: it shifts exactly when an up succeeded."""
-        try:
-            version = await self.compose.version()
-        except ClientError:
-            return None
-        proj = version.project(self.entry.project) if hasattr(version, "project") else None
+        proj = await self._project_version()
         if proj is None:
             return None
-        return [_record(proj.current), _record(proj.previous)]
+        return [None if r is None else {k: getattr(r, k, None) for k in ("tag", "file", "commit")}
+                for r in (proj.current, proj.previous)]
 
     async def successful_deploys(self, journal: Journal, host: str) -> set[tuple[str, str]]:
         """(tag, file) of every up known to have succeeded: compose-manager's record and the journal's."""
-        out: set[tuple[str, str]] = set()
-        try:
-            version = await self.compose.version()
-            if hasattr(version, "project"):
-                out |= recorded_successes(version.project(self.entry.project))
-        except ClientError:
-            pass
-        return out | journaled_successes(journal, host)
+        return recorded_successes(await self._project_version()) | journaled_successes(journal, host)
 
     async def in_flight(self) -> bool | None:
         """compose-manager's own word on whether an operation is still running (None: cannot say)."""
@@ -484,7 +477,6 @@ class HostReads:
             return None
 
     async def host_cache(self) -> Any | None:
-        """`GET /host/cache`, or None where compose-manager does not offer it (or it failed)."""
         return await self._offered("host_cache")
 
     async def gpu_holders(self, replica: str | None) -> dict[int, set[str]] | None:
@@ -542,14 +534,11 @@ class HostReads:
         return await self.log_through(self.service_file(service), service, tail)
 
     async def log_through(self, file: str, service: str, tail: int) -> str:
-        """The last `tail` lines of `service`'s log, read through compose file `file`: raw text."""
         return await self.compose.logs(file, [service], tail, self.entry.project)
 
-    def raw_follower(self, service: str, *, initial_tail: int = COLD_START_WINDOW) -> LogFollower:
-        """A follower over `service`'s log: raw text."""
+    def raw_follower(self, service: str) -> LogFollower:
         file = self.service_file(service)
-        return LogFollower(lambda tail: self.log_through(file, service, tail), initial_tail=initial_tail,
-                           max_tail=max(initial_tail, 5000))
+        return LogFollower(lambda tail: self.log_through(file, service, tail), initial_tail=COLD_START_WINDOW, max_tail=5000)
 
     async def oneshots_ran(self, services: list[str]) -> bool:
         """Every one of `services` is a runbook one-shot whose container left output (it ran)."""
@@ -622,16 +611,14 @@ class Neighbours:
             return Peers(None, "no model-proxy peer is configured")
         missing = []
         for peer in self.peers:
-            routed = False
             for domain in self.rb.domains.roles().values():
                 try:
                     got = await peer.presence(addr, domain)
                 except ClientError as exc:
                     return Peers(None, f"model-proxy {peer.name} could not be asked ({type(exc).__name__})")
                 if got.listed and got.healthy:
-                    routed = True
                     break
-            if not routed:
+            else:
                 missing.append(peer.name)
         if missing:
             return Peers(False, f"{', '.join(missing)} does not list {addr} healthy")
@@ -876,13 +863,8 @@ class Serving:
 
     async def watch_engines(self) -> dict[str, tuple[str, float | None]]:
         """The engines running now and serving, to watch during a soak: service -> (id, up seconds)."""
-        containers = await self.reads.ps()
-        out: dict[str, tuple[str, float | None]] = {}
-        for c in containers:
-            svc = c.service or c.name
-            if self.rb.replica_of(svc):
-                out[svc] = (c.id, up_seconds(c.status))
-        return out
+        return {c.service or c.name: (c.id, up_seconds(c.status))
+                for c in await self.reads.ps() if self.rb.replica_of(c.service or c.name)}
 
     def check_ready_unchanged(self, watched: dict[str, tuple[str, float | None]]) -> str | None:
         """An engine whose cold start passed in this run must still be that container (a resume
@@ -1099,8 +1081,14 @@ class StopGuard:
 
     async def stop_guard(self, services: list[str]) -> str | None:
         """Why stopping these services now could take down the last serving replica (None: safe)."""
-        if refusal := await self._leave_pool_refusal(services):
-            return refusal
+        # right before a call that takes the host out of a fleet's pool: the tier, asked live now
+        if leave_pool.leave_pool_services(self.rb) & set(services):
+            found = await self.neighbours.tier_refusal(self.journal, run_id=self.run.run_id)
+            if found is not None:
+                (out, why), host = found, self.run.host
+                return (f"refusing to take {host} out of the pool: {why}. Nothing was sent; {host} stays in the pool. "
+                        f"Bring {out} back into the pool first (`orchestrate rollback {out}` if its run ended outside "
+                        f"it), then resume")
         engines = [s for s in services if self.rb.replica_of(s)]
         if not engines:
             await self.serving.take_relay_word(services, await self.reads.ps())
@@ -1140,18 +1128,6 @@ class StopGuard:
             if refusal:
                 return refusal
         return None
-
-    async def _leave_pool_refusal(self, services: list[str]) -> str | None:
-        """Right before a call that takes the host out of a fleet's pool: the tier, asked live now."""
-        if not leave_pool.takes_host_out(self.rb, services):
-            return None
-        found = await self.neighbours.tier_refusal(self.journal, run_id=self.run.run_id)
-        if found is None:
-            return None
-        out, why = found
-        host = self.run.host
-        return (f"refusing to take {host} out of the pool: {why}. Nothing was sent; {host} stays in the pool. Bring {out} "
-                f"back into the pool first (`orchestrate rollback {out}` if its run ended outside it), then resume")
 
     def not_owned(self, node: Node, present: list[Container]) -> dict[str, str]:
         """Service -> why it is left running: in a rollback of a rollout (a phase's rollback, or the
@@ -1433,16 +1409,14 @@ class Preflight:
         tag = self.run.tag or ""
         skip = self.ctx.skip_tag_age_check
         repo = self.entry.github_repo
-        gh = self.github
         scrub = self.voice.scrub
-        if repo is None or gh is None:
+        if repo is None or self.github is None:
             if skip:
                 return None
             return False, (f"the inventory names no github_repo for {self.run.host}, so tag {tag}'s merge and age cannot be checked: "
                            f"set github_repo, or pass --skip-tag-age-check")
-        hours = self.rb.min_tag_age / 3600
         try:
-            res = await gh.check_tag(repo, tag, min_age_hours=hours, now=datetime.now(UTC))
+            res = await self.github.check_tag(repo, tag, min_age_hours=self.rb.min_tag_age / 3600, now=datetime.now(UTC))
         except GitHubUnreachable as exc:
             if skip:
                 self.voice.emit("note", text=f"GitHub could not be reached ({scrub(str(exc))}); going on: --skip-tag-age-check")
@@ -1571,10 +1545,6 @@ class Runtime:
 
     # the run loop moves `visit` and the lease; the parts read them through `visit` and `records`
     @property
-    def node(self) -> Node | None:
-        return self.visit.node
-
-    @property
     def log(self) -> Any:
         return self.visit.log
 
@@ -1588,7 +1558,6 @@ class Runtime:
 
     @property
     def env(self) -> EnvMap | None:
-        """The env map as this runner last read it (None before its first read)."""
         return self._envs.env
 
     @property
@@ -1598,9 +1567,3 @@ class Runtime:
     @log_probe_interval.setter
     def log_probe_interval(self, value: float) -> None:
         self._timer.log_probe_interval = value
-
-
-def _record(rec: Any) -> dict[str, Any] | None:
-    if rec is None:
-        return None
-    return {"tag": getattr(rec, "tag", None), "file": getattr(rec, "file", None), "commit": getattr(rec, "commit", None)}

@@ -45,12 +45,6 @@ def _wild(name: str) -> bool:
     return name.split("!", 1)[0].split("#", 1)[0] == WILDCARD
 
 
-def _read_as(name: str) -> str:
-    if not _wild(name):
-        return name
-    return WILDCARD + ("!now" if name.endswith("!now") else "")
-
-
 def effective(journal: Any, run_id: str) -> set[str]:
     """The approvals a runner of `run_id` reads now: every named gate; a `*` only if given after
     the run's latest resume or adoption (journal time)."""
@@ -64,4 +58,4 @@ def effective(journal: Any, run_id: str) -> set[str]:
              and (since is None or e.at > since)}
     if since is None and not items:
         fresh = {g for g in raw if _wild(g)}  # a journal without an audit list (test doubles)
-    return {g for g in raw if not _wild(g)} | {_read_as(g) for g in fresh}
+    return {g for g in raw if not _wild(g)} | {WILDCARD + ("!now" if g.endswith("!now") else "") for g in fresh}

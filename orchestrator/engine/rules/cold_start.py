@@ -476,11 +476,8 @@ class ColdStartWatch:
         has run longer than a whole cold start, and the window holds no failure line but shows it
         working (a start that hangs logs no request, no batch, no health check). What says so, or
         None."""
-        if self.gate.required_per_rank or not row.is_running or not long_up(row, self.cold_start_s):
-            return None
-        if any(bad in text for text in lines for bad in self.gate.forbidden):
-            return None
-        if not past_its_start(lines):
+        if (self.gate.required_per_rank or not row.is_running or not long_up(row, self.cold_start_s)
+                or any(bad in text for text in lines for bad in self.gate.forbidden) or not past_its_start(lines)):
             return None
         return (f"its start rotated out of its log (the last {len(lines)} lines hold no start and no failure line, and show it "
                 f"answering health checks or serving) and docker "
@@ -521,7 +518,6 @@ class ColdStartWatch:
                 "once": sorted(self.gate.seen_once), "start": self.journal.start, "last": self.journal.last}
 
     def _read(self) -> list[str]:
-        """The previous window's last line (if any), then this window's lines."""
         return ([self._before] if self._before is not None else []) + self._lines
 
     def _shown(self, start: int, end: int) -> list[str]:

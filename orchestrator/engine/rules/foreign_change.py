@@ -127,28 +127,17 @@ def unjournaled(actions: Iterable[Action], journaled: Sequence[OwnCall], *, file
     return out
 
 
-def part_way_message(host: str, foreign: Sequence[Action], journal_location: str) -> str:
-    """A part-way host that this journal did not move: never `--continue` someone else's rollout."""
-    last = describe_action(foreign[-1])
+def refuse_foreign_part_way(journal: Any, host: str, actions: list[Any], file: str, tag: str,
+                            journal_location: str) -> str | None:
+    """The refusal for a part-way host whose target calls (`file`@`tag`) no run of `host` in this
+    journal made: never `--continue` someone else's rollout."""
+    journaled = [oc for run in journal.list_runs(host, limit=200) for e in journal.effects(run.run_id)
+                 if e.mutating and (oc := own_call(e.kind, e.request)) is not None]
+    foreign = unjournaled(actions, journaled, file=file, tag=tag)
+    if not foreign:
+        return None
     more = f" ({len(foreign)} such entries)" if len(foreign) > 1 else ""
     where = f" ({journal_location})" if journal_location else ""
     return (f"{host} is part-way, but no run in this journal{where} moved it: compose-manager's action log records "
-            f"{last}{more}. Another orchestrator (another state directory or database) or a person is driving {host}; "
-            f"nothing was changed: act from the journal that made these calls")
-
-
-def journaled_calls(journal: Any, host: str, limit: int = 200) -> list[OwnCall]:
-    """Every mutating compose call any run of `host` journaled here, as the action log records them."""
-    out: list[OwnCall] = []
-    for run in journal.list_runs(host, limit=limit):
-        for e in journal.effects(run.run_id):
-            if e.mutating and (oc := own_call(e.kind, e.request)) is not None:
-                out.append(oc)
-    return out
-
-
-def refuse_foreign_part_way(journal: Any, host: str, actions: list[Any], file: str, tag: str,
-                            journal_location: str) -> str | None:
-    """The refusal for a part-way host whose target calls (`file`@`tag`) this journal did not make."""
-    foreign = unjournaled(actions, journaled_calls(journal, host), file=file, tag=tag)
-    return part_way_message(host, foreign, journal_location) if foreign else None
+            f"{describe_action(foreign[-1])}{more}. Another orchestrator (another state directory or database) or a "
+            f"person is driving {host}; nothing was changed: act from the journal that made these calls")

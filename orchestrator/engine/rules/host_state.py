@@ -29,10 +29,7 @@ def mismatches(state: HostState, observed: Observed) -> list[str]:
 
 
 def place(rb: Runbook, observed: Observed) -> HostState | None:
-    for state in rb.host_states:
-        if not mismatches(state, observed):
-            return state
-    return None
+    return next((state for state in rb.host_states if not mismatches(state, observed)), None)
 
 
 def nearest(rb: Runbook, observed: Observed) -> tuple[HostState, list[str]] | None:

@@ -58,14 +58,6 @@ def host_disagrees(host: str, run: Any, word: HostWord) -> str | None:
     return None
 
 
-def nothing_to_do(journal: Any) -> Callable[[Any], bool]:
-    """`run -> True` when the run ended DONE at preflight's host-state check (nothing to do)."""
-    def check(run: Any) -> bool:
-        return run.outcome == "DONE" and any(t.event == "skip" and t.to_state == "DONE" and t.from_state.startswith("preflight.")
-                                             for t in journal.transitions(run.run_id))
-    return check
-
-
 def check_overrides(prereqs: Iterable[Any], overrides: Iterable[str]) -> None:
     """An override must name a prerequisite's host: a typo never passes (one line, exit 2)."""
     prereqs = list(prereqs)
@@ -84,7 +76,10 @@ def unfinished(journal: Any, hosts: Iterable[str], *, but: str | None = None) ->
 def unmet_in(journal: Any, prereqs: Iterable[Any], now: datetime, overrides: Iterable[str] = (),
              words: Mapping[str, HostWord] | None = None) -> list[str]:
     """`unmet`, reading the runs from the journal (a nothing-to-do DONE passed over)."""
-    return unmet(prereqs, lambda h: journal.list_runs(h), now, overrides, nothing_to_do(journal), words)
+    def nothing_to_do(run: Any) -> bool:  # it ended DONE at preflight's host-state check
+        return run.outcome == "DONE" and any(t.event == "skip" and t.to_state == "DONE" and t.from_state.startswith("preflight.")
+                                             for t in journal.transitions(run.run_id))
+    return unmet(prereqs, lambda h: journal.list_runs(h), now, overrides, nothing_to_do, words)
 
 
 def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = (),

@@ -203,13 +203,10 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
     (`base_verdict`); `peers`: None when not asked (the caller asks only when needed); `relay`:
     set (to what it saw) when the soak relay's port of this engine's replica answered /health
     while this engine is the only one of its replica running (live, per engine)."""
-    decided = from_docker(service, c)
-    if decided is not None:
+    decided = base_verdict(service, c, log, ready_marks=ready_marks, startup=startup, ran_here=ran_here)
+    if not decided.unknown:
         return decided
     assert c is not None
-    decided = from_log(service, log, ready_marks=ready_marks, startup=startup, ran_here=ran_here)
-    if decided is not None:
-        return decided
     if relay:
         return serving(f"{service}: {relay}")
     if log.lines is None:
@@ -254,11 +251,8 @@ def relay_word(seen: Mapping[str, Mapping[str, str]] | None, service: str, c: Co
 def base_verdict(service: str, c: Container | None, log: LogWindow, *, ready_marks: Sequence[str], startup: str,
                  ran_here: bool) -> Verdict:
     """docker/ps and the log alone (no live evidence): what `judge` weighs the other engines by."""
-    decided = from_docker(service, c)
-    if decided is not None:
-        return decided
-    decided = from_log(service, log, ready_marks=ready_marks, startup=startup, ran_here=ran_here)
-    return decided if decided is not None else unknown(f"{service}: not decided by docker/ps or its log")
+    return (from_docker(service, c) or from_log(service, log, ready_marks=ready_marks, startup=startup, ran_here=ran_here)
+            or unknown(f"{service}: not decided by docker/ps or its log"))
 
 
 def stop_refusal(stopping: str, mine: Verdict, others: Mapping[str, Verdict], host: str) -> str | None:

@@ -34,11 +34,8 @@ def rollback_command(host: str, runbook: str, tag: str, file: str, replica: str 
 
 def recorded_successes(project_versions: Any) -> set[tuple[str, str]]:
     """(tag, file) of compose-manager's success record (`version().project(p)`; None: none)."""
-    out: set[tuple[str, str]] = set()
-    for rec in (getattr(project_versions, "current", None), getattr(project_versions, "previous", None)):
-        if rec is not None and rec.tag and rec.file:
-            out.add((rec.tag, rec.file))
-    return out
+    recs = (getattr(project_versions, "current", None), getattr(project_versions, "previous", None))
+    return {(rec.tag, rec.file) for rec in recs if rec is not None and rec.tag and rec.file}
 
 
 def journaled_successes(journal: Any, host: str, *, limit: int = 200) -> set[tuple[str, str]]:

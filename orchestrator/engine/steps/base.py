@@ -14,9 +14,8 @@ if TYPE_CHECKING:  # what a handler may do (the executor's Runtime implements it
     from orchestrator.engine.steps.activities import Activities
 
 
-#: A step kind's handler: its effect and its gate, through the operations of `Activities`. What
-#: `plan` says of its steps is the kind's entry of orchestrator/engine/step_descriptions.py (kept
-#: apart, so that `plan` does not load the handlers).
+#: A step kind's handler: its effect and its gate, through the operations of `Activities`
+#: (what `plan` says of its steps: orchestrator/engine/step_descriptions.py).
 Handler = Callable[["Activities", Node, Step], Awaitable[StepOutcome]]
 
 HANDLERS: dict[str, Handler] = {}

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
 from orchestrator.engine.steps.base import StepOutcome, fail, ok, register, skip
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
-from orchestrator.hosts.budget import Budget as HostBudget
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Runbook, Step
 
@@ -39,14 +38,9 @@ class BudgetFit:
     fitted: str = ""
 
 
-def _size_bytes(budget: HostBudget, available: int) -> int:
-    """A runbook budget's bytes: its size, or its share of the RAM available (`40%`)."""
-    return budget.resolve(available)
-
-
 def _room_bytes(text: str, available: int) -> int:
     """A reserve or page-cache room in bytes; `0` (the page-cache room's default) is none."""
-    return 0 if text.strip() == "0" else _size_bytes(parse_budget(text), available)
+    return 0 if text.strip() == "0" else parse_budget(text).resolve(available)
 
 
 def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str,
@@ -75,9 +69,9 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
                                  f"(env-map values are not shown); unset it or set it to {b.allowed[0]} in the dashboard")
         eff = parse_budget(b.default) if value is None else parse_budget(value)
         effective += [eff] * b.replicas
-        parts.append(f"{b.replicas} x {format_gib(_size_bytes(eff, avail))}")
+        parts.append(f"{b.replicas} x {format_gib(eff.resolve(avail))}")
         for e in b.engines:
-            ranks[e] = per_rank_bytes(_size_bytes(eff, avail), b.ranks_per_replica)
+            ranks[e] = per_rank_bytes(eff.resolve(avail), b.ranks_per_replica)
     first = budgets[0]
     reserve = max(_room_bytes(b.reserve, avail) for b in budgets)
     page_cache = max(_room_bytes(b.min_page_cache, avail) for b in budgets)
@@ -87,7 +81,7 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
     problem = None if report.ok else (
         f"{' + '.join(parts)} does not fit {host}'s {format_gib(avail)} available "
         f"({source}) minus the {reserve_text} reserve: " + "; ".join(report.problems))
-    return BudgetFit(problem, _size_bytes(effective[0], avail), rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
+    return BudgetFit(problem, effective[0].resolve(avail), rank, avail, report.page_cache_headroom_bytes, ranks, " + ".join(parts))
 
 
 def target_needs_budget(rb: Runbook, file: str, services: list[str] | tuple[str, ...]) -> bool:
@@ -156,54 +150,39 @@ async def budget_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
     return budget_verdict(rt)
 
 
-async def record_rollback_targets(rt: Activities, before: BeforeState) -> StepOutcome | None:
-    """Record /version and docker/ps in `before`; establish the previous successful deploy of every
-    service a `previous:` request names, and dry-run-check each target. A refusal, or None."""
+@register("check.rollback_targets")
+@register("check.before_state")
+async def before_state_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
+    """Record /version and docker/ps before the run acts; establish the previous successful deploy
+    of every service a `previous:` request names, and dry-run-check each target before anything is
+    stopped. `check: rollback_targets` is that part of the before-state every runbook needs;
+    `check: before_state` adds gpu02's peer and completion checks (other runbooks state those as
+    `presence:` and `verify:` gates of their own)."""
     await rt.ensure_env()
-    before.version = await rt.version_summary()
-    containers = await rt.ps()
-    before.ps = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in containers}
+    before = BeforeState(version=await rt.version_summary())
+    before.ps = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in await rt.ps()}
     missing = await rt.establish_previous()
     if missing:
         return fail(
             "cannot establish the previous successful deploy (tag and file) of " + ", ".join(missing)
             + ": without a rollback target the rollout does not start"
         )
-    return await rt.validate_previous_targets()
-
-
-@register("check.rollback_targets")
-async def rollback_targets_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """`check: rollback_targets`: the part of the before-state every runbook needs (the previous
-    successful deploy of every service a `previous:` request names, each dry-run-checked before
-    anything is stopped), without gpu02's peer and completion checks (a runbook states those as
-    `presence:` and `verify:` gates of its own)."""
-    before = BeforeState()
-    refused = await record_rollback_targets(rt, before)
+    refused = await rt.validate_previous_targets()
     if refused is not None:
         return refused
-    rt.ctx.before = before
-    prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
-    return ok(f"rollback targets recorded; previous deploys: {prev}")
-
-
-@register("check.before_state")
-async def before_state_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    before = BeforeState()
-    refused = await record_rollback_targets(rt, before)
-    if refused is not None:
-        return refused
-    peers, problems = await rt.peer_presence()
-    before.peers = peers
-    comp = await rt.completion_once()
-    before.completion = comp
+    problems: list[str] = []
+    comp: dict[str, Any] = {"ok": True}
+    if step.check == "before_state":
+        before.peers, problems = await rt.peer_presence()
+        before.completion = comp = await rt.completion_once()
     rt.ctx.before = before
     if problems:
         return fail("before-state: " + "; ".join(problems) + " (the host must be healthy before a rollout starts)")
     if not comp.get("ok"):
-        return fail(f"before-state: a long-domain completion failed ({comp.get('reason')}); the host must serve before a rollout starts")
+        return fail(f"before-state: a long-domain completion failed ({comp.get('reason')}); the host must serve before a "
+                    f"rollout starts")
     prev = ", ".join(f"{s} <- {v['file']}@{v['tag']}" for s, v in rt.ctx.previous.items())
-    return ok(f"before-state recorded; previous deploys: {prev}")
+    return ok(f"{'before-state' if step.check == 'before_state' else 'rollback targets'} recorded; previous deploys: {prev}")
 
 
 @register("check.host_state")

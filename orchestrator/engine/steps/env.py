@@ -64,12 +64,6 @@ async def poll(rt: Activities, within: float, check: Callable[[], Awaitable[list
         await rt.wait()
 
 
-async def env_of(rt: Activities, host: str) -> Any:
-    if host == "this":
-        return await rt.read_env()  # afresh: a human's edit must show, and the next call passes it
-    return await rt.other_env(host)
-
-
 async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
     who = rt.run.host if spec.host == "this" else spec.host
     values: dict[str, str] = {}
@@ -78,7 +72,9 @@ async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
         nonlocal values
         if not values:
             values = await placeholder_values(rt, *spec.equals.values())
-        return judge_env(await env_of(rt, spec.host), spec, values)
+        # this host's afresh: a human's edit must show, and the next call passes it
+        env = await rt.read_env() if spec.host == "this" else await rt.other_env(spec.host)
+        return judge_env(env, spec, values)
 
     problems = await poll(rt, spec.within, check, spec.text())
     if problems:

@@ -221,12 +221,6 @@ def bound_report(report: dict[str, Any]) -> list[str]:
     return problems
 
 
-def image_digest(image: str) -> str | None:
-    """The hex digest of `repo@sha256:<hex>` (None: the image is named by a tag only)."""
-    _, at, digest = image.partition("@sha256:")
-    return digest.lower() if at and digest else None
-
-
 @register("image")
 async def image(rt: Activities, node: Node, step: Step) -> StepOutcome:
     spec = step.image
@@ -235,9 +229,10 @@ async def image(rt: Activities, node: Node, step: Step) -> StepOutcome:
     running = [c for c in await rt.ps() if (c.service or c.name) == spec.service]
     if not running:
         return fail(f"{spec.service} is not running (docker/ps): its image cannot be checked")
-    got = image_digest(running[0].image or "")
-    if got is None:
+    _, at, got = (running[0].image or "").partition("@sha256:")  # `repo@sha256:<hex>`, or a tag only
+    if not (at and got):
         return fail(f"{spec.service} runs {running[0].image!r}, named by a tag, not pinned by a digest")
+    got = got.lower()
     if not got.startswith(want.lower()):
         return fail(f"{spec.service} runs sha256:{got[:12]}, not the pinned sha256:{want[:12]}")
     return ok(f"{spec.service} runs sha256:{got[:12]} as pinned")

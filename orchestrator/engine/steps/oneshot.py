@@ -102,10 +102,9 @@ async def oneshot_completion(rt: Activities, node: Node, step: Step) -> StepOutc
         return fail(f"{o.service} is not in docker/ps and logged nothing: it never ran")
     if c is not None and code is None:
         return fail(f"{o.service} ended as {c.state} ({c.status}) without an exit code")
-    if code not in (None, 0):
-        why = judge_output(lines, o.last_line, o.ok_event, shown)
-        return fail(f"{o.service} exited {code}" + (f"; {rt.scrub(why)}" if why else ""))
     why = judge_output(lines, o.last_line, o.ok_event, shown)
+    if code not in (None, 0):
+        return fail(f"{o.service} exited {code}" + (f"; {rt.scrub(why)}" if why else ""))
     if why:
         return fail(f"{o.service}: {rt.scrub(why)}")
     return ok(f"{o.service} " + ("exited 0" if code == 0 else "is no longer listed (judged by its output alone)")

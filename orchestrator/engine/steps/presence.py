@@ -41,7 +41,8 @@ async def presence(rt: Activities, node: Node, step: Step) -> StepOutcome:
     else:
         targets = {rt.run.host: rt.entry.model_proxy_address}
     shown = ", ".join(f"{h} ({a})" for h, a in targets.items())
-    said = f"both peers: {shown} " + describe_roles(p.listed, p.absent)
+    roles = [f"listed under {r}" for r in p.listed] + [f"absent from {r}" for r in p.absent]
+    said = f"both peers: {shown} " + ", ".join(roles)
     rt.emit("waiting", gate=said)
     # a peer that does not answer is a problem, retried
     problems = await poll(rt, p.within, lambda: rt.presence_problems(targets, p.listed, p.absent))
@@ -49,7 +50,3 @@ async def presence(rt: Activities, node: Node, step: Step) -> StepOutcome:
         return fail("; ".join(problems))
     short = await rt.recheck_after_drain(step) if p.absent else None  # a drain confirmed: the tier again
     return halt(short) if short else ok(said)
-
-
-def describe_roles(listed: list[str], absent: list[str]) -> str:
-    return ", ".join([f"listed under {r}" for r in listed] + [f"absent from {r}" for r in absent])
