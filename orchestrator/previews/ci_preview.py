@@ -64,8 +64,7 @@ def runbooks_affected_by(path: str, directory: Path = RUNBOOK_DIR) -> list[Affec
     return out
 
 
-def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] | None = None,
-            directory: Path = RUNBOOK_DIR, env: dict[str, str] | None = None,
+def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None], env: dict[str, str] | None = None,
             base_ref: str | None = None) -> tuple[str, list[str]]:
     """(markdown, mismatches): one section per (changed file, affected runbook, host). `env`: a
     host's env map the files are interpolated with (default: the defaults the files write).
@@ -74,12 +73,11 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
     from orchestrator.previews.compose_diff import check_changes, render_changes, service_changes
     from orchestrator.previews.runbook_lines import RunbookLines
 
-    projects = projects or {}
     out = ["## orchestrate: rollout preview", ""]
     failures: list[str] = []
     unaffected: list[str] = []
     for path in changed:
-        affected = runbooks_affected_by(path, directory)
+        affected = runbooks_affected_by(path)
         if not affected:
             unaffected.append(path)
             continue

@@ -121,11 +121,9 @@ def check_against_compose_file(rb: Runbook, path: Path, *, env: Mapping[str, str
             elif deps:
                 checks.append(f"step {s.id}: a scoped up also starts {', '.join(deps)} (depends_on), allowed")
     config_checks, config_problems = check_config_only_recreates(rb, path)
-    checks += config_checks
-    problems += config_problems
     fact_checks, findings = check_facts(rb, cf, dict(env or {}), RunbookLines(rb))
-    checks += fact_checks
-    problems += [f.line(display or str(path)) for f in findings]
+    checks += config_checks + fact_checks
+    problems += config_problems + [f.line(display or str(path)) for f in findings]
     return checks, problems, set(cf.services)
 
 

@@ -35,7 +35,6 @@ from orchestrator.engine.rules.targets import group_targets, journaled_successes
 from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.hosts.budget import format_gib
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
-from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import BadRequest, ClientError, TagNotFound, TagTooRecent
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
@@ -166,19 +165,15 @@ def phase_dry_run_steps(rb: Runbook, phase: str) -> list[tuple[Step, set[str]]]:
 async def _resolve_previous(session: Any, cm: _ReadOnlyCompose, host: str, project: str | None, rb: Runbook,
                             tag: str, continuing: bool) -> tuple[dict[str, dict[str, str]], str]:
     """As the executor's preflight establishes them (`Runtime.establish_previous`): a continued
-    rollout keeps the targets of the journaled run at this tag that started it (`new_rollout`);
+    rollout keeps the targets of the journaled run at this tag that started it (`continued_rollout`);
     every other service: the newest `compose_up` in the action log naming it whose (tag, file)
     compose-manager's success record (`/version` current/previous) or this journal saw succeed."""
+    from orchestrator.service.admission import continued_rollout
+
     previous: dict[str, dict[str, str]] = {}
     source = ""
-    if continuing:
-        from orchestrator.engine.context import RunContext
-
-        for earlier in session.journal.list_runs(host, limit=50):
-            prev = RunContext.from_json(earlier.context).previous
-            if earlier.kind == "rollout" and earlier.tag == tag and prev:
-                previous, source = dict(prev), f"run {earlier.run_id} (kept by --continue)"
-                break
+    if continuing and (kept := continued_rollout(session, host, tag)) is not None:
+        previous, source = dict(kept[1].previous), f"run {kept[0].run_id} (kept by --continue)"
     wanted = [s for s in rb.previous_refs() if s not in previous]
     if not wanted:
         return previous, source
@@ -223,6 +218,7 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                           new_file_services: set[str] | None = None) -> LivePlan:
     """Read the host (never change it) and judge what `rollout HOST --tag TAG` would do."""
     from orchestrator.engine.executor.placement import PlacementError, observe_host
+    from orchestrator.service.host_reads import _env_map
     from orchestrator.service.run_info import check_tag
     from orchestrator.service.session import _compose_client
 
@@ -234,11 +230,7 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
     table = compile_rollout(rb)
     lp = LivePlan(plan=build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_file_services))
 
-    async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
-                               transport=session.transport, retry=session.retry, clock=session.clock) as dash:
-        env = await dash.env_map(name=entry.instance_name)
-    session.redactor.add(*env.redaction_values(secret_keys=entry.secret_keys,
-                                               identifiers=(host, entry.instance_name, tag, *rb.identifiers())))
+    env = await _env_map(session, host, entry, tag, *rb.identifiers())
     lp.env_keys = sorted(env)
     masked = env.masked_credentials(secret_keys=entry.secret_keys)
     if masked:
@@ -308,27 +300,28 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
 
         # the dry runs a rollout (or its --continue) would plan from here, preflight first
         if dry_runs_ok and lp.start_phase is not None:
-            plans: list[tuple[str, ComposeRequest, Step | None, set[str]]] = []
-            for st in rb.preflight:
-                if st.dry_run is not None and st.dry_run.services != SELECTED:
-                    plans.append((f"preflight {st.id}", ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services),
-                                                                       project=entry.project, dry_run=True), None, set()))
-            for (t, f), services in group_targets(rb, lp.previous).items():
-                plans.append(("rollback target", ComposeRequest(tag=t, file=f, services=tuple(services), project=entry.project,
-                                                                dry_run=True), None, set()))
+            def dry(t: str, f: str, services: Any, **kw: Any) -> ComposeRequest:
+                return ComposeRequest(tag=t, file=f, services=tuple(services), project=entry.project, dry_run=True, **kw)
+
+            def not_sent(purpose: str, req: ComposeRequest, note: str) -> None:
+                lp.dry_runs.append(DryRunReport(purpose, req.redacted(len(env)), "not sent", "skip", note))
+
+            plans: list[tuple[str, ComposeRequest, Step | None, set[str]]] = [
+                (f"preflight {st.id}", dry(tag, rb.file, st.dry_run.services), None, set())
+                for st in rb.preflight if st.dry_run is not None and st.dry_run.services != SELECTED]
+            plans += [("rollback target", dry(t, f, services), None, set())
+                      for (t, f), services in group_targets(rb, lp.previous).items()]
             for st, stopped in phase_dry_run_steps(rb, lp.start_phase):
+                purpose = f"phase {lp.start_phase} {st.id}"
                 if st.dry_run.force_recreate:
                     # a forced recreate is always "needed": its dry run is the likeliest to be made real
                     # (docker/compose#14029), and this preview changes nothing. The run checks it.
-                    req = ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services), project=entry.project,
-                                         dry_run=True, force_recreate=True)
-                    lp.dry_runs.append(DryRunReport(f"phase {lp.start_phase} {st.id}", req.redacted(len(env)), "not sent", "skip",
-                                                    f"not dry-run: a forced recreate of {', '.join(st.dry_run.services)} (only "
-                                                    f"inline configs content changed, docker/compose#11900) would be made real "
-                                                    f"by docker/compose#14029; the rollout dry-runs it before its up"))
+                    not_sent(purpose, dry(tag, rb.file, st.dry_run.services, force_recreate=True),
+                             f"not dry-run: a forced recreate of {', '.join(st.dry_run.services)} (only inline configs "
+                             f"content changed, docker/compose#11900) would be made real by docker/compose#14029; the "
+                             f"rollout dry-runs it before its up")
                     continue
-                plans.append((f"phase {lp.start_phase} {st.id}", ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services),
-                                                                               project=entry.project, dry_run=True), st, stopped))
+                plans.append((purpose, dry(tag, rb.file, st.dry_run.services), st, stopped))
             from orchestrator.hosts.ps_compare import split_by_definition
 
             actions = await cm.action_log()
@@ -338,13 +331,12 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 running = {(c.service or c.name): c for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
                 safe, held = split_by_definition(list(req.services), running, req.tag, req.file, actions, engines=set(rb.engines()))
                 if held:
-                    lp.dry_runs.append(DryRunReport(purpose, req.redacted(len(env)), "not sent", "skip",
-                                                    f"not dry-run: {', '.join(held)} runs now (an engine, or another definition, "
-                                                    f"which a dry run could recreate for real: docker/compose#14029); the step's own "
-                                                    f"dry run checks it when the run gets there"))
+                    not_sent(purpose, req, f"not dry-run: {', '.join(held)} runs now (an engine, or another definition, "
+                                           f"which a dry run could recreate for real: docker/compose#14029); the step's own "
+                                           f"dry run checks it when the run gets there")
                     if st is not None or not safe:
                         continue
-                    req = ComposeRequest(tag=req.tag, file=req.file, services=tuple(safe), project=req.project, dry_run=True)
+                    req = dry(req.tag, req.file, safe)
                 if not await _planned_dry_run(cm, env, entry.project, purpose, req, st, stopped, lp, record, rb.oneshot_services()):
                     break
 

@@ -59,15 +59,13 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
                                 f"(it holds at its next safe step); `orchestrate continue {run.run_id}` lets it go on")
     if callable(table):  # made only for a run that is running (`runs` loads no runbook for ended runs)
         table = table()
-    node = table.nodes.get(run.state) if table is not None else None
-    soak = getattr(getattr(node, "step", None), "soak", None)
-    if getattr(getattr(node, "step", None), "manual", None) is not None:  # a manual edit awaits its approval
-        if not ({run.state, "*"} & journal.approvals(run.run_id)):
-            return Activity(WAITING, f"{by}, at {run.state}: a human's edit ({node.step.manual.edit}), then "
-                                     f"`orchestrate approve {run.run_id} --gate {run.state}`")
-    if soak is not None and getattr(soak, "approval", False):
-        if not ({run.state, "*"} & journal.approvals(run.run_id)):
-            return Activity(WAITING, f"{by}, at {run.state}: `orchestrate approve {run.run_id}` ends the gate")
+    step = getattr(table.nodes.get(run.state) if table is not None else None, "step", None)
+    manual = getattr(step, "manual", None)  # a manual edit awaits its approval
+    if (manual is not None or getattr(getattr(step, "soak", None), "approval", False)) \
+            and not ({run.state, "*"} & journal.approvals(run.run_id)):
+        return Activity(WAITING, f"{by}, at {run.state}: " + (
+            f"a human's edit ({manual.edit}), then `orchestrate approve {run.run_id} --gate {run.state}`"
+            if manual is not None else f"`orchestrate approve {run.run_id}` ends the gate"))
     return Activity(RUNNING, f"{by}, at {run.state}")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -163,10 +162,9 @@ def demo_hosts(target: DemoTarget, *, base_tier: bool = False) -> tuple[str, ...
     return (*target.hosts, *BASE_HOSTS) if base_tier else target.hosts
 
 
-def check_faults(specs: list[str], *, base_tier: bool = False, hosts: tuple[str, ...] | None = None) -> None:
+def check_faults(specs: list[str], hosts: tuple[str, ...]) -> None:
     """Each --fault names a fault of the simulator's table, with a valid argument, on a host the
-    demo simulates (`hosts`, default gpu02 and with `base_tier` the base tier): else one line."""
-    hosts = hosts or (("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",))
+    demo simulates (`hosts`): else one line."""
     for spec in specs:
         try:
             parsed = parse_fault(spec)
@@ -191,15 +189,13 @@ def _demo_hard_stop(run: Any, signame: str) -> None:
     os._exit(INTERRUPTED_EXIT)
 
 
-def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any,
-             base_tier: bool = False, runbook: str = DEFAULT_RUNBOOK, target: DemoTarget | None = None) -> str:
-    """The runbook's rollout on its simulated hosts (`target`, default `demo_target(runbook)`: gpu02
-    alone for a gpu02 runbook; a fleet run, one host at a time, for a runbook of several hosts);
-    with `base_tier`, then the base tier's fleet run (gpu03, gpu04, gpu23 one at a time,
-    orchestrator/engine/fleet.py) once gpu02 is DONE."""
-    state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
+def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any, console: Any,
+             base_tier: bool, target: DemoTarget) -> str:
+    """The runbook's rollout on its simulated hosts (`target`: gpu02 alone for a gpu02 runbook; a
+    fleet run, one host at a time, for a runbook of several hosts); with `base_tier`, then the
+    base tier's fleet run (gpu03, gpu04, gpu23 one at a time, orchestrator/engine/fleet.py) once
+    gpu02 is DONE."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    target = target or demo_target(runbook, base_tier=base_tier)
     hosts = demo_hosts(target, base_tier=base_tier)
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
         config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=target.initial)

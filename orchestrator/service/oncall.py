@@ -54,11 +54,6 @@ def exit_code(kind: str | None, outcome: str | None) -> int:
 # --------------------------------------------------------------------------- first lines
 
 
-def where(settings: Any) -> str:
-    """Which inventory and journal a command uses, for its first line."""
-    return f"inventory {settings.inventory_choice().describe()}; journal {settings.journal_location()}"
-
-
 def rollback_headline(run: Any, rb: Any) -> str:
     """`gpu02: r1, r2 back to <file> @ <tag> (from <where the target came from>)`."""
     ctx = run.context or {}

@@ -2,8 +2,8 @@
 lease is taken), the session opened, admission (service.admission), the options the run keeps,
 execution (stoppable), the lease released and the session closed, the exit code.
 
-The front end gives a `Hooks`: how it shows progress and its first line, and what a second
-Ctrl-C does; it renders the typed result (service.requests). Nothing here prints."""
+The front end gives a `Hooks`: how it shows progress, its first line and where Ctrl-C stopped a
+run; it renders the typed result (service.requests). Nothing here prints."""
 
 from __future__ import annotations
 
@@ -52,8 +52,6 @@ class Hooks:
     progress: Callable[[], Any] = lambda: None
     #: (what the command does, the settings): the command's first line
     first_line: Callable[[str, Any], None] = _none
-    #: the second Ctrl-C: must not return
-    hard_stop: Callable[[RunRecord, str], None] | None = None
     #: a fleet run starts its host: (host, index from 0, of how many)
     fleet_host: Callable[[str, int, int], None] = _none
     #: a fleet run's host ended (not interrupted)
@@ -69,8 +67,8 @@ def exit_code(run: RunRecord) -> int:
 def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
     """Keep the run's options, execute it (the lease released on every way out), the exit code."""
     record_options(adm.run, yes=adm.yes, soak=adm.soak_text)
-    final, stopped_by = execute_stoppable(session, adm.run, adm.rb, adm.table, hard_stop=hooks.hard_stop,
-                                          progress=hooks.progress(), yes=adm.yes, soak=adm.soak)
+    final, stopped_by = execute_stoppable(session, adm.run, adm.rb, adm.table, progress=hooks.progress(), yes=adm.yes,
+                                          soak=adm.soak)
     if stopped_by is not None:
         result = RunResult(final, INTERRUPTED_EXIT, interrupted=True, stopped_by=stopped_by)
         hooks.interrupted(result)
@@ -103,8 +101,6 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     settings.require_host_tokens("rollback")
-    if req.runbook is not None:
-        load_runbook_text(req.runbook)
     load_runbook_text(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
     refuse_placeholder_inventory(settings, req.host)
     with closing(Session.open(settings)) as session:
