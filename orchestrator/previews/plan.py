@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from itertools import groupby
 from typing import Any
 
 from orchestrator.engine.step_descriptions import describe_step, manual_plan_lines
@@ -257,13 +258,11 @@ def render_text(plan: Plan) -> str:
         out[1] = f"fleet {' -> '.join(plan.fleet)}  tag {plan.tag}  runbook {plan.runbook}"
         out[3:3] = ["", "== Fleet order", *(f"- {r}" for r in plan.fleet_rules),
                     f"The steps below run for each host in turn (shown for {plan.host})."]
-    section = None
-    for s in plan.steps:
-        if s.section != section:
-            section = s.section
-            out.append(f"== {_SECTION_TITLE.get(section, section)}")
-        out.append(f"[ ] {s.number:>2}. {s.state}: {s.say}")
-        out += [f"        {line}" for line in _step_details(s, markdown=False)]
+    for section, steps in groupby(plan.steps, key=lambda s: s.section):
+        out.append(f"== {_SECTION_TITLE.get(section, section)}")
+        for s in steps:
+            out.append(f"[ ] {s.number:>2}. {s.state}: {s.say}")
+            out += [f"        {line}" for line in _step_details(s, markdown=False)]
     out += ["", f"orphans: {plan.orphan_basis}", *(f"check: {c}" for c in plan.checks),
             *(f"MISMATCH: {p}" for p in plan.problems)]
     return "\n".join(out) + "\n"
@@ -310,13 +309,8 @@ def render_markdown(plan: Plan) -> str:
         out += [f"- **mismatch**: {p}" for p in plan.problems]
         out += [f"- ok: {c}" for c in plan.checks]
         out.append("")
-    groups: list[tuple[str, list[PlanStep]]] = []
-    for s in plan.steps:
-        key = _group_title(s)
-        if not groups or groups[-1][0] != key:
-            groups.append((key, []))
-        groups[-1][1].append(s)
-    for title, steps in groups:
+    for title, group in groupby(plan.steps, key=_group_title):
+        steps = list(group)
         unsafe = " — **UNSAFE orphans**" if any(s.orphans for s in steps) else ""
         out += ["<details>", f"<summary>{title} ({len(steps)} steps){unsafe}</summary>", ""]
         for s in steps:

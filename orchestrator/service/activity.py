@@ -38,8 +38,7 @@ class Activity:
     detail: str
 
 
-def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
-                 now: datetime | None = None) -> Activity:
+def run_activity(run: RunRecord, journal: Journal, table: Any | None = None) -> Activity:
     if run.terminal:
         return Activity(ENDED, f"ended {run.outcome}")
     resume = f"`orchestrate resume {run.run_id}` continues it"
@@ -48,8 +47,7 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
         return Activity(INTERRUPTED, f"no runner holds it; {resume}")
     if holder_gone(lease.owner):
         return Activity(INTERRUPTED, f"its runner ({describe_owner(lease.owner)}) is gone; {resume}")
-    now = now or datetime.now(UTC)
-    if lease.expires_at <= now:
+    if lease.expires_at <= datetime.now(UTC):
         return Activity(INTERRUPTED, f"its runner's lease ({describe_owner(lease.owner)}) expired "
                                      f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC; {resume}")
     by = f"by {describe_owner(lease.owner)}"

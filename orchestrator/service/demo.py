@@ -91,18 +91,16 @@ def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier
         raise UserError(f"--runbook {name}: written for {', '.join(rb.hosts)}; the simulator stands up "
                         f"{', '.join(KNOWN_HOSTS)}, not {', '.join(unknown)}")
     holding = [t for t in repo.tags.values() if rb.file in t.files]
-    if tag is not None:
-        if tag not in [t.name for t in holding]:
-            raise UserError(f"--tag {tag}: the simulated repository holds {rb.file} at "
-                            f"{', '.join(t.name for t in holding) or 'no tag'}")
-    else:
+    if tag is None:
         old_enough = [t for t in holding if t.age_hours >= repo.min_tag_age_hours]
         if not old_enough:
             raise UserError(f"--runbook {name}: no simulated tag holds {rb.file} and clears the "
                             f"{repo.min_tag_age_hours:g} h tag-age gate")
         tag = max(old_enough, key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t.name))).name
-    canary_files = {a.file for a in repo.initial_actions}
-    initial = "canary" if canary_files & set(rb.deploys) else "long-context"
+    elif tag not in [t.name for t in holding]:
+        raise UserError(f"--tag {tag}: the simulated repository holds {rb.file} at "
+                        f"{', '.join(t.name for t in holding) or 'no tag'}")
+    initial = "canary" if {a.file for a in repo.initial_actions} & set(rb.deploys) else "long-context"
     return DemoTarget(name, tuple(rb.hosts), tag, initial)
 
 
