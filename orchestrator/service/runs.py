@@ -17,11 +17,12 @@ from orchestrator.engine.fleet import Interrupted, default_runbook, refuse_unmet
 from orchestrator.engine.rules.prerequisites import check_overrides
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal.base import RunRecord
+from orchestrator.language.runbook import load_runbook
 from orchestrator.service import oncall
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout
 from orchestrator.service.oncall import kept_options, record_options, refuse_placeholder_inventory, rollback_headline
 from orchestrator.service.orphans import superseded_by
-from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
+from orchestrator.service.reads import get_run, load_settings_for
 from orchestrator.service.requests import (
     Admitted,
     FleetOutcome,
@@ -82,7 +83,7 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     settings.require_host_tokens("rollout")
-    rb = load_runbook_text(req.runbook)
+    rb = load_runbook(req.runbook)
     if req.overrides:  # a typo never passes: only the runbook's prerequisites can be named
         check_overrides(rb.prerequisites, list(req.overrides))
     refuse_placeholder_inventory(settings, req.host)
@@ -101,7 +102,7 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     settings.require_host_tokens("rollback")
-    load_runbook_text(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
+    load_runbook(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
     refuse_placeholder_inventory(settings, req.host)
     with closing(Session.open(settings)) as session:
         adm = admit_rollback(session, req)
@@ -119,7 +120,7 @@ def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResul
         return RunResult(run, exit_code(run), already_ended=True)
     settings.require_host_tokens("resume")
     refuse_placeholder_inventory(settings, run.host)
-    load_runbook_text(run.runbook)
+    load_runbook(run.runbook)
     _, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
     parse_soak(soak_text)
     hooks.first_line(f"{run.run_id}: {'retry' if req.retry else 'resume'} of the {run.kind} of {run.host} at {run.state}; "

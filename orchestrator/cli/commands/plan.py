@@ -19,7 +19,7 @@ from orchestrator.language.runbook import default_runbook, load_runbook, reuse_l
 from orchestrator.previews.compose_check import check_against_compose_file, read_env_file
 from orchestrator.previews.diagram import render_dot, render_mermaid
 from orchestrator.previews.plan import build_plan, fleet_rules, render_json, render_markdown, render_text
-from orchestrator.service.reads import load_runbook_text, load_settings_for
+from orchestrator.service.reads import load_settings_for
 from orchestrator.service.run_info import check_tag
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.names import DEFAULT_RUNBOOK
@@ -80,7 +80,7 @@ def plan(
     if runbook is None:
         runbook = runbook_for(fleet, None).name if fleet else default_runbook(host, shipped)
     entry = inv.host(host)
-    rb = reuse_loaded(runbook, shipped) or load_runbook_text(runbook)
+    rb = reuse_loaded(runbook, shipped) or load_runbook(runbook)
     for h in fleet or [host]:
         if h not in rb.hosts:
             raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {h}")
