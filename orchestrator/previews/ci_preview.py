@@ -64,8 +64,8 @@ def runbooks_affected_by(path: str, directory: Path = RUNBOOK_DIR) -> list[Affec
     return out
 
 
-def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None], env: dict[str, str] | None = None,
-            base_ref: str | None = None) -> tuple[str, list[str]]:
+def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] | None = None,
+            env: dict[str, str] | None = None, base_ref: str | None = None) -> tuple[str, list[str]]:
     """(markdown, mismatches): one section per (changed file, affected runbook, host). `env`: a
     host's env map the files are interpolated with (default: the defaults the files write).
     `base_ref`: a git ref of `repo` to diff each checked file against."""
@@ -73,6 +73,7 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None], 
     from orchestrator.previews.compose_diff import check_changes, render_changes, service_changes
     from orchestrator.previews.runbook_lines import RunbookLines
 
+    projects = projects or {}
     out = ["## orchestrate: rollout preview", ""]
     failures: list[str] = []
     unaffected: list[str] = []

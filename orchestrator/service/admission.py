@@ -177,6 +177,17 @@ def tier_not_busy(session: Session, host: str, rb: Runbook) -> Check:
     return check
 
 
+def resume_run(session: Session, run_id: str, rb: Runbook | None = None) -> tuple[Admitted, Runbook, Any]:
+    """`resume RUN` (CLI, server, adoption): the run admitted again, its recorded runbook (or
+    `rb`, the caller's checked copy of it) and table."""
+    run = session.journal.get_run(run_id)
+    if rb is None:
+        rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
+    table = table_for(run, rb)
+    admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
+    return admitted, rb, table
+
+
 # --------------------------------------------------------------------------- new runs
 
 
@@ -380,9 +391,5 @@ def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, c
     if req.retry:
         new_run, rb, table = retry_run(session, run)
         return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True)
-    run = session.journal.get_run(run.run_id)
-    rb = checked if checked is not None else load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY),
-                                                                   run.context.get(RUNBOOK_TEXT))
-    table = table_for(run, rb)
-    admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
+    admitted, rb, table = resume_run(session, run.run_id, checked)
     return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False)

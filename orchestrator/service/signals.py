@@ -47,6 +47,11 @@ def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint
             f"one rollout per host at a time; {hint}")
 
 
+def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
+    """`*` and the ids of the run's steps that wait for an approval (`table_gates`)."""
+    return {"*"} | table_gates(table_for(run, rb))
+
+
 def table_gates(table: Table) -> set[str]:
     """The steps of `table` that wait for a human's approval: a quiet window, a soak that asks for
     one, and a `manual:` step (a human's edit, approved by name). The API and the run page both ask
@@ -61,11 +66,10 @@ def table_gates(table: Table) -> set[str]:
 
 
 def run_gates(run: RunRecord, load: Callable[[], Runbook]) -> set[str]:
-    """`*` and the steps of the run's table (from the runbook `load()` returns) that wait for an
-    approval; only `*` if it cannot be loaded here (approving must still work from a machine
-    without the run's runbook)."""
+    """`approval_gates` of the runbook `load()` returns; only `*` if it cannot be loaded here
+    (approving must still work from a machine without the run's runbook)."""
     try:
-        return {"*"} | table_gates(table_for(run, load()))
+        return approval_gates(run, load())
     except UserError:
         return {"*"}
 
