@@ -102,7 +102,8 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     settings.require_host_tokens("rollback")
-    load_runbook(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
+    # a runbook named (even an empty name) is read as given; a wrong --replica is refused first
+    load_runbook(req.runbook if req.runbook is not None else default_runbook(req.host)).rollback_replicas(req.replica)
     refuse_placeholder_inventory(settings, req.host)
     with closing(Session.open(settings)) as session:
         adm = admit_rollback(session, req)
