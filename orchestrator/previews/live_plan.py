@@ -35,6 +35,7 @@ from orchestrator.engine.rules.targets import group_targets, journaled_successes
 from orchestrator.engine.steps.checks import evaluate_budget
 from orchestrator.hosts.budget import format_gib
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest, StreamOutcome
+from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import BadRequest, ClientError, TagNotFound, TagTooRecent
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
@@ -165,15 +166,19 @@ def phase_dry_run_steps(rb: Runbook, phase: str) -> list[tuple[Step, set[str]]]:
 async def _resolve_previous(session: Any, cm: _ReadOnlyCompose, host: str, project: str | None, rb: Runbook,
                             tag: str, continuing: bool) -> tuple[dict[str, dict[str, str]], str]:
     """As the executor's preflight establishes them (`Runtime.establish_previous`): a continued
-    rollout keeps the targets of the journaled run at this tag that started it (`continued_rollout`);
+    rollout keeps the targets of the journaled run at this tag that started it (`new_rollout`);
     every other service: the newest `compose_up` in the action log naming it whose (tag, file)
     compose-manager's success record (`/version` current/previous) or this journal saw succeed."""
-    from orchestrator.service.admission import continued_rollout
-
     previous: dict[str, dict[str, str]] = {}
     source = ""
-    if continuing and (kept := continued_rollout(session, host, tag)) is not None:
-        previous, source = dict(kept[1].previous), f"run {kept[0].run_id} (kept by --continue)"
+    if continuing:
+        from orchestrator.engine.context import RunContext
+
+        for earlier in session.journal.list_runs(host, limit=50):
+            prev = RunContext.from_json(earlier.context).previous
+            if earlier.kind == "rollout" and earlier.tag == tag and prev:
+                previous, source = dict(prev), f"run {earlier.run_id} (kept by --continue)"
+                break
     wanted = [s for s in rb.previous_refs() if s not in previous]
     if not wanted:
         return previous, source
@@ -218,7 +223,6 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                           new_file_services: set[str] | None = None) -> LivePlan:
     """Read the host (never change it) and judge what `rollout HOST --tag TAG` would do."""
     from orchestrator.engine.executor.placement import PlacementError, observe_host
-    from orchestrator.service.host_reads import _env_map
     from orchestrator.service.run_info import check_tag
     from orchestrator.service.session import _compose_client
 
@@ -230,7 +234,11 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
     table = compile_rollout(rb)
     lp = LivePlan(plan=build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_file_services))
 
-    env = await _env_map(session, host, entry, tag, *rb.identifiers())
+    async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
+                               transport=session.transport, retry=session.retry, clock=session.clock) as dash:
+        env = await dash.env_map(name=entry.instance_name)
+    session.redactor.add(*env.redaction_values(secret_keys=entry.secret_keys,
+                                               identifiers=(host, entry.instance_name, tag, *rb.identifiers())))
     lp.env_keys = sorted(env)
     masked = env.masked_credentials(secret_keys=entry.secret_keys)
     if masked:

@@ -216,11 +216,17 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
         raise UserError(str(exc)) from None
     ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
                          extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
-    if start_phase is not None and (kept := continued_rollout(session, host, tag)) is not None:
-        earlier, before = kept
-        ctx.previous, ctx.previous_source = dict(before.previous), f"run {earlier.run_id}"
-        # and its container ledger: the continued rollout's rollbacks may stop what that run started
-        ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
+    if start_phase is not None:
+        # a continued rollout keeps the rollback targets of the run that started it
+        for earlier in session.journal.list_runs(host, limit=50):
+            before = RunContext.from_json(earlier.context)
+            prev = before.previous
+            if earlier.kind == "rollout" and earlier.tag == tag and prev:
+                ctx.previous = dict(prev)
+                ctx.previous_source = f"run {earlier.run_id}"
+                # and its container ledger: the continued rollout's rollbacks may stop what that run started
+                ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
+                break
     checks = [] if start_phase is None else [lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase)]
     after = None
     if overrides is not None:
@@ -233,16 +239,6 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
                           create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
                                       context=ctx.to_json()))
     return got.run, rb, table
-
-
-def continued_rollout(session: Session, host: str, tag: str) -> tuple[RunRecord, RunContext] | None:
-    """The rollout of `host` at `tag` that started a `--continue`d one: the continued rollout
-    keeps its rollback targets (`previous`)."""
-    for earlier in session.journal.list_runs(host, limit=50):
-        ctx = RunContext.from_json(earlier.context)
-        if earlier.kind == "rollout" and earlier.tag == tag and ctx.previous:
-            return earlier, ctx
-    return None
 
 
 def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Table]:
