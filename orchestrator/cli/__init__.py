@@ -2,11 +2,8 @@
 3 rolled back, 4 halted (a human must act), 5 aborted before any change (or refused), 130 stopped by
 Ctrl-C (the run continues with `orchestrate resume RUN`)."""
 
-# The parsing machinery (pip's `cli/`): the root app, the command table, the one error path. Each
-# command is a module of orchestrator/cli/commands/ (pip's `commands/`), imported when that command
-# runs; `orchestrate --help` lists the commands from the table's summaries without importing them
-# (pip's `commands_dict`). A command parses its arguments into a request for the service
-# (orchestrator/service/) and renders what comes back (orchestrator/cli/render.py).
+# The root app, the command table and the one error path. Each command is a module of commands/,
+# imported when it runs; `orchestrate --help` lists them from the table's summaries without importing them.
 
 from __future__ import annotations
 

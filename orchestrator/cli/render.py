@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
 from orchestrator.journal.base import RunRecord
-from orchestrator.service.oncall import final_lines, where
+from orchestrator.service.oncall import final_lines
 from orchestrator.service.requests import RunResult
 from orchestrator.service.run_info import context_summary
 from orchestrator.service.runs import Hooks
@@ -84,15 +84,10 @@ class LiveProgress:
             self.c.print(f"{ts}   note: {_t(f['text'])}")
         elif kind == "heartbeat":
             timeout = f" / {format_duration(f['timeout'])}" if f.get("timeout") else ""
-            extra = ""
-            if f.get("missing"):
-                extra += "; missing: " + "; ".join(f["missing"])[:200]
-            if f.get("last_line"):
-                extra += f"; last line: {f['last_line'][:120]}"
-            if f.get("awaiting"):
-                extra += f"; waiting for {f['awaiting']}"
-            if f.get("so_far"):
-                extra += f"; so far: {f['so_far']}"
+            extra = ("; missing: " + "; ".join(f["missing"])[:200]) if f.get("missing") else ""
+            extra += f"; last line: {f['last_line'][:120]}" if f.get("last_line") else ""
+            extra += f"; waiting for {f['awaiting']}" if f.get("awaiting") else ""
+            extra += f"; so far: {f['so_far']}" if f.get("so_far") else ""
             self.c.print(f"{ts}   still waiting: {_t(f['what'])}, {format_duration(f['elapsed'])}{timeout}{_t(extra)}")
 
 
@@ -109,11 +104,11 @@ def progress(as_json: bool) -> Any:
 def first_line(as_json: bool, what: str, settings: Any) -> None:
     """A mutating command's first line: what it does, with which inventory and journal (stdout;
     with --json, one {"event": "using", ...} object instead)."""
+    inventory, journal = settings.inventory_choice().describe(), settings.journal_location()
     if as_json:
-        sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": settings.inventory_choice().describe(),
-                                     "journal": settings.journal_location()}) + "\n")
+        sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": inventory, "journal": journal}) + "\n")
     else:
-        out.print(f"{what} · {where(settings)}", markup=False)
+        out.print(f"{what} · inventory {inventory}; journal {journal}", markup=False)
 
 
 def summary(run: RunRecord) -> None:

@@ -65,8 +65,7 @@ def runbooks_affected_by(path: str, directory: Path = RUNBOOK_DIR) -> list[Affec
 
 
 def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] | None = None,
-            directory: Path = RUNBOOK_DIR, env: dict[str, str] | None = None,
-            base_ref: str | None = None) -> tuple[str, list[str]]:
+            env: dict[str, str] | None = None, base_ref: str | None = None) -> tuple[str, list[str]]:
     """(markdown, mismatches): one section per (changed file, affected runbook, host). `env`: a
     host's env map the files are interpolated with (default: the defaults the files write).
     `base_ref`: a git ref of `repo` to diff each checked file against."""
@@ -79,7 +78,7 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
     failures: list[str] = []
     unaffected: list[str] = []
     for path in changed:
-        affected = runbooks_affected_by(path, directory)
+        affected = runbooks_affected_by(path)
         if not affected:
             unaffected.append(path)
             continue

@@ -5,9 +5,7 @@ service key (dry-run lines name containers, the plan check maps them back to ser
 `stop_grace_period` equals the runbook's; the file's HiCache budget default equals the runbook's
 for every replica engine, through the runbook's variable; and which services each scoped `up`
 drags in through `depends_on` (each must be allowed by the step's `may_also`). Then every fact the
-runbook states about the file (orchestrator.previews.compose_facts: replica values, weights, GPUs,
-relay ports and routes, metrics, profiles, `expects:`), each difference one line naming the file,
-the service, the key, the value found, the value expected and the runbook line relying on it.
+runbook states about the file (orchestrator.previews.compose_facts).
 
 The file is read as compose would run it: interpolated with the defaults it writes, or with
 `env` (the host's env map, whose values are never shown).
@@ -121,11 +119,9 @@ def check_against_compose_file(rb: Runbook, path: Path, *, env: Mapping[str, str
             elif deps:
                 checks.append(f"step {s.id}: a scoped up also starts {', '.join(deps)} (depends_on), allowed")
     config_checks, config_problems = check_config_only_recreates(rb, path)
-    checks += config_checks
-    problems += config_problems
     fact_checks, findings = check_facts(rb, cf, dict(env or {}), RunbookLines(rb))
-    checks += fact_checks
-    problems += [f.line(display or str(path)) for f in findings]
+    checks += config_checks + fact_checks
+    problems += config_problems + [f.line(display or str(path)) for f in findings]
     return checks, problems, set(cf.services)
 
 

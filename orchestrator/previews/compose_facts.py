@@ -123,18 +123,18 @@ class FactCheck:
                 labels = reading.labels(self.cf, engine, self.env)
                 tags = _log_tags(labels.get(LOG_LABEL, ""))
                 for key, want in values.items():
-                    where = self.labels_steps(replica, key, "otel_labels") or [self.lines.at("replica_values", replica, key)]
+                    otel = self.labels_steps(replica, key, "otel_labels")
                     got = labels.get(OTEL_PREFIX + key)
-                    if got is None and self.labels_steps(replica, key, "otel_labels"):
-                        self.add(engine, f"label {OTEL_PREFIX}{key}", "(absent)", want, where[0])
-                    elif got is not None and got != want:
-                        self.add(engine, f"label {OTEL_PREFIX}{key}", got, want, where[0])
-                    where = self.labels_steps(replica, key, "log_tags") or [self.lines.at("replica_values", replica, key)]
-                    if key not in tags and self.labels_steps(replica, key, "log_tags"):
-                        self.add(engine, f"log tag {key}", "(absent)", want, where[0])
+                    if (got is None and otel) or (got is not None and got != want):  # absent: only where a gate reads it
+                        self.add(engine, f"label {OTEL_PREFIX}{key}", "(absent)" if got is None else got, want,
+                                 (otel or [self.lines.at("replica_values", replica, key)])[0])
+                    logs = self.labels_steps(replica, key, "log_tags")
+                    where = (logs or [self.lines.at("replica_values", replica, key)])[0]
+                    if key not in tags and logs:
+                        self.add(engine, f"log tag {key}", "(absent)", want, where)
                     for got in tags.get(key, []):
                         if got != want:
-                            self.add(engine, f"log tag {key}", got, want, where[0])
+                            self.add(engine, f"log tag {key}", got, want, where)
                     for job, job_labels in scrape.get(engine, []):
                         if key in job_labels and job_labels[key] != want:
                             self.add(engine, f"scrape label {key} (collector job {job})", job_labels[key], want,
@@ -355,9 +355,9 @@ class FactCheck:
                     self.add(service, f"environment {name}", "(unset)" if env_got is None else shown, wanted, relies, ex.why)
             for pattern in ex.environment_absent:
                 for name in self.cf.services[service].environment:
-                    if fnmatch.fnmatchcase(name, pattern) and reading.env_value(self.cf, service, name, self.env):
-                        shown = self.shown(reading.env_value(self.cf, service, name, self.env), reading.env_value(self.cf, service, name, {}))
-                        self.add(service, f"environment {name}", shown, f"unset (nothing matching {pattern})", relies, ex.why)
+                    if fnmatch.fnmatchcase(name, pattern) and (set_to := reading.env_value(self.cf, service, name, self.env)):
+                        self.add(service, f"environment {name}", self.shown(set_to, reading.env_value(self.cf, service, name, {})),
+                                 f"unset (nothing matching {pattern})", relies, ex.why)
             if ex.configs_contain:
                 text = reading.config_text(self.cf, service, self.env)
                 for want in ex.configs_contain:

@@ -308,27 +308,28 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
 
         # the dry runs a rollout (or its --continue) would plan from here, preflight first
         if dry_runs_ok and lp.start_phase is not None:
-            plans: list[tuple[str, ComposeRequest, Step | None, set[str]]] = []
-            for st in rb.preflight:
-                if st.dry_run is not None and st.dry_run.services != SELECTED:
-                    plans.append((f"preflight {st.id}", ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services),
-                                                                       project=entry.project, dry_run=True), None, set()))
-            for (t, f), services in group_targets(rb, lp.previous).items():
-                plans.append(("rollback target", ComposeRequest(tag=t, file=f, services=tuple(services), project=entry.project,
-                                                                dry_run=True), None, set()))
+            def dry(t: str, f: str, services: Any, **kw: Any) -> ComposeRequest:
+                return ComposeRequest(tag=t, file=f, services=tuple(services), project=entry.project, dry_run=True, **kw)
+
+            def not_sent(purpose: str, req: ComposeRequest, note: str) -> None:
+                lp.dry_runs.append(DryRunReport(purpose, req.redacted(len(env)), "not sent", "skip", note))
+
+            plans: list[tuple[str, ComposeRequest, Step | None, set[str]]] = [
+                (f"preflight {st.id}", dry(tag, rb.file, st.dry_run.services), None, set())
+                for st in rb.preflight if st.dry_run is not None and st.dry_run.services != SELECTED]
+            plans += [("rollback target", dry(t, f, services), None, set())
+                      for (t, f), services in group_targets(rb, lp.previous).items()]
             for st, stopped in phase_dry_run_steps(rb, lp.start_phase):
+                purpose = f"phase {lp.start_phase} {st.id}"
                 if st.dry_run.force_recreate:
                     # a forced recreate is always "needed": its dry run is the likeliest to be made real
                     # (docker/compose#14029), and this preview changes nothing. The run checks it.
-                    req = ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services), project=entry.project,
-                                         dry_run=True, force_recreate=True)
-                    lp.dry_runs.append(DryRunReport(f"phase {lp.start_phase} {st.id}", req.redacted(len(env)), "not sent", "skip",
-                                                    f"not dry-run: a forced recreate of {', '.join(st.dry_run.services)} (only "
-                                                    f"inline configs content changed, docker/compose#11900) would be made real "
-                                                    f"by docker/compose#14029; the rollout dry-runs it before its up"))
+                    not_sent(purpose, dry(tag, rb.file, st.dry_run.services, force_recreate=True),
+                             f"not dry-run: a forced recreate of {', '.join(st.dry_run.services)} (only inline configs "
+                             f"content changed, docker/compose#11900) would be made real by docker/compose#14029; the "
+                             f"rollout dry-runs it before its up")
                     continue
-                plans.append((f"phase {lp.start_phase} {st.id}", ComposeRequest(tag=tag, file=rb.file, services=tuple(st.dry_run.services),
-                                                                               project=entry.project, dry_run=True), st, stopped))
+                plans.append((purpose, dry(tag, rb.file, st.dry_run.services), st, stopped))
             from orchestrator.hosts.ps_compare import split_by_definition
 
             actions = await cm.action_log()
@@ -338,13 +339,12 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
                 running = {(c.service or c.name): c for c in await cm.ps(entry.project) if c.state in ("running", "restarting")}
                 safe, held = split_by_definition(list(req.services), running, req.tag, req.file, actions, engines=set(rb.engines()))
                 if held:
-                    lp.dry_runs.append(DryRunReport(purpose, req.redacted(len(env)), "not sent", "skip",
-                                                    f"not dry-run: {', '.join(held)} runs now (an engine, or another definition, "
-                                                    f"which a dry run could recreate for real: docker/compose#14029); the step's own "
-                                                    f"dry run checks it when the run gets there"))
+                    not_sent(purpose, req, f"not dry-run: {', '.join(held)} runs now (an engine, or another definition, "
+                                           f"which a dry run could recreate for real: docker/compose#14029); the step's own "
+                                           f"dry run checks it when the run gets there")
                     if st is not None or not safe:
                         continue
-                    req = ComposeRequest(tag=req.tag, file=req.file, services=tuple(safe), project=req.project, dry_run=True)
+                    req = dry(req.tag, req.file, safe)
                 if not await _planned_dry_run(cm, env, entry.project, purpose, req, st, stopped, lp, record, rb.oneshot_services()):
                     break
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from itertools import groupby
 from typing import Any
 
 from orchestrator.engine.step_descriptions import describe_step, manual_plan_lines
@@ -101,28 +102,23 @@ def _target(to: str | None) -> str | None:
     return to if to is None or to in TERMINALS else f"-> {to}"
 
 
-def _defined_sets(rb: Runbook, new_services: set[str] | None) -> tuple[set[str], set[str], str]:
-    new: set[str] = set()
-    prev: set[str] = set()
+def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_services: set[str] | None) -> str:
+    new_def: set[str] = set()
+    prev_def: set[str] = set()
     for steps in rb.step_lists():
         for s in steps:
             c = s.compose
             if c is None or c.services == SELECTED:
                 continue
-            (new if c.file == "new" else prev).update(c.services)
+            (new_def if c.file == "new" else prev_def).update(c.services)
     if rb.phases:
         for s in rb.phases[-1].steps:
             if s.plan is not None and isinstance(s.plan.change, list):
-                new.update(s.plan.change)
+                new_def.update(s.plan.change)
     basis = "inferred from the runbook's own requests"
     if new_services is not None:
-        new = set(new_services)
+        new_def = set(new_services)
         basis = "the new file from --compose-file; the previous file inferred from the runbook"
-    return new, prev, basis
-
-
-def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_services: set[str] | None) -> str:
-    new_def, prev_def, basis = _defined_sets(rb, new_services)
     by_state = {p.state: p for p in plan_steps}
     running_at: dict[str, set[str]] = {}
 
@@ -143,9 +139,7 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
         # a one-shot the runbook waits out (model-downloader) has exited by then: removing an exited
         # container takes nothing down, and docker/ps does not list it as running
         orphans = sorted(running - defined - rb.oneshot_services())
-        ps = by_state[state]
-        ps.orphans = orphans
-        ps.unsafe = bool(orphans)
+        by_state[state].orphans, by_state[state].unsafe = orphans, bool(orphans)
 
     def walk(cur: str, running: set[str]) -> None:
         """Follow OK edges from `cur` until a terminal or a state already placed."""
@@ -264,19 +258,13 @@ def render_text(plan: Plan) -> str:
         out[1] = f"fleet {' -> '.join(plan.fleet)}  tag {plan.tag}  runbook {plan.runbook}"
         out[3:3] = ["", "== Fleet order", *(f"- {r}" for r in plan.fleet_rules),
                     f"The steps below run for each host in turn (shown for {plan.host})."]
-    section = None
-    for s in plan.steps:
-        if s.section != section:
-            section = s.section
-            out.append(f"== {_SECTION_TITLE.get(section, section)}")
-        out.append(f"[ ] {s.number:>2}. {s.state}: {s.say}")
-        out += [f"        {line}" for line in _step_details(s, markdown=False)]
-    out.append("")
-    out.append(f"orphans: {plan.orphan_basis}")
-    for c in plan.checks:
-        out.append(f"check: {c}")
-    for p in plan.problems:
-        out.append(f"MISMATCH: {p}")
+    for section, steps in groupby(plan.steps, key=lambda s: s.section):
+        out.append(f"== {_SECTION_TITLE.get(section, section)}")
+        for s in steps:
+            out.append(f"[ ] {s.number:>2}. {s.state}: {s.say}")
+            out += [f"        {line}" for line in _step_details(s, markdown=False)]
+    out += ["", f"orphans: {plan.orphan_basis}", *(f"check: {c}" for c in plan.checks),
+            *(f"MISMATCH: {p}" for p in plan.problems)]
     return "\n".join(out) + "\n"
 
 
@@ -321,13 +309,8 @@ def render_markdown(plan: Plan) -> str:
         out += [f"- **mismatch**: {p}" for p in plan.problems]
         out += [f"- ok: {c}" for c in plan.checks]
         out.append("")
-    groups: list[tuple[str, list[PlanStep]]] = []
-    for s in plan.steps:
-        key = _group_title(s)
-        if not groups or groups[-1][0] != key:
-            groups.append((key, []))
-        groups[-1][1].append(s)
-    for title, steps in groups:
+    for title, group in groupby(plan.steps, key=_group_title):
+        steps = list(group)
         unsafe = " — **UNSAFE orphans**" if any(s.orphans for s in steps) else ""
         out += ["<details>", f"<summary>{title} ({len(steps)} steps){unsafe}</summary>", ""]
         for s in steps:

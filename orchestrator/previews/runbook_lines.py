@@ -8,8 +8,6 @@ cannot be found (parsed from text only) is cited by field path alone.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 
 from orchestrator.language.runbook import Runbook
@@ -17,21 +15,16 @@ from orchestrator.language.runbook_paths import RUNBOOK_DIR
 
 
 class RunbookLines:
-    def __init__(self, rb: Runbook, path: Path | None = None) -> None:
-        self.rb = rb
-        self.path = path if path is not None else _source_of(rb)
+    def __init__(self, rb: Runbook) -> None:
+        path = RUNBOOK_DIR / f"{rb.name}.yaml"
         self.root: yaml.Node | None = None
-        if self.path is not None:
+        self.name = f"runbook {rb.name}"  # no file of it in runbooks/: cited by field path alone
+        if path.is_file():
+            self.name = f"runbooks/{path.name}" if path.resolve().parent == RUNBOOK_DIR.resolve() else str(path)
             try:
-                self.root = yaml.compose(self.path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+                self.root = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
             except (OSError, yaml.YAMLError):
-                self.root = None
-        if self.path is None:
-            self.name = f"runbook {rb.name}"
-        elif self.path.resolve().parent == RUNBOOK_DIR.resolve():
-            self.name = f"runbooks/{self.path.name}"
-        else:
-            self.name = str(self.path)
+                pass
 
     def _cite(self, node: yaml.Node | None, what: str) -> str:
         if node is None:
@@ -67,11 +60,6 @@ class RunbookLines:
             if _scalar(_child(st, "id")) == step_id:
                 return self._cite((_key_node(st, field) if field else None) or st, what)
         return self._cite(None, what)
-
-
-def _source_of(rb: Runbook) -> Path | None:
-    path = RUNBOOK_DIR / f"{rb.name}.yaml"
-    return path if path.is_file() else None
 
 
 def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:

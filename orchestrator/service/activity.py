@@ -38,8 +38,7 @@ class Activity:
     detail: str
 
 
-def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
-                 now: datetime | None = None) -> Activity:
+def run_activity(run: RunRecord, journal: Journal, table: Any | None = None) -> Activity:
     if run.terminal:
         return Activity(ENDED, f"ended {run.outcome}")
     resume = f"`orchestrate resume {run.run_id}` continues it"
@@ -48,8 +47,7 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
         return Activity(INTERRUPTED, f"no runner holds it; {resume}")
     if holder_gone(lease.owner):
         return Activity(INTERRUPTED, f"its runner ({describe_owner(lease.owner)}) is gone; {resume}")
-    now = now or datetime.now(UTC)
-    if lease.expires_at <= now:
+    if lease.expires_at <= datetime.now(UTC):
         return Activity(INTERRUPTED, f"its runner's lease ({describe_owner(lease.owner)}) expired "
                                      f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC; {resume}")
     by = f"by {describe_owner(lease.owner)}"
@@ -59,15 +57,13 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None,
                                 f"(it holds at its next safe step); `orchestrate continue {run.run_id}` lets it go on")
     if callable(table):  # made only for a run that is running (`runs` loads no runbook for ended runs)
         table = table()
-    node = table.nodes.get(run.state) if table is not None else None
-    soak = getattr(getattr(node, "step", None), "soak", None)
-    if getattr(getattr(node, "step", None), "manual", None) is not None:  # a manual edit awaits its approval
-        if not ({run.state, "*"} & journal.approvals(run.run_id)):
-            return Activity(WAITING, f"{by}, at {run.state}: a human's edit ({node.step.manual.edit}), then "
-                                     f"`orchestrate approve {run.run_id} --gate {run.state}`")
-    if soak is not None and getattr(soak, "approval", False):
-        if not ({run.state, "*"} & journal.approvals(run.run_id)):
-            return Activity(WAITING, f"{by}, at {run.state}: `orchestrate approve {run.run_id}` ends the gate")
+    step = getattr(table.nodes.get(run.state) if table is not None else None, "step", None)
+    manual = getattr(step, "manual", None)  # a manual edit awaits its approval
+    if (manual is not None or getattr(getattr(step, "soak", None), "approval", False)) \
+            and not ({run.state, "*"} & journal.approvals(run.run_id)):
+        return Activity(WAITING, f"{by}, at {run.state}: " + (
+            f"a human's edit ({manual.edit}), then `orchestrate approve {run.run_id} --gate {run.state}`"
+            if manual is not None else f"`orchestrate approve {run.run_id}` ends the gate"))
     return Activity(RUNNING, f"{by}, at {run.state}")
 
 

@@ -28,7 +28,7 @@ Admissions are serialised across processes (SQLite's write lock, a PostgreSQL ad
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,12 +84,6 @@ class Admitted:
     tier: str | None = None
 
 
-def tier_of(rb: Runbook) -> str | None:
-    """The tier a run of `rb` holds while it runs: the runbook's hosts, when its capacity is the
-    fleet's (a run drains its host and the other hosts of the tier carry the domain)."""
-    return f"capacity:{rb.name}" if rb.capacity == "fleet" else None
-
-
 def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] = (),
           create: dict[str, Any] | None = None, claim: str | None = None,
           after: Callable[[RunRecord], object] | None = None) -> Admitted:
@@ -100,7 +94,9 @@ def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] =
     if (create is None) == (claim is None):
         raise ValueError("admit: give create or claim")
     journal = session.journal
-    tier = tier_of(rb)
+    # a `capacity: fleet` run drains its host while the other hosts of the tier carry the domain
+    tier = f"capacity:{rb.name}" if rb.capacity == "fleet" else None
+    what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
     run: RunRecord | None = None
     try:
         with journal.atomic():
@@ -129,10 +125,8 @@ def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] =
             raise Refused(f"{host} is leased by run {run.run_id} until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC: run "
                           f"{run.run_id} is being run by {describe_owner(exc.owner)}; resume it only once that runner "
                           f"is gone") from None
-        what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
         raise Refused(leased_refusal(host, exc.holder_run_id, exc.owner, exc.expires_at, what)) from None
     except TierHeld as exc:
-        what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
         raise Refused(f"{exc.host} has run {exc.run_id} in flight ({describe_owner(exc.owner)}): one host of the "
                       f"tier ({', '.join(rb.hosts)}) at a time, so {host} is not taken out of it now; {what}. "
                       f"Let that run end, then try again") from None
@@ -153,14 +147,6 @@ def same_newest_changing_rollout(session: Session, host: str, expected: RunRecor
                           f"(it read run {expected.run_id if expected else 'none'}): nothing was started; look at "
                           f"`orchestrate runs --host {host}` and run the rollback again")
     return check
-
-
-def prerequisites_hold(session: Session, rb: Runbook, overrides: Iterable[str],
-                       words: Mapping[str, HostWord] | None = None) -> Check:
-    """A rollout of a runbook with prerequisites: each holds, or is overridden by name (`words`:
-    what the prerequisite hosts said of themselves, read before admission)."""
-    names = list(overrides)
-    return lambda: refuse_unmet_prerequisites(rb, session.journal, names, words=words)
 
 
 async def prerequisite_words(session: Session, rb: Runbook, overrides: Iterable[str]) -> dict[str, HostWord]:
@@ -244,8 +230,9 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
     checks = [] if start_phase is None else [lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase)]
     after = None
     if overrides is not None:
+        # each prerequisite holds, or is overridden by name (`words`: what its host said of itself)
         words = asyncio.run(prerequisite_words(session, rb, overrides)) if rb.prerequisites else None
-        checks.append(prerequisites_hold(session, rb, overrides, words))
+        checks.append(lambda: refuse_unmet_prerequisites(rb, session.journal, list(overrides), words=words))
         if overrides:
             after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731  # a one-line hook, read where it is passed
     got = admit(session, host=host, rb=rb, checks=checks, after=after,
@@ -362,15 +349,14 @@ async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, expl
 # --------------------------------------------------------------------------- the front ends' requests
 
 
-def admit_rollout(session: Any, req: requests.RolloutRequest, *, soak_name: str = "--soak",
-                  overrides: tuple[str, ...] | None = None) -> requests.Admitted:
+def admit_rollout(session: Any, req: requests.RolloutRequest, *, soak_name: str = "--soak") -> requests.Admitted:
     """A new rollout run. `--continue` first places the host (read-only) at the phase its state
     names; admission checks the runbook's prerequisites and journals `req.overrides`."""
     soak = parse_soak(req.soak, soak_name)
     start_phase = asyncio.run(place_for_continue(session, req.host, req.tag, req.runbook)) if req.continue_ else None
     run, rb, table = new_rollout(session, req.host, req.tag, req.runbook, start_phase,
                                  skip_tag_age_check=req.skip_tag_age_check,
-                                 overrides=req.overrides if overrides is None else overrides)
+                                 overrides=req.overrides)
     return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
 
 
@@ -397,9 +383,9 @@ def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, c
     """`resume`: the run continued under the one admission path (a run superseded by a later
     run of its host is refused); `--retry`: its failed phase again, as a new run.
     `checked`: the runbook the caller verified against the run's pinned identity."""
-    yes, soak_text, soak, kept = resume_options(run, req, soak_name=soak_name)
+    yes, soak_text, soak, _ = resume_options(run, req, soak_name=soak_name)
     if req.retry:
         new_run, rb, table = retry_run(session, run)
-        return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True, kept=kept)
+        return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True)
     admitted, rb, table = resume_run(session, run.run_id, checked)
-    return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False, kept=kept)
+    return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False)

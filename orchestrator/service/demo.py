@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -92,18 +91,16 @@ def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier
         raise UserError(f"--runbook {name}: written for {', '.join(rb.hosts)}; the simulator stands up "
                         f"{', '.join(KNOWN_HOSTS)}, not {', '.join(unknown)}")
     holding = [t for t in repo.tags.values() if rb.file in t.files]
-    if tag is not None:
-        if tag not in [t.name for t in holding]:
-            raise UserError(f"--tag {tag}: the simulated repository holds {rb.file} at "
-                            f"{', '.join(t.name for t in holding) or 'no tag'}")
-    else:
+    if tag is None:
         old_enough = [t for t in holding if t.age_hours >= repo.min_tag_age_hours]
         if not old_enough:
             raise UserError(f"--runbook {name}: no simulated tag holds {rb.file} and clears the "
                             f"{repo.min_tag_age_hours:g} h tag-age gate")
         tag = max(old_enough, key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t.name))).name
-    canary_files = {a.file for a in repo.initial_actions}
-    initial = "canary" if canary_files & set(rb.deploys) else "long-context"
+    elif tag not in [t.name for t in holding]:
+        raise UserError(f"--tag {tag}: the simulated repository holds {rb.file} at "
+                        f"{', '.join(t.name for t in holding) or 'no tag'}")
+    initial = "canary" if {a.file for a in repo.initial_actions} & set(rb.deploys) else "long-context"
     return DemoTarget(name, tuple(rb.hosts), tag, initial)
 
 
@@ -163,10 +160,9 @@ def demo_hosts(target: DemoTarget, *, base_tier: bool = False) -> tuple[str, ...
     return (*target.hosts, *BASE_HOSTS) if base_tier else target.hosts
 
 
-def check_faults(specs: list[str], *, base_tier: bool = False, hosts: tuple[str, ...] | None = None) -> None:
+def check_faults(specs: list[str], hosts: tuple[str, ...]) -> None:
     """Each --fault names a fault of the simulator's table, with a valid argument, on a host the
-    demo simulates (`hosts`, default gpu02 and with `base_tier` the base tier): else one line."""
-    hosts = hosts or (("gpu02", *BASE_HOSTS) if base_tier else ("gpu02",))
+    demo simulates (`hosts`): else one line."""
     for spec in specs:
         try:
             parsed = parse_fault(spec)
@@ -191,15 +187,13 @@ def _demo_hard_stop(run: Any, signame: str) -> None:
     os._exit(INTERRUPTED_EXIT)
 
 
-def run_demo(*, faults: list[str], speed: float, state_dir: Path | None, progress: Any, console: Any,
-             base_tier: bool = False, runbook: str = DEFAULT_RUNBOOK, target: DemoTarget | None = None) -> str:
-    """The runbook's rollout on its simulated hosts (`target`, default `demo_target(runbook)`: gpu02
-    alone for a gpu02 runbook; a fleet run, one host at a time, for a runbook of several hosts);
-    with `base_tier`, then the base tier's fleet run (gpu03, gpu04, gpu23 one at a time,
-    orchestrator/engine/fleet.py) once gpu02 is DONE."""
-    state_dir = state_dir or Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
+def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any, console: Any,
+             base_tier: bool, target: DemoTarget) -> str:
+    """The runbook's rollout on its simulated hosts (`target`: gpu02 alone for a gpu02 runbook; a
+    fleet run, one host at a time, for a runbook of several hosts); with `base_tier`, then the
+    base tier's fleet run (gpu03, gpu04, gpu23 one at a time, orchestrator/engine/fleet.py) once
+    gpu02 is DONE."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    target = target or demo_target(runbook, base_tier=base_tier)
     hosts = demo_hosts(target, base_tier=base_tier)
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
         config = SimConfig(speed=speed, faults=list(faults), cold_start_s=2400, hosts=hosts, initial=target.initial)

@@ -61,19 +61,15 @@ async def place_for_continue(session: Session, host: str, tag: str, runbook: str
     if state.action == "done":
         raise Refused(f"{host} already runs the target ({state.say}): nothing to continue")
     phase = rb.phases[0].name if state.action == "start" else state.action
-    await _refuse_foreign_part_way(session, host, rb, tag)
-    _require_earlier_phases_passed(session, host, tag, rb, phase)
-    return phase
-
-
-async def _refuse_foreign_part_way(session: Session, host: str, rb: Runbook, tag: str) -> None:
-    """`--continue` never takes over a rollout that another journal (or a person) is driving."""
+    # never take over a rollout that another journal (or a person) is driving
     async with _compose_client(session, session.inventory.host(host)) as cm:
         actions = await cm.action_log()
     msg = refuse_foreign_part_way(session.journal, host, actions, rb.file, tag,
                                   session.redactor.scrub(session.settings.journal_location()))
     if msg:
         raise Refused(msg)
+    _require_earlier_phases_passed(session, host, tag, rb, phase)
+    return phase
 
 
 async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]],

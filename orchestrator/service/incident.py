@@ -29,14 +29,6 @@ from orchestrator.service.session import _compose_client
 
 if TYPE_CHECKING:
     from orchestrator.service.session import Session
-    from orchestrator.util.settings import Settings
-
-
-def journal_description(settings: Settings) -> str:
-    """Which journal this machine reads, never quoting a database URL (it may hold a password)."""
-    if settings.database_url:
-        return "the shared PostgreSQL journal (ORCHESTRATOR_DATABASE_URL)"
-    return f"this machine's journal {settings.state_dir / 'journal.sqlite3'}"
 
 
 @dataclass(frozen=True)
@@ -79,7 +71,9 @@ def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
 
 def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHistory, why: str) -> str:
     """The refusal when neither a journaled rollout nor an explicit target is at hand (one line)."""
-    where = journal_description(session.settings)
+    settings = session.settings  # which journal this machine reads, never its database URL (it may hold a password)
+    where = ("the shared PostgreSQL journal (ORCHESTRATOR_DATABASE_URL)" if settings.database_url
+             else f"this machine's journal {settings.state_dir / 'journal.sqlite3'}")
     if history.suggested is not None:
         target = (f"compose-manager's action log shows {history.suggested[1]}@{history.suggested[0]} as the last other "
                   f"file deployed before {rb.file}" + (f" (at {history.suggested_at})" if history.suggested_at else "")

@@ -51,12 +51,6 @@ class _Retryable(Exception):
     """A 429 or 5xx answer: worth another attempt."""
 
 
-def run_page_url(public_url: str, run_id: str) -> str | None:
-    """The run's page on `orchestrate serve` (orchestrator/teamserver/pages.py), or None without a public URL."""
-    base = (public_url or "").strip().rstrip("/")
-    return f"{base}/ui/runs/{run_id}" if base else None
-
-
 class Notifier:
     """A bounded queue and one sender task. `post` never blocks; `aclose` flushes for a bounded time."""
 
@@ -156,7 +150,8 @@ class NotifyProgress:
                  public_url: str = "") -> None:
         self.notifier = notifier
         self.run_id, self.host, self.kind, self.tag = run_id, host, kind, tag
-        self.url = run_page_url(public_url, run_id)
+        base = (public_url or "").strip().rstrip("/")  # the run's page on `orchestrate serve` (teamserver/pages.py)
+        self.url = f"{base}/ui/runs/{run_id}" if base else None
         self._announced: set[str] = set()
         self._state: str | None = None
 

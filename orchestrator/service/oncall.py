@@ -54,11 +54,6 @@ def exit_code(kind: str | None, outcome: str | None) -> int:
 # --------------------------------------------------------------------------- first lines
 
 
-def where(settings: Any) -> str:
-    """Which inventory and journal a command uses, for its first line."""
-    return f"inventory {settings.inventory_choice().describe()}; journal {settings.journal_location()}"
-
-
 def rollback_headline(run: Any, rb: Any) -> str:
     """`gpu02: r1, r2 back to <file> @ <tag> (from <where the target came from>)`."""
     ctx = run.context or {}
@@ -144,15 +139,12 @@ def final_lines(run: Any, replicas: list[str], *, outcome: str | None = None, me
         where_now = "; ".join(host_lines(run.host, now, replicas)[1:]) if now else "unknown (not read)"
         return [f"{outcome}: the rollback reached its target; the last gate: {what}",
                 f"{run.host} now: " + " ".join(where_now.split())]
-    lines = _wrap(f"{outcome}: {what}")
-    aborted = "aborted by an operator" in what
-    lines += host_lines(run.host, now, replicas)
+    lines = _wrap(f"{outcome}: {what}") + host_lines(run.host, now, replicas)
     cmd = next_command(what)
-    if outcome == Outcome.HALTED and aborted and run.kind == "rollout":
+    if outcome == Outcome.HALTED and "aborted by an operator" in what and run.kind == "rollout":
         # an abort that stopped short of the previous configuration: say how to finish it
         how, cmd = _finish_abort(run, now, replicas, cmd if cmd and "--retry" in cmd else None)
-        lines += _wrap(how)
-        lines.append(f"next: {cmd}")
+        lines += [*_wrap(how), f"next: {cmd}"]
     elif outcome in (Outcome.HALTED, Outcome.ABORTED) and cmd:
         lines.append(f"next: {cmd}")
     elif outcome == Outcome.HALTED:
@@ -166,10 +158,7 @@ def final_lines(run: Any, replicas: list[str], *, outcome: str | None = None, me
 def record_options(run: Any, *, yes: bool, soak: str | None) -> None:
     """Keep the options a run was started with in its context (journaled with its next
     transition, carried unchanged), so that `resume` runs it the same way."""
-    opts = {"yes": bool(yes)}
-    if soak is not None:
-        opts["soak"] = soak
-    run.context[OPTIONS_KEY] = opts
+    run.context[OPTIONS_KEY] = {"yes": bool(yes), **({"soak": soak} if soak is not None else {})}
 
 
 def kept_options(run: Any, *, yes: bool, soak: str | None) -> tuple[bool, str | None, str]:

@@ -19,14 +19,6 @@ def load_settings_for(inventory: Any) -> Any:
     return load_settings().with_inventory(inventory)
 
 
-def load_runbook_text(name: str) -> Any:
-    """Load a runbook before anything else happens (a missing or binary file: one line, exit 2)."""
-    try:
-        return load_runbook(name)
-    except UnicodeDecodeError as exc:
-        raise UserError(f"runbook {name} is not UTF-8 text (byte {exc.start}); pass a runbook YAML") from None
-
-
 def get_run(session: Any, run_id: str) -> Any:
     """The journaled run, or one line naming the journal searched (exit 2)."""
     try:

@@ -76,8 +76,6 @@ class Admitted:
     soak_text: str | None = None
     #: a new run (rollout, rollback, retry) rather than one continued
     new: bool = True
-    #: what `resume` kept of the run's own options (for the first line)
-    kept: str = ""
 
 
 @dataclass

@@ -193,6 +193,4 @@ def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
     if final is not None:
         return final, None
     now = session.journal.get_run(run.run_id)
-    if now.terminal:
-        return now, None
-    return now, stopped_by[0]
+    return now, (None if now.terminal else stopped_by[0])

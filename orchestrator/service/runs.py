@@ -2,8 +2,8 @@
 lease is taken), the session opened, admission (service.admission), the options the run keeps,
 execution (stoppable), the lease released and the session closed, the exit code.
 
-The front end gives a `Hooks`: how it shows progress and its first line, and what a second
-Ctrl-C does; it renders the typed result (service.requests). Nothing here prints."""
+The front end gives a `Hooks`: how it shows progress, its first line and where Ctrl-C stopped a
+run; it renders the typed result (service.requests). Nothing here prints."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from orchestrator.engine.fleet import Interrupted, default_runbook, refuse_unmet
 from orchestrator.engine.rules.prerequisites import check_overrides
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal.base import RunRecord
+from orchestrator.language.runbook import load_runbook
 from orchestrator.service import oncall
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout
 from orchestrator.service.oncall import kept_options, record_options, refuse_placeholder_inventory, rollback_headline
 from orchestrator.service.orphans import superseded_by
-from orchestrator.service.reads import get_run, load_runbook_text, load_settings_for
+from orchestrator.service.reads import get_run, load_settings_for
 from orchestrator.service.requests import (
     Admitted,
     FleetOutcome,
@@ -52,8 +53,6 @@ class Hooks:
     progress: Callable[[], Any] = lambda: None
     #: (what the command does, the settings): the command's first line
     first_line: Callable[[str, Any], None] = _none
-    #: the second Ctrl-C: must not return
-    hard_stop: Callable[[RunRecord, str], None] | None = None
     #: a fleet run starts its host: (host, index from 0, of how many)
     fleet_host: Callable[[str, int, int], None] = _none
     #: a fleet run's host ended (not interrupted)
@@ -69,8 +68,8 @@ def exit_code(run: RunRecord) -> int:
 def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
     """Keep the run's options, execute it (the lease released on every way out), the exit code."""
     record_options(adm.run, yes=adm.yes, soak=adm.soak_text)
-    final, stopped_by = execute_stoppable(session, adm.run, adm.rb, adm.table, hard_stop=hooks.hard_stop,
-                                          progress=hooks.progress(), yes=adm.yes, soak=adm.soak)
+    final, stopped_by = execute_stoppable(session, adm.run, adm.rb, adm.table, progress=hooks.progress(), yes=adm.yes,
+                                          soak=adm.soak)
     if stopped_by is not None:
         result = RunResult(final, INTERRUPTED_EXIT, interrupted=True, stopped_by=stopped_by)
         hooks.interrupted(result)
@@ -84,7 +83,7 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     settings.require_host_tokens("rollout")
-    rb = load_runbook_text(req.runbook)
+    rb = load_runbook(req.runbook)
     if req.overrides:  # a typo never passes: only the runbook's prerequisites can be named
         check_overrides(rb.prerequisites, list(req.overrides))
     refuse_placeholder_inventory(settings, req.host)
@@ -103,9 +102,8 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     settings.require_host_tokens("rollback")
-    if req.runbook is not None:
-        load_runbook_text(req.runbook)
-    load_runbook_text(req.runbook or default_runbook(req.host)).rollback_replicas(req.replica)  # a wrong --replica first
+    # a runbook named (even an empty name) is read as given; a wrong --replica is refused first
+    load_runbook(req.runbook if req.runbook is not None else default_runbook(req.host)).rollback_replicas(req.replica)
     refuse_placeholder_inventory(settings, req.host)
     with closing(Session.open(settings)) as session:
         adm = admit_rollback(session, req)
@@ -123,7 +121,7 @@ def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResul
         return RunResult(run, exit_code(run), already_ended=True)
     settings.require_host_tokens("resume")
     refuse_placeholder_inventory(settings, run.host)
-    load_runbook_text(run.runbook)
+    load_runbook(run.runbook)
     _, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
     parse_soak(soak_text)
     hooks.first_line(f"{run.run_id}: {'retry' if req.retry else 'resume'} of the {run.kind} of {run.host} at {run.state}; "

@@ -103,7 +103,6 @@ def approve(journal: Journal, run: RunRecord, gate: str | None, by: str, gates: 
 
 @dataclass(frozen=True)
 class AbortResult:
-    run_id: str
     #: The owner of the lease that runs it now, or None (then the next `resume` performs the rollback).
     runner: str | None
     message: str
@@ -116,10 +115,10 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
 
     lease = journal.current_lease(run.host)
     if lease is None or lease.run_id != run.run_id or holder_gone(lease.owner):
-        return AbortResult(run.run_id, None, f"abort recorded for {run.run_id}; no runner holds it: "
-                                             f"`orchestrate resume {run.run_id}` performs the rollback")
-    return AbortResult(run.run_id, lease.owner, f"abort recorded for {run.run_id}; its runner ({describe_owner(lease.owner)}) "
-                                                f"takes the rollback at its next check")
+        return AbortResult(None, f"abort recorded for {run.run_id}; no runner holds it: "
+                                 f"`orchestrate resume {run.run_id}` performs the rollback")
+    return AbortResult(lease.owner, f"abort recorded for {run.run_id}; its runner ({describe_owner(lease.owner)}) "
+                                    f"takes the rollback at its next check")
 
 
 def pause(journal: Journal, run: RunRecord, by: str) -> str:

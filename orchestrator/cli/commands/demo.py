@@ -51,7 +51,7 @@ def demo(
     if tag is not None and runbook is None:
         raise UserError("--tag picks the tag of a --runbook's rehearsal: add --runbook")
     target = demo_target(runbook, tag, base_tier=base_tier)
-    check_faults(fault, base_tier=base_tier, hosts=demo_hosts(target, base_tier=base_tier))
+    check_faults(fault, demo_hosts(target, base_tier=base_tier))
     load_settings()  # an invalid ORCHESTRATOR_* variable: one line now, not a traceback later
     if state_dir is None:  # made here, so that a Ctrl-C can say where the demo's journal is
         state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))

@@ -19,7 +19,7 @@ from orchestrator.language.runbook import default_runbook, load_runbook, reuse_l
 from orchestrator.previews.compose_check import check_against_compose_file, read_env_file
 from orchestrator.previews.diagram import render_dot, render_mermaid
 from orchestrator.previews.plan import build_plan, fleet_rules, render_json, render_markdown, render_text
-from orchestrator.service.reads import load_runbook_text, load_settings_for
+from orchestrator.service.reads import load_settings_for
 from orchestrator.service.run_info import check_tag
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.names import DEFAULT_RUNBOOK
@@ -80,7 +80,7 @@ def plan(
     if runbook is None:
         runbook = runbook_for(fleet, None).name if fleet else default_runbook(host, shipped)
     entry = inv.host(host)
-    rb = reuse_loaded(runbook, shipped) or load_runbook_text(runbook)
+    rb = reuse_loaded(runbook, shipped) or load_runbook(runbook)
     for h in fleet or [host]:
         if h not in rb.hosts:
             raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {h}")
@@ -88,11 +88,7 @@ def plan(
         if problem is not None:  # a gate that could only fail at run time
             raise UserError(problem)
     table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback, "--rollback"))
-    new_services = None
-    checks: list[str] = []
-    problems: list[str] = []
-    if compose_file is not None:
-        checks, problems, new_services = check_against_compose_file(rb, compose_file, env=read_env_file(env_file))
+    checks, problems, new_services = _check_file(rb, compose_file, env_file)
     if fmt in ("mermaid", "dot"):  # the state diagram, generated from the same table (orchestrator/previews/diagram.py)
         sys.stdout.write((render_mermaid if fmt == "mermaid" else render_dot)(table))
         return
@@ -105,6 +101,13 @@ def plan(
         for pr in problems:
             err.print(f"mismatch: {pr}")
         raise typer.Exit(int(ExitCode.UNEXPECTED))
+
+
+def _check_file(rb: Any, compose_file: Path | None, env_file: Path | None) -> tuple[list[str], list[str], set[str] | None]:
+    """(checks, problems, services the new file defines) of --compose-file, when it is given."""
+    if compose_file is None:
+        return [], [], None
+    return check_against_compose_file(rb, compose_file, env=read_env_file(env_file))
 
 
 #: What `plan --live` prints (the diagrams are offline only).
@@ -137,12 +140,8 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
                                     ("ORCHESTRATOR_DASHBOARD_TOKEN", settings.dashboard_token)) if not tok.get_secret_value()]
     if unset:
         raise UserError(f"plan --live reads the host: set {' and '.join(unset)} (the inventory's tokens)")
-    problems: list[str] = []
-    checks: list[str] = []
-    new_services = None
-    if compose_file is not None:
-        checks, problems, new_services = check_against_compose_file(load_runbook(runbook), compose_file,
-                                                                    env=read_env_file(env_file))
+    checks, problems, new_services = _check_file(load_runbook(runbook) if compose_file is not None else None,
+                                                 compose_file, env_file)
     with closing(Session.open(settings)) as session:
         # another run's compose calls would meet the preview's dry runs (409) and the preview theirs
         refuse_if_leased(session, host, "plan --live sends dry runs and reads nothing while a run holds the host")
