@@ -129,7 +129,3 @@ def summary_lines(items: list[AuditEntry]) -> list[str]:
     if s["paused"]:
         out.append(by("paused", s["paused"]) + ": `orchestrate continue` goes on")
     return out
-
-
-__all__ = ["entries", "record", "record_start", "cli_actor", "abort_note", "summary", "summary_lines", "paused_by",
-           "when", "SAY"]

@@ -48,8 +48,6 @@ from orchestrator.journal.base import (
     make_run_id,
 )
 
-__all__ = ["SqlJournal", "Tx"]
-
 
 def _require_text(**values: object) -> None:
     """Each value (named by its keyword, in order) must be a non-empty string."""

@@ -424,6 +424,3 @@ def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:
     except (ValueError, RuntimeError, NotImplementedError):  # not the main thread (tests), or no signals
         return lambda: None
     return lambda: loop.remove_signal_handler(signal.SIGHUP)
-
-
-__all__ = ["create_app"]

@@ -229,6 +229,3 @@ def _sort_key(at: str) -> float:
         return datetime.fromisoformat(at).timestamp()
     except ValueError:
         return 0.0
-
-
-__all__ = ["ServerClient", "ServerAnswer", "ServerUnreachable", "FollowResult"]

@@ -237,6 +237,3 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
                    f'<span class="state">{_e(what)}</span> {_e(r["tag"] or "")} {link}</li>')
     out.append("</ol></section>")
     return HTMLResponse("".join(out), headers=PAGE_HEADERS)
-
-
-__all__ = ["runs_page", "run_page", "fleet_page", "fleet_fragment", "static_file", "whoami", "runs_fragment", "run_fragment", "render_run", "PAGE_HEADERS"]

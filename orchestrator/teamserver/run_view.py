@@ -366,6 +366,3 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         out.append("<li>no transition yet</li>")
     out.append("</ol></section></div>")
     return "".join(out)
-
-
-__all__ = ["render_run"]

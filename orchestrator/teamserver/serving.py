@@ -538,6 +538,3 @@ def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no
                           per_address=max_connections_per_address)
     _ = app.state.worker.session  # fail before binding the port: a wrong journal URL or inventory
     server.run()
-
-
-__all__ = ["serve", "build_server", "check_exposure", "QueryStringFilter", "RateLimitedLog"]
