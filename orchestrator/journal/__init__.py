@@ -21,10 +21,8 @@ def open_journal(
     *,
     now: Now | None = None,
 ) -> Journal:
-    """PostgreSQL for a postgresql:// URL, else a SQLite file (parent directories created).
-
-    "sqlite:///state/journal.db" is relative, "sqlite:////var/lib/x.db" absolute.
-    """
+    """A SQLite file's parent directories are created; "sqlite:///state/journal.db" is relative,
+    "sqlite:////var/lib/x.db" absolute."""
     target = os.fspath(url_or_path)
     if target.startswith(POSTGRES_PREFIXES):
         # psycopg, an optional dependency (the `postgres` extra), is imported only for PostgreSQL

@@ -114,15 +114,6 @@ SAY = {"submitted": "submitted", "resumed": "resumed", "adopted": "adopted", "pa
         "asked to abort"}
 
 
-def line(e: AuditEntry) -> str:
-    """One line of the audit list: `2026-12-01 23:10:05 UTC  alice approved r2.soak`."""
-    what = SAY.get(e.action, e.action)
-    detail = f" {e.detail}" if e.detail else ""
-    if e.action == "pause_honoured":
-        return f"{when(e.at)}  the runner paused before {e.detail} ({e.by})"
-    return f"{when(e.at)}  {e.by} {what}{detail}"
-
-
 def summary_lines(items: list[AuditEntry]) -> list[str]:
     """`who:` lines for `orchestrate status` and the final message."""
     s = summary(items)
@@ -138,7 +129,3 @@ def summary_lines(items: list[AuditEntry]) -> list[str]:
     if s["paused"]:
         out.append(by("paused", s["paused"]) + ": `orchestrate continue` goes on")
     return out
-
-
-__all__ = ["entries", "record", "record_start", "cli_actor", "abort_note", "summary", "summary_lines", "line",
-           "paused_by", "when", "SAY"]

@@ -48,13 +48,12 @@ from orchestrator.journal.base import (
     make_run_id,
 )
 
-__all__ = ["SqlJournal", "Tx"]
 
-
-def _require_text(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise JournalError(f"{what} must be a non-empty string")
-    return value
+def _require_text(**values: object) -> None:
+    """Each value (named by its keyword, in order) must be a non-empty string."""
+    for what, value in values.items():
+        if not isinstance(value, str) or not value:
+            raise JournalError(f"{what} must be a non-empty string")
 
 
 def _require_ttl(ttl_s: float) -> timedelta:
@@ -282,7 +281,6 @@ class SqlJournal(ABC):
             )
         return self._load_run(tx, run_id, lock=True)
 
-
     # ---- runs (no lease needed)
 
     def create_run(
@@ -297,9 +295,7 @@ class SqlJournal(ABC):
         parent_run_id: str | None = None,
         run_id: str | None = None,
     ) -> RunRecord:
-        _require_text(host, "host")
-        _require_text(runbook, "runbook")
-        _require_text(state, "state")
+        _require_text(host=host, runbook=runbook, state=state)
         if kind not in RUN_KINDS:
             raise JournalError(f"run kind must be one of {sorted(RUN_KINDS)}, not {kind!r}")
         if run_id is not None and not _RUN_ID_RE.match(run_id):
@@ -347,11 +343,8 @@ class SqlJournal(ABC):
         return [self._run(r) for r in rows]
 
     def run_census(self) -> tuple[dict[str, int], list[tuple[str, str]]]:
-        """(finished runs counted by outcome, [(run_id, host)] of unfinished runs).
-
-        What `orchestrate serve`'s /metrics needs, in two indexed-size queries that never read a
-        run's context (reading every run in full made each scrape cost seconds on a big journal).
-        """
+        """(finished runs counted by outcome, [(run_id, host)] of unfinished runs): what /metrics
+        needs, in two queries that never read a run's context (a scrape stays cheap on a big journal)."""
         with self._tx(write=False) as tx:
             done = tx.all("SELECT outcome, COUNT(*) AS n FROM runs WHERE terminal = ? GROUP BY outcome", True)
             unfinished = tx.all("SELECT run_id, host FROM runs WHERE terminal = ?", False)
@@ -378,21 +371,14 @@ class SqlJournal(ABC):
         return [self._transition(r) for r in rows]
 
     def effects(self, run_id: str) -> list[EffectRecord]:
-        return self._effects(run_id, open_only=False)
-
-    def open_effects(self, run_id: str) -> list[EffectRecord]:
-        return self._effects(run_id, open_only=True)
-
-    def _effects(self, run_id: str, *, open_only: bool) -> list[EffectRecord]:
-        extra = " AND outcome_at IS NULL" if open_only else ""
         with self._tx(write=False) as tx:
             self._run_exists(tx, run_id)
-            rows = tx.all(
-                f"SELECT {_EFFECT_COLS} FROM effects WHERE run_id = ?{extra} ORDER BY effect_id",
-                run_id,
-            )
+            rows = tx.all(f"SELECT {_EFFECT_COLS} FROM effects WHERE run_id = ? ORDER BY effect_id", run_id)
         return [self._effect(r) for r in rows]
 
+    def open_effects(self, run_id: str) -> list[EffectRecord]:
+        """The effects whose outcome is not journaled (intent recorded, then a crash)."""
+        return [e for e in self.effects(run_id) if e.outcome_at is None]
 
     # ---- a run's progress: fenced by the runner's lease
 
@@ -410,9 +396,7 @@ class SqlJournal(ABC):
         message: str | None = None,
         note: str | None = None,
     ) -> TransitionRecord:
-        _require_text(from_state, "from_state")
-        _require_text(event, "event")
-        _require_text(to_state, "to_state")
+        _require_text(from_state=from_state, event=event, to_state=to_state)
         if outcome is not None and outcome not in OUTCOMES:
             raise JournalError(f"outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}")
         if terminal and outcome is None:
@@ -458,8 +442,7 @@ class SqlJournal(ABC):
     def record_intent(
         self, lease: Lease, run_id: str, step: str, kind: str, request: dict, *, mutating: bool
     ) -> EffectRecord:
-        _require_text(step, "step")
-        _require_text(kind, "effect kind")
+        _require_text(step=step, **{"effect kind": kind})
         req = self._prepare(request, "request")
         with self._tx(write=True) as tx:
             now = self._now(tx)
@@ -522,7 +505,7 @@ class SqlJournal(ABC):
         host's lease for it (LeaseHeld otherwise; `takeover_if(holder)` says a holder is gone).
         Not fenced by a token of its own: the lease row is locked and judged in this transaction,
         and a runner that took the lease before it finds the run terminal (StateConflict)."""
-        _require_text(from_state, "from_state")
+        _require_text(from_state=from_state)
         if outcome not in OUTCOMES:
             raise JournalError(f"outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}")
         with self._tx(write=True) as tx:
@@ -549,7 +532,6 @@ class SqlJournal(ABC):
                        self._ts_param(now), run.host, int(own["token"]))
         return TransitionRecord(run_id, seq, from_state, "abort", outcome, now, note)
 
-
     # ---- host leases (a token that only grows) and `capacity: fleet` tier leases
 
     def acquire_lease(
@@ -563,9 +545,7 @@ class SqlJournal(ABC):
         predicate runs inside the write transaction, on the holder as locked, so the takeover is
         a compare-and-swap: a lease renewed or taken by someone else meanwhile is judged afresh.
         """
-        _require_text(host, "host")
-        _require_text(run_id, "run_id")
-        _require_text(owner, "owner")
+        _require_text(host=host, run_id=run_id, owner=owner)
         ttl = _require_ttl(ttl_s)
         with self._tx(write=True) as tx:
             now = self._now(tx)
@@ -643,9 +623,7 @@ class SqlJournal(ABC):
         for as long as that run holds its own host's lease: unreleased and unexpired, and not
         judged gone by `takeover_if` (journal/owner.py). Raises TierHeld while another host's run
         holds it; returns the run id of a holder it replaced whose lease had lapsed, else None."""
-        _require_text(tier, "tier")
-        _require_text(host, "host")
-        _require_text(run_id, "run_id")
+        _require_text(tier=tier, host=host, run_id=run_id)
         with self._tx(write=True) as tx:
             now = self._now(tx)
             row = tx.one(f"SELECT tier, host, run_id FROM tier_leases WHERE tier = ?{self.lock_update}", tier)
@@ -682,7 +660,6 @@ class SqlJournal(ABC):
         row = self._lease_row(tx, host, "")
         return None if row is None or row["released_at"] is not None else self._lease(row)
 
-
     # ---- operator signals (not fenced: they come from the CLI, not from a runner)
 
     def _signal(self, run_id: str, sql: str, *params: Any) -> None:
@@ -693,7 +670,7 @@ class SqlJournal(ABC):
             tx.run(sql, run_id, *params, self._ts_param(now))
 
     def request_abort(self, run_id: str, by: str) -> None:
-        _require_text(by, "by")
+        _require_text(by=by)
         self._signal(run_id, "INSERT INTO abort_requests (run_id, requested_by, requested_at) VALUES (?, ?, ?) "
                      "ON CONFLICT (run_id) DO NOTHING", by)
 
@@ -709,8 +686,7 @@ class SqlJournal(ABC):
         return row["aborted"] is not None
 
     def approve(self, run_id: str, gate: str, by: str) -> None:
-        _require_text(gate, "gate")
-        _require_text(by, "by")
+        _require_text(gate=gate, by=by)
         self._signal(run_id, "INSERT INTO approvals (run_id, gate, approved_by, approved_at) VALUES (?, ?, ?, ?) "
                      "ON CONFLICT (run_id, gate) DO NOTHING", gate, by)
 
@@ -726,7 +702,7 @@ class SqlJournal(ABC):
         """Append one line to the run's audit list (`AUDIT_ACTIONS`): who did what, journaled."""
         if action not in AUDIT_ACTIONS:
             raise JournalError(f"unknown audit action {action!r}")
-        _require_text(by, "by")
+        _require_text(by=by)
         with self._tx(write=True) as tx:
             now = self._now(tx)
             self._run_exists(tx, run_id)

@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -111,13 +111,9 @@ class SqliteJournal(SqlJournal):
     def _ts_value(self, raw: Any) -> datetime:
         # every row read parses its timestamps (the executor reads a run's transitions at each
         # step): fromisoformat is ~10x cheaper than strptime for the one format we write
-        try:
-            return datetime.fromisoformat(raw).astimezone(UTC) if raw.endswith("Z") else self._ts_strict(raw)
-        except ValueError:
-            return self._ts_strict(raw)
-
-    @staticmethod
-    def _ts_strict(raw: Any) -> datetime:
+        if raw.endswith("Z"):
+            with suppress(ValueError):
+                return datetime.fromisoformat(raw).astimezone(UTC)
         return datetime.strptime(raw, _TS_FORMAT).replace(tzinfo=UTC)
 
     def _json_param(self, obj: dict | None) -> str | None:

@@ -163,11 +163,6 @@ async def _json_body(request: Request, *, optional: bool = False) -> Any:
     return body
 
 
-def _from_browser(request: Request) -> bool:
-    """A request a browser made (the run page): browsers send Sec-Fetch-Site or Origin on a POST."""
-    return "sec-fetch-site" in request.headers or "origin" in request.headers
-
-
 def _by(request: Request, principal: Principal, given: str | None) -> str:
     """Who the journal records: the token's name when the server knows it, else the client's word
     (text for a person: scrubbed before it is journaled)."""
@@ -250,7 +245,8 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     body = ApproveBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
     # a browser (the run page) approves only the gate the run waits at, by name: never `*`
-    at_gate = body.at_gate or _from_browser(request)
+    # (browsers send Sec-Fetch-Site or Origin on a POST)
+    at_gate = body.at_gate or "sec-fetch-site" in request.headers or "origin" in request.headers
     answer = await anyio.to_thread.run_sync(functools.partial(
         worker.approve, request.path_params["run_id"], body.gate, by, body.now, at_gate=at_gate))
     return JSONResponse(worker.redactor.scrub_obj(answer))
@@ -284,7 +280,6 @@ def create_app(
     metrics_max_age: float = 10.0,
     max_body: int = MAX_BODY,
     adopt: bool = True,
-    adopt_interval: float | None = None,
     body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> Starlette:
     """The `orchestrate serve` app.
@@ -298,8 +293,8 @@ def create_app(
     `allowed_hosts`: extra Host names (the loopback names and `bind` are always allowed).
     `protect_metrics`: /metrics and /healthz need a token too. `metrics_max_age`: seconds a
     journal snapshot of /metrics is reused. `adopt`: run the worker's adoption loop (resume runs
-    whose lease expired with no runner) every `adopt_interval` seconds (default: a third of the
-    lease TTL, so an orphan is adopted within about 1.3 TTL of its runner's last heartbeat).
+    whose lease expired with no runner) every third of the lease TTL, so an orphan is adopted
+    within about 1.3 TTL of its runner's last heartbeat.
     """
     config = ServerConfig()
     token = (config.token.get_secret_value() if token is None else token).strip() or None
@@ -334,11 +329,9 @@ def create_app(
     def public_text(text: str) -> str:
         return redactor.scrub(scrub_paths(text))
 
-    def default_factory(s: Settings) -> Session:
-        return Session.open(s, transport=transport, clock=clock)
-
-    worker = Worker(settings, session_factory or default_factory, redactor, log, metrics_max_age=metrics_max_age)
-    health = Snapshot(worker.healthy, max_age=1.0, wait_s=5.0)
+    worker = Worker(settings, session_factory or functools.partial(Session.open, transport=transport, clock=clock),
+                    redactor, log, metrics_max_age=metrics_max_age)
+    health = Snapshot(worker.healthy, max_age=1.0)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -354,7 +347,7 @@ def create_app(
         journal = "postgresql" if settings.database_url.startswith(POSTGRES_PREFIXES) else "sqlite"
         log.info("serving", journal=journal, owner=owner_id(), auth=auth.mode, adopt=adopt)
         adoption = (asyncio.get_running_loop().create_task(
-            worker.adopt_loop(adopt_interval or max(settings.lease_ttl / 3, 0.2)), name="adoption") if adopt else None)
+            worker.adopt_loop(max(settings.lease_ttl / 3, 0.2)), name="adoption") if adopt else None)
         try:
             yield
         finally:
@@ -431,6 +424,3 @@ def _install_sighup(auth: Authenticator, log: Any) -> Callable[[], None]:
     except (ValueError, RuntimeError, NotImplementedError):  # not the main thread (tests), or no signals
         return lambda: None
     return lambda: loop.remove_signal_handler(signal.SIGHUP)
-
-
-__all__ = ["create_app"]

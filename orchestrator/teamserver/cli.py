@@ -135,6 +135,3 @@ def token_add(
     print(token)
     Console(stderr=True, highlight=False, markup=False).print(
         f"added {role} {name} to {tokens_file}; the token above is not stored anywhere: hand it over now")
-
-
-__all__ = ["serve_app", "run_serve"]

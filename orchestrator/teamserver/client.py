@@ -35,6 +35,8 @@ HANDED_OFF = ("fenced", "cancelled")
 #: Worker events the follower shows; transitions come from the journal instead.
 SHOWN_EVENTS = ("step_started", "waiting", "note", "effect", "log_line")
 RETRY_STATUSES = (502, 503, 504)
+#: Tries of each request, the first included.
+ATTEMPTS = 4
 
 Emit = Callable[[str, dict[str, Any]], None]
 
@@ -98,32 +100,26 @@ class ServerClient:
         token: str | None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
-        timeout: float = 30.0,
         clock: Clock | None = None,
-        attempts: int = 4,
         ca: Path | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         verify: ssl.SSLContext | bool = ca_context(ca) if ca is not None else True
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout,
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=30.0,
                                        verify=verify)
         self.clock = clock or RealClock()
-        self.attempts = attempts
 
     async def __aenter__(self) -> ServerClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, *, retry_if: Callable[[BaseException], bool], **kw: Any) -> Any:
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(retry_if),
-            stop=stop_after_attempt(self.attempts),
+            stop=stop_after_attempt(ATTEMPTS),
             wait=wait_exponential(multiplier=0.5, max=5),
             sleep=self.clock.sleep,
             reraise=True,
@@ -132,7 +128,7 @@ class ServerClient:
                 try:
                     resp = await self._http.request(method, path, **kw)
                 except httpx.TransportError as exc:
-                    if not retry_if(exc) or attempt.retry_state.attempt_number >= self.attempts:
+                    if not retry_if(exc) or attempt.retry_state.attempt_number >= ATTEMPTS:
                         raise ServerUnreachable(f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}",
                                                 connected=not isinstance(exc, httpx.ConnectError)) from None
                     raise
@@ -169,8 +165,7 @@ class ServerClient:
         """`action`: pause, continue or abort."""
         return await self._post(f"/runs/{run_id}/{action}", {"by": by})
 
-    async def follow(self, run_id: str, emit: Emit, *, interval: float = 1.0, orphan_polls: int = 2,
-                     max_failed_polls: int = 10) -> FollowResult:
+    async def follow(self, run_id: str, emit: Emit, *, interval: float = 1.0) -> FollowResult:
         """Poll every `interval` seconds, emit what is new, return when the run needs no more watching."""
         last_seq = 0
         last_event = 0
@@ -184,7 +179,7 @@ class ServerClient:
                 failed = 0
             except ServerUnreachable:
                 failed += 1
-                if failed >= max_failed_polls:
+                if failed >= 10:  # polls in a row that reached no server
                     raise
                 await self.clock.sleep(interval)
                 continue
@@ -220,7 +215,7 @@ class ServerClient:
                               "at": datetime.now(UTC).isoformat()})
             running_here = status in ("starting", "running")
             orphan = orphan + 1 if (run.get("lease") is None and not running_here) else 0
-            if orphan >= orphan_polls:
+            if orphan >= 2:  # two polls in a row: no runner, none here
                 return FollowResult(run, "orphaned")
             await self.clock.sleep(interval)
 
@@ -234,6 +229,3 @@ def _sort_key(at: str) -> float:
         return datetime.fromisoformat(at).timestamp()
     except ValueError:
         return 0.0
-
-
-__all__ = ["ServerClient", "ServerAnswer", "ServerUnreachable", "FollowResult"]

@@ -1,11 +1,10 @@
 """The app's Prometheus registry. Journal numbers come from a snapshot, never from the scrape.
 
-A scrape never reads the whole journal on the event loop (with 5,000 runs and 40 scrapes that
-held /healthz for 19.9 s): `orchestrator_runs` is served from a `Snapshot` that is
-refreshed in a worker thread (`anyio.to_thread`), at most once per `max_age` seconds and by one
-refresh at a time (single flight: concurrent scrapes wait for the same one, never start more),
-with `SqlJournal.run_census` (two small queries) instead of reading every run. A scrape waits
-at most `wait_s` for a refresh, then answers with what it has.
+A scrape never reads the whole journal on the event loop (it would hold every other request):
+`orchestrator_runs` is served from a `Snapshot` refreshed in a worker thread, at most once per
+`max_age` seconds and by one refresh at a time (concurrent scrapes wait for the same one), with
+`SqlJournal.run_census` (two small queries). A scrape waits at most `WAIT_S` for a refresh, then
+answers with what it has.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 GATE_WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 5400, 7200, 10800)
 #: `orchestrator_runs` label values: unfinished runs split by whether a live lease holds them.
 RUN_STATES = ("RUNNING", "INTERRUPTED", "DONE", "ROLLED_BACK", "HALTED", "ABORTED")
+WAIT_S = 5.0
 
 T = TypeVar("T")
 
@@ -30,11 +30,10 @@ T = TypeVar("T")
 class Snapshot(Generic[T]):
     """A value read in a thread, cached `max_age` seconds, refreshed by one reader at a time."""
 
-    def __init__(self, read: Callable[[], T], *, max_age: float, wait_s: float = 5.0,
+    def __init__(self, read: Callable[[], T], *, max_age: float,
                  on_error: Callable[[BaseException], None] | None = None) -> None:
         self._read = read
         self.max_age = max_age
-        self.wait_s = wait_s
         self._on_error = on_error
         self.value: T | None = None
         self.ok = False
@@ -49,7 +48,7 @@ class Snapshot(Generic[T]):
             if self._inflight is None or self._inflight.done():
                 self._inflight = asyncio.ensure_future(self._refresh())
             try:
-                await asyncio.wait_for(asyncio.shield(self._inflight), self.wait_s)
+                await asyncio.wait_for(asyncio.shield(self._inflight), WAIT_S)
             except TimeoutError:
                 pass  # answer with the last value; the refresh goes on
         return self.value, self.ok

@@ -164,12 +164,6 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
         return None
 
 
-def run_table(run: Any) -> Table | None:
-    """The run's transition table from its pinned runbook (None if this server cannot load it)."""
-    keep = {k: run.context.get(k) for k in ("start_phase", "replicas") if run.context.get(k) is not None}
-    return _table(run.runbook, pinned_sha(run), run.kind, json.dumps(keep, sort_keys=True))
-
-
 def approval_gates(table: Table | None) -> set[str]:
     return set() if table is None else table_gates(table)
 
@@ -181,7 +175,9 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
     def read() -> tuple[dict[str, Any], Table | None, set[str]]:
         detail = worker.run_detail(run_id)
         run = worker.session.journal.get_run(run_id)
-        table = run_table(run)
+        # the run's transition table from its pinned runbook (None if this server cannot load it)
+        keep = {k: run.context.get(k) for k in ("start_phase", "replicas") if run.context.get(k) is not None}
+        table = _table(run.runbook, pinned_sha(run), run.kind, json.dumps(keep, sort_keys=True))
         detail["history"] = worker.history(run)
         detail["now"] = datetime.now(UTC).isoformat()
         detail["target_tag"] = target_tag(run)
@@ -241,6 +237,3 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
                    f'<span class="state">{_e(what)}</span> {_e(r["tag"] or "")} {link}</li>')
     out.append("</ol></section>")
     return HTMLResponse("".join(out), headers=PAGE_HEADERS)
-
-
-__all__ = ["runs_page", "run_page", "fleet_page", "fleet_fragment", "static_file", "whoami", "runs_fragment", "run_fragment", "render_run", "PAGE_HEADERS"]

@@ -266,6 +266,3 @@ def remote(
     except KeyboardInterrupt:
         p.error("stopped following; the run goes on on the server")
         return int(ExitCode.UNEXPECTED)
-
-
-__all__ = ["remote", "server_token", "server_ca", "check_server_url"]

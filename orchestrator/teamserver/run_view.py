@@ -3,7 +3,7 @@ host's picture per replica, the runbook's states (current highlighted, durations
 remaining time), the followed log, the canary's readout, each gate's evidence and the timeline.
 
 Every value is escaped (`_e`) after the worker's redactor; the states come from the run's
-transition table (pages.py `run_table`). The formatting helpers here serve pages.py too: times and
+transition table (pages.py `_table`). The formatting helpers here serve pages.py too: times and
 durations as a person reads them, a lease owner as `pid N on machine`, a runbook text with the
 run's `{host}`, `{run_id}`, `{tag}` filled in.
 """
@@ -309,9 +309,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
             if sid == state and not terminal and in_state is not None:
                 took = (took or 0.0) + in_state
             typical = median.get(sid)
-            timing = ""
-            if took is not None:
-                timing = f'<span class="took">{_e(_dur(took))}</span>'
+            timing = f'<span class="took">{_e(_dur(took))}</span>' if took is not None else ""
             if typical is not None and (sid == state or sid not in visited):
                 timing += f'<span class="typical">usually {_e(_dur(typical))}</span>'
             aria = ' aria-current="step"' if "current" in cls else ""
@@ -347,10 +345,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
             out.append("</dl></section>")
 
     # evidence: each gate's note (the latest transition out of it)
-    notes: dict[str, dict[str, Any]] = {}
-    for t in d.get("transitions") or []:
-        if t.get("note"):
-            notes[t["from"]] = t
+    notes = {t["from"]: t for t in d.get("transitions") or [] if t.get("note")}
     out.append('<section class="evidence"><h2>Evidence of each gate</h2>')
     if notes:
         out.append("<dl>")
@@ -371,6 +366,3 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         out.append("<li>no transition yet</li>")
     out.append("</ol></section></div>")
     return "".join(out)
-
-
-__all__ = ["render_run"]

@@ -23,7 +23,8 @@ RunId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9
 #: (strict: `true` is not a 1-second soak)
 Soak = (Annotated[str, Field(min_length=1, max_length=32)] |
              Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False, strict=True)])
-#: No control characters (the journal refuses a NUL byte: a 500, not a 400).
+#: Who asks, each body's `by`: journaled in single-token mode (with per-operator tokens, the token's
+#: name is). No control characters (the journal refuses a NUL byte: a 500, not a 400).
 Who = Annotated[str, Field(max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
@@ -39,7 +40,6 @@ class RolloutBody(_Body):
     yes: bool = False
     #: Override of every soak.
     soak: Soak | None = None
-    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
     by: Who | None = None
 
 
@@ -50,7 +50,6 @@ class RollbackBody(_Body):
     to_tag: Tag | None = None
     to_file: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     runbook: RunbookName | None = None
-    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
     by: Who | None = None
     #: The flags rollout and resume have (`orchestrate rollback --yes --soak`).
     yes: bool = False
@@ -63,7 +62,6 @@ class ResumeBody(_Body):
     retry: bool = False
     yes: bool = False
     soak: Soak | None = None
-    #: Who asks (single-token mode; with per-operator tokens the token's name is journaled)
     by: Who | None = None
 
 
@@ -75,7 +73,6 @@ class ApproveBody(_Body):
     #: Approve only the gate the run waits at now (`gate` names it; `*` refused): what the run page
     #: sends, and what every browser request is held to (app.approve_run).
     at_gate: bool = False
-    #: Shown in the journal in single-token mode; with per-operator tokens the token's name is used.
     by: Who | None = None
 
 

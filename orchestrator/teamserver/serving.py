@@ -208,9 +208,6 @@ class RateLimitedLog:
             self.logger.error("%s%s", message, self._note(dropped), exc_info=exc if isinstance(exc, BaseException) else None)
 
 
-_AUTHORIZATION = b"authorization"
-
-
 def _head_size(event: Any) -> int:
     """A request head's size as sent, at least (h11 strips the spaces around header values)."""
     return len(event.method) + len(event.target) + 14 + sum(len(n) + len(v) + 4 for n, v in event.headers)
@@ -370,7 +367,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
 
         def _authorization(self) -> str | None:
             for name, value in self.headers or ():
-                if name == _AUTHORIZATION:
+                if name == b"authorization":
                     return bytes(value).decode("latin-1")
             return None
 
@@ -449,11 +446,6 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
     for old in [f for f in errors.filters if isinstance(f, RateLimitedLog)]:
         errors.removeFilter(old)
     errors.addFilter(limiter)
-    return _server_class()(config, admission=admission, limiter=limiter)
-
-
-def _server_class() -> type:
-    import uvicorn
 
     class Server(uvicorn.Server):
         """uvicorn's server whose connections do their TLS handshake in the protocol (counted and
@@ -486,7 +478,7 @@ def _server_class() -> type:
                     conn.abort_now()
             await super().shutdown(sockets=sockets)
 
-    return Server
+    return Server(config, admission=admission, limiter=limiter)
 
 
 def fd_budget(connections: int) -> int:
@@ -546,6 +538,3 @@ def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no
                           per_address=max_connections_per_address)
     _ = app.state.worker.session  # fail before binding the port: a wrong journal URL or inventory
     server.run()
-
-
-__all__ = ["serve", "build_server", "check_exposure", "QueryStringFilter", "RateLimitedLog"]

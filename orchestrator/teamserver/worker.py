@@ -6,8 +6,7 @@ executor. Rules:
 - Every journal call the server itself makes runs in a worker thread (`anyio.to_thread`), never
   on the event loop, so a slow journal cannot stall other requests. The journal objects allow
   this: SQLite is opened with `check_same_thread=False` and every backend serialises its one
-  connection with a lock (journal/sql.py). (The executor's own journal writes happen inside
-  `execute`, which this package does not change.)
+  connection with a lock (journal/sql.py).
 - Submissions are prepared one at a time (an asyncio lock): the in-memory "already running here"
   check and the lease claim cannot interleave. A submission is admitted through the service's one
   admission path, as the CLI's, and takes the host's lease before it is answered, so a busy host is
@@ -17,7 +16,7 @@ executor. Rules:
   loads exactly that content or is refused.
 - A run that raises is logged and left, unfinished, for `orchestrate resume`; on shutdown running
   tasks are cancelled and their leases left to expire.
-- **Adoption** (`adopt_loop`): every `adopt_interval` seconds the worker looks for unfinished runs
+- **Adoption** (`adopt_loop`): every third of the lease TTL the worker looks for unfinished runs
   whose host lease has expired (their runner, a server or a laptop, is gone: a live runner renews
   every third of the TTL) and resumes them here, exactly as `POST /runs {"action":"resume"}` does.
   The lease is what makes one server own a run: two servers that see the same orphan both try to
@@ -103,10 +102,6 @@ class ActiveRun:
     def active(self) -> bool:
         return self.status in ("starting", "running")
 
-    def add_event(self, kind: str, fields: dict[str, Any]) -> None:
-        self.seq += 1
-        self.events.append({"seq": self.seq, "event": kind, "at": time.time(), **fields})
-
     def view(self, events_after: int = 0) -> dict[str, Any]:
         return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
                 "adopted": self.adopted,
@@ -132,7 +127,7 @@ class ServerProgress:
             self.worker.log.warning("progress_hook_failed", run_id=self.active.run_id, error=f"{type(exc).__name__}: {exc}")
 
     def _event(self, kind: str, fields: dict[str, Any]) -> None:
-        now = self.worker.clock_now()
+        now = self.worker.session.clock.monotonic()
         if kind == "log_tail":
             scrub = self.worker.redactor.scrub
             for line in fields.get("lines") or []:
@@ -159,8 +154,9 @@ class ServerProgress:
             # business: a viewer of this run never reads it
             fields = {**fields, "text": "the journal and the run's log are kept on the server"}
         # JSON-safe and scrubbed again (the executor already hands over redacted text only)
-        self.active.add_event(kind, self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str))))
-
+        fields = self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str)))
+        self.active.seq += 1
+        self.active.events.append({"seq": self.active.seq, "event": kind, "at": time.time(), **fields})
 
 
 def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
@@ -171,7 +167,6 @@ def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
         out[t.from_state] = out.get(t.from_state, 0.0) + max(0.0, (t.at - prev).total_seconds())
         prev = t.at
     return out
-
 
 
 #: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
@@ -187,10 +182,6 @@ def pinned_sha(run: RunRecord) -> str | None:
 def _server_name() -> str:
     """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
     return describe_owner(owner_id())
-
-
-def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    return anyio.to_thread.run_sync(fn, *args)
 
 
 def _recorded(run: RunRecord) -> tuple[Runbook, str | None]:
@@ -209,8 +200,7 @@ HISTORY_MAX_AGE_S = 30.0
 
 
 class Worker:
-    """Runs submissions as asyncio tasks; owns the Session (journal) they share: the runs' tasks,
-    submissions, adoption, reads, a person's signals, effects counting and the lifecycle."""
+    """Runs submissions as asyncio tasks; owns the Session (journal) they share."""
 
     def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any, *,
                  metrics_max_age: float = 10.0) -> None:
@@ -253,9 +243,6 @@ class Worker:
                     self._session = session
         return self._session
 
-    def clock_now(self) -> float:
-        return self.session.clock.monotonic()
-
     def active_count(self) -> int:
         return sum(1 for r in list(self.runs.values()) if r.active)
 
@@ -269,9 +256,9 @@ class Worker:
         if self._submit_lock is None:
             self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
-            adm, note = await _in_thread(self._prepare, body, adopting)
+            adm, note = await anyio.to_thread.run_sync(self._prepare, body, adopting)
             if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
-                await _in_thread(self._record_submission, adm.run.run_id, body, by)
+                await anyio.to_thread.run_sync(self._record_submission, adm.run.run_id, body, by)
             return self._launch(adm, note)
 
     def _prepare(self, body: RolloutBody | RollbackBody | ResumeBody, adopting: bool = False) -> tuple[Admitted, str | None]:
@@ -407,7 +394,7 @@ class Worker:
             self.metrics.snapshot.invalidate()
             if not self._closed:
                 with contextlib.suppress(Exception):
-                    await _in_thread(self.count_effects, run.run_id)
+                    await anyio.to_thread.run_sync(self.count_effects, run.run_id)
 
     def _remember(self, active: ActiveRun) -> None:
         self.runs[active.run_id] = active
@@ -422,7 +409,7 @@ class Worker:
 
     def count_effects_soon(self, run_id: str) -> None:
         """From a progress hook (on the loop): count the run's new effects in a thread."""
-        task = asyncio.get_running_loop().create_task(_in_thread(self._count_quietly, run_id))
+        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self._count_quietly, run_id))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -479,7 +466,7 @@ class Worker:
     async def adopt_once(self) -> list[str]:
         """Resume here every orphaned run whose lease this server wins; the ids adopted."""
         adopted: list[str] = []
-        for run_id in await _in_thread(self.orphans):
+        for run_id in await anyio.to_thread.run_sync(self.orphans):
             try:
                 active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
             except (Refused, UserError, ApiError, LeaseHeld, RunNotFound) as exc:  # another runner won it, or it ended
@@ -487,8 +474,9 @@ class Worker:
                 continue
             active.adopted = True
             with contextlib.suppress(Exception):  # who: this server, for the run's audit list
-                await _in_thread(audit.record, self.session.journal, run_id, "adopted", f"server {_server_name()}",
-                                 "its lease expired with no runner renewing it")
+                await anyio.to_thread.run_sync(audit.record, self.session.journal, run_id, "adopted",
+                                               f"server {_server_name()}",
+                                               "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
                              detail="its lease expired with no runner renewing it: resumed here from the journal")
             adopted.append(run_id)
@@ -502,11 +490,8 @@ class Worker:
             mine = self.runs.get(run_id)
             if mine is not None and (mine.active or mine.status in ("failed", "fenced")):
                 continue
-            if journal.current_lease(host) is not None:
-                continue
-            if not journal.transitions(run_id):
-                continue
-            out.append(run_id)
+            if journal.current_lease(host) is None and journal.transitions(run_id):
+                out.append(run_id)
         return out
 
     # -- reads (call them in a worker thread)
@@ -604,16 +589,14 @@ class Worker:
 
     # -- a person's signals
 
-    def _gates(self, run: RunRecord) -> set[str]:
-        """The approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here."""
-        return signals.run_gates(run, lambda: load_runbook_checked(run.runbook, pinned_sha(run))[0])
-
     def approve(self, run_id: str, gate: str | None, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
         """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by
         name; `*` and a gate not reached yet are refused (a wildcard once let a click during
         r2's cold start pass r2.soak without stopping)."""
         run = self.session.journal.get_run(run_id)
-        gates = None if run.terminal else self._gates(run)
+        # the approval gates of the run's (pinned) runbook; only `*` if it cannot be loaded here
+        gates = None if run.terminal else signals.run_gates(
+            run, lambda: load_runbook_checked(run.runbook, pinned_sha(run))[0])
         if gate is None and not run.terminal:  # no gate named: the one it waits at now (approval_scope.py)
             from orchestrator.engine.rules.approval_scope import waiting_gate
 
