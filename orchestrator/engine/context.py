@@ -62,6 +62,9 @@ class Failure:
     state: str
     event: str
     reason: str
+    #: where `resume --retry` starts when the step's call was refused without acting
+    #: (StepOutcome.retry_here): the step itself, or an up's own dry run; "" for its phase's start
+    retry_at: str = ""
 
 
 class DryRunPlan(TypedDict):
@@ -236,7 +239,7 @@ class RunContext:
             kw["checked_dry_run"] = DryRunRecord.from_json(kw["checked_dry_run"])
         if kw.get("failure"):
             f = kw["failure"]
-            kw["failure"] = Failure(f["state"], f["event"], f["reason"])
+            kw["failure"] = Failure(f["state"], f["event"], f["reason"], f.get("retry_at", ""))
         for name, part in _TYPED_PARTS.items():
             kw[name] = part.from_json(kw[name]) if kw.get(name) else None
         return cls(**kw)

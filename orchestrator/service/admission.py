@@ -251,13 +251,16 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
     refuse_stale_resume(session, run)
     rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
     table = compile_rollout(rb)
-    failed = (run.context.get("failure") or {}).get("state")
+    failure = run.context.get("failure") or {}
+    failed = failure.get("state")
     if not failed or failed not in table.nodes:
         raise UserError(f"run {run.run_id} has no failed step to retry from")
     phase = table.nodes[failed].phase
     if phase is None or phase not in table.phase_starts:
         raise UserError(f"run {run.run_id} failed in {failed}, which is not a forward phase: --retry restarts a forward phase")
-    start = table.retry_start(phase)
+    # a call the host refused without acting is sent again at its own step; any other failure
+    # starts its phase again where the table says
+    start = failure.get("retry_at") if failure.get("retry_at") in table.nodes else table.retry_start(phase)
     ctx = RunContext.from_json(run.context).for_retry()
 
     got = admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)],

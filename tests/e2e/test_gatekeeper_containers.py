@@ -1,4 +1,4 @@
-"""Issue 21, cases 6 and 9, against the simulator: a rollback stops only containers its run
+"""Against the simulator: a rollback stops only containers its run
 created (by container ID, never by service name), and is judged by what its target needs.
 
 Judged on the simulator's own record (its calls and containers), never on what the orchestrator
@@ -59,7 +59,8 @@ def test_a_down_refused_for_the_lock_halts_where_it_stands(e2e_factory):
     assert final.outcome == "HALTED", final.message
     assert final.message.startswith("r1.stop-old halted: compose-manager's lock stayed held by another operation past 10m"), \
         final.message
-    assert "nothing was changed or rolled back" in final.message and "--retry" in final.message, final.message
+    assert "the down of model-sg-glm53-w4afp8-tp4-r1 was refused and did nothing" in final.message, final.message
+    assert "--retry` sends the refused call again, from r1.stop-old" in final.message, final.message
     assert not [t for t in e.session.journal.transitions(run.run_id) if ".rollback." in t.to_state]  # no rollback ran
     # the simulator's record: every down of r1 was refused, none reached docker
     r1_downs = downs_of(e.fleet, R1)
@@ -73,6 +74,45 @@ def test_a_down_refused_for_the_lock_halts_where_it_stands(e2e_factory):
     ctx = e.session.journal.get_run(run.run_id).context
     assert now[R2_NEW].id in ctx["created"] and old_r1.id not in ctx["created"]
     assert old_r1.id not in ctx["stopped"]
+    assert e.fleet.check_invariants() == []
+
+
+def test_a_relay_stop_refused_for_the_lock_is_retried_at_that_step_and_keeps_the_new_r1(e2e_factory, monkeypatch):
+    """r1's relay-stop (after the new r1 passed its gates) is refused for the lock past
+    `timeouts.gone`: the run halts there, and the `resume --retry` its message names sends that
+    down again; it never restarts phase r1 at stop-old, which would stop the healthy new r1."""
+    from orchestrator.service.admission import admit_resume, new_rollout
+    from orchestrator.service.requests import ResumeRequest
+    from orchestrator.service.runner import execute
+    from orchestrator_sim.compose_manager import ops
+
+    relay, held = "glm53-soak-relay", {"on": True}
+    take = ops.ComposeOperations._take_lock
+
+    def other_client_holds_it(self, req=None):
+        new_r1 = any(c.service == R1 and c.file == NEW_FILE for c in self._containers.values())
+        if held["on"] and req is not None and list(req.services) == [relay] and new_r1:
+            raise ops.ComposeError(409, "another docker operation is already in progress: compose_up")
+        return take(self, req)
+
+    monkeypatch.setattr(ops.ComposeOperations, "_take_lock", other_client_holds_it)
+    e = e2e_factory()
+    run, rb, table = new_rollout(e.session, "gpu02", "v0.0.300", DEFAULT_RUNBOOK)
+    final = asyncio.run(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True))
+    assert final.outcome == "HALTED" and final.message.startswith("r1.relay-stop halted: compose-manager's lock"), \
+        final.message
+    assert f"`orchestrate resume {run.run_id} --retry` sends the refused call again, from r1.relay-stop" in final.message
+    new_r1 = running(e.fleet)[R1]
+    assert new_r1.file == NEW_FILE and new_r1.ready
+
+    held["on"] = False  # the other client's operation ended; the operator runs what the message says
+    adm = admit_resume(e.session, e.session.journal.get_run(run.run_id),
+                       ResumeRequest(run_id=run.run_id, retry=True, yes=True))
+    assert adm.run.state == "r1.relay-stop"
+    after = asyncio.run(execute(e.session, adm.run, adm.rb, adm.table, progress=RecordingProgress(), yes=True))
+    assert after.outcome == "DONE", after.message
+    assert running(e.fleet)[R1].id == new_r1.id  # the healthy new r1 was never stopped
+    assert [c for c in downs_of(e.fleet, relay) if c.status == 200]
     assert e.fleet.check_invariants() == []
 
 

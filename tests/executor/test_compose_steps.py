@@ -29,7 +29,11 @@ restored):
           test_a_stop_refused_for_the_lock_halts_and_stops_nothing_healthy fails (FAIL into r1's
           rollback, which stops the healthy new r1) and ..._sidecar_up_refused_... fails likewise;
           the `not any(rt.rb.replica_of(...))` clause removed ->
-          test_an_engine_up_refused_for_the_lock_fails_into_the_rollback fails (HALT).
+          test_an_engine_up_refused_for_the_lock_fails_into_the_rollback fails (HALT);
+          steps/compose.py:dry_run, the `except Busy` removed -> test_a_dry_run_refused_for_the_lock_halts
+          fails (FAIL); runtime.py:Waits.wait_gone, a `lock_held` check after a resend removed ->
+          test_a_down_sent_again_and_refused_for_the_lock_halts fails (resent, then FAIL); loop.py,
+          `retry_at` always "" -> the retry_at assertions fail.
 - bug     runtime.py:Waits.settle_up checks the SETTLE_S deadline even while `status()` says the up
           is in flight: test_unknown_up_still_in_flight_is_waited_for_not_replanned was xfail(strict) until the executor was fixed; it passes now.
 """
@@ -374,9 +378,54 @@ async def test_a_stop_refused_for_the_lock_halts_and_stops_nothing_healthy():
     _lock_held_by_another(rig, "down")
     [(event, note, to)] = await rig.step()
     assert (event, to) == ("halt", "HALTED"), (event, note, to)
-    assert "lock stayed held by another operation past 10m" in note and "nothing was changed or rolled back" in note, note
+    assert "lock stayed held by another operation past 10m" in note, note
+    assert "the down of glm53-soak-relay was refused and did nothing" in note, note
     assert [r.services for r in rig.compose.sent("down")][-1] == (RELAY,)
     assert rig.compose.host[R1].id == r1.id and RELAY in rig.compose.host
+    # `resume --retry` sends the refused down again at this step, never at the phase's stop-old
+    assert rig.ex.ctx.failure is not None and rig.ex.ctx.failure.retry_at == "r1.relay-stop"
+
+
+async def test_a_down_sent_again_and_refused_for_the_lock_halts():
+    """The first down of the relay had no effect; its resend is refused for the lock: a halt at
+    this step, as for the first down (failing would run r1's rollback, stopping the healthy r1)."""
+    rig = Rig(state="r1.relay-stop", ctx=ctx_at())
+    r1 = rig.compose.run(R1, file=RB.file, tag=TAG)
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG)
+    rig.compose.run(RELAY, file=RB.file, tag=TAG)
+    sends = []
+
+    def first_ignored_then_locked(verb, req, env):
+        if verb != "down":
+            return None
+        sends.append(req)
+        if len(sends) == 1:  # accepted, but the container stays (no observable effect)
+            return StreamOutcome("failure", 1, ["Error response from daemon"], done_seen=True)
+        raise Busy("compose-manager", "another docker operation is already in progress: compose_up", in_flight="compose_up")
+
+    async def status():
+        return InFlight("compose_up", started_at="2026-12-05T03:00:00Z", file=RB.file)
+
+    rig.compose.on_send = first_ignored_then_locked
+    rig.compose.status = status
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), (event, note, to)
+    assert "the down of glm53-soak-relay sent again was refused and did nothing" in note, note
+    assert rig.compose.host[R1].id == r1.id and RELAY in rig.compose.host
+
+
+async def test_a_dry_run_refused_for_the_lock_halts():
+    """r1's relay dry run after the new r1 passed its gates: a dry run that never ran fails no
+    replica's gate (failing it would run r1's rollback, which stops the healthy new r1)."""
+    rig = Rig(state="r1.relay-dry-run", ctx=ctx_at())
+    r1 = rig.compose.run(R1, file=RB.file, tag=TAG)
+    rig.compose.run(NEW_R2, file=RB.file, tag=TAG)
+    _lock_held_by_another(rig, "dry_run")
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), (event, note, to)
+    assert "the dry run of glm53-soak-relay was refused and did nothing" in note, note
+    assert rig.compose.sent("up") == [] and rig.compose.host[R1].id == r1.id
+    assert rig.ex.ctx.failure is not None and rig.ex.ctx.failure.retry_at == "r1.relay-dry-run"
 
 
 async def test_a_sidecar_up_refused_for_the_lock_halts():
@@ -386,7 +435,9 @@ async def test_a_sidecar_up_refused_for_the_lock_halts():
     _lock_held_by_another(rig, "up")
     events = await rig.step(2)
     assert [(e, to) for e, _, to in events] == [("ok", "r1.relay-up"), ("halt", "HALTED")], events
-    assert "the up of glm53-soak-relay was not run" in events[-1][1], events
+    assert "the up of glm53-soak-relay was refused and did nothing" in events[-1][1], events
+    # an up is sent only after its own dry run: `resume --retry` starts there
+    assert rig.ex.ctx.failure is not None and rig.ex.ctx.failure.retry_at == "r1.relay-dry-run"
 
 
 async def test_an_engine_up_refused_for_the_lock_fails_into_the_rollback():

@@ -19,6 +19,8 @@ restored):
 - engine  runtime.py:StopGuard.not_owned, `self.rb.replica_of(...) and` dropped ->
           test_a_rollback_leaves_a_sidecar_it_did_not_start_without_blaming_the_message fails
           (a previous relay left running would be reported as if it were an engine).
+- message loop.py:Executor._final_message, `and event != Event.HALT` removed ->
+          test_a_rollback_stop_refused_for_the_lock_is_told_as_it_is fails (the runbook's message).
 - message loop.py:Executor._final_message, the `if self.ctx.not_stopped:` branch disabled ->
           test_a_rollback_never_stops_a_namesake_it_did_not_create fails (the runbook's halt text
           claims "The failing r1 was stopped").
@@ -154,6 +156,32 @@ async def test_a_rollback_stops_the_engine_its_run_created():
     assert R1 not in rig.compose.host
     assert rig.ctx.stopped[new_r1] == {"service": R1, "state": "r1.rollback.stop-new"}
     assert rig.ctx.not_stopped == []
+
+
+async def test_a_rollback_stop_refused_for_the_lock_is_told_as_it_is():
+    """r1's rollback reaches stop-new and compose-manager's lock stays held: the run halts there
+    with the lock's note; the runbook's message (which tells of a stop made) is not said."""
+    from orchestrator.hosts.clients.errors import Busy
+
+    rig = _at_r1_rollback(created_r1=True)
+    new_r1 = rig.compose.host[R1].id
+
+    def locked(verb, req, env):
+        if verb == "down":
+            raise Busy("compose-manager", "another docker operation is already in progress: compose_up")
+        return None
+
+    async def status():
+        return None
+
+    rig.compose.on_send = locked
+    rig.compose.status = status
+    [(event, note, to)] = await rig.step()
+    assert (event, to) == ("halt", "HALTED"), (event, note, to)
+    final = rig.record()
+    assert rig.compose.host[R1].id == new_r1
+    assert "The failing r1 was stopped" not in final.message, final.message
+    assert "then r1.rollback.stop-new halted: compose-manager's lock stayed held" in final.message, final.message
 
 
 async def test_a_forward_stop_of_the_old_engine_is_not_held_to_ownership():

@@ -136,7 +136,10 @@ class Executor:
         if outcome.event in (Event.FAIL, Event.HALT, Event.ABORT) and not (in_rollback and self.ctx.failure is not None):
             # the first failure is the one the operator must read: a rollback that fails after it
             # is told as "then <state> halted: <why>" (_final_message), never in its place
-            self.ctx.failure = Failure(state, outcome.event.value, note)
+            here = outcome.retry_here and self.table.nodes[state].section == "forward"
+            # an up goes back to its own dry run (its RETRY edge): an up is sent only after one
+            retry_at = self.table.edges.get((state, Event.RETRY), state) if here else ""
+            self.ctx.failure = Failure(state, outcome.event.value, note, retry_at)
         terminal = to in TERMINALS
         if not terminal and not in_rollback and self.table.nodes[to].section in ("rollback", "full_rollback"):
             from orchestrator.engine.steps.manual import manual_edits_ahead
@@ -144,7 +147,7 @@ class Executor:
             for edit in manual_edits_ahead(self.table, to):  # said up front, before the rollback runs
                 self.log.warning("rollback_needs_manual_edit", edit=edit)
                 self.rt.emit("note", text=f"this rollback needs a human's edit: {edit}")
-        message = self._final_message(state, to, note) if terminal else None
+        message = self._final_message(state, to, note, outcome.event) if terminal else None
         if message and self.ctx.not_stopped and _LEFT not in message:  # a rollback left an engine it did not create
             message = message.rstrip(".") + f". {_LEFT}: " + "; ".join(self.ctx.not_stopped)
         if message and host_now:
@@ -159,15 +162,17 @@ class Executor:
         if terminal:
             self.rt.emit("run_finished", outcome=to, message=message)
 
-    def _final_message(self, state: str, to: str, note: str) -> str:
+    def _final_message(self, state: str, to: str, note: str, event: Event = Event.OK) -> str:
         """What the operator reads last: what failed and why (the decisive evidence), where the
         run ended, and (for a halt) what to run next with this run's id."""
         node = self.table.nodes[state]
         failure = self.ctx.failure
         why = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}" if failure else ""
         operator_abort = failure is not None and failure.event == "abort"
+        # the runbook's message tells of a rollback that ran to its end: a rollback step that halted
+        # itself (a call refused for compose-manager's lock) is told by its own note instead
         if (to == Outcome.HALTED or (to == Outcome.ABORTED and not operator_abort)) and node.halt_message \
-                and node.section == "rollback":
+                and node.section == "rollback" and event != Event.HALT:
             if self.ctx.not_stopped:  # the runbook's message tells of a stop this rollback did not make
                 return " ".join(f"{(why or note).rstrip('.')}. {_LEFT}: {'; '.join(self.ctx.not_stopped)}"
                                 f"{self._next_steps(to)}".split())
@@ -194,7 +199,9 @@ class Executor:
         failure = self.ctx.failure
         node = self.table.nodes.get(failure.state) if failure is not None else None
         phase = node.phase if node is not None else None
-        if self.run.kind == "rollout" and phase in self.table.phase_starts:
+        if self.run.kind == "rollout" and failure is not None and failure.retry_at:
+            then = f"`orchestrate resume {self.run.run_id} --retry` sends the refused call again, from {failure.retry_at}"
+        elif self.run.kind == "rollout" and phase in self.table.phase_starts:
             then = (f"`orchestrate resume {self.run.run_id} --retry` starts phase {phase} again, "
                     f"at {self.table.retry_start(phase)}")
         elif self.run.kind == "rollback":

@@ -56,7 +56,7 @@ from orchestrator.engine.rules.serving_evidence import (
     up_seconds,
 )
 from orchestrator.engine.rules.targets import group_targets, journaled_successes, newest_successful, recorded_successes
-from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok
+from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, lock_held, ok
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
 from orchestrator.hosts.clients.errors import (
     BadRequest,
@@ -1262,6 +1262,8 @@ class Waits:
                 self.visit.log.warning("down_resent_after_failure")
                 self.voice.emit("note", text="the down reported failure though docker/ps no longer lists the container: sending it again")
                 first = await self.calls.mutate(f"compose_down_resend_{resends}", req, {"ids": base_ids})
+                if first.get("lock_held"):
+                    return self._resend_refused(req, first)
                 continue
             if not left:
                 return ok(f"{', '.join(req.services)} gone from docker/ps")
@@ -1284,12 +1286,19 @@ class Waits:
                 self.visit.log.warning("down_resent_after_observation", reason=resend_reason)
                 self.voice.emit("note", text=f"sending the down again after observation ({resend_reason})")
                 first = await self.calls.mutate(f"compose_down_resend_{resends}", req, {"ids": base_ids})
+                if first.get("lock_held"):
+                    return self._resend_refused(req, first)
                 no_effect_after = now_() + self.rb.timeouts.stop_grace + 4 * poll
                 deadline = now_() + timeout
                 continue
             if seen >= deadline:
                 return fail(f"{', '.join(c.name for c in left)} still listed after {int(timeout)} s")
             await self.clock.wait(abortable=False)
+
+    def _resend_refused(self, req: ComposeRequest, outcome: dict[str, Any]) -> StepOutcome:
+        """A resend refused for compose-manager's lock: a halt, as for the first down, never a
+        failed gate (the resends that did not take would end in one, and the rollback after it)."""
+        return lock_held(self.rb.timeouts.gone, f"the down of {', '.join(req.services)} sent again", outcome.get("error", ""))
 
     async def recheck_after_drain(self, step: Step) -> str | None:
         """Right after a drain is confirmed (`step`, the presence gate after the leave-pool down):

@@ -24,11 +24,12 @@ from orchestrator.engine.rules.ownership import ps_ids
 from orchestrator.engine.steps import config_recreate
 from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
+from orchestrator.engine.steps.outcome import lock_held
+from orchestrator.hosts.clients.errors import Busy
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import SELECTED, Step
-from orchestrator.util.durations import format_duration
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
@@ -51,7 +52,10 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
             return fail("the env map changed since preflight and no longer passes the budget check: " + recheck.note)
         rt.emit("note", text="the host's env map changed since the last dry run; the budget was checked again")
     rt.ctx.checked_dry_run = None
-    res = await rt.dry_run(req)
+    try:
+        res = await rt.dry_run(req)
+    except Busy as exc:  # held past timeouts.gone: a dry run that never ran fails no replica's gate
+        return _lock_held(rt, "dry run", req, {"error": rt.scrub(f"{type(exc).__name__}: {exc}")})
     if res.verdict != "done":
         assert res.outcome is not None  # every verdict but done carries the outcome to return
         return res.outcome  # refused tag, repeated failure, or docker/ps changed (halt)
@@ -157,14 +161,9 @@ async def _judge(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) 
     return halt("the up's outcome could not be established from compose-manager's status, docker/ps and the action log: " + verdict)
 
 
-def _lock_held(rt: Activities, verb: str, req: Any, outcome: dict[str, Any]) -> StepOutcome:
-    """A call compose-manager refused because another operation held its lock past the runbook's
-    `timeouts.gone` changed nothing and says nothing of any replica's health. Failing the gate
-    would run the phase's rollback, which stops the healthy engine this phase started (a refused
-    stop of the soak relay would cost the host a replica), so the run halts where it stands."""
-    return halt(f"compose-manager's lock stayed held by another operation past "
-                f"{format_duration(rt.rb.timeouts.gone)} (timeouts.gone): the {verb} of {', '.join(req.services)} was "
-                f"not run and nothing was changed or rolled back ({outcome.get('error')})")
+def _lock_held(rt: Activities, verb: str, req: Any, outcome: dict[str, Any], *, again: bool = False) -> StepOutcome:
+    call = f"the {verb} of {', '.join(req.services)}" + (" sent again" if again else "")
+    return lock_held(rt.rb.timeouts.gone, call, outcome.get("error", ""))
 
 
 @register("down")
@@ -215,7 +214,7 @@ async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
         outcome = await rt.mutate("compose_down", req, baseline)
     if outcome["status"] == "refused":
         if outcome.get("lock_held"):
-            return _lock_held(rt, "down", req, outcome)
+            return _lock_held(rt, "down", req, outcome, again=bool(resends))
         return fail(f"compose-manager did not run the down: {outcome.get('error')}")
     verdict = await rt.wait_gone(req, outcome, resends=resends)
     await rt.record_ownership(req, outcome.get("baseline", {}), up=False)
