@@ -1,17 +1,10 @@
 """Pause and continue: an operator holds a run at its next safe point, then lets it go on.
 
-`orchestrate pause RUN` (or the API, or the page) journals a `paused` audit line; the runner
-checks it before each step (`honour_pause`, called from the run loop) and, where the step about
-to start is a **safe point**, stops there: it journals `pause_honoured` (who asked, before which
-step), says what it waits for, keeps renewing its lease (the heartbeat runs beside it) and polls
-until `continue` is journaled. An abort while paused is honoured at once (the current phase's
-rollback, as at any other wait).
-
-Safe points (`safe_points`, from the run's transition table): every preflight state, and every
-forward state that no `down` of an engine (the runbook's `replicas:`) in its phase precedes
-without the phase's cold start (`logs` step) in between: a run never stays paused between a down and its replacement's readiness, where the
-host is a replica short. Rollback and remedy states are never safe points (a rollback finishes).
-A pause asked for at an unsafe state waits for the next safe one.
+Before each step the runner checks for a journaled pause; at a safe point it journals
+`pause_honoured` and polls (lease renewed, an abort honoured) until `continue` is journaled.
+Safe points: every preflight state, and every forward state not between a `down` of an engine and
+its phase's cold start (`logs`): a run never waits a replica short. Rollback and remedy states never
+are (a rollback finishes); a pause asked for elsewhere waits for the next safe one.
 """
 
 from __future__ import annotations
@@ -50,8 +43,7 @@ def _safe(table: Table, engines: frozenset[str]) -> frozenset[str]:
 
 
 def safe_points(table: Table, engines: Any) -> frozenset[str]:
-    """The states before which a paused run may stop (`engines`: the runbook's engine services;
-    a down of another service, a relay or a one-shot check, leaves the host its capacity)."""
+    """The states before which a paused run may stop (a down of a non-engine keeps the capacity)."""
     key = (id(table), frozenset(engines))
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not table:
@@ -77,9 +69,8 @@ async def honour_pause(rt: Any, state: str) -> None:
 
 
 def observed(rt: Any, node: Any, outcome: Any) -> Any:
-    """An observe-only gate (`observe: true`, runbook.OBSERVABLE_KINDS): a failure (its own, or a
-    host system's error while it read) becomes OK with the failure kept in the journal's note, announced (event `observed`, notified); a pass is
-    noted as such. Any other step's outcome is returned unchanged."""
+    """An observe-only gate (`observe: true`): a failure becomes OK, kept in the note and announced
+    (event `observed`); a pass is noted as such. Any other step's outcome is returned unchanged."""
     from orchestrator.engine.steps import StepOutcome
     from orchestrator.language.machine import Event
 
