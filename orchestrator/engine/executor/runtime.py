@@ -84,13 +84,11 @@ T = TypeVar("T")
 HEARTBEAT_S = 300.0
 #: Log probes closer than this in real time are not sent (see RunClock.wait_for_output).
 MIN_PROBE_REAL_S = 0.01
-#: The first window of an engine's log: wide enough to hold a whole cold start, so a resumed gate
-#: judges the start from the container's first line.
+#: The first window of an engine's log: a whole cold start, so a resumed gate reads its first line.
 COLD_START_WINDOW = 4000
 #: The window a serving check reads (the ready line must be in it, with no later startup line).
 SERVING_WINDOW = 5000
-#: How long an unknown `up` outcome is observed before deciding it did not take effect, when
-#: compose-manager cannot say itself (no `GET /status`): an image pull can take that long.
+#: How long an unknown `up` is observed without `GET /status` before it is judged not applied (a pull).
 SETTLE_S = 600.0
 #: How many times a down is sent again when observation shows a zombie or no effect.
 MAX_DOWN_RESENDS = 2
@@ -126,13 +124,13 @@ class DryRunCall:
 
 # -- the run's position and voice ----------------------------------------------------------------
 
+@dataclass(eq=False)
 class Visit:
-    """The run loop's position (node, the visit key effects are journaled under, bound logger)."""
+    """The run loop's position: its bound logger, node, and the visit key effects are journaled under."""
 
-    def __init__(self, logger: Any) -> None:
-        self.node: Node | None = None
-        self.key = ""
-        self.log = logger
+    log: Any
+    node: Node | None = None
+    key: str = ""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -431,7 +429,7 @@ class HostReads:
             return None
         return st is not None
 
-    async def _offered(self, name: str) -> Any | None:
+    async def offered(self, name: str) -> Any | None:
         """compose-manager's read `name`, or None where it does not offer it (or it failed)."""
         reader = getattr(self.compose, name, None)
         if reader is None:
@@ -442,13 +440,12 @@ class HostReads:
             return None
 
     async def host_cache(self) -> Any | None:
-        return await self._offered("host_cache")
+        return await self.offered("host_cache")
 
     async def gpu_holders(self, replica: str | None) -> dict[int, set[str]] | None:
         """GPU index -> the containers holding it, for the replica's GPUs (None: not offered)."""
         gpus = self.rb.replica_gpus.get(replica or "")
-        info = await self._offered("host_gpu") if gpus else None
-        if not gpus or info is None:
+        if not gpus or (info := await self.offered("host_gpu")) is None:
             return None
         by_index = {g.index: set(g.claimed_by) for g in info}
         return {i: by_index.get(i, set()) for i in gpus}
@@ -654,14 +651,8 @@ class ForeignChecks:
                    and (oc := own_call(e.kind, e.request)) is not None]
             foreign = unexplained(later, own)
             if foreign:
-                in_flight = None
-                status = getattr(self.compose, "status", None)
-                if status is not None:
-                    try:
-                        st = await status()
-                        in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
-                    except (ClientError, AttributeError):
-                        in_flight = None
+                st = await self.reads.offered("status")
+                in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
                 return self.voice.scrub(foreign_message(self.run.host, foreign, in_flight=in_flight))
         if advance:
             self.ctx.action_mark = ActionMark.from_json(new_mark(actions, last_effect))
@@ -933,10 +924,7 @@ class ComposeCalls:
                 await self.clock.wait(abortable=abortable)
 
     async def _lock_holder(self, exc: Busy) -> str:
-        try:
-            held = await self.compose.status()
-        except ClientError:
-            held = None
+        held = await self.reads.offered("status")
         if held is None:
             text = exc.in_flight or "an operation of another client"
         else:
@@ -1145,9 +1133,7 @@ class Waits:
                         return "applied"
                 if not changed:
                     return "not_applied"
-                if await self._dry_run_finds_current(req):
-                    # a one-shot (model-downloader) restarts in place, keeping its ID: a fresh dry
-                    # run of the same request that plans nothing says the up took effect
+                if await self._dry_run_finds_current(req):  # a one-shot restarted in place, keeping its ID
                     return "applied"
                 return f"compose-manager finished; changed: {changed} of {list(req.services)}"
             if in_flight is True:
@@ -1312,9 +1298,7 @@ class Preflight:
 
     async def check_tag_age(self) -> tuple[bool, str] | None:
         """(ok, sentence), or None when the operator skipped the check."""
-        from datetime import (  # the real clock: the explorer's clock-step hook replaces only module-level names
-            datetime,
-        )
+        from datetime import datetime  # the real clock: the explorer's hook steps module-level names only
 
         from orchestrator.hosts.clients.github import GitHubUnreachable
 
@@ -1401,21 +1385,18 @@ class Runtime:
                          identifiers=tuple(n for n in names if n))
         reads = HostReads(compose=clients.compose, inference=clients.inference, relay=clients.relay,
                           prometheus=clients.prometheus, entry=entry, rb=runbook, ctx=ctx, voice=voice)
-        neighbours = Neighbours(peers=clients.peers, addresses=clients.addresses,
-                                entry=entry, rb=runbook, run=run)
+        neighbours = Neighbours(peers=clients.peers, addresses=clients.addresses, entry=entry, rb=runbook, run=run)
         foreign = ForeignChecks(compose=clients.compose, reads=reads, records=records, rb=runbook, run=run,
                                 ctx=ctx, voice=voice)
-        serving = Serving(reads=reads, envs=envs, neighbours=neighbours, rb=runbook,
-                          ctx=ctx, voice=voice)
+        serving = Serving(reads=reads, envs=envs, neighbours=neighbours, rb=runbook, ctx=ctx, voice=voice)
         calls = ComposeCalls(compose=clients.compose, envs=envs, reads=reads, records=records, foreign=foreign,
                              clock=timer, entry=entry, rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit)
         guard = StopGuard(serving=serving, reads=reads, neighbours=neighbours, journal=journal, table=table,
                           rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit, clock=timer)
         waits = Waits(clock=timer, reads=reads, calls=calls, guard=guard, neighbours=neighbours,
                       records=records, entry=entry, rb=runbook, run=run, voice=voice, visit=visit)
-        preflight = Preflight(compose=clients.compose, github=clients.github, envs=envs,
-                              reads=reads, calls=calls, records=records, entry=entry, rb=runbook, run=run,
-                              ctx=ctx, voice=voice)
+        preflight = Preflight(compose=clients.compose, github=clients.github, envs=envs, reads=reads, calls=calls,
+                              records=records, entry=entry, rb=runbook, run=run, ctx=ctx, voice=voice)
         external = External(external=clients.external, entry=entry)
 
         # the operations (orchestrator/engine/steps/activities.py), each from the part that does it
