@@ -14,15 +14,15 @@ from typing import Any
 from orchestrator.journal import audit
 from orchestrator.language.machine import Table
 
-_CACHE: dict[tuple[int, frozenset[str]], tuple[Table, frozenset[str]]] = {}
-
 
 def _stops_an_engine(step: Any, engines: frozenset[str]) -> bool:
     services = step.down.services
     return services == "selected" or bool(set(services) & engines)  # "selected": assume an engine
 
 
-def _safe(table: Table, engines: frozenset[str]) -> frozenset[str]:
+def safe_points(table: Table, engines: Any) -> frozenset[str]:
+    """The states before which a paused run may stop (a down of a non-engine keeps the capacity)."""
+    engines = frozenset(engines)
     safe: set[str] = set()
     open_down: dict[str | None, bool] = {}
     for sid in table.order:
@@ -40,17 +40,6 @@ def _safe(table: Table, engines: frozenset[str]) -> frozenset[str]:
         elif kind == "logs" and open_down.get(node.phase, False):
             open_down[node.phase] = False  # its replacement's readiness: safe again after it
     return frozenset(safe)
-
-
-def safe_points(table: Table, engines: Any) -> frozenset[str]:
-    """The states before which a paused run may stop (a down of a non-engine keeps the capacity)."""
-    key = (id(table), frozenset(engines))
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not table:
-        if len(_CACHE) > 64:
-            _CACHE.clear()
-        hit = _CACHE[key] = (table, _safe(table, key[1]))
-    return hit[1]
 
 
 async def honour_pause(rt: Any, state: str) -> None:
