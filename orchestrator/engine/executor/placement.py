@@ -27,14 +27,9 @@ class PlacementError(Exception):
         self.changed = changed
 
 
-async def _action_log(compose: Any) -> list[Any]:
-    reader = getattr(compose, "action_log", None)
-    return list(await reader()) if reader is not None else []
-
-
 async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project: str | None,
                        on_dry_run: Callable[[ComposeRequest, Any], None] | None = None) -> dict[str, str]:
-    actions = await _action_log(compose)
+    actions = await compose.action_log()
     before = await compose.ps(project)  # read right before the dry run, if one is sent
     running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
     observed: dict[str, str] = {}
@@ -59,7 +54,7 @@ async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project
     after = await compose.ps(project)
     changes = compare_ps(before, after, rb.oneshot_services())
     if changes:
-        later = (await _action_log(compose))[len(actions):]
+        later = (await compose.action_log())[len(actions):]
         if later:
             raise PlacementError(f"the host changed while it was being read: compose-manager's action log records "
                                  f"{describe_action(later[0])}, which no dry run makes (another orchestrator or a person is "
