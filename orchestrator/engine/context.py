@@ -1,24 +1,14 @@
 """The run's persisted context: everything a resumed run needs, typed, in one place.
 
-It is built by `RunContext.new` (a fresh run), `RunContext.for_retry` (a halted run's failed phase
-started again) or `RunContext.from_json` (a run read back from the journal), and written with
-every transition by `to_json`. Nothing else creates or reads the journal's context dict.
+Built by `RunContext.new`, `for_retry` or `from_json`, written with every transition by `to_json`;
+nothing else reads the journal's context dict. Its JSON shape is fixed (a typed part is a plain
+object, `{}` when unset), so a run journaled by any runner resumes under this one.
 
-The journal's JSON shape is fixed: each typed part (`BeforeState`, `Placement`, `ActionMark`) is
-written as a plain object and read back from it (an unset one as `{}`), so a run journaled by any
-runner resumes under this one. `plans` and `milestones` stay mappings of
-a declared shape (`DryRunPlan`, `ColdStartProgress`): the cold-start gate reads and writes them as
-such.
-
-Rules and reasons:
-- `previous` maps a service to the deploy a rollback goes back to (tag, file, commit). It is only
-  ever a deploy that *succeeded* (see preflight), never an attempt.
-- A checked dry run is kept as the request it checked (`DryRunRecord`), with a fingerprint of the
-  env map it was sent with and the docker/ps snapshot after it; an `up` is applied only when
-  `same_request` holds for it, env included.
-- `soaks` (time soaked) and `soak_watch` (what the soak watched) survive a resume, so a resumed
-  soak continues instead of starting again and notices an engine replaced while no runner
-  watched; approvals live in the journal and are never asked for again.
+Rules:
+- `previous` maps a service to the deploy a rollback goes back to: only ever one that succeeded.
+- an `up` is applied only when `same_request` holds against the checked dry run, env included.
+- `soaks` and `soak_watch` survive a resume: a resumed soak continues, and notices an engine
+  replaced while no runner watched.
 """
 
 from __future__ import annotations
@@ -39,9 +29,6 @@ class DryRunRecord:
     #: docker/ps right after the dry run: name -> [id, created_at, state]
     after: dict[str, list[str]] = field(default_factory=dict)
 
-    def key(self) -> tuple[Any, ...]:
-        return (self.tag, self.file, tuple(self.services), self.project, self.env_fingerprint, self.force_recreate)
-
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DryRunRecord:
         return cls(
@@ -53,8 +40,10 @@ class DryRunRecord:
 
 def same_request(dry: DryRunRecord | None, *, tag: str, file: str, services: list[str] | tuple[str, ...],
                  project: str | None, env_fingerprint: str, force_recreate: bool = False) -> bool:
-    """True when an apply is the exact request `dry` checked: tag, file, services, project, env, force_recreate."""
-    return dry is not None and dry.key() == (tag, file, tuple(services), project, env_fingerprint, force_recreate)
+    """An apply is the exact request `dry` checked, env included."""
+    asked = (tag, file, tuple(services), project, env_fingerprint, force_recreate)
+    return dry is not None and asked == (dry.tag, dry.file, tuple(dry.services), dry.project, dry.env_fingerprint,
+                                         dry.force_recreate)
 
 
 @dataclass
@@ -68,15 +57,14 @@ class Failure:
 
 
 class DryRunPlan(TypedDict):
-    """A dry run's verdict, by its state id (`RunContext.plans`): what it planned per service."""
+    """A dry run's verdict (`RunContext.plans`): what it planned per service."""
 
     actions: dict[str, str]
     verdict: str
 
 
 class ColdStartProgress(TypedDict, total=False):
-    """What a cold-start gate saw of one container's start, journaled (`RunContext.milestones`):
-    hashes of lines, never their text (engine/rules/cold_start.py)."""
+    """A cold-start gate's progress on one container (`RunContext.milestones`): line hashes, never text."""
 
     container: str
     per_rank: dict[str, list[int]]
@@ -87,16 +75,13 @@ class ColdStartProgress(TypedDict, total=False):
 
 @dataclass
 class BeforeState:
-    """What the host ran and answered before the run acted (`check: before_state` / `rollback_targets`)."""
+    """What the host ran and answered before the run acted."""
 
-    #: compose-manager's `/version` (tag, commit, file), or {"error": ...}
-    version: dict[str, Any] = field(default_factory=dict)
-    #: docker/ps: container name -> {id, state, status}
-    ps: dict[str, dict[str, str]] = field(default_factory=dict)
+    version: dict[str, Any] = field(default_factory=dict)  # `/version` (tag, commit, file), or {"error": ...}
+    ps: dict[str, dict[str, str]] = field(default_factory=dict)  # docker/ps: container name -> {id, state, status}
     #: each peer's listing of the host ("peer/long", "peer/base" -> {listed, healthy}); None: not asked
     peers: dict[str, Any] | None = None
-    #: one long-domain completion ({ok, prompt_tokens} or {ok, reason}); None: not tried
-    completion: dict[str, Any] | None = None
+    completion: dict[str, Any] | None = None  # one long-domain completion: {ok, prompt_tokens | reason}
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -109,14 +94,11 @@ class BeforeState:
 
 @dataclass
 class Placement:
-    """Where preflight placed the host among the runbook's declared host states, and what it saw."""
+    """Where preflight placed the host among the runbook's host states, and what it saw."""
 
-    #: service -> what it runs (absent / new / previous / other / running)
-    observed: dict[str, str] = field(default_factory=dict)
-    #: the declared host state it matched (None: none)
-    state: str | None = None
-    #: engine -> its serving verdict then (serving / not serving / unknown); None: not judged
-    serving: dict[str, str] | None = None
+    observed: dict[str, str] = field(default_factory=dict)  # service -> absent/new/previous/other/running
+    state: str | None = None  # the declared host state it matched (None: none)
+    serving: dict[str, str] | None = None  # engine -> its serving verdict then (None: not judged)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if not (k == "serving" and v is None)}
@@ -130,14 +112,11 @@ class Placement:
 
 @dataclass
 class ActionMark:
-    """Where this run last agreed with compose-manager's action log (orchestrator/engine/rules/foreign_change.py)."""
+    """Where this run last agreed with compose-manager's action log (engine/rules/foreign_change.py)."""
 
-    #: entries known then
-    count: int
-    #: the last of them, as `foreign_change.identity` gives it (None: the log was empty)
-    last: list[Any] | None
-    #: the journal's last effect id then
-    effect_id: int = 0
+    count: int  # entries known then
+    last: list[Any] | None  # the last of them, as `foreign_change.identity` gives it (None: the log was empty)
+    effect_id: int = 0  # the journal's last effect id then
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,13 +135,10 @@ _TYPED_PARTS: dict[str, Any] = {"before": BeforeState, "placement": Placement, "
 @dataclass
 class RunContext:
     previous: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: where each previous target came from (the journal, compose-manager's success record, --to-tag)
-    previous_source: str = ""
-    #: dry-run verdicts by state id
-    plans: dict[str, DryRunPlan] = field(default_factory=dict)
+    previous_source: str = ""  # where the previous targets came from (the journal, the success record, --to-tag)
+    plans: dict[str, DryRunPlan] = field(default_factory=dict)  # dry-run verdicts by state id
     retries: dict[str, int] = field(default_factory=dict)
-    #: gate state -> how often it took its remedy in this run (capped by `Table.remedy_caps`)
-    remedies: dict[str, int] = field(default_factory=dict)
+    remedies: dict[str, int] = field(default_factory=dict)  # gate -> remedies taken (`Table.remedy_caps`)
     selected: list[str] | None = None
     checked_dry_run: DryRunRecord | None = None
     deployed: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -170,41 +146,26 @@ class RunContext:
     before: BeforeState | None = None
     env_keys_fingerprint: str = ""
     env_keys: int = 0
-    #: the env map (fingerprint) the budget check last passed for
-    budget_env_fingerprint: str = ""
+    budget_env_fingerprint: str = ""  # the env map (fingerprint) the budget check last passed for
     failure: Failure | None = None
-    #: rollback runs: which replicas go back
-    replicas: list[str] = field(default_factory=list)
-    #: rollout runs: the phase the forward procedure starts at (host-state placement)
-    start_phase: str | None = None
-    #: the host state preflight placed the host in, and what it saw
-    placement: Placement | None = None
-    #: soak start times by state id, on the run's clock
-    soaks: dict[str, float] = field(default_factory=dict)
-    #: soak state id -> the engines (service -> container id) it watched when it started
-    soak_watch: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: the run was started with --yes (approvals given up front): a resume or an adopting server keeps it
-    yes: bool = False
-    #: the operator chose to go on without GitHub's word on the tag (`--skip-tag-age-check`)
-    skip_tag_age_check: bool = False
-    #: keys other parts of the program keep in the run's context (e.g. the server's pinned
-    #: `runbook_identity`): carried through every transition unchanged, never dropped
+    replicas: list[str] = field(default_factory=list)  # rollback runs: which replicas go back
+    start_phase: str | None = None  # rollout runs: the phase the forward procedure starts at (host-state placement)
+    placement: Placement | None = None  # the host state preflight placed the host in, and what it saw
+    soaks: dict[str, float] = field(default_factory=dict)  # soak start times by state id, on the run's clock
+    soak_watch: dict[str, dict[str, str]] = field(default_factory=dict)  # soak -> {engine: container id} watched
+    yes: bool = False  # started with --yes: a resume or an adopting server keeps it
+    skip_tag_age_check: bool = False  # go on without GitHub's word on the tag
+    #: keys other parts keep in the context (the server's `runbook_identity`): carried, never dropped
     extra: dict[str, Any] = field(default_factory=dict)
-    #: one-shots (a perception check) this run removed since it last started them: docker/ps does not
-    #: list exited containers, so this is how a second cleanup knows there is nothing left to stop
+    #: one-shots this run removed since it last started them (docker/ps does not list exited ones)
     oneshots_removed: list[str] = field(default_factory=list)
-    #: engines whose cold start passed in this run: service -> container id (a resume re-checks them)
-    ready: dict[str, str] = field(default_factory=dict)
-    #: a cold-start gate's progress by service: a resumed gate counts it as seen
-    milestones: dict[str, ColdStartProgress] = field(default_factory=dict)
-    #: containers this run created / stopped, by container ID -> {service, state} (orchestrator/engine/rules/ownership.py):
-    #: a rollback step stops only what is in `created`, never a container it merely shares a name with
+    ready: dict[str, str] = field(default_factory=dict)  # cold start passed in this run: service -> container id
+    milestones: dict[str, ColdStartProgress] = field(default_factory=dict)  # a resumed gate counts these as seen
+    #: containers this run created / stopped: ID -> {service, state}; a rollback stops only what it created
     created: dict[str, dict[str, str]] = field(default_factory=dict)
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: why a rollback step left an engine running (said in the run's final message)
-    not_stopped: list[str] = field(default_factory=list)
-    #: where this run last agreed with compose-manager's action log (None: not read yet)
-    action_mark: ActionMark | None = None
+    not_stopped: list[str] = field(default_factory=list)  # why a rollback left an engine running
+    action_mark: ActionMark | None = None  # None: the action log not read yet
 
     @classmethod
     def new(cls, **kw: Any) -> RunContext:
@@ -230,9 +191,8 @@ class RunContext:
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> RunContext:
-        """A context read back from the journal, as any runner wrote it."""
         data = dict(data or {})
-        known = {f for f in cls.__dataclass_fields__}
+        known = set(cls.__dataclass_fields__)
         kw = {k: v for k, v in data.items() if k in known and k != "extra"}
         kw["extra"] = {k: v for k, v in data.items() if k not in known}
         if kw.get("checked_dry_run"):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from orchestrator.engine.executor.rollback_summary import CONFIG_FILES, rollback_summary
+from orchestrator.engine.executor.rollback_summary import rollback_summary
 from orchestrator.hosts.clients.errors import TransportError
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.hosts.parsers.docker_ps import Container
+from orchestrator.hosts.ps_compare import CONFIG_FILES_LABEL
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
 
 RB = load_runbook(DEFAULT_RUNBOOK)
@@ -18,7 +19,7 @@ OLD = RB.deploys[0]
 
 def _c(service: str, file: str) -> Container:
     return Container(id=service[:12], name=service, image="i", state="running", status="Up 1 hour", created_at="",
-                     labels={CONFIG_FILES: f"/app/work/{file}"}, service=service)
+                     labels={CONFIG_FILES_LABEL: f"/app/work/{file}"}, service=service)
 
 
 def _up(tag, file, *services, sha=None):

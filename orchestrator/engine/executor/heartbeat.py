@@ -1,9 +1,7 @@
-"""Renew the host lease while the executor runs.
+"""Renew the host lease every third of its TTL while the executor runs.
 
-Rules: the lease is renewed every third of its TTL; a transient journal error (a locked SQLite
-file, a dropped PostgreSQL connection) is retried with backoff inside the renewal window instead
-of killing the heartbeat; a lease that is lost or fenced stops the run at once (the runner raises
-`RunnerFenced`, exit 4), and so does a renewal that keeps failing until the lease would expire.
+A transient journal error is retried with backoff within that third; a lease lost or fenced, or a
+renewal failing until the lease would expire, stops the run at once (`RunnerFenced`, exit 4).
 """
 
 from __future__ import annotations

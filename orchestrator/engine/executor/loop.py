@@ -1,8 +1,5 @@
-"""The run loop: look up the current state's handler, run it, feed the machine its event.
-
-It is the only place where the state machine meets the effects. Every transition is journaled
-with the run's typed context; the terminal one carries the message the operator reads.
-"""
+"""The run loop: run the current state's handler, feed the machine its event, journal the
+transition with the run's context (the terminal one carries the message the operator reads)."""
 
 from __future__ import annotations
 
@@ -37,40 +34,21 @@ class RunnerFenced(Exception):
 
 
 class Executor:
-    def __init__(
-        self,
-        *,
-        run: RunRecord,
-        runbook: Runbook,
-        table: Table,
-        journal: Journal,
-        lease: Lease,
-        clients: HostClients,
-        entry: HostEntry,
-        clock: Clock,
-        poll_interval: float,
-        redactor: Redactor,
-        progress: Progress | None = None,
-        yes: bool = False,
-        soak_override: float | None = None,
-    ) -> None:
+    def __init__(self, *, run: RunRecord, runbook: Runbook, table: Table, journal: Journal, lease: Lease,
+                 clients: HostClients, entry: HostEntry, clock: Clock, poll_interval: float, redactor: Redactor,
+                 progress: Progress | None = None, yes: bool = False, soak_override: float | None = None) -> None:
         self.run = run
         self.table = table
         self.journal = journal
-        self.redactor = redactor
-        self.progress = progress or NullProgress()
         self.ctx = RunContext.from_json(run.context)
         if yes:
             self.ctx.yes = True  # journaled with the next transition: the run's stored --yes
-        # Humans stay in the loop: only the `yes` the caller passes here skips approvals. A person's
-        # `orchestrate resume RUN` (or `resume --server`) passes the stored --yes unless given again,
-        # and says so on its first line; a run a server adopts on its own never inherits it and waits
-        # for a human at every approval gate. A `*` approval from before a resume or an adoption is
-        # not read after it (orchestrator/engine/rules/approval_scope.py).
+        # Only the `yes` the caller passes skips approvals: a person's resume passes the stored --yes
+        # (and says so); a run a server adopts never inherits it and waits for a human at every gate.
         self.machine = Machine(table, run.state)
-        self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients, entry=entry,
-                          clock=clock, poll_interval=poll_interval, redactor=redactor, progress=self.progress, ctx=self.ctx,
-                          yes=yes, soak_override=soak_override)
+        self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients,
+                          entry=entry, clock=clock, poll_interval=poll_interval, redactor=redactor,
+                          progress=progress or NullProgress(), ctx=self.ctx, yes=yes, soak_override=soak_override)
         self.log = log.bind(run_id=run.run_id, host=run.host)
 
     @property
@@ -131,7 +109,7 @@ class Executor:
 
     def _transition(self, state: str, outcome: StepOutcome, host_now: str = "") -> None:
         to = self.machine.send(outcome.event)
-        note = self.redactor.scrub(outcome.note)
+        note = self.rt.scrub(outcome.note)
         in_rollback = self.table.nodes[state].section in ("rollback", "full_rollback")
         if outcome.event in (Event.FAIL, Event.HALT, Event.ABORT) and not (in_rollback and self.ctx.failure is not None):
             # the first failure is the one the operator must read: a rollback that fails after it
@@ -163,8 +141,7 @@ class Executor:
             self.rt.emit("run_finished", outcome=to, message=message)
 
     def _final_message(self, state: str, to: str, note: str, event: Event = Event.OK) -> str:
-        """What the operator reads last: what failed and why (the decisive evidence), where the
-        run ended, and (for a halt) what to run next with this run's id."""
+        """What the operator reads last: what failed and why, where the run ended, what to run next."""
         node = self.table.nodes[state]
         failure = self.ctx.failure
         why = f"{failure.state} {_VERB.get(failure.event, failure.event)}: {failure.reason}" if failure else ""
@@ -192,8 +169,7 @@ class Executor:
         return f"{why}{tail}" + self._next_steps(to)
 
     def _next_steps(self, to: str) -> str:
-        """What to run once the host is fixed: a halted run has ended, so `resume` alone does
-        nothing; `--retry` starts its failed forward phase again (where the table says)."""
+        """What to run once a halted run's host is fixed (`resume` alone does nothing: it has ended)."""
         if to != Outcome.HALTED:
             return ""
         failure = self.ctx.failure
@@ -213,9 +189,8 @@ class Executor:
 
 
 def rollback_again(host: str, rb: Runbook, ctx: RunContext) -> str:
-    """A rollback run again, as a command that works from any machine: an explicit target
-    (--to-tag/--to-file) is repeated with its runbook and replica, since a machine without the
-    rollout's journal refuses the plain command."""
+    """A rollback run again, as a command that works from any machine: an explicit target is
+    repeated with its runbook and replica (a machine without the rollout's journal refuses the plain one)."""
     refs = {(ref.get("tag"), ref.get("file")) for ref in ctx.previous.values() if isinstance(ref, dict)}
     if not (targets.explicit_target(ctx.previous_source) and len(refs) == 1):
         return f"orchestrate rollback {host}"

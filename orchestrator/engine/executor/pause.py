@@ -1,17 +1,10 @@
 """Pause and continue: an operator holds a run at its next safe point, then lets it go on.
 
-`orchestrate pause RUN` (or the API, or the page) journals a `paused` audit line; the runner
-checks it before each step (`honour_pause`, called from the run loop) and, where the step about
-to start is a **safe point**, stops there: it journals `pause_honoured` (who asked, before which
-step), says what it waits for, keeps renewing its lease (the heartbeat runs beside it) and polls
-until `continue` is journaled. An abort while paused is honoured at once (the current phase's
-rollback, as at any other wait).
-
-Safe points (`safe_points`, from the run's transition table): every preflight state, and every
-forward state that no `down` of an engine (the runbook's `replicas:`) in its phase precedes
-without the phase's cold start (`logs` step) in between: a run never stays paused between a down and its replacement's readiness, where the
-host is a replica short. Rollback and remedy states are never safe points (a rollback finishes).
-A pause asked for at an unsafe state waits for the next safe one.
+Before each step the runner checks for a journaled pause; at a safe point it journals
+`pause_honoured` and polls (lease renewed, an abort honoured) until `continue` is journaled.
+Safe points: every preflight state, and every forward state not between a `down` of an engine and
+its phase's cold start (`logs`): a run never waits a replica short. Rollback and remedy states never
+are (a rollback finishes); a pause asked for elsewhere waits for the next safe one.
 """
 
 from __future__ import annotations
@@ -21,15 +14,15 @@ from typing import Any
 from orchestrator.journal import audit
 from orchestrator.language.machine import Table
 
-_CACHE: dict[tuple[int, frozenset[str]], tuple[Table, frozenset[str]]] = {}
-
 
 def _stops_an_engine(step: Any, engines: frozenset[str]) -> bool:
     services = step.down.services
     return services == "selected" or bool(set(services) & engines)  # "selected": assume an engine
 
 
-def _safe(table: Table, engines: frozenset[str]) -> frozenset[str]:
+def safe_points(table: Table, engines: Any) -> frozenset[str]:
+    """The states before which a paused run may stop (a down of a non-engine keeps the capacity)."""
+    engines = frozenset(engines)
     safe: set[str] = set()
     open_down: dict[str | None, bool] = {}
     for sid in table.order:
@@ -49,18 +42,6 @@ def _safe(table: Table, engines: frozenset[str]) -> frozenset[str]:
     return frozenset(safe)
 
 
-def safe_points(table: Table, engines: Any) -> frozenset[str]:
-    """The states before which a paused run may stop (`engines`: the runbook's engine services;
-    a down of another service, a relay or a one-shot check, leaves the host its capacity)."""
-    key = (id(table), frozenset(engines))
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not table:
-        if len(_CACHE) > 64:
-            _CACHE.clear()
-        hit = _CACHE[key] = (table, _safe(table, key[1]))
-    return hit[1]
-
-
 async def honour_pause(rt: Any, state: str) -> None:
     """Before `state` runs: if a pause is journaled and `state` is a safe point, wait for continue."""
     held = audit.paused_by(rt.journal, rt.run.run_id)
@@ -77,9 +58,8 @@ async def honour_pause(rt: Any, state: str) -> None:
 
 
 def observed(rt: Any, node: Any, outcome: Any) -> Any:
-    """An observe-only gate (`observe: true`, runbook.OBSERVABLE_KINDS): a failure (its own, or a
-    host system's error while it read) becomes OK with the failure kept in the journal's note, announced (event `observed`, notified); a pass is
-    noted as such. Any other step's outcome is returned unchanged."""
+    """An observe-only gate (`observe: true`): a failure becomes OK, kept in the note and announced
+    (event `observed`); a pass is noted as such. Any other step's outcome is returned unchanged."""
     from orchestrator.engine.steps import StepOutcome
     from orchestrator.language.machine import Event
 

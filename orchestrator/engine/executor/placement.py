@@ -1,19 +1,10 @@
-"""Observing what the host runs, for placement (`orchestrator.engine.rules.host_state`): read-only.
+"""Observing what the host runs, for placement (`engine.rules.host_state`): read-only.
 
-docker/ps says what runs and, by each container's `config_files` label, which file created it;
-the action log says at which tag that file was last applied to it. An engine (a service of a
-replica) is placed from these alone: `new` when it runs from the new file at the tag, `previous`
-when it runs another definition. No dry run ever names an engine or a running service that a
-rollout would not touch first: on a host with docker/compose#14029 a dry run that plans a
-recreate performs it, with compose-manager's `--remove-orphans` (the serving r1 recreated, the
-old r2 removed).
-
-A dry run is sent only to tell a host at the target from one whose shared services still need
-reconciling, and only when everything else already matches a `done` state (every engine new, no
-service the target declares absent running, so nothing is an orphan): it names the shared
-services that state declares, never an engine. docker/ps is compared around it; a change is
-named container by container, and an action-log entry that appeared meanwhile (a dry run is never
-recorded) names who else acted instead of blaming compose.
+An engine is placed from docker/ps (its `config_files` label) and the action log (the tag its
+file was last applied at) alone: no dry run names an engine, since with docker/compose#14029 a
+dry run that plans a recreate performs it. A dry run is sent only when everything else matches a
+`done` state (so nothing is an orphan), naming its shared services; docker/ps is compared around
+it, and an action-log entry that appeared meanwhile names who else acted.
 """
 
 from __future__ import annotations
@@ -36,14 +27,9 @@ class PlacementError(Exception):
         self.changed = changed
 
 
-async def _action_log(compose: Any) -> list[Any]:
-    reader = getattr(compose, "action_log", None)
-    return list(await reader()) if reader is not None else []
-
-
 async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project: str | None,
                        on_dry_run: Callable[[ComposeRequest, Any], None] | None = None) -> dict[str, str]:
-    actions = await _action_log(compose)
+    actions = await compose.action_log()
     before = await compose.ps(project)  # read right before the dry run, if one is sent
     running = {(c.service or c.name): c for c in before if c.state in ("running", "restarting")}
     observed: dict[str, str] = {}
@@ -68,7 +54,7 @@ async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project
     after = await compose.ps(project)
     changes = compare_ps(before, after, rb.oneshot_services())
     if changes:
-        later = (await _action_log(compose))[len(actions):]
+        later = (await compose.action_log())[len(actions):]
         if later:
             raise PlacementError(f"the host changed while it was being read: compose-manager's action log records "
                                  f"{describe_action(later[0])}, which no dry run makes (another orchestrator or a person is "
@@ -86,8 +72,7 @@ async def observe_host(compose: Any, env: EnvMap, rb: Runbook, tag: str, project
 
 def _shared_to_dry_run(rb: Runbook, observed: dict[str, str]) -> list[str]:
     """The running shared services a `done` state declares on the new file, when that state is
-    otherwise matched (its engines and absences already hold): only then can a dry run of them
-    change where the host is placed, and only then is nothing on the host an orphan of the new file."""
+    otherwise matched: only then can a dry run of them change the placement, and orphan nothing."""
     out: list[str] = []
     for state in rb.host_states:
         if state.action != "done":

@@ -1,13 +1,10 @@
-"""The last line of a run that ended ROLLED_BACK: what it went back to and from where the target
-came (the rollout's journal, the action log, or an operator's explicit --to-tag/--to-file), and
-what still runs the new definition (a forward step the rollback does not undo, e.g. gpu02's
-reconcile of nginx) with the runbook's reason why that is safe (`rollback_keeps:`), and what ran
-when the run started and runs no more (a soak relay the rollback stopped and does not restart).
+"""The last line of a run that ended ROLLED_BACK: what it went back to and where the target came
+from, what still runs the new definition (with the runbook's `rollback_keeps:` reason), and what
+ran when the run started and runs no more.
 
-The new definition is the runbook's file *at the run's tag*: a canary's new and previous files
-are one path at two tags, so a container's file (docker/ps's config_files label) says only where
-to look; the last up in compose-manager's action log that named the service says at which tag,
-and a file whose content (the log's file_sha256) is the same at both tags differs in nothing."""
+The new definition is the runbook's file *at the run's tag* (a canary's new and previous files are
+one path at two tags): a container's file says where to look, the action log's last up at which
+tag, and a file whose content (file_sha256) is the same at both tags differs in nothing."""
 
 from __future__ import annotations
 
@@ -22,8 +19,6 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
     from orchestrator.hosts.parsers.docker_ps import Container
 
-CONFIG_FILES = "com.docker.compose.project.config_files"
-
 
 def targets_text(rt: Activities) -> str:
     groups = group_targets(rt.rb, rt.ctx.previous)
@@ -35,9 +30,8 @@ def targets_text(rt: Activities) -> str:
 
 
 def differs(service: str, actions: list[Action], new: tuple[str | None, str], previous: set[tuple[str, str]]) -> bool:
-    """Does `service`, running from the new file, run the new definition? Its last up in the
-    action log was at the new tag (none: cannot tell, so it does), and that file's content is not
-    the same as at a previous target's tag."""
+    """Does `service`, running from the new file, run the new definition: its last up was at the
+    new tag (none: cannot tell, so it does), with content unlike a previous target's."""
     last = last_deploy(actions, service)
     if last is None:
         return True
@@ -48,9 +42,8 @@ def differs(service: str, actions: list[Action], new: tuple[str | None, str], pr
 
 
 def stopped_since_start(rt: Activities, containers: list[Container]) -> list[str]:
-    """Services (not engines: `host now` says those) that ran when the run started (its
-    before-state) and run no more: a sidecar such as a soak relay the rollback stopped and the
-    runbook does not start again."""
+    """Services (not engines: `host now` says those) that ran when the run started and run no more
+    (a soak relay the rollback stopped and does not start again)."""
     before = rt.ctx.before.ps if rt.ctx.before is not None else {}
     now = {n for c in containers if c.state in ("running", "restarting") for n in (c.name, c.service) if n}
     return sorted(n for n, v in before.items()

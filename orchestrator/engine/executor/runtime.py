@@ -1,19 +1,13 @@
-"""The live services a step handler acts through: the one place effects happen.
+"""The live services a step handler acts through (`Runtime`): the one place effects happen.
 
-`Runtime` is the object every handler receives. It is built from small parts, each a dataclass
-whose fields are the clients and the other parts it uses, so that what depends on what is read in
-the code (each part uses only parts defined above it). Handlers see the operations of
-`orchestrator.engine.steps.activities.Activities` (Temporal's activities): named reads, calls and
-waits; no handler reaches a client.
+`Runtime` is built from parts, dataclasses whose fields are the clients and the parts above them
+that they use; handlers see only the operations of `engine.steps.activities.Activities`.
 
-Rules kept here (each pinned by a test in tests/executor/):
-- every mutating call is journaled as an intent before it is sent and an outcome after; on resume
-  an intent without an outcome is settled by observation (compose-manager's `GET /status`, the
-  action log and docker/ps), never sent again;
-- whether an engine *serves* is the one three-valued model of orchestrator/engine/rules/serving_evidence.py
-  (docker/ps, the log window, the model-proxy peers; never "not serving" for a ready line that
-  docker's log rotation dropped); `stop_guard` allows stopping an engine only while it is known
-  not to serve or an engine of another replica is known to serve: "unknown" never permits it;
+Rules (each pinned by a test in tests/executor/):
+- a mutating call is journaled as an intent before it is sent and an outcome after; on resume an
+  intent without an outcome is settled by observation, never sent again;
+- serving is the three-valued model of engine/rules/serving_evidence.py; `stop_guard` never lets
+  "unknown" permit a stop;
 - a dry run that changed docker/ps halts the run (docker/compose#14029);
 - an abort is honoured between polls, never beside a call whose outcome is not known yet.
 """
@@ -90,24 +84,18 @@ T = TypeVar("T")
 HEARTBEAT_S = 300.0
 #: Log probes closer than this in real time are not sent (see RunClock.wait_for_output).
 MIN_PROBE_REAL_S = 0.01
-#: The first window of an engine's log: wide enough to hold a whole cold start, so a resumed gate
-#: judges the start from the container's first line.
+#: The first window of an engine's log: a whole cold start, so a resumed gate reads its first line.
 COLD_START_WINDOW = 4000
 #: The window a serving check reads (the ready line must be in it, with no later startup line).
 SERVING_WINDOW = 5000
-#: How long an unknown `up` outcome is observed before deciding it did not take effect, when
-#: compose-manager cannot say itself (no `GET /status`): an image pull can take that long.
+#: How long an unknown `up` is observed without `GET /status` before it is judged not applied (a pull).
 SETTLE_S = 600.0
 #: How many times a down is sent again when observation shows a zombie or no effect.
 MAX_DOWN_RESENDS = 2
 
-#: Redaction at the edges. What the journal keeps as the run's data -- rollback targets, files,
-#: tags, commits, services, container IDs, the action-log mark, a request as sent -- is exact: a
-#: rollback must find what it names, and a secret that happens to equal one of them (a commit in
-#: the env map) must not rewrite it. Text for a person is scrubbed before it is journaled, and
-#: again wherever it leaves (console, run log, page, API, notifications): these are the parts of
-#: the context (why a step failed, why a rollback left an engine running, a completion's
-#: refusal) and of an effect's outcome (the host's stream lines, an error) that are text.
+#: The journaled parts of the context and of an effect's outcome that are text for a person: scrubbed.
+#: The run's data (targets, tags, IDs, the action-log mark, a request as sent) stays exact: a
+#: rollback must find what it names even when a secret happens to equal it.
 CONTEXT_TEXT = (("failure",), ("not_stopped",), ("before", "completion"))
 OUTCOME_TEXT = ("lines", "error", "reason")
 
@@ -136,14 +124,13 @@ class DryRunCall:
 
 # -- the run's position and voice ----------------------------------------------------------------
 
+@dataclass(eq=False)
 class Visit:
-    """The state the run loop is at: its node, the visit key this visit's effects are journaled
-    under, and the logger bound to it. The run loop moves it; every part reads it."""
+    """The run loop's position: its bound logger, node, and the visit key effects are journaled under."""
 
-    def __init__(self, logger: Any) -> None:
-        self.node: Node | None = None
-        self.key = ""
-        self.log = logger
+    log: Any
+    node: Node | None = None
+    key: str = ""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -158,20 +145,15 @@ class Voice:
         return self.redactor.scrub(text or "")
 
     def scrub_lines(self, lines: Sequence[str]) -> list[str]:
-        """Consecutive log lines, scrubbed together: a secret split across two of them is hidden
-        whole (scrubbing them one by one would show its head)."""
+        """Scrubbed together: a secret split across two lines is hidden whole."""
         return self.redactor.scrub_lines(list(lines))
 
     def may_begin_secret(self, line: str) -> bool:
-        """Whether `line` ends with what may be the head of a secret the next line continues: a
-        line shown as it comes is held until the next one (`Redactor.may_begin_secret`)."""
         return self.redactor.may_begin_secret(line)
 
     def emit(self, kind: str, **fields: Any) -> None:
-        """Tell the watchers, every field scrubbed (an edge: the console, the page, a webhook; a
-        runbook's own words may hold a value the host declares secret). A watcher that fails (a
-        terminal, a notification) is logged and never stops the run: a run may be between a stop
-        and its replacement."""
+        """Tell the watchers, every field scrubbed. A failing watcher is logged, never stops the run
+        (it may be between a stop and its replacement)."""
         try:
             self.progress.event(kind, clock=self.clock.monotonic(), **self.redactor.scrub_obj(fields))
         except Exception as exc:  # noqa: BLE001  # any watcher's failure, by the rule above
@@ -180,12 +162,9 @@ class Voice:
 
 @dataclass(kw_only=True, eq=False)
 class RunClock:
-    """The run's time as a handler waits on it: a poll (`wait`), a poll that probes an engine's log
-    on the way (`wait_for_output`), the heartbeat lines of a long wait, and the abort check every
-    abortable wait makes."""
+    """The run's time: polls, log probes during a poll, heartbeat lines, the abort check."""
 
-    #: Run-clock seconds between log probes in `wait_for_output` (the runner sets it from the
-    #: settings); 0: none, `wait()` alone.
+    #: run-clock seconds between log probes in `wait_for_output` (set by the runner); 0: none
     log_probe_interval: float = 0.0
 
     clock: Clock
@@ -203,22 +182,17 @@ class RunClock:
             raise AbortRequested()
 
     async def wait(self, seconds: float | None = None, *, abortable: bool = True) -> None:
-        """Sleep a poll. `abortable=False` while a sent call is being settled or waited out: an
-        abort is honoured at the next step, never beside a call whose outcome is not known yet."""
+        """Sleep a poll. `abortable=False` while a sent call is settled: its abort waits for the outcome."""
         await self.clock.sleep(self.poll if seconds is None else seconds)
         if abortable:
             self.check_abort()
 
     async def wait_for_output(self, follower: LogFollower, until: float | None = None) -> str:
-        """`wait()` until `until` (default: a poll from now), probing the log on the way (a failure
-        line is seen within seconds, not within a poll interval): every `log_probe_interval` a
-        `--tail 1` read (one line per container, where a poll reads at least 16), the last one at
-        `until`. Returns "news" as soon as a probe shows a line the follower has not read; "quiet"
-        when the probes ran to the end and showed none (the caller may skip its own log read: a
-        line logged since is seen by the next probe); "unprobed" when they did not run (none
-        configured; a probe failed: the next poll judges; or probes would come less than
-        MIN_PROBE_REAL_S of real time apart, a time-compressed simulation whose host could not
-        serve that cadence)."""
+        """`wait()` until `until` (default: a poll), probing the log (`--tail 1`) every
+        `log_probe_interval` so a failure line is seen within seconds. "news": a probe showed an
+        unread line; "quiet": the probes ran to the end and showed none (the caller may skip its
+        log read); "unprobed": no probes (none configured, one failed, or closer than
+        MIN_PROBE_REAL_S of real time in a time-compressed simulation)."""
         step = self.log_probe_interval
         end = until if until is not None else self.clock.monotonic() + self.poll
         real = getattr(self.clock, "real_seconds", None)
@@ -242,14 +216,13 @@ class RunClock:
         return outcome
 
     def start_heartbeat(self) -> float:
-        """A long wait begins: its first heartbeat line comes HEARTBEAT_S from now. Returns now."""
+        """A long wait begins (first heartbeat in HEARTBEAT_S). Returns now."""
         now = self.clock.monotonic()
         self._hb_next = now + HEARTBEAT_S
         return now
 
     def tick(self, what: str, started: float, timeout: float | None, extra: Callable[[], dict[str, Any]] | None = None) -> None:
-        """A heartbeat line during a long wait: every HEARTBEAT_S on the run's clock. `extra` is
-        called only when a line is due (what the wait has seen so far)."""
+        """A heartbeat line every HEARTBEAT_S; `extra` is called only when one is due."""
         now = self.clock.monotonic()
         if now < self._hb_next:
             return
@@ -259,8 +232,7 @@ class RunClock:
 
 @dataclass(kw_only=True, eq=False)
 class RunJournal:
-    """This run's records in the journal: its context, its approvals, and the effects of the
-    current visit (a resume finds its calls there)."""
+    """This run's records in the journal: its context, approvals and the effects of the visit."""
 
     journal: Journal
     lease: Lease  # renewed by the heartbeat: the run loop sets the current one
@@ -270,8 +242,7 @@ class RunJournal:
     visit: Visit
 
     def context_json(self) -> dict[str, Any]:
-        """The context as it is journaled: its text for a person (`CONTEXT_TEXT`) scrubbed, the
-        rest (the run's data) exact."""
+        """The context as journaled: its `CONTEXT_TEXT` scrubbed, the rest exact."""
         data = self.ctx.to_json()
         for *path, key in CONTEXT_TEXT:
             part = data
@@ -298,34 +269,30 @@ class RunJournal:
         return max((e.effect_id for e in self.effects()), default=0)
 
     def _outcome_json(self, outcome: dict[str, Any]) -> dict[str, Any]:
-        """An effect's outcome as it is journaled: its text (`OUTCOME_TEXT`) scrubbed, the rest exact."""
         return {k: self.redactor.scrub_obj(v) if k in OUTCOME_TEXT else v for k, v in outcome.items()}
 
-    def record_intent(self, kind: str, body: dict[str, Any]) -> EffectRecord:
-        """A mutating call, journaled before it is sent (under this visit's key): the request as
-        sent (its env map as `<env map: N keys>`) and the baseline, exact."""
-        return self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind, body, mutating=True)
+    def record_intent(self, kind: str, body: dict[str, Any], *, mutating: bool = True) -> EffectRecord:
+        """Journaled (under this visit's key) before the call is sent; `body` exact."""
+        return self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind, body, mutating=mutating)
 
     def record_outcome(self, effect_id: int, outcome: dict[str, Any]) -> None:
         self.journal.record_outcome(self.lease, self.run.run_id, effect_id, self._outcome_json(outcome))
 
     def journal_dry_run(self, req: ComposeRequest, stream: StreamOutcome, **extra: Any) -> None:
-        """A dry run is journaled after the fact (nothing to reconcile on resume): its status, exit
-        code and last 40 lines (scrubbed as text, `OUTCOME_TEXT`)."""
+        """Journaled after the fact (nothing to reconcile on resume): status, exit code, last 40 lines."""
         outcome = {"status": stream.status, "exit_code": stream.exit_code, "lines": stream.lines[-40:], **extra}
-        eff = self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, "dry_run", req.redacted(), mutating=False)
-        self.journal.record_outcome(self.lease, self.run.run_id, eff.effect_id, self._outcome_json(outcome))
+        self.record_outcome(self.record_intent("dry_run", req.redacted(), mutating=False).effect_id, outcome)
 
     def visit_effects(self, prefix: str) -> list[EffectRecord]:
         return [e for e in self.effects() if e.step == self.visit.key and e.kind.startswith(prefix)]
 
     def recorded_effect(self, kind: str) -> EffectRecord | None:
-        """The mutating effect of `kind` this visit of this state already journaled (a resume)."""
+        """The effect of `kind` this visit already journaled (a resume)."""
         return next((e for e in reversed(self.visit_effects(kind)) if e.kind == kind), None)
 
     async def resume_effect(self, eff: EffectRecord) -> dict[str, Any]:
-        """A call this visit journaled before a resume: its recorded outcome, or "unknown" (then
-        recorded as such: the handler settles it by observation, never by sending it again)."""
+        """A call journaled before a resume: its outcome, or "unknown" (recorded so; settled by
+        observation, never sent again)."""
         baseline = dict(eff.request.get("baseline", {}))
         if eff.outcome is not None:
             self.visit.log.info("effect_reused", kind=eff.kind, status=eff.outcome.get("status"))
@@ -340,7 +307,7 @@ class RunJournal:
 
 @dataclass(kw_only=True, eq=False)
 class EnvReader:
-    """The host's env map, read from the dashboard; its values join the redactor as they are read."""
+    """The host's env map from the dashboard; its secrets join the redactor as they are read."""
 
     dashboard: Any
     instance_names: dict[str, str]
@@ -349,11 +316,9 @@ class EnvReader:
     ctx: RunContext
     voice: Voice
     visit: Visit
-    #: the host's own names (host, files, tags, services): a value inside one is never a secret,
-    #: so what the journal keeps of them stays exact
+    #: the host's own names (host, files, tags, services): never secrets, so journaled exact
     identifiers: tuple[str, ...] = ()
-    #: the env map as last read (None before the first read of this runner)
-    env: EnvMap | None = field(default=None, init=False)
+    env: EnvMap | None = field(default=None, init=False)  # as last read
 
     def _secrets_of(self, env: EnvMap) -> frozenset[str]:
         known = self.identifiers + tuple(str(v) for ref in self.ctx.previous.values() if isinstance(ref, dict)
@@ -383,7 +348,7 @@ class EnvReader:
         return self.env
 
     async def other_env(self, host: str) -> EnvMap:
-        """Another inventory host's env map (an `env:` gate about it); LookupError: not in the inventory."""
+        """Another inventory host's env map; LookupError: not in the inventory."""
         name = self.instance_names.get(host)
         if name is None:
             raise LookupError(f"host {host!r} is not in the inventory (its env map cannot be read)")
@@ -394,9 +359,8 @@ class EnvReader:
 
 @dataclass(kw_only=True, eq=False)
 class HostReads:
-    """What a handler reads from the host: docker/ps, compose-manager's action log, version, host
-    cache and GPU claims, an engine's log (the file it is read through, a follower over it), one
-    completion through the inference route, the soak relay. Nothing here changes the host."""
+    """What a handler reads from the host (compose-manager, the inference route, the relay); nothing
+    here changes the host."""
 
     compose: Any
     inference: Any
@@ -424,7 +388,7 @@ class HostReads:
         return len(actions)
 
     def take_fresh_actions(self) -> list[Any] | None:
-        """The action log `action_count` just read, once (the foreign-change check right after it)."""
+        """The action log `action_count` just read, once (for the foreign-change check after it)."""
         actions, self._fresh_actions = self._fresh_actions, None
         return actions
 
@@ -443,8 +407,7 @@ class HostReads:
         return version.project(self.entry.project) if hasattr(version, "project") else None
 
     async def success_record(self) -> list[Any] | None:
-        """compose-manager's success record (`/version` projects.<p>.current/previous), which it
-        rewrites only after an up's stream ended in success: it shifts exactly when an up succeeded."""
+        """`/version` projects.<p>.current/previous: rewritten only when an up succeeded."""
         proj = await self._project_version()
         if proj is None:
             return None
@@ -452,7 +415,7 @@ class HostReads:
                 for r in (proj.current, proj.previous)]
 
     async def successful_deploys(self, journal: Journal, host: str) -> set[tuple[str, str]]:
-        """(tag, file) of every up known to have succeeded: compose-manager's record and the journal's."""
+        """(tag, file) of every up compose-manager's record or the journal saw succeed."""
         return recorded_successes(await self._project_version()) | journaled_successes(journal, host)
 
     async def in_flight(self) -> bool | None:
@@ -466,7 +429,7 @@ class HostReads:
             return None
         return st is not None
 
-    async def _offered(self, name: str) -> Any | None:
+    async def offered(self, name: str) -> Any | None:
         """compose-manager's read `name`, or None where it does not offer it (or it failed)."""
         reader = getattr(self.compose, name, None)
         if reader is None:
@@ -477,19 +440,17 @@ class HostReads:
             return None
 
     async def host_cache(self) -> Any | None:
-        return await self._offered("host_cache")
+        return await self.offered("host_cache")
 
     async def gpu_holders(self, replica: str | None) -> dict[int, set[str]] | None:
         """GPU index -> the containers holding it, for the replica's GPUs (None: not offered)."""
         gpus = self.rb.replica_gpus.get(replica or "")
-        info = await self._offered("host_gpu") if gpus else None
-        if not gpus or info is None:
+        if not gpus or (info := await self.offered("host_gpu")) is None:
             return None
         by_index = {g.index: set(g.claimed_by) for g in info}
         return {i: by_index.get(i, set()) for i in gpus}
 
     async def attestation_report(self) -> dict[str, Any]:
-        """compose-manager's attestation report (a fresh nonce, checked echoed by the client)."""
         return await self.compose.attestation_report()
 
     async def completion_once(self) -> dict[str, Any]:
@@ -502,35 +463,29 @@ class HostReads:
             return {"ok": False, "reason": self.voice.scrub(f"{type(exc).__name__}: {exc}")}
 
     async def cache_hit_check(self) -> Any:
-        """A completion through the inference route, then a follow-up that must hit the prefix cache."""
         return await self.inference.cache_hit_check(self.rb.model)
 
     def relay_client(self, port: int, token: str) -> Any:
         return self.relay(self.entry.relay_url(port), token)
 
     def prometheus_client(self) -> Any:
-        """The inventory's Prometheus query API for this host (`prometheus_url`)."""
         assert self.entry.prometheus_url is not None
         return self.prometheus(str(self.entry.prometheus_url))
 
     def known_file(self, service: str) -> str | None:
-        """The file that deployed `service` as this run knows it (this run, or the action log's
-        previous deploy), else the file of a `previous:` request that names it (the base tier's
-        FP8 r2 comes with `previous:model-sg-glm53-fp8-tp4-r1`); None: not known."""
+        """The file that deployed `service` as this run knows it, else the file of the `previous:`
+        reference that names it (the base tier's FP8 r2 comes with `previous:...-r1`)."""
         known = (self.ctx.deployed.get(service) or self.ctx.previous.get(service)
                  or self.ctx.previous.get(self._previous_ref_of.get(service, "")))
         return known["file"] if known else None
 
     def service_file(self, service: str) -> str:
-        """The compose file a service's logs are read through: `known_file`, else the new file."""
         return self.known_file(service) or self.rb.file
 
-    # Log text is read raw: every gate judges what the engine wrote (a secret that happens to equal
-    # a marker, a one-shot's verdict event or a ready line must not change a verdict). Whoever shows a line
-    # scrubs it there, over the consecutive lines around it (`Voice.scrub_lines`).
+    # Log text is read raw: a gate judges what the engine wrote (a secret equal to a ready line must
+    # not change a verdict); whoever shows a line scrubs it there (`Voice.scrub_lines`).
 
     async def raw_log(self, service: str, tail: int) -> str:
-        """The last `tail` lines of `service`'s log, through the file that deployed it: raw text."""
         return await self.log_through(self.service_file(service), service, tail)
 
     async def log_through(self, file: str, service: str, tail: int) -> str:
@@ -541,7 +496,7 @@ class HostReads:
         return LogFollower(lambda tail: self.log_through(file, service, tail), initial_tail=COLD_START_WINDOW, max_tail=5000)
 
     async def oneshots_ran(self, services: list[str]) -> bool:
-        """Every one of `services` is a runbook one-shot whose container left output (it ran)."""
+        """Every one of `services` is a one-shot whose container left output (it ran)."""
         oneshots = self.rb.oneshot_services()
         if not services or any(s not in oneshots for s in services):
             return False
@@ -557,8 +512,7 @@ class HostReads:
 
 @dataclass(kw_only=True, eq=False)
 class Neighbours:
-    """The model-proxy peers, asked about this host or the tier's other hosts, and the inventory's
-    addresses of those hosts."""
+    """The model-proxy peers, asked about this host or the tier's others, and the inventory's addresses."""
 
     peers: list[Any]
     addresses: dict[str, str]
@@ -567,12 +521,11 @@ class Neighbours:
     run: RunRecord
 
     def address_of(self, host: str) -> str | None:
-        """The inventory's model-proxy address of `host` (None: the inventory does not know it)."""
         return self.addresses.get(host)
 
     async def peer_presence(self) -> tuple[dict[str, Any], list[str]]:
-        """Each peer's listing of this host under the long and the base domain, and what is wrong
-        with it (the host must be listed healthy under the long domain and not under the base)."""
+        """Each peer's listing of this host under the long and base domains, and the problems
+        (it must be listed healthy under the long domain, and not under the base)."""
         addr = self.entry.model_proxy_address
         peers: dict[str, Any] = {}
         problems = []
@@ -587,9 +540,8 @@ class Neighbours:
         return peers, problems
 
     async def presence_problems(self, targets: dict[str, str], listed: list[str], absent: list[str]) -> list[str]:
-        """What every peer says against a `presence:` gate: each target host (host -> address)
-        listed healthy under each `listed` role's domain, and not listed on any port under each
-        `absent` role's domain. A peer that does not answer raises (the gate polls again)."""
+        """Against a `presence:` gate: each target (host -> address) listed healthy under each `listed`
+        role's domain, on no port under each `absent` one. A peer that does not answer raises."""
         problems: list[str] = []
         for peer in self.peers:
             for host, addr in targets.items():
@@ -604,8 +556,8 @@ class Neighbours:
         return problems
 
     async def peers_view(self) -> Peers:
-        """Do the model-proxy peers route to this host (every peer lists it healthy under one of
-        the runbook's domains)? A peer that cannot be asked leaves it undecided (None)."""
+        """Does every peer list this host healthy under one of the runbook's domains? A peer that
+        cannot be asked leaves it undecided (None)."""
         addr = split_host(self.entry.model_proxy_address)
         if not self.peers:
             return Peers(None, "no model-proxy peer is configured")
@@ -626,8 +578,8 @@ class Neighbours:
         return Peers(True, f"the model-proxy peers ({names}) route to {addr}")
 
     async def still_listed(self) -> list[str]:
-        """Where a model-proxy peer still lists this host, under any of the runbook's domains
-        (empty: drained). A peer that cannot be asked counts as listing it: never stop blind."""
+        """Where a peer still lists this host (empty: drained). A peer that cannot be asked counts
+        as listing it: never stop blind."""
         addr = split_host(self.entry.model_proxy_address)  # any port: the registrar's may differ from ours
         out: list[str] = []
         for peer in self.peers:
@@ -649,9 +601,7 @@ class Neighbours:
 
 @dataclass(kw_only=True, eq=False)
 class ForeignChecks:
-    """What compose-manager did that this run does not explain (orchestrator/engine/rules/foreign_change.py):
-    an action-log entry since this run's mark that no journaled call of this run explains, or an
-    operation someone else is running."""
+    """What compose-manager did that this run does not explain (engine/rules/foreign_change.py)."""
 
     compose: Any
     reads: HostReads
@@ -662,9 +612,8 @@ class ForeignChecks:
     voice: Voice
 
     async def foreign_in_flight(self) -> str | None:
-        """Before a run acts: an operation compose-manager is running now was sent by someone else
-        (this run has sent nothing yet, and a run of this journal with an unsettled call is resumed
-        first). The refusal, or None."""
+        """Before a run sends anything: an operation compose-manager runs now is someone else's
+        (an unsettled call of this journal is resumed first). The refusal, or None."""
         status = getattr(self.compose, "status", None)
         if status is None or any(e.mutating for e in self.records.effects()):
             return None
@@ -686,8 +635,8 @@ class ForeignChecks:
         return refuse_foreign_part_way(self.records.journal, self.run.host, actions, self.rb.file, self.run.tag or "", "")
 
     async def check_foreign(self, *, advance: bool) -> str | None:
-        """One line naming an action-log entry since this run's mark that no call this run
-        journaled explains (None: none). `advance`: when clean, the mark moves to now."""
+        """One line naming an action-log entry since this run's mark that no journaled call of this
+        run explains (None: none). `advance`: when clean, the mark moves to now."""
         actions = self.reads.take_fresh_actions()
         if actions is None:
             actions = await self.reads.action_log()
@@ -702,14 +651,8 @@ class ForeignChecks:
                    and (oc := own_call(e.kind, e.request)) is not None]
             foreign = unexplained(later, own)
             if foreign:
-                in_flight = None
-                status = getattr(self.compose, "status", None)
-                if status is not None:
-                    try:
-                        st = await status()
-                        in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
-                    except (ClientError, AttributeError):
-                        in_flight = None
+                st = await self.reads.offered("status")
+                in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
                 return self.voice.scrub(foreign_message(self.run.host, foreign, in_flight=in_flight))
         if advance:
             self.ctx.action_mark = ActionMark.from_json(new_mark(actions, last_effect))
@@ -718,11 +661,8 @@ class ForeignChecks:
 
 @dataclass(kw_only=True, eq=False)
 class Serving:
-    """Whether an engine serves, from the evidence the one serving model judges
-    (orchestrator/engine/rules/serving_evidence.py): docker/ps, the engine's log window (never "not
-    serving" for a ready line docker's log rotation dropped), the model-proxy peers, the soak
-    relay's /health; and the watches built on it: the engines a soak watches, still the same
-    containers and still up, and the final message's `host now` line."""
+    """Whether an engine serves (engine/rules/serving_evidence.py, from docker/ps, its log window,
+    the peers, the soak relay's /health), and the watches and `host now` line built on it."""
 
     reads: HostReads
     envs: EnvReader
@@ -730,12 +670,11 @@ class Serving:
     rb: Runbook
     ctx: RunContext
     voice: Voice
-    #: service -> the file of its newest up in the action log (read once, when the run knows no file for it)
+    #: service -> the file of its newest up in the action log (read once, when needed)
     _files_by_action_log: dict[str, str] | None = field(default=None, init=False)
 
     async def log_window(self, service: str) -> LogWindow:
-        """The engine's last SERVING_WINDOW log lines (docker's rotation may keep fewer), or why
-        they could not be read (the file never fetched on the host, no env map, ...)."""
+        """The engine's last SERVING_WINDOW log lines (rotation may keep fewer), or why unreadable."""
         try:
             file = await self._log_file(service)
             text = await self.reads.log_through(file, service, SERVING_WINDOW)
@@ -744,10 +683,8 @@ class Serving:
         return LogWindow(text.splitlines(), asked=SERVING_WINDOW)
 
     async def _log_file(self, service: str) -> str:
-        """The file a serving check reads `service`'s log through: the file that deployed it as
-        this run knows it, else the file of the newest up in compose-manager's action log that
-        named it (before the before-state is read, e.g. at placement or in an early abort's
-        `host now`: the new file may not define the old engine at all)."""
+        """`known_file`, else the file of the newest up in the action log that named it (before the
+        before-state is read, the new file may not define the old engine at all)."""
         known = self.reads.known_file(service)
         if known:
             return known
@@ -762,10 +699,9 @@ class Serving:
         return self._files_by_action_log.get(service, self.rb.file)
 
     async def serving(self, service: str, containers: list[Container] | None = None, *, live: bool = False) -> Verdict:
-        """Serving, not serving or unknown, from docker/ps, the log window and the peers; the peers
-        and the other engines' logs are read only when docker and this engine's log do not decide.
-        `live`: this engine's ready line (and this run's cold start of it) count for nothing, only
-        live evidence says serving (a cold-start gate whose milestones rotated out)."""
+        """Serving, not serving or unknown; the peers and other engines' logs are read only when
+        docker and this engine's log do not decide. `live`: only live evidence says serving (not
+        its ready line nor this run's cold start: a gate whose milestones rotated out)."""
         containers = containers if containers is not None else await self.reads.ps()
         by_svc = by_service(containers)
         c = by_svc.get(service)
@@ -803,11 +739,9 @@ class Serving:
         return out
 
     async def _relay_health(self, service: str, containers: list[Container]) -> str | None:
-        """Live, per engine: where a container publishes the soak relay's port of this engine's
-        replica and this engine is the only one of its replica running, GET /health through it.
-        What it saw when it answered; None otherwise (no relay, a refusal, a 502: no evidence,
-        since the relay may route to a container that is gone). Only with the env map in hand
-        (its token): a serving check never reads the dashboard itself."""
+        """GET /health through the soak relay's port of this engine's replica, when published and
+        this engine is its replica's only one running: what it saw, or None (no evidence: the relay
+        may route to a gone container). Only with the env map in hand: never reads the dashboard."""
         replica = self.rb.replica_of(service)
         port = self._relay_ports().get(replica or "")
         env = self.envs.env
@@ -823,8 +757,7 @@ class Serving:
         return f"the soak relay :{port[0]} (its replica's port) answers /health"
 
     async def take_relay_word(self, stopping: list[str], containers: list[Container]) -> None:
-        """Right before a down stops the soak relay: its live word on each engine it routes to,
-        kept with the run (`relay_word`) for the serving checks after the relay is gone."""
+        """Before a down stops the soak relay: its word on each engine, kept for later serving checks."""
         ports = self._relay_ports()
         if not any(publishes(c, port) for c in containers if (c.service or c.name) in stopping for port, _ in ports.values()):
             return
@@ -834,7 +767,7 @@ class Serving:
                 self.ctx.extra.setdefault(RELAY_SEEN, {})[svc] = {"id": c.id, "said": said}
 
     async def running_engine_verdicts(self, containers: list[Container] | None = None) -> dict[str, Verdict]:
-        """The serving verdict of every engine docker/ps lists (running or restarting)."""
+        """The verdict of every engine docker/ps lists."""
         containers = containers if containers is not None else await self.reads.ps()
         engines = [(c.service or c.name) for c in containers if self.rb.replica_of(c.service or c.name)]
         return {svc: await self.serving(svc, containers) for svc in engines}
@@ -862,13 +795,12 @@ class Serving:
             return f"host now: unknown (docker/ps could not be read: {type(exc).__name__})"
 
     async def watch_engines(self) -> dict[str, tuple[str, float | None]]:
-        """The engines running now and serving, to watch during a soak: service -> (id, up seconds)."""
+        """The engines a soak watches: service -> (id, up seconds)."""
         return {c.service or c.name: (c.id, up_seconds(c.status))
                 for c in await self.reads.ps() if self.rb.replica_of(c.service or c.name)}
 
     def check_ready_unchanged(self, watched: dict[str, tuple[str, float | None]]) -> str | None:
-        """An engine whose cold start passed in this run must still be that container (a resume
-        judges what happened while no runner watched)."""
+        """An engine whose cold start passed in this run must still be that container (on resume)."""
         for svc, cid in self.ctx.ready.items():
             if svc in watched and watched[svc][0] != cid:
                 return f"{svc} was replaced since its cold start passed (container {cid[:12]} -> {watched[svc][0][:12]})"
@@ -896,11 +828,8 @@ class Serving:
 
 @dataclass(kw_only=True, eq=False)
 class ComposeCalls:
-    """The compose calls a handler sends: a request built from the runbook's step; a dry run, with
-    docker/ps compared around it (a dry run that changed real containers halts the run,
-    docker/compose#14029); a mutating call, journaled as an intent before it is sent and an outcome
-    after; and the ledgers a call updates (what this run deployed, which containers it created and
-    stopped)."""
+    """The compose calls a handler sends: a dry run (docker/ps compared around it), a mutating call
+    (intent journaled before, outcome after), and the ledgers a call updates."""
 
     compose: Any
     envs: EnvReader
@@ -919,8 +848,7 @@ class ComposeCalls:
         spec = step.compose
         assert spec is not None
         tag, file = resolve_file(spec.file, self.rb, self.run.tag, self.ctx.previous)
-        # force_recreate only as the runbook's step says (the loader allows it on no engine: the
-        # services whose only change is inline configs content, docker/compose#11900); never on a down
+        # force_recreate only as the step says (never on an engine: docker/compose#11900); never on a down
         force = bool(spec.force_recreate) and step.down is None
         return ComposeRequest(tag=tag, file=file, services=resolve_services(spec, self.ctx.selected),
                               project=self.entry.project, force_recreate=force, dry_run=dry_run,
@@ -975,12 +903,10 @@ class ComposeCalls:
         return DryRunCall("done", stream=outcome, after=after_list)
 
     async def unless_busy(self, send: Callable[[], Awaitable[T]], what: str, *, abortable: bool) -> T:
-        """`send()`, waiting out compose-manager's lock held by another operation (another
-        operator's dry run, the dashboard) for up to the runbook's `timeouts.gone`: a 409 means the
-        server refused and did nothing, so sending again is safe, and giving up would leave a
-        replica a step before stopped empty for a transient lock. Each wait names what holds it
-        (`GET /status`); past the bound the `Busy` goes to the caller as before. `abortable`: False
-        once the call's intent is journaled (an abort then waits for the call's outcome)."""
+        """`send()`, waiting out compose-manager's lock held by another client for up to
+        `timeouts.gone` (a 409 did nothing, so sending again is safe; giving up could leave a
+        replica stopped for a transient lock); then the `Busy` is raised. `abortable`: False once
+        the intent is journaled."""
         deadline = self.clock.clock.monotonic() + self.rb.timeouts.gone
         said = ""
         while True:
@@ -998,10 +924,7 @@ class ComposeCalls:
                 await self.clock.wait(abortable=abortable)
 
     async def _lock_holder(self, exc: Busy) -> str:
-        try:
-            held = await self.compose.status()
-        except ClientError:
-            held = None
+        held = await self.reads.offered("status")
         if held is None:
             text = exc.in_flight or "an operation of another client"
         else:
@@ -1021,8 +944,8 @@ class ComposeCalls:
         self.voice.emit("effect", action=kind, services=list(req.services), file=req.file, tag=req.tag)
         scrub = self.voice.scrub
         try:
-            call = self.compose.down if kind.startswith("compose_down") else self.compose.up
             verb = "down" if kind.startswith("compose_down") else "up"
+            call = getattr(self.compose, verb)
             res = await self.unless_busy(lambda: call(req, env), f"the {verb} of {', '.join(req.services)}", abortable=False)
             outcome: dict[str, Any] = {"status": res.status, "exit_code": res.exit_code,
                                        "lines": [scrub(x) for x in res.lines[-30:]], "error": scrub(res.error or "")}
@@ -1040,11 +963,9 @@ class ComposeCalls:
         self.ctx.oneshots_removed = [s for s in self.ctx.oneshots_removed if s not in req.services]
 
     async def record_ownership(self, req: ComposeRequest, baseline: dict[str, Any], *, up: bool) -> None:
-        """The run's container ledger after a compose call (orchestrator/engine/rules/ownership.py):
-        an up's new IDs of the services it named are `created`; IDs gone since the journaled
-        baseline are `stopped` (a down: of the services it named; an up: any, its --remove-orphans
-        included). Called again on resume from the intent's baseline, so the ledger survives a
-        crash before the transition."""
+        """The container ledger after a call (engine/rules/ownership.py): an up's new IDs of its
+        services are `created`; IDs gone since the baseline are `stopped` (a down: of its services;
+        an up: any, --remove-orphans included). Called again on resume from the intent's baseline."""
         before = ownership.baseline_ids(baseline)
         try:
             now = await self.reads.ps()
@@ -1060,12 +981,9 @@ class ComposeCalls:
 
 @dataclass(kw_only=True, eq=False)
 class StopGuard:
-    """What keeps a stop from taking capacity away. `stop_guard` allows stopping an engine only
-    while it is known not to serve, or an engine of another replica is known to serve (one-host
-    capacity), or the model-proxy peers no longer list the host (fleet capacity): "unknown" never
-    permits it, and a call that takes the host out of a fleet's pool first asks the tier live
-    (orchestrator/engine/leave_pool.py). `not_owned`: a rollback of a rollout stops only the
-    containers this run created (orchestrator/engine/rules/ownership.py)."""
+    """What keeps a stop from taking capacity away. An engine may stop only while it is known not
+    to serve, or another replica's engine is known to serve (one host), or the peers no longer list
+    the host (fleet): "unknown" never permits it; leaving a fleet's pool asks the tier live first."""
 
     serving: Serving
     reads: HostReads
@@ -1093,8 +1011,7 @@ class StopGuard:
         if not engines:
             await self.serving.take_relay_word(services, await self.reads.ps())
             return None
-        # another client's operation may be changing the replica that must keep serving: wait for
-        # it to end (bounded by the runbook's `timeouts.gone`) and judge what the host is after it
+        # another client's operation may be changing the replica that must keep serving: judge after it
         deadline = self.clock.clock.monotonic() + self.rb.timeouts.gone
         said = False
         while await self.reads.in_flight():
@@ -1130,10 +1047,8 @@ class StopGuard:
         return None
 
     def not_owned(self, node: Node, present: list[Container]) -> dict[str, str]:
-        """Service -> why it is left running: in a rollback of a rollout (a phase's rollback, or the
-        whole-host rollback an abort takes), a down stops only containers this run created. An
-        operator's `orchestrate rollback` run is exempt: stopping the rolled-out engines is what
-        the operator asked for (the stop guard still applies)."""
+        """Service -> why it is left running: a rollback of a rollout stops only containers this run
+        created (an `orchestrate rollback` run is exempt: the operator asked for the stop)."""
         if node.section not in ownership.ROLLBACK_SECTIONS or self.table.kind != "rollout":
             return {}
         _, others = ownership.owned_split(present, self.ctx.created)
@@ -1150,13 +1065,8 @@ class StopGuard:
 
 @dataclass(kw_only=True, eq=False)
 class Waits:
-    """Waiting out a sent call. `settle_up`: an up whose outcome is unknown (a lost stream, a crash
-    after sending) is settled by observation, never sent again: compose-manager's `GET /status`,
-    its action log and success record, docker/ps, a one-shot's output, a fresh dry run that plans
-    nothing. `wait_gone`: a down is followed until docker/ps no longer lists the services, sent
-    again (at most MAX_DOWN_RESENDS times, each after asking the stop guard again) on a zombie or
-    a down with no observable effect. `recheck_after_drain`: right after a drain is confirmed, the
-    tier again; the host rejoins at once when another host left meanwhile."""
+    """Waiting out a sent call: an up of unknown outcome settled by observation (never sent again),
+    a down followed until its containers are gone, a drain checked against the tier again."""
 
     clock: RunClock
     reads: HostReads
@@ -1171,8 +1081,7 @@ class Waits:
     visit: Visit
 
     async def _dry_run_finds_current(self, req: ComposeRequest) -> bool:
-        """A dry run of `req` (docker/ps compared around it) plans no create, recreate or removal:
-        the host already runs what `req` asks for. Uses the stream's `plan` event when present."""
+        """A dry run of `req` plans no create, recreate or removal (its `plan` event, else its lines)."""
         res = await self.calls.dry_run(req.as_dry_run())
         if res.verdict != "done" or res.stream is None or res.stream.status != "success":
             return False
@@ -1187,9 +1096,9 @@ class Waits:
             and "removed" not in parsed.actions.values()
 
     async def settle_up(self, req: ComposeRequest, baseline: dict[str, Any]) -> str:
-        """applied / not_applied / a sentence saying what is known. Waits while compose-manager
-        says an operation is in flight, then decides within one poll; without `GET /status` it
-        observes for up to SETTLE_S."""
+        """applied / not_applied / a sentence of what is known, from `GET /status`, the action log,
+        the success record, docker/ps, a one-shot's output, a fresh dry run. Waits while an
+        operation is in flight; without `GET /status` observes for up to SETTLE_S."""
         now_ = self.clock.clock.monotonic
         deadline = now_() + SETTLE_S
         hard_deadline = now_() + max(SETTLE_S, self.rb.timeouts.cold_start)
@@ -1224,9 +1133,7 @@ class Waits:
                         return "applied"
                 if not changed:
                     return "not_applied"
-                if await self._dry_run_finds_current(req):
-                    # a one-shot (model-downloader) restarts in place, keeping its ID: a fresh dry
-                    # run of the same request that plans nothing says the up took effect
+                if await self._dry_run_finds_current(req):  # a one-shot restarted in place, keeping its ID
                     return "applied"
                 return f"compose-manager finished; changed: {changed} of {list(req.services)}"
             if in_flight is True:
@@ -1240,8 +1147,9 @@ class Waits:
             await self.clock.wait(abortable=False)
 
     async def wait_gone(self, req: ComposeRequest, first: dict[str, Any], *, resends: int = 0) -> StepOutcome:
-        """Wait until docker/ps no longer lists the services. `resends`: downs this visit already
-        sent again (a resume counts them from the journal, so the cap holds across crashes)."""
+        """Wait until docker/ps no longer lists the services; on a zombie or a down with no effect,
+        send it again (after the stop guard), at most MAX_DOWN_RESENDS times. `resends`: already
+        sent again this visit (counted from the journal on resume)."""
         now_ = self.clock.clock.monotonic
         poll = self.clock.poll
         timeout = self.rb.timeouts.gone
@@ -1301,11 +1209,9 @@ class Waits:
         return lock_held(self.rb.timeouts.gone, f"the down of {', '.join(req.services)} sent again", outcome.get("error", ""))
 
     async def recheck_after_drain(self, step: Step) -> str | None:
-        """Right after a drain is confirmed (`step`, the presence gate after the leave-pool down):
-        the other hosts of the tier read again at the peers. None: the tier carries the domain. Else
-        this host rejoins at once (the registrar up from the file it was taken down from, sent once
-        per visit) and the one line to halt with: another orchestrator (a second journal) or a human
-        took the other host out in the same window."""
+        """After a drain is confirmed (`step`, the presence gate after the leave-pool down): the tier
+        read again. None: it carries the domain. Else this host rejoins at once (the registrar up,
+        sent once per visit) and the line to halt with: someone took another host out meanwhile."""
         down = leave_pool.drain_down_before(self.rb, step)
         if down is None:
             return None
@@ -1328,11 +1234,8 @@ class Waits:
 
 @dataclass(kw_only=True, eq=False)
 class Preflight:
-    """What a run establishes before it acts. The rollback targets: the newest successful up of
-    every service a rollback needs, found in the action log and checked against compose-manager's
-    success record and this journal, then dry-run so that a rollback never finds out after a stop
-    that its target does not exist. What the host runs (placement). And the tag: merged to main and
-    old enough (GitHub), unless the operator skipped that check."""
+    """What a run establishes before it acts: the rollback targets (each dry-run), what the host
+    runs (placement), and the tag (merged to main and old enough, unless the check is skipped)."""
 
     compose: Any
     github: Any
@@ -1347,12 +1250,9 @@ class Preflight:
     voice: Voice
 
     async def establish_previous(self) -> list[str]:
-        """Fill `ctx.previous` for every service a rollback needs; the services it could not.
-
-        The target is the newest `compose_up` in the action log that named the service *and*
-        succeeded: compose-manager logs an up when it accepts it, whatever the outcome, so an
-        entry alone is only an attempt. Success comes from compose-manager's own record
-        (`/version` projects.<p>.current/previous) or from an up this journal saw succeed."""
+        """Fill `ctx.previous` for every service a rollback needs; returns those it could not.
+        The target is the newest `compose_up` in the action log that named the service and
+        succeeded (per compose-manager's record or this journal): an entry alone is an attempt."""
         actions = await self.reads.action_log()
         if self.ctx.action_mark is None:  # this run's first position in the log (foreign-change detection)
             self.ctx.action_mark = ActionMark.from_json(new_mark(actions, self.records.last_effect_id()))
@@ -1371,14 +1271,13 @@ class Preflight:
         return missing
 
     async def validate_previous_targets(self) -> StepOutcome | None:
-        """A dry run of every distinct rollback target (tag, file): a rollback must never find out
-        after a stop that its target does not exist. None when all are accepted."""
+        """A dry run of every distinct rollback target, so a rollback never finds out after a stop
+        that its target does not exist. None when all are accepted."""
         running = {(c.service or c.name): c for c in await self.reads.ps() if c.state in ("running", "restarting")}
         actions = await self.reads.action_log()
         for (tag, file), all_services in group_targets(self.rb, self.ctx.previous).items():
-            # a check names only what it cannot recreate (docker/compose#14029): services absent
-            # or already running this very definition; the rest is checked by the rollback's own
-            # dry run, after its stop
+            # name only what it cannot recreate (docker/compose#14029): the rest is checked by the
+            # rollback's own dry run, after its stop
             services, held = split_by_definition(all_services, running, tag, file, actions, engines=set(self.rb.engines()))
             if held:
                 self.voice.emit("note", text=f"rollback target {file}@{tag}: {', '.join(held)} not dry-run now (a running engine, or "
@@ -1398,8 +1297,7 @@ class Preflight:
         return None
 
     async def observe_host(self) -> dict[str, str] | StepOutcome:
-        """What each service the runbook's host states name runs (executor/placement.py), or the
-        outcome when that cannot be read safely."""
+        """What each service of the runbook's host states runs (placement.py), or the outcome."""
         env = await self.envs.ensure_env()
         try:
             return await observe_host(self.compose, env, self.rb, self.run.tag or "", self.entry.project,
@@ -1409,9 +1307,7 @@ class Preflight:
 
     async def check_tag_age(self) -> tuple[bool, str] | None:
         """(ok, sentence), or None when the operator skipped the check."""
-        from datetime import (  # the real clock: the explorer's clock-step hook replaces only module-level names
-            datetime,
-        )
+        from datetime import datetime  # the real clock: the explorer's hook steps module-level names only
 
         from orchestrator.hosts.clients.github import GitHubUnreachable
 
@@ -1439,14 +1335,13 @@ class Preflight:
 
 @dataclass(kw_only=True, eq=False)
 class External:
-    """Reads of what the engines do not say themselves: the host's own proxy pool, GitHub (a tag's
-    PR and CI, a file's hash), a read-only HTTP/JSON answer. Every read is a GET."""
+    """Reads of what the engines do not say themselves (the host's proxy pool, GitHub, any JSON): GETs."""
 
     external: Any
     entry: HostEntry
 
     def github_repo(self) -> str | None:
-        """The inventory's GitHub repository for this host, when GitHub can be read (else None)."""
+        """The inventory's GitHub repository for this host, when GitHub can be read."""
         return self.entry.github_repo if self.external is not None else None
 
     def _client(self) -> Any:
@@ -1455,7 +1350,6 @@ class External:
         return self.external
 
     async def proxy_backends(self, port: int, token: str) -> list[Any]:
-        """The backends the host's own proxy on `port` lists (through the relay route)."""
         return await self._client().proxy_backends(self.entry.relay_url(port), token)
 
     async def http_json(self, url: str, token: str | None) -> Any:
@@ -1471,10 +1365,8 @@ class External:
 # -- the one object handlers receive ---------------------------------------------------------------
 
 class Runtime:
-    """The run's parts, built once per runner, and the operations handlers call on them (the
-    `Activities` protocol, orchestrator/engine/steps/activities.py). Each operation is the bound
-    method of the part that does it: `rt.ps` is `HostReads.ps`, `rt.stop_guard` is
-    `StopGuard.stop_guard`, and so on."""
+    """The run's parts, built once per runner; each `Activities` operation is the bound method of
+    the part that does it (`rt.ps` is `HostReads.ps`)."""
 
     def __init__(self, *, run: RunRecord, runbook: Runbook, table: Table, journal: Journal, lease: Lease,
                  clients: HostClients, entry: HostEntry, clock: Clock, poll_interval: float, redactor: Redactor,
@@ -1502,21 +1394,18 @@ class Runtime:
                          identifiers=tuple(n for n in names if n))
         reads = HostReads(compose=clients.compose, inference=clients.inference, relay=clients.relay,
                           prometheus=clients.prometheus, entry=entry, rb=runbook, ctx=ctx, voice=voice)
-        neighbours = Neighbours(peers=clients.peers, addresses=clients.addresses,
-                                entry=entry, rb=runbook, run=run)
+        neighbours = Neighbours(peers=clients.peers, addresses=clients.addresses, entry=entry, rb=runbook, run=run)
         foreign = ForeignChecks(compose=clients.compose, reads=reads, records=records, rb=runbook, run=run,
                                 ctx=ctx, voice=voice)
-        serving = Serving(reads=reads, envs=envs, neighbours=neighbours, rb=runbook,
-                          ctx=ctx, voice=voice)
+        serving = Serving(reads=reads, envs=envs, neighbours=neighbours, rb=runbook, ctx=ctx, voice=voice)
         calls = ComposeCalls(compose=clients.compose, envs=envs, reads=reads, records=records, foreign=foreign,
                              clock=timer, entry=entry, rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit)
         guard = StopGuard(serving=serving, reads=reads, neighbours=neighbours, journal=journal, table=table,
                           rb=runbook, run=run, ctx=ctx, voice=voice, visit=visit, clock=timer)
         waits = Waits(clock=timer, reads=reads, calls=calls, guard=guard, neighbours=neighbours,
                       records=records, entry=entry, rb=runbook, run=run, voice=voice, visit=visit)
-        preflight = Preflight(compose=clients.compose, github=clients.github, envs=envs,
-                              reads=reads, calls=calls, records=records, entry=entry, rb=runbook, run=run,
-                              ctx=ctx, voice=voice)
+        preflight = Preflight(compose=clients.compose, github=clients.github, envs=envs, reads=reads, calls=calls,
+                              records=records, entry=entry, rb=runbook, run=run, ctx=ctx, voice=voice)
         external = External(external=clients.external, entry=entry)
 
         # the operations (orchestrator/engine/steps/activities.py), each from the part that does it

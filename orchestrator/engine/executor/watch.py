@@ -1,13 +1,10 @@
-"""Running a step under its `watch:` (orchestrator/analysis/watch_spec.py): the step and the watch
-run side by side; the first to end decides. The step ending ends the watch (its outcome stands);
-a breach cancels the step and fails it, naming the breach, so the phase's rollback follows.
+"""Running a step under its `watch:` (analysis/watch_spec.py): the first of the two to end decides.
+The step ending ends the watch; a breach cancels the step and fails it, so the rollback follows.
 
-Each poll scrapes the watched replica's /metrics through its relay route; the rates are taken over
-the scrapes of the last `window` (window arithmetic of orchestrator/analysis/window.py, counter
-resets included); a rate on fewer than `min_samples` requests is not judged (a quiet replica is
-not a failing one), a gauge is judged at every scrape. A metric whose series the replica does not
-carry is unknown: the watch fails the step (`on_unknown: fail`) or says once that it does not
-watch it (`note`); never read as within its bounds (orchestrator/analysis/watch_spec.py).
+Each poll scrapes the replica's /metrics through its relay; rates are taken over the last `window`
+(analysis/window.py) and not judged on fewer than `min_samples` requests (quiet is not failing);
+a gauge is judged at every scrape. A metric the replica does not carry is unknown, never within
+bounds: it fails the step (`on_unknown: fail`) or is noted once (`note`).
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ MISSES = 3
 
 
 def unknown(spec: WatchSpec, scrapes: list[Scrape]) -> dict[str, str]:
-    """metric -> why it is unknown, for each watched metric whose series the window lacks (absent
-    from the replica's /metrics, or carried by only part of the window)."""
+    """metric -> why it is unknown, for each watched metric whose series the window lacks."""
     try:
         w = window_of(spec.replica, scrapes)
     except WindowError:
@@ -46,8 +42,7 @@ def unknown(spec: WatchSpec, scrapes: list[Scrape]) -> dict[str, str]:
 
 
 def breach(spec: WatchSpec, scrapes: list[Scrape]) -> str | None:
-    """The first bound the window crosses on enough traffic, said in one phrase; else None. An
-    unknown metric is not judged here (`unknown` names it)."""
+    """The first bound the window crosses on enough traffic, in one phrase; else None."""
     try:
         w = window_of(spec.replica, scrapes)
     except WindowError as exc:
