@@ -185,9 +185,6 @@ def _superseded_text(lease: Lease, holder: Lease | None, released: bool) -> str:
     )
 
 
-# --------------------------------------------------------------------------- interface
-
-
 def __getattr__(name: str) -> Any:
     """`Journal`, what the executor and the server program against, is `SqlJournal`: journal/sql.py
     imports this module, so the name is resolved on first use."""
@@ -204,10 +201,8 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def make_run_id(host: str, at: datetime | None = None) -> str:
-    """`gpu02-20261130T0812-7f3a`: host, UTC minute, 4 random hex digits.
-
-    Sorts by time within a host, and is short enough to type into `orchestrate resume`.
-    """
+    """`gpu02-20261130T0812-7f3a` (host, UTC minute, 4 random hex digits): sorts by time within a
+    host, short enough to type into `orchestrate resume`."""
     at = _utc(at or datetime.now(UTC))
     slug = re.sub(r"[^a-z0-9.]+", "-", host.lower()).strip("-.") or "host"
     return f"{slug}-{at:%Y%m%dT%H%M}-{secrets.token_hex(2)}"

@@ -95,9 +95,7 @@ _TRANSITION_COLS = "run_id, seq, from_state, event, to_state, at, note"
 
 class SqlJournal(ABC):
     """The journal over a DB-API connection; subclasses supply the dialect (the abstract hooks).
-
-    Every operation is a method of this class (tests and the explorer wrap them here by name).
-    """
+    Every operation is a method of this class (tests and the explorer wrap them here by name)."""
 
     dialect: str
     #: the DB-API connection a subclass opens (and migrates); `close` closes it
@@ -244,13 +242,12 @@ class SqlJournal(ABC):
             raise RunNotFound(run_id)
 
     def _lease_row(self, tx: Tx, host: str, lock: str) -> dict[str, Any] | None:
-        return tx.one(f"SELECT host, token, run_id, owner, expires_at, released_at FROM leases WHERE host = ?{lock}", host)
+        return tx.one(f"SELECT host, token, run_id, owner, expires_at, released_at FROM leases WHERE host = ?{lock}",
+                      host)
 
     def _fenced_run(self, tx: Tx, lease: Lease, run_id: str) -> RunRecord:
         """In the write's own transaction: is `lease` still the live lease of the run's host?
-
-        Lock order everywhere: the host's lease row first, then the run row.
-        """
+        Lock order everywhere: the host's lease row first, then the run row."""
         row = tx.one("SELECT host FROM runs WHERE run_id = ?", run_id)
         if row is None:
             raise RunNotFound(run_id)
@@ -352,9 +349,11 @@ class SqlJournal(ABC):
             now = self._now(tx)
             run = self._fenced_run(tx, lease, run_id)
             if run.terminal:
-                raise StateConflict(f"run {run_id} already finished ({run.outcome}, state {run.state}); refusing {event}")
+                raise StateConflict(f"run {run_id} already finished ({run.outcome}, state {run.state}); "
+                                    f"refusing {event}")
             if run.state != from_state:
-                raise StateConflict(f"run {run_id} is in state {run.state}, not {from_state}; refusing {event} -> {to_state}")
+                raise StateConflict(f"run {run_id} is in state {run.state}, not {from_state}; "
+                                    f"refusing {event} -> {to_state}")
             seq = self._append_transition(tx, run_id, from_state, event, to_state, now, note, lease.token)
             tx.run(
                 "UPDATE runs SET state = ?, terminal = ?, outcome = ?, message = ?, context = ?, "
@@ -461,12 +460,9 @@ class SqlJournal(ABC):
     def acquire_lease(self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
                       takeover_if: Callable[[Lease], bool] | None = None) -> tuple[Lease, Lease | None]:
         """Take the host's lease for `run_id`; returns it and the lease it took over (or None).
-
         A live lease of another run/owner raises LeaseHeld, unless `takeover_if(holder)` says its
-        holder is gone (a process of this machine that no longer exists: journal/owner.py). The
-        predicate runs inside the write transaction, on the holder as locked, so the takeover is
-        a compare-and-swap: a lease renewed or taken by someone else meanwhile is judged afresh.
-        """
+        holder is gone (journal/owner.py). The predicate runs in the write transaction on the locked
+        holder, so the takeover is a compare-and-swap: a lease renewed or taken meanwhile is judged afresh."""
         _require_text(host=host, run_id=run_id, owner=owner)
         ttl = _require_ttl(ttl_s)
         with self._tx(write=True) as tx:

@@ -39,7 +39,8 @@ def _merged_edges(table: Table) -> list[tuple[str, str, list[str]]]:
     merged: dict[tuple[str, str], list[str]] = {}
     rank = {s: i for i, s in enumerate(table.order)}
     events = list(Event)
-    for (src, ev), dst in sorted(table.edges.items(), key=lambda kv: (rank.get(kv[0][0], 1 << 30), events.index(kv[0][1]))):
+    for (src, ev), dst in sorted(table.edges.items(),
+                                 key=lambda kv: (rank.get(kv[0][0], 1 << 30), events.index(kv[0][1]))):
         merged.setdefault((src, dst), []).append(ev.value)
     return [(s, d, evs) for (s, d), evs in merged.items()]
 
