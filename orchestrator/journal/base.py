@@ -138,17 +138,6 @@ class LeaseHeld(JournalError):
         self.expired = expired
 
 
-class _TakenOver(JournalError):
-    """Base of LeaseLost and Fenced: carries who holds the host now (None if released)."""
-
-    def __init__(self, text: str, lease: Lease, holder: Lease | None) -> None:
-        super().__init__(text)
-        self.host = lease.host
-        self.holder_run_id = holder.run_id if holder else None
-        self.holder_owner = holder.owner if holder else None
-        self.holder_token = holder.token if holder else None
-
-
 class TierHeld(JournalError):
     """Another host of a `capacity: fleet` tier holds the tier: its run is live."""
 
@@ -160,11 +149,11 @@ class TierHeld(JournalError):
         self.owner = owner
 
 
-class LeaseLost(_TakenOver):
+class LeaseLost(JournalError):
     """heartbeat/release with a lease that was taken over (or released)."""
 
 
-class Fenced(_TakenOver):
+class Fenced(JournalError):
     """A write with a stale fencing token: the run's host lease belongs to someone else now."""
 
 

@@ -257,7 +257,7 @@ class SqlJournal(ABC):
         holder = self._lease(lease_row) if lease_row else None
         released = bool(lease_row and lease_row["released_at"] is not None)
         if holder is None or holder.token != lease.token or released:
-            raise Fenced(_superseded_text(lease, holder, released) + f"; refusing to write run {run_id}", lease, holder)
+            raise Fenced(_superseded_text(lease, holder, released) + f"; refusing to write run {run_id}")
         return self._load_run(tx, run_id, lock=True)
 
     # ---- runs (no lease needed)
@@ -507,7 +507,7 @@ class SqlJournal(ABC):
         row = self._lease_row(tx, lease.host, self.lock_update)
         holder = self._lease(row) if row else None
         if row is None or holder is None or holder.token != lease.token:
-            raise LeaseLost(_superseded_text(lease, holder, False), lease, holder)
+            raise LeaseLost(_superseded_text(lease, holder, False))
         return row
 
     def heartbeat(self, lease: Lease, ttl_s: float) -> Lease:
@@ -516,7 +516,7 @@ class SqlJournal(ABC):
             now = self._now(tx)
             row = self._own_lease_row(tx, lease)
             if row["released_at"] is not None:
-                raise LeaseLost(_superseded_text(lease, self._lease(row), True), lease, None)
+                raise LeaseLost(_superseded_text(lease, self._lease(row), True))
             expires = now + ttl
             tx.run("UPDATE leases SET expires_at = ? WHERE host = ? AND token = ?",
                    self._ts_param(expires), lease.host, lease.token)
