@@ -190,12 +190,6 @@ class SqlJournal(ABC):
                 self._closed = True
                 self._conn.close()
 
-    def schema_version(self) -> int:
-        """The newest migration applied to this journal (journal/migrations.py)."""
-        with self._tx(write=False) as tx:
-            row = tx.one("SELECT MAX(version) AS v FROM schema_version")
-        return int(row["v"]) if row and row["v"] is not None else 0
-
     def __enter__(self) -> SqlJournal:
         return self
 
