@@ -110,8 +110,7 @@ def summary(items: list[AuditEntry]) -> dict[str, Any]:
 
 
 SAY = {"submitted": "submitted", "resumed": "resumed", "adopted": "adopted", "paused": "asked to pause",
-        "continued": "continued", "pause_honoured": "paused at", "approved": "approved", "abort_requested":
-        "asked to abort"}
+       "continued": "continued", "approved": "approved", "abort_requested": "asked to abort"}
 
 
 def summary_lines(items: list[AuditEntry]) -> list[str]:

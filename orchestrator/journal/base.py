@@ -1,6 +1,6 @@
 """The journal's records (`RunRecord`, `TransitionRecord`, `EffectRecord`, `Lease`), the errors
-every backend raises, the `Journal` protocol the executor and the server program against, and the
-run-id rule. The SQL both backends share (`SqlJournal`) is in journal/sql.py.
+every backend raises and the run-id rule. The SQL both backends share (`SqlJournal`, also named
+`Journal`) is in journal/sql.py.
 """
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.util.outcome import Outcome
+
+if TYPE_CHECKING:
+    from orchestrator.journal.sql import SqlJournal as Journal  # noqa: F401 - at run time: __getattr__ below
 
 RUN_KINDS = frozenset({"rollout", "rollback"})
 OUTCOMES = frozenset(o.value for o in Outcome)
@@ -135,17 +138,6 @@ class LeaseHeld(JournalError):
         self.expired = expired
 
 
-class _TakenOver(JournalError):
-    """Base of LeaseLost and Fenced: carries who holds the host now (None if released)."""
-
-    def __init__(self, text: str, lease: Lease, holder: Lease | None) -> None:
-        super().__init__(text)
-        self.host = lease.host
-        self.holder_run_id = holder.run_id if holder else None
-        self.holder_owner = holder.owner if holder else None
-        self.holder_token = holder.token if holder else None
-
-
 class TierHeld(JournalError):
     """Another host of a `capacity: fleet` tier holds the tier: its run is live."""
 
@@ -157,11 +149,11 @@ class TierHeld(JournalError):
         self.owner = owner
 
 
-class LeaseLost(_TakenOver):
+class LeaseLost(JournalError):
     """heartbeat/release with a lease that was taken over (or released)."""
 
 
-class Fenced(_TakenOver):
+class Fenced(JournalError):
     """A write with a stale fencing token: the run's host lease belongs to someone else now."""
 
 
@@ -182,71 +174,14 @@ def _superseded_text(lease: Lease, holder: Lease | None, released: bool) -> str:
     )
 
 
-# --------------------------------------------------------------------------- interface
+def __getattr__(name: str) -> Any:
+    """`Journal`, what the executor and the server program against, is `SqlJournal`: journal/sql.py
+    imports this module, so the name is resolved on first use."""
+    if name == "Journal":
+        from orchestrator.journal.sql import SqlJournal
 
-
-@runtime_checkable
-class Journal(Protocol):
-    def create_run(
-        self,
-        *,
-        host: str,
-        runbook: str,
-        tag: str | None,
-        kind: str,
-        state: str,
-        context: dict,
-        parent_run_id: str | None = None,
-        run_id: str | None = None,
-    ) -> RunRecord: ...
-    def get_run(self, run_id: str) -> RunRecord: ...
-    def list_runs(self, host: str | None = None, limit: int = 50) -> list[RunRecord]: ...
-    def run_census(self) -> tuple[dict[str, int], list[tuple[str, str]]]: ...
-    def submitters(self, run_ids: list[str]) -> dict[str, AuditEntry]: ...
-    def latest_run(self, host: str, kind: str | None = None) -> RunRecord | None: ...
-    def transitions(self, run_id: str) -> list[TransitionRecord]: ...
-    def effects(self, run_id: str) -> list[EffectRecord]: ...
-    def open_effects(self, run_id: str) -> list[EffectRecord]: ...
-    def record_transition(
-        self,
-        lease: Lease,
-        run_id: str,
-        from_state: str,
-        event: str,
-        to_state: str,
-        *,
-        context: dict | None = None,
-        terminal: bool = False,
-        outcome: str | None = None,
-        message: str | None = None,
-        note: str | None = None,
-    ) -> TransitionRecord: ...
-    def record_intent(
-        self, lease: Lease, run_id: str, step: str, kind: str, request: dict, *, mutating: bool
-    ) -> EffectRecord: ...
-    def record_outcome(
-        self, lease: Lease, run_id: str, effect_id: int, outcome: dict
-    ) -> EffectRecord: ...
-    def update_context(self, lease: Lease, run_id: str, context: dict) -> None: ...
-    def acquire_lease(
-        self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
-        takeover_if: Callable[[Lease], bool] | None = None,
-    ) -> tuple[Lease, Lease | None]: ...
-    def heartbeat(self, lease: Lease, ttl_s: float) -> Lease: ...
-    def release(self, lease: Lease) -> None: ...
-    def current_lease(self, host: str) -> Lease | None: ...
-    def atomic(self) -> Any: ...
-    def claim_tier(self, tier: str, host: str, run_id: str, *,
-                   takeover_if: Callable[[Lease], bool] | None = None) -> str | None: ...
-    def end_without_runner(self, run_id: str, from_state: str, outcome: str, message: str, *,
-                           note: str | None = None,
-                           takeover_if: Callable[[Lease], bool] | None = None) -> TransitionRecord: ...
-    def held_lease(self, host: str) -> Lease | None: ...
-    def request_abort(self, run_id: str, by: str) -> None: ...
-    def abort_requested(self, run_id: str) -> bool: ...
-    def approve(self, run_id: str, gate: str, by: str) -> None: ...
-    def approvals(self, run_id: str) -> set[str]: ...
-    def close(self) -> None: ...
+        return SqlJournal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- run ids
@@ -255,10 +190,8 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def make_run_id(host: str, at: datetime | None = None) -> str:
-    """`gpu02-20261130T0812-7f3a`: host, UTC minute, 4 random hex digits.
-
-    Sorts by time within a host, and is short enough to type into `orchestrate resume`.
-    """
+    """`gpu02-20261130T0812-7f3a` (host, UTC minute, 4 random hex digits): sorts by time within a
+    host, short enough to type into `orchestrate resume`."""
     at = _utc(at or datetime.now(UTC))
     slug = re.sub(r"[^a-z0-9.]+", "-", host.lower()).strip("-.") or "host"
     return f"{slug}-{at:%Y%m%dT%H%M}-{secrets.token_hex(2)}"

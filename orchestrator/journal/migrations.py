@@ -172,12 +172,7 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 
 def render(sql: str, dialect: str) -> str:
-    try:
-        types = DIALECT_TYPES[dialect]
-    except KeyError:
-        raise JournalError(f"unknown journal dialect {dialect!r}") from None
-    outcomes = ", ".join(f"'{o.value}'" for o in Outcome)
-    return sql.format(**types, outcomes=outcomes)
+    return sql.format(**DIALECT_TYPES[dialect], outcomes=", ".join(f"'{o.value}'" for o in Outcome))
 
 
 def check_order(migrations: Sequence[Migration]) -> None:

@@ -1,18 +1,14 @@
 """Who holds a lease, and whether that process still exists.
 
-A lease's owner is the text `HOSTNAME:PID:BOOT_ID:START` (`vm:4242:0f1e...:123456`): the
-machine's hostname, the process id, the kernel's boot id (/proc/sys/kernel/random/boot_id) and
-the process's start time in clock ticks since boot (/proc/PID/stat field 22). Older owners
-(`HOSTNAME:PID`) and owners from machines without /proc stay valid text; they are simply never
-presumed dead.
+A lease's owner is `HOSTNAME:PID:BOOT_ID:START` (`vm:4242:0f1e...:123456`): hostname, process id,
+the kernel's boot id (/proc/sys/kernel/random/boot_id) and the process's start time in clock ticks
+since boot (/proc/PID/stat field 22). Other owner text (`HOSTNAME:PID`, no /proc) is valid and
+never presumed dead.
 
-`holder_gone(owner)` is True only when the holder is certainly gone: same hostname, same boot
-(so the pid names a process of this kernel) and `os.kill(pid, 0)` finds no such process, or finds
-a zombie, or a process started at another time (the pid was reused). On any doubt (another
-machine, another boot, no permission to look, an unparseable owner) it is False, and the lease
-only lapses at its TTL. This is what lets `orchestrate resume` take over at once after a Ctrl-C
-that did not finish, a SIGKILL or a closed terminal on the same machine, without ever taking a
-lease from a live runner. The owner column is free text in both backends.
+`holder_gone(owner)` is True only when the holder is certainly gone: same hostname and boot, and
+`os.kill(pid, 0)` finds no process, a zombie, or one started at another time (a reused pid). On any
+doubt it is False and the lease only lapses at its TTL. So `orchestrate resume` takes over at once
+after a Ctrl-C, SIGKILL or closed terminal on the same machine, never from a live runner.
 """
 
 from __future__ import annotations

@@ -89,18 +89,13 @@ _RUN_COLS = (
     "run_id, host, runbook, tag, kind, state, terminal, outcome, message, context, "
     "created_at, updated_at, parent_run_id, run_seq"
 )
-_EFFECT_COLS = (
-    "run_id, effect_id, step, kind, mutating, request, intent_at, outcome, outcome_at"
-)
+_EFFECT_COLS = "run_id, effect_id, step, kind, mutating, request, intent_at, outcome, outcome_at"
 _TRANSITION_COLS = "run_id, seq, from_state, event, to_state, at, note"
-_LEASE_COLS = "host, token, run_id, owner, expires_at, released_at"
 
 
 class SqlJournal(ABC):
     """The journal over a DB-API connection; subclasses supply the dialect (the abstract hooks).
-
-    Every operation is a method of this class (tests and the explorer wrap them here by name).
-    """
+    Every operation is a method of this class (tests and the explorer wrap them here by name)."""
 
     dialect: str
     #: the DB-API connection a subclass opens (and migrates); `close` closes it
@@ -195,12 +190,6 @@ class SqlJournal(ABC):
                 self._closed = True
                 self._conn.close()
 
-    def schema_version(self) -> int:
-        """The newest migration applied to this journal (journal/migrations.py)."""
-        with self._tx(write=False) as tx:
-            row = tx.one("SELECT MAX(version) AS v FROM schema_version")
-        return int(row["v"]) if row and row["v"] is not None else 0
-
     def __enter__(self) -> SqlJournal:
         return self
 
@@ -232,21 +221,12 @@ class SqlJournal(ABC):
         })
 
     def _lease(self, row: dict[str, Any]) -> Lease:
-        return Lease(
-            host=row["host"],
-            run_id=row["run_id"],
-            owner=row["owner"],
-            token=int(row["token"]),
-            expires_at=self._ts_value(row["expires_at"]),
-        )
+        return Lease(row["host"], row["run_id"], row["owner"], int(row["token"]), self._ts_value(row["expires_at"]))
 
     # ---- shared checks
 
     def _load_run(self, tx: Tx, run_id: str, *, lock: bool = False) -> RunRecord:
-        row = tx.one(
-            f"SELECT {_RUN_COLS} FROM runs WHERE run_id = ?{self.lock_update if lock else ''}",
-            run_id,
-        )
+        row = tx.one(f"SELECT {_RUN_COLS} FROM runs WHERE run_id = ?{self.lock_update if lock else ''}", run_id)
         if row is None:
             raise RunNotFound(run_id)
         return self._run(row)
@@ -256,45 +236,28 @@ class SqlJournal(ABC):
             raise RunNotFound(run_id)
 
     def _lease_row(self, tx: Tx, host: str, lock: str) -> dict[str, Any] | None:
-        return tx.one(f"SELECT {_LEASE_COLS} FROM leases WHERE host = ?{lock}", host)
+        return tx.one(f"SELECT host, token, run_id, owner, expires_at, released_at FROM leases WHERE host = ?{lock}",
+                      host)
 
     def _fenced_run(self, tx: Tx, lease: Lease, run_id: str) -> RunRecord:
         """In the write's own transaction: is `lease` still the live lease of the run's host?
-
-        Lock order everywhere: the host's lease row first, then the run row.
-        """
+        Lock order everywhere: the host's lease row first, then the run row."""
         row = tx.one("SELECT host FROM runs WHERE run_id = ?", run_id)
         if row is None:
             raise RunNotFound(run_id)
         if row["host"] != lease.host:
-            raise JournalError(
-                f"a lease for host {lease.host} cannot write run {run_id} of host {row['host']}"
-            )
+            raise JournalError(f"a lease for host {lease.host} cannot write run {run_id} of host {row['host']}")
         lease_row = self._lease_row(tx, lease.host, self.lock_share)
         holder = self._lease(lease_row) if lease_row else None
         released = bool(lease_row and lease_row["released_at"] is not None)
         if holder is None or holder.token != lease.token or released:
-            raise Fenced(
-                _superseded_text(lease, holder, released) + f"; refusing to write run {run_id}",
-                lease,
-                holder,
-            )
+            raise Fenced(_superseded_text(lease, holder, released) + f"; refusing to write run {run_id}")
         return self._load_run(tx, run_id, lock=True)
 
     # ---- runs (no lease needed)
 
-    def create_run(
-        self,
-        *,
-        host: str,
-        runbook: str,
-        tag: str | None,
-        kind: str,
-        state: str,
-        context: dict,
-        parent_run_id: str | None = None,
-        run_id: str | None = None,
-    ) -> RunRecord:
+    def create_run(self, *, host: str, runbook: str, tag: str | None, kind: str, state: str, context: dict,
+                   parent_run_id: str | None = None, run_id: str | None = None) -> RunRecord:
         _require_text(host=host, runbook=runbook, state=state)
         if kind not in RUN_KINDS:
             raise JournalError(f"run kind must be one of {sorted(RUN_KINDS)}, not {kind!r}")
@@ -335,11 +298,7 @@ class SqlJournal(ABC):
     def list_runs(self, host: str | None = None, limit: int = 50) -> list[RunRecord]:
         where, params = ("WHERE host = ? ", (host,)) if host is not None else ("", ())
         with self._tx(write=False) as tx:
-            rows = tx.all(
-                f"SELECT {_RUN_COLS} FROM runs {where}"
-                "ORDER BY run_seq DESC LIMIT ?",
-                *params, int(limit),
-            )
+            rows = tx.all(f"SELECT {_RUN_COLS} FROM runs {where}ORDER BY run_seq DESC LIMIT ?", *params, int(limit))
         return [self._run(r) for r in rows]
 
     def run_census(self) -> tuple[dict[str, int], list[tuple[str, str]]]:
@@ -351,23 +310,10 @@ class SqlJournal(ABC):
         return ({str(r["outcome"] or "HALTED"): int(r["n"]) for r in done},
                 [(r["run_id"], r["host"]) for r in unfinished])
 
-    def latest_run(self, host: str, kind: str | None = None) -> RunRecord | None:
-        sql = f"SELECT {_RUN_COLS} FROM runs WHERE host = ?"
-        params: tuple[Any, ...] = (host,)
-        if kind is not None:
-            sql += " AND kind = ?"
-            params += (kind,)
-        with self._tx(write=False) as tx:
-            row = tx.one(sql + " ORDER BY run_seq DESC LIMIT 1", *params)
-        return self._run(row) if row else None
-
     def transitions(self, run_id: str) -> list[TransitionRecord]:
         with self._tx(write=False) as tx:
             self._run_exists(tx, run_id)
-            rows = tx.all(
-                f"SELECT {_TRANSITION_COLS} FROM transitions WHERE run_id = ? ORDER BY seq",
-                run_id,
-            )
+            rows = tx.all(f"SELECT {_TRANSITION_COLS} FROM transitions WHERE run_id = ? ORDER BY seq", run_id)
         return [self._transition(r) for r in rows]
 
     def effects(self, run_id: str) -> list[EffectRecord]:
@@ -382,20 +328,9 @@ class SqlJournal(ABC):
 
     # ---- a run's progress: fenced by the runner's lease
 
-    def record_transition(
-        self,
-        lease: Lease,
-        run_id: str,
-        from_state: str,
-        event: str,
-        to_state: str,
-        *,
-        context: dict | None = None,
-        terminal: bool = False,
-        outcome: str | None = None,
-        message: str | None = None,
-        note: str | None = None,
-    ) -> TransitionRecord:
+    def record_transition(self, lease: Lease, run_id: str, from_state: str, event: str, to_state: str, *,
+                          context: dict | None = None, terminal: bool = False, outcome: str | None = None,
+                          message: str | None = None, note: str | None = None) -> TransitionRecord:
         _require_text(from_state=from_state, event=event, to_state=to_state)
         if outcome is not None and outcome not in OUTCOMES:
             raise JournalError(f"outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}")
@@ -408,15 +343,11 @@ class SqlJournal(ABC):
             now = self._now(tx)
             run = self._fenced_run(tx, lease, run_id)
             if run.terminal:
-                raise StateConflict(
-                    f"run {run_id} already finished ({run.outcome}, state {run.state}); "
-                    f"refusing {event}"
-                )
+                raise StateConflict(f"run {run_id} already finished ({run.outcome}, state {run.state}); "
+                                    f"refusing {event}")
             if run.state != from_state:
-                raise StateConflict(
-                    f"run {run_id} is in state {run.state}, not {from_state}; refusing {event} "
-                    f"-> {to_state}"
-                )
+                raise StateConflict(f"run {run_id} is in state {run.state}, not {from_state}; "
+                                    f"refusing {event} -> {to_state}")
             seq = self._append_transition(tx, run_id, from_state, event, to_state, now, note, lease.token)
             tx.run(
                 "UPDATE runs SET state = ?, terminal = ?, outcome = ?, message = ?, context = ?, "
@@ -439,24 +370,17 @@ class SqlJournal(ABC):
         )
         return seq
 
-    def record_intent(
-        self, lease: Lease, run_id: str, step: str, kind: str, request: dict, *, mutating: bool
-    ) -> EffectRecord:
+    def record_intent(self, lease: Lease, run_id: str, step: str, kind: str, request: dict, *,
+                      mutating: bool) -> EffectRecord:
         _require_text(step=step, **{"effect kind": kind})
         req = self._prepare(request, "request")
         with self._tx(write=True) as tx:
             now = self._now(tx)
             run = self._fenced_run(tx, lease, run_id)
             if run.terminal:
-                raise StateConflict(
-                    f"run {run_id} already finished ({run.outcome}); refusing a new effect {step}"
-                )
-            effect_id = int(
-                tx.one(
-                    "SELECT COALESCE(MAX(effect_id), 0) + 1 AS n FROM effects WHERE run_id = ?",
-                    run_id,
-                )["n"]  # type: ignore[index]  # an aggregate query always returns one row
-            )
+                raise StateConflict(f"run {run_id} already finished ({run.outcome}); refusing a new effect {step}")
+            effect_id = int(tx.one("SELECT COALESCE(MAX(effect_id), 0) + 1 AS n FROM effects WHERE run_id = ?",
+                                   run_id)["n"])  # type: ignore[index]  # an aggregate query always returns one row
             tx.run(
                 "INSERT INTO effects (run_id, effect_id, step, kind, mutating, request, intent_at, "
                 "outcome, outcome_at, intent_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -465,18 +389,13 @@ class SqlJournal(ABC):
             )
         return EffectRecord(run_id, effect_id, step, kind, bool(mutating), req, now, None, None)
 
-    def record_outcome(
-        self, lease: Lease, run_id: str, effect_id: int, outcome: dict
-    ) -> EffectRecord:
+    def record_outcome(self, lease: Lease, run_id: str, effect_id: int, outcome: dict) -> EffectRecord:
         out = self._prepare(outcome, "outcome")
         with self._tx(write=True) as tx:
             now = self._now(tx)
             self._fenced_run(tx, lease, run_id)
-            row = tx.one(
-                f"SELECT {_EFFECT_COLS} FROM effects WHERE run_id = ? AND effect_id = ?"
-                f"{self.lock_update}",
-                run_id, int(effect_id),
-            )
+            row = tx.one(f"SELECT {_EFFECT_COLS} FROM effects WHERE run_id = ? AND effect_id = ?{self.lock_update}",
+                         run_id, int(effect_id))
             if row is None:
                 raise JournalError(f"run {run_id} has no effect {effect_id}")
             if row["outcome_at"] is not None:
@@ -493,10 +412,8 @@ class SqlJournal(ABC):
         with self._tx(write=True) as tx:
             now = self._now(tx)
             self._fenced_run(tx, lease, run_id)
-            tx.run(
-                "UPDATE runs SET context = ?, updated_at = ? WHERE run_id = ?",
-                self._json_param(ctx), self._ts_param(now), run_id,
-            )
+            tx.run("UPDATE runs SET context = ?, updated_at = ? WHERE run_id = ?",
+                   self._json_param(ctx), self._ts_param(now), run_id)
 
     def end_without_runner(self, run_id: str, from_state: str, outcome: str, message: str, *, note: str | None = None,
                            takeover_if: Callable[[Lease], bool] | None = None) -> TransitionRecord:
@@ -534,17 +451,12 @@ class SqlJournal(ABC):
 
     # ---- host leases (a token that only grows) and `capacity: fleet` tier leases
 
-    def acquire_lease(
-        self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
-        takeover_if: Callable[[Lease], bool] | None = None,
-    ) -> tuple[Lease, Lease | None]:
+    def acquire_lease(self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
+                      takeover_if: Callable[[Lease], bool] | None = None) -> tuple[Lease, Lease | None]:
         """Take the host's lease for `run_id`; returns it and the lease it took over (or None).
-
         A live lease of another run/owner raises LeaseHeld, unless `takeover_if(holder)` says its
-        holder is gone (a process of this machine that no longer exists: journal/owner.py). The
-        predicate runs inside the write transaction, on the holder as locked, so the takeover is
-        a compare-and-swap: a lease renewed or taken by someone else meanwhile is judged afresh.
-        """
+        holder is gone (journal/owner.py). The predicate runs in the write transaction on the locked
+        holder, so the takeover is a compare-and-swap: a lease renewed or taken meanwhile is judged afresh."""
         _require_text(host=host, run_id=run_id, owner=owner)
         ttl = _require_ttl(ttl_s)
         with self._tx(write=True) as tx:
@@ -589,7 +501,7 @@ class SqlJournal(ABC):
         row = self._lease_row(tx, lease.host, self.lock_update)
         holder = self._lease(row) if row else None
         if row is None or holder is None or holder.token != lease.token:
-            raise LeaseLost(_superseded_text(lease, holder, False), lease, holder)
+            raise LeaseLost(_superseded_text(lease, holder, False))
         return row
 
     def heartbeat(self, lease: Lease, ttl_s: float) -> Lease:
@@ -598,12 +510,10 @@ class SqlJournal(ABC):
             now = self._now(tx)
             row = self._own_lease_row(tx, lease)
             if row["released_at"] is not None:
-                raise LeaseLost(_superseded_text(lease, self._lease(row), True), lease, None)
+                raise LeaseLost(_superseded_text(lease, self._lease(row), True))
             expires = now + ttl
-            tx.run(
-                "UPDATE leases SET expires_at = ? WHERE host = ? AND token = ?",
-                self._ts_param(expires), lease.host, lease.token,
-            )
+            tx.run("UPDATE leases SET expires_at = ? WHERE host = ? AND token = ?",
+                   self._ts_param(expires), lease.host, lease.token)
         return replace(lease, expires_at=expires)
 
     def release(self, lease: Lease) -> None:
@@ -611,10 +521,8 @@ class SqlJournal(ABC):
             now = self._now(tx)
             row = self._own_lease_row(tx, lease)
             if row["released_at"] is None:
-                tx.run(
-                    "UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
-                    self._ts_param(now), lease.host, lease.token,
-                )
+                tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
+                       self._ts_param(now), lease.host, lease.token)
 
     def claim_tier(self, tier: str, host: str, run_id: str, *,
                    takeover_if: Callable[[Lease], bool] | None = None) -> str | None:
@@ -676,11 +584,8 @@ class SqlJournal(ABC):
 
     def abort_requested(self, run_id: str) -> bool:
         with self._tx(write=False) as tx:
-            row = tx.one(
-                "SELECT r.run_id AS run_id, a.run_id AS aborted FROM runs r "
-                "LEFT JOIN abort_requests a ON a.run_id = r.run_id WHERE r.run_id = ?",
-                run_id,
-            )
+            row = tx.one("SELECT r.run_id AS run_id, a.run_id AS aborted FROM runs r "
+                         "LEFT JOIN abort_requests a ON a.run_id = r.run_id WHERE r.run_id = ?", run_id)
         if row is None:
             raise RunNotFound(run_id)
         return row["aborted"] is not None

@@ -52,7 +52,7 @@ class SqliteJournal(SqlJournal):
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         try:
             self._conn = sqlite3.connect(
-                str(self.path) if not in_memory else ":memory:",
+                str(self.path),
                 timeout=busy_timeout_s,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # guarded by the base class's lock
@@ -73,12 +73,9 @@ class SqliteJournal(SqlJournal):
             )
 
     def _enable_wal(self, busy_timeout_s: float) -> str:
-        """Switch the file to WAL (persistent, so usually already done).
-
-        The switch needs an exclusive lock and SQLite may answer SQLITE_BUSY without calling
-        the busy handler when another connection opens a fresh file at the same moment, so
-        it is retried within the busy timeout.
-        """
+        """Switch the file to WAL (persistent, so usually done already). The switch needs an exclusive
+        lock, and SQLite may answer SQLITE_BUSY without calling the busy handler when another
+        connection opens a fresh file at the same moment: retried within the busy timeout."""
         mode = self._conn.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
             return mode

@@ -1,27 +1,25 @@
 """`orchestrate ci-preview --changed FILE...`: the compose-files repository's CI job, as code.
 
-For every changed file some packaged runbook names (`runbooks_affected_by`), the offline plan of
-each host the runbook is written for, as markdown for a CI job summary:
+For every changed file a packaged runbook names (`runbooks_affected_by`), the offline plan of each of
+the runbook's hosts, as markdown for a CI job summary:
 
-- the runbook's `file:` (the file it deploys) changed: the plan with the compose-file check
-  (`plan --compose-file`), and a mismatch fails the job (exit 1) with the mismatch named;
-- a file in its `deploys:` (the previous file its rollbacks go back to) changed: the plan is shown
-  without the check (the check's rules are about the new file), so the reviewer sees which
-  rollback the change reaches;
-- a changed file no runbook names: listed as unaffected; the job passes.
+- the runbook's `file:` changed: the plan with the compose-file check (`plan --compose-file`); a
+  mismatch fails the job (exit 1) and is named;
+- a file in its `deploys:` (where its rollbacks go back to) changed: the plan without the check (its
+  rules are about the new file), so the reviewer sees which rollback the change reaches;
+- a file no runbook names: listed as unaffected; the job passes.
 
-Several runbooks may deploy the same file, each for its own revision of it (#294's runbook and
-the canaries that later edit r2 in the same file): a change must match at least one of them. The
-job fails when none matches, with every runbook's mismatches; when one matches, the others'
-sections say they describe another revision, with their differences, and the job passes.
+Several runbooks may deploy one file, each for its own revision of it: a change must match at least
+one. None matching fails the job with every runbook's mismatches; otherwise the others' sections say
+they describe another revision, with their differences.
 
-With a base ref (the pull request's merge base), each checked file is compared with its version
-there (or, for a file new on the branch, with the runbook's `deploys:` file there): the summary
-shows per service what the rollout recreates, and a changed engine the runbook does not stop first
-or a config-only service it does not force-recreate fails the job (orchestrator.previews.compose_diff).
+With a base ref (the pull request's merge base), each checked file is compared with its version there
+(or, for a new file, with the runbook's `deploys:` file there): per service, what the rollout
+recreates; a changed engine the runbook does not stop first or a config-only service it does not
+force-recreate fails the job (orchestrator.previews.compose_diff).
 
-Offline like `plan`: no host is contacted, no tag exists yet (the plan shows `<tag of this
-change>`). The inventory is optional: without one, requests show the default compose project.
+Offline like `plan`: no host is contacted, the tag shows as `<tag of this change>`, and without an
+inventory requests show the default compose project.
 """
 
 from __future__ import annotations

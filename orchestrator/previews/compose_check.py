@@ -1,13 +1,10 @@
 """`plan --compose-file`: does the runbook agree with the compose file it will deploy?
 
 Checked: every service the runbook names with `file: new` exists; `container_name` equals the
-service key (dry-run lines name containers, the plan check maps them back to services); engines'
-`stop_grace_period` equals the runbook's; the file's HiCache budget default equals the runbook's
-for every replica engine, through the runbook's variable; and which services each scoped `up`
-drags in through `depends_on` (each must be allowed by the step's `may_also`). Then every fact the
-runbook states about the file (orchestrator.previews.compose_facts).
-
-The file is read as compose would run it: interpolated with the defaults it writes, or with
+service key (dry-run lines name containers, the plan check maps them back); engines'
+`stop_grace_period` and HiCache budget default (through the runbook's variable) equal the runbook's;
+what each scoped `up` drags in through `depends_on` is allowed by its `may_also`; then every fact of
+orchestrator.previews.compose_facts. The file is read interpolated with its own defaults, or with
 `env` (the host's env map, whose values are never shown).
 """
 

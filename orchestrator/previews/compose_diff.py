@@ -1,18 +1,14 @@
 """What the rollout will recreate, from the diff of the file at the base ref and the pull request's.
 
-Per service, as docker compose decides it (its config hash: the service's definition after
-interpolation, less the keys compose leaves out of the hash, `HASH_EXCLUDED`):
+Per service, as compose's config hash decides it (the interpolated definition less `HASH_EXCLUDED`):
+`recreated` (an `up` naming it recreates it); `config-only` (only an inline `configs:` entry it mounts
+changed: compose keeps the old config, docker/compose#11900, so it needs a scoped force-recreate);
+`unchanged`, `added`, `removed`.
 
-- `recreated`: its definition changed; an `up` naming it recreates it;
-- `config-only`: only the content of an inline `configs:` entry it mounts changed; compose reports
-  it unchanged and keeps the old config (docker/compose#11900): it needs a scoped force-recreate;
-- `unchanged`, `added` (not in the base file), `removed` (not in the new file).
-
-Held against the runbook's forward phases: a recreated engine must be stopped (`down`) before the
-`up` that starts it (one replica serves at every moment, and the engine's stop grace is honoured),
-and every engine the file changes must be started by some phase; a config-only service must be
-force-recreated by a forward `dry_run` and `up` naming it. Each miss is a `Finding` whose expected
-value is the runbook line to add.
+Held against the runbook's forward phases: a recreated engine is stopped (`down`) before the `up`
+that starts it (one replica serves at every moment; its stop grace is honoured) and every changed
+engine is started by some phase; a config-only service is force-recreated by a forward `dry_run` and
+`up`. Each miss is a `Finding` whose expected value is the runbook line to add.
 """
 
 from __future__ import annotations

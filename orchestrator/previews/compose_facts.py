@@ -1,25 +1,22 @@
 """What the runbook states about the new compose file, checked against the file as compose would
-run it (interpolated with the defaults, or with the host's env map): every fact is derived from the
-runbook itself, so a runbook that gains a replica, a relay port or a label gains its check.
+run it (interpolated with its defaults, or with the host's env map). Every fact comes from the
+runbook, so a runbook that gains a replica, a relay port or a label gains its check:
 
-- `replica_values`: each replica's engines carry them as `nearai.otel.<key>` labels, as
-  `key:value` tags of their `com.datadoghq.ad.logs` label and as the collector's static scrape
-  labels (wherever the file declares the key; a key a labels gate reads must be there);
-- `engine_image`: the engines' image digest starts with it;
-- `weights`: each engine's `--model-path` is one of them, the downloader the engines depend on
-  fetches each, and every `model_path` label, tag or scrape label of the file names one;
-- `replica_gpus`: each engine reserves exactly its replica's GPUs, and no GPU is reserved by
-  engines of two replicas;
-- every relay port a gate reads is published, and its route leads to the gate's replica;
-- `verify` with peers: some service of the file registers the long domain;
-- engines whose metrics a gate reads run with `--enable-metrics`;
-- a one-shot or temporary service the runbook starts by name from the new file has a profile
-  (else any other up of the file starts it too);
+- `replica_values`: each replica's engines carry them as `nearai.otel.<key>` labels, as `key:value`
+  tags of their `com.datadoghq.ad.logs` label and as the collector's static scrape labels (where
+  the file declares the key; a key a labels gate reads must be there); `engine_image` prefixes the
+  engines' image digest;
+- `weights`: each engine's `--model-path`, what the downloader the engines depend on fetches, and
+  every `model_path` label, tag or scrape label name one of them;
+- `replica_gpus`: each engine reserves exactly its replica's GPUs, none shared between replicas;
+- every relay port a gate reads is published and routed to the gate's replica; engines whose
+  metrics a gate reads run with `--enable-metrics`; `verify` with peers: a service registers the
+  long domain;
+- a one-shot or temporary service the runbook starts by name has a profile (else any up starts it);
 - `expects:` (orchestrator.language.expects), entry by entry.
 
-Each difference is a `Finding`: one line naming the file, the service, the key, the value found,
-the value expected and the runbook line that relies on it. A value that comes from the host's env
-map is never shown (the env map holds secrets): the line says where it came from instead.
+Each difference is a `Finding`: one line naming the file, service, key, value found, value expected
+and the runbook line that relies on it. A value from the env map (it holds secrets) is never shown.
 """
 
 from __future__ import annotations

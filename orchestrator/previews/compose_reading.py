@@ -37,16 +37,15 @@ def argv(cf: ComposeFile, service: str, env: Mapping[str, str]) -> list[str] | N
     if command is None:
         return None
     if isinstance(command, str):
-        try:
-            return shlex.split(resolve_env_value(command, env, lenient=True))
-        except ValueError as exc:
-            raise ComposeFileError(f"compose file {cf.path}, service {service}: command: {exc}") from exc
-    args = [str(a) for a in interpolate(list(command), env)]
-    execd = _exec_of_wrapper(args)
-    if execd is None:
-        return args
+        line = resolve_env_value(command, env, lenient=True)
+    else:
+        args = [str(a) for a in interpolate(list(command), env)]
+        execd = _exec_of_wrapper(args)
+        if execd is None:
+            return args
+        line = execd
     try:
-        return shlex.split(execd)
+        return shlex.split(line)
     except ValueError as exc:
         raise ComposeFileError(f"compose file {cf.path}, service {service}: command: {exc}") from exc
 

@@ -1,26 +1,18 @@
 """The run's state diagram, rendered from the compiled transition `Table` (Mermaid or Graphviz dot).
 
 Rules:
-- The diagram is generated from the same `Table` the executor runs, never drawn by hand: a runbook
-  change changes the diagram (pinned by a golden test, tests/core/test_diagram.py).
-- Pure: no network, clock or disk (the `.importlinter` pure-core contract lists this module), so
-  `plan` and the server's run page can both call it.
-- Every state and every edge of the table appears (a gate's `remedy` edge into its remedy chain,
-  and that chain's `ok` back to the gate, included); edges between the same two states are merged
-  into one arrow whose label lists the events (`fail, abort`), so the picture stays readable and
-  nothing is dropped.
-- Terminal states are styled by outcome (DONE green, ROLLED_BACK amber, HALTED red, ABORTED grey);
-  `current` (a state id) is highlighted, for a live run's page.
-- Node ids in the output are `s0`, `s1`, ... in the table's reading order (state ids contain dots,
-  which Mermaid does not accept as ids); the state id is the label, so the output is stable.
+- Generated from the `Table` the executor runs, never drawn by hand (golden: tests/core/test_diagram.py).
+- Pure (the `.importlinter` pure-core contract), so `plan` and the server's run page both call it.
+- Every state and edge appears (remedy chains included); edges between the same two states merge
+  into one arrow labelled with their events (`fail, abort`): readable, nothing dropped.
+- Terminals are styled by outcome; `current` (a state id) is highlighted, for a live run's page.
+- Node ids are `s0`, `s1`, ... in reading order (Mermaid ids cannot hold the dots of state ids);
+  the state id is the label, so the output is stable.
 """
 
 from __future__ import annotations
 
 from orchestrator.language.machine import TERMINALS, Event, Table
-
-#: The order events are listed in on a merged arrow.
-_EVENT_ORDER = [e for e in Event]
 
 _TERMINAL_STYLE = {
     "DONE": ("#d4f7d4", "#1a7f37"),
@@ -46,8 +38,9 @@ def _merged_edges(table: Table) -> list[tuple[str, str, list[str]]]:
     """(from, to, [event, ...]) in reading order of `from`, then of the first event."""
     merged: dict[tuple[str, str], list[str]] = {}
     rank = {s: i for i, s in enumerate(table.order)}
-    for (src, ev), dst in sorted(table.edges.items(), key=lambda kv: (rank.get(kv[0][0], 1 << 30),
-                                                                       _EVENT_ORDER.index(kv[0][1]))):
+    events = list(Event)
+    for (src, ev), dst in sorted(table.edges.items(),
+                                 key=lambda kv: (rank.get(kv[0][0], 1 << 30), events.index(kv[0][1]))):
         merged.setdefault((src, dst), []).append(ev.value)
     return [(s, d, evs) for (s, d), evs in merged.items()]
 
@@ -117,5 +110,3 @@ def render_dot(table: Table, *, current: str | None = None, title: str | None = 
     out.append("}")
     return "\n".join(out) + "\n"
 
-
-__all__ = ["render_mermaid", "render_dot"]

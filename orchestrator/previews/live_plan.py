@@ -1,26 +1,22 @@
 """`orchestrate plan HOST --tag T --live`: the offline plan, filled in from the host, read-only.
 
-What it reads, in the order a rollout's preflight would: the env map (keys only ever shown), the
-budget rule on it, the host's place among the runbook's `host_states` (docker/ps + one dry run of
-the new file), the previous file and tag of every service a rollback needs (compose-manager's
-success record + the action log, or the journaled run a `--continue` would keep), the GPU claims
-and the model cache when the server offers them, and every dry run that can be planned from the
-current state. The checklist is the offline plan's with the placeholders filled in, followed by a
+It reads what a rollout's preflight would: the env map (keys only ever shown), its budget rule, the
+host's place among `host_states` (docker/ps + a dry run of the new file), every rollback target
+(compose-manager's success record + the action log, or the journaled run a `--continue` keeps), the
+GPU claims and model cache where offered, and every dry run plannable from the current state. The
 verdict: would start (exit 0), nothing to do (exit 0) or would refuse (exit 5), and why.
 
 Rules, and why:
 
-- Nothing mutating is ever sent: compose-manager is reached only through `_ReadOnlyCompose`,
-  which has no `down` and raises on an `up` without `dry_run: true`. docker/ps is compared
-  around each dry run (docker/compose#14029); a change stops every further dry run and refuses.
-- A phase's dry runs are planned from the host as it is now, so what the phase's own earlier
-  `down` steps would stop is not held against them (a dry run of the new r2 while the old r2
-  still runs plans the old r2's removal as an orphan; the phase stops it first). Any other
-  removal, an unexpected change or an unreadable line refuses, as the executor's plan check would.
-- Placement and budget follow the executor's rules (`host_state.place/nearest`,
-  `checks.evaluate_budget`); a refusal names what the executor would say.
-- GPU claims and the model cache inform, they do not refuse: the runbook's plan allows the
-  model-downloader, and GPU ownership is the containers' business. They are flagged as warnings.
+- Nothing mutating is ever sent: `_ReadOnlyCompose` has no `down` and raises on an `up` without
+  `dry_run: true`. docker/ps is compared around each dry run (docker/compose#14029); a change stops
+  every further dry run and refuses.
+- A phase's dry runs are planned from the host as it is now, so what the phase's own earlier `down`
+  steps would stop is not held against them (the old r2 still running is planned as an orphan).
+  Any other removal, an unexpected change or an unreadable line refuses, as the executor would.
+- Placement and budget follow the executor's rules (`host_state.place/nearest`, `checks.evaluate_budget`).
+- GPU claims and the model cache only warn: the runbook's plan allows the model-downloader, and GPU
+  ownership is the containers' business.
 """
 
 from __future__ import annotations

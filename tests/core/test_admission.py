@@ -86,7 +86,6 @@ def test_runs_are_ordered_by_the_journal_never_by_a_clock_stepped_back(journal, 
     second = journal.create_run(**new("gpu02", kind="rollback"))
     assert second.created_at < first.created_at and second.seq > first.seq
     assert [r.run_id for r in journal.list_runs("gpu02")] == [second.run_id, first.run_id]
-    assert journal.latest_run("gpu02").run_id == second.run_id
 
 
 def test_a_superseded_run_is_not_admitted_whatever_the_clocks_say(journal, clock):

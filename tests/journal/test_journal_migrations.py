@@ -45,7 +45,6 @@ def raw_write(store, sql: str) -> None:
 def test_an_empty_store_is_migrated_to_the_latest_version(store) -> None:
     journal = store.open()
     assert journal.applied_migrations == [m.version for m in MIGRATIONS] == [1, 2, 3, 4, 5]
-    assert journal.schema_version() == LATEST
     rows = raw(store, "SELECT version, description FROM schema_version ORDER BY version")
     assert rows == [(m.version, m.description) for m in MIGRATIONS]
 
@@ -106,7 +105,8 @@ def test_a_failing_migration_leaves_nothing_behind(store) -> None:
     ))
     with pytest.raises(Exception):
         store.open(schema_migrations=MIGRATIONS + (broken,))
-    assert store.open().schema_version() == LATEST
+    store.open().close()
+    assert max(v for (v,) in raw(store, "SELECT version FROM schema_version")) == LATEST
     # The migration's first statement was rolled back with it.
     fixed = Migration(LATEST + 1, "half", ("CREATE TABLE half_done (id INTEGER PRIMARY KEY)",))
     assert store.open(schema_migrations=MIGRATIONS + (fixed,)).applied_migrations == [LATEST + 1]
