@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from orchestrator.analysis.spec import AnalysisRelay
-from orchestrator.util.durations import format_duration, parse_duration
+from orchestrator.analysis.spec import AnalysisRelay, Seconds, _Strict
+from orchestrator.util.durations import format_duration
 
 _HHMM = re.compile(r"^([01]\d|2[0-4]):([0-5]\d)$")
 
@@ -47,17 +47,13 @@ def inside(between: str, minute_of_day: int) -> bool:
     return minute_of_day >= start or minute_of_day < end
 
 
-class QuietSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
+class QuietSpec(_Strict):
     relay: AnalysisRelay
     below_per_min: float = Field(gt=0)
-    over: float
-    poll: float
+    over: Seconds
+    poll: Seconds
     or_between: str | None = None
-    wait_at_most: float
-
-    _d = field_validator("over", "poll", "wait_at_most", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
+    wait_at_most: Seconds
 
     @field_validator("or_between")
     @classmethod
@@ -90,10 +86,3 @@ class QuietSpec(BaseModel):
                 + (f", or the UTC clock inside {self.or_between}" if self.or_between else "")
                 + f"; polled every {format_duration(self.poll)}; after {format_duration(self.wait_at_most)} "
                 f"an operator runs `orchestrate approve RUN_ID` (or --yes), and either still ends the wait")
-
-
-def check_quiet(here: str, spec: QuietSpec, replicas: dict[str, list[str]]) -> None:
-    if replicas:
-        for r in spec.relay.ports:
-            if r not in replicas:
-                raise ValueError(f"{here}: quiet.relay.ports names {r!r}, not a replica of the runbook ({', '.join(replicas)})")

@@ -26,9 +26,10 @@ part only.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Collection, Iterable
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.analysis.metric_defs import METRICS
 from orchestrator.util.durations import format_duration, parse_duration
@@ -38,22 +39,42 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
+#: A duration as the runbooks write it (`5m`, `30`: seconds), held in seconds.
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def check_replicas(here: str, field: str, names: Iterable[str], replicas: Collection[str]) -> None:
+    """The loader's check that a spec names only replicas of the runbook."""
+    for r in names:
+        if r not in replicas:
+            raise ValueError(f"{here}: {field} names {r!r}, not a replica of the runbook "
+                             f"({', '.join(replicas) or 'none'})")
+
+
 def _metric(v: str) -> str:
     if v not in METRICS:
         raise ValueError(f"unknown metric {v!r}: one of {', '.join(METRICS)}")
     return v
 
 
+Metric = Annotated[str, AfterValidator(_metric)]
+
+
+def bounds_text(lo: float | None, hi: float | None) -> str:
+    """A gate's bound as the runbook and the readout say it: `within [a, b]`, `>= a` or `<= b`."""
+    if lo is not None and hi is not None:
+        return f"within [{lo:g}, {hi:g}]"
+    return f">= {lo:g}" if lo is not None else f"<= {hi:g}"
+
+
 class RatioGate(_Strict):
     """candidate's metric / control's metric within [min, max] (e.g. TPOT p50 at most 0.9x)."""
 
-    metric: str
+    metric: Metric
     candidate: str = Field(min_length=1)
     control: str | None = None
     min: float | None = None
     max: float | None = None
-
-    _m = field_validator("metric")(classmethod(lambda cls, v: _metric(v)))
 
     @model_validator(mode="after")
     def _sound(self) -> RatioGate:
@@ -71,11 +92,9 @@ class RatioGate(_Strict):
 class BoundGate(_Strict):
     """One replica's metric at most (`max:`) or at least (`min:`) `value`."""
 
-    metric: str
+    metric: Metric
     replica: str = Field(min_length=1)
     value: float
-
-    _m = field_validator("metric")(classmethod(lambda cls, v: _metric(v)))
 
 
 class AnalysisGate(_Strict):
@@ -105,9 +124,7 @@ class AnalysisGate(_Strict):
     def text(self) -> str:
         if self.ratio is not None:
             r = self.ratio
-            bound = (f"within [{r.min:g}, {r.max:g}]" if r.min is not None and r.max is not None
-                     else f">= {r.min:g}" if r.min is not None else f"<= {r.max:g}")
-            return f"{r.metric} {r.candidate}/{r.control} {bound}"
+            return f"{r.metric} {r.candidate}/{r.control} {bounds_text(r.min, r.max)}"
         if self.max is not None:
             return f"{self.max.metric} of {self.max.replica} <= {self.max.value:g}"
         assert self.min is not None
@@ -225,8 +242,8 @@ class PrometheusQuery(_Strict):
 
 
 class AnalysisSpec(_Strict):
-    window: float
-    poll: float
+    window: Seconds
+    poll: Seconds
     min_samples: int = Field(ge=1)
     not_enough_traffic: Literal["halt", "fail"] = "halt"
     #: where each replica's series come from: its relay route (default) or a Prometheus query API
@@ -235,8 +252,6 @@ class AnalysisSpec(_Strict):
     prometheus: PrometheusQuery | None = None
     dcgm: DcgmRoute | None = None
     gates: list[AnalysisGate] = Field(min_length=1)
-
-    _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
     @model_validator(mode="after")
     def _sound(self) -> AnalysisSpec:
@@ -318,13 +333,13 @@ class AnalysisSpec(_Strict):
 
 
 def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, list[str]],
-                          gpus: dict[str, list[int]] | None = None) -> None:
+                          gpus: dict[str, list[int]]) -> None:
     """The loader's cross-checks: every replica the analysis routes is one of the runbook's; a DCGM
     gate's replica has GPUs in `replica_gpus` (its device memory is the lowest of theirs)."""
     for g in spec.gates:
         if METRICS[g.metric()].origin == "dcgm":
             for r in g.replicas():
-                if r not in (gpus or {}):
+                if r not in gpus:
                     raise ValueError(f"{here}: gate {g.text()!r} reads {r}'s GPUs from DCGM, but replica_gpus "
                                      f"does not list {r}'s GPUs")
     if replicas and spec.relay is None:
@@ -340,7 +355,4 @@ def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, lis
                                      f"({', '.join(replicas)})"
                                      + ("" if r == cand else ": name it under prometheus.replicas with its matchers"))
     if replicas and spec.relay is not None:
-        for r in spec.relay.ports:
-            if r not in replicas:
-                raise ValueError(f"{here}: analysis.relay.ports names {r!r}, not a replica of the runbook "
-                                 f"({', '.join(replicas)})")
+        check_replicas(here, "analysis.relay.ports", spec.relay.ports, replicas)

@@ -45,6 +45,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.analysis.spec import bounds_text
 from orchestrator.analysis.window import (
     GAUGE_MIN_SCRAPES,
     METRICS,
@@ -80,12 +81,6 @@ class GateResult:
     bound: str = ""  # "<= 0.9", "within [0.5, 0.9]"
     #: the 95 % interval of `observed` (None: a gauge's observed extreme, or nothing judged)
     interval: tuple[float, float] | None = None
-
-
-def _bounds(lo: float | None, hi: float | None) -> str:
-    if lo is not None and hi is not None:
-        return f"within [{lo:g}, {hi:g}]"
-    return f">= {lo:g}" if lo is not None else f"<= {hi:g}"
 
 
 def _check(value: float, lo: float | None, hi: float | None) -> bool:
@@ -184,60 +179,51 @@ def bootstrap(text: str, metric: str, windows: Sequence[ReplicaWindow]) -> tuple
     return _percentiles(out)
 
 
-def _judged(text: str, metric: str, replicas: tuple[str, ...], point: float, interval: tuple[float, float] | None,
-            lo: float | None, hi: float | None, what: str, fmt: str) -> GateResult:
-    bound = _bounds(lo, hi)
-    if interval is None:
-        return GateResult(text, metric, replicas, point, INCONCLUSIVE,
-                          f"{what} = {fmt}, but its observations sit in too few scrape intervals to bound it", bound)
-    verdict = classify(interval, lo, hi)
-    span = f"95 % interval [{_fmt(metric, interval[0], len(replicas))}, {_fmt(metric, interval[1], len(replicas))}]"
-    tail = {PASS: f"inside {bound}", FAIL: f"wholly outside {bound}",
-            INCONCLUSIVE: f"straddles {bound}: the window cannot tell (more traffic or a longer window might)"}[verdict]
-    return GateResult(text, metric, replicas, point, verdict, f"{what} = {fmt}, {span}, {tail}", bound, interval)
-
-
 def _fmt(metric: str, v: float, n: int) -> str:
     return _num(v) if n == 2 else fmt_value(metric, v)
 
 
 def ratio_gate(metric: str, candidate: str, control: str, lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
-    text = f"{metric} {candidate}/{control} {_bounds(lo, hi)}"
-    wc, wk = windows.get(candidate), windows.get(control)
-    cand = measure(metric, wc) if wc is not None else Measurement(None, 0.0)
-    ctrl = measure(metric, wk) if wk is not None else Measurement(None, 0.0)
-    short = [s for s in (_short_of(cand, wc, candidate, metric, min_samples),
-                         _short_of(ctrl, wk, control, metric, min_samples)) if s]
-    if short:
-        return GateResult(text, metric, (candidate, control), None, INCONCLUSIVE, "; ".join(short), _bounds(lo, hi))
-    assert cand.value is not None and ctrl.value is not None and wc is not None and wk is not None
-    r = ratio(cand.value, ctrl.value)
-    if METRICS[metric].kind.startswith("gauge"):  # observed extremes: judged as seen
-        good = _check(r, lo, hi)
-        return GateResult(text, metric, (candidate, control), r, PASS if good else FAIL,
-                          f"{candidate}/{control} = {_num(r)} (extremes seen at a scrape)"
-                          + ("" if good else f", not {_bounds(lo, hi)}"), _bounds(lo, hi))
-    return _judged(text, metric, (candidate, control), r, bootstrap(text, metric, [wc, wk]), lo, hi,
-                   f"{candidate}/{control}", _num(r))
+    return _gate(f"{metric} {candidate}/{control} {bounds_text(lo, hi)}", metric, (candidate, control), lo, hi,
+                 windows, min_samples)
 
 
 def bound_gate(metric: str, replica: str, lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
-    text = f"{metric} of {replica} {_bounds(lo, hi)}"
-    w = windows.get(replica)
-    m = measure(metric, w) if w is not None else Measurement(None, 0.0)
-    short = _short_of(m, w, replica, metric, min_samples)
+    return _gate(f"{metric} of {replica} {bounds_text(lo, hi)}", metric, (replica,), lo, hi, windows, min_samples)
+
+
+def _gate(text: str, metric: str, replicas: tuple[str, ...], lo: float | None, hi: float | None,
+          windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
+    """A ratio (two replicas: candidate, control) or a bound (one replica), judged."""
+    bound = bounds_text(lo, hi)
+    ws = [windows.get(r) for r in replicas]
+    ms = [measure(metric, w) if w is not None else Measurement(None, 0.0) for w in ws]
+    short = [s for s in (_short_of(m, w, r, metric, min_samples) for m, w, r in zip(ms, ws, replicas)) if s]
     if short:
-        return GateResult(text, metric, (replica,), None, INCONCLUSIVE, short, _bounds(lo, hi))
-    assert m.value is not None and w is not None
-    if METRICS[metric].kind.startswith("gauge"):
-        good = _check(m.value, lo, hi)
-        return GateResult(text, metric, (replica,), m.value, PASS if good else FAIL,
-                          f"{replica} {metric} = {fmt_value(metric, m.value)}" + ("" if good else f", not {_bounds(lo, hi)}"),
-                          _bounds(lo, hi))
-    return _judged(text, metric, (replica,), m.value, bootstrap(text, metric, [w]), lo, hi,
-                   f"{replica} {metric}", fmt_value(metric, m.value))
+        return GateResult(text, metric, replicas, None, INCONCLUSIVE, "; ".join(short), bound)
+    values = [m.value for m in ms if m.value is not None]
+    known = [w for w in ws if w is not None]
+    assert len(values) == len(known) == len(replicas)
+    two = len(replicas) == 2
+    point = ratio(values[0], values[1]) if two else values[0]
+    what = f"{replicas[0]}/{replicas[1]}" if two else f"{replicas[0]} {metric}"
+    shown = _fmt(metric, point, len(replicas))
+    if METRICS[metric].kind.startswith("gauge"):  # observed extremes: judged as seen
+        good = _check(point, lo, hi)
+        return GateResult(text, metric, replicas, point, PASS if good else FAIL,
+                          f"{what} = {shown}" + (" (extremes seen at a scrape)" if two else "")
+                          + ("" if good else f", not {bound}"), bound)
+    interval = bootstrap(text, metric, known)
+    if interval is None:
+        return GateResult(text, metric, replicas, point, INCONCLUSIVE,
+                          f"{what} = {shown}, but its observations sit in too few scrape intervals to bound it", bound)
+    verdict = classify(interval, lo, hi)
+    span = f"95 % interval [{_fmt(metric, interval[0], len(replicas))}, {_fmt(metric, interval[1], len(replicas))}]"
+    tail = {PASS: f"inside {bound}", FAIL: f"wholly outside {bound}",
+            INCONCLUSIVE: f"straddles {bound}: the window cannot tell (more traffic or a longer window might)"}[verdict]
+    return GateResult(text, metric, replicas, point, verdict, f"{what} = {shown}, {span}, {tail}", bound, interval)
 
 
 def overall(results: Sequence[GateResult]) -> str:

@@ -34,36 +34,31 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from orchestrator.analysis.metric_defs import METRICS
-from orchestrator.util.durations import format_duration, parse_duration
+from orchestrator.analysis.spec import Seconds, _Strict
+from orchestrator.util.durations import format_duration
 
 #: kinds a watch may not sit on: interrupting a compose call half sent leaves the host unknown
 UNWATCHABLE = ("down", "up", "dry_run")
 
 
-class WatchRelay(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
+class WatchRelay(_Strict):
     token_variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     port: int = Field(gt=0, lt=65536)
 
 
-class WatchSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
+class WatchSpec(_Strict):
     replica: str = Field(min_length=1)
     relay: WatchRelay
-    poll: float
-    window: float
+    poll: Seconds
+    window: Seconds
     min_samples: int = Field(default=20, ge=1)
     max: dict[str, float] = Field(default_factory=lambda: {})
     min: dict[str, float] = Field(default_factory=lambda: {})
     #: a watched metric the replica's /metrics does not carry: fail the step (default) or note it and go on
     on_unknown: Literal["fail", "note"] = "fail"
-
-    _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
     @model_validator(mode="after")
     def _sound(self) -> WatchSpec:

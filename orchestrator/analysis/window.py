@@ -76,18 +76,23 @@ class Scrape:
 
 def counter_increase(values: Sequence[float]) -> tuple[float, int]:
     """(increase over the series, resets seen). A drop is a restart: the new value counts whole."""
-    total, resets = 0.0, 0
-    for prev, cur in zip(values, values[1:]):
-        if cur < prev:
-            resets += 1
-            total += cur
-        else:
-            total += cur - prev
-    return total, resets
+    pairs = list(zip(values, values[1:]))
+    return sum((_step(prev, cur) for prev, cur in pairs), 0.0), sum(cur < prev for prev, cur in pairs)
+
+
+def _step(prev: float, cur: float) -> float:
+    return cur if cur < prev else cur - prev
 
 
 def _hist_reset(prev: Histogram, cur: Histogram) -> bool:
     return cur.count < prev.count or any(c < p for (_, p), (_, c) in zip(prev.buckets, cur.buckets))
+
+
+def _hist_step(prev: Histogram, cur: Histogram) -> Histogram:
+    if _hist_reset(prev, cur):
+        return cur
+    return Histogram(tuple((le, c - p) for (le, p), (_, c) in zip(prev.buckets, cur.buckets)),
+                     cur.count - prev.count, cur.sum - prev.sum)
 
 
 def histogram_increase(series: Sequence[Histogram]) -> tuple[Histogram, int]:
@@ -103,16 +108,11 @@ def histogram_increase(series: Sequence[Histogram]) -> tuple[Histogram, int]:
         if cur.layout() != layout:
             raise WindowError(f"the histogram's buckets changed inside the window ({len(layout)} -> {len(cur.layout())} "
                               f"buckets): the engine restarted with another configuration")
-        if _hist_reset(prev, cur):
-            resets += 1
-            step = [c for _, c in cur.buckets]
-            total += cur.count
-            sum_ += cur.sum
-        else:
-            step = [c - p for (_, p), (_, c) in zip(prev.buckets, cur.buckets)]
-            total += cur.count - prev.count
-            sum_ += cur.sum - prev.sum
-        counts = [a + b for a, b in zip(counts, step)]
+        resets += _hist_reset(prev, cur)
+        step = _hist_step(prev, cur)
+        counts = [a + c for a, (_, c) in zip(counts, step.buckets)]
+        total += step.count
+        sum_ += step.sum
     return Histogram(tuple(zip(layout, counts)), total, sum_), resets
 
 
@@ -179,17 +179,6 @@ class ReplicaWindow:
     #: series carried by some of the engine's scrapes but not all (first seen mid-window, or gone
     #: before its end): their increase over the window is unknown, never what the later scrapes say
     partial: frozenset[str] = frozenset()
-
-
-def _step(prev: float, cur: float) -> float:
-    return cur if cur < prev else cur - prev
-
-
-def _hist_step(prev: Histogram, cur: Histogram) -> Histogram:
-    if _hist_reset(prev, cur):
-        return cur
-    return Histogram(tuple((le, c - p) for (le, p), (_, c) in zip(prev.buckets, cur.buckets)),
-                     cur.count - prev.count, cur.sum - prev.sum)
 
 
 def _increases(series: Sequence[Mapping[str, Any]], increase: Callable[[list[Any]], tuple[Any, int]],

@@ -22,18 +22,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
-# The models' empty defaults are `default_factory=lambda: []` (or `{}`), not `list` (`dict`): pydantic
-# reads each factory's signature when it builds the schema, and a builtin's is parsed from its text
-# signature by the tokenizer, a lambda's is not
-
-
-def _seconds(v: object) -> float:
-    return parse_duration(v)  # type: ignore[arg-type]  # pydantic hands the raw YAML value; parse_duration refuses a wrong type
-
+# Empty defaults are `default_factory=lambda: []`, not `list`: pydantic reads each factory's signature
+# when it builds the schema, and a builtin's is parsed from its text signature by the slow tokenizer.
 
 #: A duration as the runbooks write it (`5m`, `1h30m`, `30`: seconds), held in seconds.
-Seconds = Annotated[float, BeforeValidator(_seconds)]
-OptionalSeconds = Annotated[float | None, BeforeValidator(lambda v: None if v is None else _seconds(v))]
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+OptionalSeconds = Annotated[float | None, BeforeValidator(lambda v: None if v is None else parse_duration(v))]
 
 
 class ComposeSpec(_Strict):
