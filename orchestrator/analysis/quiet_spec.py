@@ -1,23 +1,8 @@
-"""`quiet:` (a low-traffic window): a swap waits for a quiet long domain.
-
-While one replica of gpu02 is down, the long tier runs on one host's single replica: a step that
-takes a replica down should start when the long domain is quiet. The step waits until the live
-traffic of the replicas serving it (each replica's `sglang:num_requests_total` through its relay
-route, summed) is below `below_per_min` over the last `over`, or the UTC clock is inside
-`or_between`; after `wait_at_most` it asks a human (`orchestrate approve RUN_ID`, the soak's
-approval; `--yes` approves) and keeps waiting for either.
-
-    - id: wait-for-quiet
-      say: Wait for a quiet long domain (under 10 requests a minute) or the 01:00-05:00 UTC window; after 2 h ask a human
-      quiet:
-        relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}
-        below_per_min: 10
-        over: 10m
-        poll: 1m
-        or_between: "01:00-05:00"
-        wait_at_most: 2h
-
-Pure: the loader's part and the arithmetic (orchestrator/engine/steps/quiet.py runs it).
+"""`quiet:` (a low-traffic window, docs/runbook-language.md): a step that takes a replica down waits
+until the live traffic of the replicas serving the long domain (their `sglang:num_requests_total`
+through the relay, summed) is below `below_per_min` over the last `over`, or the UTC clock is inside
+`or_between`; after `wait_at_most` it asks a human (`orchestrate approve RUN_ID`) and keeps waiting
+for either. Pure: the loader's part and the arithmetic (orchestrator/engine/steps/quiet.py runs it).
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""The runbook's `analysis:` step: compare replicas over a window of live traffic.
-
-    - id: canary-readout
-      say: Compare r2 (pdi 2) with r1 (the #294 control) over 30 minutes of live traffic
-      analysis:
-        window: 30m          # how long the replicas are watched
-        poll: 1m             # a scrape of every replica this often
-        min_samples: 200     # fewer observations of a gate's metric: inconclusive ("not enough traffic")
-        not_enough_traffic: halt   # an inconclusive readout: halt (a human decides; default) or fail (the phase's rollback)
-        relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}
-        gates:
-          - ratio: {metric: tpot_p50, candidate: r2, control: r1, max: 0.9}
-          - max: {metric: error_rate, replica: r2, value: 0.01}
-
-Like Argo Rollouts' AnalysisTemplate (a metric, an interval, a success condition, a count) and
-Kayenta's judge (candidate vs control per metric, classified pass / fail / inconclusive), with each
-gate judged on a 95 % interval, not a point (orchestrator/analysis/verdict.py): an interval that
-straddles the bound, too little traffic or an unknown series is inconclusive, and never passes.
-Metrics are the names of `orchestrator.analysis.window.METRICS` (quantiles of SGLang's
-TTFT/TPOT/end-to-end histograms taken from bucket deltas, the mean time per output token, error
-and completion rates, tokens per request, request rate, prompt lengths, the HTTP 5xx rate), read
-from each replica's own /metrics through the soak relay's per-replica routes. Pure: the loader's
-part only.
+"""The runbook's `analysis:` step (docs/runbook-language.md): compare replicas over a window of live
+traffic, like Argo Rollouts' AnalysisTemplate and Kayenta's judge (candidate vs control per metric).
+Each gate is judged on a 95 % interval, not a point (orchestrator/analysis/verdict.py): an interval
+that straddles the bound, too little traffic or an unknown series is inconclusive, and never passes.
+Metrics are the names of `metric_defs.METRICS`. Pure: the loader's part only.
 """
 
 from __future__ import annotations
@@ -36,10 +18,13 @@ from orchestrator.util.durations import format_duration, parse_duration
 
 
 class _Strict(BaseModel):
+    """The base of every runbook model (the language's too): unknown keys refused, frozen; the schema
+    is built at first use, which resolves forward references (no model_rebuild)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
-#: A duration as the runbooks write it (`5m`, `30`: seconds), held in seconds.
+#: A duration as the runbooks write it (`5m`, `1h30m`, `30`: seconds), held in seconds.
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
 

@@ -1,41 +1,24 @@
 """Gates over windows, and the readout: candidate vs control per metric, each with an interval.
-
 Pure and deterministic. Three verdicts, never two: PASS, FAIL and INCONCLUSIVE.
 
-The judge: a seeded bootstrap over the window's scrape intervals. Each replica's window is kept
-per interval between consecutive scrapes (orchestrator/analysis/window.py: bucket deltas, counter
-deltas); a resample draws as many intervals as the replica has, with replacement, sums them and
-computes the gate's statistic on the sum exactly as on the whole window (the same interpolated
-histogram quantile, the same aborted / requests). Candidate and control are resampled
-independently; the 2.5th and 97.5th percentiles of `RESAMPLES` resampled ratios (or values) are
-the 95 % interval printed beside the point.
+The judge: a seeded bootstrap over the window's scrape intervals (window.py keeps each replica's
+window per interval). A resample draws as many intervals as the replica has, with replacement, sums
+them and computes the gate's statistic on the sum exactly as on the whole window; candidate and
+control are resampled independently, and the 2.5th and 97.5th percentiles of `RESAMPLES` resampled
+ratios (or values) are the 95 % interval. Not Mann-Whitney U on per-interval values (Kayenta's):
+the gate's number is a pooled statistic of the window (p50 of every TPOT observation, aborted /
+requests), the bootstrap bounds exactly that number for quantiles, means and rates alike, while
+Hodges-Lehmann bounds a shift between per-interval values, which are coarse (p50s of ~20
+observations in wide buckets) or mostly zeros (a handful of aborts). The interval is the finest
+unit the data has and keeps a minute's traffic mix together. Seeded by the gate's text: one window
+gives one readout. Limits: intervals are taken as independent, and a percentile interval from ~30
+intervals covers a little under 95 %; `MIN_INTERVALS` keeps it away from the smallest windows.
 
-Why this and not Mann-Whitney U on per-interval values (Kayenta's judge): the gate's number is a
-pooled statistic of the window (p50 of every TPOT observation, aborted / requests over every
-request), and the bootstrap gives an interval for exactly that number, for quantiles, means and
-rates alike; Mann-Whitney's interval (Hodges-Lehmann) is for the shift between per-interval
-values, a different statistic from the point the readout prints, and per-interval p50s of ~20
-observations interpolated inside wide SGLang buckets are coarse and tied; a rate with a handful of
-aborts per interval is mostly zeros. The interval is the resampling unit because it is the
-finest unit the data has (the engine exports histograms, not requests) and it keeps what varies
-together (a minute's traffic mix) together. The random draws are seeded by the gate's own text,
-so one window always gives one readout (reproducible in tests and when an on-call re-reads it).
-Its limits, said here so a reviewer can weigh them: intervals are taken as independent (adjacent
-minutes that share a slow spell make the interval a little narrow), and a percentile interval
-from ~30 intervals covers a little under 95 %; `MIN_INTERVALS` keeps it away from the smallest
-windows, where both effects grow.
-
-Classification against the bound: the interval wholly inside -> PASS; wholly outside -> FAIL;
-straddling it -> INCONCLUSIVE (the window cannot tell; more traffic, or a longer window, might).
-INCONCLUSIVE also when there is too little to estimate anything: fewer than `min_samples`
-observations (a floor), fewer than `MIN_INTERVALS` scrape intervals, or a series that
-is unknown (absent from the replica's /metrics, or carried by only part of the window), never
-read as zero. A gauge gate (the least free device memory, the deepest queue) judges the extreme
-seen at any scrape: an observed worst case, not an estimate, so it has no interval.
-
-The analysis' verdict is FAIL if any gate failed (a breach seen on enough traffic is a breach,
-whatever the other gates say), else INCONCLUSIVE if any gate is (an unjudged gate is not a passed
-one), else PASS.
+Against the bound: the interval wholly inside -> PASS, wholly outside -> FAIL, straddling it ->
+INCONCLUSIVE; INCONCLUSIVE also with fewer than `min_samples` observations, fewer than
+`MIN_INTERVALS` scrape intervals, or an unknown series (never read as zero). A gauge gate judges the
+extreme seen at any scrape (an observed worst case, no interval). The analysis is FAIL if any gate
+failed, else INCONCLUSIVE if any gate is, else PASS.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Window arithmetic: what happened on one replica between the first and the last scrape of a
-window, from cumulative Prometheus counters and histograms.
-
-Pure (no I/O, no clock). The rules, Prometheus' own:
-- A counter's increase over a series of scrapes is the sum of its step-to-step increases; a value
-  lower than the one before is a reset (the engine restarted and counts from 0 again), so that
-  step contributes the new value whole (`increase()` in PromQL does the same).
-- A histogram's increase is taken bucket by bucket the same way; a step where the count or any
-  bucket went down is a reset of the whole histogram (the buckets restart together).
-- A quantile is read from the increased buckets by linear interpolation inside the bucket that
-  holds the rank (`histogram_quantile()`): never from the lifetime totals, which would mix in
-  what the engine served before the window.
-- No samples, no number: a quantile of an empty histogram and a ratio over zero requests are
-  `None`, and the gate that asks for them says "not enough traffic".
-- Unknown is not zero: a series the replica's /metrics does not carry (SGLang builds and flags
-  differ in what they export), or carries from only part of the window, gives no value at all.
-- The window is also kept per scrape interval (`Interval`): the judge resamples those.
+window, from cumulative Prometheus counters and histograms. Pure (no I/O, no clock). Prometheus' rules:
+- a counter value lower than the one before is a reset (the engine restarted): that step contributes
+  the new value whole (PromQL's `increase()`); a histogram resets as a whole when its count or any
+  bucket goes down;
+- a quantile is interpolated inside the bucket that holds the rank of the window's increased
+  buckets (`histogram_quantile()`), never from the lifetime totals;
+- no samples, no number: a quantile of an empty histogram or a ratio over zero requests is `None`
+  ("not enough traffic"); a series the replica does not carry, or carries from only part of the
+  window, gives no value at all: unknown is not zero.
+The window is also kept per scrape interval (`Interval`): the judge resamples those.
 """
 
 from __future__ import annotations
@@ -24,8 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# the metrics a gate names, re-exported (orchestrator/analysis/metric_defs.py: the runbook schema
-# checks a metric's name without this module)
 from orchestrator.analysis.metric_defs import (  # noqa: F401  # re-exported: the window readers import the metric names from here
     ABORTED,
     E2E,

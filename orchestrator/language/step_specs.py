@@ -1,8 +1,6 @@
-"""The specs of a runbook step's one request or gate: the compose requests (`down`, `dry_run`, `up`)
-and the dry run's plan expectation, and the engine gates (`logs`, `relay`, `verify`, `soak`,
-`metrics`, `labels`, `oneshot`, `markers`, `presence`, `capture`, `cache`), each refusing what it
-cannot check on its own (fields it needs, bounds that bound nothing). The rules that need the whole
-runbook live in `orchestrator.language.runbook_model`; the loader in `orchestrator.language.runbook`.
+"""The specs of a runbook step's one request or gate: the compose requests (`down`, `dry_run`, `up`),
+the dry run's plan expectation and the engine gates, each refusing what it cannot check on its own.
+The rules that need the whole runbook live in `runbook_model`.
 """
 
 from __future__ import annotations
@@ -10,23 +8,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from orchestrator.analysis.spec import Seconds, _Strict
 from orchestrator.util.durations import parse_duration
 
 #: `services: selected` means "the services the previous dry run found on an older definition".
 SELECTED = "selected"
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-
 # Empty defaults are `default_factory=lambda: []`, not `list`: pydantic reads each factory's signature
 # when it builds the schema, and a builtin's is parsed from its text signature by the slow tokenizer.
 
-#: A duration as the runbooks write it (`5m`, `1h30m`, `30`: seconds), held in seconds.
-Seconds = Annotated[float, BeforeValidator(parse_duration)]
 OptionalSeconds = Annotated[float | None, BeforeValidator(lambda v: None if v is None else parse_duration(v))]
 
 
@@ -308,6 +300,3 @@ class OneShotSpec(_Strict):
     last_line: str | None = None
     #: or: a JSON line whose `event` is this and whose `ok` is true
     ok_event: str | None = None
-
-
-# (no model_rebuild: the models defer their schema to first use, which resolves the forward references)
