@@ -159,20 +159,10 @@ HOST_MATCHER = re.compile(r'(?:^|,)\s*host\s*=\s*"([^"\\]*)"')
 
 
 class PrometheusQuery(_Strict):
-    """`source: prometheus`: each replica's SGLang series read from the Prometheus-compatible query
-    API the inventory names for the host (`prometheus_url`), as `{__name__=~"...", <replica_label>="<replica>",
-    <selector>}` (metricproviders/prometheus_api.py); the window arithmetic is the relay's.
-
-    With `replicas:`, each name a gate reads has its own label matchers instead of
-    `<replica_label>="<name>"`: a control may then live on another host, or be several engines
-    pooled (a regex matching two engines sums their counters and histograms, one pooled control):
-
-        prometheus:
-          selector: 'service="sglang"'
-          replicas:
-            r2: 'host="gpu02", container_name="model-sg-glm53-w4afp8-tp4-r2"'
-            gpu23: 'host="gpu23", container_name=~"model-sg-glm53-w4afp8-tp4-r[12]"'
-    """
+    """`source: prometheus`: each replica's SGLang series read from the inventory's query API
+    (`prometheus_url`) as `{__name__=~"...", <replica_label>="<replica>", <selector>}`
+    (metricproviders/prometheus_api.py). With `replicas:`, each name a gate reads has its own label
+    matchers instead: a control may then live on another host, or pool several engines."""
 
     #: the label whose value is the runbook's replica name (r1, r2) on every SGLang series
     replica_label: str = Field(default="replica", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -210,12 +210,9 @@ def query_number(v: float) -> str:
 
 
 class QuerySpec(_Strict):
-    """`query: {promql: 'min(node_filesystem_avail_bytes{instance=~"{host}:.*", mountpoint="/"})', min: 268435456000}`:
-    a PromQL query against the Prometheus-compatible API the inventory names for the host
-    (`prometheus_url`). An instant query (`GET /api/v1/query`) by default; with `range: 10m`, a range
-    query over the last 10 minutes (`GET /api/v1/query_range`, one point per `step`). Every value of
-    every series (every point, for a range) must lie within [min, max]. An empty answer is "no data",
-    a failure: a series that is not there proves nothing."""
+    """A PromQL instant query (with `range:`, a range query over that much time before now) against
+    the inventory's `prometheus_url`: every value of every series (every point) must lie within [min,
+    max]. An empty answer is "no data", a failure: a series that is not there proves nothing."""
 
     promql: str = Field(min_length=1)
     min: float | None = None
