@@ -289,11 +289,7 @@ class AnalysisSpec(_Strict):
 
     def replicas(self) -> list[str]:
         """Every replica a gate reads, candidates first (the readout's column order)."""
-        out: list[str] = []
-        for g in self.gates:
-            for r in g.replicas():
-                if r not in out:
-                    out.append(r)
+        out = list(dict.fromkeys(r for g in self.gates for r in g.replicas()))
         cands = [g.ratio.candidate for g in self.gates if g.ratio is not None]
         return sorted(out, key=lambda r: (r not in cands, out.index(r)))
 

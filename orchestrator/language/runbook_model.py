@@ -299,10 +299,7 @@ class Runbook(_Strict):
         return {st.oneshot.service for steps in self.step_lists() for st in steps if st.oneshot is not None}
 
     def replica_of(self, service: str) -> str | None:
-        for replica, engines in self.replicas.items():
-            if service in engines:
-                return replica
-        return None
+        return next((replica for replica, engines in self.replicas.items() if service in engines), None)
 
     def _check_budgets(self) -> None:
         seen_var: dict[str, int] = {}

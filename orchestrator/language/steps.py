@@ -42,8 +42,8 @@ from orchestrator.language.step_specs import (
 EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
-OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
-                    "http_json", "query", "attestation", "image")
+OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache",
+                    *(k for k in EXTERNAL_KINDS if k != "manual"))
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache", "analysis", "quiet",
                    "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image"]
@@ -105,10 +105,7 @@ class Step(_Strict):
 
     @property
     def kind(self) -> StepKind:
-        for k in STEP_KINDS:
-            if getattr(self, k) is not None:
-                return k
-        raise AssertionError("validated above")
+        return next(k for k in STEP_KINDS if getattr(self, k) is not None)
 
     @property
     def compose(self) -> ComposeSpec | None:
@@ -155,9 +152,8 @@ class Phase(_Strict):
     replica: str | None = None
     steps: list[Step] = Field(min_length=1)
     rollback: Rollback | None = None
-    #: Where `resume --retry` restarts after this phase failed: an earlier forward phase whose work
-    #: this one assumes (the base tier's switch assumes a drained host: it restarts at the capacity
-    #: guard, which checks the other hosts again, then drains again). Default: this phase.
+    #: Where `resume --retry` restarts after this phase failed (default: this phase): an earlier forward
+    #: phase whose work this one assumes (the base tier's switch restarts at the capacity guard).
     retry_from: str | None = None
 
 
