@@ -153,10 +153,9 @@ def bootstrap(text: str, metric: str, windows: Sequence[ReplicaWindow]) -> tuple
     rs = [_Resampler(metric, w) for w in windows]
     out: list[float] = []
     for _ in range(RESAMPLES):
-        vals = [r.draw(rng) for r in rs]
-        if any(v is None for v in vals):
-            continue
-        out.append(ratio(vals[0], vals[1]) if len(vals) == 2 else vals[0])  # type: ignore[arg-type]  # None filtered above
+        vals = [v for v in [r.draw(rng) for r in rs] if v is not None]
+        if len(vals) == len(rs):
+            out.append(ratio(vals[0], vals[1]) if len(vals) == 2 else vals[0])
     if len(out) < RESAMPLES * CONFIDENCE:
         return None
     return _percentiles(out)
@@ -245,7 +244,7 @@ def readout(results: Sequence[GateResult], windows: Mapping[str, ReplicaWindow],
     samples), the observed ratio or value with its 95 % interval, the bound, the gate's verdict;
     the overall verdict first, and why for every gate that did not pass."""
     verdict = overall(results)
-    head = ["metric", *[f"{r}" for r in replicas], "observed [95 % interval]", "bound", "verdict"]
+    head = ["metric", *replicas, "observed [95 % interval]", "bound", "verdict"]
     rows: list[list[str]] = []
     for g in results:
         vals = []

@@ -106,8 +106,8 @@ class Table:
 
     def phase_dry_runs(self, phase: str | None) -> list[str]:
         """The dry-run states of a phase, in reading order."""
-        return [s for s in self.order if self.nodes[s].phase == phase and self.nodes[s].step is not None
-                and self.nodes[s].step.dry_run is not None]  # type: ignore[union-attr]  # mypy does not narrow a subscripted attribute across `and`
+        return [s for s in self.order
+                if (n := self.nodes[s]).phase == phase and n.step is not None and n.step.dry_run is not None]
 
     def next(self, state: str, event: Event) -> str:
         try:

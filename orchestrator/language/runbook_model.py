@@ -44,9 +44,8 @@ class LogGates(_Strict):
     required_per_rank: list[str]
     required: list[str]
     forbidden: list[str]
-    #: The line every start of an engine logs first. Seen again after it started (or after its
-    #: ready line), it means the engine restarted inside its container: a cold start that saw it
-    #: fails, and an engine that logged it after its ready line is not serving.
+    #: The line every start of an engine logs first: seen again after its start or its ready line, the
+    #: engine restarted inside its container (a cold start that saw it fails; such an engine is not serving).
     startup: str = "server_args=ServerArgs("
 
 
