@@ -306,8 +306,8 @@ class ImageSpec(_Strict):
             raise ValueError("an image gate needs exactly one of digest: or replica: (its replica_values.engine_image)")
         return self
 
-    def text(self, replica_values: dict[str, dict[str, str]] | None = None) -> str:
-        want = self.digest or (f"{(replica_values or {}).get(self.replica or '', {}).get('engine_image', '?')} "
+    def text(self, replica_values: dict[str, dict[str, str]]) -> str:
+        want = self.digest or (f"{replica_values.get(self.replica or '', {}).get('engine_image', '?')} "
                                f"(replica_values.{self.replica}.engine_image)")
         return f"docker/ps: {self.service} runs an image pinned by digest sha256:{want.removeprefix('sha256:')}"
 
