@@ -1,22 +1,16 @@
 """The metrics a runbook's analysis, watch or quiet gate may name, and the series each is read
-from. Apart from `orchestrator.analysis.window` (re-exported there), so that the runbook schema
-checks a metric's name without the window arithmetic."""
+from: apart from `window` (which re-exports them) so that the schema needs no window arithmetic."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: SGLang's own series (sglang/srt/observability/metrics_collector.py, formerly
-#: sglang/srt/metrics/collector.py; the HTTP counter is sglang/srt/utils/common.py's): latency
-#: histograms in seconds, request and token counters. Each name is in a recorded sample under
-#: tests/data/reference/samples/ (sglang-metrics.txt, the documentation's /metrics page, and
-#: sglang-metrics-flags.txt, the collector's definitions and the flags each needs).
+#: SGLang's own series (sglang/srt/observability/metrics_collector.py; the HTTP counter is
+#: sglang/srt/utils/common.py's), each in a recorded sample under tests/data/reference/samples/.
 #: `num_aborted_requests_total` counts requests the engine aborted (errors, timeouts, client aborts).
 TTFT = "sglang:time_to_first_token_seconds"
-#: the inter-token latency histogram (one observation per generated token; SGLang's `_sum` is the
-#: decode time, so sum / count is the mean time per output token). The documentation page's
-#: `sglang:time_per_output_token_seconds` is the name it had before SGLang renamed it: the pinned
-#: image (SGLang main as of fc91d24) exports only this one.
+#: the inter-token latency histogram (one observation per generated token: sum / count is the mean
+#: time per output token); the pinned image exports only this name, not `time_per_output_token_seconds`.
 TPOT = "sglang:inter_token_latency_seconds"
 E2E = "sglang:e2e_request_latency_seconds"
 PROMPT_TOKENS = "sglang:prompt_tokens_total"
@@ -26,10 +20,9 @@ ABORTED = "sglang:num_aborted_requests_total"
 #: each finished request's prompt length (tokens), exported with `--enable-metrics` (older builds
 #: also needed `--collect-tokens-histogram`); default bounds ..., 40000, 66000, 99000, ...
 PROMPT_HIST = "sglang:prompt_tokens_histogram"
-#: the HTTP server's responses by `endpoint`, `status_code` and `method` (with `--enable-metrics`).
-#: It is read as two counters of the generation endpoints only (health probes and scrapes answer
-#: on the same server): all their responses, and those with a 5xx status other than 503 (a 503 is
-#: SGLang's answer to a full queue, `--max-queued-requests`: load shedding, not an error).
+#: the HTTP server's responses, read as two counters of the generation endpoints only (health probes
+#: and scrapes answer on the same server): all their responses, and those with a 5xx status other
+#: than 503 (SGLang's answer to a full queue: load shedding, not an error).
 HTTP_RESPONSES = "sglang:http_responses_total"
 HTTP_SERVED = HTTP_RESPONSES + "{generation endpoints}"
 HTTP_5XX = HTTP_RESPONSES + "{generation endpoints, 5xx but 503}"
@@ -61,10 +54,7 @@ class MetricDef:
     @property
     def hist(self) -> bool:
         """Read from one histogram (else from counters, or a gauge)."""
-        return self.kind in HIST_KINDS
-
-
-HIST_KINDS = ("quantile", "mean", "share_above")
+        return self.kind in ("quantile", "mean", "share_above")
 
 
 def _quantiles(prefix: str, series: str, what: str, unit: str = "s") -> dict[str, MetricDef]:

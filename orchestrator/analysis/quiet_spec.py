@@ -1,33 +1,18 @@
-"""`quiet:` (a low-traffic window): a swap waits for a quiet long domain.
-
-While one replica of gpu02 is down, the long tier runs on one host's single replica: a step that
-takes a replica down should start when the long domain is quiet. The step waits until the live
-traffic of the replicas serving it (each replica's `sglang:num_requests_total` through its relay
-route, summed) is below `below_per_min` over the last `over`, or the UTC clock is inside
-`or_between`; after `wait_at_most` it asks a human (`orchestrate approve RUN_ID`, the soak's
-approval; `--yes` approves) and keeps waiting for either.
-
-    - id: wait-for-quiet
-      say: Wait for a quiet long domain (under 10 requests a minute) or the 01:00-05:00 UTC window; after 2 h ask a human
-      quiet:
-        relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}
-        below_per_min: 10
-        over: 10m
-        poll: 1m
-        or_between: "01:00-05:00"
-        wait_at_most: 2h
-
-Pure: the loader's part and the arithmetic (orchestrator/engine/steps/quiet.py runs it).
+"""`quiet:` (a low-traffic window, docs/runbook-language.md): a step that takes a replica down waits
+until the live traffic of the replicas serving the long domain (their `sglang:num_requests_total`
+through the relay, summed) is below `below_per_min` over the last `over`, or the UTC clock is inside
+`or_between`; after `wait_at_most` it asks a human (`orchestrate approve RUN_ID`) and keeps waiting
+for either. Pure: the loader's part and the arithmetic (orchestrator/engine/steps/quiet.py runs it).
 """
 
 from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from orchestrator.analysis.spec import AnalysisRelay
-from orchestrator.util.durations import format_duration, parse_duration
+from orchestrator.analysis.spec import AnalysisRelay, Seconds, _Strict
+from orchestrator.util.durations import format_duration
 
 _HHMM = re.compile(r"^([01]\d|2[0-4]):([0-5]\d)$")
 
@@ -47,17 +32,13 @@ def inside(between: str, minute_of_day: int) -> bool:
     return minute_of_day >= start or minute_of_day < end
 
 
-class QuietSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
+class QuietSpec(_Strict):
     relay: AnalysisRelay
     below_per_min: float = Field(gt=0)
-    over: float
-    poll: float
+    over: Seconds
+    poll: Seconds
     or_between: str | None = None
-    wait_at_most: float
-
-    _d = field_validator("over", "poll", "wait_at_most", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
+    wait_at_most: Seconds
 
     @field_validator("or_between")
     @classmethod
@@ -90,10 +71,3 @@ class QuietSpec(BaseModel):
                 + (f", or the UTC clock inside {self.or_between}" if self.or_between else "")
                 + f"; polled every {format_duration(self.poll)}; after {format_duration(self.wait_at_most)} "
                 f"an operator runs `orchestrate approve RUN_ID` (or --yes), and either still ends the wait")
-
-
-def check_quiet(here: str, spec: QuietSpec, replicas: dict[str, list[str]]) -> None:
-    if replicas:
-        for r in spec.relay.ports:
-            if r not in replicas:
-                raise ValueError(f"{here}: quiet.relay.ports names {r!r}, not a replica of the runbook ({', '.join(replicas)})")

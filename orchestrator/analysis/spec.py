@@ -1,41 +1,39 @@
-"""The runbook's `analysis:` step: compare replicas over a window of live traffic.
-
-    - id: canary-readout
-      say: Compare r2 (pdi 2) with r1 (the #294 control) over 30 minutes of live traffic
-      analysis:
-        window: 30m          # how long the replicas are watched
-        poll: 1m             # a scrape of every replica this often
-        min_samples: 200     # fewer observations of a gate's metric: inconclusive ("not enough traffic")
-        not_enough_traffic: halt   # an inconclusive readout: halt (a human decides; default) or fail (the phase's rollback)
-        relay: {token_variable: PROXY_TOKEN, ports: {r1: 8008, r2: 8009}}
-        gates:
-          - ratio: {metric: tpot_p50, candidate: r2, control: r1, max: 0.9}
-          - max: {metric: error_rate, replica: r2, value: 0.01}
-
-Like Argo Rollouts' AnalysisTemplate (a metric, an interval, a success condition, a count) and
-Kayenta's judge (candidate vs control per metric, classified pass / fail / inconclusive), with each
-gate judged on a 95 % interval, not a point (orchestrator/analysis/verdict.py): an interval that
-straddles the bound, too little traffic or an unknown series is inconclusive, and never passes.
-Metrics are the names of `orchestrator.analysis.window.METRICS` (quantiles of SGLang's
-TTFT/TPOT/end-to-end histograms taken from bucket deltas, the mean time per output token, error
-and completion rates, tokens per request, request rate, prompt lengths, the HTTP 5xx rate), read
-from each replica's own /metrics through the soak relay's per-replica routes. Pure: the loader's
-part only.
+"""The runbook's `analysis:` step (docs/runbook-language.md): compare replicas over a window of live
+traffic, like Argo Rollouts' AnalysisTemplate and Kayenta's judge (candidate vs control per metric).
+Each gate is judged on a 95 % interval, not a point (orchestrator/analysis/verdict.py): an interval
+that straddles the bound, too little traffic or an unknown series is inconclusive, and never passes.
+Metrics are the names of `metric_defs.METRICS`. Pure: the loader's part only.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Collection, Iterable
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.analysis.metric_defs import METRICS
 from orchestrator.util.durations import format_duration, parse_duration
 
 
 class _Strict(BaseModel):
+    """The base of every runbook model (the language's too): unknown keys refused, frozen; the schema
+    is built at first use, which resolves forward references (no model_rebuild)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+
+#: A duration as the runbooks write it (`5m`, `1h30m`, `30`: seconds), held in seconds.
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def check_replicas(here: str, field: str, names: Iterable[str], replicas: Collection[str]) -> None:
+    """The loader's check that a spec names only replicas of the runbook."""
+    for r in names:
+        if r not in replicas:
+            raise ValueError(f"{here}: {field} names {r!r}, not a replica of the runbook "
+                             f"({', '.join(replicas) or 'none'})")
 
 
 def _metric(v: str) -> str:
@@ -44,16 +42,24 @@ def _metric(v: str) -> str:
     return v
 
 
+Metric = Annotated[str, AfterValidator(_metric)]
+
+
+def bounds_text(lo: float | None, hi: float | None) -> str:
+    """A gate's bound as the runbook and the readout say it: `within [a, b]`, `>= a` or `<= b`."""
+    if lo is not None and hi is not None:
+        return f"within [{lo:g}, {hi:g}]"
+    return f">= {lo:g}" if lo is not None else f"<= {hi:g}"
+
+
 class RatioGate(_Strict):
     """candidate's metric / control's metric within [min, max] (e.g. TPOT p50 at most 0.9x)."""
 
-    metric: str
+    metric: Metric
     candidate: str = Field(min_length=1)
     control: str | None = None
     min: float | None = None
     max: float | None = None
-
-    _m = field_validator("metric")(classmethod(lambda cls, v: _metric(v)))
 
     @model_validator(mode="after")
     def _sound(self) -> RatioGate:
@@ -71,11 +77,9 @@ class RatioGate(_Strict):
 class BoundGate(_Strict):
     """One replica's metric at most (`max:`) or at least (`min:`) `value`."""
 
-    metric: str
+    metric: Metric
     replica: str = Field(min_length=1)
     value: float
-
-    _m = field_validator("metric")(classmethod(lambda cls, v: _metric(v)))
 
 
 class AnalysisGate(_Strict):
@@ -105,9 +109,7 @@ class AnalysisGate(_Strict):
     def text(self) -> str:
         if self.ratio is not None:
             r = self.ratio
-            bound = (f"within [{r.min:g}, {r.max:g}]" if r.min is not None and r.max is not None
-                     else f">= {r.min:g}" if r.min is not None else f"<= {r.max:g}")
-            return f"{r.metric} {r.candidate}/{r.control} {bound}"
+            return f"{r.metric} {r.candidate}/{r.control} {bounds_text(r.min, r.max)}"
         if self.max is not None:
             return f"{self.max.metric} of {self.max.replica} <= {self.max.value:g}"
         assert self.min is not None
@@ -157,20 +159,10 @@ HOST_MATCHER = re.compile(r'(?:^|,)\s*host\s*=\s*"([^"\\]*)"')
 
 
 class PrometheusQuery(_Strict):
-    """`source: prometheus`: each replica's SGLang series read from the Prometheus-compatible query
-    API the inventory names for the host (`prometheus_url`), as `{__name__=~"...", <replica_label>="<replica>",
-    <selector>}` (metricproviders/prometheus_api.py); the window arithmetic is the relay's.
-
-    With `replicas:`, each name a gate reads has its own label matchers instead of
-    `<replica_label>="<name>"`: a control may then live on another host, or be several engines
-    pooled (a regex matching two engines sums their counters and histograms, one pooled control):
-
-        prometheus:
-          selector: 'service="sglang"'
-          replicas:
-            r2: 'host="gpu02", container_name="model-sg-glm53-w4afp8-tp4-r2"'
-            gpu23: 'host="gpu23", container_name=~"model-sg-glm53-w4afp8-tp4-r[12]"'
-    """
+    """`source: prometheus`: each replica's SGLang series read from the inventory's query API
+    (`prometheus_url`) as `{__name__=~"...", <replica_label>="<replica>", <selector>}`
+    (metricproviders/prometheus_api.py). With `replicas:`, each name a gate reads has its own label
+    matchers instead: a control may then live on another host, or pool several engines."""
 
     #: the label whose value is the runbook's replica name (r1, r2) on every SGLang series
     replica_label: str = Field(default="replica", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -225,8 +217,8 @@ class PrometheusQuery(_Strict):
 
 
 class AnalysisSpec(_Strict):
-    window: float
-    poll: float
+    window: Seconds
+    poll: Seconds
     min_samples: int = Field(ge=1)
     not_enough_traffic: Literal["halt", "fail"] = "halt"
     #: where each replica's series come from: its relay route (default) or a Prometheus query API
@@ -235,8 +227,6 @@ class AnalysisSpec(_Strict):
     prometheus: PrometheusQuery | None = None
     dcgm: DcgmRoute | None = None
     gates: list[AnalysisGate] = Field(min_length=1)
-
-    _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
     @model_validator(mode="after")
     def _sound(self) -> AnalysisSpec:
@@ -299,11 +289,7 @@ class AnalysisSpec(_Strict):
 
     def replicas(self) -> list[str]:
         """Every replica a gate reads, candidates first (the readout's column order)."""
-        out: list[str] = []
-        for g in self.gates:
-            for r in g.replicas():
-                if r not in out:
-                    out.append(r)
+        out = list(dict.fromkeys(r for g in self.gates for r in g.replicas()))
         cands = [g.ratio.candidate for g in self.gates if g.ratio is not None]
         return sorted(out, key=lambda r: (r not in cands, out.index(r)))
 
@@ -318,13 +304,13 @@ class AnalysisSpec(_Strict):
 
 
 def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, list[str]],
-                          gpus: dict[str, list[int]] | None = None) -> None:
+                          gpus: dict[str, list[int]]) -> None:
     """The loader's cross-checks: every replica the analysis routes is one of the runbook's; a DCGM
     gate's replica has GPUs in `replica_gpus` (its device memory is the lowest of theirs)."""
     for g in spec.gates:
         if METRICS[g.metric()].origin == "dcgm":
             for r in g.replicas():
-                if r not in (gpus or {}):
+                if r not in gpus:
                     raise ValueError(f"{here}: gate {g.text()!r} reads {r}'s GPUs from DCGM, but replica_gpus "
                                      f"does not list {r}'s GPUs")
     if replicas and spec.relay is None:
@@ -340,7 +326,4 @@ def check_against_runbook(here: str, spec: AnalysisSpec, replicas: dict[str, lis
                                      f"({', '.join(replicas)})"
                                      + ("" if r == cand else ": name it under prometheus.replicas with its matchers"))
     if replicas and spec.relay is not None:
-        for r in spec.relay.ports:
-            if r not in replicas:
-                raise ValueError(f"{here}: analysis.relay.ports names {r!r}, not a replica of the runbook "
-                                 f"({', '.join(replicas)})")
+        check_replicas(here, "analysis.relay.ports", spec.relay.ports, replicas)

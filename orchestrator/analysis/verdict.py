@@ -1,41 +1,24 @@
 """Gates over windows, and the readout: candidate vs control per metric, each with an interval.
-
 Pure and deterministic. Three verdicts, never two: PASS, FAIL and INCONCLUSIVE.
 
-The judge: a seeded bootstrap over the window's scrape intervals. Each replica's window is kept
-per interval between consecutive scrapes (orchestrator/analysis/window.py: bucket deltas, counter
-deltas); a resample draws as many intervals as the replica has, with replacement, sums them and
-computes the gate's statistic on the sum exactly as on the whole window (the same interpolated
-histogram quantile, the same aborted / requests). Candidate and control are resampled
-independently; the 2.5th and 97.5th percentiles of `RESAMPLES` resampled ratios (or values) are
-the 95 % interval printed beside the point.
+The judge: a seeded bootstrap over the window's scrape intervals (window.py keeps each replica's
+window per interval). A resample draws as many intervals as the replica has, with replacement, sums
+them and computes the gate's statistic on the sum exactly as on the whole window; candidate and
+control are resampled independently, and the 2.5th and 97.5th percentiles of `RESAMPLES` resampled
+ratios (or values) are the 95 % interval. Not Mann-Whitney U on per-interval values (Kayenta's):
+the gate's number is a pooled statistic of the window (p50 of every TPOT observation, aborted /
+requests), the bootstrap bounds exactly that number for quantiles, means and rates alike, while
+Hodges-Lehmann bounds a shift between per-interval values, which are coarse (p50s of ~20
+observations in wide buckets) or mostly zeros (a handful of aborts). The interval is the finest
+unit the data has and keeps a minute's traffic mix together. Seeded by the gate's text: one window
+gives one readout. Limits: intervals are taken as independent, and a percentile interval from ~30
+intervals covers a little under 95 %; `MIN_INTERVALS` keeps it away from the smallest windows.
 
-Why this and not Mann-Whitney U on per-interval values (Kayenta's judge): the gate's number is a
-pooled statistic of the window (p50 of every TPOT observation, aborted / requests over every
-request), and the bootstrap gives an interval for exactly that number, for quantiles, means and
-rates alike; Mann-Whitney's interval (Hodges-Lehmann) is for the shift between per-interval
-values, a different statistic from the point the readout prints, and per-interval p50s of ~20
-observations interpolated inside wide SGLang buckets are coarse and tied; a rate with a handful of
-aborts per interval is mostly zeros. The interval is the resampling unit because it is the
-finest unit the data has (the engine exports histograms, not requests) and it keeps what varies
-together (a minute's traffic mix) together. The random draws are seeded by the gate's own text,
-so one window always gives one readout (reproducible in tests and when an on-call re-reads it).
-Its limits, said here so a reviewer can weigh them: intervals are taken as independent (adjacent
-minutes that share a slow spell make the interval a little narrow), and a percentile interval
-from ~30 intervals covers a little under 95 %; `MIN_INTERVALS` keeps it away from the smallest
-windows, where both effects grow.
-
-Classification against the bound: the interval wholly inside -> PASS; wholly outside -> FAIL;
-straddling it -> INCONCLUSIVE (the window cannot tell; more traffic, or a longer window, might).
-INCONCLUSIVE also when there is too little to estimate anything: fewer than `min_samples`
-observations (a floor), fewer than `MIN_INTERVALS` scrape intervals, or a series that
-is unknown (absent from the replica's /metrics, or carried by only part of the window), never
-read as zero. A gauge gate (the least free device memory, the deepest queue) judges the extreme
-seen at any scrape: an observed worst case, not an estimate, so it has no interval.
-
-The analysis' verdict is FAIL if any gate failed (a breach seen on enough traffic is a breach,
-whatever the other gates say), else INCONCLUSIVE if any gate is (an unjudged gate is not a passed
-one), else PASS.
+Against the bound: the interval wholly inside -> PASS, wholly outside -> FAIL, straddling it ->
+INCONCLUSIVE; INCONCLUSIVE also with fewer than `min_samples` observations, fewer than
+`MIN_INTERVALS` scrape intervals, or an unknown series (never read as zero). A gauge gate judges the
+extreme seen at any scrape (an observed worst case, no interval). The analysis is FAIL if any gate
+failed, else INCONCLUSIVE if any gate is, else PASS.
 """
 
 from __future__ import annotations
@@ -45,6 +28,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.analysis.spec import bounds_text
 from orchestrator.analysis.window import (
     GAUGE_MIN_SCRAPES,
     METRICS,
@@ -80,12 +64,6 @@ class GateResult:
     bound: str = ""  # "<= 0.9", "within [0.5, 0.9]"
     #: the 95 % interval of `observed` (None: a gauge's observed extreme, or nothing judged)
     interval: tuple[float, float] | None = None
-
-
-def _bounds(lo: float | None, hi: float | None) -> str:
-    if lo is not None and hi is not None:
-        return f"within [{lo:g}, {hi:g}]"
-    return f">= {lo:g}" if lo is not None else f"<= {hi:g}"
 
 
 def _check(value: float, lo: float | None, hi: float | None) -> bool:
@@ -175,26 +153,12 @@ def bootstrap(text: str, metric: str, windows: Sequence[ReplicaWindow]) -> tuple
     rs = [_Resampler(metric, w) for w in windows]
     out: list[float] = []
     for _ in range(RESAMPLES):
-        vals = [r.draw(rng) for r in rs]
-        if any(v is None for v in vals):
-            continue
-        out.append(ratio(vals[0], vals[1]) if len(vals) == 2 else vals[0])  # type: ignore[arg-type]  # None filtered above
+        vals = [v for v in [r.draw(rng) for r in rs] if v is not None]
+        if len(vals) == len(rs):
+            out.append(ratio(vals[0], vals[1]) if len(vals) == 2 else vals[0])
     if len(out) < RESAMPLES * CONFIDENCE:
         return None
     return _percentiles(out)
-
-
-def _judged(text: str, metric: str, replicas: tuple[str, ...], point: float, interval: tuple[float, float] | None,
-            lo: float | None, hi: float | None, what: str, fmt: str) -> GateResult:
-    bound = _bounds(lo, hi)
-    if interval is None:
-        return GateResult(text, metric, replicas, point, INCONCLUSIVE,
-                          f"{what} = {fmt}, but its observations sit in too few scrape intervals to bound it", bound)
-    verdict = classify(interval, lo, hi)
-    span = f"95 % interval [{_fmt(metric, interval[0], len(replicas))}, {_fmt(metric, interval[1], len(replicas))}]"
-    tail = {PASS: f"inside {bound}", FAIL: f"wholly outside {bound}",
-            INCONCLUSIVE: f"straddles {bound}: the window cannot tell (more traffic or a longer window might)"}[verdict]
-    return GateResult(text, metric, replicas, point, verdict, f"{what} = {fmt}, {span}, {tail}", bound, interval)
 
 
 def _fmt(metric: str, v: float, n: int) -> str:
@@ -203,41 +167,45 @@ def _fmt(metric: str, v: float, n: int) -> str:
 
 def ratio_gate(metric: str, candidate: str, control: str, lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
-    text = f"{metric} {candidate}/{control} {_bounds(lo, hi)}"
-    wc, wk = windows.get(candidate), windows.get(control)
-    cand = measure(metric, wc) if wc is not None else Measurement(None, 0.0)
-    ctrl = measure(metric, wk) if wk is not None else Measurement(None, 0.0)
-    short = [s for s in (_short_of(cand, wc, candidate, metric, min_samples),
-                         _short_of(ctrl, wk, control, metric, min_samples)) if s]
-    if short:
-        return GateResult(text, metric, (candidate, control), None, INCONCLUSIVE, "; ".join(short), _bounds(lo, hi))
-    assert cand.value is not None and ctrl.value is not None and wc is not None and wk is not None
-    r = ratio(cand.value, ctrl.value)
-    if METRICS[metric].kind.startswith("gauge"):  # observed extremes: judged as seen
-        good = _check(r, lo, hi)
-        return GateResult(text, metric, (candidate, control), r, PASS if good else FAIL,
-                          f"{candidate}/{control} = {_num(r)} (extremes seen at a scrape)"
-                          + ("" if good else f", not {_bounds(lo, hi)}"), _bounds(lo, hi))
-    return _judged(text, metric, (candidate, control), r, bootstrap(text, metric, [wc, wk]), lo, hi,
-                   f"{candidate}/{control}", _num(r))
+    return _gate(f"{metric} {candidate}/{control} {bounds_text(lo, hi)}", metric, (candidate, control), lo, hi,
+                 windows, min_samples)
 
 
 def bound_gate(metric: str, replica: str, lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
-    text = f"{metric} of {replica} {_bounds(lo, hi)}"
-    w = windows.get(replica)
-    m = measure(metric, w) if w is not None else Measurement(None, 0.0)
-    short = _short_of(m, w, replica, metric, min_samples)
+    return _gate(f"{metric} of {replica} {bounds_text(lo, hi)}", metric, (replica,), lo, hi, windows, min_samples)
+
+
+def _gate(text: str, metric: str, replicas: tuple[str, ...], lo: float | None, hi: float | None,
+          windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
+    """A ratio (two replicas: candidate, control) or a bound (one replica), judged."""
+    bound = bounds_text(lo, hi)
+    ws = [windows.get(r) for r in replicas]
+    ms = [measure(metric, w) if w is not None else Measurement(None, 0.0) for w in ws]
+    short = [s for s in (_short_of(m, w, r, metric, min_samples) for m, w, r in zip(ms, ws, replicas)) if s]
     if short:
-        return GateResult(text, metric, (replica,), None, INCONCLUSIVE, short, _bounds(lo, hi))
-    assert m.value is not None and w is not None
-    if METRICS[metric].kind.startswith("gauge"):
-        good = _check(m.value, lo, hi)
-        return GateResult(text, metric, (replica,), m.value, PASS if good else FAIL,
-                          f"{replica} {metric} = {fmt_value(metric, m.value)}" + ("" if good else f", not {_bounds(lo, hi)}"),
-                          _bounds(lo, hi))
-    return _judged(text, metric, (replica,), m.value, bootstrap(text, metric, [w]), lo, hi,
-                   f"{replica} {metric}", fmt_value(metric, m.value))
+        return GateResult(text, metric, replicas, None, INCONCLUSIVE, "; ".join(short), bound)
+    values = [m.value for m in ms if m.value is not None]
+    known = [w for w in ws if w is not None]
+    assert len(values) == len(known) == len(replicas)
+    two = len(replicas) == 2
+    point = ratio(values[0], values[1]) if two else values[0]
+    what = f"{replicas[0]}/{replicas[1]}" if two else f"{replicas[0]} {metric}"
+    shown = _fmt(metric, point, len(replicas))
+    if METRICS[metric].kind.startswith("gauge"):  # observed extremes: judged as seen
+        good = _check(point, lo, hi)
+        return GateResult(text, metric, replicas, point, PASS if good else FAIL,
+                          f"{what} = {shown}" + (" (extremes seen at a scrape)" if two else "")
+                          + ("" if good else f", not {bound}"), bound)
+    interval = bootstrap(text, metric, known)
+    if interval is None:
+        return GateResult(text, metric, replicas, point, INCONCLUSIVE,
+                          f"{what} = {shown}, but its observations sit in too few scrape intervals to bound it", bound)
+    verdict = classify(interval, lo, hi)
+    span = f"95 % interval [{_fmt(metric, interval[0], len(replicas))}, {_fmt(metric, interval[1], len(replicas))}]"
+    tail = {PASS: f"inside {bound}", FAIL: f"wholly outside {bound}",
+            INCONCLUSIVE: f"straddles {bound}: the window cannot tell (more traffic or a longer window might)"}[verdict]
+    return GateResult(text, metric, replicas, point, verdict, f"{what} = {shown}, {span}, {tail}", bound, interval)
 
 
 def overall(results: Sequence[GateResult]) -> str:
@@ -276,7 +244,7 @@ def readout(results: Sequence[GateResult], windows: Mapping[str, ReplicaWindow],
     samples), the observed ratio or value with its 95 % interval, the bound, the gate's verdict;
     the overall verdict first, and why for every gate that did not pass."""
     verdict = overall(results)
-    head = ["metric", *[f"{r}" for r in replicas], "observed [95 % interval]", "bound", "verdict"]
+    head = ["metric", *replicas, "observed [95 % interval]", "bound", "verdict"]
     rows: list[list[str]] = []
     for g in results:
         vals = []

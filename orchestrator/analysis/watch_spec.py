@@ -1,69 +1,43 @@
-"""`watch:` on a step: one replica's metrics watched while the step runs.
+"""`watch:` on a step: one replica's metrics watched while the step runs (docs/runbook-language.md),
+like Argo Rollouts' background analysis, on a replica that is not the one being changed. A breach, or
+a replica unreadable 3 polls in a row, fails the step; a watch never passes one. Pure: the loader's
+part only (orchestrator/engine/executor/watch.py runs it).
 
-    - id: cold-start
-      say: Follow r2's log until it is ready, while r1 (alone on the long domain) is watched
-      logs: {service: model-sg-glm53-w4afp8-tp4-r2, budget: true}
-      watch:
-        replica: r1                 # the replica that serves while the step runs
-        relay: {token_variable: PROXY_TOKEN, port: 8008}
-        poll: 30s                   # a scrape of its /metrics this often
-        window: 5m                  # rates over the last 5 minutes (a sliding window)
-        min_samples: 20             # fewer requests in the window: the rates are not judged yet
-        max: {error_rate: 0.02, queue_depth_max: 8}
-        on_unknown: fail            # a watched metric r1's /metrics does not carry: fail (default) or note
-
-Like Argo Rollouts' background analysis (a metric watched for the whole of a step, a failure
-aborts the rollout), on a replica that is not the one being changed. A breach (a bound crossed on
-enough traffic), or a replica whose metrics cannot be read 3 polls in a row, stops the step and
-fails it: the phase's rollback follows. A watch never passes a step by itself: the step's own gate
-decides. Pure: the loader's part only (orchestrator/engine/executor/watch.py runs it).
-
-A watched metric whose series the replica's /metrics does not carry (a build without the abort
-counter, a renamed gauge), or carries from only part of the window, is unknown, never "within
-bounds". The rule, `on_unknown`:
-- `fail` (the default): the step fails, naming the metric and the missing series. A watch exists
-  because the watched replica carries the traffic alone while the step runs; a watch that cannot
-  see is no protection, and the phase's rollback restores the capacity it was guarding. A reviewer
-  reading "watched: error_rate <= 2 %" in the plan must be able to trust that it was watched.
-- `note`: the run's log and its progress (terminal, notifications) say, once per metric, that it
-  is not watched; the other metrics are watched as before. For a metric that is a nice-to-have on
-  that replica.
+A watched metric the replica's /metrics does not carry (or carries from only part of the window) is
+unknown, never "within bounds". `on_unknown: fail` (the default) fails the step: the watched replica
+carries the traffic alone while the step runs, and a watch that cannot see is no protection. `note`
+says so once per metric and watches the others (for a nice-to-have metric).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from orchestrator.analysis.metric_defs import METRICS
-from orchestrator.util.durations import format_duration, parse_duration
+from orchestrator.analysis.spec import Seconds, _Strict
+from orchestrator.util.durations import format_duration
 
 #: kinds a watch may not sit on: interrupting a compose call half sent leaves the host unknown
 UNWATCHABLE = ("down", "up", "dry_run")
 
 
-class WatchRelay(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
+class WatchRelay(_Strict):
     token_variable: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     port: int = Field(gt=0, lt=65536)
 
 
-class WatchSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
+class WatchSpec(_Strict):
     replica: str = Field(min_length=1)
     relay: WatchRelay
-    poll: float
-    window: float
+    poll: Seconds
+    window: Seconds
     min_samples: int = Field(default=20, ge=1)
     max: dict[str, float] = Field(default_factory=lambda: {})
     min: dict[str, float] = Field(default_factory=lambda: {})
     #: a watched metric the replica's /metrics does not carry: fail the step (default) or note it and go on
     on_unknown: Literal["fail", "note"] = "fail"
-
-    _d = field_validator("window", "poll", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
     @model_validator(mode="after")
     def _sound(self) -> WatchSpec:

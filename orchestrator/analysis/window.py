@@ -1,20 +1,14 @@
 """Window arithmetic: what happened on one replica between the first and the last scrape of a
-window, from cumulative Prometheus counters and histograms.
-
-Pure (no I/O, no clock). The rules, Prometheus' own:
-- A counter's increase over a series of scrapes is the sum of its step-to-step increases; a value
-  lower than the one before is a reset (the engine restarted and counts from 0 again), so that
-  step contributes the new value whole (`increase()` in PromQL does the same).
-- A histogram's increase is taken bucket by bucket the same way; a step where the count or any
-  bucket went down is a reset of the whole histogram (the buckets restart together).
-- A quantile is read from the increased buckets by linear interpolation inside the bucket that
-  holds the rank (`histogram_quantile()`): never from the lifetime totals, which would mix in
-  what the engine served before the window.
-- No samples, no number: a quantile of an empty histogram and a ratio over zero requests are
-  `None`, and the gate that asks for them says "not enough traffic".
-- Unknown is not zero: a series the replica's /metrics does not carry (SGLang builds and flags
-  differ in what they export), or carries from only part of the window, gives no value at all.
-- The window is also kept per scrape interval (`Interval`): the judge resamples those.
+window, from cumulative Prometheus counters and histograms. Pure (no I/O, no clock). Prometheus' rules:
+- a counter value lower than the one before is a reset (the engine restarted): that step contributes
+  the new value whole (PromQL's `increase()`); a histogram resets as a whole when its count or any
+  bucket goes down;
+- a quantile is interpolated inside the bucket that holds the rank of the window's increased
+  buckets (`histogram_quantile()`), never from the lifetime totals;
+- no samples, no number: a quantile of an empty histogram or a ratio over zero requests is `None`
+  ("not enough traffic"); a series the replica does not carry, or carries from only part of the
+  window, gives no value at all: unknown is not zero.
+The window is also kept per scrape interval (`Interval`): the judge resamples those.
 """
 
 from __future__ import annotations
@@ -24,8 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# the metrics a gate names, re-exported (orchestrator/analysis/metric_defs.py: the runbook schema
-# checks a metric's name without this module)
 from orchestrator.analysis.metric_defs import (  # noqa: F401  # re-exported: the window readers import the metric names from here
     ABORTED,
     E2E,
@@ -76,18 +68,23 @@ class Scrape:
 
 def counter_increase(values: Sequence[float]) -> tuple[float, int]:
     """(increase over the series, resets seen). A drop is a restart: the new value counts whole."""
-    total, resets = 0.0, 0
-    for prev, cur in zip(values, values[1:]):
-        if cur < prev:
-            resets += 1
-            total += cur
-        else:
-            total += cur - prev
-    return total, resets
+    pairs = list(zip(values, values[1:]))
+    return sum((_step(prev, cur) for prev, cur in pairs), 0.0), sum(cur < prev for prev, cur in pairs)
+
+
+def _step(prev: float, cur: float) -> float:
+    return cur if cur < prev else cur - prev
 
 
 def _hist_reset(prev: Histogram, cur: Histogram) -> bool:
     return cur.count < prev.count or any(c < p for (_, p), (_, c) in zip(prev.buckets, cur.buckets))
+
+
+def _hist_step(prev: Histogram, cur: Histogram) -> Histogram:
+    if _hist_reset(prev, cur):
+        return cur
+    return Histogram(tuple((le, c - p) for (le, p), (_, c) in zip(prev.buckets, cur.buckets)),
+                     cur.count - prev.count, cur.sum - prev.sum)
 
 
 def histogram_increase(series: Sequence[Histogram]) -> tuple[Histogram, int]:
@@ -103,16 +100,11 @@ def histogram_increase(series: Sequence[Histogram]) -> tuple[Histogram, int]:
         if cur.layout() != layout:
             raise WindowError(f"the histogram's buckets changed inside the window ({len(layout)} -> {len(cur.layout())} "
                               f"buckets): the engine restarted with another configuration")
-        if _hist_reset(prev, cur):
-            resets += 1
-            step = [c for _, c in cur.buckets]
-            total += cur.count
-            sum_ += cur.sum
-        else:
-            step = [c - p for (_, p), (_, c) in zip(prev.buckets, cur.buckets)]
-            total += cur.count - prev.count
-            sum_ += cur.sum - prev.sum
-        counts = [a + b for a, b in zip(counts, step)]
+        resets += _hist_reset(prev, cur)
+        step = _hist_step(prev, cur)
+        counts = [a + c for a, (_, c) in zip(counts, step.buckets)]
+        total += step.count
+        sum_ += step.sum
     return Histogram(tuple(zip(layout, counts)), total, sum_), resets
 
 
@@ -179,17 +171,6 @@ class ReplicaWindow:
     #: series carried by some of the engine's scrapes but not all (first seen mid-window, or gone
     #: before its end): their increase over the window is unknown, never what the later scrapes say
     partial: frozenset[str] = frozenset()
-
-
-def _step(prev: float, cur: float) -> float:
-    return cur if cur < prev else cur - prev
-
-
-def _hist_step(prev: Histogram, cur: Histogram) -> Histogram:
-    if _hist_reset(prev, cur):
-        return cur
-    return Histogram(tuple((le, c - p) for (le, p), (_, c) in zip(prev.buckets, cur.buckets)),
-                     cur.count - prev.count, cur.sum - prev.sum)
 
 
 def _increases(series: Sequence[Mapping[str, Any]], increase: Callable[[list[Any]], tuple[Any, int]],

@@ -1,23 +1,7 @@
-"""`expects:` in a runbook: the part of the new compose file's contract a procedure depends on
-that no gate or declared value states (the argv flags an engine must run with, environment
-defaults, values the file must not have). `plan --compose-file` and `ci-preview` compare each
-entry with the file, as compose would run it (interpolated, defaults applied, with `--env` the
-host's env map), and fail the pull request with one line per difference.
-
-    expects:
-      - services: [replica:r1, replica:r2]     # every engine of those replicas the file defines
-        argv: {--chunked-prefill-size: "8192", --enable-metrics: true, --revision: false}
-        distinct: [--dist-init-addr]           # each listed service a value of its own
-        environment: {SGLANG_HICACHE_CUDA_HOST_MEMORY: "1"}
-        environment_absent: ["SGLANG_ADMISSION_RESERVE*"]
-        why: the L2 arm the rollout was qualified on (#294)
-        relied_on_by: cold-start               # a step id: the problem line cites it
-
-`argv`: flag -> the value that follows it (a string), `true` (the flag is present), `false` (it
-is not). `environment`: variable -> the value in the container; null: unset or empty.
-`environment_absent`: glob patterns no set, non-empty variable may match. `configs_contain`: text
-every listed service's inline `configs:` content must hold (after interpolation). `image`: the
-exact image reference.
+"""`expects:` in a runbook (docs/runbook-language.md): the part of the new compose file's contract a
+procedure depends on that no gate or declared value states (argv flags, environment, values the file
+must not have). `plan --compose-file` and `ci-preview` compare each entry with the file as compose
+would run it, and fail the pull request with one line per difference.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
-"""The runbook's gates on things outside the engines: pure specs, the
-loader's part only (the handlers are orchestrator/engine/steps/env.py, manual.py and external.py).
-
-- `env:` the env map of this host or of another named host (the dashboard's): keys `absent`,
-  keys that `equals` a value (values are never shown: a mismatch says "differs");
-- `manual:` an edit a human makes (e.g. on the dashboard): the run names it, waits for the
-  approval of this step (`orchestrate approve RUN_ID --gate <state>`), then `verify:` checks it
-  (an `env:` check) before going on. A rollback holding one says so up front (plan, rollback start);
-- `proxy_pool:` the host's own inference proxy (`GET /backends/list` on its port, through the
-  host's address like the soak relay) lists / does not list a replica's engines;
-- `pull_request:` the tag's commit came from a merged PR whose CI checks are green (GitHub API);
-- `http_json:` a read-only GET of a URL whose JSON answer at `path` equals / contains a value
-  (e.g. a compose-hash registry);
-- `query:` a PromQL instant or range query against the inventory's Prometheus-compatible API,
-  every value within numeric `min` / `max`; no data fails;
-- `attestation:` compose-manager's attestation report: bound to a fresh nonce, its action log
-  hash matches its actions, and the last up of each service names the run's tag, the runbook's
-  file and that file's sha256 at the tag (read from GitHub).
+"""The runbook's gates on things outside the engines (`env`, `manual`, `proxy_pool`, `pull_request`,
+`http_json`, `query`, `attestation`, `image`): pure specs, the loader's part only (the handlers are
+orchestrator/engine/steps/env.py, manual.py, external.py and query.py).
 
 Text values may name `{host}`, `{tag}`, `{file}`, `{run_id}` and `{file_sha256}` (the sha256 of
 the runbook's file at the run's tag, read from GitHub); anything else in braces is refused. In a
@@ -30,6 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from orchestrator.analysis.spec import check_replicas
 from orchestrator.language.step_specs import OptionalSeconds, Seconds, _Strict
 from orchestrator.util.durations import format_duration
 
@@ -191,9 +177,8 @@ class HttpJsonSpec(_Strict):
         given = [k for k in ("equals", "contains") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"http_json needs exactly one of equals:, contains:, not {given or 'none'}")
-        for part in self.path.split("."):
-            if not part:
-                raise ValueError(f"http_json.path {self.path!r} has an empty segment")
+        if "" in self.path.split("."):
+            raise ValueError(f"http_json.path {self.path!r} has an empty segment")
         for v in (self.equals, self.contains):
             if isinstance(v, str):
                 check_placeholders(v, "http_json expected value")
@@ -225,12 +210,9 @@ def query_number(v: float) -> str:
 
 
 class QuerySpec(_Strict):
-    """`query: {promql: 'min(node_filesystem_avail_bytes{instance=~"{host}:.*", mountpoint="/"})', min: 268435456000}`:
-    a PromQL query against the Prometheus-compatible API the inventory names for the host
-    (`prometheus_url`). An instant query (`GET /api/v1/query`) by default; with `range: 10m`, a range
-    query over the last 10 minutes (`GET /api/v1/query_range`, one point per `step`). Every value of
-    every series (every point, for a range) must lie within [min, max]. An empty answer is "no data",
-    a failure: a series that is not there proves nothing."""
+    """A PromQL instant query (with `range:`, a range query over that much time before now) against
+    the inventory's `prometheus_url`: every value of every series (every point) must lie within [min,
+    max]. An empty answer is "no data", a failure: a series that is not there proves nothing."""
 
     promql: str = Field(min_length=1)
     min: float | None = None
@@ -324,21 +306,19 @@ class ImageSpec(_Strict):
             raise ValueError("an image gate needs exactly one of digest: or replica: (its replica_values.engine_image)")
         return self
 
-    def text(self, replica_values: dict[str, dict[str, str]] | None = None) -> str:
-        want = self.digest or (f"{(replica_values or {}).get(self.replica or '', {}).get('engine_image', '?')} "
+    def text(self, replica_values: dict[str, dict[str, str]]) -> str:
+        want = self.digest or (f"{replica_values.get(self.replica or '', {}).get('engine_image', '?')} "
                                f"(replica_values.{self.replica}.engine_image)")
         return f"docker/ps: {self.service} runs an image pinned by digest sha256:{want.removeprefix('sha256:')}"
 
 
-def check_against_runbook(here: str, kind: str, spec: object, replicas: dict[str, list[str]], hosts: list[str],
-                          values: dict[str, dict[str, str]] | None = None) -> None:
+def check_against_runbook(here: str, spec: object, replicas: dict[str, list[str]],
+                          values: dict[str, dict[str, str]]) -> None:
     """The loader's cross-checks of these gates against the runbook (one line, naming the field)."""
     if isinstance(spec, ProxyPoolSpec):
-        for r in [*spec.contains, *spec.lacks]:
-            if r not in replicas:
-                raise ValueError(f"{here}: proxy_pool names {r!r}, not a replica of the runbook ({', '.join(replicas) or 'none'})")
+        check_replicas(here, "proxy_pool", [*spec.contains, *spec.lacks], replicas)
     if isinstance(spec, ImageSpec) and spec.replica is not None:
-        engine_image = (values or {}).get(spec.replica, {}).get("engine_image")
+        engine_image = values.get(spec.replica, {}).get("engine_image")
         if not engine_image or not re.fullmatch(r"(sha256:)?[0-9a-f]{12,64}", engine_image):
             raise ValueError(f"{here}: image.replica {spec.replica!r} needs replica_values.{spec.replica}.engine_image "
                              f"(a digest prefix of 12 to 64 hex digits)")

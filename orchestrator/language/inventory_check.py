@@ -1,12 +1,6 @@
-"""What a runbook needs of the inventory, checked before anything reads a host: an offline `plan`
-and a run's start say it in one line (exit 2) instead of a gate failing half-way through a run.
-
-- an `env:` gate (or a `manual:` step's verification) reading another host's env map names a host
-  the inventory lists;
-- a `query:` gate, or an analysis with `source: prometheus`, runs on a host whose inventory entry
-  names a `prometheus_url`;
-- an analysis' per-replica matchers (`prometheus.replicas`) that name a `host="..."` name a host
-  the inventory lists (a control on another host: a typo there would read no series at all).
+"""What a runbook needs of the inventory (another host's env map, a `prometheus_url`, the hosts a
+`prometheus.replicas` matcher names), checked before anything reads a host: an offline `plan` and a
+run's start say it in one line (exit 2) instead of a gate failing half-way through a run.
 """
 
 from __future__ import annotations

@@ -106,8 +106,8 @@ class Table:
 
     def phase_dry_runs(self, phase: str | None) -> list[str]:
         """The dry-run states of a phase, in reading order."""
-        return [s for s in self.order if self.nodes[s].phase == phase and self.nodes[s].step is not None
-                and self.nodes[s].step.dry_run is not None]  # type: ignore[union-attr]  # mypy does not narrow a subscripted attribute across `and`
+        return [s for s in self.order
+                if (n := self.nodes[s]).phase == phase and n.step is not None and n.step.dry_run is not None]
 
     def next(self, state: str, event: Event) -> str:
         try:
@@ -224,8 +224,7 @@ def _chain(
     return ids[0] if ids else after
 
 
-def _full_rollback(b: _Builder, phases: Iterable[Phase], *, end: str) -> str:
-    phases = list(phases)
+def _full_rollback(b: _Builder, phases: list[Phase], *, end: str) -> str:
     start = end
     # build back to front so each phase knows where it continues
     for ph in reversed(phases):
@@ -274,9 +273,7 @@ def compile_rollout(rb: Runbook, start_phase: str | None = None) -> Table:
 
     for ph in rb.phases:
         b.t.retry_starts[ph.name] = b.t.phase_starts[ph.retry_from or ph.name]
-    first_forward = after if start_phase is None else b.t.phase_starts.get(start_phase)
-    if first_forward is None:
-        raise ValueError(f"the runbook has no forward phase {start_phase!r}")
+    first_forward = after if start_phase is None else b.t.phase_start(start_phase)
     pre_start = _chain(
         b, "preflight", rb.preflight, section="preflight", phase="preflight", replica=None,
         after=first_forward, on_fail=ABORTED, on_abort=ABORTED,

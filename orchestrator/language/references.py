@@ -1,8 +1,6 @@
-"""Turning a runbook step's symbolic compose request into a concrete one.
-
-`new` is the runbook's file at the run's tag; `previous:<service>` is the tag and file that last
-deployed that service, established during preflight from the action log (or given to `rollback`);
-`services: selected` is what the previous dry run found on an older definition.
+"""A step's symbolic compose request made concrete: `new` is the runbook's file at the run's tag,
+`previous:<service>` the tag and file that last deployed that service (read from the action log at
+preflight, or given to `rollback`), `services: selected` what the previous dry run selected.
 """
 
 from __future__ import annotations

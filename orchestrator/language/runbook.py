@@ -1,17 +1,10 @@
 """Runbooks as data: the schema of `runbooks/*.yaml` and its loader.
 
-A runbook is read top to bottom like the prose runbook it encodes: preflight checks that change
-nothing, then phases (one per replica, then reconcile), each a list of steps. A step does at most
-one thing (a scoped `down`, a `dry_run`, an `up`) or waits on one gate (`logs`, `relay`, `verify`,
-`soak`, a preflight `check`); each phase names its rollback. The loader refuses what the runbook
-rules forbid, naming the field: unknown keys, an empty services list, `force_recreate: true` on an
-engine or a down (it is only for the services whose only change is inline `configs:` content), an
-`up` not preceded by a dry run of the same request, a file reference it cannot resolve.
-
-The schema lives in sibling modules (the names most importers use are re-exported here):
-`step_specs` (each step's request or gate), `steps` (Step, Remedy, Rollback, Phase and the rules of
-one list of steps), `runbook_model` (the Runbook, its blocks, the whole-runbook rules and queries).
-This module finds runbooks by name, loads and parses their files, and pins named runbooks by sha256.
+A runbook reads top to bottom like the prose runbook it encodes: preflight checks that change nothing,
+then phases (one per replica, then reconcile), each a list of steps that do one thing or wait on one
+gate, each phase naming its rollback. The schema is in `step_specs`, `steps` and `runbook_model` (the
+names importers use are re-exported here); this module finds and parses runbooks, refusing what the
+rules forbid naming the field, and pins named runbooks by sha256.
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-# Schema names importers take from here, besides their own modules.
 from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401  # re-exported: the public entry of the runbook language
 from orchestrator.language.runbook_paths import RUNBOOK_DIR, resolve_runbook_path  # noqa: F401  # re-exported: the public entry of the runbook language
 from orchestrator.language.step_specs import (  # noqa: F401  # re-exported: the public entry of the runbook language
@@ -186,8 +178,7 @@ def shipped_runbooks(loaded: dict[Path, Runbook] | None = None) -> list[Runbook]
 def default_runbook(host: str, loaded: dict[Path, Runbook] | None = None) -> str:
     """`--runbook` left out for one HOST: the one shipped runbook that names it; of several, the one
     written for a tier of hosts (a one-host procedure such as a canary is chosen by name only);
-    else the default (whose own host check then says which hosts it is written for). Also
-    orchestrator.engine.fleet's. `loaded`: see `shipped_runbooks`."""
+    else the default (whose own host check then says which hosts it is written for)."""
     fits = [rb for rb in shipped_runbooks(loaded) if host in rb.hosts]
     if len(fits) == 1:
         return fits[0].name
@@ -206,32 +197,27 @@ def reuse_loaded(name_or_path: str, loaded: dict[Path, Runbook]) -> Runbook | No
         return None
 
 
-# --------------------------------------------------------------------------- named, pinned runbooks
-# For callers that must not read arbitrary files (`orchestrate serve`): a runbook is named, never a
-# path, comes from RUNBOOK_DIR only, and is pinned by the sha256 of its bytes so that a resumed run
-# uses exactly the runbook it started with. Errors name the runbook only: no path, no YAML line.
+# Named, pinned runbooks, for callers that must not read arbitrary files (`orchestrate serve`): a name,
+# never a path, from RUNBOOK_DIR only, pinned by the sha256 of its bytes so that a resumed run uses
+# exactly the runbook it started with. Errors name the runbook only: no path, no YAML line.
 
 #: A runbook name: letters, digits, `-` and `_` (no `/`, no `.`: no path, no `..`, no `.yaml`).
 RUNBOOK_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
 
 def runbook_names(directory: Path = RUNBOOK_DIR) -> list[str]:
-    """The runbooks `load_runbook_checked` can load from `directory`."""
     return sorted(p.stem for p in directory.glob("*.yaml") if RUNBOOK_NAME_RE.fullmatch(p.stem))
 
 
 def runbook_identity(rb_path: Path) -> tuple[str, str]:
-    """(name, sha256 hex of the file's bytes) of the runbook file at `rb_path`."""
+    """(name, sha256 hex of the file's bytes)."""
     return Path(rb_path).stem, hashlib.sha256(Path(rb_path).read_bytes()).hexdigest()
 
 
 def load_runbook_checked(name: str, sha256: str | None = None, *,
                          directory: Path = RUNBOOK_DIR) -> tuple[Runbook, str]:
-    """(runbook, sha256) of the runbook called `name` in `directory`, read once and hashed as read.
-
-    `sha256` given: the file must still have that content, else `Refused` (a run is never
-    continued with a different runbook than the one it started with).
-    """
+    """(runbook, sha256) of the runbook called `name` in `directory`, read once and hashed as read;
+    with `sha256`, `Refused` unless the file still has that content."""
     known = ", ".join(runbook_names(directory)) or "none"
     unknown = UserError(f"unknown runbook {str(name)[:100]!r}: one of {known}")
     if not isinstance(name, str) or not RUNBOOK_NAME_RE.fullmatch(name):

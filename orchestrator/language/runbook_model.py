@@ -1,9 +1,5 @@
-"""The runbook document itself: `Runbook` (its top-level keys), the blocks it holds (`Budget`,
-`Timeouts`, `LogGates`, `HostState`, `Domains`), the rules that need the whole runbook (a remedy's
-marker in `log_markers`, a budget check with a `budget:` block, force_recreate never on an engine,
-each external or analysis gate checked against the replicas...) and the queries the rest of the
-code asks of a loaded runbook (its engines, phases, step lists, `previous:` references).
-"""
+"""The runbook document: `Runbook` and the blocks it holds, the rules that need the whole runbook,
+and the queries the rest of the code asks of a loaded runbook."""
 
 from __future__ import annotations
 
@@ -12,8 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.analysis.quiet_spec import check_quiet as _check_quiet
 from orchestrator.analysis.spec import check_against_runbook as _check_analysis
+from orchestrator.analysis.spec import check_replicas
 from orchestrator.analysis.watch_spec import check_watch as _check_watch
 from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
@@ -48,9 +44,8 @@ class LogGates(_Strict):
     required_per_rank: list[str]
     required: list[str]
     forbidden: list[str]
-    #: The line every start of an engine logs first. Seen again after it started (or after its
-    #: ready line), it means the engine restarted inside its container: a cold start that saw it
-    #: fails, and an engine that logged it after its ready line is not serving.
+    #: The line every start of an engine logs first: seen again after its start or its ready line, the
+    #: engine restarted inside its container (a cold start that saw it fails; such an engine is not serving).
     startup: str = "server_args=ServerArgs("
 
 
@@ -93,35 +88,30 @@ class Runbook(_Strict):
     title: str
     hosts: list[str] = Field(min_length=1)
     file: str
-    #: Other compose files this runbook deploys (the previous files its rollbacks go back to, as
-    #: of writing): with `file`, how a CI job finds the runbooks a changed file affects
-    #: (`orchestrator.previews.ci_preview.runbooks_affected_by`) without reading code.
+    #: Other compose files this runbook deploys (its rollbacks' previous files): with `file`, how CI
+    #: finds the runbooks a changed file affects (`ci_preview.runbooks_affected_by`).
     deploys: list[str] = Field(default_factory=lambda: [])
     model: str
     #: Hugging Face repos (`org/name`) the new file's engines load: `plan --live` asks the host's
     #: model cache whether it holds them (missing weights mean a download before the cold start).
     weights: list[str] = Field(default_factory=lambda: [])
-    #: replica -> the GPU indexes its engine holds. With compose-manager's `GET /host/gpu`, an
-    #: engine's down is sent only while no other engine holds those GPUs, and its gate passes only
-    #: once no engine does (the new engine must find them free). Monitoring containers that see
-    #: every GPU (the DCGM exporter) are not engines and do not count.
+    #: replica -> the GPU indexes its engine holds (`GET /host/gpu`): an engine's down is sent only
+    #: while no other engine holds them, its gate passes only once none does. Monitoring containers
+    #: that see every GPU (the DCGM exporter) are not engines.
     replica_gpus: dict[str, list[int]] = Field(default_factory=lambda: {})
     domains: Domains
-    #: The HiCache host-RAM budget; optional (a tier without HiCache has none). `check: budget` and
-    #: `logs: {budget: true}` need it.
+    #: The HiCache host-RAM budget (none without HiCache); `check: budget` and `logs: {budget: true}` need it.
     budget: Budget | None = None
-    #: Several HiCache budgets in one runbook (per replica or per service): `budget:`
-    #: written as a list; its first item is `budget`, the rest land here. Each has its own variable
-    #: and engines; the budget gate fits all of them together in the host's RAM.
+    #: `budget:` written as a list: its first item is `budget`, the rest land here. Each has its own
+    #: variable and engines; the budget gate fits all of them together in the host's RAM.
     more_budgets: list[Budget] = Field(default_factory=lambda: [])
     timeouts: Timeouts
     log_gates: LogGates
     preflight: list[Step]
     phases: list[Phase] = Field(min_length=1)
     full_rollback: list[Phase] = Field(default_factory=lambda: [])
-    #: service -> why it is safe that a rollback leaves it on the new file (a forward step such as
-    #: the reconcile recreated it; the rollback does not undo that). A rollback's last line names
-    #: every service still on the new file with this reason, or says that the runbook gives none.
+    #: service -> why it is safe that a rollback leaves it on the new file (a forward step recreated
+    #: it; the rollback does not undo that), named in the rollback's last line.
     rollback_keeps: dict[str, str] = Field(default_factory=lambda: {})
     #: replica -> the engine services that can serve as it (every definition, old and new). An
     #: engine is stopped only while it does not serve or another replica serves.
@@ -131,22 +121,19 @@ class Runbook(_Strict):
     min_tag_age: Seconds = 48 * 3600.0
     #: The host states the runbook recognises (before / part-way / at target), checked in order.
     host_states: list[HostState] = Field(default_factory=lambda: [])
-    #: Per-replica values (telemetry the new file declares for each replica): replica -> key -> value.
-    #: A labels gate checks the keys it names against its replica's values here.
+    #: replica -> key -> the value the new file declares (its telemetry), checked by labels gates.
     replica_values: dict[str, dict[str, str]] = Field(default_factory=lambda: {})
-    #: Named log markers for `markers:` gates. null = the exact line is not known (say so in a
-    #: comment); the gate then reports the marker as not checked instead of inventing a string.
+    #: Named log markers for `markers:` gates. null = the exact line is not known: the gate reports
+    #: the marker as not checked instead of inventing a string.
     log_markers: dict[str, str | None] = Field(default_factory=lambda: {})
     #: Other hosts' runs that must be DONE and soaked first (`check: prerequisites`, fleet runs).
     prerequisites: list[Prerequisite] = Field(default_factory=lambda: [])
     #: Who carries the traffic while an engine is stopped. `host` (gpu02): another replica of the
-    #: same host must serve (the stop guard). `fleet` (the base tier, whose host moves as a whole):
-    #: the run's host must first be withdrawn from every domain on every model-proxy peer (the
-    #: drain); the other hosts of `hosts:` carry the domain, which a `presence: {hosts: others}`
-    #: gate confirms before the drain.
+    #: same host (the stop guard). `fleet` (the base tier, whose host moves as a whole): the other
+    #: hosts of `hosts:`, after the run's host is withdrawn from every domain on every model-proxy
+    #: peer (the drain, confirmed first by a `presence: {hosts: others}` gate).
     capacity: Literal["host", "fleet"] = "host"
-    #: The rest of the new file's contract the procedure depends on (argv, environment, values it
-    #: must not have), checked by `plan --compose-file` and `ci-preview` (orchestrator.language.expects).
+    #: The rest of the new file's contract the procedure depends on (orchestrator.language.expects).
     expects: list[Expectation] = Field(default_factory=lambda: [])
 
     @field_validator("file", "deploys")
@@ -227,12 +214,12 @@ class Runbook(_Strict):
                             raise ValueError(f"{here}: domain role {role!r} is not one of {', '.join(self.domains.roles())}")
                 if st.analysis is not None:
                     _check_analysis(here, st.analysis, self.replicas, self.replica_gpus)
-                if st.quiet is not None:
-                    _check_quiet(here, st.quiet, self.replicas)
+                if st.quiet is not None and self.replicas:
+                    check_replicas(here, "quiet.relay.ports", st.quiet.relay.ports, self.replicas)
                 if st.watch is not None:
                     _check_watch(here, st.kind, st.watch, self.replicas)
                 if st.kind in EXTERNAL_KINDS:
-                    _check_gate(here, st.kind, getattr(st, st.kind), self.replicas, self.hosts, self.replica_values)
+                    _check_gate(here, getattr(st, st.kind), self.replicas, self.replica_values)
                 if st.labels is not None:
                     vals = self.replica_values.get(st.labels.replica)
                     if vals is None:
@@ -311,10 +298,7 @@ class Runbook(_Strict):
         return {st.oneshot.service for steps in self.step_lists() for st in steps if st.oneshot is not None}
 
     def replica_of(self, service: str) -> str | None:
-        for replica, engines in self.replicas.items():
-            if service in engines:
-                return replica
-        return None
+        return next((replica for replica, engines in self.replicas.items() if service in engines), None)
 
     def _check_budgets(self) -> None:
         seen_var: dict[str, int] = {}

@@ -8,16 +8,10 @@ from pathlib import Path
 import orchestrator  # the package's own folder, wherever in it this module lives
 from orchestrator.util.user_errors import UserError
 
-
-def _shipped_runbooks() -> Path:
-    """The shipped runbooks' folder: `orchestrator/runbooks/` in an installed wheel (pyproject maps
-    the top-level `runbooks/` onto that package), the top-level `runbooks/` in a checkout."""
-    package = Path(orchestrator.__file__).resolve().parent
-    installed = package / "runbooks"
-    return installed if installed.is_dir() else package.parent / "runbooks"
-
-
-RUNBOOK_DIR = _shipped_runbooks()
+_PACKAGE = Path(orchestrator.__file__).resolve().parent
+#: The shipped runbooks: `orchestrator/runbooks/` in an installed wheel (pyproject maps the top-level
+#: `runbooks/` onto that package), the top-level `runbooks/` in a checkout.
+RUNBOOK_DIR = _PACKAGE / "runbooks" if (_PACKAGE / "runbooks").is_dir() else _PACKAGE.parent / "runbooks"
 
 
 def resolve_runbook_path(name_or_path: str) -> Path:

@@ -1,8 +1,6 @@
-"""The specs of a runbook step's one request or gate: the compose requests (`down`, `dry_run`, `up`)
-and the dry run's plan expectation, and the engine gates (`logs`, `relay`, `verify`, `soak`,
-`metrics`, `labels`, `oneshot`, `markers`, `presence`, `capture`, `cache`), each refusing what it
-cannot check on its own (fields it needs, bounds that bound nothing). The rules that need the whole
-runbook live in `orchestrator.language.runbook_model`; the loader in `orchestrator.language.runbook`.
+"""The specs of a runbook step's one request or gate: the compose requests (`down`, `dry_run`, `up`),
+the dry run's plan expectation and the engine gates, each refusing what it cannot check on its own.
+The rules that need the whole runbook live in `runbook_model`.
 """
 
 from __future__ import annotations
@@ -10,30 +8,18 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from orchestrator.analysis.spec import Seconds, _Strict
 from orchestrator.util.durations import parse_duration
 
 #: `services: selected` means "the services the previous dry run found on an older definition".
 SELECTED = "selected"
 
+# Empty defaults are `default_factory=lambda: []`, not `list`: pydantic reads each factory's signature
+# when it builds the schema, and a builtin's is parsed from its text signature by the slow tokenizer.
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-
-# The models' empty defaults are `default_factory=lambda: []` (or `{}`), not `list` (`dict`): pydantic
-# reads each factory's signature when it builds the schema, and a builtin's is parsed from its text
-# signature by the tokenizer, a lambda's is not
-
-
-def _seconds(v: object) -> float:
-    return parse_duration(v)  # type: ignore[arg-type]  # pydantic hands the raw YAML value; parse_duration refuses a wrong type
-
-
-#: A duration as the runbooks write it (`5m`, `1h30m`, `30`: seconds), held in seconds.
-Seconds = Annotated[float, BeforeValidator(_seconds)]
-OptionalSeconds = Annotated[float | None, BeforeValidator(lambda v: None if v is None else _seconds(v))]
+OptionalSeconds = Annotated[float | None, BeforeValidator(lambda v: None if v is None else parse_duration(v))]
 
 
 class ComposeSpec(_Strict):
@@ -64,10 +50,8 @@ class ComposeSpec(_Strict):
 
     @model_validator(mode="after")
     def _force_scoped(self) -> ComposeSpec:
-        # `force_recreate: true` recreates services whose only change is the content of an inline
-        # `configs:` entry: docker compose leaves that content out of its change detection
-        # (docker/compose#11900), so without it the new config never takes. The request must name
-        # those services explicitly; the Runbook refuses it on an engine, on a down and in preflight.
+        # for services whose only change is inline `configs:` content, which docker compose leaves out
+        # of its change detection (docker/compose#11900); the Runbook refuses it on an engine or a down
         if self.force_recreate and not isinstance(self.services, list):
             raise ValueError("force_recreate: true needs an explicit services list (the services whose only change is "
                              "inline configs content), not services: selected")
@@ -96,9 +80,8 @@ class LogsSpec(_Strict):
     service: str
     #: Check rank_budget_bytes on every rank against the runbook budget (needs a `budget:` block).
     budget: bool = False
-    #: How many ranks (TP0..TPn-1) log each `log_gates.required_per_rank` milestone for this engine.
-    #: Default: its budget's `ranks_per_replica` with `budget: true`, else `log_gates.ranks`
-    #: (`Runbook.ranks_of`): a TP2 engine and a TP4 engine each have their own.
+    #: How many ranks log each `log_gates.required_per_rank` milestone for this engine (a TP2 and a
+    #: TP4 engine differ); default: `Runbook.ranks_of`.
     ranks: int | None = Field(default=None, gt=0)
 
 
@@ -133,10 +116,9 @@ class LogValue(_Strict):
 
 
 class MarkersSpec(_Strict):
-    """A per-service log gate over the service's whole log since its container started: named
-    markers (`log_markers:` of the runbook) that must / must not appear, and numeric values with
-    tolerances. A marker whose text the runbook leaves null is unknown: it is reported as not
-    checked, never guessed."""
+    """A log gate over the service's whole log since its container started: named markers
+    (`log_markers:`) that must / must not appear, and numeric values with tolerances. A marker whose
+    text is null is unknown: reported as not checked, never guessed."""
 
     service: str = Field(min_length=1)
     require: list[str] = Field(default_factory=lambda: [])
@@ -152,9 +134,8 @@ class PresenceSpec(_Strict):
     listed: list[str] = Field(default_factory=lambda: [])
     absent: list[str] = Field(default_factory=lambda: [])
     within: Seconds
-    #: `this`: the run's host. `others`: every OTHER host of the runbook's `hosts:` (the capacity
-    #: guard before a host leaves a domain: the rest of the tier must carry it). An `others` host
-    #: the inventory does not know fails the gate: its capacity cannot be confirmed.
+    #: `this`: the run's host. `others`: every other host of `hosts:` (the capacity guard before a host
+    #: leaves a domain); one the inventory does not know fails the gate (its capacity is unconfirmed).
     hosts: Literal["this", "others"] = "this"
 
     @model_validator(mode="after")
@@ -169,9 +150,8 @@ class PresenceSpec(_Strict):
 
 
 class CacheSpec(_Strict):
-    """The host's model cache (`GET /host/cache`) holds these Hugging Face repos (`org/name`): a
-    pre-stage that did not fetch them fails here, before the host is touched, not in a cold start
-    with the host out of its pool. Where compose-manager does not answer it, noted as not checked."""
+    """The host's model cache (`GET /host/cache`) holds these Hugging Face repos (`org/name`): a missed
+    pre-stage fails here, before the host is touched; unanswered, noted as not checked."""
 
     holds: list[str] = Field(min_length=1)
 
@@ -181,8 +161,7 @@ class CaptureSpec(_Strict):
 
     services: list[str] = Field(min_length=1)
     tail: int = Field(default=2000, gt=0, le=1_000_000)
-    #: each service's log goes to its own file in the run's directory
-    #: (`<state>/logs/<run_id>/<service>.log`, scrubbed), not into the run log; up to 1,000,000 lines
+    #: each service's log to its own file (`<state>/logs/<run_id>/<service>.log`, scrubbed), not the run log
     to_file: bool = False
 
     @model_validator(mode="after")
@@ -266,11 +245,10 @@ class MetricsSpec(_Strict):
 
     relay: RelaySpec
     #: Counters that must rise across a follow-up whose prefix left the device pool (host-restore
-    #: evidence): the gate sends a prompt, `evict` unrelated prompts, reads the counters, sends the
-    #: prompt again and reads them again. Empty: no follow-up is sent.
+    #: evidence): a prompt, `evict` unrelated prompts, the counters read, the prompt again, read again;
+    #: empty: no follow-up is sent.
     increase: list[str] = Field(default_factory=lambda: [])
-    #: How many unrelated prompts push the first one out of the device pool. A runbook setting: how
-    #: many it takes depends on the engine's device pool (the simulator's holds 4 prompts).
+    #: How many unrelated prompts push the first one out of the engine's device pool.
     evict: int = Field(default=6, ge=1, le=200)
     gauges: list[GaugeBound] = Field(default_factory=lambda: [])
 
@@ -314,6 +292,3 @@ class OneShotSpec(_Strict):
     last_line: str | None = None
     #: or: a JSON line whose `event` is this and whose `ok` is true
     ok_event: str | None = None
-
-
-# (no model_rebuild: the models defer their schema to first use, which resolves the forward references)

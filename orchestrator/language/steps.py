@@ -1,8 +1,5 @@
-"""A runbook's steps and the lists they form: `Step` (does one thing or waits on one gate), a logs
-gate's `Remedy`, a phase's `Rollback`, a `Phase`, and the rules of one list of steps
-(`check_sequence`: unique ids, an up preceded by a dry run of the same request, `services: selected`
-after a dry run that selects, a one-shot after the up that starts it).
-"""
+"""A runbook's steps and the lists they form: `Step` (does one thing or waits on one gate), `Remedy`,
+`Rollback`, `Phase`, and the rules of one list of steps (`check_sequence`)."""
 
 from __future__ import annotations
 
@@ -45,8 +42,8 @@ from orchestrator.language.step_specs import (
 EXTERNAL_KINDS = ("env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image")
 #: The step kinds that may be observe-only (`observe: true`): evidence gates that change nothing and
 #: that no stop guard, readiness or routing decision reads.
-OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache", "env", "proxy_pool", "pull_request",
-                    "http_json", "query", "attestation", "image")
+OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cache",
+                    *(k for k in EXTERNAL_KINDS if k != "manual"))
 StepKind = Literal["check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot",
                    "markers", "presence", "capture", "cache", "analysis", "quiet",
                    "env", "manual", "proxy_pool", "pull_request", "http_json", "query", "attestation", "image"]
@@ -72,25 +69,19 @@ class Step(_Strict):
     presence: PresenceSpec | None = None
     capture: CaptureSpec | None = None
     cache: CacheSpec | None = None
-    #: candidate vs control over a window of live traffic (orchestrator/analysis/spec.py)
     analysis: AnalysisSpec | None = None
-    #: gates outside the engines (orchestrator/language/gate_specs.py)
     env: EnvSpec | None = None
     manual: ManualSpec | None = None
     proxy_pool: ProxyPoolSpec | None = None
     pull_request: PullRequestSpec | None = None
     http_json: HttpJsonSpec | None = None
-    #: a PromQL query against the inventory's Prometheus-compatible API, its values within bounds
     query: QuerySpec | None = None
     attestation: AttestationSpec | None = None
     image: ImageSpec | None = None
-    #: a replica's metrics watched while this step runs (orchestrator/analysis/watch_spec.py)
+    #: a replica's metrics watched while this step runs
     watch: WatchSpec | None = None
-    #: wait for a quiet long domain or a time window (orchestrator/analysis/quiet_spec.py)
     quiet: QuietSpec | None = None
     plan: DryRunExpectation | None = None
-    #: On a `logs:` gate of a forward phase: what to do instead of failing when the gate fails on a
-    #: line carrying a named log marker (see `Remedy`).
     remedy: Remedy | None = None
     #: An observe-only gate (a new check trialled in production): its pass or failure is journaled
     #: and notified, and the run goes on either way. Only on gates that read evidence and are not
@@ -114,10 +105,7 @@ class Step(_Strict):
 
     @property
     def kind(self) -> StepKind:
-        for k in STEP_KINDS:
-            if getattr(self, k) is not None:
-                return k
-        raise AssertionError("validated above")
+        return next(k for k in STEP_KINDS if getattr(self, k) is not None)
 
     @property
     def compose(self) -> ComposeSpec | None:
@@ -129,27 +117,18 @@ class Step(_Strict):
 
 
 class Remedy(_Strict):
-    """A known fault's own way out, taken instead of the phase's rollback.
+    """A known fault's own way out, taken instead of the phase's rollback (docs/runbook-language.md).
 
-    On a `logs:` (cold-start) gate: when the gate fails on a forbidden line that carries the text
-    of log marker `marker` (a name in the runbook's `log_markers:`), the gate sends REMEDY instead
-    of FAIL, the remedy's `steps` run, and the run goes back to the gate, which reads the engine's
-    log afresh (from its new container's start). Rules, and why:
-
-    - Back to the gate, not past it: the gate's own `ok` stays the one record that the engine
-      passed its cold start (the journal, `rollout --continue`, `status` read it), and a second
-      marker line after the remedy is judged by the same gate and the same cap.
-    - `max` (default 1) lives in the compiled table (`Table.remedy_caps`): once the remedy was taken
-      that many times in this run, the marker fails the gate as before (-> the phase's rollback).
-    - Any failure or abort inside the remedy takes the phase's rollback; a halt halts. A remedy's
-      steps are checked like any other list (an up needs a dry run of the same request before it
-      in the remedy, no empty services, no force_recreate) and run with every executor rule (stop
-      guard, dry run before up, journaled effects, resume at any of its states).
-    - Only a forward phase's `logs:` gate takes one (a rollback's failure halts; no other gate
-      fails on a log marker); a remedy step has no remedy of its own and no preflight `check:`.
-    - A marker left null (its text unknown) could never trigger: the loader refuses it, as it
-      refuses a marker whose text contains none of `log_gates.forbidden` (the gate would never fail
-      on it). The key is `marker:`, not `on:` (YAML 1.1 reads a bare `on` as true).
+    When a forward phase's `logs:` gate fails on a forbidden line carrying the text of log marker
+    `marker`, it sends REMEDY instead of FAIL: the remedy's `steps` run (checked and executed like any
+    other list), then the run goes back to the gate, which reads the log afresh. Why:
+    - Back to the gate, not past it: the gate's `ok` stays the one record that the engine passed its
+      cold start (journal, `rollout --continue`, `status`), and a second marker line is judged by the
+      same gate and the same cap (`max`, kept in `Table.remedy_caps`; past it the marker fails the gate).
+    - A failure or abort inside the remedy takes the phase's rollback; a remedy step has no remedy of
+      its own and no `check:`; no other gate fails on a log marker, and a rollback's failure halts.
+    - A marker whose text is null or contains none of `log_gates.forbidden` could never trigger: refused.
+      The key is `marker:`, not `on:` (YAML 1.1 reads a bare `on` as true).
     """
 
     marker: str = Field(min_length=1)
@@ -167,18 +146,14 @@ class Rollback(_Strict):
     message: str | None = None
 
 
-# (no model_rebuild: the models defer their schema to first use, which resolves "Step")
-
-
 class Phase(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str = ""
     replica: str | None = None
     steps: list[Step] = Field(min_length=1)
     rollback: Rollback | None = None
-    #: Where `resume --retry` restarts after this phase failed: an earlier forward phase whose work
-    #: this one assumes (the base tier's switch assumes a drained host: it restarts at the capacity
-    #: guard, which checks the other hosts again, then drains again). Default: this phase.
+    #: Where `resume --retry` restarts after this phase failed (default: this phase): an earlier forward
+    #: phase whose work this one assumes (the base tier's switch restarts at the capacity guard).
     retry_from: str | None = None
 
 
@@ -190,6 +165,8 @@ def step_at(where: str, i: int, step_id: str | None = None) -> str:
 
 
 def check_sequence(where: str, steps: list[Step]) -> None:
+    """The rules of one list: unique ids, an up preceded by a dry run of the same request, `services:
+    selected` after a dry run that selects, a one-shot after the up that starts it."""
     ids: set[str] = set()
     last_dry_run: Step | None = None
     selected_available = False
