@@ -30,7 +30,7 @@ restored):
           rollback, which stops the healthy new r1) and ..._sidecar_up_refused_... fails likewise;
           the `not any(rt.rb.replica_of(...))` clause removed ->
           test_an_engine_up_refused_for_the_lock_fails_into_the_rollback fails (HALT);
-          steps/compose.py:dry_run, the `except Busy` removed -> test_a_dry_run_refused_for_the_lock_halts
+          runtime.py:ComposeCalls.dry_run_or_halt, the `except Busy` removed -> test_a_dry_run_refused_for_the_lock_halts
           fails (FAIL); runtime.py:Waits.wait_gone, a `lock_held` check after a resend removed ->
           test_a_down_sent_again_and_refused_for_the_lock_halts fails (resent, then FAIL); loop.py,
           `retry_at` always "" -> the retry_at assertions fail.

@@ -863,6 +863,16 @@ class ComposeCalls:
         return same_request(self.ctx.checked_dry_run, tag=req.tag, file=req.file, services=req.services, project=req.project,
                             env_fingerprint=env.fingerprint(), force_recreate=req.force_recreate)
 
+    async def dry_run_or_halt(self, req: ComposeRequest) -> DryRunCall:
+        """The handlers' dry run: one refused for compose-manager's lock past `timeouts.gone` never
+        ran, so it fails no replica's gate: it halts (failing it would run the phase's rollback,
+        which stops the healthy engine the phase started)."""
+        try:
+            return await self.dry_run(req)
+        except Busy as exc:
+            return DryRunCall("refused", outcome=lock_held(self.rb.timeouts.gone, f"the dry run of {', '.join(req.services)}",
+                                                           self.voice.scrub(f"{type(exc).__name__}: {exc}")))
+
     async def dry_run(self, req: ComposeRequest) -> DryRunCall:
         env = await self.envs.ensure_env()
         before_list = await self.reads.ps()
@@ -1430,7 +1440,7 @@ class Runtime:
         self.serving, self.running_engine_verdicts = serving.serving, serving.running_engine_verdicts
         self.host_now, self.watch_engines = serving.host_now, serving.watch_engines
         self.check_ready_unchanged, self.engines_still_serving = serving.check_ready_unchanged, serving.engines_still_serving
-        self.request, self.dry_run, self.dry_run_record = calls.request, calls.dry_run, calls.dry_run_record
+        self.request, self.dry_run, self.dry_run_record = calls.request, calls.dry_run_or_halt, calls.dry_run_record
         self.same_as_checked, self.mutate, self.mark_deployed = calls.same_as_checked, calls.mutate, calls.mark_deployed
         self.record_ownership = calls.record_ownership
         self.stop_guard, self.not_owned = guard.stop_guard, guard.not_owned

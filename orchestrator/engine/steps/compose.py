@@ -25,7 +25,6 @@ from orchestrator.engine.steps import config_recreate
 from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 from orchestrator.engine.steps.outcome import lock_held
-from orchestrator.hosts.clients.errors import Busy
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.language.machine import Node
@@ -52,13 +51,10 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
             return fail("the env map changed since preflight and no longer passes the budget check: " + recheck.note)
         rt.emit("note", text="the host's env map changed since the last dry run; the budget was checked again")
     rt.ctx.checked_dry_run = None
-    try:
-        res = await rt.dry_run(req)
-    except Busy as exc:  # held past timeouts.gone: a dry run that never ran fails no replica's gate
-        return _lock_held(rt, "dry run", req, {"error": rt.scrub(f"{type(exc).__name__}: {exc}")})
+    res = await rt.dry_run(req)
     if res.verdict != "done":
         assert res.outcome is not None  # every verdict but done carries the outcome to return
-        return res.outcome  # refused tag, repeated failure, or docker/ps changed (halt)
+        return res.outcome  # refused tag, repeated failure, a held lock or docker/ps changed (halt)
     outcome = res.stream
     assert outcome is not None  # a done dry run carries its stream
     lines = outcome.lines
