@@ -1,11 +1,6 @@
-"""Placing the host in the runbook (pure): which declared host state does what it runs match?
-
-The observation maps each service the runbook's host states name to what it runs: `absent` (not
-in docker/ps), `new` (running, and a dry run of the new file at the tag plans nothing for it),
-`previous` (running, and that dry run would recreate it) or `other` (running, and the dry run
-plans something we cannot read as either). A declared `running` matches `new` and `previous`.
-States are tried in the runbook's order; the first that matches wins. No match is refused before
-any change, with the difference to the nearest state shown.
+"""Placing the host in the runbook's host states (pure). Each service runs `absent`, `new` (a dry run
+of the new file plans nothing for it), `previous` (that dry run would recreate it) or `other`; a
+declared `running` matches `new` and `previous`. The first state that matches wins.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ def nearest(rb: Runbook, observed: Observed) -> tuple[HostState, list[str]] | No
 
 
 def observed_services(rb: Runbook) -> list[str]:
-    """Every service some host state names, in first-mention order."""
     out: list[str] = []
     for state in rb.host_states:
         out += [s for s in state.services if s not in out]
@@ -49,7 +43,7 @@ def observed_services(rb: Runbook) -> list[str]:
 
 
 def new_file_services(rb: Runbook) -> list[str]:
-    """The services some host state expects on the new file: those the placement dry run names."""
+    """The services the placement dry run names."""
     out: list[str] = []
     for state in rb.host_states:
         out += [s for s, want in state.services.items() if want in ("new", "previous") and s not in out]

@@ -1,9 +1,5 @@
 """What a step handler may do: the operations of the executor's `Runtime` (Temporal's activities).
-
-A handler receives one object, `rt`, and reaches the host, the journal and the clock only through
-the operations named here; none reaches a client. The executor's `Runtime`
-(orchestrator/engine/executor/runtime.py) implements them, each by the part that does it; a test
-may hand a handler any object that offers the operations it calls.
+A handler reaches the host, the journal and the clock only through these, never a client.
 """
 
 from __future__ import annotations
