@@ -35,11 +35,8 @@ class OwnCall:
 
 
 def own_call(kind: str, request: dict[str, Any]) -> OwnCall | None:
-    if kind.startswith("compose_down"):
-        action = "compose_down"
-    elif kind.startswith("compose_up"):
-        action = "compose_up"
-    else:
+    action = next((a for a in ("compose_down", "compose_up") if kind.startswith(a)), None)
+    if action is None:
         return None
     body = request.get("request", request) if isinstance(request, dict) else {}
     services = body.get("services") or ()

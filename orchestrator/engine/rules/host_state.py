@@ -28,26 +28,18 @@ def place(rb: Runbook, observed: Observed) -> HostState | None:
 
 
 def nearest(rb: Runbook, observed: Observed) -> tuple[HostState, list[str]] | None:
-    scored = [(len(mismatches(s, observed)), i, s) for i, s in enumerate(rb.host_states)]
-    if not scored:
-        return None
-    _, _, best = min(scored)
-    return best, mismatches(best, observed)
+    best = min(rb.host_states, key=lambda s: len(mismatches(s, observed)), default=None)  # the first of the nearest
+    return None if best is None else (best, mismatches(best, observed))
 
 
 def observed_services(rb: Runbook) -> list[str]:
-    out: list[str] = []
-    for state in rb.host_states:
-        out += [s for s in state.services if s not in out]
-    return out
+    return list(dict.fromkeys(s for state in rb.host_states for s in state.services))
 
 
 def new_file_services(rb: Runbook) -> list[str]:
     """The services the placement dry run names."""
-    out: list[str] = []
-    for state in rb.host_states:
-        out += [s for s, want in state.services.items() if want in ("new", "previous") and s not in out]
-    return out
+    return list(dict.fromkeys(s for state in rb.host_states for s, want in state.services.items()
+                              if want in ("new", "previous")))
 
 
 def describe(observed: Observed) -> str:
