@@ -1,20 +1,10 @@
-"""Fleet runs: one runbook over several hosts, one host at a time (`rollout --hosts a,b,c`).
-
-Rules (the base tier's order, `docs/reference/base-tier-runbook.md` section 2):
-- the hosts run in the order given, each a normal rollout run of its own (own lease, journal run,
-  gates, rollback); the next starts only after the previous one ended DONE, which for a runbook
-  whose soak asks for approval means its soak passed and an operator approved it;
-- the fleet command again after a Ctrl-C continues a host's own interrupted rollout (same tag and
-  runbook, it changed the host, not superseded) instead of a new run over it (service/runs.py);
-- the fleet stops at the first host that does not end DONE; the hosts after it are not touched,
-  and the final line names them and the command that continues with them;
-- before any host is touched, the runbook's prerequisites (another host's run DONE and soaked,
-  read from the journal, and not contradicted by that host's own compose-manager) must hold; an operator overrides one only by naming its host
-  (`--override-prerequisite gpu02`), journaled as an approval on every run it lets start;
-- the capacity guard (the other hosts of the runbook carry the domain) is a gate of the runbook
-  itself (`presence: {hosts: others}`), so a single-host rollout is guarded the same way;
-- a host the runbook does not name, a host the inventory does not know, an empty or repeated
-  host: one line, exit 2, before anything runs.
+"""Fleet runs: one runbook over several hosts, one at a time (`rollout --hosts a,b,c`).
+- each host is a normal rollout run of its own; the next starts only after the previous ended DONE
+  (its soak passed and, where asked, approved); the fleet stops at the first that does not, and
+  its final line names the hosts not touched and the command that continues;
+- before any host is touched the runbook's prerequisites must hold; an override names its host
+  (`--override-prerequisite gpu02`) and is journaled as an approval on every run it lets start;
+- a host the runbook does not name, an empty or repeated host: one line, exit 2, before anything runs.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ from orchestrator.language.runbook import Runbook, default_runbook, load_runbook
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import Refused, UserError
 
-if TYPE_CHECKING:  # (the journal is the caller's: `plan` chooses a runbook here without loading it)
+if TYPE_CHECKING:
     from orchestrator.journal.base import RunRecord
 
 #: the approval gate a prerequisite override is journaled as (read by `check: prerequisites`)
@@ -66,8 +56,7 @@ def runbook_for(hosts: Sequence[str], name: str | None) -> Runbook:
 
 def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[str], now: datetime | None = None,
                                words: Mapping[str, HostWord] | None = None) -> None:
-    """Refuse before any host is touched while a prerequisite does not hold (not overridden);
-    `words`: what the prerequisite hosts say of themselves, where they were read."""
+    """Refuse while a prerequisite does not hold; `words`: what the prerequisite hosts say of themselves."""
     problems = unmet_in(journal, rb.prerequisites, now or datetime.now(UTC), overrides, words)
     if problems:
         names = " ".join(f"--override-prerequisite {p.host}" for p in rb.prerequisites)
@@ -76,9 +65,8 @@ def refuse_unmet_prerequisites(rb: Runbook, journal: Any, overrides: Iterable[st
 
 
 def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by: str, rb: Runbook | None = None) -> list[str]:
-    """Journal each named override as an approval of the run (the prerequisites gate reads them).
-    With `rb`, only the overrides of prerequisites that do not hold now: an override that changes
-    nothing is not put on record as if it had. Returns the hosts journaled."""
+    """Journal each named override as an approval of the run; with `rb`, only those of prerequisites
+    that do not hold now (an override that changes nothing is not put on record). The hosts journaled."""
     wanted = list(overrides)
     if rb is not None:
         now = datetime.now(UTC)
@@ -89,7 +77,7 @@ def journal_overrides(journal: Any, run: RunRecord, overrides: Iterable[str], by
 
 
 class Interrupted(Exception):
-    """A host's run was stopped by Ctrl-C (it says itself how to resume it): the fleet stops."""
+    """A host's run was stopped by Ctrl-C: the fleet stops."""
 
     def __init__(self, host: str) -> None:
         super().__init__(host)
@@ -100,15 +88,12 @@ class Interrupted(Exception):
 class FleetResult:
     hosts: list[str]
     runs: list[RunRecord] = field(default_factory=list)
-    #: a host whose run was refused before it started (its lease held, an unsettled call...)
-    refused: tuple[str, UserError] | None = None
-    #: a host whose run was interrupted (Ctrl-C): the run is resumable, the fleet stopped
-    interrupted: str | None = None
+    refused: tuple[str, UserError] | None = None  # a host whose run was refused before it started
+    interrupted: str | None = None  # a host whose run was interrupted (Ctrl-C)
 
     @property
     def outcome(self) -> str:
-        """DONE when every host ended DONE; otherwise the first host's outcome that was not
-        (a refusal before a host's run started counts as ABORTED: nothing changed there)."""
+        """DONE when every host ended DONE, else the first other outcome (a refusal counts as ABORTED)."""
         for r in self.runs:
             if r.outcome != Outcome.DONE:
                 return r.outcome or "UNEXPECTED"
@@ -129,8 +114,7 @@ class FleetResult:
 
     @property
     def not_started(self) -> list[str]:
-        started = {r.host for r in self.runs} | ({self.refused[0]} if self.refused else set()) | (
-            {self.interrupted} if self.interrupted else set())
+        started = {r.host for r in self.runs} | {self.stopped_at}
         return [h for h in self.hosts if h not in started]
 
     def summary(self, tag: str, runbook: str) -> str:
@@ -159,8 +143,7 @@ class FleetResult:
 
 def run_fleet(hosts: Sequence[str], run_one: Callable[[str], RunRecord],
               announce: Callable[[str, int, int], None] = lambda h, i, n: None) -> FleetResult:
-    """Run `run_one(host)` for each host in order; stop at the first that does not end DONE, or
-    whose run is refused before it starts (a UserError from `run_one`)."""
+    """Run `run_one(host)` for each host in order; stop at the first not DONE, refused or interrupted."""
     result = FleetResult(list(hosts))
     for i, host in enumerate(hosts):
         announce(host, i, len(hosts))

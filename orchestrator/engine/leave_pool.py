@@ -1,60 +1,47 @@
 """The live leave-pool guard of a `capacity: fleet` runbook.
 
-A base host leaves the pool with one call: the scoped `down` of its registrar (the forward
-`drain.drain`, the rollback table's `drain`). The runbook's capacity step (`presence: {hosts:
-others}`) checks the other hosts once, possibly hours before; a run stopped after it (Ctrl-C, a
-crash, a pause) and resumed, continued or adopted later would drain its host without asking again.
-So, right before any call that takes the host out of the pool, and whatever table it is in:
-
-- every model-proxy peer lists every OTHER host of the tier healthy under the base domain;
-- no other host of the tier has a run that has not ended (it may be out, or about to be);
-- a peer that cannot be asked, or a host the inventory does not know, counts as a refusal.
-
-A refusal halts the run there, with one line naming the host that is out; nothing is sent (the
-stop guard asks `tier_refusal`: executor/runtime.py `StopGuard`).
-
-Right after the drain is confirmed (executor/runtime.py `Waits.recheck_after_drain`), the other hosts' presence is read
-again: a second journal (another orchestrator, another state directory) or a human that took
-another host out in the same window is seen, and this host rejoins at once (docs/admission.md
-says what window remains).
-
-`halted_outside` is the journal's stand-in for "out of the pool" used by admission: a run that
-sent a leave-pool call and ended HALTED, with no later DONE or ROLLED_BACK run of its host.
+A base host leaves the pool with the scoped `down` of its registrar. The capacity step checks the
+other hosts once, maybe hours before; a run resumed after it would drain without asking again. So
+right before any call that takes the host out of the pool (the stop guard asks `tier_refusal`),
+every peer must list every OTHER host of the tier healthy under the base domain, and no other host
+may have an unfinished run; a peer that cannot be asked or an unknown host is a refusal, which
+halts the run with nothing sent. Right after the drain is confirmed the peers are read again, so
+another journal or a human that took another host out meanwhile is seen and this host rejoins.
+`halted_outside` is the journal's stand-in for "out of the pool", used by admission.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.language.runbook import Runbook
+    from orchestrator.language.runbook import Runbook, Step
 
 #: What the journal stand-in ignores: a later run of the host that put it back (or never moved it).
 _BACK = ("DONE", "ROLLED_BACK")
 
 
-def leave_pool_services(rb: Runbook) -> set[str]:
-    """Services whose `down` takes the host out of the pool: in any step list of the runbook, a
-    `down` followed at once by a presence gate with `absent:` (the drain and its confirmation).
-    Empty for a runbook whose capacity is not the fleet's."""
+def _drains(rb: Runbook) -> Iterator[tuple[Step, list[str], Step]]:
+    """(a `down`, its services, the presence gate with `absent:` right after it) of a fleet runbook."""
     if rb.capacity != "fleet":
-        return set()
-    out: set[str] = set()
+        return
     for steps in rb.step_lists():
         for step, after in zip(steps, steps[1:]):
             if step.down is not None and after.presence is not None and after.presence.absent \
                     and isinstance(step.down.services, list):
-                out.update(step.down.services)
-    return out
+                yield step, step.down.services, after
+
+
+def leave_pool_services(rb: Runbook) -> set[str]:
+    """Services whose `down` takes the host out of the pool."""
+    return {s for _, services, _ in _drains(rb) for s in services}
 
 
 async def tier_refusal(*, journal: Any, rb: Runbook, host: str, peers: Sequence[Any],
                        addresses: Mapping[str, str], run_id: str | None = None) -> tuple[str, str] | None:
-    """(the other host that is out, why) when `host` must not leave the pool now; None when every
-    other host of the tier is in it and has no unfinished run. Read live; never assumes capacity.
-    `journal` None: only the peers count (the re-check after a drain: this run's own tier lease
-    already keeps this journal's other runs out)."""
+    """(the other host that is out, why), or None. `journal` None: only the peers count (the re-check
+    after a drain: this run's own tier lease keeps this journal's other runs out)."""
     from orchestrator.engine.rules.prerequisites import unfinished
     from orchestrator.hosts.clients.errors import ClientError
 
@@ -79,8 +66,8 @@ async def tier_refusal(*, journal: Any, rb: Runbook, host: str, peers: Sequence[
 
 
 def halted_outside(journal: Any, rb: Runbook, host: str) -> Any | None:
-    """The newest run of `host` (this runbook) if it sent a leave-pool call and ended HALTED with
-    no later DONE/ROLLED_BACK run of the host: the journal's stand-in for "out of the pool"."""
+    """The newest run of `host` (this runbook) if it sent a leave-pool call and ended HALTED with no
+    later DONE/ROLLED_BACK run of the host."""
     services = leave_pool_services(rb)
     if not services:
         return None
@@ -99,9 +86,8 @@ def halted_outside(journal: Any, rb: Runbook, host: str) -> Any | None:
 
 
 def refuse_tier_halted(journal: Any, rb: Runbook, host: str) -> None:
-    """Admission (a rollout or rollback of a `capacity: fleet` host): refused while another host
-    of the tier is, by the journal, outside the pool (`halted_outside`). A host that is itself
-    outside by the same measure is let through: its rollback only brings it back."""
+    """Admission: refused while another host of the tier is, by the journal, outside the pool. A host
+    itself outside is let through: its rollback only brings it back."""
     from orchestrator.util.user_errors import Refused
 
     if rb.capacity != "fleet" or halted_outside(journal, rb, host) is not None:
@@ -118,12 +104,4 @@ def refuse_tier_halted(journal: Any, rb: Runbook, host: str) -> None:
 
 def drain_down_before(rb: Runbook, step: Any) -> Any | None:
     """The leave-pool `down` step right before `step` (a drain's confirmation), or None."""
-    if rb.capacity != "fleet" or step.presence is None or not step.presence.absent:
-        return None
-    services = leave_pool_services(rb)
-    for steps in rb.step_lists():
-        for before, this in zip(steps, steps[1:]):
-            if this == step and before.down is not None and isinstance(before.down.services, list) \
-                    and services & set(before.down.services):
-                return before
-    return None
+    return next((down for down, services, after in _drains(rb) if after == step and services), None)

@@ -1,7 +1,4 @@
-"""What the executor tells whoever watches a run: humans (rich, in the CLI) or machines (JSON).
-
-The executor calls these hooks; it never prints. Every hook receives only redacted text.
-"""
+"""What the executor tells whoever watches a run (it never prints); every hook gets redacted text only."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ class RecordingProgress:
 
 
 class CompositeProgress:
-    """Hands every event to each of `parts` in turn; one part that raises does not stop the others
-    (watching a run, or notifying about it, must never break it)."""
+    """Hands every event to each part; one that raises does not stop the others (nor the run)."""
 
     def __init__(self, *parts: Progress) -> None:
         self.parts = parts
@@ -39,5 +35,5 @@ class CompositeProgress:
         for part in self.parts:
             try:
                 part.event(kind, **fields)
-            except Exception:  # see the class docstring
+            except Exception:  # watching a run must never break it
                 pass

@@ -1,8 +1,5 @@
-"""One structlog JSON-lines file per run, even with several runs in one process (`serve`).
-
-structlog is configured once; a routing processor writes each event to the file of the run named
-by its `run_id` field, scrubbed by that run's redactor, and drops it. Events of no open run go on
-to whatever the process renders otherwise (stderr for `serve`, nothing for the CLI).
+"""One structlog JSON-lines file per run, even with several runs in one process (`serve`): a routing
+processor writes each event to its `run_id`'s file, scrubbed by that run's redactor, and drops it.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ class RunLogRouter:
         self._lock = threading.Lock()
 
     def directory(self, run_id: str) -> Path | None:
-        """`<state>/logs/<run_id>/`, for files a run keeps beside its log (a whole captured
-        service log); None when the run's log is not open in this process."""
+        """`<state>/logs/<run_id>/`, for files a run keeps beside its log (None: not open here)."""
         path = self._paths.get(run_id)
         return path.parent / run_id if path is not None else None
 
@@ -63,8 +59,7 @@ _configured = False
 
 
 def ensure_configured() -> None:
-    """Install the router once. Events that no run claims are dropped unless someone (serve)
-    configured a renderer after us; the CLI prints progress itself, not log lines."""
+    """Install the router once; events no run claims are dropped (the CLI prints progress itself)."""
     global _configured
     if _configured:
         return

@@ -1,9 +1,6 @@
-"""What `plan` says of each step: the gate checked after it, and a precondition if any.
-
-One function per step kind, in one table (`DESCRIPTIONS`, keyed as the handlers are: the step's
-kind, or `check.<name>` for a preflight check). `plan` reads it without the handlers (their
-clients, parsers and analysis code), so that a first `orchestrate plan` does not load them. A new
-step kind adds its description here; `register` refuses a handler without one.
+"""What `plan` says of each step: the gate checked after it, and a precondition if any. One function
+per step kind (`DESCRIPTIONS`, keyed as the handlers are), read by `plan` without loading the
+handlers; `register` refuses a handler without one.
 """
 
 from __future__ import annotations
@@ -71,7 +68,6 @@ def _describes(key: str) -> Callable[[Callable[[Step, Runbook], Description]], C
 
 
 def describe_step(step: Step, rb: Runbook) -> Description:
-    """The description of `step` (the one its handler gives)."""
     try:
         describe = DESCRIPTIONS[handler_key(step)]
     except KeyError:
@@ -79,7 +75,6 @@ def describe_step(step: Step, rb: Runbook) -> Description:
     return describe(step, rb)
 
 
-#: step kinds whose gate is said the same for every step
 _FIXED = {
     "check.env_map": "the dashboard lists the host exactly once; its env map is kept in memory only; "
         "no credential value is a mask or a placeholder",
@@ -99,10 +94,8 @@ def _fixed(text: str) -> Callable[[Step, Runbook], Description]:
 
 
 for _key, _text in _FIXED.items():
-    _describes(_key)(_fixed(_text))
+    DESCRIPTIONS[_key] = _fixed(_text)
 
-
-# -- preflight checks and the cache (steps/checks.py) ---------------------------------------------------
 
 @_describes("check.budget")
 def _budget(step: Step, rb: Runbook) -> Description:
@@ -151,8 +144,6 @@ def _cache(step: Step, rb: Runbook) -> Description:
                        f"before the host is touched; not checked where compose-manager does not answer it)")
 
 
-# -- compose requests (steps/compose.py) ----------------------------------------------------------------
-
 @_describes("dry_run")
 def _dry_run(step: Step, rb: Runbook) -> Description:
     from orchestrator.language.step_specs import SELECTED
@@ -185,8 +176,6 @@ def _down(step: Step, rb: Runbook) -> Description:
     return Description(f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "
                        f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
 
-
-# -- gates that wait and watch (steps/logs.py, gates.py, metrics.py, oneshot.py, quiet.py, analysis.py) --
 
 @_describes("logs")
 def _cold_start(step: Step, rb: Runbook) -> Description:
@@ -282,8 +271,6 @@ def _analysis(step: Step, rb: Runbook) -> Description:
     return Description(step.analysis.describe())
 
 
-# -- log markers, presence, capture, labels (steps/markers.py, presence.py, capture.py, labels.py) -------
-
 @_describes("markers")
 def _markers(step: Step, rb: Runbook) -> Description:
     m = step.markers
@@ -332,23 +319,17 @@ def _labels(step: Step, rb: Runbook) -> Description:
     return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
 
 
-# -- env, manual and external gates (steps/env.py, manual.py, external.py, query.py) ------------------------------
-
 #: step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
 _SPEC_TEXT = {"env": " (values are never shown)", "manual": "", "proxy_pool": "",
               "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": "", "query": ""}
 
 
 def _spec_text(key: str, suffix: str) -> Callable[[Step, Runbook], Description]:
-    def describe(step: Step, rb: Runbook) -> Description:
-        spec = getattr(step, key)
-        assert spec is not None
-        return Description(spec.text() + suffix)
-    return describe
+    return lambda step, rb: Description(getattr(step, key).text() + suffix)
 
 
 for _key, _suffix in _SPEC_TEXT.items():
-    _describes(_key)(_spec_text(_key, _suffix))
+    DESCRIPTIONS[_key] = _spec_text(_key, _suffix)
 
 
 @_describes("image")

@@ -1,12 +1,7 @@
 """Which approval an `approve` names, and which approvals a runner may read.
-
-- With no gate given (`orchestrate approve RUN`, `POST /runs/{id}/approve` without `gate`), the
-  approval is of the gate the run waits at NOW (its state is one of its approval gates); a run
-  waiting at none is refused with one line (exit 2). A `*` is given only by name (`--gate '*'`).
-- A `*` approval is scoped to the runner that was driving (or about to drive) the run when it was
-  given: one given before a resume or an adoption (journaled `resumed` / `adopted`) does not count
-  after it. The journal keeps one row per (run, gate), so a `*` given again is journaled under a
-  fresh name (`*#2`, `*#3`, ...) that reads as `*` (`*#2!now` as `*!now`).
+- With no gate given, the approval is of the gate the run waits at now (none: refused, exit 2).
+- A `*` approval counts only for the runner driving the run when it was given: not after a later
+  resume or adoption. A `*` given again is journaled as `*#2`, `*#3`, ... (one row per gate).
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ WILDCARD = "*"
 
 
 def waiting_gate(run: Any, gates: Collection[str] | None) -> str:
-    """The approval gate `run` waits at now; UserError (one line, exit 2) when it waits at none."""
     named = sorted(g for g in (gates or ()) if g != WILDCARD)
     if run.state in named:
         return str(run.state)
@@ -29,7 +23,6 @@ def waiting_gate(run: Any, gates: Collection[str] | None) -> str:
 
 
 def stored_name(journal: Any, run_id: str, gate: str) -> str:
-    """The name a new approval of `gate` is journaled under (a repeated `*` gets a fresh one)."""
     if gate != WILDCARD:
         return gate
     have = journal.approvals(run_id)
@@ -46,8 +39,6 @@ def _wild(name: str) -> bool:
 
 
 def effective(journal: Any, run_id: str) -> set[str]:
-    """The approvals a runner of `run_id` reads now: every named gate; a `*` only if given after
-    the run's latest resume or adoption (journal time)."""
     raw = set(journal.approvals(run_id))
     if not any(_wild(g) for g in raw):
         return raw

@@ -1,55 +1,33 @@
-"""The cold-start watcher of the runbook's `logs:` step, pure: fed docker/ps rows, log windows, the
-time and, when it asks, serving evidence; it returns a verdict. No I/O, no clock, no event loop:
-the handler (orchestrator/engine/steps/logs.py) polls, feeds and acts, as the executor does with
-the run's machine (orchestrator/language/machine.py).
+"""The cold-start watcher of the `logs:` step, pure: fed docker/ps rows, log windows, the time and,
+when it asks, serving evidence, it returns verdicts; the handler (steps/logs.py) polls, feeds and
+acts. One observation: `observe(now, row)` -> READ | decision | WAIT; `window(lines, gap)` -> ASK |
+decision | WAIT; `evidence(verdict)` -> ASK | decision | WAIT. A decision is PASS, FAIL (with the
+failing line when a line decided) or HALT (nothing stopped: a human judges). A verdict may carry
+progress to journal (`journal`) and what the run page shows (`show`), handled before the verdict.
 
-One observation, in this order (`Step` below; each verdict says what the handler does next):
-
-    observe(now, row)  -> READ (feed `window`), or a decision, or WAIT
-    window(lines, gap) -> ASK (feed `evidence`), or a decision, or WAIT
-    evidence(verdict)  -> ASK again (the deadline's), or a decision, or WAIT
-
-A decision is PASS, FAIL (with the failing line when a line decided) or HALT (nothing stopped: a
-human judges). A verdict may carry progress to journal (`journal`) and what the run page shows
-(`show`: a heartbeat, the gate's latest line, the last lines read); the handler writes and shows
-them, in that order, before it acts on the verdict.
-
-The rules:
-- The engine must log, from every rank, each per-rank milestone, then the ready line
-  (hosts/log_gate.py judges the lines). A forbidden line, or a rank's `rank_budget_bytes=` other
-  than the runbook's, FAILs at once.
-- A restart FAILs: a new container ID, a second startup line in the same container, docker's
-  `restarting`, an exit.
-- docker's log rotation keeps only an engine's last lines, so the gate may not read every line of
-  a cold start. When lines went by unread (`Loss`), live evidence of a ready engine (the one
-  serving model, orchestrator/engine/rules/serving_evidence.py) stands in for them, asked only of an
-  engine this run created or a gate resumed from its journal; at the deadline it decides: serving
-  -> PASS, unknown -> HALT, known not serving -> FAIL. Never a FAIL at the deadline for milestones
-  that went by unread while the engine may serve.
-  Lines are lost when:
-  - the first window holds no startup line and is full, or docker says the engine has run longer
-    than a whole cold start: its start rotated out and will not come back (`Loss.START`); with
-    nothing live that says it serves, the gate HALTs at once instead of waiting out its deadline;
-  - a resumed gate's first window no longer holds the last line it journaled (`Loss.LINES`);
-  - the follower reports a gap between two reads (`Loss.LINES`);
-  - a first window of a gate that was not resumed holds no startup line but what an engine logs
-    only after its start (a milestone, the ready line, serving work): the start rotated out before
-    the first read (`Loss.LINES`). Not for a resumed gate: its progress includes what it
-    journaled, and whether it lost lines is decided by the journaled last line.
-- A gate resumed over the same container counts what it journaled as seen (`Journal` below); a
-  startup line in its first window other than the journaled one is a restart while no runner
-  watched (FAIL); its journaled start counts as the first startup line.
-- A start that rotated out of a gate that needs only the ready line (no per-rank milestones):
-  finished when docker says the container runs, has run longer than a whole cold start, and its
-  window holds no failure line but shows it working; then unless the engine is known not to serve
-  the gate PASSes. A first window with its start lost for good that holds a failure line HALTs a
-  gate that was not resumed (the line may be history; a human judges); a resumed gate fails on it.
-- The lines are judged raw (a secret that equals a milestone must not change a verdict). What the
-  watcher hands out to be shown -- the gate's line, the tail, the evidence of a failure or a
-  restart -- is scrubbed (`scrub_lines`) over consecutive lines: the quoted lines together with
-  the line before and after them (the previous window's last line before a window's first), so a
-  secret split across two lines is hidden whole, never its head or its tail alone; the tail holds
-  back a last line whose end may begin a secret (`may_begin_secret`) until the next window.
+Rules:
+- Every rank must log each per-rank milestone, then the ready line (hosts/log_gate.py). A forbidden
+  line, or a rank's `rank_budget_bytes=` other than the runbook's, FAILs at once.
+- A restart FAILs: a new container ID, a second startup line in one container, `restarting`, an exit.
+- docker's log rotation may drop lines of a cold start. When lines went by unread (`Loss`), live
+  evidence (rules/serving_evidence.py), asked only of an engine this run created or a resumed gate,
+  stands in for them; at the deadline serving -> PASS, unknown -> HALT, not serving -> FAIL. Never a
+  FAIL at the deadline for milestones that went by unread while the engine may serve. Lines are lost:
+  - `Loss.START`: the first window has no startup line and is full, or docker says the engine ran
+    longer than a whole cold start; with nothing live that says it serves, HALT at once;
+  - `Loss.LINES`: a resumed gate's first window lacks its journaled last line; the follower
+    reports a gap; or a first window of a gate not resumed has no startup line but what an engine
+    logs only after its start (a milestone, the ready line, serving work).
+- A gate resumed over the same container counts what it journaled as seen (`Journal`); a startup
+  line in its first window other than the journaled one is a restart while no runner watched.
+- A ready-line-only gate whose start rotated out PASSes when docker says the container runs, has run
+  longer than a whole cold start, and its window shows it working with no failure line, unless the
+  engine is known not to serve. Such a window that holds a failure line HALTs a gate that was not
+  resumed (the line may be history); a resumed gate fails on it.
+- Lines are judged raw (a secret equal to a milestone must not change a verdict). What is handed
+  out to be shown is scrubbed (`scrub_lines`) together with the line before and after it (the
+  previous window's last line before a window's first), so a secret split across two lines is
+  hidden whole; the tail holds back a last line whose end may begin a secret (`may_begin_secret`).
 """
 
 from __future__ import annotations
@@ -65,30 +43,27 @@ from orchestrator.engine.rules.serving_evidence import Verdict as Serving
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.parsers.docker_ps import Container
 
-#: A gate's journal is saved at least this often (run-clock seconds) while lines arrive, so its
-#: `last` line is recent; a milestone (or the startup line) is saved at once.
+#: A gate's journal is saved at least this often while lines arrive; a milestone or start at once.
 SAVE_EVERY_S = 60.0
 #: The gate's verdict names at most this much of a line (a line can be a whole traceback).
 LINE_CHARS = 200
 
 
 def long_up(c: Container, cold_start_s: float) -> bool:
-    """docker says the container has run longer than a whole cold start may take: a log window
-    without its startup line has lost it to rotation (it will not come)."""
+    """docker says it ran longer than a whole cold start: a window without its start lost it for good."""
     up = up_seconds(c.status)
     return up is not None and up >= cold_start_s
 
 
 def line_hash(text: str) -> str:
-    """How the journal names a line: a hash, never the text (a startup line carries the engine's
-    arguments)."""
+    """How the journal names a line: a hash, never the text (a startup line carries the engine's arguments)."""
     return hashlib.sha256(text.strip().encode("utf-8", "replace")).hexdigest()[:16]
 
 
 class Kind(StrEnum):
-    READ = "read"  # read the container's log and feed it to `window`
-    ASK = "ask"  # judge whether the engine serves (`live`: live evidence only) and feed it to `evidence`
-    WAIT = "wait"  # nothing decided: observe again after a poll
+    READ = "read"  # feed the container's new log lines to `window`
+    ASK = "ask"  # feed serving evidence (`live`: live evidence only) to `evidence`
+    WAIT = "wait"  # observe again after a poll
     PASS = "pass"
     FAIL = "fail"
     HALT = "halt"
@@ -116,7 +91,7 @@ class Loss(StrEnum):
 
 
 class Step(StrEnum):
-    """Which call the watcher takes next (calling another raises `OutOfStep`)."""
+    """The call the watcher takes next (another raises `OutOfStep`)."""
 
     OBSERVE = "observe"
     WINDOW = "window"
@@ -125,10 +100,8 @@ class Step(StrEnum):
 
 
 class Question(StrEnum):
-    """What the watcher asks serving evidence for."""
-
-    #: a start that rotated out of a ready-line-only gate finished (docker, the window): does
-    #: anything say it is NOT serving? (not live: the log's own evidence counts)
+    #: a rotated-out start of a ready-line-only gate finished: does anything say it is NOT serving?
+    #: (not live: the log's own evidence counts)
     FINISHED = "finished"
     #: lines were lost and new lines came: does live evidence say it serves?
     LIVE = "live"
@@ -136,41 +109,30 @@ class Question(StrEnum):
     DEADLINE = "deadline"
 
 
-class Then(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    HALT = "halt"
-    GO_ON = "go on"  # not decided: the observation goes on
-
-
-#: What each answer decides. Unknown never fails a gate whose lines went by unread, and never
-#: passes one on live evidence; at the deadline a human judges it.
-ON_EVIDENCE: dict[tuple[Question, State], Then] = {
-    (Question.FINISHED, State.SERVING): Then.PASS,
-    (Question.FINISHED, State.UNKNOWN): Then.PASS,
-    (Question.FINISHED, State.NOT_SERVING): Then.GO_ON,
-    (Question.LIVE, State.SERVING): Then.PASS,
-    (Question.LIVE, State.UNKNOWN): Then.GO_ON,
-    (Question.LIVE, State.NOT_SERVING): Then.GO_ON,
-    (Question.DEADLINE, State.SERVING): Then.PASS,
-    (Question.DEADLINE, State.UNKNOWN): Then.HALT,
-    (Question.DEADLINE, State.NOT_SERVING): Then.FAIL,
+#: What each answer decides (WAIT: the observation goes on). Unknown never fails a gate whose lines
+#: went by unread, and never passes one on live evidence; at the deadline a human judges it.
+ON_EVIDENCE: dict[tuple[Question, State], Kind] = {
+    (Question.FINISHED, State.SERVING): Kind.PASS,
+    (Question.FINISHED, State.UNKNOWN): Kind.PASS,
+    (Question.FINISHED, State.NOT_SERVING): Kind.WAIT,
+    (Question.LIVE, State.SERVING): Kind.PASS,
+    (Question.LIVE, State.UNKNOWN): Kind.WAIT,
+    (Question.LIVE, State.NOT_SERVING): Kind.WAIT,
+    (Question.DEADLINE, State.SERVING): Kind.PASS,
+    (Question.DEADLINE, State.UNKNOWN): Kind.HALT,
+    (Question.DEADLINE, State.NOT_SERVING): Kind.FAIL,
 }
-
-#: Whether live evidence is asked for each question.
-LIVE_ONLY: dict[Question, bool] = {Question.FINISHED: False, Question.LIVE: True, Question.DEADLINE: True}
 
 
 class OutOfStep(Exception):
     def __init__(self, called: Step, expected: Step) -> None:
         super().__init__(f"the cold-start watcher was fed {called.value!r} while it expects {expected.value!r}")
-        self.called, self.expected = called, expected
 
 
 @dataclass(frozen=True)
 class Show:
-    """What the run page shows of an observation: a heartbeat (when one is due), the gate's latest
-    line when it changed (`line`, redacted), the last lines read (`tail`, redacted)."""
+    """What the run page shows of an observation: a heartbeat, the gate's latest line when it
+    changed, the last lines read (both redacted)."""
 
     line: str | None = None
     tail: tuple[str, ...] = ()
@@ -180,30 +142,22 @@ class Show:
 class Verdict:
     kind: Kind
     why: str = ""
-    #: ASK: the question, and whether only live evidence counts (`Runtime.serving(live=...)`)
-    question: Question | None = None
-    live: bool = False
-    #: PASS: the container whose cold start passed (`RunContext.ready`), None when the pass is not
-    #: a cold start seen to its end (a start that rotated out of a long-running engine)
+    question: Question | None = None  # ASK
+    live: bool = False  # ASK: only live evidence counts
+    #: PASS: the container whose cold start was seen to its end (`RunContext.ready`)
     ready: str | None = None
-    #: FAIL on a line: that line, and the record it opens (it and the lines read after it, where a
-    #: remedy's marker is looked for)
+    #: FAIL on a line: that line and the lines read after it (where a remedy's marker is looked for)
     line: str | None = None
     record: tuple[str, ...] = ()
-    #: progress to journal before acting (`RunContext.milestones[service]`)
-    journal: dict[str, Any] | None = None
+    journal: dict[str, Any] | None = None  # progress to journal before acting (`RunContext.milestones`)
     show: Show | None = None
 
 
 @dataclass
 class Journal:
-    """What a gate saw of one container's cold start, as journaled in `RunContext.milestones`:
-
-        {"container": id, "per_rank": {pattern: [ranks]}, "once": [patterns],
-         "start": hash of the startup line seen, "last": hash of the last line read}
-
-    `held` is what the journal held for this container when the gate began (empty: nothing, or
-    another container's: that one's start says nothing of this one's)."""
+    """What a gate saw of one container's cold start (`RunContext.milestones[service]`: container,
+    per_rank, once, and the hashes of the start and the last line read). `held`: what the journal
+    held for this very container when the gate began."""
 
     startup: str
     held: dict[str, Any] = field(default_factory=dict)
@@ -211,7 +165,6 @@ class Journal:
     last: str = ""
 
     def seen_text(self) -> str:
-        """What the journal said was seen, for the gate's messages."""
         rec = self.held
         parts = [f"{p!r} from " + ", ".join(f"TP{r}" for r in sorted(ranks)) for p, ranks in (rec.get("per_rank") or {}).items() if ranks]
         parts += [repr(p) for p in rec.get("once") or []]
@@ -225,27 +178,20 @@ class Journal:
         return bool(starts) and starts[-1] != self.start
 
     def lines_lost(self, lines: Sequence[str]) -> bool:
-        """The journaled last line is not in the window: what the engine logged since rotated out
-        unread (a journal without a last line lost everything after its start)."""
+        """The journaled last line is not in the window: what was logged since rotated out unread."""
         if not self.last:
             return bool(self.held)
         return self.last not in {line_hash(t) for t in lines}
 
 
 class ColdStartWatch:
-    """One service's cold-start gate (see the module docstring for the rules and the calls)."""
-
     def __init__(self, *, service: str, gate: LogGate, startup: str, window: int, cold_start_s: float, now: float,
                  journaled: Mapping[str, Any] | None = None, created: Collection[str] = (),
                  scrub_lines: Callable[[Sequence[str]], list[str]] = list,
                  may_begin_secret: Callable[[str], bool] = lambda line: False) -> None:
-        """`gate`: the lines' judge; `startup`: the text of the engine's startup line; `window`: how
-        many lines the first log read asks for (a first window that long without a startup line
-        has lost its start); `cold_start_s`: the runbook's cold-start limit (the deadline is
-        `now + cold_start_s`); `journaled`: this service's record in `RunContext.milestones`;
-        `created`: the container IDs this run created; `scrub_lines`: the run's redaction of
-        consecutive log lines, `may_begin_secret`: whether a line's end may be the head of a
-        secret the next line continues (the module doc's last rule)."""
+        """`window`: the lines the first read asks for (a first window that long without a startup
+        line lost its start); `journaled`: this service's `RunContext.milestones` record;
+        `created`: the container IDs this run created."""
         self.service = service
         self.gate = gate
         self.startup = startup
@@ -279,26 +225,20 @@ class ColdStartWatch:
         self._pending_journal: dict[str, Any] | None = None
         self._pending_show: Show | None = None
 
-    # -- what the handler reads --------------------------------------------------------------------
-
     def missing(self) -> list[str]:
         return self.gate.missing()
 
     def progress(self) -> dict[str, Any]:
-        """The heartbeat's payload: what is missing, what was seen, the gate's latest line."""
         return {"missing": self.gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in self.gate.seen.items()},
                 "last_line": self._gate_shown[:160]}
 
     def lost_for_good_text(self, status: str, read: int, more: str) -> str:
-        """The HALT of a start that rotated out with nothing live that says the engine serves."""
         seen = f"; seen before the resume: {self.journal.seen_text()}" if self.journal.held else ""
         return (f"{self.service}: its start scrolled out of the log window ({read} lines read; docker: {status}{seen}{more}), "
                 f"so its milestones cannot be checked; nothing was stopped. Judge the engine by hand, then resume")
 
-    # -- the calls ---------------------------------------------------------------------------------
-
     def observe(self, now: float, row: Container | None) -> Verdict:
-        """An observation begins at `now` with docker/ps's row of the service (None: not listed)."""
+        """An observation at `now` with docker/ps's row of the service (None: not listed)."""
         self._take(Step.OBSERVE)
         if self._lines:
             self._before = self._lines[-1]
@@ -315,8 +255,8 @@ class ColdStartWatch:
         return Verdict(Kind.READ)
 
     def window(self, lines: Sequence[str], gap: bool = False) -> Verdict:
-        """The log lines read since the last window (the first: the container's whole start, as
-        far as the log keeps it); `gap`: lines went by between this read and the last one."""
+        """The lines read since the last window (the first: as much of the start as the log keeps);
+        `gap`: lines went by between this read and the last."""
         self._take(Step.WINDOW)
         row = self._row
         assert row is not None
@@ -351,17 +291,15 @@ class ColdStartWatch:
         row = self._row
         assert row is not None
         then = ON_EVIDENCE[(question, serving.state)]
-        if then is Then.PASS:
+        if then is Kind.PASS:
             return self._passed_on(question, serving, row)
-        if then is Then.HALT:
+        if then is Kind.HALT:
             return self._decide(Kind.HALT, self.lost_for_good_text(row.status, 0, f"; live evidence: {serving.phrase()}"))
-        if then is Then.FAIL:
+        if then is Kind.FAIL:
             return self._timed_out()
         if question is Question.FINISHED:
             return self._judge_lines(True)
         return self._after_live(f"; live evidence: {serving.phrase()}")
-
-    # -- the observation's stages --------------------------------------------------------------------
 
     def _judge_lines(self, rotated: bool) -> Verdict:
         row = self._row
@@ -444,8 +382,6 @@ class ColdStartWatch:
         return self._decide(Kind.FAIL, f"{self.service} did not finish its cold start within {int(self.cold_start_s // 60)} min; "
                                        f"missing: " + "; ".join(self.gate.missing()))
 
-    # -- helpers -----------------------------------------------------------------------------------
-
     def _take(self, called: Step) -> None:
         if called is not self._step:
             raise OutOfStep(called, self._step)
@@ -457,7 +393,7 @@ class ColdStartWatch:
 
     def _ask(self, question: Question) -> Verdict:
         self._question = question
-        return self._verdict(Verdict(Kind.ASK, question=question, live=LIVE_ONLY[question]), Step.EVIDENCE)
+        return self._verdict(Verdict(Kind.ASK, question=question, live=question is not Question.FINISHED), Step.EVIDENCE)
 
     def _decide(self, kind: Kind, why: str, **kw: Any) -> Verdict:
         self.phase = ENDS[kind]
@@ -471,11 +407,8 @@ class ColdStartWatch:
         return replace(v, journal=journal, show=show)
 
     def _start_finished(self, row: Container, lines: Sequence[str]) -> str | None:
-        """A start that rotated out, for a gate that needs only the ready line (per-rank milestones
-        cannot be judged without the start): it finished when docker says the container runs and
-        has run longer than a whole cold start, and the window holds no failure line but shows it
-        working (a start that hangs logs no request, no batch, no health check). What says so, or
-        None."""
+        """What says a rotated-out start of a ready-line-only gate finished (module doc), or None.
+        A start that hangs logs no request, no batch, no health check."""
         if (self.gate.required_per_rank or not row.is_running or not long_up(row, self.cold_start_s)
                 or any(bad in text for text in lines for bad in self.gate.forbidden) or not past_its_start(lines)):
             return None
@@ -485,8 +418,7 @@ class ColdStartWatch:
                 f"finished")
 
     def _restore(self, container: str) -> bool:
-        """Seed the gate with what the journal held of this very container's start. True when it
-        held something."""
+        """Seed the gate with what the journal held of this very container's start (True: something)."""
         rec = self._journaled
         if not rec or rec.get("container") != container:
             return False
@@ -502,8 +434,7 @@ class ColdStartWatch:
         return True
 
     def _note(self, lines: Sequence[str]) -> dict[str, Any] | None:
-        """The record to journal after `lines` were judged: at once when a milestone or the start
-        was seen, else at most every SAVE_EVERY_S. None: nothing to journal now."""
+        """The record to journal after `lines` were judged (None: nothing now; see SAVE_EVERY_S)."""
         if not lines or self.container is None:
             return None
         for t in lines:
@@ -521,23 +452,19 @@ class ColdStartWatch:
         return ([self._before] if self._before is not None else []) + self._lines
 
     def _shown(self, start: int, end: int) -> list[str]:
-        """Lines `start:end` of this window as they may be shown (`_shown_read`)."""
         off = len(self._read()) - len(self._lines)
         return self._shown_read(start + off, end + off)
 
     def _shown_read(self, start: int, end: int) -> list[str]:
-        """Lines `start:end` of `_read()` as they may be shown: scrubbed together with the line
-        before and the line after them, so a secret split across two consecutive lines (of one
-        read or two) is hidden whole."""
+        """Lines `start:end` of `_read()`, scrubbed with the line before and after them."""
         read = self._read()
         lo, hi = max(0, start - 1), min(len(read), end + 1)
         out = self.scrub_lines(read[lo:hi])
         return out[start - lo:len(out) - (hi - end)]
 
     def _tail(self) -> list[str]:
-        """The last lines read, as the run page shows them: the last 8 of the held line (if any)
-        and this window's; a last line whose end may begin a secret the next line continues is
-        held (shown with the next window, scrubbed with it)."""
+        """The last 8 lines read, with a line held from the last window; a last line whose end may
+        begin a secret is held for the next window."""
         read = self._read()
         first = max(len(read) - len(self._lines) - int(self._held), len(read) - 8)
         end = len(read)

@@ -1,22 +1,11 @@
 """Foreign changes: compose-manager calls this run's journal did not make (pure).
 
-compose-manager (8e07c35) appends `compose_up` / `compose_down` to its action log when it
-accepts the request, before docker runs, whatever the outcome (`compose-manager-as-deployed.md`);
-a dry run is never recorded. So, from a position in the log this run knows (its *mark*), every
-later entry must be one of the mutating calls this run journaled since then, in the same order.
-A journaled call may be missing from the log (a 409, a 400 or a connection that failed before the
-server accepted it), never the other way round: an entry no journaled call explains was made by
-someone else (another orchestrator with its own journal, a human with curl) and the host is no
-longer what this run's decisions were based on. The run stops there: no rollback of healthy
-things, no blame on a compose bug.
-
-`compose_manager_started` entries (compose-manager itself restarted) change no container and are
-not foreign. Any other action (`docker_restart`, ...) is.
-
-The mark is (entries known, the last one's identity, the last journal effect id at that moment):
-log and journal positions taken together, so a resumed run that crashed between journaling a call
-and recording its outcome still explains its own call (the effect is after the mark, and its
-entry after the mark's position).
+compose-manager logs every up/down it accepts, whatever the outcome (never a dry run). After a
+position in the log this run knows (its *mark*: entries known, the last one's identity, the last
+journal effect id), every entry must be one of the calls this run journaled since, in order; a
+journaled call may be missing (refused before acceptance), never the other way round. An entry
+none explains was made by someone else: the run stops, rolling nothing back. Only
+`compose_manager_started` (compose-manager's own restart) is benign.
 """
 
 from __future__ import annotations
@@ -46,12 +35,8 @@ class OwnCall:
 
 
 def own_call(kind: str, request: dict[str, Any]) -> OwnCall | None:
-    """The action-log entry a journaled mutating effect (kind, request) would leave, if any."""
-    if kind.startswith("compose_down"):
-        action = "compose_down"
-    elif kind.startswith("compose_up"):
-        action = "compose_up"
-    else:
+    action = next((a for a in ("compose_down", "compose_up") if kind.startswith(a)), None)
+    if action is None:
         return None
     body = request.get("request", request) if isinstance(request, dict) else {}
     services = body.get("services") or ()
@@ -63,8 +48,7 @@ def identity(a: Action) -> list[Any]:
 
 
 def since_mark(actions: Sequence[Action], mark: dict[str, Any]) -> list[Action] | None:
-    """The entries after the mark; None when the log no longer holds the mark's last entry where
-    it was (the log was replaced or rewritten: nothing can be explained)."""
+    """The entries after the mark; None when the log was replaced or rewritten."""
     count = int(mark.get("count", 0))
     if len(actions) < count:
         return None
@@ -112,8 +96,7 @@ def new_mark(actions: Sequence[Action], effect_id: int) -> dict[str, Any]:
 
 
 def unjournaled(actions: Iterable[Action], journaled: Sequence[OwnCall], *, file: str, tag: str) -> list[Action]:
-    """The `compose_up`/`compose_down` entries of `file`@`tag` that no journaled call explains
-    (each call explains at most one entry, in any order: the calls come from several runs)."""
+    """The up/down entries of `file`@`tag` no journaled call explains (one each, in any order)."""
     pool = list(journaled)
     out: list[Action] = []
     for a in actions:
@@ -129,8 +112,7 @@ def unjournaled(actions: Iterable[Action], journaled: Sequence[OwnCall], *, file
 
 def refuse_foreign_part_way(journal: Any, host: str, actions: list[Any], file: str, tag: str,
                             journal_location: str) -> str | None:
-    """The refusal for a part-way host whose target calls (`file`@`tag`) no run of `host` in this
-    journal made: never `--continue` someone else's rollout."""
+    """The refusal for a part-way host whose target calls no run in this journal made."""
     journaled = [oc for run in journal.list_runs(host, limit=200) for e in journal.effects(run.run_id)
                  if e.mutating and (oc := own_call(e.kind, e.request)) is not None]
     foreign = unjournaled(actions, journaled, file=file, tag=tag)

@@ -1,11 +1,6 @@
-"""Placing the host in the runbook (pure): which declared host state does what it runs match?
-
-The observation maps each service the runbook's host states name to what it runs: `absent` (not
-in docker/ps), `new` (running, and a dry run of the new file at the tag plans nothing for it),
-`previous` (running, and that dry run would recreate it) or `other` (running, and the dry run
-plans something we cannot read as either). A declared `running` matches `new` and `previous`.
-States are tried in the runbook's order; the first that matches wins. No match is refused before
-any change, with the difference to the nearest state shown.
+"""Placing the host in the runbook's host states (pure). Each service runs `absent`, `new` (a dry run
+of the new file plans nothing for it), `previous` (that dry run would recreate it) or `other`; a
+declared `running` matches `new` and `previous`. The first state that matches wins.
 """
 
 from __future__ import annotations
@@ -33,27 +28,18 @@ def place(rb: Runbook, observed: Observed) -> HostState | None:
 
 
 def nearest(rb: Runbook, observed: Observed) -> tuple[HostState, list[str]] | None:
-    scored = [(len(mismatches(s, observed)), i, s) for i, s in enumerate(rb.host_states)]
-    if not scored:
-        return None
-    _, _, best = min(scored)
-    return best, mismatches(best, observed)
+    best = min(rb.host_states, key=lambda s: len(mismatches(s, observed)), default=None)  # the first of the nearest
+    return None if best is None else (best, mismatches(best, observed))
 
 
 def observed_services(rb: Runbook) -> list[str]:
-    """Every service some host state names, in first-mention order."""
-    out: list[str] = []
-    for state in rb.host_states:
-        out += [s for s in state.services if s not in out]
-    return out
+    return list(dict.fromkeys(s for state in rb.host_states for s in state.services))
 
 
 def new_file_services(rb: Runbook) -> list[str]:
-    """The services some host state expects on the new file: those the placement dry run names."""
-    out: list[str] = []
-    for state in rb.host_states:
-        out += [s for s, want in state.services.items() if want in ("new", "previous") and s not in out]
-    return out
+    """The services the placement dry run names."""
+    return list(dict.fromkeys(s for state in rb.host_states for s, want in state.services.items()
+                              if want in ("new", "previous")))
 
 
 def describe(observed: Observed) -> str:

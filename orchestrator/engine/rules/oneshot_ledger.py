@@ -1,14 +1,8 @@
-"""Which one-shots (a perception check) earlier runs of a host left removed.
-
-docker/ps lists running containers only, so a finished one-shot is invisible there and a cleanup
-down of it is always sent (`steps/compose.py`) unless the run knows it already removed it
-(`RunContext.oneshots_removed`). A run knows that for its own downs; an operator's `rollback`
-after a killed rollout is a new run and would send the killed run's last down again
-(`compose/down glm53-perception-check` twice in a row). This reads the journal instead:
-a one-shot whose last journaled mutating call, over the host's runs from the rolled-back one to
-the newest, was a down that compose-manager answered `success` with exit code 0 is gone.
-Unknown outcomes (a crash between sending and recording) and any later up leave it "maybe
-there": its down is sent, as before.
+"""Which one-shots earlier runs of a host left removed. docker/ps does not list a finished one-shot,
+so its down is always sent unless the run knows it is gone; a `rollback` after a killed rollout is
+a new run, so it reads the journal: a one-shot whose last mutating call (over the host's runs from
+the rolled-back one on) was a down answered `success` with exit code 0 is gone. An unknown outcome
+or a later up leaves it "maybe there".
 """
 
 from __future__ import annotations
@@ -17,8 +11,6 @@ from typing import Any
 
 
 def removed_oneshots(journal: Any, host: str, since_run_id: str, oneshots: set[str]) -> list[str]:
-    """The one-shots removed by the last mutating call naming them, in the runs of `host` from
-    `since_run_id` (included) to the newest, in the order they ran."""
     if not oneshots:
         return []
     runs = journal.list_runs(host, limit=50)  # newest first

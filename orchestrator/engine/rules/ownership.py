@@ -1,21 +1,9 @@
-"""Runs own containers, not names: which containers a run created and stopped, by container ID.
-
-A compose service name is not an identity: the old r1 and the new r1 are both
-`model-sg-glm53-w4afp8-tp4-r1`. A rollback that stops "r1" by name after r1's own stop was
-refused (compose-manager answered 409 busy) would stop the OLD r1, never touched and serving. So
-the run keeps a ledger in its context (journaled with every transition, and rebuilt on resume from
-the docker/ps baseline each compose call journals in its intent):
-
-- `created`: container ID -> {service, state}: IDs of the services an `up` named that docker/ps
-  lists after the up and did not list before it (a recreate gives a new ID; a restart in place
-  keeps it);
-- `stopped`: container ID -> {service, state}: IDs docker/ps listed before a `down` (or an `up`,
-  whose `--remove-orphans` may stop others) and no longer lists after it.
-
-A rollback step's down stops only containers in `created` (`owned_split`); a container running
-under that service name that this run did not create is left running, and why is recorded
-(`not_stopped`) and said in the run's final message. Pure: no I/O; the executor and the steps
-feed it docker/ps as read.
+"""Runs own containers, not names (pure): the old r1 and the new r1 share a service name, and a
+rollback that stopped "r1" by name after r1's own stop was refused would stop the OLD, serving r1.
+The run's ledger (context, rebuilt on resume from each call's journaled docker/ps baseline):
+`created`, the IDs of an up's services listed after it and not before; `stopped`, the IDs listed
+before a down (or an up: `--remove-orphans`) and not after. A rollback's down stops only what is in
+`created`; a namesake is left running, and why is said in the run's final message.
 """
 
 from __future__ import annotations
@@ -35,8 +23,7 @@ def ps_ids(containers: Iterable[Container]) -> dict[str, str]:
 
 
 def baseline_ids(baseline: Mapping[str, Any]) -> dict[str, str]:
-    """The ID -> service baseline a journaled call recorded: its whole docker/ps (`ps`) or, for an
-    intent journaled before the ledger existed, the IDs of the services it named (`ids`)."""
+    """The ID -> service baseline a journaled call recorded: its docker/ps, else (older intents) `ids`."""
     ps = baseline.get("ps")
     if isinstance(ps, Mapping):
         return {str(k): str(v) for k, v in ps.items()}
@@ -45,13 +32,11 @@ def baseline_ids(baseline: Mapping[str, Any]) -> dict[str, str]:
 
 
 def created_ids(before: Mapping[str, str], after: Iterable[Container], services: Iterable[str]) -> dict[str, str]:
-    """IDs of `services` that docker/ps lists now and did not list before: what an up created."""
     wanted = set(services)
     return {c.id: svc for c in after if (svc := c.service or c.name) in wanted and c.id and c.id not in before}
 
 
 def gone_ids(before: Mapping[str, str], after: Iterable[Container], services: Iterable[str] | None = None) -> dict[str, str]:
-    """IDs listed before and not now (of `services` only, when given): what a call stopped."""
     now = {c.id for c in after}
     wanted = set(services) if services is not None else None
     return {cid: svc for cid, svc in before.items() if cid not in now and (wanted is None or svc in wanted)}
@@ -77,8 +62,7 @@ def owned_split(present: Iterable[Container], created: Mapping[str, Any]) -> tup
 
 
 def not_ours_note(c: Container, state: str, stopped: Mapping[str, Any]) -> str:
-    """Why a rollback step left a container running: one sentence for the run's record (naming
-    what this run did stop under that service name, if anything)."""
+    """Why a rollback step left a container running, for the run's record."""
     svc = c.service or c.name
     mine = [cid[:12] for cid, v in stopped.items() if v.get("service") == svc]
     also = f" (this run stopped {', '.join(mine)} under that name)" if mine else ""

@@ -1,19 +1,11 @@
-"""Prerequisites: another host's run in the journal, DONE and soaked. Pure: the caller passes the
-runs it read from the journal and the time now.
+"""Prerequisites: another host's run in the journal, DONE and soaked (pure: fed the runs and the time).
 
-Rule: the latest run of `runbook` on `host` that may have changed it decides, in the journal's
-order: a later rollback or a failed retry supersedes an older DONE, a run that ended ABORTED (it
-changed nothing) never does. It must have ended DONE at least `soaked` seconds ago (its own soak
-step passed before it could end DONE). A run that ended DONE only because preflight found the host
-already at the target ("nothing to do") proves no soak: it is passed over, and the run before it
-decides. An operator overrides one prerequisite only by naming its host; an override of a host
-that is not a prerequisite is refused, so a typo never passes.
-
-The journal is one machine's (or one team's) record: a host rolled back from another machine is
-still DONE in it. Where the caller read the prerequisite host itself (`HostWord`: compose-manager's
-action log and its success record), the host has the last word on a DONE: after the run's last up
-of its runbook's file at its tag, no up of another file, and the last successful up on that file.
-A host that could not be asked leaves the journal to decide.
+The latest run of `runbook` on `host` that may have changed it decides: a later rollback or failed
+retry supersedes an older DONE; an ABORTED run (it changed nothing) never does; a DONE with
+"nothing to do" proves no soak and is passed over. It must have ended DONE at least `soaked` ago.
+An override names a prerequisite's host (a typo is refused). Where the host itself was read
+(`HostWord`), it has the last word on a DONE: a host rolled back from another machine is still
+DONE in this journal.
 """
 
 from __future__ import annotations
@@ -29,8 +21,7 @@ from orchestrator.util.user_errors import UserError
 
 @dataclass(frozen=True)
 class HostWord:
-    """What a prerequisite host says of itself: compose-manager's action log (oldest first), its
-    last successful up (tag, file; None: none recorded), and the file of the prerequisite's runbook."""
+    """compose-manager's action log (oldest first), its last successful up (tag, file), the runbook's file."""
 
     actions: Sequence[Any]
     current: tuple[str, str] | None
@@ -38,8 +29,7 @@ class HostWord:
 
 
 def host_disagrees(host: str, run: Any, word: HostWord) -> str | None:
-    """Why `host` itself says the journal's DONE `run` (at `run.tag`, on `word.file`) no longer
-    holds (None: it agrees)."""
+    """Why `host` itself says the journal's DONE `run` no longer holds (None: it agrees)."""
     ups = [a for a in word.actions if a.action == "compose_up"]
     last = max((i for i, a in enumerate(ups) if (a.tag, a.file) == (run.tag, word.file)), default=None)
     if last is None:
@@ -68,8 +58,7 @@ def check_overrides(prereqs: Iterable[Any], overrides: Iterable[str]) -> None:
 
 
 def unfinished(journal: Any, hosts: Iterable[str], *, but: str | None = None) -> list[tuple[str, Any]]:
-    """(host, run) for every run of these hosts that has not ended (run `but` left out): a host
-    whose run is interrupted or in flight may be out of its pool, or about to be."""
+    """(host, run) for every run of these hosts that has not ended (but `but`): it may be out of its pool."""
     return [(h, r) for h in hosts for r in journal.list_runs(h, limit=50) if not r.terminal and r.run_id != but]
 
 
@@ -85,9 +74,8 @@ def unmet_in(journal: Any, prereqs: Iterable[Any], now: datetime, overrides: Ite
 def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterable[str] = (),
           placed_only: Callable[[Any], bool] = lambda run: False,
           words: Mapping[str, HostWord] | None = None) -> list[str]:
-    """Why each prerequisite is not met (empty: all met). `runs_of(host)` -> that host's runs,
-    newest first (journal `list_runs`); `placed_only(run)` -> it ended DONE with nothing to do;
-    `words`: host -> what that host says of itself, where it was read (see the module doc)."""
+    """Why each prerequisite is not met. `runs_of(host)`: its runs, newest first; `placed_only(run)`:
+    it ended DONE with nothing to do; `words`: what each host read says of itself."""
     prereqs = list(prereqs)
     overrides = set(overrides)
     check_overrides(prereqs, overrides)
@@ -95,9 +83,7 @@ def unmet(prereqs: Iterable[Any], runs_of: Any, now: datetime, overrides: Iterab
     for p in prereqs:
         if p.host in overrides:
             continue
-        # the newest run of the runbook on the host that may have changed it decides: a run that
-        # ended ABORTED (refused before any change: a mistyped tag, a wrong token) changed nothing,
-        # rollout or rollback, so the run before it still decides
+        # an ABORTED run (refused before any change) changed nothing: the run before it decides
         latest = next((r for r in runs_of(p.host) if r.runbook == p.runbook and not placed_only(r)
                        and r.kind in ("rollout", "rollback") and r.outcome != "ABORTED"), None)
         if latest is None or (latest.kind == "rollback" and not any(

@@ -1,36 +1,19 @@
-"""Whether an engine serves: ONE model, pure, three-valued (serving / not serving / unknown).
-
-Every guard (the stop guard before any down), the soak, the cold-start gate's "already serving"
-shortcut and every `host now` line judge an engine through `judge` below; `Runtime` only gathers
-the evidence (docker/ps, the log window, the model-proxy peers).
-
-Evidence, in order (the first that decides wins):
-1. docker/ps: not listed, not `running`, `restarting`, or docker's health `unhealthy` /
-   `starting` -> NOT SERVING. Docker's health `healthy` (an engine whose file defines a
-   healthcheck) -> SERVING.
-2. The log window (docker's log rotation keeps only the last N lines, so the window may hold
-   neither the start nor the ready line of a long-running engine):
-   - a startup line with no ready line after it (a cold start, or a restart inside the same
-     container) -> NOT SERVING: both lines fall in the window once the start does;
-   - a ready line after the last startup line -> SERVING;
-   - neither line: SERVING only for an engine whose cold start passed in this run in this very
-     container (`ran_here`: its ready line was seen by this run, nothing started since);
-     for any other engine the log decides nothing. Never "not serving" for want of a line.
-   A log that could not be read decides nothing either.
-3. Live evidence for an engine the log could not decide: the soak relay, where it runs, answers
-   /health on the port of this engine's replica (the only engine of that replica running) ->
-   SERVING; the soak relay did so earlier in this run, for this very container, right before a
-   step stopped the relay (`relay_word`: the relay is the only live evidence per replica, and a
-   rollback stops it before its stop guards ask) -> SERVING, the log having shown no start since;
-   else both model-proxy peers route to the host (list it healthy under a runbook
-   domain), and either
-   - no other engine of the host serves (each is known NOT SERVING): the peers' health can only
-     come from this engine; or
-   - docker says it has run longer than a whole cold start may take (the runbook's cold-start
-     limit) and its log window (read) holds no startup line but shows it working (health checks
-     answered, batches run): it is past its start, has not started again, and the host it
-     belongs to is routed to.
-4. Otherwise UNKNOWN, with every reason. UNKNOWN never permits a stop (see `stop_refusal`).
+"""Whether an engine serves: ONE model, pure, three-valued (serving / not serving / unknown). Every
+guard, the soak, the cold-start gate's shortcut and every `host now` line judge through `judge`;
+`Runtime` only gathers the evidence. The first piece of evidence that decides wins:
+1. docker/ps: not listed, not `running`, `restarting`, health `unhealthy` / `starting` -> NOT
+   SERVING; health `healthy` -> SERVING.
+2. The log window (rotation may have dropped both the start and the ready line): a startup line
+   with no ready line after it -> NOT SERVING; a ready line after the last startup line ->
+   SERVING; neither: SERVING only when its cold start passed in this run in this very container
+   (`ran_here`), else undecided. Never "not serving" for want of a line; an unreadable log decides
+   nothing.
+3. Live evidence: the soak relay answers /health on this engine's replica port (the only engine
+   of that replica running), or did so for this very container right before a step stopped it
+   (`relay_word`: a rollback stops the relay before its stop guards ask) -> SERVING; else both
+   model-proxy peers route to the host and either no other engine of the host serves, or docker
+   says it ran longer than a whole cold start and its window shows it working with no start.
+4. Otherwise UNKNOWN, with every reason. UNKNOWN never permits a stop (`stop_refusal`).
 """
 
 from __future__ import annotations
@@ -87,11 +70,8 @@ def unknown(why: str) -> Verdict:
 
 @dataclass(frozen=True)
 class LogWindow:
-    """What a read of an engine's log gave: its lines, or why it could not be read. `asked`: the
-    number of lines the read asked for; fewer back means these are all the lines docker still
-    keeps (`whole`). That is not the log since the start: docker's rotation drops the oldest
-    files, so a start missing from a whole window was either not logged yet (a container up
-    only seconds) or rotated out (`judge` tells them apart by the container's up time)."""
+    """A read of an engine's log: its lines, or why it could not be read. Fewer lines than `asked`
+    are all docker still keeps (`whole`), not the log since the start: rotation drops the oldest."""
 
     lines: Sequence[str] | None
     error: str = ""
@@ -108,22 +88,18 @@ class LogWindow:
 
 @dataclass(frozen=True)
 class Peers:
-    """The model-proxy peers' view of the host: `routed` True when every peer lists it healthy
-    under one of the runbook's domains, False when a peer does not, None when a peer could not
-    be asked. `why` says which."""
+    """`routed`: every peer lists the host healthy under a runbook domain (None: a peer could not be asked)."""
 
     routed: bool | None
     why: str
 
 
-#: Lines SGLang logs only once its start is over: it answers /health, serves a request, runs a
-#: prefill or decode batch. A window holding one (and no startup line) saw the engine past its start.
+#: Lines SGLang logs only once its start is over (health checks, requests, batches).
 ACTIVITY_MARKS = ('"GET /health HTTP/1.1" 200', '"POST /v1/chat/completions HTTP/1.1" 200', '"POST /generate HTTP/1.1" 200',
                   "Prefill batch", "Decode batch")
 
 
 def past_its_start(lines: Sequence[str]) -> bool:
-    """The window shows the engine working (ACTIVITY_MARKS): its start was over by then."""
     return any(m in line for line in lines for m in ACTIVITY_MARKS)
 
 
@@ -197,12 +173,8 @@ JUST_STARTED_S = 60.0
 
 def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Sequence[str], startup: str, ran_here: bool,
           peers: Peers | None, others: Mapping[str, Verdict], cold_start_s: float, relay: str | None = None) -> Verdict:
-    """The verdict on one engine from every piece of evidence (module docstring).
-
-    `others`: the verdicts on the host's other running engines from docker and the log alone
-    (`base_verdict`); `peers`: None when not asked (the caller asks only when needed); `relay`:
-    set (to what it saw) when the soak relay's port of this engine's replica answered /health
-    while this engine is the only one of its replica running (live, per engine)."""
+    """`others`: the other running engines' `base_verdict`s; `peers`: None when not asked; `relay`:
+    what the soak relay said of this engine, when it answered /health (module doc, rule 3)."""
     decided = base_verdict(service, c, log, ready_marks=ready_marks, startup=startup, ran_here=ran_here)
     if not decided.unknown:
         return decided
@@ -234,14 +206,12 @@ def judge(service: str, c: Container | None, log: LogWindow, *, ready_marks: Seq
     return unknown(f"{service}: {gap}; {peers.why}, but another engine may be the one serving{short}")
 
 
-#: The run context's `extra` key of the soak relay's word taken before it was stopped:
-#: service -> {"id": container ID, "said": what the relay answered}.
+#: The run context's `extra` key of the soak relay's word before it was stopped: service -> {id, said}.
 RELAY_SEEN = "relay_seen"
 
 
 def relay_word(seen: Mapping[str, Mapping[str, str]] | None, service: str, c: Container) -> str | None:
-    """What the soak relay said of `service` before a step stopped it, if said of this very
-    container (None: nothing, or of another container)."""
+    """What the soak relay said of `service` before a step stopped it, if of this very container."""
     word = (seen or {}).get(service)
     if not word or word.get("id") != c.id:
         return None
@@ -250,15 +220,14 @@ def relay_word(seen: Mapping[str, Mapping[str, str]] | None, service: str, c: Co
 
 def base_verdict(service: str, c: Container | None, log: LogWindow, *, ready_marks: Sequence[str], startup: str,
                  ran_here: bool) -> Verdict:
-    """docker/ps and the log alone (no live evidence): what `judge` weighs the other engines by."""
+    """docker/ps and the log alone (no live evidence)."""
     return (from_docker(service, c) or from_log(service, log, ready_marks=ready_marks, startup=startup, ran_here=ran_here)
             or unknown(f"{service}: not decided by docker/ps or its log"))
 
 
 def stop_refusal(stopping: str, mine: Verdict, others: Mapping[str, Verdict], host: str) -> str | None:
-    """The stop guard's rule (non-fleet capacity): stopping `stopping` is allowed only when it is
-    known NOT to serve, or an engine of another replica is known to serve. Unknown never allows
-    it. None: allowed; else the one-line reason."""
+    """The stop guard (non-fleet capacity): stop `stopping` only when it is known NOT to serve, or an
+    engine of another replica is known to serve (None: allowed; else why not)."""
     if mine.not_serving:
         return None
     if any(v.serving for v in others.values()):

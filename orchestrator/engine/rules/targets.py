@@ -1,11 +1,6 @@
-"""Rollback targets: the previous *successful* deploy of each service, and the distinct
-(tag, file) pairs a rollback goes back to. Shared by the executor's preflight, `plan --live`
-and `orchestrate rollback`, so the three can never disagree.
-
-compose-manager logs an up in its action log when it accepts it, whatever the outcome, so an
-entry alone is only an attempt. Success comes from its own record (`/version`
-projects.<p>.current/previous, written only after an up succeeded) or from an up our journal saw
-succeed; the action log says which services each up named.
+"""Rollback targets: the previous *successful* deploy of each service, shared by preflight, `plan
+--live` and `rollback`. An action-log entry is only an attempt (logged whatever the outcome);
+success comes from compose-manager's record (`/version`) or an up our journal saw succeed.
 """
 
 from __future__ import annotations
@@ -16,8 +11,7 @@ from typing import Any
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import Runbook
 
-#: How a rollback's journaled `previous_source` names an operator's explicit target (--to-tag/--to-file),
-#: beside a journaled rollout and without one.
+#: A rollback's journaled `previous_source` for an explicit target, beside a journaled rollout and without.
 EXPLICIT_BESIDE_JOURNAL = "--to-tag/--to-file"
 EXPLICIT = "the operator's explicit --to-tag/--to-file (no journaled rollout)"
 
@@ -75,13 +69,9 @@ def group_targets(rb: Runbook, previous: Mapping[str, Mapping[str, str]]) -> dic
 
 def wrong_target(rb: Runbook, replicas: Iterable[str], previous: Mapping[str, Mapping[str, str]],
                  target: tuple[str, str], removed: Collection[str]) -> str | None:
-    """Why a rollback cannot go back to `target` (tag, file), judged from its dry run before
-    anything is stopped (None: nothing found). `removed`: the running services that dry run plans
-    to remove (compose-manager's --remove-orphans: every running service the file does not define).
-
-    A rollback applies only plans that remove nothing, so a running service the file does not
-    define must have been stopped by the rollback itself before its first step from that file;
-    and a service the rollback starts from that file must be one the file defines."""
+    """Why a rollback cannot go back to `target` (tag, file), from its dry run before anything stops.
+    `removed`: the running services that dry run would remove (the file does not define them): the
+    rollback must stop each before its first step from that file, and start only what it defines."""
     wanted = set(replicas)
     stopped: set[str] = set()
     before_first: set[str] | None = None

@@ -1,23 +1,15 @@
 """`analysis:`: candidate vs control over a window of live traffic, then the readout.
 
-Every `poll`, each replica the gates read is scraped through its soak-relay route; the engines
-stay watched as in a soak (a candidate that restarts or stops serving fails the phase at once).
-When the window is over, each gate is judged on a 95 % interval (orchestrator/analysis/verdict.py:
-a seeded bootstrap over the scrape intervals): any gate whose interval lies wholly outside its
-bound -> FAIL (the phase's rollback: the candidate goes back); a gate whose interval straddles the
-bound, or that lacks `min_samples`, or reads a series the replica does not carry (unknown, not
-zero) -> INCONCLUSIVE, which never passes: it halts for a human (default) or fails, as the
-runbook's `not_enough_traffic:` says. The readout table (each point with its interval) is printed
-and journaled (the step's note) whatever the verdict.
-
-A relay that cannot be read for 3 polls in a row fails the step (unwatched is not judged). A
-resumed run starts the window again (the scrapes are not journaled): the verdict then rests on a
-whole window seen by one runner.
+Every `poll` each replica is scraped, the engines watched as in a soak. At the window's end each
+gate is judged on a 95 % interval (analysis/verdict.py): wholly outside its bound -> FAIL (the
+phase's rollback); straddling it, short of `min_samples` or on an unknown series -> INCONCLUSIVE,
+never a pass: it halts or fails as `not_enough_traffic:` says. The readout is the step's note.
+A source unread for 3 polls in a row fails the step; a resumed run starts the window again.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
@@ -49,8 +41,7 @@ def judge(spec: AnalysisSpec, windows: dict[str, ReplicaWindow]) -> list[GateRes
 
 
 def so_far(spec: AnalysisSpec, scrapes: dict[str, list[Scrape]]) -> str:
-    """The gates' points on the window seen so far (a heartbeat's line: an operator watching sees
-    the trend); no interval and no verdict: those are the whole window's."""
+    """The gates' points on the window so far, for the heartbeat (no interval, no verdict)."""
     try:
         windows = {r: window_of(r, s) for r, s in scrapes.items()}
     except WindowError as exc:
@@ -91,21 +82,6 @@ async def _read_dcgm(rt: Activities, spec: AnalysisSpec, scrapes: dict[str, list
     return None
 
 
-class _PrometheusReader:
-    """`source: prometheus`: each replica's series from the inventory's query API (one client per step)."""
-
-    def __init__(self, rt: Activities, spec: AnalysisSpec) -> None:
-        assert spec.prometheus is not None
-        self.rt, self.q, self.client = rt, spec.prometheus, rt.prometheus_client()
-
-    async def read(self, replica: str) -> Scrape:
-        from orchestrator.metricproviders.prometheus_api import read_replica
-
-        return await read_replica(self.client, replica, self.rt.clock.monotonic(),
-                                  replica_label=self.q.replica_label, selector=self.q.selector,
-                                  matchers=(self.q.replicas or {}).get(replica))
-
-
 @register("analysis")
 async def analysis(rt: Activities, node: Node, step: Step) -> StepOutcome:
     spec = step.analysis
@@ -113,15 +89,16 @@ async def analysis(rt: Activities, node: Node, step: Step) -> StepOutcome:
     if spec.source == "prometheus":
         if rt.entry.prometheus_url is None:
             return fail(f"analysis: source: prometheus, but the inventory names no prometheus_url for {rt.run.host}")
-        reader = _PrometheusReader(rt, spec)
+        client = rt.prometheus_client()  # `source: prometheus`: one client per step
         try:
-            return await _run(rt, spec, reader)
+            return await _run(rt, spec, client)
         finally:
-            await reader.client.aclose()
+            await client.aclose()
     return await _run(rt, spec, None)
 
 
-async def _run(rt: Activities, spec: AnalysisSpec, prom: _PrometheusReader | None) -> StepOutcome:
+async def _run(rt: Activities, spec: AnalysisSpec, prom: Any) -> StepOutcome:
+    from orchestrator.metricproviders.prometheus_api import read_replica
     from orchestrator.metricproviders.relay_scrape import read_scrape
 
     replicas = spec.replicas()
@@ -142,7 +119,10 @@ async def _run(rt: Activities, spec: AnalysisSpec, prom: _PrometheusReader | Non
         for r in replicas:
             try:
                 if prom is not None:
-                    scrapes[r].append(await prom.read(r))
+                    q = spec.prometheus
+                    assert q is not None
+                    scrapes[r].append(await read_replica(prom, r, rt.clock.monotonic(), replica_label=q.replica_label,
+                                                         selector=q.selector, matchers=(q.replicas or {}).get(r)))
                 else:
                     assert spec.relay is not None
                     scrapes[r].append(await read_scrape(rt, spec.relay.ports[r], spec.relay.token_variable))
@@ -165,7 +145,6 @@ async def _run(rt: Activities, spec: AnalysisSpec, prom: _PrometheusReader | Non
     for r in replicas:  # a replica never read has an empty window: its gates lack traffic
         windows.setdefault(r, window_of(r, []))
     results = judge(spec, windows)
-    # the readout is the step's note: printed with its transition and journaled with it
     table = readout(results, windows, replicas, spec.window)
     verdict = overall(results)
     cand = replicas[0]

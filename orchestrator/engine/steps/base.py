@@ -14,8 +14,7 @@ if TYPE_CHECKING:  # what a handler may do (the executor's Runtime implements it
     from orchestrator.engine.steps.activities import Activities
 
 
-#: A step kind's handler: its effect and its gate, through the operations of `Activities`
-#: (what `plan` says of its steps: orchestrator/engine/step_descriptions.py).
+#: A step kind's handler: its effect and its gate, through the operations of `Activities`.
 Handler = Callable[["Activities", Node, Step], Awaitable[StepOutcome]]
 
 HANDLERS: dict[str, Handler] = {}
@@ -27,8 +26,7 @@ def error_text(exc: BaseException) -> str:
 
 
 def register(key: str) -> Callable[[Handler], Handler]:
-    """Decorator: the handler of step kind `key` in `HANDLERS` (each kind described in
-    orchestrator/engine/step_descriptions.py)."""
+    """Decorator: the handler of step kind `key` in `HANDLERS` (described in step_descriptions.py)."""
     if key in HANDLERS:
         raise ValueError(f"two handlers for {key!r}")
     if key not in DESCRIPTIONS:

@@ -1,9 +1,5 @@
-"""`capture:` services' last log lines kept with the run, before a stop.
-
-Rules: the services' last `tail` lines go to the run log (`log_capture`), scrubbed as one window
-(a secret split across two lines is hidden whole); with
-`to_file` each whole log is written to `<state>/logs/<run_id>/<service>.log`. A service with no
-log is noted, not failed: capturing must never block a rollback.
+"""`capture:` services' last `tail` log lines kept, scrubbed, in the run log (or with `to_file` in
+`<state>/logs/<run_id>/<service>.log`). A service with no log is noted: capturing never blocks.
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ async def capture(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 
 def save_log(rt: Activities, service: str, lines: list[str]) -> Any:
-    """Write a captured service log (already scrubbed) to `<state>/logs/<run_id>/<service>.log`
-    (capture's `to_file`); the path, or a note that the run log is not open here."""
+    """The path the (scrubbed) lines were written to, or a note that the run log is not open here."""
     where = ROUTER.directory(rt.run.run_id)
     if where is None:
         return "nowhere (the run's log is not open in this process)"

@@ -1,8 +1,5 @@
-"""`check:` preflight checks: the env map, the RAM budget, the before-state, the host state, the tag,
-the model cache, the prerequisites; and `cache:`. They change nothing.
-
-prerequisites: see `orchestrator/engine/rules/prerequisites.py`; overridden only by an approval
-named `prerequisite:<host>` (`orchestrate approve RUN_ID --gate prerequisite:gpu02`).
+"""`check:` preflight checks and `cache:`. They change nothing. A prerequisite (rules/prerequisites.py)
+is overridden only by an approval named `prerequisite:<host>`.
 """
 
 from __future__ import annotations
@@ -32,10 +29,8 @@ class BudgetFit:
     rank_bytes: int = 0
     available_bytes: int = 0
     page_cache_headroom_bytes: int = 0
-    #: engine -> its rank_budget_bytes (each engine by its own budget, when there are several)
-    ranks: Mapping[str, int] = field(default_factory=dict)
-    #: "2 x 150.0 GiB + 1 x 60.0 GiB": what was fitted
-    fitted: str = ""
+    ranks: Mapping[str, int] = field(default_factory=dict)  # engine -> its rank_budget_bytes
+    fitted: str = ""  # "2 x 150.0 GiB + 1 x 60.0 GiB"
 
 
 def _room_bytes(text: str, available: int) -> int:
@@ -45,12 +40,10 @@ def _room_bytes(text: str, available: int) -> int:
 
 def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, source: str, host: str,
                     others: Mapping[str, str | None] | None = None) -> BudgetFit | None:
-    """The HiCache budget rule (pure; preflight, a changed env map mid-run and `plan --live` use
-    it): the variable unset or one of the allowed values, and every replica's budget fits the
-    host's RAM minus the reserve with the page-cache room left. None: no budget in the runbook.
-    Several budgets (`budget:` as a list): `raw` is the first's env value, `others` the rest's by
-    variable; each is held to its own allowed values, and all replicas of all budgets must fit
-    together (the largest reserve and page-cache room of theirs)."""
+    """The HiCache budget rule (pure): the variable unset or an allowed value, and every replica's
+    budget fits the host's RAM minus the reserve with the page-cache room left (None: no budget).
+    Several budgets: `others` holds the rest's env values by variable; all replicas must fit
+    together, under the largest reserve and page-cache room."""
     budgets = rb.budgets()
     if not budgets:
         return None
@@ -85,16 +78,13 @@ def evaluate_budget(rb: Runbook, raw: str | None, available_ram_gib: float, sour
 
 
 def target_needs_budget(rb: Runbook, file: str, services: list[str] | tuple[str, ...]) -> bool:
-    """Whether a request's target is held to the runbook's HiCache budget rule: only an engine the
-    rule is about (`budget.engines`), from the file the rule describes (the runbook's new file). A
-    rollback to the previous file (the old FP8 r2) is judged by what it needs, never by the new
-    engines' budget: its dry run and its cold start judge it."""
+    """Whether a request is held to the budget rule: only an engine the rule names, from the runbook's
+    new file (a rollback to the previous file is judged by its dry run and cold start)."""
     return file == rb.file and any(s in b.engines for b in rb.budgets() for s in services)
 
 
 def expected_rank_budget(budget_ctx: dict[str, int], rb: Runbook, service: str) -> int:
-    """The rank_budget_bytes `service`'s ranks must log: the budget gate's figure for this engine
-    (several budgets: each engine its own), else its budget's default over its ranks."""
+    """The rank_budget_bytes `service`'s ranks must log: the budget gate's figure, else its default's."""
     got = budget_ctx.get(f"rank_budget_bytes@{service}", budget_ctx.get("rank_budget_bytes"))
     if got is not None:
         return got
@@ -153,11 +143,8 @@ async def budget_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
 @register("check.rollback_targets")
 @register("check.before_state")
 async def before_state_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """Record /version and docker/ps before the run acts; establish the previous successful deploy
-    of every service a `previous:` request names, and dry-run-check each target before anything is
-    stopped. `check: rollback_targets` is that part of the before-state every runbook needs;
-    `check: before_state` adds gpu02's peer and completion checks (other runbooks state those as
-    `presence:` and `verify:` gates of their own)."""
+    """Record /version and docker/ps, establish and dry-run-check every rollback target before anything
+    is stopped; `before_state` adds gpu02's peer and completion checks."""
     await rt.ensure_env()
     before = BeforeState(version=await rt.version_summary())
     before.ps = {c.name: {"id": c.id, "state": c.state, "status": c.status} for c in await rt.ps()}
@@ -187,12 +174,8 @@ async def before_state_check(rt: Activities, node: Node, step: Step) -> StepOutc
 
 @register("check.host_state")
 async def host_state_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """Place the host in the runbook's declared host states (see `orchestrator.engine.rules.host_state`).
-
-    before -> OK (the procedure runs from its start); at target -> SKIP to DONE, nothing to do;
-    part-way -> OK only when the run was started at that state's phase with the operator's
-    `--continue`, else FAIL (ABORTED) naming the state and the exact command; unrecognised ->
-    FAIL (ABORTED) with the difference to the nearest declared state."""
+    """Place the host in the runbook's host states: before -> OK; at target -> SKIP to DONE; part-way
+    -> OK only with `--continue` at that state's phase; unrecognised -> FAIL with the nearest state."""
     from orchestrator.engine.rules import host_state
 
     observed = await rt.observe_host()
@@ -207,7 +190,6 @@ async def host_state_check(rt: Activities, node: Node, step: Step) -> StepOutcom
         diff = f"; nearest is {near[0].name} ({near[0].say}): " + "; ".join(near[1]) if near else ""
         return fail(f"{rt.run.host} is in a state this runbook does not recognise ({host_state.describe(observed)}){diff}. "
                     f"Nothing was changed")
-    # the one serving model (orchestrator/engine/rules/serving_evidence.py): what each engine's evidence says
     verdicts = await rt.running_engine_verdicts()
     placement.serving = {svc: v.state.value for svc, v in verdicts.items()}
     serving_note = "; ".join(f"{svc} {v.phrase()}" for svc, v in verdicts.items())
@@ -243,10 +225,7 @@ async def host_state_check(rt: Activities, node: Node, step: Step) -> StepOutcom
 
 @register("check.tag_age")
 async def tag_age_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """The tag is merged to main and its commit is at least `min_tag_age` old, from GitHub's API
-    for the host's `github_repo`. compose-manager's own age gate is off in production
-    (MIN_TAG_AGE_HOURS=0), so this is ours to check. When GitHub cannot answer, the run stops
-    unless the operator passed `--skip-tag-age-check` (journaled in the run)."""
+    """The tag is merged to main and old enough (compose-manager's own age gate is off in production)."""
     verdict = await rt.check_tag_age()
     if verdict is None:
         return ok("tag age not checked: --skip-tag-age-check")
@@ -256,9 +235,7 @@ async def tag_age_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 @register("check.model_cache")
 async def model_cache_check(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """The runbook's `weights` are in the host's model cache (`GET /host/cache`). Missing weights
-    are a warning, not a failure: the plan allows the model-downloader, but the cold start then
-    includes a download and the operator should know before the maintenance window starts."""
+    """Missing weights are a warning, not a failure: the cold start then includes a download."""
     cache = await rt.host_cache()
     if cache is None:
         return ok("compose-manager does not offer GET /host/cache here: the model cache was not checked")
@@ -271,7 +248,6 @@ async def model_cache_check(rt: Activities, node: Node, step: Step) -> StepOutco
 
 @register("cache")
 async def cache_holds(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """`cache: {holds: [org/repo]}`: see runbook.CacheSpec. Missing -> FAIL naming what is missing."""
     assert step.cache is not None
     cache = await rt.host_cache()
     if cache is None:

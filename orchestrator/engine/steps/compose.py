@@ -1,16 +1,10 @@
 """The compose steps: a dry run (checked), an up (applied only after its dry run), a scoped down.
 
-Rules (each pinned by a test in tests/executor/):
-- a dry run compares docker/ps before and after (docker/compose#14029): any change halts;
-- a dry run is recorded as the request it checked, with the env map's fingerprint; an up is
-  applied only when it is that exact request (tag, file, services, project, env, force_recreate)
-  and docker/ps has not changed since; otherwise it goes back to its dry run (RETRY, capped by the
-  table) or halts when no checked dry run precedes it at all;
-- an up or down already journaled by this visit (a resume) is settled from what was recorded,
-  from compose-manager's status and from docker/ps *before* anything is compared or planned, and
-  is never sent again blindly;
-- an engine is stopped only while it does not serve or an engine of another replica serves
-  (serving = ready and not restarted since); otherwise the run halts with the host untouched.
+- a dry run that changed docker/ps (docker/compose#14029) halts;
+- an up is applied only when it is the exact request its dry run checked (with the env map) and
+  docker/ps has not changed since; otherwise RETRY its dry run (capped), or halt without one;
+- an up or down this visit already journaled (a resume) is settled first, never sent again blindly;
+- an engine is stopped only while it does not serve or another replica's serves, else halt.
 """
 
 from __future__ import annotations
@@ -39,13 +33,11 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
     assert step.plan is not None
     env = await rt.ensure_env()
     req = rt.request(step, dry_run=True)
-    if rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint \
-            and node.section in ("rollback", "full_rollback") and not target_needs_budget(rt.rb, req.file, req.services):
-        # a rollback is judged by what its target needs: the new engines' budget is not its rule
+    env_changed = rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint
+    if env_changed and node.section in ("rollback", "full_rollback") and not target_needs_budget(rt.rb, req.file, req.services):
         rt.emit("note", text=f"the host's env map changed since the budget was checked; {', '.join(req.services)} from "
                              f"{req.file} is not held to the new engines' budget rule (its dry run and start judge it)")
-    elif rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint:
-        # the env map changed since the budget was checked: check it again before planning
+    elif env_changed:
         recheck = budget_verdict(rt)
         if recheck.event.value != "ok":
             return fail("the env map changed since preflight and no longer passes the budget check: " + recheck.note)
@@ -66,7 +58,6 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
     plan = parse_dry_run(lines, project=rt.entry.project)
     stale = config_recreate.not_recreated(plan, req)
     if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
-        # a forced recreate the host did not plan: its config would not take (docker/compose#11900)
         rt.ctx.retries[config_recreate.remedy_key(node)] = 1
         stopped = await config_recreate.stop_for_recreate(rt, node, step, stale, down)
         if stopped.event.value != "ok":
@@ -121,7 +112,6 @@ async def up(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 
 async def _judged(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
-    """The up's verdict, then the run's container ledger: what it created and stopped, by ID."""
     verdict = await _judge(rt, node, req, outcome)
     if outcome.get("status") != "refused":
         await rt.record_ownership(req, outcome.get("baseline", {}), up=True)
@@ -180,9 +170,7 @@ async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
         containers = await rt.ps()
         svc = by_service(containers)
         present = [s for s in req.services if s in svc]
-        # a config recreate's own down (never an engine: config_recreate.stop_for_recreate) is part of
-        # restoring the target, not a stop of a namesake: a rollback restoring the old collector's
-        # config must stop the collector it did not create (tests/executor/test_secrets.py)
+        # a config recreate's own down restores the target: it may stop a namesake this run did not create
         remedy = step.id.endswith(config_recreate.CONFIG_DOWN_SUFFIX)
         left = {} if remedy else rt.not_owned(node, [svc[s] for s in present])
         if left:  # a rollback stops only containers this run created, never a namesake
@@ -190,12 +178,10 @@ async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
             req = replace(req, services=tuple(s for s in req.services if s not in left))
             if not req.services:
                 return ok(" ".join(left.values()))
-        # docker/ps lists running containers only: a finished one-shot (a perception check)
-        # is invisible there but still exists, so its down is always sent (harmless if gone)
+        # docker/ps lists running containers only: a finished one-shot's down is always sent
         oneshots = [s for s in req.services if s in rt.rb.oneshot_services() and s not in rt.ctx.oneshots_removed]
         if not present and not oneshots:
             return ok(f"{', '.join(req.services)} not running: nothing to stop")
-        # stop_guard: a call that takes the host out of a fleet's pool asks the tier live, right now
         refusal = await rt.stop_guard(present)
         if refusal:
             return halt(refusal)

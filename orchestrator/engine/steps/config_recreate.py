@@ -1,12 +1,6 @@
-"""A forced recreate that did not take, caught at its own dry run and remedied there.
-
-A dry run with `force_recreate` names only services whose only change is inline `configs:`
-content (the loader refuses it on an engine): compose would otherwise keep their old config
-(docker/compose#11900). When the plan still neither creates nor recreates one of them (a host that
-does not honour `force_recreate`, or an exited container compose would merely start), the new
-config would not take. The remedy, once per visit: a scoped down of exactly those services (the
-Down step itself: stop guard, journaled, settled on resume), then the dry run again, which now
-plans them `Created`. A second miss fails the gate (the phase's rollback)."""
+"""A forced recreate (inline `configs:` content, docker/compose#11900) that the dry run does not plan
+would leave the old config. The remedy, once per visit: a scoped down of those services through the
+Down step, then the dry run again; a second miss fails the gate."""
 
 from __future__ import annotations
 
@@ -24,7 +18,7 @@ if TYPE_CHECKING:
 
 _TAKES = ("created", "recreated")
 
-#: The id suffix of the remedy's own down (steps/compose.py: exempt from rollback ownership, see down).
+#: The id suffix of the remedy's own down (exempt from rollback ownership in compose.down).
 CONFIG_DOWN_SUFFIX = "-config-down"
 
 
@@ -40,8 +34,7 @@ def remedy_key(node: Node) -> str:
 
 
 async def stop_for_recreate(rt: Activities, node: Node, step: Step, services: list[str], down_step: Handler) -> StepOutcome:
-    """The scoped down of `services` (never an engine), through the Down step's own rules
-    (`down_step`: the `down` handler, passed in by compose.py so that this module does not import it back)."""
+    """The scoped down of `services` (never an engine) by `down_step`, compose.py's `down`."""
     from orchestrator.engine.steps.outcome import halt
 
     engines = [s for s in services if rt.rb.replica_of(s)]

@@ -1,10 +1,6 @@
-"""`env:` the env map as a gate (and the reads `manual:` and the external gates share: placeholders, polling).
-
-Rules:
-- `env:` reads the env map afresh from the dashboard (this host's, or another inventory host's by
-  its instance name) and judges it: `absent` keys must not be set, `equals` keys must hold the
-  runbook's value. A value is never shown (a mismatch says "differs"); this host's fresh map is
-  also the one the next compose call passes whole. With `within`, polled until it holds;
+"""`env:` the env map (this host's or another's, read afresh) as a gate: `absent` keys unset, `equals`
+keys at the runbook's value; a value is never shown. Also the placeholders and polling the other
+gates share.
 """
 
 from __future__ import annotations
@@ -72,7 +68,6 @@ async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
         nonlocal values
         if not values:
             values = await placeholder_values(rt, *spec.equals.values())
-        # this host's afresh: a human's edit must show, and the next call passes it
         env = await rt.read_env() if spec.host == "this" else await rt.other_env(spec.host)
         return judge_env(env, spec, values)
 

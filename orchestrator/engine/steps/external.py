@@ -1,18 +1,11 @@
-"""Gates on what the engines do not say themselves: the host's own proxy pool, the tag's
-PR and CI, a read-only HTTP/JSON answer, compose-manager's attestation report.
-
-Rules:
-- every read here is a GET; none changes what it reads;
-- a source that cannot be read fails the gate (polled first when the gate has `within`): an
-  unreachable GitHub, registry or proxy is never read as a pass;
-- `proxy_pool:` a backend belongs to a replica when its address's host part is one of the
-  replica's engine services (compose's container name); `contains` needs one listed healthy;
-- `pull_request:` the tag's commit -> the PR it belongs to (GitHub's commits/{sha}/pulls, the
-  merged one first) -> the check runs of that PR's head: green means every run completed with
-  success, neutral or skipped, at least one ran, and every `required` name is among them;
-- `attestation:` see gate_specs.AttestationSpec. ASSUMED (not in the references): actions_hash is
-  the sha256 of the actions as compact JSON, and report_data opens with it (the simulator's
-  8e07c35 model); the TDX quote's signature is not verified here (that is DCAP's job).
+"""Gates on what the engines do not say themselves: the host's proxy pool, the tag's PR and CI, a
+read-only HTTP/JSON answer, the attestation report, the running image. Every read is a GET; a
+source that cannot be read fails the gate (polled first with `within`), never a pass.
+- `proxy_pool:` a backend belongs to a replica when its address's host is one of its engines;
+- `pull_request:` green means every check run of the PR's head completed with success, neutral or
+  skipped, at least one ran, and every `required` name is among them;
+- `attestation:` ASSUMED (the simulator's 8e07c35 model): actions_hash is the sha256 of the actions
+  as compact JSON and report_data opens with it; the quote's signature is DCAP's job, not ours.
 """
 
 from __future__ import annotations
@@ -40,8 +33,8 @@ def _clip(value: Any, n: int = 160) -> str:
 
 
 def matches(value: Any, equals: Any = None, contains: str | None = None) -> bool:
-    """`equals`: the same JSON value (a string expectation compares with the value as text when it
-    is a number or a boolean); `contains`: an element of a list, a key of an object, a substring."""
+    """`equals`: the same JSON value (a string compares with a number or boolean as its JSON text);
+    `contains`: an element of a list, a key of an object, a substring."""
     if contains is None:
         if isinstance(equals, str) and not isinstance(value, str):
             return value is not None and json.dumps(value) == equals
@@ -205,7 +198,6 @@ async def attestation(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 
 def bound_report(report: dict[str, Any]) -> list[str]:
-    """The report's own consistency (ASSUMED formula, see the module doc)."""
     actions = report.get("actions")
     if not isinstance(actions, list):
         return ["the report has no actions list"]

@@ -1,5 +1,4 @@
-"""Gates that wait and watch: the soak relay, the registry, the soak (an engine's cold start is
-steps/logs.py)."""
+"""Gates that wait and watch: the soak relay, the peers and a completion, the soak."""
 
 from __future__ import annotations
 
@@ -62,10 +61,8 @@ async def verify(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 @register("soak")
 async def soak(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """Wait the soak out while watching every engine of every replica: a restart (new ID, a
-    `restarting` state, an `Up` time that went back) or an engine gone fails the soak. The time
-    already soaked is journaled, so a resume continues the soak; an approval is journaled too and
-    never asked for again."""
+    """Watch every engine while the soak runs: a restart or an engine gone fails it. The time soaked
+    and an approval are journaled: a resume continues the soak and never asks again."""
     assert step.soak is not None
     duration = rt.soak_override if rt.soak_override is not None else step.soak.duration
     already = float(rt.ctx.soaks.get(node.id, 0.0))
@@ -86,10 +83,8 @@ async def soak(rt: Activities, node: Node, step: Step) -> StepOutcome:
     if replaced:
         return fail(f"during the soak: {replaced}")
     for svc in watched:
-        # the one serving model (orchestrator/engine/rules/serving_evidence.py): an engine known not to
-        # serve fails the soak; one whose evidence does not decide (its start rotated out of
-        # the log and nothing live says which engine carries the traffic) is watched, not
-        # failed: failing a healthy host's soak would roll back what serves
+        # an engine known not to serve fails the soak; an unknown one is watched, not failed:
+        # failing a healthy host's soak would roll back what serves
         verdict = await rt.serving(svc)
         if verdict.not_serving:
             return fail(f"during the soak: {verdict.why}")

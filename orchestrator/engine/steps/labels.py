@@ -1,10 +1,5 @@
-"""Telemetry labels: an engine's docker/ps `Labels` and its metrics carry the values its replica
-declares in the runbook (`replica_values`: precision, config_variant, engine_image, ...).
-
-Where each value must appear is the step's choice, key by key: the `key:value` tags of the
-container's `com.datadoghq.ad.logs` label (the log tags), the `nearai.otel.<key>` labels (the scrape
-labels), and the labels of every sample of one metric read through the soak relay. Every mismatch
-is reported, not only the first, so one run shows the whole telemetry drift.
+"""`labels:` an engine's log tags (`com.datadoghq.ad.logs`), `nearai.otel.<key>` labels and one
+metric's labels carry its replica's `replica_values`. Every mismatch is reported, not only the first.
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ LOG_LABEL = "com.datadoghq.ad.logs"
 
 
 def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
-    """`key:value` tags of the datadog log label -> key -> values (a malformed label has none)."""
+    """The datadog log label's `key:value` tags -> key -> values (a malformed label has none)."""
     try:
         configs = json.loads(labels.get(LOG_LABEL, "") or "[]")
     except ValueError:

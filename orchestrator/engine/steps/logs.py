@@ -1,10 +1,6 @@
-"""The runbook's `logs:` step: an engine's cold start, watched through its log until every rank
-logs its milestones and the ready line.
-
-The rules are the pure watcher's (orchestrator/engine/rules/cold_start.py): this handler polls
-docker/ps and the log, feeds the watcher, answers its questions with serving evidence, journals
-the progress it hands back and acts on its verdict. The log is read raw (`rt.raw_follower`): the
-watcher judges what the engine wrote and scrubs what it hands out to be shown.
+"""The `logs:` step: an engine's cold start. The rules are the pure watcher's (rules/cold_start.py):
+this handler polls docker/ps and the raw log, feeds the watcher, answers its questions with serving
+evidence, journals the progress it hands back and acts on its verdict.
 """
 
 from __future__ import annotations
@@ -25,34 +21,20 @@ if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
     from orchestrator.hosts.logfollow import LogFollower
 
-#: While the log probes say nothing is new, the log is still read whole this often (a line
-#: repeated verbatim is not told apart by a probe).
+#: While the probes say nothing is new, the log is still read this often (a probe does not tell
+#: a line repeated verbatim apart).
 FULL_READ_S = 60.0
-#: A log that gave more new lines than this per second over the last poll interval is read at the
-#: poll cadence without probes (each probe would bring a read of a few lines: more bytes per new
-#: line than a poll's read). An SGLang cold start prints a few lines per milestone, minutes apart.
+#: A log giving more new lines per second than this is read at the poll cadence without probes
+#: (a probe per few lines costs more than a poll's read).
 CHATTY_LINES_PER_S = 2.0
-#: A failing record shorter than this may not hold the whole traceback yet: with a remedy, the
-#: log is read once more before the record is searched for the remedy's marker.
+#: A failing record shorter than this may not hold the whole traceback yet: read once more.
 SHORT_RECORD = 50
 
 
 @register("logs")
 async def cold_start(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    """Follow an engine's log until every rank logs its milestones and the ready line.
-
-    The first read takes the engine's log from its container's start (a wide window), so a resume
-    during or after a cold start judges the whole start, never a window that scrolled.
-
-    With a `remedy:` (runbook.Remedy): a forbidden line whose record carries the remedy's marker
-    text sends REMEDY instead of FAIL while this run took the remedy fewer times than the table's
-    cap for this state; the count is kept in the run's context (`ctx.remedies`), journaled with the
-    transition. Any other failure (another forbidden line, a restart, a timeout) fails the gate.
-
-    An engine whose cold start already passed in this run (`ctx.ready`, same container) and still
-    serves passes at once: a remedy waiting for its sibling, or a gate after a remedy, must not halt
-    because the sibling's start scrolled out of the log window while the remedy ran. So does an
-    engine the dry run left unchanged that serves: there is no cold start to watch."""
+    """With a `remedy:`, a forbidden line whose record carries the remedy's marker sends REMEDY
+    instead of FAIL, up to the table's cap (counted in `ctx.remedies`); any other failure fails."""
     assert step.logs is not None
     await rt.ensure_env()
     service = step.logs.service
@@ -69,9 +51,8 @@ async def cold_start(rt: Activities, node: Node, step: Step) -> StepOutcome:
         scrub_lines=rt.scrub_lines, may_begin_secret=rt.may_begin_secret)
     rt.emit("waiting", gate=f"{service}: " + ", ".join(watch.missing()))
     hb_start = rt.start_heartbeat()
-    # Between polls the log is probed (rt.wait_for_output): a probe that shows a new line has
-    # the log read at once (docker/ps keeps its poll cadence); while the probes say nothing
-    # is new the log read is skipped, but for one full read every FULL_READ_S.
+    # Between polls the log is probed (rt.wait_for_output): a new line has the log read at once;
+    # while nothing is new the read is skipped, but for one every FULL_READ_S.
     c = None
     waited = "unprobed"
     reads: deque[tuple[float, int]] = deque(maxlen=64)  # (when, new lines) of the recent log reads
@@ -125,8 +106,9 @@ async def cold_start(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 
 async def _no_cold_start(rt: Activities, node: Node, service: str) -> StepOutcome | None:
-    """OK when there is no cold start to watch: the dry run left the engine unchanged and it
-    serves, or its cold start passed in this run (same container) and it still serves."""
+    """OK when there is no cold start to watch: the dry run left the engine unchanged and it serves,
+    or its cold start passed in this run (same container) and it still serves (a remedy waiting for
+    its sibling must not halt because the sibling's start scrolled out meanwhile)."""
     actions: dict[str, str] = {}
     for sid in reversed(rt.table.phase_dry_runs(node.phase)):
         plan = rt.ctx.plans.get(sid)
@@ -150,10 +132,9 @@ async def _no_cold_start(rt: Activities, node: Node, service: str) -> StepOutcom
 
 
 async def _failed_on_line(rt: Activities, node: Node, step: Step, follower: LogFollower, verdict: Verdict) -> StepOutcome:
-    """FAIL, or REMEDY when the failing record (the forbidden line and the lines after it)
-    carries the remedy's marker and its cap is not reached. SGLang logs a start-up failure as
-    one traceback whose first line (`Scheduler hit an exception`) is forbidden and whose last
-    names the cause (`DistStoreError`): the marker is looked for in it all."""
+    """FAIL, or REMEDY when the failing record carries the remedy's marker under its cap. SGLang logs
+    a start-up failure as one traceback whose first line is forbidden and whose last names the
+    cause (`DistStoreError`): the marker is looked for in it all."""
     why = verdict.why
     rem = step.remedy
     if rem is None:

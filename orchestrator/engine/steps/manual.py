@@ -1,12 +1,5 @@
-"""`manual:` a human's edit, asked for, approved, then verified.
-
-Rules:
-- `manual:` names the edit a human must make and waits for the approval of its own state
-  (`orchestrate approve RUN_ID --gate <state>`, or `*`; `--yes` on the command that runs the run
-  approves it, journaled as by `--yes`), then verifies the edit with its `env:` check: an edit
-  approved but not made fails the step (the phase's rollback), it is never taken on trust;
-- a rollback that holds a manual step is announced when the rollback starts (executor/loop.py,
-  `manual_edits_ahead`) and listed by `plan` before the steps.
+"""`manual:` a human's edit, asked for, approved (its state, `*` or `--yes`), then verified by its
+`env:` check: an edit approved but not made fails the step, never taken on trust.
 """
 
 from __future__ import annotations
@@ -48,8 +41,7 @@ async def manual(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 
 def manual_edits_ahead(table: Any, start: str) -> list[str]:
-    """The manual edits the rollback entered at `start` will ask for (its OK path, while it stays in
-    a rollback section): said when the rollback starts, before anything of it runs."""
+    """The manual edits on the OK path of the rollback entered at `start`, said before it runs."""
     out: list[str] = []
     cur, seen = start, set()
     while cur in table.nodes and cur not in seen:

@@ -1,10 +1,6 @@
-"""`markers:` a service's log holds the runbook's markers, with numeric tolerances.
-
-Rules: the service's log since its container started (a wide window) must hold every `require`
-marker and no `forbid` marker; a marker the runbook leaves null is unknown and is reported as not
-checked (never an invented string); each numeric value is checked on every matching line, and at
-least `at_least` lines must match. The lines are judged raw (a secret that equals a marker must
-not change the verdict); a line a problem quotes is the scrubbed one (the window scrubbed whole).
+"""`markers:` a service's log (a wide window) holds every `require` marker and no `forbid` marker; a
+marker the runbook leaves null is reported as not checked; each numeric value is checked on every
+matching line, at least `at_least` of them. Lines are judged raw and quoted scrubbed.
 """
 
 from __future__ import annotations
@@ -25,9 +21,7 @@ MARKER_WINDOW = 5000
 
 def judge_markers(lines: list[str], markers: dict[str, str | None], require: list[str], forbid: list[str],
                   values: list[LogValue], shown: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """(problems, not checked) for a service's log lines. A line a problem quotes is taken from
-    `shown` (the same lines as they may be shown: scrubbed), else from `lines`; a value's match
-    is quoted alone only when its line is shown as it is, else its scrubbed line is."""
+    """(problems, not checked). Quoted lines come from `shown` (the lines scrubbed) when given."""
     quoted = shown if shown is not None and len(shown) == len(lines) else lines
     problems: list[str] = []
     unknown: list[str] = []
@@ -80,7 +74,6 @@ async def markers(rt: Activities, node: Node, step: Step) -> StepOutcome:
     except Exception as exc:  # the client's errors, named in the note
         return fail(f"{m.service}: its log could not be read: {rt.scrub(error_text(exc))}")
     lines = [ln.split(" | ", 1)[1] if " | " in ln else ln for ln in text.splitlines()]
-    # quoted from the window scrubbed whole (only then is a secret split across two lines found)
     problems, unknown = judge_markers(lines, rt.rb.log_markers, m.require, m.forbid, m.values, rt.scrub_lines(lines))
     if problems:
         return fail(f"{m.service}: " + rt.scrub("; ".join(problems)))

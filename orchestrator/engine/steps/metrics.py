@@ -1,14 +1,8 @@
-"""`metrics:` evidence: Prometheus text read from one engine through the soak relay.
-
-Rules:
-- the text is parsed with prometheus_client's parser (`orchestrator.metricproviders.metrics_text`), never by hand;
-- host-restore evidence: a counter must rise across a follow-up whose prefix left the device pool.
-  The gate drives that follow-up itself through the relay (which reaches exactly this replica's
-  engine): the prompt, `evict` unrelated prompts, a read, the prompt again, a second read. A
-  counter that is absent counts as not risen (an engine without HiCache does not expose it);
+"""`metrics:` Prometheus text read from one engine through the soak relay.
+- host-restore evidence: through the relay, a prompt, `evict` unrelated prompts, a read, the prompt
+  again, a second read: each counter must rise across that follow-up (absent: not risen);
 - a gauge must lie within its bounds on every label set; with `within` it is polled until it does
-  (a drain: running requests down to 0) and fails when the time runs out; within that time a
-  relay that does not answer yet (just started) is polled again, not failed.
+  (a relay that does not answer yet included).
 """
 
 from __future__ import annotations

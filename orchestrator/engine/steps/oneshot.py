@@ -1,17 +1,7 @@
-"""One-shot completion: wait for a container that runs once (a perception check, a downloader)
-to finish, and judge it by its exit code and its final line.
-
-Rules:
-- pass = exited with code 0 and, when the step names them, the last non-empty line contains
-  `last_line` and/or a JSON line `{"event": <ok_event>, "ok": true}` was printed (the last such
-  event counts);
-- a non-zero exit, an `ok: false` event, a restart or the timeout fails the gate;
-- whether docker/ps lists exited containers is not known for the real compose-manager (base-tier
-  reference, open questions): a container not listed after it was started is judged by its log
-  alone, and that is said in the note;
-- the output is judged raw (a secret that equals the verdict's event or the last line must not change the
-  verdict); its whole output goes to the run log (`oneshot_output`) and its lines are quoted in
-  the notes scrubbed as one window (a secret split across two lines is hidden whole), pass or fail.
+"""`oneshot:` wait for a container that runs once to finish. Pass: exit 0 and, where the step names
+them, a last non-empty line containing `last_line` and a last `{"event": <ok_event>, "ok": true}`
+line. A container no longer listed is judged by its log alone (whether docker/ps lists exited
+containers is not known for the real compose-manager). The output is judged raw and kept scrubbed.
 """
 
 from __future__ import annotations
@@ -42,8 +32,7 @@ def exit_code(status: str) -> int | None:
 
 def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
                  shown: list[str] | None = None) -> str | None:
-    """None when the output shows a pass, else why not. `lines` are judged; a line the reason
-    quotes is taken from `shown` (the same lines as they may be shown: scrubbed), else from `lines`."""
+    """None when the output shows a pass, else why not (quoting `shown`, the lines scrubbed, when given)."""
     quoted = shown if shown is not None and len(shown) == len(lines) else lines
     kept = [i for i, ln in enumerate(lines) if ln.strip()]
     text = [lines[i].strip() for i in kept]

@@ -1,8 +1,4 @@
-"""What a step handler returns: the event it feeds the machine, and a note.
-
-Its own module, below both the handlers and the executor's `Runtime` (which builds outcomes for
-the handlers it serves): the executor imports these without loading the handlers.
-"""
+"""What a step handler returns: the event it feeds the machine, and a note (importable without the handlers)."""
 
 from __future__ import annotations
 

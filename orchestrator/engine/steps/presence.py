@@ -1,11 +1,6 @@
-"""`presence:` the host's place in the model-proxy peers' domains (a drain, a rejoin, the tier's capacity).
-
-Rules: on every model-proxy peer the host is listed healthy under each `listed` role's domain and
-not listed at all (on any port) under each `absent` role's domain, polled until `within` runs out.
-With `hosts: others` (the capacity guard) the runbook's other hosts must be listed, and none of
-them may have a run that has not ended (one host of a tier at a time, whoever runs it); an other
-host the inventory does not know fails the gate. A drain confirmed asks the tier again at once
-(`rt.recheck_after_drain`).
+"""`presence:` on every model-proxy peer the host is listed healthy under each `listed` role's domain
+and not at all under each `absent` one, polled until `within`. With `hosts: others` (the capacity
+guard) the runbook's other hosts must be listed, known to the inventory, and have no unfinished run.
 """
 
 from __future__ import annotations
@@ -44,7 +39,6 @@ async def presence(rt: Activities, node: Node, step: Step) -> StepOutcome:
     roles = [f"listed under {r}" for r in p.listed] + [f"absent from {r}" for r in p.absent]
     said = f"both peers: {shown} " + ", ".join(roles)
     rt.emit("waiting", gate=said)
-    # a peer that does not answer is a problem, retried
     problems = await poll(rt, p.within, lambda: rt.presence_problems(targets, p.listed, p.absent))
     if problems:
         return fail("; ".join(problems))

@@ -1,15 +1,6 @@
-"""`query:` a PromQL query against the inventory's Prometheus-compatible API as a gate.
-
-Rules:
-- the host's inventory entry names the API (`prometheus_url`); without it the gate fails (a run
-  start and an offline `plan` refuse such a runbook first: orchestrator/language/inventory_check.py);
-- an instant query (`GET /api/v1/query`), or with `range:` a range query over that much time before
-  now (`GET /api/v1/query_range`); every value of every series in the answer (every point, for a
-  range) must lie within [min, max];
-- an empty answer is "no data", a failure: a series that is not there (a target down, a typo in a
-  label) proves nothing, so it is never a pass;
-- an API that cannot be reached or answers an error fails the gate like a value out of bounds
-  (polled first when the gate has `within`): unread is not healthy.
+"""`query:` a PromQL query (instant, or over `range:`) against the inventory's `prometheus_url` as a
+gate: every value of every series must lie within [min, max]. No data, an unreachable API or an
+error fails it (polled first with `within`): unread is not healthy.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""`quiet:` (orchestrator/analysis/quiet_spec.py): wait for a quiet long domain or a time window,
-then ask a human after a bound. Each poll reads every serving replica's request counter through
-its relay route; the rate is the summed increase over the scrapes of the last `over` (counter
-resets counted as in the analysis). A replica whose route does not answer (it is down) counts as
-serving nothing: what the domain serves is what the others serve.
+"""`quiet:` wait for a quiet long domain (the replicas' summed request rate over the last `over`) or a
+time window, then ask a human after a bound. A replica whose relay does not answer serves nothing.
 """
 
 from __future__ import annotations

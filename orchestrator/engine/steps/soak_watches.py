@@ -1,5 +1,4 @@
-"""The soak's watches (orchestrator/engine/steps/gates.py's Soak polls them): the engines' new log
-lines against the runbook's forbidden lines, and the soak's gauges read through the relays."""
+"""The soak's watches (steps/gates.py polls them): forbidden log lines, and gauges through the relays."""
 
 from __future__ import annotations
 
@@ -11,16 +10,10 @@ if TYPE_CHECKING:
 
 
 class ForbiddenLines:
-    """The soak's log watch: each watched engine's new lines against `log_gates.forbidden`.
-
-    Rule: an engine that passed its cold start in this run is judged from its last ready line on
-    (what it logged between its cold start and the soak counts; if that line scrolled out of the
-    first read, the window read is judged whole); any other engine from the soak's first read on
-    (its history is not this run's to judge). Limits, said plainly: a resumed soak judges an engine
-    of the first kind again from its ready line, but one of the second kind only from the resumed
-    soak's first read (what it logged while no runner watched is not judged; a restart in that
-    time is, by the container checks); lines the follower could not read in order (a gap: more
-    than its window between two polls) are judged as read, and the gap is noted in the run log."""
+    """Each watched engine's new lines against `log_gates.forbidden`. An engine that passed its cold
+    start in this run is judged from its last ready line on (the whole first read if it scrolled
+    out); any other from the soak's first read on (its history is not this run's to judge). Lines
+    lost in a gap between two polls are not judged; the gap is noted."""
 
     def __init__(self, rt: Activities, services: list[str]) -> None:
         self.rt = rt
@@ -50,9 +43,8 @@ class ForbiddenLines:
 
 
 class SoakGaugeWatch:
-    """The soak's metrics watch: every gauge of `soak.metrics` read through its relay at each poll
-    (prometheus_client's parser, steps/metrics.py). A reading outside its bounds fails the soak;
-    a relay that cannot be read is tolerated for 2 polls in a row (a blip), not for 3."""
+    """Every gauge of `soak.metrics` read through its relay at each poll: a reading outside its bounds
+    fails the soak; an unreadable relay is tolerated for 2 polls in a row, not 3."""
 
     MISSES = 3
 
