@@ -284,17 +284,11 @@ def create_app(
 ) -> Starlette:
     """The `orchestrate serve` app.
 
-    `session_factory(settings) -> service.session.Session` opens the journal and inventory once (lazily,
-    or at startup under a lifespan); by default `Session.open(settings, transport=, clock=)`.
-    Auth (orchestrator/teamserver/auth.py): `tokens_file` (default `ORCHESTRATOR_SERVER_TOKENS_FILE`),
-    else `token` (default `ORCHESTRATOR_SERVER_TOKEN`, at least 32 random characters); neither:
-    refused unless `insecure_no_auth` (then every route is open, and a warning is logged; the
-    loopback-only rule is `serving.check_exposure`'s, which knows the bind address).
-    `allowed_hosts`: extra Host names (the loopback names and `bind` are always allowed).
-    `protect_metrics`: /metrics and /healthz need a token too. `metrics_max_age`: seconds a
-    journal snapshot of /metrics is reused. `adopt`: run the worker's adoption loop (resume runs
-    whose lease expired with no runner) every third of the lease TTL, so an orphan is adopted
-    within about 1.3 TTL of its runner's last heartbeat.
+    `session_factory(settings)` opens the journal and inventory once (default `Session.open`).
+    Auth: `tokens_file`, else `token` (defaults: ORCHESTRATOR_SERVER_TOKENS_FILE, _TOKEN); neither
+    is refused unless `insecure_no_auth` (loopback only: `serving.check_exposure` knows the bind).
+    `allowed_hosts`: extra Host names besides the loopback names and `bind`. `adopt`: the adoption
+    loop runs every third of the lease TTL (an orphan is adopted within about 1.3 TTL).
     """
     config = ServerConfig()
     token = (config.token.get_secret_value() if token is None else token).strip() or None

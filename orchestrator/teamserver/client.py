@@ -1,14 +1,8 @@
-"""The client of `orchestrate serve`: submit a run, then follow it by polling until it ends.
-
-Following reads the run from the server's journal view (transitions by sequence number) plus the
-server's in-memory view of runs it executes (waiting gates, notes, log lines). The run does not
-depend on the follower: interrupt it and the run goes on on the server.
-
-TLS: an `https://` server is verified against the system's CAs, or only against the CA file
-given as `ca` (`--server-ca` / `ORCHESTRATOR_SERVER_CA`): pinning the team's own CA.
-
-Only reads are retried (tenacity; transport errors and 502/503/504). A submission is sent again
-only if the connection was never made, so a retry cannot start a second run.
+"""The client of `orchestrate serve`: submit a run, then follow it by polling (the journal's
+transitions plus the server's view of the runs it executes) until it ends; the run does not
+depend on the follower. An `https://` server is verified against the system's CAs or only the
+`ca` given (`--server-ca`). Only reads are retried; a submission is sent again only if the
+connection was never made, so a retry cannot start a second run.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
-"""The web page of `orchestrate serve`: the runs list, a live page per run and per fleet (routes:
-app.py), with no front-end build and no template engine (`string.Template`, `html.escape`).
+"""The web page of `orchestrate serve`: the runs list, a page per run and per fleet, with no front-end
+build and no template engine. Rules and reasons:
 
-Rules and reasons:
-- **The data needs the same token as the API.** The shells carry no data; the script asks for the
-  token once, keeps it in `sessionStorage` (gone with the tab) and sends it as an
-  `Authorization: Bearer` header with `fetch`, which a cross-site page cannot do (no cookie, so no
-  CSRF). The fragments go through the same `_route` role check as the JSON routes.
-- **Approve / Abort** are the existing POST routes, sent by `fetch` with `Content-Type:
-  application/json` from the same origin: the guards (orchestrator/teamserver/guards.py) still refuse
-  anything else. A viewer's page shows the buttons disabled, and the server answers 403 anyway.
-- **Live by polling** (`fetch` every second): EventSource cannot send an Authorization header.
-- **Escaped and redacted**: every value goes through `html.escape` after the worker's redactor;
-  the pages send a strict Content-Security-Policy (scripts and styles from this server only, no
-  inline script, no framing).
-- **The run's fragment** is rendered by run_view.py (with the formatting helpers).
-- **The states come from the run's transition table** (`run_info.table_for` on its pinned runbook),
-  never from a hand-kept list: the current state is highlighted in the same order `plan` shows.
+- **The data needs the same token as the API.** The shells carry no data; the script keeps the
+  token in `sessionStorage` and sends it as an `Authorization: Bearer` header with `fetch`, which
+  a cross-site page cannot do (no cookie, so no CSRF). The fragments go through `_route` too.
+- **Approve / Abort** are the POST routes, sent by `fetch` as JSON from the same origin (the
+  guards refuse anything else); a viewer's page shows the buttons disabled, the server answers 403.
+- **Live by polling** every second: EventSource cannot send an Authorization header.
+- **Escaped and redacted**, with a strict Content-Security-Policy (no inline script, no framing).
+- **The states come from the run's transition table** (`run_info.table_for` on its pinned
+  runbook), in the order `plan` shows.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The run's fragment of the run page (`render_run`): summary, who did what, the buttons, the
-host's picture per replica, the runbook's states (current highlighted, durations, the expected
-remaining time), the followed log, the canary's readout, each gate's evidence and the timeline.
-
-Every value is escaped (`_e`) after the worker's redactor; the states come from the run's
-transition table (pages.py `_table`). The formatting helpers here serve pages.py too: times and
-durations as a person reads them, a lease owner as `pid N on machine`, a runbook text with the
-run's `{host}`, `{run_id}`, `{tag}` filled in.
+"""The run's fragment of the run page (`render_run`), every value escaped (`_e`) after the worker's
+redactor, its states from the run's transition table (pages.py `_table`); and the formatting
+helpers pages.py uses too.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from typing import Any
 from orchestrator.journal.audit import SAY, when
 from orchestrator.journal.owner import describe_owner
 from orchestrator.language.machine import TERMINALS, Table
+from orchestrator.teamserver.worker import step_durations, step_kind
 
 
 def _e(value: Any) -> str:
@@ -66,21 +62,6 @@ def _dur(seconds: float | None) -> str:
         return f"{seconds // 60} min {seconds % 60:02d} s"
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
-
-def _step_kind(table: Table, state: str) -> str | None:
-    node = table.nodes.get(state)
-    return node.step.kind if node is not None and node.step is not None else None
-
-
-def _durations(d: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    prev = _at(d.get("created_at"))
-    for t in d.get("transitions") or []:
-        at = _at(t["at"])
-        if prev is not None and at is not None:
-            out[t["from"]] = out.get(t["from"], 0.0) + max(0.0, (at - prev).total_seconds())
-        prev = at
-    return out
 
 _SECTION = {"preflight": "Preflight (changes nothing)", "forward": "Procedure",
             "remedy": "Remedy of the gate above (taken only on its log marker)", "rollback": "Rollback of a phase",
@@ -244,7 +225,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
 
     visited = {t["from"] for t in d.get("transitions") or []}
     passed = {t["from"] for t in d.get("transitions") or [] if t["event"] in ("ok", "skip")}
-    durations = _durations(d)
+    durations = step_durations(_at(d.get("created_at")), ((t["from"], _at(t["at"])) for t in d.get("transitions") or []))
     hist = d.get("history") or {}
     median: dict[str, float] = hist.get("median") or {}
     last = _at((d.get("transitions") or [{}])[-1].get("at")) if d.get("transitions") else _at(d.get("created_at"))
@@ -260,7 +241,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         for replica, cls, words in pictures:
             out.append(f'<li class="replica {cls}" data-replica="{_e(replica)}"><b>{_e(replica)}</b> {_e(words)}</li>')
         out.append("</ul>")
-        peers = [t for t in d.get("transitions") or [] if t.get("note") and _step_kind(table, t["from"]) == "verify"]
+        peers = [t for t in d.get("transitions") or [] if t.get("note") and step_kind(table, t["from"]) == "verify"]
         if peers:
             out.append(f'<p class="peers">the peers\' view (last check, {_e(peers[-1]["from"])}): {_e(peers[-1]["note"])}</p>')
         out.append('<p class="note">from the journal and this server\'s view of the run, not a live read of the host</p>')
@@ -332,7 +313,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     # the canary's readout: what the direct checks and the metrics through the soak relay said
     if table is not None:
         canary = [t for t in d.get("transitions") or []
-                  if t.get("note") and _step_kind(table, t["from"]) in ("relay", "metrics", "analysis")]
+                  if t.get("note") and step_kind(table, t["from"]) in ("relay", "metrics", "analysis")]
         if canary:
             out.append('<section class="canary"><h2>Canary readout (direct checks through the soak relay)</h2><dl>')
             for t in canary:

@@ -1,8 +1,5 @@
-"""Request bodies of `orchestrate serve`: every field bounded, unknown fields refused.
-
-Bounds keep a request cheap to check and its echo in an error short: names and tags are short,
-a soak is a finite duration of at most 7 days (NaN or Infinity once crashed a run part-way), a
-gate is one of the run's gates (checked against its runbook by `commands.approve`).
+"""Request bodies of `orchestrate serve`: every field bounded (cheap to check, short to echo in an
+error), unknown fields refused.
 """
 
 from __future__ import annotations
