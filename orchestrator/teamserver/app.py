@@ -244,8 +244,7 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = ApproveBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
-    # a browser (the run page) approves only the gate the run waits at, by name: never `*`
-    # (browsers send Sec-Fetch-Site or Origin on a POST)
+    # a browser (it sends Sec-Fetch-Site or Origin on a POST) approves only the waiting gate, by name
     at_gate = body.at_gate or "sec-fetch-site" in request.headers or "origin" in request.headers
     answer = await anyio.to_thread.run_sync(functools.partial(
         worker.approve, request.path_params["run_id"], body.gate, by, body.now, at_gate=at_gate))
@@ -265,23 +264,11 @@ def _signal(method: str) -> Handler:
     return handler
 
 
-def create_app(
-    settings: Settings,
-    *,
-    session_factory: SessionFactory | None = None,
-    transport: Any = None,
-    clock: Any = None,
-    token: str | None = None,
-    tokens_file: Path | None = None,
-    insecure_no_auth: bool = False,
-    allowed_hosts: list[str] | None = None,
-    bind: str | None = None,
-    protect_metrics: bool = False,
-    metrics_max_age: float = 10.0,
-    max_body: int = MAX_BODY,
-    adopt: bool = True,
-    body_timeout_s: float = BODY_TIMEOUT_S,
-) -> Starlette:
+def create_app(settings: Settings, *, session_factory: SessionFactory | None = None, transport: Any = None,
+               clock: Any = None, token: str | None = None, tokens_file: Path | None = None,
+               insecure_no_auth: bool = False, allowed_hosts: list[str] | None = None, bind: str | None = None,
+               protect_metrics: bool = False, metrics_max_age: float = 10.0, max_body: int = MAX_BODY,
+               adopt: bool = True, body_timeout_s: float = BODY_TIMEOUT_S) -> Starlette:
     """The `orchestrate serve` app.
 
     `session_factory(settings)` opens the journal and inventory once (default `Session.open`).
@@ -315,8 +302,7 @@ def create_app(
     # a file refused at start-up stops the start here (UserError: one line naming it, exit 2)
     auth = Authenticator(token=token, open_access=insecure_no_auth,
                          tokens_file=TokensFile(tokens_file, on_change=tokens_file_changed) if tokens_file else None)
-    # where the journal lives (a file, or a URL naming user, host and port) and the state directory
-    # are the server's own business: scrubbed from every answer, to operators too
+    # where the journal and the state directory live is the server's own business: scrubbed from every answer
     scrub_paths = PathScrubber(settings.state_dir, settings.journal_url(), settings.journal_location(),
                                settings.inventory, RUNBOOK_DIR, Path(orchestrator.__file__).parent, tokens_file)
 
@@ -365,8 +351,7 @@ def create_app(
             Route("/runs/{run_id}/abort", _route("operator")(_signal("abort")), methods=["POST"]),
             Route("/runs/{run_id}/pause", _route("operator")(_signal("pause")), methods=["POST"]),
             Route("/runs/{run_id}/continue", _route("operator")(_signal("continue_run")), methods=["POST"]),
-            # the web page (orchestrator/teamserver/pages.py): shells and static files carry no data;
-            # the fragments and /whoami need a viewer's token like the JSON routes
+            # the web page: shells and static files carry no data; the fragments and /whoami need a viewer's token
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
             Route("/ui", pages.runs_page, methods=["GET"]),
             Route("/ui/runs/{run_id}", pages.run_page, methods=["GET"]),

@@ -201,8 +201,8 @@ def network_of(address: str) -> str:
 
 @dataclass(frozen=True)
 class Decision:
-    """`Admission.arrive`'s answer: admit or not (`reason`: the cap that refused: address, network,
-    busy), and the connections to abort at once to make room (`evict`, already forgotten)."""
+    """Admit or not (`reason`: the cap that refused: address, network, busy), and the connections
+    to abort at once to make room (`evict`, already forgotten)."""
 
     admit: bool
     evict: tuple[Any, ...] = ()
@@ -220,9 +220,9 @@ class _Member:
 class Admission:
     """Which connections the server holds: pure bookkeeping, no I/O (the protocol acts on its answers).
 
-    A connection arrives unauthenticated (a TLS handshake included) and stays so until one of its
-    requests presents a valid token (`authenticate`); it is idle while it waits for a handshake or
-    a request's headers, busy while a request runs. Rules for an arriving connection:
+    A connection is unauthenticated until one of its requests presents a valid token
+    (`authenticate`); idle while it waits for a handshake or headers, busy while a request runs.
+    Rules for an arriving connection:
 
     - its address holds at most `per_address` unauthenticated connections: beyond, refused;
     - its network (`network_of`: /24, /64) at most `per_network`: when full, the oldest idle

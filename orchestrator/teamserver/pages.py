@@ -158,10 +158,6 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
         return None
 
 
-def approval_gates(table: Table | None) -> set[str]:
-    return set() if table is None else table_gates(table)
-
-
 async def run_fragment(request: Request, principal: Principal) -> Response:
     worker = request.app.state.worker
     run_id = request.path_params["run_id"]
@@ -175,7 +171,7 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
         detail["history"] = worker.history(run)
         detail["now"] = datetime.now(UTC).isoformat()
         detail["target_tag"] = target_tag(run)
-        return worker.redactor.scrub_obj(detail), table, approval_gates(table)
+        return worker.redactor.scrub_obj(detail), table, set() if table is None else table_gates(table)
 
     detail, table, gates = await anyio.to_thread.run_sync(read)
     detail = request.app.state.public_obj(detail)  # no journal location, no state path
@@ -215,15 +211,9 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
     out = [f'<section class="fleet"><p class="fleet-summary">{done} of {len(hosts)} hosts DONE'
            + (f"; the fleet is at <b>{_e(at)}</b>" if at else "") + "</p><ol class=\"fleet-hosts\">"]
     for r in rows:
-        cls = "host"
-        if r["host"] == at:
-            cls += " at"
-        if r["outcome"]:
-            cls += f" outcome-{r['outcome']}"
-        elif r["run_id"]:
-            cls += " running" if r["running"] else " interrupted"
-        else:
-            cls += " not-started"
+        how = (f"outcome-{r['outcome']}" if r["outcome"] else ("running" if r["running"] else "interrupted")
+               if r["run_id"] else "not-started")
+        cls = "host" + (" at" if r["host"] == at else "") + " " + how
         what = r["outcome"] or (r["state"] + (" (running)" if r["running"] else " (no runner: resume it)")
                                 if r["run_id"] else "not started")
         link = f'<a href="/ui/runs/{_e(r["run_id"])}">{_e(r["run_id"])}</a>' if r["run_id"] else ""

@@ -208,19 +208,9 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
     return int(ExitCode.DONE)
 
 
-def remote(
-    server_url: str,
-    token: str,
-    action: str,
-    payload: dict[str, Any],
-    as_json: bool,
-    follow: bool = True,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    clock: Clock | None = None,
-    interval: float = 1.0,
-    ca: Path | None = None,
-) -> int:
+def remote(server_url: str, token: str, action: str, payload: dict[str, Any], as_json: bool, follow: bool = True, *,
+           transport: httpx.AsyncBaseTransport | None = None, clock: Clock | None = None, interval: float = 1.0,
+           ca: Path | None = None) -> int:
     """Send `action` (rollout, rollback, resume, approve, abort, status, runs) to the server at
     `server_url`; return the exit code. `payload` is the request body without "action"
     (approve/abort/status: {"run_id": ..., "gate": ...})."""
