@@ -244,8 +244,7 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     worker: Worker = request.app.state.worker
     body = ApproveBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
-    # a browser (the run page) approves only the gate the run waits at, by name: never `*`
-    # (browsers send Sec-Fetch-Site or Origin on a POST)
+    # a browser (it sends Sec-Fetch-Site or Origin on a POST) approves only the waiting gate, by name
     at_gate = body.at_gate or "sec-fetch-site" in request.headers or "origin" in request.headers
     answer = await anyio.to_thread.run_sync(functools.partial(
         worker.approve, request.path_params["run_id"], body.gate, by, body.now, at_gate=at_gate))
@@ -265,36 +264,18 @@ def _signal(method: str) -> Handler:
     return handler
 
 
-def create_app(
-    settings: Settings,
-    *,
-    session_factory: SessionFactory | None = None,
-    transport: Any = None,
-    clock: Any = None,
-    token: str | None = None,
-    tokens_file: Path | None = None,
-    insecure_no_auth: bool = False,
-    allowed_hosts: list[str] | None = None,
-    bind: str | None = None,
-    protect_metrics: bool = False,
-    metrics_max_age: float = 10.0,
-    max_body: int = MAX_BODY,
-    adopt: bool = True,
-    body_timeout_s: float = BODY_TIMEOUT_S,
-) -> Starlette:
+def create_app(settings: Settings, *, session_factory: SessionFactory | None = None, transport: Any = None,
+               clock: Any = None, token: str | None = None, tokens_file: Path | None = None,
+               insecure_no_auth: bool = False, allowed_hosts: list[str] | None = None, bind: str | None = None,
+               protect_metrics: bool = False, metrics_max_age: float = 10.0, max_body: int = MAX_BODY,
+               adopt: bool = True, body_timeout_s: float = BODY_TIMEOUT_S) -> Starlette:
     """The `orchestrate serve` app.
 
-    `session_factory(settings) -> service.session.Session` opens the journal and inventory once (lazily,
-    or at startup under a lifespan); by default `Session.open(settings, transport=, clock=)`.
-    Auth (orchestrator/teamserver/auth.py): `tokens_file` (default `ORCHESTRATOR_SERVER_TOKENS_FILE`),
-    else `token` (default `ORCHESTRATOR_SERVER_TOKEN`, at least 32 random characters); neither:
-    refused unless `insecure_no_auth` (then every route is open, and a warning is logged; the
-    loopback-only rule is `serving.check_exposure`'s, which knows the bind address).
-    `allowed_hosts`: extra Host names (the loopback names and `bind` are always allowed).
-    `protect_metrics`: /metrics and /healthz need a token too. `metrics_max_age`: seconds a
-    journal snapshot of /metrics is reused. `adopt`: run the worker's adoption loop (resume runs
-    whose lease expired with no runner) every third of the lease TTL, so an orphan is adopted
-    within about 1.3 TTL of its runner's last heartbeat.
+    `session_factory(settings)` opens the journal and inventory once (default `Session.open`).
+    Auth: `tokens_file`, else `token` (defaults: ORCHESTRATOR_SERVER_TOKENS_FILE, _TOKEN); neither
+    is refused unless `insecure_no_auth` (loopback only: `serving.check_exposure` knows the bind).
+    `allowed_hosts`: extra Host names besides the loopback names and `bind`. `adopt`: the adoption
+    loop runs every third of the lease TTL (an orphan is adopted within about 1.3 TTL).
     """
     config = ServerConfig()
     token = (config.token.get_secret_value() if token is None else token).strip() or None
@@ -321,8 +302,7 @@ def create_app(
     # a file refused at start-up stops the start here (UserError: one line naming it, exit 2)
     auth = Authenticator(token=token, open_access=insecure_no_auth,
                          tokens_file=TokensFile(tokens_file, on_change=tokens_file_changed) if tokens_file else None)
-    # where the journal lives (a file, or a URL naming user, host and port) and the state directory
-    # are the server's own business: scrubbed from every answer, to operators too
+    # where the journal and the state directory live is the server's own business: scrubbed from every answer
     scrub_paths = PathScrubber(settings.state_dir, settings.journal_url(), settings.journal_location(),
                                settings.inventory, RUNBOOK_DIR, Path(orchestrator.__file__).parent, tokens_file)
 
@@ -371,8 +351,7 @@ def create_app(
             Route("/runs/{run_id}/abort", _route("operator")(_signal("abort")), methods=["POST"]),
             Route("/runs/{run_id}/pause", _route("operator")(_signal("pause")), methods=["POST"]),
             Route("/runs/{run_id}/continue", _route("operator")(_signal("continue_run")), methods=["POST"]),
-            # the web page (orchestrator/teamserver/pages.py): shells and static files carry no data;
-            # the fragments and /whoami need a viewer's token like the JSON routes
+            # the web page: shells and static files carry no data; the fragments and /whoami need a viewer's token
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
             Route("/ui", pages.runs_page, methods=["GET"]),
             Route("/ui/runs/{run_id}", pages.run_page, methods=["GET"]),

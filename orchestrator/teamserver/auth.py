@@ -1,25 +1,17 @@
-"""Who is asking: bearer tokens, one shared token or a tokens file of named operators.
+"""Who is asking: bearer tokens, one shared token or a tokens file of named operators. Modes:
 
-Modes (exactly one):
-
-- **single token** (`ORCHESTRATOR_SERVER_TOKEN`), for one person: whoever holds it is an
-  operator; the journal records the `by` the client sends, marked as the client's word.
-- **tokens file** (`--tokens-file` / `ORCHESTRATOR_SERVER_TOKENS_FILE`): YAML entries of
-  `name`, `role` (`viewer`: reads only; `operator`: may submit, approve and abort) and `sha256`,
-  the hash of a token made by `orchestrate serve token add` (32 random bytes, so a fast hash is
-  enough: nothing to brute-force). The journal's `by` is the entry's name, never what the client
-  says. Removing an entry revokes its token: the file is re-read when it changes (mtime, ctime,
-  size, inode, mode; checked on each request) and on SIGHUP. A file that cannot be read or
-  parsed, or that anyone may write (world-writable, or in a world-writable directory without the
-  sticky bit: anyone could add a token; its group may write it), is refused: at start-up the server
-  does not start (one line naming the file); on a reload it accepts no token at all (fail closed:
-  requests that need one get a 503, running rollouts go on) and logs one line naming the file
-  and the reason (`on_change`), and one when it is usable again.
+- **single token** (`ORCHESTRATOR_SERVER_TOKEN`): its holder is an operator; the journal records
+  the `by` the client sends, marked as the client's word. At least 32 characters with enough
+  entropy (`check_token_strength`).
+- **tokens file** (`--tokens-file`): YAML entries of `name`, `role` (`viewer` reads, `operator`
+  also submits, approves and aborts) and the `sha256` of a token from `orchestrate serve token add`
+  (32 random bytes: a fast hash is enough). The journal's `by` is the entry's name. The file is
+  re-read when it changes and on SIGHUP (removing an entry revokes its token). A file that cannot
+  be read or parsed, or that anyone may write, is refused: at start-up the server does not start;
+  on a reload no token is accepted (503, fail closed) until it is usable again, with one log line each.
 - **no auth** (`--insecure-no-auth`, loopback binds only): everyone is an anonymous operator.
 
-Tokens are compared as sha256 digests with `hmac.compare_digest` (constant time). A shared token
-must be at least 32 characters with enough entropy (`check_token_strength`), refused at start-up
-otherwise.
+Tokens are compared as sha256 digests with `hmac.compare_digest` (constant time).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""The client of `orchestrate serve`: submit a run, then follow it by polling until it ends.
-
-Following reads the run from the server's journal view (transitions by sequence number) plus the
-server's in-memory view of runs it executes (waiting gates, notes, log lines). The run does not
-depend on the follower: interrupt it and the run goes on on the server.
-
-TLS: an `https://` server is verified against the system's CAs, or only against the CA file
-given as `ca` (`--server-ca` / `ORCHESTRATOR_SERVER_CA`): pinning the team's own CA.
-
-Only reads are retried (tenacity; transport errors and 502/503/504). A submission is sent again
-only if the connection was never made, so a retry cannot start a second run.
+"""The client of `orchestrate serve`: submit a run, then follow it by polling (the journal's
+transitions plus the server's view of the runs it executes) until it ends; the run does not
+depend on the follower. An `https://` server is verified against the system's CAs or only the
+`ca` given (`--server-ca`). Only reads are retried; a submission is sent again only if the
+connection was never made, so a retry cannot start a second run.
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ from orchestrator.util.clock import Clock, RealClock
 from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.user_errors import UserError
 
-#: Worker statuses after which this server will not move the run any further ("finished" with an
-#: unfinished run cannot happen: execute returns after the terminal transition is journaled).
+#: Worker statuses after which this server will not move the run any further.
 STOPPED = ("failed", "refused", "finished")
 #: Worker statuses after which the run may continue elsewhere (followed through the journal).
 HANDED_OFF = ("fenced", "cancelled")
@@ -94,15 +87,8 @@ def _answer_error(resp: httpx.Response) -> ServerAnswer:
 
 
 class ServerClient:
-    def __init__(
-        self,
-        base_url: str,
-        token: str | None,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        clock: Clock | None = None,
-        ca: Path | None = None,
-    ) -> None:
+    def __init__(self, base_url: str, token: str | None, *, transport: httpx.AsyncBaseTransport | None = None,
+                 clock: Clock | None = None, ca: Path | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         verify: ssl.SSLContext | bool = ca_context(ca) if ca is not None else True
@@ -203,8 +189,7 @@ class ServerClient:
                 return FollowResult(run, "terminal")
             status = (worker or {}).get("status")
             if status == "finished" and not finished_seen:
-                # the answer reads the journal, then the worker: a run that ended between the two
-                # shows "finished" over a run not yet terminal. Read once more before giving up on it
+                # a run that ended between the answer's journal read and its worker read: read once more
                 finished_seen = True
                 continue
             if status in STOPPED:

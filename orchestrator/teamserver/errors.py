@@ -1,11 +1,6 @@
-"""Errors as answers: `{"error": "<one line>", "exit_code": N}` with the HTTP status that fits.
-
-400 bad input (exit 2), 401 no or wrong token, 403 the token's role may not do this, 404 unknown
-run, 409 refused (exit 5), 413 body too large, 415 not JSON, 502 a host system failed while the
-request was prepared, 503 shutting down, 500 anything else (details in the server's log only).
-
-Every message is scrubbed of secrets and of this machine's paths (state directory, journal file,
-inventory, the installed package): an API client learns what to fix, not how the server is laid out.
+"""Errors as answers: `{"error": "<one line>", "exit_code": N}` with the HTTP status that fits, every
+message scrubbed of secrets and of this machine's paths (an API client learns what to fix, not how
+the server is laid out).
 """
 
 from __future__ import annotations
@@ -23,10 +18,13 @@ class ApiError(Exception):
         self.status, self.message, self.code = status, message, int(code)
 
 
-def error_response(status: int, message: str, code: int | ExitCode) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def error_response(status: int, message: str, code: int | ExitCode, *, close: bool = False) -> JSONResponse:
+    """`close`: the connection closes after the answer (a refused body is not read)."""
+    headers = {"Connection": "close"} if close else {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     one_line = " ".join(message.split())[:500]
-    return JSONResponse({"error": one_line, "exit_code": int(code)}, status_code=status, headers=headers)
+    return JSONResponse({"error": one_line, "exit_code": int(code)}, status_code=status, headers=headers or None)
 
 
 class PathScrubber:

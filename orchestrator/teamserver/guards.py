@@ -1,19 +1,16 @@
 """Checks every request passes before a route sees it (a pure ASGI middleware, plus the JSON parser).
 
-- **Host** must name this server (`--allowed-host`, the bind address, loopback names): a DNS
-  rebinding page cannot talk to a server on someone's laptop. 400 otherwise.
-- **State-changing methods** (anything but GET/HEAD/OPTIONS) need `Content-Type:
-  application/json` (415): a browser cannot send that cross-site without a CORS preflight, which
-  this server never grants. A foreign `Origin`, or `Sec-Fetch-Site: cross-site|same-site`, is a 403.
-- **Token before body**: a state-changing request without a valid bearer token is a 401 before
-  any byte of its body is read (and its connection is closed); a 503 instead while the server
-  cannot check tokens (its tokens file is refused: auth.py); a body must arrive within
-  `BODY_TIMEOUT_S` (408). A GET's body is never read.
-- **Body size**: at most `max_body` bytes (64 KiB), by Content-Length or as streamed: 413.
-- **JSON** (`parse_json`): at most `MAX_JSON_DEPTH` levels (a 400, not a RecursionError 500),
-  no NaN/Infinity constants.
-- **Connections** (`Admission`, used by serving.py): unauthenticated connections capped per
-  address, per network and in total (its docstring has the rules).
+- **Host** must name this server (`--allowed-host`, the bind address, loopback names), against
+  DNS rebinding: 400.
+- **State-changing methods** need `Content-Type: application/json` (415): a browser cannot send it
+  cross-site without a CORS preflight, never granted here. A foreign `Origin` or a cross-site
+  `Sec-Fetch-Site` is a 403.
+- **Token before body**: without a valid bearer token a state-changing request is a 401 (a 503
+  while the tokens file is refused) before any byte of its body is read; the body must arrive
+  within `BODY_TIMEOUT_S` (408) and be at most `max_body` bytes (413). A GET's body is never read.
+- **JSON** (`parse_json`): at most `MAX_JSON_DEPTH` levels (a 400, not a RecursionError 500), no NaN.
+- **Connections** (`Admission`, used by serving.py): unauthenticated ones capped per address,
+  per network and in total.
 """
 
 from __future__ import annotations
@@ -29,9 +26,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestrator.teamserver.errors import error_response
 from orchestrator.util.exit_codes import ExitCode
 
 MAX_BODY = 64 * 1024
@@ -97,14 +94,12 @@ def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
 
 
 class RequestGuard:
-    """`authenticated(authorization header) -> bool`: checked before a state-changing request's
-    body is read (a client without a valid token cannot hold the server with a slow body); the
-    body must then arrive within `body_timeout_s` (408). Safe methods' bodies are never read."""
+    """`authenticated(authorization header) -> bool` is checked before a state-changing request's
+    body is read: a client without a valid token cannot hold the server with a slow body."""
 
-    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], max_body: int = MAX_BODY,
-                 authenticated: Callable[[str | None], bool] | None = None,
-                 body_timeout_s: float = BODY_TIMEOUT_S,
-                 tokens_unusable: Callable[[], bool] | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], max_body: int,
+                 authenticated: Callable[[str | None], bool], body_timeout_s: float,
+                 tokens_unusable: Callable[[], bool]) -> None:
         self.app = app
         self.allowed_hosts = frozenset(allowed_hosts)
         self.max_body = max_body
@@ -124,12 +119,11 @@ class RequestGuard:
         if scope["method"] in SAFE_METHODS:
             await self.app(scope, receive, send)  # no route reads a GET's body: it is never read
             return
-        if self.authenticated is not None and not self.authenticated(Headers(scope=scope).get("authorization")):
-            # before any byte of the body: a client without a token gets nothing held for it
-            if self.tokens_unusable is not None and self.tokens_unusable():
+        if not self.authenticated(Headers(scope=scope).get("authorization")):
+            if self.tokens_unusable():
                 await _answer(503, TOKENS_UNUSABLE, scope, receive, send)
-                return
-            await _answer(401, "missing or wrong bearer token (ORCHESTRATOR_SERVER_TOKEN)", scope, receive, send)
+            else:
+                await _answer(401, "missing or wrong bearer token (ORCHESTRATOR_SERVER_TOKEN)", scope, receive, send)
             return
         body: list[bytes] = []
         size = 0
@@ -187,15 +181,8 @@ class RequestGuard:
 
 
 async def _answer(status: int, message: str, scope: Scope, receive: Receive, send: Send) -> None:
-    headers = {"Connection": "close"} if status in (401, 408, 413, 503) else {}
-    if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    response = JSONResponse({"error": message, "exit_code": int(ExitCode.BAD_INPUT)}, status_code=status,
-                            headers=headers or None)
+    response = error_response(status, message, ExitCode.BAD_INPUT, close=status in (401, 408, 413, 503))
     await response(scope, receive, send)
-
-
-# --------------------------------------------------------------------------- connection admission
 
 
 def network_of(address: str) -> str:
@@ -214,8 +201,8 @@ def network_of(address: str) -> str:
 
 @dataclass(frozen=True)
 class Decision:
-    """`Admission.arrive`'s answer: admit or not (`reason`: the cap that refused: address, network,
-    busy), and the connections to abort at once to make room (`evict`, already forgotten)."""
+    """Admit or not (`reason`: the cap that refused: address, network, busy), and the connections
+    to abort at once to make room (`evict`, already forgotten)."""
 
     admit: bool
     evict: tuple[Any, ...] = ()
@@ -233,9 +220,9 @@ class _Member:
 class Admission:
     """Which connections the server holds: pure bookkeeping, no I/O (the protocol acts on its answers).
 
-    A connection arrives unauthenticated (a TLS handshake included) and stays so until one of its
-    requests presents a valid token (`authenticate`); it is idle while it waits for a handshake or
-    a request's headers, busy while a request runs. Rules for an arriving connection:
+    A connection is unauthenticated until one of its requests presents a valid token
+    (`authenticate`); idle while it waits for a handshake or headers, busy while a request runs.
+    Rules for an arriving connection:
 
     - its address holds at most `per_address` unauthenticated connections: beyond, refused;
     - its network (`network_of`: /24, /64) at most `per_network`: when full, the oldest idle

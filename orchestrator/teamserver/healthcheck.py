@@ -1,16 +1,7 @@
-"""The container's HEALTHCHECK: `python -m orchestrator.teamserver.healthcheck` (the Dockerfile runs it).
-
-Asks the `orchestrate serve` inside the container for /healthz over loopback, plain HTTP or TLS
-(the container's own certificate, not checked: this asks "does my server answer", the address is
-127.0.0.1 and no token is sent). Exit 0: healthy; 1: unhealthy (docker's two codes).
-
-- 200 `{"status": "ok"}`: healthy. 503: the server answers but its journal does not: unhealthy.
-- 401: `--protect-metrics` puts /healthz behind a token; the server answered, so it is up: healthy.
-- A container that runs another command (`plan`, `rollout`, ...) has no server to ask: healthy,
-  it lives as long as its command does.
-
-Port: $ORCHESTRATOR_SERVER_PORT, else the one the container's `serve --port N` names, else 8000.
-Standard library only (runs in the image at every interval: no import of the app).
+"""The container's HEALTHCHECK (`python -m orchestrator.teamserver.healthcheck`): /healthz of the
+`orchestrate serve` inside, over loopback, plain HTTP or TLS (certificate not checked, no token).
+Exit 0 healthy (200, or 401 under `--protect-metrics`; also a container running another command),
+1 unhealthy. Port: $ORCHESTRATOR_SERVER_PORT, else `serve --port N`, else 8000. Standard library only.
 """
 
 from __future__ import annotations

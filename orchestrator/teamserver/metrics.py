@@ -1,10 +1,6 @@
-"""The app's Prometheus registry. Journal numbers come from a snapshot, never from the scrape.
-
-A scrape never reads the whole journal on the event loop (it would hold every other request):
-`orchestrator_runs` is served from a `Snapshot` refreshed in a worker thread, at most once per
-`max_age` seconds and by one refresh at a time (concurrent scrapes wait for the same one), with
-`SqlJournal.run_census` (two small queries). A scrape waits at most `WAIT_S` for a refresh, then
-answers with what it has.
+"""The app's Prometheus registry. `orchestrator_runs` comes from a `Snapshot` refreshed in a worker
+thread at most once per `max_age` seconds, by one refresh at a time: a scrape never reads the
+journal on the event loop, and waits at most `WAIT_S` for a refresh.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
-"""The web page of `orchestrate serve`: the runs list, a live page per run and per fleet (routes:
-app.py), with no front-end build and no template engine (`string.Template`, `html.escape`).
+"""The web page of `orchestrate serve`: the runs list, a page per run and per fleet, with no front-end
+build and no template engine. Rules and reasons:
 
-Rules and reasons:
-- **The data needs the same token as the API.** The shells carry no data; the script asks for the
-  token once, keeps it in `sessionStorage` (gone with the tab) and sends it as an
-  `Authorization: Bearer` header with `fetch`, which a cross-site page cannot do (no cookie, so no
-  CSRF). The fragments go through the same `_route` role check as the JSON routes.
-- **Approve / Abort** are the existing POST routes, sent by `fetch` with `Content-Type:
-  application/json` from the same origin: the guards (orchestrator/teamserver/guards.py) still refuse
-  anything else. A viewer's page shows the buttons disabled, and the server answers 403 anyway.
-- **Live by polling** (`fetch` every second): EventSource cannot send an Authorization header.
-- **Escaped and redacted**: every value goes through `html.escape` after the worker's redactor;
-  the pages send a strict Content-Security-Policy (scripts and styles from this server only, no
-  inline script, no framing).
-- **The run's fragment** is rendered by run_view.py (with the formatting helpers).
-- **The states come from the run's transition table** (`run_info.table_for` on its pinned runbook),
-  never from a hand-kept list: the current state is highlighted in the same order `plan` shows.
+- **The data needs the same token as the API.** The shells carry no data; the script keeps the
+  token in `sessionStorage` and sends it as an `Authorization: Bearer` header with `fetch`, which
+  a cross-site page cannot do (no cookie, so no CSRF). The fragments go through `_route` too.
+- **Approve / Abort** are the POST routes, sent by `fetch` as JSON from the same origin (the
+  guards refuse anything else); a viewer's page shows the buttons disabled, the server answers 403.
+- **Live by polling** every second: EventSource cannot send an Authorization header.
+- **Escaped and redacted**, with a strict Content-Security-Policy (no inline script, no framing).
+- **The states come from the run's transition table** (`run_info.table_for` on its pinned
+  runbook), in the order `plan` shows.
 """
 
 from __future__ import annotations
@@ -164,10 +158,6 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
         return None
 
 
-def approval_gates(table: Table | None) -> set[str]:
-    return set() if table is None else table_gates(table)
-
-
 async def run_fragment(request: Request, principal: Principal) -> Response:
     worker = request.app.state.worker
     run_id = request.path_params["run_id"]
@@ -181,7 +171,7 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
         detail["history"] = worker.history(run)
         detail["now"] = datetime.now(UTC).isoformat()
         detail["target_tag"] = target_tag(run)
-        return worker.redactor.scrub_obj(detail), table, approval_gates(table)
+        return worker.redactor.scrub_obj(detail), table, set() if table is None else table_gates(table)
 
     detail, table, gates = await anyio.to_thread.run_sync(read)
     detail = request.app.state.public_obj(detail)  # no journal location, no state path
@@ -221,15 +211,9 @@ async def fleet_fragment(request: Request, principal: Principal) -> Response:
     out = [f'<section class="fleet"><p class="fleet-summary">{done} of {len(hosts)} hosts DONE'
            + (f"; the fleet is at <b>{_e(at)}</b>" if at else "") + "</p><ol class=\"fleet-hosts\">"]
     for r in rows:
-        cls = "host"
-        if r["host"] == at:
-            cls += " at"
-        if r["outcome"]:
-            cls += f" outcome-{r['outcome']}"
-        elif r["run_id"]:
-            cls += " running" if r["running"] else " interrupted"
-        else:
-            cls += " not-started"
+        how = (f"outcome-{r['outcome']}" if r["outcome"] else ("running" if r["running"] else "interrupted")
+               if r["run_id"] else "not-started")
+        cls = "host" + (" at" if r["host"] == at else "") + " " + how
         what = r["outcome"] or (r["state"] + (" (running)" if r["running"] else " (no runner: resume it)")
                                 if r["run_id"] else "not started")
         link = f'<a href="/ui/runs/{_e(r["run_id"])}">{_e(r["run_id"])}</a>' if r["run_id"] else ""

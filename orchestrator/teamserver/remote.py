@@ -113,6 +113,13 @@ class _Printer:
         elif kind == "log_line":
             self.out.print(f"{ts}   {fields.get('service')}: {str(fields.get('line', ''))[:150]}", style="dim")
 
+    def answer(self, obj: dict[str, Any], text: str, style: str | None = None) -> None:
+        """`obj` as JSON, or `text` for a person."""
+        if self.as_json:
+            self.json(obj)
+        else:
+            self.line(text, style=style)
+
     def error(self, message: str) -> None:
         self.err.print(f"orchestrate: {message}")
 
@@ -131,10 +138,8 @@ def _finish(p: _Printer, result: FollowResult) -> int:
     run_id = run.get("run_id")
     if result.reason == "terminal":
         outcome = run.get("outcome") or ""
-        if p.as_json:
-            p.json({"event": "summary", **_summary(run)})
-        else:
-            p.line(f"{outcome} {run.get('message') or ''}".rstrip(), style="bold green" if outcome == "DONE" else "bold red")
+        p.answer({"event": "summary", **_summary(run)}, f"{outcome} {run.get('message') or ''}".rstrip(),
+                 style="bold green" if outcome == "DONE" else "bold red")
         from orchestrator.service.oncall import exit_code
 
         return exit_code(run.get("kind"), outcome)  # a rollback that reached its target: 0
@@ -157,16 +162,11 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
     if action in SUBMIT_ACTIONS:
         run_id = await client.submit({"action": action, **payload, "by": cli_actor()})
         if not follow:
-            if p.as_json:
-                p.json({"event": "submitted", "run_id": run_id})
-            else:
-                p.line(run_id)
+            p.answer({"event": "submitted", "run_id": run_id}, run_id)
             return int(ExitCode.DONE)
-        if p.as_json:
-            p.json({"event": "submitted", "run_id": run_id, "server": client.base_url})
-        else:
-            p.line(f"run {run_id} submitted to {client.base_url}; it runs there whether or not this command stays "
-                   f"(Ctrl-C stops following, not the run)")
+        p.answer({"event": "submitted", "run_id": run_id, "server": client.base_url},
+                 f"run {run_id} submitted to {client.base_url}; it runs there whether or not this command stays "
+                 f"(Ctrl-C stops following, not the run)")
         try:
             result = await client.follow(run_id, p.event, interval=interval)
         except ServerUnreachable as exc:
@@ -180,16 +180,10 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
         raise UserError(f"{action} needs a run id")
     if action == "approve":
         res = await client.approve(run_id, (str(payload["gate"]) if payload.get("gate") else None), by=cli_actor(), now=bool(payload.get("now")))
-        if p.as_json:
-            p.json(res)
-        else:
-            p.line(f"approved {res['gate']} of {run_id}")
+        p.answer(res, f"approved {res['gate']} of {run_id}")
     elif action in ("pause", "continue", "abort"):
         res = await client.signal(run_id, action, by=cli_actor())
-        if p.as_json:
-            p.json(res)
-        else:
-            p.line(res["message"])
+        p.answer(res, res["message"])
     elif action == "status":
         run = await client.run(run_id)
         if p.as_json:
@@ -214,19 +208,9 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
     return int(ExitCode.DONE)
 
 
-def remote(
-    server_url: str,
-    token: str,
-    action: str,
-    payload: dict[str, Any],
-    as_json: bool,
-    follow: bool = True,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    clock: Clock | None = None,
-    interval: float = 1.0,
-    ca: Path | None = None,
-) -> int:
+def remote(server_url: str, token: str, action: str, payload: dict[str, Any], as_json: bool, follow: bool = True, *,
+           transport: httpx.AsyncBaseTransport | None = None, clock: Clock | None = None, interval: float = 1.0,
+           ca: Path | None = None) -> int:
     """Send `action` (rollout, rollback, resume, approve, abort, status, runs) to the server at
     `server_url`; return the exit code. `payload` is the request body without "action"
     (approve/abort/status: {"run_id": ..., "gate": ...})."""

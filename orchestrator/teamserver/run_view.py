@@ -1,11 +1,6 @@
-"""The run's fragment of the run page (`render_run`): summary, who did what, the buttons, the
-host's picture per replica, the runbook's states (current highlighted, durations, the expected
-remaining time), the followed log, the canary's readout, each gate's evidence and the timeline.
-
-Every value is escaped (`_e`) after the worker's redactor; the states come from the run's
-transition table (pages.py `_table`). The formatting helpers here serve pages.py too: times and
-durations as a person reads them, a lease owner as `pid N on machine`, a runbook text with the
-run's `{host}`, `{run_id}`, `{tag}` filled in.
+"""The run's fragment of the run page (`render_run`), every value escaped (`_e`) after the worker's
+redactor, its states from the run's transition table (pages.py `_table`); and the formatting
+helpers pages.py uses too.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from typing import Any
 from orchestrator.journal.audit import SAY, when
 from orchestrator.journal.owner import describe_owner
 from orchestrator.language.machine import TERMINALS, Table
+from orchestrator.teamserver.worker import step_durations, step_kind
 
 
 def _e(value: Any) -> str:
@@ -67,24 +63,20 @@ def _dur(seconds: float | None) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def _step_kind(table: Table, state: str) -> str | None:
-    node = table.nodes.get(state)
-    return node.step.kind if node is not None and node.step is not None else None
-
-
-def _durations(d: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    prev = _at(d.get("created_at"))
-    for t in d.get("transitions") or []:
-        at = _at(t["at"])
-        if prev is not None and at is not None:
-            out[t["from"]] = out.get(t["from"], 0.0) + max(0.0, (at - prev).total_seconds())
-        prev = at
-    return out
-
 _SECTION = {"preflight": "Preflight (changes nothing)", "forward": "Procedure",
             "remedy": "Remedy of the gate above (taken only on its log marker)", "rollback": "Rollback of a phase",
             "full_rollback": "Whole-host rollback"}
+
+
+def _phase(table: Table, phase: Any, section: str, down_file: str | None = None) -> tuple[Any, Any, Any, list[str]]:
+    """(replica, its down state, its ready state, all states) of a phase's `section` (`down_file`:
+    only a down of that file counts)."""
+    nodes = [n for n in (table.nodes[s] for s in table.order) if n.phase == phase and n.section == section]
+    steps = [(n.id, n.step) for n in nodes if n.step is not None]
+    down = next((i for i, st in steps if st.kind == "down" and (
+        down_file is None or (st.down is not None and st.down.file == down_file))), None)
+    ready = next((i for i, st in steps if st.kind == "logs"), None)
+    return next((n.replica for n in nodes if n.replica), None), down, ready, [n.id for n in nodes]
 
 
 def _replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[str, str, str]]:
@@ -92,13 +84,9 @@ def _replicas(d: dict[str, Any], table: Table, passed: set[str]) -> list[tuple[s
     out: list[tuple[str, str, str]] = []
     state, outcome = d["state"], d.get("outcome")
     for phase in table.phase_starts:
-        nodes = [table.nodes[s] for s in table.order if table.nodes[s].phase == phase and table.nodes[s].section == "forward"]
-        replica = next((n.replica for n in nodes if n.replica), None)
+        replica, down, ready, ids = _phase(table, phase, "forward")
         if replica is None:
             continue  # a phase of no one replica (reconcile: the shared services)
-        down = next((n.id for n in nodes if n.step is not None and n.step.kind == "down"), None)
-        ready = next((n.id for n in nodes if n.step is not None and n.step.kind == "logs"), None)
-        ids = [n.id for n in nodes]
         if outcome == "DONE":
             pic = ("new-serving", "new serving")
         elif outcome in ("ROLLED_BACK", "ABORTED"):
@@ -134,12 +122,7 @@ def _rollback_replicas(d: dict[str, Any], table: Table, passed: set[str]) -> lis
     phases = list(dict.fromkeys(n.phase for n in (table.nodes[s] for s in table.order)
                                 if n.section == "full_rollback" and n.replica))
     for phase in phases:
-        nodes = [table.nodes[s] for s in table.order if table.nodes[s].phase == phase and table.nodes[s].section == "full_rollback"]
-        replica = next(n.replica for n in nodes if n.replica)
-        down = next((n.id for n in nodes if n.step is not None and n.step.kind == "down"
-                     and n.step.down is not None and n.step.down.file == "new"), None)
-        ready = next((n.id for n in nodes if n.step is not None and n.step.kind == "logs"), None)
-        ids = [n.id for n in nodes]
+        replica, down, ready, ids = _phase(table, phase, "full_rollback", down_file="new")
         if outcome == "ROLLED_BACK" or (ready is not None and ready in passed):
             pic = ("old-serving", "previous serving (rolled back)")
         elif outcome == "HALTED":
@@ -180,6 +163,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
     """The run's fragment: summary, who did what, buttons, the host's picture, states (current
     highlighted, with durations and the expected remaining time), evidence, log tail, timeline."""
     state, outcome, terminal = d["state"], d.get("outcome"), d["terminal"]
+    transitions = d.get("transitions") or []
     w = d.get("worker") or {}
     lease = d.get("lease") or {}
     who = d.get("who") or {}
@@ -242,12 +226,12 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         out.append("<li>nothing journaled yet</li>")
     out.append("</ol></section>")
 
-    visited = {t["from"] for t in d.get("transitions") or []}
-    passed = {t["from"] for t in d.get("transitions") or [] if t["event"] in ("ok", "skip")}
-    durations = _durations(d)
+    visited = {t["from"] for t in transitions}
+    passed = {t["from"] for t in transitions if t["event"] in ("ok", "skip")}
+    durations = step_durations(_at(d.get("created_at")), ((t["from"], _at(t["at"])) for t in transitions))
     hist = d.get("history") or {}
     median: dict[str, float] = hist.get("median") or {}
-    last = _at((d.get("transitions") or [{}])[-1].get("at")) if d.get("transitions") else _at(d.get("created_at"))
+    last = _at(transitions[-1].get("at") if transitions else d.get("created_at"))
     now = _at(d.get("now")) or datetime.now(UTC)
     in_state = (now - last).total_seconds() if last is not None and not terminal else None
 
@@ -260,7 +244,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
         for replica, cls, words in pictures:
             out.append(f'<li class="replica {cls}" data-replica="{_e(replica)}"><b>{_e(replica)}</b> {_e(words)}</li>')
         out.append("</ul>")
-        peers = [t for t in d.get("transitions") or [] if t.get("note") and _step_kind(table, t["from"]) == "verify"]
+        peers = [t for t in transitions if t.get("note") and step_kind(table, t["from"]) == "verify"]
         if peers:
             out.append(f'<p class="peers">the peers\' view (last check, {_e(peers[-1]["from"])}): {_e(peers[-1]["note"])}</p>')
         out.append('<p class="note">from the journal and this server\'s view of the run, not a live read of the host</p>')
@@ -331,8 +315,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
 
     # the canary's readout: what the direct checks and the metrics through the soak relay said
     if table is not None:
-        canary = [t for t in d.get("transitions") or []
-                  if t.get("note") and _step_kind(table, t["from"]) in ("relay", "metrics", "analysis")]
+        canary = [t for t in transitions if t.get("note") and step_kind(table, t["from"]) in ("relay", "metrics", "analysis")]
         if canary:
             out.append('<section class="canary"><h2>Canary readout (direct checks through the soak relay)</h2><dl>')
             for t in canary:
@@ -345,7 +328,7 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
             out.append("</dl></section>")
 
     # evidence: each gate's note (the latest transition out of it)
-    notes = {t["from"]: t for t in d.get("transitions") or [] if t.get("note")}
+    notes = {t["from"]: t for t in transitions if t.get("note")}
     out.append('<section class="evidence"><h2>Evidence of each gate</h2>')
     if notes:
         out.append("<dl>")
@@ -359,10 +342,10 @@ def render_run(d: dict[str, Any], table: Table | None, gates: set[str], *, opera
 
     # the journal's transitions as a timeline
     out.append('<section class="timeline"><h2>Timeline (journal)</h2><ol>')
-    for t in d.get("transitions") or []:
+    for t in transitions:
         out.append(f'<li><time>{_e(_since(t["at"]))}</time> <code>{_e(t["from"])}</code> '
                    f'<span class="ev ev-{_e(t["event"])}">{_e(t["event"])}</span> &rarr; <code>{_e(t["to"])}</code></li>')
-    if not d.get("transitions"):
+    if not transitions:
         out.append("<li>no transition yet</li>")
     out.append("</ol></section></div>")
     return "".join(out)

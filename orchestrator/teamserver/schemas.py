@@ -1,8 +1,5 @@
-"""Request bodies of `orchestrate serve`: every field bounded, unknown fields refused.
-
-Bounds keep a request cheap to check and its echo in an error short: names and tags are short,
-a soak is a finite duration of at most 7 days (NaN or Infinity once crashed a run part-way), a
-gate is one of the run's gates (checked against its runbook by `commands.approve`).
+"""Request bodies of `orchestrate serve`: every field bounded (cheap to check, short to echo in an
+error), unknown fields refused.
 """
 
 from __future__ import annotations
@@ -19,12 +16,10 @@ Tag = Annotated[str, Field(min_length=1, max_length=64)]
 #: A runbook *name*: resolved in the packaged runbook directory only (runbook.load_runbook_checked).
 RunbookName = Annotated[str, Field(min_length=1, max_length=100)]
 RunId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-#: A duration ("30m", "0") or a number of seconds: finite, 0 to 7 days.
-#: (strict: `true` is not a 1-second soak)
+#: A duration ("30m", "0") or a number of seconds: finite, 0 to 7 days (strict: `true` is not 1 s).
 Soak = (Annotated[str, Field(min_length=1, max_length=32)] |
              Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False, strict=True)])
-#: Who asks, each body's `by`: journaled in single-token mode (with per-operator tokens, the token's
-#: name is). No control characters (the journal refuses a NUL byte: a 500, not a 400).
+#: Who asks, journaled in single-token mode. No control characters (the journal refuses a NUL: a 500).
 Who = Annotated[str, Field(max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
@@ -70,8 +65,7 @@ class ApproveBody(_Body):
     gate: Annotated[str, Field(min_length=1, max_length=MAX_GATE_LEN)] | None = None
     #: also end the rest of the soak at once
     now: bool = False
-    #: Approve only the gate the run waits at now (`gate` names it; `*` refused): what the run page
-    #: sends, and what every browser request is held to (app.approve_run).
+    #: Approve only the gate the run waits at now, by name (the run page; every browser: app.approve_run).
     at_gate: bool = False
     by: Who | None = None
 

@@ -1,31 +1,17 @@
 """Serving the app with uvicorn, safely on a shared network.
 
-Rules (`check_exposure`):
-- a bind that is not loopback needs TLS (`--tls-cert`/`--tls-key`): the bearer token must not
-  cross a network in cleartext; `--insecure-plaintext-on-network` is the explicit, named override
-  (e.g. behind a TLS-terminating proxy on the same host);
-- `--insecure-no-auth` is for a loopback bind only, without exception.
+Exposure (`check_exposure`): a bind that is not loopback needs TLS, so the bearer token never
+crosses a network in cleartext (`--insecure-plaintext-on-network` overrides it, e.g. behind a TLS
+proxy on this host); `--insecure-no-auth` is for a loopback bind only.
 
 Limits (`build_server`), so that clients without a token cannot deny the server to those with one:
-- every connection is admitted or refused when it is accepted, before any TLS handshake, by the
-  caps and eviction rules of `guards.Admission` (per address, per network, in total less an eighth
-  kept for connections that presented a valid token). A refused plain connection gets a 503 and is
-  closed, a refused TLS one is dropped; an evicted one is aborted;
-- the handshake and then each request's headers must come within `HEADER_TIMEOUT_S` of the
-  connection (or of the previous answer), idle keep-alive connections go after `KEEP_ALIVE_S`:
-  such timed-out connections are aborted at once (over TLS too: no close_notify exchange to wait
-  for); a graceful TLS close waits at most `TLS_SHUTDOWN_TIMEOUT_S` for the client;
-- request headers are at most `MAX_HEADER_BYTES` (431 beyond, and the connection is aborted
-  with the answer: its slot is free at once);
-- `serve` raises the open-file limit well above the connection cap (`fd_budget`), or lowers the
-  cap to fit a hard limit it cannot raise (`connections_for`), so accepting never hits EMFILE;
-  the event loop's and uvicorn's error lines are rate-limited (`RateLimitedLog`): a flood logs a
-  line now and then, never a traceback per connection;
-- with TLS every answer carries `Strict-Transport-Security`.
-
-A state-changing request's body is read only after its token is checked, within
-`guards.BODY_TIMEOUT_S`. The access log never shows query strings. Figures: docs/team-mode.md,
-from bench/server_load.py.
+each connection is admitted when accepted, before any TLS handshake (`guards.Admission`; refused:
+a 503 and closed, or dropped over TLS); the handshake and each request's headers must come within
+`HEADER_TIMEOUT_S`, idle keep-alive connections go after `KEEP_ALIVE_S` (both aborted at once);
+heads beyond `MAX_HEADER_BYTES` get a 431 and the connection is aborted; `serve` fits the
+connection cap to the open-file limit so accepting never hits EMFILE; error lines are rate-limited
+(`RateLimitedLog`); with TLS every answer carries `Strict-Transport-Security`. Figures:
+docs/team-mode.md, from bench/server_load.py.
 """
 
 from __future__ import annotations
@@ -72,7 +58,7 @@ _REFUSALS = {
 
 
 def _busy(reason: str) -> bytes:
-    body = json.dumps({"error": _REFUSALS.get(reason, _REFUSALS["busy"]), "exit_code": 2}).encode()
+    body = json.dumps({"error": _REFUSALS[reason], "exit_code": 2}).encode()
     return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
             b"content-length: %d\r\n\r\n%s" % (len(body), body))
 
@@ -105,12 +91,9 @@ class QueryStringFilter(logging.Filter):
 
 
 class _CoalescingTransport:
-    """A transport whose writes made in one turn of the event loop go out as one `send`.
-
-    uvicorn's h11 protocol writes a response's head and its body separately: two system calls per
-    answer, and on a busy machine the loopback `send` was the largest cost of a crowd's requests
-    (bench/server_load.py). `close` and `write_eof` send what is pending first; `abort` drops it.
-    Everything else is the wrapped transport's."""
+    """A transport whose writes made in one turn of the event loop go out as one `send`: uvicorn
+    writes a response's head and body separately, and the loopback `send` was the largest cost of a
+    crowd's requests (bench/server_load.py). `abort` drops what is pending."""
 
     def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -125,7 +108,6 @@ class _CoalescingTransport:
         self._pending.append(bytes(data))
 
     def flush(self) -> None:
-        """Send what is pending now (before an `abort`, which drops it)."""
         if self._pending:
             data = b"".join(self._pending)
             self._pending.clear()
@@ -150,10 +132,9 @@ class _CoalescingTransport:
 
 class RateLimitedLog:
     """At most `burst` lines per `window_s` for each kind of line (its key); the first line let
-    through after some were dropped says how many. Used as a logging filter (uvicorn's error
-    logger: a line per bad request or refused connection) and as the event loop's exception
-    handler (asyncio's: a traceback per failed accept), where running out of file descriptors or
-    buffers is one line without a traceback."""
+    through after some were dropped says how many. A logging filter (uvicorn's error logger) and
+    the event loop's exception handler, where running out of descriptors or buffers is one line
+    without a traceback."""
 
     QUIET_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -165,8 +146,8 @@ class RateLimitedLog:
         self.clock = clock
         self._seen: dict[str, list[float]] = {}  # key -> [window start, lines in it, dropped since the last line]
 
-    def allow(self, key: str) -> tuple[bool, int]:
-        """(let this line through?, how many like it were dropped before it)."""
+    def allow(self, key: str) -> str | None:
+        """None: drop this line; else what to add to it (how many like it were dropped before it)."""
         now = self.clock()
         seen = self._seen.get(key)
         if seen is None or now - seen[0] >= self.window_s:
@@ -174,38 +155,35 @@ class RateLimitedLog:
                 self._seen.clear()
             dropped = int(seen[2]) if seen is not None else 0
             self._seen[key] = [now, 1, 0]
-            return True, dropped
-        if seen[1] < self.burst:
+        elif seen[1] < self.burst:
             seen[1] += 1
             dropped, seen[2] = int(seen[2]), 0
-            return True, dropped
-        seen[2] += 1
-        return False, 0
-
-    def _note(self, dropped: int) -> str:
+        else:
+            seen[2] += 1
+            return None
         return f" ({dropped} more like it dropped)" if dropped else ""
 
     def log(self, level: int, key: str, message: str) -> None:
-        ok, dropped = self.allow(key)
-        if ok:
-            self.logger.log(level, message + self._note(dropped))
+        note = self.allow(key)
+        if note is not None:
+            self.logger.log(level, message + note)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        ok, dropped = self.allow(f"{record.name}:{record.levelno}:{str(record.msg)[:100]}")
-        if ok and dropped:
-            record.msg = str(record.msg) + self._note(dropped)  # no '%' added: safe with or without args
-        return ok
+        note = self.allow(f"{record.name}:{record.levelno}:{str(record.msg)[:100]}")
+        if note:
+            record.msg = str(record.msg) + note  # no '%' added: safe with or without args
+        return note is not None
 
     def exception_handler(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         message = str(context.get("message") or "unhandled exception in the event loop")
         exc = context.get("exception")
-        ok, dropped = self.allow(f"loop:{message[:100]}:{type(exc).__name__}")
-        if not ok:
+        note = self.allow(f"loop:{message[:100]}:{type(exc).__name__}")
+        if note is None:
             return
         if isinstance(exc, OSError) and exc.errno in self.QUIET_ERRNOS:
-            self.logger.error("%s: %s%s", message, exc.strerror or exc, self._note(dropped))
+            self.logger.error("%s: %s%s", message, exc.strerror or exc, note)
         else:
-            self.logger.error("%s%s", message, self._note(dropped), exc_info=exc if isinstance(exc, BaseException) else None)
+            self.logger.error("%s%s", message, note, exc_info=exc if isinstance(exc, BaseException) else None)
 
 
 def _head_size(event: Any) -> int:
@@ -215,16 +193,12 @@ def _head_size(event: Any) -> int:
 
 def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents_token: Callable[[str | None], bool],
                       refusals: RateLimitedLog, tls_shutdown_s: float = TLS_SHUTDOWN_TIMEOUT_S) -> type:
-    """uvicorn's h11 protocol, admitting each connection when it is accepted (`admission`), doing
-    the TLS handshake itself (so that it is counted and timed), aborting a connection whose
-    handshake or request headers take longer than `header_timeout_s` or whose keep-alive ran out,
-    and answering 431 to a request head larger than `MAX_HEADER_BYTES`."""
+    """uvicorn's h11 protocol, admitting each connection when accepted and doing the TLS handshake
+    itself (so that it is counted and timed)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class Connection(h11.Connection):
-        """h11's connection, telling a head too large (431) from other malformed requests."""
-
+    class Connection(h11.Connection):  # telling a head too large (431) from other malformed requests
         too_large = False
 
         def next_event(self) -> Any:
@@ -253,8 +227,6 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             self._early: list[bytes] = []
             self._handshake_task: asyncio.Task[None] | None = None
             self._header_timer: asyncio.TimerHandle | None = None
-
-        # ------------------------------------------------------------ accept, handshake, loss
 
         def connection_made(self, transport: Any) -> None:  # the TCP connection, before any handshake
             self._raw = transport
@@ -322,8 +294,6 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             if self._started:
                 super().connection_lost(exc)
 
-        # ------------------------------------------------------------ timers
-
         def _arm(self, delay: float) -> None:
             self._disarm()
             self._header_timer = self.loop.call_later(delay, self._headers_too_slow)
@@ -342,8 +312,6 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             if not self.transport.is_closing():
                 self.abort_now()
 
-        # ------------------------------------------------------------ requests
-
         def data_received(self, data: bytes) -> None:
             if not self._started:  # the TLS layer hands over what came with the handshake's end first
                 self._early.append(data)
@@ -359,17 +327,12 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             super().handle_events()
             if self.cycle is not before and not self._gone:  # a request's headers are complete
                 self._disarm()
-                if not self._authenticated and presents_token(self._authorization()):
+                header = next((bytes(v).decode("latin-1") for n, v in self.headers or () if n == b"authorization"), None)
+                if not self._authenticated and presents_token(header):
                     self._authenticated = True
                     admission.authenticate(self)
                 else:
                     admission.busy(self)
-
-        def _authorization(self) -> str | None:
-            for name, value in self.headers or ():
-                if name == b"authorization":
-                    return bytes(value).decode("latin-1")
-            return None
 
         def on_response_complete(self) -> None:
             if not self._gone:
@@ -387,10 +350,8 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
                                                              reason=b"Request Header Fields Too Large")))
             self.transport.write(self.conn.send(h11.Data(data=_TOO_LARGE_BODY)))
             self.transport.write(self.conn.send(h11.EndOfMessage()))
-            # the answer goes to the kernel now and the connection goes with it (its slot at
-            # once): no lingering half-close and no TLS shutdown waiting for the client, which
-            # a flood of oversized heads would hold slots with. What the client still sends
-            # finds no one; a client still writing may read a reset instead of the 431.
+            # sent now, then aborted (its slot free at once): no half-close or TLS shutdown for a flood of
+            # oversized heads to hold slots with; a client still writing may read a reset instead of the 431
             if self._out is not None:
                 self._out.flush()
             self.abort_now()
@@ -407,12 +368,10 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
                  header_timeout_s: float = HEADER_TIMEOUT_S, keep_alive_s: int = KEEP_ALIVE_S,
                  per_address: int = MAX_CONNECTIONS_PER_ADDRESS, per_network: int | None = None,
                  reserve: int | None = None, tls_shutdown_s: float = TLS_SHUTDOWN_TIMEOUT_S) -> Any:
-    """A uvicorn.Server for `app` with this module's limits (run it with `.run()` or `.run(sockets=)`).
+    """A uvicorn.Server for `app` (from `create_app`) with this module's limits.
 
     `limit_concurrency`: connections at once in all; `reserve` of them (default an eighth) only for
-    connections that presented a valid token (`app.state.auth.presents_valid_token`);
-    `per_network` defaults to `MAX_CONNECTIONS_PER_NETWORK`, and is never below `per_address`.
-    The server's `admission` is the bookkeeping (guards.Admission)."""
+    connections that presented a valid token; `per_network` is never below `per_address`."""
     import uvicorn
 
     if (tls_cert is None) != (tls_key is None):
@@ -424,11 +383,10 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
                           reserve=limit_concurrency // 8 if reserve is None else reserve,
                           per_network=max(per_network or MAX_CONNECTIONS_PER_NETWORK, per_address),
                           per_address=per_address)
-    auth = getattr(getattr(app, "state", None), "auth", None)
-    presents_token: Callable[[str | None], bool] = getattr(auth, "presents_valid_token", lambda header: False)
     limiter = RateLimitedLog()
-    protocol = _guarded_protocol(admission, header_timeout_s=header_timeout_s, presents_token=presents_token,
-                                 refusals=limiter, tls_shutdown_s=tls_shutdown_s)
+    protocol = _guarded_protocol(admission, header_timeout_s=header_timeout_s,
+                                 presents_token=app.state.auth.presents_valid_token, refusals=limiter,
+                                 tls_shutdown_s=tls_shutdown_s)
     tls = tls_cert is not None
     config = uvicorn.Config(
         app, host=host, port=port, lifespan="on", log_level=log_level, access_log=access_log,
@@ -448,18 +406,13 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
     errors.addFilter(limiter)
 
     class Server(uvicorn.Server):
-        """uvicorn's server whose connections do their TLS handshake in the protocol (counted and
-        timed there: `_guarded_protocol`), with a rate-limited event-loop error handler, and whose
-        shutdown drops connections still in their handshake."""
+        """Its listener leaves TLS to the protocol; its shutdown drops connections still in their handshake."""
 
-        def __init__(self, config: Any, *, admission: Admission, limiter: RateLimitedLog) -> None:
-            super().__init__(config)
-            self.admission = admission
-            self.limiter = limiter
+        admission: Admission
 
         async def startup(self, sockets: Any = None) -> None:
             loop = asyncio.get_running_loop()
-            loop.set_exception_handler(self.limiter.exception_handler)
+            loop.set_exception_handler(limiter.exception_handler)
             original = loop.create_server
 
             async def create_server(*args: Any, **kwargs: Any) -> Any:
@@ -473,12 +426,14 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
                 del loop.create_server  # the loop's own method again
 
         async def shutdown(self, sockets: Any = None) -> None:
-            for conn in self.admission.members():
+            for conn in admission.members():
                 if not getattr(conn, "_started", True):
                     conn.abort_now()
             await super().shutdown(sockets=sockets)
 
-    return Server(config, admission=admission, limiter=limiter)
+    server = Server(config)
+    server.admission = admission
+    return server
 
 
 def fd_budget(connections: int) -> int:

@@ -1,33 +1,22 @@
-"""The worker of `orchestrate serve`: runs submissions as asyncio tasks in this process.
+"""The worker of `orchestrate serve`: runs submissions as asyncio tasks in this process, each through
+`runner.execute` exactly as the CLI's (same journal, host lease and executor). Rules:
 
-Each run goes through `runner.execute`, exactly as the CLI's: same journal, same host lease, same
-executor. Rules:
-
-- Every journal call the server itself makes runs in a worker thread (`anyio.to_thread`), never
-  on the event loop, so a slow journal cannot stall other requests. The journal objects allow
-  this: SQLite is opened with `check_same_thread=False` and every backend serialises its one
-  connection with a lock (journal/sql.py).
-- Submissions are prepared one at a time (an asyncio lock): the in-memory "already running here"
-  check and the lease claim cannot interleave. A submission is admitted through the service's one
-  admission path, as the CLI's, and takes the host's lease before it is answered, so a busy host is
-  a 409 to the submitter, not a run that fails later; who submitted it is journaled.
-- The runbook is named, never a path, and comes from the packaged runbook directory; its
-  identity (name, sha256) is recorded in the run's context (`runbook_identity`) and a resume
-  loads exactly that content or is refused.
-- A run that raises is logged and left, unfinished, for `orchestrate resume`; on shutdown running
-  tasks are cancelled and their leases left to expire.
-- **Adoption** (`adopt_loop`): every third of the lease TTL the worker looks for unfinished runs
-  whose host lease has expired (their runner, a server or a laptop, is gone: a live runner renews
-  every third of the TTL) and resumes them here, exactly as `POST /runs {"action":"resume"}` does.
-  The lease is what makes one server own a run: two servers that see the same orphan both try to
-  take its lease, one wins (fencing token + 1) and the other is refused and moves on. Resume
-  settles every journaled effect before it acts, so no mutating call is sent twice. Not adopted:
-  a run with no journaled transition (never started, e.g. refused at submission), and a run that
-  failed or was fenced on this server (no retry loop on a bug; `orchestrate resume` is for humans).
-  An adopted run resumes without `--yes`: its approval gates wait for a human.
-- A person's signals (approve by gate name, pause, continue, abort) go through the service's
-  signals, as the CLI's; a run nobody drives is aborted from what the host shows
-  (orchestrator/service/orphans.py).
+- Every journal call the server makes runs in a worker thread, never on the event loop (the
+  journals allow it: one connection, serialised by a lock; journal/sql.py).
+- Submissions are prepared one at a time (an asyncio lock), admitted through the service's one
+  admission path, and take the host's lease before they are answered: a busy host is a 409 to
+  the submitter, not a run that fails later. Who submitted is journaled.
+- The runbook is named, never a path; its identity (name, sha256) is recorded in the run's
+  context and a resume loads exactly that content or is refused.
+- A run that raises is left unfinished for `orchestrate resume`; on shutdown running tasks are
+  cancelled and their leases left to expire.
+- **Adoption** (`adopt_loop`): every third of the lease TTL, runs whose host lease expired (their
+  runner is gone) are resumed here as `POST /runs {"action":"resume"}` would. Of two servers, the
+  one that takes the lease wins; resume settles every journaled effect first, so no mutating call
+  is sent twice. Not adopted: a run with no transition, or one that failed or was fenced on this
+  server (no retry loop on a bug). An adopted run never keeps `--yes`.
+- A person's signals go through the service's signals, as the CLI's; a run nobody drives is
+  aborted from what the host shows (orchestrator/service/orphans.py).
 """
 
 from __future__ import annotations
@@ -39,8 +28,9 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
@@ -104,9 +94,8 @@ class ActiveRun:
 
     def view(self, events_after: int = 0) -> dict[str, Any]:
         return {"status": self.status, "error": self.error, "outcome": self.outcome, "step": self.step,
-                "adopted": self.adopted,
-                "waiting": self.waiting, "events": [e for e in self.events if e["seq"] > events_after],
-                "tail": list(self.tail)}
+                "adopted": self.adopted, "waiting": self.waiting,
+                "events": [e for e in self.events if e["seq"] > events_after], "tail": list(self.tail)}
 
 
 class ServerProgress:
@@ -143,15 +132,13 @@ class ServerProgress:
         elif kind == "transition":
             state = fields.get("state")
             if state is not None and state == self.step_state:
-                node = self.table.nodes.get(state)
-                step_kind = node.step.kind if node is not None and node.step is not None else "none"
-                self.worker.metrics.gate_wait.labels(kind=step_kind).observe(max(0.0, now - self.step_t0))
+                kind_label = step_kind(self.table, state) or "none"
+                self.worker.metrics.gate_wait.labels(kind=kind_label).observe(max(0.0, now - self.step_t0))
             self.step_state = None
             self.active.waiting = None
             self.worker.count_effects_soon(self.active.run_id)
         if kind == "note" and str(fields.get("text", "")).startswith("journal: "):
-            # where the journal (its URL: user, host, port) and the run log live is the server's own
-            # business: a viewer of this run never reads it
+            # where the journal (its URL) and the run log live is the server's own business
             fields = {**fields, "text": "the journal and the run's log are kept on the server"}
         # JSON-safe and scrubbed again (the executor already hands over redacted text only)
         fields = self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str)))
@@ -159,14 +146,20 @@ class ServerProgress:
         self.active.events.append({"seq": self.active.seq, "event": kind, "at": time.time(), **fields})
 
 
-def step_durations(started: Any, transitions: list[Any]) -> dict[str, float]:
-    """Seconds spent in each state (a state visited twice: the sum), from the journal's transitions."""
+def step_durations(started: datetime | None, steps: Iterable[tuple[str, datetime | None]]) -> dict[str, float]:
+    """Seconds spent in each state (a state visited twice: the sum), from (state left, when) pairs."""
     out: dict[str, float] = {}
     prev = started
-    for t in transitions:
-        out[t.from_state] = out.get(t.from_state, 0.0) + max(0.0, (t.at - prev).total_seconds())
-        prev = t.at
+    for state, at in steps:
+        if prev is not None and at is not None:
+            out[state] = out.get(state, 0.0) + max(0.0, (at - prev).total_seconds())
+        prev = at
     return out
+
+
+def step_kind(table: Table, state: str) -> str | None:
+    node = table.nodes.get(state)
+    return node.step.kind if node is not None and node.step is not None else None
 
 
 #: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
@@ -200,7 +193,7 @@ HISTORY_MAX_AGE_S = 30.0
 
 
 class Worker:
-    """Runs submissions as asyncio tasks; owns the Session (journal) they share."""
+    """Runs submissions as asyncio tasks; owns the Session (journal) they share. Call its reads in a thread."""
 
     def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any, *,
                  metrics_max_age: float = 10.0) -> None:
@@ -213,7 +206,7 @@ class Worker:
         self.runs: collections.OrderedDict[str, ActiveRun] = collections.OrderedDict()
         self._seen_effects: dict[str, set[int]] = {}
         self._effects_lock = threading.Lock()
-        self._submit_lock: asyncio.Lock | None = None
+        self._submit_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
         self.metrics = Metrics(self.active_count, self.run_counts, max_age=metrics_max_age,
                                on_error=lambda exc: self.log.warning("metrics_journal_unreadable",
@@ -221,8 +214,6 @@ class Worker:
         self._closed = False
         self._history: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._finished_durations: dict[str, dict[str, float]] = {}
-
-    # -- session
 
     @property
     def session(self) -> Session:
@@ -232,8 +223,7 @@ class Worker:
             with self._session_lock:
                 if self._session is None:
                     session = self._factory(self.settings)
-                    # The server's answers hide what the runs' redactor learns (env-map values),
-                    # and the runs' logs hide the server's own secrets.
+                    # the server's answers hide what the runs' redactors learn, the runs' logs the server's secrets
                     self.redactor.add(*session.settings.tokens())
                     self.redactor.attach(session.redactor)
                     session.redactor.add(*self.redactor.own_secrets)
@@ -246,15 +236,11 @@ class Worker:
     def active_count(self) -> int:
         return sum(1 for r in list(self.runs.values()) if r.active)
 
-    # -- submissions
-
     async def submit(self, body: RolloutBody | RollbackBody | ResumeBody, by: str | None = None, *,
                      adopting: bool = False) -> ActiveRun:
         """`by`: who submitted it (the token's name), journaled in the run's audit list.
         `adopting`: this server resumes an orphan on its own, no human asked: it keeps the run's
         `--soak` but never its `--yes` (an adopted run waits for a human at every approval)."""
-        if self._submit_lock is None:
-            self._submit_lock = asyncio.Lock()
         async with self._submit_lock:
             adm, note = await anyio.to_thread.run_sync(self._prepare, body, adopting)
             if by is not None:  # who: journaled before the run takes a step (adoption journals its own)
@@ -302,11 +288,9 @@ class Worker:
                 raise UserError(f"run {run.run_id} already ended {run.outcome}: {run.message or ''}".rstrip(": "),
                                 code=OUTCOME_EXIT.get(run.outcome or "", ExitCode.UNEXPECTED))
             checked, digest = _recorded(run)
-            # the one admission path: a run superseded by a later run of its host is refused here
-            # exactly as on the CLI (an adoption included); a retry is a new run of its failed phase
+            # as on the CLI, a run superseded by a later run of its host is refused (adoption included)
             adm = admit_resume(s, run, req_r, checked=None if body.retry else checked, soak_name="soak")
-        # admission journaled the runbook it read (its text and identity) with the run: that text
-        # is what the run executes, whatever happens to the file now, so nothing is compared here
+        # admission journaled the runbook's text and identity: the run executes that text, nothing to compare
         run = adm.run
         lease, took_over = self._claim(run, new=adm.new)
         if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
@@ -405,8 +389,6 @@ class Worker:
             with self._effects_lock:
                 self._seen_effects.pop(k, None)
 
-    # -- effects counting (off the event loop)
-
     def count_effects_soon(self, run_id: str) -> None:
         """From a progress hook (on the loop): count the run's new effects in a thread."""
         task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self._count_quietly, run_id))
@@ -428,8 +410,6 @@ class Worker:
                     status = str(eff.outcome.get("status") or "recorded")
                     self.metrics.effects.labels(kind=eff.kind, outcome=status).inc()
 
-    # -- lifecycle
-
     async def shutdown(self) -> None:
         """Cancel running tasks (their leases expire; any server or CLI can resume), close the journal."""
         tasks = [r.task for r in self.runs.values() if r.task is not None and not r.task.done()]
@@ -447,8 +427,6 @@ class Worker:
             if self._session is not None:
                 self._session.close()
                 self._session = None
-
-    # -- adoption
 
     async def adopt_loop(self, interval: float) -> None:
         """Until shutdown: adopt orphaned runs every `interval` seconds (errors logged, never fatal)."""
@@ -493,8 +471,6 @@ class Worker:
             if journal.current_lease(host) is None and journal.transitions(run_id):
                 out.append(run_id)
         return out
-
-    # -- reads (call them in a worker thread)
 
     def run_counts(self) -> dict[str, int]:
         journal = self.session.journal
@@ -578,7 +554,7 @@ class Worker:
                 continue
             durations = self._finished_durations.get(r.run_id)
             if durations is None:
-                durations = step_durations(r.created_at, journal.transitions(r.run_id))
+                durations = step_durations(r.created_at, ((t.from_state, t.at) for t in journal.transitions(r.run_id)))
                 self._finished_durations[r.run_id] = durations
             n += 1
             for state, seconds in durations.items():
@@ -586,8 +562,6 @@ class Worker:
         value = {"runs": n, "median": {k: statistics.median(v) for k, v in samples.items()}}
         self._history[key] = (time.monotonic(), value)
         return value
-
-    # -- a person's signals
 
     def approve(self, run_id: str, gate: str | None, by: str, now: bool = False, *, at_gate: bool = False) -> dict[str, Any]:
         """`at_gate` (the run page, any browser): approve only the gate the run waits at now, by

@@ -120,7 +120,8 @@ def test_the_run_fragment_shows_durations_expected_remaining_the_host_and_a_paus
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
-    from orchestrator.teamserver.pages import approval_gates, render_run
+    from orchestrator.service.signals import table_gates
+    from orchestrator.teamserver.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
     rb = load_runbook("gpu02-glm53-w4afp8-long-context")
@@ -141,7 +142,7 @@ def test_the_run_fragment_shows_durations_expected_remaining_the_host_and_a_paus
          "paused": {"action": "paused", "by": "carol", "at": last.isoformat(), "detail": None},
          "history": {"runs": 2, "median": median}, "now": (last + timedelta(minutes=10)).isoformat(),
          "worker": {"tail": [{"service": "model-sg-glm53-w4afp8-tp4-r2", "line": "[TP0] loading weights 40%"}]}}
-    html = render_run(d, table, approval_gates(table), operator=True)
+    html = render_run(d, table, table_gates(table), operator=True)
     assert re.search(r'data-state="r2.cold-start"[^>]*>.*?<span class="took">10 min 00 s</span>'
                      r'<span class="typical">usually 50 min 00 s</span>', html)
     assert '<span class="took">1 min 00 s</span>' in html  # a passed step's own time
@@ -186,7 +187,8 @@ def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
-    from orchestrator.teamserver.pages import approval_gates, render_run
+    from orchestrator.service.signals import table_gates
+    from orchestrator.teamserver.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
     rb = load_runbook("gpu02-glm53-w4afp8-qsplit-canary")
@@ -200,7 +202,7 @@ def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
          "updated_at": t0.isoformat(), "now": t0.isoformat(),
          "transitions": [{"seq": 1, "from": "canary.readout", "event": "fail", "to": "canary.rollback.relay-stop",
                           "at": t0.isoformat(), "note": note}]}
-    html = render_run(d, table, approval_gates(table), operator=False)
+    html = render_run(d, table, table_gates(table), operator=False)
     assert '<pre class="readout">canary readout: FAIL over 30 min' in html
     assert "min_free_device_memory_gb  1.5 GB (n=31)" in html
 
@@ -214,16 +216,17 @@ def test_the_approve_button_is_live_at_every_step_the_api_accepts_an_approve_for
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
     from orchestrator.service.signals import approval_gates as api_gates
-    from orchestrator.teamserver.pages import approval_gates, render_run
+    from orchestrator.service.signals import table_gates
+    from orchestrator.teamserver.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
     rb = load_runbook("gpu02-glm53-2xtp2-memopt-canary")
     run = RunRecord("r", "gpu02", rb.name, "v0.0.332", "rollout", "canary.pool-override", False, None, None, {}, t0, t0, None)
     table = table_for(run, rb)
-    assert approval_gates(table) | {"*"} == api_gates(run, rb)
+    assert table_gates(table) | {"*"} == api_gates(run, rb)
     d = {"run_id": "r", "host": "gpu02", "kind": "rollout", "tag": "v0.0.332", "runbook": rb.name,
          "state": "canary.pool-override", "outcome": None, "message": None, "terminal": False, "created_at": t0.isoformat(),
          "updated_at": t0.isoformat(), "now": t0.isoformat(), "transitions": []}
-    html = render_run(d, table, approval_gates(table), operator=True)
+    html = render_run(d, table, table_gates(table), operator=True)
     button = re.search(r'<button id="approve"[^>]*>[^<]*</button>', html)
     assert button and "disabled" not in button.group(0) and "Approve canary.pool-override" in button.group(0), html
