@@ -1,24 +1,15 @@
-"""Retry policy for the clients (tenacity under the hood).
+"""Retry policy for the clients (tenacity under the hood). Three budgets, counted separately:
 
-Two budgets, counted separately for one call:
+- Transient failures (`TransportError`, `ServerError`), only where safe: any failure of a read;
+  for a mutating call only a `TransportError` with `request_sent=False` (nothing reached the
+  server). Jittered exponential backoff (each wait in [base/2, base], base doubling up to
+  `max_backoff_s`), at most `max_attempts`, never waiting past `deadline_s`.
+- `Busy` (409, the server refused: safe even when mutating): `busy_wait_s`, at most
+  `busy_retries` times, whatever the deadline (a pull or build may take longer).
+- `TagNotFound`: compose-manager 8e07c35 reports ANY GitHub failure (a rate limit, an outage) as
+  `tag not found`, before docker runs: retried `tag_not_found_retries` times, the wait doubling.
 
-- Transient failures (`TransportError`, `ServerError`): retried only where it is safe --
-  every failure of a read; for a mutating call only a `TransportError` with
-  `request_sent=False` (a connect error: nothing reached the server). Jittered exponential
-  backoff (`initial_backoff_s` doubling up to `max_backoff_s`, each wait drawn from
-  [base/2, base]), at most `max_attempts` attempts, and never past `deadline_s` after the first
-  attempt started (a wait that would cross the deadline is not taken).
-- `Busy` (409): the server refused, so retrying is safe even for a mutating call. Wait
-  `busy_wait_s`, at most `busy_retries` times, whatever the deadline: another operation on the
-  host (a pull, a build) may legitimately take longer than `deadline_s`.
-
-- `TagNotFound` (400 `tag not found: T`): compose-manager 8e07c35 asks GitHub about the tag
-  unauthenticated and turns ANY non-success answer (a rate limit, a 403, an outage) into this
-  text, and it refuses before docker runs, so a retry is safe. Retried `tag_not_found_retries`
-  times, waiting `tag_not_found_wait_s` doubling each time, before it is believed.
-
-The last error is re-raised as is when a budget is spent. Waits go through an injected `Clock`
-(tests pass a policy with tiny waits, or a fake clock).
+When a budget is spent the last error is re-raised as is. Waits go through the injected `Clock`.
 """
 
 from __future__ import annotations
@@ -82,7 +73,7 @@ async def call_with_retry(
     what: str,
     clock: Clock | None = None,
 ) -> T:
-    """Run `fn` under `policy` (see module doc). `what` names the call in log events."""
+    """Run `fn` under `policy`; `what` names the call in log events."""
     clock = clock or RealClock()
     started = clock.monotonic()
     # failures per budget ("busy", "tag", "transient"), and the budget of the last one

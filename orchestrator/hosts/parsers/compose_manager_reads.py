@@ -1,18 +1,12 @@
-"""compose-manager's read answers at commit 8e07c35 -> typed results.
+"""compose-manager's read answers at commit 8e07c35 (`compose-manager-as-deployed.md`) -> typed results.
 
-Sources: `compose-manager-as-deployed.md` and the recorded exchanges
-(`samples/compose-manager-8e07c35/exchanges.jsonl`). Rules every parser here keeps:
+The server omits unset keys: every field but the envelope is optional (absent: "not known"), and
+extra keys are kept in `extra` (a newer server may add some). A field present with the wrong type
+is a `ParseError`: better to stop than to act on a misread deploy record.
 
-- Unset keys are **omitted** by the server, never null: every field but the envelope is optional
-  and absent means "not known", not an error. Extra keys are kept in `extra`, never refused (a
-  newer server may add fields).
-- A field present with the wrong type is a `ParseError`: better to stop than to act on a
-  misread deploy record (a rollback target comes from here).
-
-`/version`: the top-level `tag/commit/file/file_sha256` are the last **attempted** up (written
-before the stream runs, so a failed up shows there). `projects[p].current` is the last
-**successful** up of project p and `previous` the successful one before it; only these may serve
-as a rollback target.
+`/version`: the top-level `tag/commit/file/file_sha256` are the last **attempted** up (a failed up
+shows there); `projects[p].current` / `previous` the last two **successful** ones, the only
+possible rollback targets.
 """
 
 from __future__ import annotations
@@ -54,8 +48,6 @@ def _int(obj: Mapping[str, Any], key: str, where: str, *, optional: bool = False
 
 @dataclass(frozen=True)
 class DeployRecord:
-    """One up as `/version` records it: {tag, commit, file, file_sha256, ...}; any key may be absent."""
-
     tag: str | None = None
     commit: str | None = None
     file: str | None = None
@@ -80,11 +72,8 @@ class ProjectVersions:
 
 
 class VersionInfo(dict[str, Any]):
-    """`GET /version`, typed, and still the raw mapping (`info["tag"]`, `info.items()`).
-
-    `tag/commit/file` here are the last ATTEMPTED up (`last_attempt`); use `project(p).current` /
-    `.previous` for what actually deployed.
-    """
+    """`GET /version`, typed, and still the raw mapping (`info["tag"]`). `tag/commit/file` are the
+    last ATTEMPTED up; `project(p).current` / `.previous` what actually deployed."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         super().__init__(_obj(raw, "version"))
@@ -102,8 +91,7 @@ class VersionInfo(dict[str, Any]):
             )
 
     def project(self, name: str | None = None) -> ProjectVersions:
-        """The success record of a project (None: the default project `work`); empty if unknown."""
-        return self.projects.get(name or DEFAULT_PROJECT, ProjectVersions())
+            return self.projects.get(name or DEFAULT_PROJECT, ProjectVersions())
 
 
 @dataclass(frozen=True)
@@ -153,11 +141,7 @@ class GpuInfo:
 
 
 def parse_host_gpu(payload: Mapping[str, Any]) -> list[GpuInfo]:
-    """`{"gpus": [{index, memory_total_mb, memory_used_mb, utilization_pct, claimed_by}, ...]}`.
-
-    The envelope key (`gpus`) is assumed (the deployed doc names only the per-GPU fields); a bare
-    list is accepted too.
-    """
+    """`{"gpus": [{index, memory_total_mb, ...}]}` (the `gpus` key is assumed; a bare list is accepted)."""
     raw = payload.get("gpus") if isinstance(payload, Mapping) else payload
     if not isinstance(raw, list):
         raise ParseError("host/gpu answer has no 'gpus' list")
@@ -190,8 +174,6 @@ class CacheVolume:
 
 @dataclass(frozen=True)
 class HostCache:
-    """`GET /host/cache`: the model-cache volumes and the weights (`models--org--repo`) they hold."""
-
     volumes: tuple[CacheVolume, ...]
     weights: tuple[str, ...]
 

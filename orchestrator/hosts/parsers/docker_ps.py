@@ -1,9 +1,8 @@
-"""`docker ps --format json` output (as compose-manager's `/docker/ps` returns it) -> `Container`s.
+"""`docker ps --format json` output (compose-manager's `/docker/ps`) -> `Container`s.
 
-One JSON object per line. `Labels` is one comma-separated `k=v` string; a label value may itself
-contain commas (`com.docker.compose.depends_on=a:service_started:false,b:...`), so a segment
-without `=` continues the previous value. `Names` may list several names (`a,b`): `name` is the
-first, `names` all of them. A whole JSON array on one line (old `compose ps` format) is accepted.
+One JSON object per line (a whole array on one line is accepted too). `Labels` is one `k=v,...`
+string whose values may hold commas (`depends_on=a:service_started:false,b:...`): a segment
+without `=` continues the previous value. `name` is the first of `Names`, `names` all of them.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from orchestrator.hosts.parsers import ParseError
 
 SERVICE_LABEL = "com.docker.compose.service"
 PROJECT_LABEL = "com.docker.compose.project"
-
 
 
 @dataclass(frozen=True)
@@ -102,12 +100,8 @@ def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -
 
 
 def parse_docker_ps(output: str) -> list[Container]:
-    """Parse `docker ps --format json` output; blank lines are skipped, a bad line raises ParseError.
-
-    Every gate polls docker/ps, and between two polls most lines are the same text: a line already
-    parsed is answered from a small cache keyed by its exact text (a `Container` is frozen and
-    nothing changes its dicts; a line that fails to parse is never cached).
-    """
+    """Blank lines are skipped, a bad line raises ParseError. Every gate polls docker/ps and most
+    lines repeat between polls: a parsed line is cached by its exact text (a `Container` is frozen)."""
     containers: list[Container] = []
     for line_no, line in enumerate(output.splitlines(), start=1):
         line = line.strip()
@@ -138,7 +132,7 @@ _LINE_CACHE_SIZE = 512
 
 
 def by_service(containers: Iterable[Container]) -> dict[str, Container]:
-    """Containers by their compose service (the name when a container carries no label)."""
+    """Containers by their compose service (else name)."""
     return {(c.service or c.name): c for c in containers}
 
 
