@@ -1,11 +1,6 @@
-"""Read-only HTTP for the external gates: a JSON GET of any URL (a compose-hash registry),
-the host's own inference proxy's `/backends/list`, and the GitHub reads the PR/CI and attestation
-gates need (a tag's PR, its check runs, a file's bytes at a tag).
-
-Only GETs: a gate never changes what it reads. Errors are the client taxonomy's (`ClientError`);
-a bearer token is registered with the redactor. ASSUMED: the in-host proxy answers
-`/backends/list` with the model-proxy's shape (`orchestrator.hosts.clients.model_proxy`), its backends'
-addresses being `container:port` (vllm-proxy-rs's pool is `VLLM_BACKEND_URLS`).
+"""Read-only HTTP (GETs only) for the external gates: a JSON GET of any URL, the in-host inference
+proxy's `/backends/list` (ASSUMED: model-proxy's shape, addresses `container:port`), and the GitHub
+reads of the PR/CI and attestation gates. Errors are the client taxonomy's.
 """
 
 from __future__ import annotations
@@ -38,8 +33,6 @@ async def get_json(url: str, token: str | None, *, transport: httpx.AsyncBaseTra
 
 @dataclass(frozen=True)
 class PullRequestStatus:
-    """What GitHub says about the PR a commit came from, and its head's check runs."""
-
     commit: str
     number: int | None = None
     merged: bool = False
@@ -50,8 +43,6 @@ class PullRequestStatus:
 
 @dataclass
 class ExternalReads:
-    """The reads the external gates make (one per run, beside the host's clients)."""
-
     redactor: Redactor
     github: GitHubClient | None = None
     transport: httpx.AsyncBaseTransport | None = None

@@ -1,7 +1,5 @@
-"""compose-manager's action log (the `actions` of `/v1/attestation/report`) -> `Action`s.
-
-The log is append-only, so list order is chronological; `last_deploy` relies on that order, not
-on timestamps (two entries may share a second).
+"""compose-manager's action log (the `actions` of `/v1/attestation/report`) -> `Action`s, in log
+order: chronological (append-only), which `last_deploy` relies on rather than on timestamps.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ class Action:
     services: tuple[str, ...] = ()
 
     def covers(self, service: str) -> bool:
-        """True if this action applied to `service` (an empty services list means every service)."""
+        """An empty services list means every service."""
         return not self.services or service in self.services
 
 
@@ -62,7 +60,6 @@ def action_from_json(entry: Any, index: int) -> Action:
 
 
 def parse_action_log(report: Mapping[str, Any]) -> list[Action]:
-    """The actions of an attestation report, in log order. A report without actions gives []."""
     if not isinstance(report, Mapping):
         raise ParseError(f"report is a {type(report).__name__}, expected an object")
     actions = report.get("actions")
