@@ -68,14 +68,6 @@ def _validate_model(model: Any) -> None:
         raise RequestInvalid("inference", "model: must be a non-empty model id", field="model")
 
 
-def _validate_messages(messages: Any) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise RequestInvalid("inference", "messages: must be a non-empty list", field="messages")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
-            raise RequestInvalid("inference", f"messages: item {index} needs 'role' and 'content'", field="messages")
-
-
 def parse_completion(payload: Any, system: str) -> Completion:
     if not isinstance(payload, dict):
         raise MalformedResponse(system, "completion answer is not an object")
@@ -130,7 +122,12 @@ class InferenceClient(_OpenAIEndpoint):
 
     async def completion(self, model: str, messages: list[dict[str, Any]], max_tokens: int = 64) -> Completion:
         _validate_model(model)
-        _validate_messages(messages)
+        if not isinstance(messages, list) or not messages:
+            raise RequestInvalid("inference", "messages: must be a non-empty list", field="messages")
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
+                raise RequestInvalid("inference", f"messages: item {index} needs 'role' and 'content'",
+                                     field="messages")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise RequestInvalid(self.system, "max_tokens: must be a positive integer", field="max_tokens")
         body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": False}

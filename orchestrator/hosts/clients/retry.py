@@ -57,14 +57,6 @@ class RetryPolicy:
         return base / 2 + r * base / 2
 
 
-def is_transient(exc: BaseException, *, mutating: bool) -> bool:
-    if isinstance(exc, TransportError):
-        return (not mutating) or (not exc.request_sent)
-    if isinstance(exc, ServerError):
-        return not mutating
-    return False
-
-
 async def call_with_retry(
     fn: Callable[[], Awaitable[T]],
     policy: RetryPolicy,
@@ -85,8 +77,10 @@ async def call_with_retry(
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return False
+        transient = isinstance(exc, ServerError | TransportError) and (
+            not mutating or (isinstance(exc, TransportError) and not exc.request_sent))
         last = ("busy" if isinstance(exc, Busy) else "tag" if isinstance(exc, TagNotFound)
-                else "transient" if is_transient(exc, mutating=mutating) else "")
+                else "transient" if transient else "")
         spent[last] += 1
         return bool(last)
 

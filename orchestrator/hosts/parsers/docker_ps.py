@@ -109,21 +109,17 @@ def parse_docker_ps(output: str) -> list[Container]:
             continue
         parsed = _LINE_CACHE.get(line)
         if parsed is None:
-            parsed = _parse_line(line, line_no)
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise ParseError("not JSON", line_no=line_no) from None
+            items = obj if isinstance(obj, list) else [obj]
+            parsed = tuple(container_from_json(item, line_no=line_no) for item in items)
             if len(_LINE_CACHE) >= _LINE_CACHE_SIZE:
                 _LINE_CACHE.pop(next(iter(_LINE_CACHE)))  # the oldest entry
             _LINE_CACHE[line] = parsed
         containers.extend(parsed)
     return containers
-
-
-def _parse_line(line: str, line_no: int) -> tuple[Container, ...]:
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        raise ParseError("not JSON", line_no=line_no) from None
-    items = obj if isinstance(obj, list) else [obj]
-    return tuple(container_from_json(item, line_no=line_no) for item in items)
 
 
 #: parsed docker/ps lines by their text, oldest first (bounded: a host lists tens of containers)

@@ -59,12 +59,6 @@ def container_service(name: str, project: str | None = None) -> str:
     return name
 
 
-def _strip_duration(tokens: list[str]) -> list[str]:
-    if tokens and _DURATION_RE.match(tokens[-1]):
-        return tokens[:-1]
-    return tokens
-
-
 def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunResult:
     plan = DryRunResult()
     for raw in lines:
@@ -81,7 +75,9 @@ def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunRes
         rest = match.group("rest").strip()
         if not rest or rest.startswith("==>") or rest.startswith("build service"):
             continue
-        tokens = _strip_duration(rest.split())
+        tokens = rest.split()
+        if tokens and _DURATION_RE.match(tokens[-1]):
+            tokens.pop()
         if not tokens:
             plan.unknown_lines.append(line)
             continue
