@@ -36,10 +36,6 @@ class StreamOutcome:
     #: A dry run's `{"event":"plan","plan":{"create","recreate","remove","unchanged"},...}`, scrubbed
     plan_event: dict[str, Any] | None = None
 
-    @property
-    def unknown(self) -> bool:
-        return self.status == "unknown"
-
 
 class StreamLines:
     """A stream's output lines scrubbed so that a secret split across two lines is found: each
@@ -121,19 +117,17 @@ async def consume_stream(
             await release(output.push(kind, data))
             return
         await release(output.flush())
+        safe = redactor.scrub_obj(event)
         if kind == "done":
             if done is not None:
                 problems.append(f"second 'done' event on line {line_no}")
             done = event
-            safe = redactor.scrub_obj(event)
         elif kind == "plan":
-            safe = redactor.scrub_obj(event)
             if plan_event is not None:
                 problems.append(f"second 'plan' event on line {line_no}")
             plan_event = safe
         else:
             log.debug("compose.stream.unknown_event", kind=redactor.scrub(kind), line=line_no)
-            safe = redactor.scrub_obj(event)
         events += 1
         await tell(safe)
 

@@ -97,9 +97,7 @@ class GitHubClient(HttpSession):
             return await call_with_retry(attempt, self.retry, mutating=False, what=f"{SYSTEM} {path}", clock=self._clock)
         except TransportError as exc:
             raise GitHubUnreachable(SYSTEM, f"cannot reach {self.base_url}: {exc.detail}") from None
-        except ClientError as exc:
-            if isinstance(exc, (GitHubUnreachable, Unauthorized)):
-                raise
+        except ServerError as exc:
             raise GitHubUnreachable(SYSTEM, exc.detail, status=exc.status) from None
 
     async def tag_commit(self, repo: str, tag: str) -> str | None:

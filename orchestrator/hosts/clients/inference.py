@@ -111,9 +111,7 @@ class _OpenAIEndpoint(HttpSession):
         return parse_json(self.system, response, self.redactor) if want_json else response
 
     def _reason(self, exc: BaseException) -> str:
-        if isinstance(exc, ClientError):
-            return self.redactor.scrub(exc.detail)
-        return self.redactor.scrub(f"{type(exc).__name__}: {exc}")
+        return self.redactor.scrub(exc.detail if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}")
 
 
 class InferenceClient(_OpenAIEndpoint):
