@@ -62,15 +62,6 @@ class Budget:
         if self.percent is not None and not Decimal(0) < self.percent <= Decimal(100):
             raise BudgetError(f"budget {self.text!r} must be a percentage above 0 and at most 100")
 
-    @classmethod
-    def absolute(cls, n_bytes: int, text: str | None = None) -> Budget:
-        return cls(text=text if text is not None else str(n_bytes), bytes=n_bytes)
-
-    @classmethod
-    def of_percent(cls, percent: Decimal | int | str, text: str | None = None) -> Budget:
-        value = Decimal(percent)
-        return cls(text=text if text is not None else f"{value}%", percent=value)
-
     def resolve(self, available_bytes: int) -> int:
         """Bytes this budget books when `available_bytes` are available at its engine's start."""
         if self.bytes is not None:
