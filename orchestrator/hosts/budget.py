@@ -186,16 +186,9 @@ def check_fit(budgets: Sequence[Budget], available_bytes: int, reserve_bytes: in
             f"the replica budgets leave {format_gib(headroom)} for page cache, less than the "
             f"{format_gib(min_page_cache_bytes)} required: lower the budgets"
         )
-    return FitReport(
-        ok=not problems,
-        replica_bytes=replica_bytes,
-        total_bytes=total,
-        available_bytes=available_bytes,
-        reserve_bytes=reserve_bytes,
-        page_cache_headroom_bytes=headroom,
-        problems=problems,
-        double_booking=percent_sum > 100 or total > usable,
-    )
+    return FitReport(ok=not problems, replica_bytes=replica_bytes, total_bytes=total, available_bytes=available_bytes,
+                     reserve_bytes=reserve_bytes, page_cache_headroom_bytes=headroom, problems=problems,
+                     double_booking=percent_sum > 100 or total > usable)
 
 
 def _require_non_negative(**values: int) -> None:

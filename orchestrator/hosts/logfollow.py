@@ -177,16 +177,8 @@ class LogFollower:
         self._history.append((most_new, tail if fetches > 1 else 0))
         self._polled = True
         self.tail = self._next_tail()
-        return FollowBatch(
-            new=new,
-            gap=gap,
-            bytes_fetched=fetched_bytes,
-            lines_fetched=fetched_lines,
-            fetches=fetches,
-            tail=tail,
-            gap_containers=tuple(gap_containers),
-            reset_containers=tuple(reset_containers),
-        )
+        return FollowBatch(new=new, gap=gap, bytes_fetched=fetched_bytes, lines_fetched=fetched_lines, fetches=fetches,
+                           tail=tail, gap_containers=tuple(gap_containers), reset_containers=tuple(reset_containers))
 
     def _next_tail(self) -> int:
         recent_new = max(n for n, _ in self._history)

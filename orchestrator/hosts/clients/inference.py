@@ -90,12 +90,8 @@ def parse_completion(payload: Any, system: str) -> Completion:
     prompt_tokens = usage.get("prompt_tokens")
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Completion(
-        text=text,
-        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
-        cached_tokens=cached if isinstance(cached, int) else None,
-        raw_usage=dict(usage),
-    )
+    return Completion(text, prompt_tokens if isinstance(prompt_tokens, int) else None,
+                      cached if isinstance(cached, int) else None, raw_usage=dict(usage))
 
 
 class _OpenAIEndpoint(HttpSession):
@@ -206,13 +202,9 @@ class SoakRelayClient(_OpenAIEndpoint):
         except Exception as exc:
             problems.append(f"generation: {self._reason(exc)}")
         ok = not problems
-        result = RelayCheckResult(
-            ok=ok,
-            health_ok=health_ok,
-            models=[self.redactor.scrub(m) for m in models],
-            generation=self.redactor.scrub(generation),
-            reason="all direct checks passed" if ok else self.redactor.scrub("; ".join(problems)),
-        )
+        result = RelayCheckResult(ok=ok, health_ok=health_ok, models=[self.redactor.scrub(m) for m in models],
+                                  generation=self.redactor.scrub(generation),
+                                  reason="all direct checks passed" if ok else self.redactor.scrub("; ".join(problems)))
         log.info(
             "soak_relay.direct_checks",
             **self.redactor.scrub_obj(dict(base_url=self.base_url, model=model, ok=ok, health_ok=health_ok, reason=result.reason)),

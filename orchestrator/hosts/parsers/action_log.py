@@ -48,15 +48,9 @@ def action_from_json(entry: Any, index: int) -> Action:
         services = [services]
     if not isinstance(services, (list, tuple)) or not all(isinstance(s, str) for s in services):
         raise ParseError(f"action {index}: 'services' is not a list of strings")
-    return Action(
-        timestamp=_opt_str(entry, "timestamp"),
-        action=action,
-        tag=_opt_str(entry, "tag"),
-        commit=_opt_str(entry, "commit"),
-        file=_opt_str(entry, "file"),
-        file_sha256=_opt_str(entry, "file_sha256"),
-        services=tuple(services),
-    )
+    return Action(timestamp=_opt_str(entry, "timestamp"), action=action, tag=_opt_str(entry, "tag"),
+                  commit=_opt_str(entry, "commit"), file=_opt_str(entry, "file"),
+                  file_sha256=_opt_str(entry, "file_sha256"), services=tuple(services))
 
 
 def parse_action_log(report: Mapping[str, Any]) -> list[Action]:

@@ -119,14 +119,9 @@ def parse_status(payload: Mapping[str, Any]) -> InFlight | None:
     if not isinstance(services, list) or not all(isinstance(s, str) for s in services):
         raise ParseError("status.in_flight.services is not a list of names")
     known = ("action", "started_at", "tag", "file", "services")
-    return InFlight(
-        action=action,
-        started_at=_opt_str(obj, "started_at", "status.in_flight"),
-        tag=_opt_str(obj, "tag", "status.in_flight"),
-        file=_opt_str(obj, "file", "status.in_flight"),
-        services=tuple(services),
-        extra={k: v for k, v in obj.items() if k not in known},
-    )
+    return InFlight(action=action, started_at=_opt_str(obj, "started_at", "status.in_flight"),
+                    tag=_opt_str(obj, "tag", "status.in_flight"), file=_opt_str(obj, "file", "status.in_flight"),
+                    services=tuple(services), extra={k: v for k, v in obj.items() if k not in known})
 
 
 @dataclass(frozen=True)
@@ -154,15 +149,10 @@ def parse_host_gpu(payload: Mapping[str, Any]) -> list[GpuInfo]:
             raise ParseError(f"{where}.claimed_by is not a list of container names")
         index = _int(obj, "index", where)
         assert index is not None
-        out.append(
-            GpuInfo(
-                index=index,
-                memory_total_mb=_int(obj, "memory_total_mb", where, optional=True),
-                memory_used_mb=_int(obj, "memory_used_mb", where, optional=True),
-                utilization_pct=_int(obj, "utilization_pct", where, optional=True),
-                claimed_by=tuple(claimed),
-            )
-        )
+        out.append(GpuInfo(index=index, memory_total_mb=_int(obj, "memory_total_mb", where, optional=True),
+                           memory_used_mb=_int(obj, "memory_used_mb", where, optional=True),
+                           utilization_pct=_int(obj, "utilization_pct", where, optional=True),
+                           claimed_by=tuple(claimed)))
     return sorted(out, key=lambda g: g.index)
 
 

@@ -82,20 +82,12 @@ def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -
     labels = parse_labels(obj.get("Labels"))
     exit_code = obj.get("ExitCode")
     return Container(
-        id=cid,
-        name=names[0] if names else "",
-        image=_str(obj, "Image"),
-        state=_str(obj, "State").lower(),
-        status=_str(obj, "Status"),
-        created_at=_str(obj, "CreatedAt"),
-        labels=labels,
+        id=cid, name=names[0] if names else "", image=_str(obj, "Image"), state=_str(obj, "State").lower(),
+        status=_str(obj, "Status"), created_at=_str(obj, "CreatedAt"), labels=labels,
         service=labels.get(SERVICE_LABEL) or (_str(obj, "Service") or None),
         project=labels.get(PROJECT_LABEL) or (_str(obj, "Project") or None),
-        names=names,
-        health=_str(obj, "Health"),
+        names=names, health=_str(obj, "Health"), running_for=_str(obj, "RunningFor"), raw=dict(obj),
         exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
-        running_for=_str(obj, "RunningFor"),
-        raw=dict(obj),
     )
 
 
