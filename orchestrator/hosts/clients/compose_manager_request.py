@@ -124,7 +124,3 @@ class ComposeRequest:
 
     def as_dry_run(self) -> ComposeRequest:
         return replace(self, dry_run=True)
-
-    def same_request(self, other: ComposeRequest) -> bool:
-        """Equal in every field except `dry_run` (the apply matches the dry run it follows)."""
-        return isinstance(other, ComposeRequest) and replace(other, dry_run=self.dry_run) == self

@@ -32,7 +32,6 @@ class Container:
     names: tuple[str, ...] = ()
     health: str = ""
     exit_code: int | None = None
-    running_for: str = ""
     raw: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
@@ -86,7 +85,7 @@ def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -
         status=_str(obj, "Status"), created_at=_str(obj, "CreatedAt"), labels=labels,
         service=labels.get(SERVICE_LABEL) or (_str(obj, "Service") or None),
         project=labels.get(PROJECT_LABEL) or (_str(obj, "Project") or None),
-        names=names, health=_str(obj, "Health"), running_for=_str(obj, "RunningFor"), raw=dict(obj),
+        names=names, health=_str(obj, "Health"), raw=dict(obj),
         exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
     )
 
