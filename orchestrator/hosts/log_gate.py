@@ -75,7 +75,7 @@ class LogGate:
             if pattern in line:
                 self.seen_once.add(pattern)
                 self.result.line = line.strip()
-        if self._complete():
+        if all(len(r) == self.ranks for r in self.seen.values()) and all(p in self.seen_once for p in self.required):
             self.result = LogGateResult(passed=True, reason="every rank logged its milestones and the ready line", line=line.strip())
         return self.result
 
@@ -83,10 +83,6 @@ class LogGate:
     def progressed(self) -> bool:
         """A milestone or the ready line was seen: lines an engine logs only after its start."""
         return bool(self.seen_once) or any(self.seen.values())
-
-    def _complete(self) -> bool:
-        per_rank = all(len(r) == self.ranks for r in self.seen.values())
-        return per_rank and all(p in self.seen_once for p in self.required)
 
     def missing(self) -> list[str]:
         out = []

@@ -22,15 +22,6 @@ from orchestrator.hosts.redaction import Redactor
 SYSTEM = "http-json"
 
 
-async def get_json(url: str, token: str | None, *, transport: httpx.AsyncBaseTransport | None, redactor: Redactor,
-                   system: str = SYSTEM) -> Any:
-    """One GET; the JSON body of a 2xx answer, else the taxonomy's error naming the status."""
-    async with HttpSession("", token, transport=transport, timeout_s=20, redactor=redactor) as http:
-        http.system = system
-        response = await http.request("GET", url, headers={"Accept": "application/json"})
-    return parse_json(system, response, redactor)
-
-
 @dataclass(frozen=True)
 class PullRequestStatus:
     commit: str
@@ -47,12 +38,15 @@ class ExternalReads:
     github: GitHubClient | None = None
     transport: httpx.AsyncBaseTransport | None = None
 
-    async def json(self, url: str, token: str | None = None) -> Any:
-        return await get_json(url, token, transport=self.transport, redactor=self.redactor)
+    async def json(self, url: str, token: str | None = None, system: str = SYSTEM) -> Any:
+        """One GET; the JSON body of a 2xx answer, else the taxonomy's error naming the status."""
+        async with HttpSession("", token, transport=self.transport, timeout_s=20, redactor=self.redactor) as http:
+            http.system = system
+            response = await http.request("GET", url, headers={"Accept": "application/json"})
+        return parse_json(system, response, self.redactor)
 
     async def proxy_backends(self, base_url: str, token: str | None) -> list[Backend]:
-        payload = await get_json(base_url.rstrip("/") + "/backends/list", token, transport=self.transport,
-                                 redactor=self.redactor, system="in-host proxy")
+        payload = await self.json(base_url.rstrip("/") + "/backends/list", token, system="in-host proxy")
         return parse_backends_list(payload, "in-host proxy")
 
     def _gh(self) -> GitHubClient:
