@@ -55,16 +55,9 @@ class HostClients:
             await c.aclose()
 
 
-def build_host_clients(
-    settings: Settings,
-    inventory: Inventory,
-    entry: HostEntry,
-    redactor: Redactor,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    retry: RetryPolicy | None = None,
-    clock: Clock | None = None,
-) -> HostClients:
+def build_host_clients(settings: Settings, inventory: Inventory, entry: HostEntry, redactor: Redactor, *,
+                       transport: httpx.AsyncBaseTransport | None = None, retry: RetryPolicy | None = None,
+                       clock: Clock | None = None) -> HostClients:
     common: dict[str, Any] = dict(transport=transport, retry=retry, clock=clock)
 
     def relay_factory(url: str, token: str) -> SoakRelayClient:

@@ -57,16 +57,8 @@ class _Decision:
 
 
 class LogFollower:
-    def __init__(
-        self,
-        fetch: Callable[[int], Awaitable[str]],
-        *,
-        initial_tail: int = 200,
-        max_tail: int = 5000,
-        min_tail: int | None = None,
-        min_overlap: int = 8,
-        keep_lines: int = 512,
-    ) -> None:
+    def __init__(self, fetch: Callable[[int], Awaitable[str]], *, initial_tail: int = 200, max_tail: int = 5000,
+                 min_tail: int | None = None, min_overlap: int = 8, keep_lines: int = 512) -> None:
         if min_overlap < 1:
             raise ValueError("min_overlap must be >= 1")
         if not 1 <= initial_tail <= max_tail:

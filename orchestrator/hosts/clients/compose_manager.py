@@ -110,11 +110,9 @@ class ComposeManagerClient(HttpSession):
         validate_services(list(services), allow_empty=True)
         if project is not None and project != DEFAULT_PROJECT:
             validate_project(project)
-            raise _invalid(
-                "project",
-                f"compose-manager (8e07c35) reads logs of the default project only, not {project!r}; "
-                "logs of another project are not possible until the server supports it",
-            )
+            raise _invalid("project", f"compose-manager (8e07c35) reads logs of the default project only, "
+                                      f"not {project!r}; logs of another project are not possible until "
+                                      "the server supports it")
         if not isinstance(tail, int) or isinstance(tail, bool) or tail < 0:
             raise _invalid("tail", "must be a non-negative integer")
         body: dict[str, Any] = {"file": file, "services": list(services), "tail": tail}
@@ -122,9 +120,8 @@ class ComposeManagerClient(HttpSession):
             payload = await self._read("POST", "/compose/logs", what="logs", json_body=body)
         except ComposeFailed as exc:
             if "no such service" in exc.stderr:
-                raise ComposeFailed(
-                    SYSTEM, f"logs: {exc.stderr} (not defined in the host's copy of {file})", stderr=exc.stderr
-                ) from None
+                raise ComposeFailed(SYSTEM, f"logs: {exc.stderr} (not defined in the host's copy of {file})",
+                                    stderr=exc.stderr) from None
             raise
         return _output(payload, "compose/logs")
 
@@ -205,13 +202,10 @@ class ComposeManagerClient(HttpSession):
             response = await call_with_retry(open_stream, self.retry, mutating=True, what=f"{SYSTEM} {action}", clock=self._clock)
         except TagNotFound as exc:
             attempts = self.retry.tag_not_found_retries + 1
-            raise TagNotFound(
-                SYSTEM,
-                f"{exc.detail} (answered {attempts} times). compose-manager asks GitHub unauthenticated and "
-                "reports any GitHub failure (a rate limit, a 403, an outage) as 'tag not found': check that "
-                "the tag exists in the host's repository, then retry later",
-                status=exc.status,
-            ) from None
+            raise TagNotFound(SYSTEM, f"{exc.detail} (answered {attempts} times). compose-manager asks GitHub "
+                                      "unauthenticated and reports any GitHub failure (a rate limit, a 403, an "
+                                      "outage) as 'tag not found': check that the tag exists in the host's "
+                                      "repository, then retry later", status=exc.status) from None
         except _SentButLost as lost:
             outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost}")
         else:

@@ -34,17 +34,9 @@ class HttpSession:
     timeout_s: float = 30
     empty_token: str | None = None
 
-    def __init__(
-        self,
-        base_url: str,
-        token: Any = None,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float | None = None,
-        redactor: Redactor | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, base_url: str, token: Any = None, *, transport: httpx.AsyncBaseTransport | None = None,
+                 retry: RetryPolicy | None = None, timeout_s: float | None = None, redactor: Redactor | None = None,
+                 clock: Clock | None = None) -> None:
         secret = reveal(token)
         if not secret and self.empty_token:
             raise RequestInvalid(self.system, f"token: {self.empty_token}", field="token")

@@ -57,14 +57,8 @@ class RetryPolicy:
         return base / 2 + r * base / 2
 
 
-async def call_with_retry(
-    fn: Callable[[], Awaitable[T]],
-    policy: RetryPolicy,
-    *,
-    mutating: bool,
-    what: str,
-    clock: Clock | None = None,
-) -> T:
+async def call_with_retry(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, *, mutating: bool, what: str,
+                          clock: Clock | None = None) -> T:
     """Run `fn` under `policy`; `what` names the call in log events."""
     clock = clock or RealClock()
     started = clock.monotonic()
@@ -102,22 +96,10 @@ async def call_with_retry(
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.info(
-            "client.retry",
-            call=what,
-            error=type(exc).__name__ if exc else None,
-            system=getattr(exc, "system", None),
-            status=getattr(exc, "status", None),
-            attempt=state.attempt_number,
-            wait_s=round(state.upcoming_sleep, 3),
-        )
+        log.info("client.retry", call=what, error=type(exc).__name__ if exc else None,
+                 system=getattr(exc, "system", None), status=getattr(exc, "status", None),
+                 attempt=state.attempt_number, wait_s=round(state.upcoming_sleep, 3))
 
-    retrying = AsyncRetrying(
-        sleep=clock.sleep,
-        retry=should_retry,
-        wait=wait,
-        stop=stop,
-        before_sleep=before_sleep,
-        reraise=True,
-    )
+    retrying = AsyncRetrying(sleep=clock.sleep, retry=should_retry, wait=wait, stop=stop, before_sleep=before_sleep,
+                             reraise=True)
     return await retrying(fn)
