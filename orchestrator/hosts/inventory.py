@@ -93,9 +93,8 @@ class Inventory(_Strict):
             return self.hosts[name]
         except KeyError:
             known = ", ".join(sorted(self.hosts)) or "none"
-            raise UserError(
-                f"unknown host {name!r}: the inventory lists {known}; add it to the inventory or fix the name"
-            ) from None
+            raise UserError(f"unknown host {name!r}: the inventory lists {known}; "
+                            "add it to the inventory or fix the name") from None
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -110,9 +109,8 @@ def load_inventory(path: Path) -> Inventory:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(
-            f"cannot read inventory {path}: {exc.strerror}; pass --inventory PATH or set ORCHESTRATOR_INVENTORY"
-        ) from None
+        raise UserError(f"cannot read inventory {path}: {exc.strerror}; "
+                        "pass --inventory PATH or set ORCHESTRATOR_INVENTORY") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"inventory {path} is not UTF-8 text (byte {exc.start}); pass the YAML inventory") from None
     try:

@@ -61,11 +61,8 @@ class LogGate:
             bm = _BUDGET.search(line)
             if bm and int(bm.group(1)) != self.expected_rank_budget:
                 who = f"TP{rank}" if rank is not None else "a rank"
-                self.result = LogGateResult(
-                    failed=True,
-                    reason=f"{who} logged rank_budget_bytes={bm.group(1)}, expected {self.expected_rank_budget}",
-                    line=line.strip(),
-                )
+                reason = f"{who} logged rank_budget_bytes={bm.group(1)}, expected {self.expected_rank_budget}"
+                self.result = LogGateResult(failed=True, reason=reason, line=line.strip())
                 return self.result
         for pattern, ranks in self.seen.items():
             if pattern in line and rank is not None and rank < self.ranks:

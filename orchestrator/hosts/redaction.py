@@ -65,13 +65,9 @@ def reveal(secret: Any) -> str:
     return str(secret)
 
 
-def _any_case_hex(byte: int) -> str:
-    return "%" + "".join(f"[{d.upper()}{d.lower()}]" if d.isalpha() else d for d in f"{byte:02X}")
-
-
-def _any_case_json(escape: str) -> str:
-    """A JSON escape (`\\u00e9`) with its hex digits in either case."""
-    return "".join(f"[{c.upper()}{c.lower()}]" if c in "abcdef" else re.escape(c) for c in escape)
+def _any_case(escape: str) -> str:
+    """An escape (`%2F`, `\\u00e9`) as a pattern with its hex letters in either case."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.lower() in "abcdef" else re.escape(c) for c in escape)
 
 
 def _char_pattern(c: str) -> str:
@@ -79,10 +75,10 @@ def _char_pattern(c: str) -> str:
     if c.isascii() and c.isalnum():
         return c
     # The encoded forms first: `%25` must be read whole, not as `%` and then `25`.
-    forms = ["".join(_any_case_hex(b) for b in c.encode("utf-8"))]
+    forms = ["".join(_any_case(f"%{b:02X}") for b in c.encode("utf-8"))]
     escaped = json.dumps(c)[1:-1]
     if escaped != c:
-        forms.append(_any_case_json(escaped))
+        forms.append(_any_case(escaped))
     if c == "/":
         forms.append(r"\\/")
     if c == " ":

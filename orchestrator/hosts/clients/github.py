@@ -130,23 +130,16 @@ class GitHubClient(HttpSession):
         except _NotFound:
             return TagCheck(False, f"commit {sha[:12]} of tag {tag} is not in {repo}'s history", sha)
         info = commit.get("commit") or {}
-        committed = _parse_time((info.get("committer") or {}).get("date")) or _parse_time(
-            (info.get("author") or {}).get("date")
-        )
+        committed = (_parse_time((info.get("committer") or {}).get("date"))
+                     or _parse_time((info.get("author") or {}).get("date")))
         status = compare.get("status")
         if status not in MERGED_STATUSES:
-            return TagCheck(
-                False, f"tag {tag} ({sha[:12]}) is not merged to {MAIN_BRANCH} (compare: {status})", sha, committed
-            )
+            return TagCheck(False, f"tag {tag} ({sha[:12]}) is not merged to {MAIN_BRANCH} (compare: {status})",
+                            sha, committed)
         if committed is None:
             raise GitHubUnreachable(SYSTEM, f"commit {sha[:12]} has no commit date")
         if now - committed < timedelta(hours=min_age_hours):
             age_h = (now - committed).total_seconds() / 3600
-            return TagCheck(
-                False,
-                f"tag {tag} is too recent: committed {committed:%Y-%m-%d %H:%M:%S} UTC, {age_h:.1f} h ago "
-                f"(less than {min_age_hours:g} h)",
-                sha,
-                committed,
-            )
+            return TagCheck(False, f"tag {tag} is too recent: committed {committed:%Y-%m-%d %H:%M:%S} UTC, "
+                                   f"{age_h:.1f} h ago (less than {min_age_hours:g} h)", sha, committed)
         return TagCheck(True, None, sha, committed)

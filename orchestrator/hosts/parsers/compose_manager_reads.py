@@ -57,10 +57,8 @@ class DeployRecord:
     @classmethod
     def parse(cls, raw: Any, where: str) -> DeployRecord:
         obj = _obj(raw, where)
-        return cls(
-            **{k: _opt_str(obj, k, where) for k in _RECORD_KEYS},
-            extra={k: v for k, v in obj.items() if k not in _RECORD_KEYS},
-        )
+        return cls(**{k: _opt_str(obj, k, where) for k in _RECORD_KEYS},
+                   extra={k: v for k, v in obj.items() if k not in _RECORD_KEYS})
 
 
 @dataclass(frozen=True)
