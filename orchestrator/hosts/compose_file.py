@@ -39,9 +39,6 @@ class InterpolationError(ComposeFileError):
     """A `${...}` expression that is malformed, or a required variable that is missing."""
 
 
-# --- interpolation ------------------------------------------------------------------------------
-
-
 class _Var(NamedTuple):
     name: str
     operator: str  # "" for $VAR / ${VAR}
@@ -174,9 +171,6 @@ class BudgetExpr:
         return resolve_env_value(self.raw, env)
 
 
-# --- the file -----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ServiceDef:
     """One service, after merge keys. `depends_on`: service -> condition (a list means
@@ -289,9 +283,6 @@ def _names(services: Iterable[str]) -> list[str]:
     if isinstance(services, str):
         raise TypeError("give a list of service names, not one string")
     return list(services)
-
-
-# --- building services --------------------------------------------------------------------------
 
 
 def _service(file: str, name: str, body: Any) -> ServiceDef:

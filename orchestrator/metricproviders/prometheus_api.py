@@ -70,10 +70,6 @@ async def read_replica(client: Any, replica: str, at: float, *, replica_label: s
                        selector: str = "", matchers: str | None = None) -> Scrape:
     """One instant read of `replica`'s series through `client` (`PrometheusQueryClient`), stamped `at`."""
     status, text = await client.query(replica_query(replica, replica_label, selector, matchers))
-    return parse_answer(status, text, at)
-
-
-def parse_answer(status: int, text: str, at: float) -> Scrape:
     try:
         answer = json.loads(text)
     except ValueError:
