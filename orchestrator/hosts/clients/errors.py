@@ -184,13 +184,13 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol, httpx.LocalProtocolError)
 
 
-def transport_error(system: str, exc: httpx.HTTPError, redactor: Redactor, *, request_sent: bool | None = None) -> TransportError:
-    """A `TransportError` for an httpx failure; `request_sent` defaults from the exception type."""
-    sent = not isinstance(exc, NOT_SENT) if request_sent is None else request_sent
+def transport_error(system: str, exc: httpx.HTTPError, redactor: Redactor) -> TransportError:
+    """A `TransportError` for an httpx failure, `request_sent` unless it is one of `NOT_SENT`."""
     what = type(exc).__name__
     text = _clip(redactor.scrub(str(exc))) if str(exc) else ""
     where = request_target(exc, redactor)
-    return TransportError(system, f"{what}{' on ' + where if where else ''}{': ' + text if text else ''}", request_sent=sent)
+    return TransportError(system, f"{what}{' on ' + where if where else ''}{': ' + text if text else ''}",
+                          request_sent=not isinstance(exc, NOT_SENT))
 
 
 def request_target(exc: httpx.HTTPError, redactor: Redactor) -> str:
@@ -204,7 +204,7 @@ def request_target(exc: httpx.HTTPError, redactor: Redactor) -> str:
     return redactor.scrub(f"{request.method} {url.scheme}://{url.host}{port}{url.path}")
 
 
-def parse_json(system: str, response: httpx.Response, redactor: Redactor) -> Any:
+def parse_json(system: str, response: httpx.Response) -> Any:
     """The JSON body of a 2xx answer, or `MalformedResponse` (the body described, never quoted)."""
     try:
         return json.loads(response.content)

@@ -43,7 +43,7 @@ class ExternalReads:
         async with HttpSession("", token, transport=self.transport, timeout_s=20, redactor=self.redactor) as http:
             http.system = system
             response = await http.request("GET", url, headers={"Accept": "application/json"})
-        return parse_json(system, response, self.redactor)
+        return parse_json(system, response)
 
     async def proxy_backends(self, base_url: str, token: str | None) -> list[Backend]:
         payload = await self.json(base_url.rstrip("/") + "/backends/list", token, system="in-host proxy")

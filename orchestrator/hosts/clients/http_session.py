@@ -72,7 +72,7 @@ class HttpSession:
         errors are retried too). `what` names the call in log events."""
         async def attempt() -> Any:
             response = await self.request(method, path, json_body=json_body, params=params)
-            payload = parse_json(self.system, response, self.redactor)
+            payload = parse_json(self.system, response)
             return check(payload) if check is not None else payload
 
         return await call_with_retry(attempt, self.retry, mutating=False, what=what or f"{self.system} {path}",

@@ -104,7 +104,7 @@ class _OpenAIEndpoint(HttpSession):
                 response = await self.request(method, route, json_body=json_body)
         except TimeoutError:
             raise TransportError(self.system, f"{method} {route}: no answer within {self.timeout_s:g} s") from None
-        return parse_json(self.system, response, self.redactor) if want_json else response
+        return parse_json(self.system, response) if want_json else response
 
     def _reason(self, exc: BaseException) -> str:
         return self.redactor.scrub(exc.detail if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}")
