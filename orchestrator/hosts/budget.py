@@ -1,22 +1,15 @@
 """HiCache host-memory budgets: parse, resolve per replica and per rank, check that they fit.
 
-Pure arithmetic, no I/O. Every value is exact: sizes are `int` bytes, percentages are `Decimal`,
-and nothing passes through `float`.
+Pure and exact: sizes are `int` bytes, percentages `Decimal`, nothing passes through `float`.
+The rules (gpu02 runbook, "HiCache host-memory budget"): `SGLANG_HICACHE_RAM_BUDGET` is a
+per-replica size (`406GiB`) or a percentage (`40%`) of `MemAvailable` when that replica's engine
+starts (so it depends on start order); each TP rank gets `floor(replica_bytes / ranks)` and logs
+it as `rank_budget_bytes=<int>`; the replicas must fit in the available RAM minus a reserve, with
+room left for page cache.
 
-The rules (gpu02 runbook, "HiCache host-memory budget"):
-
-- `SGLANG_HICACHE_RAM_BUDGET` is a per-replica size (`406GiB`) or a percentage (`40%`).
-- A percentage resolves against `MemAvailable` when that replica's engine starts, so it depends
-  on start order: every replica started earlier has already booked its share.
-- Each of a replica's TP ranks gets `floor(replica_bytes / ranks)` and logs it as
-  `rank_budget_bytes=<int>`.
-- The replicas must fit in the host's available RAM minus a reserve (10 GiB on gpu02), with room
-  left for page cache.
-
-Units, as written in the compose files: `KB MB GB TB` are powers of 1000, `KiB MiB GiB TiB` powers
-of 1024, `B` or no unit is bytes. Units are case-sensitive and nothing else is accepted (`gib` is
-refused with a message naming `GiB`; docker-style `G` is not understood): how the engine reads
-other spellings is not known here, so a value we pass must be one whose meaning is certain.
+Units: `KB MB GB TB` are powers of 1000, `KiB MiB GiB TiB` of 1024, `B` or none bytes;
+case-sensitive, nothing else accepted (how the engine reads other spellings is not known here, so
+a value we pass must be one whose meaning is certain).
 """
 
 from __future__ import annotations
@@ -54,11 +47,8 @@ class BudgetError(ValueError):
 
 @dataclass(frozen=True)
 class Budget:
-    """One replica's budget: absolute `bytes` or a `percent` of available RAM (exactly one set).
-
-    `text` is the value as written (for messages and plans). Build one with `parse_budget`,
-    `Budget.absolute` or `Budget.of_percent`.
-    """
+    """One replica's budget: absolute `bytes` or a `percent` of available RAM (exactly one set);
+    `text` as written."""
 
     text: str
     bytes: int | None = None
@@ -72,15 +62,6 @@ class Budget:
         if self.percent is not None and not Decimal(0) < self.percent <= Decimal(100):
             raise BudgetError(f"budget {self.text!r} must be a percentage above 0 and at most 100")
 
-    @classmethod
-    def absolute(cls, n_bytes: int, text: str | None = None) -> Budget:
-        return cls(text=text if text is not None else str(n_bytes), bytes=n_bytes)
-
-    @classmethod
-    def of_percent(cls, percent: Decimal | int | str, text: str | None = None) -> Budget:
-        value = Decimal(percent)
-        return cls(text=text if text is not None else f"{value}%", percent=value)
-
     def resolve(self, available_bytes: int) -> int:
         """Bytes this budget books when `available_bytes` are available at its engine's start."""
         if self.bytes is not None:
@@ -91,12 +72,8 @@ class Budget:
 
 
 def parse_budget(text: str) -> Budget:
-    """Parse `406GiB`, `406 GiB`, `435939180544`, `1.5TiB`, `500GB` or `40%`.
-
-    Refused, each with a message saying what to write: empty, negative, zero, a percentage over
-    100, a size that is not a whole number of bytes (`1.3KiB`), an unknown or wrongly-cased unit,
-    anything else.
-    """
+    """Parse `406GiB`, `406 GiB`, `435939180544`, `1.5TiB`, `500GB` or `40%`; anything else
+    (zero, over 100%, not whole bytes, a wrongly-cased unit, ...) is refused saying what to write."""
     if not isinstance(text, str):
         raise BudgetError(f"budget {text!r} is not a string: {_EXAMPLES}")
     stripped = text.strip()
@@ -123,10 +100,8 @@ def parse_budget(text: str) -> Budget:
         raise BudgetError(f"budget {text!r} is not understood: {_EXAMPLES}")
     value = _EXACT.multiply(number, Decimal(UNITS[unit]))
     if value != value.to_integral_value():
-        raise BudgetError(
-            f"budget {text!r} is {value} bytes, not a whole number of bytes: "
-            f"write it in a smaller unit or in bytes"
-        )
+        raise BudgetError(f"budget {text!r} is {value} bytes, not a whole number of bytes: "
+                          f"write it in a smaller unit or in bytes")
     return Budget(text=text, bytes=int(value))
 
 
@@ -146,13 +121,8 @@ def per_rank_bytes(replica_bytes: int, ranks: int) -> int:
 
 
 def resolve_in_start_order(budgets: Sequence[Budget], available_bytes: int) -> list[int]:
-    """Bytes each replica books, in start order.
-
-    An absolute budget books its size. A percentage books that share of what is still available
-    when its replica starts: `available_bytes` minus what the earlier replicas booked (never below
-    zero). Percentages alone therefore never book more than `available_bytes`; absolute sizes are
-    returned as asked even when they do not fit (`check_fit` reports that).
-    """
+    """Bytes each replica books, in start order: a percentage of what the earlier replicas left
+    (never below zero), an absolute size as asked even when it does not fit (`check_fit` says so)."""
     _require_non_negative(available_bytes=available_bytes)
     remaining = available_bytes
     booked: list[int] = []
@@ -165,8 +135,6 @@ def resolve_in_start_order(budgets: Sequence[Budget], available_bytes: int) -> l
 
 @dataclass
 class FitReport:
-    """Outcome of `check_fit`. `ok` is true exactly when `problems` is empty."""
-
     ok: bool
     replica_bytes: list[int]
     total_bytes: int
@@ -177,31 +145,14 @@ class FitReport:
     double_booking: bool = False
 
 
-def check_fit(
-    budgets: Sequence[Budget],
-    available_bytes: int,
-    reserve_bytes: int,
-    min_page_cache_bytes: int = 0,
-) -> FitReport:
-    """Check that the replicas' budgets, started in the given order, fit on the host.
-
-    Problems (each a sentence, sizes in GiB with one decimal):
-
-    - the total exceeds `available_bytes - reserve_bytes` (the engine started last fails);
-    - the headroom left for page cache is below `min_page_cache_bytes`;
-    - a percentage budget on more than one replica (its size depends on start order and moves at
-      every restart);
-    - the percentages add up to more than 100% of host RAM (a single-replica value applied to
-      several replicas: 2 x 80% = 160%).
-
-    `double_booking` is true when the percentages add up to more than 100, or when the resolved
-    total exceeds `available_bytes - reserve_bytes`.
-    """
-    _require_non_negative(
-        available_bytes=available_bytes,
-        reserve_bytes=reserve_bytes,
-        min_page_cache_bytes=min_page_cache_bytes,
-    )
+def check_fit(budgets: Sequence[Budget], available_bytes: int, reserve_bytes: int,
+              min_page_cache_bytes: int = 0) -> FitReport:
+    """Whether the replicas' budgets, started in the given order, fit on the host. Problems: the
+    total exceeds available minus reserve (double-booking), too little page-cache headroom, a
+    percentage on several replicas (it moves at every restart), percentages over 100% in sum
+    (double-booking)."""
+    _require_non_negative(available_bytes=available_bytes, reserve_bytes=reserve_bytes,
+                          min_page_cache_bytes=min_page_cache_bytes)
     replica_bytes = resolve_in_start_order(budgets, available_bytes)
     total = sum(replica_bytes)
     usable = available_bytes - reserve_bytes
@@ -235,16 +186,9 @@ def check_fit(
             f"the replica budgets leave {format_gib(headroom)} for page cache, less than the "
             f"{format_gib(min_page_cache_bytes)} required: lower the budgets"
         )
-    return FitReport(
-        ok=not problems,
-        replica_bytes=replica_bytes,
-        total_bytes=total,
-        available_bytes=available_bytes,
-        reserve_bytes=reserve_bytes,
-        page_cache_headroom_bytes=headroom,
-        problems=problems,
-        double_booking=percent_sum > 100 or total > usable,
-    )
+    return FitReport(ok=not problems, replica_bytes=replica_bytes, total_bytes=total, available_bytes=available_bytes,
+                     reserve_bytes=reserve_bytes, page_cache_headroom_bytes=headroom, problems=problems,
+                     double_booking=percent_sum > 100 or total > usable)
 
 
 def _require_non_negative(**values: int) -> None:

@@ -1,25 +1,16 @@
 """A docker compose file, modelled as far as the orchestrator needs it.
 
-Loaded with PyYAML's safe loader, whose YAML 1.1 merge keys (`<<: *anchor`) docker compose also
-uses: merged keys are seen, an explicit key wins over a merged one, and a merge is shallow (a
-service that sets `environment:` replaces the anchor's whole list, it does not extend it).
-Duplicate keys in one mapping are refused, as compose refuses them.
+Loaded with PyYAML's safe loader: YAML 1.1 merge keys (`<<: *anchor`) as compose reads them (an
+explicit key wins, a merge is shallow), duplicate keys refused as compose refuses them. `closure`
+is what a scoped `up` starts; `up --remove-orphans` removes every running service the file does
+not define, whatever the `up` is scoped to.
 
-What is modelled per service: container name, profiles, `depends_on` (with conditions),
-`stop_grace_period`, `environment`, image. What a file would do to a running project is answered
-by `closure` (what a scoped `up` starts) and `budget_of` (the HiCache budget expression of an
-engine); what `up --remove-orphans` removes is every running service the file does not define,
-whatever `services` list the `up` is scoped to.
+Interpolation follows compose: `$VAR`, `${VAR}`, `${VAR:-d}` (unset or empty -> d), `${VAR-d}`
+(unset -> d), `${VAR:?e}`, `${VAR?e}`, `${VAR:+r}`, `${VAR+r}`, nesting, `$$` for `$`. Error
+messages never contain a variable's value.
 
-Interpolation (`resolve_env_value`) follows compose's rules: `$VAR`, `${VAR}`, `${VAR:-d}`
-(unset or empty -> d), `${VAR-d}` (unset -> d), `${VAR:?e}`, `${VAR?e}`, `${VAR:+r}`, `${VAR+r}`,
-nesting in the argument, `$$` for a literal `$`. Error messages never contain a variable's value.
-
-`interpolate` applies them to any part of the file, as compose does (`lenient`: a missing required
-variable reads `${NAME}`); orchestrator.previews.compose_reading reads `ServiceDef.body` with it.
-
-Not modelled: `extends`, `env_file`, `include`, multiple files, and the YAML 1.1 vs 1.2 scalar
-differences (an unquoted `yes` in a mapping-form environment reads as `true` here).
+Not modelled: `extends`, `env_file`, `include`, multiple files, YAML 1.1 vs 1.2 scalars (an
+unquoted `yes` in a mapping-form environment reads as `true`).
 """
 
 from __future__ import annotations
@@ -48,13 +39,10 @@ class InterpolationError(ComposeFileError):
     """A `${...}` expression that is malformed, or a required variable that is missing."""
 
 
-# --- interpolation ------------------------------------------------------------------------------
-
-
 class _Var(NamedTuple):
     name: str
     operator: str  # "" for $VAR / ${VAR}
-    argument: str | None  # raw text after the operator, may itself hold expressions
+    argument: str | None  # raw text after the operator
 
 
 def _scan(raw: str) -> list[str | _Var]:
@@ -118,16 +106,9 @@ def _closing_brace(raw: str, start: int) -> int:
 
 
 def resolve_env_value(raw: str, env: Mapping[str, str], *, lenient: bool = False) -> str:
-    """`raw` interpolated against `env` with compose's rules (see the module docstring).
-
-    An unset variable without a default becomes the empty string (compose warns and does the
-    same). `${VAR:?message}` / `${VAR?message}` raise `InterpolationError` naming the variable,
-    or, with `lenient`, read as `${VAR}`.
-    """
-    out: list[str] = []
-    for part in _scan(raw):
-        out.append(part if isinstance(part, str) else _resolve_var(part, env, lenient))
-    return "".join(out)
+    """`raw` interpolated against `env`. An unset variable without a default is empty (as in
+    compose); a missing required one raises `InterpolationError`, or with `lenient` reads `${VAR}`."""
+    return "".join(part if isinstance(part, str) else _resolve_var(part, env, lenient) for part in _scan(raw))
 
 
 def interpolate(value: Any, env: Mapping[str, str], *, lenient: bool = True) -> Any:
@@ -162,20 +143,14 @@ def _resolve_var(var: _Var, env: Mapping[str, str], lenient: bool = False) -> st
                 return value
             if lenient:
                 return f"${{{var.name}}}"
-            raise InterpolationError(
-                f"required variable {var.name} is missing a value: {argument}"
-            )
+            raise InterpolationError(f"required variable {var.name} is missing a value: {argument}")
     raise AssertionError(var.operator)
 
 
 @dataclass(frozen=True)
 class BudgetExpr:
-    """An environment value that is one variable with an optional default, or a literal.
-
-    `${VAR:-406GiB}` and `${VAR-406GiB}` -> variable `VAR`, default `406GiB`; `${VAR}` -> default
-    None; a literal `406GiB` -> variable None, default `406GiB` (the value in effect). The default
-    is kept as written. `resolve(env)` gives the value compose would pass to the engine.
-    """
+    """An environment value that is one variable with an optional default (`${VAR:-406GiB}`,
+    `${VAR-406GiB}`, `${VAR}`), or a literal (variable None, default the value in effect)."""
 
     variable: str | None
     default: str | None
@@ -190,26 +165,17 @@ class BudgetExpr:
         var = parts[0]
         if len(parts) == 1 and isinstance(var, _Var) and var.operator in ("", ":-", "-"):
             return cls(variable=var.name, default=var.argument, raw=raw)
-        raise InterpolationError(
-            f"{raw!r} is not a single ${{VAR}}, ${{VAR:-default}} or ${{VAR-default}} expression"
-        )
+        raise InterpolationError(f"{raw!r} is not a single ${{VAR}}, ${{VAR:-default}} or ${{VAR-default}} expression")
 
     def resolve(self, env: Mapping[str, str]) -> str:
         return resolve_env_value(self.raw, env)
 
 
-# --- the file -----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ServiceDef:
-    """One service, after merge keys are applied.
-
-    `depends_on` maps a service to its condition (the list form means `service_started`).
-    `environment` keeps values as written (`${GLM53_HICACHE_RAM_BUDGET:-406GiB}`); an entry with
-    no value (`- FOO`, or `FOO:` with nothing after it) maps to None: compose passes FOO through
-    from its own environment, or leaves it unset.
-    """
+    """One service, after merge keys. `depends_on`: service -> condition (a list means
+    `service_started`). `environment` keeps values as written; an entry without a value (`- FOO`,
+    `FOO:`) is None (compose passes FOO through from its own environment)."""
 
     name: str
     container_name: str | None
@@ -268,11 +234,8 @@ class ComposeFile:
         return service in self.services
 
     def closure(self, services: Iterable[str]) -> list[str]:
-        """`services` plus everything they depend on, transitively; dependencies first.
-
-        Order: depth-first in the order given, dependencies in the order the file declares them.
-        An undefined service or a dependency cycle raises `ComposeFileError`.
-        """
+        """`services` plus everything they depend on, transitively, dependencies first (depth-first
+        in the order given and declared). An undefined service or a cycle: `ComposeFileError`."""
         order: list[str] = []
         state: dict[str, str] = {}
 
@@ -283,9 +246,7 @@ class ComposeFile:
             if state.get(name) == "done":
                 return
             if state.get(name) == "visiting":
-                raise ComposeFileError(
-                    f"compose file {self.path}: dependency cycle through {name}"
-                )
+                raise ComposeFileError(f"compose file {self.path}: dependency cycle through {name}")
             state[name] = "visiting"
             for dependency in self.services[name].depends_on:
                 visit(dependency, name)
@@ -300,14 +261,9 @@ class ComposeFile:
         requested = _names(services)
         return set(self.closure(requested)) - set(requested)
 
-    def budget_of(
-        self, service: str, var_prefix: str = "SGLANG_HICACHE_RAM_BUDGET"
-    ) -> BudgetExpr | None:
-        """The budget expression of `service`'s environment key `var_prefix` (an exact key name).
-
-        None when the service does not set the key. A pass-through entry (`- KEY`) reads as
-        `${KEY}`.
-        """
+    def budget_of(self, service: str, var_prefix: str = "SGLANG_HICACHE_RAM_BUDGET") -> BudgetExpr | None:
+        """The budget expression of `service`'s environment key `var_prefix` (exact), None when
+        unset; a pass-through entry (`- KEY`) reads as `${KEY}`."""
         if service not in self.services:
             raise ComposeFileError(f"compose file {self.path} does not define {service}")
         environment = self.services[service].environment
@@ -327,9 +283,6 @@ def _names(services: Iterable[str]) -> list[str]:
     if isinstance(services, str):
         raise TypeError("give a list of service names, not one string")
     return list(services)
-
-
-# --- building services --------------------------------------------------------------------------
 
 
 def _service(file: str, name: str, body: Any) -> ServiceDef:
@@ -367,9 +320,7 @@ def _depends_on(where: str, value: Any) -> dict[str, str]:
         raise ComposeFileError(f"{where}: depends_on must be a list or a mapping")
     result: dict[str, str] = {}
     for dependency, spec in value.items():
-        if spec is None:
-            spec = {}
-        condition = spec.get("condition", "service_started") if isinstance(spec, dict) else None
+        condition = (spec or {}).get("condition", "service_started") if isinstance(spec, dict) or spec is None else None
         if condition not in CONDITIONS:
             raise ComposeFileError(
                 f"{where}: depends_on {dependency} has condition {condition!r}; "
@@ -438,10 +389,7 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
         super().flatten_mapping(node)
 
 
-# --- inline configs that compose does not see change ---------------------------------------------
-
-#: Keys docker compose leaves out of a service's config hash (com.docker.compose.config-hash): a
-#: change of them alone recreates nothing.
+#: Keys docker compose leaves out of a service's config hash: a change of them alone recreates nothing.
 HASH_EXCLUDED = ("profiles", "depends_on", "build", "pull_policy", "scale")
 
 
@@ -461,14 +409,10 @@ def _config_sources(body: Any) -> list[str]:
 
 
 def config_only_changes(old_text: str, new_text: str, *, old_name: str = "<old>", new_name: str = "<new>") -> list[str]:
-    """Services of the new file whose only change from the old file is the content of an inline
-    `configs:` entry they use (`configs: {x: {content: ...}}`).
-
-    docker compose hashes a service's own definition (less HASH_EXCLUDED) and the *reference* to a
-    config, never the inline content (docker/compose#11900, open; #13045 in 2.38.2): a dry run
-    reports such a service unchanged and an up leaves its container, old config and all. Such a
-    service must be recreated explicitly (a `force_recreate` scoped to it). Compared as written,
-    before interpolation (the same env map interpolates both the same way)."""
+    """Services of the new file whose only change is the content of an inline `configs:` entry
+    they use. compose hashes the *reference* to a config, never its inline content
+    (docker/compose#11900, #13045): a dry run reports such a service unchanged and an up keeps its
+    old config, so it must be force-recreated. Compared as written, before interpolation."""
     old, new = _document(old_text, old_name), _document(new_text, new_name)
 
     def contents(doc: dict[str, Any]) -> dict[str, Any]:

@@ -1,35 +1,26 @@
 """A host's env map: read whole from the dashboard, passed whole to compose-manager, shown by keys only.
 
-The map holds secrets (tokens) and labels (`ENV`, `CVM_NAME`, ...). Every rendering of an
-`EnvMap` -- `repr`, `str`, f-strings, rich's pretty printer, structlog's renderers -- shows the
-number of keys and the key names, never a value. The only ways to get values out are explicit:
-`env[key]`, iteration over `.values()`/`.items()`, `as_body()` (for a request body),
-`redaction_values()` (to feed a `Redactor`).
+Every rendering of an `EnvMap` (`repr`, `str`, f-strings, rich, structlog) shows the key names,
+never a value; values come out only explicitly (`env[key]`, `.items()`, `as_body()`,
+`redaction_values()`).
 
-Which values are secrets (`redaction_values`)
----------------------------------------------
-A value is hidden from text by what it is, never because its key merely contains a credential-ish
-substring (`AUTH_ENV=prod`, `KEYCLOAK_REALM`, `PASSTHROUGH`, `TOKENIZERS_PARALLELISM=false`,
-`SSL_CERT_DIR=/etc/ssl/certs` are labels: hiding their values would rewrite every `prod` in file
-paths, every `false` in the lines a gate judges). A value is a secret when
+Which values are secrets (`redaction_values`): a value is hidden by what it is, never because its
+key merely contains a credential-ish substring (`AUTH_ENV=prod`, `TOKENIZERS_PARALLELISM=false`
+are labels: hiding them would rewrite every `prod` in paths, every `false` a gate judges). A
+value is a secret when
 
-1. its key is a credential (`is_credential_key`): one of `NAMED_CREDENTIALS` (the host's known
-   tokens: `HUGGING_FACE_HUB_TOKEN`, `HF_TOKEN`, `PROXY_TOKEN`, compose-manager's and the
-   dashboard's ...), a key the inventory declares (`secret_keys:`), or a key whose last word
-   (words are split on `_`, `-`, `.`) is TOKEN, SECRET, PASSWORD, PASSWD or PASSPHRASE, or whose
-   last two words are API KEY, ACCESS KEY, SECRET KEY or PRIVATE KEY; or
-2. it looks like a secret whatever its key (`looks_like_secret`): 16 characters or more, no
-   whitespace, Shannon entropy of at least 3 bits per character, and a run of 12 or more letters
-   and digits that mixes both and changes character class (lower, upper, digit) at least 4
-   times -- what random tokens (hex, base62, base64, JWTs) have and file paths, image tags,
-   model and service names (`prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml`, made of short
-   words) do not. UUIDs, `sha256:` digests and URLs are identifiers, not secrets by shape; a
-   40-digit hex commit is one unless the caller passes it among the identifiers; or
-3. it is the password of a URL with credentials (`scheme://user:password@host`).
+1. its key is a credential (`is_credential_key`): one of `NAMED_CREDENTIALS`, a key the inventory
+   declares (`secret_keys:`), or a key whose last word (split on `_`, `-`, `.`) is TOKEN, SECRET,
+   PASSWORD, PASSWD or PASSPHRASE, or whose last two are API/ACCESS/SECRET/PRIVATE KEY; or
+2. it has a random token's shape whatever its key (`looks_like_secret`): 16+ characters, no
+   whitespace, entropy >= 3 bits per character, and a run of 12+ letters and digits mixing both
+   with 4+ changes of class (lower, upper, digit); paths, image tags and model names (short
+   words) do not. UUIDs, `sha256:` digests and URLs are not secrets by shape (a 40-digit hex
+   commit is, unless passed among the identifiers); or
+3. it is the password of a URL (`scheme://user:password@host`);
 
-and never when it is a plain value (`is_plain_value`): shorter than `MIN_CREDENTIAL_LEN` (6), a number
-or an address (no letter), a common word (`prod`, `true`, `false`, `none`, ...) or a placeholder;
-nor when it also appears in one of the host's own identifiers the caller passes (host name,
+and never when it is a plain value (`is_plain_value`: shorter than 6, no letter, a common word, a
+placeholder), nor when it appears in one of the host's identifiers the caller passes (host name,
 file paths, tags, service names): those must stay exact wherever they are written.
 """
 
@@ -43,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote
 
-#: Keys that are credentials by name (compared upper-cased): the host's known tokens.
+#: Keys that are credentials by name (compared upper-cased).
 NAMED_CREDENTIALS = frozenset({
     "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN", "PROXY_TOKEN", "MODEL_PROXY_TOKEN",
     "COMPOSE_MANAGER_TOKEN", "DASHBOARD_TOKEN", "GITHUB_TOKEN", "GH_TOKEN", "PGPASSWORD", "MYSQL_PWD",
@@ -52,9 +43,8 @@ _CREDENTIAL_LAST_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PA
 _CREDENTIAL_LAST_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY"), ("PRIVATE", "KEY")})
 _KEY_WORD_SEP = re.compile(r"[_.\-]+")
 
-#: A credential's value shorter than this is not scrubbed out of text (it would match ordinary words).
 MIN_CREDENTIAL_LEN = 6
-#: The shape rule's thresholds (rule 2 of the module doc).
+#: rule 2 of the module doc
 SHAPE_MIN_LEN = 16
 SHAPE_MIN_ENTROPY = 3.0
 SHAPE_MIN_RUN = 12
@@ -76,8 +66,7 @@ _URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^/?#:@\s]*:([^/?#@\s]+
 
 
 def is_credential_key(key: str, declared: Iterable[str] = ()) -> bool:
-    """Whether `key` names a credential (rule 1 of the module doc); `declared`: the inventory's
-    `secret_keys` for the host (exact names)."""
+    """Rule 1 of the module doc; `declared`: the inventory's `secret_keys` (exact names)."""
     if key in set(declared) or key.upper() in NAMED_CREDENTIALS:
         return True
     words = [w for w in _KEY_WORD_SEP.split(key.upper()) if w]
@@ -100,15 +89,14 @@ def _class_changes(run: str) -> int:
 
 
 def is_plain_value(value: str) -> bool:
-    """Never a secret: shorter than `MIN_CREDENTIAL_LEN`, no letter at all (a number, an address,
-    a list of devices), a common word or a placeholder."""
+    """Never a secret: shorter than `MIN_CREDENTIAL_LEN`, no letter, a common word or a placeholder."""
     t = value.strip()
     return (len(t) < MIN_CREDENTIAL_LEN or not any(c.isalpha() for c in t)
             or t.lower() in COMMON_WORDS or t.lower() in _PLACEHOLDERS)
 
 
 def looks_like_secret(value: str) -> bool:
-    """Rule 2 of the module doc: a random token's shape, whatever the key."""
+    """Rule 2 of the module doc."""
     if len(value) < SHAPE_MIN_LEN or any(c.isspace() for c in value) or "://" in value:
         return False
     if _UUID.fullmatch(value) or shannon_entropy(value) < SHAPE_MIN_ENTROPY:
@@ -126,7 +114,6 @@ def _is_mask(value: str) -> bool:
 
 
 def url_password(value: str) -> str | None:
-    """The password of `scheme://user:password@host...`, else None."""
     m = _URL_PASSWORD.match(value.strip())
     return m.group(1) if m else None
 
@@ -141,8 +128,7 @@ class EnvMap(Mapping[str, str]):
         for key, value in (data or {}).items():
             if not isinstance(key, str):
                 raise TypeError(f"env map keys must be strings, got {type(key).__name__}")
-            if not isinstance(value, str):
-                # Name the key, never the value.
+            if not isinstance(value, str):  # name the key, never the value
                 raise TypeError(f"env map value of {key!r} must be a string, got {type(value).__name__}")
             copied[key] = value
         object.__setattr__(self, "_data", copied)
@@ -150,7 +136,6 @@ class EnvMap(Mapping[str, str]):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("EnvMap is immutable")
 
-    # Mapping protocol
     def __getitem__(self, key: str) -> str:
         return self._data[key]
 
@@ -163,7 +148,6 @@ class EnvMap(Mapping[str, str]):
     def __hash__(self) -> int:
         return hash(frozenset(self._data.items()))
 
-    # Renderings: keys only
     def __repr__(self) -> str:
         keys = ", ".join(sorted(self._data))
         return f"EnvMap({len(self._data)} keys: {keys})" if keys else "EnvMap(0 keys)"
@@ -177,26 +161,20 @@ class EnvMap(Mapping[str, str]):
         yield "n_keys", len(self._data)
         yield "keys", tuple(sorted(self._data))
 
-    def __structlog__(self) -> str:
-        """structlog's JSONRenderer calls this instead of serialising the mapping."""
+    def __structlog__(self) -> str:  # structlog's JSONRenderer calls it instead of serialising the mapping
         return repr(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (EnvMap, (dict(self._data),))
 
-    # Explicit accessors
     def as_body(self) -> dict[str, str]:
         """A fresh dict, exactly as read, for a compose-manager request body."""
         return dict(self._data)
 
     def redaction_values(self, *, secret_keys: Iterable[str] = (), identifiers: Iterable[str] = ()) -> frozenset[str]:
-        """What a run's shared redactor hides in every log line and message: the module doc's rules.
-
-        `secret_keys`: the keys the inventory declares secret for this host (`HostEntry.secret_keys`).
-        `identifiers`: the host's own names (host and instance name, compose file paths, tags,
-        service names): a value found inside one of them is never hidden, so they stay exact.
-        Labels are still never rendered as env-map values: the map itself only ever shows its keys.
-        """
+        """What a run's shared redactor hides: the module doc's rules. `secret_keys`: the
+        inventory's for this host; `identifiers`: the host's own names (a value inside one is
+        never hidden)."""
         declared = frozenset(secret_keys)
         names = [str(i) for i in identifiers if i]
         out: set[str] = set()
@@ -209,9 +187,8 @@ class EnvMap(Mapping[str, str]):
         return frozenset(out)
 
     def fingerprint(self) -> str:
-        """A digest of keys *and* values: a dry run is valid only for the env map it was sent
-        with. Salted with a fixed label and covering the whole map (credentials included), so it
-        reveals nothing about any one value."""
+        """A digest of keys *and* values (a dry run is valid only for the env map it was sent
+        with), salted and over the whole map, so it reveals nothing about any one value."""
         entries = b"".join(k.encode() + b"=" + self._data[k].encode() + b"\0" for k in sorted(self._data))
         return hashlib.sha256(b"orchestrator-env-v1\0" + entries).hexdigest()[:32]
 
@@ -234,7 +211,3 @@ class EnvMap(Mapping[str, str]):
     def keys_fingerprint(self) -> str:
         """sha256 over the sorted key names only (safe to journal; detects added/removed keys)."""
         return hashlib.sha256("".join(f"{key}\n" for key in sorted(self._data)).encode()).hexdigest()
-
-    def describe(self) -> str:
-        """`<env map: N keys>`: the form request bodies take in logs and the journal."""
-        return f"<env map: {len(self._data)} keys>"

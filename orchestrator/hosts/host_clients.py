@@ -1,7 +1,5 @@
-"""The clients one run uses to talk to one host, built from settings and the inventory.
-
-`transport` is httpx's seam: None in production, a respx or ASGI transport in tests.
-"""
+"""The clients one run uses to talk to one host, built from settings and the inventory
+(`transport`: None in production, a respx or ASGI transport in tests)."""
 
 from __future__ import annotations
 
@@ -32,15 +30,14 @@ class HostClients:
     peers: list[ModelProxyClient]
     inference: InferenceClient
     relay_factory: Callable[[str, str], SoakRelayClient]
-    #: GitHub, for the orchestrator's own tag check (merged, old enough); None in some tests
+    #: for the orchestrator's own tag check (merged, old enough)
     github: GitHubClient | None = None
     #: every inventory host -> its model-proxy address (the capacity guard reads the other hosts')
     addresses: dict[str, str] = field(default_factory=dict)
     #: every inventory host -> its dashboard instance name (an `env:` gate on another host)
     instance_names: dict[str, str] = field(default_factory=dict)
-    #: the read-only external gates (orchestrator/hosts/clients/http_json.py)
     external: ExternalReads | None = None
-    #: httpx's seam for the clients made later (the inventory's Prometheus query API per step)
+    #: for the clients made later (the Prometheus query API per step)
     transport: httpx.AsyncBaseTransport | None = None
     _opened: list = field(default_factory=list)
 
@@ -58,16 +55,9 @@ class HostClients:
             await c.aclose()
 
 
-def build_host_clients(
-    settings: Settings,
-    inventory: Inventory,
-    entry: HostEntry,
-    redactor: Redactor,
-    *,
-    transport: httpx.AsyncBaseTransport | None = None,
-    retry: RetryPolicy | None = None,
-    clock: Clock | None = None,
-) -> HostClients:
+def build_host_clients(settings: Settings, inventory: Inventory, entry: HostEntry, redactor: Redactor, *,
+                       transport: httpx.AsyncBaseTransport | None = None, retry: RetryPolicy | None = None,
+                       clock: Clock | None = None) -> HostClients:
     common: dict[str, Any] = dict(transport=transport, retry=retry, clock=clock)
 
     def relay_factory(url: str, token: str) -> SoakRelayClient:

@@ -1,7 +1,5 @@
-"""The host inventory (`config/hosts.yaml`): where each host's services live. No secrets here.
-
-Schema-validated with pydantic; unknown keys are errors so a typo cannot silently drop a field.
-"""
+"""The host inventory (`config/hosts.yaml`): where each host's services live; no secrets. Unknown
+keys are errors, so a typo cannot silently drop a field."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ from orchestrator.util.user_errors import UserError
 #: compose-manager refuses these project names (400); the default project is `work`.
 RESERVED_PROJECTS = frozenset({"work", "dstack"})
 
-#: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
+#: libyaml's safe loader when available (3x faster)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-#: What compose-manager accepts as an env var name.
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -42,17 +39,13 @@ class HostEntry(_Strict):
     #: Where the RAM figure came from (e.g. "MemAvailable on 2026-09-23 via the dashboard").
     available_ram_source: str = Field(min_length=1)
     gpus: int = Field(gt=0)
-    #: compose project, only for a NON-default one: omit it for the default project. `work` (the
-    #: default) and `dstack` are reserved: compose-manager 8e07c35 answers 400 if they are sent.
+    #: a NON-default compose project only (`work`, the default, and `dstack` are reserved: 400)
     project: str | None = None
-    #: The compose-files repository (`owner/name`) the host's compose-manager fetches tags from;
-    #: the orchestrator checks tags against it on GitHub (exists, merged to main, old enough).
+    #: the compose-files repository (`owner/name`) the host's compose-manager fetches tags from
     github_repo: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-    #: Optional base URL of a Prometheus-compatible query API holding this host's SGLang series
-    #: (an analysis with `source: prometheus` reads `GET <url>/api/v1/query`).
+    #: a Prometheus-compatible query API holding this host's SGLang series (`source: prometheus`)
     prometheus_url: HttpUrl | None = None
-    #: Optional env-map keys whose values are secrets whatever their names (`MY_DB_CREDS`):
-    #: added to the keys `EnvMap.redaction_values` recognises by name (orchestrator/hosts/envmap.py).
+    #: env-map keys whose values are secrets whatever their names (`MY_DB_CREDS`)
     secret_keys: tuple[str, ...] = ()
 
     @field_validator("secret_keys")
@@ -100,9 +93,8 @@ class Inventory(_Strict):
             return self.hosts[name]
         except KeyError:
             known = ", ".join(sorted(self.hosts)) or "none"
-            raise UserError(
-                f"unknown host {name!r}: the inventory lists {known}; add it to the inventory or fix the name"
-            ) from None
+            raise UserError(f"unknown host {name!r}: the inventory lists {known}; "
+                            "add it to the inventory or fix the name") from None
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -117,9 +109,8 @@ def load_inventory(path: Path) -> Inventory:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(
-            f"cannot read inventory {path}: {exc.strerror}; pass --inventory PATH or set ORCHESTRATOR_INVENTORY"
-        ) from None
+        raise UserError(f"cannot read inventory {path}: {exc.strerror}; "
+                        "pass --inventory PATH or set ORCHESTRATOR_INVENTORY") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"inventory {path} is not UTF-8 text (byte {exc.start}); pass the YAML inventory") from None
     try:

@@ -1,10 +1,9 @@
 """The cold-start log gate, pure: feed it engine log lines, ask whether it passed or failed.
 
-Required: every rank TP0..TP{n-1} logs each `required_per_rank` pattern (with
-`rank_budget_bytes={rank_budget_bytes}` filled in), then each `required` line (the ready line).
-Forbidden: any `forbidden` substring fails the gate at once, and so does a rank that logs
-`rank_budget_bytes=` with another value (reported with both numbers: the value is derived from
-the budget, not an env-map value). Restarts are seen on docker/ps, not here.
+It passes when every rank TP0..TP{n-1} logged each `required_per_rank` pattern (its
+`{rank_budget_bytes}` filled in) and each `required` line. It fails at once on a `forbidden`
+substring, or a rank's `rank_budget_bytes=` of another value (both numbers shown: they derive from
+the budget, not from an env-map value).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ class LogGateResult:
     passed: bool = False
     failed: bool = False
     reason: str = ""
-    #: The line that decided it, or the last milestone seen (for progress displays).
+    #: the line that decided it, or the last milestone seen
     line: str = ""
 
 
@@ -38,8 +37,8 @@ class LogGate:
     result: LogGateResult = field(default_factory=LogGateResult)
 
     def __post_init__(self) -> None:
-        # A rollback target (the previous engine, no expected budget) is checked for its ready line
-        # and the failure signs only: its own budget and HiCache milestones are not this runbook's to judge.
+        # A rollback target (no expected budget) is checked for its ready line and failure signs
+        # only: its budget and HiCache milestones are not this runbook's to judge.
         budget = self.expected_rank_budget
         self.required_per_rank = ([p.replace("{rank_budget_bytes}", str(budget)) for p in self.required_per_rank]
                                   if budget is not None else [])
@@ -62,11 +61,8 @@ class LogGate:
             bm = _BUDGET.search(line)
             if bm and int(bm.group(1)) != self.expected_rank_budget:
                 who = f"TP{rank}" if rank is not None else "a rank"
-                self.result = LogGateResult(
-                    failed=True,
-                    reason=f"{who} logged rank_budget_bytes={bm.group(1)}, expected {self.expected_rank_budget}",
-                    line=line.strip(),
-                )
+                reason = f"{who} logged rank_budget_bytes={bm.group(1)}, expected {self.expected_rank_budget}"
+                self.result = LogGateResult(failed=True, reason=reason, line=line.strip())
                 return self.result
         for pattern, ranks in self.seen.items():
             if pattern in line and rank is not None and rank < self.ranks:
@@ -76,7 +72,7 @@ class LogGate:
             if pattern in line:
                 self.seen_once.add(pattern)
                 self.result.line = line.strip()
-        if self._complete():
+        if all(len(r) == self.ranks for r in self.seen.values()) and all(p in self.seen_once for p in self.required):
             self.result = LogGateResult(passed=True, reason="every rank logged its milestones and the ready line", line=line.strip())
         return self.result
 
@@ -84,10 +80,6 @@ class LogGate:
     def progressed(self) -> bool:
         """A milestone or the ready line was seen: lines an engine logs only after its start."""
         return bool(self.seen_once) or any(self.seen.values())
-
-    def _complete(self) -> bool:
-        per_rank = all(len(r) == self.ranks for r in self.seen.values())
-        return per_rank and all(p in self.seen_once for p in self.required)
 
     def missing(self) -> list[str]:
         out = []

@@ -1,42 +1,24 @@
-"""Following `docker compose logs` when the only primitive is `--tail N` (no `since`, no follow).
+"""Following `docker compose logs` when the only primitive is `--tail N` (no `since`, no follow):
+each `poll()` fetches the last `tail` lines and yields only those not seen before, found per
+container (`--tail` applies per container, and the interleaving differs between two calls):
 
-Each `poll()` fetches the last `tail` lines and yields only the lines not seen before.
+- Exact case: a container that returned fewer lines than asked returned its whole log. Followed
+  from its first line, its first `count` lines are the ones we saw, the rest is new; if they do
+  not match, its log restarted (`reset` and `gap`, the whole log new) -- unless a single strong
+  alignment (below) shows docker's log rotation cut its start (no gap).
+- Full window: the alignments `p` where the window's first `p` lines end like the seen lines (up
+  to `keep_lines` kept). One is *strong* when it compares at least `min_overlap` lines (or all
+  kept) that are not all the same line. A single strong alignment is taken; several (a run of
+  identical lines) or none: the window doubles (up to `max_tail`) and is fetched again. At
+  `max_tail` the earliest strong alignment is taken (nothing lost, some lines may repeat), or
+  with none the whole window is new; both report `gap=True`. A wrong single strong alignment
+  needs `min_overlap` varied lines to reappear verbatim: real engine logs never do that. A log of
+  one line repeated more than `keep_lines` times reports a gap at every poll.
+- The first poll yields its whole window (the starting point, no gap).
 
-How the new lines are found (per container, because `--tail N` is applied per container and
-the interleaving of containers differs between two calls):
-
-- Exact case. A container that returned fewer lines than asked for returned its whole log. If
-  we have followed it from its first line, the first `count` lines are the ones we saw: the
-  rest is new. If they do not match, the container's log restarted (the container was
-  replaced): `reset` and `gap` are reported and its whole log is new.
-- Full window. The window is the last `tail` lines of a longer log. We look for the alignments
-  `p` (the first `p` window lines are the end of what we saw) at which the window's start
-  matches the seen lines (we compare up to `keep_lines` of them). An alignment is *strong* when
-  it compares at least `min_overlap` lines (or every line we keep, when we keep fewer) and those
-  lines are not all the same line. A single strong alignment is taken. Several (a run of
-  identical lines, such as repeated "Decode batch" lines, can align in many places) or none
-  (the window starts after the last line we saw, or overlaps by too little): the window is
-  doubled (up to `max_tail`) and fetched again. At `max_tail`: with several strong alignments
-  the earliest is taken (so no new line is lost; some may repeat); with none the whole window
-  is new. Both report `gap=True`: the yielded lines may not be exactly the stream.
-
-  A wrong single strong alignment needs `min_overlap` consecutive lines that are not all alike
-  to reappear verbatim at the start of the window; with real engine logs (timestamps, counters)
-  that does not happen. A log made of one line repeated more than `keep_lines` times cannot be
-  followed exactly by content: every poll then reports a gap.
-- Rotation. docker's log rotation keeps only a container's last lines, so a log shorter than
-  asked for may have lost its start since the last poll: when the exact case's prefix does not
-  match, a single strong alignment (below) means the log rotated (its new lines are yielded, no
-  gap), not that the container restarted.
-- The first poll yields its whole window (the starting point: no gap, even if the log is
-  longer). A container first seen later with a full window is grown like the others.
-
-Window policy (a benchmark measures bytes fetched per new line): the next poll asks for
-`2 x (most new lines of one container in the last 3 polls) + min_overlap` lines, at least the
-tail that resolved a poll that needed to grow in the last 3 polls, clamped to
-[`min_tail`, `max_tail`]. Quiet polls therefore shrink the window back to `min_tail`.
-
-Memory: at most `keep_lines` seen lines per container.
+Window policy: the next poll asks for `2 x (most new lines of one container in the last 3 polls)
++ min_overlap`, at least the tail a grown poll needed in the last 3 polls, clamped to
+[`min_tail`, `max_tail`]: quiet polls shrink it back. Memory: `keep_lines` lines per container.
 """
 
 from __future__ import annotations
@@ -75,16 +57,8 @@ class _Decision:
 
 
 class LogFollower:
-    def __init__(
-        self,
-        fetch: Callable[[int], Awaitable[str]],
-        *,
-        initial_tail: int = 200,
-        max_tail: int = 5000,
-        min_tail: int | None = None,
-        min_overlap: int = 8,
-        keep_lines: int = 512,
-    ) -> None:
+    def __init__(self, fetch: Callable[[int], Awaitable[str]], *, initial_tail: int = 200, max_tail: int = 5000,
+                 min_tail: int | None = None, min_overlap: int = 8, keep_lines: int = 512) -> None:
         if min_overlap < 1:
             raise ValueError("min_overlap must be >= 1")
         if not 1 <= initial_tail <= max_tail:
@@ -110,14 +84,10 @@ class LogFollower:
     def bytes_per_new_line(self) -> float | None:
         return self.total_bytes / self.total_new_lines if self.total_new_lines else None
 
-    # ------------------------------------------------------------------ probing
-
     async def probe(self) -> bool:
-        """Whether the log holds a line the next `poll()` would yield, at the cost of one line per
-        container (`--tail 1`): True when a container's last line is not the last line read of it,
-        or a container was never read (before the first poll: when anything was logged). A line
-        repeated verbatim (a second identical `GET /health`) is not told apart from the one read:
-        the next poll still yields it. Its bytes count in `total_bytes` (and `probe_bytes`)."""
+        """Whether the log holds a line the next `poll()` would yield, for one line per container
+        (`--tail 1`): a container's last line is not the last one read of it, or it was never read.
+        A line repeated verbatim is not told apart (the next poll still yields it)."""
         text = await self._fetch(1)
         size = len(text.encode("utf-8", "replace"))
         self.probes += 1
@@ -131,8 +101,6 @@ class LogFollower:
             if track is None or not track.seen or track.seen[-1] != line.text:
                 return True
         return False
-
-    # ------------------------------------------------------------------ polling
 
     async def poll(self) -> FollowBatch:
         tail = self.tail
@@ -201,16 +169,8 @@ class LogFollower:
         self._history.append((most_new, tail if fetches > 1 else 0))
         self._polled = True
         self.tail = self._next_tail()
-        return FollowBatch(
-            new=new,
-            gap=gap,
-            bytes_fetched=fetched_bytes,
-            lines_fetched=fetched_lines,
-            fetches=fetches,
-            tail=tail,
-            gap_containers=tuple(gap_containers),
-            reset_containers=tuple(reset_containers),
-        )
+        return FollowBatch(new=new, gap=gap, bytes_fetched=fetched_bytes, lines_fetched=fetched_lines, fetches=fetches,
+                           tail=tail, gap_containers=tuple(gap_containers), reset_containers=tuple(reset_containers))
 
     def _next_tail(self) -> int:
         recent_new = max(n for n, _ in self._history)
@@ -229,9 +189,7 @@ class LogFollower:
         if complete and track.exact:
             if count <= len(window) and window[:count][-len(seen):] == seen:
                 return _Decision(count, "ok")
-            # docker's log rotation: a log shorter than the window asked for is not always the
-            # whole log; its start may have been cut since the last poll. Where what we saw
-            # ends (one strong alignment) the log rotated, it did not restart.
+            # rotation may have cut the log's start: one strong alignment means it rotated, not restarted
             strong = self._strong_alignments(window, seen, len(window))
             if len(strong) == 1:
                 return _Decision(strong[0], "ok")
@@ -240,12 +198,9 @@ class LogFollower:
         strong = self._strong_alignments(window, seen, upper)
         if len(strong) == 1:
             return _Decision(strong[0], "ok", resolved_exactly=complete)
-        if complete:
-            # The whole log is in the window but our position in it is unknown.
+        if complete:  # the whole log is in the window but our position in it is unknown
             return _Decision(min(strong), "gap") if strong else _Decision(0, "reset")
-        if strong:
-            return _Decision(min(strong), "grow")
-        return _Decision(0, "grow")
+        return _Decision(min(strong, default=0), "grow")
 
     def _strong_alignments(self, window: list[str], seen: list[str], upper: int) -> list[int]:
         """Alignments p (1..upper) where window[:p] ends like `seen`, comparing enough varied lines."""

@@ -1,24 +1,13 @@
 """docker/ps around a dry run, and which services a dry run may name (pure).
 
-docker/compose#14029: `docker compose up -d --dry-run` that decides a running container needs a
-recreate performs the real swap (new ID), and compose-manager's `--remove-orphans` with it; its
-lines then lack the `DRY-RUN MODE -` prefix and the stream still ends in success. Two rules follow:
-
-- `compare_ps`: docker/ps read before and after EVERY dry run; a container that was recreated
-  (another ID or creation time), is gone, is new, or restarted in place (its `Up` time went back,
-  or it is restarting now) is a change, named one by one (`describe_changes`). A one-shot that is
-  gone is not: docker/ps lists running containers only, and a one-shot started by the step before
-  (model-downloader, which the engines wait to complete) leaves it when it exits, on its own,
-  during any dry run. One-shots are the runbook's `oneshot:` services and every service another
-  container's `com.docker.compose.depends_on` label waits for with `service_completed_successfully`.
-- `split_by_definition`: a check (placement, a preview, a rollback-target check) names only
-  services that cannot be recreated by it: absent ones, or ones docker/ps shows running from the
-  very file (and, by the action log, tag) the dry run asks for. A service running another
-  definition would be planned as a recreate, which is what #14029 performs for real.
-
-docker/ps gives the file a container was created from in the label
-`com.docker.compose.project.config_files` (`/app/work/prod/X.yaml` on compose-manager 8e07c35);
-compose-manager's action log gives the tag of the last up that named a service.
+docker/compose#14029: a dry run that decides a running container needs a recreate performs the
+real swap (and `--remove-orphans`), without the `DRY-RUN MODE -` prefix, and still ends in success.
+So `compare_ps` compares docker/ps before and after EVERY dry run: a container recreated, gone, new
+or restarted in place is a change. A gone one-shot is not (it exits on its own): the runbook's
+`oneshot:` services and those a `depends_on` label waits for with `service_completed_successfully`.
+And `split_by_definition` lets a check name only services it cannot recreate: absent ones, or
+ones running from the very file (label `com.docker.compose.project.config_files`) and tag (the
+action log) the dry run asks for.
 """
 
 from __future__ import annotations
@@ -39,8 +28,8 @@ _UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, 
 
 
 def up_for(status: str) -> float | None:
-    """Seconds since start from docker's `Up 5 minutes` (None when the status is not `Up ...`).
-    docker's human durations never go down while a container keeps running."""
+    """Seconds since start from docker's `Up 5 minutes` (None when not `Up ...`): never goes down
+    while a container keeps running."""
     m = _UP_RE.match((status or "").strip())
     if not m:
         return None
@@ -73,8 +62,7 @@ def completion_dependencies(containers: Iterable[Container]) -> set[str]:
 
 def compare_ps(before: Iterable[Container], after: Iterable[Container],
                oneshots: Collection[str] = ()) -> list[ContainerChange]:
-    """What changed between two docker/ps reads, one entry per container (by name); a one-shot
-    that is gone exited (`oneshots`: the runbook's, besides those the labels name)."""
+    """What changed between two docker/ps reads, one entry per container (by name)."""
     b = {c.name: c for c in before}
     a = {c.name: c for c in after}
     oneshots = set(oneshots) | completion_dependencies([*b.values(), *a.values()])
@@ -103,8 +91,7 @@ def describe_changes(changes: Sequence[ContainerChange]) -> str:
 
 
 def runs_from(c: Container, file: str) -> bool | None:
-    """Was `c` created from `file` (a path relative to compose-manager's work dir), by its
-    config_files label? None: unknown (no label)."""
+    """Was `c` created from `file` (relative to compose-manager's work dir)? None: no label."""
     files = [f.strip() for f in c.labels.get(CONFIG_FILES_LABEL, "").split(",") if f.strip()]
     if not files:
         return None
@@ -113,8 +100,7 @@ def runs_from(c: Container, file: str) -> bool | None:
 
 
 def on_definition(c: Container, service: str, tag: str, file: str, actions: Sequence[Action]) -> bool | None:
-    """Does the running `c` come from `file` at `tag`? False when its label names another file or
-    the last up that named it ran another tag; None when docker/ps does not say (no label)."""
+    """Does the running `c` come from `file` at `tag` (by its label and the action log)? None: no label."""
     on = runs_from(c, file)
     if not on:
         return on
@@ -127,8 +113,7 @@ def on_definition(c: Container, service: str, tag: str, file: str, actions: Sequ
 def split_by_definition(services: Sequence[str], running: dict[str, Container], tag: str, file: str,
                         actions: Sequence[Action], engines: Collection[str] = ()) -> tuple[list[str], list[str]]:
     """(may be named, held back): held back are the services running another definition than
-    `file`@`tag` (or one docker/ps cannot tell), which a dry run would plan to recreate, and every
-    running engine of `engines` (a check never names a serving engine, whatever docker/ps says)."""
+    `file`@`tag` (or an unknown one), and every running engine of `engines`."""
     safe: list[str] = []
     held: list[str] = []
     for s in services:

@@ -1,28 +1,19 @@
 """Scrubbing secrets (tokens, env-map values) out of text, objects and structlog events.
 
-Which strings are hidden
-------------------------
-Every added string of at least `MIN_SECRET_LEN` (3) characters: a run's configured tokens and
-what `EnvMap.redaction_values()` decides (credential keys and values shaped like tokens, never a
-label such as `ENV=prod`; see `orchestrator.hosts.envmap`). Values of one or two characters are
-never hidden: replacing every `1` in a message would destroy it.
+Hidden: every added string of at least `MIN_SECRET_LEN` (3) characters -- a run's tokens and what
+`EnvMap.redaction_values()` decides (shorter ones never: replacing every `1` would destroy a message).
 
-How a secret is matched
------------------------
-- As a whole token: not inside a longer word (`tok-123` is not hidden in `tok-1234`, `hunter22`
-  not in `hunter222`). A letter or digit next to the secret makes it another word, except the
-  last character of an escape before it (`%3D`, `\\n`, `\\u00e9`, an ANSI colour code), after
-  which a new token starts.
+Matched:
+- As a whole token: not inside a longer word (`tok-123` is not hidden in `tok-1234`). A letter or
+  digit next to the secret makes it another word, except the last character of an escape before
+  it (`%3D`, `\\n`, `\\u00e9`, an ANSI colour code), after which a new token starts.
 - In every form a server, a URL, a log or a header may carry it, each character independently:
-  as is, JSON-escaped (`\\"`, `\\\\`, `\\u00e9`, `\\/`), percent-encoded in upper or lower case
-  (`%2F`, `%2f`; `+` for a space).
-- Split across two consecutive lines: its head ends one line and its tail starts the next (after
-  `docker compose logs`' `service | ` prefix, if any). Each piece becomes `***` and the line
-  break stays, so line-oriented text keeps its lines. `scrub_obj` reads a list of strings as
-  consecutive lines for this rule.
+  as is, JSON-escaped (`\\"`, `\\\\`, `\\u00e9`, `\\/`), percent-encoded in either case (`+` for a space).
+- Split across two consecutive lines (after `docker compose logs`' `service | ` prefix, if any):
+  each piece becomes `***` and the line break stays. `scrub_obj` reads a list of strings as lines.
 - Base64 and base64url-encoded, also inside a longer blob (`Basic <b64(user:secret)>`): the
-  characters that encode the secret's bytes alone, at each of the three byte alignments, are
-  searched for (when at least `MIN_B64_CORE` long) and the whole blob around them is hidden.
+  characters encoding the secret's bytes alone, at each of the three byte alignments (when at
+  least `MIN_B64_CORE` long), are searched for and the whole blob around them is hidden.
 """
 
 from __future__ import annotations
@@ -74,13 +65,9 @@ def reveal(secret: Any) -> str:
     return str(secret)
 
 
-def _any_case_hex(byte: int) -> str:
-    return "%" + "".join(f"[{d.upper()}{d.lower()}]" if d.isalpha() else d for d in f"{byte:02X}")
-
-
-def _any_case_json(escape: str) -> str:
-    """A JSON escape (`\\u00e9`) with its hex digits in either case."""
-    return "".join(f"[{c.upper()}{c.lower()}]" if c in "abcdef" else re.escape(c) for c in escape)
+def _any_case(escape: str) -> str:
+    """An escape (`%2F`, `\\u00e9`) as a pattern with its hex letters in either case."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.lower() in "abcdef" else re.escape(c) for c in escape)
 
 
 def _char_pattern(c: str) -> str:
@@ -88,10 +75,10 @@ def _char_pattern(c: str) -> str:
     if c.isascii() and c.isalnum():
         return c
     # The encoded forms first: `%25` must be read whole, not as `%` and then `25`.
-    forms = ["".join(_any_case_hex(b) for b in c.encode("utf-8"))]
+    forms = ["".join(_any_case(f"%{b:02X}") for b in c.encode("utf-8"))]
     escaped = json.dumps(c)[1:-1]
     if escaped != c:
-        forms.append(_any_case_json(escaped))
+        forms.append(_any_case(escaped))
     if c == "/":
         forms.append(r"\\/")
     if c == " ":
@@ -138,10 +125,10 @@ def _mask(found: str, line_prefix: str) -> str:
 
 
 class _Compiled(NamedTuple):
-    """A redactor's patterns. `text` finds every secret in every text form; it runs only on a text
-    holding one of `anchors` (literal pieces every match contains), else `always` runs (the
-    secrets too short to have an anchor). `b64` finds the base64 cores, run only on a text with
-    a run of base64 characters as long as the shortest core (`b64_run`) that holds one of `cores`."""
+    """A redactor's patterns. `text` finds every secret in every form, run only on a text holding
+    one of `anchors` (literal pieces every match contains), else `always` runs (the secrets too
+    short to have an anchor). `b64` finds the base64 cores, run only on a text holding one of
+    `cores` and a base64 run as long as the shortest (`b64_run`)."""
 
     text: re.Pattern[str] | None
     always: re.Pattern[str] | None
@@ -165,17 +152,13 @@ class _Compiled(NamedTuple):
 
 
 class _Literals:
-    """Literal strings a text is checked for: by `in` on a long text (one C search each), by one
-    alternation on a short one (fewer calls)."""
+    """Literal strings a text is checked for: by `in` on a long text, by one alternation on a short one."""
 
     SHORT = 512
 
     def __init__(self, pieces: Iterable[str]) -> None:
         self.pieces = tuple(sorted(set(pieces), key=lambda p: (-len(p), p)))
         self.pattern = re.compile("|".join(re.escape(p) for p in self.pieces)) if self.pieces else None
-
-    def __bool__(self) -> bool:
-        return bool(self.pieces)
 
     def found_in(self, text: str) -> bool:
         if self.pattern is None:
@@ -226,7 +209,7 @@ class Redactor:
         self.add(*secrets)
 
     def add(self, *secrets: Any) -> Redactor:
-        """Add secrets (str or SecretStr); empty and < 3-character strings are ignored (see module doc)."""
+        """Add secrets (str or SecretStr); shorter than `MIN_SECRET_LEN` ones are ignored."""
         new = {text for text in (reveal(s) for s in secrets) if len(text) >= MIN_SECRET_LEN}
         with self._lock:
             if not new <= self._secrets:
@@ -298,8 +281,7 @@ class Redactor:
     def may_begin_secret(self, line: str) -> bool:
         """Whether `line` ends with what may be the head of a secret split across it and the next
         line: a suffix starting a token (as is or percent-decoded) that is a proper prefix of a
-        secret. A stream that shows lines as they come holds such a line until the next one, and
-        releases every other line at once (`compose_manager_stream`)."""
+        secret (a stream holds such a line until the next one)."""
         words = line.rsplit(None, 1)
         with self._lock:
             secrets = tuple(self._secrets)
@@ -326,13 +308,9 @@ class Redactor:
         return [self.scrub(s) for s in lines]
 
     def scrub_obj(self, obj: Any) -> Any:
-        """`obj` with every secret masked in every string, at any depth of dicts, lists, tuples and
-        sets (keys too; the containers are copied); `bytes` are scrubbed as UTF-8 text; a list of
-        strings is scrubbed as consecutive lines.
-
-        `EnvMap` is returned as is (its renderings show keys only). Any other object whose
-        `repr` contains a secret is replaced by its scrubbed `repr`.
-        """
+        """`obj` with every secret masked in every string at any depth (keys too, containers
+        copied; `bytes` as UTF-8; a list of strings as lines). An `EnvMap` is returned as is (it
+        shows keys only); any other object whose `repr` holds a secret becomes its scrubbed `repr`."""
         if isinstance(obj, str):
             return self.scrub(obj)
         if obj is None or isinstance(obj, (bool, int, float, EnvMap)):
@@ -357,11 +335,8 @@ class Redactor:
         return self.scrub(text) if self.contains_secret(text) else obj
 
     def structlog_processor(self) -> Callable[[Any, str, MutableMapping[str, Any]], MutableMapping[str, Any]]:
-        """A structlog processor scrubbing every event dict.
-
-        Place it last before the renderer (after `format_exc_info`, so rendered tracebacks are
-        scrubbed too).
-        """
+        """A structlog processor scrubbing every event dict: place it last before the renderer
+        (after `format_exc_info`, so tracebacks are scrubbed too)."""
 
         def scrub_event(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
             return self.scrub_obj(dict(event_dict))

@@ -1,30 +1,27 @@
-"""Device memory from DCGM's exporter (`dcgm-exporter`, :9400/metrics), read through a soak-relay
-route that reaches it (the #302 relay's `:8010 -> dcgm-glm53:9400`): per GPU
-`DCGM_FI_DEV_FB_FREE{gpu="N"}` in MiB. One scrape of the exporter covers every GPU of the host; a
-replica's value is the lowest of its GPUs' (runbook `replica_gpus`): an engine runs out of memory on
-its tightest rank, not on average.
-
-`parse_dcgm` is pure; `read_dcgm` fetches through the executor's relay client (`rt`).
+"""Device memory from DCGM's exporter (:9400/metrics) through a soak-relay route (`:8010 ->
+dcgm-glm53:9400`): `DCGM_FI_DEV_FB_FREE{gpu="N"}` in MiB for every GPU of the host. A replica's
+value is the lowest of its GPUs' (runbook `replica_gpus`): an engine runs out of memory on its
+tightest rank, not on average.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.analysis.window import FB_FREE, Scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
+from orchestrator.metricproviders.relay_scrape import relay_text
 
 if TYPE_CHECKING:
     from orchestrator.engine.steps.activities import Activities
 
 
 def parse_dcgm(text: str, at: float, replica_gpus: Mapping[str, Sequence[int]]) -> dict[str, Scrape]:
-    """replica -> a Scrape carrying one gauge, `DCGM_FI_DEV_FB_FREE` = the lowest free MiB of the
-    replica's GPUs. A replica none of whose GPUs the text lists is left out (its gate then says
-    the series is absent). A text the parser refuses: `MetricsTextError`."""
+    """replica -> a Scrape of one gauge, the lowest free MiB of its GPUs; a replica none of whose
+    GPUs the text lists is left out (its series is absent)."""
     free: dict[int, float] = {}
     try:
         for fam in text_string_to_metric_families(text):
@@ -43,9 +40,5 @@ def parse_dcgm(text: str, at: float, replica_gpus: Mapping[str, Sequence[int]]) 
 
 async def read_dcgm(rt: Activities, port: int, token_variable: str,
                     replica_gpus: Mapping[str, Sequence[int]]) -> dict[str, Scrape]:
-    """One scrape of DCGM's exporter behind relay `port`, split per replica, stamped with the run
-    clock. Raises what the relay client raises (the caller counts misses) or `MetricsTextError`."""
-    env = await rt.ensure_env()
-    client: Any = rt.relay_client(port, env.get(token_variable, ""))
-    text = await client.metrics_text()
-    return parse_dcgm(text, rt.clock.monotonic(), replica_gpus)
+    """One scrape of DCGM's exporter behind relay `port`, per replica, stamped with the run clock."""
+    return parse_dcgm(await relay_text(rt, port, token_variable), rt.clock.monotonic(), replica_gpus)

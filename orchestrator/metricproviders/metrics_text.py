@@ -1,8 +1,5 @@
-"""Prometheus text exposition -> samples, read with prometheus_client's own parser.
-
-Pure: no I/O. A name is matched against the sample name (`sglang:x_total`), so a counter is asked
-for by the name it is exposed under; the parser's family name (without `_total`) is accepted too.
-A text the parser refuses is a `MetricsTextError` with its reason, never a silent empty answer.
+"""Prometheus text exposition -> samples, read with prometheus_client's own parser (pure). A text
+the parser refuses is a `MetricsTextError` with its reason, never a silent empty answer.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
-"""Samples from a Prometheus-compatible query API (Prometheus, Thanos, VictoriaMetrics, Mimir) when
-the inventory names one for the host (`prometheus_url`): the same SGLang series the relay's /metrics
-carries, read as an instant vector per replica with one `GET /api/v1/query`:
+"""Samples from a Prometheus-compatible query API (`prometheus_url` in the inventory): the SGLang
+series the relay's /metrics carries, one instant vector per replica
+(`{__name__=~"sglang:...|...", replica="r2", job="sglang"}`), summed per series name (and per `le`)
+into a `Scrape`, so the window arithmetic stays the relay's: the API is a source of cumulative
+values, never of quantiles.
 
-    {__name__=~"sglang:num_requests_total|...|sglang:inter_token_latency_seconds_bucket|...",
-     replica="r2", job="sglang"}
+No I/O here (the HTTP is orchestrator/hosts/clients/prometheus.py). An unusable answer raises
+`PrometheusUnreadable`; the caller counts it, like the client's `PrometheusUnreachable`, as a
+missed scrape, never a pass. An empty vector is a scrape without the series.
 
-The answer's samples are summed per series name (and per `le` for histogram buckets) into a
-`Scrape`, so the window arithmetic (bucket deltas, counter resets, quantiles) is the relay's,
-untouched: the API is a source of cumulative values, not a place where quantiles are computed.
-
-An answer that is not `status: success` with a `vector` raises `PrometheusUnreadable`; a timeout
-or a transport error is the client's `PrometheusUnreachable` (orchestrator/hosts/clients/
-prometheus.py, which does the HTTP: this module does no I/O). Either is "could not be read": the
-caller counts it as a missed scrape, never as a pass. An empty vector is a scrape without the series (the gate says the series is absent).
-
-The `query:` gate's answers (any PromQL, instant or range) are read by `parse_query_answer` into
-`QuerySeries` and judged by `judge_query`: every value within the bounds, an empty answer "no data"
-(a failure), a NaN a value that is not a number (a failure).
+The `query:` gate's answers (any PromQL, instant or range) are read by `parse_query_answer` and
+judged by `judge_query`: an empty answer or a NaN fails.
 """
 
 from __future__ import annotations
@@ -36,7 +29,6 @@ class PrometheusUnreadable(RuntimeError):
 
 
 def series_names() -> list[str]:
-    """Every series name the analysis reads, sorted (the `__name__` alternation)."""
     hist = [f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum")]
     return sorted({*COUNTERS, *GAUGES, *hist})
 
@@ -46,8 +38,8 @@ def _quote(v: str) -> str:
 
 
 def replica_query(replica: str, replica_label: str = "replica", selector: str = "", matchers: str | None = None) -> str:
-    """The instant-vector selector of one replica's series: by `replica_label="<replica>"`, or by
-    the replica's own `matchers` (a per-replica selector); `selector` ANDed in either way."""
+    """The selector of one replica's series: `replica_label="<replica>"` or the replica's own
+    `matchers`, `selector` ANDed in."""
     names = "|".join(re.escape(n) for n in series_names())
     own = matchers if matchers is not None else f'{replica_label}="{_quote(replica)}"'
     extra = f", {selector}" if selector else ""
@@ -55,8 +47,7 @@ def replica_query(replica: str, replica_label: str = "replica", selector: str = 
 
 
 def parse_vector(answer: Any, at: float) -> Scrape:
-    """A Scrape from the JSON of `/api/v1/query` (an instant vector). Raises `PrometheusUnreadable`
-    on an error answer or a shape that is not a vector of `[time, "value"]` samples."""
+    """A Scrape from the JSON of `/api/v1/query` (an instant vector), else `PrometheusUnreadable`."""
     if not isinstance(answer, dict) or answer.get("status") != "success":
         err = answer.get("error") if isinstance(answer, dict) else None
         raise PrometheusUnreadable(f"the query API answered {err or 'without status: success'}")
@@ -77,15 +68,8 @@ def parse_vector(answer: Any, at: float) -> Scrape:
 
 async def read_replica(client: Any, replica: str, at: float, *, replica_label: str = "replica",
                        selector: str = "", matchers: str | None = None) -> Scrape:
-    """One instant read of `replica`'s series through `client` (its `query(promql)` answers
-    `(status, text)`: orchestrator/hosts/clients/prometheus.py), stamped `at` (the run clock).
-    Raises what the client raises (unreachable) or `PrometheusUnreadable` (an unusable answer)."""
+    """One instant read of `replica`'s series through `client` (`PrometheusQueryClient`), stamped `at`."""
     status, text = await client.query(replica_query(replica, replica_label, selector, matchers))
-    return parse_answer(status, text, at)
-
-
-def parse_answer(status: int, text: str, at: float) -> Scrape:
-    """A Scrape from one HTTP answer of `/api/v1/query`; anything but a 200 vector: `PrometheusUnreadable`."""
     try:
         answer = json.loads(text)
     except ValueError:
@@ -98,14 +82,13 @@ def parse_answer(status: int, text: str, at: float) -> Scrape:
 
 @dataclass(frozen=True)
 class QuerySeries:
-    """One series of a query's answer: its labels and its values (one for an instant vector or a
-    scalar, every point of a range query's matrix)."""
+    """One series of a query's answer: its labels and values (every point of a range query)."""
 
     labels: dict[str, str]
     values: list[float]
 
     def name(self) -> str:
-        """`name{label="value", ...}` as PromQL writes a series (`{}` for an aggregate without labels)."""
+        """`name{label="value", ...}` as PromQL writes a series."""
         labels = {k: v for k, v in self.labels.items() if k != "__name__"}
         inner = ", ".join(f'{k}="{_quote(v)}"' for k, v in sorted(labels.items()))
         return f"{self.labels.get('__name__', '')}{{{inner}}}"
@@ -117,8 +100,8 @@ def _value(pair: Any) -> float:
 
 
 def parse_query_answer(status: int, text: str) -> list[QuerySeries]:
-    """The series of one HTTP answer of `/api/v1/query` or `/api/v1/query_range` (resultType vector,
-    matrix or scalar). Anything but a 200 `status: success` with one of those: `PrometheusUnreadable`."""
+    """The series of one answer of `/api/v1/query(_range)`: a vector, matrix or scalar, else
+    `PrometheusUnreadable`."""
     try:
         answer = json.loads(text)
     except ValueError:
@@ -143,9 +126,8 @@ def parse_query_answer(status: int, text: str) -> list[QuerySeries]:
 
 
 def judge_query(series: list[QuerySeries], low: float | None, high: float | None, fmt: Any = str) -> list[str]:
-    """What is wrong with a query's answer under [low, high]: "no data" for an empty answer (a
-    series that is not there proves nothing), each series with a value outside the bounds or not a
-    number (its worst value named). `fmt` formats a number."""
+    """What is wrong with a query's answer under [low, high]: "no data" (an absent series proves
+    nothing), each series with a NaN or a value outside the bounds (its worst value named)."""
     if not series or all(not s.values for s in series):
         return ["no data: the query answered no series (an absent series is never a pass)"]
     problems = []

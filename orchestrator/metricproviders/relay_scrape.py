@@ -1,9 +1,6 @@
-"""Samples from each replica's own /metrics, read through the soak relay's per-replica routes
-(`:8008` r1, `:8009` r2 on gpu02): the engine's Prometheus text, parsed with prometheus_client's
-parser into a `Scrape` (the counters and histograms the analysis metrics need).
-
-`parse_scrape` is pure; `read_scrape` fetches through the executor's relay client (`rt`), so this
-module imports no HTTP client of its own.
+"""Samples from each replica's own /metrics through the soak relay's per-replica routes (`:8008`
+r1, `:8009` r2 on gpu02), parsed into a `Scrape`. `parse_scrape` is pure; `read_scrape` fetches
+through the executor's relay client (`rt`).
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ GAUGES = frozenset(d.source for d in METRICS.values() if d.kind.startswith("gaug
 
 
 class Sums:
-    """Samples summed over label sets (histogram buckets per `le`), from the relay's text or the
-    Prometheus query API."""
+    """Samples summed over label sets (histogram buckets per `le`)."""
 
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
@@ -90,8 +86,7 @@ class Sums:
 
 
 def parse_scrape(text: str, at: float) -> Scrape:
-    """The wanted counters (summed over label sets) and histograms (buckets summed per `le` over
-    label sets) of one /metrics text. A text the parser refuses: `MetricsTextError`. A wanted
+    """The wanted counters and histograms of one /metrics text (else `MetricsTextError`). A wanted
     counter the text does not declare is left out (unknown to the judge, never 0)."""
     sums = Sums()
     declared: set[str] = set()
@@ -110,10 +105,13 @@ def parse_scrape(text: str, at: float) -> Scrape:
     return sums.scrape(at, lambda name: MetricsTextError(f"histogram {name} has no +Inf bucket"))
 
 
-async def read_scrape(rt: Activities, port: int, token_variable: str) -> Scrape:
-    """One scrape of the engine behind relay `port`, stamped with the run clock. Raises what the
-    relay client raises (the caller counts misses) or `MetricsTextError`."""
+async def relay_text(rt: Activities, port: int, token_variable: str) -> str:
+    """The /metrics text behind relay `port`; raises what the relay client raises (the caller counts misses)."""
     env = await rt.ensure_env()
     client: Any = rt.relay_client(port, env.get(token_variable, ""))
-    text = await client.metrics_text()
-    return parse_scrape(text, rt.clock.monotonic())
+    return await client.metrics_text()
+
+
+async def read_scrape(rt: Activities, port: int, token_variable: str) -> Scrape:
+    """One scrape of the engine behind relay `port`, stamped with the run clock."""
+    return parse_scrape(await relay_text(rt, port, token_variable), rt.clock.monotonic())

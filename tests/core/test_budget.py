@@ -127,11 +127,9 @@ def test_budget_is_frozen_and_exactly_one_kind() -> None:
     with pytest.raises(BudgetError):
         Budget(text="x", bytes=1, percent=Decimal(1))
     with pytest.raises(BudgetError):
-        Budget.absolute(0)
+        Budget(text="0", bytes=0)
     with pytest.raises(BudgetError):
-        Budget.of_percent("100.5")
-    assert Budget.of_percent(40).text == "40%"
-    assert Budget.absolute(5).text == "5"
+        Budget(text="100.5%", percent=Decimal("100.5"))
 
 
 # --- formatting and round trips -----------------------------------------------------------------
@@ -213,7 +211,7 @@ availables = st.integers(min_value=0, max_value=2**42)
 
 @given(ps=st.lists(percents, min_size=1, max_size=6), available=availables)
 def test_percentages_never_book_more_than_available(ps: list[Decimal], available: int) -> None:
-    booked = resolve_in_start_order([Budget.of_percent(p) for p in ps], available)
+    booked = resolve_in_start_order([Budget(f"{p}%", percent=p) for p in ps], available)
     assert sum(booked) <= available
     assert all(b >= 0 for b in booked)
 
@@ -224,7 +222,7 @@ def test_percentages_never_book_more_than_available(ps: list[Decimal], available
     available=availables,
 )
 def test_percentages_after_fitting_absolutes_never_overbook(sizes: list[int], ps: list[Decimal], available: int) -> None:
-    budgets = [Budget.absolute(s) for s in sizes] + [Budget.of_percent(p) for p in ps]
+    budgets = [Budget(str(s), bytes=s) for s in sizes] + [Budget(f"{p}%", percent=p) for p in ps]
     booked = resolve_in_start_order(budgets, available)
     assert booked[: len(sizes)] == sizes
     if sum(sizes) <= available:
@@ -233,7 +231,7 @@ def test_percentages_after_fitting_absolutes_never_overbook(sizes: list[int], ps
 
 @given(p=percents, count=st.integers(min_value=2, max_value=6), available=availables)
 def test_same_percent_later_replicas_never_get_more(p: Decimal, count: int, available: int) -> None:
-    booked = resolve_in_start_order([Budget.of_percent(p)] * count, available)
+    booked = resolve_in_start_order([Budget(f"{p}%", percent=p)] * count, available)
     assert all(later <= earlier for earlier, later in zip(booked, booked[1:]))
 
 
@@ -327,7 +325,7 @@ def test_check_fit_rejects_negative_inputs() -> None:
 def test_fit_ok_iff_total_within_available_minus_reserve_minus_headroom(
     sizes: list[int], available: int, reserve: int, headroom: int
 ) -> None:
-    report = check_fit([Budget.absolute(s) for s in sizes], available, reserve, headroom)
+    report = check_fit([Budget(str(s), bytes=s) for s in sizes], available, reserve, headroom)
     assert report.ok == (sum(sizes) <= available - reserve - headroom)
     assert report.ok == (report.problems == [])
     assert report.total_bytes == sum(sizes)

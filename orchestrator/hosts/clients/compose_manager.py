@@ -1,38 +1,27 @@
 """Client for compose-manager (one per CVM; interfaces.md section 1).
 
-Mutating calls (`up`, `down`) and what they return or raise:
+Mutating calls (`up`, `down`): the request is validated first (`RequestInvalid`, nothing sent). A
+connect failure is retried, then `TransportError`; 409 `Busy` is waited on and retried (the server
+refused), then raised; 401 and 400 (`TagTooRecent`, `TagNotFound`, `BadRequest`) are raised. A 5xx
+before the stream starts is `ServerError`, NOT retried: a proxy may answer 502 after docker compose
+started, so callers treat it as an unknown outcome. Once the request was (possibly) sent, nothing
+raises: a timeout, a reset, a stream without `done` or a malformed line give status "unknown" --
+the command may have run: find out from `docker/ps`, never assume.
 
-- The request is validated first (`RequestInvalid`, nothing sent).
-- A connect failure (nothing left us) is retried under the policy, then `TransportError`.
-- 409 `Busy`: waited on and retried (bounded by the policy), then `Busy`. Safe: the server refused.
-- 401 `Unauthorized`, 400 `TagTooRecent` / `TagNotFound` / `BadRequest`: raised, not retried.
-- 5xx before the stream starts: `ServerError`, NOT retried. A proxy may answer 502 after the
-  server received the request and started docker compose; a retry could run the operation twice.
-  Callers treat a `ServerError` from a mutating call like an "unknown" outcome (check docker/ps).
-- Once the request was (possibly) sent, transport failures never raise: a read timeout, a reset,
-  a stream that ends without its `done` line, or a malformed NDJSON line give a `StreamOutcome`
-  with status "unknown" -- the command may have run, may still be running: find out from
-  `docker/ps`, never assume.
+Secrets: the token and every env value join the client's `Redactor` before anything is sent;
+errors, log events, `on_event` events and `StreamOutcome.lines` are scrubbed (a container name
+equal to an env value shows as `***`: a dry-run plan then fails to match, the safe side). `logs()`
+returns raw text for the gates to judge; its callers scrub what they show. Share one `Redactor`
+across a run's clients and its structlog configuration.
 
-Secrets: the token and every env value are added to the client's `Redactor` before anything is
-sent; error messages, log events, the events passed to `on_event` and `StreamOutcome.lines` are
-scrubbed (a container name that happens to equal an env value shows as `***`: a dry-run plan
-then fails to match, which stops the caller -- the safe side). `logs()` is the exception: its
-text is returned raw, for the gates to judge; its callers scrub what they show. Pass one shared
-`Redactor` to every client (and to the structlog configuration) to scrub consistently across a run.
-
-The deployed server (commit 8e07c35, `compose-manager-as-deployed.md`) fixes these rules:
-- `docker/ps` is GET only and lists the running containers of EVERY project: `ps()` filters by
-  the `com.docker.compose.project` / `.service` labels here (project None = the default `work`).
-- `compose/logs` has no `project`: it always reads project `work`, so `logs()` refuses a
-  non-default project (`RequestInvalid`) rather than silently reading another project's logs.
-- `project` `work` / `dstack` are reserved (400): omit it for the default project. The request
-  validation refuses them before sending.
-- A dry run's stream carries `{"event":"plan",...}` before `done`: kept as `StreamOutcome.plan_event`.
-- `400 tag not found: T` may be GitHub rate-limiting the host: retried (see retry.py), and the
-  final error says so.
-- `/version`'s top-level fields are the last ATTEMPTED up; `projects.work.current/previous` the
-  last successful ones (`VersionInfo`). `status()` tells whether an operation holds the lock.
+The deployed server (8e07c35, `compose-manager-as-deployed.md`):
+- `docker/ps` (GET only) lists the running containers of EVERY project: `ps()` filters by label.
+- `compose/logs` always reads project `work`: `logs()` refuses another project (`RequestInvalid`).
+- Projects `work` / `dstack` are reserved (400): omit the project for the default one.
+- A dry run's stream carries `{"event":"plan",...}` before `done` (`StreamOutcome.plan_event`).
+- `400 tag not found` may be GitHub rate-limiting the host: retried (retry.py), and the error says so.
+- `/version`'s top level is the last ATTEMPTED up, `projects.work.current/previous` the last
+  successful ones (`VersionInfo`); `status()` tells whether an operation holds the lock.
 """
 
 from __future__ import annotations
@@ -109,30 +98,21 @@ class ComposeManagerClient(HttpSession):
         super().__init__(base_url, token, **session)
         self.stream_idle_timeout_s = stream_idle_timeout_s
 
-    # ---------------------------------------------------------------- reads
-
     async def _read(self, method: str, path: str, *, what: str, json_body: Any = None, params: dict[str, str] | None = None) -> dict[str, Any]:
         return await self._read_json(method, path, what=f"{SYSTEM} {what}", json_body=json_body, params=params,
                                      check=lambda payload: check_ok_envelope(SYSTEM, payload, self.redactor))
 
     async def logs(self, file: str, services: Sequence[str], tail: int, project: str | None = None) -> str:
-        """`docker compose logs --tail N` text, raw: what the engines wrote, never scrubbed.
-
-        Gates judge this text (a secret that equals a marker must not change a verdict); whoever
-        shows a line (console, run log, page, journaled text) scrubs it there, over the lines
-        around it (a secret split across two lines is hidden whole only then).
-        The server reads its own copy of `file` (written by the last up or dry run of that path)
-        and project `work` only; an unknown service raises `ComposeFailed`.
-        """
+        """`docker compose logs --tail N` text, raw (gates judge it; whoever shows a line scrubs
+        it there, with the lines around it). The server reads its own copy of `file` (from the last
+        up or dry run of that path), project `work` only; an unknown service raises `ComposeFailed`."""
         validate_file(file)
         validate_services(list(services), allow_empty=True)
         if project is not None and project != DEFAULT_PROJECT:
             validate_project(project)
-            raise _invalid(
-                "project",
-                f"compose-manager (8e07c35) reads logs of the default project only, not {project!r}; "
-                "logs of another project are not possible until the server supports it",
-            )
+            raise _invalid("project", f"compose-manager (8e07c35) reads logs of the default project only, "
+                                      f"not {project!r}; logs of another project are not possible until "
+                                      "the server supports it")
         if not isinstance(tail, int) or isinstance(tail, bool) or tail < 0:
             raise _invalid("tail", "must be a non-negative integer")
         body: dict[str, Any] = {"file": file, "services": list(services), "tail": tail}
@@ -140,43 +120,35 @@ class ComposeManagerClient(HttpSession):
             payload = await self._read("POST", "/compose/logs", what="logs", json_body=body)
         except ComposeFailed as exc:
             if "no such service" in exc.stderr:
-                raise ComposeFailed(
-                    SYSTEM, f"logs: {exc.stderr} (not defined in the host's copy of {file})", stderr=exc.stderr
-                ) from None
+                raise ComposeFailed(SYSTEM, f"logs: {exc.stderr} (not defined in the host's copy of {file})",
+                                    stderr=exc.stderr) from None
             raise
         return _output(payload, "compose/logs")
 
     async def ps(self, project: str | None = None) -> list[Container]:
-        """The RUNNING containers (exited one-shots excluded) of one compose project (None: the
-        default `work`): `ps_all()` filtered here (module doc)."""
+        """The RUNNING containers of one compose project (None: the default `work`)."""
         if project is not None and project != DEFAULT_PROJECT:
             validate_project(project)
         return [c for c in await self.ps_all() if c.project == (project or DEFAULT_PROJECT)]
 
     async def ps_all(self) -> list[Container]:
-        """`GET /docker/ps` (POST is 405), parsed: running containers of every project on the host."""
+        """`GET /docker/ps`: the running containers of every project on the host."""
         output = _output(await self._read("GET", "/docker/ps", what="ps"), "docker/ps")
         return _parsed("docker/ps output", parse_docker_ps, output)
 
     async def version(self) -> VersionInfo:
-        """`GET /version` as a `VersionInfo`: `.project(p).current/.previous` (the last successful
-        ups) are the only valid rollback targets."""
+        """`.project(p).current/.previous` (the last successful ups) are the only valid rollback targets."""
         return _parsed("version", VersionInfo, await self._read("GET", "/version", what="version"))
 
     async def status(self) -> InFlight | None:
-        """The mutating operation holding the host's lock (`GET /status`), or None when idle.
-
-        The direct way to tell whether an up whose stream broke is still running: poll until None
-        before judging the outcome from `ps()` / `version()`.
-        """
+        """The mutating operation holding the host's lock, or None when idle: poll until None
+        before judging a broken stream's outcome from `ps()` / `version()`."""
         return _parsed("status", parse_status, await self._read("GET", "/status", what="status"))
 
     async def host_gpu(self) -> list[GpuInfo]:
-        """`GET /host/gpu`: per GPU index, its memory, utilization and the containers holding it."""
         return _parsed("host/gpu", parse_host_gpu, await self._read("GET", "/host/gpu", what="host/gpu"))
 
     async def host_cache(self) -> HostCache:
-        """`GET /host/cache`: the model-cache volumes and the weights (`models--org--repo`) held."""
         return _parsed("host/cache", parse_host_cache, await self._read("GET", "/host/cache", what="host/cache"))
 
     async def attestation_report(self) -> dict[str, Any]:
@@ -189,8 +161,6 @@ class ComposeManagerClient(HttpSession):
 
     async def action_log(self) -> list[Action]:
         return _parsed("action log", parse_action_log, await self.attestation_report())
-
-    # ---------------------------------------------------------------- mutating calls
 
     async def up(self, req: ComposeRequest, env: EnvMap, on_event: EventCallback | None = None) -> StreamOutcome:
         return await self._mutate("/compose/up", "up", req, env, on_event)
@@ -232,13 +202,10 @@ class ComposeManagerClient(HttpSession):
             response = await call_with_retry(open_stream, self.retry, mutating=True, what=f"{SYSTEM} {action}", clock=self._clock)
         except TagNotFound as exc:
             attempts = self.retry.tag_not_found_retries + 1
-            raise TagNotFound(
-                SYSTEM,
-                f"{exc.detail} (answered {attempts} times). compose-manager asks GitHub unauthenticated and "
-                "reports any GitHub failure (a rate limit, a 403, an outage) as 'tag not found': check that "
-                "the tag exists in the host's repository, then retry later",
-                status=exc.status,
-            ) from None
+            raise TagNotFound(SYSTEM, f"{exc.detail} (answered {attempts} times). compose-manager asks GitHub "
+                                      "unauthenticated and reports any GitHub failure (a rate limit, a 403, an "
+                                      "outage) as 'tag not found': check that the tag exists in the host's "
+                                      "repository, then retry later", status=exc.status) from None
         except _SentButLost as lost:
             outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost}")
         else:

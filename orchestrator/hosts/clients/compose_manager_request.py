@@ -1,8 +1,6 @@
-"""What a compose-manager `compose/up` / `compose/down` request may carry, checked before anything
-is sent (`RequestInvalid` names the first bad field, never an env value): the repository path, the
-service names, the project (`work` / `dstack` are reserved by the deployed server, 8e07c35), the
-env map; and `ComposeRequest`, the request itself with its body (env values in it) and its
-redacted form (what may be logged or journaled).
+"""A compose-manager `compose/up` / `compose/down` request (`ComposeRequest`), checked before anything
+is sent (`RequestInvalid` names the first bad field, never an env value), its body and its redacted
+form (what may be logged or journaled).
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ def _invalid(field_name: str, detail: str) -> RequestInvalid:
 
 
 def validate_file(file: Any) -> None:
-    """A repository path: non-empty, relative, no `..`, no control characters."""
     if not isinstance(file, str) or not file.strip():
         raise _invalid("file", "must be a non-empty path in the compose-files repository")
     if _BAD_TEXT_RE.search(file):
@@ -95,7 +92,6 @@ class ComposeRequest:
             object.__setattr__(self, "services", tuple(self.services))
 
     def validate(self, env: EnvMap, *, action: ComposeVerb = "up") -> None:
-        """Raise `RequestInvalid` naming the first bad field (env values are never quoted)."""
         if not isinstance(self.tag, str) or not self.tag or any(c.isspace() for c in self.tag) or _BAD_TEXT_RE.search(self.tag):
             raise _invalid("tag", "must be a non-empty git tag without whitespace")
         validate_file(self.file)
@@ -128,7 +124,3 @@ class ComposeRequest:
 
     def as_dry_run(self) -> ComposeRequest:
         return replace(self, dry_run=True)
-
-    def same_request(self, other: ComposeRequest) -> bool:
-        """Equal in every field except `dry_run` (the apply matches the dry run it follows)."""
-        return isinstance(other, ComposeRequest) and replace(other, dry_run=self.dry_run) == self

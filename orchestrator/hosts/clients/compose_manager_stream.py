@@ -1,10 +1,8 @@
 """Reading a compose-manager NDJSON stream (`compose/up`, `compose/down`) into a `StreamOutcome`.
 
-Every line is scrubbed before it is kept or handed to `on_event`, with its neighbours
-(`StreamLines`): a secret split across two consecutive `stdout`/`stderr` events is found. Success or failure is only
-judged from a well-formed `done` event on a clean stream: a malformed line, a read timeout, a
-broken connection or a missing `done` give status "unknown" (the command may have run: find out
-from `docker/ps`, never assume). A dry run's `plan` event is kept as `StreamOutcome.plan_event`.
+Every line is scrubbed with its neighbours (`StreamLines`) before it is kept or passed to
+`on_event`. Success or failure is judged only from a well-formed `done` on a clean stream; anything
+else is "unknown" (the command may have run: find out from `docker/ps`, never assume).
 """
 
 from __future__ import annotations
@@ -35,22 +33,14 @@ class StreamOutcome:
     error: str | None = None
     events: int = 0
     done_seen: bool = False
-    #: A dry run's `{"event":"plan","exit_code":N,"plan":{"create","recreate","remove","unchanged"},...}`
-    #: (compose-manager 8e07c35), scrubbed; None when the stream had none.
+    #: A dry run's `{"event":"plan","plan":{"create","recreate","remove","unchanged"},...}`, scrubbed
     plan_event: dict[str, Any] | None = None
-
-    @property
-    def unknown(self) -> bool:
-        return self.status == "unknown"
 
 
 class StreamLines:
-    """A stream's output lines (one per `stdout`/`stderr` event), scrubbed so that a secret split
-    across two consecutive lines is found: a line is scrubbed together with the line before it
-    and, when it is held, the line after it. A line is held only when its end may begin a secret
-    (`Redactor.may_begin_secret`), until the next line or the stream's next other event or its
-    end (`flush`); every other line is released at once, so output is never delayed by more than
-    one line, and only where a secret may be cut."""
+    """A stream's output lines scrubbed so that a secret split across two lines is found: each
+    with the line before it and, when held, the one after it. A line is held (until the next line,
+    event or `flush`) only when its end may begin a secret; every other line is released at once."""
 
     def __init__(self, redactor: Redactor) -> None:
         self.redactor = redactor
@@ -72,7 +62,6 @@ class StreamLines:
         return out
 
     def flush(self) -> list[tuple[str, str]]:
-        """The held line, if any (scrubbed with the line before it)."""
         if self.held is None:
             return []
         kind, self.held = self.held, None
@@ -128,19 +117,17 @@ async def consume_stream(
             await release(output.push(kind, data))
             return
         await release(output.flush())
+        safe = redactor.scrub_obj(event)
         if kind == "done":
             if done is not None:
                 problems.append(f"second 'done' event on line {line_no}")
             done = event
-            safe = redactor.scrub_obj(event)
         elif kind == "plan":
-            safe = redactor.scrub_obj(event)
             if plan_event is not None:
                 problems.append(f"second 'plan' event on line {line_no}")
             plan_event = safe
         else:
             log.debug("compose.stream.unknown_event", kind=redactor.scrub(kind), line=line_no)
-            safe = redactor.scrub_obj(event)
         events += 1
         await tell(safe)
 
@@ -150,8 +137,7 @@ async def consume_stream(
             *complete, buffer = (buffer + chunk).split(b"\n")
             for raw in complete:
                 await handle(raw)
-        if buffer:
-            # A last line without its newline: complete JSON is accepted, a cut line is malformed.
+        if buffer:  # a last line without its newline: complete JSON is accepted, a cut one is malformed
             await handle(buffer)
             buffer = b""
     except httpx.ReadTimeout:
@@ -168,8 +154,6 @@ async def consume_stream(
 
 
 def judge_stream(lines: list[str], problems: list[str], done: dict[str, Any] | None, events: int) -> StreamOutcome:
-    """The outcome of a stream: success or failure only on a well-formed `done` event and a clean
-    stream; anything else (a problem, no `done`, a `done` that contradicts itself) is unknown."""
     exit_code = None
     if done is not None:
         code = done.get("exit_code")

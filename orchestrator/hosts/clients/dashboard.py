@@ -1,10 +1,8 @@
-"""Client for the gpu-manager dashboard: the source of truth of each host's full env map.
+"""Client for the gpu-manager dashboard, the source of truth of each host's full env map.
 
-`GET {dashboard}/api/instances` (bearer auth) answers a list of
-`{"id","name","url","bearer_token","github_repo","env_vars":{...}}`. The env map is kept exactly
-as read (an `EnvMap`); a value that is not a string is refused (`MalformedResponse` naming the
-instance and the key), never converted. Every env value read is added to the client's
-`Redactor`, and so is each instance's `bearer_token`.
+`GET /api/instances` answers `[{"id","name","url","bearer_token","github_repo","env_vars":{...}}]`.
+The env map is kept exactly as read: a value that is not a string is refused (naming the instance
+and the key), never converted. Every env value and `bearer_token` read joins the `Redactor`.
 """
 
 from __future__ import annotations
@@ -54,36 +52,21 @@ def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
             raise MalformedResponse(SYSTEM, f"instance {name!r} has no url")
         raw_env = item.get("env_vars")
         env_present = raw_env is not None
-        if raw_env is None:
-            raw_env = {}
+        raw_env = raw_env if env_present else {}
         if not isinstance(raw_env, dict):
             raise MalformedResponse(SYSTEM, f"instance {name!r}: env_vars is not an object")
         for key, value in raw_env.items():
-            if not isinstance(value, str):
-                # Name the key, never the value.
-                raise MalformedResponse(
-                    SYSTEM, f"instance {name!r}: env var {key!r} is a {type(value).__name__}, expected a string"
-                )
+            if not isinstance(value, str):  # name the key, never the value
+                raise MalformedResponse(SYSTEM, f"instance {name!r}: env var {key!r} is a {type(value).__name__}, "
+                                                "expected a string")
         env = EnvMap(raw_env)
         redactor.add(*env.redaction_values())
         token = item.get("bearer_token")
-        if isinstance(token, str) and token and set(token) != {"*"}:
-            redactor.add(token)
-            bearer: SecretStr | None = SecretStr(token)
-        else:
-            bearer = None
+        bearer = SecretStr(token) if isinstance(token, str) and token and set(token) != {"*"} else None
+        redactor.add(bearer)
         repo = item.get("github_repo")
-        instances.append(
-            Instance(
-                id=str(item.get("id", "")),
-                name=name,
-                url=url,
-                github_repo=repo if isinstance(repo, str) else None,
-                env=env,
-                env_present=env_present,
-                bearer_token=bearer,
-            )
-        )
+        instances.append(Instance(id=str(item.get("id", "")), name=name, url=url, env=env, env_present=env_present,
+                                  github_repo=repo if isinstance(repo, str) else None, bearer_token=bearer))
     return instances
 
 

@@ -1,19 +1,11 @@
 """The client error taxonomy, and the mapping from HTTP answers and transport failures to it.
 
-Every message is built from text that went through a `Redactor` holding the token(s) and the env
-values of the call: a server's error text may echo the request. Bodies that are not JSON (an HTML
-error page from a proxy) are never quoted, only described (content type and size).
-
-HTTP status mapping (`error_for_status`; each class names the answers it stands for):
-- A `text/plain` 4xx body is the server's own message (8e07c35's 422 `Failed to deserialize the
-  JSON body ...: missing field `tag``) and is quoted, scrubbed and clipped; HTML and other bodies
-  are only described.
-- `ComposeFailed` (docker compose itself refused, e.g. `no such service: X` for logs) is
-  deterministic, so never retried, unlike other 5xx.
-- 5xx -> `ServerError`, whatever the body is. An HTML 502 page from a proxy is a `ServerError`
-  (status 502), not a `MalformedResponse`: the status says the server side failed, which is what
-  the retry policy needs to know. `MalformedResponse` is for a 2xx answer whose body is not what
-  the API promises (HTML, non-JSON, a bad NDJSON line, a missing field).
+Every message is built from text scrubbed by the call's `Redactor` (a server's error may echo the
+request). A body that is not JSON is only described (content type and size), never quoted, except
+a `text/plain` 4xx body: the server's own message (8e07c35's 422 `Failed to deserialize ...`),
+quoted scrubbed and clipped. Any 5xx is a `ServerError` whatever its body (an HTML 502 from a proxy
+too: the retry policy needs the status), except `ComposeFailed` (docker compose itself refused:
+deterministic, never retried). `MalformedResponse` is a 2xx answer not shaped as the API promises.
 """
 
 from __future__ import annotations
@@ -117,17 +109,13 @@ class HostListedTwice(ClientError):
     """The dashboard lists the host more than once: which env map is the truth is unknowable."""
 
 
-# --------------------------------------------------------------------------------------------
-# Mapping helpers shared by the clients
-
-
 def _clip(text: str) -> str:
     text = text.strip()
     return text if len(text) <= MAX_DETAIL_CHARS else text[:MAX_DETAIL_CHARS] + "..."
 
 
 def describe_body(response: httpx.Response) -> str:
-    """`text/html, 1234 bytes`: how a body that is not JSON is named in messages."""
+    """`text/html, 1234 bytes`."""
     ctype = response.headers.get("content-type", "no content type").split(";")[0].strip()
     return f"{ctype}, {len(response.content)} bytes"
 
@@ -196,18 +184,17 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol, httpx.LocalProtocolError)
 
 
-def transport_error(system: str, exc: httpx.HTTPError, redactor: Redactor, *, request_sent: bool | None = None) -> TransportError:
-    """A `TransportError` for an httpx failure; `request_sent` defaults from the exception type."""
-    sent = not isinstance(exc, NOT_SENT) if request_sent is None else request_sent
+def transport_error(system: str, exc: httpx.HTTPError, redactor: Redactor) -> TransportError:
+    """A `TransportError` for an httpx failure, `request_sent` unless it is one of `NOT_SENT`."""
     what = type(exc).__name__
     text = _clip(redactor.scrub(str(exc))) if str(exc) else ""
     where = request_target(exc, redactor)
-    return TransportError(system, f"{what}{' on ' + where if where else ''}{': ' + text if text else ''}", request_sent=sent)
+    return TransportError(system, f"{what}{' on ' + where if where else ''}{': ' + text if text else ''}",
+                          request_sent=not isinstance(exc, NOT_SENT))
 
 
 def request_target(exc: httpx.HTTPError, redactor: Redactor) -> str:
-    """`GET https://host:port/path` of the failed request (no query string, no credentials),
-    so that "cannot connect" names what could not be reached; '' when httpx does not say."""
+    """`GET https://host:port/path` of the failed request (no query, no credentials); '' when unknown."""
     try:
         request = exc.request
     except RuntimeError:  # an httpx error raised without a request
@@ -217,7 +204,7 @@ def request_target(exc: httpx.HTTPError, redactor: Redactor) -> str:
     return redactor.scrub(f"{request.method} {url.scheme}://{url.host}{port}{url.path}")
 
 
-def parse_json(system: str, response: httpx.Response, redactor: Redactor) -> Any:
+def parse_json(system: str, response: httpx.Response) -> Any:
     """The JSON body of a 2xx answer, or `MalformedResponse` (the body described, never quoted)."""
     try:
         return json.loads(response.content)

@@ -1,24 +1,15 @@
 """GitHub REST client: is a compose-files tag fit to deploy?
 
-compose-manager 8e07c35 does not guarantee it: its tag-age gate is off unless the host sets
-`CM_MIN_TAG_AGE_HOURS` (production default 0), and it never checks that the tag is merged. So the
-orchestrator checks, before anything is stopped, that the tag
+compose-manager 8e07c35 does not guarantee it (its tag-age gate is off by default, and it never
+checks that a tag is merged), so before anything is stopped the orchestrator checks that the tag
+exists (annotated tags followed to their commit), points at a commit merged to `main` (compare
+status `behind` or `identical`), and was committed (committer date: what a backdated change sets)
+at least `min_age_hours` before `now`.
 
-1. exists (`GET /repos/{o}/{r}/git/ref/tags/{tag}`; an annotated tag is followed to its commit
-   with `GET /repos/{o}/{r}/git/tags/{sha}`),
-2. points at a commit merged to `main` (`GET /repos/{o}/{r}/compare/main...{sha}`: status
-   `behind` or `identical` means the commit is an ancestor of main; `ahead`/`diverged` do not),
-3. whose commit date (`GET /repos/{o}/{r}/commits/{sha}`: committer date, the one a backdated
-   urgent change sets) is at least `min_age_hours` before `now`.
-
-A tag that fails a check gives `TagCheck(ok=False, reason=...)`. GitHub that cannot answer (a
-connect failure, 5xx, a rate limit: 403/429 with `x-ratelimit-remaining: 0`) raises
-`GitHubUnreachable`: the caller cannot tell a bad tag from an unreachable GitHub and must demand
-an explicit `--skip-tag-age-check` from the operator. A wrong token raises `Unauthorized`.
-
-The token (`ORCHESTRATOR_GITHUB_TOKEN`, optional: public repositories answer without one, at 60
-requests an hour) is sent as a bearer token and registered with the redactor. `api_url`
-(`ORCHESTRATOR_GITHUB_API_URL`) points the client at the simulator on loopback in tests.
+A failed check is `TagCheck(ok=False, reason=...)`. A GitHub that cannot answer (connect failure,
+5xx, rate limit) raises `GitHubUnreachable`: a bad tag and an unreachable GitHub cannot be told
+apart, so the operator must pass `--skip-tag-age-check` explicitly. A wrong token: `Unauthorized`.
+The token (`ORCHESTRATOR_GITHUB_TOKEN`) is optional (public repositories answer 60 requests an hour).
 """
 
 from __future__ import annotations
@@ -41,7 +32,7 @@ MERGED_STATUSES = frozenset({"behind", "identical"})
 
 
 class GitHubUnreachable(ClientError):
-    """GitHub did not answer usefully (network, 5xx, rate limit): the tag is neither good nor bad."""
+    """The tag is neither good nor bad: GitHub did not answer usefully."""
 
 
 class _NotFound(Exception):
@@ -50,8 +41,6 @@ class _NotFound(Exception):
 
 @dataclass(frozen=True)
 class TagCheck:
-    """The verdict on one tag. `reason` says why it is not ok (None when ok)."""
-
     ok: bool
     reason: str | None = None
     commit: str | None = None
@@ -108,9 +97,7 @@ class GitHubClient(HttpSession):
             return await call_with_retry(attempt, self.retry, mutating=False, what=f"{SYSTEM} {path}", clock=self._clock)
         except TransportError as exc:
             raise GitHubUnreachable(SYSTEM, f"cannot reach {self.base_url}: {exc.detail}") from None
-        except ClientError as exc:
-            if isinstance(exc, (GitHubUnreachable, Unauthorized)):
-                raise
+        except ServerError as exc:
             raise GitHubUnreachable(SYSTEM, exc.detail, status=exc.status) from None
 
     async def tag_commit(self, repo: str, tag: str) -> str | None:
@@ -143,23 +130,16 @@ class GitHubClient(HttpSession):
         except _NotFound:
             return TagCheck(False, f"commit {sha[:12]} of tag {tag} is not in {repo}'s history", sha)
         info = commit.get("commit") or {}
-        committed = _parse_time((info.get("committer") or {}).get("date")) or _parse_time(
-            (info.get("author") or {}).get("date")
-        )
+        committed = (_parse_time((info.get("committer") or {}).get("date"))
+                     or _parse_time((info.get("author") or {}).get("date")))
         status = compare.get("status")
         if status not in MERGED_STATUSES:
-            return TagCheck(
-                False, f"tag {tag} ({sha[:12]}) is not merged to {MAIN_BRANCH} (compare: {status})", sha, committed
-            )
+            return TagCheck(False, f"tag {tag} ({sha[:12]}) is not merged to {MAIN_BRANCH} (compare: {status})",
+                            sha, committed)
         if committed is None:
             raise GitHubUnreachable(SYSTEM, f"commit {sha[:12]} has no commit date")
         if now - committed < timedelta(hours=min_age_hours):
             age_h = (now - committed).total_seconds() / 3600
-            return TagCheck(
-                False,
-                f"tag {tag} is too recent: committed {committed:%Y-%m-%d %H:%M:%S} UTC, {age_h:.1f} h ago "
-                f"(less than {min_age_hours:g} h)",
-                sha,
-                committed,
-            )
+            return TagCheck(False, f"tag {tag} is too recent: committed {committed:%Y-%m-%d %H:%M:%S} UTC, "
+                                   f"{age_h:.1f} h ago (less than {min_age_hours:g} h)", sha, committed)
         return TagCheck(True, None, sha, committed)

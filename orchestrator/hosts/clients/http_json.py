@@ -1,11 +1,6 @@
-"""Read-only HTTP for the external gates: a JSON GET of any URL (a compose-hash registry),
-the host's own inference proxy's `/backends/list`, and the GitHub reads the PR/CI and attestation
-gates need (a tag's PR, its check runs, a file's bytes at a tag).
-
-Only GETs: a gate never changes what it reads. Errors are the client taxonomy's (`ClientError`);
-a bearer token is registered with the redactor. ASSUMED: the in-host proxy answers
-`/backends/list` with the model-proxy's shape (`orchestrator.hosts.clients.model_proxy`), its backends'
-addresses being `container:port` (vllm-proxy-rs's pool is `VLLM_BACKEND_URLS`).
+"""Read-only HTTP (GETs only) for the external gates: a JSON GET of any URL, the in-host inference
+proxy's `/backends/list` (ASSUMED: model-proxy's shape, addresses `container:port`), and the GitHub
+reads of the PR/CI and attestation gates. Errors are the client taxonomy's.
 """
 
 from __future__ import annotations
@@ -27,19 +22,8 @@ from orchestrator.hosts.redaction import Redactor
 SYSTEM = "http-json"
 
 
-async def get_json(url: str, token: str | None, *, transport: httpx.AsyncBaseTransport | None, redactor: Redactor,
-                   system: str = SYSTEM) -> Any:
-    """One GET; the JSON body of a 2xx answer, else the taxonomy's error naming the status."""
-    async with HttpSession("", token, transport=transport, timeout_s=20, redactor=redactor) as http:
-        http.system = system
-        response = await http.request("GET", url, headers={"Accept": "application/json"})
-    return parse_json(system, response, redactor)
-
-
 @dataclass(frozen=True)
 class PullRequestStatus:
-    """What GitHub says about the PR a commit came from, and its head's check runs."""
-
     commit: str
     number: int | None = None
     merged: bool = False
@@ -50,18 +34,19 @@ class PullRequestStatus:
 
 @dataclass
 class ExternalReads:
-    """The reads the external gates make (one per run, beside the host's clients)."""
-
     redactor: Redactor
     github: GitHubClient | None = None
     transport: httpx.AsyncBaseTransport | None = None
 
-    async def json(self, url: str, token: str | None = None) -> Any:
-        return await get_json(url, token, transport=self.transport, redactor=self.redactor)
+    async def json(self, url: str, token: str | None = None, system: str = SYSTEM) -> Any:
+        """One GET; the JSON body of a 2xx answer, else the taxonomy's error naming the status."""
+        async with HttpSession("", token, transport=self.transport, timeout_s=20, redactor=self.redactor) as http:
+            http.system = system
+            response = await http.request("GET", url, headers={"Accept": "application/json"})
+        return parse_json(system, response)
 
     async def proxy_backends(self, base_url: str, token: str | None) -> list[Backend]:
-        payload = await get_json(base_url.rstrip("/") + "/backends/list", token, transport=self.transport,
-                                 redactor=self.redactor, system="in-host proxy")
+        payload = await self.json(base_url.rstrip("/") + "/backends/list", token, system="in-host proxy")
         return parse_backends_list(payload, "in-host proxy")
 
     def _gh(self) -> GitHubClient:

@@ -1,14 +1,9 @@
-"""What every HTTP client here shares: one httpx session per client, bearer auth registered with
-the redactor, a process-wide TLS context, the request mapped to the error taxonomy, the retried
-JSON read, `async with` and `aclose()`.
+"""What every HTTP client here shares: one httpx session, bearer auth registered with the
+redactor, the request mapped to the error taxonomy, the retried JSON read, `aclose()`.
 
-The wire is httpx's own (`AsyncHTTPTransport`, built by `httpx.AsyncClient`): the one respx mocks
-in the tests, and the one that honours `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY`/`NO_PROXY`. A test
-may pass its own `transport`; production passes none. Cookies are httpx's: a host's `Set-Cookie`
-is kept for that client's session (no host here sets one; nothing depends on them).
-
-One TLS context serves the whole process: each `httpx.AsyncClient()` would otherwise load the CA
-bundle anew (35-49 ms of blocking CPU, seven clients per run). Certificate verification stays on.
+The wire is httpx's own `AsyncHTTPTransport` (what respx mocks, what honours `HTTP(S)_PROXY` /
+`NO_PROXY`); only tests pass a `transport`. One TLS context serves the process: each client would
+otherwise load the CA bundle anew (35-49 ms of blocking CPU). Verification stays on.
 """
 
 from __future__ import annotations
@@ -32,27 +27,16 @@ def shared_context() -> ssl.SSLContext:
 
 
 class HttpSession:
-    """Base of the clients: `self._http`, `self.base_url`, `self.redactor` (holding the token),
-    `self.retry` and `self._clock` (what a read's retries wait on).
-
-    A subclass names its `system` (in every error), its default `timeout_s`, and `empty_token`:
+    """A subclass names its `system` (in every error), its default `timeout_s`, and `empty_token`:
     the refusal of an empty token where the system requires one (None: the token is optional)."""
 
     system = "http"
     timeout_s: float = 30
     empty_token: str | None = None
 
-    def __init__(
-        self,
-        base_url: str,
-        token: Any = None,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float | None = None,
-        redactor: Redactor | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, base_url: str, token: Any = None, *, transport: httpx.AsyncBaseTransport | None = None,
+                 retry: RetryPolicy | None = None, timeout_s: float | None = None, redactor: Redactor | None = None,
+                 clock: Clock | None = None) -> None:
         secret = reveal(token)
         if not secret and self.empty_token:
             raise RequestInvalid(self.system, f"token: {self.empty_token}", field="token")
@@ -84,12 +68,11 @@ class HttpSession:
 
     async def _read_json(self, method: str, path: str, *, what: str | None = None, json_body: Any = None,
                          params: dict[str, str] | None = None, check: Callable[[Any], Any] | None = None) -> Any:
-        """A read, retried by `self.retry`: the JSON body of a 2xx answer (passed through `check`,
-        whose errors are retried like the status's), else the error taxonomy's error. `what`
-        names the call in log events (default: the system and the path)."""
+        """A read retried by `self.retry`: the JSON of a 2xx answer passed through `check` (whose
+        errors are retried too). `what` names the call in log events."""
         async def attempt() -> Any:
             response = await self.request(method, path, json_body=json_body, params=params)
-            payload = parse_json(self.system, response, self.redactor)
+            payload = parse_json(self.system, response)
             return check(payload) if check is not None else payload
 
         return await call_with_retry(attempt, self.retry, mutating=False, what=what or f"{self.system} {path}",

@@ -1,13 +1,9 @@
-"""Clients for the OpenAI-compatible endpoints (interfaces.md section 4).
+"""Clients for the OpenAI-compatible endpoints (interfaces.md section 4): `InferenceClient` (a
+domain's completions and cache-hit check) and `SoakRelayClient` (one replica's soak relay).
 
-- `InferenceClient`: real completions on a domain (`completion`), and the runbook's cache-hit
-  check (`cache_hit_check`).
-- `SoakRelayClient`: the per-replica soak relay (`:8008` r1, `:8009` r2): `direct_checks`.
-
-Every call has a hard deadline (`timeout_s`, enforced with `asyncio.timeout` on top of httpx's
-per-operation timeouts) and no retry: a check reports what it saw. `completion` raises the
-taxonomy errors; the check methods never raise for a failed check (they return `ok=False` and a
-scrubbed `reason`), only `RequestInvalid` for bad arguments.
+Every call has a hard deadline (`timeout_s`, by `asyncio.timeout` over httpx's per-operation
+timeouts) and no retry: a check reports what it saw. A failed check is `ok=False` with a scrubbed
+`reason`, never an exception (only `RequestInvalid` for bad arguments).
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import structlog
 
 from orchestrator.hosts.clients.errors import (
@@ -28,7 +23,6 @@ from orchestrator.hosts.clients.errors import (
     parse_json,
 )
 from orchestrator.hosts.clients.http_session import HttpSession
-from orchestrator.hosts.redaction import Redactor
 
 log = structlog.get_logger(__name__)
 
@@ -74,14 +68,6 @@ def _validate_model(model: Any) -> None:
         raise RequestInvalid("inference", "model: must be a non-empty model id", field="model")
 
 
-def _validate_messages(messages: Any) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise RequestInvalid("inference", "messages: must be a non-empty list", field="messages")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
-            raise RequestInvalid("inference", f"messages: item {index} needs 'role' and 'content'", field="messages")
-
-
 def parse_completion(payload: Any, system: str) -> Completion:
     if not isinstance(payload, dict):
         raise MalformedResponse(system, "completion answer is not an object")
@@ -104,22 +90,13 @@ def parse_completion(payload: Any, system: str) -> Completion:
     prompt_tokens = usage.get("prompt_tokens")
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Completion(
-        text=text,
-        prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
-        cached_tokens=cached if isinstance(cached, int) else None,
-        raw_usage=dict(usage),
-    )
+    return Completion(text, prompt_tokens if isinstance(prompt_tokens, int) else None,
+                      cached if isinstance(cached, int) else None, raw_usage=dict(usage))
 
 
 class _OpenAIEndpoint(HttpSession):
-    def __init__(self, base_url: str, token: Any, *, transport: httpx.AsyncBaseTransport | None = None,
-                 timeout_s: float | None = None, redactor: Redactor | None = None) -> None:
-        timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-            raise RequestInvalid(self.system, "timeout_s: must be positive", field="timeout_s")
-        super().__init__(base_url.rstrip("/").removesuffix("/v1"), token, transport=transport, timeout_s=float(timeout_s),
-                         redactor=redactor)
+    def __init__(self, base_url: str, token: Any, **session: Any) -> None:
+        super().__init__(base_url.rstrip("/").removesuffix("/v1"), token, **session)
 
     async def _call(self, method: str, route: str, *, json_body: Any = None, want_json: bool = True) -> Any:
         try:
@@ -127,12 +104,10 @@ class _OpenAIEndpoint(HttpSession):
                 response = await self.request(method, route, json_body=json_body)
         except TimeoutError:
             raise TransportError(self.system, f"{method} {route}: no answer within {self.timeout_s:g} s") from None
-        return parse_json(self.system, response, self.redactor) if want_json else response
+        return parse_json(self.system, response) if want_json else response
 
     def _reason(self, exc: BaseException) -> str:
-        if isinstance(exc, ClientError):
-            return self.redactor.scrub(exc.detail)
-        return self.redactor.scrub(f"{type(exc).__name__}: {exc}")
+        return self.redactor.scrub(exc.detail if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}")
 
 
 class InferenceClient(_OpenAIEndpoint):
@@ -141,7 +116,12 @@ class InferenceClient(_OpenAIEndpoint):
 
     async def completion(self, model: str, messages: list[dict[str, Any]], max_tokens: int = 64) -> Completion:
         _validate_model(model)
-        _validate_messages(messages)
+        if not isinstance(messages, list) or not messages:
+            raise RequestInvalid("inference", "messages: must be a non-empty list", field="messages")
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
+                raise RequestInvalid("inference", f"messages: item {index} needs 'role' and 'content'",
+                                     field="messages")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise RequestInvalid(self.system, "max_tokens: must be a positive integer", field="max_tokens")
         body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": False}
@@ -166,8 +146,6 @@ class InferenceClient(_OpenAIEndpoint):
         ]
         try:
             first = await self.completion(model, first_turn, max_tokens=32)
-        except RequestInvalid:
-            raise
         except Exception as exc:  # a failed check is a result, not an exception
             return CacheHitResult(False, None, None, f"first turn failed: {self._reason(exc)}")
         second_turn = first_turn + [
@@ -196,7 +174,7 @@ class SoakRelayClient(_OpenAIEndpoint):
     timeout_s = 60
 
     async def direct_checks(self, model: str) -> RelayCheckResult:
-        """GET /health, GET /v1/models (must list `model`), a deterministic generation (non-empty)."""
+        """GET /health, GET /v1/models (must list `model`), a non-empty deterministic generation."""
         _validate_model(model)
         problems: list[str] = []
         health_ok = False
@@ -224,13 +202,9 @@ class SoakRelayClient(_OpenAIEndpoint):
         except Exception as exc:
             problems.append(f"generation: {self._reason(exc)}")
         ok = not problems
-        result = RelayCheckResult(
-            ok=ok,
-            health_ok=health_ok,
-            models=[self.redactor.scrub(m) for m in models],
-            generation=self.redactor.scrub(generation),
-            reason="all direct checks passed" if ok else self.redactor.scrub("; ".join(problems)),
-        )
+        result = RelayCheckResult(ok=ok, health_ok=health_ok, models=[self.redactor.scrub(m) for m in models],
+                                  generation=self.redactor.scrub(generation),
+                                  reason="all direct checks passed" if ok else self.redactor.scrub("; ".join(problems)))
         log.info(
             "soak_relay.direct_checks",
             **self.redactor.scrub_obj(dict(base_url=self.base_url, model=model, ok=ok, health_ok=health_ok, reason=result.reason)),
@@ -238,19 +212,17 @@ class SoakRelayClient(_OpenAIEndpoint):
         return result
 
     async def health(self) -> None:
-        """GET /health through the relay (this replica's engine answers it); raises the client's
-        errors (a refused connection: the relay does not run; 502: the engine behind it does not
-        answer, or the relay routes to another container)."""
+        """GET /health of this replica's engine through the relay; raises the client's errors (a
+        refused connection: no relay; 502: the engine does not answer, or another one is routed)."""
         await self._call("GET", "/health", want_json=False)
 
     async def metrics_text(self) -> str:
-        """GET /metrics through the relay: the engine's Prometheus text, unparsed (the caller parses
-        it with prometheus_client's parser). Raises the client's errors like every other route."""
+        """GET /metrics through the relay: the engine's Prometheus text, unparsed."""
         response = await self._call("GET", "/metrics", want_json=False)
         return response.text
 
     async def prompt(self, model: str, text: str, max_tokens: int = 4) -> Completion:
-        """One deterministic chat completion through the relay (reaches this replica's engine only)."""
+        """One deterministic chat completion of this replica's engine."""
         _validate_model(model)
         body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
                 "temperature": 0, "seed": 0, "stream": False}

@@ -1,12 +1,9 @@
 """Client for one model-proxy peer (the router behind `*.completions.near.ai`; interfaces.md section 3).
+The runbooks read both peers and require them to agree.
 
-The runbooks read both peers and require them to agree: make one client per peer (`name` says
-which) and compare their answers.
-
-ASSUMED SHAPE: `GET /backends/list?domain=<domain>` is not publicly documented. We assume
-`{"domain": "<domain>", "backends": [{"address": "ip:port", "healthy": true, ...}]}`. Its parser is
-`parse_backends_list` below and nowhere else; it ignores extra fields, and refuses (with a message
-naming the assumption) an answer it cannot read rather than guessing health.
+ASSUMED SHAPE: `GET /backends/list?domain=<domain>` is not publicly documented; its one parser
+`parse_backends_list` reads `ASSUMED_BACKENDS_LIST_SHAPE`, ignores extra fields, and refuses (naming
+the assumption) an answer it cannot read rather than guessing health.
 """
 
 from __future__ import annotations
@@ -54,7 +51,6 @@ def split_host(address: str) -> str:
 
 
 def parse_backends_list(payload: Any, system: str = "model-proxy") -> list[Backend]:
-    """The ONE parser of the assumed /backends/list shape (see module doc)."""
     def bad(what: str) -> MalformedResponse:
         return MalformedResponse(system, f"/backends/list {what} (assumed shape {ASSUMED_BACKENDS_LIST_SHAPE})")
 
@@ -86,13 +82,9 @@ class ModelProxyClient(HttpSession):
     def __repr__(self) -> str:
         return f"ModelProxyClient({self.name!r}, {self.base_url!r})"
 
-    @staticmethod
-    def _check_domain(domain: str) -> None:
+    async def backends_list(self, domain: str) -> list[Backend]:
         if not isinstance(domain, str) or not domain.strip() or any(c.isspace() for c in domain):
             raise RequestInvalid("model-proxy", "domain: must be a non-empty host name", field="domain")
-
-    async def backends_list(self, domain: str) -> list[Backend]:
-        self._check_domain(domain)
         backends = parse_backends_list(await self._read_json("GET", "/backends/list", params={"domain": domain}), self.system)
         log.info(
             "model_proxy.backends",
@@ -101,11 +93,8 @@ class ModelProxyClient(HttpSession):
         return backends
 
     async def presence(self, address: str, domain: str) -> Presence:
-        """Is `address` listed (and healthy) under `domain` on this peer?
-
-        `address` is `ip:port` (matched exactly) or a bare host (matched against each backend's
-        host part). Healthy means at least one matching backend is healthy.
-        """
+        """Is `address` (`ip:port`, or a bare host matching backends' host part) listed under
+        `domain` on this peer, and is one of its matches healthy?"""
         if not isinstance(address, str) or not address.strip():
             raise RequestInvalid("model-proxy", "address: must be ip:port or a host", field="address")
         backends = await self.backends_list(domain)
@@ -113,10 +102,5 @@ class ModelProxyClient(HttpSession):
             matches = [b for b in backends if b.host == address]
         else:
             matches = [b for b in backends if b.address == address]
-        return Presence(
-            peer=self.name,
-            domain=domain,
-            address=address,
-            listed=bool(matches),
-            healthy=any(b.healthy for b in matches),
-        )
+        return Presence(peer=self.name, domain=domain, address=address, listed=bool(matches),
+                        healthy=any(b.healthy for b in matches))

@@ -1,7 +1,6 @@
-"""A Prometheus-compatible query API (`GET <prometheus_url>/api/v1/query`, for an
-analysis with `source: prometheus`). Transport only: the answer's status and text go to
-orchestrator/metricproviders/prometheus_api.py, which reads them. A timeout or a transport failure
-is `PrometheusUnreachable` (the analysis counts it as an unread scrape, never a pass)."""
+"""A Prometheus-compatible query API (`GET <prometheus_url>/api/v1/query`), transport only: the
+answer's status and text go to orchestrator/metricproviders/prometheus_api.py. A timeout or a
+transport failure is `PrometheusUnreachable` (an unread scrape, never a pass)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ TIMEOUT_S = 10.0
 class PrometheusUnreachable(ClientError):
     """The query API did not answer (timeout, refused, reset)."""
 
-
 class PrometheusQueryClient:
     def __init__(self, base_url: str, *, timeout: float = TIMEOUT_S, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.url = base_url.rstrip("/") + "/api/v1/query"
@@ -32,8 +30,8 @@ class PrometheusQueryClient:
         return await self._get(self.url, {"query": promql})
 
     async def query_range(self, promql: str, seconds: float, step: float) -> tuple[int, str]:
-        """(HTTP status, body text) of one range query over the `seconds` before now (the wall
-        clock: Prometheus' timestamps are Unix time), one point per `step`."""
+        """(HTTP status, body text) of one range query over the `seconds` before now (wall clock:
+        Prometheus' timestamps are Unix time)."""
         end = time.time()
         return await self._get(self.range_url, {"query": promql, "start": f"{end - seconds:.3f}", "end": f"{end:.3f}",
                                                 "step": f"{step:g}"})

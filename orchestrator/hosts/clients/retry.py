@@ -1,24 +1,15 @@
-"""Retry policy for the clients (tenacity under the hood).
+"""Retry policy for the clients (tenacity under the hood). Three budgets, counted separately:
 
-Two budgets, counted separately for one call:
+- Transient failures (`TransportError`, `ServerError`), only where safe: any failure of a read;
+  for a mutating call only a `TransportError` with `request_sent=False` (nothing reached the
+  server). Jittered exponential backoff (each wait in [base/2, base], base doubling up to
+  `max_backoff_s`), at most `max_attempts`, never waiting past `deadline_s`.
+- `Busy` (409, the server refused: safe even when mutating): `busy_wait_s`, at most
+  `busy_retries` times, whatever the deadline (a pull or build may take longer).
+- `TagNotFound`: compose-manager 8e07c35 reports ANY GitHub failure (a rate limit, an outage) as
+  `tag not found`, before docker runs: retried `tag_not_found_retries` times, the wait doubling.
 
-- Transient failures (`TransportError`, `ServerError`): retried only where it is safe --
-  every failure of a read; for a mutating call only a `TransportError` with
-  `request_sent=False` (a connect error: nothing reached the server). Jittered exponential
-  backoff (`initial_backoff_s` doubling up to `max_backoff_s`, each wait drawn from
-  [base/2, base]), at most `max_attempts` attempts, and never past `deadline_s` after the first
-  attempt started (a wait that would cross the deadline is not taken).
-- `Busy` (409): the server refused, so retrying is safe even for a mutating call. Wait
-  `busy_wait_s`, at most `busy_retries` times, whatever the deadline: another operation on the
-  host (a pull, a build) may legitimately take longer than `deadline_s`.
-
-- `TagNotFound` (400 `tag not found: T`): compose-manager 8e07c35 asks GitHub about the tag
-  unauthenticated and turns ANY non-success answer (a rate limit, a 403, an outage) into this
-  text, and it refuses before docker runs, so a retry is safe. Retried `tag_not_found_retries`
-  times, waiting `tag_not_found_wait_s` doubling each time, before it is believed.
-
-The last error is re-raised as is when a budget is spent. Waits go through an injected `Clock`
-(tests pass a policy with tiny waits, or a fake clock).
+When a budget is spent the last error is re-raised as is. Waits go through the injected `Clock`.
 """
 
 from __future__ import annotations
@@ -66,23 +57,9 @@ class RetryPolicy:
         return base / 2 + r * base / 2
 
 
-def is_transient(exc: BaseException, *, mutating: bool) -> bool:
-    if isinstance(exc, TransportError):
-        return (not mutating) or (not exc.request_sent)
-    if isinstance(exc, ServerError):
-        return not mutating
-    return False
-
-
-async def call_with_retry(
-    fn: Callable[[], Awaitable[T]],
-    policy: RetryPolicy,
-    *,
-    mutating: bool,
-    what: str,
-    clock: Clock | None = None,
-) -> T:
-    """Run `fn` under `policy` (see module doc). `what` names the call in log events."""
+async def call_with_retry(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, *, mutating: bool, what: str,
+                          clock: Clock | None = None) -> T:
+    """Run `fn` under `policy`; `what` names the call in log events."""
     clock = clock or RealClock()
     started = clock.monotonic()
     # failures per budget ("busy", "tag", "transient"), and the budget of the last one
@@ -94,8 +71,10 @@ async def call_with_retry(
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return False
+        transient = isinstance(exc, ServerError | TransportError) and (
+            not mutating or (isinstance(exc, TransportError) and not exc.request_sent))
         last = ("busy" if isinstance(exc, Busy) else "tag" if isinstance(exc, TagNotFound)
-                else "transient" if is_transient(exc, mutating=mutating) else "")
+                else "transient" if transient else "")
         spent[last] += 1
         return bool(last)
 
@@ -117,22 +96,10 @@ async def call_with_retry(
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.info(
-            "client.retry",
-            call=what,
-            error=type(exc).__name__ if exc else None,
-            system=getattr(exc, "system", None),
-            status=getattr(exc, "status", None),
-            attempt=state.attempt_number,
-            wait_s=round(state.upcoming_sleep, 3),
-        )
+        log.info("client.retry", call=what, error=type(exc).__name__ if exc else None,
+                 system=getattr(exc, "system", None), status=getattr(exc, "status", None),
+                 attempt=state.attempt_number, wait_s=round(state.upcoming_sleep, 3))
 
-    retrying = AsyncRetrying(
-        sleep=clock.sleep,
-        retry=should_retry,
-        wait=wait,
-        stop=stop,
-        before_sleep=before_sleep,
-        reraise=True,
-    )
+    retrying = AsyncRetrying(sleep=clock.sleep, retry=should_retry, wait=wait, stop=stop, before_sleep=before_sleep,
+                             reraise=True)
     return await retrying(fn)

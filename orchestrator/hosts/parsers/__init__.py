@@ -1,6 +1,4 @@
-"""Pure parsers (no I/O) for the outputs the orchestrator reads. A parser that cannot make sense
-of its input raises `ParseError`; the clients turn it into `MalformedResponse`.
-"""
+"""Pure parsers of what hosts answer; `ParseError` (the clients' `MalformedResponse`) on a bad input."""
 
 from __future__ import annotations
 

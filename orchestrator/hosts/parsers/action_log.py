@@ -1,7 +1,5 @@
-"""compose-manager's action log (the `actions` of `/v1/attestation/report`) -> `Action`s.
-
-The log is append-only, so list order is chronological; `last_deploy` relies on that order, not
-on timestamps (two entries may share a second).
+"""compose-manager's action log (the `actions` of `/v1/attestation/report`) -> `Action`s, in log
+order: chronological (append-only), which `last_deploy` relies on rather than on timestamps.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ class Action:
     services: tuple[str, ...] = ()
 
     def covers(self, service: str) -> bool:
-        """True if this action applied to `service` (an empty services list means every service)."""
+        """An empty services list means every service."""
         return not self.services or service in self.services
 
 
@@ -50,19 +48,12 @@ def action_from_json(entry: Any, index: int) -> Action:
         services = [services]
     if not isinstance(services, (list, tuple)) or not all(isinstance(s, str) for s in services):
         raise ParseError(f"action {index}: 'services' is not a list of strings")
-    return Action(
-        timestamp=_opt_str(entry, "timestamp"),
-        action=action,
-        tag=_opt_str(entry, "tag"),
-        commit=_opt_str(entry, "commit"),
-        file=_opt_str(entry, "file"),
-        file_sha256=_opt_str(entry, "file_sha256"),
-        services=tuple(services),
-    )
+    return Action(timestamp=_opt_str(entry, "timestamp"), action=action, tag=_opt_str(entry, "tag"),
+                  commit=_opt_str(entry, "commit"), file=_opt_str(entry, "file"),
+                  file_sha256=_opt_str(entry, "file_sha256"), services=tuple(services))
 
 
 def parse_action_log(report: Mapping[str, Any]) -> list[Action]:
-    """The actions of an attestation report, in log order. A report without actions gives []."""
     if not isinstance(report, Mapping):
         raise ParseError(f"report is a {type(report).__name__}, expected an object")
     actions = report.get("actions")

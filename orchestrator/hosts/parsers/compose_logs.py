@@ -1,13 +1,7 @@
-"""`docker compose logs` text -> `LogLine(container, text)`.
-
-Rules, in this order, for each `\\n`-terminated line:
-1. A trailing `\\r` (CRLF) is dropped and ANSI escape sequences (colours) are stripped.
-2. The `<container>  | ` prefix (padding varies with the longest name) is split off; a line
-   without a prefix gets container `""`. A line that is completely empty is dropped (it carries
-   nothing; compose prints an empty engine line as `name  | `, which is kept with text `""`).
-3. Carriage-return progress bars: a line holding several `\\r`-separated redraws keeps only the
-   last non-empty segment (what a terminal would show). The prefix is split off first, so the
-   container name survives.
+"""`docker compose logs` text -> `LogLine(container, text)`, per line: a trailing `\\r` and ANSI
+escapes are stripped; the `<container>  | ` prefix is split off (none: container `""`); an empty
+line is dropped (an empty engine line `name  | ` is kept, text `""`); of several `\\r`-separated
+progress redraws only the last non-empty one is kept, as a terminal shows it.
 """
 
 from __future__ import annotations
@@ -26,7 +20,6 @@ class LogLine:
 
 
 def last_redraw(text: str) -> str:
-    """The last non-empty `\\r`-separated segment (the whole text when there is no `\\r`)."""
     if "\r" not in text:
         return text
     segments = [s for s in text.split("\r") if s]

@@ -1,18 +1,12 @@
-"""compose-manager's read answers at commit 8e07c35 -> typed results.
+"""compose-manager's read answers at commit 8e07c35 (`compose-manager-as-deployed.md`) -> typed results.
 
-Sources: `compose-manager-as-deployed.md` and the recorded exchanges
-(`samples/compose-manager-8e07c35/exchanges.jsonl`). Rules every parser here keeps:
+The server omits unset keys: every field but the envelope is optional (absent: "not known"), and
+extra keys are kept in `extra` (a newer server may add some). A field present with the wrong type
+is a `ParseError`: better to stop than to act on a misread deploy record.
 
-- Unset keys are **omitted** by the server, never null: every field but the envelope is optional
-  and absent means "not known", not an error. Extra keys are kept in `extra`, never refused (a
-  newer server may add fields).
-- A field present with the wrong type is a `ParseError`: better to stop than to act on a
-  misread deploy record (a rollback target comes from here).
-
-`/version`: the top-level `tag/commit/file/file_sha256` are the last **attempted** up (written
-before the stream runs, so a failed up shows there). `projects[p].current` is the last
-**successful** up of project p and `previous` the successful one before it; only these may serve
-as a rollback target.
+`/version`: the top-level `tag/commit/file/file_sha256` are the last **attempted** up (a failed up
+shows there); `projects[p].current` / `previous` the last two **successful** ones, the only
+possible rollback targets.
 """
 
 from __future__ import annotations
@@ -54,8 +48,6 @@ def _int(obj: Mapping[str, Any], key: str, where: str, *, optional: bool = False
 
 @dataclass(frozen=True)
 class DeployRecord:
-    """One up as `/version` records it: {tag, commit, file, file_sha256, ...}; any key may be absent."""
-
     tag: str | None = None
     commit: str | None = None
     file: str | None = None
@@ -65,10 +57,8 @@ class DeployRecord:
     @classmethod
     def parse(cls, raw: Any, where: str) -> DeployRecord:
         obj = _obj(raw, where)
-        return cls(
-            **{k: _opt_str(obj, k, where) for k in _RECORD_KEYS},
-            extra={k: v for k, v in obj.items() if k not in _RECORD_KEYS},
-        )
+        return cls(**{k: _opt_str(obj, k, where) for k in _RECORD_KEYS},
+                   extra={k: v for k, v in obj.items() if k not in _RECORD_KEYS})
 
 
 @dataclass(frozen=True)
@@ -80,11 +70,8 @@ class ProjectVersions:
 
 
 class VersionInfo(dict[str, Any]):
-    """`GET /version`, typed, and still the raw mapping (`info["tag"]`, `info.items()`).
-
-    `tag/commit/file` here are the last ATTEMPTED up (`last_attempt`); use `project(p).current` /
-    `.previous` for what actually deployed.
-    """
+    """`GET /version`, typed, and still the raw mapping (`info["tag"]`). `tag/commit/file` are the
+    last ATTEMPTED up; `project(p).current` / `.previous` what actually deployed."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         super().__init__(_obj(raw, "version"))
@@ -102,8 +89,7 @@ class VersionInfo(dict[str, Any]):
             )
 
     def project(self, name: str | None = None) -> ProjectVersions:
-        """The success record of a project (None: the default project `work`); empty if unknown."""
-        return self.projects.get(name or DEFAULT_PROJECT, ProjectVersions())
+            return self.projects.get(name or DEFAULT_PROJECT, ProjectVersions())
 
 
 @dataclass(frozen=True)
@@ -131,14 +117,9 @@ def parse_status(payload: Mapping[str, Any]) -> InFlight | None:
     if not isinstance(services, list) or not all(isinstance(s, str) for s in services):
         raise ParseError("status.in_flight.services is not a list of names")
     known = ("action", "started_at", "tag", "file", "services")
-    return InFlight(
-        action=action,
-        started_at=_opt_str(obj, "started_at", "status.in_flight"),
-        tag=_opt_str(obj, "tag", "status.in_flight"),
-        file=_opt_str(obj, "file", "status.in_flight"),
-        services=tuple(services),
-        extra={k: v for k, v in obj.items() if k not in known},
-    )
+    return InFlight(action=action, started_at=_opt_str(obj, "started_at", "status.in_flight"),
+                    tag=_opt_str(obj, "tag", "status.in_flight"), file=_opt_str(obj, "file", "status.in_flight"),
+                    services=tuple(services), extra={k: v for k, v in obj.items() if k not in known})
 
 
 @dataclass(frozen=True)
@@ -153,11 +134,7 @@ class GpuInfo:
 
 
 def parse_host_gpu(payload: Mapping[str, Any]) -> list[GpuInfo]:
-    """`{"gpus": [{index, memory_total_mb, memory_used_mb, utilization_pct, claimed_by}, ...]}`.
-
-    The envelope key (`gpus`) is assumed (the deployed doc names only the per-GPU fields); a bare
-    list is accepted too.
-    """
+    """`{"gpus": [{index, memory_total_mb, ...}]}` (the `gpus` key is assumed; a bare list is accepted)."""
     raw = payload.get("gpus") if isinstance(payload, Mapping) else payload
     if not isinstance(raw, list):
         raise ParseError("host/gpu answer has no 'gpus' list")
@@ -170,15 +147,10 @@ def parse_host_gpu(payload: Mapping[str, Any]) -> list[GpuInfo]:
             raise ParseError(f"{where}.claimed_by is not a list of container names")
         index = _int(obj, "index", where)
         assert index is not None
-        out.append(
-            GpuInfo(
-                index=index,
-                memory_total_mb=_int(obj, "memory_total_mb", where, optional=True),
-                memory_used_mb=_int(obj, "memory_used_mb", where, optional=True),
-                utilization_pct=_int(obj, "utilization_pct", where, optional=True),
-                claimed_by=tuple(claimed),
-            )
-        )
+        out.append(GpuInfo(index=index, memory_total_mb=_int(obj, "memory_total_mb", where, optional=True),
+                           memory_used_mb=_int(obj, "memory_used_mb", where, optional=True),
+                           utilization_pct=_int(obj, "utilization_pct", where, optional=True),
+                           claimed_by=tuple(claimed)))
     return sorted(out, key=lambda g: g.index)
 
 
@@ -190,8 +162,6 @@ class CacheVolume:
 
 @dataclass(frozen=True)
 class HostCache:
-    """`GET /host/cache`: the model-cache volumes and the weights (`models--org--repo`) they hold."""
-
     volumes: tuple[CacheVolume, ...]
     weights: tuple[str, ...]
 

@@ -1,9 +1,8 @@
-"""`docker ps --format json` output (as compose-manager's `/docker/ps` returns it) -> `Container`s.
+"""`docker ps --format json` output (compose-manager's `/docker/ps`) -> `Container`s.
 
-One JSON object per line. `Labels` is one comma-separated `k=v` string; a label value may itself
-contain commas (`com.docker.compose.depends_on=a:service_started:false,b:...`), so a segment
-without `=` continues the previous value. `Names` may list several names (`a,b`): `name` is the
-first, `names` all of them. A whole JSON array on one line (old `compose ps` format) is accepted.
+One JSON object per line (a whole array on one line is accepted too). `Labels` is one `k=v,...`
+string whose values may hold commas (`depends_on=a:service_started:false,b:...`): a segment
+without `=` continues the previous value. `name` is the first of `Names`, `names` all of them.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from orchestrator.hosts.parsers import ParseError
 
 SERVICE_LABEL = "com.docker.compose.service"
 PROJECT_LABEL = "com.docker.compose.project"
-
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,6 @@ class Container:
     names: tuple[str, ...] = ()
     health: str = ""
     exit_code: int | None = None
-    running_for: str = ""
     raw: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
@@ -84,30 +81,18 @@ def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -
     labels = parse_labels(obj.get("Labels"))
     exit_code = obj.get("ExitCode")
     return Container(
-        id=cid,
-        name=names[0] if names else "",
-        image=_str(obj, "Image"),
-        state=_str(obj, "State").lower(),
-        status=_str(obj, "Status"),
-        created_at=_str(obj, "CreatedAt"),
-        labels=labels,
+        id=cid, name=names[0] if names else "", image=_str(obj, "Image"), state=_str(obj, "State").lower(),
+        status=_str(obj, "Status"), created_at=_str(obj, "CreatedAt"), labels=labels,
         service=labels.get(SERVICE_LABEL) or (_str(obj, "Service") or None),
         project=labels.get(PROJECT_LABEL) or (_str(obj, "Project") or None),
-        names=names,
-        health=_str(obj, "Health"),
+        names=names, health=_str(obj, "Health"), raw=dict(obj),
         exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
-        running_for=_str(obj, "RunningFor"),
-        raw=dict(obj),
     )
 
 
 def parse_docker_ps(output: str) -> list[Container]:
-    """Parse `docker ps --format json` output; blank lines are skipped, a bad line raises ParseError.
-
-    Every gate polls docker/ps, and between two polls most lines are the same text: a line already
-    parsed is answered from a small cache keyed by its exact text (a `Container` is frozen and
-    nothing changes its dicts; a line that fails to parse is never cached).
-    """
+    """Blank lines are skipped, a bad line raises ParseError. Every gate polls docker/ps and most
+    lines repeat between polls: a parsed line is cached by its exact text (a `Container` is frozen)."""
     containers: list[Container] = []
     for line_no, line in enumerate(output.splitlines(), start=1):
         line = line.strip()
@@ -115,21 +100,17 @@ def parse_docker_ps(output: str) -> list[Container]:
             continue
         parsed = _LINE_CACHE.get(line)
         if parsed is None:
-            parsed = _parse_line(line, line_no)
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise ParseError("not JSON", line_no=line_no) from None
+            items = obj if isinstance(obj, list) else [obj]
+            parsed = tuple(container_from_json(item, line_no=line_no) for item in items)
             if len(_LINE_CACHE) >= _LINE_CACHE_SIZE:
                 _LINE_CACHE.pop(next(iter(_LINE_CACHE)))  # the oldest entry
             _LINE_CACHE[line] = parsed
         containers.extend(parsed)
     return containers
-
-
-def _parse_line(line: str, line_no: int) -> tuple[Container, ...]:
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        raise ParseError("not JSON", line_no=line_no) from None
-    items = obj if isinstance(obj, list) else [obj]
-    return tuple(container_from_json(item, line_no=line_no) for item in items)
 
 
 #: parsed docker/ps lines by their text, oldest first (bounded: a host lists tens of containers)
@@ -138,7 +119,7 @@ _LINE_CACHE_SIZE = 512
 
 
 def by_service(containers: Iterable[Container]) -> dict[str, Container]:
-    """Containers by their compose service (the name when a container carries no label)."""
+    """Containers by their compose service (else name)."""
     return {(c.service or c.name): c for c in containers}
 
 

@@ -1,27 +1,16 @@
-"""docker compose dry-run lines -> `DryRunResult` (what an `up` would do, per service).
+"""docker compose dry-run lines (` ✔ DRY-RUN MODE -  Container <name>  <Status>  0.0s`) ->
+`DryRunResult`: what an `up` would do, per service (`STATUS_ACTIONS`; Running/Healthy/Waiting/
+Exited are states and read as unchanged).
 
-Line shape: ` ✔ DRY-RUN MODE -  Container <name>  <Status>  0.0s` (the duration may be missing).
+Container name -> service: the name itself (`container_name` is the service key in these repos),
+or with `project`, the name less `[<12 hex>_]<project>-` (or `_`) and the `-<N>` replica or
+`-run-<12 hex>` one-off suffix: `nginx-golang-mysql-db-1` -> `db`.
 
-Status -> action: `STATUS_ACTIONS`. Running/Healthy/Waiting/Exited are states, not actions: they
-read as unchanged (`Exited` is what a finished one-shot such as model-downloader reports).
-
-Container name -> service: with `container_name` (always the service key in these repos) the name
-is the service. When `project` is given and the name starts with `<project>-` (or v1's
-`<project>_`, possibly behind a `<12 hex>_` recreate prefix), that prefix and the `-<N>` / `_<N>`
-replica suffix (or a one-off's `-run-<12 hex>`) are stripped: `nginx-golang-mysql-db-1` -> `db`.
-
-Ignored (not about containers): `Network ...`, `Volume ...` and `Image ...` lines (recorded in
-`resources`), image lines `<name> Pulled|Pulling|Built|Building|Skipped|Exists`, `build service`,
-`==> ==>` build steps, and lines without `DRY-RUN` such as the `[+] Running 8/6` and
-`[+] Building` headers.
-
-Unknown: any other line mentioning `DRY-RUN`, and any line that looks like a container action
-WITHOUT the `DRY-RUN` mark (docker/compose#14029: a dry run that acts for real). Callers must
-report `unknown_lines` and not trust the plan when it is non-empty.
-
-A service that appears several times gets the strongest action:
-removed > recreated > created > started > unchanged (a `Recreate` then `Started` is a recreate;
-a one-off `-run-` container being removed makes its service "removed").
+Ignored: `Network`/`Volume`/`Image` lines (kept in `resources`), image pull/build lines, and lines
+without `DRY-RUN` (`[+] Running 8/6`). Unknown: any other `DRY-RUN` line, and a container action
+WITHOUT the mark (docker/compose#14029: a dry run that acts for real); callers must not trust a
+plan with `unknown_lines`. A service seen several times gets the strongest action
+(removed > recreated > created > started > unchanged).
 """
 
 from __future__ import annotations
@@ -60,7 +49,6 @@ class DryRunResult:
 
 
 def container_service(name: str, project: str | None = None) -> str:
-    """The compose service a container name stands for (see module doc)."""
     if project:
         pattern = re.compile(
             r"^(?:[0-9a-f]{12}_)?" + re.escape(project) + r"[-_](?P<svc>.+?)(?:[-_]\d+|-run-[0-9a-f]{12})$"
@@ -69,12 +57,6 @@ def container_service(name: str, project: str | None = None) -> str:
         if match:
             return match.group("svc")
     return name
-
-
-def _strip_duration(tokens: list[str]) -> list[str]:
-    if tokens and _DURATION_RE.match(tokens[-1]):
-        return tokens[:-1]
-    return tokens
 
 
 def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunResult:
@@ -88,13 +70,14 @@ def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunRes
             if DRY_RUN_MARK in line:
                 plan.unknown_lines.append(line)
             elif bare and bare.group("status").lower() in STATUS_ACTIONS:
-                # A container action without the dry-run mark: maybe a real one (compose#14029).
-                plan.unknown_lines.append(line)
+                plan.unknown_lines.append(line)  # maybe a real action (compose#14029)
             continue
         rest = match.group("rest").strip()
         if not rest or rest.startswith("==>") or rest.startswith("build service"):
             continue
-        tokens = _strip_duration(rest.split())
+        tokens = rest.split()
+        if tokens and _DURATION_RE.match(tokens[-1]):
+            tokens.pop()
         if not tokens:
             plan.unknown_lines.append(line)
             continue
