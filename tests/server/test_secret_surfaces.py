@@ -8,7 +8,7 @@ a webhook receiver on loopback was sent are each searched for every form of ever
 The scan is not vacuous: the quoted line reaches every surface that shows the failure (its text
 is searched for), masked.
 
-Mutation notes (each seen failing, the source restored): redaction.py `_any_case_hex` matching
+Mutation notes (each seen failing, the source restored): redaction.py `_any_case` matching
 upper-case escapes only; `Redactor._spans` skipping the base64 search.
 """
 
