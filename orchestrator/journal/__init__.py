@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.journal.base import Journal, JournalError, Now
+from orchestrator.journal.base import JournalError, Now
+from orchestrator.journal.sql import Journal
 from orchestrator.journal.sqlite import SqliteJournal
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")

@@ -1,6 +1,6 @@
 """The journal's records (`RunRecord`, `TransitionRecord`, `EffectRecord`, `Lease`), the errors
 every backend raises and the run-id rule. The SQL both backends share (`SqlJournal`, also named
-`Journal`) is in journal/sql.py.
+`Journal`: what the executor and the server program against) is in journal/sql.py.
 """
 
 from __future__ import annotations
@@ -10,12 +10,9 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.util.outcome import Outcome
-
-if TYPE_CHECKING:
-    from orchestrator.journal.sql import SqlJournal as Journal  # noqa: F401 - at run time: __getattr__ below
 
 RUN_KINDS = frozenset({"rollout", "rollback"})
 OUTCOMES = frozenset(o.value for o in Outcome)
@@ -174,14 +171,6 @@ def _superseded_text(lease: Lease, holder: Lease | None, released: bool) -> str:
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`Journal`, what the executor and the server program against, is `SqlJournal`: journal/sql.py
-    imports this module, so the name is resolved on first use."""
-    if name == "Journal":
-        from orchestrator.journal.sql import SqlJournal
-
-        return SqlJournal
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- run ids

@@ -652,3 +652,7 @@ class SqlJournal(ABC):
 
     def _audit_entry(self, row: dict[str, Any]) -> AuditEntry:
         return AuditEntry(row["action"], row["actor"], self._ts_value(row["at"]), row["detail"])
+
+
+#: what the executor, the services and the server program against: a journal of either backend
+Journal = SqlJournal

@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.journal.audit import paused_by
-from orchestrator.journal.base import Journal, RunRecord
+from orchestrator.journal.base import RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
+from orchestrator.journal.sql import Journal
 
 RUNNING = "running"
 PAUSED = "paused"

@@ -17,8 +17,8 @@ from orchestrator.hosts.clients.compose_manager import ComposeManagerClient
 from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.hosts.redaction import Redactor
-from orchestrator.journal.base import Journal
 from orchestrator.journal.owner import owner_text
+from orchestrator.journal.sql import Journal
 from orchestrator.service.notify import Notifier
 from orchestrator.service.startup import open_journal_for
 from orchestrator.util.clock import Clock, RealClock, ScaledClock, clock_for

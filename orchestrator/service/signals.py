@@ -23,7 +23,8 @@ from orchestrator.util.durations import parse_duration
 from orchestrator.util.user_errors import UserError
 
 if TYPE_CHECKING:
-    from orchestrator.journal.base import Journal, RunRecord
+    from orchestrator.journal.base import RunRecord
+    from orchestrator.journal.sql import Journal
     from orchestrator.language.machine import Table
     from orchestrator.language.runbook import Runbook
 

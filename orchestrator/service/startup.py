@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.journal import open_journal
-from orchestrator.journal.base import Journal, JournalError
+from orchestrator.journal.base import JournalError
+from orchestrator.journal.sql import Journal
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError
 

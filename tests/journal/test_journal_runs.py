@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.journal.base import Journal, JournalError, RunNotFound, StateConflict, TransitionRecord, make_run_id
+from orchestrator.journal.base import JournalError, RunNotFound, StateConflict, TransitionRecord, make_run_id
+from orchestrator.journal.sql import Journal
 
 
 def test_journal_objects_satisfy_the_protocol(journal) -> None:

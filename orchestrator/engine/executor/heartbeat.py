@@ -11,7 +11,8 @@ import asyncio
 from tenacity import AsyncRetrying, retry_if_not_exception_type, stop_after_delay, wait_exponential
 
 from orchestrator.engine.executor.loop import Executor, RunnerFenced
-from orchestrator.journal.base import Fenced, Journal, LeaseLost, RunRecord
+from orchestrator.journal.base import Fenced, LeaseLost, RunRecord
+from orchestrator.journal.sql import Journal
 
 
 async def run_with_heartbeat(executor: Executor, journal: Journal, ttl_s: float) -> RunRecord:

@@ -17,7 +17,8 @@ from orchestrator.hosts.host_clients import HostClients
 from orchestrator.hosts.inventory import HostEntry
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.journal.audit import abort_note
-from orchestrator.journal.base import Fenced, Journal, Lease, LeaseLost, RunRecord
+from orchestrator.journal.base import Fenced, Lease, LeaseLost, RunRecord
+from orchestrator.journal.sql import Journal
 from orchestrator.language.machine import TERMINALS, Event, Machine, Node, Outcome, Table
 from orchestrator.language.references import UnresolvedReference
 from orchestrator.language.runbook import Runbook

@@ -70,7 +70,8 @@ from orchestrator.hosts.parsers.docker_ps import Container, by_service, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.hosts.ps_compare import compare_ps, describe_changes, split_by_definition
 from orchestrator.hosts.redaction import Redactor
-from orchestrator.journal.base import EffectRecord, Journal, Lease, RunRecord
+from orchestrator.journal.base import EffectRecord, Lease, RunRecord
+from orchestrator.journal.sql import Journal
 from orchestrator.language.machine import Event, Node, Table
 from orchestrator.language.references import resolve_file, resolve_services
 from orchestrator.language.runbook import Runbook, Step

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from orchestrator.hosts.inventory import HostEntry
     from orchestrator.hosts.logfollow import LogFollower
     from orchestrator.hosts.parsers.docker_ps import Container
-    from orchestrator.journal.base import EffectRecord, Journal, RunRecord
+    from orchestrator.journal.base import EffectRecord, RunRecord
+    from orchestrator.journal.sql import Journal
     from orchestrator.language.machine import Node, Table
     from orchestrator.language.runbook import Runbook, Step
 
