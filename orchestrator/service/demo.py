@@ -1,10 +1,6 @@
-"""`orchestrate demo`: the real rollout, against a simulated gpu02 on loopback (or any runbook
-whose hosts the simulator stands up: `demo --runbook PATH`, `demo_target`).
-
-The simulator and the orchestrator share a time scale (`--speed` simulated seconds per real
-second), so a 50-minute cold start takes seconds while every timeout, poll interval and grace
-period runs its production value. Nothing here branches the executor: only the network
-(loopback URLs in a generated inventory) and the clock differ.
+"""`orchestrate demo`: the real rollout against simulated hosts on loopback. The simulator and the
+orchestrator share a time scale (`--speed`): a 50-minute cold start takes seconds while every
+timeout runs its production value. Only the network (a generated inventory) and the clock differ.
 """
 
 from __future__ import annotations
@@ -57,8 +53,8 @@ DEMO_RUNBOOKS = {
 
 @dataclass(frozen=True)
 class DemoTarget:
-    """What a demo rehearses: the runbook (a shipped name or a file), the hosts it runs on in order
-    (several: a fleet run, one host at a time), the tag and gpu02's starting point."""
+    """What a demo rehearses: the runbook, its hosts in order (several: a fleet run), the tag and
+    gpu02's starting point."""
 
     runbook: str
     hosts: tuple[str, ...]
@@ -67,11 +63,9 @@ class DemoTarget:
 
 
 def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier: bool = False) -> DemoTarget:
-    """The demo of `runbook`: a shipped gpu02 runbook at the tag the simulator holds for it, or any
-    runbook file whose hosts the simulator stands up (gpu02, gpu03, gpu04, gpu23) at `tag`, else
-    the newest simulated tag that holds its file and clears the tag-age gate. gpu02 starts as the
-    canary left it when the runbook's rollbacks go back to a file of that deployment (`deploys:`),
-    else as #294 left it. One line (UserError) for a runbook or tag it cannot rehearse."""
+    """A shipped gpu02 runbook at the tag the simulator holds for it, or a runbook file whose hosts
+    the simulator stands up at `tag` (else the newest simulated tag holding its file and old
+    enough). gpu02 starts as the canary left it when the runbook `deploys:` its file, else as #294."""
     name = runbook or DEFAULT_RUNBOOK
     if base_tier and name != DEFAULT_RUNBOOK:
         raise UserError(f"--runbook {name} and --base-tier: the base tier follows {DEFAULT_RUNBOOK} only")
@@ -105,10 +99,8 @@ def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier
 
 
 class DemoOperator:
-    """The human a rehearsal needs for a `manual:` step: when the run reaches one, the simulated
-    dashboard gets the edit its verification describes (`equals`: set, `absent`: removed), on the
-    host it names. The run still approves and verifies the edit as it would in production; the
-    demo only plays the person making it. Every event goes on to `inner` (the demo's progress)."""
+    """The human a `manual:` step needs: when the run reaches one, the simulated dashboard gets the
+    edit its verification describes (the run still approves and verifies it). Events go on to `inner`."""
 
     def __init__(self, fleet: Any, runbook: Any, host: str, inner: Progress | None = None) -> None:
         self.fleet, self.host, self.inner = fleet, host, inner
@@ -156,13 +148,11 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
 
 
 def demo_hosts(target: DemoTarget, *, base_tier: bool = False) -> tuple[str, ...]:
-    """Every host the demo simulates: the runbook's, and with `base_tier` the base tier's after gpu02."""
     return (*target.hosts, *BASE_HOSTS) if base_tier else target.hosts
 
 
 def check_faults(specs: list[str], hosts: tuple[str, ...]) -> None:
-    """Each --fault names a fault of the simulator's table, with a valid argument, on a host the
-    demo simulates (`hosts`): else one line."""
+    """Each --fault is a fault of the simulator's table, on a host the demo simulates: else one line."""
     for spec in specs:
         try:
             parsed = parse_fault(spec)
@@ -189,10 +179,8 @@ def _demo_hard_stop(run: Any, signame: str) -> None:
 
 def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any, console: Any,
              base_tier: bool, target: DemoTarget) -> str:
-    """The runbook's rollout on its simulated hosts (`target`: gpu02 alone for a gpu02 runbook; a
-    fleet run, one host at a time, for a runbook of several hosts); with `base_tier`, then the
-    base tier's fleet run (gpu03, gpu04, gpu23 one at a time, orchestrator/engine/fleet.py) once
-    gpu02 is DONE."""
+    """The target's rollout on its simulated hosts (a fleet run for several); with `base_tier`, then
+    the base tier's fleet run once gpu02 is DONE. Returns the outcome."""
     state_dir.mkdir(parents=True, exist_ok=True)
     hosts = demo_hosts(target, base_tier=base_tier)
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here

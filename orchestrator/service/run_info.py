@@ -1,5 +1,4 @@
-"""What the read-only commands (`plan`, `status`, `runs`) need of a run: the tag rule, the table it
-follows, its summary."""
+"""What the read-only commands need of a run: the tag rule, the table it follows, its summary."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def check_tag(tag: str) -> str:
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:
-    """The table a run follows: its rollback's replicas, or its rollout from its start phase (the
-    run context's `replicas` and `start_phase`, as executor.context.RunContext reads them)."""
+    """The table a run follows: its rollback's replicas, or its rollout from its start phase."""
     ctx = run.context or {}
     if run.kind == "rollback":
         return compile_rollback(rb, list(ctx.get("replicas") or []) or list(reversed(list(rb.replicas))))
