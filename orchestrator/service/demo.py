@@ -134,17 +134,9 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
     inv = state_dir / "inventory.yaml"
     fleet.write_inventory(inv)
     t = fleet.tokens
-    return Settings(
-        compose_manager_token=SecretStr(t.compose_manager),
-        dashboard_token=SecretStr(t.dashboard),
-        model_proxy_token=SecretStr(t.model_proxy),
-        inference_token=SecretStr(t.inference),
-        inventory=inv,
-        state_dir=state_dir,
-        poll_interval=10.0,
-        database_url="",
-        github_api_url=fleet.urls.github,
-    )
+    return Settings(compose_manager_token=SecretStr(t.compose_manager), dashboard_token=SecretStr(t.dashboard),
+                    model_proxy_token=SecretStr(t.model_proxy), inference_token=SecretStr(t.inference), inventory=inv,
+                    state_dir=state_dir, poll_interval=10.0, database_url="", github_api_url=fleet.urls.github)
 
 
 def demo_hosts(target: DemoTarget, *, base_tier: bool = False) -> tuple[str, ...]:
@@ -180,7 +172,7 @@ def _demo_hard_stop(run: Any, signame: str) -> None:
 def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any, console: Any,
              base_tier: bool, target: DemoTarget) -> str:
     """The target's rollout on its simulated hosts (a fleet run for several); with `base_tier`, then
-    the base tier's fleet run once gpu02 is DONE. Returns the outcome."""
+    the base tier's fleet run once gpu02 is DONE. Returns the outcome (`console`: quiet for --json)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     hosts = demo_hosts(target, base_tier=base_tier)
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
@@ -189,15 +181,13 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any,
         raise UserError(str(exc)) from None
     with SimFleet(config) as fleet:
         settings = demo_settings(fleet, state_dir)
-        clock = ScaledClock(speed)
-        with closing(Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))) as session:
-            if console is not None:
-                console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); runbook {target.runbook} at "
-                              f"{target.tag}; faults: {', '.join(faults) or 'none'}")
+        with closing(Session.open(settings, clock=ScaledClock(speed), retry=RetryPolicy(deadline_s=600, busy_wait_s=5))) as session:
+            console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); runbook {target.runbook} at "
+                          f"{target.tag}; faults: {', '.join(faults) or 'none'}")
 
             def rollout(runbook_: str, tag: str, title: str) -> Callable[[str], Any]:
                 def one(host: str) -> Any:
-                    if console is not None and title:
+                    if title:
                         console.rule(f"{title}{host}")
                     r, rb_, t = new_rollout(session, host, tag, runbook_)
                     operator = DemoOperator(fleet, rb_, host, inner=progress)
@@ -213,27 +203,24 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any,
                 outcome = final.outcome or Outcome.HALTED
             else:
                 result = run_fleet(list(target.hosts), rollout(target.runbook, target.tag, "fleet: "))
-                if console is not None:
-                    console.print(result.summary(target.tag, target.runbook))
+                console.print(result.summary(target.tag, target.runbook))
                 if not result.runs:
                     raise UserError(result.summary(target.tag, target.runbook))
                 final, outcome = result.runs[-1], result.outcome
             if base_tier and final.outcome == Outcome.DONE:
                 result = run_fleet(list(BASE_HOSTS), rollout(BASE_RUNBOOK, BASE_TAG, "base tier: "))
-                if console is not None:
-                    console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
+                console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
                 final = result.runs[-1] if result.runs else final  # the fleet stops at its first run not DONE
                 outcome = result.outcome
         violations = fleet.check_invariants()
-        if console is not None:
-            console.print(f"journal: {settings.journal_location()}")
-            console.print(f"run log: {state_dir / 'logs' / (final.run_id + '.jsonl')}")
-            exe = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "orchestrate" else "orchestrate"
-            console.print(f"inspect: ORCHESTRATOR_STATE_DIR={state_dir} ORCHESTRATOR_INVENTORY={settings.inventory} {exe} status {final.run_id}")
-            if violations:
-                console.print("[red]simulator invariant violations:[/red]")
-                for v in violations:
-                    console.print(f"  - {v}")
-            else:
-                console.print("simulator record: every apply followed a dry run of the same request, the env map was passed whole, services never empty")
+        console.print(f"journal: {settings.journal_location()}")
+        console.print(f"run log: {state_dir / 'logs' / (final.run_id + '.jsonl')}")
+        exe = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "orchestrate" else "orchestrate"
+        console.print(f"inspect: ORCHESTRATOR_STATE_DIR={state_dir} ORCHESTRATOR_INVENTORY={settings.inventory} {exe} status {final.run_id}")
+        if violations:
+            console.print("[red]simulator invariant violations:[/red]")
+            for v in violations:
+                console.print(f"  - {v}")
+        else:
+            console.print("simulator record: every apply followed a dry run of the same request, the env map was passed whole, services never empty")
         return outcome

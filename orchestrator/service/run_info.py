@@ -17,10 +17,9 @@ if TYPE_CHECKING:
 TAG_RE = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+")
 
 
-def check_tag(tag: str) -> str:
+def check_tag(tag: str) -> None:
     if not isinstance(tag, str) or not TAG_RE.fullmatch(tag):
         raise UserError(f"tag {tag!r} is malformed: tags look like v0.0.N (e.g. v0.0.300)")
-    return tag
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:

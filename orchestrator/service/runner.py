@@ -30,16 +30,8 @@ from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.user_errors import Refused
 
 
-async def execute(
-    session: Session,
-    run: RunRecord,
-    rb: Runbook,
-    table: Table,
-    *,
-    progress: Progress | None = None,
-    yes: bool = False,
-    soak: float | None = None,
-) -> RunRecord:
+async def execute(session: Session, run: RunRecord, rb: Runbook, table: Table, *, progress: Progress | None = None,
+                  yes: bool = False, soak: float | None = None) -> RunRecord:
     """Run the executor to a terminal state under the host's lease (admission's, else taken here).
 
     The lease is released on every way out but a fencing (then it is someone else's). Ctrl-C
@@ -47,13 +39,12 @@ async def execute(
     lands between two of them and `orchestrate resume` continues from where the journal says.
     """
     entry = session.inventory.host(run.host)
-    owner = owner_id()
     admitted = session.admitted.pop(run.run_id, None)
     try:
         if admitted is not None:  # admission took the lease with the run
             lease, taken = admitted.lease, admitted.took_over
         else:
-            lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
+            lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner_id(), session.settings.lease_ttl,
                                                          takeover_if=lambda held: holder_gone(held.owner))
     except LeaseHeld as exc:
         raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,

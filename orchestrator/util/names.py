@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.util.user_errors import UserError
-
 #: The runbook used when none is named and no shipped runbook names the host.
 DEFAULT_RUNBOOK = "gpu02-glm53-w4afp8-long-context"
 
@@ -93,9 +91,3 @@ def example_inventory() -> Path | None:
     path = Path(__file__).resolve().parents[1] / "examples" / "hosts.yaml"
     return path if path.is_file() else None
 
-
-def required_inventory(choice: InventoryChoice) -> Path:
-    if choice.path is None:
-        raise UserError("no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
-                        + " or ".join(str(p) for p in choice.searched))
-    return choice.path

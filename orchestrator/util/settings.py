@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.util.names import InventoryChoice, choose_inventory, default_state_dir, required_inventory
+from orchestrator.util.names import InventoryChoice, choose_inventory, default_state_dir
 from orchestrator.util.user_errors import UserError
 
 HOST_TOKENS = ("compose_manager_token", "dashboard_token", "model_proxy_token", "inference_token")
@@ -84,7 +84,11 @@ class Settings(BaseSettings):
         return choose_inventory(self.inventory, self._inventory_source)
 
     def inventory_path(self) -> Path:
-        return required_inventory(self.inventory_choice())
+        choice = self.inventory_choice()
+        if choice.path is None:
+            raise UserError("no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
+                            + " or ".join(str(p) for p in choice.searched))
+        return choice.path
 
     def journal_url(self) -> str:
         """What the journal is opened from: the database URL (with its password) or the SQLite file."""
@@ -115,14 +119,11 @@ class Settings(BaseSettings):
         values = [getattr(self, name).get_secret_value() for name in (*HOST_TOKENS, "github_token", "notify_url")]
         return [v for v in (*values, self.database_password() or "") if v]
 
-    def missing_host_tokens(self) -> list[str]:
-        return [f"ORCHESTRATOR_{name.upper()}" for name in HOST_TOKENS
-                if not getattr(self, name).get_secret_value().strip()]
-
     def require_host_tokens(self, what: str) -> None:
         """Refuse before any run or lease exists when a host token is missing (else the first call
         crashes with the run unfinished and the host leased)."""
-        missing = self.missing_host_tokens()
+        missing = [f"ORCHESTRATOR_{name.upper()}" for name in HOST_TOKENS
+                   if not getattr(self, name).get_secret_value().strip()]
         if missing:
             raise UserError(f"{what} needs {', '.join(missing)}: set {'it' if len(missing) == 1 else 'them'} "
                             f"in the environment or .env (nothing was started)")
