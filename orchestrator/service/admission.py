@@ -75,8 +75,6 @@ def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] =
     """The one admission transaction (module docstring): `create` (`Journal.create_run`'s keyword
     arguments) or `claim` (a run id to resume). `checks` raise `Refused`/`UserError`; `after(run)`
     journals what the door adds. Nothing is written unless all of it is admitted."""
-    if (create is None) == (claim is None):
-        raise ValueError("admit: give create or claim")
     journal = session.journal
     tier = f"capacity:{rb.name}" if rb.capacity == "fleet" else None
     what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
@@ -299,8 +297,7 @@ def admit_rollout(session: Any, req: requests.RolloutRequest, *, soak_name: str 
     soak = parse_soak(req.soak, soak_name)
     start_phase = asyncio.run(place_for_continue(session, req.host, req.tag, req.runbook)) if req.continue_ else None
     run, rb, table = new_rollout(session, req.host, req.tag, req.runbook, start_phase,
-                                 skip_tag_age_check=req.skip_tag_age_check,
-                                 overrides=req.overrides)
+                                 skip_tag_age_check=req.skip_tag_age_check, overrides=req.overrides)
     return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
 
 
@@ -317,9 +314,7 @@ def resume_options(run: RunRecord, req: requests.ResumeRequest, *,
     """(yes, soak as given, soak seconds, what was kept): the run's own options unless given again;
     an adoption (no human asked) never keeps `--yes`."""
     yes, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
-    if req.adopting:
-        yes = False
-    return yes, soak_text, parse_soak(soak_text, soak_name), kept
+    return yes and not req.adopting, soak_text, parse_soak(soak_text, soak_name), kept
 
 
 def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, checked: Any = None,

@@ -5,7 +5,6 @@ timeout runs its production value. Only the network (a generated inventory) and 
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -27,10 +26,9 @@ from orchestrator.language.runbook import (
     runbook_names,
 )
 from orchestrator.service.admission import new_rollout
-from orchestrator.service.runner import execute_stoppable
+from orchestrator.service.runner import execute_stoppable, exit_at_once
 from orchestrator.service.session import Session
 from orchestrator.util.clock import ScaledClock
-from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError
@@ -163,10 +161,7 @@ def check_faults(specs: list[str], hosts: tuple[str, ...]) -> None:
 
 def _demo_hard_stop(run: Any, signame: str) -> None:
     """A second Ctrl-C: the demo exits at once (its simulated hosts go with it; nothing to resume)."""
-    sys.stderr.write(f"orchestrate: second {signame}: the demo exits at once (run {run.run_id}); nothing real was touched\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(INTERRUPTED_EXIT)
+    exit_at_once(run, signame, f"the demo exits at once (run {run.run_id}); nothing real was touched")
 
 
 def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any, console: Any,

@@ -41,11 +41,8 @@ class Notifier:
 
     def __init__(self, url: str, fmt: str = "slack", *, scrub: Callable[[str], str] = lambda s: s,
                  transport: httpx.AsyncBaseTransport | None = None, queue_size: int = QUEUE_SIZE,
-                 attempts: int = ATTEMPTS, timeout_s: float = TIMEOUT_S, backoff_s: float = 0.5) -> None:
-        if fmt not in ("slack", "json"):
-            raise ValueError(f"ORCHESTRATOR_NOTIFY_FORMAT must be slack or json, not {fmt!r}")
-        self.url, self.fmt, self.scrub = url, fmt, scrub
-        self.attempts, self.timeout_s, self.backoff_s = attempts, timeout_s, backoff_s
+                 backoff_s: float = 0.5) -> None:
+        self.url, self.fmt, self.scrub, self.backoff_s = url, fmt, scrub, backoff_s
         self._transport = transport
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task[None] | None = None
@@ -79,9 +76,9 @@ class Notifier:
 
     async def _send(self, message: dict[str, Any]) -> None:
         if self._client is None:
-            self._client = httpx.AsyncClient(transport=self._transport, timeout=self.timeout_s, follow_redirects=False)
+            self._client = httpx.AsyncClient(transport=self._transport, timeout=TIMEOUT_S, follow_redirects=False)
         body = self.body(message)
-        async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
+        async for attempt in AsyncRetrying(stop=stop_after_attempt(ATTEMPTS),
                                            wait=wait_exponential(multiplier=self.backoff_s, max=8.0),
                                            retry=retry_if_exception_type((_Retryable, httpx.TransportError)), reraise=True):
             with attempt:

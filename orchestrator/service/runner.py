@@ -111,10 +111,11 @@ def _release_quietly(session: Session, lease: Any) -> None:
         structlog.get_logger().warning("lease_release_failed", host=lease.host, run_id=lease.run_id)
 
 
-def exit_at_once(run: RunRecord, signame: str) -> None:
+def exit_at_once(run: RunRecord, signame: str, says: str = "") -> None:
     """The default second Ctrl-C: no more waiting for a safe point."""
-    sys.stderr.write(f"orchestrate: second {signame}: exiting at once; run {run.run_id} may have stopped mid-step: "
-                     f"`orchestrate resume {run.run_id}` continues it (on this machine its lease is taken over at once)\n")
+    says = says or (f"exiting at once; run {run.run_id} may have stopped mid-step: `orchestrate resume {run.run_id}` "
+                    f"continues it (on this machine its lease is taken over at once)")
+    sys.stderr.write(f"orchestrate: second {signame}: {says}\n")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(INTERRUPTED_EXIT)
