@@ -93,7 +93,3 @@ class FleetOutcome:
     exit_code: int
     runbook: str
     hosts: list[str] = field(default_factory=list)
-
-    @property
-    def interrupted(self) -> bool:
-        return self.result.interrupted is not None
