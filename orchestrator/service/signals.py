@@ -48,13 +48,8 @@ def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
 def table_gates(table: Table) -> set[str]:
     """The steps that wait for a human's approval: a quiet window, a soak that asks for one, a
     `manual:` step. The run page asks this too: its Approve button is live exactly where accepted."""
-    gates = set()
-    for node_id, node in table.nodes.items():
-        step = node.step
-        if step is not None and (step.kind == "quiet" or step.manual is not None
-                                 or (step.kind == "soak" and step.soak is not None and step.soak.approval)):
-            gates.add(node_id)
-    return gates
+    return {node_id for node_id, node in table.nodes.items() if (step := node.step) is not None and (
+        step.kind == "quiet" or step.manual is not None or (step.kind == "soak" and step.soak and step.soak.approval))}
 
 
 def run_gates(run: RunRecord, load: Callable[[], Runbook]) -> set[str]:
