@@ -129,13 +129,9 @@ async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, l
     """One replica cannot go back to the previous file while an engine of another replica that
     only the new file defines runs: compose-manager's --remove-orphans would stop it."""
     entry = session.inventory.host(host)
-    new_only: list[str] = []
-    for ph in rb.full_rollback:
-        if ph.replica == replica:
-            continue
-        for s in ph.steps:
-            if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list):
-                new_only += [x for x in s.down.services if rb.replica_of(x) and rb.replica_of(x) != replica]
+    new_only = [x for ph in rb.full_rollback if ph.replica != replica for s in ph.steps
+                if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list)
+                for x in s.down.services if rb.replica_of(x) and rb.replica_of(x) != replica]
     prev_defined = {x for steps in rb.step_lists() for st in steps
                     if st.compose is not None and st.compose.file.startswith("previous:") and isinstance(st.compose.services, list)
                     for x in st.compose.services}
