@@ -2,8 +2,7 @@
 3 rolled back, 4 halted (a human must act), 5 aborted before any change (or refused), 130 stopped by
 Ctrl-C (the run continues with `orchestrate resume RUN`)."""
 
-# The root app, the command table and the one error path. Each command is a module of commands/,
-# imported when it runs; `orchestrate --help` lists them from the table's summaries without importing them.
+# Each command is a module of commands/, imported when it runs; `--help` lists the table's summaries.
 
 from __future__ import annotations
 
@@ -62,8 +61,6 @@ def _plain_help(cmd: Any) -> Any:
 
 
 class LazyGroup(TyperGroup):
-    """The root group: a command's module is imported when the command is looked up."""
-
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
@@ -81,7 +78,6 @@ class LazyGroup(TyperGroup):
         return cmd
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        """The commands and their summaries, shortened to the terminal as click shortens a help."""
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         with formatter.section("Commands"):
             formatter.write_dl([(name, TyperCommand(name, help=c.summary).get_short_help_str(limit))
@@ -121,12 +117,10 @@ def _root(
 
 
 def _command() -> Any:
-    """The click command behind `app` (its commands load on first look-up: `get_command`)."""
     return _plain_help(typer.main.get_command(app))
 
 
 def _usage_line(exc: Any) -> str:
-    """One line for a click usage error: the command, what is wrong, where help is."""
     text = " ".join(exc.format_message().split())
     ctx = getattr(exc, "ctx", None)
     path = ctx.command_path if ctx is not None and ctx.command_path else "orchestrate"
@@ -146,9 +140,8 @@ def _click_exceptions() -> tuple[type[BaseException], ...]:
 
 
 def _unexpected(exc: Exception) -> int:
-    """The one place an unexpected error becomes an exit code and one line."""
-    # The classes an error is told apart by are imported here, on the error path: pydantic, the
-    # host clients and the executor are most of a second of start-up that `--help` never needs.
+    """An error no command caught as one line and an exit code."""
+    # imported on the error path: most of a second of start-up that `--help` never needs
     from pydantic import ValidationError
 
     from orchestrator.engine.executor import RunnerFenced
@@ -159,16 +152,13 @@ def _unexpected(exc: Exception) -> int:
     if isinstance(exc, ValidationError):  # settings built outside load_settings
         err.print(f"orchestrate: {describe_validation_error(exc)}", markup=False)
         return int(ExitCode.BAD_INPUT)
-    if is_busy(exc):  # still locked once the busy timeout ran out
-        # another orchestrate process holds the SQLite journal's write lock past the busy timeout
-        # (one stopped with Ctrl-Z, or hung, in the middle of a write): say so, not a traceback
+    if is_busy(exc):  # another process holds the SQLite write lock past the busy timeout
         err.print("orchestrate: the journal is locked by another process (it has held the SQLite write lock for "
                   "over 30 s: a stopped (Ctrl-Z) or hung `orchestrate`; find it with `ps`, let it go on (`fg`) or end "
                   "it); try again once it is released. `orchestrate runs` (reads only) shows where each run is",
                   markup=False)
         return int(ExitCode.BAD_INPUT)
     if isinstance(exc, ClientError):
-        # a host system failed while the command read it, before any run acted: nothing changed
         err.print(f"orchestrate: {' '.join(str(exc).split())}; nothing was changed, try again", markup=False)
         return int(ExitCode.ABORTED)
     if isinstance(exc, RunnerFenced):
@@ -182,12 +172,9 @@ def _unexpected(exc: Exception) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`orchestrate`. Every way out is an exit code and, on an error, one line on stderr: usage
-    and input errors exit 2 (`UserError` may say otherwise: 5 for a refusal), a host system that
-    failed a read before any run acted 5, Ctrl-C 130, a bug 1 (ORCHESTRATOR_DEBUG=1 adds the
-    traceback). No traceback for anything a user can fix."""
-    # log events no run claims (a client's retries before a run exists) never reach stdout: a
-    # command prints its progress and its one line; a run's events go to its log file (`_root`)
+    """`orchestrate`: every way out is an exit code (module docstring) and, on an error, one line on
+    stderr; a traceback only for a bug with ORCHESTRATOR_DEBUG=1."""
+    # log events no run claims (a client's retries before a run exists) never reach stdout
     obj = None if os.environ.get("ORCHESTRATOR_DEBUG") else _DROP_UNCLAIMED_LOGS
     try:
         rc = _command().main(args=argv, prog_name="orchestrate", standalone_mode=False, obj=obj)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +50,32 @@ def remote(server: str | None, action: str, body: dict[str, Any], as_json: bool,
     from orchestrator.teamserver.remote import server_token
 
     raise typer.Exit(send(server, server_token(), action, body, as_json, ca=ca(server_ca)))
+
+
+@contextmanager
+def signalled_run(action: str, body: dict[str, Any], inventory: Path | None, server: str | None,
+                  server_ca: Path | None) -> Iterator[tuple[Any, Any]]:
+    """(the journal session, the run) of an operator's signal to `body["run_id"]` (with --server:
+    sent there instead)."""
+    remote(server, action, body, False, server_ca)
+    from orchestrator.service.reads import get_run, load_settings_for
+    from orchestrator.service.startup import ReadSession
+
+    with closing(ReadSession.open(load_settings_for(inventory))) as session:
+        yield session, get_run(session, body["run_id"])
+
+
+def signal_app(action: str, help: str, signal: Callable[[Any, Any, str], str]) -> typer.Typer:
+    """The command of a plain signal to RUN_ID (`pause`, `continue`): journaled with who asked."""
+    app = command_app()
+
+    @app.command(action, help=help)
+    def command(run_id: str = RunIdArg, inventory: Path | None = InventoryOpt, server: str | None = ServerOpt,
+                server_ca: Path | None = ServerCaOpt) -> None:
+        from orchestrator.cli.consoles import out
+        from orchestrator.journal.audit import cli_actor
+
+        with signalled_run(action, {"run_id": run_id}, inventory, server, server_ca) as (session, run):
+            out.print(signal(session.journal, run, cli_actor()), markup=False)
+
+    return app

@@ -1,6 +1,5 @@
 """How the run commands (`rollout`, `rollback`, `resume`, `demo`) show a run: human and JSON
-progress, a command's first line, and the end of a run the service returns (its exit code). The
-consoles themselves are orchestrator/cli/consoles.py."""
+progress, a command's first line, and the end of a run the service returns (its exit code)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,6 @@ from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.text import shown
 
-__all__ = ["progress", "first_line", "summary", "interrupted", "hooks", "finish"]
-
 
 def _t(value: Any) -> str:
     """External text (a log line, a host's answer, a note) as text: never markup, never a control."""
@@ -33,26 +30,22 @@ def _t(value: Any) -> str:
 
 
 class LiveProgress:
-    """Human progress: the current step, elapsed time, the gate being waited on, the last
-    interesting log line, each step's outcome. Long waits also show their length on the run's
-    clock (in the demo, simulated time: a 50-minute cold start takes seconds)."""
+    """Human progress, one line an event; a long wait also shows its length on the run's clock
+    (in the demo, simulated time)."""
 
     def __init__(self, console: Console) -> None:
         self.c = console
         self.t0 = time.monotonic()
         self.step_clock = 0.0
-        self.run: RunRecord | None = None  # set by attach_run: the run whose end is printed (oncall.final_lines)
+        self.run: RunRecord | None = None  # the run whose end is printed (oncall.final_lines)
         self.replicas: list[str] = []
 
     def attach_run(self, run: RunRecord, replicas: list[str]) -> None:
         self.run, self.replicas = run, list(replicas)
 
-    def _ts(self) -> str:
-        e = time.monotonic() - self.t0
-        return f"[dim]{int(e) // 60:02d}:{e % 60:04.1f}[/dim]"
-
     def event(self, kind: str, **f: Any) -> None:
-        ts = self._ts()
+        e = time.monotonic() - self.t0
+        ts = f"[dim]{int(e) // 60:02d}:{e % 60:04.1f}[/dim]"
         if kind == "run_started":
             self.c.print(f"{ts} run [bold]{_t(f['run_id'])}[/bold] on {_t(f['host'])} from {_t(f['state'])}")
         elif kind == "step_started":
@@ -102,8 +95,7 @@ def progress(as_json: bool) -> Any:
 
 
 def first_line(as_json: bool, what: str, settings: Any) -> None:
-    """A mutating command's first line: what it does, with which inventory and journal (stdout;
-    with --json, one {"event": "using", ...} object instead)."""
+    """A mutating command's first line: what it does, with which inventory and journal."""
     inventory, journal = settings.inventory_choice().describe(), settings.journal_location()
     if as_json:
         sys.stdout.write(json.dumps({"event": "using", "what": what, "inventory": inventory, "journal": journal}) + "\n")
@@ -112,7 +104,6 @@ def first_line(as_json: bool, what: str, settings: Any) -> None:
 
 
 def summary(run: RunRecord) -> None:
-    """The one JSON summary line of a run (--json)."""
     sys.stdout.write(json.dumps({"event": "summary", **context_summary(run)}) + "\n")
 
 
@@ -125,8 +116,7 @@ def interrupted(result: RunResult) -> None:
 
 
 def hooks(as_json: bool) -> Any:
-    """The service's hooks for a run command: this CLI's progress, first line and Ctrl-C lines (a
-    second Ctrl-C: the service's own `exit_at_once`)."""
+    """The service's hooks for a run command."""
     def fleet_host(host: str, i: int, n: int) -> None:
         if as_json:
             sys.stdout.write(json.dumps({"event": "fleet_host", "host": host, "index": i + 1, "of": n}) + "\n")
@@ -139,7 +129,6 @@ def hooks(as_json: bool) -> Any:
 
 
 def finish(result: RunResult, as_json: bool) -> None:
-    """Render a run the service ran (or found ended) and exit with its code."""
     if result.interrupted:
         raise typer.Exit(INTERRUPTED_EXIT)
     if result.already_ended:

@@ -1,18 +1,8 @@
-"""What a run is doing now, for `status` and `runs`: running, waiting for approval, interrupted,
-or ended. The journal says where a run is; the host's lease says whether anyone is moving it.
-
-- ended: the run reached a terminal state (its outcome says which).
-- interrupted: not ended, and no live runner holds the host's lease for it: the lease was
-  released (Ctrl-C, a crash the runner survived), has expired, or its holder is a process of this
-  machine that is gone (journal/owner.py). `orchestrate resume RUN` continues it.
-- waiting for approval: held by a live runner and at a soak step whose approval is not given yet
-  (the soak may still be running its timer; the executor does not journal which).
-- paused: held by a live runner that an operator paused (`orchestrate pause`); it holds at its
-  next safe step until `orchestrate continue RUN`.
-- running: held by a live runner.
-
-A lease held by a process on another machine counts as live until it expires: there is no way
-to look at that process from here.
+"""What a run is doing now, for `status` and `runs`: the journal says where a run is, the host's
+lease whether anyone moves it. Ended (terminal); interrupted (no live runner holds the lease: it
+was released, expired, or its holder is a gone process of this machine, journal/owner.py); paused
+(`orchestrate pause`); waiting for approval (at a gate not yet approved; the soak may still be
+timing); running. A lease of another machine's process counts as live until it expires.
 """
 
 from __future__ import annotations
@@ -69,8 +59,7 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None) -> 
 
 
 def target_tag(run: RunRecord) -> str | None:
-    """The tag the run moves the host to. A rollback goes back to the previous tags it journaled
-    (context `previous`), not to the tag of the rollout it undoes (`run.tag`)."""
+    """The tag the run moves the host to: a rollback's are the previous tags it journaled, not `run.tag`."""
     if run.kind != "rollback":
         return run.tag
     previous = run.context.get("previous") or {}

@@ -1,27 +1,13 @@
 """The one admission path: every way a run enters (a start, `--continue`, a rollback, `resume`,
-`resume --retry`, a fleet step, a server submission, a server adoption, a `--server` resume) is
-admitted here, and only here.
+`--retry`, a fleet step, the server's submissions and adoptions) is admitted here, and only here.
 
-Admission is ONE journal transaction (`Journal.atomic()`) that
-
-1. evaluates the checks that read the journal: no other run of the host left a compose call
-   whose outcome is unknown (`refuse_unsettled`); a resumed run has not ended and is not
-   superseded by a later run that acted on its host (`refuse_stale_resume`, by the journal's
-   run sequence, never a clock); plus the door's own checks (the tier busy for a rollback, the
-   prerequisites of a rollout, the rollout a rollback undoes still the newest one...);
-2. creates the run (a start) or claims it (a resume);
-3. takes the host's lease (a lease of a process that is gone, journal/owner.py, is taken over);
-4. takes the tier's lease where the runbook has `capacity: fleet`: one run at a time among the
-   hosts of the tier, for as long as that run holds its host's lease;
-5. journals what the door adds (prerequisite overrides as approvals).
-
-All of it commits, or none of it: a check that passed cannot be acted on later by a run whose
-world changed in between (a stalled terminal, a second terminal, a server), because the check is
-evaluated again in the transaction that acts. Checks made before admission (reading the host:
-placement, dry runs of rollback targets, the peers' pools) are advisory only; what they found is
-judged again here against the journal, and the tier lease keeps another run of the tier out of
-the window between such a read and the admission.
-
+Admission is ONE journal transaction (`admit`): the checks that read the journal (no run of the
+host left a compose call of unknown outcome, a resumed run is neither ended nor superseded, plus
+the door's own checks), the run created or claimed, the host's lease (a dead process's is taken
+over), the tier's lease for `capacity: fleet`, and what the door journals. All of it commits or
+none does: a check is evaluated again in the transaction that acts, so a world that changed since
+(a second terminal, a server) cannot be acted on. Host reads made before admission are advisory
+only; the tier lease keeps another run of the tier out of the window between them and admission.
 Admissions are serialised across processes (SQLite's write lock, a PostgreSQL advisory lock).
 """
 
@@ -74,27 +60,22 @@ Check = Callable[[], None]
 
 @dataclass(frozen=True)
 class Admitted:
-    """A run admitted: journaled (created or claimed), its host's lease (and its tier's) held."""
+    """A run admitted: journaled, its host's lease held (`took_over`: the lease it took over) and
+    its tier's (`capacity: fleet` runbooks)."""
 
     run: RunRecord
     lease: Lease
-    #: the host lease this admission took over (its holder's process was gone, or it expired)
     took_over: Lease | None = None
-    #: the tier this run holds (`capacity: fleet` runbooks), None otherwise
     tier: str | None = None
 
 
 def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] = (),
           create: dict[str, Any] | None = None, claim: str | None = None,
           after: Callable[[RunRecord], object] | None = None) -> Admitted:
-    """The one admission transaction (module docstring). Exactly one of `create` (the keyword
-    arguments of `Journal.create_run`, host included) and `claim` (the id of a run to resume).
-    `checks` read the journal and raise `Refused`/`UserError`; `after(run)` journals what the
-    door adds. Raises `Refused` (exit 5) when anything is not admitted; nothing is written then."""
-    if (create is None) == (claim is None):
-        raise ValueError("admit: give create or claim")
+    """The one admission transaction (module docstring): `create` (`Journal.create_run`'s keyword
+    arguments) or `claim` (a run id to resume). `checks` raise `Refused`/`UserError`; `after(run)`
+    journals what the door adds. Nothing is written unless all of it is admitted."""
     journal = session.journal
-    # a `capacity: fleet` run drains its host while the other hosts of the tier carry the domain
     tier = f"capacity:{rb.name}" if rb.capacity == "fleet" else None
     what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
     run: RunRecord | None = None
@@ -134,12 +115,8 @@ def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] =
     return got
 
 
-# --------------------------------------------------------------------------- the doors' checks
-
-
 def same_newest_changing_rollout(session: Session, host: str, expected: RunRecord | None) -> Check:
-    """A rollback undoes the rollout it read before its (slow) host reads: admitted only if that
-    is still the newest rollout of the host that changed anything."""
+    """A rollback undoes the rollout it read before its (slow) host reads: is it still the newest?"""
     def check() -> None:
         now = last_changing_rollout(session, host)
         if (now.run_id if now else None) != (expected.run_id if expected else None):
@@ -150,9 +127,8 @@ def same_newest_changing_rollout(session: Session, host: str, expected: RunRecor
 
 
 async def prerequisite_words(session: Session, rb: Runbook, overrides: Iterable[str]) -> dict[str, HostWord]:
-    """What each prerequisite host says of itself (compose-manager's action log and success
-    record; read-only, advisory): where another machine changed it, the journal here cannot know.
-    A host overridden, unknown to the inventory or not answering is left to the journal."""
+    """What each prerequisite host's compose-manager says of it (read-only, advisory: another
+    machine may have changed it). A host overridden, unknown or not answering is left to the journal."""
     out: dict[str, HostWord] = {}
     skip = set(overrides)
     for p in rb.prerequisites:
@@ -178,8 +154,7 @@ def tier_not_busy(session: Session, host: str, rb: Runbook) -> Check:
 
 
 def resume_run(session: Session, run_id: str, rb: Runbook | None = None) -> tuple[Admitted, Runbook, Any]:
-    """`resume RUN` (CLI, server, adoption): the run admitted again, its recorded runbook (or
-    `rb`, the caller's checked copy of it) and table."""
+    """`resume RUN`: the run admitted again, its recorded runbook (or `rb`, the caller's checked copy) and table."""
     run = session.journal.get_run(run_id)
     if rb is None:
         rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
@@ -188,19 +163,12 @@ def resume_run(session: Session, run_id: str, rb: Runbook | None = None) -> tupl
     return admitted, rb, table
 
 
-# --------------------------------------------------------------------------- new runs
-
-
 def new_rollout(session: Session, host: str, tag: str, runbook: str,
                 start_phase: str | None = None, *, skip_tag_age_check: bool = False,
                 overrides: Sequence[str] | None = None) -> tuple[RunRecord, Runbook, Table]:
-    """A rollout run. `start_phase` (from `--continue`, after `place_for_continue`) starts the
-    procedure part-way; preflight's host-state check confirms the host is still there.
-    `overrides` (the CLI's `--override-prerequisite`, () for none): the runbook's prerequisites
-    are checked at admission and the overrides journaled with the run; None leaves both to the
-    run's own `check: prerequisites` gate (callers that journal overrides themselves). With
-    overrides, the prerequisite hosts are asked too (`prerequisite_words`, read-only): the caller
-    is synchronous."""
+    """A rollout run; `start_phase` (`--continue`) starts it part-way. `overrides` (() for none):
+    the prerequisites are checked at admission (their hosts asked too: the caller is synchronous)
+    and the overrides journaled; None leaves both to the run's `check: prerequisites` gate."""
     check_tag(tag)
     session.inventory.host(host)
     refuse_if_leased(session, host)
@@ -220,24 +188,20 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
         # a continued rollout keeps the rollback targets of the run that started it
         for earlier in session.journal.list_runs(host, limit=50):
             before = RunContext.from_json(earlier.context)
-            prev = before.previous
-            if earlier.kind == "rollout" and earlier.tag == tag and prev:
-                ctx.previous = dict(prev)
-                ctx.previous_source = f"run {earlier.run_id}"
+            if earlier.kind == "rollout" and earlier.tag == tag and before.previous:
+                ctx.previous, ctx.previous_source = dict(before.previous), f"run {earlier.run_id}"
                 # and its container ledger: the continued rollout's rollbacks may stop what that run started
                 ctx.created, ctx.stopped = dict(before.created), dict(before.stopped)
                 break
     checks = [] if start_phase is None else [lambda: _require_earlier_phases_passed(session, host, tag, rb, start_phase)]
     after = None
     if overrides is not None:
-        # each prerequisite holds, or is overridden by name (`words`: what its host said of itself)
         words = asyncio.run(prerequisite_words(session, rb, overrides)) if rb.prerequisites else None
         checks.append(lambda: refuse_unmet_prerequisites(rb, session.journal, list(overrides), words=words))
         if overrides:
             after = lambda r: journal_overrides(session.journal, r, overrides, owner_id(), rb)  # noqa: E731  # a one-line hook, read where it is passed
-    got = admit(session, host=host, rb=rb, checks=checks, after=after,
-                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start,
-                                      context=ctx.to_json()))
+    got = admit(session, host=host, rb=rb, checks=checks, after=after, create=dict(
+        host=host, runbook=rb.name, tag=tag, kind="rollout", state=table.start, context=ctx.to_json()))
     return got.run, rb, table
 
 
@@ -262,10 +226,9 @@ def retry_run(session: Session, run: RunRecord) -> tuple[RunRecord, Runbook, Tab
     # starts its phase again where the table says
     start = failure.get("retry_at") if failure.get("retry_at") in table.nodes else table.retry_start(phase)
     ctx = RunContext.from_json(run.context).for_retry()
-
-    got = admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)],
-                          create=dict(host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start,
-                                      context=ctx.to_json(), parent_run_id=run.run_id))
+    got = admit(session, host=run.host, rb=rb, checks=[lambda: refuse_stale_resume(session, run)], create=dict(
+        host=run.host, runbook=rb.name, tag=run.tag, kind="rollout", state=start, context=ctx.to_json(),
+        parent_run_id=run.run_id))
     return got.run, rb, table
 
 
@@ -289,21 +252,21 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     elif last is not None:
         previous = dict(RunContext.from_json(last.context).previous)
         source = f"run {last.run_id}"
-    else:  # nothing this journal moved: the host's own history says whether any rollout moved it
+    else:  # nothing this journal moved: did any rollout (another journal's) move the host?
         history = await incident.host_history(session, host, rb)
-        if history.new_tag is None:  # never rolled out by anyone: one message, the one command that forces it
+        if history.new_tag is None:
             raise Refused(never_rolled_out(host, session.settings.journal_location()))
-        # rolled out from another journal (another machine, team mode's database): name it and the exact command
         raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
-    missing = [s for s in rb.previous_refs() if s not in previous]
-    if missing and last is None:  # refused naming this machine's journal and a target from the action log
-        raise Refused(incident.no_journal_message(
-            session, host, rb, await incident.host_history(session, host, rb),
-            f"cannot establish the previous tag and file of {', '.join(missing)} from compose-manager (it remembers "
-            f"only its last two successful ups)"))
+    missing = [s for s in rb.previous_refs() if s not in previous]  # none with an explicit target
     if missing:
         raise Refused(f"cannot establish the previous tag and file of {', '.join(missing)} from {source}: pass --to-tag and --to-file")
-    tag = last.tag if last is not None else await _tag_without_journal(session, host, rb, explicit=to_tag is not None)
+    if last is not None:
+        tag = last.tag
+    else:  # an explicit target: the tag of the new file (what the rollback stops), as compose-manager says
+        tag = (await incident.host_history(session, host, rb)).new_tag
+        if tag is None:
+            raise Refused(f"compose-manager on {host} has no up of {rb.file} in its action log: there is nothing of "
+                          f"runbook {rb.name}'s rollout to roll back. Nothing was changed")
     if replica != "all":
         await refuse_alone(session, host, rb, replica, last)
     if to_tag is None and rb.host_states:  # read-only: docker/ps and one dry run
@@ -315,58 +278,36 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
                          extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
         ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
-
-    # the host reads above took time: what they were judged against is judged again, in the
-    # transaction that creates the run and takes the leases
+    # the host reads above took time: what they were judged against is judged again at admission
     got = admit(session, host=host, rb=rb,
-                          checks=[tier_not_busy(session, host, rb),
-                                  same_newest_changing_rollout(session, host, last)],
-                          create=dict(host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
-                                      context=ctx.to_json(), parent_run_id=last.run_id if last else None))
+                checks=[tier_not_busy(session, host, rb), same_newest_changing_rollout(session, host, last)],
+                create=dict(host=host, runbook=rb.name, tag=tag, kind="rollback", state=table.start,
+                            context=ctx.to_json(), parent_run_id=last.run_id if last else None))
     return got.run, rb, table
 
 
 def rollback_runbook(session: Session, host: str, runbook: str | None) -> str:
-    """The runbook a rollback of `host` follows, for every door (CLI, `--server`, the page): the
-    one named, else that of the newest rollout that changed the host (never one that ended
-    ABORTED having changed nothing), else the shipped runbook written for the host."""
+    """The runbook a rollback of `host` follows: the one named, else the newest changing rollout's,
+    else the shipped runbook written for the host."""
     if runbook:
         return runbook
     last = last_changing_rollout(session, host)
     return last.runbook if last is not None else default_runbook(host)
 
 
-async def _tag_without_journal(session: Session, host: str, rb: Runbook, *, explicit: bool) -> str:
-    """The tag of the runbook's new file (what the rollback stops), with no journaled rollout:
-    only with an explicit target, and read from compose-manager (its last successful up of that
-    file, else the newest up of it in the action log)."""
-    history = await incident.host_history(session, host, rb)
-    if not explicit:
-        raise Refused(incident.no_journal_message(session, host, rb, history, "no rollout of this host is journaled here"))
-    if history.new_tag is None:
-        raise Refused(f"compose-manager on {host} has no up of {rb.file} in its action log: there is nothing of runbook "
-                      f"{rb.name}'s rollout to roll back. Nothing was changed")
-    return history.new_tag
-
-
-# --------------------------------------------------------------------------- the front ends' requests
-
-
 def admit_rollout(session: Any, req: requests.RolloutRequest, *, soak_name: str = "--soak") -> requests.Admitted:
-    """A new rollout run. `--continue` first places the host (read-only) at the phase its state
-    names; admission checks the runbook's prerequisites and journals `req.overrides`."""
+    """A new rollout run (`--continue`: the host placed first, read-only)."""
     soak = parse_soak(req.soak, soak_name)
     start_phase = asyncio.run(place_for_continue(session, req.host, req.tag, req.runbook)) if req.continue_ else None
     run, rb, table = new_rollout(session, req.host, req.tag, req.runbook, start_phase,
-                                 skip_tag_age_check=req.skip_tag_age_check,
-                                 overrides=req.overrides)
+                                 skip_tag_age_check=req.skip_tag_age_check, overrides=req.overrides)
     return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
 
 
 def admit_rollback(session: Any, req: requests.RollbackRequest, *, soak_name: str = "--soak") -> requests.Admitted:
-    """A new rollback run (its targets validated with dry runs before anything is stopped)."""
+    """A new rollback run (its targets dry-run before anything is stopped; its own loop: the
+    server calls this in a thread)."""
     soak = parse_soak(req.soak, soak_name)
-    # new_rollback reads the host (async I/O): its own loop (the server calls this in a thread)
     run, rb, table = asyncio.run(new_rollback(session, req.host, req.replica, req.runbook, req.to_tag, req.to_file))
     return requests.Admitted(run, rb, table, yes=req.yes, soak=soak, soak_text=req.soak)
 
@@ -376,16 +317,13 @@ def resume_options(run: RunRecord, req: requests.ResumeRequest, *,
     """(yes, soak as given, soak seconds, what was kept): the run's own options unless given again;
     an adoption (no human asked) never keeps `--yes`."""
     yes, soak_text, kept = kept_options(run, yes=req.yes, soak=req.soak)
-    if req.adopting:
-        yes = False
-    return yes, soak_text, parse_soak(soak_text, soak_name), kept
+    return yes and not req.adopting, soak_text, parse_soak(soak_text, soak_name), kept
 
 
 def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, checked: Any = None,
                  soak_name: str = "--soak") -> requests.Admitted:
-    """`resume`: the run continued under the one admission path (a run superseded by a later
-    run of its host is refused); `--retry`: its failed phase again, as a new run.
-    `checked`: the runbook the caller verified against the run's pinned identity."""
+    """`resume` (or `--retry`: the failed phase as a new run). `checked`: the runbook the caller
+    verified against the run's pinned identity."""
     yes, soak_text, soak, _ = resume_options(run, req, soak_name=soak_name)
     if req.retry:
         new_run, rb, table = retry_run(session, run)

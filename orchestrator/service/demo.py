@@ -1,15 +1,10 @@
-"""`orchestrate demo`: the real rollout, against a simulated gpu02 on loopback (or any runbook
-whose hosts the simulator stands up: `demo --runbook PATH`, `demo_target`).
-
-The simulator and the orchestrator share a time scale (`--speed` simulated seconds per real
-second), so a 50-minute cold start takes seconds while every timeout, poll interval and grace
-period runs its production value. Nothing here branches the executor: only the network
-(loopback URLs in a generated inventory) and the clock differ.
+"""`orchestrate demo`: the real rollout against simulated hosts on loopback. The simulator and the
+orchestrator share a time scale (`--speed`): a 50-minute cold start takes seconds while every
+timeout runs its production value. Only the network (a generated inventory) and the clock differ.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -31,10 +26,9 @@ from orchestrator.language.runbook import (
     runbook_names,
 )
 from orchestrator.service.admission import new_rollout
-from orchestrator.service.runner import execute_stoppable
+from orchestrator.service.runner import execute_stoppable, exit_at_once
 from orchestrator.service.session import Session
 from orchestrator.util.clock import ScaledClock
-from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import UserError
@@ -57,8 +51,8 @@ DEMO_RUNBOOKS = {
 
 @dataclass(frozen=True)
 class DemoTarget:
-    """What a demo rehearses: the runbook (a shipped name or a file), the hosts it runs on in order
-    (several: a fleet run, one host at a time), the tag and gpu02's starting point."""
+    """What a demo rehearses: the runbook, its hosts in order (several: a fleet run), the tag and
+    gpu02's starting point."""
 
     runbook: str
     hosts: tuple[str, ...]
@@ -67,11 +61,9 @@ class DemoTarget:
 
 
 def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier: bool = False) -> DemoTarget:
-    """The demo of `runbook`: a shipped gpu02 runbook at the tag the simulator holds for it, or any
-    runbook file whose hosts the simulator stands up (gpu02, gpu03, gpu04, gpu23) at `tag`, else
-    the newest simulated tag that holds its file and clears the tag-age gate. gpu02 starts as the
-    canary left it when the runbook's rollbacks go back to a file of that deployment (`deploys:`),
-    else as #294 left it. One line (UserError) for a runbook or tag it cannot rehearse."""
+    """A shipped gpu02 runbook at the tag the simulator holds for it, or a runbook file whose hosts
+    the simulator stands up at `tag` (else the newest simulated tag holding its file and old
+    enough). gpu02 starts as the canary left it when the runbook `deploys:` its file, else as #294."""
     name = runbook or DEFAULT_RUNBOOK
     if base_tier and name != DEFAULT_RUNBOOK:
         raise UserError(f"--runbook {name} and --base-tier: the base tier follows {DEFAULT_RUNBOOK} only")
@@ -105,10 +97,8 @@ def demo_target(runbook: str | None = None, tag: str | None = None, *, base_tier
 
 
 class DemoOperator:
-    """The human a rehearsal needs for a `manual:` step: when the run reaches one, the simulated
-    dashboard gets the edit its verification describes (`equals`: set, `absent`: removed), on the
-    host it names. The run still approves and verifies the edit as it would in production; the
-    demo only plays the person making it. Every event goes on to `inner` (the demo's progress)."""
+    """The human a `manual:` step needs: when the run reaches one, the simulated dashboard gets the
+    edit its verification describes (the run still approves and verifies it). Events go on to `inner`."""
 
     def __init__(self, fleet: Any, runbook: Any, host: str, inner: Progress | None = None) -> None:
         self.fleet, self.host, self.inner = fleet, host, inner
@@ -142,27 +132,17 @@ def demo_settings(fleet: Any, state_dir: Path) -> Settings:
     inv = state_dir / "inventory.yaml"
     fleet.write_inventory(inv)
     t = fleet.tokens
-    return Settings(
-        compose_manager_token=SecretStr(t.compose_manager),
-        dashboard_token=SecretStr(t.dashboard),
-        model_proxy_token=SecretStr(t.model_proxy),
-        inference_token=SecretStr(t.inference),
-        inventory=inv,
-        state_dir=state_dir,
-        poll_interval=10.0,
-        database_url="",
-        github_api_url=fleet.urls.github,
-    )
+    return Settings(compose_manager_token=SecretStr(t.compose_manager), dashboard_token=SecretStr(t.dashboard),
+                    model_proxy_token=SecretStr(t.model_proxy), inference_token=SecretStr(t.inference), inventory=inv,
+                    state_dir=state_dir, poll_interval=10.0, database_url="", github_api_url=fleet.urls.github)
 
 
 def demo_hosts(target: DemoTarget, *, base_tier: bool = False) -> tuple[str, ...]:
-    """Every host the demo simulates: the runbook's, and with `base_tier` the base tier's after gpu02."""
     return (*target.hosts, *BASE_HOSTS) if base_tier else target.hosts
 
 
 def check_faults(specs: list[str], hosts: tuple[str, ...]) -> None:
-    """Each --fault names a fault of the simulator's table, with a valid argument, on a host the
-    demo simulates (`hosts`): else one line."""
+    """Each --fault is a fault of the simulator's table, on a host the demo simulates: else one line."""
     for spec in specs:
         try:
             parsed = parse_fault(spec)
@@ -181,18 +161,13 @@ def check_faults(specs: list[str], hosts: tuple[str, ...]) -> None:
 
 def _demo_hard_stop(run: Any, signame: str) -> None:
     """A second Ctrl-C: the demo exits at once (its simulated hosts go with it; nothing to resume)."""
-    sys.stderr.write(f"orchestrate: second {signame}: the demo exits at once (run {run.run_id}); nothing real was touched\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(INTERRUPTED_EXIT)
+    exit_at_once(run, signame, f"the demo exits at once (run {run.run_id}); nothing real was touched")
 
 
 def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any, console: Any,
              base_tier: bool, target: DemoTarget) -> str:
-    """The runbook's rollout on its simulated hosts (`target`: gpu02 alone for a gpu02 runbook; a
-    fleet run, one host at a time, for a runbook of several hosts); with `base_tier`, then the
-    base tier's fleet run (gpu03, gpu04, gpu23 one at a time, orchestrator/engine/fleet.py) once
-    gpu02 is DONE."""
+    """The target's rollout on its simulated hosts (a fleet run for several); with `base_tier`, then
+    the base tier's fleet run once gpu02 is DONE. Returns the outcome (`console`: quiet for --json)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     hosts = demo_hosts(target, base_tier=base_tier)
     try:  # ORCHESTRATOR_SIM_LOG_LINES (docker's log rotation in the simulator) is read here
@@ -201,15 +176,13 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any,
         raise UserError(str(exc)) from None
     with SimFleet(config) as fleet:
         settings = demo_settings(fleet, state_dir)
-        clock = ScaledClock(speed)
-        with closing(Session.open(settings, clock=clock, retry=RetryPolicy(deadline_s=600, busy_wait_s=5))) as session:
-            if console is not None:
-                console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); runbook {target.runbook} at "
-                              f"{target.tag}; faults: {', '.join(faults) or 'none'}")
+        with closing(Session.open(settings, clock=ScaledClock(speed), retry=RetryPolicy(deadline_s=600, busy_wait_s=5))) as session:
+            console.print(f"simulated {', '.join(hosts)} on loopback (speed x{speed:g}); runbook {target.runbook} at "
+                          f"{target.tag}; faults: {', '.join(faults) or 'none'}")
 
             def rollout(runbook_: str, tag: str, title: str) -> Callable[[str], Any]:
                 def one(host: str) -> Any:
-                    if console is not None and title:
+                    if title:
                         console.rule(f"{title}{host}")
                     r, rb_, t = new_rollout(session, host, tag, runbook_)
                     operator = DemoOperator(fleet, rb_, host, inner=progress)
@@ -225,27 +198,24 @@ def run_demo(*, faults: list[str], speed: float, state_dir: Path, progress: Any,
                 outcome = final.outcome or Outcome.HALTED
             else:
                 result = run_fleet(list(target.hosts), rollout(target.runbook, target.tag, "fleet: "))
-                if console is not None:
-                    console.print(result.summary(target.tag, target.runbook))
+                console.print(result.summary(target.tag, target.runbook))
                 if not result.runs:
                     raise UserError(result.summary(target.tag, target.runbook))
                 final, outcome = result.runs[-1], result.outcome
             if base_tier and final.outcome == Outcome.DONE:
                 result = run_fleet(list(BASE_HOSTS), rollout(BASE_RUNBOOK, BASE_TAG, "base tier: "))
-                if console is not None:
-                    console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
+                console.print(result.summary(BASE_TAG, BASE_RUNBOOK))
                 final = result.runs[-1] if result.runs else final  # the fleet stops at its first run not DONE
                 outcome = result.outcome
         violations = fleet.check_invariants()
-        if console is not None:
-            console.print(f"journal: {settings.journal_location()}")
-            console.print(f"run log: {state_dir / 'logs' / (final.run_id + '.jsonl')}")
-            exe = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "orchestrate" else "orchestrate"
-            console.print(f"inspect: ORCHESTRATOR_STATE_DIR={state_dir} ORCHESTRATOR_INVENTORY={settings.inventory} {exe} status {final.run_id}")
-            if violations:
-                console.print("[red]simulator invariant violations:[/red]")
-                for v in violations:
-                    console.print(f"  - {v}")
-            else:
-                console.print("simulator record: every apply followed a dry run of the same request, the env map was passed whole, services never empty")
+        console.print(f"journal: {settings.journal_location()}")
+        console.print(f"run log: {state_dir / 'logs' / (final.run_id + '.jsonl')}")
+        exe = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "orchestrate" else "orchestrate"
+        console.print(f"inspect: ORCHESTRATOR_STATE_DIR={state_dir} ORCHESTRATOR_INVENTORY={settings.inventory} {exe} status {final.run_id}")
+        if violations:
+            console.print("[red]simulator invariant violations:[/red]")
+            for v in violations:
+                console.print(f"  - {v}")
+        else:
+            console.print("simulator record: every apply followed a dry run of the same request, the env map was passed whole, services never empty")
         return outcome

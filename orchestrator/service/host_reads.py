@@ -1,9 +1,5 @@
-"""The read-only host reads made before a run is admitted: where the host stands in the runbook
-(`rollout --continue`), whether a rollback's targets are usable (dry runs), and whether a rollback
-has anything to do or would stop an engine of another replica.
-
-Advisory only: what they found is judged again by the admission transaction (service/admission.py).
-"""
+"""The read-only host reads made before a run is admitted (`rollout --continue`'s placement, a
+rollback's targets dry-run, what a rollback would do). Advisory only: admission judges again."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ from orchestrator.util.user_errors import Refused, UserError
 
 
 async def _env_map(session: Session, host: str, entry: HostEntry, *identifiers: str) -> EnvMap:
-    """The host's env map from the dashboard; its secret values join the session's redactor
-    (`identifiers`, with the host's names, stay readable)."""
+    """The host's env map; its secret values join the session's redactor (`identifiers` stay readable)."""
     async with DashboardClient(str(session.inventory.dashboard_url).rstrip("/"), session.settings.dashboard_token,
                                transport=session.transport, retry=session.retry, clock=session.clock) as dash:
         env = await dash.env_map(name=entry.instance_name)
@@ -74,11 +69,10 @@ async def place_for_continue(session: Session, host: str, tag: str, runbook: str
 
 async def validate_rollback_targets(session: Session, host: str, rb: Runbook, previous: dict[str, dict[str, str]],
                                     replicas: list[str] | None = None, *, explicit: bool = False) -> None:
-    """Dry-run every distinct (tag, file) a rollback of `replicas` (default: all) goes back to,
-    before anything is stopped: a typo in --to-file or --to-tag, or a file that would remove what
-    serves or does not define what the rollback starts from it (targets.wrong_target), exits 2
-    with nothing sent but dry runs. An `explicit` target (--to-tag/--to-file) whose every service
-    runs another definition cannot be dry-run without planning their recreate: refused too."""
+    """Dry-run every (tag, file) a rollback of `replicas` (default: all) goes back to, before
+    anything is stopped: a typo, or a file that would remove what serves or not define what the
+    rollback starts (targets.wrong_target), exits 2. An `explicit` target whose every service runs
+    another definition cannot be dry-run without planning their recreate: refused too."""
     entry = session.inventory.host(host)
     targets = group_targets(rb, previous)
     for (_, file), services in targets.items():
@@ -124,8 +118,7 @@ async def validate_rollback_targets(session: Session, host: str, rb: Runbook, pr
 
 
 async def refuse_nothing_to_roll_back(session: Session, host: str, rb: Runbook, tag: str) -> None:
-    """A host the runbook places in its before-state already runs the previous configuration: a
-    rollback would only drain it or restart what serves. Refused, read-only."""
+    """A host in the runbook's before-state already runs the previous configuration: refused."""
     state = host_state.place(rb, await _observe(session, host, rb, tag))
     if state is not None and state.action == "start":
         raise Refused(f"{host} already runs the previous configuration ({state.name}: {state.say}): nothing to roll back. "
@@ -136,13 +129,9 @@ async def refuse_alone(session: Session, host: str, rb: Runbook, replica: str, l
     """One replica cannot go back to the previous file while an engine of another replica that
     only the new file defines runs: compose-manager's --remove-orphans would stop it."""
     entry = session.inventory.host(host)
-    new_only: list[str] = []
-    for ph in rb.full_rollback:
-        if ph.replica == replica:
-            continue
-        for s in ph.steps:
-            if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list):
-                new_only += [x for x in s.down.services if rb.replica_of(x) and rb.replica_of(x) != replica]
+    new_only = [x for ph in rb.full_rollback if ph.replica != replica for s in ph.steps
+                if s.down is not None and s.down.file == "new" and isinstance(s.down.services, list)
+                for x in s.down.services if rb.replica_of(x) and rb.replica_of(x) != replica]
     prev_defined = {x for steps in rb.step_lists() for st in steps
                     if st.compose is not None and st.compose.file.startswith("previous:") and isinstance(st.compose.services, list)
                     for x in st.compose.services}

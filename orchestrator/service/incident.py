@@ -1,20 +1,10 @@
 """An incident rollback from a machine that does not hold the rollout's journal.
 
-compose-manager remembers only its last two successful ups, and every up counts (a sidecar's, a
-relay's): after a whole rollout both name the new tag, so the previous tag and file cannot be
-read back from the host's success record. Two ways remain, both here:
-
-- the rollout's own journal: every rollout journals its before-state (the previous tag and file
-  of every service a rollback needs) at preflight, before anything changes. In team mode that
-  journal is the shared PostgreSQL database (ORCHESTRATOR_DATABASE_URL): any machine pointed at
-  it rolls back with no flags;
-- an explicit target: `orchestrate rollback HOST --to-tag T --to-file F`, with no journal at all.
-  The new file's tag (what the rollback stops) is read from compose-manager; the target is
-  dry-run-checked before anything is stopped, then the runbook's whole-host rollback runs in its
-  safe order with every guard (the stop guard included).
-
-Without either, the refusal names the journal this machine reads and the exact command, with a
-target read from compose-manager's history (the action log: every up ever accepted, in order).
+compose-manager remembers only its last two successful ups (after a rollout both name the new
+tag), so the previous tag and file come from the rollout's journal (its before-state; in team mode
+the shared database) or from an explicit `--to-tag T --to-file F`. Without either, the refusal
+names the journal this machine reads and the exact command, with a target suggested from
+compose-manager's action log (every up ever accepted, in order).
 """
 
 from __future__ import annotations
@@ -33,9 +23,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class HostHistory:
-    """What compose-manager says of the rollout's file on a host: the tag it was last deployed at
-    (None: never), and the newest up of another file before that file's first up at that tag
-    (the likely previous deploy: a suggestion to check, never applied without a dry run)."""
+    """The tag the rollout's file was last deployed at (None: never), and the newest up of another
+    file before that (a suggested previous deploy, never applied without a dry run)."""
 
     new_tag: str | None
     suggested: tuple[str, str] | None
@@ -71,7 +60,7 @@ def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
 
 def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHistory, why: str) -> str:
     """The refusal when neither a journaled rollout nor an explicit target is at hand (one line)."""
-    settings = session.settings  # which journal this machine reads, never its database URL (it may hold a password)
+    settings = session.settings  # never the database URL: it may hold a password
     where = ("the shared PostgreSQL journal (ORCHESTRATOR_DATABASE_URL)" if settings.database_url
              else f"this machine's journal {settings.state_dir / 'journal.sqlite3'}")
     if history.suggested is not None:

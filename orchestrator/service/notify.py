@@ -1,25 +1,12 @@
-"""Team notifications: a webhook told when a run waits for an approval and when it ends.
+"""Team notifications: a webhook (`ORCHESTRATOR_NOTIFY_URL`, a secret) told when a run waits for
+an approval, pauses, fails an observe-only gate, shows a canary readout, and ends. Nothing else: a
+channel that talks at every step is a channel people mute.
 
-Settings (orchestrator/util/settings.py): `ORCHESTRATOR_NOTIFY_URL` (a secret: a Slack webhook URL is
-its own credential, so it is redacted like a token), `ORCHESTRATOR_NOTIFY_FORMAT=slack|json` and
-`ORCHESTRATOR_PUBLIC_URL` (the run page the message links to).
-
-Rules:
-- **Never blocks the run.** The executor's progress hook only puts a message on a bounded queue
-  (`put_nowait`); one sender task on the loop delivers it. A full queue drops the message (logged),
-  it never waits. A CLI run flushes what is queued when it ends for at most `FLUSH_S` seconds; a
-  server keeps one notifier for its lifetime, so its runs never wait at all.
-- **Retries** (tenacity) on connection errors, timeouts, 429 and 5xx, with exponential backoff,
-  at most `ATTEMPTS` attempts and `TIMEOUT_S` per attempt; a 4xx other than 429 is final (a wrong
-  URL does not get better). A message that could not be delivered is logged and dropped.
-- **Redacted like every log line**: the text passes the run's redactor before it is queued, so
-  tokens and env-map values never leave in a notification.
-- **What is sent**: waiting for an approval (once per gate of a run), a canary's readout table
-  (whatever its verdict), and the end of the run
-  (DONE, ROLLED_BACK, HALTED, ABORTED) with the executor's final message. Nothing else: a
-  channel that talks at every step is a channel people mute.
-- Hooked through the executor's `Progress` events (`waiting`, `run_finished`), so CLI runs and
-  server runs notify alike without touching the executor.
+- Never blocks the run: a message goes on a bounded queue (`put_nowait`; full: dropped, logged)
+  and one sender task delivers it. A CLI run flushes for at most `FLUSH_S` when it ends.
+- Retries connection errors, timeouts, 429 and 5xx (at most `ATTEMPTS`, `TIMEOUT_S` each); any
+  other 4xx is final. Undeliverable: logged and dropped.
+- Its text passes the run's redactor before it is queued: no token or env-map value leaves.
 """
 
 from __future__ import annotations
@@ -33,9 +20,7 @@ import httpx
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-#: Messages waiting for delivery; beyond this a new message is dropped (and logged), never waited for.
 QUEUE_SIZE = 64
-#: Delivery attempts per message, and the time one attempt may take.
 ATTEMPTS = 4
 TIMEOUT_S = 5.0
 #: How long a CLI run waits, once it has ended, for its queued notifications to go out.
@@ -56,11 +41,8 @@ class Notifier:
 
     def __init__(self, url: str, fmt: str = "slack", *, scrub: Callable[[str], str] = lambda s: s,
                  transport: httpx.AsyncBaseTransport | None = None, queue_size: int = QUEUE_SIZE,
-                 attempts: int = ATTEMPTS, timeout_s: float = TIMEOUT_S, backoff_s: float = 0.5) -> None:
-        if fmt not in ("slack", "json"):
-            raise ValueError(f"ORCHESTRATOR_NOTIFY_FORMAT must be slack or json, not {fmt!r}")
-        self.url, self.fmt, self.scrub = url, fmt, scrub
-        self.attempts, self.timeout_s, self.backoff_s = attempts, timeout_s, backoff_s
+                 backoff_s: float = 0.5) -> None:
+        self.url, self.fmt, self.scrub, self.backoff_s = url, fmt, scrub, backoff_s
         self._transport = transport
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task[None] | None = None
@@ -69,8 +51,6 @@ class Notifier:
         self.dropped = 0
         self.failed = 0
         self.log = structlog.get_logger("orchestrator.notify")
-
-    # -- the run's side: never waits
 
     def post(self, message: dict[str, Any]) -> bool:
         """Queue one message (its `text` scrubbed here); False if the queue was full and it was dropped."""
@@ -85,8 +65,6 @@ class Notifier:
             self._task = asyncio.get_running_loop().create_task(self._sender(), name="notifier")
         return True
 
-    # -- the sender task
-
     def body(self, message: dict[str, Any]) -> dict[str, Any]:
         """The webhook's JSON: Slack-compatible `{"text": ...}`, or every field (`json`)."""
         if self.fmt == "slack":
@@ -98,9 +76,9 @@ class Notifier:
 
     async def _send(self, message: dict[str, Any]) -> None:
         if self._client is None:
-            self._client = httpx.AsyncClient(transport=self._transport, timeout=self.timeout_s, follow_redirects=False)
+            self._client = httpx.AsyncClient(transport=self._transport, timeout=TIMEOUT_S, follow_redirects=False)
         body = self.body(message)
-        async for attempt in AsyncRetrying(stop=stop_after_attempt(self.attempts),
+        async for attempt in AsyncRetrying(stop=stop_after_attempt(ATTEMPTS),
                                            wait=wait_exponential(multiplier=self.backoff_s, max=8.0),
                                            retry=retry_if_exception_type((_Retryable, httpx.TransportError)), reraise=True):
             with attempt:

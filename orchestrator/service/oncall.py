@@ -1,12 +1,7 @@
-"""What the command line says to an on-call engineer at 3 a.m.: the first line of a
-mutating command (what it will do, with which inventory and journal), a run's last lines (what
-happened, where the host is one line per replica, the one command that works next), the exit code
-of a rollback the operator asked for, the options a resumed run keeps, and what `approve` and
-`abort` mean for a run that no process drives.
-
-Formatting only: every fact comes from the journal record of the run (its message, context and
-kind) and the runbook; the journal keeps the message whole (`orchestrate status` shows it).
-"""
+"""What the command line says to an on-call engineer at 3 a.m.: a rollback's first line, a run's
+last lines (what happened, the host one line per replica, the one command that works next), a
+run's exit code, the options a resumed run keeps, and a signal to a run that no process drives.
+Formatting only: every fact comes from the run's journal record and the runbook."""
 
 from __future__ import annotations
 
@@ -40,18 +35,12 @@ def _wrap(text: str) -> list[str]:
             textwrap.wrap(kept, WIDTH, break_long_words=False, break_on_hyphens=False)]
 
 
-# --------------------------------------------------------------------------- exit codes
-
-
 def exit_code(kind: str | None, outcome: str | None) -> int:
     """A run's exit code. A rollback the operator asked for that reached its target ends
     ROLLED_BACK: that is success (0); 3 stays for a rollout that rolled back."""
     if kind == "rollback" and outcome == Outcome.ROLLED_BACK:
         return int(ExitCode.DONE)
     return int(OUTCOME_EXIT.get(outcome or "", ExitCode.UNEXPECTED))
-
-
-# --------------------------------------------------------------------------- first lines
 
 
 def rollback_headline(run: Any, rb: Any) -> str:
@@ -70,9 +59,6 @@ def never_rolled_out(host: str, journal: str) -> str:
     """The one message for a rollback of a host this journal never rolled out."""
     return (f"{host} was never rolled out by this journal ({journal}); nothing to roll back. If its replicas must go to "
             f"another file and tag anyway: `orchestrate rollback {host} --to-tag TAG --to-file FILE`")
-
-
-# --------------------------------------------------------------------------- last lines
 
 
 def split_message(message: str) -> tuple[str, str]:
@@ -152,20 +138,14 @@ def final_lines(run: Any, replicas: list[str], *, outcome: str | None = None, me
     return lines
 
 
-# --------------------------------------------------------------------------- options a run keeps
-
-
 def record_options(run: Any, *, yes: bool, soak: str | None) -> None:
-    """Keep the options a run was started with in its context (journaled with its next
-    transition, carried unchanged), so that `resume` runs it the same way."""
+    """Keep the options a run was started with in its context, so that `resume` runs it the same way."""
     run.context[OPTIONS_KEY] = {"yes": bool(yes), **({"soak": soak} if soak is not None else {})}
 
 
 def kept_options(run: Any, *, yes: bool, soak: str | None) -> tuple[bool, str | None, str]:
-    """(yes, soak, what was kept) for `resume`: the run's own options unless the operator gives them again.
-
-    The note says what is true of each option: kept from the run, given again (the operator's value
-    wins), or absent from both."""
+    """(yes, soak, a note) for `resume`: the run's own options unless the operator gives them again
+    (the operator's value wins); the note says which option was kept, given again, or absent."""
     opts: Mapping[str, Any] = (run.context or {}).get(OPTIONS_KEY) or {}
     run_yes = bool(opts.get("yes") or (run.context or {}).get("yes"))
     run_soak = None if opts.get("soak") is None else str(opts["soak"])
@@ -190,9 +170,6 @@ def kept_options(run: Any, *, yes: bool, soak: str | None) -> tuple[bool, str | 
     return yes, soak, note
 
 
-# --------------------------------------------------------------------------- approve / abort
-
-
 def nobody_drives(journal: Any, run: Any) -> str | None:
     """The line to add when no process drives `run` (its runner is gone or never started)."""
     if run.terminal:
@@ -202,9 +179,6 @@ def nobody_drives(journal: Any, run: Any) -> str | None:
         return None
     return (f"no process drives {run.run_id} ({act.detail.split(';')[0]}): nothing happens until "
             f"`orchestrate resume {run.run_id}` continues it")
-
-
-# --------------------------------------------------------------------------- inventory, demo
 
 
 def refuse_placeholder_inventory(settings: Any, host: str) -> None:

@@ -1,19 +1,8 @@
-"""Ending a run that nobody drives (`orchestrate abort RUN`, the page's Abort, with no live runner).
-
-An unfinished run whose runner is gone (Ctrl-C, a crash, a server stopped) must always have a way
-to end: while it is unfinished, admission counts it against its tier and every rollout or
-rollback of the tier's other hosts is refused. Rules:
-
-- a run a live runner holds (its host's lease, renewed) is never ended here: the abort is a
-  signal that runner acts on (commands.abort);
-- a run that can still be resumed and that changed its host (a mutating call journaled) is
-  not ended here: the abort is recorded and `orchestrate resume RUN` performs the phase's rollback,
-  which puts the host back (ending it here would leave the host half-changed with no one on it);
-- any other orphan (it changed nothing, or a later run superseded it so it can never be
-  resumed) is ended now with what is true: the host is read (docker/ps; for a `capacity: fleet`
-  runbook the model-proxy peers' pools), and the run ends ABORTED when it changed nothing, else
-  HALTED, its message naming what the run did and what the host runs now. Nothing is sent to
-  the host but reads.
+"""Ending a run that nobody drives (`orchestrate abort RUN`, the page's Abort): an unfinished run
+blocks its tier, so it must always have a way to end. A run a live runner holds is never ended
+here (the runner acts on the abort); nor is a resumable run that changed its host (`orchestrate
+resume` performs the phase's rollback, never leaving the host half-changed). Any other orphan
+ends now with what the host shows (read only): ABORTED if it changed nothing, else HALTED.
 """
 
 from __future__ import annotations
@@ -45,8 +34,8 @@ def superseded_by(session: Session, run: RunRecord) -> str | None:
 
 
 async def read_host(session: Session, run: RunRecord, rb: Runbook | None) -> str:
-    """One line: what the host runs now (the runbook's engines and who serves), and for a
-    `capacity: fleet` runbook whether the peers route the tier's domain to it. Read-only."""
+    """`host now: ...`: the runbook's engines running, and whether the peers route to a `capacity:
+    fleet` host. Read-only."""
     entry = session.inventory.host(run.host)
     parts: list[str] = []
     try:
@@ -69,8 +58,7 @@ async def read_host(session: Session, run: RunRecord, rb: Runbook | None) -> str
 
 
 async def end_unowned(session: Session, run: RunRecord, by: str) -> str | None:
-    """End `run` if nobody drives it (module docstring); the line to show, or None when the
-    abort is left to `orchestrate resume` (a resumable run that changed its host)."""
+    """End `run` if nobody drives it (module docstring): the line to show, or None."""
     journal = session.journal
     lease = journal.held_lease(run.host)
     if lease is not None and lease.run_id == run.run_id and not holder_gone(lease.owner) and \

@@ -1,6 +1,5 @@
-"""What the read-only commands ask of the journal (`status`, `runs`, `approve`...): a run by id,
-and a run's view (its summary, activity and target tag). Light: no runner, no client, no runbook
-unless a running run needs one to tell an approval wait."""
+"""What the read-only commands ask of the journal: a run by id, and a run's view. Light: no runner,
+no client, no runbook unless a running run needs one to tell an approval wait."""
 
 from __future__ import annotations
 
@@ -15,12 +14,10 @@ from orchestrator.util.user_errors import UserError
 
 
 def load_settings_for(inventory: Any) -> Any:
-    """The environment's settings with --inventory; an invalid variable is one UserError line."""
     return load_settings().with_inventory(inventory)
 
 
 def get_run(session: Any, run_id: str) -> Any:
-    """The journaled run, or one line naming the journal searched (exit 2)."""
     try:
         return session.journal.get_run(run_id)
     except RunNotFound:

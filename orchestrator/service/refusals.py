@@ -1,11 +1,5 @@
-"""The refusals a run meets that read only the journal (and the inventory): another runner's
-lease, a run left with a compose call of unknown outcome, a run superseded by a later one, the
-earlier phases of a `--continue`, the rollout a rollback undoes, a runbook whose log gates the
-host cannot serve or whose analyses read a Prometheus the inventory does not name.
-
-The admission transaction (service/admission.py) evaluates them again where it acts, so they sit
-below both it and the runner.
-"""
+"""The refusals that read only the journal and the inventory. The admission transaction
+(service/admission.py) evaluates them again where it acts, so they sit below it and the runner."""
 
 from __future__ import annotations
 
@@ -27,9 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def leased_refusal(host: str, holder_run_id: str, owner: str, expires_at: datetime, what: str) -> str:
-    """Why a host another runner holds is refused, and what works next. A live runner renews its
-    lease while it runs, so the lease only expires once that runner is gone: the advice is to
-    follow or stop that run, and to resume it only if its runner died."""
+    """Why a host another runner holds is refused, and what works next (a live runner renews its
+    lease: resume it only if its runner died)."""
     return (f"{host} is leased by run {holder_run_id} ({describe_owner(owner)}) until "
             f"{expires_at:%Y-%m-%d %H:%M:%S} UTC: one run per host at a time; {what}. That runner renews its lease "
             f"while it runs: follow it with `orchestrate status {holder_run_id}`, stop it with `orchestrate abort "
@@ -37,18 +30,16 @@ def leased_refusal(host: str, holder_run_id: str, owner: str, expires_at: dateti
 
 
 def refuse_if_leased(session: Session, host: str, what: str = "nothing was started") -> None:
-    """Refuse before a run is even created when another runner holds the host (the lease itself
-    is what guarantees exclusion; this only keeps the journal free of runs that never started).
-    `plan --live` asks it too: its dry runs would take compose-manager's lock from that run."""
+    """Refuse before a run is created when another runner holds the host: the lease guarantees
+    exclusion, this keeps the journal free of runs that never started."""
     lease = session.journal.current_lease(host)
     if lease is not None and not holder_gone(lease.owner):  # a dead holder's lease counts as expired
         raise Refused(leased_refusal(host, lease.run_id, lease.owner, lease.expires_at, what))
 
 
 def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
-    """compose-manager 8e07c35 reads `compose/logs` of project `work` whatever is sent: with a
-    non-default project the log gates would read another project and wait out their timeout.
-    Refuse up front, before anything is sent."""
+    """compose-manager 8e07c35 reads the logs of project `work` whatever is sent: with another
+    project the log gates would wait out their timeout. Refused before anything is sent."""
     entry = session.inventory.host(host)
     has_log_gates = any(s.logs is not None for steps in rb.step_lists() for s in steps)
     if entry.project and has_log_gates:
@@ -59,18 +50,16 @@ def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
 
 
 def refuse_missing_sources(entry: HostEntry, host: str, rb: Runbook, inventory_hosts: Collection[str]) -> None:
-    """What the runbook needs of the inventory (orchestrator/language/inventory_check.py: another
-    host's env map, a `prometheus_url` for a query gate or a `source: prometheus` analysis) would
-    only fail half-way through the run: refused before the run starts (exit 2)."""
+    """What the runbook needs of the inventory (language/inventory_check.py) would only fail
+    half-way through the run: refused before it starts."""
     problem = inventory_problem(rb, host, inventory_hosts, entry.prometheus_url is not None)
     if problem is not None:
         raise UserError(problem)
 
 
 def refuse_unsettled(session: Session, host: str, *, except_run: str | None = None) -> None:
-    """A run of `host` that ended without knowing whether its last compose call took effect must
-    be resumed first (its resume settles that call): acting around it could stop what that call
-    is still starting or stopping."""
+    """A run of `host` that stopped not knowing whether its last compose call took effect is
+    resumed first (that settles the call): acting around it could stop what the call starts."""
     for other in session.journal.list_runs(host, limit=50):
         if other.terminal or other.run_id == except_run:
             continue
@@ -80,8 +69,8 @@ def refuse_unsettled(session: Session, host: str, *, except_run: str | None = No
 
 
 def refuse_stale_resume(session: Session, run: RunRecord) -> None:
-    """A run is continued only if no later run changed its host since (a newer rollout, a
-    `--continue`, a rollback): its context describes a host that no longer exists."""
+    """A run is continued only if no later run changed its host since: else its context describes
+    a host that no longer exists."""
     for other in session.journal.list_runs(run.host, limit=50):
         if other.run_id == run.run_id or other.seq <= run.seq:  # the journal's order, never a clock
             continue
@@ -94,9 +83,8 @@ def refuse_stale_resume(session: Session, run: RunRecord) -> None:
 
 
 def _require_earlier_phases_passed(session: Session, host: str, tag: str, rb: Runbook, phase: str) -> None:
-    """Containers alone do not say a phase finished: its relay checks, sidecars, verification and
-    soak may not have run. Continuing at `phase` needs the journal to show the phase before it
-    passed its last gate (in some run of this host at this tag)."""
+    """Containers alone do not say a phase finished (its checks and soak may not have run):
+    continuing at `phase` needs a run of this host and tag to show the phase before passed its last gate."""
     names = rb.phase_names()
     if phase not in names or names.index(phase) == 0:
         return
@@ -112,9 +100,8 @@ def _require_earlier_phases_passed(session: Session, host: str, tag: str, rb: Ru
 
 
 def last_changing_rollout(session: Session, host: str) -> RunRecord | None:
-    """The newest rollout of `host` that got past preflight with its rollback targets known: the
-    run a rollback undoes. An ABORTED run (refused before any change, e.g. at a bad tag) and a run
-    that found nothing to do are never it."""
+    """The run a rollback undoes: the newest rollout of `host` that journaled its rollback targets
+    and did not end ABORTED (refused before any change)."""
     for run in session.journal.list_runs(host, limit=200):
         if run.kind != "rollout" or run.outcome == ABORTED:
             continue

@@ -18,10 +18,8 @@ class RolloutRequest:
     runbook: str
     yes: bool = False
     soak: str | None = None
-    #: `--continue`: place the host in the runbook (read-only) and start at the phase its state names
     continue_: bool = False
     skip_tag_age_check: bool = False
-    #: `--override-prerequisite` hosts; () checks the prerequisites at admission with none overridden
     overrides: tuple[str, ...] = ()
 
 
@@ -46,7 +44,7 @@ class ResumeRequest:
     retry: bool = False
     yes: bool = False
     soak: str | None = None
-    #: no human asked (the server adopts an orphan): the run's stored `--yes` never passes an approval
+    #: no human asked (the server adopts an orphan): the run's stored `--yes` is not kept
     adopting: bool = False
 
 
@@ -72,10 +70,8 @@ class Admitted:
     table: Any
     yes: bool = False
     soak: float | None = None
-    #: the soak as given (journaled with the run's options)
     soak_text: str | None = None
-    #: a new run (rollout, rollback, retry) rather than one continued
-    new: bool = True
+    new: bool = True  # a new run (rollout, rollback, retry), not one continued
 
 
 @dataclass
@@ -85,10 +81,8 @@ class RunResult:
     run: RunRecord
     exit_code: int
     interrupted: bool = False
-    #: the Ctrl-C's name (`Ctrl-C`, `SIGTERM`) when interrupted
-    stopped_by: str = ""
-    #: the run had already ended before this command (resume of a finished run): nothing executed
-    already_ended: bool = False
+    stopped_by: str = ""  # `Ctrl-C`, `SIGTERM`
+    already_ended: bool = False  # a resume of a finished run: nothing executed
 
 
 @dataclass
@@ -99,7 +93,3 @@ class FleetOutcome:
     exit_code: int
     runbook: str
     hosts: list[str] = field(default_factory=list)
-
-    @property
-    def interrupted(self) -> bool:
-        return self.result.interrupted is not None

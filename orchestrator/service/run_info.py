@@ -1,5 +1,4 @@
-"""What the read-only commands (`plan`, `status`, `runs`) need of a run: the tag rule, the table it
-follows, its summary."""
+"""What the read-only commands need of a run: the tag rule, the table it follows, its summary."""
 
 from __future__ import annotations
 
@@ -18,15 +17,13 @@ if TYPE_CHECKING:
 TAG_RE = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+")
 
 
-def check_tag(tag: str) -> str:
+def check_tag(tag: str) -> None:
     if not isinstance(tag, str) or not TAG_RE.fullmatch(tag):
         raise UserError(f"tag {tag!r} is malformed: tags look like v0.0.N (e.g. v0.0.300)")
-    return tag
 
 
 def table_for(run: RunRecord, rb: Runbook) -> Table:
-    """The table a run follows: its rollback's replicas, or its rollout from its start phase (the
-    run context's `replicas` and `start_phase`, as executor.context.RunContext reads them)."""
+    """The table a run follows: its rollback's replicas, or its rollout from its start phase."""
     ctx = run.context or {}
     if run.kind == "rollback":
         return compile_rollback(rb, list(ctx.get("replicas") or []) or list(reversed(list(rb.replicas))))

@@ -1,10 +1,6 @@
-"""Running an admitted run to its end: the host's lease, its clients, its log file, the executor
-with its heartbeat, notifications, and the lease released on every way out; stoppable by Ctrl-C.
-
-The CLI, `orchestrate demo`, `orchestrate serve` and the end-to-end tests all run runs here, so
-every path runs the same code against whatever transport and clock they are given. Runs are made
-(journaled, leased) by service/admission.py.
-"""
+"""Running an admitted run to its end (its lease, clients, log file, heartbeat, notifications),
+the lease released on every way out; stoppable by Ctrl-C. The CLI, the demo, the server and the
+end-to-end tests all run runs here, against whatever transport and clock they are given."""
 
 from __future__ import annotations
 
@@ -34,33 +30,21 @@ from orchestrator.util.exit_codes import INTERRUPTED_EXIT
 from orchestrator.util.user_errors import Refused
 
 
-async def execute(
-    session: Session,
-    run: RunRecord,
-    rb: Runbook,
-    table: Table,
-    *,
-    progress: Progress | None = None,
-    yes: bool = False,
-    soak: float | None = None,
-) -> RunRecord:
-    """Take the host's lease, run the executor to a terminal state, release the lease.
+async def execute(session: Session, run: RunRecord, rb: Runbook, table: Table, *, progress: Progress | None = None,
+                  yes: bool = False, soak: float | None = None) -> RunRecord:
+    """Run the executor to a terminal state under the host's lease (admission's, else taken here).
 
-    The lease is released on every way out except a fencing (then it is someone else's): a
-    failure while setting up (before the executor acted), a bug, and a cancellation. Cancelling
-    is how Ctrl-C stops a run (`execute_stoppable`): the executor's journal writes are synchronous, so a
-    cancellation lands at an await between two writes; the journal already says where the run
-    is, and `orchestrate resume` continues from there. A lease whose holder process is gone
-    (same machine, journal/owner.py) is taken over at once instead of waiting for its TTL.
+    The lease is released on every way out but a fencing (then it is someone else's). Ctrl-C
+    cancels the run (`execute_stoppable`): the journal's writes are synchronous, so a cancellation
+    lands between two of them and `orchestrate resume` continues from where the journal says.
     """
     entry = session.inventory.host(run.host)
-    owner = owner_id()
     admitted = session.admitted.pop(run.run_id, None)
     try:
         if admitted is not None:  # admission took the lease with the run
             lease, taken = admitted.lease, admitted.took_over
         else:
-            lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner, session.settings.lease_ttl,
+            lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner_id(), session.settings.lease_ttl,
                                                          takeover_if=lambda held: holder_gone(held.owner))
     except LeaseHeld as exc:
         raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
@@ -117,9 +101,8 @@ async def execute(
 
 
 def _release_quietly(session: Session, lease: Any) -> None:
-    """Release on the way out of a run that stopped without finishing. A lease already taken over
-    or released (LeaseLost) is not ours; a journal that fails now must not hide why the run
-    stopped (the lease then lapses at its TTL, or at once for a resume on this machine)."""
+    """Release on the way out of a run that stopped unfinished. A journal that fails now must not
+    hide why the run stopped (the lease then lapses)."""
     try:
         session.journal.release(lease)
     except LeaseLost:
@@ -128,17 +111,11 @@ def _release_quietly(session: Session, lease: Any) -> None:
         structlog.get_logger().warning("lease_release_failed", host=lease.host, run_id=lease.run_id)
 
 
-# --------------------------------------------------------------------------- stoppable by Ctrl-C
-# The first Ctrl-C (or SIGTERM) cancels the run at its next await, where the journal is consistent
-# (its writes are synchronous); `execute` releases the lease; the caller is told where the run
-# stopped (exit 130, `orchestrate resume RUN` continues it). A second Ctrl-C calls `hard_stop`,
-# which must not return (the CLI says so and exits at once).
-
-
-def exit_at_once(run: RunRecord, signame: str) -> None:
+def exit_at_once(run: RunRecord, signame: str, says: str = "") -> None:
     """The default second Ctrl-C: no more waiting for a safe point."""
-    sys.stderr.write(f"orchestrate: second {signame}: exiting at once; run {run.run_id} may have stopped mid-step: "
-                     f"`orchestrate resume {run.run_id}` continues it (on this machine its lease is taken over at once)\n")
+    says = says or (f"exiting at once; run {run.run_id} may have stopped mid-step: `orchestrate resume {run.run_id}` "
+                    f"continues it (on this machine its lease is taken over at once)")
+    sys.stderr.write(f"orchestrate: second {signame}: {says}\n")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(INTERRUPTED_EXIT)
@@ -147,7 +124,9 @@ def exit_at_once(run: RunRecord, signame: str) -> None:
 def execute_stoppable(session: Any, run: RunRecord, rb: Any, table: Any, *,
                       hard_stop: Callable[[RunRecord, str], None] | None = None,
                       **kwargs: Any) -> tuple[RunRecord, str | None]:
-    """(the run as it ended or stopped, what stopped it: None, `Ctrl-C` or a signal's name)."""
+    """(the run as it ended or stopped, what stopped it: None, `Ctrl-C` or a signal's name). The
+    first Ctrl-C (or SIGTERM) cancels the run at its next await; a second calls `hard_stop`, which
+    must not return."""
     progress = kwargs.get("progress")
     attach = getattr(progress, "attach_run", None)
     if attach is not None:  # a human progress prints the run's own last lines at its end

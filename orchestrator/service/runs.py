@@ -1,9 +1,6 @@
 """A request run to its end on this machine: the checks a user can fail (before a run exists or a
-lease is taken), the session opened, admission (service.admission), the options the run keeps,
-execution (stoppable), the lease released and the session closed, the exit code.
-
-The front end gives a `Hooks`: how it shows progress, its first line and where Ctrl-C stopped a
-run; it renders the typed result (service.requests). Nothing here prints."""
+lease is taken), admission, execution (stoppable), the exit code. Nothing here prints: the front
+end's `Hooks` show progress, its first line and where Ctrl-C stopped a run."""
 
 from __future__ import annotations
 
@@ -18,20 +15,11 @@ from orchestrator.engine.rules.prerequisites import check_overrides
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.journal.base import RunRecord
 from orchestrator.language.runbook import load_runbook
-from orchestrator.service import oncall
+from orchestrator.service import oncall, requests
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout
 from orchestrator.service.oncall import kept_options, record_options, refuse_placeholder_inventory, rollback_headline
 from orchestrator.service.orphans import superseded_by
 from orchestrator.service.reads import get_run, load_settings_for
-from orchestrator.service.requests import (
-    Admitted,
-    FleetOutcome,
-    FleetRequest,
-    ResumeRequest,
-    RollbackRequest,
-    RolloutRequest,
-    RunResult,
-)
 from orchestrator.service.run_info import check_tag
 from orchestrator.service.runner import execute_stoppable
 from orchestrator.service.session import Session
@@ -49,36 +37,25 @@ def _none(*_a: Any) -> None:
 class Hooks:
     """What the front end shows; defaults show nothing."""
 
-    #: a new progress sink for each run (LiveProgress, JsonProgress, a server's ...)
-    progress: Callable[[], Any] = lambda: None
-    #: (what the command does, the settings): the command's first line
-    first_line: Callable[[str, Any], None] = _none
-    #: a fleet run starts its host: (host, index from 0, of how many)
-    fleet_host: Callable[[str, int, int], None] = _none
-    #: a fleet run's host ended (not interrupted)
+    progress: Callable[[], Any] = lambda: None  # a new progress sink for each run
+    first_line: Callable[[str, Any], None] = _none  # (what the command does, the settings)
+    fleet_host: Callable[[str, int, int], None] = _none  # (host, index from 0, of how many)
     host_done: Callable[[RunRecord], None] = _none
-    #: Ctrl-C stopped a run at a safe point (its lease released): say where it is
-    interrupted: Callable[[RunResult], None] = _none
+    interrupted: Callable[[requests.RunResult], None] = _none
 
 
-def exit_code(run: RunRecord) -> int:
-    return oncall.exit_code(run.kind, run.outcome)
-
-
-def _execute(session: Any, adm: Admitted, hooks: Hooks) -> RunResult:
-    """Keep the run's options, execute it (the lease released on every way out), the exit code."""
+def _execute(session: Any, adm: requests.Admitted, hooks: Hooks) -> requests.RunResult:
     record_options(adm.run, yes=adm.yes, soak=adm.soak_text)
     final, stopped_by = execute_stoppable(session, adm.run, adm.rb, adm.table, progress=hooks.progress(), yes=adm.yes,
                                           soak=adm.soak)
     if stopped_by is not None:
-        result = RunResult(final, INTERRUPTED_EXIT, interrupted=True, stopped_by=stopped_by)
+        result = requests.RunResult(final, INTERRUPTED_EXIT, interrupted=True, stopped_by=stopped_by)
         hooks.interrupted(result)
         return result
-    return RunResult(final, exit_code(final))
+    return requests.RunResult(final, oncall.exit_code(final.kind, final.outcome))
 
 
-def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
-    """`orchestrate rollout HOST`: every check a user can fail comes before a run exists or a lease is taken."""
+def rollout(req: requests.RolloutRequest, inventory: Path | None, hooks: Hooks) -> requests.RunResult:
     check_tag(req.tag)
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
@@ -89,12 +66,11 @@ def rollout(req: RolloutRequest, inventory: Path | None, hooks: Hooks) -> RunRes
     refuse_placeholder_inventory(settings, req.host)
     hooks.first_line(f"{req.host}: rollout to {req.tag} (runbook {Path(req.runbook).stem})", settings)
     with closing(Session.open(settings)) as session:
-        # admitted with its prerequisites checked and the overrides journaled
         return _execute(session, admit_rollout(session, req), hooks)
 
 
-def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
-    """`orchestrate rollback HOST`: its first line names the target, once admission found it."""
+def rollback(req: requests.RollbackRequest, inventory: Path | None, hooks: Hooks) -> requests.RunResult:
+    """`orchestrate rollback HOST`: its first line names the target admission found."""
     if (req.to_tag is None) != (req.to_file is None):
         raise UserError("--to-tag and --to-file go together")
     if req.to_tag is not None:
@@ -111,14 +87,14 @@ def rollback(req: RollbackRequest, inventory: Path | None, hooks: Hooks) -> RunR
         return _execute(session, adm, hooks)
 
 
-def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResult:
+def resume(req: requests.ResumeRequest, inventory: Path | None, hooks: Hooks) -> requests.RunResult:
     """`orchestrate resume RUN_ID [--retry]`: a run that already ended is reported, not run."""
     parse_soak(req.soak)
     settings = load_settings_for(inventory)
     with closing(ReadSession.open(settings)) as reader:
         run = get_run(reader, req.run_id)
     if run.terminal and not req.retry:
-        return RunResult(run, exit_code(run), already_ended=True)
+        return requests.RunResult(run, oncall.exit_code(run.kind, run.outcome), already_ended=True)
     settings.require_host_tokens("resume")
     refuse_placeholder_inventory(settings, run.host)
     load_runbook(run.runbook)
@@ -131,12 +107,11 @@ def resume(req: ResumeRequest, inventory: Path | None, hooks: Hooks) -> RunResul
 
 
 def check_fleet_options(tag: str, soak: str | None) -> None:
-    """What `rollout --hosts` checks before it reads the host list."""
     check_tag(tag)
     parse_soak(soak)
 
 
-def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutcome:
+def fleet(req: requests.FleetRequest, inventory: Path | None, hooks: Hooks) -> requests.FleetOutcome:
     """`rollout --hosts`: orchestrator.engine.fleet's rules; each host a normal rollout run, one at a time."""
     check_fleet_options(req.tag, req.soak)
     hosts = list(req.hosts)
@@ -154,11 +129,13 @@ def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutco
         hooks.first_line(f"{', '.join(hosts)}: fleet rollout to {req.tag} (runbook {rb.name})", settings)
 
         def one(host: str) -> RunRecord:
-            one_req = RolloutRequest(host=host, tag=req.tag, runbook=runbook_ref, yes=req.yes, soak=req.soak,
-                                     skip_tag_age_check=req.skip_tag_age_check, overrides=req.overrides)
             pending = _own_interrupted_run(session, host, req.tag, rb.name)
-            adm = (admit_resume(session, pending, ResumeRequest(run_id=pending.run_id, yes=req.yes, soak=req.soak))
-                   if pending is not None else admit_rollout(session, one_req))
+            if pending is not None:
+                adm = admit_resume(session, pending, requests.ResumeRequest(pending.run_id, yes=req.yes, soak=req.soak))
+            else:
+                adm = admit_rollout(session, requests.RolloutRequest(
+                    host, req.tag, runbook_ref, yes=req.yes, soak=req.soak, skip_tag_age_check=req.skip_tag_age_check,
+                    overrides=req.overrides))
             result = _execute(session, adm, hooks)
             if result.interrupted:
                 raise Interrupted(host)
@@ -172,14 +149,13 @@ def fleet(req: FleetRequest, inventory: Path | None, hooks: Hooks) -> FleetOutco
         code = INTERRUPTED_EXIT
     else:
         code = int(OUTCOME_EXIT.get(result.outcome, ExitCode.UNEXPECTED))
-    return FleetOutcome(result, code, runbook_ref, hosts)
+    return requests.FleetOutcome(result, code, runbook_ref, hosts)
 
 
 def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> RunRecord | None:
-    """The fleet command again after a Ctrl-C: the host's unfinished rollout of this tag and
-    runbook that changed the host and can still be resumed is continued, not started over by a
-    new run (which would send its changes again, e.g. the model-downloader one-shot, and leave
-    the first run unfinished). None when there is no such run."""
+    """The fleet command again after a Ctrl-C: the host's resumable rollout of this tag and runbook
+    that changed the host is continued, not started over (that would send its changes again and
+    leave the first run unfinished)."""
     for run in session.journal.list_runs(host, limit=50):
         if run.terminal:
             continue

@@ -1,10 +1,5 @@
-"""The session every service command opens once: settings, inventory, journal, redactor, transport
-and clock, plus the runner's identity (`owner_id`) and the clients made from a session before a
-run exists (a compose-manager client, the webhook notifier).
-
-Below the runner, admission and the incident path alike: each of them takes a `Session`, none of
-them needs the others to have one.
-"""
+"""The session every service command opens once (settings, inventory, journal, redactor, transport,
+clock), the runner's identity, and the clients made before a run exists."""
 
 from __future__ import annotations
 
@@ -46,18 +41,16 @@ class Session:
     transport: httpx.AsyncBaseTransport | None = None
     clock: Clock = field(default_factory=RealClock)
     retry: RetryPolicy | None = None
-    #: A long-lived notifier (orchestrate serve keeps one); None: `execute` makes one per run
-    #: when ORCHESTRATOR_NOTIFY_URL is set and flushes it, bounded, when the run ends.
+    #: A long-lived notifier (orchestrate serve's); None: `execute` makes one per run when needed.
     notifier: Notifier | None = None
-    #: runs admitted by orchestrator/service/admission.py and not yet executed: run id -> Admitted (the
-    #: lease admission took is the one `execute` runs under)
+    #: run id -> admission.Admitted, not executed yet (`execute` runs under the lease admission took)
     admitted: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def open(cls, settings: Settings, *, transport=None, clock: Clock | None = None, retry=None) -> Session:
         inventory = load_inventory(settings.inventory_path())
         redactor = Redactor(*settings.tokens())
-        journal = open_journal_for(settings)  # a bad location: one UserError line
+        journal = open_journal_for(settings)
         if clock is None:
             clock = clock_for(inventory.urls())
         if retry is None and isinstance(clock, ScaledClock):

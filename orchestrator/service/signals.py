@@ -1,12 +1,7 @@
-"""What the CLI and `orchestrate serve` both do for an operator: approve, abort, pause, continue, the lease-refused
-text and the `--soak` / `soak` parser. Written once here so the two front ends cannot drift.
-
-Rules:
-- approve and abort are signals in the journal, refused on a finished run;
-- an approval names `*` (any gate) or one of the run's approval gates (a soak step with
-  `approval: true`): a typo must not be journaled as an approval that nothing ever reads;
-- a soak override is a finite duration of at most 7 days (orchestrator/util/durations.py).
-"""
+"""What the CLI and `orchestrate serve` both do for an operator (written once so they cannot
+drift): approve, abort, pause and continue (journal signals, refused on a finished run), the
+lease-refused text and the soak parser. An approval names `*` or one of the run's approval gates:
+a typo must never be journaled as an approval that nothing reads."""
 
 from __future__ import annotations
 
@@ -43,32 +38,23 @@ def parse_soak(value: str | float | None, what: str = "--soak") -> float | None:
 
 
 def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint: str) -> str:
-    """The one-line refusal when `host` is leased by another run."""
     return (f"{host} is leased by run {run_id} ({owner}) until {expires_at:%Y-%m-%d %H:%M:%S} UTC: "
             f"one rollout per host at a time; {hint}")
 
 
 def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
-    """`*` and the ids of the run's steps that wait for an approval (`table_gates`)."""
     return {"*"} | table_gates(table_for(run, rb))
 
 
 def table_gates(table: Table) -> set[str]:
-    """The steps of `table` that wait for a human's approval: a quiet window, a soak that asks for
-    one, and a `manual:` step (a human's edit, approved by name). The API and the run page both ask
-    this, so the page's Approve button is live exactly where an approve is accepted."""
-    gates = set()
-    for node_id, node in table.nodes.items():
-        step = node.step
-        if step is not None and (step.kind == "quiet" or step.manual is not None
-                                 or (step.kind == "soak" and step.soak is not None and step.soak.approval)):
-            gates.add(node_id)
-    return gates
+    """The steps that wait for a human's approval: a quiet window, a soak that asks for one, a
+    `manual:` step. The run page asks this too: its Approve button is live exactly where accepted."""
+    return {node_id for node_id, node in table.nodes.items() if (step := node.step) is not None and (
+        step.kind == "quiet" or step.manual is not None or (step.kind == "soak" and step.soak and step.soak.approval))}
 
 
 def run_gates(run: RunRecord, load: Callable[[], Runbook]) -> set[str]:
-    """`approval_gates` of the runbook `load()` returns; only `*` if it cannot be loaded here
-    (approving must still work from a machine without the run's runbook)."""
+    """`approval_gates` of `load()`; only `*` where the runbook cannot be loaded (approving still works)."""
     try:
         return approval_gates(run, load())
     except UserError:
@@ -82,13 +68,9 @@ def _refuse_if_finished(run: RunRecord) -> None:
 
 def approve(journal: Journal, run: RunRecord, gate: str | None, by: str, gates: Collection[str] | None = None,
             *, now: bool = False) -> str:
-    """Journal an approval of `gate` for `run`; returns the line to show. `gates`: the accepted names.
-    `gate` None: the gate the run waits at now (refused when it waits at none).
-
-    `now` also ends the rest of that soak (journaled as `<gate>!now`): the operator has seen
-    enough. The soak still watches both replicas until the moment it ends."""
+    """Journal an approval of `gate` (None: the one the run waits at) and return the line to show.
+    `gates`: the accepted names. `now` also ends the rest of that soak (journaled `<gate>!now`)."""
     _refuse_if_finished(run)
-
     gate = waiting_gate(run, gates) if gate is None else str(gate)  # no gate given: the one it waits at
     if not gate or len(gate) > MAX_GATE_LEN:
         raise UserError(f"gate must be 1 to {MAX_GATE_LEN} characters")
@@ -113,7 +95,6 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
     """Journal an abort request for `run` and say who will act on it."""
     _refuse_if_finished(run)
     journal.request_abort(run.run_id, by=by)
-
     lease = journal.current_lease(run.host)
     if lease is None or lease.run_id != run.run_id or holder_gone(lease.owner):
         return AbortResult(None, f"abort recorded for {run.run_id}; no runner holds it: "
@@ -135,7 +116,6 @@ def pause(journal: Journal, run: RunRecord, by: str) -> str:
 
 
 def continue_run(journal: Journal, run: RunRecord, by: str) -> str:
-    """Journal the end of a pause; refused when the run is not paused."""
     _refuse_if_finished(run)
     if audit.paused_by(journal, run.run_id) is None:
         raise UserError(f"run {run.run_id} is not paused")

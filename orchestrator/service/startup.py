@@ -1,9 +1,5 @@
-"""Opening what a command needs, with every failure a user can fix as one UserError line.
-
-`open_journal_for` opens the settings' journal (SQLite under the state directory, or PostgreSQL);
-`ReadSession` is the journal alone, for the commands that only read runs or record an operator
-signal (`status`, `runs`, `approve`, `abort`): they need no inventory and no host token.
-"""
+"""Opening the journal, every failure a user can fix as one UserError line. `ReadSession` is the
+journal alone: the commands that only read runs or record a signal need no inventory or token."""
 
 from __future__ import annotations
 
@@ -18,9 +14,8 @@ from orchestrator.util.user_errors import UserError
 
 
 def open_journal_for(settings: Settings) -> Journal:
-    """The settings' journal; a location that cannot be opened is one UserError line (exit 2).
-    The message never holds the database password. The journal stores what it is given: a run
-    scrubs its text before journaling it and keeps its data exact (engine/executor/runtime.py)."""
+    """The settings' journal; a location that cannot be opened is one line, never holding the
+    database password."""
     loc = settings.journal_url()
     try:
         if not settings.database_url:
@@ -35,7 +30,6 @@ def open_journal_for(settings: Settings) -> Journal:
 
 @dataclass
 class ReadSession:
-    """The journal and the settings: what `Session` offers the read-only commands."""
 
     settings: Settings
     journal: Journal

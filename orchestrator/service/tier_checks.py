@@ -1,8 +1,5 @@
-"""The checks of a tier whose capacity is the fleet's (`capacity: fleet`): a host is not rolled
-back while another host of its runbook has a run that has not ended (the journal), nor while the
-model-proxy peers route the base domain to too few of the tier's other hosts (their live pool
-listings, read here).
-"""
+"""The checks of a `capacity: fleet` tier: a host is not rolled back while another host of its
+runbook has an unfinished run, nor while the model-proxy peers route to too few of the others."""
 
 from __future__ import annotations
 
@@ -20,9 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
-    """A host whose capacity is the fleet's (`capacity: fleet`) is not rolled back while another
-    host of its runbook has a run that has not ended: that host may be out of the pool, and a
-    rollback drains this one too. Finish or abort that run first."""
+    """That other host may be out of the pool, and a rollback drains this one too."""
     if rb.capacity != "fleet":
         return
     for other, r in unfinished(session.journal, [h for h in rb.hosts if h != host]):
@@ -32,9 +27,8 @@ def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
 
 
 async def tier_listing(session: Session, rb: Runbook, hosts: Sequence[str]) -> dict[str, list[str]]:
-    """For each host: why the model-proxy peers do not route the runbook's base domain to it
-    (empty: every peer lists it healthy). Read-only; a peer that cannot be asked is a reason
-    (capacity is never assumed)."""
+    """For each host: why the peers do not route the base domain to it (empty: every peer lists it
+    healthy; a peer that cannot be asked is a reason). Read-only."""
     domain = rb.domains.of("base")
     out: dict[str, list[str]] = {h: [] for h in hosts}
     peers = [ModelProxyClient(name, str(url).rstrip("/"), session.settings.model_proxy_token, transport=session.transport,
@@ -58,10 +52,9 @@ async def tier_listing(session: Session, rb: Runbook, hosts: Sequence[str]) -> d
 
 
 async def refuse_tier_short(session: Session, host: str, rb: Runbook) -> None:
-    """A rollback of a `capacity: fleet` host that the peers route to drains it: admitted only
-    while every other host of the tier is in the pool, as the peers list it (their live pool
-    listings, not the journal: a HALTED host outside the pool has no unfinished run). A host
-    that is itself out of the pool only comes back: its rollback takes no capacity away."""
+    """A rollback drains its host: admitted only while the peers list every other host of the tier
+    (not the journal: a HALTED host outside the pool has no unfinished run). A host itself out
+    of the pool only comes back."""
     if rb.capacity != "fleet":
         return
     others = [h for h in rb.hosts if h != host]

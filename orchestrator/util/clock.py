@@ -1,8 +1,5 @@
-"""Time, injected: the executor and the simulator never call the wall clock directly.
-
-`RealClock` is production. `ScaledClock(speed)` runs `speed` clock-seconds per real second, so
-the simulator and the orchestrator can agree that a 50-minute cold start takes five real seconds
-while every code path (timeouts, poll intervals, grace periods) stays the production one.
+"""Time, injected: the executor and the simulator never call the wall clock directly. `ScaledClock`
+lets them agree that a 50-minute cold start takes seconds while every code path stays production's.
 """
 
 from __future__ import annotations
@@ -18,11 +15,9 @@ from orchestrator.util.user_errors import UserError
 
 
 class Clock(Protocol):
-    def monotonic(self) -> float:
-        """Seconds on this clock since an arbitrary origin."""
+    def monotonic(self) -> float: ...
 
-    async def sleep(self, seconds: float) -> None:
-        """Sleep `seconds` of this clock's time."""
+    async def sleep(self, seconds: float) -> None: ...
 
 
 class RealClock:
@@ -66,11 +61,9 @@ def _loopback(url: str) -> bool:
 
 
 def clock_for(urls: list[str], environ: dict[str, str] | None = None) -> Clock:
-    """The clock a command runs on: `RealClock`, unless the test-only switch
-    `ORCHESTRATOR_TIME_SCALE` is set in the process environment (never read from `.env`) *and*
-    every system the command talks to is on loopback (the simulator). A production host is never
-    on loopback, so a scaled clock can never make a healthy engine "time out" on a real rollout.
-    """
+    """`RealClock`, unless the test-only `ORCHESTRATOR_TIME_SCALE` is in the process environment
+    (never `.env`) *and* every system is on loopback: a scaled clock can never make a healthy
+    production engine "time out"."""
     env = os.environ if environ is None else environ
     raw = env.get(TIME_SCALE_VAR, "").strip()
     if not raw:

@@ -1,9 +1,6 @@
 """Durations as docker compose and our runbooks write them: `5m`, `30s`, `1h30m`, `500ms`, `0s`.
-
-Every duration is finite, not negative and at most `MAX_DURATION_S` (7 days): a soak of `NaN`
-or `Infinity` (`NaN < 0` is false) would crash a run part-way with its host lease held, and a
-duration of years is a typo, not a plan.
-"""
+Every duration is finite, not negative and at most 7 days: a `NaN` soak would crash a run part-way
+with its lease held, and a duration of years is a typo."""
 
 from __future__ import annotations
 
@@ -32,11 +29,8 @@ _DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
 
 
 def parse_go_duration(text: str) -> float:
-    """Seconds in a Go duration, as compose reads `stop_grace_period`: `5m`, `1h30m`, `500ms`.
-
-    Units: h m s ms us (µs) ns; parts may be fractional (`1.5h`); `0` alone is allowed. No sign,
-    no bare number (compose refuses `30`: write `30s`).
-    """
+    """Seconds in a Go duration (compose's `stop_grace_period`): fractional parts allowed, `0`
+    alone allowed, no sign and no bare number (compose refuses `30`)."""
     stripped = text.strip()
     if stripped == "0":
         return 0.0
@@ -50,10 +44,8 @@ def parse_go_duration(text: str) -> float:
 
 
 def parse_duration(text: str | int | float, *, max_s: float = MAX_DURATION_S) -> float:
-    """Seconds in `text`: compose's Go-style durations, or a bare number of seconds (runbooks).
-
-    Raises ValueError (one line) for anything not finite, negative or longer than `max_s`.
-    """
+    """Seconds in `text` (a Go duration or a bare number); one-line ValueError if not finite,
+    negative or longer than `max_s`."""
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise ValueError(f"duration {text!r} is not understood: {_HINT}")
     if isinstance(text, (int, float)):

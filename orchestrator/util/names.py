@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.util.user_errors import UserError
-
 #: The runbook used when none is named and no shipped runbook names the host.
 DEFAULT_RUNBOOK = "gpu02-glm53-w4afp8-long-context"
 
@@ -19,8 +17,7 @@ LOCAL_INVENTORY = Path("config/hosts.yaml")
 
 
 def _xdg_dir(var: str, fallback: tuple[str, ...]) -> Path:
-    """An XDG base directory: the variable if it holds an absolute path (the spec says to ignore
-    relative ones), else the fallback under the home directory."""
+    """An XDG base directory: the variable if absolute (the spec ignores relative ones), else the fallback."""
     value = os.environ.get(var, "")
     if value and Path(value).is_absolute():
         return Path(value)
@@ -70,8 +67,8 @@ def is_placeholder_inventory(path: Path) -> bool:
 
 
 def choose_inventory(inventory: Path | str | None, source: str) -> InventoryChoice:
-    """Which inventory a command uses: `inventory` (from `source`) if given, else the first found
-    of ./config/hosts.yaml and the user's (a checkout's placeholder never wins over the user's)."""
+    """`inventory` (from `source`) if given, else the first found of ./config/hosts.yaml and the
+    user's, else the example an installed wheel carries."""
     if inventory is not None:
         return InventoryChoice(Path(inventory), source)
     candidates = ((LOCAL_INVENTORY, "./config/hosts.yaml"), (user_inventory(), "$XDG_CONFIG_HOME/orchestrator/hosts.yaml"))
@@ -90,15 +87,7 @@ def choose_inventory(inventory: Path | str | None, source: str) -> InventoryChoi
 
 
 def example_inventory() -> Path | None:
-    """The example inventory an installed wheel carries (`orchestrator/examples/hosts.yaml`, mapped
-    from the checkout's config/hosts.yaml by pyproject); None in a checkout, which has its own."""
+    """The example inventory an installed wheel carries (pyproject maps config/hosts.yaml there)."""
     path = Path(__file__).resolve().parents[1] / "examples" / "hosts.yaml"
     return path if path.is_file() else None
 
-
-def required_inventory(choice: InventoryChoice) -> Path:
-    """The inventory a command loads, or the one line naming every place searched (exit 2)."""
-    if choice.path is None:
-        raise UserError("no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
-                        + " or ".join(str(p) for p in choice.searched))
-    return choice.path

@@ -1,21 +1,8 @@
-"""Configuration from the environment (prefix ORCHESTRATOR_) and an optional `.env` file.
-
-Tokens are `SecretStr`: they print as `**********` and only `.get_secret_value()` reveals them,
-which only the HTTP clients call.
-
-Where things live when nothing is set (XDG base directories, so that every working directory of
-one user shares one journal and two rollouts of one host from two shells meet the same lease):
-
-- state (the SQLite journal and the per-run logs): `$ORCHESTRATOR_STATE_DIR`, else
-  `$XDG_STATE_HOME/orchestrator`, else `~/.local/state/orchestrator`;
-- the host inventory, first found of: `--inventory`, `$ORCHESTRATOR_INVENTORY`,
-  `./config/hosts.yaml`, `$XDG_CONFIG_HOME/orchestrator/hosts.yaml` (else
-  `~/.config/orchestrator/hosts.yaml`). An explicit path that does not exist is an error, never
-  a reason to fall through to the next place.
-
-A bad value (`ORCHESTRATOR_POLL_INTERVAL=abc`, a `mysql://` database URL) is one line naming the
-variable (`load_settings`), and the acting commands check every token they will send before a
-run is created or a lease taken (`require_host_tokens`).
+"""Configuration from the environment (prefix ORCHESTRATOR_) and an optional `.env` file. Tokens are
+`SecretStr` (only the HTTP clients reveal them). With nothing set, state lives under XDG's state
+directory, so that every shell of one user meets the same journal and leases; the inventory is the
+first found of `--inventory`, `$ORCHESTRATOR_INVENTORY`, `./config/hosts.yaml` and XDG's config
+directory (util/names.py). A bad value is one line naming the variable (`load_settings`).
 """
 
 from __future__ import annotations
@@ -27,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from orchestrator.util.names import InventoryChoice, choose_inventory, default_state_dir, required_inventory
+from orchestrator.util.names import InventoryChoice, choose_inventory, default_state_dir
 from orchestrator.util.user_errors import UserError
 
 HOST_TOKENS = ("compose_manager_token", "dashboard_token", "model_proxy_token", "inference_token")
@@ -68,8 +55,6 @@ class Settings(BaseSettings):
     #: The URL people reach `orchestrate serve` at (e.g. https://orchestrate.internal:8443): the
     #: notifications link to the run's page there. Empty: no link.
     public_url: str = ""
-    # The clock is never a setting: ORCHESTRATOR_TIME_SCALE is a test-only switch read from the
-    # process environment, honoured only against a loopback simulator (orchestrator.util.clock.clock_for).
 
     _inventory_source: str = PrivateAttr(default="ORCHESTRATOR_INVENTORY")
 
@@ -89,7 +74,6 @@ class Settings(BaseSettings):
         return v
 
     def with_inventory(self, path: Path | None) -> Settings:
-        """These settings with `--inventory PATH` (None: unchanged)."""
         if path is None:
             return self
         s = self.model_copy(update={"inventory": path})
@@ -100,8 +84,11 @@ class Settings(BaseSettings):
         return choose_inventory(self.inventory, self._inventory_source)
 
     def inventory_path(self) -> Path:
-        """The inventory to load, or a UserError naming every place searched."""
-        return required_inventory(self.inventory_choice())
+        choice = self.inventory_choice()
+        if choice.path is None:
+            raise UserError("no host inventory: pass --inventory PATH, set ORCHESTRATOR_INVENTORY, or create "
+                            + " or ".join(str(p) for p in choice.searched))
+        return choice.path
 
     def journal_url(self) -> str:
         """What the journal is opened from: the database URL (with its password) or the SQLite file."""
@@ -129,20 +116,14 @@ class Settings(BaseSettings):
             return None
 
     def tokens(self) -> list[str]:
-        """Every configured secret, for the redactor."""
         values = [getattr(self, name).get_secret_value() for name in (*HOST_TOKENS, "github_token", "notify_url")]
         return [v for v in (*values, self.database_password() or "") if v]
 
-    def missing_host_tokens(self) -> list[str]:
-        """The environment variables of the host tokens that are unset, empty or blank."""
-        return [f"ORCHESTRATOR_{name.upper()}" for name in HOST_TOKENS
-                if not getattr(self, name).get_secret_value().strip()]
-
     def require_host_tokens(self, what: str) -> None:
-        """A command that acts on a host calls all four systems: refuse before any run or lease
-        exists when one of their tokens is missing (else an empty token is a crash at the first
-        call, with the run unfinished and the host leased)."""
-        missing = self.missing_host_tokens()
+        """Refuse before any run or lease exists when a host token is missing (else the first call
+        crashes with the run unfinished and the host leased)."""
+        missing = [f"ORCHESTRATOR_{name.upper()}" for name in HOST_TOKENS
+                   if not getattr(self, name).get_secret_value().strip()]
         if missing:
             raise UserError(f"{what} needs {', '.join(missing)}: set {'it' if len(missing) == 1 else 'them'} "
                             f"in the environment or .env (nothing was started)")
@@ -159,7 +140,6 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """`Settings(**overrides)`, with an invalid environment turned into one UserError line."""
     try:
         return Settings(**overrides)
     except ValidationError as exc:

@@ -1,10 +1,6 @@
-"""External text shown to a person as text: log lines, notes, host answers, runbook titles.
-
-`shown(text)` makes every character that could change how a terminal or a page shows the text
-visible instead: C0 and C1 control characters (but tab), DEL, and the Unicode bidi overrides and
-isolates (U+202A-U+202E, U+2066-U+2069, U+200E/U+200F, U+061C) are written as `\\xNN` / `\\uNNNN`.
-A line break inside one shown field becomes `\\n`: one field stays one line. Pure; no markup
-handling (callers that render through rich escape its markup after this)."""
+"""External text (log lines, notes, host answers) shown to a person as text: every control
+character (but tab), DEL and bidi override or isolate is written as `\\xNN` / `\\uNNNN`, a line
+break as `\\n` (one field stays one line). No markup handling: rich callers escape after this."""
 
 from __future__ import annotations
 
@@ -22,8 +18,5 @@ def _visible(m: re.Match[str]) -> str:
 
 
 def shown(text: str) -> str:
-    """`text` with every control, bidi override and isolate made visible (module docstring)."""
     return _HIDDEN.sub(_visible, text)
 
-
-__all__ = ["shown"]

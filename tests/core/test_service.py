@@ -67,8 +67,6 @@ def test_a_request_with_a_bad_tag_is_refused_before_anything_opens(monkeypatch):
                                                ("rollback", Outcome.ROLLED_BACK, 0), ("rollout", Outcome.HALTED, 4),
                                                ("rollout", Outcome.ABORTED, 5)])
 def test_the_service_gives_the_exit_code(kind, outcome, code):
-    from types import SimpleNamespace
+    from orchestrator.service.oncall import exit_code
 
-    from orchestrator.service.runs import exit_code
-
-    assert exit_code(SimpleNamespace(kind=kind, outcome=outcome)) == code
+    assert exit_code(kind, outcome) == code

@@ -8,13 +8,11 @@ from contextlib import closing
 from pathlib import Path
 
 from orchestrator.cli.consoles import out
-from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, remote
+from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, signalled_run
 from orchestrator.journal.audit import cli_actor
 from orchestrator.service import signals
 from orchestrator.service.orphans import end_unowned
-from orchestrator.service.reads import get_run, load_settings_for
 from orchestrator.service.session import Session, owner_id
-from orchestrator.service.startup import ReadSession
 
 app = command_app()
 
@@ -27,10 +25,8 @@ def abort(
     server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."""
-    remote(server, "abort", {"run_id": run_id}, False, server_ca)
-    settings = load_settings_for(inventory)
-    with closing(ReadSession.open(settings)) as session:
-        run = get_run(session, run_id)
+    with signalled_run("abort", {"run_id": run_id}, inventory, server, server_ca) as (session, run):
+        settings = session.settings
         result = signals.abort(session.journal, run, cli_actor())  # who: user@machine
     if result.runner is None:  # nobody drives it: read the host and end it with what is true
         with closing(Session.open(settings)) as full:

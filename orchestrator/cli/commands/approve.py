@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from contextlib import closing
 from pathlib import Path
 
 import typer
 
 from orchestrator.cli.consoles import out
-from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, flag, remote
+from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app, flag, signalled_run
 from orchestrator.journal.audit import cli_actor
 from orchestrator.language.runbook import load_runbook
 from orchestrator.service import signals
 from orchestrator.service.oncall import nobody_drives
-from orchestrator.service.reads import get_run, load_settings_for
-from orchestrator.service.startup import ReadSession
 
 app = command_app()
 
@@ -30,13 +27,10 @@ def approve(
     server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."""
-    remote(server, "approve", {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {}), False, server_ca)
-    with closing(ReadSession.open(load_settings_for(inventory))) as session:
-        run = get_run(session, run_id)
+    body = {"run_id": run_id, "now": now} | ({"gate": gate} if gate else {})
+    with signalled_run("approve", body, inventory, server, server_ca) as (session, run):
         gates = None if run.terminal else signals.run_gates(run, lambda: load_runbook(run.runbook))
-
         out.print(signals.approve(session.journal, run, gate, cli_actor(), gates, now=now)  # who: user@machine
                   + f" (journal {session.settings.journal_location()})", markup=False)
-
         if (idle := nobody_drives(session.journal, run)) is not None:
             out.print(idle, markup=False)

@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from orchestrator.cli.options import signal_app
+from orchestrator.service import signals
 
-from orchestrator.cli.commands.pause import signal_run
-from orchestrator.cli.options import InventoryOpt, RunIdArg, ServerCaOpt, ServerOpt, command_app
-
-app = command_app()
-
-
-@app.command("continue")
-def continue_(
-    run_id: str = RunIdArg,
-    inventory: Path | None = InventoryOpt,
-    server: str | None = ServerOpt,
-    server_ca: Path | None = ServerCaOpt,
-) -> None:
-    """Let a paused RUN_ID go on (journaled, with who asked)."""
-    signal_run(run_id, "continue", inventory, server, server_ca)
+app = signal_app("continue", "Let a paused RUN_ID go on (journaled, with who asked).", signals.continue_run)

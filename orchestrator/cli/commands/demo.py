@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
 from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
 from orchestrator.cli.options import command_app, flag
@@ -57,7 +58,7 @@ def demo(
         state_dir = Path(tempfile.mkdtemp(prefix="orchestrate-demo-"))
     try:
         outcome = run_demo(faults=fault, speed=speed, state_dir=state_dir, progress=progress(as_json),
-                           console=out if not as_json else None, base_tier=base_tier, target=target)
+                           console=Console(quiet=True) if as_json else out, base_tier=base_tier, target=target)
     except KeyboardInterrupt:
         sys.stdout.flush()
         err.print(f"orchestrate: {demo_interrupted(state_dir)}", markup=False)

@@ -110,15 +110,10 @@ def _check_file(rb: Any, compose_file: Path | None, env_file: Path | None) -> tu
     return check_against_compose_file(rb, compose_file, env=read_env_file(env_file))
 
 
-#: What `plan --live` prints (the diagrams are offline only).
-LIVE_FORMATS = ("text", "markdown", "json")
-
-
 def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compose_file: Path | None,
-               env_file: Path | None = None) -> None:
+               env_file: Path | None) -> None:
     """`plan --live`: orchestrator.previews.live_plan, with the inventory's tokens from the settings."""
-    # The host clients, the runner and asyncio are imported here: an offline plan never talks to a
-    # host and does without them (~0.5 s of start-up)
+    # imported here: an offline plan never talks to a host and does without them (~0.5 s of start-up)
     import asyncio
 
     from orchestrator.engine.run_logs import ensure_configured
@@ -132,8 +127,8 @@ def _plan_live(settings: Any, host: str, tag: str, runbook: str, fmt: str, compo
     from orchestrator.service.refusals import refuse_if_leased
     from orchestrator.service.session import Session
 
-    if fmt not in LIVE_FORMATS:
-        raise UserError(f"--live shows {', '.join(LIVE_FORMATS)}, not {fmt!r} (the state diagram needs no host: drop --live)")
+    if fmt not in ("text", "markdown", "json"):
+        raise UserError(f"--live shows text, markdown, json, not {fmt!r} (the state diagram needs no host: drop --live)")
     ensure_configured()  # client log events are dropped: stdout holds the plan only
     refuse_placeholder_inventory(settings, host)  # its URLs never resolve: say so now, not after the retries
     unset = [name for name, tok in (("ORCHESTRATOR_COMPOSE_MANAGER_TOKEN", settings.compose_manager_token),

@@ -101,6 +101,6 @@ def _fleet(hosts_text: str, tag: str, runbook: str | None, *, yes: bool, soak: s
                                      "not_started": result.not_started, "message": text}) + "\n")
     else:
         (out if result.outcome == Outcome.DONE else err).print(shown(text), markup=False)
-    if done.interrupted:
+    if result.interrupted is not None:
         INTERRUPT_TOLD.append(True)
     raise typer.Exit(done.exit_code)
