@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.rules.approval_scope import stored_name, waiting_gate
@@ -35,11 +34,6 @@ def parse_soak(value: str | float | None, what: str = "--soak") -> float | None:
         return parse_duration(value)
     except ValueError as exc:
         raise UserError(f"{what}: {exc}") from None
-
-
-def lease_refused(host: str, run_id: str, owner: str, expires_at: datetime, hint: str) -> str:
-    return (f"{host} is leased by run {run_id} ({owner}) until {expires_at:%Y-%m-%d %H:%M:%S} UTC: "
-            f"one rollout per host at a time; {hint}")
 
 
 def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:

@@ -44,7 +44,7 @@ from orchestrator.service import signals
 from orchestrator.service.activity import target_tag
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options, rollback_runbook
 from orchestrator.service.notify import FLUSH_S
-from orchestrator.service.refusals import refuse_if_leased
+from orchestrator.service.refusals import leased_refusal, refuse_if_leased
 from orchestrator.service.requests import Admitted, ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.service.run_info import check_tag, context_summary
 
@@ -332,8 +332,8 @@ class Worker:
                 ) from None
             if new:
                 self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
-            raise Refused(signals.lease_refused(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
-                                                 f"run {run.run_id} was not started")) from None
+            raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
+                                         f"run {run.run_id} was not started")) from None
         return lease, (None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})")
 
     def _launch(self, adm: Admitted, note: str | None) -> ActiveRun:
