@@ -17,6 +17,9 @@ computes too (parsing a scrape, judging a window, writing the journal): the cloc
 the loop waits in its selector. In production that compute takes milliseconds of a 30-minute
 window; on a loaded test machine it can take a second of real time, minutes of simulated time at
 600x. With `run`, how many polls a window holds follows from the runbook, not from the load.
+
+`SteppedClock` moves only when the test moves it: for a simulator test that asserts a state that
+lasts a few simulated seconds (a restart's back-off), which a loaded machine would skip past.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import asyncio
 import selectors
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import httpx
@@ -143,3 +147,23 @@ class _WaitingSelector(selectors.DefaultSelector):
             return super().select(timeout)
         finally:
             self._clock.hold()
+
+
+class SteppedClock(ScaledClock):
+    """Simulated time that moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        super().__init__(1.0)
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def run(self, call: Callable[[], T]) -> T:
+        """`call()` in a thread, the clock stepping a simulated second at a time until it returns
+        (a compose call's operation takes simulated time: its stop grace, its pulls)."""
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(call)
+            while not wait([answer], timeout=0.002).done:
+                self.t += 1.0
+            return answer.result()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from sim_time import SteppedClock
+
 from orchestrator_sim.host.hicache_budget import GIB
 from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, TARGET
 from orchestrator_sim.testing import SimDriver as Sim
@@ -91,7 +93,8 @@ def test_a_percentage_resolves_against_what_is_left_in_start_order(sim: Sim) -> 
 
 
 def test_budget_no_fit_fails_the_second_engine_with_a_restart_loop(make_sim) -> None:
-    sim = make_sim(faults=["budget-no-fit"], restart_delay_s=600.0)
+    # a back-off of 3 real seconds at x12000: long enough that a loaded machine's poll cannot miss it
+    sim = make_sim(faults=["budget-no-fit"], restart_delay_s=36000.0)
     assert sim.fleet.dashboard_env["GLM53_HICACHE_RAM_BUDGET"] == "650GiB"
     sim.swap_r2()
     assert sim.down(OLD_TAG, CANARY, [R1]).ok
@@ -145,7 +148,7 @@ def test_rank_budget_wrong_fault(make_sim) -> None:
 
 
 def test_restart_loop_fault(make_sim) -> None:
-    sim = make_sim(faults=["restart-loop"], restart_delay_s=600.0)
+    sim = make_sim(faults=["restart-loop"], restart_delay_s=12000.0)  # 1 real second: a poll cannot miss it
     sim.swap_r2(wait_ready=False)
     first_id = sim.ps()[NEW_R2]["ID"]
 
@@ -217,11 +220,12 @@ def test_log_lines_default_comes_from_the_environment(monkeypatch) -> None:
 
 
 def test_a_crashed_engine_restarts_into_a_cold_start_that_can_hang(make_sim) -> None:
-    sim = make_sim(log_lines=500)
+    clock = SteppedClock()  # "restarting" lasts a few simulated seconds: no real time may pass them
+    sim = make_sim(clock=clock, log_lines=500)
     first = sim.fleet.host.container(R1).id
     sim.fleet.host.crash(R1, hang_cold_start=True)
     assert sim.fleet.host.container(R1).state == "restarting"
-    sim.wait_sim(2 * 600)  # twice the cold start: it never becomes ready
+    clock.t += 2 * 600  # twice the cold start: it never becomes ready
     view = sim.fleet.host.container(R1)
     assert view.state == "running" and not view.ready and view.id == first  # the same container, restarted
     lines = _body(sim.logs(R1, file=CANARY), R1)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import httpx
 import pytest
+from sim_time import SteppedClock
 
-from orchestrator.util.clock import ScaledClock
 from orchestrator_sim import FAULTS, parse_fault
 from orchestrator_sim.faults import LOCK_AFTER_DOWN_HOLD_S
 from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, RELAY, TARGET
@@ -315,31 +313,11 @@ def test_the_external_gate_faults_show_on_their_surfaces(make_sim) -> None:
 TARGET_TAG_NAME = "v0.0.300"
 
 
-class _SteppedClock(ScaledClock):
-    """Simulated time that moves only when the test moves it."""
-
-    def __init__(self) -> None:
-        super().__init__(1.0)
-        self.t = 0.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def run(self, call: Callable[[], T]) -> T:
-        """`call()` in a thread, the clock stepping a simulated second at a time until it returns
-        (a compose call's operation takes simulated time: its stop grace, its pulls)."""
-        with ThreadPoolExecutor(1) as pool:
-            answer = pool.submit(call)
-            while not wait([answer], timeout=0.002).done:
-                self.t += 1.0
-            return answer.result()
-
-
 def test_lock_after_down_ends_by_simulated_time_whatever_is_left_of_its_count(make_sim) -> None:
     """Another client's operation holds the lock for a bounded time: with a count no run spends,
     it still ends LOCK_AFTER_DOWN_HOLD_S simulated seconds after the down, so a slow machine (more
     simulated time per call) never sees it outlast a runbook's `timeouts.gone`."""
-    clock = _SteppedClock()
+    clock = SteppedClock()
     sim = make_sim(clock=clock, faults=["lock-after-down:100000"])
     assert clock.run(lambda: sim.down(OLD_TAG, CANARY, [OLD_R2])).ok
     ended = clock.t
