@@ -141,7 +141,7 @@ class Executor:
         if terminal:
             self.rt.emit("run_finished", outcome=to, message=message)
 
-    def _final_message(self, state: str, to: str, note: str, event: Event = Event.OK) -> str:
+    def _final_message(self, state: str, to: str, note: str, event: Event) -> str:
         """What the operator reads last: what failed and why, where the run ended, what to run next."""
         node = self.table.nodes[state]
         failure = self.ctx.failure

@@ -871,8 +871,8 @@ class ComposeCalls:
         try:
             return await self.dry_run(req)
         except Busy as exc:
-            return DryRunCall("refused", outcome=lock_held(self.rb.timeouts.gone, f"the dry run of {', '.join(req.services)}",
-                                                           self.voice.scrub(f"{type(exc).__name__}: {exc}")))
+            error = self.voice.scrub(f"{type(exc).__name__}: {exc}")
+            return DryRunCall("refused", outcome=lock_held(self.rb.timeouts.gone, "dry run", req.services, error))
 
     async def dry_run(self, req: ComposeRequest) -> DryRunCall:
         env = await self.envs.ensure_env()
@@ -1181,8 +1181,8 @@ class Waits:
                 self.visit.log.warning("down_resent_after_failure")
                 self.voice.emit("note", text="the down reported failure though docker/ps no longer lists the container: sending it again")
                 first = await self.calls.mutate(f"compose_down_resend_{resends}", req, {"ids": base_ids})
-                if first.get("lock_held"):
-                    return self._resend_refused(req, first)
+                if first.get("lock_held"):  # a halt, as for the first down, never a failed gate
+                    return lock_held(self.rb.timeouts.gone, "down", req.services, first.get("error", ""), again=True)
                 continue
             if not left:
                 return ok(f"{', '.join(req.services)} gone from docker/ps")
@@ -1205,19 +1205,14 @@ class Waits:
                 self.visit.log.warning("down_resent_after_observation", reason=resend_reason)
                 self.voice.emit("note", text=f"sending the down again after observation ({resend_reason})")
                 first = await self.calls.mutate(f"compose_down_resend_{resends}", req, {"ids": base_ids})
-                if first.get("lock_held"):
-                    return self._resend_refused(req, first)
+                if first.get("lock_held"):  # a halt, as for the first down, never a failed gate
+                    return lock_held(self.rb.timeouts.gone, "down", req.services, first.get("error", ""), again=True)
                 no_effect_after = now_() + self.rb.timeouts.stop_grace + 4 * poll
                 deadline = now_() + timeout
                 continue
             if seen >= deadline:
                 return fail(f"{', '.join(c.name for c in left)} still listed after {int(timeout)} s")
             await self.clock.wait(abortable=False)
-
-    def _resend_refused(self, req: ComposeRequest, outcome: dict[str, Any]) -> StepOutcome:
-        """A resend refused for compose-manager's lock: a halt, as for the first down, never a
-        failed gate (the resends that did not take would end in one, and the rollback after it)."""
-        return lock_held(self.rb.timeouts.gone, f"the down of {', '.join(req.services)} sent again", outcome.get("error", ""))
 
     async def recheck_after_drain(self, step: Step) -> str | None:
         """After a drain is confirmed (`step`, the presence gate after the leave-pool down): the tier

@@ -35,6 +35,7 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
     req = rt.request(step, dry_run=True)
     env_changed = rt.ctx.budget_env_fingerprint and env.fingerprint() != rt.ctx.budget_env_fingerprint
     if env_changed and node.section in ("rollback", "full_rollback") and not target_needs_budget(rt.rb, req.file, req.services):
+        # a rollback is judged by what its target needs: the new engines' budget is not its rule
         rt.emit("note", text=f"the host's env map changed since the budget was checked; {', '.join(req.services)} from "
                              f"{req.file} is not held to the new engines' budget rule (its dry run and start judge it)")
     elif env_changed:
@@ -58,6 +59,7 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
     plan = parse_dry_run(lines, project=rt.entry.project)
     stale = config_recreate.not_recreated(plan, req)
     if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
+        # a forced recreate the host did not plan: its new config would not take (docker/compose#11900)
         rt.ctx.retries[config_recreate.remedy_key(node)] = 1
         stopped = await config_recreate.stop_for_recreate(rt, node, step, stale, down)
         if stopped.event.value != "ok":
@@ -135,7 +137,7 @@ async def _judge(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) 
         return fail(f"compose up failed (exit {outcome.get('exit_code')}): " + " | ".join(outcome.get("lines", [])[-3:]))
     if status == "refused":
         if outcome.get("lock_held") and not any(rt.rb.replica_of(s) for s in req.services):
-            return _lock_held(rt, "up", req, outcome)
+            return lock_held(rt.rb.timeouts.gone, "up", req.services, outcome.get("error", ""))
         # an engine's up refused: the phase's rollback brings the replica's previous engine back
         return fail(f"compose-manager did not run the up: {outcome.get('error')}")
     verdict = await rt.settle_up(req, outcome.get("baseline", {}))
@@ -145,11 +147,6 @@ async def _judge(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) 
     if verdict == "not_applied":
         return _again(rt, node, "the up's outcome was unknown and it did not take effect (docker/ps unchanged)")
     return halt("the up's outcome could not be established from compose-manager's status, docker/ps and the action log: " + verdict)
-
-
-def _lock_held(rt: Activities, verb: str, req: Any, outcome: dict[str, Any], *, again: bool = False) -> StepOutcome:
-    call = f"the {verb} of {', '.join(req.services)}" + (" sent again" if again else "")
-    return lock_held(rt.rb.timeouts.gone, call, outcome.get("error", ""))
 
 
 @register("down")
@@ -196,7 +193,7 @@ async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
         outcome = await rt.mutate("compose_down", req, baseline)
     if outcome["status"] == "refused":
         if outcome.get("lock_held"):
-            return _lock_held(rt, "down", req, outcome, again=bool(resends))
+            return lock_held(rt.rb.timeouts.gone, "down", req.services, outcome.get("error", ""), again=bool(resends))
         return fail(f"compose-manager did not run the down: {outcome.get('error')}")
     verdict = await rt.wait_gone(req, outcome, resends=resends)
     await rt.record_ownership(req, outcome.get("baseline", {}), up=False)
