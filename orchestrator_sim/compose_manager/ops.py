@@ -37,6 +37,7 @@ from orchestrator_sim.compose_manager.records import (  # noqa: F401 - re-export
 )
 from orchestrator_sim.compose_manager.repo import TagInfo, load_compose, sha256_text
 from orchestrator_sim.compose_manager.scripts import ComposeScripts
+from orchestrator_sim.faults import SIDECAR_DOWN_BUSY_S
 from orchestrator_sim.host.containers import CONFIG_DIR, PROJECT
 from orchestrator_sim.record.calls import RecordedCall
 
@@ -244,6 +245,8 @@ class ComposeOperations(ComposeScripts):
     def _take_lock(self, req: ComposeRequest | None = None) -> None:
         if req is not None and self._down_busy(req):
             raise ComposeError(409, "another docker operation is already in progress: docker_restart")
+        if req is not None and self._sidecar_down_busy(req):
+            raise ComposeError(409, "another docker operation is already in progress: compose_up")
         if self.faults.take("busy-409"):
             raise ComposeError(409, "another docker operation is already in progress: docker_restart")
         if self._op is not None:
@@ -272,6 +275,19 @@ class ComposeOperations(ComposeScripts):
         slots = {c.slot for c in self._containers.values()
                  if c.service in req.services and c.project == req.project and c.slot is not None and c.state == "running"}
         return bool(slots) and self.faults.take_for("down-busy", slots)
+
+    def _sidecar_down_busy(self, req: ComposeRequest) -> bool:
+        """`sidecar-down-busy:rN`: once slot rN runs a target-file engine this simulation started, a
+        down naming no engine is refused for SIDECAR_DOWN_BUSY_S simulated seconds from the first."""
+        slot = next((s.replica for s in self.faults.specs if s.name == "sidecar-down-busy"), None)
+        if slot is None or any(c.engine is not None for c in self._containers.values() if c.service in req.services):
+            return False
+        if self._sidecar_busy_since is None:
+            if not any(c.slot == slot and c.file == self.target_file and c.created_at >= 0 and c.state == "running"
+                       for c in self._containers.values()):
+                return False
+            self._sidecar_busy_since = self._now
+        return self._now < self._sidecar_busy_since + SIDECAR_DOWN_BUSY_S
 
     def _accept(self, action: str, body: Any, raw: str, call: RecordedCall | None, *, down: bool) -> tuple[Operation, WorkCopy | None]:
         """Parse, take the lock, validate (releasing the lock on a refusal): the accepted operation."""

@@ -161,6 +161,9 @@ HOLES: dict[str, Schedule] = {
     # compose-manager busy for 12 calls after every down (past the client's busy retries): each
     # step after a stop, the rollout's and the rollback's, waits the lock out
     "lock-after-down-rollback-all": Schedule(seed=0, faults=["lock-after-down:12"], after=[Action("rollback", "all")]),
+    # compose-manager's lock held past `timeouts.gone` for r1's perception-check / relay stop, after
+    # the new r1 came up: the run halts there, and the `--retry` its message names keeps the new r1
+    "sidecar-lock-then-retry": Schedule(seed=0, faults=["sidecar-down-busy:r1"], after=[Action("retry")]),
     "second-runner-mid-r1": Schedule(seed=0, during=[Action("second-runner", trigger=("done", 7, 0.0))]),
     "rollback-all-after-done": Schedule(seed=0, after=[Action("rollback", "all")]),
     "rollback-r1-after-done": Schedule(seed=0, after=[Action("rollback", "r1")]),

@@ -37,6 +37,9 @@ LOCK_AFTER_DOWN_DEFAULT = 12
 #: ... and for at most this many simulated seconds (another client's dry run), whatever is left of
 #: the count: well inside every runbook's `timeouts.gone`, however slowly the calls come
 LOCK_AFTER_DOWN_HOLD_S = 120.0
+#: `sidecar-down-busy`: how long the lock stays held from its first refusal (past every runbook's
+#: `timeouts.gone` of 10 minutes, and inside the next run's own wait)
+SIDECAR_DOWN_BUSY_S = 900.0
 
 
 @dataclass(frozen=True)

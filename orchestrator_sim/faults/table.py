@@ -151,6 +151,18 @@ FAULTS: dict[str, FaultInfo] = {
             "transient 409",
         ),
         FaultInfo(
+            "sidecar-down-busy",
+            "replica",
+            "once that replica runs an engine of the target file that this simulation started, every "
+            "compose/down naming no engine gets 409 `already in progress: compose_up` (another client's "
+            "operation) for 900 simulated seconds from the first such refusal, past every runbook's "
+            "`timeouts.gone`; then never again",
+            "the phase's stop of its perception check or soak relay halts there (HALTED, exit 4: the lock "
+            "named, no rollback), the new engine keeps serving, and `resume RUN --retry` sends that down "
+            "again at the same step and ends DONE with the same engine",
+            drawn=False,
+        ),
+        FaultInfo(
             "down-busy",
             "replica-count",
             "the next N compose/down calls that name a running engine of that replica (by default 6: "

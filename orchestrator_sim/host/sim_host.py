@@ -124,6 +124,7 @@ class SimHost(ComposeOperations, ServingPaths):
         #: (lock calls it still refuses, simulated time it ends at, what) of the `lock-after-down`
         #: fault: another client holds the lock
         self._held_by_other: tuple[int, float, dict[str, Any]] | None = None
+        self._sidecar_busy_since: float | None = None  # `sidecar-down-busy`: its first refusal
         self._round_robin = -1
         if fresh:
             self._actions.append(self._started_entry(0.0))

@@ -101,6 +101,7 @@ class HostState:
     _orphans: list[OrphanRemoval]
     _op: Operation | None
     _held_by_other: tuple[int, dict[str, Any]] | None
+    _sidecar_busy_since: float | None
     _round_robin: int
 
     def sync(self) -> float:

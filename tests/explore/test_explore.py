@@ -33,6 +33,8 @@ pytestmark = pytest.mark.e2e
 CI_HOLES = ["inflight-r2-up", "abort-r1-cold-start", "rollback-typo-after-done",
             # a wrong explicit rollback target refused with nothing sent; a lock after every stop waited out
             "rollback-wrong-after-done", "lock-after-down-rollback-all",
+            # a sidecar's stop refused for the lock past timeouts.gone halts; `--retry` resends it there
+            "sidecar-lock-then-retry",
             # invariant H: an adopted run and a person's resume without --yes wait for a human; the page
             # approves only the gate that waits (explore/human.py)
             "sigint-then-adopted", "ctrl-c-resume-without-yes", "page-approve-in-cold-start",

@@ -9,7 +9,7 @@ import pytest
 from sim_time import SteppedClock
 
 from orchestrator_sim import FAULTS, parse_fault
-from orchestrator_sim.faults import LOCK_AFTER_DOWN_HOLD_S
+from orchestrator_sim.faults import LOCK_AFTER_DOWN_HOLD_S, SIDECAR_DOWN_BUSY_S
 from orchestrator_sim.testing import CANARY, NEW_R2, NEW_TAG, OLD_R2, OLD_TAG, R1, RELAY, TARGET
 from orchestrator_sim.testing import SimDriver as Sim
 
@@ -18,6 +18,7 @@ T = TypeVar("T")
 
 def test_the_fault_table_names_every_fault_and_its_expected_end_state() -> None:
     assert set(FAULTS) == {
+        "sidecar-down-busy",
         "oom",
         "cuda-801",
         "budget-80pct",
@@ -325,3 +326,21 @@ def test_lock_after_down_ends_by_simulated_time_whatever_is_left_of_its_count(ma
     assert (refused.status, refused.error["error"]) == (409, "another docker operation is already in progress: compose_up")
     clock.t = ended + LOCK_AFTER_DOWN_HOLD_S + 1
     assert clock.run(lambda: sim.up(NEW_TAG, TARGET, [NEW_R2], dry_run=True)).ok
+
+
+def test_sidecar_down_busy_holds_the_lock_for_a_sidecar_down_once_the_new_engine_runs(make_sim) -> None:
+    """Before r2's new engine exists, a sidecar's down goes through; after, every down naming no
+    engine is refused until SIDECAR_DOWN_BUSY_S simulated seconds after the first refusal; an
+    engine's down never is."""
+    clock = SteppedClock()
+    sim = make_sim(clock=clock, faults=["sidecar-down-busy:r2"])
+    assert clock.run(lambda: sim.down(NEW_TAG, TARGET, [RELAY])).status == 200  # no new r2 yet: not refused
+    assert clock.run(lambda: sim.down(OLD_TAG, CANARY, [OLD_R2])).ok
+    assert clock.run(lambda: sim.safe_up(NEW_TAG, TARGET, [NEW_R2, RELAY])).ok
+    first = clock.t
+    refused = sim.down(NEW_TAG, TARGET, [RELAY])
+    assert (refused.status, refused.error["error"]) == (409, "another docker operation is already in progress: compose_up")
+    clock.t = first + SIDECAR_DOWN_BUSY_S - 1
+    assert sim.down(NEW_TAG, TARGET, [RELAY]).status == 409
+    clock.t = first + SIDECAR_DOWN_BUSY_S
+    assert clock.run(lambda: sim.down(NEW_TAG, TARGET, [RELAY])).ok
