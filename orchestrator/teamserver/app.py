@@ -251,21 +251,18 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
-def _signal(method: str) -> Handler:
-    """POST /runs/{id}/pause, /continue, /abort: `Worker.<method>(run_id, by)`, its answer as JSON."""
-
-    async def handler(request: Request, principal: Principal) -> Response:
-        worker: Worker = request.app.state.worker
-        body = SignalBody.model_validate(await _json_body(request, optional=True))
-        by = _by(request, principal, body.by)
-        answer = await anyio.to_thread.run_sync(getattr(worker, method), request.path_params["run_id"], by)
-        return JSONResponse(worker.redactor.scrub_obj(answer))
-
-    return handler
+async def signal_run(request: Request, principal: Principal) -> Response:
+    """POST /runs/{id}/pause, /continue, /abort: `Worker.signal`, its answer as JSON."""
+    worker: Worker = request.app.state.worker
+    body = SignalBody.model_validate(await _json_body(request, optional=True))
+    by = _by(request, principal, body.by)
+    action = request.url.path.rsplit("/", 1)[1]  # the route's last segment
+    answer = await anyio.to_thread.run_sync(worker.signal, action, request.path_params["run_id"], by)
+    return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
-def create_app(settings: Settings, *, session_factory: SessionFactory | None = None, transport: Any = None,
-               clock: Any = None, token: str | None = None, tokens_file: Path | None = None,
+def create_app(settings: Settings, *, session_factory: SessionFactory | None = None,
+               token: str | None = None, tokens_file: Path | None = None,
                insecure_no_auth: bool = False, allowed_hosts: list[str] | None = None, bind: str | None = None,
                protect_metrics: bool = False, metrics_max_age: float = 10.0, max_body: int = MAX_BODY,
                adopt: bool = True, body_timeout_s: float = BODY_TIMEOUT_S) -> Starlette:
@@ -309,8 +306,7 @@ def create_app(settings: Settings, *, session_factory: SessionFactory | None = N
     def public_text(text: str) -> str:
         return redactor.scrub(scrub_paths(text))
 
-    worker = Worker(settings, session_factory or functools.partial(Session.open, transport=transport, clock=clock),
-                    redactor, log, metrics_max_age=metrics_max_age)
+    worker = Worker(settings, session_factory or Session.open, redactor, log, metrics_max_age=metrics_max_age)
     health = Snapshot(worker.healthy, max_age=1.0)
 
     @contextlib.asynccontextmanager
@@ -348,19 +344,18 @@ def create_app(settings: Settings, *, session_factory: SessionFactory | None = N
             Route("/runs", _route("viewer")(list_runs), methods=["GET"]),
             Route("/runs/{run_id}", _route("viewer")(get_run), methods=["GET"]),
             Route("/runs/{run_id}/approve", _route("operator")(approve_run), methods=["POST"]),
-            Route("/runs/{run_id}/abort", _route("operator")(_signal("abort")), methods=["POST"]),
-            Route("/runs/{run_id}/pause", _route("operator")(_signal("pause")), methods=["POST"]),
-            Route("/runs/{run_id}/continue", _route("operator")(_signal("continue_run")), methods=["POST"]),
+            *(Route(f"/runs/{{run_id}}/{action}", _route("operator")(signal_run), methods=["POST"])
+              for action in ("abort", "pause", "continue")),
             # the web page: shells and static files carry no data; the fragments and /whoami need a viewer's token
             Route("/", lambda request: RedirectResponse("/ui", status_code=303), methods=["GET"]),
-            Route("/ui", pages.runs_page, methods=["GET"]),
-            Route("/ui/runs/{run_id}", pages.run_page, methods=["GET"]),
+            Route("/ui", pages.shell("runs", "Runs"), methods=["GET"]),
+            Route("/ui/runs/{run_id}", pages.shell("run", "{}"), methods=["GET"]),
             Route("/ui/static/{name}", pages.static_file, methods=["GET"]),
             Route("/favicon.ico", lambda request: RedirectResponse("/ui/static/favicon.svg", status_code=301),
                   methods=["GET"]),
             Route("/ui/fragments/runs", _route("viewer")(pages.runs_fragment), methods=["GET"]),
             Route("/ui/fragments/runs/{run_id}", _route("viewer")(pages.run_fragment), methods=["GET"]),
-            Route("/ui/fleet/{runbook}", pages.fleet_page, methods=["GET"]),
+            Route("/ui/fleet/{runbook}", pages.shell("fleet", "Fleet: {}"), methods=["GET"]),
             Route("/ui/fragments/fleet/{runbook}", _route("viewer")(pages.fleet_fragment), methods=["GET"]),
             Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),
         ],

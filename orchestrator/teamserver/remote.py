@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,17 @@ def _clock_text(at: str | None) -> str:
         return at[:8]
 
 
+#: A follower's event (but a transition) as a person reads it: its line after the time, and its style.
+_EVENT_LINES: dict[str, tuple[Callable[[dict[str, Any]], str], str | None]] = {
+    "step_started": (lambda f: f"{f.get('state')} {f.get('say') or ''}".rstrip(), "bold cyan"),
+    "waiting": (lambda f: f"  waiting on: {f.get('gate')}", None),
+    "note": (lambda f: f"  note: {f.get('text')}", None),
+    "effect": (lambda f: f"  -> {f.get('action') or f.get('kind')} {', '.join(f.get('services') or [])} "
+                         f"({f.get('file')}@{f.get('tag')})", None),
+    "log_line": (lambda f: f"  {f.get('service')}: {str(f.get('line', ''))[:150]}", "dim"),
+}
+
+
 class _Printer:
     """Human lines (rich, no markup from the server's text) or one JSON object per event."""
 
@@ -100,25 +112,16 @@ class _Printer:
             self.out.print(f"{ts} {fields['state']} ", end="")
             self.out.print(fields["event_name"], style=colour, end="")
             self.out.print(f" -> {fields['to']}" + (f": {fields['note']}" if fields.get("note") else ""))
-        elif kind == "step_started":
-            self.out.print(f"{ts} {fields.get('state')} {fields.get('say') or ''}".rstrip(), style="bold cyan")
-        elif kind == "waiting":
-            self.out.print(f"{ts}   waiting on: {fields.get('gate')}")
-        elif kind == "note":
-            self.out.print(f"{ts}   note: {fields.get('text')}")
-        elif kind == "effect":
-            services = ", ".join(fields.get("services") or [])
-            action = fields.get("action") or fields.get("kind")
-            self.out.print(f"{ts}   -> {action} {services} ({fields.get('file')}@{fields.get('tag')})")
-        elif kind == "log_line":
-            self.out.print(f"{ts}   {fields.get('service')}: {str(fields.get('line', ''))[:150]}", style="dim")
+        elif kind in _EVENT_LINES:
+            text, style = _EVENT_LINES[kind]
+            self.out.print(f"{ts} {text(fields)}", style=style)
 
-    def answer(self, obj: dict[str, Any], text: str, style: str | None = None) -> None:
-        """`obj` as JSON, or `text` for a person."""
+    def answer(self, obj: dict[str, Any], text: Callable[[], str], style: str | None = None) -> None:
+        """`obj` as JSON, or `text()` for a person (built only then: a JSON answer may lack its fields)."""
         if self.as_json:
             self.json(obj)
         else:
-            self.line(text, style=style)
+            self.line(text(), style=style)
 
     def error(self, message: str) -> None:
         self.err.print(f"orchestrate: {message}")
@@ -138,7 +141,7 @@ def _finish(p: _Printer, result: FollowResult) -> int:
     run_id = run.get("run_id")
     if result.reason == "terminal":
         outcome = run.get("outcome") or ""
-        p.answer({"event": "summary", **_summary(run)}, f"{outcome} {run.get('message') or ''}".rstrip(),
+        p.answer({"event": "summary", **_summary(run)}, lambda: f"{outcome} {run.get('message') or ''}".rstrip(),
                  style="bold green" if outcome == "DONE" else "bold red")
         from orchestrator.service.oncall import exit_code
 
@@ -162,10 +165,10 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
     if action in SUBMIT_ACTIONS:
         run_id = await client.submit({"action": action, **payload, "by": cli_actor()})
         if not follow:
-            p.answer({"event": "submitted", "run_id": run_id}, run_id)
+            p.answer({"event": "submitted", "run_id": run_id}, lambda: run_id)
             return int(ExitCode.DONE)
         p.answer({"event": "submitted", "run_id": run_id, "server": client.base_url},
-                 f"run {run_id} submitted to {client.base_url}; it runs there whether or not this command stays "
+                 lambda: f"run {run_id} submitted to {client.base_url}; it runs there whether or not this command stays "
                  f"(Ctrl-C stops following, not the run)")
         try:
             result = await client.follow(run_id, p.event, interval=interval)
@@ -180,10 +183,10 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
         raise UserError(f"{action} needs a run id")
     if action == "approve":
         res = await client.approve(run_id, (str(payload["gate"]) if payload.get("gate") else None), by=cli_actor(), now=bool(payload.get("now")))
-        p.answer(res, f"approved {res['gate']} of {run_id}")
+        p.answer(res, lambda: f"approved {res['gate']} of {run_id}")
     elif action in ("pause", "continue", "abort"):
         res = await client.signal(run_id, action, by=cli_actor())
-        p.answer(res, res["message"])
+        p.answer(res, lambda: res["message"])
     elif action == "status":
         run = await client.run(run_id)
         if p.as_json:

@@ -468,11 +468,11 @@ def raise_fd_limit(want: int) -> int:
 
 
 def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no_auth: bool = False,
-          session_factory: Any = None, tls_cert: Path | None = None, tls_key: Path | None = None,
-          insecure_plaintext_on_network: bool = False, allowed_hosts: list[str] | None = None,
-          tokens_file: Path | None = None, protect_metrics: bool = False, adopt: bool = True,
-          max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS) -> None:
-    """Run the app under uvicorn until SIGINT/SIGTERM (then running tasks are cancelled)."""
+          tls_cert: Path | None = None, tls_key: Path | None = None, insecure_plaintext_on_network: bool = False,
+          allowed_hosts: list[str] | None = None, max_connections_per_address: int = MAX_CONNECTIONS_PER_ADDRESS,
+          **app_options: Any) -> None:
+    """Run the app under uvicorn until SIGINT/SIGTERM (then running tasks are cancelled).
+    `app_options`: create_app's (tokens file, protect_metrics, adopt)."""
     from orchestrator.teamserver.app import create_app
 
     check_exposure(host, tls=tls_cert is not None, insecure_no_auth=insecure_no_auth,
@@ -480,9 +480,8 @@ def serve(settings: Any, host: str, port: int, token: str | None, *, insecure_no
     extra = list(allowed_hosts or [])
     if host in ("0.0.0.0", "::") and not extra:
         extra = [socket.gethostname(), socket.getfqdn()]
-    app = create_app(settings, token=token, tokens_file=tokens_file, insecure_no_auth=insecure_no_auth,
-                     session_factory=session_factory, allowed_hosts=extra, bind=host, protect_metrics=protect_metrics,
-                     adopt=adopt)
+    app = create_app(settings, token=token, insecure_no_auth=insecure_no_auth, allowed_hosts=extra, bind=host,
+                     **app_options)
     fd_limit = raise_fd_limit(fd_budget(MAX_CONNECTIONS))
     total = connections_for(fd_limit)
     if total < MAX_CONNECTIONS:

@@ -172,11 +172,6 @@ def pinned_sha(run: RunRecord) -> str | None:
     return identity.get("sha256") if isinstance(identity, dict) else None
 
 
-def _server_name() -> str:
-    """This server as the audit list names it: `pid N on machine` (never the raw lease owner)."""
-    return describe_owner(owner_id())
-
-
 def _recorded(run: RunRecord) -> tuple[Runbook, str | None]:
     """(runbook, sha256) a resume runs with: the text the run recorded when it has one (the file
     on disk is not read), else the shipped file of that name, refused if it changed since."""
@@ -303,7 +298,7 @@ class Worker:
         how = ("retry " if body.retry else "") if resume else f"{body.action} "
         try:
             audit.record(self.session.journal, run_id, "resumed" if resume else "submitted", by,
-                         f"{how}via the server {_server_name()}")
+                         f"{how}via the server {describe_owner(owner_id())}")
         except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
             self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
 
@@ -391,24 +386,21 @@ class Worker:
 
     def count_effects_soon(self, run_id: str) -> None:
         """From a progress hook (on the loop): count the run's new effects in a thread."""
-        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self._count_quietly, run_id))
+        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self.count_effects, run_id))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _count_quietly(self, run_id: str) -> None:
-        with contextlib.suppress(Exception):
-            self.count_effects(run_id)
-
     def count_effects(self, run_id: str) -> None:
-        """Count each effect of the run once, when its outcome is journaled."""
-        effects = self.session.journal.effects(run_id)
-        with self._effects_lock:
-            seen = self._seen_effects.setdefault(run_id, set())
-            for eff in effects:
-                if eff.outcome is not None and eff.effect_id not in seen:
-                    seen.add(eff.effect_id)
-                    status = str(eff.outcome.get("status") or "recorded")
-                    self.metrics.effects.labels(kind=eff.kind, outcome=status).inc()
+        """Count each effect of the run once, when its outcome is journaled (never raises: metrics only)."""
+        with contextlib.suppress(Exception):
+            effects = self.session.journal.effects(run_id)  # read outside the lock the event loop takes too
+            with self._effects_lock:
+                seen = self._seen_effects.setdefault(run_id, set())
+                for eff in effects:
+                    if eff.outcome is not None and eff.effect_id not in seen:
+                        seen.add(eff.effect_id)
+                        status = str(eff.outcome.get("status") or "recorded")
+                        self.metrics.effects.labels(kind=eff.kind, outcome=status).inc()
 
     async def shutdown(self) -> None:
         """Cancel running tasks (their leases expire; any server or CLI can resume), close the journal."""
@@ -453,7 +445,7 @@ class Worker:
             active.adopted = True
             with contextlib.suppress(Exception):  # who: this server, for the run's audit list
                 await anyio.to_thread.run_sync(audit.record, self.session.journal, run_id, "adopted",
-                                               f"server {_server_name()}",
+                                               f"server {describe_owner(owner_id())}",
                                                "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
                              detail="its lease expired with no runner renewing it: resumed here from the journal")
@@ -586,20 +578,17 @@ class Worker:
         self.log.info("approved", run_id=run.run_id, gate=gate, by=by)
         return {"run_id": run.run_id, "gate": gate, "approved_by": by}
 
-    def pause(self, run_id: str, by: str) -> dict[str, Any]:
+    def signal(self, action: str, run_id: str, by: str) -> dict[str, Any]:
+        """POST /runs/{id}/pause, /continue or /abort (`action`), asked by `by`: the service's signal."""
         run = self.session.journal.get_run(run_id)
-        message = signals.pause(self.session.journal, run, by)
-        self.log.info("pause_requested", run_id=run.run_id, by=by)
-        return {"run_id": run.run_id, "paused_by": by, "message": message}
+        if action == "abort":
+            return self._abort(run, by)
+        send, key = (signals.pause, "paused_by") if action == "pause" else (signals.continue_run, "continued_by")
+        message = send(self.session.journal, run, by)
+        self.log.info(f"{action}_requested", run_id=run.run_id, by=by)
+        return {"run_id": run.run_id, key: by, "message": message}
 
-    def continue_run(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self.session.journal.get_run(run_id)
-        message = signals.continue_run(self.session.journal, run, by)
-        self.log.info("continue_requested", run_id=run.run_id, by=by)
-        return {"run_id": run.run_id, "continued_by": by, "message": message}
-
-    def abort(self, run_id: str, by: str) -> dict[str, Any]:
-        run = self.session.journal.get_run(run_id)
+    def _abort(self, run: RunRecord, by: str) -> dict[str, Any]:
         result = signals.abort(self.session.journal, run, by)
         self.log.info("abort_requested", run_id=run.run_id, by=by)
         mine = self.runs.get(run.run_id)

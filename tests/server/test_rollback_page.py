@@ -1,4 +1,4 @@
-"""A rollback on the page and in `GET /runs` (orchestrator/teamserver/pages.py, run_view.py): its
+"""A rollback on the page and in `GET /runs` (orchestrator/teamserver/pages.py): its
 tag is the one it goes back to (as `orchestrate runs` says), its page has the host panel and says
 what it waits for, and the DONE rollout it undoes is not shown healthy beside it."""
 

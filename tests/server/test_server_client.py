@@ -207,6 +207,17 @@ def test_approve_and_abort(capsys):
     assert capsys.readouterr().out == f"approved r2.soak of {RUN}\nabort recorded\n"
 
 
+def test_with_json_approve_and_signals_print_the_answer_as_it_came(capsys):
+    """With --json the answer is printed as the server sent it: no human line is built from it, so
+    an answer without `gate` or `message` is no KeyError."""
+    with respx.mock(base_url=URL) as r:
+        r.post(f"/runs/{RUN}/approve").respond(200, json={"run_id": RUN})
+        r.post(f"/runs/{RUN}/pause").respond(200, json={"run_id": RUN})
+        assert remote(URL, TOKEN, "approve", {"run_id": RUN}, as_json=True) == 0
+        assert remote(URL, TOKEN, "pause", {"run_id": RUN}, as_json=True) == 0
+    assert lines(capsys.readouterr().out) == [{"run_id": RUN}, {"run_id": RUN}]
+
+
 def test_bad_arguments_are_exit_2(capsys):
     assert remote(URL, TOKEN, "deploy", {}, as_json=False) == 2
     assert remote("orchestrate.test:8000", TOKEN, "rollout", BODY, as_json=False) == 2
