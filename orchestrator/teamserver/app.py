@@ -53,7 +53,6 @@ from orchestrator.teamserver.config import ServerConfig, ServerRedactor, server_
 from orchestrator.teamserver.errors import ApiError, PathScrubber, error_response
 from orchestrator.teamserver.guards import (
     BODY_TIMEOUT_S,
-    MAX_BODY,
     TOKENS_UNUSABLE,
     BadJson,
     RequestGuard,
@@ -139,28 +138,19 @@ def _control_chars(request: Request) -> str | None:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _strings(obj: Any) -> Any:
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield k
-            yield from _strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _strings(v)
-
-
 async def _json_body(request: Request, *, optional: bool = False) -> Any:
     raw = await request.body()
     if not raw.strip():
         if optional:
             return {}
         raise ApiError(400, "the request needs a JSON body", ExitCode.BAD_INPUT)
-    body = parse_json(raw)
-    if any("\x00" in text for text in _strings(body)):
+    return _map_strings(parse_json(raw), _no_nul, keys=True)
+
+
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
         raise ApiError(400, "the request body holds a NUL character", ExitCode.BAD_INPUT)
-    return body
+    return text
 
 
 def _by(request: Request, principal: Principal, given: str | None) -> str:
@@ -230,13 +220,14 @@ async def get_run(request: Request, principal: Principal) -> Response:
     return JSONResponse(request.app.state.public_obj(worker.redactor.scrub_obj(detail)))
 
 
-def _map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+def _map_strings(obj: Any, fn: Callable[[str], str], *, keys: bool = False) -> Any:
+    """`obj` with `fn` applied to each string in it (to each key too with `keys`)."""
     if isinstance(obj, str):
         return fn(obj)
     if isinstance(obj, dict):
-        return {k: _map_strings(v, fn) for k, v in obj.items()}
+        return {(fn(k) if keys else k): _map_strings(v, fn, keys=keys) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_map_strings(v, fn) for v in obj]
+        return [_map_strings(v, fn, keys=keys) for v in obj]
     return obj
 
 
@@ -261,10 +252,9 @@ async def signal_run(request: Request, principal: Principal) -> Response:
     return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
-def create_app(settings: Settings, *, session_factory: SessionFactory | None = None,
-               token: str | None = None, tokens_file: Path | None = None,
-               insecure_no_auth: bool = False, allowed_hosts: list[str] | None = None, bind: str | None = None,
-               protect_metrics: bool = False, metrics_max_age: float = 10.0, max_body: int = MAX_BODY,
+def create_app(settings: Settings, *, session_factory: SessionFactory | None = None, token: str | None = None,
+               tokens_file: Path | None = None, insecure_no_auth: bool = False, allowed_hosts: list[str] | None = None,
+               bind: str | None = None, protect_metrics: bool = False, metrics_max_age: float = 10.0,
                adopt: bool = True, body_timeout_s: float = BODY_TIMEOUT_S) -> Starlette:
     """The `orchestrate serve` app.
 
@@ -360,9 +350,7 @@ def create_app(settings: Settings, *, session_factory: SessionFactory | None = N
             Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),
         ],
         middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
-                               max_body=max_body, body_timeout_s=body_timeout_s,
-                               authenticated=lambda header: auth.authenticate(header) is not None,
-                               tokens_unusable=auth.tokens_unusable)],
+                               auth=auth, body_timeout_s=body_timeout_s)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )

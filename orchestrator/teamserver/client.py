@@ -137,9 +137,7 @@ class ServerClient:
         return await self._get(f"/runs/{run_id}", params={"events_after": events_after})
 
     async def runs(self, host: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"limit": limit}
-        if host:
-            params["host"] = host
+        params: dict[str, Any] = {"limit": limit} | ({"host": host} if host else {})
         return (await self._get("/runs", params=params))["runs"]
 
     async def approve(self, run_id: str, gate: str | None = None, by: str | None = None, now: bool = False) -> dict[str, Any]:

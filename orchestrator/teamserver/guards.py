@@ -7,7 +7,7 @@
   `Sec-Fetch-Site` is a 403.
 - **Token before body**: without a valid bearer token a state-changing request is a 401 (a 503
   while the tokens file is refused) before any byte of its body is read; the body must arrive
-  within `BODY_TIMEOUT_S` (408) and be at most `max_body` bytes (413). A GET's body is never read.
+  within `BODY_TIMEOUT_S` (408) and be at most `MAX_BODY` bytes (413). A GET's body is never read.
 - **JSON** (`parse_json`): at most `MAX_JSON_DEPTH` levels (a 400, not a RecursionError 500), no NaN.
 - **Connections** (`Admission`, used by serving.py): unauthenticated ones capped per address,
   per network and in total.
@@ -20,7 +20,7 @@ import ipaddress
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -93,19 +93,15 @@ def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise BadJson("the request body is not JSON") from None
 
 
+@dataclass
 class RequestGuard:
-    """`authenticated(authorization header) -> bool` is checked before a state-changing request's
-    body is read: a client without a valid token cannot hold the server with a slow body."""
+    """The token (`auth`: auth.Authenticator) is checked before a state-changing request's body is
+    read: a client without a valid token cannot hold the server with a slow body."""
 
-    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], max_body: int,
-                 authenticated: Callable[[str | None], bool], body_timeout_s: float,
-                 tokens_unusable: Callable[[], bool]) -> None:
-        self.app = app
-        self.allowed_hosts = frozenset(allowed_hosts)
-        self.max_body = max_body
-        self.authenticated = authenticated
-        self.body_timeout_s = body_timeout_s
-        self.tokens_unusable = tokens_unusable
+    app: ASGIApp
+    allowed_hosts: frozenset[str]
+    auth: Any
+    body_timeout_s: float
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,8 +115,8 @@ class RequestGuard:
         if scope["method"] in SAFE_METHODS:
             await self.app(scope, receive, send)  # no route reads a GET's body: it is never read
             return
-        if not self.authenticated(Headers(scope=scope).get("authorization")):
-            if self.tokens_unusable():
+        if self.auth.authenticate(Headers(scope=scope).get("authorization")) is None:
+            if self.auth.tokens_unusable():
                 await _answer(503, TOKENS_UNUSABLE, scope, receive, send)
             else:
                 await _answer(401, "missing or wrong bearer token (ORCHESTRATOR_SERVER_TOKEN)", scope, receive, send)
@@ -135,8 +131,8 @@ class RequestGuard:
                         return  # the client went away
                     chunk = message.get("body", b"")
                     size += len(chunk)
-                    if size > self.max_body:
-                        await _answer(413, f"the request body is larger than {self.max_body} bytes", scope, receive, send)
+                    if size > MAX_BODY:
+                        await _answer(413, f"the request body is larger than {MAX_BODY} bytes", scope, receive, send)
                         return
                     body.append(chunk)
                     if not message.get("more_body", False):
@@ -175,8 +171,8 @@ class RequestGuard:
         if length is not None:
             if not length.isascii() or not length.strip().isdigit():
                 return 400, "malformed Content-Length"
-            if int(length) > self.max_body:
-                return 413, f"the request body is larger than {self.max_body} bytes"
+            if int(length) > MAX_BODY:
+                return 413, f"the request body is larger than {MAX_BODY} bytes"
         return None
 
 

@@ -94,10 +94,6 @@ class _JournalRuns:
     def __init__(self, snapshot: Snapshot[dict[str, int]]) -> None:
         self.snapshot = snapshot
 
-    def describe(self) -> list[Any]:
-        return [GaugeMetricFamily("orchestrator_runs", "Runs in the journal by state.", labels=["state"]),
-                GaugeMetricFamily("orchestrator_journal_up", "1 if the last journal read succeeded.")]
-
     def collect(self) -> Any:
         counts, ok = self.snapshot.value, self.snapshot.ok
         if ok and counts is not None:

@@ -428,8 +428,6 @@ class Worker:
                 return
             try:
                 await self.adopt_once()
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:  # noqa: BLE001 - the loop must outlive a journal hiccup
                 self.log.warning("adoption_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
 
