@@ -57,14 +57,11 @@ _REFUSALS = {
 }
 
 
-def _busy(reason: str) -> bytes:
-    body = json.dumps({"error": _REFUSALS[reason], "exit_code": 2}).encode()
-    return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(body), body))
-
-
-_TOO_LARGE_BODY = (b'{"error": "the request line and headers are larger than %d bytes", "exit_code": 2}'
-                   % MAX_HEADER_BYTES)
+def _answer(status: bytes, message: str) -> bytes:
+    """A JSON error answer as it goes on the wire, written before the connection goes."""
+    body = json.dumps({"error": message, "exit_code": 2}).encode()
+    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n%s" % (status, len(body), body))
 
 
 def check_exposure(bind: str, *, tls: bool, insecure_no_auth: bool, insecure_plaintext: bool) -> None:
@@ -241,7 +238,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
                 refusals.log(logging.WARNING, f"refused:{decision.reason}",
                              f"connection from {address or 'a local socket'} refused: {_REFUSALS[decision.reason]}")
                 if tls is None:
-                    transport.write(_busy(decision.reason))
+                    transport.write(_answer(b"503 Service Unavailable", _REFUSALS[decision.reason]))
                     transport.close()
                 else:
                     transport.abort()  # no handshake for a refused connection: it is dropped
@@ -344,12 +341,8 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             if not self.head.too_large:
                 super().send_400_response(msg)
                 return
-            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                       (b"content-length", str(len(_TOO_LARGE_BODY)).encode())]
-            self.transport.write(self.conn.send(h11.Response(status_code=431, headers=headers,
-                                                             reason=b"Request Header Fields Too Large")))
-            self.transport.write(self.conn.send(h11.Data(data=_TOO_LARGE_BODY)))
-            self.transport.write(self.conn.send(h11.EndOfMessage()))
+            self.transport.write(_answer(b"431 Request Header Fields Too Large",
+                                         f"the request line and headers are larger than {MAX_HEADER_BYTES} bytes"))
             # sent now, then aborted (its slot free at once): no half-close or TLS shutdown for a flood of
             # oversized heads to hold slots with; a client still writing may read a reset instead of the 431
             if self._out is not None:
