@@ -66,7 +66,7 @@ from orchestrator.util.exit_codes import ExitCode
 from orchestrator.util.settings import Settings
 from orchestrator.util.user_errors import Refused, UserError
 
-Handler = Callable[[Request, Principal], Awaitable[Response]]
+Handler = Callable[[Request, Principal, Worker], Awaitable[Response]]
 
 
 def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
@@ -92,7 +92,7 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
             if bad is not None:
                 return error_response(400, bad, ExitCode.BAD_INPUT)
             try:
-                return await handler(request, principal or Principal("anonymous", "viewer", verified=False))
+                return await handler(request, principal or Principal("anonymous", "viewer", verified=False), worker)
             except ApiError as exc:
                 return error_response(exc.status, public(exc.message), exc.code)
             except BadJson as exc:
@@ -170,27 +170,24 @@ def _query_int(request: Request, name: str, default: int, low: int, high: int) -
     return max(low, min(high, int(raw)))
 
 
-async def healthz(request: Request, principal: Principal) -> Response:
+async def healthz(request: Request, principal: Principal, worker: Worker) -> Response:
     value, ok = await request.app.state.health.get()
     if ok and value:
         return JSONResponse({"status": "ok"})
     return JSONResponse({"status": "not ok"}, status_code=503)
 
 
-async def metrics(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
+async def metrics(request: Request, principal: Principal, worker: Worker) -> Response:
     return Response(await worker.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-async def submit_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
+async def submit_run(request: Request, principal: Principal, worker: Worker) -> Response:
     body = SUBMIT.validate_python(await _json_body(request))
     active = await worker.submit(body, by=_by(request, principal, body.by))
     return JSONResponse({"run_id": active.run_id}, status_code=202)
 
 
-async def list_runs(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
+async def list_runs(request: Request, principal: Principal, worker: Worker) -> Response:
     host = request.query_params.get("host") or None
     if host is not None and len(host) > 64:
         raise ApiError(400, "host is at most 64 characters", ExitCode.BAD_INPUT)
@@ -212,8 +209,7 @@ async def _single_flight(inflight: dict[Any, Any], key: Any, read: Callable[[], 
     return await asyncio.shield(future)
 
 
-async def get_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
+async def get_run(request: Request, principal: Principal, worker: Worker) -> Response:
     after = _query_int(request, "events_after", 0, 0, 2**31)
     run_id = request.path_params["run_id"]
     detail = await anyio.to_thread.run_sync(functools.partial(worker.run_detail, run_id, events_after=after))
@@ -231,8 +227,7 @@ def _map_strings(obj: Any, fn: Callable[[str], str], *, keys: bool = False) -> A
     return obj
 
 
-async def approve_run(request: Request, principal: Principal) -> Response:
-    worker: Worker = request.app.state.worker
+async def approve_run(request: Request, principal: Principal, worker: Worker) -> Response:
     body = ApproveBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
     # a browser (it sends Sec-Fetch-Site or Origin on a POST) approves only the waiting gate, by name
@@ -242,9 +237,8 @@ async def approve_run(request: Request, principal: Principal) -> Response:
     return JSONResponse(worker.redactor.scrub_obj(answer))
 
 
-async def signal_run(request: Request, principal: Principal) -> Response:
+async def signal_run(request: Request, principal: Principal, worker: Worker) -> Response:
     """POST /runs/{id}/pause, /continue, /abort: `Worker.signal`, its answer as JSON."""
-    worker: Worker = request.app.state.worker
     body = SignalBody.model_validate(await _json_body(request, optional=True))
     by = _by(request, principal, body.by)
     action = request.url.path.rsplit("/", 1)[1]  # the route's last segment

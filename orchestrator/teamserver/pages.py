@@ -37,7 +37,7 @@ from orchestrator.service.run_info import table_for
 from orchestrator.service.signals import table_gates
 from orchestrator.teamserver.auth import Principal
 from orchestrator.teamserver.errors import ApiError
-from orchestrator.teamserver.worker import pinned_sha, step_durations, step_kind
+from orchestrator.teamserver.worker import Worker, pinned_sha, step_durations, step_kind
 from orchestrator.util.exit_codes import ExitCode
 
 #: Headers of every page and fragment.
@@ -86,16 +86,14 @@ async def static_file(request: Request) -> Response:
     return Response(text, media_type=STATIC[name], headers={**PAGE_HEADERS, "Cache-Control": "no-cache"})
 
 
-async def whoami(request: Request, principal: Principal) -> Response:
+async def whoami(request: Request, principal: Principal, worker: Worker) -> Response:
     return JSONResponse({"name": principal.name, "role": principal.role})
 
 
 # -- fragments (server-rendered HTML, role viewer)
 
 
-async def runs_fragment(request: Request, principal: Principal) -> Response:
-    worker = request.app.state.worker
-
+async def runs_fragment(request: Request, principal: Principal, worker: Worker) -> Response:
     def read() -> list[dict[str, Any]]:
         rows = worker.list_runs(None, 100)
         for r in rows:  # + who runs it now
@@ -154,8 +152,7 @@ def _table(runbook: str, sha: str | None, kind: str, context_json: str) -> Table
         return None
 
 
-async def run_fragment(request: Request, principal: Principal) -> Response:
-    worker = request.app.state.worker
+async def run_fragment(request: Request, principal: Principal, worker: Worker) -> Response:
     run_id = request.path_params["run_id"]
 
     def read() -> tuple[dict[str, Any], Table | None, set[str]]:
@@ -174,10 +171,9 @@ async def run_fragment(request: Request, principal: Principal) -> Response:
     return HTMLResponse(render_run(detail, table, gates, operator=principal.may("operator")), headers=PAGE_HEADERS)
 
 
-async def fleet_fragment(request: Request, principal: Principal) -> Response:
+async def fleet_fragment(request: Request, principal: Principal, worker: Worker) -> Response:
     """A fleet run's page: the runbook's hosts in order (the order `rollout --hosts` takes them),
     each host's latest run of this runbook (and `?tag=`), and which host the fleet is at."""
-    worker = request.app.state.worker
     name = request.path_params["runbook"]
     tag = request.query_params.get("tag") or None
 
