@@ -71,7 +71,8 @@ KEEP_TAIL = 40
 
 @dataclass
 class ActiveRun:
-    """What this server knows about a run it executes (or executed) beyond the journal."""
+    """What this server knows about a run it executes (or executed) beyond the journal: the
+    executor's progress hooks (`event`) keep it, and the metrics, up to date."""
 
     run_id: str
     host: str
@@ -87,6 +88,12 @@ class ActiveRun:
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
     #: the last lines of the log the run follows (redacted by the executor and again here)
     tail: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_TAIL))
+    #: the Worker and the run's Table, for the progress hooks (None: a run refused before it started)
+    worker: Any = None
+    table: Any = None
+    #: the step started last, and when (the gate-wait histogram), until its transition
+    step_state: str | None = None
+    step_t0: float = 0.0
 
     @property
     def active(self) -> bool:
@@ -97,53 +104,42 @@ class ActiveRun:
                 "adopted": self.adopted, "waiting": self.waiting,
                 "events": [e for e in self.events if e["seq"] > events_after], "tail": list(self.tail)}
 
-
-class ServerProgress:
-    """The executor's progress hooks, turned into the worker's run view and into metrics."""
-
-    def __init__(self, worker: Any, active: ActiveRun, table: Table) -> None:
-        self.worker = worker
-        self.active = active
-        self.table = table
-        self.step_state: str | None = None
-        self.step_t0 = 0.0
-
     def event(self, kind: str, /, **fields: Any) -> None:
         # `kind` is positional-only, so no field an event carries can collide with it.
         try:
             self._event(kind, fields)
         except Exception as exc:  # noqa: BLE001 - watching a run must never break it
-            self.worker.log.warning("progress_hook_failed", run_id=self.active.run_id, error=f"{type(exc).__name__}: {exc}")
+            self.worker.log.warning("progress_hook_failed", run_id=self.run_id, error=f"{type(exc).__name__}: {exc}")
 
     def _event(self, kind: str, fields: dict[str, Any]) -> None:
         now = self.worker.session.clock.monotonic()
         if kind == "log_tail":
             scrub = self.worker.redactor.scrub
             for line in fields.get("lines") or []:
-                self.active.tail.append({"service": scrub(str(fields.get("service", ""))), "line": scrub(str(line))})
+                self.tail.append({"service": scrub(str(fields.get("service", ""))), "line": scrub(str(line))})
             return
         if kind == "step_started":
             self.step_state, self.step_t0 = fields.get("state"), now
-            self.active.step, self.active.waiting = fields.get("state"), None
+            self.step, self.waiting = fields.get("state"), None
         elif kind == "waiting":
-            self.active.waiting = fields.get("gate")
+            self.waiting = fields.get("gate")
         elif kind == "continued":
-            self.active.waiting = None
+            self.waiting = None
         elif kind == "transition":
             state = fields.get("state")
             if state is not None and state == self.step_state:
                 kind_label = step_kind(self.table, state) or "none"
                 self.worker.metrics.gate_wait.labels(kind=kind_label).observe(max(0.0, now - self.step_t0))
             self.step_state = None
-            self.active.waiting = None
-            self.worker.count_effects_soon(self.active.run_id)
+            self.waiting = None
+            self.worker.count_effects_soon(self.run_id)
         if kind == "note" and str(fields.get("text", "")).startswith("journal: "):
             # where the journal (its URL) and the run log live is the server's own business
             fields = {**fields, "text": "the journal and the run's log are kept on the server"}
         # JSON-safe and scrubbed again (the executor already hands over redacted text only)
         fields = self.worker.redactor.scrub_obj(json.loads(json.dumps(fields, default=str)))
-        self.active.seq += 1
-        self.active.events.append({"seq": self.active.seq, "event": kind, "at": time.time(), **fields})
+        self.seq += 1
+        self.events.append({"seq": self.seq, "event": kind, "at": time.time(), **fields})
 
 
 def step_durations(started: datetime | None, steps: Iterable[tuple[str, datetime | None]]) -> dict[str, float]:
@@ -333,21 +329,20 @@ class Worker:
 
     def _launch(self, adm: Admitted, note: str | None) -> ActiveRun:
         run = adm.run
-        active = ActiveRun(run.run_id, run.host)
-        progress = ServerProgress(self, active, adm.table)
+        active = ActiveRun(run.run_id, run.host, worker=self, table=adm.table)
         if note:
-            progress.event("note", text=note)
+            active.event("note", text=note)
         self._remember(active)
-        active.task = asyncio.create_task(self._run(active, progress, adm), name=f"run {run.run_id}")
+        active.task = asyncio.create_task(self._run(active, adm), name=f"run {run.run_id}")
         self.log.info("run_submitted", run_id=run.run_id, host=run.host, kind=run.kind, tag=run.tag)
         return active
 
-    async def _run(self, active: ActiveRun, progress: ServerProgress, adm: Admitted) -> None:
+    async def _run(self, active: ActiveRun, adm: Admitted) -> None:
         run = adm.run
         active.status = "running"
         audit.RECORDED_BY_SERVER.set(True)  # this task's context only: the server journaled who
         try:
-            final = await execute(self.session, run, adm.rb, adm.table, progress=progress, yes=adm.yes, soak=adm.soak)
+            final = await execute(self.session, run, adm.rb, adm.table, progress=active, yes=adm.yes, soak=adm.soak)
             active.status, active.outcome = "finished", final.outcome
             self.log.info("run_finished", run_id=run.run_id, outcome=final.outcome)
         except asyncio.CancelledError:

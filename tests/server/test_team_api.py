@@ -71,11 +71,11 @@ def test_a_viewer_never_reads_where_the_journal_or_the_state_lives(settings, tmp
         worker = app.state.worker
         j = worker.session.journal
         run = j.create_run(host="gpu02", runbook=RUNBOOK, tag="v0.0.300", kind="rollout", state="INIT", context={})
-        from orchestrator.teamserver.worker import ActiveRun, ServerProgress
+        from orchestrator.teamserver.worker import ActiveRun
 
-        active = ActiveRun(run.run_id, "gpu02")
+        active = ActiveRun(run.run_id, "gpu02", worker=worker)
         worker._remember(active)
-        ServerProgress(worker, active, None).event(  # type: ignore[arg-type]
+        active.event(
             "note", text=f"journal: postgresql://orch@db.internal:5432/j  log: {settings.state_dir}/logs/x.jsonl")
         text = c.get(f"/runs/{run.run_id}", headers={"Authorization": f"Bearer {viewer}"}).text
         assert str(settings.state_dir) not in text and "db.internal" not in text and "5432" not in text
