@@ -28,19 +28,9 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.analysis.metric_defs import GAUGE_MIN_SCRAPES, METRICS, PROMPT_HIST
 from orchestrator.analysis.spec import bounds_text
-from orchestrator.analysis.window import (
-    GAUGE_MIN_SCRAPES,
-    METRICS,
-    PROMPT_HIST,
-    Histogram,
-    Measurement,
-    ReplicaWindow,
-    measure,
-    needs,
-    ratio,
-    value_of,
-)
+from orchestrator.analysis.window import Histogram, Measurement, ReplicaWindow, measure, needs, ratio, value_of
 
 PASS = "pass"
 FAIL = "fail"
