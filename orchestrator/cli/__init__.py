@@ -47,14 +47,6 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def _plain_help(cmd: Any) -> Any:
-    """`--help` shown without a `<bool>` metavar."""
-    opt = cmd.get_help_option(typer.Context(cmd))
-    if opt is not None:
-        opt.metavar = ""
-    return cmd
-
-
 class LazyGroup(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
@@ -68,8 +60,6 @@ class LazyGroup(TyperGroup):
             module = importlib.import_module(f"orchestrator.cli.commands.{module_name}")
             cmd = typer.main.get_command(module.app)
             cmd.name = cmd_name
-            for c in [cmd, *getattr(cmd, "commands", {}).values()]:
-                _plain_help(c)
             self.commands[cmd_name] = cmd
         return cmd
 
@@ -102,8 +92,7 @@ _DROP_UNCLAIMED_LOGS = "drop unclaimed log events"
 @app.callback()
 def _root(
     ctx: typer.Context,
-    _v: bool = typer.Option(False, "--version", help="Print the version and exit", metavar="",
-                            is_eager=True, callback=_version),
+    _v: bool = typer.Option(False, "--version", help="Print the version and exit", is_eager=True, callback=_version),
 ) -> None:
     if ctx.obj == _DROP_UNCLAIMED_LOGS:
         # structlog is imported once a command runs (~0.1 s that `--help` and `--version` do without)
@@ -113,7 +102,7 @@ def _root(
 
 
 def _command() -> Any:
-    return _plain_help(typer.main.get_command(app))
+    return typer.main.get_command(app)
 
 
 def _usage_line(exc: Any) -> str:
