@@ -10,6 +10,11 @@ class UserError(Exception):
 
     code: ExitCode = ExitCode.BAD_INPUT
 
+    def __init__(self, message: str, *, code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
 
 class Refused(UserError):
     """The command was understood but refused before any change (exit 5)."""
