@@ -11,7 +11,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from orchestrator.analysis.spec import AnalysisRelay, Seconds, _Strict
+from orchestrator.analysis.spec import AnalysisRelay, Seconds, _Strict, check_poll
 from orchestrator.util.durations import format_duration
 
 _HHMM = re.compile(r"^([01]\d|2[0-4]):([0-5]\d)$")
@@ -54,11 +54,7 @@ class QuietSpec(_Strict):
 
     @model_validator(mode="after")
     def _sound(self) -> QuietSpec:
-        if self.poll <= 0:
-            raise ValueError("quiet.poll must be longer than 0 s")
-        if self.over < self.poll:
-            raise ValueError(f"quiet.over ({format_duration(self.over)}) is shorter than quiet.poll "
-                             f"({format_duration(self.poll)}): it would hold one scrape, no rate")
+        check_poll("quiet.", "over", self.over, self.poll, "rate")
         if self.wait_at_most < self.over:
             raise ValueError(f"quiet.wait_at_most ({format_duration(self.wait_at_most)}) is shorter than quiet.over "
                              f"({format_duration(self.over)}): a human would be asked before the rate is known")

@@ -28,6 +28,17 @@ class _Strict(BaseModel):
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
 
+def check_poll(prefix: str, window_name: str, window: float, poll: float, no: str) -> None:
+    """A spec polls at all, and its window holds two scrapes at least (one gives `no` increase or rate);
+    `prefix` is the spec's key as its errors name it (`quiet.`), empty for the analysis'."""
+    if poll <= 0:
+        raise ValueError(f"{prefix}poll must be longer than 0 s")
+    if window < poll:
+        the = prefix or "the "
+        raise ValueError(f"{the}{window_name} ({format_duration(window)}) is shorter than {the}poll "
+                         f"({format_duration(poll)}): it would hold one scrape, no {no}")
+
+
 def check_replicas(here: str, field: str, names: Iterable[str], replicas: Collection[str]) -> None:
     """The loader's check that a spec names only replicas of the runbook."""
     for r in names:
@@ -110,10 +121,9 @@ class AnalysisGate(_Strict):
         if self.ratio is not None:
             r = self.ratio
             return f"{r.metric} {r.candidate}/{r.control} {bounds_text(r.min, r.max)}"
-        if self.max is not None:
-            return f"{self.max.metric} of {self.max.replica} <= {self.max.value:g}"
-        assert self.min is not None
-        return f"{self.min.metric} of {self.min.replica} >= {self.min.value:g}"
+        b = self.max or self.min
+        assert b is not None
+        return f"{b.metric} of {b.replica} {bounds_text(None, b.value) if b is self.max else bounds_text(b.value, None)}"
 
 
 class AnalysisRelay(_Strict):
@@ -230,11 +240,7 @@ class AnalysisSpec(_Strict):
 
     @model_validator(mode="after")
     def _sound(self) -> AnalysisSpec:
-        if self.poll <= 0:
-            raise ValueError("poll must be longer than 0 s")
-        if self.window < self.poll:
-            raise ValueError(f"the window ({format_duration(self.window)}) is shorter than the poll "
-                             f"({format_duration(self.poll)}): it would hold one scrape, no increase")
+        check_poll("", "window", self.window, self.poll, "increase")
         if self.source == "prometheus":
             return self._prometheus_sound()
         if self.relay is None:

@@ -28,19 +28,9 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.analysis.metric_defs import GAUGE_MIN_SCRAPES, METRICS, PROMPT_HIST
 from orchestrator.analysis.spec import bounds_text
-from orchestrator.analysis.window import (
-    GAUGE_MIN_SCRAPES,
-    METRICS,
-    PROMPT_HIST,
-    Histogram,
-    Measurement,
-    ReplicaWindow,
-    measure,
-    needs,
-    ratio,
-    value_of,
-)
+from orchestrator.analysis.window import Histogram, Measurement, ReplicaWindow, measure, needs, ratio, value_of
 
 PASS = "pass"
 FAIL = "fail"
@@ -165,6 +155,10 @@ def _fmt(metric: str, v: float, n: int) -> str:
     return _num(v) if n == 2 else fmt_value(metric, v)
 
 
+def _span(metric: str, interval: tuple[float, float], n: int) -> str:
+    return f"[{_fmt(metric, interval[0], n)}, {_fmt(metric, interval[1], n)}]"
+
+
 def ratio_gate(metric: str, candidate: str, control: str, lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
     return _gate(f"{metric} {candidate}/{control} {bounds_text(lo, hi)}", metric, (candidate, control), lo, hi,
@@ -202,7 +196,7 @@ def _gate(text: str, metric: str, replicas: tuple[str, ...], lo: float | None, h
         return GateResult(text, metric, replicas, point, INCONCLUSIVE,
                           f"{what} = {shown}, but its observations sit in too few scrape intervals to bound it", bound)
     verdict = classify(interval, lo, hi)
-    span = f"95 % interval [{_fmt(metric, interval[0], len(replicas))}, {_fmt(metric, interval[1], len(replicas))}]"
+    span = f"95 % interval {_span(metric, interval, len(replicas))}"
     tail = {PASS: f"inside {bound}", FAIL: f"wholly outside {bound}",
             INCONCLUSIVE: f"straddles {bound}: the window cannot tell (more traffic or a longer window might)"}[verdict]
     return GateResult(text, metric, replicas, point, verdict, f"{what} = {shown}, {span}, {tail}", bound, interval)
@@ -221,21 +215,13 @@ def _num(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:.3g}"
 
 
+#: how a value is shown, by its metric's unit
+_SHOWN = {"s": lambda v: f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s", "share": lambda v: f"{v * 100:.2f} %",
+          "GB": "{:.1f} GB".format, "requests": "{:g}".format, "tokens": "{:.0f} tokens".format, "per_s": "{:.3g}/s".format}
+
+
 def fmt_value(metric: str, v: float | None) -> str:
-    if v is None:
-        return "-"
-    unit = METRICS[metric].unit
-    if unit == "s":
-        return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
-    if unit == "share":
-        return f"{v * 100:.2f} %"
-    if unit == "GB":
-        return f"{v:.1f} GB"
-    if unit == "requests":
-        return f"{v:g}"
-    if unit == "tokens":
-        return f"{v:.0f} tokens"
-    return f"{v:.3g}/s"
+    return "-" if v is None else _SHOWN[METRICS[metric].unit](v)
 
 
 def readout(results: Sequence[GateResult], windows: Mapping[str, ReplicaWindow], replicas: Sequence[str],
@@ -251,14 +237,10 @@ def readout(results: Sequence[GateResult], windows: Mapping[str, ReplicaWindow],
         for r in replicas:
             m = measure(g.metric, windows[r]) if r in windows else Measurement(None, 0)
             vals.append("unknown" if m.absent else f"{fmt_value(g.metric, m.value)} (n={int(m.samples)})")
-        two = len(g.replicas) == 2
-        if g.observed is None:
-            obs = "-"
-        else:
-            obs = (f"{g.replicas[0]}/{g.replicas[1]} {_num(g.observed)}" if two
-                   else f"{g.replicas[0]} {fmt_value(g.metric, g.observed)}")
-            if g.interval is not None:
-                obs += f" [{_fmt(g.metric, g.interval[0], len(g.replicas))}, {_fmt(g.metric, g.interval[1], len(g.replicas))}]"
+        obs = "-"
+        if g.observed is not None:
+            obs = f"{'/'.join(g.replicas)} {_fmt(g.metric, g.observed, len(g.replicas))}"
+            obs += f" {_span(g.metric, g.interval, len(g.replicas))}" if g.interval is not None else ""
         rows.append([g.metric, *vals, obs, g.bound, g.verdict.upper()])
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 

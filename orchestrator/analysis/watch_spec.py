@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from orchestrator.analysis.metric_defs import METRICS
-from orchestrator.analysis.spec import Seconds, _Strict
+from orchestrator.analysis.spec import Seconds, _Strict, check_poll
 from orchestrator.util.durations import format_duration
 
 #: kinds a watch may not sit on: interrupting a compose call half sent leaves the host unknown
@@ -41,11 +41,7 @@ class WatchSpec(_Strict):
 
     @model_validator(mode="after")
     def _sound(self) -> WatchSpec:
-        if self.poll <= 0:
-            raise ValueError("watch.poll must be longer than 0 s")
-        if self.window < self.poll:
-            raise ValueError(f"watch.window ({format_duration(self.window)}) is shorter than watch.poll "
-                             f"({format_duration(self.poll)}): it would hold one scrape, no increase")
+        check_poll("watch.", "window", self.window, self.poll, "increase")
         if not self.max and not self.min:
             raise ValueError("a watch needs max: or min: (a metric and its bound)")
         for m in [*self.max, *self.min]:

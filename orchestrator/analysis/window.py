@@ -18,25 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.analysis.metric_defs import (  # noqa: F401  # re-exported: the window readers import the metric names from here
-    ABORTED,
-    E2E,
-    FB_FREE,
-    GAUGE_MIN_SCRAPES,
-    GENERATION_ENDPOINTS,
-    GENERATION_TOKENS,
-    HTTP_5XX,
-    HTTP_RESPONSES,
-    HTTP_SERVED,
-    METRICS,
-    PROMPT_HIST,
-    PROMPT_TOKENS,
-    QUEUE,
-    REQUESTS,
-    TPOT,
-    TTFT,
-    MetricDef,
-)
+from orchestrator.analysis.metric_defs import ABORTED, HTTP_5XX, HTTP_SERVED, METRICS, REQUESTS, MetricDef
 
 
 class WindowError(ValueError):

@@ -7,11 +7,12 @@ Ctrl-C (the run continues with `orchestrate resume RUN`)."""
 from __future__ import annotations
 
 import importlib
+import keyword
 import os
 import sys
 import traceback
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, NamedTuple
+from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -20,44 +21,30 @@ from orchestrator.cli.consoles import INTERRUPT_TOLD, err, out
 from orchestrator.util.exit_codes import INTERRUPTED_EXIT, ExitCode
 from orchestrator.util.user_errors import UserError
 
-
-class Command(NamedTuple):
-    module: str  # in orchestrator/cli/commands/
-    summary: str  # the first sentence of its help: the line `orchestrate --help` shows for it
-
-
-#: Every command, in `--help` order (tests/core/test_cli_help.py: each summary is its help's first sentence).
-COMMANDS: dict[str, Command] = {
-    "plan": Command("plan", "Preview every step, request, gate and rollback transition."),
-    "ci-preview": Command("ci_preview", "CI for the compose-files repository: the offline plan of every runbook a "
-                                        "changed file affects, as markdown; exit 1 when a changed file no longer matches "
-                                        "a runbook that deploys it."),
-    "rollout": Command("rollout", "Roll HOST (or --hosts, one at a time) to TAG following the runbook, gate by gate, "
-                                  "rolling back at a failed gate."),
-    "rollback": Command("rollback", "Put HOST's replicas back on the previous tag and file, in a safe order."),
-    "resume": Command("resume", "Continue a run after a crash or Ctrl-C (no mutating call whose outcome is journaled "
-                                "is sent again)."),
-    "status": Command("status", "Where a run is (default: the newest): running, interrupted (its runner is gone), "
-                                "waiting for approval, or ended; its steps; which journal and inventory are used."),
-    "runs": Command("runs", "List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's "
-                            "is the tag it goes back to), state or outcome, activity (running, paused, waiting "
-                            "for approval, interrupted, ended)."),
-    "approve": Command("approve", "End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again)."),
-    "abort": Command("abort", "Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved)."),
-    "pause": Command("pause", "Hold RUN_ID at its next safe step (never between a down and its replacement's "
-                              "readiness) until `orchestrate continue RUN_ID` (journaled, with who asked)."),
-    "continue": Command("continue_", "Let a paused RUN_ID go on (journaled, with who asked)."),
-    "demo": Command("demo", "A full rollout against built-in simulated hosts (no infrastructure needed): gpu02's by default, or the --runbook's on its hosts."),
-    "serve": Command("serve", "Team mode: accept rollouts over HTTP and run them here."),
+#: Every command, in `--help` order, and its summary: the first sentence of its help, the line `orchestrate --help`
+#: shows for it (tests/core/test_cli_help.py). Its module in commands/ is its name as a Python name
+#: (`ci_preview`; `continue_`: a keyword).
+COMMANDS: dict[str, str] = {
+    "plan": "Preview every step, request, gate and rollback transition.",
+    "ci-preview": "CI for the compose-files repository: the offline plan of every runbook a changed file affects, as "
+                  "markdown; exit 1 when a changed file no longer matches a runbook that deploys it.",
+    "rollout": "Roll HOST (or --hosts, one at a time) to TAG following the runbook, gate by gate, rolling back at a "
+               "failed gate.",
+    "rollback": "Put HOST's replicas back on the previous tag and file, in a safe order.",
+    "resume": "Continue a run after a crash or Ctrl-C (no mutating call whose outcome is journaled is sent again).",
+    "status": "Where a run is (default: the newest): running, interrupted (its runner is gone), waiting for approval, "
+              "or ended; its steps; which journal and inventory are used.",
+    "runs": "List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the tag it goes "
+            "back to), state or outcome, activity (running, paused, waiting for approval, interrupted, ended).",
+    "approve": "End a soak's approval gate for RUN_ID (journaled: a resumed run never asks again).",
+    "abort": "Ask RUN_ID to take its current phase's rollback (the whole-host rollback once r2 has moved).",
+    "pause": "Hold RUN_ID at its next safe step (never between a down and its replacement's readiness) until "
+             "`orchestrate continue RUN_ID` (journaled, with who asked).",
+    "continue": "Let a paused RUN_ID go on (journaled, with who asked).",
+    "demo": "A full rollout against built-in simulated hosts (no infrastructure needed): gpu02's by default, or the "
+            "--runbook's on its hosts.",
+    "serve": "Team mode: accept rollouts over HTTP and run them here.",
 }
-
-
-def _plain_help(cmd: Any) -> Any:
-    """`--help` shown without a `<bool>` metavar."""
-    opt = cmd.get_help_option(typer.Context(cmd))
-    if opt is not None:
-        opt.metavar = ""
-    return cmd
 
 
 class LazyGroup(TyperGroup):
@@ -69,19 +56,18 @@ class LazyGroup(TyperGroup):
             return None
         cmd = self.commands.get(cmd_name)
         if cmd is None:
-            module = importlib.import_module(f"orchestrator.cli.commands.{COMMANDS[cmd_name].module}")
+            module_name = cmd_name.replace("-", "_") + ("_" if keyword.iskeyword(cmd_name) else "")
+            module = importlib.import_module(f"orchestrator.cli.commands.{module_name}")
             cmd = typer.main.get_command(module.app)
             cmd.name = cmd_name
-            for c in [cmd, *getattr(cmd, "commands", {}).values()]:
-                _plain_help(c)
             self.commands[cmd_name] = cmd
         return cmd
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         with formatter.section("Commands"):
-            formatter.write_dl([(name, TyperCommand(name, help=c.summary).get_short_help_str(limit))
-                                for name, c in COMMANDS.items()])
+            formatter.write_dl([(name, TyperCommand(name, help=summary).get_short_help_str(limit))
+                                for name, summary in COMMANDS.items()])
 
 
 # rich_markup_mode=None: click's plain help
@@ -106,8 +92,7 @@ _DROP_UNCLAIMED_LOGS = "drop unclaimed log events"
 @app.callback()
 def _root(
     ctx: typer.Context,
-    _v: bool = typer.Option(False, "--version", help="Print the version and exit", metavar="",
-                            is_eager=True, callback=_version),
+    _v: bool = typer.Option(False, "--version", help="Print the version and exit", is_eager=True, callback=_version),
 ) -> None:
     if ctx.obj == _DROP_UNCLAIMED_LOGS:
         # structlog is imported once a command runs (~0.1 s that `--help` and `--version` do without)
@@ -117,7 +102,7 @@ def _root(
 
 
 def _command() -> Any:
-    return _plain_help(typer.main.get_command(app))
+    return typer.main.get_command(app)
 
 
 def _usage_line(exc: Any) -> str:

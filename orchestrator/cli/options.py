@@ -11,8 +11,8 @@ import typer
 
 
 def flag(name: str, help: str) -> Any:
-    """A real flag: takes no value, and `--help` shows no `<bool>` that invites `--yes true`."""
-    return typer.Option(False, name, help=help, metavar="")
+    """A real flag: takes no value (click shows no metavar for a flag: no `<bool>` that invites `--yes true`)."""
+    return typer.Option(False, name, help=help)
 
 
 def command_app() -> typer.Typer:

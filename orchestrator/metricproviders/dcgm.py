@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.analysis.window import FB_FREE, Scrape
+from orchestrator.analysis.metric_defs import FB_FREE
+from orchestrator.analysis.window import Scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
 from orchestrator.metricproviders.relay_scrape import relay_text
 

@@ -11,16 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.analysis.window import (
+from orchestrator.analysis.metric_defs import (
     GENERATION_ENDPOINTS,
     HTTP_5XX,
     HTTP_RESPONSES,
     HTTP_SERVED,
     METRICS,
     REQUESTS,
-    Histogram,
-    Scrape,
 )
+from orchestrator.analysis.window import Histogram, Scrape
 from orchestrator.metricproviders.metrics_text import MetricsTextError
 
 if TYPE_CHECKING:

@@ -60,12 +60,11 @@ def _loopback(url: str) -> bool:
         return False
 
 
-def clock_for(urls: list[str], environ: dict[str, str] | None = None) -> Clock:
+def clock_for(urls: list[str]) -> Clock:
     """`RealClock`, unless the test-only `ORCHESTRATOR_TIME_SCALE` is in the process environment
     (never `.env`) *and* every system is on loopback: a scaled clock can never make a healthy
     production engine "time out"."""
-    env = os.environ if environ is None else environ
-    raw = env.get(TIME_SCALE_VAR, "").strip()
+    raw = os.environ.get(TIME_SCALE_VAR, "").strip()
     if not raw:
         return RealClock()
     try:

@@ -43,9 +43,9 @@ def parse_go_duration(text: str) -> float:
     return float(total)
 
 
-def parse_duration(text: str | int | float, *, max_s: float = MAX_DURATION_S) -> float:
+def parse_duration(text: str | int | float) -> float:
     """Seconds in `text` (a Go duration or a bare number); one-line ValueError if not finite,
-    negative or longer than `max_s`."""
+    negative or longer than `MAX_DURATION_S`."""
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise ValueError(f"duration {text!r} is not understood: {_HINT}")
     if isinstance(text, (int, float)):
@@ -63,8 +63,8 @@ def parse_duration(text: str | int | float, *, max_s: float = MAX_DURATION_S) ->
         raise ValueError(f"duration {text!r} is not a finite number of seconds")
     if value < 0:
         raise ValueError(f"duration {text!r} is negative")
-    if value > max_s:
-        raise ValueError(f"duration {str(text)[:40]!r} is longer than {format_duration(max_s)}")
+    if value > MAX_DURATION_S:
+        raise ValueError(f"duration {str(text)[:40]!r} is longer than {format_duration(MAX_DURATION_S)}")
     return value
 
 

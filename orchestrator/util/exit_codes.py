@@ -19,10 +19,5 @@ class ExitCode(IntEnum):
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
 INTERRUPTED_EXIT = 130
 
-#: Terminal outcome of a run -> the exit code the command returns.
-OUTCOME_EXIT = {
-    Outcome.DONE: ExitCode.DONE,
-    Outcome.ROLLED_BACK: ExitCode.ROLLED_BACK,
-    Outcome.HALTED: ExitCode.HALTED,
-    Outcome.ABORTED: ExitCode.ABORTED,
-}
+#: Terminal outcome of a run -> the exit code the command returns (the code of the same name).
+OUTCOME_EXIT = {outcome: ExitCode[outcome.name] for outcome in Outcome}

@@ -9,14 +9,9 @@ import math
 
 import pytest
 
+from orchestrator.analysis.metric_defs import PROMPT_HIST
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, ratio_gate, readout
-from orchestrator.analysis.window import (
-    PROMPT_HIST,
-    Histogram,
-    measure,
-    share_above,
-    window_of,
-)
+from orchestrator.analysis.window import Histogram, measure, share_above, window_of
 from orchestrator.metricproviders.relay_scrape import parse_scrape
 
 PROMPT_LES = (15000, 20000, 40000, 66000, 99000, math.inf)

@@ -11,17 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.analysis.verdict import (
-    FAIL,
-    INCONCLUSIVE,
-    MIN_INTERVALS,
-    PASS,
-    bound_gate,
-    classify,
-    ratio_gate,
-    readout,
-)
-from orchestrator.analysis.window import (
+from orchestrator.analysis.metric_defs import (
     ABORTED,
     E2E,
     GENERATION_TOKENS,
@@ -33,11 +23,18 @@ from orchestrator.analysis.window import (
     PROMPT_TOKENS,
     REQUESTS,
     TPOT,
-    Histogram,
-    Scrape,
-    measure,
-    window_of,
 )
+from orchestrator.analysis.verdict import (
+    FAIL,
+    INCONCLUSIVE,
+    MIN_INTERVALS,
+    PASS,
+    bound_gate,
+    classify,
+    ratio_gate,
+    readout,
+)
+from orchestrator.analysis.window import Histogram, Scrape, measure, window_of
 from orchestrator.metricproviders.relay_scrape import COUNTERS, HISTOGRAMS, parse_scrape
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "reference" / "samples" / "sglang-metrics.txt"
@@ -214,7 +211,7 @@ def test_observations_in_too_few_intervals_cannot_be_bounded():
 def test_a_dcgm_read_between_engine_scrapes_leaves_no_series_partial():
     """DCGM's reads are merged into a replica's scrapes with only a gauge: they are not the
     engine's scrapes, so the engine's series are still carried by every one of those."""
-    from orchestrator.analysis.window import FB_FREE
+    from orchestrator.analysis.metric_defs import FB_FREE
 
     engine = noisy(0.030, seed=2, noise=0.05)
     dcgm = [Scrape(s.at + 1.0, gauges={FB_FREE: 9000.0}) for s in engine]

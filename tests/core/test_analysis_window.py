@@ -9,12 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.analysis.metric_defs import ABORTED, REQUESTS, TPOT, TTFT
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import (
-    ABORTED,
-    REQUESTS,
-    TPOT,
-    TTFT,
     Histogram,
     Scrape,
     WindowError,

@@ -4,8 +4,9 @@ traffic, so it passes on an idle replica (why a canary keeps a traffic gate besi
 
 from __future__ import annotations
 
+from orchestrator.analysis.metric_defs import ABORTED, FB_FREE, REQUESTS, TPOT
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, overall, ratio_gate
-from orchestrator.analysis.window import ABORTED, FB_FREE, REQUESTS, TPOT, Histogram, Scrape, window_of
+from orchestrator.analysis.window import Histogram, Scrape, window_of
 
 BUCKETS = (0.01, 0.02, 0.05, float("inf"))
 

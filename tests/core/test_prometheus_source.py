@@ -16,8 +16,9 @@ import respx
 import yaml
 from pydantic import ValidationError
 
+from orchestrator.analysis.metric_defs import ABORTED, QUEUE, REQUESTS, TPOT
 from orchestrator.analysis.spec import AnalysisSpec
-from orchestrator.analysis.window import ABORTED, QUEUE, REQUESTS, TPOT, measure, window_of
+from orchestrator.analysis.window import measure, window_of
 from orchestrator.language.runbook import parse_runbook
 from orchestrator.metricproviders.prometheus_api import PrometheusUnreadable, parse_vector, read_replica, replica_query
 from tests.core.test_analysis_spec import GOOD, with_analysis

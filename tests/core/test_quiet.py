@@ -8,8 +8,9 @@ import copy
 import pytest
 import yaml
 
+from orchestrator.analysis.metric_defs import REQUESTS
 from orchestrator.analysis.quiet_spec import inside
-from orchestrator.analysis.window import REQUESTS, Scrape
+from orchestrator.analysis.window import Scrape
 from orchestrator.engine.steps.quiet import rate_per_min
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError

@@ -168,23 +168,26 @@ def test_a_connection_error_names_the_url():
 
 
 @pytest.mark.parametrize("value", ["nan", "abc", "-3", "inf"])
-def test_a_bad_time_scale_is_one_line_naming_the_switch(value):
+def test_a_bad_time_scale_is_one_line_naming_the_switch(value, monkeypatch):
     """ORCHESTRATOR_TIME_SCALE is no setting (never read from .env): a test-only switch, checked
     where the clock is chosen."""
     from orchestrator.util.clock import clock_for
 
+    monkeypatch.setenv("ORCHESTRATOR_TIME_SCALE", value)
     with pytest.raises(UserError) as exc:
-        clock_for(["http://127.0.0.1:1"], {"ORCHESTRATOR_TIME_SCALE": value})
+        clock_for(["http://127.0.0.1:1"])
     assert "ORCHESTRATOR_TIME_SCALE" in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_a_time_scale_against_a_real_host_is_refused():
+def test_a_time_scale_against_a_real_host_is_refused(monkeypatch):
     from orchestrator.util.clock import RealClock, ScaledClock, clock_for
 
+    monkeypatch.setenv("ORCHESTRATOR_TIME_SCALE", "6000")
     with pytest.raises(UserError, match="loopback"):
-        clock_for(["http://127.0.0.1:1", "https://gpu02.example.invalid:8080"], {"ORCHESTRATOR_TIME_SCALE": "6000"})
-    assert isinstance(clock_for(["http://127.0.0.1:1", "http://[::1]:2"], {"ORCHESTRATOR_TIME_SCALE": "6000"}), ScaledClock)
-    assert isinstance(clock_for(["https://gpu02.example.invalid"], {}), RealClock)
+        clock_for(["http://127.0.0.1:1", "https://gpu02.example.invalid:8080"])
+    assert isinstance(clock_for(["http://127.0.0.1:1", "http://[::1]:2"]), ScaledClock)
+    monkeypatch.delenv("ORCHESTRATOR_TIME_SCALE")
+    assert isinstance(clock_for(["https://gpu02.example.invalid"]), RealClock)
 
 
 def test_names_are_case_insensitive_a_blank_inventory_is_none_and_the_database_url_is_stripped(clean_env, monkeypatch):

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.analysis.metric_defs import ABORTED, FB_FREE, QUEUE, REQUESTS
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, ratio_gate
 from orchestrator.analysis.watch_spec import WatchSpec
-from orchestrator.analysis.window import ABORTED, FB_FREE, QUEUE, REQUESTS, Scrape, window_of
+from orchestrator.analysis.window import Scrape, window_of
 from orchestrator.engine.executor.watch import breach
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.metricproviders.dcgm import parse_dcgm

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.analysis.metric_defs import ABORTED, QUEUE, REQUESTS
 from orchestrator.analysis.watch_spec import WatchSpec
-from orchestrator.analysis.window import ABORTED, QUEUE, REQUESTS, Scrape
+from orchestrator.analysis.window import Scrape
 from orchestrator.engine.executor.watch import breach, unknown, watch
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.cli.consoles import plain
 from orchestrator.cli.options import InventoryOpt, command_app, flag
 from orchestrator.service.reads import load_settings_for, run_view
 from orchestrator.service.startup import ReadSession
@@ -34,8 +33,8 @@ def runs(
             sys.stdout.write(json.dumps(items) + "\n")
             return
         if not items:
-            plain(f"no runs{' of ' + host if host else ''} in {session.settings.journal_location()}")
+            sys.stdout.write(f"no runs{' of ' + host if host else ''} in {session.settings.journal_location()}\n")
         for v in items:
             updated = v["updated_at"][:16].replace("T", " ")
-            plain(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
-                  f"{v['outcome'] or v['state']:<28} {v['activity']:<20} {updated}")
+            sys.stdout.write(f"{v['run_id']}  {v['kind']:<8} {v['host']:<6} {v['target_tag'] or '-':<10} "
+                             f"{v['outcome'] or v['state']:<28} {v['activity']:<20} {updated}\n")
