@@ -201,6 +201,17 @@ def test_serve_runs_a_rollout_submitted_with_server(cli, tmp_path):
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-1000:]
         assert fleet.check_invariants() == []
         assert _running(fleet)[R2_NEW].ready and _running(fleet)[R1].file.endswith("LongContext.yaml")
+        # the messages that tell an operator to look with `runs --server` / `status RUN --server` are true
+        client = tmp_path / "client"  # an empty journal here: both answers can only come from the server
+        client.mkdir()
+        listed = subprocess.run([sys.executable, "-m", "orchestrator.cli", "runs", "--server", url, "--json"],
+                                env=client_env, cwd=client, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        [run] = json.loads(listed.stdout)["runs"]
+        shown = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", run["run_id"], "--server", url],
+                               env=client_env, cwd=client, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.startswith(f"run {run['run_id']} rollout of gpu02 to v0.0.300: DONE"), shown.stdout
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.cli.options import InventoryOpt, command_app, flag
+from orchestrator.cli.options import InventoryOpt, ServerCaOpt, ServerOpt, command_app, flag, remote
 from orchestrator.service.reads import load_settings_for, run_view
 from orchestrator.service.startup import ReadSession
 
@@ -23,9 +23,12 @@ def runs(
                                    "tag, target_tag, state, outcome, message, activity, activity_detail, created_at, "
                                    "updated_at, parent_run_id)"),
     inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """List runs, newest first (at most 50): id, kind, host, the tag it goes to (a rollback's is the
     tag it goes back to), state or outcome, activity (running, paused, waiting for approval, interrupted, ended)."""
+    remote(server, "runs", {"host": host}, as_json, server_ca)
     with closing(ReadSession.open(load_settings_for(inventory))) as session:
         tables: dict = {}
         items = [run_view(session, r, tables) for r in session.journal.list_runs(host=host, limit=50)]

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli.consoles import out
-from orchestrator.cli.options import InventoryOpt, command_app, flag
+from orchestrator.cli.options import InventoryOpt, ServerCaOpt, ServerOpt, command_app, flag, remote
 from orchestrator.journal import audit
 from orchestrator.language.runbook import load_runbook
 from orchestrator.service.reads import get_run, load_settings_for, run_view
@@ -34,9 +34,14 @@ def status(
                                    "target_tag, state, outcome, message, activity, activity_detail, ...), journal, "
                                    "inventory, transitions [[from, event, to, note], ...] and effects [{step, kind, mutating, status}, ...]"),
     inventory: Path | None = InventoryOpt,
+    server: str | None = ServerOpt,
+    server_ca: Path | None = ServerCaOpt,
 ) -> None:
     """Where a run is (default: the newest): running, interrupted (its runner is gone),
     waiting for approval, or ended; its steps; which journal and inventory are used."""
+    if server and run_id is None:
+        raise UserError("status --server needs a RUN_ID: `orchestrate runs --server URL` lists them")
+    remote(server, "status", {"run_id": run_id}, as_json, server_ca)
     settings = load_settings_for(inventory)
     with closing(ReadSession.open(settings)) as session:
         if run_id is None:
