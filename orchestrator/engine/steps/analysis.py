@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, halt, ok, register
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, halt, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.analysis.spec import AnalysisSpec
     from orchestrator.analysis.window import ReplicaWindow
-    from orchestrator.engine.steps.activities import Activities
 
 MISSES = 3
 

@@ -10,22 +10,18 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.engine.context import DryRunPlan
 from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.engine.rules.ownership import ps_ids
 from orchestrator.engine.steps import config_recreate
-from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, retry, skip
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 from orchestrator.engine.steps.outcome import lock_held
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import SELECTED, Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
+from orchestrator.language.runbook import SELECTED
 
 
 @register("dry_run")

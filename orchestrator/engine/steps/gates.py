@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.soak_watches import ForbiddenLines, SoakGaugeWatch
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 
 @register("relay")

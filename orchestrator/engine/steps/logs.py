@@ -10,15 +10,12 @@ from typing import TYPE_CHECKING, cast
 
 from orchestrator.engine.context import ColdStartProgress
 from orchestrator.engine.rules.cold_start import ColdStartWatch, Kind, Verdict
-from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, remedy
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.engine.steps.checks import expected_rank_budget
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
 
 if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
     from orchestrator.hosts.logfollow import LogFollower
 
 #: While the probes say nothing is new, the log is still read this often (a probe does not tell
