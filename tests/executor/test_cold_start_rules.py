@@ -18,7 +18,6 @@ from orchestrator.engine.rules.cold_start import (
     Kind,
     Loss,
     OutOfStep,
-    Phase,
     Question,
     Show,
     Verdict,
@@ -124,7 +123,8 @@ def test_every_rank_then_the_ready_line_passes_and_names_the_container():
     s = see(w, 0.0, row(), [START, *MILESTONES, READY])
     assert s.verdict.kind is Kind.PASS and s.verdict.ready == CID
     assert s.verdict.why == f"{SVC}: every rank logged its milestones and the ready line"
-    assert w.phase is Phase.PASSED
+    with pytest.raises(OutOfStep):  # decided: it takes no more observations
+        w.observe(30.0, row())
 
 
 def test_the_ready_line_before_every_rank_logged_does_not_pass():
@@ -151,7 +151,7 @@ def test_a_forbidden_line_fails_with_the_line_its_record_and_the_failure_lines_a
     w = watcher(scrub=lambda t: t.replace("2.00 GiB", "<n>"))
     s = see(w, 0.0, row(), [START, budget(0), oom, *after])
     v = s.verdict
-    assert v.kind is Kind.FAIL and w.phase is Phase.FAILED
+    assert v.kind is Kind.FAIL
     assert v.line == oom and v.record == (oom, *after)
     # the line, then at most two other failure lines after it (never itself again), redacted
     assert v.why == (f"{SVC}: forbidden log line (OutOfMemoryError): {oom.replace('2.00 GiB', '<n>')} | "
@@ -383,7 +383,7 @@ def test_a_first_window_without_a_start_that_shows_no_work_loses_nothing():
 def test_an_empty_first_window_is_not_a_lost_start():
     w = watcher(created=(CID,))
     assert see(w, 0.0, row(status="Up 2 hours"), []).verdict.kind is Kind.WAIT
-    assert w.loss is Loss.NONE and w.phase is Phase.FOLLOWING
+    assert w.loss is Loss.NONE and not w.first_window
 
 
 def test_a_first_window_that_begins_at_the_start_is_judged_by_its_lines():
