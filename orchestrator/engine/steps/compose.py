@@ -1,6 +1,9 @@
 """The compose steps: a dry run (checked), an up (applied only after its dry run), a scoped down.
 
 - a dry run that changed docker/ps (docker/compose#14029) halts;
+- a forced recreate (inline `configs:` content, docker/compose#11900) that the dry run does not plan
+  would leave the old config. The remedy, once per visit: a scoped down of those services through
+  `down`, then the dry run again; a second miss fails the gate;
 - an up is applied only when it is the exact request its dry run checked (with the env map) and
   docker/ps has not changed since; otherwise RETRY its dry run (capped), or halt without one;
 - an up or down this visit already journaled (a resume) is settled first, never sent again blindly;
@@ -15,13 +18,15 @@ from typing import Any
 from orchestrator.engine.context import DryRunPlan
 from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.engine.rules.ownership import ps_ids
-from orchestrator.engine.steps import config_recreate
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 from orchestrator.engine.steps.outcome import lock_held
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.language.runbook import SELECTED
+from orchestrator.language.runbook import SELECTED, ComposeSpec
+
+#: The id suffix of a forced recreate's own down (exempt from rollback ownership in `down`).
+CONFIG_DOWN_SUFFIX = "-config-down"
 
 
 @register("dry_run")
@@ -53,11 +58,12 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
     if step.plan.tag_only:
         return ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
     plan = parse_dry_run(lines, project=rt.entry.project)
-    stale = config_recreate.not_recreated(plan, req)
-    if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
-        # a forced recreate the host did not plan: its new config would not take (docker/compose#11900)
-        rt.ctx.retries[config_recreate.remedy_key(node)] = 1
-        stopped = await config_recreate.stop_for_recreate(rt, node, step, stale, down)
+    # forced services the plan neither creates nor recreates: their new config would not take
+    stale = [s for s in req.services if plan.actions.get(s) not in ("created", "recreated")] if req.force_recreate else []
+    remedy_key = f"{node.id}:config-down"
+    if stale and not rt.ctx.retries.get(remedy_key):
+        rt.ctx.retries[remedy_key] = 1
+        stopped = await _stop_for_recreate(rt, node, step, stale)
         if stopped.event.value != "ok":
             return stopped
         return await dry_run(rt, node, step)
@@ -76,6 +82,19 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
         return skip(verdict.reason)
     rt.ctx.checked_dry_run = rt.dry_run_record(req, env, res.after)
     return ok(verdict.reason)
+
+
+async def _stop_for_recreate(rt: Activities, node: Node, step: Step, services: list[str]) -> StepOutcome:
+    """The scoped down of `services` (never an engine) that lets a forced recreate's new config take."""
+    engines = [s for s in services if rt.rb.replica_of(s)]
+    if engines:  # the loader refuses force_recreate on an engine; never stop one for a config
+        return halt(f"refusing to stop {', '.join(engines)} for a config recreate: an engine is never stopped for that")
+    assert step.dry_run is not None
+    stop = Step(id=f"{step.id}{CONFIG_DOWN_SUFFIX}", say=f"Stop {', '.join(services)} so that its new config takes",
+                down=ComposeSpec(file=step.dry_run.file, services=list(services)))
+    rt.emit("note", text=f"{', '.join(services)}: the forced dry run does not recreate it (its new inline config would not "
+                         f"take): a scoped down of exactly that, then the dry run again")
+    return await down(rt, node, stop)
 
 
 @register("up")
@@ -164,7 +183,7 @@ async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
         svc = by_service(containers)
         present = [s for s in req.services if s in svc]
         # a config recreate's own down restores the target: it may stop a namesake this run did not create
-        remedy = step.id.endswith(config_recreate.CONFIG_DOWN_SUFFIX)
+        remedy = step.id.endswith(CONFIG_DOWN_SUFFIX)
         left = {} if remedy else rt.not_owned(node, [svc[s] for s in present])
         if left:  # a rollback stops only containers this run created, never a namesake
             present = [s for s in present if s not in left]
