@@ -105,6 +105,8 @@ _TEXTS: dict[str, str | Callable[[Any, Runbook], str]] = {
     "quiet": lambda quiet, _: "waits until " + quiet.describe(),
     "analysis": lambda analysis, _: analysis.describe(),
     "image": lambda image, rb: image.text(rb.replica_values),
+    "capture": lambda c, _: f"the last {c.tail} lines of {', '.join(c.services)} kept" + (
+        ", scrubbed, in the run's directory (logs/<run id>/<service>.log)" if c.to_file else " in the run log"),
     # the step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
     "env": lambda env, _: env.text() + " (values are never shown)",
     "pull_request": lambda pr, _: pr.text() + " (an unreachable GitHub fails it)",
@@ -263,16 +265,6 @@ def _presence(step: Step, rb: Runbook) -> Description:
     parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
     who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
     return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
-
-
-@_describes("capture")
-def _capture(step: Step, rb: Runbook) -> Description:
-    c = step.capture
-    assert c is not None
-    if c.to_file:
-        return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept, scrubbed, in the run's directory "
-                           f"(logs/<run id>/<service>.log)")
-    return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept in the run log")
 
 
 @_describes("labels")

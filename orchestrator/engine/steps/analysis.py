@@ -150,10 +150,8 @@ async def _run(rt: Activities, spec: AnalysisSpec, prom: Any) -> StepOutcome:
     if verdict == FAIL:
         return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
     assert verdict == INCONCLUSIVE
-    run = getattr(rt, "run", None)
-    host = getattr(run, "host", "HOST")
     why = (f"inconclusive: the window cannot judge the candidate (an interval straddles its bound, too little "
            f"traffic, or a series unknown): neither promoted nor rolled back (the candidate keeps serving beside "
-           f"the control); read the readout, then reject it with `orchestrate rollback {host} --replica "
+           f"the control); read the readout, then reject it with `orchestrate rollback {rt.run.host} --replica "
            f"{replicas[0]}` or judge it again\n" + table)
     return halt(why) if spec.not_enough_traffic == "halt" else fail(why)
