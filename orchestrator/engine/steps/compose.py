@@ -59,7 +59,7 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
         return ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
     plan = parse_dry_run(lines, project=rt.entry.project)
     # forced services the plan neither creates nor recreates: their new config would not take
-    stale = [s for s in req.services if plan.actions.get(s) not in ("created", "recreated")] if req.force_recreate else []
+    stale = [s for s in req.services if req.force_recreate and plan.actions.get(s) not in ("created", "recreated")]
     remedy_key = f"{node.id}:config-down"
     if stale and not rt.ctx.retries.get(remedy_key):
         rt.ctx.retries[remedy_key] = 1
@@ -105,30 +105,25 @@ async def up(rt: Activities, node: Node, step: Step) -> StepOutcome:
     if recorded is not None:
         # resume: what this visit already sent is settled first, before any comparison
         outcome = await rt.resume_effect(recorded)
-        rt.ctx.checked_dry_run = None
-        return await _judged(rt, node, req, outcome)
-    checked = rt.ctx.checked_dry_run
-    if checked is None or (checked.tag, checked.file, tuple(checked.services), checked.project) != (
-        req.tag, req.file, tuple(req.services), req.project
-    ):
-        return halt("refusing to apply: no checked dry run of this exact request precedes it")
-    if not rt.same_as_checked(req, env):
-        rt.ctx.checked_dry_run = None
-        return _again(rt, node, "the env map changed since the dry run")
-    containers = await rt.ps()
-    if changed_containers(checked.after, snapshot(containers)):
-        rt.ctx.checked_dry_run = None
-        return _again(rt, node, "containers changed since the dry run")
-    svc = by_service(containers)
-    baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
-                "actions": await rt.action_count(), "record": await rt.success_record(),
-                "ps": ps_ids(containers)}  # the whole docker/ps: what this up creates and removes, by ID
-    outcome = await rt.mutate("compose_up", req, baseline)
+    else:
+        checked = rt.ctx.checked_dry_run
+        if checked is None or (checked.tag, checked.file, tuple(checked.services), checked.project) != (
+            req.tag, req.file, tuple(req.services), req.project
+        ):
+            return halt("refusing to apply: no checked dry run of this exact request precedes it")
+        if not rt.same_as_checked(req, env):
+            rt.ctx.checked_dry_run = None
+            return _again(rt, node, "the env map changed since the dry run")
+        containers = await rt.ps()
+        if changed_containers(checked.after, snapshot(containers)):
+            rt.ctx.checked_dry_run = None
+            return _again(rt, node, "containers changed since the dry run")
+        svc = by_service(containers)
+        baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
+                    "actions": await rt.action_count(), "record": await rt.success_record(),
+                    "ps": ps_ids(containers)}  # the whole docker/ps: what this up creates and removes, by ID
+        outcome = await rt.mutate("compose_up", req, baseline)
     rt.ctx.checked_dry_run = None
-    return await _judged(rt, node, req, outcome)
-
-
-async def _judged(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
     verdict = await _judge(rt, node, req, outcome)
     if outcome.get("status") != "refused":
         await rt.record_ownership(req, outcome.get("baseline", {}), up=True)
