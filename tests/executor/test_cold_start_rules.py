@@ -131,7 +131,7 @@ def test_the_ready_line_before_every_rank_logged_does_not_pass():
     w = watcher()
     s = see(w, 0.0, row(), [START, budget(0), budget(1), hicache(0), READY])
     assert s.verdict.kind is Kind.WAIT
-    assert w.missing() == [f"'{HICACHE}' from TP1"]
+    assert w.gate.missing() == [f"'{HICACHE}' from TP1"]
     s = see(w, 30.0, row(), [hicache(1)])
     assert s.verdict.kind is Kind.PASS
 
@@ -139,7 +139,7 @@ def test_the_ready_line_before_every_rank_logged_does_not_pass():
 def test_milestones_are_counted_per_rank_across_windows():
     w = watcher()
     assert see(w, 0.0, row(), [START, budget(1), hicache(0)]).verdict.kind is Kind.WAIT
-    assert w.missing() == [f"'rank_budget_bytes={BUDGET}' from TP0", f"'{HICACHE}' from TP1", repr(READY)]
+    assert w.gate.missing() == [f"'rank_budget_bytes={BUDGET}' from TP0", f"'{HICACHE}' from TP1", repr(READY)]
     assert w.progress()["seen"] == {f"rank_budget_bytes={BUDGET}": ["TP1"], HICACHE: ["TP0"]}
     assert see(w, 30.0, row(), [budget(0), hicache(1), READY]).verdict.kind is Kind.PASS
 
@@ -453,7 +453,7 @@ def test_a_journal_of_another_container_counts_for_nothing():
     w = watcher(journaled=journal_of(cid="an-earlier-one", last=budget(1)))
     s = see(w, 0.0, row(), [START, hicache(0), hicache(1), READY])
     assert not w.resumed and s.verdict.kind is Kind.WAIT
-    assert w.missing()[0] == f"'rank_budget_bytes={BUDGET}' from TP0, TP1"
+    assert w.gate.missing()[0] == f"'rank_budget_bytes={BUDGET}' from TP0, TP1"
 
 
 def test_a_journal_restores_only_what_the_gate_asks_for():
@@ -598,7 +598,7 @@ def test_the_gates_line_is_shown_when_it_changes_and_the_tail_holds_the_last_eig
     assert see(w, 30.0, row(), [LOADING]).shows == [Show(line=None, tail=(LOADING.upper(),))]
     assert see(w, 60.0, row(), []).shows == [Show()]
     assert see(w, 90.0, None).shows == []
-    assert w.progress() == {"missing": w.missing(), "seen": {f"rank_budget_bytes={BUDGET}": ["TP0"], HICACHE: []},
+    assert w.progress() == {"missing": w.gate.missing(), "seen": {f"rank_budget_bytes={BUDGET}": ["TP0"], HICACHE: []},
                             "last_line": budget(0).upper()[:160]}
 
 

@@ -215,9 +215,6 @@ class ColdStartWatch:
         """The journal held this very container's progress."""
         return bool(self.journal.held)
 
-    def missing(self) -> list[str]:
-        return self.gate.missing()
-
     def progress(self) -> dict[str, Any]:
         return {"missing": self.gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in self.gate.seen.items()},
                 "last_line": self._gate_shown[:160]}
