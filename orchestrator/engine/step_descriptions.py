@@ -1,6 +1,6 @@
 """What `plan` says of each step: the gate checked after it, and a precondition if any. One function
-per step kind (`DESCRIPTIONS`, keyed as the handlers are), read by `plan` without loading the
-handlers; `register` refuses a handler without one.
+per step kind (`DESCRIPTIONS`, keyed as the handlers are; one text of `_TEXTS` for most), read by
+`plan` without loading the handlers; `register` refuses a handler without one.
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ def describe_step(step: Step, rb: Runbook) -> Description:
     return describe(step, rb)
 
 
-_FIXED = {
+#: The step kinds one text describes: a fixed text, or one made of the step's spec (`step.<kind>`; none
+#: for a `check.`) and the runbook.
+_TEXTS: dict[str, str | Callable[[Any, Runbook], str]] = {
     "check.env_map": "the dashboard lists the host exactly once; its env map is kept in memory only; "
         "no credential value is a mask or a placeholder",
     "check.rollback_targets": "the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
@@ -86,15 +88,38 @@ _FIXED = {
         "completion succeeds",
     "up": "the stream ends with done/success; a broken stream is settled from compose-manager's status, docker/ps "
         "and the action log, never by sending the up again",
+    "check.host_state": lambda _, rb: "what each service runs (docker/ps, and a dry run of the new file at the tag) matches a "
+        "declared host state: " + "; ".join(f"{s.name} -> {s.action}" for s in rb.host_states)
+        + ". A part-way state continues only with --continue; an unknown one is refused",
+    "check.tag_age": lambda _, rb: f"GitHub: the tag exists in the host's compose-files repository, is merged to main and its "
+        f"commit is at least {format_duration(rb.min_tag_age)} old (unreachable GitHub: refused unless --skip-tag-age-check)",
+    "check.model_cache": lambda _, rb: "GET /host/cache lists " + (", ".join(rb.weights) or "the runbook's weights")
+        + "; missing weights are named (the cold start then includes a download), never a failure",
+    "check.prerequisites": lambda _, rb: "the journal holds, for each of " + "; ".join(
+        f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
+        + " (overridden only by name: rollout --override-prerequisite <host>, or approve --gate prerequisite:<host>)",
+    "cache": lambda cache, _: f"GET /host/cache lists {', '.join(cache.holds)} (else the pre-stage did not fetch it: fail "
+        f"before the host is touched; not checked where compose-manager does not answer it)",
+    "relay": lambda relay, rb: f"through the soak relay :{relay.port} within {format_duration(rb.timeouts.relay)}: /health, "
+        f"/v1/models lists {rb.model}, a deterministic generation is non-empty",
+    "quiet": lambda quiet, _: "waits until " + quiet.describe(),
+    "analysis": lambda analysis, _: analysis.describe(),
+    "image": lambda image, rb: image.text(rb.replica_values),
+    "capture": lambda c, _: f"the last {c.tail} lines of {', '.join(c.services)} kept" + (
+        ", scrubbed, in the run's directory (logs/<run id>/<service>.log)" if c.to_file else " in the run log"),
+    # the step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
+    "env": lambda env, _: env.text() + " (values are never shown)",
+    "pull_request": lambda pr, _: pr.text() + " (an unreachable GitHub fails it)",
+    **{key: lambda spec, _: spec.text() for key in ("manual", "proxy_pool", "http_json", "attestation", "query")},
 }
 
 
-def _fixed(text: str) -> Callable[[Step, Runbook], Description]:
-    return lambda step, rb: Description(text)
+def _from_text(key: str, text: str | Callable[[Any, Runbook], str]) -> Callable[[Step, Runbook], Description]:
+    return lambda step, rb: Description(text if isinstance(text, str) else text(getattr(step, key, None), rb))
 
 
-for _key, _text in _FIXED.items():
-    DESCRIPTIONS[_key] = _fixed(_text)
+for _key, _text in _TEXTS.items():
+    DESCRIPTIONS[_key] = _from_text(_key, _text)
 
 
 @_describes("check.budget")
@@ -109,39 +134,6 @@ def _budget(step: Step, rb: Runbook) -> Description:
     assert b is not None  # the loader refuses a budget check without the runbook's budget: block
     return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
                        f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
-
-
-@_describes("check.host_state")
-def _host_state(step: Step, rb: Runbook) -> Description:
-    states = "; ".join(f"{s.name} -> {s.action}" for s in rb.host_states)
-    return Description("what each service runs (docker/ps, and a dry run of the new file at the tag) matches a declared host state: "
-                       f"{states}. A part-way state continues only with --continue; an unknown one is refused")
-
-
-@_describes("check.tag_age")
-def _tag_age(step: Step, rb: Runbook) -> Description:
-    return Description(f"GitHub: the tag exists in the host's compose-files repository, is merged to main and its commit is at least "
-                       f"{format_duration(rb.min_tag_age)} old (unreachable GitHub: refused unless --skip-tag-age-check)")
-
-
-@_describes("check.model_cache")
-def _model_cache(step: Step, rb: Runbook) -> Description:
-    return Description("GET /host/cache lists " + (", ".join(rb.weights) or "the runbook's weights")
-                       + "; missing weights are named (the cold start then includes a download), never a failure")
-
-
-@_describes("check.prerequisites")
-def _prerequisites(step: Step, rb: Runbook) -> Description:
-    return Description("the journal holds, for each of " + "; ".join(
-        f"{p.host}: its latest {p.runbook} rollout DONE at least {format_duration(p.soaked)} ago" for p in rb.prerequisites)
-        + " (overridden only by name: rollout --override-prerequisite <host>, or approve --gate prerequisite:<host>)")
-
-
-@_describes("cache")
-def _cache(step: Step, rb: Runbook) -> Description:
-    assert step.cache is not None
-    return Description(f"GET /host/cache lists {', '.join(step.cache.holds)} (else the pre-stage did not fetch it: fail "
-                       f"before the host is touched; not checked where compose-manager does not answer it)")
 
 
 @_describes("dry_run")
@@ -201,13 +193,6 @@ def _cold_start(step: Step, rb: Runbook) -> Description:
                        f"(skipped if the dry run found it already serving)")
 
 
-@_describes("relay")
-def _relay(step: Step, rb: Runbook) -> Description:
-    assert step.relay is not None
-    return Description(f"through the soak relay :{step.relay.port} within {format_duration(rb.timeouts.relay)}: /health, /v1/models lists "
-                       f"{rb.model}, a deterministic generation is non-empty")
-
-
 @_describes("verify")
 def _verify(step: Step, rb: Runbook) -> Description:
     v = step.verify
@@ -259,18 +244,6 @@ def _oneshot(step: Step, rb: Runbook) -> Description:
     return Description(f"{o.service} " + " and ".join(want) + f" within {format_duration(o.timeout)}; its output kept in the run log")
 
 
-@_describes("quiet")
-def _quiet(step: Step, rb: Runbook) -> Description:
-    assert step.quiet is not None
-    return Description("waits until " + step.quiet.describe())
-
-
-@_describes("analysis")
-def _analysis(step: Step, rb: Runbook) -> Description:
-    assert step.analysis is not None
-    return Description(step.analysis.describe())
-
-
 @_describes("markers")
 def _markers(step: Step, rb: Runbook) -> Description:
     m = step.markers
@@ -294,16 +267,6 @@ def _presence(step: Step, rb: Runbook) -> Description:
     return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
 
 
-@_describes("capture")
-def _capture(step: Step, rb: Runbook) -> Description:
-    c = step.capture
-    assert c is not None
-    if c.to_file:
-        return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept, scrubbed, in the run's directory "
-                           f"(logs/<run id>/<service>.log)")
-    return Description(f"the last {c.tail} lines of {', '.join(c.services)} kept in the run log")
-
-
 @_describes("labels")
 def _labels(step: Step, rb: Runbook) -> Description:
     lb = step.labels
@@ -317,22 +280,3 @@ def _labels(step: Step, rb: Runbook) -> Description:
     if lb.metric_labels and lb.relay is not None:
         parts.append(f"{lb.metric} through :{lb.relay.port} labelled " + ", ".join(lb.metric_labels))
     return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
-
-
-#: step kinds whose spec says what it checks (`spec.text()`), and what the plan adds to it
-_SPEC_TEXT = {"env": " (values are never shown)", "manual": "", "proxy_pool": "",
-              "pull_request": " (an unreachable GitHub fails it)", "http_json": "", "attestation": "", "query": ""}
-
-
-def _spec_text(key: str, suffix: str) -> Callable[[Step, Runbook], Description]:
-    return lambda step, rb: Description(getattr(step, key).text() + suffix)
-
-
-for _key, _suffix in _SPEC_TEXT.items():
-    DESCRIPTIONS[_key] = _spec_text(_key, _suffix)
-
-
-@_describes("image")
-def _image(step: Step, rb: Runbook) -> Description:
-    assert step.image is not None
-    return Description(step.image.text(rb.replica_values))

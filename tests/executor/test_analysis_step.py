@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -59,6 +60,7 @@ class FakeRt:
     clock: Clock = field(default_factory=Clock)
     scrapes: int = 0
     accrued: dict[int, live_traffic.Accrued] = field(default_factory=dict)
+    run: Any = field(default_factory=lambda: SimpleNamespace(host="gpu02"))
 
     def serve(self, port: int) -> str:
         if port in self.broken:

@@ -4,7 +4,7 @@ stands in for the lines it lost (orchestrator/engine/rules/cold_start.py, throug
 
 Mutation list (each guard changed in the source, the tests run and seen failing, the source
 restored):
-- rules/cold_start.py:ColdStartWatch.observe, `self.resumed = self._restore(...)` -> `self._restore(...)` ->
+- rules/cold_start.py:ColdStartWatch._restore, `self.journal.held = dict(rec)` removed ->
   test_a_resumed_gate_counts_what_it_journaled_and_passes_on_live_evidence (HALT);
 - steps/logs.py:cold_start, `rt.serving(service, live=verdict.live)` -> `rt.serving(service)` ->
   test_the_ready_line_alone_does_not_stand_in_for_rotated_milestones (ok on the log's ready line);

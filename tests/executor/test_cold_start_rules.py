@@ -18,7 +18,6 @@ from orchestrator.engine.rules.cold_start import (
     Kind,
     Loss,
     OutOfStep,
-    Phase,
     Question,
     Show,
     Verdict,
@@ -124,14 +123,15 @@ def test_every_rank_then_the_ready_line_passes_and_names_the_container():
     s = see(w, 0.0, row(), [START, *MILESTONES, READY])
     assert s.verdict.kind is Kind.PASS and s.verdict.ready == CID
     assert s.verdict.why == f"{SVC}: every rank logged its milestones and the ready line"
-    assert w.phase is Phase.PASSED
+    with pytest.raises(OutOfStep):  # decided: it takes no more observations
+        w.observe(30.0, row())
 
 
 def test_the_ready_line_before_every_rank_logged_does_not_pass():
     w = watcher()
     s = see(w, 0.0, row(), [START, budget(0), budget(1), hicache(0), READY])
     assert s.verdict.kind is Kind.WAIT
-    assert w.missing() == [f"'{HICACHE}' from TP1"]
+    assert w.gate.missing() == [f"'{HICACHE}' from TP1"]
     s = see(w, 30.0, row(), [hicache(1)])
     assert s.verdict.kind is Kind.PASS
 
@@ -139,7 +139,7 @@ def test_the_ready_line_before_every_rank_logged_does_not_pass():
 def test_milestones_are_counted_per_rank_across_windows():
     w = watcher()
     assert see(w, 0.0, row(), [START, budget(1), hicache(0)]).verdict.kind is Kind.WAIT
-    assert w.missing() == [f"'rank_budget_bytes={BUDGET}' from TP0", f"'{HICACHE}' from TP1", repr(READY)]
+    assert w.gate.missing() == [f"'rank_budget_bytes={BUDGET}' from TP0", f"'{HICACHE}' from TP1", repr(READY)]
     assert w.progress()["seen"] == {f"rank_budget_bytes={BUDGET}": ["TP1"], HICACHE: ["TP0"]}
     assert see(w, 30.0, row(), [budget(0), hicache(1), READY]).verdict.kind is Kind.PASS
 
@@ -151,7 +151,7 @@ def test_a_forbidden_line_fails_with_the_line_its_record_and_the_failure_lines_a
     w = watcher(scrub=lambda t: t.replace("2.00 GiB", "<n>"))
     s = see(w, 0.0, row(), [START, budget(0), oom, *after])
     v = s.verdict
-    assert v.kind is Kind.FAIL and w.phase is Phase.FAILED
+    assert v.kind is Kind.FAIL
     assert v.line == oom and v.record == (oom, *after)
     # the line, then at most two other failure lines after it (never itself again), redacted
     assert v.why == (f"{SVC}: forbidden log line (OutOfMemoryError): {oom.replace('2.00 GiB', '<n>')} | "
@@ -383,7 +383,7 @@ def test_a_first_window_without_a_start_that_shows_no_work_loses_nothing():
 def test_an_empty_first_window_is_not_a_lost_start():
     w = watcher(created=(CID,))
     assert see(w, 0.0, row(status="Up 2 hours"), []).verdict.kind is Kind.WAIT
-    assert w.loss is Loss.NONE and w.phase is Phase.FOLLOWING
+    assert w.loss is Loss.NONE and not w.first_window
 
 
 def test_a_first_window_that_begins_at_the_start_is_judged_by_its_lines():
@@ -453,7 +453,7 @@ def test_a_journal_of_another_container_counts_for_nothing():
     w = watcher(journaled=journal_of(cid="an-earlier-one", last=budget(1)))
     s = see(w, 0.0, row(), [START, hicache(0), hicache(1), READY])
     assert not w.resumed and s.verdict.kind is Kind.WAIT
-    assert w.missing()[0] == f"'rank_budget_bytes={BUDGET}' from TP0, TP1"
+    assert w.gate.missing()[0] == f"'rank_budget_bytes={BUDGET}' from TP0, TP1"
 
 
 def test_a_journal_restores_only_what_the_gate_asks_for():
@@ -598,7 +598,7 @@ def test_the_gates_line_is_shown_when_it_changes_and_the_tail_holds_the_last_eig
     assert see(w, 30.0, row(), [LOADING]).shows == [Show(line=None, tail=(LOADING.upper(),))]
     assert see(w, 60.0, row(), []).shows == [Show()]
     assert see(w, 90.0, None).shows == []
-    assert w.progress() == {"missing": w.missing(), "seen": {f"rank_budget_bytes={BUDGET}": ["TP0"], HICACHE: []},
+    assert w.progress() == {"missing": w.gate.missing(), "seen": {f"rank_budget_bytes={BUDGET}": ["TP0"], HICACHE: []},
                             "last_line": budget(0).upper()[:160]}
 
 

@@ -42,11 +42,8 @@ def effective(journal: Any, run_id: str) -> set[str]:
     raw = set(journal.approvals(run_id))
     if not any(_wild(g) for g in raw):
         return raw
-    read = getattr(journal, "audit", None)  # the audit list (orchestrator/journal/audit.py); a test double may have none
-    items = list(read(run_id)) if read is not None else []
+    items = journal.audit(run_id)  # the audit list (orchestrator/journal/audit.py), approvals included
     since = max((e.at for e in items if e.action in ("resumed", "adopted")), default=None)
     fresh = {e.detail for e in items if e.action == "approved" and e.detail and _wild(e.detail)
              and (since is None or e.at > since)}
-    if since is None and not items:
-        fresh = {g for g in raw if _wild(g)}  # a journal without an audit list (test doubles)
     return {g for g in raw if not _wild(g)} | {WILDCARD + ("!now" if g.endswith("!now") else "") for g in fresh}

@@ -69,19 +69,6 @@ class Kind(StrEnum):
     HALT = "halt"
 
 
-class Phase(StrEnum):
-    UNSEEN = "unseen"  # docker/ps has not listed the engine yet
-    FIRST_WINDOW = "first window"  # listed; its first log window not read yet
-    FOLLOWING = "following"  # every later window
-    PASSED = "passed"
-    FAILED = "failed"
-    HALTED = "halted"
-
-
-#: The phase each decision ends in.
-ENDS: dict[Kind, Phase] = {Kind.PASS: Phase.PASSED, Kind.FAIL: Phase.FAILED, Kind.HALT: Phase.HALTED}
-
-
 class Loss(StrEnum):
     """What of the cold start went by unread. Only ever grows: NONE -> LINES -> START."""
 
@@ -159,7 +146,6 @@ class Journal:
     per_rank, once, and the hashes of the start and the last line read). `held`: what the journal
     held for this very container when the gate began."""
 
-    startup: str
     held: dict[str, Any] = field(default_factory=dict)
     start: str = ""
     last: str = ""
@@ -170,11 +156,11 @@ class Journal:
         parts += [repr(p) for p in rec.get("once") or []]
         return "; ".join(parts) if parts else "its startup line only" if rec.get("start") else "nothing yet"
 
-    def restarted_in(self, lines: Sequence[str]) -> bool:
+    def restarted_in(self, lines: Sequence[str], startup: str) -> bool:
         """The window holds a startup line, and its last one is not the journaled one."""
         if not self.start:
             return False
-        starts = [line_hash(t) for t in lines if self.startup in t]
+        starts = [line_hash(t) for t in lines if startup in t]
         return bool(starts) and starts[-1] != self.start
 
     def lines_lost(self, lines: Sequence[str]) -> bool:
@@ -204,12 +190,11 @@ class ColdStartWatch:
         self._before: str | None = None  # the previous window's last line: context for the next one's first
         self._held = False  # `_before` was held out of the tail shown: it is shown with the next window
         self._gate_shown = ""  # the gate's latest line as shown (scrubbed with the lines around it)
-        self.phase = Phase.UNSEEN
         self.loss = Loss.NONE
-        self.resumed = False  # the journal held this very container's progress
-        self.container: str | None = None  # the ID the gate watches (the first one listed)
+        self.container: str | None = None  # the ID the gate watches (the first one listed; None: not listed yet)
+        self.first_window = False  # listed; its first log window not judged yet
         self.starts = 0  # startup lines seen in this container (a journaled start counts)
-        self.journal = Journal(startup)
+        self.journal = Journal()
         self._journaled = dict(journaled) if journaled else {}
         self._saved_at = now
         self._saved_key = self._key()
@@ -225,8 +210,10 @@ class ColdStartWatch:
         self._pending_journal: dict[str, Any] | None = None
         self._pending_show: Show | None = None
 
-    def missing(self) -> list[str]:
-        return self.gate.missing()
+    @property
+    def resumed(self) -> bool:
+        """The journal held this very container's progress."""
+        return bool(self.journal.held)
 
     def progress(self) -> dict[str, Any]:
         return {"missing": self.gate.missing(), "seen": {p: [f"TP{i}" for i in sorted(r)] for p, r in self.gate.seen.items()},
@@ -245,10 +232,10 @@ class ColdStartWatch:
         self._now, self._row, self._lines = now, row, []
         if row is None:
             return self._at_deadline()  # nothing listed, nothing to read: only the clock decides
-        if self.phase is Phase.UNSEEN:
+        if self.container is None:
             self.container = row.id
-            self.resumed = self._restore(row.id)
-            self.phase = Phase.FIRST_WINDOW
+            self._restore(row.id)
+            self.first_window = True
         if row.id != self.container:
             return self._decide(Kind.FAIL, f"{self.service} restarted during its cold start (container ID changed)")
         self._step = Step.WINDOW
@@ -262,9 +249,9 @@ class ColdStartWatch:
         assert row is not None
         lines = list(lines)
         self._lines = lines
-        first = self.phase is Phase.FIRST_WINDOW
+        first = self.first_window
         self._no_start = no_start = first and not any(self.startup in t for t in lines)
-        if first and self.resumed and self.journal.restarted_in(lines):
+        if first and self.resumed and self.journal.restarted_in(lines, self.startup):
             return self._decide(Kind.FAIL, f"{self.service} started again inside its container while no runner watched (its "
                                            f"startup line is not the one this run saw before)")
         if no_start and self.resumed and self.journal.start:
@@ -308,7 +295,7 @@ class ColdStartWatch:
         forbidden = self.gate.forbidden
         if rotated and not self.resumed and any(bad in t for t in lines for bad in forbidden):
             return self._decide(Kind.HALT, self.lost_for_good_text(row.status, len(lines), ""))
-        self.phase = Phase.FOLLOWING
+        self.first_window = False
         for idx, text in enumerate(lines):
             if self.startup in text:
                 self.starts += 1
@@ -387,16 +374,13 @@ class ColdStartWatch:
             raise OutOfStep(called, self._step)
 
     def _lose(self, loss: Loss) -> None:
-        order = list(Loss)
-        if order.index(loss) > order.index(self.loss):
-            self.loss = loss
+        self.loss = max(self.loss, loss, key=list(Loss).index)
 
     def _ask(self, question: Question) -> Verdict:
         self._question = question
         return self._verdict(Verdict(Kind.ASK, question=question, live=question is not Question.FINISHED), Step.EVIDENCE)
 
     def _decide(self, kind: Kind, why: str, **kw: Any) -> Verdict:
-        self.phase = ENDS[kind]
         return self._verdict(Verdict(kind, why, **kw), Step.DONE)
 
     def _verdict(self, v: Verdict, then: Step) -> Verdict:
@@ -417,11 +401,11 @@ class ColdStartWatch:
                 f"says it has run {row.status.removeprefix('Up ')} without a restart, longer than a whole cold start: its start "
                 f"finished")
 
-    def _restore(self, container: str) -> bool:
-        """Seed the gate with what the journal held of this very container's start (True: something)."""
+    def _restore(self, container: str) -> None:
+        """Seed the gate with what the journal held of this very container's start."""
         rec = self._journaled
         if not rec or rec.get("container") != container:
-            return False
+            return
         self.journal.held = dict(rec)
         gate = self.gate
         for pattern, ranks in (rec.get("per_rank") or {}).items():
@@ -431,7 +415,6 @@ class ColdStartWatch:
         self.journal.start = str(rec.get("start") or "")
         self.journal.last = str(rec.get("last") or "")
         self._saved_key = self._key()
-        return True
 
     def _note(self, lines: Sequence[str]) -> dict[str, Any] | None:
         """The record to journal after `lines` were judged (None: nothing now; see SAVE_EVERY_S)."""

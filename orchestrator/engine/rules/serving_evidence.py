@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 
 from orchestrator.hosts.parsers.docker_ps import Container
 
@@ -56,16 +57,10 @@ class Verdict:
         return f"{'NOT serving' if self.not_serving else 'unknown'} ({self.why})"
 
 
-def serving(why: str) -> Verdict:
-    return Verdict(State.SERVING, why)
-
-
-def not_serving(why: str) -> Verdict:
-    return Verdict(State.NOT_SERVING, why)
-
-
-def unknown(why: str) -> Verdict:
-    return Verdict(State.UNKNOWN, why)
+#: A verdict by its state: `serving(why)`, `not_serving(why)`, `unknown(why)`.
+serving = partial(Verdict, State.SERVING)
+not_serving = partial(Verdict, State.NOT_SERVING)
+unknown = partial(Verdict, State.UNKNOWN)
 
 
 @dataclass(frozen=True)

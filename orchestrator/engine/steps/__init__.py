@@ -6,24 +6,12 @@ step lives in `orchestrator.engine.step_descriptions`. Pure at import time: no H
 journal, no event loop, so the offline `plan` reads the same table the executor runs.
 """
 
-from orchestrator.engine.steps import (  # noqa: F401 - imported for their registration
-    analysis,
-    capture,
-    checks,
-    compose,
-    env,
-    external,
-    gates,
-    labels,
-    logs,
-    manual,
-    markers,
-    metrics,
-    oneshot,
-    presence,
-    query,
-    quiet,
-)
+import importlib
+import pkgutil
+
 from orchestrator.engine.steps.base import HANDLERS, Handler, StepOutcome, handler_for
+
+for _module in pkgutil.iter_modules(__path__):  # every module of this package, each registering its handlers
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["HANDLERS", "Handler", "StepOutcome", "handler_for"]

@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, halt, ok, register
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, halt, ok, register
 
 if TYPE_CHECKING:
     from orchestrator.analysis.spec import AnalysisSpec
     from orchestrator.analysis.window import ReplicaWindow
-    from orchestrator.engine.steps.activities import Activities
 
 MISSES = 3
 
@@ -153,10 +150,8 @@ async def _run(rt: Activities, spec: AnalysisSpec, prom: Any) -> StepOutcome:
     if verdict == FAIL:
         return fail(table + f"\n=> REJECT: {cand} goes back to what it ran before (the phase's rollback)")
     assert verdict == INCONCLUSIVE
-    run = getattr(rt, "run", None)
-    host = getattr(run, "host", "HOST")
     why = (f"inconclusive: the window cannot judge the candidate (an interval straddles its bound, too little "
            f"traffic, or a series unknown): neither promoted nor rolled back (the candidate keeps serving beside "
-           f"the control); read the readout, then reject it with `orchestrate rollback {host} --replica "
+           f"the control); read the readout, then reject it with `orchestrate rollback {rt.run.host} --replica "
            f"{replicas[0]}` or judge it again\n" + table)
     return halt(why) if spec.not_enough_traffic == "halt" else fail(why)

@@ -1,21 +1,18 @@
-"""The handler type and the registry every step kind is looked up in."""
+"""The handler type and the registry every step kind is looked up in; what a handler module imports."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from orchestrator.engine.step_descriptions import DESCRIPTIONS, handler_key
+from orchestrator.engine.steps.activities import Activities
 from orchestrator.engine.steps.outcome import StepOutcome, fail, halt, ok, remedy, retry, skip  # noqa: F401 - the handlers' names
 from orchestrator.language.machine import Node
 from orchestrator.language.runbook import Step
 
-if TYPE_CHECKING:  # what a handler may do (the executor's Runtime implements it); never imported at run time here
-    from orchestrator.engine.steps.activities import Activities
-
-
-#: A step kind's handler: its effect and its gate, through the operations of `Activities`.
-Handler = Callable[["Activities", Node, Step], Awaitable[StepOutcome]]
+#: A step kind's handler: its effect and its gate, through the operations of `Activities` (what a
+#: handler may do; the executor's Runtime implements it).
+Handler = Callable[[Activities, Node, Step], Awaitable[StepOutcome]]
 
 HANDLERS: dict[str, Handler] = {}
 

@@ -4,15 +4,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.engine.run_logs import ROUTER
-from orchestrator.engine.steps.base import StepOutcome, error_text, ok, register
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, ok, register
 
 
 @register("capture")

@@ -7,17 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.engine.context import BeforeState, Placement
 from orchestrator.engine.rules.prerequisites import unfinished, unmet_in
-from orchestrator.engine.steps.base import StepOutcome, fail, ok, register, skip
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, ok, register, skip
 from orchestrator.hosts.budget import GIB, check_fit, format_gib, parse_budget, per_rank_bytes
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Runbook, Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
+from orchestrator.language.runbook import Runbook
 
 
 @dataclass(frozen=True)

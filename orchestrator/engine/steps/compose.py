@@ -1,6 +1,9 @@
 """The compose steps: a dry run (checked), an up (applied only after its dry run), a scoped down.
 
 - a dry run that changed docker/ps (docker/compose#14029) halts;
+- a forced recreate (inline `configs:` content, docker/compose#11900) that the dry run does not plan
+  would leave the old config. The remedy, once per visit: a scoped down of those services through
+  `down`, then the dry run again; a second miss fails the gate;
 - an up is applied only when it is the exact request its dry run checked (with the env map) and
   docker/ps has not changed since; otherwise RETRY its dry run (capped), or halt without one;
 - an up or down this visit already journaled (a resume) is settled first, never sent again blindly;
@@ -10,22 +13,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.engine.context import DryRunPlan
 from orchestrator.engine.rules.dry_run_check import judge_dry_run
 from orchestrator.engine.rules.ownership import ps_ids
-from orchestrator.engine.steps import config_recreate
-from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, retry, skip
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, halt, ok, register, retry, skip
 from orchestrator.engine.steps.checks import budget_verdict, target_needs_budget
 from orchestrator.engine.steps.outcome import lock_held
 from orchestrator.hosts.parsers.docker_ps import by_service, changed_containers, snapshot
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import SELECTED, Step
+from orchestrator.language.runbook import SELECTED, ComposeSpec
 
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
+#: The id suffix of a forced recreate's own down (exempt from rollback ownership in `down`).
+CONFIG_DOWN_SUFFIX = "-config-down"
 
 
 @register("dry_run")
@@ -57,11 +58,12 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
     if step.plan.tag_only:
         return ok(f"tag {req.tag} and {req.file} accepted by compose-manager (dry run only)")
     plan = parse_dry_run(lines, project=rt.entry.project)
-    stale = config_recreate.not_recreated(plan, req)
-    if stale and not rt.ctx.retries.get(config_recreate.remedy_key(node)):
-        # a forced recreate the host did not plan: its new config would not take (docker/compose#11900)
-        rt.ctx.retries[config_recreate.remedy_key(node)] = 1
-        stopped = await config_recreate.stop_for_recreate(rt, node, step, stale, down)
+    # forced services the plan neither creates nor recreates: their new config would not take
+    stale = [s for s in req.services if req.force_recreate and plan.actions.get(s) not in ("created", "recreated")]
+    remedy_key = f"{node.id}:config-down"
+    if stale and not rt.ctx.retries.get(remedy_key):
+        rt.ctx.retries[remedy_key] = 1
+        stopped = await _stop_for_recreate(rt, node, step, stale)
         if stopped.event.value != "ok":
             return stopped
         return await dry_run(rt, node, step)
@@ -82,6 +84,19 @@ async def dry_run(rt: Activities, node: Node, step: Step) -> StepOutcome:
     return ok(verdict.reason)
 
 
+async def _stop_for_recreate(rt: Activities, node: Node, step: Step, services: list[str]) -> StepOutcome:
+    """The scoped down of `services` (never an engine) that lets a forced recreate's new config take."""
+    engines = [s for s in services if rt.rb.replica_of(s)]
+    if engines:  # the loader refuses force_recreate on an engine; never stop one for a config
+        return halt(f"refusing to stop {', '.join(engines)} for a config recreate: an engine is never stopped for that")
+    assert step.dry_run is not None
+    stop = Step(id=f"{step.id}{CONFIG_DOWN_SUFFIX}", say=f"Stop {', '.join(services)} so that its new config takes",
+                down=ComposeSpec(file=step.dry_run.file, services=list(services)))
+    rt.emit("note", text=f"{', '.join(services)}: the forced dry run does not recreate it (its new inline config would not "
+                         f"take): a scoped down of exactly that, then the dry run again")
+    return await down(rt, node, stop)
+
+
 @register("up")
 async def up(rt: Activities, node: Node, step: Step) -> StepOutcome:
     env = await rt.ensure_env()
@@ -90,30 +105,25 @@ async def up(rt: Activities, node: Node, step: Step) -> StepOutcome:
     if recorded is not None:
         # resume: what this visit already sent is settled first, before any comparison
         outcome = await rt.resume_effect(recorded)
-        rt.ctx.checked_dry_run = None
-        return await _judged(rt, node, req, outcome)
-    checked = rt.ctx.checked_dry_run
-    if checked is None or (checked.tag, checked.file, tuple(checked.services), checked.project) != (
-        req.tag, req.file, tuple(req.services), req.project
-    ):
-        return halt("refusing to apply: no checked dry run of this exact request precedes it")
-    if not rt.same_as_checked(req, env):
-        rt.ctx.checked_dry_run = None
-        return _again(rt, node, "the env map changed since the dry run")
-    containers = await rt.ps()
-    if changed_containers(checked.after, snapshot(containers)):
-        rt.ctx.checked_dry_run = None
-        return _again(rt, node, "containers changed since the dry run")
-    svc = by_service(containers)
-    baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
-                "actions": await rt.action_count(), "record": await rt.success_record(),
-                "ps": ps_ids(containers)}  # the whole docker/ps: what this up creates and removes, by ID
-    outcome = await rt.mutate("compose_up", req, baseline)
+    else:
+        checked = rt.ctx.checked_dry_run
+        if checked is None or (checked.tag, checked.file, tuple(checked.services), checked.project) != (
+            req.tag, req.file, tuple(req.services), req.project
+        ):
+            return halt("refusing to apply: no checked dry run of this exact request precedes it")
+        if not rt.same_as_checked(req, env):
+            rt.ctx.checked_dry_run = None
+            return _again(rt, node, "the env map changed since the dry run")
+        containers = await rt.ps()
+        if changed_containers(checked.after, snapshot(containers)):
+            rt.ctx.checked_dry_run = None
+            return _again(rt, node, "containers changed since the dry run")
+        svc = by_service(containers)
+        baseline = {"ids": {s: (svc[s].id if s in svc else None) for s in req.services},
+                    "actions": await rt.action_count(), "record": await rt.success_record(),
+                    "ps": ps_ids(containers)}  # the whole docker/ps: what this up creates and removes, by ID
+        outcome = await rt.mutate("compose_up", req, baseline)
     rt.ctx.checked_dry_run = None
-    return await _judged(rt, node, req, outcome)
-
-
-async def _judged(rt: Activities, node: Node, req: Any, outcome: dict[str, Any]) -> StepOutcome:
     verdict = await _judge(rt, node, req, outcome)
     if outcome.get("status") != "refused":
         await rt.record_ownership(req, outcome.get("baseline", {}), up=True)
@@ -168,7 +178,7 @@ async def down(rt: Activities, node: Node, step: Step) -> StepOutcome:
         svc = by_service(containers)
         present = [s for s in req.services if s in svc]
         # a config recreate's own down restores the target: it may stop a namesake this run did not create
-        remedy = step.id.endswith(config_recreate.CONFIG_DOWN_SUFFIX)
+        remedy = step.id.endswith(CONFIG_DOWN_SUFFIX)
         left = {} if remedy else rt.not_owned(node, [svc[s] for s in present])
         if left:  # a rollback stops only containers this run created, never a namesake
             present = [s for s in present if s not in left]

@@ -6,16 +6,11 @@ gates share.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.language.gate_specs import EnvSpec, fill, needs_file_sha
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
 from orchestrator.util.durations import format_duration
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 
 def judge_env(env: Any, spec: EnvSpec, values: dict[str, str]) -> list[str]:

@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
 from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
 from orchestrator.language.gate_specs import fill, json_at
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 GREEN = frozenset({"success", "neutral", "skipped"})
 

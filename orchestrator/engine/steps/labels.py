@@ -5,16 +5,10 @@ metric's labels carry its replica's `replica_values`. Every mismatch is reported
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 LOG_LABEL = "com.datadoghq.ad.logs"
 

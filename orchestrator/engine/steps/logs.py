@@ -10,15 +10,12 @@ from typing import TYPE_CHECKING, cast
 
 from orchestrator.engine.context import ColdStartProgress
 from orchestrator.engine.rules.cold_start import ColdStartWatch, Kind, Verdict
-from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register, remedy
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, halt, ok, register, remedy
 from orchestrator.engine.steps.checks import expected_rank_budget
 from orchestrator.hosts.log_gate import LogGate
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
 
 if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
     from orchestrator.hosts.logfollow import LogFollower
 
 #: While the probes say nothing is new, the log is still read this often (a probe does not tell
@@ -49,7 +46,7 @@ async def cold_start(rt: Activities, node: Node, step: Step) -> StepOutcome:
         gate=LogGate(rt.rb.ranks_of(step.logs), list(g.required_per_rank), list(g.required), list(g.forbidden), expected_rank_budget=expected),
         now=rt.clock.monotonic(), journaled=rt.ctx.milestones.get(service), created=rt.ctx.created,
         scrub_lines=rt.scrub_lines, may_begin_secret=rt.may_begin_secret)
-    rt.emit("waiting", gate=f"{service}: " + ", ".join(watch.missing()))
+    rt.emit("waiting", gate=f"{service}: " + ", ".join(watch.gate.missing()))
     hb_start = rt.start_heartbeat()
     # Between polls the log is probed (rt.wait_for_output): a new line has the log read at once;
     # while nothing is new the read is skipped, but for one every FULL_READ_S.

@@ -4,16 +4,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.env import env_gate, placeholder_values
 from orchestrator.language.gate_specs import fill
-from orchestrator.language.machine import Event, Node
-from orchestrator.language.runbook import Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
+from orchestrator.language.machine import Event
 
 
 @register("manual")

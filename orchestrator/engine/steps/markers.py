@@ -6,15 +6,10 @@ matching line, at least `at_least` of them. Lines are judged raw and quoted scru
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from orchestrator.engine.step_descriptions import value_text
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import LogValue, Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
+from orchestrator.language.runbook import LogValue
 
 MARKER_WINDOW = 5000
 

@@ -7,16 +7,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.engine.step_descriptions import bound_text
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
-from orchestrator.language.machine import Event, Node
-from orchestrator.language.runbook import GaugeBound, Step
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
+from orchestrator.language.machine import Event
+from orchestrator.language.runbook import GaugeBound
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 
 def gauge_problem(text: str, g: GaugeBound) -> str | None:

@@ -8,16 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
 
-from orchestrator.engine.steps.base import StepOutcome, error_text, fail, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
 from orchestrator.util.durations import format_duration
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
 

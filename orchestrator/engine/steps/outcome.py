@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from orchestrator.language.machine import Event
 from orchestrator.util.durations import format_duration
@@ -18,28 +19,13 @@ class StepOutcome:
     retry_here: bool = False
 
 
-def ok(note: str = "") -> StepOutcome:
-    return StepOutcome(Event.OK, note)
-
-
-def fail(note: str) -> StepOutcome:
-    return StepOutcome(Event.FAIL, note)
-
-
-def halt(note: str) -> StepOutcome:
-    return StepOutcome(Event.HALT, note)
-
-
-def retry(note: str) -> StepOutcome:
-    return StepOutcome(Event.RETRY, note)
-
-
-def remedy(note: str) -> StepOutcome:
-    return StepOutcome(Event.REMEDY, note)
-
-
-def skip(note: str) -> StepOutcome:
-    return StepOutcome(Event.SKIP, note)
+#: A handler's outcome by its event: `ok()`, `fail(note)`, ... (the note is what the transition journals).
+ok = partial(StepOutcome, Event.OK)
+fail = partial(StepOutcome, Event.FAIL)
+halt = partial(StepOutcome, Event.HALT)
+retry = partial(StepOutcome, Event.RETRY)
+remedy = partial(StepOutcome, Event.REMEDY)
+skip = partial(StepOutcome, Event.SKIP)
 
 
 def lock_held(gone_s: float, verb: str, services: Iterable[str], error: str, *, again: bool = False) -> StepOutcome:

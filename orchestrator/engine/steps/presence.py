@@ -5,16 +5,9 @@ guard) the runbook's other hosts must be listed, known to the inventory, and hav
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from orchestrator.engine.rules.prerequisites import unfinished
-from orchestrator.engine.steps.base import StepOutcome, fail, halt, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, halt, ok, register
 from orchestrator.engine.steps.env import poll
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 
 @register("presence")

@@ -5,17 +5,12 @@ error fails it (polled first with `within`): unread is not healthy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.engine.steps.base import StepOutcome, fail, ok, register
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
 from orchestrator.language.gate_specs import fill_query, query_number
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
 from orchestrator.util.durations import format_duration
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 
 @register("query")

@@ -6,17 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from orchestrator.analysis.quiet_spec import inside
 from orchestrator.analysis.window import REQUESTS, Scrape, counter_increase
-from orchestrator.engine.steps.base import StepOutcome, ok, register
-from orchestrator.language.machine import Node
-from orchestrator.language.runbook import Step
+from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, ok, register
 from orchestrator.util.durations import format_duration
-
-if TYPE_CHECKING:
-    from orchestrator.engine.steps.activities import Activities
 
 #: the UTC wall clock the window is read on (tests replace it: a window must not depend on when CI runs)
 WALL: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731 - a name tests replace
