@@ -451,7 +451,7 @@ class SqlJournal(ABC):
 
     # ---- host leases (a token that only grows) and `capacity: fleet` tier leases
 
-    def acquire_lease(self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
+    def acquire_lease(self, host: str, run_id: str, owner: str, ttl_s: float, *,
                       takeover_if: Callable[[Lease], bool] | None = None) -> tuple[Lease, Lease | None]:
         """Take the host's lease for `run_id`; returns it and the lease it took over (or None).
         A live lease of another run/owner raises LeaseHeld, unless `takeover_if(holder)` says its
@@ -486,8 +486,6 @@ class SqlJournal(ABC):
                     raise LeaseHeld(current)
                 live = False
             if not live and not released:
-                if not mine and not allow_takeover:
-                    raise LeaseHeld(current, expired=True)
                 previous = current
             token = current.token + 1
             tx.run(
