@@ -542,12 +542,9 @@ class SqlJournal(ABC):
                     if lease.expires_at > now and not (takeover_if is not None and takeover_if(lease)):
                         raise TierHeld(tier, row["host"], row["run_id"], lease.owner)
                 previous = row["run_id"]
-            if row is None:
-                tx.run("INSERT INTO tier_leases (tier, host, run_id, acquired_at) VALUES (?, ?, ?, ?)",
-                       tier, host, run_id, self._ts_param(now))
-            else:
-                tx.run("UPDATE tier_leases SET host = ?, run_id = ?, acquired_at = ? WHERE tier = ?",
-                       host, run_id, self._ts_param(now), tier)
+            tx.run("INSERT INTO tier_leases (tier, host, run_id, acquired_at) VALUES (?, ?, ?, ?) ON CONFLICT (tier) "
+                   "DO UPDATE SET host = excluded.host, run_id = excluded.run_id, acquired_at = excluded.acquired_at",
+                   tier, host, run_id, self._ts_param(now))
         return previous
 
     def current_lease(self, host: str) -> Lease | None:
