@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.rules import targets
+from orchestrator.hosts.inventory import HostEntry
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import Runbook
 from orchestrator.service.session import _compose_client
@@ -44,13 +45,16 @@ def read_history(actions: list[Action], current: tuple[str, str] | None, rb: Run
     return HostHistory(new_tag, (pick.tag, pick.file) if pick else None, pick.timestamp if pick else None)  # type: ignore[arg-type]  # `before` keeps only entries with a tag and a file
 
 
-async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:
-    entry = session.inventory.host(host)
+async def host_ups(session: Session, entry: HostEntry) -> tuple[list[Action], tuple[str, str] | None]:
+    """compose-manager's action log (oldest first) and its last successful up (tag, file), if any."""
     async with _compose_client(session, entry) as cm:
         actions = list(await cm.action_log())
-        version = await cm.version()
-    cur = version.project(entry.project).current
-    return read_history(actions, (cur.tag, cur.file) if cur is not None and cur.tag and cur.file else None, rb)
+        cur = (await cm.version()).project(entry.project).current
+    return actions, (cur.tag, cur.file) if cur is not None and cur.tag and cur.file else None
+
+
+async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:
+    return read_history(*await host_ups(session, session.inventory.host(host)), rb)
 
 
 def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
