@@ -157,11 +157,9 @@ class SqlJournal(ABC):
         commits, or (on any exception) none of it. Admissions are serialised across processes
         (SQLite's write lock; a PostgreSQL advisory lock), so two admissions never interleave."""
         with self._lock:
-            if self._closed:
-                raise JournalError("the journal is closed")
             if self._open_tx is not None:
                 raise JournalError("atomic() does not nest")
-            with self._transaction(True) as tx:
+            with self._tx(write=True) as tx:
                 self._serialize_admissions(tx)
                 self._open_tx = tx
                 try:
