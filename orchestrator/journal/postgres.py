@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from orchestrator.journal import migrations
-from orchestrator.journal.base import JournalError, Now, _utc
+from orchestrator.journal.base import JournalError, Now
 from orchestrator.journal.sql import SqlJournal, Tx
 
 
@@ -76,17 +76,8 @@ class PostgresJournal(SqlJournal):
         assert row is not None
         return row["now"]
 
-    def _ts_param(self, dt: datetime) -> datetime:
-        return _utc(dt)
-
-    def _ts_value(self, raw: Any) -> datetime:
-        return raw.astimezone(UTC)
-
     def _json_param(self, obj: dict | None) -> Any:
         return None if obj is None else Jsonb(obj)
-
-    def _json_value(self, raw: Any) -> dict | None:
-        return raw
 
     def __repr__(self) -> str:
         info = self._conn.info

@@ -1,6 +1,6 @@
 """The SQL journal both backends share: every query and every rule (fencing, state checks, lease
 takeover), written once with `?` placeholders. The SQLite and PostgreSQL backends only supply a
-connection, a transaction and their dialect's type conversions (the abstract hooks below).
+connection, a transaction and their dialect's type conversions (the hooks below).
 
 Fencing: every acquisition of a host's lease increments that host's token. A fenced write
 (`record_transition`, `record_intent`, `record_outcome`, `update_context`) locks the host's
@@ -94,7 +94,7 @@ _TRANSITION_COLS = "run_id, seq, from_state, event, to_state, at, note"
 
 
 class SqlJournal(ABC):
-    """The journal over a DB-API connection; subclasses supply the dialect (the abstract hooks).
+    """The journal over a DB-API connection; subclasses supply the dialect (the hooks).
     Every operation is a method of this class (tests and the explorer wrap them here by name)."""
 
     dialect: str
@@ -112,23 +112,23 @@ class SqlJournal(ABC):
         #: the transaction `atomic()` opened (its thread holds `_lock`): every call joins it
         self._open_tx: Tx | None = None
 
-    # ---- dialect hooks
+    # ---- dialect hooks (the defaults: a driver that reads and writes timestamps and JSON itself)
 
     @abstractmethod
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]: ...
 
     @abstractmethod
-    def _ts_param(self, dt: datetime) -> Any: ...
-
-    @abstractmethod
-    def _ts_value(self, raw: Any) -> datetime: ...
-
-    @abstractmethod
     def _json_param(self, obj: dict | None) -> Any: ...
 
-    @abstractmethod
-    def _json_value(self, raw: Any) -> dict | None: ...
+    def _json_value(self, raw: Any) -> dict | None:
+        return raw
+
+    def _ts_param(self, dt: datetime) -> Any:
+        return _utc(dt)
+
+    def _ts_value(self, raw: Any) -> datetime:
+        return raw.astimezone(UTC)
 
     def _db_now(self, tx: Tx) -> datetime:
         return datetime.now(UTC)
