@@ -116,11 +116,9 @@ class LeaseHeld(JournalError):
     def __init__(self, holder: Lease) -> None:
         super().__init__(f"host {holder.host} is leased to run {holder.run_id} "
                          f"(owner {holder.owner}) until {holder.expires_at.isoformat()}")
-        self.host = holder.host
         self.holder_run_id = holder.run_id
         self.owner = holder.owner
         self.expires_at = holder.expires_at
-        self.token = holder.token
 
 
 class TierHeld(JournalError):
