@@ -57,11 +57,6 @@ async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:
     return read_history(*await host_ups(session, session.inventory.host(host)), rb)
 
 
-def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
-    tag, file = target if target is not None else ("TAG", "FILE")
-    return targets.rollback_command(host, rb.name, tag, file)
-
-
 def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHistory, why: str) -> str:
     """The refusal when neither a journaled rollout nor an explicit target is at hand (one line)."""
     settings = session.settings  # never the database URL: it may hold a password
@@ -73,7 +68,8 @@ def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHi
                   + "; check it, it is dry-run before anything stops")
     else:
         target = "compose-manager's action log shows no earlier deploy to suggest: take the tag and file from the rollout's change"
+    tag, file = history.suggested or ("TAG", "FILE")
     return (f"{why}; {where} holds no rollout of {host}. The rollout's journal holds its before-state (previous tag and "
             f"file of every service): run this where that journal is (team mode: the same ORCHESTRATOR_DATABASE_URL as "
-            f"the server that ran it), or give the target explicitly: `{command(host, rb, history.suggested)}` "
+            f"the server that ran it), or give the target explicitly: `{targets.rollback_command(host, rb.name, tag, file)}` "
             f"({target})")
