@@ -92,6 +92,7 @@ _RUN_COLS = (
 _RUN_SELECT = _RUN_COLS + " AS seq"  # a run's `run_seq` (the last column) is its record's `seq`
 _EFFECT_COLS = "run_id, effect_id, step, kind, mutating, request, intent_at, outcome, outcome_at"
 _TRANSITION_COLS = "run_id, seq, from_state, event, to_state, at, note"
+_AUDIT_COLS = 'action, actor AS "by", at, detail'  # `by` is a keyword of SQL: quoted
 R = TypeVar("R")  # a record (a dataclass of base.py)
 
 
@@ -602,21 +603,20 @@ class SqlJournal(ABC):
         """The run's audit list, oldest first: its audit rows, approvals and abort request."""
         with self._tx(write=False) as tx:
             self._run_exists(tx, run_id)
-            rows = tx.all("SELECT seq, action, actor, at, detail FROM audit WHERE run_id = ? ORDER BY seq", run_id)
-            approvals = tx.all("SELECT gate, approved_by, approved_at FROM approvals WHERE run_id = ?", run_id)
-            aborts = tx.all("SELECT requested_by, requested_at FROM abort_requests WHERE run_id = ?", run_id)
-        out = [self._audit_entry(r) for r in rows]
-        out += [AuditEntry("approved", a["approved_by"], self._ts_value(a["approved_at"]), a["gate"]) for a in approvals]
-        out += [AuditEntry("abort_requested", a["requested_by"], self._ts_value(a["requested_at"]), None) for a in aborts]
-        out.sort(key=lambda e: e.at)  # stable: audit rows keep their order at one timestamp
-        return out
+            rows = tx.all(f"SELECT {_AUDIT_COLS} FROM audit WHERE run_id = ? ORDER BY seq", run_id)
+            rows += tx.all("SELECT 'approved' AS action, approved_by AS \"by\", approved_at AS at, gate AS detail "
+                           "FROM approvals WHERE run_id = ?", run_id)
+            rows += tx.all("SELECT 'abort_requested' AS action, requested_by AS \"by\", requested_at AS at, "
+                           "NULL AS detail FROM abort_requests WHERE run_id = ?", run_id)
+        # stable: audit rows keep their order at one timestamp
+        return sorted((self._record(AuditEntry, r) for r in rows), key=lambda e: e.at)
 
     def paused(self, run_id: str) -> AuditEntry | None:
         """The pause that holds the run now (the latest pause/continue is a pause), or None."""
         with self._tx(write=False) as tx:
-            row = tx.one("SELECT action, actor, at, detail FROM audit WHERE run_id = ? AND action IN ('paused', "
+            row = tx.one(f"SELECT {_AUDIT_COLS} FROM audit WHERE run_id = ? AND action IN ('paused', "
                          "'continued') ORDER BY seq DESC LIMIT 1", run_id)
-        return self._audit_entry(row) if row is not None and row["action"] == "paused" else None
+        return self._record(AuditEntry, row) if row is not None and row["action"] == "paused" else None
 
     def submitters(self, run_ids: list[str]) -> dict[str, AuditEntry]:
         """Who submitted each of `run_ids` (one query, for a runs list)."""
@@ -624,15 +624,12 @@ class SqlJournal(ABC):
             return {}
         marks = ", ".join("?" for _ in run_ids)
         with self._tx(write=False) as tx:
-            rows = tx.all(f"SELECT run_id, action, actor, at, detail FROM audit WHERE action = 'submitted' "
+            rows = tx.all(f"SELECT run_id, {_AUDIT_COLS} FROM audit WHERE action = 'submitted' "
                           f"AND run_id IN ({marks}) ORDER BY seq", *run_ids)
         out: dict[str, AuditEntry] = {}
         for r in rows:
-            out.setdefault(r["run_id"], self._audit_entry(r))
+            out.setdefault(r["run_id"], self._record(AuditEntry, r))
         return out
-
-    def _audit_entry(self, row: dict[str, Any]) -> AuditEntry:
-        return AuditEntry(row["action"], row["actor"], self._ts_value(row["at"]), row["detail"])
 
 
 #: what the executor, the services and the server program against: a journal of either backend
