@@ -4,7 +4,7 @@ The list (`journal.audit(run_id)`, journal/sql.py) is the union of the `audit` t
 resumed, adopted, paused, continued, pause_honoured), the approvals and the abort request, each
 with who and when. `summary` turns it into the few lines every surface shows (the API, the run
 page, `orchestrate status`, the run's final message): submitter, approvers, aborter, adopter,
-pauses. Journals without an audit table (test doubles) give an empty list: never an error.
+pauses.
 
 Names: the server records the token's name (per-operator tokens) or "<client's word> via <addr>";
 the CLI records `user@machine` (`cli_actor`), never a process id.
@@ -16,25 +16,22 @@ import contextvars
 import getpass
 import socket
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from orchestrator.journal.base import AuditEntry, RunRecord
 
-
-def entries(journal: Any, run_id: str) -> list[AuditEntry]:
-    read = getattr(journal, "audit", None)
-    if read is None:
-        return []
-    return list(read(run_id))
+if TYPE_CHECKING:
+    from orchestrator.journal.sql import Journal
 
 
-def record(journal: Any, run_id: str, action: str, by: str, detail: str | None = None) -> AuditEntry | None:
-    write = getattr(journal, "record_audit", None)
-    if write is None:
-        return None
-    return write(run_id, action, by, detail)
+def entries(journal: Journal, run_id: str) -> list[AuditEntry]:
+    return journal.audit(run_id)
+
+
+def record(journal: Journal, run_id: str, action: str, by: str, detail: str | None = None) -> AuditEntry:
+    return journal.record_audit(run_id, action, by, detail)
 
 
 def cli_actor() -> str:
@@ -51,11 +48,11 @@ def cli_actor() -> str:
 RECORDED_BY_SERVER: contextvars.ContextVar[bool] = contextvars.ContextVar("recorded_by_server", default=False)
 
 
-def record_start(journal: Any, run: RunRecord, by: str) -> None:
+def record_start(journal: Journal, run: RunRecord, by: str) -> None:
     """When a runner takes a run (its lease held): journal `by` as its submitter (a run that has
     not taken a step and has none yet) or as who resumed it (the CLI's doors; the server journals
     its own, see RECORDED_BY_SERVER)."""
-    if RECORDED_BY_SERVER.get() or getattr(journal, "record_audit", None) is None:
+    if RECORDED_BY_SERVER.get():
         return
     try:
         if journal.transitions(run.run_id):
@@ -73,12 +70,11 @@ def when(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def paused_by(journal: Any, run_id: str) -> AuditEntry | None:
-    read = getattr(journal, "paused", None)
-    return read(run_id) if read is not None else None
+def paused_by(journal: Journal, run_id: str) -> AuditEntry | None:
+    return journal.paused(run_id)
 
 
-def abort_note(journal: Any, run_id: str) -> str:
+def abort_note(journal: Journal, run_id: str) -> str:
     """The note of an operator's abort: who asked, and when."""
     for e in entries(journal, run_id):
         if e.action == "abort_requested":

@@ -111,28 +111,14 @@ class StateConflict(JournalError):
 
 
 class LeaseHeld(JournalError):
-    """Another run/owner holds the host's lease (live, or expired and takeover not allowed)."""
+    """Another run/owner holds the host's live lease."""
 
-    def __init__(self, holder: Lease, *, expired: bool = False) -> None:
-        when = holder.expires_at.isoformat()
-        if expired:
-            text = (
-                f"host {holder.host} has an expired, unreleased lease of run {holder.run_id} "
-                f"(owner {holder.owner}, expired {when}); that run may have crashed: resume it, "
-                "or take the lease over explicitly"
-            )
-        else:
-            text = (
-                f"host {holder.host} is leased to run {holder.run_id} "
-                f"(owner {holder.owner}) until {when}"
-            )
-        super().__init__(text)
-        self.host = holder.host
+    def __init__(self, holder: Lease) -> None:
+        super().__init__(f"host {holder.host} is leased to run {holder.run_id} "
+                         f"(owner {holder.owner}) until {holder.expires_at.isoformat()}")
         self.holder_run_id = holder.run_id
         self.owner = holder.owner
         self.expires_at = holder.expires_at
-        self.token = holder.token
-        self.expired = expired
 
 
 class TierHeld(JournalError):

@@ -6,12 +6,13 @@ transaction of the backend (SQLite: BEGIN IMMEDIATE; PostgreSQL: with a transact
 advisory lock), so two processes opening the same journal at once apply each migration once.
 Applied versions are rows of `schema_version`; applying is idempotent.
 
-Append new migrations to MIGRATIONS with the next version; never edit an applied one.
+Append new migrations to MIGRATIONS with the next version (tests/journal checks the numbering);
+never edit an applied one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -175,36 +176,18 @@ def render(sql: str, dialect: str) -> str:
     return sql.format(**DIALECT_TYPES[dialect], outcomes=", ".join(f"'{o.value}'" for o in Outcome))
 
 
-def check_order(migrations: Sequence[Migration]) -> None:
-    versions = [m.version for m in migrations]
-    if any(v <= 0 for v in versions) or versions != sorted(set(versions)):
-        raise JournalError(f"migration versions must be positive and strictly increasing: {versions}")
-
-
-def pending(applied: Iterable[int], migrations: Sequence[Migration]) -> list[Migration]:
-    """Migrations still to apply, in order; refuses a journal newer than `migrations`."""
-    check_order(migrations)
-    done = set(applied)
-    newest_known = migrations[-1].version if migrations else 0
+def migrate(tx: Tx, dialect: str, now: datetime, ts_param: Callable[[datetime], Any]) -> list[int]:
+    """Apply what is pending of MIGRATIONS inside the caller's (locked) transaction; return the
+    versions applied. A journal migrated by a newer orchestrator is refused (SchemaTooNew)."""
+    tx.run(render(SCHEMA_VERSION_TABLE, dialect))
+    done = {int(r["version"]) for r in tx.all("SELECT version FROM schema_version")}
+    newest_known = MIGRATIONS[-1].version
     if done and max(done) > newest_known:
         raise SchemaTooNew(
             f"the journal is at schema version {max(done)}, newer than this orchestrator "
             f"knows ({newest_known}); upgrade the orchestrator"
         )
-    return [m for m in migrations if m.version not in done]
-
-
-def migrate(
-    tx: Tx,
-    dialect: str,
-    now: datetime,
-    ts_param: Callable[[datetime], Any],
-    migrations: Sequence[Migration] = MIGRATIONS,
-) -> list[int]:
-    """Apply what is pending inside the caller's (locked) transaction; return the versions applied."""
-    tx.run(render(SCHEMA_VERSION_TABLE, dialect))
-    applied = [int(r["version"]) for r in tx.all("SELECT version FROM schema_version")]
-    todo = pending(applied, migrations)
+    todo = [m for m in MIGRATIONS if m.version not in done]
     for migration in todo:
         for statement in migration.statements:
             tx.run(render(statement, dialect))

@@ -30,9 +30,6 @@ class ProcessOwner:
     boot_id: str
     start_ticks: int
 
-    def text(self) -> str:
-        return f"{self.hostname}:{self.pid}:{self.boot_id}:{self.start_ticks}"
-
 
 @lru_cache(maxsize=1)
 def boot_id() -> str:
@@ -64,19 +61,12 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
-def this_process() -> ProcessOwner | None:
-    """This process as a lease owner; None where the boot id or the start time is unknown."""
-    bid = boot_id()
-    start = start_ticks(os.getpid())
-    if not bid or start is None:
-        return None
-    return ProcessOwner(socket.gethostname(), os.getpid(), bid, start)
-
-
 def owner_text() -> str:
-    """The owner text every runner of this process uses (`HOSTNAME:PID` without /proc)."""
-    me = this_process()
-    return me.text() if me is not None else f"{socket.gethostname()}:{os.getpid()}"
+    """The owner text every runner of this process uses (`HOSTNAME:PID` where the boot id or
+    the start time is unknown)."""
+    me = f"{socket.gethostname()}:{os.getpid()}"
+    start = start_ticks(os.getpid())
+    return f"{me}:{boot_id()}:{start}" if boot_id() and start is not None else me
 
 
 def parse_owner(text: str) -> ProcessOwner | None:

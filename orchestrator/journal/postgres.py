@@ -10,22 +10,18 @@ ours and then finds the row taken. Without an injected clock, time is the databa
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from orchestrator.journal import migrations
-from orchestrator.journal.base import JournalError, Now, _utc
+from orchestrator.journal.base import JournalError, Now
 from orchestrator.journal.sql import SqlJournal, Tx
-
-_SCHEMA_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 class PostgresJournal(SqlJournal):
@@ -37,16 +33,11 @@ class PostgresJournal(SqlJournal):
         self,
         conninfo: str,
         *,
-        schema: str | None = None,
         now: Now | None = None,
         connect_timeout_s: int = 10,
-        schema_migrations: Sequence[migrations.Migration] = migrations.MIGRATIONS,
     ) -> None:
-        """`conninfo`: a libpq URL or DSN. `schema`: created if missing and put first on
-        the search_path (a URL's `options=-csearch_path%3D...` works too)."""
+        """`conninfo`: a libpq URL or DSN (its `options=-csearch_path%3D...` chooses the schema)."""
         super().__init__(now=now)
-        if schema is not None and not _SCHEMA_NAME_RE.match(schema):
-            raise JournalError(f"invalid PostgreSQL schema name {schema!r}")
         try:
             self._conn = psycopg.connect(
                 conninfo,
@@ -58,21 +49,14 @@ class PostgresJournal(SqlJournal):
         except psycopg.Error as exc:
             # libpq's message names host, port and user, never the password.
             raise JournalError(f"cannot connect to the PostgreSQL journal: {exc}") from exc
-        self.schema = schema
         try:
-            if schema is not None:
-                ident = sql.Identifier(schema)
-                self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                self._conn.execute(sql.SQL("SET search_path TO {}").format(ident))
             with self._tx(write=True) as tx:
                 # Serialise concurrent migrators of the same schema.
                 tx.run(
                     "SELECT pg_advisory_xact_lock("
                     "hashtext('orchestrator.journal:' || COALESCE(current_schema(), '')))"
                 )
-                self.applied_migrations = migrations.migrate(
-                    tx, self.dialect, self._now(tx), self._ts_param, schema_migrations
-                )
+                self.applied_migrations = migrations.migrate(tx, self.dialect, self._now(tx), self._ts_param)
         except BaseException:
             self._conn.close()
             raise
@@ -92,18 +76,9 @@ class PostgresJournal(SqlJournal):
         assert row is not None
         return row["now"]
 
-    def _ts_param(self, dt: datetime) -> datetime:
-        return _utc(dt)
-
-    def _ts_value(self, raw: Any) -> datetime:
-        return raw.astimezone(UTC)
-
     def _json_param(self, obj: dict | None) -> Any:
         return None if obj is None else Jsonb(obj)
 
-    def _json_value(self, raw: Any) -> dict | None:
-        return raw
-
     def __repr__(self) -> str:
         info = self._conn.info
-        return f"PostgresJournal(host={info.host!r}, dbname={info.dbname!r}, schema={self.schema!r})"
+        return f"PostgresJournal(host={info.host!r}, dbname={info.dbname!r})"

@@ -1,6 +1,6 @@
 """The SQL journal both backends share: every query and every rule (fencing, state checks, lease
 takeover), written once with `?` placeholders. The SQLite and PostgreSQL backends only supply a
-connection, a transaction and their dialect's type conversions (the abstract hooks below).
+connection, a transaction and their dialect's type conversions (the hooks below).
 
 Fencing: every acquisition of a host's lease increments that host's token. A fenced write
 (`record_transition`, `record_intent`, `record_outcome`, `update_context`) locks the host's
@@ -21,9 +21,9 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.journal.base import (
     _RUN_ID_RE,
@@ -89,12 +89,15 @@ _RUN_COLS = (
     "run_id, host, runbook, tag, kind, state, terminal, outcome, message, context, "
     "created_at, updated_at, parent_run_id, run_seq"
 )
+_RUN_SELECT = _RUN_COLS + " AS seq"  # a run's `run_seq` (the last column) is its record's `seq`
 _EFFECT_COLS = "run_id, effect_id, step, kind, mutating, request, intent_at, outcome, outcome_at"
 _TRANSITION_COLS = "run_id, seq, from_state, event, to_state, at, note"
+_AUDIT_COLS = 'action, actor AS "by", at, detail'  # `by` is a keyword of SQL: quoted
+R = TypeVar("R")  # a record (a dataclass of base.py)
 
 
 class SqlJournal(ABC):
-    """The journal over a DB-API connection; subclasses supply the dialect (the abstract hooks).
+    """The journal over a DB-API connection; subclasses supply the dialect (the hooks).
     Every operation is a method of this class (tests and the explorer wrap them here by name)."""
 
     dialect: str
@@ -112,23 +115,23 @@ class SqlJournal(ABC):
         #: the transaction `atomic()` opened (its thread holds `_lock`): every call joins it
         self._open_tx: Tx | None = None
 
-    # ---- dialect hooks
+    # ---- dialect hooks (the defaults: a driver that reads and writes timestamps and JSON itself)
 
     @abstractmethod
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Tx]: ...
 
     @abstractmethod
-    def _ts_param(self, dt: datetime) -> Any: ...
-
-    @abstractmethod
-    def _ts_value(self, raw: Any) -> datetime: ...
-
-    @abstractmethod
     def _json_param(self, obj: dict | None) -> Any: ...
 
-    @abstractmethod
-    def _json_value(self, raw: Any) -> dict | None: ...
+    def _json_value(self, raw: Any) -> dict | None:
+        return raw
+
+    def _ts_param(self, dt: datetime) -> Any:
+        return _utc(dt)
+
+    def _ts_value(self, raw: Any) -> datetime:
+        return raw.astimezone(UTC)
 
     def _db_now(self, tx: Tx) -> datetime:
         return datetime.now(UTC)
@@ -157,11 +160,9 @@ class SqlJournal(ABC):
         commits, or (on any exception) none of it. Admissions are serialised across processes
         (SQLite's write lock; a PostgreSQL advisory lock), so two admissions never interleave."""
         with self._lock:
-            if self._closed:
-                raise JournalError("the journal is closed")
             if self._open_tx is not None:
                 raise JournalError("atomic() does not nest")
-            with self._transaction(True) as tx:
+            with self._tx(write=True) as tx:
                 self._serialize_admissions(tx)
                 self._open_tx = tx
                 try:
@@ -198,38 +199,24 @@ class SqlJournal(ABC):
 
     # ---- row conversion
 
-    # the columns read are the records' field names (a run's `run_seq` is its `seq`): only the
-    # typed ones convert
-
-    def _run(self, row: dict[str, Any]) -> RunRecord:
-        fields = {k: v for k, v in row.items() if k != "run_seq"}
-        return RunRecord(**{
-            **fields, "terminal": bool(row["terminal"]), "context": self._json_value(row["context"]) or {},
-            "created_at": self._ts_value(row["created_at"]), "updated_at": self._ts_value(row["updated_at"]),
-            "seq": int(row["run_seq"] or 0),
-        })
-
-    def _transition(self, row: dict[str, Any]) -> TransitionRecord:
-        return TransitionRecord(**{**row, "seq": int(row["seq"]), "at": self._ts_value(row["at"])})
-
-    def _effect(self, row: dict[str, Any]) -> EffectRecord:
-        return EffectRecord(**{
-            **row, "effect_id": int(row["effect_id"]), "mutating": bool(row["mutating"]),
-            "request": self._json_value(row["request"]) or {}, "intent_at": self._ts_value(row["intent_at"]),
-            "outcome": self._json_value(row["outcome"]),
-            "outcome_at": self._ts_value(row["outcome_at"]) if row["outcome_at"] is not None else None,
-        })
-
-    def _lease(self, row: dict[str, Any]) -> Lease:
-        return Lease(row["host"], row["run_id"], row["owner"], int(row["token"]), self._ts_value(row["expires_at"]))
+    def _record(self, cls: type[R], row: dict[str, Any]) -> R:
+        """The record `cls` of a row whose columns are its field names (other columns are ignored):
+        each value that is not NULL converted by its field's type (timestamps, JSON, flags, numbers)."""
+        convert: dict[str, Callable[[Any], Any]] = {
+            "datetime": self._ts_value, "dict": self._json_value, "bool": bool, "int": int}
+        values: dict[str, Any] = {}
+        for f in fields(cls):  # type: ignore[arg-type]  # every record is a dataclass
+            value, kind = row[f.name], str(f.type).split(" | ")[0]
+            values[f.name] = convert[kind](value) if value is not None and kind in convert else value
+        return cls(**values)
 
     # ---- shared checks
 
     def _load_run(self, tx: Tx, run_id: str, *, lock: bool = False) -> RunRecord:
-        row = tx.one(f"SELECT {_RUN_COLS} FROM runs WHERE run_id = ?{self.lock_update if lock else ''}", run_id)
+        row = tx.one(f"SELECT {_RUN_SELECT} FROM runs WHERE run_id = ?{self.lock_update if lock else ''}", run_id)
         if row is None:
             raise RunNotFound(run_id)
-        return self._run(row)
+        return self._record(RunRecord, row)
 
     def _run_exists(self, tx: Tx, run_id: str) -> None:
         if tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is None:
@@ -248,7 +235,7 @@ class SqlJournal(ABC):
         if row["host"] != lease.host:
             raise JournalError(f"a lease for host {lease.host} cannot write run {run_id} of host {row['host']}")
         lease_row = self._lease_row(tx, lease.host, self.lock_share)
-        holder = self._lease(lease_row) if lease_row else None
+        holder = self._record(Lease, lease_row) if lease_row else None
         released = bool(lease_row and lease_row["released_at"] is not None)
         if holder is None or holder.token != lease.token or released:
             raise Fenced(_superseded_text(lease, holder, released) + f"; refusing to write run {run_id}")
@@ -298,8 +285,8 @@ class SqlJournal(ABC):
     def list_runs(self, host: str | None = None, limit: int = 50) -> list[RunRecord]:
         where, params = ("WHERE host = ? ", (host,)) if host is not None else ("", ())
         with self._tx(write=False) as tx:
-            rows = tx.all(f"SELECT {_RUN_COLS} FROM runs {where}ORDER BY run_seq DESC LIMIT ?", *params, int(limit))
-        return [self._run(r) for r in rows]
+            rows = tx.all(f"SELECT {_RUN_SELECT} FROM runs {where}ORDER BY run_seq DESC LIMIT ?", *params, int(limit))
+        return [self._record(RunRecord, r) for r in rows]
 
     def run_census(self) -> tuple[dict[str, int], list[tuple[str, str]]]:
         """(finished runs counted by outcome, [(run_id, host)] of unfinished runs): what /metrics
@@ -314,13 +301,13 @@ class SqlJournal(ABC):
         with self._tx(write=False) as tx:
             self._run_exists(tx, run_id)
             rows = tx.all(f"SELECT {_TRANSITION_COLS} FROM transitions WHERE run_id = ? ORDER BY seq", run_id)
-        return [self._transition(r) for r in rows]
+        return [self._record(TransitionRecord, r) for r in rows]
 
     def effects(self, run_id: str) -> list[EffectRecord]:
         with self._tx(write=False) as tx:
             self._run_exists(tx, run_id)
             rows = tx.all(f"SELECT {_EFFECT_COLS} FROM effects WHERE run_id = ? ORDER BY effect_id", run_id)
-        return [self._effect(r) for r in rows]
+        return [self._record(EffectRecord, r) for r in rows]
 
     def open_effects(self, run_id: str) -> list[EffectRecord]:
         """The effects whose outcome is not journaled (intent recorded, then a crash)."""
@@ -405,7 +392,7 @@ class SqlJournal(ABC):
                 "WHERE run_id = ? AND effect_id = ?",
                 self._json_param(out), self._ts_param(now), lease.token, run_id, int(effect_id),
             )
-        return replace(self._effect(row), outcome=out, outcome_at=now)
+        return replace(self._record(EffectRecord, row), outcome=out, outcome_at=now)
 
     def update_context(self, lease: Lease, run_id: str, context: dict) -> None:
         ctx = self._prepare(context, "context")
@@ -431,7 +418,7 @@ class SqlJournal(ABC):
             row = self._lease_row(tx, run.host, self.lock_update)
             own = row if row is not None and row["released_at"] is None and row["run_id"] == run_id else None
             if own is not None:
-                held = self._lease(own)
+                held = self._record(Lease, own)
                 if held.expires_at > now and not (takeover_if is not None and takeover_if(held)):
                     raise LeaseHeld(held)
             run = self._load_run(tx, run_id, lock=True)
@@ -451,7 +438,7 @@ class SqlJournal(ABC):
 
     # ---- host leases (a token that only grows) and `capacity: fleet` tier leases
 
-    def acquire_lease(self, host: str, run_id: str, owner: str, ttl_s: float, *, allow_takeover: bool = True,
+    def acquire_lease(self, host: str, run_id: str, owner: str, ttl_s: float, *,
                       takeover_if: Callable[[Lease], bool] | None = None) -> tuple[Lease, Lease | None]:
         """Take the host's lease for `run_id`; returns it and the lease it took over (or None).
         A live lease of another run/owner raises LeaseHeld, unless `takeover_if(holder)` says its
@@ -476,7 +463,7 @@ class SqlJournal(ABC):
                 return Lease(host, run_id, owner, 1, expires), None
             row = self._lease_row(tx, host, self.lock_update)
             assert row is not None
-            current = self._lease(row)
+            current = self._record(Lease, row)
             released = row["released_at"] is not None
             live = not released and current.expires_at > now
             mine = current.run_id == run_id and current.owner == owner
@@ -486,8 +473,6 @@ class SqlJournal(ABC):
                     raise LeaseHeld(current)
                 live = False
             if not live and not released:
-                if not mine and not allow_takeover:
-                    raise LeaseHeld(current, expired=True)
                 previous = current
             token = current.token + 1
             tx.run(
@@ -499,7 +484,7 @@ class SqlJournal(ABC):
 
     def _own_lease_row(self, tx: Tx, lease: Lease) -> dict[str, Any]:
         row = self._lease_row(tx, lease.host, self.lock_update)
-        holder = self._lease(row) if row else None
+        holder = self._record(Lease, row) if row else None
         if row is None or holder is None or holder.token != lease.token:
             raise LeaseLost(_superseded_text(lease, holder, False))
         return row
@@ -510,7 +495,7 @@ class SqlJournal(ABC):
             now = self._now(tx)
             row = self._own_lease_row(tx, lease)
             if row["released_at"] is not None:
-                raise LeaseLost(_superseded_text(lease, self._lease(row), True))
+                raise LeaseLost(_superseded_text(lease, self._record(Lease, row), True))
             expires = now + ttl
             tx.run("UPDATE leases SET expires_at = ? WHERE host = ? AND token = ?",
                    self._ts_param(expires), lease.host, lease.token)
@@ -540,16 +525,13 @@ class SqlJournal(ABC):
                 held = self._lease_row(tx, row["host"], "")
                 if (held is not None and row["host"] != host and held["run_id"] == row["run_id"]
                         and held["released_at"] is None):
-                    lease = self._lease(held)
+                    lease = self._record(Lease, held)
                     if lease.expires_at > now and not (takeover_if is not None and takeover_if(lease)):
                         raise TierHeld(tier, row["host"], row["run_id"], lease.owner)
                 previous = row["run_id"]
-            if row is None:
-                tx.run("INSERT INTO tier_leases (tier, host, run_id, acquired_at) VALUES (?, ?, ?, ?)",
-                       tier, host, run_id, self._ts_param(now))
-            else:
-                tx.run("UPDATE tier_leases SET host = ?, run_id = ?, acquired_at = ? WHERE tier = ?",
-                       host, run_id, self._ts_param(now), tier)
+            tx.run("INSERT INTO tier_leases (tier, host, run_id, acquired_at) VALUES (?, ?, ?, ?) ON CONFLICT (tier) "
+                   "DO UPDATE SET host = excluded.host, run_id = excluded.run_id, acquired_at = excluded.acquired_at",
+                   tier, host, run_id, self._ts_param(now))
         return previous
 
     def current_lease(self, host: str) -> Lease | None:
@@ -566,7 +548,7 @@ class SqlJournal(ABC):
 
     def _held(self, tx: Tx, host: str) -> Lease | None:
         row = self._lease_row(tx, host, "")
-        return None if row is None or row["released_at"] is not None else self._lease(row)
+        return None if row is None or row["released_at"] is not None else self._record(Lease, row)
 
     # ---- operator signals (not fenced: they come from the CLI, not from a runner)
 
@@ -621,21 +603,20 @@ class SqlJournal(ABC):
         """The run's audit list, oldest first: its audit rows, approvals and abort request."""
         with self._tx(write=False) as tx:
             self._run_exists(tx, run_id)
-            rows = tx.all("SELECT seq, action, actor, at, detail FROM audit WHERE run_id = ? ORDER BY seq", run_id)
-            approvals = tx.all("SELECT gate, approved_by, approved_at FROM approvals WHERE run_id = ?", run_id)
-            aborts = tx.all("SELECT requested_by, requested_at FROM abort_requests WHERE run_id = ?", run_id)
-        out = [self._audit_entry(r) for r in rows]
-        out += [AuditEntry("approved", a["approved_by"], self._ts_value(a["approved_at"]), a["gate"]) for a in approvals]
-        out += [AuditEntry("abort_requested", a["requested_by"], self._ts_value(a["requested_at"]), None) for a in aborts]
-        out.sort(key=lambda e: e.at)  # stable: audit rows keep their order at one timestamp
-        return out
+            rows = tx.all(f"SELECT {_AUDIT_COLS} FROM audit WHERE run_id = ? ORDER BY seq", run_id)
+            rows += tx.all("SELECT 'approved' AS action, approved_by AS \"by\", approved_at AS at, gate AS detail "
+                           "FROM approvals WHERE run_id = ?", run_id)
+            rows += tx.all("SELECT 'abort_requested' AS action, requested_by AS \"by\", requested_at AS at, "
+                           "NULL AS detail FROM abort_requests WHERE run_id = ?", run_id)
+        # stable: audit rows keep their order at one timestamp
+        return sorted((self._record(AuditEntry, r) for r in rows), key=lambda e: e.at)
 
     def paused(self, run_id: str) -> AuditEntry | None:
         """The pause that holds the run now (the latest pause/continue is a pause), or None."""
         with self._tx(write=False) as tx:
-            row = tx.one("SELECT action, actor, at, detail FROM audit WHERE run_id = ? AND action IN ('paused', "
+            row = tx.one(f"SELECT {_AUDIT_COLS} FROM audit WHERE run_id = ? AND action IN ('paused', "
                          "'continued') ORDER BY seq DESC LIMIT 1", run_id)
-        return self._audit_entry(row) if row is not None and row["action"] == "paused" else None
+        return self._record(AuditEntry, row) if row is not None and row["action"] == "paused" else None
 
     def submitters(self, run_ids: list[str]) -> dict[str, AuditEntry]:
         """Who submitted each of `run_ids` (one query, for a runs list)."""
@@ -643,15 +624,12 @@ class SqlJournal(ABC):
             return {}
         marks = ", ".join("?" for _ in run_ids)
         with self._tx(write=False) as tx:
-            rows = tx.all(f"SELECT run_id, action, actor, at, detail FROM audit WHERE action = 'submitted' "
+            rows = tx.all(f"SELECT run_id, {_AUDIT_COLS} FROM audit WHERE action = 'submitted' "
                           f"AND run_id IN ({marks}) ORDER BY seq", *run_ids)
         out: dict[str, AuditEntry] = {}
         for r in rows:
-            out.setdefault(r["run_id"], self._audit_entry(r))
+            out.setdefault(r["run_id"], self._record(AuditEntry, r))
         return out
-
-    def _audit_entry(self, row: dict[str, Any]) -> AuditEntry:
-        return AuditEntry(row["action"], row["actor"], self._ts_value(row["at"]), row["detail"])
 
 
 #: what the executor, the services and the server program against: a journal of either backend

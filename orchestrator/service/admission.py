@@ -50,7 +50,7 @@ from orchestrator.service.refusals import (
     refuse_unsettled,
 )
 from orchestrator.service.run_info import check_tag, table_for
-from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, _compose_client, owner_id
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, owner_id
 from orchestrator.service.signals import parse_soak
 from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short
 from orchestrator.util.user_errors import Refused, UserError
@@ -136,13 +136,10 @@ async def prerequisite_words(session: Session, rb: Runbook, overrides: Iterable[
         if p.host in skip or entry is None:
             continue
         try:
-            async with _compose_client(session, entry) as cm:
-                actions = list(await cm.action_log())
-                cur = (await cm.version()).project(entry.project).current
+            actions, current = await incident.host_ups(session, entry)
         except ClientError:
             continue
-        out[p.host] = HostWord(actions, (cur.tag, cur.file) if cur is not None and cur.tag and cur.file else None,
-                               load_runbook(p.runbook).file)
+        out[p.host] = HostWord(actions, current, load_runbook(p.runbook).file)
     return out
 
 
@@ -151,16 +148,6 @@ def tier_not_busy(session: Session, host: str, rb: Runbook) -> Check:
         refuse_tier_busy(session, host, rb)
         refuse_tier_halted(session.journal, rb, host)  # a tier host HALTED outside the pool (journal)
     return check
-
-
-def resume_run(session: Session, run_id: str, rb: Runbook | None = None) -> tuple[Admitted, Runbook, Any]:
-    """`resume RUN`: the run admitted again, its recorded runbook (or `rb`, the caller's checked copy) and table."""
-    run = session.journal.get_run(run_id)
-    if rb is None:
-        rb = load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
-    table = table_for(run, rb)
-    admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
-    return admitted, rb, table
 
 
 def new_rollout(session: Session, host: str, tag: str, runbook: str,
@@ -328,5 +315,7 @@ def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, c
     if req.retry:
         new_run, rb, table = retry_run(session, run)
         return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True)
-    admitted, rb, table = resume_run(session, run.run_id, checked)
+    rb = checked or load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
+    table = table_for(run, rb)
+    admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
     return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.rules import targets
+from orchestrator.hosts.inventory import HostEntry
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import Runbook
 from orchestrator.service.session import _compose_client
@@ -44,18 +45,16 @@ def read_history(actions: list[Action], current: tuple[str, str] | None, rb: Run
     return HostHistory(new_tag, (pick.tag, pick.file) if pick else None, pick.timestamp if pick else None)  # type: ignore[arg-type]  # `before` keeps only entries with a tag and a file
 
 
-async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:
-    entry = session.inventory.host(host)
+async def host_ups(session: Session, entry: HostEntry) -> tuple[list[Action], tuple[str, str] | None]:
+    """compose-manager's action log (oldest first) and its last successful up (tag, file), if any."""
     async with _compose_client(session, entry) as cm:
         actions = list(await cm.action_log())
-        version = await cm.version()
-    cur = version.project(entry.project).current
-    return read_history(actions, (cur.tag, cur.file) if cur is not None and cur.tag and cur.file else None, rb)
+        cur = (await cm.version()).project(entry.project).current
+    return actions, (cur.tag, cur.file) if cur is not None and cur.tag and cur.file else None
 
 
-def command(host: str, rb: Runbook, target: tuple[str, str] | None) -> str:
-    tag, file = target if target is not None else ("TAG", "FILE")
-    return targets.rollback_command(host, rb.name, tag, file)
+async def host_history(session: Session, host: str, rb: Runbook) -> HostHistory:
+    return read_history(*await host_ups(session, session.inventory.host(host)), rb)
 
 
 def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHistory, why: str) -> str:
@@ -69,7 +68,8 @@ def no_journal_message(session: Session, host: str, rb: Runbook, history: HostHi
                   + "; check it, it is dry-run before anything stops")
     else:
         target = "compose-manager's action log shows no earlier deploy to suggest: take the tag and file from the rollout's change"
+    tag, file = history.suggested or ("TAG", "FILE")
     return (f"{why}; {where} holds no rollout of {host}. The rollout's journal holds its before-state (previous tag and "
             f"file of every service): run this where that journal is (team mode: the same ORCHESTRATOR_DATABASE_URL as "
-            f"the server that ran it), or give the target explicitly: `{command(host, rb, history.suggested)}` "
+            f"the server that ran it), or give the target explicitly: `{targets.rollback_command(host, rb.name, tag, file)}` "
             f"({target})")

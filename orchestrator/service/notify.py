@@ -47,9 +47,6 @@ class Notifier:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_size)
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
-        self.sent = 0
-        self.dropped = 0
-        self.failed = 0
         self.log = structlog.get_logger("orchestrator.notify")
 
     def post(self, message: dict[str, Any]) -> bool:
@@ -58,7 +55,6 @@ class Notifier:
         try:
             self._queue.put_nowait(message)
         except asyncio.QueueFull:
-            self.dropped += 1
             self.log.warning("notification_dropped", reason="queue full", run_id=message.get("run_id"))
             return False
         if self._task is None:
@@ -93,11 +89,9 @@ class Notifier:
             message = await self._queue.get()
             try:
                 await self._send(message)
-                self.sent += 1
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a notification must never take anything down
-                self.failed += 1
                 self.log.warning("notification_failed", run_id=message.get("run_id"), event=message.get("event"),
                                  error=self.scrub(f"{type(exc).__name__}: {exc}").replace(self.url, "<notify url>"))
             finally:
@@ -110,7 +104,6 @@ class Notifier:
                 await asyncio.wait_for(self._queue.join(), timeout=flush_s)
             left = self._queue.qsize()
             if left:
-                self.dropped += left
                 self.log.warning("notifications_not_delivered", count=left, reason=f"not out within {flush_s} s")
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

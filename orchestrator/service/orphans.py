@@ -60,9 +60,8 @@ async def read_host(session: Session, run: RunRecord, rb: Runbook | None) -> str
 async def end_unowned(session: Session, run: RunRecord, by: str) -> str | None:
     """End `run` if nobody drives it (module docstring): the line to show, or None."""
     journal = session.journal
-    lease = journal.held_lease(run.host)
-    if lease is not None and lease.run_id == run.run_id and not holder_gone(lease.owner) and \
-            journal.current_lease(run.host) is not None:
+    lease = journal.current_lease(run.host)  # unreleased and unexpired
+    if lease is not None and lease.run_id == run.run_id and not holder_gone(lease.owner):
         return None  # a live runner: it acts on the abort request
     effects = journal.effects(run.run_id)
     changed = [e for e in effects if e.mutating]

@@ -23,11 +23,9 @@ from orchestrator.util.settings import Settings
 RUNBOOK_IDENTITY = "runbook_identity"
 #: The run-context key of the runbook text the run executes (read once when the run was created).
 RUNBOOK_TEXT = "runbook_text"
-
-
-def owner_id() -> str:
-    """`HOSTNAME:PID:BOOT_ID:START` (journal/owner.py): lets a lease of a dead process be taken over at once."""
-    return owner_text()
+#: The runner's identity, `HOSTNAME:PID:BOOT_ID:START` (journal/owner.py): a lease of a dead process
+#: is taken over at once.
+owner_id = owner_text
 
 
 @dataclass

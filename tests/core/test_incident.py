@@ -3,13 +3,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 from orchestrator.engine.rules.targets import EXPLICIT
 from orchestrator.hosts.parsers.action_log import Action
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
-from orchestrator.service.incident import command, read_history
+from orchestrator.service.incident import no_journal_message, read_history
 
 RB = load_runbook(DEFAULT_RUNBOOK)
 NEW, OLD = RB.file, RB.deploys[0]
+SESSION = SimpleNamespace(settings=SimpleNamespace(database_url="", state_dir=Path("/state")))
+
+
+def command(h):
+    """The command the refusal gives."""
+    return no_journal_message(SESSION, "gpu02", RB, h, "no rollout").split("`")[1]
 
 
 def up(tag, file, *services, at="2026-11-01T00:00:00.000000000+00:00"):
@@ -23,7 +32,7 @@ def test_after_a_whole_rollout_the_suggestion_is_the_last_other_file_before_the_
                up("v0.0.300", NEW, "nginx")]
     h = read_history(actions, ("v0.0.300", NEW), RB)
     assert (h.new_tag, h.suggested, h.suggested_at) == ("v0.0.300", ("v0.0.290", OLD), "T290b")
-    assert command("gpu02", RB, h.suggested) == f"orchestrate rollback gpu02 --runbook {RB.name} --to-tag v0.0.290 --to-file {OLD}"
+    assert command(h) == f"orchestrate rollback gpu02 --runbook {RB.name} --to-tag v0.0.290 --to-file {OLD}"
 
 
 def test_the_new_tag_comes_from_the_action_log_when_the_last_success_is_another_file():
@@ -39,7 +48,7 @@ def test_a_host_that_never_ran_the_new_file_has_no_new_tag():
 
 def test_a_file_outside_deploys_is_not_suggested():
     h = read_history([up("v0.0.100", "prod/Other.yaml", "x"), up("v0.0.300", NEW, "y")], None, RB)
-    assert h.suggested is None and command("gpu02", RB, None).endswith("--to-tag TAG --to-file FILE")
+    assert h.suggested is None and command(h).endswith("--to-tag TAG --to-file FILE")
     assert "explicit" in EXPLICIT
 
 

@@ -16,7 +16,7 @@ from orchestrator.util.user_errors import UserError
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "orchestrator"
 #: What only the service calls: the ways a run is admitted, placed or executed.
-RUN_PATH = {"new_rollout", "new_rollback", "retry_run", "resume_run", "place_for_continue", "execute",
+RUN_PATH = {"new_rollout", "new_rollback", "retry_run", "place_for_continue", "execute",
             "execute_stoppable", "record_options"}
 
 

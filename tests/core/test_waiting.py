@@ -36,7 +36,7 @@ def test_expire_lease_ends_a_live_lease_for_every_reader(tmp_path):
     run = j.create_run(host="gpu02", runbook="rb", tag="v1", kind="rollout", state="INIT", context={})
     lease, _ = j.acquire_lease("gpu02", run.run_id, "dead:1", 3600)
     with pytest.raises(LeaseHeld):
-        j.acquire_lease("gpu02", "gpu02-other", "other:2", 60, allow_takeover=False)
+        j.acquire_lease("gpu02", "gpu02-other", "other:2", 60)
     expire_lease(path, "gpu02")
     assert j.current_lease("gpu02") is None
     _, previous = j.acquire_lease("gpu02", run.run_id, "other:2", 60)

@@ -15,11 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
 from journal_clock import START, FakeClock  # noqa: E402,F401  (re-exported for the tests)
+from orchestrator.journal import migrations
 from orchestrator.journal.base import RunRecord
+from orchestrator.journal.migrations import Migration
 from orchestrator.journal.sql import SqlJournal
 from orchestrator.journal.sqlite import SqliteJournal
 
@@ -30,18 +33,19 @@ class Store:
 
     backend: str
     clock: FakeClock
-    location: str  # SQLite file path, or the PostgreSQL URL
-    schema: str | None = None  # PostgreSQL only
+    location: str  # SQLite file path, or the PostgreSQL URL (its search_path the test's schema)
     journals: list[SqlJournal] = field(default_factory=list)
 
-    def open(self, **kwargs: Any) -> SqlJournal:
+    def open(self, schema_migrations: tuple[Migration, ...] | None = None, **kwargs: Any) -> SqlJournal:
+        """`schema_migrations`: open as an orchestrator that knows these migrations (older or newer)."""
         kwargs.setdefault("now", self.clock)
-        if self.backend == "sqlite":
-            journal: SqlJournal = SqliteJournal(self.location, **kwargs)
-        else:
-            from orchestrator.journal.postgres import PostgresJournal
+        with patch.object(migrations, "MIGRATIONS", schema_migrations or migrations.MIGRATIONS):
+            if self.backend == "sqlite":
+                journal: SqlJournal = SqliteJournal(self.location, **kwargs)
+            else:
+                from orchestrator.journal.postgres import PostgresJournal
 
-            journal = PostgresJournal(self.location, schema=self.schema, **kwargs)
+                journal = PostgresJournal(self.location, **kwargs)
         self.journals.append(journal)
         return journal
 
@@ -60,8 +64,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> I
     if request.param == "sqlite":
         s = Store("sqlite", clock, str(tmp_path / "state" / "journal.db"))
     else:
-        url = request.getfixturevalue("postgres_url")
-        s = Store("postgres", clock, url, schema=request.getfixturevalue("pg_schema"))
+        s = Store("postgres", clock, request.getfixturevalue("pg_journal_url"))
     try:
         yield s
     finally:

@@ -36,7 +36,6 @@ def test_a_live_lease_of_another_run_or_owner_is_held(journal, clock, make_run) 
     assert (err.value.holder_run_id, err.value.owner, err.value.expires_at) == (
         a.run_id, "runner-a", lease.expires_at,
     )
-    assert not err.value.expired
     assert a.run_id in str(err.value)
     with pytest.raises(LeaseHeld):  # the same run from another process is another owner
         journal.acquire_lease("gpu02", a.run_id, "runner-b", TTL)
@@ -75,11 +74,6 @@ def test_expired_lease_is_taken_over_and_returned(journal, clock, make_run) -> N
     lease_a, _ = journal.acquire_lease("gpu02", a.run_id, "runner-a", TTL)
     clock.advance(TTL)  # expires_at == now: no longer live
     assert journal.current_lease("gpu02") is None
-
-    with pytest.raises(LeaseHeld) as err:
-        journal.acquire_lease("gpu02", b.run_id, "runner-b", TTL, allow_takeover=False)
-    assert err.value.expired and err.value.holder_run_id == a.run_id
-    assert "expired" in str(err.value)
 
     lease_b, previous = journal.acquire_lease("gpu02", b.run_id, "runner-b", TTL)
     assert previous == lease_a
@@ -199,7 +193,7 @@ class _Model:
 
 _ops = st.lists(
     st.one_of(
-        st.tuples(st.just("acquire"), st.integers(0, 2), st.booleans()),
+        st.tuples(st.just("acquire"), st.integers(0, 2)),
         st.tuples(st.just("heartbeat"), st.integers(0, 2)),
         st.tuples(st.just("release"), st.integers(0, 2)),
         st.tuples(st.just("write"), st.integers(0, 2)),
@@ -228,19 +222,13 @@ def test_leases_follow_the_model(journal, clock, ops) -> None:
         if op[0] == "advance":
             clock.advance(op[1])
         elif op[0] == "acquire":
-            r, takeover = op[1], op[2]
-            other = model.holder != r
-            if model.live(now) and other:
+            r = op[1]
+            if model.live(now) and model.holder != r:
                 with pytest.raises(LeaseHeld):
-                    journal.acquire_lease(host, runs[r], f"o{r}", TTL, allow_takeover=takeover)
+                    journal.acquire_lease(host, runs[r], f"o{r}", TTL)
                 continue
             expired_unreleased = model.holder is not None and not model.released and not model.live(now)
-            if expired_unreleased and other and not takeover:
-                with pytest.raises(LeaseHeld):
-                    journal.acquire_lease(host, runs[r], f"o{r}", TTL, allow_takeover=takeover)
-                continue
-            lease, previous = journal.acquire_lease(host, runs[r], f"o{r}", TTL,
-                                                    allow_takeover=takeover)
+            lease, previous = journal.acquire_lease(host, runs[r], f"o{r}", TTL)
             if expired_unreleased:
                 assert previous is not None and previous.token == model.token
             else:

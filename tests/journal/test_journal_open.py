@@ -45,18 +45,17 @@ def test_the_clock_is_passed_through(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-def test_postgresql_url_selects_postgres(postgres_url: str, pg_schema: str) -> None:
+def test_postgresql_url_selects_postgres(pg_journal_url: str) -> None:
     from orchestrator.journal.postgres import PostgresJournal
 
-    url = f"{postgres_url}?options=-csearch_path%3D{pg_schema}"
-    with open_journal(url) as journal:
+    with open_journal(pg_journal_url) as journal:
         assert isinstance(journal, PostgresJournal)
         assert journal.applied_migrations == [1, 2, 3, 4, 5]
         run = journal.create_run(host="gpu02", runbook="rb", tag=None, kind="rollout",
                                  state="INIT", context={"db": "clock"})
         # No injected clock: the database's clock, in UTC.
         assert run.created_at.utcoffset().total_seconds() == 0
-    with PostgresJournal(postgres_url, schema=pg_schema) as again:
+    with PostgresJournal(pg_journal_url) as again:
         assert again.applied_migrations == [] and again.get_run(run.run_id) == run
 
 

@@ -378,7 +378,7 @@ def test_shutdown_cancels_running_runs_and_leaves_their_lease_to_expire(settings
         assert not j.get_run(run_id).terminal
         # not released: until it expires, another runner is refused
         with pytest.raises(LeaseHeld):
-            j.acquire_lease("gpu02", "someone-else", "other:1", 60, allow_takeover=False)
+            j.acquire_lease("gpu02", "someone-else", "other:1", 60)
         expire_lease(settings.journal_location(), "gpu02")  # its TTL has run out
         assert j.current_lease("gpu02") is None
     finally:
