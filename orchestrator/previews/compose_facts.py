@@ -26,6 +26,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import yaml
@@ -103,18 +104,17 @@ class FactCheck:
     # -- the facts ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.replica_values()
-        self.weights()
-        self.gpus()
-        self.relays()
-        self.routing()
-        self.profiles()
+        # each fact returns what it checked, said only when it found nothing
+        for fact in (self.replica_values, self.weights, self.gpus, self.relays, self.routing, self.profiles):
+            before = len(self.findings)
+            passed = fact()
+            if passed and len(self.findings) == before:
+                self.checks.append(passed)
         for i, ex in enumerate(self.rb.expects):
             self.expectation(i, ex)
 
-    def replica_values(self) -> None:
-        scrape = self.scrape_labels()
-        before = len(self.findings)
+    def replica_values(self) -> str | None:
+        scrape = self.scrape_labels
         for replica, values in self.rb.replica_values.items():
             for engine in self.engines(replica):
                 labels = reading.labels(self.cf, engine, self.env)
@@ -142,9 +142,10 @@ class FactCheck:
                 if want_image and not digest.startswith(want_image):
                     self.add(engine, "image", image or "(none)", f"a digest starting {want_image} (engine_image)",
                              self.lines.at("replica_values", replica, "engine_image"))
-        if self.rb.replica_values and len(self.findings) == before:
-            self.checks.append("each replica's engines carry its replica_values (labels, log tags, scrape labels, image)")
+        return "each replica's engines carry its replica_values (labels, log tags, scrape labels, image)" \
+            if self.rb.replica_values else None
 
+    @cached_property
     def scrape_labels(self) -> dict[str, list[tuple[str, dict[str, str]]]]:
         """service -> (job name, static labels) of every scrape job in the file's inline configs
         whose target is that service."""
@@ -166,18 +167,18 @@ class FactCheck:
                         out.setdefault(service, []).append((str(job.get("job_name", name)), labels))
         return out
 
-    def weights(self) -> None:
+    def weights(self) -> str | None:
         if not self.rb.weights:
-            return
-        before = len(self.findings)
+            return None
         where = self.lines.at("weights")
         want = " or ".join(self.rb.weights)
         engines = [e for r in self.rb.replicas for e in self.engines(r)]
         for engine in engines:
-            path = _flag(reading.argv(self.cf, engine, self.env) or [], "--model-path")
+            argv = reading.argv(self.cf, engine, self.env)
+            path = _flag(argv or [], "--model-path")
             if isinstance(path, str) and not any(_names_repo(path, w) for w in self.rb.weights):
                 self.add(engine, "--model-path", path, f"a snapshot of {want}", where)
-            elif path is None and reading.argv(self.cf, engine, self.env) is not None:
+            elif path is None and argv is not None:
                 self.add(engine, "--model-path", "(absent)", f"a snapshot of {want}", where)
         for dep in sorted(self.cf.dependencies_of(engines)) if engines else []:
             text = " ".join(reading.argv(self.cf, dep, self.env) or [])
@@ -186,7 +187,7 @@ class FactCheck:
             for w in self.rb.weights:
                 if not _downloads(text, w):
                     self.add(dep, "command", "no download of it", f"a download of {w} (the engines depend on {dep})", where)
-        scrape = self.scrape_labels()
+        scrape = self.scrape_labels
         for service in self.cf.services:
             labels = reading.labels(self.cf, service, self.env)
             found = [(f"label {OTEL_PREFIX}model_path", labels.get(OTEL_PREFIX + "model_path"))]
@@ -195,13 +196,11 @@ class FactCheck:
             for key, value in found:
                 if value is not None and value not in self.rb.weights:
                     self.add(service, key, value, want, where)
-        if len(self.findings) == before:
-            self.checks.append(f"weights: --model-path, the downloader and every model_path label name {want}")
+        return f"weights: --model-path, the downloader and every model_path label name {want}"
 
-    def gpus(self) -> None:
+    def gpus(self) -> str | None:
         if not self.rb.replica_gpus:
-            return
-        before = len(self.findings)
+            return None
         held: dict[int, list[tuple[str, str]]] = {}
         for replica, gpus in self.rb.replica_gpus.items():
             for engine in self.engines(replica):
@@ -218,8 +217,7 @@ class FactCheck:
                 for replica, engine in rest:
                     self.add(engine, "device_ids", f"GPU {gpu}, also reserved by {first}",
                              "no GPU shared between replicas", self.lines.at("replica_gpus", replica))
-        if len(self.findings) == before:
-            self.checks.append("each replica's engines reserve exactly its replica_gpus, none shared")
+        return "each replica's engines reserve exactly its replica_gpus, none shared"
 
     def relay_reads(self) -> list[RelayRead]:
         out: list[RelayRead] = []
@@ -237,8 +235,7 @@ class FactCheck:
                     out.append(RelayRead(port, rep, section, st, field, reads_metrics=field != "relay"))
         return out
 
-    def relays(self) -> None:
-        before = len(self.findings)
+    def relays(self) -> str | None:
         reads = self.relay_reads()
         metric_replicas: dict[str, RelayRead] = {}
         for read in reads:
@@ -262,12 +259,11 @@ class FactCheck:
                 if argv is not None and _flag(argv, "--enable-metrics") is None:
                     self.add(engine, "--enable-metrics", "(absent)", "present (a gate reads this engine's metrics)",
                              self.lines.step(read.section, read.step.id, read.field))
-        if reads and len(self.findings) == before:
-            ports = sorted({r.port for r in reads})
-            self.checks.append(f"relay ports {', '.join(f':{p}' for p in ports)} published and routed to their replicas; "
-                               f"engines whose metrics a gate reads run with --enable-metrics")
+        ports = sorted({r.port for r in reads})
+        return (f"relay ports {', '.join(f':{p}' for p in ports)} published and routed to their replicas; "
+                f"engines whose metrics a gate reads run with --enable-metrics") if reads else None
 
-    def routing(self) -> None:
+    def routing(self) -> str | None:
         for section, _, st in self.forward_steps():
             if st.verify is None or not st.verify.peers:
                 continue
@@ -276,11 +272,10 @@ class FactCheck:
                        for s in self.cf.services):
                 self.add("(any service)", "long-domain registration", "no service names " + domain,
                          f"a registrar registering {domain}", self.lines.step(section, st.id, "verify"))
-            else:
-                self.checks.append(f"a service of the file registers the long domain {domain} (verify)")
-            return
+            return f"a service of the file registers the long domain {domain} (verify)"
+        return None
 
-    def profiles(self) -> None:
+    def profiles(self) -> None:  # its findings only
         oneshots = {st.oneshot.service for _, _, st in self.forward_steps() if st.oneshot is not None}
         for ph in self.rb.phases:
             started: dict[str, Step] = {}

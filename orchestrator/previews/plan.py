@@ -122,24 +122,20 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
     by_state = {p.state: p for p in plan_steps}
     running_at: dict[str, set[str]] = {}
 
-    def apply(step: Step, running: set[str]) -> set[str]:
+    def apply(step: Step, running: set[str], state: str | None = None) -> set[str]:
+        """What runs after `step`; with `state`, an up's orphans noted on its plan step."""
         c = step.compose
-        if c is None or step.dry_run is not None or c.services == SELECTED:
+        if c is None or step.dry_run is not None:
             return running
-        if step.down is not None:
-            return running - set(c.services)
         defined = new_def if c.file == "new" else prev_def
-        return (running & defined) | set(c.services)
-
-    def note(state: str, step: Step, running: set[str]) -> None:
-        c = step.compose
-        if c is None or step.up is None:  # only an applied up removes orphans
-            return
-        defined = new_def if c.file == "new" else prev_def
-        # a one-shot the runbook waits out (model-downloader) has exited by then: removing an exited
-        # container takes nothing down, and docker/ps does not list it as running
-        orphans = sorted(running - defined - rb.oneshot_services())
-        by_state[state].orphans, by_state[state].unsafe = orphans, bool(orphans)
+        if state is not None and step.up is not None:  # only an applied up removes orphans
+            # a one-shot the runbook waits out (model-downloader) has exited by then: removing an exited
+            # container takes nothing down, and docker/ps does not list it as running
+            orphans = sorted(running - defined - rb.oneshot_services())
+            by_state[state].orphans, by_state[state].unsafe = orphans, bool(orphans)
+        if c.services == SELECTED:
+            return running
+        return running - set(c.services) if step.down is not None else (running & defined) | set(c.services)
 
     def walk(cur: str, running: set[str]) -> None:
         """Follow OK edges from `cur` until a terminal or a state already placed."""
@@ -147,34 +143,24 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
             running_at[cur] = set(running)
             step = table.nodes[cur].step
             if step is not None:
-                note(cur, step, running)
-                running = apply(step, running)
+                running = apply(step, running, cur)
             cur = table.edges[(cur, Event.OK)]
 
     walk(table.start, set(prev_def))  # the happy path
     order = list(table.order)
-    # every remedy chain, from its gate (it ends back at its gate)
+    # every remedy chain from its gate (it ends back at its gate), then every rollback chain from the
+    # latest state that can enter it: in reading order, each remedy comes right after its gate
+    entered_by = {"remedy": (Event.REMEDY,), "rollback": (Event.FAIL, Event.ABORT), "full_rollback": (Event.FAIL, Event.ABORT)}
     for sid in order:
-        if table.nodes[sid].section != "remedy" or sid in running_at:
+        events = entered_by.get(table.nodes[sid].section)
+        if events is None or sid in running_at:
             continue
-        gates = [s for s in running_at if table.edges.get((s, Event.REMEDY)) == sid]
-        if not gates:
-            continue
-        walk(sid, set(running_at[gates[0]]))
-    # every rollback chain, from the latest state that can enter it
-    for sid in order:
-        node = table.nodes[sid]
-        if node.section not in ("rollback", "full_rollback") or sid in running_at:
-            continue
-        entries = [s for s in running_at if any(table.edges.get((s, e)) == sid for e in (Event.FAIL, Event.ABORT))]
+        entries = [s for s in running_at if any(table.edges.get((s, e)) == sid for e in events)]
         if not entries:
             continue
         latest = max(entries, key=order.index)
         step = table.nodes[latest].step
-        running = set(running_at[latest])
-        if step is not None:
-            running = apply(step, running)
-        walk(sid, running)
+        walk(sid, set(running_at[latest]) if step is None else apply(step, set(running_at[latest])))
     return basis
 
 
