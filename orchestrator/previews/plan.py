@@ -8,6 +8,7 @@ if that gate fails. The env map is shown as a placeholder, never values.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from typing import Any
@@ -80,17 +81,18 @@ def fleet_rules(rb: Runbook, hosts: list[str]) -> list[str]:
     return rules
 
 
-def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) -> dict[str, Any] | None:
+def _request(step: Step, rb: Runbook, tag: str, project: str | None, env: str,
+             previous: Mapping[str, Mapping[str, str]] | None) -> dict[str, Any] | None:
     spec = step.compose
     if spec is None:
         return None
-    req_tag, req_file = describe_file(spec.file, rb, tag)
+    req_tag, req_file = describe_file(spec.file, rb, tag, previous)
     services = ["<services the previous dry run found on an older definition>"] if spec.services == SELECTED else list(spec.services)
     body: dict[str, Any] = {"tag": req_tag, "file": req_file}
     if project:
         body["project"] = project
     body["services"] = services
-    body["env"] = f"<env map of {host}, read at run time>"
+    body["env"] = env
     path = "/compose/down" if step.down is not None else "/compose/up"
     if step.down is None:
         body["force_recreate"] = bool(spec.force_recreate)  # only on services whose only change is inline configs
@@ -165,7 +167,10 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
 
 
 def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str | None = None,
-               new_file_services: set[str] | None = None) -> Plan:
+               new_file_services: set[str] | None = None, previous: Mapping[str, Mapping[str, str]] | None = None,
+               env_keys: int | None = None) -> Plan:
+    """The plan; `plan --live` passes the previous deploys it established and the env map's key count."""
+    env = f"<env map of {host}, read at run time>" if env_keys is None else f"<env map of {host}: {env_keys} keys>"
     b = rb.budget
     replica = parse_budget(b.default).bytes if b else 0
     rank = per_rank_bytes(replica, b.ranks_per_replica) if b else 0
@@ -192,7 +197,7 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
             then = f"{_target(ev[Event.OK])} (its gate again, reading the engine's log afresh)"
         steps.append(PlanStep(
             number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
-            request=_request(step, rb, host, tag, project),
+            request=_request(step, rb, tag, project, env, previous),
             gate=desc.gate + (f"; {step.watch.describe()}" if step.watch is not None else "")
             + (" (observe only: its pass or failure is recorded and notified; the run goes on either way)"
                               if step.observe else ""),
@@ -205,7 +210,7 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         ))
     plan = Plan(
         host=host, tag=tag, runbook=rb.name, title=rb.title, kind=table.kind,
-        env_placeholder=f"<env map of {host}, read at run time>",
+        env_placeholder=env,
         budget=("; ".join(f"{m.variable}={m.default} per replica ({format_gib(parse_budget(m.default).bytes)}) x {m.replicas} "
                           f"for {', '.join(m.engines)}, {m.ranks_per_replica} ranks: rank_budget_bytes="
                           f"{per_rank_bytes(parse_budget(m.default).bytes, m.ranks_per_replica)}" for m in rb.budgets())
