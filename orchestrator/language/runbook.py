@@ -3,8 +3,8 @@
 A runbook reads top to bottom like the prose runbook it encodes: preflight checks that change nothing,
 then phases (one per replica, then reconcile), each a list of steps that do one thing or wait on one
 gate, each phase naming its rollback. The schema is in `step_specs`, `steps` and `runbook_model` (the
-names importers use are re-exported here); this module finds and parses runbooks, refusing what the
-rules forbid naming the field, and pins named runbooks by sha256.
+names importers use are re-exported here); this module finds runbooks (the shipped folder, or a name or
+path) and parses them, refusing what the rules forbid naming the field, and pins named runbooks by sha256.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+import orchestrator  # the package's own folder, wherever in it this module lives
 from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401  # re-exported: the public entry of the runbook language
-from orchestrator.language.runbook_paths import RUNBOOK_DIR, resolve_runbook_path  # noqa: F401  # re-exported: the public entry of the runbook language
 from orchestrator.language.step_specs import (  # noqa: F401  # re-exported: the public entry of the runbook language
     SELECTED,
     ComposeSpec,
@@ -35,6 +35,22 @@ from orchestrator.util.user_errors import Refused, UserError
 
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_PACKAGE = Path(orchestrator.__file__).resolve().parent
+#: The shipped runbooks: `orchestrator/runbooks/` in an installed wheel (pyproject maps the top-level
+#: `runbooks/` onto that package), the top-level `runbooks/` in a checkout.
+RUNBOOK_DIR = _PACKAGE / "runbooks" if (_PACKAGE / "runbooks").is_dir() else _PACKAGE.parent / "runbooks"
+
+
+def resolve_runbook_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    candidate = RUNBOOK_DIR / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    known = ", ".join(sorted(x.stem for x in RUNBOOK_DIR.glob("*.yaml"))) or "none"
+    raise UserError(f"runbook {name_or_path!r} not found: pass a path or one of {known}")
 
 
 def field_path(loc: tuple[int | str, ...], data: object) -> str:
