@@ -73,11 +73,9 @@ class Table:
     nodes: dict[str, Node]
     edges: dict[tuple[str, Event], str]
     order: tuple[str, ...] = field(default=())
-    #: state -> how many RETRY events it may send before it must fail instead
-    retry_caps: dict[str, int] = field(default_factory=dict)
     #: forward phase name -> its first state (where `resume --retry` and placement start)
     phase_starts: dict[str, str] = field(default_factory=dict)
-    #: up state -> the dry-run state that covers it (where RETRY goes)
+    #: up state -> the dry-run state that covers it (where RETRY goes, at most UP_RETRY_CAP times)
     covering_dry_run: dict[str, str] = field(default_factory=dict)
     #: gate state -> how many REMEDY events it may send in one run before its marker fails it
     remedy_caps: dict[str, int] = field(default_factory=dict)
@@ -88,7 +86,8 @@ class Table:
     retry_starts: dict[str, str] = field(default_factory=dict)
 
     def retry_cap(self, state: str) -> int:
-        return self.retry_caps.get(state, 0)
+        """How many RETRY events `state` may send before it must fail instead."""
+        return UP_RETRY_CAP if state in self.covering_dry_run else 0
 
     def remedy_cap(self, state: str) -> int:
         """How often `state` may take its remedy in one run (0: it has none)."""
@@ -207,7 +206,6 @@ def _chain(
             for j in range(i - 1, -1, -1):
                 if steps[j].dry_run is not None:
                     b.edge(ids[i], Event.RETRY, ids[j])
-                    b.t.retry_caps[ids[i]] = UP_RETRY_CAP
                     b.t.covering_dry_run[ids[i]] = ids[j]
                     break
         if s.remedy is not None:
