@@ -59,16 +59,6 @@ class Finding:
                 f"({why}relied on by {self.relies})")
 
 
-@dataclass(frozen=True)
-class RelayRead:
-    port: int
-    replica: str | None
-    section: str
-    step: Step
-    field: str
-    reads_metrics: bool
-
-
 class FactCheck:
     def __init__(self, rb: Runbook, cf: ComposeFile, env: Mapping[str, str], lines: RunbookLines) -> None:
         self.rb, self.cf, self.env, self.lines = rb, cf, env, lines
@@ -219,49 +209,38 @@ class FactCheck:
                              "no GPU shared between replicas", self.lines.at("replica_gpus", replica))
         return "each replica's engines reserve exactly its replica_gpus, none shared"
 
-    def relay_reads(self) -> list[RelayRead]:
-        out: list[RelayRead] = []
-        for section, replica, st in self.forward_steps():
+    def relays(self) -> str | None:
+        ports: set[int] = set()
+        metric_replicas: dict[str, str] = {}  # replica -> the runbook line of the first gate reading its metrics
+        for section, phase_replica, st in self.forward_steps():
             for field in type(st).model_fields:
                 spec = getattr(st, field)
                 if field in ("remedy", "down", "dry_run", "up", "plan") or not isinstance(spec, BaseModel):
                     continue
-                for port, rep in _relay_ports(spec, replica, set(self.rb.replicas)):
+                for port, replica in _relay_ports(spec, phase_replica, set(self.rb.replicas)):
+                    ports.add(port)
+                    relies = self.lines.step(section, st.id, field)
                     if field == "proxy_pool":  # the host's own proxy (its /backends/list): no replica's route
-                        out.append(RelayRead(port, None, section, st, field, reads_metrics=False))
-                        continue
-                    # a `relay:` gate reads /health, /v1/models and a generation; every other gate
-                    # that names a relay (metrics, labels, watch, quiet, soak, analysis) reads /metrics
-                    out.append(RelayRead(port, rep, section, st, field, reads_metrics=field != "relay"))
-        return out
-
-    def relays(self) -> str | None:
-        reads = self.relay_reads()
-        metric_replicas: dict[str, RelayRead] = {}
-        for read in reads:
-            if read.replica and read.reads_metrics:
-                metric_replicas.setdefault(read.replica, read)
-            relies = self.lines.step(read.section, read.step.id, read.field)
-            publishers = [s for s in self.cf.services if read.port in reading.published_ports(self.cf, s, self.env)]
-            if not publishers:
-                self.add("(any service)", f"ports :{read.port}", "not published", f"a service publishing :{read.port}", relies)
-                continue
-            if read.replica is None:
-                continue
-            engines = self.engines(read.replica)
-            for service in publishers:
-                backend = _route_of(reading.config_text(self.cf, service, self.env), read.port)
-                if backend is not None and engines and backend not in engines:
-                    self.add(service, f"route of :{read.port}", backend, f"{' or '.join(engines)} (replica {read.replica})", relies)
-        for replica, read in metric_replicas.items():
+                        replica = None
+                    elif replica and field != "relay":
+                        # a `relay:` gate reads /health, /v1/models and a generation; every other gate
+                        # that names a relay (metrics, labels, watch, quiet, soak, analysis) reads /metrics
+                        metric_replicas.setdefault(replica, relies)
+                    publishers = [s for s in self.cf.services if port in reading.published_ports(self.cf, s, self.env)]
+                    if not publishers:
+                        self.add("(any service)", f"ports :{port}", "not published", f"a service publishing :{port}", relies)
+                    engines = self.engines(replica) if replica else []
+                    for service in publishers if engines else []:
+                        backend = _route_of(reading.config_text(self.cf, service, self.env), port)
+                        if backend is not None and backend not in engines:
+                            self.add(service, f"route of :{port}", backend, f"{' or '.join(engines)} (replica {replica})", relies)
+        for replica, relies in metric_replicas.items():
             for engine in self.engines(replica):
                 argv = reading.argv(self.cf, engine, self.env)
                 if argv is not None and _flag(argv, "--enable-metrics") is None:
-                    self.add(engine, "--enable-metrics", "(absent)", "present (a gate reads this engine's metrics)",
-                             self.lines.step(read.section, read.step.id, read.field))
-        ports = sorted({r.port for r in reads})
-        return (f"relay ports {', '.join(f':{p}' for p in ports)} published and routed to their replicas; "
-                f"engines whose metrics a gate reads run with --enable-metrics") if reads else None
+                    self.add(engine, "--enable-metrics", "(absent)", "present (a gate reads this engine's metrics)", relies)
+        return (f"relay ports {', '.join(f':{p}' for p in sorted(ports))} published and routed to their replicas; "
+                f"engines whose metrics a gate reads run with --enable-metrics") if ports else None
 
     def routing(self) -> str | None:
         for section, _, st in self.forward_steps():
