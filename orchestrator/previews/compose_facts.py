@@ -13,7 +13,7 @@ runbook, so a runbook that gains a replica, a relay port or a label gains its ch
   metrics a gate reads run with `--enable-metrics`; `verify` with peers: a service registers the
   long domain;
 - a one-shot or temporary service the runbook starts by name has a profile (else any up starts it);
-- `expects:` (orchestrator.language.expects), entry by entry.
+- `expects:` (orchestrator.language.runbook_model.Expectation), entry by entry.
 
 Each difference is a `Finding`: one line naming the file, service, key, value found, value expected
 and the runbook line that relies on it. A value from the env map (it holds secrets) is never shown.
@@ -33,8 +33,7 @@ import yaml
 from pydantic import BaseModel
 
 from orchestrator.hosts.compose_file import ComposeFile, ComposeFileError, interpolate
-from orchestrator.language.expects import REPLICA_PREFIX, Expectation
-from orchestrator.language.runbook import Runbook
+from orchestrator.language.runbook_model import REPLICA_PREFIX, Expectation, Runbook
 from orchestrator.language.steps import Step
 from orchestrator.previews import compose_reading as reading
 from orchestrator.previews.runbook_lines import RunbookLines
