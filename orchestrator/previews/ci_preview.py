@@ -108,8 +108,7 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
                             tables.setdefault(since, render_changes(changes, path, since))
             results.append((a, checks, problems, new_services))
         out += [line for table in tables.values() for line in table]
-        deploying = [problems for a, _, problems, _ in results if a.role == "new"]
-        matched = any(not problems for problems in deploying)
+        matched = any(not problems for a, _, problems, _ in results if a.role == "new")
         for a, checks, problems, new_services in results:
             rb = a.runbook
             binding = bool(problems) and not matched
