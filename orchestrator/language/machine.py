@@ -117,9 +117,6 @@ class Table:
     def allows(self, state: str, event: Event) -> bool:
         return (state, event) in self.edges
 
-    def events_from(self, state: str) -> dict[Event, str]:
-        return {ev: to for (st, ev), to in self.edges.items() if st == state}
-
 
 class Machine:
     """The run's current state; `send` applies one event through the table."""

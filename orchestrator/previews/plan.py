@@ -175,13 +175,10 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
     replica = parse_budget(b.default).bytes if b else 0
     rank = per_rank_bytes(replica, b.ranks_per_replica) if b else 0
     steps: list[PlanStep] = []
-    events: dict[str, dict[Event, str]] = {}  # table.events_from of every state, in one pass over the edges
-    for (st, e), to in table.edges.items():
-        events.setdefault(st, {})[e] = to
     for i, sid in enumerate(table.order, start=1):
         node = table.nodes[sid]
         step = node.step
-        ev = events.get(sid, {})
+        ev = {e: to for e in Event if (to := table.edges.get((sid, e))) is not None}
         if step is None:
             steps.append(PlanStep(i, sid, node.section, node.phase,
                                   "hand over to a human" if ev.get(Event.OK) == "HALTED" else "end: nothing to undo", None,
