@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -81,18 +83,13 @@ def field_path(loc: tuple[int | str, ...], data: object) -> str:
 def _boolean_key(data: object, loc: tuple[int | str, ...] = ()) -> tuple[tuple[int | str, ...], bool] | None:
     """(where, key) of the first mapping key YAML 1.1 read as a boolean (a bare `on`, `off`, `yes`,
     `no`, `y`, `n`), else None: no key of the schema is a boolean."""
-    if isinstance(data, dict):
-        for k, v in data.items():
-            if isinstance(k, bool):
-                return loc, k
-            found = _boolean_key(v, (*loc, k))
-            if found:
-                return found
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            found = _boolean_key(v, (*loc, i))
-            if found:
-                return found
+    items: Iterable[tuple[Any, object]] = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        if isinstance(k, bool):
+            return loc, k
+        found = _boolean_key(v, (*loc, k))
+        if found:
+            return found
     return None
 
 

@@ -393,15 +393,11 @@ def _log_tags(raw: str) -> dict[str, list[str]]:
 
 
 def _scrape_jobs(doc: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            if key == "scrape_configs" and isinstance(value, list):
-                yield from (j for j in value if isinstance(j, dict))
-            else:
-                yield from _scrape_jobs(value)
-    elif isinstance(doc, list):
-        for item in doc:
-            yield from _scrape_jobs(item)
+    for key, value in doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ():
+        if key == "scrape_configs" and isinstance(value, list):
+            yield from (j for j in value if isinstance(j, dict))
+        else:
+            yield from _scrape_jobs(value)
 
 
 _LISTEN = re.compile(r"\blisten\s+(\d+)\b")
