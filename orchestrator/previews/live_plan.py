@@ -146,15 +146,12 @@ def phase_dry_run_steps(rb: Runbook, phase: str) -> list[tuple[Step, set[str]]]:
     A `services: selected` dry run depends on the one before it and is left out."""
     out: list[tuple[Step, set[str]]] = []
     stopped: set[str] = set()
-    for ph in rb.phases:
-        if ph.name != phase:
-            continue
-        for st in ph.steps:
-            if st.down is not None and isinstance(st.down.services, list):
-                stopped |= set(st.down.services)
-            if st.dry_run is not None and st.plan is not None and st.dry_run.file == "new" \
-                    and st.dry_run.services != SELECTED and not st.plan.tag_only:
-                out.append((st, set(stopped)))
+    for st in rb.phase(phase).steps:  # a forward phase (its name comes first in rb.phase's search)
+        if st.down is not None and isinstance(st.down.services, list):
+            stopped |= set(st.down.services)
+        if st.dry_run is not None and st.plan is not None and st.dry_run.file == "new" \
+                and st.dry_run.services != SELECTED and not st.plan.tag_only:
+            out.append((st, set(stopped)))
     return out
 
 
