@@ -162,11 +162,9 @@ class _Builder:
 
 
 def _skip_target(ids: list[str], steps: list[Step], i: int, after: str) -> str:
-    """Where SKIP from dry run `i` goes: the step after its paired up."""
-    for j in range(i + 1, len(steps)):
-        if steps[j].up is not None:
-            return ids[j + 1] if j + 1 < len(ids) else after
-    return ids[i + 1] if i + 1 < len(ids) else after
+    """Where SKIP from dry run `i` goes: the step after its paired up (without one, after the dry run)."""
+    j = next((j for j in range(i + 1, len(steps)) if steps[j].up is not None), i)
+    return ids[j + 1] if j + 1 < len(ids) else after
 
 
 def _chain(
