@@ -22,6 +22,7 @@ Rules, and why:
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -175,12 +176,9 @@ async def _resolve_previous(session: Any, cm: _ReadOnlyCompose, host: str, proje
     if not wanted:
         return previous, source
     actions = await cm.action_log()
-    succeeded: set[tuple[str, str]] = set()
-    try:
+    succeeded = journaled_successes(session.journal, host)
+    with suppress(ClientError):
         succeeded |= recorded_successes((await cm.version()).project(project))
-    except ClientError:
-        pass
-    succeeded |= journaled_successes(session.journal, host)
     for service in wanted:
         act = newest_successful(actions, service, succeeded)
         if act is not None:
