@@ -71,7 +71,6 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
     from orchestrator.previews.compose_diff import check_changes, render_changes, service_changes
     from orchestrator.previews.runbook_lines import RunbookLines
 
-    projects = projects or {}
     out = ["## orchestrate: rollout preview", ""]
     failures: list[str] = []
     unaffected: list[str] = []
@@ -124,7 +123,7 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
             if binding:
                 failures += [f"{path} vs runbook {rb.name}: {p}" for p in problems]
             for host in rb.hosts:
-                plan = build_plan(rb, compile_rollout(rb), host=host, tag=CI_TAG, project=projects.get(host),
+                plan = build_plan(rb, compile_rollout(rb), host=host, tag=CI_TAG, project=(projects or {}).get(host),
                                   new_file_services=new_services)
                 plan.checks, plan.problems = checks, problems
                 out += [render_markdown(plan), ""]
