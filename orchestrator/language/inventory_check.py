@@ -21,10 +21,9 @@ def inventory_problem(rb: Runbook, host: str, inventory_hosts: Collection[str], 
                 return (f"runbook {rb.name}'s {step_at(where, i, st.id)} reads the env map of host {env.host!r}, which the "
                         f"inventory does not list ({', '.join(sorted(inventory_hosts)) or 'none'}): fix env.host or add "
                         f"the host to the inventory")
-            reads = ("a query: gate" if st.query is not None else
-                     "metrics with source: prometheus" if st.analysis is not None and st.analysis.source == "prometheus"
-                     else None)
+            # with source: prometheus, the analysis always has its query (defaulted when not written)
             q = st.analysis.prometheus if st.analysis is not None and st.analysis.source == "prometheus" else None
+            reads = "a query: gate" if st.query is not None else "metrics with source: prometheus" if q is not None else None
             for other in (q.hosts() if q is not None else []):
                 if other not in inventory_hosts:
                     return (f"runbook {rb.name}'s {step_at(where, i, st.id)} reads a replica on host {other!r} "

@@ -73,11 +73,9 @@ class Table:
     nodes: dict[str, Node]
     edges: dict[tuple[str, Event], str]
     order: tuple[str, ...] = field(default=())
-    #: state -> how many RETRY events it may send before it must fail instead
-    retry_caps: dict[str, int] = field(default_factory=dict)
     #: forward phase name -> its first state (where `resume --retry` and placement start)
     phase_starts: dict[str, str] = field(default_factory=dict)
-    #: up state -> the dry-run state that covers it (where RETRY goes)
+    #: up state -> the dry-run state that covers it (where RETRY goes, at most UP_RETRY_CAP times)
     covering_dry_run: dict[str, str] = field(default_factory=dict)
     #: gate state -> how many REMEDY events it may send in one run before its marker fails it
     remedy_caps: dict[str, int] = field(default_factory=dict)
@@ -88,7 +86,8 @@ class Table:
     retry_starts: dict[str, str] = field(default_factory=dict)
 
     def retry_cap(self, state: str) -> int:
-        return self.retry_caps.get(state, 0)
+        """How many RETRY events `state` may send before it must fail instead."""
+        return UP_RETRY_CAP if state in self.covering_dry_run else 0
 
     def remedy_cap(self, state: str) -> int:
         """How often `state` may take its remedy in one run (0: it has none)."""
@@ -117,9 +116,6 @@ class Table:
 
     def allows(self, state: str, event: Event) -> bool:
         return (state, event) in self.edges
-
-    def events_from(self, state: str) -> dict[Event, str]:
-        return {ev: to for (st, ev), to in self.edges.items() if st == state}
 
 
 class Machine:
@@ -166,11 +162,9 @@ class _Builder:
 
 
 def _skip_target(ids: list[str], steps: list[Step], i: int, after: str) -> str:
-    """Where SKIP from dry run `i` goes: the step after its paired up."""
-    for j in range(i + 1, len(steps)):
-        if steps[j].up is not None:
-            return ids[j + 1] if j + 1 < len(ids) else after
-    return ids[i + 1] if i + 1 < len(ids) else after
+    """Where SKIP from dry run `i` goes: the step after its paired up (without one, after the dry run)."""
+    j = next((j for j in range(i + 1, len(steps)) if steps[j].up is not None), i)
+    return ids[j + 1] if j + 1 < len(ids) else after
 
 
 def _chain(
@@ -207,7 +201,6 @@ def _chain(
             for j in range(i - 1, -1, -1):
                 if steps[j].dry_run is not None:
                     b.edge(ids[i], Event.RETRY, ids[j])
-                    b.t.retry_caps[ids[i]] = UP_RETRY_CAP
                     b.t.covering_dry_run[ids[i]] = ids[j]
                     break
         if s.remedy is not None:

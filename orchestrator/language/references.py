@@ -36,9 +36,13 @@ def resolve_services(spec: ComposeSpec, selected: list[str] | None) -> tuple[str
     return tuple(spec.services)
 
 
-def describe_file(spec_file: str, rb: Runbook, tag: str | None) -> tuple[str, str]:
-    """(tag, file) for display when nothing is resolved yet (offline plans)."""
+def describe_file(spec_file: str, rb: Runbook, tag: str | None,
+                  previous: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, str]:
+    """(tag, file) for display: a previous deploy that is not known yet (offline plans) as a placeholder."""
     if spec_file == "new":
         return tag or "<tag>", rb.file
-    service = spec_file.split(":", 1)[1]
+    try:
+        return resolve_file(spec_file, rb, tag, previous or {})
+    except UnresolvedReference:
+        service = spec_file.split(":", 1)[1]
     return (f"<previous tag of {service}, from the action log>", f"<previous file of {service}, from the action log>")

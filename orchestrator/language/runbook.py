@@ -3,8 +3,8 @@
 A runbook reads top to bottom like the prose runbook it encodes: preflight checks that change nothing,
 then phases (one per replica, then reconcile), each a list of steps that do one thing or wait on one
 gate, each phase naming its rollback. The schema is in `step_specs`, `steps` and `runbook_model` (the
-names importers use are re-exported here); this module finds and parses runbooks, refusing what the
-rules forbid naming the field, and pins named runbooks by sha256.
+names importers use are re-exported here); this module finds runbooks (the shipped folder, or a name or
+path) and parses them, refusing what the rules forbid naming the field, and pins named runbooks by sha256.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
+import orchestrator  # the package's own folder, wherever in it this module lives
 from orchestrator.language.runbook_model import HostState, Runbook  # noqa: F401  # re-exported: the public entry of the runbook language
-from orchestrator.language.runbook_paths import RUNBOOK_DIR, resolve_runbook_path  # noqa: F401  # re-exported: the public entry of the runbook language
 from orchestrator.language.step_specs import (  # noqa: F401  # re-exported: the public entry of the runbook language
     SELECTED,
     ComposeSpec,
@@ -35,6 +37,22 @@ from orchestrator.util.user_errors import Refused, UserError
 
 #: libyaml's safe loader when available (3x faster on large files), else the pure-Python one.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_PACKAGE = Path(orchestrator.__file__).resolve().parent
+#: The shipped runbooks: `orchestrator/runbooks/` in an installed wheel (pyproject maps the top-level
+#: `runbooks/` onto that package), the top-level `runbooks/` in a checkout.
+RUNBOOK_DIR = _PACKAGE / "runbooks" if (_PACKAGE / "runbooks").is_dir() else _PACKAGE.parent / "runbooks"
+
+
+def resolve_runbook_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    candidate = RUNBOOK_DIR / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    known = ", ".join(sorted(x.stem for x in RUNBOOK_DIR.glob("*.yaml"))) or "none"
+    raise UserError(f"runbook {name_or_path!r} not found: pass a path or one of {known}")
 
 
 def field_path(loc: tuple[int | str, ...], data: object) -> str:
@@ -65,18 +83,13 @@ def field_path(loc: tuple[int | str, ...], data: object) -> str:
 def _boolean_key(data: object, loc: tuple[int | str, ...] = ()) -> tuple[tuple[int | str, ...], bool] | None:
     """(where, key) of the first mapping key YAML 1.1 read as a boolean (a bare `on`, `off`, `yes`,
     `no`, `y`, `n`), else None: no key of the schema is a boolean."""
-    if isinstance(data, dict):
-        for k, v in data.items():
-            if isinstance(k, bool):
-                return loc, k
-            found = _boolean_key(v, (*loc, k))
-            if found:
-                return found
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            found = _boolean_key(v, (*loc, i))
-            if found:
-                return found
+    items: Iterable[tuple[Any, object]] = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        if isinstance(k, bool):
+            return loc, k
+        found = _boolean_key(v, (*loc, k))
+        if found:
+            return found
     return None
 
 

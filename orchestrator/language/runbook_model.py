@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from orchestrator.analysis.spec import check_against_runbook as _check_analysis
 from orchestrator.analysis.spec import check_replicas
 from orchestrator.analysis.watch_spec import check_watch as _check_watch
-from orchestrator.language.expects import Expectation
 from orchestrator.language.gate_specs import check_against_runbook as _check_gate
 from orchestrator.language.step_specs import LogsSpec, Prerequisite, Seconds, _Strict
 from orchestrator.language.steps import EXTERNAL_KINDS, Phase, Step, step_at
@@ -83,6 +82,61 @@ class Domains(BaseModel):
         return self.roles()[role]
 
 
+REPLICA_PREFIX = "replica:"
+
+
+class Expectation(_Strict):
+    """`expects:` in a runbook (docs/runbook-language.md): the part of the new compose file's contract a
+    procedure depends on that no gate or declared value states (argv flags, environment, values the file
+    must not have). `plan --compose-file` and `ci-preview` compare each entry with the file as compose
+    would run it, and fail the pull request with one line per difference."""
+
+    services: list[str] = Field(min_length=1)
+    argv: dict[str, str | bool] = Field(default_factory=lambda: {})
+    distinct: list[str] = Field(default_factory=lambda: [])
+    environment: dict[str, str | None] = Field(default_factory=lambda: {})
+    environment_absent: list[str] = Field(default_factory=lambda: [])
+    configs_contain: list[str] = Field(default_factory=lambda: [])
+    image: str | None = None
+    #: why the procedure needs it (shown with every problem this entry finds)
+    why: str = Field(min_length=1)
+    #: the id of the step that relies on it (the problem line cites that step); else this entry
+    relied_on_by: str | None = None
+
+    @field_validator("argv", mode="before")
+    @classmethod
+    def _flags(cls, v: object) -> object:
+        if isinstance(v, dict):
+            for flag, value in v.items():
+                if not str(flag).startswith("-"):
+                    raise ValueError(f"argv: {flag!r} is not a flag (flags start with -)")
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    raise ValueError(f"argv: {flag}: quote the value ({value!r} -> \"{value}\"): argv is text")
+        return v
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _texts(cls, v: object) -> object:
+        if isinstance(v, dict):
+            for name, value in v.items():
+                if isinstance(value, int | float | bool):
+                    raise ValueError(f"environment: {name}: quote the value ({value!r}): the environment is text")
+        return v
+
+    def check_against(self, here: str, replicas: dict[str, list[str]]) -> None:
+        """The rules that need the runbook: the replicas it names exist. (`relied_on_by` naming no
+        step is the compose-file check's problem, not the loader's: a runbook derived from another
+        with fewer steps still loads, and the check says which entry cites nothing.)"""
+        for s in self.services:
+            if s.startswith(REPLICA_PREFIX) and s[len(REPLICA_PREFIX):] not in replicas:
+                raise ValueError(f"{here}.services: {s!r} names no replica of replicas: ({', '.join(replicas) or 'none'})")
+        if not (self.argv or self.distinct or self.environment or self.environment_absent or self.configs_contain or self.image):
+            raise ValueError(f"{here}: an expectation needs argv, distinct, environment, environment_absent, "
+                             f"configs_contain or image (it would check nothing)")
+        if self.distinct and len(self.services) < 2 and not any(s.startswith(REPLICA_PREFIX) for s in self.services):
+            raise ValueError(f"{here}.distinct: values differ between several services: list more than one")
+
+
 class Runbook(_Strict):
     name: str
     title: str
@@ -133,7 +187,7 @@ class Runbook(_Strict):
     #: hosts of `hosts:`, after the run's host is withdrawn from every domain on every model-proxy
     #: peer (the drain, confirmed first by a `presence: {hosts: others}` gate).
     capacity: Literal["host", "fleet"] = "host"
-    #: The rest of the new file's contract the procedure depends on (orchestrator.language.expects).
+    #: The rest of the new file's contract the procedure depends on (`Expectation`).
     expects: list[Expectation] = Field(default_factory=lambda: [])
 
     @field_validator("file", "deploys")

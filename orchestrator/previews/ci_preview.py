@@ -71,7 +71,6 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
     from orchestrator.previews.compose_diff import check_changes, render_changes, service_changes
     from orchestrator.previews.runbook_lines import RunbookLines
 
-    projects = projects or {}
     out = ["## orchestrate: rollout preview", ""]
     failures: list[str] = []
     unaffected: list[str] = []
@@ -108,8 +107,7 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
                             tables.setdefault(since, render_changes(changes, path, since))
             results.append((a, checks, problems, new_services))
         out += [line for table in tables.values() for line in table]
-        deploying = [problems for a, _, problems, _ in results if a.role == "new"]
-        matched = any(not problems for problems in deploying)
+        matched = any(not problems for a, _, problems, _ in results if a.role == "new")
         for a, checks, problems, new_services in results:
             rb = a.runbook
             binding = bool(problems) and not matched
@@ -125,7 +123,7 @@ def preview(changed: list[str], repo: Path, *, projects: dict[str, str | None] |
             if binding:
                 failures += [f"{path} vs runbook {rb.name}: {p}" for p in problems]
             for host in rb.hosts:
-                plan = build_plan(rb, compile_rollout(rb), host=host, tag=CI_TAG, project=projects.get(host),
+                plan = build_plan(rb, compile_rollout(rb), host=host, tag=CI_TAG, project=(projects or {}).get(host),
                                   new_file_services=new_services)
                 plan.checks, plan.problems = checks, problems
                 out += [render_markdown(plan), ""]

@@ -13,7 +13,7 @@ runbook, so a runbook that gains a replica, a relay port or a label gains its ch
   metrics a gate reads run with `--enable-metrics`; `verify` with peers: a service registers the
   long domain;
 - a one-shot or temporary service the runbook starts by name has a profile (else any up starts it);
-- `expects:` (orchestrator.language.expects), entry by entry.
+- `expects:` (orchestrator.language.runbook_model.Expectation), entry by entry.
 
 Each difference is a `Finding`: one line naming the file, service, key, value found, value expected
 and the runbook line that relies on it. A value from the env map (it holds secrets) is never shown.
@@ -26,14 +26,14 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
 from orchestrator.hosts.compose_file import ComposeFile, ComposeFileError, interpolate
-from orchestrator.language.expects import REPLICA_PREFIX, Expectation
-from orchestrator.language.runbook import Runbook
+from orchestrator.language.runbook_model import REPLICA_PREFIX, Expectation, Runbook
 from orchestrator.language.steps import Step
 from orchestrator.previews import compose_reading as reading
 from orchestrator.previews.runbook_lines import RunbookLines
@@ -56,16 +56,6 @@ class Finding:
         why = f"{self.why}; " if self.why else ""
         return (f"{file}: {self.service}: {self.key}: found {self.found}, expected {self.expected} "
                 f"({why}relied on by {self.relies})")
-
-
-@dataclass(frozen=True)
-class RelayRead:
-    port: int
-    replica: str | None
-    section: str
-    step: Step
-    field: str
-    reads_metrics: bool
 
 
 class FactCheck:
@@ -103,18 +93,17 @@ class FactCheck:
     # -- the facts ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.replica_values()
-        self.weights()
-        self.gpus()
-        self.relays()
-        self.routing()
-        self.profiles()
+        # each fact returns what it checked, said only when it found nothing
+        for fact in (self.replica_values, self.weights, self.gpus, self.relays, self.routing, self.profiles):
+            before = len(self.findings)
+            passed = fact()
+            if passed and len(self.findings) == before:
+                self.checks.append(passed)
         for i, ex in enumerate(self.rb.expects):
             self.expectation(i, ex)
 
-    def replica_values(self) -> None:
-        scrape = self.scrape_labels()
-        before = len(self.findings)
+    def replica_values(self) -> str | None:
+        scrape = self.scrape_labels
         for replica, values in self.rb.replica_values.items():
             for engine in self.engines(replica):
                 labels = reading.labels(self.cf, engine, self.env)
@@ -142,9 +131,10 @@ class FactCheck:
                 if want_image and not digest.startswith(want_image):
                     self.add(engine, "image", image or "(none)", f"a digest starting {want_image} (engine_image)",
                              self.lines.at("replica_values", replica, "engine_image"))
-        if self.rb.replica_values and len(self.findings) == before:
-            self.checks.append("each replica's engines carry its replica_values (labels, log tags, scrape labels, image)")
+        return "each replica's engines carry its replica_values (labels, log tags, scrape labels, image)" \
+            if self.rb.replica_values else None
 
+    @cached_property
     def scrape_labels(self) -> dict[str, list[tuple[str, dict[str, str]]]]:
         """service -> (job name, static labels) of every scrape job in the file's inline configs
         whose target is that service."""
@@ -166,18 +156,18 @@ class FactCheck:
                         out.setdefault(service, []).append((str(job.get("job_name", name)), labels))
         return out
 
-    def weights(self) -> None:
+    def weights(self) -> str | None:
         if not self.rb.weights:
-            return
-        before = len(self.findings)
+            return None
         where = self.lines.at("weights")
         want = " or ".join(self.rb.weights)
         engines = [e for r in self.rb.replicas for e in self.engines(r)]
         for engine in engines:
-            path = _flag(reading.argv(self.cf, engine, self.env) or [], "--model-path")
+            argv = reading.argv(self.cf, engine, self.env)
+            path = _flag(argv or [], "--model-path")
             if isinstance(path, str) and not any(_names_repo(path, w) for w in self.rb.weights):
                 self.add(engine, "--model-path", path, f"a snapshot of {want}", where)
-            elif path is None and reading.argv(self.cf, engine, self.env) is not None:
+            elif path is None and argv is not None:
                 self.add(engine, "--model-path", "(absent)", f"a snapshot of {want}", where)
         for dep in sorted(self.cf.dependencies_of(engines)) if engines else []:
             text = " ".join(reading.argv(self.cf, dep, self.env) or [])
@@ -186,7 +176,7 @@ class FactCheck:
             for w in self.rb.weights:
                 if not _downloads(text, w):
                     self.add(dep, "command", "no download of it", f"a download of {w} (the engines depend on {dep})", where)
-        scrape = self.scrape_labels()
+        scrape = self.scrape_labels
         for service in self.cf.services:
             labels = reading.labels(self.cf, service, self.env)
             found = [(f"label {OTEL_PREFIX}model_path", labels.get(OTEL_PREFIX + "model_path"))]
@@ -195,13 +185,11 @@ class FactCheck:
             for key, value in found:
                 if value is not None and value not in self.rb.weights:
                     self.add(service, key, value, want, where)
-        if len(self.findings) == before:
-            self.checks.append(f"weights: --model-path, the downloader and every model_path label name {want}")
+        return f"weights: --model-path, the downloader and every model_path label name {want}"
 
-    def gpus(self) -> None:
+    def gpus(self) -> str | None:
         if not self.rb.replica_gpus:
-            return
-        before = len(self.findings)
+            return None
         held: dict[int, list[tuple[str, str]]] = {}
         for replica, gpus in self.rb.replica_gpus.items():
             for engine in self.engines(replica):
@@ -218,56 +206,42 @@ class FactCheck:
                 for replica, engine in rest:
                     self.add(engine, "device_ids", f"GPU {gpu}, also reserved by {first}",
                              "no GPU shared between replicas", self.lines.at("replica_gpus", replica))
-        if len(self.findings) == before:
-            self.checks.append("each replica's engines reserve exactly its replica_gpus, none shared")
+        return "each replica's engines reserve exactly its replica_gpus, none shared"
 
-    def relay_reads(self) -> list[RelayRead]:
-        out: list[RelayRead] = []
-        for section, replica, st in self.forward_steps():
+    def relays(self) -> str | None:
+        ports: set[int] = set()
+        metric_replicas: dict[str, str] = {}  # replica -> the runbook line of the first gate reading its metrics
+        for section, phase_replica, st in self.forward_steps():
             for field in type(st).model_fields:
                 spec = getattr(st, field)
                 if field in ("remedy", "down", "dry_run", "up", "plan") or not isinstance(spec, BaseModel):
                     continue
-                for port, rep in _relay_ports(spec, replica, set(self.rb.replicas)):
+                for port, replica in _relay_ports(spec, phase_replica, set(self.rb.replicas)):
+                    ports.add(port)
+                    relies = self.lines.step(section, st.id, field)
                     if field == "proxy_pool":  # the host's own proxy (its /backends/list): no replica's route
-                        out.append(RelayRead(port, None, section, st, field, reads_metrics=False))
-                        continue
-                    # a `relay:` gate reads /health, /v1/models and a generation; every other gate
-                    # that names a relay (metrics, labels, watch, quiet, soak, analysis) reads /metrics
-                    out.append(RelayRead(port, rep, section, st, field, reads_metrics=field != "relay"))
-        return out
-
-    def relays(self) -> None:
-        before = len(self.findings)
-        reads = self.relay_reads()
-        metric_replicas: dict[str, RelayRead] = {}
-        for read in reads:
-            if read.replica and read.reads_metrics:
-                metric_replicas.setdefault(read.replica, read)
-            relies = self.lines.step(read.section, read.step.id, read.field)
-            publishers = [s for s in self.cf.services if read.port in reading.published_ports(self.cf, s, self.env)]
-            if not publishers:
-                self.add("(any service)", f"ports :{read.port}", "not published", f"a service publishing :{read.port}", relies)
-                continue
-            if read.replica is None:
-                continue
-            engines = self.engines(read.replica)
-            for service in publishers:
-                backend = _route_of(reading.config_text(self.cf, service, self.env), read.port)
-                if backend is not None and engines and backend not in engines:
-                    self.add(service, f"route of :{read.port}", backend, f"{' or '.join(engines)} (replica {read.replica})", relies)
-        for replica, read in metric_replicas.items():
+                        replica = None
+                    elif replica and field != "relay":
+                        # a `relay:` gate reads /health, /v1/models and a generation; every other gate
+                        # that names a relay (metrics, labels, watch, quiet, soak, analysis) reads /metrics
+                        metric_replicas.setdefault(replica, relies)
+                    publishers = [s for s in self.cf.services if port in reading.published_ports(self.cf, s, self.env)]
+                    if not publishers:
+                        self.add("(any service)", f"ports :{port}", "not published", f"a service publishing :{port}", relies)
+                    engines = self.engines(replica) if replica else []
+                    for service in publishers if engines else []:
+                        backend = _route_of(reading.config_text(self.cf, service, self.env), port)
+                        if backend is not None and backend not in engines:
+                            self.add(service, f"route of :{port}", backend, f"{' or '.join(engines)} (replica {replica})", relies)
+        for replica, relies in metric_replicas.items():
             for engine in self.engines(replica):
                 argv = reading.argv(self.cf, engine, self.env)
                 if argv is not None and _flag(argv, "--enable-metrics") is None:
-                    self.add(engine, "--enable-metrics", "(absent)", "present (a gate reads this engine's metrics)",
-                             self.lines.step(read.section, read.step.id, read.field))
-        if reads and len(self.findings) == before:
-            ports = sorted({r.port for r in reads})
-            self.checks.append(f"relay ports {', '.join(f':{p}' for p in ports)} published and routed to their replicas; "
-                               f"engines whose metrics a gate reads run with --enable-metrics")
+                    self.add(engine, "--enable-metrics", "(absent)", "present (a gate reads this engine's metrics)", relies)
+        return (f"relay ports {', '.join(f':{p}' for p in sorted(ports))} published and routed to their replicas; "
+                f"engines whose metrics a gate reads run with --enable-metrics") if ports else None
 
-    def routing(self) -> None:
+    def routing(self) -> str | None:
         for section, _, st in self.forward_steps():
             if st.verify is None or not st.verify.peers:
                 continue
@@ -276,11 +250,10 @@ class FactCheck:
                        for s in self.cf.services):
                 self.add("(any service)", "long-domain registration", "no service names " + domain,
                          f"a registrar registering {domain}", self.lines.step(section, st.id, "verify"))
-            else:
-                self.checks.append(f"a service of the file registers the long domain {domain} (verify)")
-            return
+            return f"a service of the file registers the long domain {domain} (verify)"
+        return None
 
-    def profiles(self) -> None:
+    def profiles(self) -> None:  # its findings only
         oneshots = {st.oneshot.service for _, _, st in self.forward_steps() if st.oneshot is not None}
         for ph in self.rb.phases:
             started: dict[str, Step] = {}
@@ -420,15 +393,11 @@ def _log_tags(raw: str) -> dict[str, list[str]]:
 
 
 def _scrape_jobs(doc: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            if key == "scrape_configs" and isinstance(value, list):
-                yield from (j for j in value if isinstance(j, dict))
-            else:
-                yield from _scrape_jobs(value)
-    elif isinstance(doc, list):
-        for item in doc:
-            yield from _scrape_jobs(item)
+    for key, value in doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ():
+        if key == "scrape_configs" and isinstance(value, list):
+            yield from (j for j in value if isinstance(j, dict))
+        else:
+            yield from _scrape_jobs(value)
 
 
 _LISTEN = re.compile(r"\blisten\s+(\d+)\b")

@@ -96,7 +96,7 @@ def published_ports(cf: ComposeFile, service: str, env: Mapping[str, str]) -> se
         else:
             parts = str(entry).split("/")[0].split(":")
             text = parts[-2] if len(parts) >= 2 else ""
-        for piece in text.split("-") if "-" in text else [text]:
+        for piece in text.split("-"):
             if piece.strip().isdigit():
                 out.add(int(piece))
     return out

@@ -22,6 +22,7 @@ Rules, and why:
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,7 +37,6 @@ from orchestrator.hosts.clients.errors import BadRequest, ClientError, TagNotFou
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers.dry_run import parse_dry_run
 from orchestrator.language.machine import compile_rollout
-from orchestrator.language.references import UnresolvedReference, resolve_file
 from orchestrator.language.runbook import SELECTED, Runbook, Step, load_runbook
 from orchestrator.previews.plan import Plan, build_plan, render_markdown, render_text
 from orchestrator.util.exit_codes import ExitCode
@@ -147,15 +147,12 @@ def phase_dry_run_steps(rb: Runbook, phase: str) -> list[tuple[Step, set[str]]]:
     A `services: selected` dry run depends on the one before it and is left out."""
     out: list[tuple[Step, set[str]]] = []
     stopped: set[str] = set()
-    for ph in rb.phases:
-        if ph.name != phase:
-            continue
-        for st in ph.steps:
-            if st.down is not None and isinstance(st.down.services, list):
-                stopped |= set(st.down.services)
-            if st.dry_run is not None and st.plan is not None and st.dry_run.file == "new" \
-                    and st.dry_run.services != SELECTED and not st.plan.tag_only:
-                out.append((st, set(stopped)))
+    for st in rb.phase(phase).steps:  # a forward phase (its name comes first in rb.phase's search)
+        if st.down is not None and isinstance(st.down.services, list):
+            stopped |= set(st.down.services)
+        if st.dry_run is not None and st.plan is not None and st.dry_run.file == "new" \
+                and st.dry_run.services != SELECTED and not st.plan.tag_only:
+            out.append((st, set(stopped)))
     return out
 
 
@@ -179,38 +176,15 @@ async def _resolve_previous(session: Any, cm: _ReadOnlyCompose, host: str, proje
     if not wanted:
         return previous, source
     actions = await cm.action_log()
-    succeeded: set[tuple[str, str]] = set()
-    try:
+    succeeded = journaled_successes(session.journal, host)
+    with suppress(ClientError):
         succeeded |= recorded_successes((await cm.version()).project(project))
-    except ClientError:
-        pass
-    succeeded |= journaled_successes(session.journal, host)
     for service in wanted:
         act = newest_successful(actions, service, succeeded)
         if act is not None:
             previous[service] = {"tag": act.tag or "", "file": act.file or "", "commit": act.commit or ""}
     found = "the action log, checked against compose-manager's success record and the journal"
     return previous, (f"{source}; the rest from {found}" if source else found)
-
-
-def fill_placeholders(plan: Plan, rb: Runbook, tag: str, previous: dict[str, dict[str, str]], n_keys: int) -> None:
-    """The offline plan's placeholders, resolved: previous tag/file per step, the env map's key count."""
-    table = compile_rollout(rb)
-    env_text = f"<env map of {plan.host}: {n_keys} keys>"
-    plan.env_placeholder = env_text
-    for ps in plan.steps:
-        if ps.request is None:
-            continue
-        ps.request["body"]["env"] = env_text
-        step = table.nodes[ps.state].step if ps.state in table.nodes else None
-        spec = step.compose if step is not None else None
-        if spec is None or spec.file == "new":
-            continue
-        try:
-            t, f = resolve_file(spec.file, rb, tag, previous)
-        except UnresolvedReference:
-            continue
-        ps.request["body"]["tag"], ps.request["body"]["file"] = t, f
 
 
 # -- the read-only run -----------------------------------------------------------------------------
@@ -369,7 +343,9 @@ async def build_live_plan(session: Any, host: str, tag: str, runbook: str, *,
             if exc.status not in (404, 405):
                 raise
 
-    fill_placeholders(lp.plan, rb, tag, lp.previous, len(env))
+    # the offline plan's placeholders filled: the previous deploys established, the env map's key count
+    lp.plan = build_plan(rb, table, host=host, tag=tag, project=entry.project, new_file_services=new_file_services,
+                         previous=lp.previous, env_keys=len(env))
     return lp
 
 

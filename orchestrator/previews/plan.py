@@ -8,6 +8,7 @@ if that gate fails. The env map is shown as a placeholder, never values.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 from typing import Any
@@ -80,17 +81,18 @@ def fleet_rules(rb: Runbook, hosts: list[str]) -> list[str]:
     return rules
 
 
-def _request(step: Step, rb: Runbook, host: str, tag: str, project: str | None) -> dict[str, Any] | None:
+def _request(step: Step, rb: Runbook, tag: str, project: str | None, env: str,
+             previous: Mapping[str, Mapping[str, str]] | None) -> dict[str, Any] | None:
     spec = step.compose
     if spec is None:
         return None
-    req_tag, req_file = describe_file(spec.file, rb, tag)
+    req_tag, req_file = describe_file(spec.file, rb, tag, previous)
     services = ["<services the previous dry run found on an older definition>"] if spec.services == SELECTED else list(spec.services)
     body: dict[str, Any] = {"tag": req_tag, "file": req_file}
     if project:
         body["project"] = project
     body["services"] = services
-    body["env"] = f"<env map of {host}, read at run time>"
+    body["env"] = env
     path = "/compose/down" if step.down is not None else "/compose/up"
     if step.down is None:
         body["force_recreate"] = bool(spec.force_recreate)  # only on services whose only change is inline configs
@@ -122,24 +124,20 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
     by_state = {p.state: p for p in plan_steps}
     running_at: dict[str, set[str]] = {}
 
-    def apply(step: Step, running: set[str]) -> set[str]:
+    def apply(step: Step, running: set[str], state: str | None = None) -> set[str]:
+        """What runs after `step`; with `state`, an up's orphans noted on its plan step."""
         c = step.compose
-        if c is None or step.dry_run is not None or c.services == SELECTED:
+        if c is None or step.dry_run is not None:
             return running
-        if step.down is not None:
-            return running - set(c.services)
         defined = new_def if c.file == "new" else prev_def
-        return (running & defined) | set(c.services)
-
-    def note(state: str, step: Step, running: set[str]) -> None:
-        c = step.compose
-        if c is None or step.up is None:  # only an applied up removes orphans
-            return
-        defined = new_def if c.file == "new" else prev_def
-        # a one-shot the runbook waits out (model-downloader) has exited by then: removing an exited
-        # container takes nothing down, and docker/ps does not list it as running
-        orphans = sorted(running - defined - rb.oneshot_services())
-        by_state[state].orphans, by_state[state].unsafe = orphans, bool(orphans)
+        if state is not None and step.up is not None:  # only an applied up removes orphans
+            # a one-shot the runbook waits out (model-downloader) has exited by then: removing an exited
+            # container takes nothing down, and docker/ps does not list it as running
+            orphans = sorted(running - defined - rb.oneshot_services())
+            by_state[state].orphans, by_state[state].unsafe = orphans, bool(orphans)
+        if c.services == SELECTED:
+            return running
+        return running - set(c.services) if step.down is not None else (running & defined) | set(c.services)
 
     def walk(cur: str, running: set[str]) -> None:
         """Follow OK edges from `cur` until a terminal or a state already placed."""
@@ -147,50 +145,40 @@ def _orphan_analysis(plan_steps: list[PlanStep], table: Table, rb: Runbook, new_
             running_at[cur] = set(running)
             step = table.nodes[cur].step
             if step is not None:
-                note(cur, step, running)
-                running = apply(step, running)
+                running = apply(step, running, cur)
             cur = table.edges[(cur, Event.OK)]
 
     walk(table.start, set(prev_def))  # the happy path
     order = list(table.order)
-    # every remedy chain, from its gate (it ends back at its gate)
+    # every remedy chain from its gate (it ends back at its gate), then every rollback chain from the
+    # latest state that can enter it: in reading order, each remedy comes right after its gate
+    entered_by = {"remedy": (Event.REMEDY,), "rollback": (Event.FAIL, Event.ABORT), "full_rollback": (Event.FAIL, Event.ABORT)}
     for sid in order:
-        if table.nodes[sid].section != "remedy" or sid in running_at:
+        events = entered_by.get(table.nodes[sid].section)
+        if events is None or sid in running_at:
             continue
-        gates = [s for s in running_at if table.edges.get((s, Event.REMEDY)) == sid]
-        if not gates:
-            continue
-        walk(sid, set(running_at[gates[0]]))
-    # every rollback chain, from the latest state that can enter it
-    for sid in order:
-        node = table.nodes[sid]
-        if node.section not in ("rollback", "full_rollback") or sid in running_at:
-            continue
-        entries = [s for s in running_at if any(table.edges.get((s, e)) == sid for e in (Event.FAIL, Event.ABORT))]
+        entries = [s for s in running_at if any(table.edges.get((s, e)) == sid for e in events)]
         if not entries:
             continue
         latest = max(entries, key=order.index)
         step = table.nodes[latest].step
-        running = set(running_at[latest])
-        if step is not None:
-            running = apply(step, running)
-        walk(sid, running)
+        walk(sid, set(running_at[latest]) if step is None else apply(step, set(running_at[latest])))
     return basis
 
 
 def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str | None = None,
-               new_file_services: set[str] | None = None) -> Plan:
+               new_file_services: set[str] | None = None, previous: Mapping[str, Mapping[str, str]] | None = None,
+               env_keys: int | None = None) -> Plan:
+    """The plan; `plan --live` passes the previous deploys it established and the env map's key count."""
+    env = f"<env map of {host}, read at run time>" if env_keys is None else f"<env map of {host}: {env_keys} keys>"
     b = rb.budget
     replica = parse_budget(b.default).bytes if b else 0
     rank = per_rank_bytes(replica, b.ranks_per_replica) if b else 0
     steps: list[PlanStep] = []
-    events: dict[str, dict[Event, str]] = {}  # table.events_from of every state, in one pass over the edges
-    for (st, e), to in table.edges.items():
-        events.setdefault(st, {})[e] = to
     for i, sid in enumerate(table.order, start=1):
         node = table.nodes[sid]
         step = node.step
-        ev = events.get(sid, {})
+        ev = {e: to for e in Event if (to := table.edges.get((sid, e))) is not None}
         if step is None:
             steps.append(PlanStep(i, sid, node.section, node.phase,
                                   "hand over to a human" if ev.get(Event.OK) == "HALTED" else "end: nothing to undo", None,
@@ -206,7 +194,7 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
             then = f"{_target(ev[Event.OK])} (its gate again, reading the engine's log afresh)"
         steps.append(PlanStep(
             number=i, state=sid, section=node.section, phase=node.phase, say=step.say,
-            request=_request(step, rb, host, tag, project),
+            request=_request(step, rb, tag, project, env, previous),
             gate=desc.gate + (f"; {step.watch.describe()}" if step.watch is not None else "")
             + (" (observe only: its pass or failure is recorded and notified; the run goes on either way)"
                               if step.observe else ""),
@@ -219,7 +207,7 @@ def build_plan(rb: Runbook, table: Table, *, host: str, tag: str, project: str |
         ))
     plan = Plan(
         host=host, tag=tag, runbook=rb.name, title=rb.title, kind=table.kind,
-        env_placeholder=f"<env map of {host}, read at run time>",
+        env_placeholder=env,
         budget=("; ".join(f"{m.variable}={m.default} per replica ({format_gib(parse_budget(m.default).bytes)}) x {m.replicas} "
                           f"for {', '.join(m.engines)}, {m.ranks_per_replica} ranks: rank_budget_bytes="
                           f"{per_rank_bytes(parse_budget(m.default).bytes, m.ranks_per_replica)}" for m in rb.budgets())

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import yaml
 
-from orchestrator.language.runbook import Runbook
-from orchestrator.language.runbook_paths import RUNBOOK_DIR
+from orchestrator.language.runbook import RUNBOOK_DIR, Runbook
 
 
 class RunbookLines:

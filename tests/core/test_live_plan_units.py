@@ -16,7 +16,6 @@ from orchestrator.previews.live_plan import (
     MutationRefused,
     _ReadOnlyCompose,
     budget_rule,
-    fill_placeholders,
     phase_dry_run_steps,
 )
 from orchestrator.previews.plan import build_plan, render_markdown
@@ -70,9 +69,8 @@ def test_phase_dry_runs_know_what_the_phase_stopped_before_them():
 
 
 def test_placeholders_filled_with_previous_and_key_count():
-    plan = build_plan(RB, compile_rollout(RB), host="gpu02", tag="v0.0.300")
     prev = {s: {"tag": "v0.0.290", "file": "prod/Old.yaml"} for s in RB.previous_refs()}
-    fill_placeholders(plan, RB, "v0.0.300", prev, 15)
+    plan = build_plan(RB, compile_rollout(RB), host="gpu02", tag="v0.0.300", previous=prev, env_keys=15)
     bodies = [p.request["body"] for p in plan.steps if p.request]
     assert all(b["env"] == "<env map of gpu02: 15 keys>" for b in bodies)
     assert not [b for b in bodies if "<previous" in b["tag"] or "<previous" in b["file"]]

@@ -10,7 +10,7 @@ Mutation list (each guard disabled in the source, the named test seen failing, t
 - previews/compose_reading._exec_of_wrapper returning None (a wrapper's argv not read) ->
   test_the_gpu04_canary_file_holds_what_the_runbook_expects and
   test_a_candidate_flag_changed_inside_its_wrapper_is_a_mismatch;
-- previews/compose_facts.relay_reads treating `proxy_pool`'s port as a replica's relay route ->
+- previews/compose_facts.FactCheck.relays treating `proxy_pool`'s port as a replica's relay route ->
   test_the_gpu02_pair_file_holds_what_the_runbook_expects;
 - service/demo.DemoOperator.event returning at once -> test_the_demo_operator_makes_the_edit_a_manual_step_verifies.
 """
