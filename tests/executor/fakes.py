@@ -22,7 +22,7 @@ from orchestrator.engine.executor import Executor, RunContext
 from orchestrator.engine.progress import RecordingProgress
 from orchestrator.engine.steps import StepOutcome
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
-from orchestrator.hosts.clients.inference import CacheHitResult, Completion, RelayCheckResult
+from orchestrator.hosts.clients.inference import CheckResult, Completion
 from orchestrator.hosts.clients.model_proxy import Presence
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.inventory import HostEntry
@@ -247,13 +247,13 @@ class FakeInference:
     async def completion(self, model: str, messages: list[dict[str, Any]], max_tokens: int = 64) -> Completion:
         return Completion("ready", 12, None)
 
-    async def cache_hit_check(self, model: str) -> CacheHitResult:
-        return CacheHitResult(True, None, None, "cached_tokens > 0")
+    async def cache_hit_check(self, model: str) -> CheckResult:
+        return CheckResult(True, "cached_tokens > 0")
 
 
 class FakeRelay:
-    async def direct_checks(self, model: str) -> RelayCheckResult:
-        return RelayCheckResult(True, True, [model], "ready", "ok")
+    async def direct_checks(self, model: str) -> CheckResult:
+        return CheckResult(True, "ok")
 
 
 @dataclass

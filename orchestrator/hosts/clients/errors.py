@@ -29,15 +29,8 @@ class ClientError(Exception):
         self.status = status
         super().__init__(f"{system}: {detail}")
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.system, self.detail, dict(self.__dict__)))
-
-
-def _rebuild(cls: type[ClientError], system: str, detail: str, state: dict[str, Any]) -> ClientError:
-    err = cls.__new__(cls)
-    Exception.__init__(err, f"{system}: {detail}")
-    err.__dict__.update(state)
-    return err
+    def __reduce__(self) -> tuple[Any, ...]:  # made again from (system, detail), then every attribute restored
+        return (type(self), (self.system, self.detail), dict(self.__dict__))
 
 
 class Unauthorized(ClientError):
