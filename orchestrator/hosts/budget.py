@@ -142,7 +142,6 @@ class FitReport:
     reserve_bytes: int
     page_cache_headroom_bytes: int  # available - reserve - total; negative when it does not fit
     problems: list[str] = field(default_factory=list)
-    double_booking: bool = False
 
 
 def check_fit(budgets: Sequence[Budget], available_bytes: int, reserve_bytes: int,
@@ -187,8 +186,7 @@ def check_fit(budgets: Sequence[Budget], available_bytes: int, reserve_bytes: in
             f"{format_gib(min_page_cache_bytes)} required: lower the budgets"
         )
     return FitReport(ok=not problems, replica_bytes=replica_bytes, total_bytes=total, available_bytes=available_bytes,
-                     reserve_bytes=reserve_bytes, page_cache_headroom_bytes=headroom, problems=problems,
-                     double_booking=percent_sum > 100 or total > usable)
+                     reserve_bytes=reserve_bytes, page_cache_headroom_bytes=headroom, problems=problems)
 
 
 def _require_non_negative(**values: int) -> None:

@@ -195,10 +195,9 @@ class FakeCompose:
                 c = self.host.get(svc)
                 st = "Created" if c is None else ("Running" if (c.file, c.tag) == (req.file, req.tag) else "Recreate")
                 lines.append(f" ✔ DRY-RUN MODE -  Container {svc}  {st}  0.0s")
-            return StreamOutcome("success", 0, lines + self.extra_lines, done_seen=True)
+            return StreamOutcome("success", 0, lines + self.extra_lines)
         self.apply(req)
-        return StreamOutcome("success", 0, [f" ✔ Container {s}  Started" for s in req.services] + self.extra_lines,
-                             done_seen=True)
+        return StreamOutcome("success", 0, [f" ✔ Container {s}  Started" for s in req.services] + self.extra_lines)
 
     async def down(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
         req.validate(env, action="down")
@@ -208,7 +207,7 @@ class FakeCompose:
         for svc in req.services:
             self.host.pop(svc, None)
         self.actions.append(Action(None, "compose_down", req.tag, None, req.file, None, tuple(req.services)))
-        return StreamOutcome("success", 0, [f" ✔ Container {s}  Removed" for s in req.services], done_seen=True)
+        return StreamOutcome("success", 0, [f" ✔ Container {s}  Removed" for s in req.services])
 
 
 class FakeDashboard:
