@@ -1,6 +1,7 @@
 import httpx
 import pytest
 import respx
+from fast_retry import immediate_retry
 
 from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import (
@@ -11,12 +12,11 @@ from orchestrator.hosts.clients.errors import (
     Unauthorized,
 )
 from orchestrator.hosts.clients.model_proxy import ModelProxyClient, parse_backends_list
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 
 DASH = "http://dashboard.test"
 DASH_TOKEN = "dash-token-abcdef123456"
-FAST = RetryPolicy.immediate()
+FAST = immediate_retry()
 
 GPU02_ENV = {"PROXY_TOKEN": "proxy-secret-xyz", "ENV": "prod", "HOST_IP": "10.0.0.2", "GLM53_HICACHE_RAM_BUDGET": "406GiB"}
 INSTANCES = [
