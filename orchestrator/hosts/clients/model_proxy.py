@@ -8,7 +8,7 @@ the assumption) an answer it cannot read rather than guessing health.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -25,7 +25,6 @@ ASSUMED_BACKENDS_LIST_SHAPE = '{"domain": "<domain>", "backends": [{"address": "
 class Backend:
     address: str
     healthy: bool
-    extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def host(self) -> str:
@@ -66,8 +65,7 @@ def parse_backends_list(payload: Any, system: str = "model-proxy") -> list[Backe
             raise bad(f"backend {index} has no 'address'")
         if not isinstance(healthy, bool):
             raise bad(f"backend {address} has no boolean 'healthy'")
-        extra = {k: v for k, v in item.items() if k not in ("address", "healthy")}
-        backends.append(Backend(address=address, healthy=healthy, extra=extra))
+        backends.append(Backend(address=address, healthy=healthy))
     return backends
 
 
