@@ -96,7 +96,7 @@ async def test_version_without_projects_and_with_wrong_types(router):
     router.get("/version").respond(json={"status": "ok", "image": "img"})
     async with ComposeManagerClient(BASE, TOKEN, retry=immediate_retry()) as cm:
         info = await cm.version()
-        assert info.project().current is None and info.tag is None and dict(info) == {"status": "ok", "image": "img"}
+        assert info.project().current is None and info.last_attempt.tag is None and dict(info) == {"status": "ok", "image": "img"}
         router.get("/version").respond(json={"status": "ok", "projects": {"work": {"current": {"tag": 3}}}})
         with pytest.raises(MalformedResponse):
             await cm.version()

@@ -92,7 +92,7 @@ async def check_version(ex: Exchange, cm: ComposeManagerClient, replay: Replay) 
     raw = ex.json_body()
     assert isinstance(info, VersionInfo) and info["status"] == "ok" and info.image == raw["image"]
     assert dict(info.items()) == raw  # the old dict reading still works
-    assert info.tag == raw.get("tag")
+    assert info.last_attempt.tag == raw.get("tag")
     work = info.project()
     projects = raw.get("projects", {}).get("work", {})
     assert (work.current.tag if work.current else None) == projects.get("current", {}).get("tag")

@@ -33,4 +33,4 @@ async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:
         assert outcome.status == "success"
         assert await client.status() is None
         version = await client.version()
-        assert version.project().current.tag == OLD_TAG and version.tag == OLD_TAG
+        assert version.project().current.tag == OLD_TAG and version.last_attempt.tag == OLD_TAG

@@ -68,14 +68,13 @@ class ProjectVersions:
 
 
 class VersionInfo(dict[str, Any]):
-    """`GET /version`, typed, and still the raw mapping (`info["tag"]`). `tag/commit/file` are the
-    last ATTEMPTED up; `project(p).current` / `.previous` what actually deployed."""
+    """`GET /version`, typed, and still the raw mapping (`info["tag"]`). `last_attempt` is the last
+    ATTEMPTED up; `project(p).current` / `.previous` what actually deployed."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         super().__init__(_obj(raw, "version"))
         self.image = _opt_str(raw, "image", "version")
         self.last_attempt = DeployRecord.parse({k: raw[k] for k in _RECORD_KEYS if k in raw}, "version")
-        self.tag, self.commit, self.file = self.last_attempt.tag, self.last_attempt.commit, self.last_attempt.file
         self.projects: dict[str, ProjectVersions] = {}
         for name, entry in _obj(raw.get("projects") or {}, "version.projects").items():
             where = f"version.projects.{name}"
