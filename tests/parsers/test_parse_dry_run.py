@@ -28,6 +28,7 @@ def test_whole_sample_has_no_unknown_lines(sample):
     lines = sample("compose-dry-run.txt").splitlines()
     plan = parse_dry_run(lines, project="nginx-golang-mysql")
     assert plan.unknown_lines == []
+    assert len(plan.lines) == len(lines)
 
 
 def test_up_build_block(sample):

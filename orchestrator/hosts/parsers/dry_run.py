@@ -43,6 +43,7 @@ _BARE_CONTAINER_RE = re.compile(r"^\W*\s*Container\s+\S+\s+(?P<status>[A-Za-z]+)
 class DryRunResult:
     actions: dict[str, str] = field(default_factory=dict)
     unknown_lines: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
 
 
 def container_service(name: str, project: str | None = None) -> str:
@@ -60,6 +61,7 @@ def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunRes
     plan = DryRunResult()
     for raw in lines:
         line = raw.rstrip("\r\n")
+        plan.lines.append(line)
         match = _DRY_RE.search(line)
         if match is None:
             bare = _BARE_CONTAINER_RE.match(line)
