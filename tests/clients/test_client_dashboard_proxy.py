@@ -122,7 +122,7 @@ async def test_model_proxy_routes_and_presence():
             with pytest.raises(RequestInvalid):
                 await mp.backends_list("")
         assert r.routes[0].calls.last.request.headers["authorization"] == "Bearer mp-token-secret"
-    assert long_presence.listed and long_presence.healthy and long_presence.peer == "peer-1"
+    assert long_presence.listed and long_presence.healthy
     assert not base_presence.listed and not base_presence.healthy
     assert by_host.listed
 

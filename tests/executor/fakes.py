@@ -239,7 +239,7 @@ class FakePeer:
             listed, healthy = self.lists(address, domain)
         else:
             listed = healthy = domain == RB.domains.long
-        return Presence(self.name, domain, address, listed=listed, healthy=healthy)
+        return Presence(listed=listed, healthy=healthy)
 
 
 class FakeInference:

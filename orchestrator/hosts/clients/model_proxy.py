@@ -33,9 +33,8 @@ class Backend:
 
 @dataclass(frozen=True)
 class Presence:
-    peer: str
-    domain: str
-    address: str
+    """Whether a peer lists an address under a domain, and a healthy match among what it lists."""
+
     listed: bool
     healthy: bool
 
@@ -100,5 +99,4 @@ class ModelProxyClient(HttpSession):
             matches = [b for b in backends if b.host == address]
         else:
             matches = [b for b in backends if b.address == address]
-        return Presence(peer=self.name, domain=domain, address=address, listed=bool(matches),
-                        healthy=any(b.healthy for b in matches))
+        return Presence(listed=bool(matches), healthy=any(b.healthy for b in matches))
