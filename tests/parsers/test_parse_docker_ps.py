@@ -77,7 +77,7 @@ def test_container_without_compose_labels_has_no_service():
 def test_bad_line_raises_with_line_number():
     with pytest.raises(ParseError) as err:
         parse_docker_ps(ps_line() + "\n<html>oops</html>\n")
-    assert err.value.line_no == 2
+    assert str(err.value) == "line 2: not JSON"
     with pytest.raises(ParseError):
         parse_docker_ps(json.dumps({"Names": "no-id"}))
 
