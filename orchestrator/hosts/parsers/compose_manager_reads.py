@@ -150,14 +150,9 @@ def parse_host_gpu(payload: Mapping[str, Any]) -> list[GpuInfo]:
 
 
 @dataclass(frozen=True)
-class CacheVolume:
-    name: str
-    size_bytes: int | None
-
-
-@dataclass(frozen=True)
 class HostCache:
-    volumes: tuple[CacheVolume, ...]
+    """`GET /host/cache`: the model weights cached on the host (its volumes are checked, not kept)."""
+
     weights: tuple[str, ...]
 
     def holds(self, repo: str) -> bool:
@@ -173,11 +168,10 @@ def parse_host_cache(payload: Mapping[str, Any]) -> HostCache:
         raise ParseError("host/cache.volumes is not a list")
     if not isinstance(weights_raw, list) or not all(isinstance(w, str) for w in weights_raw):
         raise ParseError("host/cache.weights is not a list of names")
-    volumes = []
     for i, v in enumerate(volumes_raw):
         obj = _obj(v, f"host/cache.volumes[{i}]")
         name = obj.get("name")
         if not isinstance(name, str) or not name:
             raise ParseError(f"host/cache.volumes[{i}] has no name")
-        volumes.append(CacheVolume(name, _int(obj, "size_bytes", f"host/cache.volumes[{i}]", optional=True)))
-    return HostCache(tuple(volumes), tuple(weights_raw))
+        _int(obj, "size_bytes", f"host/cache.volumes[{i}]", optional=True)
+    return HostCache(tuple(weights_raw))
