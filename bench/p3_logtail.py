@@ -9,7 +9,7 @@ time, one poll per 10 s (the poll interval) of virtual time:
   a 1500-line dump in one interval). Lines look like SGLang's steady state: decode-batch lines with
   counters, prefill lines, and identical `GET /health` lines repeating within a second (the case
   the follower must not mis-align on). The fetch returns `docker compose logs --tail N` text
-  (`name | line`), the follower's own counters give bytes and lines fetched;
+  (`name | line`), metered (`Meter`) for the bytes and lines fetched;
 - the simulator's own engine (no servers: the simulated host's `compose_logs` on a manual clock):
   a new r2's whole cold start and ten minutes of steady state after its ready line;
 - the same synthetic cases with a proposed window policy (`LastPollWindowFollower`: the next window
@@ -30,8 +30,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orchestrator.hosts.logfollow import LogFollower
-from orchestrator.hosts.parsers.compose_logs import last_redraw
+from orchestrator.hosts.logfollow import FollowBatch, LogFollower
+from orchestrator.hosts.parsers.compose_logs import last_redraw, parse_compose_logs
 
 CONTAINER = "model-sg-glm53-w4afp8-tp4-r2"
 POLL_S = 10.0
@@ -87,12 +87,37 @@ def _formatted_bytes(lines: list[str]) -> int:
     return sum(len(f"{CONTAINER:<{width}} | {ln}\n".encode()) for ln in lines)
 
 
+class Meter:
+    """A follower's fetch, metered: calls, bytes and lines fetched (probes included)."""
+
+    def __init__(self, fetch: Any) -> None:
+        self._fetch = fetch
+        self.calls = self.bytes = self.lines = 0
+
+    async def __call__(self, tail: int) -> str:
+        text = await self._fetch(tail)
+        self.calls += 1
+        self.bytes += len(text.encode("utf-8", "replace"))
+        self.lines += len(parse_compose_logs(text))
+        return text
+
+
 class _Tally:
     def __init__(self) -> None:
         self.missed = self.duplicated = self.polls = self.exact_polls = 0
+        self.all_polls = self.new_lines = self.gaps = self.resets = 0  # the first poll's too
         self.cpu = 0.0
 
-    def check(self, expected: list[str], got: list[str]) -> None:
+    def note(self, batch: FollowBatch) -> list[str]:
+        """Count one poll's new lines, gap and resets; its new lines."""
+        self.all_polls += 1
+        self.new_lines += len(batch.new)
+        self.gaps += batch.gap
+        self.resets += len(batch.reset_containers)
+        return [ln.text for ln in batch.new]
+
+    def check(self, expected: list[str], batch: FollowBatch) -> None:
+        got = self.note(batch)
         self.polls += 1
         if expected == got:
             self.exact_polls += 1
@@ -119,9 +144,10 @@ async def _follow_synthetic(rate: float, minutes: float, bursts: dict[int, int] 
     async def fetch(tail: int) -> str:
         return log.tail(tail)
 
-    follower = follower_class(fetch)
+    meter = Meter(fetch)
+    follower = follower_class(meter)
     tally = _Tally()
-    await follower.poll()  # the gate's first poll comes right after the up: the log is still empty
+    tally.note(await follower.poll())  # the gate's first poll comes right after the up: the log is still empty
     for _ in range(int(minutes * 60 / POLL_S)):
         before = len(log.lines)
         log.advance(POLL_S)
@@ -129,26 +155,26 @@ async def _follow_synthetic(rate: float, minutes: float, bursts: dict[int, int] 
         c0 = time.process_time()
         batch = await follower.poll()
         tally.cpu += time.process_time() - c0
-        tally.check(expected, [ln.text for ln in batch.new])
-    return _result(follower, tally, log.lines)
+        tally.check(expected, batch)
+    return _result(meter, tally, log.lines)
 
 
-def _result(follower: LogFollower, tally: _Tally, truth: list[str]) -> dict[str, Any]:
+def _result(meter: Meter, tally: _Tally, truth: list[str]) -> dict[str, Any]:
     new_bytes = _formatted_bytes(truth)
     return {
         "new_lines": len(truth),
         "polls": tally.polls,
-        "bytes_fetched": follower.total_bytes,
+        "bytes_fetched": meter.bytes,
         "bytes_new": new_bytes,
-        "bytes_ratio": follower.total_bytes / new_bytes if new_bytes else None,
-        "lines_fetched_per_new_line": follower.total_lines_fetched / len(truth) if truth else None,
-        "bytes_fetched_per_new_line": follower.bytes_per_new_line,
-        "fetches_per_poll": follower.fetches / max(1, follower.polls),
+        "bytes_ratio": meter.bytes / new_bytes if new_bytes else None,
+        "lines_fetched_per_new_line": meter.lines / len(truth) if truth else None,
+        "bytes_fetched_per_new_line": meter.bytes / tally.new_lines if tally.new_lines else None,
+        "fetches_per_poll": meter.calls / max(1, tally.all_polls),
         "missed": tally.missed,
         "duplicated": tally.duplicated,
         "exact_polls": tally.exact_polls,
-        "gaps": follower.gaps,
-        "resets": follower.resets,
+        "gaps": tally.gaps,
+        "resets": tally.resets,
         "cpu_ms_per_poll": tally.cpu / max(1, tally.polls) * 1000,
     }
 
@@ -183,7 +209,8 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
         async def fetch(tail: int) -> str:
             return host.compose_logs([CONTAINER], tail)
 
-        follower = LogFollower(fetch)
+        meter = Meter(fetch)
+        follower = LogFollower(meter)
         tally = _Tally()
         seen = 0
         ready_at = None
@@ -196,7 +223,7 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
             c0 = time.process_time()
             batch = await follower.poll()
             tally.cpu += time.process_time() - c0
-            tally.check([last_redraw(x) for x in expected], [ln.text for ln in batch.new])
+            tally.check([last_redraw(x) for x in expected], batch)
             if ready_at is None and c is not None and c.ready:
                 ready_at = clock.t
             if ready_at is not None and clock.t - ready_at >= steady_minutes * 60:
@@ -204,7 +231,7 @@ async def _follow_simulated(steady_minutes: float = 10.0, cold_start_s: float = 
         truth = host.logs(CONTAINER)
         # The simulator's engine prints progress bars as one line with \r redraws; the follower
         # yields the last redraw (what a terminal shows). Count those lines as delivered.
-        res = _result(follower, tally, truth)
+        res = _result(meter, tally, truth)
         res["note"] = "cold start (~2400 s) then 10 min of steady state; progress-bar lines compared by their last redraw"
         return res
     finally:
@@ -272,11 +299,12 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
         async def fetch(tail: int) -> str:
             return host.compose_logs([CONTAINER], tail)
 
-        follower = LogFollower(fetch, initial_tail=COLD_START_WINDOW, max_tail=max(COLD_START_WINDOW, 5000))
+        meter = Meter(fetch)
+        follower = LogFollower(meter, initial_tail=COLD_START_WINDOW, max_tail=max(COLD_START_WINDOW, 5000))
         appeared: list[float] = []  # when each line of the log appeared (tick granularity)
         latencies: list[float] = []
         read = 0
-        ps_calls = ps_bytes = reads = 0
+        ps_calls = ps_bytes = reads = probes = probe_bytes = 0
         ps_due = read_due = clock.t
         waited = "unprobed"
         next_probe = float("inf")
@@ -287,7 +315,10 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
             act = False
             if clock.t >= ps_due or clock.t >= next_probe:
                 if probe_s:
-                    if await follower.probe():
+                    probes, before = probes + 1, meter.bytes
+                    news = await follower.probe()
+                    probe_bytes += meter.bytes - before
+                    if news:
                         waited, act = "news", True
                     elif clock.t >= ps_due:
                         waited, act = "quiet", True
@@ -317,10 +348,10 @@ async def _cold_start_gate(probe_s: float | None, *, cold_start_s: float = 2400.
             clock.t += tick_s
         minutes = (ended_at - start) / 60
         return {
-            "probe_s": probe_s, "minutes": minutes, "reads": reads, "probes": follower.probes,
-            "log_bytes_per_min": follower.total_bytes / minutes, "probe_bytes_per_min": follower.probe_bytes / minutes,
+            "probe_s": probe_s, "minutes": minutes, "reads": reads, "probes": probes,
+            "log_bytes_per_min": meter.bytes / minutes, "probe_bytes_per_min": probe_bytes / minutes,
             "ps_calls_per_min": ps_calls / minutes, "ps_bytes_per_min": ps_bytes / minutes,
-            "all_bytes_per_min": (follower.total_bytes + ps_bytes) / minutes,
+            "all_bytes_per_min": (meter.bytes + ps_bytes) / minutes,
             "lines": len(latencies), "line_latency": summary(latencies),
         }
     finally:

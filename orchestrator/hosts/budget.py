@@ -136,13 +136,8 @@ def resolve_in_start_order(budgets: Sequence[Budget], available_bytes: int) -> l
 @dataclass
 class FitReport:
     ok: bool
-    replica_bytes: list[int]
-    total_bytes: int
-    available_bytes: int
-    reserve_bytes: int
     page_cache_headroom_bytes: int  # available - reserve - total; negative when it does not fit
     problems: list[str] = field(default_factory=list)
-    double_booking: bool = False
 
 
 def check_fit(budgets: Sequence[Budget], available_bytes: int, reserve_bytes: int,
@@ -186,9 +181,7 @@ def check_fit(budgets: Sequence[Budget], available_bytes: int, reserve_bytes: in
             f"the replica budgets leave {format_gib(headroom)} for page cache, less than the "
             f"{format_gib(min_page_cache_bytes)} required: lower the budgets"
         )
-    return FitReport(ok=not problems, replica_bytes=replica_bytes, total_bytes=total, available_bytes=available_bytes,
-                     reserve_bytes=reserve_bytes, page_cache_headroom_bytes=headroom, problems=problems,
-                     double_booking=percent_sum > 100 or total > usable)
+    return FitReport(ok=not problems, page_cache_headroom_bytes=headroom, problems=problems)
 
 
 def _require_non_negative(**values: int) -> None:

@@ -167,9 +167,6 @@ class BudgetExpr:
             return cls(variable=var.name, default=var.argument, raw=raw)
         raise InterpolationError(f"{raw!r} is not a single ${{VAR}}, ${{VAR:-default}} or ${{VAR-default}} expression")
 
-    def resolve(self, env: Mapping[str, str]) -> str:
-        return resolve_env_value(self.raw, env)
-
 
 @dataclass(frozen=True)
 class ServiceDef:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, fie
 
 from orchestrator.util.user_errors import UserError
 
-#: compose-manager refuses these project names (400); the default project is `work`.
+#: compose-manager 8e07c35 answers 400 `compose project name "work" is reserved` for these (the default: `work`).
 RESERVED_PROJECTS = frozenset({"work", "dstack"})
 
 #: libyaml's safe loader when available (3x faster)

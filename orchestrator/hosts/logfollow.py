@@ -34,9 +34,6 @@ from orchestrator.hosts.parsers.compose_logs import LogLine, parse_compose_logs
 class FollowBatch:
     new: list[LogLine]
     gap: bool
-    bytes_fetched: int
-    lines_fetched: int
-    fetches: int = 1
     tail: int = 0  # the window of the last fetch of this poll
     gap_containers: tuple[str, ...] = ()
     reset_containers: tuple[str, ...] = ()
@@ -74,26 +71,14 @@ class LogFollower:
         self.tail = initial_tail
         self._tracks: dict[str, _Track] = {}
         self._polled = False
-        # counters since the follower was made (a probe's bytes count in `total_bytes` too)
-        self.polls = self.fetches = self.total_bytes = self.total_lines_fetched = self.total_new_lines = 0
-        self.gaps = self.resets = self.probes = self.probe_bytes = 0
         #: (most new lines of one container, the tail a grown poll needed or 0) of the last polls
         self._history: deque[tuple[int, int]] = deque(maxlen=3)
-
-    @property
-    def bytes_per_new_line(self) -> float | None:
-        return self.total_bytes / self.total_new_lines if self.total_new_lines else None
 
     async def probe(self) -> bool:
         """Whether the log holds a line the next `poll()` would yield, for one line per container
         (`--tail 1`): a container's last line is not the last one read of it, or it was never read.
         A line repeated verbatim is not told apart (the next poll still yields it)."""
-        text = await self._fetch(1)
-        size = len(text.encode("utf-8", "replace"))
-        self.probes += 1
-        self.probe_bytes += size
-        self.total_bytes += size
-        lines = parse_compose_logs(text)
+        lines = parse_compose_logs(await self._fetch(1))
         if not self._polled:
             return bool(lines)
         for line in lines:
@@ -104,13 +89,8 @@ class LogFollower:
 
     async def poll(self) -> FollowBatch:
         tail = self.tail
-        fetched_bytes = fetched_lines = fetches = 0
         while True:
-            text = await self._fetch(tail)
-            fetches += 1
-            fetched_bytes += len(text.encode("utf-8", "replace"))
-            window = parse_compose_logs(text)
-            fetched_lines += len(window)
+            window = parse_compose_logs(await self._fetch(tail))
             groups: dict[str, list[str]] = {}
             for line in window:
                 groups.setdefault(line.container, []).append(line.text)
@@ -158,19 +138,11 @@ class LogFollower:
                     track.exact = False
                     track.count += len(fresh)
 
-        gap = bool(gap_containers)
-        self.polls += 1
-        self.fetches += fetches
-        self.total_bytes += fetched_bytes
-        self.total_lines_fetched += fetched_lines
-        self.total_new_lines += len(new)
-        self.gaps += int(gap)
-        self.resets += len(reset_containers)
-        self._history.append((most_new, tail if fetches > 1 else 0))
+        self._history.append((most_new, tail if tail > self.tail else 0))  # a window grown this poll
         self._polled = True
         self.tail = self._next_tail()
-        return FollowBatch(new=new, gap=gap, bytes_fetched=fetched_bytes, lines_fetched=fetched_lines, fetches=fetches,
-                           tail=tail, gap_containers=tuple(gap_containers), reset_containers=tuple(reset_containers))
+        return FollowBatch(new=new, gap=bool(gap_containers), tail=tail, gap_containers=tuple(gap_containers),
+                           reset_containers=tuple(reset_containers))
 
     def _next_tail(self) -> int:
         recent_new = max(n for n, _ in self._history)

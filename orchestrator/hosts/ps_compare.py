@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
 
 from orchestrator.hosts.parsers.action_log import Action, last_deploy
 from orchestrator.hosts.parsers.docker_ps import Container
@@ -39,16 +38,6 @@ def up_for(status: str) -> float | None:
     return float((1 if n in (None, "a", "an") else int(n)) * _UNIT[m.group("unit").lower()])
 
 
-@dataclass(frozen=True)
-class ContainerChange:
-    name: str
-    what: str  # recreated | gone | new | restarted
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.name} {self.detail}"
-
-
 def completion_dependencies(containers: Iterable[Container]) -> set[str]:
     """The services some container waits to complete (`service_completed_successfully`): one-shots."""
     out: set[str] = set()
@@ -61,33 +50,34 @@ def completion_dependencies(containers: Iterable[Container]) -> set[str]:
 
 
 def compare_ps(before: Iterable[Container], after: Iterable[Container],
-               oneshots: Collection[str] = ()) -> list[ContainerChange]:
-    """What changed between two docker/ps reads, one entry per container (by name)."""
+               oneshots: Collection[str] = ()) -> list[str]:
+    """What changed between two docker/ps reads, one line per container (by name): `NAME recreated
+    (...)`, `gone`, `new`, `restarted`."""
     b = {c.name: c for c in before}
     a = {c.name: c for c in after}
     oneshots = set(oneshots) | completion_dependencies([*b.values(), *a.values()])
-    out: list[ContainerChange] = []
+    out: list[str] = []
     for name in sorted(set(b) | set(a)):
         old, new = b.get(name), a.get(name)
         if new is None:
             assert old is not None
             if (old.service or old.name) not in oneshots:
-                out.append(ContainerChange(name, "gone", f"gone (was {old.id[:12]})"))
+                out.append(f"{name} gone (was {old.id[:12]})")
         elif old is None:
-            out.append(ContainerChange(name, "new", f"new ({new.id[:12]})"))
+            out.append(f"{name} new ({new.id[:12]})")
         elif (old.id, old.created_at) != (new.id, new.created_at):
-            out.append(ContainerChange(name, "recreated", f"recreated ({old.id[:12]} -> {new.id[:12]})"))
+            out.append(f"{name} recreated ({old.id[:12]} -> {new.id[:12]})")
         elif old.state == "running" and not old.restarting and (new.state != "running" or new.restarting):
-            out.append(ContainerChange(name, "restarted", f"restarted ({new.id[:12]} now {new.state}: {new.status})"))
+            out.append(f"{name} restarted ({new.id[:12]} now {new.state}: {new.status})")
         else:
             t0, t1 = up_for(old.status), up_for(new.status)
             if t0 is not None and t1 is not None and t1 < t0:
-                out.append(ContainerChange(name, "restarted", f"restarted in place ({new.id[:12]}: {old.status!r} -> {new.status!r})"))
+                out.append(f"{name} restarted in place ({new.id[:12]}: {old.status!r} -> {new.status!r})")
     return out
 
 
-def describe_changes(changes: Sequence[ContainerChange]) -> str:
-    return ", ".join(str(c) for c in changes)
+def describe_changes(changes: Sequence[str]) -> str:
+    return ", ".join(changes)
 
 
 def runs_from(c: Container, file: str) -> bool | None:

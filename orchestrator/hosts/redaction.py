@@ -147,9 +147,6 @@ class _Compiled(NamedTuple):
         one_line = "\n" not in text and "\\n" not in text
         return (self.heads if one_line else self.anchors).found_in(text)
 
-    def may_hold_secret(self, text: str) -> bool:
-        return bool(text) and (self.always is not None or self.may_hold_text(text) or self.may_hold_b64(text))
-
 
 class _Literals:
     """Literal strings a text is checked for: by `in` on a long text, by one alternation on a short one."""
@@ -254,8 +251,6 @@ class Redactor:
         return merged
 
     def scrub(self, text: str) -> str:
-        if not self._compiled().may_hold_secret(text):
-            return text
         spans = self._spans(text)
         if not spans:
             return text
@@ -271,12 +266,7 @@ class Redactor:
         return "".join(out)
 
     def contains_secret(self, text: str) -> bool:
-        c = self._compiled()
-        if not c.may_hold_secret(text):
-            return False
-        plain = c.text if c.may_hold_text(text) else c.always
-        return bool((plain is not None and plain.search(text))
-                    or (c.b64 is not None and c.may_hold_b64(text) and c.b64.search(text)))
+        return bool(self._spans(text))
 
     def may_begin_secret(self, line: str) -> bool:
         """Whether `line` ends with what may be the head of a secret split across it and the next

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import httpx
+from fast_retry import immediate_retry
 
 from orchestrator.hosts.clients.compose_manager import ComposeRequest
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 
 BASE = "http://cm.test:8080"
@@ -27,7 +27,7 @@ ENV = EnvMap(
     }
 )
 REQ = ComposeRequest(tag="v2026.09.20-long", file=NEW_FILE, services=(R2,))
-FAST = RetryPolicy.immediate(busy_retries=3, max_attempts=4)
+FAST = immediate_retry(busy_retries=3, max_attempts=4)
 
 
 class ChunkStream(httpx.AsyncByteStream):

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import respx
+from fast_retry import immediate_retry
 
 from helpers_compose import BASE, ENV, REQ, TOKEN, error
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
@@ -46,7 +47,7 @@ def ps_line(name: str, project: str, state: str = "running") -> str:
 async def test_ps_filters_every_projects_list_by_labels(router):
     output = "\n".join([ps_line("nginx", "work"), ps_line("nginx-glm", "glm"), ps_line("dcgm-glm53", "work")])
     route = router.get("/docker/ps").respond(json={"status": "ok", "output": output})
-    async with ComposeManagerClient(BASE, TOKEN, retry=RetryPolicy.immediate()) as cm:
+    async with ComposeManagerClient(BASE, TOKEN, retry=immediate_retry()) as cm:
         assert [c.name for c in await cm.ps()] == ["nginx", "dcgm-glm53"]
         assert [c.name for c in await cm.ps("glm")] == ["nginx-glm"]
         assert len(await cm.ps_all()) == 3
@@ -67,7 +68,7 @@ async def test_tag_not_found_is_retried_with_growing_waits_then_names_the_rate_l
 async def test_tag_found_on_a_retry_goes_ahead(router):
     done = httpx.Response(200, content=b'{"event":"done","success":true,"exit_code":0}\n')
     route = router.post("/compose/up").mock(side_effect=[error(400, "tag not found: v0.0.300"), done])
-    async with ComposeManagerClient(BASE, TOKEN, retry=RetryPolicy.immediate(), clock=FakeClock()) as cm:
+    async with ComposeManagerClient(BASE, TOKEN, retry=immediate_retry(), clock=FakeClock()) as cm:
         assert (await cm.up(REQ, ENV)).status == "success"
     assert route.call_count == 2
 
@@ -80,7 +81,7 @@ async def test_host_reads_are_typed(router):
     router.get("/host/cache").respond(json={"status": "ok", "volumes": [{"name": "work_huggingface_cache", "size_bytes": 5}],
                                             "weights": ["models--graphistry--GLM-5.3-Flash-W4AFP8"]})
     router.get("/status").respond(json={"status": "ok"})
-    async with ComposeManagerClient(BASE, TOKEN, retry=RetryPolicy.immediate()) as cm:
+    async with ComposeManagerClient(BASE, TOKEN, retry=immediate_retry()) as cm:
         gpus = await cm.host_gpu()
         assert [g.index for g in gpus] == [0, 1] and gpus[0].claimed_by == ("model-sg-glm53-w4afp8-tp4-r1",)
         cache = await cm.host_cache()
@@ -93,9 +94,9 @@ async def test_host_reads_are_typed(router):
 
 async def test_version_without_projects_and_with_wrong_types(router):
     router.get("/version").respond(json={"status": "ok", "image": "img"})
-    async with ComposeManagerClient(BASE, TOKEN, retry=RetryPolicy.immediate()) as cm:
+    async with ComposeManagerClient(BASE, TOKEN, retry=immediate_retry()) as cm:
         info = await cm.version()
-        assert info.project().current is None and info.tag is None and dict(info) == {"status": "ok", "image": "img"}
+        assert info.project().current is None and info.last_attempt.tag is None and dict(info) == {"status": "ok", "image": "img"}
         router.get("/version").respond(json={"status": "ok", "projects": {"work": {"current": {"tag": 3}}}})
         with pytest.raises(MalformedResponse):
             await cm.version()
@@ -104,7 +105,7 @@ async def test_version_without_projects_and_with_wrong_types(router):
 @pytest.mark.parametrize("project", ["work", "dstack"])
 async def test_reserved_projects_are_refused_before_sending(router, project):
     route = router.post("/compose/up")
-    async with ComposeManagerClient(BASE, TOKEN, retry=RetryPolicy.immediate()) as cm:
+    async with ComposeManagerClient(BASE, TOKEN, retry=immediate_retry()) as cm:
         with pytest.raises(RequestInvalid, match="omit it for the default project"):
             await cm.up(ComposeRequest(tag="t", file="prod/x.yaml", services=("nginx",), project=project), ENV)
     assert not route.called

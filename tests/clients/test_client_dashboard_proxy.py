@@ -1,6 +1,7 @@
 import httpx
 import pytest
 import respx
+from fast_retry import immediate_retry
 
 from orchestrator.hosts.clients.dashboard import DashboardClient
 from orchestrator.hosts.clients.errors import (
@@ -11,12 +12,11 @@ from orchestrator.hosts.clients.errors import (
     Unauthorized,
 )
 from orchestrator.hosts.clients.model_proxy import ModelProxyClient, parse_backends_list
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 
 DASH = "http://dashboard.test"
 DASH_TOKEN = "dash-token-abcdef123456"
-FAST = RetryPolicy.immediate()
+FAST = immediate_retry()
 
 GPU02_ENV = {"PROXY_TOKEN": "proxy-secret-xyz", "ENV": "prod", "HOST_IP": "10.0.0.2", "GLM53_HICACHE_RAM_BUDGET": "406GiB"}
 INSTANCES = [
@@ -40,7 +40,7 @@ async def test_instance_by_name_keeps_the_env_map_exactly(dash_router):
     async with DashboardClient(DASH, DASH_TOKEN, retry=FAST) as dash:
         inst = await dash.instance(name="gpu02")
         assert inst.env == EnvMap(GPU02_ENV) and inst.env.as_body() == GPU02_ENV
-        assert inst.id == "1" and inst.github_repo == "nearai/cvm-compose-files"
+        assert inst.id == "1" and inst.name == "gpu02"
         assert await dash.env_map(name="gpu13") == EnvMap({"ENV": "prod"})
     request = dash_router.routes[0].calls.last.request
     assert request.headers["authorization"] == f"Bearer {DASH_TOKEN}"
@@ -48,7 +48,6 @@ async def test_instance_by_name_keeps_the_env_map_exactly(dash_router):
     for secret in ("host-bearer-secret-1", "proxy-secret-xyz", "10.0.0.2", "406GiB"):
         assert secret not in text
     assert "PROXY_TOKEN" in text
-    assert inst.bearer_token.get_secret_value() == "host-bearer-secret-1"
     assert dash.redactor.scrub("host-bearer-secret-1 proxy-secret-xyz") == "*** ***"
 
 
@@ -98,7 +97,6 @@ def test_backends_list_ASSUMED_shape_is_parsed_tolerating_extra_fields():
     ]}
     backends = parse_backends_list(payload)
     assert [(b.address, b.healthy) for b in backends] == [("10.0.0.2:8001", True), ("10.0.0.9:8001", False)]
-    assert backends[0].extra == {"model": "z-ai/glm-5.3-flash", "last_seen": 12}
     assert backends[0].host == "10.0.0.2"
 
 
@@ -124,7 +122,7 @@ async def test_model_proxy_routes_and_presence():
             with pytest.raises(RequestInvalid):
                 await mp.backends_list("")
         assert r.routes[0].calls.last.request.headers["authorization"] == "Bearer mp-token-secret"
-    assert long_presence.listed and long_presence.healthy and long_presence.peer == "peer-1"
+    assert long_presence.listed and long_presence.healthy
     assert not base_presence.listed and not base_presence.healthy
     assert by_host.listed
 

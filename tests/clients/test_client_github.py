@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 import respx
+from fast_retry import immediate_retry
 
 from orchestrator.hosts.clients.errors import Unauthorized
 from orchestrator.hosts.clients.github import GitHubClient, GitHubUnreachable
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator_sim.apps.github import build_github_app
 from orchestrator_sim.compose_manager.repo import SimRepository
 from orchestrator_sim.faults import ActiveFaults
@@ -30,7 +30,7 @@ def router():
 
 @pytest.fixture
 async def gh(router):
-    async with GitHubClient(API, "gh-token", retry=RetryPolicy.immediate(max_attempts=2)) as c:
+    async with GitHubClient(API, "gh-token", retry=immediate_retry(max_attempts=2)) as c:
         yield c
 
 
@@ -111,7 +111,7 @@ async def test_against_the_simulated_github():
             assert not recent.ok and "too recent" in recent.reason
             assert not (await sim.check_tag(REPO, "v9.9.9", now=NOW)).ok
     app = build_github_app(repo, NOW, ActiveFaults(["github-down"]))
-    async with GitHubClient("http://gh.sim", transport=httpx.ASGITransport(app=app), retry=RetryPolicy.immediate()) as sim:
+    async with GitHubClient("http://gh.sim", transport=httpx.ASGITransport(app=app), retry=immediate_retry()) as sim:
         with pytest.raises(GitHubUnreachable):
             await sim.check_tag(REPO, "v0.0.300", now=NOW)
 

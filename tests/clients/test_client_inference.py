@@ -32,7 +32,6 @@ async def test_completion_parses_usage_and_sends_temperature_zero():
             result = await client.completion(MODEL, [{"role": "user", "content": "hello"}], max_tokens=8)
         body = json.loads(route.calls.last.request.content)
     assert (result.text, result.prompt_tokens, result.cached_tokens) == ("hi", 40, 32)
-    assert result.raw_usage["total_tokens"] == 43
     assert body["temperature"] == 0 and body["max_tokens"] == 8 and body["model"] == MODEL
     assert route.calls.last.request.headers["authorization"] == f"Bearer {TOKEN}"
 
@@ -61,7 +60,7 @@ async def test_cache_hit_check_ok_and_the_follow_up_repeats_the_first_turn():
         async with InferenceClient(LONG, TOKEN) as client:
             result = await client.cache_hit_check(MODEL)
         first, second = (json.loads(call.request.content)["messages"] for call in route.calls)
-    assert result.ok and result.second.cached_tokens == 2048 and "2048" in result.reason
+    assert result.ok and result.reason == "follow-up reused 2048 of 2120 prompt tokens"
     assert second[: len(first)] == first
     assert second[len(first)] == {"role": "assistant", "content": "blue"}
     assert len(first[0]["content"]) > 4000  # a long-ish shared prefix
@@ -108,7 +107,7 @@ async def test_relay_direct_checks_pass():
         async with SoakRelayClient(RELAY, TOKEN) as relay:
             result = await relay.direct_checks(MODEL)
         assert json.loads(gen.calls.last.request.content)["temperature"] == 0
-    assert result.ok and result.health_ok and result.models == [MODEL] and result.generation == "ready"
+    assert result.ok and result.reason == "all direct checks passed"
 
 
 @pytest.mark.parametrize(
@@ -125,7 +124,7 @@ async def test_relay_direct_check_failures(kwargs, reason):
         async with SoakRelayClient(RELAY, TOKEN) as relay:
             result = await relay.direct_checks(MODEL)
     assert not result.ok and reason in result.reason
-    assert result.health_ok == (kwargs.get("health", 200) == 200)
+    assert ("/health" in result.reason) == (kwargs.get("health", 200) != 200)
 
 
 async def test_completion_text_is_scrubbed_with_the_shared_redactor():

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from fast_retry import immediate_retry
 
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
 from orchestrator.hosts.clients.errors import (
@@ -26,14 +27,13 @@ from orchestrator.hosts.clients.errors import (
     Unauthorized,
     error_for_status,
 )
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.parsers.compose_manager_reads import VersionInfo
 from orchestrator.hosts.redaction import Redactor
 from recorded_exchanges import EXCHANGE_LIST, Exchange
 
 BASE = "http://cm.test:8080"
-POLICY = RetryPolicy.immediate(busy_retries=2, max_attempts=3, tag_not_found_retries=2)
+POLICY = immediate_retry(busy_retries=2, max_attempts=3, tag_not_found_retries=2)
 NS_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}\+00:00$")
 
 
@@ -92,7 +92,7 @@ async def check_version(ex: Exchange, cm: ComposeManagerClient, replay: Replay) 
     raw = ex.json_body()
     assert isinstance(info, VersionInfo) and info["status"] == "ok" and info.image == raw["image"]
     assert dict(info.items()) == raw  # the old dict reading still works
-    assert info.tag == raw.get("tag")
+    assert info.last_attempt.tag == raw.get("tag")
     work = info.project()
     projects = raw.get("projects", {}).get("work", {})
     assert (work.current.tag if work.current else None) == projects.get("current", {}).get("tag")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+from fast_retry import immediate_retry
 from waiting import wait_until_async
 
 from orchestrator.hosts.clients.compose_manager import ComposeManagerClient, ComposeRequest
-from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator_sim.testing import CANARY, OLD_TAG, in_process_compose_manager
 
@@ -18,7 +18,7 @@ from orchestrator_sim.testing import CANARY, OLD_TAG, in_process_compose_manager
 async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:
     cm = in_process_compose_manager(fresh=False)
     transport = httpx.ASGITransport(app=cm.app)
-    async with ComposeManagerClient("http://cm.sim", cm.token, transport=transport, retry=RetryPolicy.immediate()) as client:
+    async with ComposeManagerClient("http://cm.sim", cm.token, transport=transport, retry=immediate_retry()) as client:
         assert await client.status() is None
         cm.clock.frozen = True  # the up cannot finish until the clock moves
         req = ComposeRequest(tag=OLD_TAG, file=CANARY, services=("dcgm-glm53",), force_recreate=True, allow_force_recreate=True)
@@ -33,4 +33,4 @@ async def test_status_shows_the_up_in_flight_and_clears_when_done() -> None:
         assert outcome.status == "success"
         assert await client.status() is None
         version = await client.version()
-        assert version.project().current.tag == OLD_TAG and version.tag == OLD_TAG
+        assert version.project().current.tag == OLD_TAG and version.last_attempt.tag == OLD_TAG

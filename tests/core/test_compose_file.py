@@ -74,8 +74,8 @@ def test_canary_old_r2_budget_is_80_percent(canary: ComposeFile) -> None:
     assert expr == BudgetExpr(
         variable="GLM53_HICACHE_RAM_BUDGET", default="80%", raw="${GLM53_HICACHE_RAM_BUDGET:-80%}"
     )
-    assert parse_budget(expr.resolve({})).percent == Decimal(80)
-    assert expr.resolve({"GLM53_HICACHE_RAM_BUDGET": "406GiB"}) == "406GiB"
+    assert parse_budget(resolve_env_value(expr.raw, {})).percent == Decimal(80)
+    assert resolve_env_value(expr.raw, {"GLM53_HICACHE_RAM_BUDGET": "406GiB"}) == "406GiB"
 
 
 def test_canary_r1_has_no_hicache_and_inherits_the_anchor_environment(canary: ComposeFile) -> None:
@@ -135,7 +135,7 @@ def test_long_context_budgets(long_context: ComposeFile) -> None:
     # Setting the seed's single variable leaves this revision's r2 at 650 GiB: the mismatch a plan
     # for the seed's runbook must flag.
     env = {"GLM53_HICACHE_RAM_BUDGET": "406GiB"}
-    assert long_context.budget_of(NEW_R2).resolve(env) == "650GiB"
+    assert resolve_env_value(long_context.budget_of(NEW_R2).raw, env) == "650GiB"
 
 
 def test_long_context_engines_and_tp2(long_context: ComposeFile) -> None:
@@ -152,7 +152,7 @@ def test_long_context_engines_and_tp2(long_context: ComposeFile) -> None:
 
 
 def test_long_context_budgets_fit_gpu02(long_context: ComposeFile) -> None:
-    budgets = [parse_budget(long_context.budget_of(e).resolve({})) for e in (R1, NEW_R2)]
+    budgets = [parse_budget(resolve_env_value(long_context.budget_of(e).raw, {})) for e in (R1, NEW_R2)]
     assert [b.bytes for b in budgets] == [406 * GIB, 650 * GIB]
     report = check_fit(budgets, 1223 * GIB, 10 * GIB)
     assert report.ok

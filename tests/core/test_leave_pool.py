@@ -25,7 +25,7 @@ class Peer:
     async def presence(self, address: str, domain: str) -> Presence:
         if address in self.fails:
             raise TransportError("model-proxy", "GET /presence: no answer within 10 s")
-        return Presence(self.name, domain, address, address not in self.out, True)
+        return Presence(address not in self.out, True)
 
 
 class Journal:

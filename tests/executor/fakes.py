@@ -22,7 +22,7 @@ from orchestrator.engine.executor import Executor, RunContext
 from orchestrator.engine.progress import RecordingProgress
 from orchestrator.engine.steps import StepOutcome
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
-from orchestrator.hosts.clients.inference import CacheHitResult, Completion, RelayCheckResult
+from orchestrator.hosts.clients.inference import CheckResult, Completion
 from orchestrator.hosts.clients.model_proxy import Presence
 from orchestrator.hosts.envmap import EnvMap
 from orchestrator.hosts.inventory import HostEntry
@@ -195,10 +195,9 @@ class FakeCompose:
                 c = self.host.get(svc)
                 st = "Created" if c is None else ("Running" if (c.file, c.tag) == (req.file, req.tag) else "Recreate")
                 lines.append(f" ✔ DRY-RUN MODE -  Container {svc}  {st}  0.0s")
-            return StreamOutcome("success", 0, lines + self.extra_lines, done_seen=True)
+            return StreamOutcome("success", 0, lines + self.extra_lines)
         self.apply(req)
-        return StreamOutcome("success", 0, [f" ✔ Container {s}  Started" for s in req.services] + self.extra_lines,
-                             done_seen=True)
+        return StreamOutcome("success", 0, [f" ✔ Container {s}  Started" for s in req.services] + self.extra_lines)
 
     async def down(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
         req.validate(env, action="down")
@@ -208,7 +207,7 @@ class FakeCompose:
         for svc in req.services:
             self.host.pop(svc, None)
         self.actions.append(Action(None, "compose_down", req.tag, None, req.file, None, tuple(req.services)))
-        return StreamOutcome("success", 0, [f" ✔ Container {s}  Removed" for s in req.services], done_seen=True)
+        return StreamOutcome("success", 0, [f" ✔ Container {s}  Removed" for s in req.services])
 
 
 class FakeDashboard:
@@ -240,20 +239,20 @@ class FakePeer:
             listed, healthy = self.lists(address, domain)
         else:
             listed = healthy = domain == RB.domains.long
-        return Presence(self.name, domain, address, listed=listed, healthy=healthy)
+        return Presence(listed=listed, healthy=healthy)
 
 
 class FakeInference:
     async def completion(self, model: str, messages: list[dict[str, Any]], max_tokens: int = 64) -> Completion:
         return Completion("ready", 12, None)
 
-    async def cache_hit_check(self, model: str) -> CacheHitResult:
-        return CacheHitResult(True, None, None, "cached_tokens > 0")
+    async def cache_hit_check(self, model: str) -> CheckResult:
+        return CheckResult(True, "cached_tokens > 0")
 
 
 class FakeRelay:
-    async def direct_checks(self, model: str) -> RelayCheckResult:
-        return RelayCheckResult(True, True, [model], "ready", "ok")
+    async def direct_checks(self, model: str) -> CheckResult:
+        return CheckResult(True, "ok")
 
 
 @dataclass

@@ -400,7 +400,7 @@ async def test_a_down_sent_again_and_refused_for_the_lock_halts():
             return None
         sends.append(req)
         if len(sends) == 1:  # accepted, but the container stays (no observable effect)
-            return StreamOutcome("failure", 1, ["Error response from daemon"], done_seen=True)
+            return StreamOutcome("failure", 1, ["Error response from daemon"])
         raise Busy("compose-manager", "another docker operation is already in progress: compose_up", in_flight="compose_up")
 
     async def status():

@@ -167,11 +167,11 @@ async def test_verify_tries_the_cache_hit_pair_as_often_as_the_runbook_says():
     """The base domain balances over several engines: a follow-up that lands elsewhere reports no
     cached tokens. `verify.attempts` (3 on the base tier) tries the pair again (steps/gates.py:
     verify, the loop cut to one try -> the first case fails)."""
-    from orchestrator.hosts.clients.inference import CacheHitResult
+    from orchestrator.hosts.clients.inference import CheckResult
 
     for misses, outcome in ((2, "ok"), (3, "fail")):
         rig = Rig(state="switch.verify", rb=BASE, host="gpu03")
-        answers = [CacheHitResult(False, None, None, "cached_tokens = 0")] * misses + [CacheHitResult(True, None, None, "ok")]
+        answers = [CheckResult(False, "cached_tokens = 0")] * misses + [CheckResult(True, "ok")]
 
         async def cache_hit_check(model, answers=answers):
             return answers.pop(0)

@@ -26,7 +26,7 @@ async def test_a_stall_while_a_down_settles_sends_no_second_down():
         if verb == "down":
             from orchestrator.hosts.clients.compose_manager import StreamOutcome
 
-            return StreamOutcome("success", 0, [f" ✔ Container {OLD_R2}  Stopping"], done_seen=True)
+            return StreamOutcome("success", 0, [f" ✔ Container {OLD_R2}  Stopping"])
         return None
 
     def stall_after_the_first_read(compose):

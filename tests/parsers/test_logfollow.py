@@ -105,8 +105,6 @@ async def test_property_exact_unless_gap_and_gap_when_lines_fell_out(growths, in
             assert batch.gap, "lines fell out of the largest window: a gap must be reported"
         if growth <= CFG["max_tail"] - M:
             assert not batch.gap, "the largest window overlapped enough: no gap"
-    assert follower.gaps == sum(b.gap for _, b, _, _ in results)
-    assert follower.polls == len(results) + 1
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -162,7 +160,7 @@ async def test_repeated_identical_decode_lines_are_counted_exactly():
     logs.add(R2, ["[TP0] Prefill batch, #new-seq: 1"] + [DECODE] * 4)
     batch = await follower.poll()
     assert [line.text for line in batch.new] == ["[TP0] Prefill batch, #new-seq: 1"] + [DECODE] * 4
-    assert follower.gaps == 0
+    assert not batch.gap
 
 
 async def test_only_identical_lines_beyond_memory_report_a_gap_not_a_guess():
@@ -189,7 +187,6 @@ async def test_burst_beyond_max_tail_is_a_gap_and_following_resumes():
     logs.add(R2, ["after 1", "after 2"])
     batch = await follower.poll()
     assert not batch.gap and [line.text for line in batch.new] == ["after 1", "after 2"]
-    assert follower.gaps == 1
 
 
 async def test_replaced_container_is_a_reset():
@@ -203,25 +200,15 @@ async def test_replaced_container_is_a_reset():
     assert [line.text for line in batch.new] == ["new 0", "new 1", "new 2"]
     logs.add(R2, ["new 3"])
     batch = await follower.poll()
-    assert not batch.gap and [line.text for line in batch.new] == ["new 3"]
-    assert follower.resets == 1
+    assert not batch.gap and not batch.reset_containers and [line.text for line in batch.new] == ["new 3"]
 
 
-async def test_window_shrinks_after_quiet_polls_and_counters_add_up():
+async def test_window_shrinks_after_quiet_polls():
     logs = FakeLogs()
     follower = LogFollower(logs.fetch, initial_tail=200, max_tail=5000, min_overlap=8, min_tail=16)
     logs.add(R2, [f"startup {i}" for i in range(300)])
     first = await follower.poll()
     assert len(first.new) == 200 and not first.gap
-    fetched_texts = []
-    original = logs.fetch
-
-    async def recording(tail):
-        text = await original(tail)
-        fetched_texts.append(text)
-        return text
-
-    follower._fetch = recording  # observe what is fetched from here on
     tails = []
     for i in range(6):
         logs.add(R2, [f"quiet {i}"])
@@ -230,10 +217,7 @@ async def test_window_shrinks_after_quiet_polls_and_counters_add_up():
         tails.append(batch.tail)
     # 2 x 200 new lines on the first poll kept the window large; quiet polls bring it down to min.
     assert tails[-1] == 16 and tails[0] > tails[-1]
-    assert sum(len(t.encode()) for t in fetched_texts) == follower.total_bytes - first.bytes_fetched
-    assert follower.total_new_lines == 206
-    assert follower.total_lines_fetched == first.lines_fetched + sum(t.count("\n") for t in fetched_texts)
-    assert follower.bytes_per_new_line == follower.total_bytes / 206
+    assert logs.calls[-6:] == tails  # one fetch per quiet poll, of the window it reports
 
 
 async def test_first_poll_is_the_starting_point_and_new_container_later_is_complete():
@@ -339,4 +323,3 @@ async def test_a_rotated_log_is_followed_without_gap_or_reset():
         batch = await f.poll()
         assert [ln.text for ln in batch.new] == fresh
         assert not batch.gap and not batch.reset_containers
-    assert f.resets == 0 and f.gaps == 0

@@ -32,15 +32,6 @@ async def test_probe_says_whether_a_poll_would_yield_a_line():
     assert log.tails.count(1) == 4
 
 
-async def test_probe_bytes_are_counted():
-    log = Log("[TP0] a line of some length")
-    f = LogFollower(log.fetch)
-    await f.poll()
-    before = f.total_bytes
-    await f.probe()
-    assert f.probes == 1 and f.probe_bytes > 0 and f.total_bytes == before + f.probe_bytes
-
-
 async def test_a_verbatim_repeat_is_not_news_but_the_next_poll_yields_it():
     log = Log("GET /health 200")
     f = LogFollower(log.fetch)

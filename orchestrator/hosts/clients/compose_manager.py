@@ -93,10 +93,8 @@ def _parsed(what: str, parse: Callable[[Any], T], payload: Any) -> T:
 class ComposeManagerClient(HttpSession):
     system = SYSTEM
     empty_token = "empty bearer token"
-
-    def __init__(self, base_url: str, token: Any, *, stream_idle_timeout_s: float = 900, **session: Any) -> None:
-        super().__init__(base_url, token, **session)
-        self.stream_idle_timeout_s = stream_idle_timeout_s
+    #: a compose/up or compose/down stream silent this long is given up ("unknown": it may still run)
+    stream_idle_timeout_s: float = 900
 
     async def _read(self, method: str, path: str, *, what: str, json_body: Any = None, params: dict[str, str] | None = None) -> dict[str, Any]:
         return await self._read_json(method, path, what=f"{SYSTEM} {what}", json_body=json_body, params=params,

@@ -12,15 +12,13 @@ from typing import Any, Literal
 
 from orchestrator.hosts.clients.errors import RequestInvalid
 from orchestrator.hosts.envmap import EnvMap
-from orchestrator.hosts.parsers.compose_manager_reads import DEFAULT_PROJECT
+from orchestrator.hosts.inventory import RESERVED_PROJECTS
 
 SYSTEM = "compose-manager"
 
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-#: compose-manager 8e07c35 answers 400 `compose project name "work" is reserved` for these.
-RESERVED_PROJECTS = frozenset({DEFAULT_PROJECT, "dstack"})
 _BAD_TEXT_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 ComposeVerb = Literal["up", "down"]

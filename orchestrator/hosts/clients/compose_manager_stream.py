@@ -31,8 +31,6 @@ class StreamOutcome:
     exit_code: int | None
     lines: list[str] = field(default_factory=list)
     error: str | None = None
-    events: int = 0
-    done_seen: bool = False
     #: A dry run's `{"event":"plan","plan":{"create","recreate","remove","unchanged"},...}`, scrubbed
     plan_event: dict[str, Any] | None = None
 
@@ -159,18 +157,18 @@ def judge_stream(lines: list[str], problems: list[str], done: dict[str, Any] | N
         code = done.get("exit_code")
         exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
     if problems:
-        return StreamOutcome("unknown", exit_code, lines, "; ".join(problems), events, done is not None)
+        return StreamOutcome("unknown", exit_code, lines, "; ".join(problems))
     if done is None:
-        return StreamOutcome("unknown", None, lines, f"stream ended after {events} events without a 'done' event", events, False)
+        return StreamOutcome("unknown", None, lines, f"stream ended after {events} events without a 'done' event")
     success = done.get("success")
     if not isinstance(success, bool):
-        return StreamOutcome("unknown", exit_code, lines, "'done' event without a boolean 'success'", events, True)
+        return StreamOutcome("unknown", exit_code, lines, "'done' event without a boolean 'success'")
     if success and exit_code not in (0, None):
-        return StreamOutcome("unknown", exit_code, lines, f"'done' says success with exit code {exit_code}", events, True)
+        return StreamOutcome("unknown", exit_code, lines, f"'done' says success with exit code {exit_code}")
     if success:
-        return StreamOutcome("success", exit_code, lines, None, events, True)
+        return StreamOutcome("success", exit_code, lines)
     last = next((line for line in reversed(lines) if line.strip()), "")
     reason = f"docker compose failed (exit code {exit_code})"
     if last:
         reason += f"; last output: {last.strip()[:300]}"
-    return StreamOutcome("failure", exit_code, lines, reason, events, True)
+    return StreamOutcome("failure", exit_code, lines, reason)

@@ -7,11 +7,10 @@ and the key), never converted. Every env value and `bearer_token` read joins the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from pydantic import SecretStr
 
 from orchestrator.hosts.clients.errors import HostListedTwice, HostNotFound, MalformedResponse
 from orchestrator.hosts.clients.http_session import HttpSession
@@ -27,11 +26,8 @@ SYSTEM = "dashboard"
 class Instance:
     id: str
     name: str
-    url: str
-    github_repo: str | None
     env: EnvMap
     env_present: bool = True
-    bearer_token: SecretStr | None = field(default=None, repr=False, compare=False)
 
 
 def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
@@ -62,11 +58,9 @@ def parse_instances(payload: Any, redactor: Redactor) -> list[Instance]:
         env = EnvMap(raw_env)
         redactor.add(*env.redaction_values())
         token = item.get("bearer_token")
-        bearer = SecretStr(token) if isinstance(token, str) and token and set(token) != {"*"} else None
-        redactor.add(bearer)
-        repo = item.get("github_repo")
-        instances.append(Instance(id=str(item.get("id", "")), name=name, url=url, env=env, env_present=env_present,
-                                  github_repo=repo if isinstance(repo, str) else None, bearer_token=bearer))
+        if isinstance(token, str) and set(token) != {"*"}:  # `***`: the dashboard's redacted view
+            redactor.add(token)
+        instances.append(Instance(id=str(item.get("id", "")), name=name, env=env, env_present=env_present))
     return instances
 
 

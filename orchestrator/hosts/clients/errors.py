@@ -21,23 +21,22 @@ MAX_DETAIL_CHARS = 500
 
 
 class ClientError(Exception):
-    """A call to an external system failed. `system` names it, `detail` says why (scrubbed)."""
+    """A call to an external system failed. `system` names it, `detail` says why (scrubbed). The
+    facts one kind carries (`Busy.in_flight`, `ComposeFailed.stderr`, `TransportError.request_sent`,
+    `RequestInvalid.field`) are keywords; `status` defaults to the kind's `default_status`."""
 
-    def __init__(self, system: str, detail: str, *, status: int | None = None) -> None:
+    default_status: int | None = None
+
+    def __init__(self, system: str, detail: str, *, status: int | None = None, in_flight: str = "", stderr: str = "",
+                 request_sent: bool = True, field: str = "") -> None:
         self.system = system
         self.detail = detail
-        self.status = status
+        self.status = self.default_status if status is None else status
+        self.in_flight, self.stderr, self.request_sent, self.field = in_flight, stderr, request_sent, field
         super().__init__(f"{system}: {detail}")
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.system, self.detail, dict(self.__dict__)))
-
-
-def _rebuild(cls: type[ClientError], system: str, detail: str, state: dict[str, Any]) -> ClientError:
-    err = cls.__new__(cls)
-    Exception.__init__(err, f"{system}: {detail}")
-    err.__dict__.update(state)
-    return err
+    def __reduce__(self) -> tuple[Any, ...]:  # made again from (system, detail), then every attribute restored
+        return (type(self), (self.system, self.detail), dict(self.__dict__))
 
 
 class Unauthorized(ClientError):
@@ -56,9 +55,7 @@ class Busy(ClientError):
     """409: another docker operation is in progress on the host (the server refused; nothing done).
     `in_flight`: the text after `already in progress:`."""
 
-    def __init__(self, system: str, detail: str, *, in_flight: str = "", status: int | None = 409) -> None:
-        super().__init__(system, detail, status=status)
-        self.in_flight = in_flight
+    default_status = 409
 
 
 class BadRequest(ClientError):
@@ -68,25 +65,18 @@ class BadRequest(ClientError):
 class ServerError(ClientError):
     """5xx. On a mutating call the server may have acted: callers treat it as an unknown outcome."""
 
-    def __init__(self, system: str, detail: str, *, status: int = 500) -> None:
-        super().__init__(system, detail, status=status)
+    default_status = 500
 
 
 class ComposeFailed(ClientError):
     """500 `docker compose failed (exit N):\nstderr: ...`: the command ran and refused; retrying
     gives the same answer. `stderr` holds docker compose's own message (scrubbed)."""
 
-    def __init__(self, system: str, detail: str, *, stderr: str = "", status: int = 500) -> None:
-        super().__init__(system, detail, status=status)
-        self.stderr = stderr
+    default_status = 500
 
 
 class TransportError(ClientError):
     """Connect/read timeout, connection reset, ... `request_sent` is False only when nothing left us."""
-
-    def __init__(self, system: str, detail: str, *, request_sent: bool = True) -> None:
-        super().__init__(system, detail)
-        self.request_sent = request_sent
 
 
 class MalformedResponse(ClientError):
@@ -95,10 +85,6 @@ class MalformedResponse(ClientError):
 
 class RequestInvalid(ClientError, ValueError):
     """Our own validation refused to send the request. `field` names the offending field."""
-
-    def __init__(self, system: str, detail: str, *, field: str = "") -> None:
-        super().__init__(system, detail)
-        self.field = field
 
 
 class HostNotFound(ClientError):

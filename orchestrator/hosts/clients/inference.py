@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -32,23 +32,13 @@ class Completion:
     text: str
     prompt_tokens: int | None
     cached_tokens: int | None  # None: the answer carries no cache report
-    raw_usage: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
-class CacheHitResult:
-    ok: bool
-    first: Completion | None
-    second: Completion | None
-    reason: str
+class CheckResult:
+    """A check's verdict (`cache_hit_check`, `direct_checks`): `reason` says what passed or failed, scrubbed."""
 
-
-@dataclass(frozen=True)
-class RelayCheckResult:
     ok: bool
-    health_ok: bool
-    models: list[str]
-    generation: str
     reason: str
 
 
@@ -91,7 +81,7 @@ def parse_completion(payload: Any, system: str) -> Completion:
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Completion(text, prompt_tokens if isinstance(prompt_tokens, int) else None,
-                      cached if isinstance(cached, int) else None, raw_usage=dict(usage))
+                      cached if isinstance(cached, int) else None)
 
 
 class _OpenAIEndpoint(HttpSession):
@@ -128,14 +118,14 @@ class InferenceClient(_OpenAIEndpoint):
         payload = await self._call("POST", "/v1/chat/completions", json_body=body)
         parsed = parse_completion(payload, self.system)
         # Model output may happen to contain an env label (a host name): scrub it like any text.
-        result = Completion(self.redactor.scrub(parsed.text), parsed.prompt_tokens, parsed.cached_tokens, parsed.raw_usage)
+        result = Completion(self.redactor.scrub(parsed.text), parsed.prompt_tokens, parsed.cached_tokens)
         log.info(
             "inference.completion",
             **self.redactor.scrub_obj(dict(model=model, prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens, chars=len(result.text))),
         )
         return result
 
-    async def cache_hit_check(self, model: str) -> CacheHitResult:
+    async def cache_hit_check(self, model: str) -> CheckResult:
         """A completion with a long fixed prefix, then a follow-up repeating the first turn;
         ok only if the follow-up reports cached prompt tokens (> 0)."""
         _validate_model(model)
@@ -147,7 +137,7 @@ class InferenceClient(_OpenAIEndpoint):
         try:
             first = await self.completion(model, first_turn, max_tokens=32)
         except Exception as exc:  # a failed check is a result, not an exception
-            return CacheHitResult(False, None, None, f"first turn failed: {self._reason(exc)}")
+            return CheckResult(False, f"first turn failed: {self._reason(exc)}")
         second_turn = first_turn + [
             {"role": "assistant", "content": first.text},
             {"role": "user", "content": "In one word: what colour is grass?"},
@@ -155,13 +145,13 @@ class InferenceClient(_OpenAIEndpoint):
         try:
             second = await self.completion(model, second_turn, max_tokens=32)
         except Exception as exc:
-            return CacheHitResult(False, first, None, f"follow-up failed: {self._reason(exc)}")
+            return CheckResult(False, f"follow-up failed: {self._reason(exc)}")
         if second.cached_tokens is None:
-            result = CacheHitResult(False, first, second, "the follow-up's usage carries no prompt_tokens_details.cached_tokens (cache report disabled?)")
+            result = CheckResult(False, "the follow-up's usage carries no prompt_tokens_details.cached_tokens (cache report disabled?)")
         elif second.cached_tokens > 0:
-            result = CacheHitResult(True, first, second, f"follow-up reused {second.cached_tokens} of {second.prompt_tokens} prompt tokens")
+            result = CheckResult(True, f"follow-up reused {second.cached_tokens} of {second.prompt_tokens} prompt tokens")
         else:
-            result = CacheHitResult(False, first, second, f"follow-up reported 0 cached of {second.prompt_tokens} prompt tokens")
+            result = CheckResult(False, f"follow-up reported 0 cached of {second.prompt_tokens} prompt tokens")
         log.info(
             "inference.cache_hit_check",
             **self.redactor.scrub_obj(dict(model=model, ok=result.ok, first_cached=first.cached_tokens, second_cached=second.cached_tokens)),
@@ -173,13 +163,11 @@ class SoakRelayClient(_OpenAIEndpoint):
     system = "soak-relay"
     timeout_s = 60
 
-    async def direct_checks(self, model: str) -> RelayCheckResult:
+    async def direct_checks(self, model: str) -> CheckResult:
         """GET /health, GET /v1/models (must list `model`), a non-empty deterministic generation."""
         _validate_model(model)
         problems: list[str] = []
         health_ok = False
-        models: list[str] = []
-        generation = ""
         try:
             await self._call("GET", "/health", want_json=False)
             health_ok = True
@@ -202,9 +190,7 @@ class SoakRelayClient(_OpenAIEndpoint):
         except Exception as exc:
             problems.append(f"generation: {self._reason(exc)}")
         ok = not problems
-        result = RelayCheckResult(ok=ok, health_ok=health_ok, models=[self.redactor.scrub(m) for m in models],
-                                  generation=self.redactor.scrub(generation),
-                                  reason="all direct checks passed" if ok else self.redactor.scrub("; ".join(problems)))
+        result = CheckResult(ok, "all direct checks passed" if ok else self.redactor.scrub("; ".join(problems)))
         log.info(
             "soak_relay.direct_checks",
             **self.redactor.scrub_obj(dict(base_url=self.base_url, model=model, ok=ok, health_ok=health_ok, reason=result.reason)),

@@ -8,7 +8,7 @@ the assumption) an answer it cannot read rather than guessing health.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -25,7 +25,6 @@ ASSUMED_BACKENDS_LIST_SHAPE = '{"domain": "<domain>", "backends": [{"address": "
 class Backend:
     address: str
     healthy: bool
-    extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def host(self) -> str:
@@ -34,9 +33,8 @@ class Backend:
 
 @dataclass(frozen=True)
 class Presence:
-    peer: str
-    domain: str
-    address: str
+    """Whether a peer lists an address under a domain, and a healthy match among what it lists."""
+
     listed: bool
     healthy: bool
 
@@ -66,8 +64,7 @@ def parse_backends_list(payload: Any, system: str = "model-proxy") -> list[Backe
             raise bad(f"backend {index} has no 'address'")
         if not isinstance(healthy, bool):
             raise bad(f"backend {address} has no boolean 'healthy'")
-        extra = {k: v for k, v in item.items() if k not in ("address", "healthy")}
-        backends.append(Backend(address=address, healthy=healthy, extra=extra))
+        backends.append(Backend(address=address, healthy=healthy))
     return backends
 
 
@@ -102,5 +99,4 @@ class ModelProxyClient(HttpSession):
             matches = [b for b in backends if b.host == address]
         else:
             matches = [b for b in backends if b.address == address]
-        return Presence(peer=self.name, domain=domain, address=address, listed=bool(matches),
-                        healthy=any(b.healthy for b in matches))
+        return Presence(listed=bool(matches), healthy=any(b.healthy for b in matches))

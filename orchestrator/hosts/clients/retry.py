@@ -18,7 +18,7 @@ import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 from tenacity import AsyncRetrying, RetryCallState
@@ -41,14 +41,6 @@ class RetryPolicy:
     busy_wait_s: float = 5
     tag_not_found_retries: int = 3
     tag_not_found_wait_s: float = 20
-
-    @classmethod
-    def immediate(cls, **overrides: float) -> RetryPolicy:
-        """A policy with (almost) no waiting: for tests and simulations."""
-        values: dict[str, Any] = dict(
-            initial_backoff_s=0.001, max_backoff_s=0.002, busy_wait_s=0.001, tag_not_found_wait_s=0.001
-        )
-        return cls(**(values | overrides))
 
     def backoff(self, transient_failures: int, rng: random.Random | None = None) -> float:
         """The wait after the n-th transient failure (n >= 1): jittered exponential."""

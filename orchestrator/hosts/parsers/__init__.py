@@ -4,8 +4,7 @@ from __future__ import annotations
 
 
 class ParseError(ValueError):
-    """Input that does not have the documented shape. `line_no` is 1-based when known."""
+    """Input that does not have the documented shape; `line_no` (1-based, when known) starts the message."""
 
     def __init__(self, message: str, *, line_no: int | None = None) -> None:
         super().__init__(message if line_no is None else f"line {line_no}: {message}")
-        self.line_no = line_no

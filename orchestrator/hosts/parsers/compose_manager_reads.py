@@ -1,7 +1,7 @@
 """compose-manager's read answers at commit 8e07c35 (`compose-manager-as-deployed.md`) -> typed results.
 
 The server omits unset keys: every field but the envelope is optional (absent: "not known"), and
-extra keys are kept in `extra` (a newer server may add some). A field present with the wrong type
+extra keys are ignored (a newer server may add some). A field present with the wrong type
 is a `ParseError`: better to stop than to act on a misread deploy record.
 
 `/version`: the top-level `tag/commit/file/file_sha256` are the last **attempted** up (a failed up
@@ -12,7 +12,7 @@ possible rollback targets.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.hosts.parsers import ParseError
@@ -52,13 +52,11 @@ class DeployRecord:
     commit: str | None = None
     file: str | None = None
     file_sha256: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def parse(cls, raw: Any, where: str) -> DeployRecord:
         obj = _obj(raw, where)
-        return cls(**{k: _opt_str(obj, k, where) for k in _RECORD_KEYS},
-                   extra={k: v for k, v in obj.items() if k not in _RECORD_KEYS})
+        return cls(**{k: _opt_str(obj, k, where) for k in _RECORD_KEYS})
 
 
 @dataclass(frozen=True)
@@ -70,14 +68,13 @@ class ProjectVersions:
 
 
 class VersionInfo(dict[str, Any]):
-    """`GET /version`, typed, and still the raw mapping (`info["tag"]`). `tag/commit/file` are the
-    last ATTEMPTED up; `project(p).current` / `.previous` what actually deployed."""
+    """`GET /version`, typed, and still the raw mapping (`info["tag"]`). `last_attempt` is the last
+    ATTEMPTED up; `project(p).current` / `.previous` what actually deployed."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         super().__init__(_obj(raw, "version"))
         self.image = _opt_str(raw, "image", "version")
         self.last_attempt = DeployRecord.parse({k: raw[k] for k in _RECORD_KEYS if k in raw}, "version")
-        self.tag, self.commit, self.file = self.last_attempt.tag, self.last_attempt.commit, self.last_attempt.file
         self.projects: dict[str, ProjectVersions] = {}
         for name, entry in _obj(raw.get("projects") or {}, "version.projects").items():
             where = f"version.projects.{name}"
@@ -101,7 +98,6 @@ class InFlight:
     tag: str | None = None
     file: str | None = None
     services: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def parse_status(payload: Mapping[str, Any]) -> InFlight | None:
@@ -116,10 +112,9 @@ def parse_status(payload: Mapping[str, Any]) -> InFlight | None:
     services = obj.get("services") or []
     if not isinstance(services, list) or not all(isinstance(s, str) for s in services):
         raise ParseError("status.in_flight.services is not a list of names")
-    known = ("action", "started_at", "tag", "file", "services")
     return InFlight(action=action, started_at=_opt_str(obj, "started_at", "status.in_flight"),
                     tag=_opt_str(obj, "tag", "status.in_flight"), file=_opt_str(obj, "file", "status.in_flight"),
-                    services=tuple(services), extra={k: v for k, v in obj.items() if k not in known})
+                    services=tuple(services))
 
 
 @dataclass(frozen=True)
@@ -155,14 +150,9 @@ def parse_host_gpu(payload: Mapping[str, Any]) -> list[GpuInfo]:
 
 
 @dataclass(frozen=True)
-class CacheVolume:
-    name: str
-    size_bytes: int | None
-
-
-@dataclass(frozen=True)
 class HostCache:
-    volumes: tuple[CacheVolume, ...]
+    """`GET /host/cache`: the model weights cached on the host (its volumes are checked, not kept)."""
+
     weights: tuple[str, ...]
 
     def holds(self, repo: str) -> bool:
@@ -178,11 +168,10 @@ def parse_host_cache(payload: Mapping[str, Any]) -> HostCache:
         raise ParseError("host/cache.volumes is not a list")
     if not isinstance(weights_raw, list) or not all(isinstance(w, str) for w in weights_raw):
         raise ParseError("host/cache.weights is not a list of names")
-    volumes = []
     for i, v in enumerate(volumes_raw):
         obj = _obj(v, f"host/cache.volumes[{i}]")
         name = obj.get("name")
         if not isinstance(name, str) or not name:
             raise ParseError(f"host/cache.volumes[{i}] has no name")
-        volumes.append(CacheVolume(name, _int(obj, "size_bytes", f"host/cache.volumes[{i}]", optional=True)))
-    return HostCache(tuple(volumes), tuple(weights_raw))
+        _int(obj, "size_bytes", f"host/cache.volumes[{i}]", optional=True)
+    return HostCache(tuple(weights_raw))

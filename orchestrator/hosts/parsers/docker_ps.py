@@ -2,7 +2,7 @@
 
 One JSON object per line (a whole array on one line is accepted too). `Labels` is one `k=v,...`
 string whose values may hold commas (`depends_on=a:service_started:false,b:...`): a segment
-without `=` continues the previous value. `name` is the first of `Names`, `names` all of them.
+without `=` continues the previous value. `name` is the first of `Names`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ class Container:
     labels: dict[str, str] = field(default_factory=dict, hash=False)
     service: str | None = None
     project: str | None = None
-    names: tuple[str, ...] = ()
     health: str = ""
-    exit_code: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
@@ -79,14 +77,12 @@ def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -
     else:
         names = tuple(n.strip().lstrip("/") for n in str(names_field or "").split(",") if n.strip())
     labels = parse_labels(obj.get("Labels"))
-    exit_code = obj.get("ExitCode")
     return Container(
         id=cid, name=names[0] if names else "", image=_str(obj, "Image"), state=_str(obj, "State").lower(),
         status=_str(obj, "Status"), created_at=_str(obj, "CreatedAt"), labels=labels,
         service=labels.get(SERVICE_LABEL) or (_str(obj, "Service") or None),
         project=labels.get(PROJECT_LABEL) or (_str(obj, "Project") or None),
-        names=names, health=_str(obj, "Health"), raw=dict(obj),
-        exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
+        health=_str(obj, "Health"), raw=dict(obj),
     )
 
 

@@ -6,7 +6,7 @@ Container name -> service: the name itself (`container_name` is the service key 
 or with `project`, the name less `[<12 hex>_]<project>-` (or `_`) and the `-<N>` replica or
 `-run-<12 hex>` one-off suffix: `nginx-golang-mysql-db-1` -> `db`.
 
-Ignored: `Network`/`Volume`/`Image` lines (kept in `resources`), image pull/build lines, and lines
+Ignored: `Network`/`Volume`/`Image` lines, image pull/build lines, and lines
 without `DRY-RUN` (`[+] Running 8/6`). Unknown: any other `DRY-RUN` line, and a container action
 WITHOUT the mark (docker/compose#14029: a dry run that acts for real); callers must not trust a
 plan with `unknown_lines`. A service seen several times gets the strongest action
@@ -44,8 +44,6 @@ class DryRunResult:
     actions: dict[str, str] = field(default_factory=dict)
     unknown_lines: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
-    containers: dict[str, str] = field(default_factory=dict)
-    resources: dict[str, str] = field(default_factory=dict)
 
 
 def container_service(name: str, project: str | None = None) -> str:
@@ -88,12 +86,9 @@ def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunRes
             if action is None:
                 plan.unknown_lines.append(line)
                 continue
-            plan.containers[name] = _stronger(plan.containers.get(name), action)
             service = container_service(name, project)
             plan.actions[service] = _stronger(plan.actions.get(service), action)
-        elif kind in RESOURCE_KINDS and len(tokens) >= 3:
-            plan.resources[f"{kind} {tokens[1]}"] = " ".join(tokens[2:])
-        elif len(tokens) >= 2 and " ".join(tokens[1:]).lower() in IMAGE_STATUSES:
+        elif (kind in RESOURCE_KINDS and len(tokens) >= 3) or (len(tokens) >= 2 and " ".join(tokens[1:]).lower() in IMAGE_STATUSES):
             continue
         else:
             plan.unknown_lines.append(line)
