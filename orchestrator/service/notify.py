@@ -92,7 +92,8 @@ class Notifier:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a notification must never take anything down
-                self.log.warning("notification_failed", run_id=message.get("run_id"), event=message.get("event"),
+                # `event` is structlog's own argument (the log line's name): the run's event goes as `notification`
+                self.log.warning("notification_failed", run_id=message.get("run_id"), notification=message.get("event"),
                                  error=self.scrub(f"{type(exc).__name__}: {exc}").replace(self.url, "<notify url>"))
             finally:
                 self._queue.task_done()

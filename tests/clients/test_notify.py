@@ -33,12 +33,16 @@ async def test_5xx_and_429_are_retried_then_delivered():
     assert logs == [] and len(seen) == 3 and seen[-1] == {"text": "gpu02 done"}
 
 
-async def test_a_4xx_is_final():
+async def test_a_4xx_is_final_logged_and_the_next_notification_still_goes():
     seen: list[dict] = []
-    n = Notifier(URL, "json", transport=transport([404, 200], seen), backoff_s=0.001)
-    n.post({"event": "run_finished", "text": "x"})
-    await n.aclose(5)
-    assert len(seen) == 1  # not retried
+    with capture_logs() as logs:
+        n = Notifier(URL, "json", transport=transport([404, 200], seen), backoff_s=0.001)
+        n.post({"event": "run_finished", "run_id": "r-1", "text": "x"})
+        n.post({"event": "halted", "run_id": "r-2", "text": "y"})
+        await n.aclose(5)
+    assert [m["run_id"] for m in seen] == ["r-1", "r-2"]  # the 404 is not retried, and the sender lives on
+    [failed] = [e for e in logs if e["event"] == "notification_failed"]
+    assert failed["run_id"] == "r-1" and failed["notification"] == "run_finished" and "404" in failed["error"]
 
 
 async def test_a_full_queue_drops_instead_of_waiting():
