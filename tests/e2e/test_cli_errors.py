@@ -87,6 +87,8 @@ CASES = [
     ("demo-fault-on-a-host-not-simulated", ["demo", "--fault", "oom@gpu04"], {}, "gpu04"),
     ("plan-host-and-hosts", ["plan", "gpu03", "--hosts", "gpu04", "--tag", "v0.0.310"], {}, "not both"),
     ("serve-port-in-use", ["serve", "--port", "@busy"], {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "--port"),
+    ("status-server-no-run", ["status", "--server", "https://127.0.0.1:9"],
+     {"ORCHESTRATOR_SERVER_TOKEN": "server-token-0123456789"}, "RUN_ID"),
 ]
 
 
