@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.hosts.budget import parse_budget, per_rank_bytes
+from orchestrator.language import step_specs
 from orchestrator.util.durations import format_duration
 
 if TYPE_CHECKING:
@@ -138,13 +139,11 @@ def _budget(step: Step, rb: Runbook) -> Description:
 
 @_describes("dry_run")
 def _dry_run(step: Step, rb: Runbook) -> Description:
-    from orchestrator.language.step_specs import SELECTED
-
     p = step.plan
     assert p is not None
     if p.tag_only:
         return Description("compose-manager accepts the tag and the file (not too recent, known); docker/ps unchanged across the dry run")
-    change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
+    change = "the services the previous dry run selected" if p.change == step_specs.SELECTED else ", ".join(p.change)
     extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
     skip_ = "; if all are already current the up is skipped" if p.allow_unchanged else ""
     spec = step.dry_run
@@ -157,22 +156,21 @@ def _dry_run(step: Step, rb: Runbook) -> Description:
 
 @_describes("down")
 def _down(step: Step, rb: Runbook) -> Description:
-    assert step.down is not None
+    down = step.spec(step_specs.ComposeSpec)
     t = rb.timeouts
-    engines = [s for s in step.down.services if rb.replica_of(s)] if isinstance(step.down.services, list) else []
+    engines = [s for s in down.services if rb.replica_of(s)] if isinstance(down.services, list) else []
     pre = None
     if engines:
         unless = ("once both model-proxy peers no longer list the host under any domain (drained)" if rb.capacity == "fleet"
                   else "an engine of another replica serves (ready, not restarted since)")
         pre = f"{', '.join(engines)} is stopped only if it does not serve, or {unless}; else the run halts with the host untouched"
-    return Description(f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "
+    return Description(f"docker/ps no longer lists {', '.join(down.services)} within {format_duration(t.gone)} "
                        f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
 
 
 @_describes("logs")
 def _cold_start(step: Step, rb: Runbook) -> Description:
-    lg = step.logs
-    assert lg is not None
+    lg = step.spec(step_specs.LogsSpec)
     t = rb.timeouts
     if lg.budget:
         b = rb.budget_of(lg.service)
@@ -195,8 +193,7 @@ def _cold_start(step: Step, rb: Runbook) -> Description:
 
 @_describes("verify")
 def _verify(step: Step, rb: Runbook) -> Description:
-    v = step.verify
-    assert v is not None
+    v = step.spec(step_specs.VerifySpec)
     parts = []
     if v.peers:
         parts.append(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
@@ -209,8 +206,7 @@ def _verify(step: Step, rb: Runbook) -> Description:
 
 @_describes("soak")
 def _soak(step: Step, rb: Runbook) -> Description:
-    s = step.soak
-    assert s is not None
+    s = step.spec(step_specs.SoakSpec)
     watch = "a restart, an engine gone" + (f", a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
                                            if s.watch_logs and rb.log_gates.forbidden else "")
     for m in s.metrics:
@@ -221,8 +217,7 @@ def _soak(step: Step, rb: Runbook) -> Description:
 
 @_describes("metrics")
 def _metrics(step: Step, rb: Runbook) -> Description:
-    m = step.metrics
-    assert m is not None
+    m = step.spec(step_specs.MetricsSpec)
     parts = []
     if m.increase:
         parts.append(f"through the soak relay :{m.relay.port}, a prompt, {m.evict} unrelated prompts, then the prompt again: "
@@ -234,8 +229,7 @@ def _metrics(step: Step, rb: Runbook) -> Description:
 
 @_describes("oneshot")
 def _oneshot(step: Step, rb: Runbook) -> Description:
-    o = step.oneshot
-    assert o is not None
+    o = step.spec(step_specs.OneShotSpec)
     want = ["exits 0"]
     if o.ok_event:
         want.append(f'logs {{"event": "{o.ok_event}", "ok": true}}')
@@ -246,8 +240,7 @@ def _oneshot(step: Step, rb: Runbook) -> Description:
 
 @_describes("markers")
 def _markers(step: Step, rb: Runbook) -> Description:
-    m = step.markers
-    assert m is not None
+    m = step.spec(step_specs.MarkersSpec)
     parts = []
     for verb, names in (("logs", m.require), ("never logs", m.forbid)):
         if names:
@@ -259,8 +252,7 @@ def _markers(step: Step, rb: Runbook) -> Description:
 
 @_describes("presence")
 def _presence(step: Step, rb: Runbook) -> Description:
-    p = step.presence
-    assert p is not None
+    p = step.spec(step_specs.PresenceSpec)
     parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
     parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
     who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
@@ -269,8 +261,7 @@ def _presence(step: Step, rb: Runbook) -> Description:
 
 @_describes("labels")
 def _labels(step: Step, rb: Runbook) -> Description:
-    lb = step.labels
-    assert lb is not None
+    lb = step.spec(step_specs.LabelsSpec)
     vals = rb.replica_values.get(lb.replica, {})
     parts = []
     if lb.log_tags:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.analysis.spec import AnalysisSpec
 from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
 from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, halt, ok, register
 
 if TYPE_CHECKING:
-    from orchestrator.analysis.spec import AnalysisSpec
     from orchestrator.analysis.window import ReplicaWindow
 
 MISSES = 3
@@ -81,8 +81,7 @@ async def _read_dcgm(rt: Activities, spec: AnalysisSpec, scrapes: dict[str, list
 
 @register("analysis")
 async def analysis(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    spec = step.analysis
-    assert spec is not None
+    spec = step.spec(AnalysisSpec)
     if spec.source == "prometheus":
         if rt.entry.prometheus_url is None:
             return fail(f"analysis: source: prometheus, but the inventory names no prometheus_url for {rt.run.host}")

@@ -9,7 +9,7 @@ import re
 
 from orchestrator.engine.step_descriptions import value_text
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
-from orchestrator.language.runbook import LogValue
+from orchestrator.language.step_specs import LogValue, MarkersSpec
 
 MARKER_WINDOW = 5000
 
@@ -62,8 +62,7 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
 
 @register("markers")
 async def markers(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    m = step.markers
-    assert m is not None
+    m = step.spec(MarkersSpec)
     try:
         text = await rt.raw_log(m.service, MARKER_WINDOW)
     except Exception as exc:  # the client's errors, named in the note

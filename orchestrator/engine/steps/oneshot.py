@@ -11,6 +11,7 @@ import re
 
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.language.step_specs import OneShotSpec
 from orchestrator.util.durations import format_duration
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
@@ -50,8 +51,7 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
 
 @register("oneshot")
 async def oneshot_completion(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    o = step.oneshot
-    assert o is not None
+    o = step.spec(OneShotSpec)
     deadline = rt.clock.monotonic() + o.timeout
     first_id: str | None = None
     rt.emit("waiting", gate=f"{o.service} to finish")
