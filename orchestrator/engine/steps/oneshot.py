@@ -25,14 +25,12 @@ def exit_code(status: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
-                 shown: list[str] | None = None) -> str | None:
-    """None when the output shows a pass, else why not (quoting `shown`, the lines scrubbed, when given)."""
-    quoted = shown if shown is not None and len(shown) == len(lines) else lines
+def judge_output(lines: list[str], last_line: str | None, ok_event: str | None, shown: list[str]) -> str | None:
+    """None when the output shows a pass, else why not (quoting `shown`, the lines scrubbed, one for each)."""
     kept = [i for i, ln in enumerate(lines) if ln.strip()]
     text = [lines[i].strip() for i in kept]
     if last_line is not None and (not text or last_line not in text[-1]):
-        return f"the last line is not {last_line!r}: {quoted[kept[-1]].strip()[:200] if text else 'no output'}"
+        return f"the last line is not {last_line!r}: {shown[kept[-1]].strip()[:200] if text else 'no output'}"
     if ok_event is not None:
         verdict = None
         for ln in text:
