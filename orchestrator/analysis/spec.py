@@ -8,7 +8,7 @@ Metrics are the names of `metric_defs.METRICS`. Pure: the loader's part only.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -61,6 +61,12 @@ def bounds_text(lo: float | None, hi: float | None) -> str:
     if lo is not None and hi is not None:
         return f"within [{lo:g}, {hi:g}]"
     return f">= {lo:g}" if lo is not None else f"<= {hi:g}"
+
+
+def gate_text(metric: str, replicas: Sequence[str], lo: float | None, hi: float | None) -> str:
+    """A gate as the plan and the readout name it: a ratio (candidate, control) or one replica's bound."""
+    where = "/".join(replicas) if len(replicas) == 2 else f"of {replicas[0]}"
+    return f"{metric} {where} {bounds_text(lo, hi)}"
 
 
 class RatioGate(_Strict):
@@ -117,13 +123,14 @@ class AnalysisGate(_Strict):
         assert b is not None
         return [b.replica]
 
-    def text(self) -> str:
+    def bounds(self) -> tuple[float | None, float | None]:
+        """(lo, hi): the ratio's `min:` and `max:`, or the one replica's `min:` or `max:` value."""
         if self.ratio is not None:
-            r = self.ratio
-            return f"{r.metric} {r.candidate}/{r.control} {bounds_text(r.min, r.max)}"
-        b = self.max or self.min
-        assert b is not None
-        return f"{b.metric} of {b.replica} {bounds_text(None, b.value) if b is self.max else bounds_text(b.value, None)}"
+            return self.ratio.min, self.ratio.max
+        return (self.min.value if self.min else None), (self.max.value if self.max else None)
+
+    def text(self) -> str:
+        return gate_text(self.metric(), self.replicas(), *self.bounds())
 
 
 class AnalysisRelay(_Strict):

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.analysis.metric_defs import GAUGE_MIN_SCRAPES, METRICS, PROMPT_HIST
-from orchestrator.analysis.spec import bounds_text
+from orchestrator.analysis.spec import bounds_text, gate_text
 from orchestrator.analysis.window import Histogram, Measurement, ReplicaWindow, measure, needs, ratio, value_of
 
 PASS = "pass"
@@ -159,20 +159,10 @@ def _span(metric: str, interval: tuple[float, float], n: int) -> str:
     return f"[{_fmt(metric, interval[0], n)}, {_fmt(metric, interval[1], n)}]"
 
 
-def ratio_gate(metric: str, candidate: str, control: str, lo: float | None, hi: float | None,
+def judge_gate(metric: str, replicas: tuple[str, ...], lo: float | None, hi: float | None,
                windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
-    return _gate(f"{metric} {candidate}/{control} {bounds_text(lo, hi)}", metric, (candidate, control), lo, hi,
-                 windows, min_samples)
-
-
-def bound_gate(metric: str, replica: str, lo: float | None, hi: float | None,
-               windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
-    return _gate(f"{metric} of {replica} {bounds_text(lo, hi)}", metric, (replica,), lo, hi, windows, min_samples)
-
-
-def _gate(text: str, metric: str, replicas: tuple[str, ...], lo: float | None, hi: float | None,
-          windows: Mapping[str, ReplicaWindow], min_samples: int) -> GateResult:
     """A ratio (two replicas: candidate, control) or a bound (one replica), judged."""
+    text = gate_text(metric, replicas, lo, hi)
     bound = bounds_text(lo, hi)
     ws = [windows.get(r) for r in replicas]
     ms = [measure(metric, w) if w is not None else Measurement(None, 0.0) for w in ws]

@@ -1,5 +1,5 @@
 """What `plan` says of each step: the gate checked after it, and a precondition if any. One function
-per step kind (`DESCRIPTIONS`, keyed as the handlers are; one text of `_TEXTS` for most), read by
+per step kind (`DESCRIPTIONS`, keyed as the handlers are; made of `_TEXTS` but the dry run's), read by
 `plan` without loading the handlers; `register` refuses a handler without one.
 """
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.hosts.budget import parse_budget, per_rank_bytes
+from orchestrator.language import step_specs
 from orchestrator.util.durations import format_duration
 
 if TYPE_CHECKING:
@@ -57,16 +58,6 @@ def manual_plan_lines(table: Any) -> list[str]:
     return lines
 
 
-DESCRIPTIONS: dict[str, Callable[[Step, Runbook], Description]] = {}
-
-
-def _describes(key: str) -> Callable[[Callable[[Step, Runbook], Description]], Callable[[Step, Runbook], Description]]:
-    def put(fn: Callable[[Step, Runbook], Description]) -> Callable[[Step, Runbook], Description]:
-        DESCRIPTIONS[key] = fn
-        return fn
-    return put
-
-
 def describe_step(step: Step, rb: Runbook) -> Description:
     try:
         describe = DESCRIPTIONS[handler_key(step)]
@@ -75,9 +66,139 @@ def describe_step(step: Step, rb: Runbook) -> Description:
     return describe(step, rb)
 
 
-#: The step kinds one text describes: a fixed text, or one made of the step's spec (`step.<kind>`; none
-#: for a `check.`) and the runbook.
-_TEXTS: dict[str, str | Callable[[Any, Runbook], str]] = {
+def _budget(_: None, rb: Runbook) -> str:
+    bs = rb.budgets()
+    if len(bs) > 1:
+        return ("; ".join(f"{b.variable} unset or {' / '.join(b.allowed)} ({', '.join(b.engines)})" for b in bs)
+                + "; together " + " + ".join(f"{b.replicas} x {b.default}" for b in bs)
+                + f" fit in available RAM minus the largest reserve ({' / '.join(b.reserve for b in bs)}) "
+                f"with at least the largest page-cache room ({' / '.join(b.min_page_cache for b in bs)})")
+    b = rb.budget
+    assert b is not None  # the loader refuses a budget check without the runbook's budget: block
+    return (f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
+            f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
+
+
+def _dry_run(step: Step, rb: Runbook) -> Description:
+    p = step.plan
+    assert p is not None
+    if p.tag_only:
+        return Description("compose-manager accepts the tag and the file (not too recent, known); docker/ps unchanged across the dry run")
+    change = "the services the previous dry run selected" if p.change == step_specs.SELECTED else ", ".join(p.change)
+    extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
+    skip_ = "; if all are already current the up is skipped" if p.allow_unchanged else ""
+    spec = step.dry_run
+    if spec is not None and spec.force_recreate and isinstance(spec.services, list):
+        skip_ += (f"; force_recreate scoped to {', '.join(spec.services)}, whose only change is inline configs content "
+                  f"(compose would report it unchanged and keep the old config: docker/compose#11900)")
+    return Description(f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
+                       f"removes nothing and has no line we do not understand{skip_}")
+
+
+def _down(down: step_specs.ComposeSpec, rb: Runbook) -> Description:
+    t = rb.timeouts
+    engines = [s for s in down.services if rb.replica_of(s)] if isinstance(down.services, list) else []
+    pre = None
+    if engines:
+        unless = ("once both model-proxy peers no longer list the host under any domain (drained)" if rb.capacity == "fleet"
+                  else "an engine of another replica serves (ready, not restarted since)")
+        pre = f"{', '.join(engines)} is stopped only if it does not serve, or {unless}; else the run halts with the host untouched"
+    return Description(f"docker/ps no longer lists {', '.join(down.services)} within {format_duration(t.gone)} "
+                       f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
+
+
+def _cold_start(lg: step_specs.LogsSpec, rb: Runbook) -> str:
+    t = rb.timeouts
+    if lg.budget:
+        b = rb.budget_of(lg.service)
+        assert b is not None  # the loader refuses `logs: {budget: true}` without the runbook's budget: block
+        replica_bytes = parse_budget(b.default).bytes
+        assert replica_bytes is not None  # the budget rule takes a size, never a percentage
+        rank = per_rank_bytes(replica_bytes, b.ranks_per_replica)
+        milestones = [p.replace("{rank_budget_bytes}", str(rank)) if "{rank_budget_bytes}" in p else repr(p)
+                      for p in rb.log_gates.required_per_rank]
+        budget_required = any("{rank_budget_bytes}" in p for p in rb.log_gates.required_per_rank)
+        head = (f"every rank TP0-TP{rb.ranks_of(lg) - 1} logs {' and '.join(milestones)}, then the ready line" if milestones
+                else "the ready line")
+        wrong = "" if budget_required else (f"; a rank logging rank_budget_bytes other than {rank} fails it "
+                                            f"(no rank is required to log it)")
+        return (f"{head}, within {format_duration(t.cold_start)}{wrong}; none of {', '.join(rb.log_gates.forbidden)}; "
+                f"no restart")
+    return (f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
+            f"(skipped if the dry run found it already serving)")
+
+
+def _verify(v: step_specs.VerifySpec, rb: Runbook) -> str:
+    parts = []
+    if v.peers:
+        parts.append(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
+                     f"{format_duration(rb.timeouts.discovery)}")
+    if v.completion:
+        parts.append("a completion, then a follow-up with cached_tokens > 0"
+                     + (f" (up to {v.attempts} tries: the follow-up may land on another engine)" if v.attempts > 1 else ""))
+    return "; ".join(parts)
+
+
+def _soak(s: step_specs.SoakSpec, rb: Runbook) -> str:
+    watch = "a restart, an engine gone" + (f", a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
+                                           if s.watch_logs and rb.log_gates.forbidden else "")
+    for m in s.metrics:
+        watch += f", {'; '.join(bound_text(g) for g in m.gauges)} broken on relay :{m.relay.port}"
+    return (f"soak {format_duration(s.duration)} watching both replicas ({watch} fails it)"
+            + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else ""))
+
+
+def _metrics(m: step_specs.MetricsSpec, rb: Runbook) -> str:
+    parts = []
+    if m.increase:
+        parts.append(f"through the soak relay :{m.relay.port}, a prompt, {m.evict} unrelated prompts, then the prompt again: "
+                     f"{', '.join(m.increase)} rises across that follow-up (host-restore evidence)")
+    if m.gauges:
+        parts.append(f"/metrics on :{m.relay.port}: " + "; ".join(bound_text(g) for g in m.gauges))
+    return "; ".join(parts)
+
+
+def _oneshot(o: step_specs.OneShotSpec, rb: Runbook) -> str:
+    want = ["exits 0"]
+    if o.ok_event:
+        want.append(f'logs {{"event": "{o.ok_event}", "ok": true}}')
+    if o.last_line:
+        want.append(f"its last line contains {o.last_line!r}")
+    return f"{o.service} " + " and ".join(want) + f" within {format_duration(o.timeout)}; its output kept in the run log"
+
+
+def _markers(m: step_specs.MarkersSpec, rb: Runbook) -> str:
+    parts = []
+    for verb, names in (("logs", m.require), ("never logs", m.forbid)):
+        if names:
+            parts.append(f"{verb} " + ", ".join(f"{n} ({rb.log_markers[n]!r})" if rb.log_markers.get(n) else
+                                              f"{n} (NOT CHECKED: marker unknown, set log_markers.{n})" for n in names))
+    parts += [value_text(v) for v in m.values]
+    return f"{m.service} " + "; ".join(parts)
+
+
+def _presence(p: step_specs.PresenceSpec, rb: Runbook) -> str:
+    parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
+    parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
+    who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
+    return f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}"
+
+
+def _labels(lb: step_specs.LabelsSpec, rb: Runbook) -> str:
+    vals = rb.replica_values.get(lb.replica, {})
+    parts = []
+    if lb.log_tags:
+        parts.append("log tags " + ", ".join(f"{k}:{vals.get(k)}" for k in lb.log_tags))
+    if lb.otel_labels:
+        parts.append("labels " + ", ".join(f"nearai.otel.{k}={vals.get(k)}" for k in lb.otel_labels))
+    if lb.metric_labels and lb.relay is not None:
+        parts.append(f"{lb.metric} through :{lb.relay.port} labelled " + ", ".join(lb.metric_labels))
+    return f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts)
+
+
+#: Each step kind's gate: a fixed text, or one made of the step's spec (`step.<kind>`; none for a
+#: `check.`) and the runbook (a `Description` where it names a precondition).
+_TEXTS: dict[str, str | Callable[[Any, Runbook], str | Description]] = {
     "check.env_map": "the dashboard lists the host exactly once; its env map is kept in memory only; "
         "no credential value is a mask or a placeholder",
     "check.rollback_targets": "the previous successful deploy (tag and file) of every service a rollback or a `previous:` request "
@@ -111,172 +232,18 @@ _TEXTS: dict[str, str | Callable[[Any, Runbook], str]] = {
     "env": lambda env, _: env.text() + " (values are never shown)",
     "pull_request": lambda pr, _: pr.text() + " (an unreachable GitHub fails it)",
     **{key: lambda spec, _: spec.text() for key in ("manual", "proxy_pool", "http_json", "attestation", "query")},
+    # the step kinds described by a function of their spec
+    "check.budget": _budget, "down": _down, "logs": _cold_start, "verify": _verify, "soak": _soak, "metrics": _metrics,
+    "oneshot": _oneshot, "markers": _markers, "presence": _presence, "labels": _labels,
 }
 
 
-def _from_text(key: str, text: str | Callable[[Any, Runbook], str]) -> Callable[[Step, Runbook], Description]:
-    return lambda step, rb: Description(text if isinstance(text, str) else text(getattr(step, key, None), rb))
+def _from_text(key: str, text: str | Callable[[Any, Runbook], str | Description]) -> Callable[[Step, Runbook], Description]:
+    def describe(step: Step, rb: Runbook) -> Description:
+        said = text if isinstance(text, str) else text(getattr(step, key, None), rb)
+        return said if isinstance(said, Description) else Description(said)
+    return describe
 
 
-for _key, _text in _TEXTS.items():
-    DESCRIPTIONS[_key] = _from_text(_key, _text)
-
-
-@_describes("check.budget")
-def _budget(step: Step, rb: Runbook) -> Description:
-    bs = rb.budgets()
-    if len(bs) > 1:
-        return Description("; ".join(f"{b.variable} unset or {' / '.join(b.allowed)} ({', '.join(b.engines)})" for b in bs)
-                           + "; together " + " + ".join(f"{b.replicas} x {b.default}" for b in bs)
-                           + f" fit in available RAM minus the largest reserve ({' / '.join(b.reserve for b in bs)}) "
-                           f"with at least the largest page-cache room ({' / '.join(b.min_page_cache for b in bs)})")
-    b = rb.budget
-    assert b is not None  # the loader refuses a budget check without the runbook's budget: block
-    return Description(f"{b.variable} unset or {' / '.join(b.allowed)}; {b.replicas} x {b.default} "
-                       f"fits in available RAM minus {b.reserve} with at least {b.min_page_cache} for page cache")
-
-
-@_describes("dry_run")
-def _dry_run(step: Step, rb: Runbook) -> Description:
-    from orchestrator.language.step_specs import SELECTED
-
-    p = step.plan
-    assert p is not None
-    if p.tag_only:
-        return Description("compose-manager accepts the tag and the file (not too recent, known); docker/ps unchanged across the dry run")
-    change = "the services the previous dry run selected" if p.change == SELECTED else ", ".join(p.change)
-    extra = f" (plus {', '.join(p.may_also)})" if p.may_also else ""
-    skip_ = "; if all are already current the up is skipped" if p.allow_unchanged else ""
-    spec = step.dry_run
-    if spec is not None and spec.force_recreate and isinstance(spec.services, list):
-        skip_ += (f"; force_recreate scoped to {', '.join(spec.services)}, whose only change is inline configs content "
-                  f"(compose would report it unchanged and keep the old config: docker/compose#11900)")
-    return Description(f"docker/ps unchanged across the dry run (docker/compose#14029); the plan creates or recreates only {change}{extra}, "
-                       f"removes nothing and has no line we do not understand{skip_}")
-
-
-@_describes("down")
-def _down(step: Step, rb: Runbook) -> Description:
-    assert step.down is not None
-    t = rb.timeouts
-    engines = [s for s in step.down.services if rb.replica_of(s)] if isinstance(step.down.services, list) else []
-    pre = None
-    if engines:
-        unless = ("once both model-proxy peers no longer list the host under any domain (drained)" if rb.capacity == "fleet"
-                  else "an engine of another replica serves (ready, not restarted since)")
-        pre = f"{', '.join(engines)} is stopped only if it does not serve, or {unless}; else the run halts with the host untouched"
-    return Description(f"docker/ps no longer lists {', '.join(step.down.services)} within {format_duration(t.gone)} "
-                       f"(a zombie or a down without effect is sent again after observation, at most twice)", pre)
-
-
-@_describes("logs")
-def _cold_start(step: Step, rb: Runbook) -> Description:
-    lg = step.logs
-    assert lg is not None
-    t = rb.timeouts
-    if lg.budget:
-        b = rb.budget_of(lg.service)
-        assert b is not None  # the loader refuses `logs: {budget: true}` without the runbook's budget: block
-        replica_bytes = parse_budget(b.default).bytes
-        assert replica_bytes is not None  # the budget rule takes a size, never a percentage
-        rank = per_rank_bytes(replica_bytes, b.ranks_per_replica)
-        milestones = [p.replace("{rank_budget_bytes}", str(rank)) if "{rank_budget_bytes}" in p else repr(p)
-                      for p in rb.log_gates.required_per_rank]
-        budget_required = any("{rank_budget_bytes}" in p for p in rb.log_gates.required_per_rank)
-        head = (f"every rank TP0-TP{rb.ranks_of(lg) - 1} logs {' and '.join(milestones)}, then the ready line" if milestones
-                else "the ready line")
-        wrong = "" if budget_required else (f"; a rank logging rank_budget_bytes other than {rank} fails it "
-                                            f"(no rank is required to log it)")
-        return Description(f"{head}, within {format_duration(t.cold_start)}{wrong}; none of {', '.join(rb.log_gates.forbidden)}; "
-                           f"no restart")
-    return Description(f"the ready line within {format_duration(t.cold_start)}; none of the failure lines; no restart "
-                       f"(skipped if the dry run found it already serving)")
-
-
-@_describes("verify")
-def _verify(step: Step, rb: Runbook) -> Description:
-    v = step.verify
-    assert v is not None
-    parts = []
-    if v.peers:
-        parts.append(f"both model-proxy peers list the host healthy under {rb.domains.long} and not under {rb.domains.base} within "
-                     f"{format_duration(rb.timeouts.discovery)}")
-    if v.completion:
-        parts.append("a completion, then a follow-up with cached_tokens > 0"
-                     + (f" (up to {v.attempts} tries: the follow-up may land on another engine)" if v.attempts > 1 else ""))
-    return Description("; ".join(parts))
-
-
-@_describes("soak")
-def _soak(step: Step, rb: Runbook) -> Description:
-    s = step.soak
-    assert s is not None
-    watch = "a restart, an engine gone" + (f", a forbidden log line ({', '.join(rb.log_gates.forbidden)})"
-                                           if s.watch_logs and rb.log_gates.forbidden else "")
-    for m in s.metrics:
-        watch += f", {'; '.join(bound_text(g) for g in m.gauges)} broken on relay :{m.relay.port}"
-    return Description(f"soak {format_duration(s.duration)} watching both replicas ({watch} fails it)"
-                       + (" then an operator runs `orchestrate approve RUN_ID` (or --yes)" if s.approval else ""))
-
-
-@_describes("metrics")
-def _metrics(step: Step, rb: Runbook) -> Description:
-    m = step.metrics
-    assert m is not None
-    parts = []
-    if m.increase:
-        parts.append(f"through the soak relay :{m.relay.port}, a prompt, {m.evict} unrelated prompts, then the prompt again: "
-                     f"{', '.join(m.increase)} rises across that follow-up (host-restore evidence)")
-    if m.gauges:
-        parts.append(f"/metrics on :{m.relay.port}: " + "; ".join(bound_text(g) for g in m.gauges))
-    return Description("; ".join(parts))
-
-
-@_describes("oneshot")
-def _oneshot(step: Step, rb: Runbook) -> Description:
-    o = step.oneshot
-    assert o is not None
-    want = ["exits 0"]
-    if o.ok_event:
-        want.append(f'logs {{"event": "{o.ok_event}", "ok": true}}')
-    if o.last_line:
-        want.append(f"its last line contains {o.last_line!r}")
-    return Description(f"{o.service} " + " and ".join(want) + f" within {format_duration(o.timeout)}; its output kept in the run log")
-
-
-@_describes("markers")
-def _markers(step: Step, rb: Runbook) -> Description:
-    m = step.markers
-    assert m is not None
-    parts = []
-    for verb, names in (("logs", m.require), ("never logs", m.forbid)):
-        if names:
-            parts.append(f"{verb} " + ", ".join(f"{n} ({rb.log_markers[n]!r})" if rb.log_markers.get(n) else
-                                              f"{n} (NOT CHECKED: marker unknown, set log_markers.{n})" for n in names))
-    parts += [value_text(v) for v in m.values]
-    return Description(f"{m.service} " + "; ".join(parts))
-
-
-@_describes("presence")
-def _presence(step: Step, rb: Runbook) -> Description:
-    p = step.presence
-    assert p is not None
-    parts = [f"listed healthy under {rb.domains.of(r)}" for r in p.listed]
-    parts += [f"not listed under {rb.domains.of(r)}" for r in p.absent]
-    who = "the host" if p.hosts == "this" else "every other host of the runbook (capacity guard)"
-    return Description(f"both model-proxy peers: {who} {' and '.join(parts)} within {format_duration(p.within)}")
-
-
-@_describes("labels")
-def _labels(step: Step, rb: Runbook) -> Description:
-    lb = step.labels
-    assert lb is not None
-    vals = rb.replica_values.get(lb.replica, {})
-    parts = []
-    if lb.log_tags:
-        parts.append("log tags " + ", ".join(f"{k}:{vals.get(k)}" for k in lb.log_tags))
-    if lb.otel_labels:
-        parts.append("labels " + ", ".join(f"nearai.otel.{k}={vals.get(k)}" for k in lb.otel_labels))
-    if lb.metric_labels and lb.relay is not None:
-        parts.append(f"{lb.metric} through :{lb.relay.port} labelled " + ", ".join(lb.metric_labels))
-    return Description(f"{lb.service} carries {lb.replica}'s values: " + "; ".join(parts))
+DESCRIPTIONS: dict[str, Callable[[Step, Runbook], Description]] = {key: _from_text(key, text) for key, text in _TEXTS.items()}
+DESCRIPTIONS["dry_run"] = _dry_run  # what a dry run checks is its step's `plan:`

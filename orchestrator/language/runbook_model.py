@@ -3,6 +3,7 @@ and the queries the rest of the code asks of a loaded runbook."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
@@ -419,6 +420,33 @@ class Runbook(_Strict):
         out += [(f"full_rollback.{ph.name}", ph.steps) for ph in self.full_rollback]
         return out + [(f"{step_at(where, i, st.id)}.remedy", st.remedy.steps)
                       for where, steps in out for i, st in enumerate(steps) if st.remedy is not None]
+
+    def inventory_problem(self, host: str, inventory_hosts: Collection[str], has_prometheus: bool) -> str | None:
+        """The first thing the runbook needs of the inventory that it lacks for a run of `host` (another
+        host's env map, a `prometheus_url`, the hosts a `prometheus.replicas` matcher names), in one line
+        naming what to fix; None: nothing. Checked before anything reads a host: an offline `plan` and a
+        run's start say it (exit 2) instead of a gate failing half-way through a run."""
+        for where, steps in self._named_step_lists():
+            for i, st in enumerate(steps):
+                env = st.manual.verify.env if st.manual is not None else st.env
+                if env is not None and env.host != "this" and env.host not in inventory_hosts:
+                    return (f"runbook {self.name}'s {step_at(where, i, st.id)} reads the env map of host {env.host!r}, "
+                            f"which the inventory does not list ({', '.join(sorted(inventory_hosts)) or 'none'}): fix "
+                            f"env.host or add the host to the inventory")
+                # with source: prometheus, the analysis always has its query (defaulted when not written)
+                q = st.analysis.prometheus if st.analysis is not None and st.analysis.source == "prometheus" else None
+                reads = ("a query: gate" if st.query is not None
+                         else "metrics with source: prometheus" if q is not None else None)
+                for other in (q.hosts() if q is not None else []):
+                    if other not in inventory_hosts:
+                        return (f"runbook {self.name}'s {step_at(where, i, st.id)} reads a replica on host {other!r} "
+                                f"(prometheus.replicas' host=\"{other}\"), which the inventory does not list "
+                                f"({', '.join(sorted(inventory_hosts)) or 'none'}): fix the matcher or add the host")
+                if reads is not None and not has_prometheus:
+                    return (f"runbook {self.name}'s {step_at(where, i, st.id)} reads {reads}, but the inventory names no "
+                            f"prometheus_url for {host}: add it to the host's entry"
+                            + (" or use source: relay" if st.analysis is not None else ""))
+        return None
 
     def previous_ref_of(self) -> dict[str, str]:
         """service -> the `<ref>` of the first `previous:<ref>` request that names it (the base

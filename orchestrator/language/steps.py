@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -47,6 +47,8 @@ OBSERVABLE_KINDS = ("metrics", "labels", "markers", "presence", "capture", "cach
 #: The fields of which a step has exactly one (in the order its error names them).
 STEP_KINDS = ("check", "down", "dry_run", "up", "logs", "relay", "verify", "soak", "metrics", "labels", "oneshot", "markers",
               "presence", "capture", "cache", "analysis", "quiet", *EXTERNAL_KINDS)
+
+_Spec = TypeVar("_Spec")
 
 
 class Step(_Strict):
@@ -105,6 +107,13 @@ class Step(_Strict):
     @property
     def kind(self) -> str:
         return next(k for k in STEP_KINDS if getattr(self, k) is not None)
+
+    def spec(self, cls: type[_Spec]) -> _Spec:
+        """The spec of the step's kind (`step.metrics` of a metrics step), as the `cls` its handler reads."""
+        spec = getattr(self, self.kind)
+        if not isinstance(spec, cls):
+            raise TypeError(f"step {self.id!r} is a {self.kind} step, not one of {cls.__name__}")
+        return spec
 
     @property
     def compose(self) -> ComposeSpec | None:

@@ -11,7 +11,6 @@ from orchestrator.engine.executor import RunContext
 from orchestrator.hosts.inventory import HostEntry
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
-from orchestrator.language.inventory_check import inventory_problem
 from orchestrator.language.machine import ABORTED
 from orchestrator.language.runbook import Runbook
 from orchestrator.util.user_errors import Refused, UserError
@@ -50,9 +49,9 @@ def refuse_unreadable_logs(session: Session, host: str, rb: Runbook) -> None:
 
 
 def refuse_missing_sources(entry: HostEntry, host: str, rb: Runbook, inventory_hosts: Collection[str]) -> None:
-    """What the runbook needs of the inventory (language/inventory_check.py) would only fail
+    """What the runbook needs of the inventory (`Runbook.inventory_problem`) would only fail
     half-way through the run: refused before it starts."""
-    problem = inventory_problem(rb, host, inventory_hosts, entry.prometheus_url is not None)
+    problem = rb.inventory_problem(host, inventory_hosts, entry.prometheus_url is not None)
     if problem is not None:
         raise UserError(problem)
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from orchestrator.analysis.metric_defs import PROMPT_HIST
-from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, ratio_gate, readout
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, judge_gate, readout
 from orchestrator.analysis.window import Histogram, measure, share_above, window_of
 from orchestrator.metricproviders.relay_scrape import parse_scrape
 
@@ -51,7 +51,7 @@ def test_the_5xx_rate_counts_the_generation_endpoints_500s_not_503s_nor_probes()
     # 5 of 107 chat responses a minute are 500s; the 503s (a full queue) count as answered, not as
     # errors; /health and /metrics (its own 500s included) are not requests
     assert m.value == pytest.approx(5 / 107) and m.samples == 107 * 30
-    g = bound_gate("http_5xx_rate", "r2", None, 0.005, {"r2": w}, 200)
+    g = judge_gate("http_5xx_rate", ("r2",), None, 0.005, {"r2": w}, 200)
     assert g.verdict == FAIL and "wholly outside <= 0.005" in g.why
 
 
@@ -61,13 +61,13 @@ def test_a_5xx_status_first_seen_mid_window_counts_from_zero():
     w = {"r2": _window("r2", e500=3, e500_from=15), "r1": _window("r1")}
     assert measure("http_5xx_rate", w["r2"]).value == pytest.approx(3 * 15 / (100 * 30 + 3 * 15))
     assert measure("http_5xx_rate", w["r1"]).value == 0.0
-    g = bound_gate("http_5xx_rate", "r1", None, 0.005, w, 200)
+    g = judge_gate("http_5xx_rate", ("r1",), None, 0.005, w, 200)
     assert g.verdict == PASS, g.why
 
 
 def test_an_engine_without_the_http_counter_is_unknown_never_error_free():
     w = {"r2": _window("r2", http=False), "r1": _window("r1")}
-    g = ratio_gate("http_5xx_rate", "r2", "r1", None, 1.5, w, 200)
+    g = judge_gate("http_5xx_rate", ("r2", "r1"), None, 1.5, w, 200)
     assert g.verdict == INCONCLUSIVE
     assert "r2's /metrics carries no sglang:http_responses_total" in g.why and "unknown, not zero" in g.why
     assert "unknown" in readout([g], w, ["r2", "r1"], 1800)
@@ -87,7 +87,7 @@ def test_the_long_prompt_share_and_the_prompt_quantiles_over_a_window():
     assert measure("long_prompt_share", w["r2"]).value == pytest.approx(0.10)
     assert measure("prompt_tokens_p50", w["r2"]).value == pytest.approx(15000 + 5000 * 50 / 90)
     # r2 saw half r1's share of long prompts: its latencies are not measured on the same mix
-    g = ratio_gate("long_prompt_share", "r2", "r1", 0.8, 1.25, w, 200)
+    g = judge_gate("long_prompt_share", ("r2", "r1"), 0.8, 1.25, w, 200)
     assert g.verdict == FAIL and g.observed == pytest.approx(0.5) and "wholly outside within [0.8, 1.25]" in g.why
     text = readout([g], w, ["r2", "r1"], 1800)
     assert "10.00 % (n=3000)" in text and "20.00 % (n=3000)" in text
@@ -95,8 +95,7 @@ def test_the_long_prompt_share_and_the_prompt_quantiles_over_a_window():
 
 def test_an_engine_without_the_prompt_histogram_is_unknown():
     w = {"r2": _window("r2", prompts=False), "r1": _window("r1")}
-    g = ratio_gate("long_prompt_share", "r2", "r1", 0.5, 2.0, w, 200)
+    g = judge_gate("long_prompt_share", ("r2", "r1"), 0.5, 2.0, w, 200)
     assert g.verdict == INCONCLUSIVE and f"r2's /metrics carries no {PROMPT_HIST}: unknown, not zero" in g.why
     few = {"r2": _window("r2", ok=2, long=0), "r1": _window("r1")}
-    assert "not enough traffic: r2 served 60 prompts in the window" in ratio_gate(
-        "long_prompt_share", "r2", "r1", 0.5, 2.0, few, 200).why
+    assert "not enough traffic: r2 served 60 prompts in the window" in judge_gate("long_prompt_share", ("r2", "r1"), 0.5, 2.0, few, 200).why

@@ -29,9 +29,8 @@ from orchestrator.analysis.verdict import (
     INCONCLUSIVE,
     MIN_INTERVALS,
     PASS,
-    bound_gate,
     classify,
-    ratio_gate,
+    judge_gate,
     readout,
 )
 from orchestrator.analysis.window import Histogram, Scrape, measure, window_of
@@ -83,7 +82,7 @@ def test_a_candidate_faster_slower_or_within_the_noise(factor, want):
     is inside the noise: its interval straddles 1.0, neither a pass nor a fail."""
     w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=0.15)),
          "r2": window_of("r2", noisy(0.030 * factor, seed=2, noise=0.15))}
-    g = ratio_gate("tpot_p50", "r2", "r1", None, 1.0, w, 200)
+    g = judge_gate("tpot_p50", ("r2", "r1"), None, 1.0, w, 200)
     assert g.verdict == want, g.why
     assert g.interval is not None and g.interval[0] < g.interval[1]
     assert f"r2/r1 = {g.observed:.3g}, 95 % interval [" in g.why
@@ -92,8 +91,8 @@ def test_a_candidate_faster_slower_or_within_the_noise(factor, want):
 def test_the_same_window_gives_the_same_interval():
     w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=0.15)),
          "r2": window_of("r2", noisy(0.031, seed=2, noise=0.15))}
-    a = ratio_gate("tpot_p50", "r2", "r1", None, 1.0, w, 200)
-    b = ratio_gate("tpot_p50", "r2", "r1", None, 1.0, dict(w), 200)
+    a = judge_gate("tpot_p50", ("r2", "r1"), None, 1.0, w, 200)
+    b = judge_gate("tpot_p50", ("r2", "r1"), None, 1.0, dict(w), 200)
     assert a.interval == b.interval and a.why == b.why
 
 
@@ -101,7 +100,7 @@ def test_wider_noise_gives_a_wider_interval():
     def width(noise: float) -> float:
         w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=noise)),
              "r2": window_of("r2", noisy(0.030, seed=2, noise=noise))}
-        iv = ratio_gate("tpot_p50", "r2", "r1", None, 1.2, w, 200).interval
+        iv = judge_gate("tpot_p50", ("r2", "r1"), None, 1.2, w, 200).interval
         assert iv is not None
         return iv[1] - iv[0]
 
@@ -113,9 +112,9 @@ def test_a_missing_abort_counter_is_unknown_never_a_perfect_completion():
          "r2": window_of("r2", noisy(0.030, seed=2, noise=0.05, drop=ABORTED))}
     m = measure("completion_rate", w["r2"])
     assert m.value is None and m.absent == ABORTED
-    g = bound_gate("completion_rate", "r2", 0.99, None, w, 200)
+    g = judge_gate("completion_rate", ("r2",), 0.99, None, w, 200)
     assert g.verdict == INCONCLUSIVE and "carries no sglang:num_aborted_requests_total: unknown, not zero" in g.why
-    vs = ratio_gate("completion_rate", "r2", "r1", 0.99, None, w, 200)
+    vs = judge_gate("completion_rate", ("r2", "r1"), 0.99, None, w, 200)
     assert vs.verdict == INCONCLUSIVE
     assert "unknown" in readout([g], w, ["r2", "r1"], 1800)
 
@@ -123,7 +122,7 @@ def test_a_missing_abort_counter_is_unknown_never_a_perfect_completion():
 def test_a_series_first_seen_mid_window_is_unknown_not_its_later_increments():
     w = {"r2": window_of("r2", noisy(0.030, seed=2, noise=0.05, aborted_per=1.0, appear_at=20))}
     assert ABORTED in w["r2"].partial
-    g = bound_gate("error_rate", "r2", None, 0.01, w, 200)
+    g = judge_gate("error_rate", ("r2",), None, 0.01, w, 200)
     assert g.verdict == INCONCLUSIVE and "in only part of the window" in g.why
 
 
@@ -132,24 +131,24 @@ def test_completion_is_compared_with_the_control():
     own rate against 0.99 fails; a candidate aborting 10 % against a clean control fails."""
     w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=0.05, aborted_per=0.6)),
          "r2": window_of("r2", noisy(0.030, seed=2, noise=0.05, aborted_per=0.6))}
-    assert ratio_gate("completion_rate", "r2", "r1", 0.99, None, w, 200).verdict == PASS
-    assert bound_gate("completion_rate", "r2", 0.99, None, w, 200).verdict == FAIL
+    assert judge_gate("completion_rate", ("r2", "r1"), 0.99, None, w, 200).verdict == PASS
+    assert judge_gate("completion_rate", ("r2",), 0.99, None, w, 200).verdict == FAIL
     w["r1"] = window_of("r1", noisy(0.030, seed=1, noise=0.05))
     w["r2"] = window_of("r2", noisy(0.030, seed=2, noise=0.05, aborted_per=2.0))
-    assert ratio_gate("completion_rate", "r2", "r1", 0.99, None, w, 200).verdict == FAIL
+    assert judge_gate("completion_rate", ("r2", "r1"), 0.99, None, w, 200).verdict == FAIL
 
 
 def test_too_few_scrape_intervals_are_inconclusive_whatever_the_traffic():
     w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=0.05, intervals=MIN_INTERVALS - 1, per=100)),
          "r2": window_of("r2", noisy(0.020, seed=2, noise=0.05, intervals=MIN_INTERVALS - 1, per=100))}
-    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    g = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200)
     assert g.verdict == INCONCLUSIVE and f"needs {MIN_INTERVALS}" in g.why
 
 
 def test_the_readout_shows_the_interval_beside_the_point():
     w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=0.1)),
          "r2": window_of("r2", noisy(0.019, seed=2, noise=0.1))}
-    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    g = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200)
     text = readout([g], w, ["r2", "r1"], 1800)
     row = next(line for line in text.splitlines() if line.startswith("tpot_p50"))
     assert g.interval is not None
@@ -204,7 +203,7 @@ def test_observations_in_too_few_intervals_cannot_be_bounded():
         scrapes.append(Scrape(60.0 * (28 + len(scrapes) - 28), s.counters, s.histograms))
     w = {"r1": window_of("r1", noisy(0.030, seed=1, noise=0.05)), "r2": window_of("r2", scrapes)}
     assert len(w["r2"].intervals) == 30 and measure("tpot_p50", w["r2"]).samples == 600
-    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    g = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200)
     assert g.verdict == INCONCLUSIVE and "sit in too few scrape intervals" in g.why
 
 

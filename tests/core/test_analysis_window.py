@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.analysis.metric_defs import ABORTED, REQUESTS, TPOT, TTFT
-from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, overall, ratio_gate, readout
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, judge_gate, overall, readout
 from orchestrator.analysis.window import (
     Histogram,
     Scrape,
@@ -137,13 +137,13 @@ def test_ratio_gate_pass_fail_and_not_enough_traffic():
     fast = window_of("r2", _scrapes([0, 300, 0, 0, 0], 300, 0))  # TPOT ~15 ms
     slow = window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0))  # TPOT ~35 ms
     w = {"r1": slow, "r2": fast}
-    good = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, min_samples=200)
+    good = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, min_samples=200)
     assert good.verdict == PASS and good.observed == pytest.approx(0.015 / 0.035)
     assert good.interval is not None and good.interval[0] <= good.observed <= good.interval[1]
-    bad = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, {"r1": fast, "r2": slow}, min_samples=200)
+    bad = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, {"r1": fast, "r2": slow}, min_samples=200)
     assert bad.verdict == FAIL and "wholly outside <= 0.9" in bad.why
     # the same windows under a higher minimum: neither pass nor fail
-    short = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, min_samples=301)
+    short = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, min_samples=301)
     assert short.verdict == INCONCLUSIVE and "r2 served 300" in short.why and "needs 301" in short.why
 
 
@@ -152,17 +152,17 @@ def test_error_rate_bound_and_completion_rate():
     assert measure("error_rate", w["r2"]).value == pytest.approx(0.02)
     assert measure("completion_rate", w["r2"]).value == pytest.approx(0.98)
     assert measure("request_rate", w["r2"]).value == pytest.approx(400 / 1800)
-    assert bound_gate("error_rate", "r2", None, 0.01, w, 100).verdict == FAIL
-    assert bound_gate("error_rate", "r2", None, 0.05, w, 100).verdict == PASS
-    assert bound_gate("completion_rate", "r2", 0.99, None, w, 100).verdict == FAIL
-    assert bound_gate("error_rate", "r2", None, 0.05, w, 401).verdict == INCONCLUSIVE
+    assert judge_gate("error_rate", ("r2",), None, 0.01, w, 100).verdict == FAIL
+    assert judge_gate("error_rate", ("r2",), None, 0.05, w, 100).verdict == PASS
+    assert judge_gate("completion_rate", ("r2",), 0.99, None, w, 100).verdict == FAIL
+    assert judge_gate("error_rate", ("r2",), None, 0.05, w, 401).verdict == INCONCLUSIVE
 
 
 def test_overall_fail_beats_inconclusive_beats_pass():
     w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)), "r2": window_of("r2", _scrapes([0, 300, 0, 0, 0], 300, 9))}
-    p = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
-    f = bound_gate("error_rate", "r2", None, 0.01, w, 200)
-    n = bound_gate("error_rate", "r2", None, 0.01, w, 10_000)
+    p = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200)
+    f = judge_gate("error_rate", ("r2",), None, 0.01, w, 200)
+    n = judge_gate("error_rate", ("r2",), None, 0.01, w, 10_000)
     assert overall([p]) == PASS
     assert overall([p, n]) == INCONCLUSIVE
     assert overall([p, n, f]) == FAIL
@@ -171,7 +171,7 @@ def test_overall_fail_beats_inconclusive_beats_pass():
 
 def test_readout_names_values_ratio_interval_bound_and_verdict():
     w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)), "r2": window_of("r2", _scrapes([0, 300, 0, 0, 0], 300, 9))}
-    res = [ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200), bound_gate("error_rate", "r2", None, 0.01, w, 200)]
+    res = [judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200), judge_gate("error_rate", ("r2",), None, 0.01, w, 200)]
     text = readout(res, w, ["r2", "r1"], 1800)
     first = text.splitlines()[0]
     assert first.startswith("canary readout: FAIL over 30 min")
@@ -238,7 +238,7 @@ def test_the_window_sees_only_its_own_observations(before, during, restart_at, q
 def test_a_metric_the_replica_does_not_expose_is_unknown_not_low_traffic():
     w = {"r1": window_of("r1", _scrapes([0, 0, 300, 0, 0], 300, 0)),
          "r2": window_of("r2", [Scrape(0.0, {REQUESTS: 5.0}), Scrape(1800.0, {REQUESTS: 900.0})])}
-    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    g = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200)
     assert g.verdict == INCONCLUSIVE and "r2's /metrics carries no sglang:inter_token_latency_seconds: unknown" in g.why
     never_read = {"r1": w["r1"], "r2": window_of("r2", [])}
-    assert "r2 served 0" in ratio_gate("tpot_p50", "r2", "r1", None, 0.9, never_read, 200).why
+    assert "r2 served 0" in judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, never_read, 200).why

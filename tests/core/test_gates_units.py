@@ -49,11 +49,13 @@ def test_gauge_bounds_check_every_label_set():
 def test_one_shot_output_is_judged_by_its_exit_and_its_event():
     ok = ['{"event": "disk", "free_bytes": 1}', '{"event": "qualification_finished", "ok": true}']
     bad = ['{"event": "qualification_finished", "ok": false}']
-    assert judge_output(ok, None, "qualification_finished") is None
-    assert judge_output(bad, None, "qualification_finished") == "qualification_finished: ok=false"
-    assert "no 'qualification_finished' event" in judge_output(['{"event": "disk"}'], None, "qualification_finished")
-    assert judge_output(["a", "Download complete.", ""], "Download complete.", None) is None
-    assert "last line" in judge_output(["Download complete.", "Traceback"], "Download complete.", None)
+    assert judge_output(ok, None, "qualification_finished", ok) is None
+    assert judge_output(bad, None, "qualification_finished", bad) == "qualification_finished: ok=false"
+    disk = ['{"event": "disk"}']
+    assert "no 'qualification_finished' event" in judge_output(disk, None, "qualification_finished", disk)
+    done, broken = ["a", "Download complete.", ""], ["Download complete.", "Traceback"]
+    assert judge_output(done, "Download complete.", None, done) is None
+    assert "last line" in judge_output(broken, "Download complete.", None, broken)
     assert exit_code("Exited (0) 3 seconds ago") == 0 and exit_code("Exited (137) 1 minute ago") == 137
     assert exit_code("Up 5 minutes") is None
 

@@ -22,11 +22,12 @@ def test_markers_required_forbidden_unknown_and_numeric_tolerance():
     lines = ["[TP0] rank_budget_bytes=108984795136", "[TP1] rank_budget_bytes=108984795100", "loaded W4AFP8"]
     markers = {"loader": "loaded W4AFP8", "marlin": None, "xid": "Xid"}
     v = LogValue(pattern=r"rank_budget_bytes=(\d+)", equals=108984795136, tolerance=100, at_least=2)
-    assert judge_markers(lines, markers, ["loader"], ["marlin", "xid"], [v]) == ([], ["marlin"])
+    assert judge_markers(lines, markers, ["loader"], ["marlin", "xid"], [v], lines) == ([], ["marlin"])
     tight = LogValue(pattern=r"rank_budget_bytes=(\d+)", equals=108984795136, at_least=2)
-    problems, _ = judge_markers(lines, markers, ["loader"], [], [tight])
+    problems, _ = judge_markers(lines, markers, ["loader"], [], [tight], lines)
     assert problems == ["rank_budget_bytes=108984795100 is outside /rank_budget_bytes=(\\d+)/ = 1.08985e+11 on every line (at least 2)"]
-    problems, _ = judge_markers(lines + ["Xid 79"], markers, [], ["xid"], [LogValue(pattern=r"ranks=(\d+)", min=1)])
+    more = lines + ["Xid 79"]
+    problems, _ = judge_markers(more, markers, [], ["xid"], [LogValue(pattern=r"ranks=(\d+)", min=1)], more)
     assert problems == ["forbidden marker xid: Xid 79", "/ranks=(\\d+)/ matched 0 line(s), at least 1 needed"]
     with pytest.raises(ValueError, match="exactly one group"):
         LogValue(pattern=r"a(\d)(\d)", min=0)

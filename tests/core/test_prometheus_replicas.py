@@ -11,7 +11,6 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.analysis.spec import AnalysisSpec
-from orchestrator.language.inventory_check import inventory_problem
 from orchestrator.language.runbook import parse_runbook
 from orchestrator.metricproviders.prometheus_api import replica_query
 from orchestrator.util.user_errors import UserError
@@ -83,7 +82,7 @@ def test_the_candidate_is_the_runbooks_own_a_control_may_live_elsewhere():
 
 def test_offline_a_host_the_inventory_does_not_list_is_refused():
     rb = parse_runbook(with_analysis(PROM))
-    assert inventory_problem(rb, "gpu02", ["gpu02", "gpu23"], has_prometheus=True) is None
-    msg = inventory_problem(rb, "gpu02", ["gpu02"], has_prometheus=True) or ""
+    assert rb.inventory_problem("gpu02", ["gpu02", "gpu23"], has_prometheus=True) is None
+    msg = rb.inventory_problem("gpu02", ["gpu02"], has_prometheus=True) or ""
     assert "reads a replica on host 'gpu23'" in msg and "which the inventory does not list (gpu02)" in msg, msg
     assert "\n" not in msg

@@ -6,8 +6,8 @@ one line, exit 2.
 Mutation list (each guard disabled in the source, the named test seen failing, the source restored):
 - runbook.field_path's `part + 1` -> test_a_schema_error_and_a_rule_error_name_a_step_alike;
 - runbook._boolean_key's check in parse_runbook -> test_a_bare_on_key_is_named_and_told_to_be_quoted;
-- inventory_check's env-host check -> test_offline_plan_refuses_an_env_host_the_inventory_does_not_list;
-- inventory_check's prometheus_url check -> test_offline_plan_refuses_a_query_gate_on_a_host_without_prometheus_url.
+- Runbook.inventory_problem's env-host check -> test_offline_plan_refuses_an_env_host_the_inventory_does_not_list;
+- Runbook.inventory_problem's prometheus_url check -> test_offline_plan_refuses_a_query_gate_on_a_host_without_prometheus_url.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.language.inventory_check import inventory_problem
 from orchestrator.language.runbook import RUNBOOK_DIR, parse_runbook
 from orchestrator.util.user_errors import UserError
 
@@ -88,14 +87,14 @@ def _with(step: dict) -> dict:
 
 def test_inventory_problem_names_the_step_and_what_to_fix():
     rb = parse_runbook(_with(QUERY))
-    assert inventory_problem(rb, "gpu02", ["gpu02"], has_prometheus=True) is None
-    msg = inventory_problem(rb, "gpu02", ["gpu02"], has_prometheus=False)
+    assert rb.inventory_problem("gpu02", ["gpu02"], has_prometheus=True) is None
+    msg = rb.inventory_problem("gpu02", ["gpu02"], has_prometheus=False)
     assert msg == (f"runbook {rb.name}'s preflight[7] (cache-space) reads a query: gate, but the inventory names no "
                    f"prometheus_url for gpu02: add it to the host's entry")
     rb = parse_runbook(_with(ENV))
     assert "reads the env map of host 'gpu99', which the inventory does not list (gpu02, gpu23): fix env.host" in \
-        (inventory_problem(rb, "gpu02", ["gpu23", "gpu02"], has_prometheus=False) or "")
-    assert inventory_problem(rb, "gpu02", ["gpu02", "gpu99"], has_prometheus=False) is None
+        (rb.inventory_problem("gpu02", ["gpu23", "gpu02"], has_prometheus=False) or "")
+    assert rb.inventory_problem("gpu02", ["gpu02", "gpu99"], has_prometheus=False) is None
 
 
 def _plan(tmp_path: Path, raw: dict) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from orchestrator.analysis.metric_defs import ABORTED, FB_FREE, QUEUE, REQUESTS
-from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, bound_gate, ratio_gate
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, judge_gate
 from orchestrator.analysis.watch_spec import WatchSpec
 from orchestrator.analysis.window import Scrape, window_of
 from orchestrator.engine.executor.watch import breach
@@ -128,13 +128,13 @@ def test_device_memory_gates_take_the_lowest_of_the_window_and_need_two_scrapes(
     r1 = [Scrape(t, gauges={FB_FREE: 3789.0}) for t in (0, 60, 120)]
     r2 = [Scrape(0, gauges={FB_FREE: 9523.0}), Scrape(60, gauges={FB_FREE: 1536.0}), Scrape(120, gauges={FB_FREE: 9523.0})]
     w = {"r1": window_of("r1", r1), "r2": window_of("r2", r2)}
-    g = bound_gate("min_free_device_memory_gb", "r2", 6.0, None, w, 200)
+    g = judge_gate("min_free_device_memory_gb", ("r2",), 6.0, None, w, 200)
     assert g.verdict == FAIL and "1.5 GB" in g.why  # one squeezed scrape is the minimum
     w["r2"] = window_of("r2", [r2[0], r2[2]])
-    assert bound_gate("min_free_device_memory_gb", "r2", 6.0, None, w, 200).verdict == PASS  # not min_samples: scrapes
-    assert ratio_gate("min_free_device_memory_gb", "r2", "r1", 1.5, None, w, 200).verdict == PASS
+    assert judge_gate("min_free_device_memory_gb", ("r2",), 6.0, None, w, 200).verdict == PASS  # not min_samples: scrapes
+    assert judge_gate("min_free_device_memory_gb", ("r2", "r1"), 1.5, None, w, 200).verdict == PASS
     w["r2"] = window_of("r2", r2[:1])
-    g = bound_gate("min_free_device_memory_gb", "r2", 6.0, None, w, 200)
+    g = judge_gate("min_free_device_memory_gb", ("r2",), 6.0, None, w, 200)
     assert g.verdict == INCONCLUSIVE and "read 1 times in the window, the gate needs 2" in g.why
 
 

@@ -3,9 +3,9 @@ over whole windows (a secret split across two lines is hidden whole), through th
 `Activities` alone (`raw_log`, `scrub`, `scrub_lines`): a stand-in runtime with a real redactor.
 
 Mutations (each seen failing, then restored):
-- markers.py, `rt.scrub_lines(lines)` not given to `judge_markers` -> the split token's head is quoted;
+- markers.py, `lines` given to `judge_markers` instead of `rt.scrub_lines(lines)` -> the split token's head is quoted;
 - markers.py, `alone = True` (a match quoted whatever its line) -> a split token's tail is quoted (both cases);
-- oneshot.py, `judge_output(..., shown)` without `shown` -> the last line's head of a split token is quoted;
+- oneshot.py, `judge_output(..., lines)` instead of `shown` -> the last line's head of a split token is quoted;
 - oneshot.py, `rt.log.info("oneshot_output", lines=shown)` with the raw lines -> the token reaches the run log;
 - capture.py, `rt.scrub_lines(...)` -> one line at a time -> the split token's halves reach the run log.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sim_time import AnswerTimeClock
 
-from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, ratio_gate
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, judge_gate
 from orchestrator.analysis.window import measure, window_of
 from orchestrator.metricproviders.relay_scrape import parse_scrape
 from orchestrator_sim.host import live_traffic
@@ -75,7 +75,7 @@ def test_low_traffic_leaves_too_few_samples(make_held) -> None:
     sim = make_held(faults=["low-traffic"])
     w = _window(sim, {"r1": 8008, "r2": 8009}, 30)
     assert measure("request_rate", w["r2"]).value == pytest.approx(live_traffic.LOW_REQ_PER_MIN / 60, rel=0.1)
-    assert ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200).verdict == INCONCLUSIVE
+    assert judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200).verdict == INCONCLUSIVE
 
 
 def test_a_slower_candidate_shows_in_its_tpot_and_r1_is_unchanged(make_held) -> None:
@@ -85,7 +85,7 @@ def test_a_slower_candidate_shows_in_its_tpot_and_r1_is_unchanged(make_held) -> 
     sim.safe_up(NEW_TAG, TARGET, [RELAY], force_recreate=True)  # :8009 reaches it (inline config: #11900)
     sim.wait(lambda: sim.relay(8009, "GET", "/health").status_code == 200, "relay up")
     w = _window(sim, {"r1": 8008, "r2": 8009}, 30)
-    g = ratio_gate("tpot_p50", "r2", "r1", None, 0.9, w, 200)
+    g = judge_gate("tpot_p50", ("r2", "r1"), None, 0.9, w, 200)
     assert g.verdict == FAIL and g.observed == pytest.approx(1.3, rel=0.1)
     assert measure("tpot_p50", w["r1"]).value == pytest.approx(live_traffic.BASE_TPOT_S, rel=0.08)
 
@@ -121,7 +121,7 @@ def test_profiles_follow_the_engine_flags() -> None:
 def test_pass_verdict_between_equal_replicas_within_a_loose_bound(sim: Sim) -> None:
     w = _window(sim, {"r1": 8008, "r2": 8009}, 20)
     assert w["r2"].replica == "r2" and measure("tpot_p50", w["r2"]).samples >= 200
-    assert ratio_gate("tpot_p50", "r2", "r1", 0.9, 1.1, w, 200).verdict == PASS
+    assert judge_gate("tpot_p50", ("r2", "r1"), 0.9, 1.1, w, 200).verdict == PASS
 
 
 def test_live_noise_is_seeded_per_engine_slot_and_minute() -> None:

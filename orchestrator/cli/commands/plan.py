@@ -13,7 +13,6 @@ from orchestrator.cli.consoles import err
 from orchestrator.cli.options import InventoryOpt, command_app
 from orchestrator.engine.fleet import parse_hosts, runbook_for
 from orchestrator.hosts.inventory import load_inventory
-from orchestrator.language.inventory_check import inventory_problem
 from orchestrator.language.machine import compile_rollback, compile_rollout
 from orchestrator.language.runbook import default_runbook, load_runbook, reuse_loaded
 from orchestrator.previews.compose_check import check_against_compose_file, read_env_file
@@ -84,7 +83,7 @@ def plan(
     for h in fleet or [host]:
         if h not in rb.hosts:
             raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {h}")
-        problem = inventory_problem(rb, h, inv.hosts, inv.host(h).prometheus_url is not None)
+        problem = rb.inventory_problem(h, inv.hosts, inv.host(h).prometheus_url is not None)
         if problem is not None:  # a gate that could only fail at run time
             raise UserError(problem)
     table = compile_rollout(rb) if rollback is None else compile_rollback(rb, rb.rollback_replicas(rollback, "--rollback"))

@@ -9,32 +9,14 @@ A source unread for 3 polls in a row fails the step; a resumed run starts the wi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, GateResult, bound_gate, overall, ratio_gate, readout
+from orchestrator.analysis.spec import AnalysisSpec
+from orchestrator.analysis.verdict import FAIL, INCONCLUSIVE, PASS, judge_gate, overall, readout
 from orchestrator.analysis.window import Scrape, WindowError, measure, ratio, window_of
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, halt, ok, register
 
-if TYPE_CHECKING:
-    from orchestrator.analysis.spec import AnalysisSpec
-    from orchestrator.analysis.window import ReplicaWindow
-
 MISSES = 3
-
-
-def judge(spec: AnalysisSpec, windows: dict[str, ReplicaWindow]) -> list[GateResult]:
-    out: list[GateResult] = []
-    for g in spec.gates:
-        if g.ratio is not None:
-            r = g.ratio
-            assert r.control is not None
-            out.append(ratio_gate(r.metric, r.candidate, r.control, r.min, r.max, windows, spec.min_samples))
-        elif g.max is not None:
-            out.append(bound_gate(g.max.metric, g.max.replica, None, g.max.value, windows, spec.min_samples))
-        else:
-            assert g.min is not None
-            out.append(bound_gate(g.min.metric, g.min.replica, g.min.value, None, windows, spec.min_samples))
-    return out
 
 
 def so_far(spec: AnalysisSpec, scrapes: dict[str, list[Scrape]]) -> str:
@@ -81,8 +63,7 @@ async def _read_dcgm(rt: Activities, spec: AnalysisSpec, scrapes: dict[str, list
 
 @register("analysis")
 async def analysis(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    spec = step.analysis
-    assert spec is not None
+    spec = step.spec(AnalysisSpec)
     if spec.source == "prometheus":
         if rt.entry.prometheus_url is None:
             return fail(f"analysis: source: prometheus, but the inventory names no prometheus_url for {rt.run.host}")
@@ -141,7 +122,7 @@ async def _run(rt: Activities, spec: AnalysisSpec, prom: Any) -> StepOutcome:
         return fail(f"analysis: {exc}")
     for r in replicas:  # a replica never read has an empty window: its gates lack traffic
         windows.setdefault(r, window_of(r, []))
-    results = judge(spec, windows)
+    results = [judge_gate(g.metric(), tuple(g.replicas()), *g.bounds(), windows, spec.min_samples) for g in spec.gates]
     table = readout(results, windows, replicas, spec.window)
     verdict = overall(results)
     cand = replicas[0]

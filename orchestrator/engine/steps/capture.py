@@ -8,12 +8,12 @@ from typing import Any
 
 from orchestrator.engine.run_logs import ROUTER
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, ok, register
+from orchestrator.language.step_specs import CaptureSpec
 
 
 @register("capture")
 async def capture(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    c = step.capture
-    assert c is not None
+    c = step.spec(CaptureSpec)
     kept = []
     for svc in c.services:
         try:

@@ -89,9 +89,8 @@ async def _stop_for_recreate(rt: Activities, node: Node, step: Step, services: l
     engines = [s for s in services if rt.rb.replica_of(s)]
     if engines:  # the loader refuses force_recreate on an engine; never stop one for a config
         return halt(f"refusing to stop {', '.join(engines)} for a config recreate: an engine is never stopped for that")
-    assert step.dry_run is not None
     stop = Step(id=f"{step.id}{CONFIG_DOWN_SUFFIX}", say=f"Stop {', '.join(services)} so that its new config takes",
-                down=ComposeSpec(file=step.dry_run.file, services=list(services)))
+                down=ComposeSpec(file=step.spec(ComposeSpec).file, services=list(services)))
     rt.emit("note", text=f"{', '.join(services)}: the forced dry run does not recreate it (its new inline config would not "
                          f"take): a scoped down of exactly that, then the dry run again")
     return await down(rt, node, stop)

@@ -76,5 +76,4 @@ async def env_gate(rt: Activities, spec: EnvSpec) -> StepOutcome:
 
 @register("env")
 async def env_step(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    assert step.env is not None
-    return await env_gate(rt, step.env)
+    return await env_gate(rt, step.spec(EnvSpec))

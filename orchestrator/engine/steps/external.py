@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
 from orchestrator.hosts.parsers.action_log import last_deploy, parse_action_log
+from orchestrator.language import gate_specs
 from orchestrator.language.gate_specs import fill, json_at
 
 GREEN = frozenset({"success", "neutral", "skipped"})
@@ -63,8 +64,7 @@ def judge_pull_request(status: Any, merged: bool, green: bool, required: list[st
 
 @register("proxy_pool")
 async def proxy_pool(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    p = step.proxy_pool
-    assert p is not None
+    p = step.spec(gate_specs.ProxyPoolSpec)
     listed: list[str] = []
 
     async def check() -> list[str]:
@@ -93,8 +93,7 @@ async def proxy_pool(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 @register("pull_request")
 async def pull_request(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    spec = step.pull_request
-    assert spec is not None
+    spec = step.spec(gate_specs.PullRequestSpec)
     repo, tag = rt.github_repo(), rt.run.tag or ""
     if repo is None:
         return fail(f"the inventory names no github_repo for {rt.run.host}: tag {tag}'s PR and CI cannot be checked")
@@ -113,8 +112,7 @@ async def pull_request(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 @register("http_json")
 async def http_json(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    spec = step.http_json
-    assert spec is not None
+    spec = step.spec(gate_specs.HttpJsonSpec)
     texts = [spec.url] + [v for v in (spec.equals, spec.contains) if isinstance(v, str)]
     seen: list[str] = []
     known: dict[str, str] = {}
@@ -147,8 +145,7 @@ async def http_json(rt: Activities, node: Node, step: Step) -> StepOutcome:
 
 @register("attestation")
 async def attestation(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    spec = step.attestation
-    assert spec is not None
+    spec = step.spec(gate_specs.AttestationSpec)
     try:
         report = await rt.attestation_report()  # a fresh nonce, checked echoed
     except Exception as exc:  # the client's errors, named
@@ -210,8 +207,7 @@ def bound_report(report: dict[str, Any]) -> list[str]:
 
 @register("image")
 async def image(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    spec = step.image
-    assert spec is not None
+    spec = step.spec(gate_specs.ImageSpec)
     want = (spec.digest or rt.rb.replica_values.get(spec.replica or "", {}).get("engine_image", "")).removeprefix("sha256:")
     running = [c for c in await rt.ps() if (c.service or c.name) == spec.service]
     if not running:

@@ -5,31 +5,31 @@ from __future__ import annotations
 
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.engine.steps.metrics import gauge_problem
-from orchestrator.language.runbook import SoakSpec
+from orchestrator.language.step_specs import RelaySpec, SoakSpec, VerifySpec
 
 
 @register("relay")
 async def relay(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    assert step.relay is not None
+    spec = step.spec(RelaySpec)
     env = await rt.ensure_env()
-    client = rt.relay_client(step.relay.port, env.get(step.relay.token_variable, ""))
+    client = rt.relay_client(spec.port, env.get(spec.token_variable, ""))
     deadline = rt.clock.monotonic() + rt.rb.timeouts.relay
-    rt.emit("waiting", gate=f"soak relay :{step.relay.port} direct checks")
+    rt.emit("waiting", gate=f"soak relay :{spec.port} direct checks")
     while True:
         seen = rt.clock.monotonic()  # when this observation began: a stall after it is never read as time the condition had
         res = await client.direct_checks(rt.rb.model)
         if res.ok:
-            return ok(f"relay :{step.relay.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
+            return ok(f"relay :{spec.port}: /health ok, /v1/models lists {rt.rb.model}, deterministic generation non-empty")
         if seen >= deadline:
-            return fail(f"relay :{step.relay.port} direct checks failed: {rt.scrub(res.reason)}")
+            return fail(f"relay :{spec.port} direct checks failed: {rt.scrub(res.reason)}")
         await rt.wait()
 
 
 @register("verify")
 async def verify(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    assert step.verify is not None
+    spec = step.spec(VerifySpec)
     addr = rt.entry.model_proxy_address
-    if step.verify.peers:
+    if spec.peers:
         deadline = rt.clock.monotonic() + rt.rb.timeouts.discovery
         rt.emit("waiting", gate=f"both peers list {addr} healthy under {rt.rb.domains.long} only")
         while True:
@@ -40,13 +40,13 @@ async def verify(rt: Activities, node: Node, step: Step) -> StepOutcome:
             if seen >= deadline:
                 return fail("; ".join(problems))
             await rt.wait()
-    notes = [f"both peers list {addr} healthy under the long domain only"] if step.verify.peers else []
-    if step.verify.completion:
-        for attempt in range(1, step.verify.attempts + 1):
+    notes = [f"both peers list {addr} healthy under the long domain only"] if spec.peers else []
+    if spec.completion:
+        for attempt in range(1, spec.attempts + 1):
             res = await rt.cache_hit_check()
             if res.ok:
                 break
-            if attempt == step.verify.attempts:
+            if attempt == spec.attempts:
                 return fail(f"completion check on {rt.entry.inference_endpoint}"
                             + (f" ({attempt} tries)" if attempt > 1 else "") + f": {rt.scrub(res.reason)}")
             await rt.wait()
@@ -58,11 +58,11 @@ async def verify(rt: Activities, node: Node, step: Step) -> StepOutcome:
 async def soak(rt: Activities, node: Node, step: Step) -> StepOutcome:
     """Watch every engine while the soak runs: a restart or an engine gone fails it. The time soaked
     and an approval are journaled: a resume continues the soak and never asks again."""
-    assert step.soak is not None
-    duration = rt.soak_override if rt.soak_override is not None else step.soak.duration
+    spec = step.spec(SoakSpec)
+    duration = rt.soak_override if rt.soak_override is not None else spec.duration
     already = float(rt.ctx.soaks.get(node.id, 0.0))
     start = rt.clock.monotonic() - already
-    need_approval = step.soak.approval and not rt.yes
+    need_approval = spec.approval and not rt.yes
     watched = await rt.watch_engines()
     baseline = rt.ctx.soak_watch.get(node.id)
     if baseline is None:
@@ -85,8 +85,8 @@ async def soak(rt: Activities, node: Node, step: Step) -> StepOutcome:
             return fail(f"during the soak: {verdict.why}")
         if verdict.unknown:
             rt.emit("note", text=f"soak: whether {svc} serves is unknown ({verdict.why}); it is watched for a restart or exit")
-    logs = ForbiddenLines(rt, list(watched)) if step.soak.watch_logs and rt.rb.log_gates.forbidden else None
-    gauges = SoakGaugeWatch(rt, step.soak) if step.soak.metrics else None
+    logs = ForbiddenLines(rt, list(watched)) if spec.watch_logs and rt.rb.log_gates.forbidden else None
+    gauges = SoakGaugeWatch(rt, spec) if spec.metrics else None
     rt.start_heartbeat()
     announced = False
     last_saved = rt.clock.monotonic()
@@ -107,10 +107,10 @@ async def soak(rt: Activities, node: Node, step: Step) -> StepOutcome:
         approved = (not need_approval) or bool({node.id, "*"} & approvals)
         ended_early = approved and bool({f"{node.id}!now", "*!now"} & approvals)
         if (elapsed >= duration or ended_early) and approved:
-            if step.soak.approval and rt.yes:
+            if spec.approval and rt.yes:
                 rt.approve(node.id, by="--yes")
             rt.ctx.soaks[node.id] = elapsed
-            return ok(f"soaked {int(elapsed)} s" + (" and approved" if step.soak.approval else "")
+            return ok(f"soaked {int(elapsed)} s" + (" and approved" if spec.approval else "")
                       + (" (ended early by the approval)" if ended_early and elapsed < duration else ""))
         rt.tick(f"soak of {', '.join(sorted(watched))}", start, duration,
                 lambda: {"awaiting": "approval" if need_approval and not approved and elapsed >= duration else "time"})

@@ -8,6 +8,7 @@ import json
 
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.language.step_specs import LabelsSpec
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples
 
 LOG_LABEL = "com.datadoghq.ad.logs"
@@ -30,8 +31,7 @@ def log_tags(labels: dict[str, str]) -> dict[str, list[str]]:
 
 @register("labels")
 async def telemetry_labels(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    lb = step.labels
-    assert lb is not None
+    lb = step.spec(LabelsSpec)
     vals = rt.rb.replica_values[lb.replica]
     c = by_service(await rt.ps()).get(lb.service)
     if c is None:

@@ -8,14 +8,13 @@ from typing import Any
 
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.env import env_gate, placeholder_values
-from orchestrator.language.gate_specs import fill
+from orchestrator.language.gate_specs import ManualSpec, fill
 from orchestrator.language.machine import Event
 
 
 @register("manual")
 async def manual(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    m = step.manual
-    assert m is not None
+    m = step.spec(ManualSpec)
     edit = fill(m.edit, await placeholder_values(rt, m.edit))  # the instruction as the human must carry it out
     announced = False
     start = rt.start_heartbeat()

@@ -9,15 +9,14 @@ import re
 
 from orchestrator.engine.step_descriptions import value_text
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
-from orchestrator.language.runbook import LogValue
+from orchestrator.language.step_specs import LogValue, MarkersSpec
 
 MARKER_WINDOW = 5000
 
 
 def judge_markers(lines: list[str], markers: dict[str, str | None], require: list[str], forbid: list[str],
-                  values: list[LogValue], shown: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """(problems, not checked). Quoted lines come from `shown` (the lines scrubbed) when given."""
-    quoted = shown if shown is not None and len(shown) == len(lines) else lines
+                  values: list[LogValue], shown: list[str]) -> tuple[list[str], list[str]]:
+    """(problems, not checked). Quoted lines come from `shown` (the lines scrubbed, one for each)."""
     problems: list[str] = []
     unknown: list[str] = []
     for name in require:
@@ -33,7 +32,7 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
             continue
         hit = next((i for i, ln in enumerate(lines) if text in ln), None)
         if hit is not None:
-            problems.append(f"forbidden marker {name}: {quoted[hit].strip()[:200]}")
+            problems.append(f"forbidden marker {name}: {shown[hit].strip()[:200]}")
     for v in values:
         rx = re.compile(v.pattern)
         seen = 0
@@ -43,8 +42,8 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
                 continue
             seen += 1
             # a match is quoted alone only from a line shown as it is (a secret's piece could be in it)
-            alone = quoted[i] == ln
-            on_line = f"on a line ({quoted[i].strip()[:200]})"
+            alone = shown[i] == ln
+            on_line = f"on a line ({shown[i].strip()[:200]})"
             try:
                 x = float(m.group(1))
             except ValueError:
@@ -62,8 +61,7 @@ def judge_markers(lines: list[str], markers: dict[str, str | None], require: lis
 
 @register("markers")
 async def markers(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    m = step.markers
-    assert m is not None
+    m = step.spec(MarkersSpec)
     try:
         text = await rt.raw_log(m.service, MARKER_WINDOW)
     except Exception as exc:  # the client's errors, named in the note

@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator.engine.step_descriptions import bound_text
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.language.machine import Event
-from orchestrator.language.runbook import GaugeBound
+from orchestrator.language.step_specs import GaugeBound, MetricsSpec
 from orchestrator.metricproviders.metrics_text import MetricsTextError, samples, total
 
 
@@ -28,8 +28,7 @@ def gauge_problem(text: str, g: GaugeBound) -> str | None:
 
 @register("metrics")
 async def metrics_evidence(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    m = step.metrics
-    assert m is not None
+    m = step.spec(MetricsSpec)
     env = await rt.ensure_env()
     client = rt.relay_client(m.relay.port, env.get(m.relay.token_variable, ""))
     where = f"relay :{m.relay.port}"

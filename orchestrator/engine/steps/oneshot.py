@@ -11,6 +11,7 @@ import re
 
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, error_text, fail, ok, register
 from orchestrator.hosts.parsers.docker_ps import by_service
+from orchestrator.language.step_specs import OneShotSpec
 from orchestrator.util.durations import format_duration
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
@@ -24,14 +25,12 @@ def exit_code(status: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
-                 shown: list[str] | None = None) -> str | None:
-    """None when the output shows a pass, else why not (quoting `shown`, the lines scrubbed, when given)."""
-    quoted = shown if shown is not None and len(shown) == len(lines) else lines
+def judge_output(lines: list[str], last_line: str | None, ok_event: str | None, shown: list[str]) -> str | None:
+    """None when the output shows a pass, else why not (quoting `shown`, the lines scrubbed, one for each)."""
     kept = [i for i, ln in enumerate(lines) if ln.strip()]
     text = [lines[i].strip() for i in kept]
     if last_line is not None and (not text or last_line not in text[-1]):
-        return f"the last line is not {last_line!r}: {quoted[kept[-1]].strip()[:200] if text else 'no output'}"
+        return f"the last line is not {last_line!r}: {shown[kept[-1]].strip()[:200] if text else 'no output'}"
     if ok_event is not None:
         verdict = None
         for ln in text:
@@ -50,8 +49,7 @@ def judge_output(lines: list[str], last_line: str | None, ok_event: str | None,
 
 @register("oneshot")
 async def oneshot_completion(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    o = step.oneshot
-    assert o is not None
+    o = step.spec(OneShotSpec)
     deadline = rt.clock.monotonic() + o.timeout
     first_id: str | None = None
     rt.emit("waiting", gate=f"{o.service} to finish")

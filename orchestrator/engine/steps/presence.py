@@ -8,12 +8,12 @@ from __future__ import annotations
 from orchestrator.engine.rules.prerequisites import unfinished
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, halt, ok, register
 from orchestrator.engine.steps.env import poll
+from orchestrator.language.step_specs import PresenceSpec
 
 
 @register("presence")
 async def presence(rt: Activities, node: Node, step: Step) -> StepOutcome:
-    p = step.presence
-    assert p is not None
+    p = step.spec(PresenceSpec)
     if p.hosts == "others":
         others = [h for h in rt.rb.hosts if h != rt.run.host]
         unknown = [h for h in others if rt.address_of(h) is None]

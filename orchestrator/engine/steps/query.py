@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, fail, ok, register
 from orchestrator.engine.steps.env import placeholder_values, poll
-from orchestrator.language.gate_specs import fill_query, query_number
+from orchestrator.language.gate_specs import QuerySpec, fill_query, query_number
 from orchestrator.util.durations import format_duration
 
 
@@ -17,8 +17,7 @@ from orchestrator.util.durations import format_duration
 async def query(rt: Activities, node: Node, step: Step) -> StepOutcome:
     from orchestrator.metricproviders.prometheus_api import judge_query, parse_query_answer
 
-    spec = step.query
-    assert spec is not None
+    spec = step.spec(QuerySpec)
     if rt.entry.prometheus_url is None:
         return fail(f"query: the inventory names no prometheus_url for {rt.run.host}: add it to the host's entry")
     client: Any = rt.prometheus_client()

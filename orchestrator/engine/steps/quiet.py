@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from orchestrator.analysis.quiet_spec import inside
+from orchestrator.analysis.quiet_spec import QuietSpec, inside
 from orchestrator.analysis.window import REQUESTS, Scrape, counter_increase
 from orchestrator.engine.steps.base import Activities, Node, Step, StepOutcome, ok, register
 from orchestrator.util.durations import format_duration
@@ -35,8 +35,7 @@ def rate_per_min(series: dict[str, list[Scrape]], over: float) -> tuple[float, f
 async def quiet(rt: Activities, node: Node, step: Step) -> StepOutcome:
     from orchestrator.metricproviders.relay_scrape import read_scrape
 
-    spec = step.quiet
-    assert spec is not None
+    spec = step.spec(QuietSpec)
     series: dict[str, list[Scrape]] = {r: [] for r in spec.relay.ports}
     start = rt.clock.monotonic()
     wall0 = WALL()
