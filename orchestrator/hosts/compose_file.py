@@ -16,7 +16,7 @@ unquoted `yes` in a mapping-form environment reads as `true`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,7 +36,7 @@ class ComposeFileError(ValueError):
 
 
 class InterpolationError(ComposeFileError):
-    """A `${...}` expression that is malformed, or a required variable that is missing."""
+    """A `${...}` expression that is malformed (or, for a budget, not one variable with a default)."""
 
 
 class _Var(NamedTuple):
@@ -105,24 +105,20 @@ def _closing_brace(raw: str, start: int) -> int:
     raise InterpolationError(f"unterminated '${{' in {raw!r}")
 
 
-def resolve_env_value(raw: str, env: Mapping[str, str], *, lenient: bool = False) -> str:
-    """`raw` interpolated against `env`. An unset variable without a default is empty (as in
-    compose); a missing required one raises `InterpolationError`, or with `lenient` reads `${VAR}`."""
-    return "".join(part if isinstance(part, str) else _resolve_var(part, env, lenient) for part in _scan(raw))
-
-
-def interpolate(value: Any, env: Mapping[str, str], *, lenient: bool = True) -> Any:
-    """`value` (a parsed YAML tree) with every string interpolated (`resolve_env_value`)."""
+def interpolate(value: Any, env: Mapping[str, str]) -> Any:
+    """`value` (a string, or a parsed YAML tree: every string in it) interpolated against `env`. An
+    unset variable without a default is empty (as in compose); a missing required one (`${VAR:?e}`)
+    reads `${VAR}`: the previews show the file as the host would run it, and say what is missing."""
     if isinstance(value, str):
-        return resolve_env_value(value, env, lenient=lenient)
+        return "".join(part if isinstance(part, str) else _resolve_var(part, env) for part in _scan(value))
     if isinstance(value, dict):
-        return {k: interpolate(v, env, lenient=lenient) for k, v in value.items()}
+        return {k: interpolate(v, env) for k, v in value.items()}
     if isinstance(value, list):
-        return [interpolate(v, env, lenient=lenient) for v in value]
+        return [interpolate(v, env) for v in value]
     return value
 
 
-def _resolve_var(var: _Var, env: Mapping[str, str], lenient: bool = False) -> str:
+def _resolve_var(var: _Var, env: Mapping[str, str]) -> str:
     is_set = var.name in env
     value = env.get(var.name, "")
     non_empty = is_set and value != ""
@@ -131,19 +127,15 @@ def _resolve_var(var: _Var, env: Mapping[str, str], lenient: bool = False) -> st
         case "":
             return value
         case ":-":
-            return value if non_empty else resolve_env_value(argument, env, lenient=lenient)
+            return value if non_empty else interpolate(argument, env)
         case "-":
-            return value if is_set else resolve_env_value(argument, env, lenient=lenient)
+            return value if is_set else interpolate(argument, env)
         case ":+":
-            return resolve_env_value(argument, env, lenient=lenient) if non_empty else ""
+            return interpolate(argument, env) if non_empty else ""
         case "+":
-            return resolve_env_value(argument, env, lenient=lenient) if is_set else ""
+            return interpolate(argument, env) if is_set else ""
         case ":?" | "?":
-            if non_empty or (is_set and var.operator == "?"):
-                return value
-            if lenient:
-                return f"${{{var.name}}}"
-            raise InterpolationError(f"required variable {var.name} is missing a value: {argument}")
+            return value if non_empty or (is_set and var.operator == "?") else f"${{{var.name}}}"
     raise AssertionError(var.operator)
 
 
@@ -174,7 +166,6 @@ class ServiceDef:
     `service_started`). `environment` keeps values as written; an entry without a value (`- FOO`,
     `FOO:`) is None (compose passes FOO through from its own environment)."""
 
-    name: str
     container_name: str | None
     profiles: tuple[str, ...]
     depends_on: dict[str, str]
@@ -227,10 +218,7 @@ class ComposeFile:
                      for k, v in configs.items()},
         )
 
-    def defined(self, service: str) -> bool:
-        return service in self.services
-
-    def closure(self, services: Iterable[str]) -> list[str]:
+    def closure(self, services: list[str]) -> list[str]:
         """`services` plus everything they depend on, transitively, dependencies first (depth-first
         in the order given and declared). An undefined service or a cycle: `ComposeFileError`."""
         order: list[str] = []
@@ -250,19 +238,16 @@ class ComposeFile:
             state[name] = "done"
             order.append(name)
 
-        for service in _names(services):
+        for service in services:
             visit(service, None)
         return order
 
-    def dependencies_of(self, services: Iterable[str]) -> set[str]:
-        requested = _names(services)
-        return set(self.closure(requested)) - set(requested)
+    def dependencies_of(self, services: list[str]) -> set[str]:
+        return set(self.closure(services)) - set(services)
 
     def budget_of(self, service: str, var_prefix: str = "SGLANG_HICACHE_RAM_BUDGET") -> BudgetExpr | None:
         """The budget expression of `service`'s environment key `var_prefix` (exact), None when
         unset; a pass-through entry (`- KEY`) reads as `${KEY}`."""
-        if service not in self.services:
-            raise ComposeFileError(f"compose file {self.path} does not define {service}")
         environment = self.services[service].environment
         if var_prefix not in environment:
             return None
@@ -276,12 +261,6 @@ class ComposeFile:
             raise InterpolationError(f"{where}: {exc}") from exc
 
 
-def _names(services: Iterable[str]) -> list[str]:
-    if isinstance(services, str):
-        raise TypeError("give a list of service names, not one string")
-    return list(services)
-
-
 def _service(file: str, name: str, body: Any) -> ServiceDef:
     where = f"compose file {file}, service {name}"
     if not isinstance(body, dict):
@@ -291,7 +270,6 @@ def _service(file: str, name: str, body: Any) -> ServiceDef:
     if profiles is not None and not isinstance(profiles, list):
         raise ComposeFileError(f"{where}: profiles must be a list")
     return ServiceDef(
-        name=name,
         container_name=container_name,
         profiles=tuple(str(p) for p in profiles or []),
         depends_on=_depends_on(where, body.get("depends_on")),

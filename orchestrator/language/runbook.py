@@ -222,11 +222,6 @@ def runbook_names(directory: Path = RUNBOOK_DIR) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml") if RUNBOOK_NAME_RE.fullmatch(p.stem))
 
 
-def runbook_identity(rb_path: Path) -> tuple[str, str]:
-    """(name, sha256 hex of the file's bytes)."""
-    return Path(rb_path).stem, hashlib.sha256(Path(rb_path).read_bytes()).hexdigest()
-
-
 def load_runbook_checked(name: str, sha256: str | None = None, *,
                          directory: Path = RUNBOOK_DIR) -> tuple[Runbook, str]:
     """(runbook, sha256) of the runbook called `name` in `directory`, read once and hashed as read;

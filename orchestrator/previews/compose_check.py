@@ -67,7 +67,7 @@ def check_against_compose_file(rb: Runbook, path: Path, *, env: Mapping[str, str
             if s.logs is not None and s.logs.budget and s.logs.service not in named:
                 named.append(s.logs.service)
     named += [e for b in rb.budgets() for e in b.engines if e not in named]
-    missing = [s for s in named if not cf.defined(s)]
+    missing = [s for s in named if s not in cf.services]
     if missing:
         problems.append(f"{path.name} does not define {', '.join(missing)}")
     else:
@@ -83,7 +83,7 @@ def check_against_compose_file(rb: Runbook, path: Path, *, env: Mapping[str, str
         checks.append("container_name equals the service key")
     for budget, engine in [(b, e) for b in rb.budgets() for e in b.engines]:
         want = parse_budget(budget.default)
-        if not cf.defined(engine):
+        if engine not in cf.services:
             continue
         svc = cf.services[engine]
         if svc.stop_grace_period_s != rb.timeouts.stop_grace:
@@ -107,7 +107,7 @@ def check_against_compose_file(rb: Runbook, path: Path, *, env: Mapping[str, str
         for s in steps:
             if s.dry_run is None or s.dry_run.file != "new" or s.dry_run.services == SELECTED or s.plan is None or s.plan.tag_only:
                 continue
-            listed = [x for x in s.dry_run.services if cf.defined(x)]
+            listed = [x for x in s.dry_run.services if x in cf.services]
             deps = sorted(cf.dependencies_of(listed)) if listed else []
             extra = [d for d in deps if d not in s.plan.may_also and d not in s.dry_run.services]
             if extra:

@@ -67,7 +67,7 @@ class FactCheck:
     # -- helpers -----------------------------------------------------------------------------
 
     def engines(self, replica: str) -> list[str]:
-        return [e for e in self.rb.replicas.get(replica, []) if self.cf.defined(e)]
+        return [e for e in self.rb.replicas.get(replica, []) if e in self.cf.services]
 
     def add(self, service: str, key: str, found: Any, expected: Any, relies: str, why: str = "") -> None:
         shown = _show(found)
@@ -269,7 +269,7 @@ class FactCheck:
                 self._needs_profile(s, ph.name, started[s])
 
     def _needs_profile(self, service: str, section: str, st: Step) -> None:
-        if not self.cf.defined(service) or self.cf.services[service].profiles:
+        if service not in self.cf.services or self.cf.services[service].profiles:
             return
         dependants = [s for s in self.cf.services if service in self.cf.services[s].depends_on]
         if dependants:
@@ -291,7 +291,7 @@ class FactCheck:
         for name in ex.services:
             if name.startswith(REPLICA_PREFIX):
                 services += self.engines(name[len(REPLICA_PREFIX):])
-            elif self.cf.defined(name):
+            elif name in self.cf.services:
                 services.append(name)
             else:
                 self.add(name, "service", "(not defined)", "defined", relies, ex.why)

@@ -6,22 +6,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Any
 
-from orchestrator.hosts.compose_file import (
-    ComposeFile,
-    ComposeFileError,
-    _config_sources,
-    interpolate,
-    resolve_env_value,
-)
-
-
-def _body(cf: ComposeFile, service: str) -> dict[str, Any]:
-    if service not in cf.services:
-        raise ComposeFileError(f"compose file {cf.path} does not define {service}")
-    return cf.services[service].body
-
+from orchestrator.hosts.compose_file import ComposeFile, ComposeFileError, _config_sources, interpolate
 
 #: a command that is a shell running a script: `[/bin/bash, -lc, script]`, `[sh, -c, script]`
 _SHELLS = frozenset({"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash"})
@@ -33,11 +19,11 @@ def argv(cf: ComposeFile, service: str, env: Mapping[str, str]) -> list[str] | N
     script ends in `exec PROGRAM ...` (the gpu04 canary's engine checks its loader, then execs
     `sglang serve`) is read as the argument list of the program it execs: that is the process
     the flags configure."""
-    command = _body(cf, service).get("command")
+    command = cf.services[service].body.get("command")
     if command is None:
         return None
     if isinstance(command, str):
-        line = resolve_env_value(command, env, lenient=True)
+        line = interpolate(command, env)
     else:
         args = [str(a) for a in interpolate(list(command), env)]
         execd = _exec_of_wrapper(args)
@@ -61,7 +47,7 @@ def _exec_of_wrapper(args: list[str]) -> str | None:
 
 
 def labels(cf: ComposeFile, service: str, env: Mapping[str, str]) -> dict[str, str]:
-    raw = _body(cf, service).get("labels") or {}
+    raw = cf.services[service].body.get("labels") or {}
     if isinstance(raw, list):
         raw = dict(str(e).partition("=")[::2] for e in raw)
     return {str(k): "" if v is None else str(interpolate(v, env)) for k, v in raw.items()}
@@ -74,13 +60,13 @@ def env_value(cf: ComposeFile, service: str, name: str, env: Mapping[str, str]) 
     if name not in environment:
         return None
     raw = environment[name]
-    return env.get(name) if raw is None else resolve_env_value(raw, env, lenient=True)
+    return env.get(name) if raw is None else interpolate(raw, env)
 
 
 def device_ids(cf: ComposeFile, service: str) -> list[str] | None:
     """GPU ids the service reserves (`deploy.resources.reservations.devices[].device_ids`);
     None when it reserves none by id."""
-    deploy = _body(cf, service).get("deploy") or {}
+    deploy = cf.services[service].body.get("deploy") or {}
     devices = ((deploy.get("resources") or {}).get("reservations") or {}).get("devices") if isinstance(deploy, dict) else None
     ids = [str(i) for d in devices or [] if isinstance(d, dict) for i in d.get("device_ids") or []]
     return ids if devices and any(isinstance(d, dict) and "device_ids" in d for d in devices) else None
@@ -89,7 +75,7 @@ def device_ids(cf: ComposeFile, service: str) -> list[str] | None:
 def published_ports(cf: ComposeFile, service: str, env: Mapping[str, str]) -> set[int]:
     """Host ports the service publishes (`ports:` short or long syntax)."""
     out: set[int] = set()
-    for entry in interpolate(_body(cf, service).get("ports") or [], env):
+    for entry in interpolate(cf.services[service].body.get("ports") or [], env):
         if isinstance(entry, dict):
             published = entry.get("published")
             text = str(published) if published is not None else ""
@@ -104,6 +90,6 @@ def published_ports(cf: ComposeFile, service: str, env: Mapping[str, str]) -> se
 
 def config_text(cf: ComposeFile, service: str, env: Mapping[str, str]) -> str:
     """The inline content of every config the service mounts, interpolated, joined."""
-    sources = _config_sources(_body(cf, service))
+    sources = _config_sources(cf.services[service].body)
     texts = (cf.configs.get(s) for s in sources)
-    return "\n".join(resolve_env_value(t, env, lenient=True) for t in texts if t is not None)
+    return "\n".join(interpolate(t, env) for t in texts if t is not None)

@@ -28,7 +28,7 @@ import orchestrator.teamserver.worker as worker_mod
 from helpers_server import AUTH, HOST_TOKEN, TOKEN, wait_for
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import JournalError
-from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked, runbook_identity
+from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked
 from orchestrator.service.run_info import check_tag
 from orchestrator.service.session import owner_id
 from orchestrator.teamserver.app import create_app
@@ -348,7 +348,7 @@ def test_the_runbook_identity_is_recorded_and_resume_refuses_another_runbook(liv
     with httpx.Client(base_url=url, headers=AUTH, timeout=10) as c:
         run_id = c.post("/runs", json=ROLLOUT).json()["run_id"]
         wait_for(lambda: c.get(f"/runs/{run_id}").json()["worker"]["status"] == "failed", "the run to fail")
-        name, sha = runbook_identity(RUNBOOK_DIR / f"{DEFAULT_RUNBOOK}.yaml")
+        name, sha = DEFAULT_RUNBOOK, load_runbook_checked(DEFAULT_RUNBOOK)[1]
         assert c.get(f"/runs/{run_id}").json()["runbook_identity"] == {"name": name, "sha256": sha}
         # the runbook on disk differs from the one the run started with: refused, nothing runs
         j = journal_of(settings)
