@@ -6,7 +6,7 @@ object, `{}` when unset), so a run journaled by any runner resumes under this on
 
 Rules:
 - `previous` maps a service to the deploy a rollback goes back to: only ever one that succeeded.
-- an `up` is applied only when `same_request` holds against the checked dry run, env included.
+- an `up` is applied only when its `DryRunRecord` equals the checked dry run's, env included.
 - `soaks` and `soak_watch` survive a resume: a resumed soak continues, and notices an engine
   replaced while no runner watched.
 """
@@ -26,8 +26,8 @@ class DryRunRecord:
     project: str | None
     env_fingerprint: str
     force_recreate: bool = False
-    #: docker/ps right after the dry run: name -> [id, created_at, state]
-    after: dict[str, list[str]] = field(default_factory=dict)
+    #: docker/ps right after the dry run: name -> [id, created_at, state] (not the request: `==` ignores it)
+    after: dict[str, list[str]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DryRunRecord:
@@ -36,14 +36,6 @@ class DryRunRecord:
             env_fingerprint=data.get("env_fingerprint", ""), force_recreate=bool(data.get("force_recreate", False)),
             after={k: list(v) for k, v in (data.get("after") or {}).items()},
         )
-
-
-def same_request(dry: DryRunRecord | None, *, tag: str, file: str, services: list[str] | tuple[str, ...],
-                 project: str | None, env_fingerprint: str, force_recreate: bool = False) -> bool:
-    """An apply is the exact request `dry` checked, env included."""
-    asked = (tag, file, tuple(services), project, env_fingerprint, force_recreate)
-    return dry is not None and asked == (dry.tag, dry.file, tuple(dry.services), dry.project, dry.env_fingerprint,
-                                         dry.force_recreate)
 
 
 @dataclass

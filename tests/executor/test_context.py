@@ -19,7 +19,6 @@ from orchestrator.engine.context import (
     Failure,
     Placement,
     RunContext,
-    same_request,
 )
 from orchestrator.engine.rules.foreign_change import new_mark
 
@@ -88,11 +87,11 @@ def test_to_json_is_a_deep_copy():
     assert ctx.action_mark.last == [None, "compose_up", "v1", OLD_FILE, []]
 
 
-def test_same_request_includes_the_env_fingerprint():
-    dry = DryRunRecord("v2", "f", ["s"], None, "fp-a")
-    assert same_request(dry, tag="v2", file="f", services=("s",), project=None, env_fingerprint="fp-a")
-    assert not same_request(dry, tag="v2", file="f", services=("s",), project=None, env_fingerprint="fp-b")
-    assert not same_request(None, tag="v2", file="f", services=("s",), project=None, env_fingerprint="fp-a")
+def test_the_same_request_includes_the_env_fingerprint():
+    dry = DryRunRecord("v2", "f", ["s"], None, "fp-a", after={"s": ["id", "created", "running"]})
+    assert dry == DryRunRecord("v2", "f", ["s"], None, "fp-a")  # docker/ps after it is not the request
+    assert dry != DryRunRecord("v2", "f", ["s"], None, "fp-b")
+    assert dry != DryRunRecord("v2", "f", ["s"], None, "fp-a", force_recreate=True)
 
 
 async def test_a_run_journaled_by_the_older_runner_resumes_with_its_action_mark():

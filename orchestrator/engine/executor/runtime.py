@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import structlog
 
 from orchestrator.engine import leave_pool
-from orchestrator.engine.context import ActionMark, DryRunRecord, RunContext, same_request
+from orchestrator.engine.context import ActionMark, DryRunRecord, RunContext
 from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.progress import Progress
 from orchestrator.engine.rules import ownership
@@ -861,8 +861,8 @@ class ComposeCalls:
                             env_fingerprint=env.fingerprint(), force_recreate=req.force_recreate, after=snap)
 
     def same_as_checked(self, req: ComposeRequest, env: EnvMap) -> bool:
-        return same_request(self.ctx.checked_dry_run, tag=req.tag, file=req.file, services=req.services, project=req.project,
-                            env_fingerprint=env.fingerprint(), force_recreate=req.force_recreate)
+        """`req` is the exact request the checked dry run checked, env included."""
+        return self.ctx.checked_dry_run == self.dry_run_record(req, env, None)
 
     async def dry_run_or_halt(self, req: ComposeRequest) -> DryRunCall:
         """The handlers' dry run: one refused for compose-manager's lock past `timeouts.gone` never
