@@ -18,8 +18,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from recording import RecordingProgress
+
 from orchestrator.engine.executor import Executor, RunContext
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.engine.steps import StepOutcome
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
 from orchestrator.hosts.clients.inference import CheckResult, Completion
