@@ -402,10 +402,9 @@ class HostReads:
     async def _project_version(self) -> Any | None:
         """`/version` projects.<p> (None: not offered, or it could not be read)."""
         try:
-            version = await self.compose.version()
+            return (await self.compose.version()).project(self.entry.project)
         except ClientError:
             return None
-        return version.project(self.entry.project) if hasattr(version, "project") else None
 
     async def success_record(self) -> list[Any] | None:
         """`/version` projects.<p>.current/previous: rewritten only when an up succeeded."""
@@ -421,22 +420,15 @@ class HostReads:
 
     async def in_flight(self) -> bool | None:
         """compose-manager's own word on whether an operation is still running (None: cannot say)."""
-        status = getattr(self.compose, "status", None)
-        if status is None:
-            return None
         try:
-            st = await status()
+            return await self.compose.status() is not None
         except ClientError:
             return None
-        return st is not None
 
     async def offered(self, name: str) -> Any | None:
         """compose-manager's read `name`, or None where it does not offer it (or it failed)."""
-        reader = getattr(self.compose, name, None)
-        if reader is None:
-            return None
         try:
-            return await reader()
+            return await getattr(self.compose, name)()
         except ClientError:
             return None
 
@@ -615,11 +607,10 @@ class ForeignChecks:
     async def foreign_in_flight(self) -> str | None:
         """Before a run sends anything: an operation compose-manager runs now is someone else's
         (an unsettled call of this journal is resumed first). The refusal, or None."""
-        status = getattr(self.compose, "status", None)
-        if status is None or any(e.mutating for e in self.records.effects()):
+        if any(e.mutating for e in self.records.effects()):
             return None
         try:
-            st = await status()
+            st = await self.compose.status()
         except BadRequest as exc:
             if exc.status in (404, 405):  # a compose-manager without GET /status: the action log still guards every call
                 return None
