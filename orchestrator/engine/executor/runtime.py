@@ -647,7 +647,7 @@ class ForeignChecks:
                 in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
                 return self.voice.scrub(foreign_message(self.run.host, foreign, in_flight=in_flight))
         if advance:
-            self.ctx.action_mark = ActionMark.from_json(new_mark(actions, last_effect))
+            self.ctx.action_mark = ActionMark(**new_mark(actions, last_effect))
         return None
 
 
@@ -1252,7 +1252,7 @@ class Preflight:
         succeeded (per compose-manager's record or this journal): an entry alone is an attempt."""
         actions = await self.reads.action_log()
         if self.ctx.action_mark is None:  # this run's first position in the log (foreign-change detection)
-            self.ctx.action_mark = ActionMark.from_json(new_mark(actions, self.records.last_effect_id()))
+            self.ctx.action_mark = ActionMark(**new_mark(actions, self.records.last_effect_id()))
         succeeded = await self.reads.successful_deploys(self.records.journal, self.run.host)
         missing = []
         for service in self.rb.previous_refs():
