@@ -1,6 +1,6 @@
 """The run's persisted context: everything a resumed run needs, typed, in one place.
 
-Built by `RunContext.new`, `for_retry` or `from_json`, written with every transition by `to_json`;
+Built by its constructor, `for_retry` or `from_json`, written with every transition by `to_json`;
 nothing else reads the journal's context dict. Its JSON shape is fixed (a typed part is a plain
 object, `{}` when unset), so a run journaled by any runner resumes under this one.
 
@@ -139,10 +139,6 @@ class RunContext:
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)
     not_stopped: list[str] = field(default_factory=list)  # why a rollback left an engine running
     action_mark: ActionMark | None = None  # None: the action log not read yet
-
-    @classmethod
-    def new(cls, **kw: Any) -> RunContext:
-        return cls(**kw)
 
     def for_retry(self) -> RunContext:
         """What a `resume --retry` child keeps: targets and facts, not per-visit state."""

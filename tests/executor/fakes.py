@@ -313,7 +313,7 @@ class Rig:
         self.progress = RecordingProgress()
         self.yes, self.soak, self.poll = yes, soak, poll
         # no GitHub in these tests: the tag-age check has its own tests (tests/executor/test_preflight.py)
-        ctx = ctx or RunContext.new(start_phase=start_phase, skip_tag_age_check=True)
+        ctx = ctx or RunContext(start_phase=start_phase, skip_tag_age_check=True)
         self.run = self.journal.create_run(host=host, runbook=self.rb.name, tag=TAG, kind=kind,
                                            state=state or self.table.start, context=ctx.to_json())
         self.lease, _ = self.journal.acquire_lease(host, self.run.run_id, "test-runner", 600)
@@ -370,4 +370,4 @@ class Rig:
 
 def ctx_at(**kw: Any) -> RunContext:
     """A run context part-way through the rollout: the rollback targets are known."""
-    return RunContext.new(previous={k: dict(v) for k, v in PREVIOUS.items()}, **kw)
+    return RunContext(previous={k: dict(v) for k, v in PREVIOUS.items()}, **kw)

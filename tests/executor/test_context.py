@@ -56,7 +56,7 @@ def test_a_context_journaled_by_the_older_runner_is_read_typed_and_written_back_
 
 
 def test_unset_parts_are_written_as_they_always_were():
-    data = RunContext.new().to_json()
+    data = RunContext().to_json()
     assert (data["before"], data["placement"], data["action_mark"]) == ({}, {}, {})
     back = RunContext.from_json(data)
     assert (back.before, back.placement, back.action_mark) == (None, None, None)
@@ -68,9 +68,9 @@ def test_unset_parts_are_written_as_they_always_were():
 
 
 def test_round_trip_keeps_every_field_and_unknown_keys():
-    ctx = RunContext.new(previous={"a": {"tag": "v1", "file": "f", "commit": ""}}, start_phase="r1",
-                         checked_dry_run=DryRunRecord("v2", "f", ["s"], None, "fp", after={"c": ["id", "t", "running"]}),
-                         failure=Failure("r2.apply", "fail", "why"))
+    ctx = RunContext(previous={"a": {"tag": "v1", "file": "f", "commit": ""}}, start_phase="r1",
+                     checked_dry_run=DryRunRecord("v2", "f", ["s"], None, "fp", after={"c": ["id", "t", "running"]}),
+                     failure=Failure("r2.apply", "fail", "why"))
     data = ctx.to_json() | {"runbook_identity": {"name": "x", "sha256": "00"}}
     back = RunContext.from_json(data)
     assert back.to_json() == data  # the server's pinned runbook survives every transition
