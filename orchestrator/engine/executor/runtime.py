@@ -269,15 +269,13 @@ class RunJournal:
     def last_effect_id(self) -> int:
         return max((e.effect_id for e in self.effects()), default=0)
 
-    def _outcome_json(self, outcome: dict[str, Any]) -> dict[str, Any]:
-        return {k: self.redactor.scrub_obj(v) if k in OUTCOME_TEXT else v for k, v in outcome.items()}
-
     def record_intent(self, kind: str, body: dict[str, Any], *, mutating: bool = True) -> EffectRecord:
         """Journaled (under this visit's key) before the call is sent; `body` exact."""
         return self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind, body, mutating=mutating)
 
     def record_outcome(self, effect_id: int, outcome: dict[str, Any]) -> None:
-        self.journal.record_outcome(self.lease, self.run.run_id, effect_id, self._outcome_json(outcome))
+        scrubbed = {k: self.redactor.scrub_obj(v) if k in OUTCOME_TEXT else v for k, v in outcome.items()}
+        self.journal.record_outcome(self.lease, self.run.run_id, effect_id, scrubbed)
 
     def journal_dry_run(self, req: ComposeRequest, stream: StreamOutcome, **extra: Any) -> None:
         """Journaled after the fact (nothing to reconcile on resume): status, exit code, last 40 lines."""
@@ -372,7 +370,8 @@ class HostReads:
     ctx: RunContext
     voice: Voice
     _previous_ref_of: dict[str, str] = field(init=False)
-    _fresh_actions: list[Any] | None = field(default=None, init=False)
+    #: the action log `action_count` just read: the foreign-change check of the call that follows takes it
+    fresh_actions: list[Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._previous_ref_of = self.rb.previous_ref_of()  # read on every log poll: once per run
@@ -385,13 +384,8 @@ class HostReads:
 
     async def action_count(self) -> int:
         actions = await self.compose.action_log()
-        self._fresh_actions = actions  # the foreign-change check of the call that follows uses this read
+        self.fresh_actions = actions
         return len(actions)
-
-    def take_fresh_actions(self) -> list[Any] | None:
-        """The action log `action_count` just read, once (for the foreign-change check after it)."""
-        actions, self._fresh_actions = self._fresh_actions, None
-        return actions
 
     async def version_summary(self) -> dict[str, Any]:
         try:
@@ -629,7 +623,7 @@ class ForeignChecks:
     async def check_foreign(self, *, advance: bool) -> str | None:
         """One line naming an action-log entry since this run's mark that no journaled call of this
         run explains (None: none). `advance`: when clean, the mark moves to now."""
-        actions = self.reads.take_fresh_actions()
+        actions, self.reads.fresh_actions = self.reads.fresh_actions, None  # read once
         if actions is None:
             actions = await self.reads.action_log()
         last_effect = self.records.last_effect_id()
