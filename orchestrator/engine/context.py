@@ -1,12 +1,12 @@
 """The run's persisted context: everything a resumed run needs, typed, in one place.
 
-Built by `RunContext.new`, `for_retry` or `from_json`, written with every transition by `to_json`;
+Built by its constructor, `for_retry` or `from_json`, written with every transition by `to_json`;
 nothing else reads the journal's context dict. Its JSON shape is fixed (a typed part is a plain
 object, `{}` when unset), so a run journaled by any runner resumes under this one.
 
 Rules:
 - `previous` maps a service to the deploy a rollback goes back to: only ever one that succeeded.
-- an `up` is applied only when `same_request` holds against the checked dry run, env included.
+- an `up` is applied only when its `DryRunRecord` equals the checked dry run's, env included.
 - `soaks` and `soak_watch` survive a resume: a resumed soak continues, and notices an engine
   replaced while no runner watched.
 """
@@ -23,27 +23,11 @@ class DryRunRecord:
     tag: str
     file: str
     services: list[str]
-    project: str | None
-    env_fingerprint: str
+    project: str | None = None
+    env_fingerprint: str = ""
     force_recreate: bool = False
-    #: docker/ps right after the dry run: name -> [id, created_at, state]
-    after: dict[str, list[str]] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DryRunRecord:
-        return cls(
-            tag=data["tag"], file=data["file"], services=list(data["services"]), project=data.get("project"),
-            env_fingerprint=data.get("env_fingerprint", ""), force_recreate=bool(data.get("force_recreate", False)),
-            after={k: list(v) for k, v in (data.get("after") or {}).items()},
-        )
-
-
-def same_request(dry: DryRunRecord | None, *, tag: str, file: str, services: list[str] | tuple[str, ...],
-                 project: str | None, env_fingerprint: str, force_recreate: bool = False) -> bool:
-    """An apply is the exact request `dry` checked, env included."""
-    asked = (tag, file, tuple(services), project, env_fingerprint, force_recreate)
-    return dry is not None and asked == (dry.tag, dry.file, tuple(dry.services), dry.project, dry.env_fingerprint,
-                                         dry.force_recreate)
+    #: docker/ps right after the dry run: name -> [id, created_at, state] (not the request: `==` ignores it)
+    after: dict[str, list[str]] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -86,11 +70,6 @@ class BeforeState:
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BeforeState:
-        return cls(version=dict(data.get("version") or {}), ps={k: dict(v) for k, v in (data.get("ps") or {}).items()},
-                   peers=data.get("peers"), completion=data.get("completion"))
-
 
 @dataclass
 class Placement:
@@ -103,33 +82,27 @@ class Placement:
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if not (k == "serving" and v is None)}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Placement:
-        serving = data.get("serving")
-        return cls(observed=dict(data.get("observed") or {}), state=data.get("state"),
-                   serving=dict(serving) if serving is not None else None)
-
 
 @dataclass
 class ActionMark:
     """Where this run last agreed with compose-manager's action log (engine/rules/foreign_change.py)."""
 
-    count: int  # entries known then
-    last: list[Any] | None  # the last of them, as `foreign_change.identity` gives it (None: the log was empty)
+    count: int = 0  # entries known then
+    last: list[Any] | None = None  # the last of them, as `foreign_change.identity` gives it (None: the log was empty)
     effect_id: int = 0  # the journal's last effect id then
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ActionMark:
-        last = data.get("last")
-        return cls(count=int(data.get("count", 0)), last=list(last) if last is not None else None,
-                   effect_id=int(data.get("effect_id", 0)))
-
 
 #: The typed parts and their classes: written as their JSON object, `{}` when unset.
 _TYPED_PARTS: dict[str, Any] = {"before": BeforeState, "placement": Placement, "action_mark": ActionMark}
+
+
+def _typed(cls: Any, data: dict[str, Any]) -> Any:
+    """A typed part from its journaled JSON: the keys it knows, deep-copied; a key it lacks (written
+    by an older runner) takes its default."""
+    return cls(**{k: copy.deepcopy(v) for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -167,10 +140,6 @@ class RunContext:
     not_stopped: list[str] = field(default_factory=list)  # why a rollback left an engine running
     action_mark: ActionMark | None = None  # None: the action log not read yet
 
-    @classmethod
-    def new(cls, **kw: Any) -> RunContext:
-        return cls(**kw)
-
     def for_retry(self) -> RunContext:
         """What a `resume --retry` child keeps: targets and facts, not per-visit state."""
         return RunContext(previous=copy.deepcopy(self.previous), previous_source=self.previous_source,
@@ -195,11 +164,6 @@ class RunContext:
         known = set(cls.__dataclass_fields__)
         kw = {k: v for k, v in data.items() if k in known and k != "extra"}
         kw["extra"] = {k: v for k, v in data.items() if k not in known}
-        if kw.get("checked_dry_run"):
-            kw["checked_dry_run"] = DryRunRecord.from_json(kw["checked_dry_run"])
-        if kw.get("failure"):
-            f = kw["failure"]
-            kw["failure"] = Failure(f["state"], f["event"], f["reason"], f.get("retry_at", ""))
-        for name, part in _TYPED_PARTS.items():
-            kw[name] = part.from_json(kw[name]) if kw.get(name) else None
+        for name, part in {**_TYPED_PARTS, "checked_dry_run": DryRunRecord, "failure": Failure}.items():
+            kw[name] = _typed(part, kw[name]) if kw.get(name) else None
         return cls(**kw)

@@ -15,16 +15,6 @@ class NullProgress:
         return None
 
 
-class RecordingProgress:
-    """Keeps every event (tests, `--json` summaries)."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def event(self, kind: str, **fields: Any) -> None:
-        self.events.append((kind, fields))
-
-
 class CompositeProgress:
     """Hands every event to each part; one that raises does not stop the others (nor the run)."""
 

@@ -169,8 +169,8 @@ def new_rollout(session: Session, host: str, tag: str, runbook: str,
         table = compile_rollout(rb, start_phase)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    ctx = RunContext.new(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
-                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
+    ctx = RunContext(start_phase=start_phase, skip_tag_age_check=skip_tag_age_check,
+                     extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if start_phase is not None:
         # a continued rollout keeps the rollback targets of the run that started it
         for earlier in session.journal.list_runs(host, limit=50):
@@ -261,8 +261,8 @@ async def new_rollback(session: Session, host: str, replica: str, runbook: str |
     await validate_rollback_targets(session, host, rb, previous, replicas, explicit=to_tag is not None)
     await refuse_tier_short(session, host, rb)
     table = compile_rollback(rb, replicas)
-    ctx = RunContext.new(previous=previous, replicas=replicas, previous_source=source,
-                         extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
+    ctx = RunContext(previous=previous, replicas=replicas, previous_source=source,
+                     extra={RUNBOOK_IDENTITY: identity, RUNBOOK_TEXT: text})
     if last is not None:  # a one-shot the rolled-back runs already removed is not sent a down again
         ctx.oneshots_removed = removed_oneshots(session.journal, host, last.run_id, rb.oneshot_services())
     # the host reads above took time: what they were judged against is judged again at admission

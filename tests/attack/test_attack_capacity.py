@@ -64,8 +64,9 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
     without judging capacity again."""
     import asyncio
 
+    from recording import RecordingProgress
+
     from orchestrator.engine.fleet import journal_overrides
-    from orchestrator.engine.progress import RecordingProgress
     from orchestrator.engine.steps import HANDLERS
     from orchestrator.journal import audit
     from orchestrator.service import signals as commands

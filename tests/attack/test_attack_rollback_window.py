@@ -20,8 +20,9 @@ BASE_RB = "base-glm53-w4afp8"
 
 def test_rollback_stalled_after_its_pool_read_drains_a_second_host_when_another_run_halted_outside_the_pool(
         e2e_factory, monkeypatch):
+    from recording import RecordingProgress
+
     from orchestrator.engine.fleet import journal_overrides
-    from orchestrator.engine.progress import RecordingProgress
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service import admission
     from orchestrator.service.admission import new_rollback, new_rollout

@@ -20,8 +20,9 @@ BASE_RB = "base-glm53-w4afp8"
 
 
 def test_one_unanswered_peer_query_about_the_host_itself_skips_the_capacity_check(e2e_factory, monkeypatch):
+    from recording import RecordingProgress
+
     from orchestrator.engine.fleet import journal_overrides
-    from orchestrator.engine.progress import RecordingProgress
     from orchestrator.hosts.clients.errors import TransportError
     from orchestrator.hosts.clients.model_proxy import ModelProxyClient
     from orchestrator.service.admission import new_rollback, new_rollout

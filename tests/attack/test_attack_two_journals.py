@@ -21,8 +21,9 @@ BASE_RB = "base-glm53-w4afp8"
 
 
 def test_two_journals_drain_two_base_hosts_at_once(e2e_factory):
+    from recording import RecordingProgress
+
     from orchestrator.engine.fleet import journal_overrides
-    from orchestrator.engine.progress import RecordingProgress
     from orchestrator.hosts.clients.retry import RetryPolicy
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.demo import demo_settings

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.e2e
 
 
 def test_cli_approve_without_a_gate_approves_only_the_gate_the_run_waits_at(e2e_factory):
-    from orchestrator.engine.progress import RecordingProgress
+    from recording import RecordingProgress
+
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recording import RecordingProgress
 from sim_time import AnswerTimeClock
-
-from orchestrator.engine.progress import RecordingProgress
 
 
 @dataclass

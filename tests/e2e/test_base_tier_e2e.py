@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from recording import RecordingProgress
 from waiting import wait_until
 
 from orchestrator.engine.fleet import journal_overrides, refuse_unmet_prerequisites, run_fleet
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
 from orchestrator.util.user_errors import Refused
 from orchestrator_sim import BASE_HOSTS, BASE_TARGET_TAG

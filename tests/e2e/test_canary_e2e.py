@@ -28,8 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from orchestrator.engine.progress import RecordingProgress
+from recording import RecordingProgress
 
 pytestmark = pytest.mark.e2e
 

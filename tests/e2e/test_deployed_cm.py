@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from recording import RecordingProgress
 
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 from orchestrator_sim import BASE_TARGET_TAG
 

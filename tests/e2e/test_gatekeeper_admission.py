@@ -316,8 +316,9 @@ def test_case7_a_rollback_counts_the_hosts_the_peers_route_to(e2e_factory):
     """gpu03 DONE; gpu04's rollout HALTS outside the model-proxy pool (its registrar never rejoins):
     its run has ended, but the peers route the base domain to 2 of 3 hosts. `rollback gpu03` would
     leave 1: refused (exit 5, naming gpu04), nothing sent to gpu03 but reads."""
+    from recording import RecordingProgress
+
     from orchestrator.engine.fleet import journal_overrides
-    from orchestrator.engine.progress import RecordingProgress
     from orchestrator.service.admission import new_rollback, new_rollout
     from orchestrator.service.runner import execute
     from orchestrator.util.user_errors import Refused

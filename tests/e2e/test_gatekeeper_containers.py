@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from recording import RecordingProgress
 from waiting import expire_lease
 
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e

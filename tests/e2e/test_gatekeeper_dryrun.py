@@ -56,7 +56,8 @@ def test_12_rollout_on_a_14029_host_never_recreates_the_serving_r1(e2e_factory):
     """Preflight (placement, rollback-target checks, tag check) sends no dry run that plans a
     recreate; the first step dry run that does (the relay's, in r2) is caught by the docker/ps
     comparison: HALTED naming the relay, r1 never touched, the host serving throughout."""
-    from orchestrator.engine.progress import RecordingProgress
+    from recording import RecordingProgress
+
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.runner import execute
 

@@ -11,8 +11,8 @@ the production FP8 control that is never stopped or recreated.
 from __future__ import annotations
 
 import pytest
+from recording import RecordingProgress
 
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import RUNBOOK_DIR
 
 pytestmark = pytest.mark.e2e

@@ -25,8 +25,9 @@ def _base(host: str) -> RolloutRequest:
 def test_a_mistyped_gpu02_rollout_that_changed_nothing_does_not_stop_the_fleet(e2e_factory):
     """gpu02 DONE; the fleet's gpu03 DONE; then a gpu02 rollout with a mistyped tag ends ABORTED
     having changed nothing: gpu04 still goes (its admission and its preflight gate zero)."""
+    from recording import RecordingProgress
+
     from orchestrator.engine.fleet import run_fleet
-    from orchestrator.engine.progress import RecordingProgress
     from orchestrator.service.admission import admit_rollout, new_rollout
     from orchestrator.service.runner import execute
 
@@ -48,7 +49,8 @@ def test_a_mistyped_gpu02_rollout_that_changed_nothing_does_not_stop_the_fleet(e
 
 
 def test_gpu02_rolled_back_from_another_machine_is_a_prerequisite_not_met(e2e_factory, tmp_path):
-    from orchestrator.engine.progress import RecordingProgress
+    from recording import RecordingProgress
+
     from orchestrator.service.admission import admit_rollout, new_rollback
     from orchestrator.service.runner import execute
     from orchestrator.util.user_errors import Refused

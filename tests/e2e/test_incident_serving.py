@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from recording import RecordingProgress
 
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 from orchestrator_sim.faults import parse_fault
 

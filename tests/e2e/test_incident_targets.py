@@ -50,7 +50,8 @@ def test_an_existing_but_wrong_explicit_target_is_refused_before_anything_is_sto
 def test_a_wrong_target_on_a_host_already_back_on_the_previous_file_is_refused_with_nothing_sent(e2e_factory, tmp_path):
     """The rollout's r2 failed and was rolled back: every service the rollback would start from the
     wrong file runs another definition, so no dry run can check it without planning a recreate."""
-    from orchestrator.engine.progress import RecordingProgress
+    from recording import RecordingProgress
+
     from orchestrator.language.runbook import DEFAULT_RUNBOOK
     from orchestrator.service.admission import new_rollback, new_rollout
     from orchestrator.service.runner import execute

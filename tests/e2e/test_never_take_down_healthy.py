@@ -10,9 +10,9 @@ import asyncio
 import threading
 
 import pytest
+from recording import RecordingProgress
 from waiting import wait_until
 
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 from orchestrator.util.user_errors import UserError
 

@@ -8,9 +8,9 @@ from datetime import UTC
 
 import pytest
 import yaml
+from recording import RecordingProgress
 
 from orchestrator.engine.executor.pause import safe_points
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook, parse_runbook
 
 pytestmark = pytest.mark.e2e

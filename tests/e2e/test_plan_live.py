@@ -22,7 +22,8 @@ OLD_FILE = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-Canary.yaml"
 
 
 def rollout(e):
-    from orchestrator.engine.progress import RecordingProgress
+    from recording import RecordingProgress
+
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.runner import execute
 

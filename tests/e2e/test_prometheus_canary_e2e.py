@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from recording import RecordingProgress
 from sim_time import AnswerTimeClock
-
-from orchestrator.engine.progress import RecordingProgress
 
 pytestmark = pytest.mark.e2e
 

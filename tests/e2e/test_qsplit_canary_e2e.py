@@ -18,9 +18,8 @@ from datetime import UTC, datetime
 
 import pytest
 import yaml
+from recording import RecordingProgress
 from waiting import wait_until_async
-
-from orchestrator.engine.progress import RecordingProgress
 
 pytestmark = pytest.mark.e2e
 

@@ -19,10 +19,11 @@ import json
 import sqlite3
 
 import pytest
+from recording import RecordingProgress
 from rich.console import Console
 
 from orchestrator.cli.render import LiveProgress
-from orchestrator.engine.progress import CompositeProgress, RecordingProgress
+from orchestrator.engine.progress import CompositeProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e

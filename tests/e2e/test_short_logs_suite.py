@@ -16,8 +16,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from recording import RecordingProgress
 
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.language.runbook import DEFAULT_RUNBOOK
 
 pytestmark = pytest.mark.e2e

@@ -4,7 +4,8 @@
 - `FakeCompose`: a tiny host (containers by service, their logs, the action log) that answers
   compose-manager's calls: a dry run plans from what runs, an up (re)creates, a down removes.
   `on_ps` scripts changes over time, `on_send` intercepts a call (return a `StreamOutcome` to
-  answer instead of acting); `status` is absent unless a test sets it;
+  answer instead of acting); `status`, `host_gpu` and `host_cache` answer 404 (not offered) unless
+  a test sets them;
 - `FakeDashboard`, `FakePeer`, `FakeInference`, `FakeRelay`, `FakeClients`: the other clients;
 - `Rig`: one run in a real (in-memory) SQLite journal with a compiled table, and its `Executor`.
   `rig.step(n)` runs n transitions of the real loop; `rig.resume()` builds a new Executor from
@@ -18,10 +19,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from recording import RecordingProgress
+
 from orchestrator.engine.executor import Executor, RunContext
-from orchestrator.engine.progress import RecordingProgress
 from orchestrator.engine.steps import StepOutcome
 from orchestrator.hosts.clients.compose_manager import ComposeRequest, StreamOutcome
+from orchestrator.hosts.clients.errors import BadRequest
 from orchestrator.hosts.clients.inference import CheckResult, Completion
 from orchestrator.hosts.clients.model_proxy import Presence
 from orchestrator.hosts.envmap import EnvMap
@@ -182,6 +185,11 @@ class FakeCompose:
         return VersionInfo({"status": "ok", "tag": OLD_TAG, "commit": "abc", "file": OLD_FILE,
                               "projects": {"work": {"current": {"tag": OLD_TAG, "commit": "abc", "file": OLD_FILE}}}})
 
+    async def status(self) -> Any:
+        raise BadRequest("compose-manager", "not offered by this server", status=404)
+
+    host_gpu = host_cache = status
+
     # -- mutating calls
     async def up(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
         req.validate(env, action="up")
@@ -305,7 +313,7 @@ class Rig:
         self.progress = RecordingProgress()
         self.yes, self.soak, self.poll = yes, soak, poll
         # no GitHub in these tests: the tag-age check has its own tests (tests/executor/test_preflight.py)
-        ctx = ctx or RunContext.new(start_phase=start_phase, skip_tag_age_check=True)
+        ctx = ctx or RunContext(start_phase=start_phase, skip_tag_age_check=True)
         self.run = self.journal.create_run(host=host, runbook=self.rb.name, tag=TAG, kind=kind,
                                            state=state or self.table.start, context=ctx.to_json())
         self.lease, _ = self.journal.acquire_lease(host, self.run.run_id, "test-runner", 600)
@@ -362,4 +370,4 @@ class Rig:
 
 def ctx_at(**kw: Any) -> RunContext:
     """A run context part-way through the rollout: the rollback targets are known."""
-    return RunContext.new(previous={k: dict(v) for k, v in PREVIOUS.items()}, **kw)
+    return RunContext(previous={k: dict(v) for k, v in PREVIOUS.items()}, **kw)

@@ -19,7 +19,6 @@ from orchestrator.engine.context import (
     Failure,
     Placement,
     RunContext,
-    same_request,
 )
 from orchestrator.engine.rules.foreign_change import new_mark
 
@@ -57,7 +56,7 @@ def test_a_context_journaled_by_the_older_runner_is_read_typed_and_written_back_
 
 
 def test_unset_parts_are_written_as_they_always_were():
-    data = RunContext.new().to_json()
+    data = RunContext().to_json()
     assert (data["before"], data["placement"], data["action_mark"]) == ({}, {}, {})
     back = RunContext.from_json(data)
     assert (back.before, back.placement, back.action_mark) == (None, None, None)
@@ -69,9 +68,9 @@ def test_unset_parts_are_written_as_they_always_were():
 
 
 def test_round_trip_keeps_every_field_and_unknown_keys():
-    ctx = RunContext.new(previous={"a": {"tag": "v1", "file": "f", "commit": ""}}, start_phase="r1",
-                         checked_dry_run=DryRunRecord("v2", "f", ["s"], None, "fp", after={"c": ["id", "t", "running"]}),
-                         failure=Failure("r2.apply", "fail", "why"))
+    ctx = RunContext(previous={"a": {"tag": "v1", "file": "f", "commit": ""}}, start_phase="r1",
+                     checked_dry_run=DryRunRecord("v2", "f", ["s"], None, "fp", after={"c": ["id", "t", "running"]}),
+                     failure=Failure("r2.apply", "fail", "why"))
     data = ctx.to_json() | {"runbook_identity": {"name": "x", "sha256": "00"}}
     back = RunContext.from_json(data)
     assert back.to_json() == data  # the server's pinned runbook survives every transition
@@ -88,11 +87,11 @@ def test_to_json_is_a_deep_copy():
     assert ctx.action_mark.last == [None, "compose_up", "v1", OLD_FILE, []]
 
 
-def test_same_request_includes_the_env_fingerprint():
-    dry = DryRunRecord("v2", "f", ["s"], None, "fp-a")
-    assert same_request(dry, tag="v2", file="f", services=("s",), project=None, env_fingerprint="fp-a")
-    assert not same_request(dry, tag="v2", file="f", services=("s",), project=None, env_fingerprint="fp-b")
-    assert not same_request(None, tag="v2", file="f", services=("s",), project=None, env_fingerprint="fp-a")
+def test_the_same_request_includes_the_env_fingerprint():
+    dry = DryRunRecord("v2", "f", ["s"], None, "fp-a", after={"s": ["id", "created", "running"]})
+    assert dry == DryRunRecord("v2", "f", ["s"], None, "fp-a")  # docker/ps after it is not the request
+    assert dry != DryRunRecord("v2", "f", ["s"], None, "fp-b")
+    assert dry != DryRunRecord("v2", "f", ["s"], None, "fp-a", force_recreate=True)
 
 
 async def test_a_run_journaled_by_the_older_runner_resumes_with_its_action_mark():

@@ -33,7 +33,7 @@ def person_recreates_nginx(rig: Rig) -> Action:
 def at_stop_old() -> Rig:
     rig = Rig(state="r2.stop-old", ctx=ctx_at())
     host_before(rig.compose)
-    rig.ctx.action_mark = ActionMark.from_json(new_mark(list(rig.compose.actions), 0))
+    rig.ctx.action_mark = ActionMark(**new_mark(list(rig.compose.actions), 0))
     return rig
 
 
@@ -68,7 +68,7 @@ async def test_the_runs_own_calls_are_not_foreign_even_with_an_unknown_outcome()
 async def test_a_dry_run_change_beside_a_foreign_entry_names_it_and_does_not_blame_compose():
     rig = Rig(state="r2.dry-run", ctx=ctx_at())
     rig.compose.run(R1)
-    rig.ctx.action_mark = ActionMark.from_json(new_mark(list(rig.compose.actions), 0))
+    rig.ctx.action_mark = ActionMark(**new_mark(list(rig.compose.actions), 0))
 
     def someone_else(verb, req, env):
         if verb == "dry_run":
@@ -87,7 +87,7 @@ async def test_a_dry_run_change_beside_a_foreign_entry_names_it_and_does_not_bla
 async def test_a_dry_run_change_without_a_foreign_entry_names_the_container_and_14029():
     rig = Rig(state="r2.dry-run", ctx=ctx_at())
     first = rig.compose.run(R1).id
-    rig.ctx.action_mark = ActionMark.from_json(new_mark(list(rig.compose.actions), 0))
+    rig.ctx.action_mark = ActionMark(**new_mark(list(rig.compose.actions), 0))
 
     def recreates_r1(verb, req, env):
         if verb == "dry_run":

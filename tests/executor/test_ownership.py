@@ -282,8 +282,8 @@ def test_a_retry_keeps_the_ledger_of_the_run_it_continues():
     still stop the new r2 the parent created (and never what neither created)."""
     from orchestrator.engine.executor import RunContext
 
-    parent = RunContext.new(created={"abc": {"service": NEW_R2, "state": "r2.apply"}},
-                            stopped={"def": {"service": OLD_R2, "state": "r2.stop-old"}}, not_stopped=["a note"])
+    parent = RunContext(created={"abc": {"service": NEW_R2, "state": "r2.apply"}},
+                        stopped={"def": {"service": OLD_R2, "state": "r2.stop-old"}}, not_stopped=["a note"])
     child = parent.for_retry()
     assert child.created == parent.created and child.stopped == parent.stopped
     assert child.not_stopped == []  # what the parent's rollback left running is its own message

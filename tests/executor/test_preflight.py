@@ -145,7 +145,7 @@ async def _tag_age(rig_kw, github):
     from orchestrator.engine.context import RunContext
     from tests.executor.fakes import Rig
 
-    rig = Rig(state="preflight.tag-age", ctx=RunContext.new(**rig_kw))
+    rig = Rig(state="preflight.tag-age", ctx=RunContext(**rig_kw))
     rig.use(github=github)
     rig.entry_github = True
     return await rig.step(1)

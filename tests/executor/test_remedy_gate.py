@@ -54,7 +54,7 @@ def after_apply(*, r1: list[str], r2: list[tuple[float, str]], state: str = GATE
     """Both W4AFP8 engines were just started by the scoped up (`switch.apply`); `r1` is r1's log
     (then it hangs), `r2` r2's timeline. A restarted engine starts cleanly (the fault is the first
     start's)."""
-    rig = Rig(rb=RB, host="gpu03", state=state, ctx=RunContext.new(previous=dict(PREVIOUS), **ctx))
+    rig = Rig(rb=RB, host="gpu03", state=state, ctx=RunContext(previous=dict(PREVIOUS), **ctx))
     rig.compose.boot = lambda svc: [START, READY]
     rig.compose.run(R1, file=RB.file, tag=TAG, log=list(r1), started=0.0)
     rig.compose.run(R2, file=RB.file, tag=TAG, log=[], started=0.0).script = list(r2)
@@ -148,7 +148,7 @@ async def test_the_remedy_up_needs_its_own_dry_run():
 async def test_the_stop_guard_holds_inside_a_remedy():
     # with replicas declared, the remedy's down of an engine that serves while its sibling does not is refused
     rb = RB.model_copy(update={"replicas": {"r1": [R1], "r2": [R2]}})
-    rig = Rig(rb=rb, host="gpu03", state=REMEDY1[0], ctx=RunContext.new(previous=dict(PREVIOUS)))
+    rig = Rig(rb=rb, host="gpu03", state=REMEDY1[0], ctx=RunContext(previous=dict(PREVIOUS)))
     rig.compose.run(R1, file=RB.file, tag=TAG, log=[START, READY], started=0.0)
     rig.compose.run(R2, file=RB.file, tag=TAG, log=[START, DSE], started=0.0)
     [(event, note, to)] = await rig.step()
@@ -222,7 +222,7 @@ async def test_a_replaced_sibling_is_followed_again():
 async def test_from_the_scoped_up_of_both_engines_to_the_markers_with_r2s_fault():
     """The simulator's `dist-store-error:r2`: r2's first start logs DistStoreError and hangs; a fresh
     container starts normally. From the main dry run to the step after both cold starts."""
-    rig = Rig(rb=RB, host="gpu03", state="switch.dry-run", ctx=RunContext.new(previous=dict(PREVIOUS)))
+    rig = Rig(rb=RB, host="gpu03", state="switch.dry-run", ctx=RunContext(previous=dict(PREVIOUS)))
     starts = {R1: 0, R2: 0}
 
     def boot(svc):

@@ -9,8 +9,8 @@ TARGET = {"tag": "v0.0.290", "file": "prod/GLM-5.3-Flash-SGL-TP4-LongContext.yam
 
 
 def _ctx(source: str, replicas: list[str]) -> RunContext:
-    return RunContext.new(previous={svc: dict(TARGET) for svc in RB.previous_refs()}, replicas=replicas,
-                          previous_source=source)
+    return RunContext(previous={svc: dict(TARGET) for svc in RB.previous_refs()}, replicas=replicas,
+                      previous_source=source)
 
 
 def test_an_explicit_target_is_repeated_whole():

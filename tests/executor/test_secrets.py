@@ -11,7 +11,7 @@ Mutation list (each guard was disabled in the source, the test run and seen fail
 restored):
 - rule 16 runtime.py:ComposeCalls.mutate, `[self.scrub(x) for x in res.lines[-30:]]` -> the raw lines ->
           test_nothing_journaled_or_logged_holds_a_secret[rollout] fails (effect outcomes);
-          runtime.py:RunJournal.journal_dry_run, `self._outcome_json(outcome)` -> `outcome` -> same
+          runtime.py:RunJournal.record_outcome, `scrubbed` -> `outcome` -> same
           test fails (dry-run effects);
           steps/gates.py:cold_start `rt.scrub(res.line)` AND loop.py:Executor._transition
           `self.redactor.scrub(outcome.note)` both removed -> [failed-cold-start] fails (transition

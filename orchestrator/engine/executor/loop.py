@@ -50,7 +50,6 @@ class Executor:
         self.rt = Runtime(run=run, runbook=runbook, table=table, journal=journal, lease=lease, clients=clients,
                           entry=entry, clock=clock, poll_interval=poll_interval, redactor=redactor,
                           progress=progress or NullProgress(), ctx=self.ctx, yes=yes, soak_override=soak_override)
-        self.log = log.bind(run_id=run.run_id, host=run.host)
 
     @property
     def lease(self) -> Lease:
@@ -68,9 +67,9 @@ class Executor:
             node = self.table.nodes[state]
             rt.visit.node = node
             rt.visit.key = f"{state}@{len(self.journal.transitions(self.run.run_id))}"
-            rt.visit.log = self.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
+            rt.visit.log = log.bind(run_id=self.run.run_id, host=self.run.host, step=state)
             rt.emit("step_started", state=state, say=node.step.say if node.step else "", phase=node.phase)
-            self.log.info("step_started")
+            rt.log.info("step_started")
             try:
                 if not any(e.step == rt.visit.key for e in self.journal.open_effects(self.run.run_id)):
                     # a call of this visit whose outcome is unknown is settled first (by its
@@ -124,7 +123,7 @@ class Executor:
             from orchestrator.engine.steps.manual import manual_edits_ahead
 
             for edit in manual_edits_ahead(self.table, to):  # said up front, before the rollback runs
-                self.log.warning("rollback_needs_manual_edit", edit=edit)
+                self.rt.log.warning("rollback_needs_manual_edit", edit=edit)
                 self.rt.emit("note", text=f"this rollback needs a human's edit: {edit}")
         message = self._final_message(state, to, note, outcome.event) if terminal else None
         if message and self.ctx.not_stopped and _LEFT not in message:  # a rollback left an engine it did not create
@@ -136,7 +135,7 @@ class Executor:
             context=self.rt.context_json(), terminal=terminal,
             outcome=to if terminal else None, message=message, note=note or None,
         )
-        self.log.info("transition", on=outcome.event.value, to=to, note=note)
+        self.rt.log.info("transition", on=outcome.event.value, to=to, note=note)
         self.rt.emit("transition", state=state, event_name=outcome.event.value, to=to, note=note)
         if terminal:
             self.rt.emit("run_finished", outcome=to, message=message)

@@ -63,8 +63,7 @@ def observed(rt: Any, node: Any, outcome: Any) -> Any:
     from orchestrator.engine.steps import StepOutcome
     from orchestrator.language.machine import Event
 
-    step = getattr(node, "step", None)
-    if step is None or not getattr(step, "observe", False):
+    if node.step is None or not node.step.observe:
         return outcome
     if outcome.event == Event.FAIL:  # a HALT (a masked env map, an invalid request) still halts
         note = f"observe-only gate FAILED (the run goes on): {outcome.note}"

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import structlog
 
 from orchestrator.engine import leave_pool
-from orchestrator.engine.context import ActionMark, DryRunRecord, RunContext, same_request
+from orchestrator.engine.context import ActionMark, DryRunRecord, RunContext
 from orchestrator.engine.executor.placement import PlacementError, observe_host
 from orchestrator.engine.progress import Progress
 from orchestrator.engine.rules import ownership
@@ -269,15 +269,13 @@ class RunJournal:
     def last_effect_id(self) -> int:
         return max((e.effect_id for e in self.effects()), default=0)
 
-    def _outcome_json(self, outcome: dict[str, Any]) -> dict[str, Any]:
-        return {k: self.redactor.scrub_obj(v) if k in OUTCOME_TEXT else v for k, v in outcome.items()}
-
     def record_intent(self, kind: str, body: dict[str, Any], *, mutating: bool = True) -> EffectRecord:
         """Journaled (under this visit's key) before the call is sent; `body` exact."""
         return self.journal.record_intent(self.lease, self.run.run_id, self.visit.key, kind, body, mutating=mutating)
 
     def record_outcome(self, effect_id: int, outcome: dict[str, Any]) -> None:
-        self.journal.record_outcome(self.lease, self.run.run_id, effect_id, self._outcome_json(outcome))
+        scrubbed = {k: self.redactor.scrub_obj(v) if k in OUTCOME_TEXT else v for k, v in outcome.items()}
+        self.journal.record_outcome(self.lease, self.run.run_id, effect_id, scrubbed)
 
     def journal_dry_run(self, req: ComposeRequest, stream: StreamOutcome, **extra: Any) -> None:
         """Journaled after the fact (nothing to reconcile on resume): status, exit code, last 40 lines."""
@@ -372,7 +370,8 @@ class HostReads:
     ctx: RunContext
     voice: Voice
     _previous_ref_of: dict[str, str] = field(init=False)
-    _fresh_actions: list[Any] | None = field(default=None, init=False)
+    #: the action log `action_count` just read: the foreign-change check of the call that follows takes it
+    fresh_actions: list[Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._previous_ref_of = self.rb.previous_ref_of()  # read on every log poll: once per run
@@ -385,13 +384,8 @@ class HostReads:
 
     async def action_count(self) -> int:
         actions = await self.compose.action_log()
-        self._fresh_actions = actions  # the foreign-change check of the call that follows uses this read
+        self.fresh_actions = actions
         return len(actions)
-
-    def take_fresh_actions(self) -> list[Any] | None:
-        """The action log `action_count` just read, once (for the foreign-change check after it)."""
-        actions, self._fresh_actions = self._fresh_actions, None
-        return actions
 
     async def version_summary(self) -> dict[str, Any]:
         try:
@@ -402,10 +396,9 @@ class HostReads:
     async def _project_version(self) -> Any | None:
         """`/version` projects.<p> (None: not offered, or it could not be read)."""
         try:
-            version = await self.compose.version()
+            return (await self.compose.version()).project(self.entry.project)
         except ClientError:
             return None
-        return version.project(self.entry.project) if hasattr(version, "project") else None
 
     async def success_record(self) -> list[Any] | None:
         """`/version` projects.<p>.current/previous: rewritten only when an up succeeded."""
@@ -421,22 +414,15 @@ class HostReads:
 
     async def in_flight(self) -> bool | None:
         """compose-manager's own word on whether an operation is still running (None: cannot say)."""
-        status = getattr(self.compose, "status", None)
-        if status is None:
-            return None
         try:
-            st = await status()
+            return await self.compose.status() is not None
         except ClientError:
             return None
-        return st is not None
 
     async def offered(self, name: str) -> Any | None:
         """compose-manager's read `name`, or None where it does not offer it (or it failed)."""
-        reader = getattr(self.compose, name, None)
-        if reader is None:
-            return None
         try:
-            return await reader()
+            return await getattr(self.compose, name)()
         except ClientError:
             return None
 
@@ -615,11 +601,10 @@ class ForeignChecks:
     async def foreign_in_flight(self) -> str | None:
         """Before a run sends anything: an operation compose-manager runs now is someone else's
         (an unsettled call of this journal is resumed first). The refusal, or None."""
-        status = getattr(self.compose, "status", None)
-        if status is None or any(e.mutating for e in self.records.effects()):
+        if any(e.mutating for e in self.records.effects()):
             return None
         try:
-            st = await status()
+            st = await self.compose.status()
         except BadRequest as exc:
             if exc.status in (404, 405):  # a compose-manager without GET /status: the action log still guards every call
                 return None
@@ -638,7 +623,7 @@ class ForeignChecks:
     async def check_foreign(self, *, advance: bool) -> str | None:
         """One line naming an action-log entry since this run's mark that no journaled call of this
         run explains (None: none). `advance`: when clean, the mark moves to now."""
-        actions = self.reads.take_fresh_actions()
+        actions, self.reads.fresh_actions = self.reads.fresh_actions, None  # read once
         if actions is None:
             actions = await self.reads.action_log()
         last_effect = self.records.last_effect_id()
@@ -656,7 +641,7 @@ class ForeignChecks:
                 in_flight = f"{st.action} of {', '.join(st.services) or 'every service'}" if st is not None else None
                 return self.voice.scrub(foreign_message(self.run.host, foreign, in_flight=in_flight))
         if advance:
-            self.ctx.action_mark = ActionMark.from_json(new_mark(actions, last_effect))
+            self.ctx.action_mark = ActionMark(**new_mark(actions, last_effect))
         return None
 
 
@@ -861,8 +846,8 @@ class ComposeCalls:
                             env_fingerprint=env.fingerprint(), force_recreate=req.force_recreate, after=snap)
 
     def same_as_checked(self, req: ComposeRequest, env: EnvMap) -> bool:
-        return same_request(self.ctx.checked_dry_run, tag=req.tag, file=req.file, services=req.services, project=req.project,
-                            env_fingerprint=env.fingerprint(), force_recreate=req.force_recreate)
+        """`req` is the exact request the checked dry run checked, env included."""
+        return self.ctx.checked_dry_run == self.dry_run_record(req, env, None)
 
     async def dry_run_or_halt(self, req: ComposeRequest) -> DryRunCall:
         """The handlers' dry run: one refused for compose-manager's lock past `timeouts.gone` never
@@ -1261,7 +1246,7 @@ class Preflight:
         succeeded (per compose-manager's record or this journal): an entry alone is an attempt."""
         actions = await self.reads.action_log()
         if self.ctx.action_mark is None:  # this run's first position in the log (foreign-change detection)
-            self.ctx.action_mark = ActionMark.from_json(new_mark(actions, self.records.last_effect_id()))
+            self.ctx.action_mark = ActionMark(**new_mark(actions, self.records.last_effect_id()))
         succeeded = await self.reads.successful_deploys(self.records.journal, self.run.host)
         missing = []
         for service in self.rb.previous_refs():
