@@ -101,7 +101,6 @@ class RequestGuard:
     app: ASGIApp
     allowed_hosts: frozenset[str]
     auth: Any
-    body_timeout_s: float
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -124,7 +123,7 @@ class RequestGuard:
         body: list[bytes] = []
         size = 0
         try:
-            async with asyncio.timeout(self.body_timeout_s):
+            async with asyncio.timeout(BODY_TIMEOUT_S):
                 while True:
                     message = await receive()
                     if message["type"] != "http.request":
@@ -138,7 +137,7 @@ class RequestGuard:
                     if not message.get("more_body", False):
                         break
         except TimeoutError:
-            await _answer(408, f"the request body did not arrive within {self.body_timeout_s:g} s", scope, receive, send)
+            await _answer(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", scope, receive, send)
             return
         replayed = False
 

@@ -44,7 +44,7 @@ from orchestrator.service import signals
 from orchestrator.service.activity import target_tag
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options, rollback_runbook
 from orchestrator.service.notify import FLUSH_S
-from orchestrator.service.refusals import leased_refusal, refuse_if_leased
+from orchestrator.service.refusals import refuse_if_leased
 from orchestrator.service.requests import Admitted, ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.service.run_info import check_tag, context_summary
 
@@ -67,6 +67,8 @@ KEEP_FINISHED = 200
 KEEP_EVENTS = 200
 #: How many lines of the followed log per run the worker keeps for the run page.
 KEEP_TAIL = 40
+#: Seconds the journal's census behind /metrics is reused before it is read again.
+METRICS_MAX_AGE_S = 10.0
 
 
 @dataclass
@@ -186,8 +188,7 @@ HISTORY_MAX_AGE_S = 30.0
 class Worker:
     """Runs submissions as asyncio tasks; owns the Session (journal) they share. Call its reads in a thread."""
 
-    def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any, *,
-                 metrics_max_age: float = 10.0) -> None:
+    def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any) -> None:
         self.settings = settings
         self._factory = factory
         self._session: Session | None = None
@@ -199,7 +200,7 @@ class Worker:
         self._effects_lock = threading.Lock()
         self._submit_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
-        self.metrics = Metrics(self.active_count, self.run_counts, max_age=metrics_max_age,
+        self.metrics = Metrics(self.active_count, self.run_counts, max_age=METRICS_MAX_AGE_S,
                                on_error=lambda exc: self.log.warning("metrics_journal_unreadable",
                                                                      error=f"{type(exc).__name__}"))
         self._closed = False
@@ -283,10 +284,14 @@ class Worker:
             adm = admit_resume(s, run, req_r, checked=None if body.retry else checked, soak_name="soak")
         # admission journaled the runbook's text and identity: the run executes that text, nothing to compare
         run = adm.run
-        lease, took_over = self._claim(run, new=adm.new)
+        # the host's lease admission took with the run (`execute` runs under it): a busy host was a 409
+        admitted = s.admitted[run.run_id]
         if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
-            s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
+            s.journal.update_context(admitted.lease, run.run_id,
+                                     {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
             adm = replace(adm, run=s.journal.get_run(run.run_id))
+        taken = admitted.took_over
+        took_over = None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})"
         return adm, "; ".join(x for x in (took_over, kept_note) if x) or None
 
     def _record_submission(self, run_id: str, body: Any, by: str) -> None:
@@ -304,28 +309,6 @@ class Worker:
             if r.host == host and r.active:
                 raise Refused(f"{host} is being rolled by run {r.run_id} on this server: one rollout per host at a time")
         refuse_if_leased(self.session, host)
-
-    def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
-        """The host's lease for the run, so a busy host is a 409 to the submitter: the one its
-        admission took (orchestrator/service/admission.py; `execute` runs under it), else taken now.
-
-        A new run journaled a moment before another runner won the lease is left unstarted.
-        """
-        admitted = self.session.admitted.get(run.run_id)
-        try:
-            lease, taken = ((admitted.lease, admitted.took_over) if admitted is not None else
-                            self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl))
-        except LeaseHeld as exc:
-            if exc.holder_run_id == run.run_id:
-                raise Refused(
-                    f"run {run.run_id} is being run by {exc.owner} (lease until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC): "
-                    f"resume it only once that lease has expired"
-                ) from None
-            if new:
-                self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
-            raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
-                                         f"run {run.run_id} was not started")) from None
-        return lease, (None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})")
 
     def _launch(self, adm: Admitted, note: str | None) -> ActiveRun:
         run = adm.run

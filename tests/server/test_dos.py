@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from helpers_server import AUTH, TOKEN, wait_for
 from orchestrator.hosts.redaction import Redactor
+from orchestrator.teamserver import guards
 from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.auth import Authenticator, add_token
 from orchestrator.teamserver.cli import run_serve
@@ -92,8 +93,9 @@ def post_head(token: str | None, length: int = 1000) -> bytes:
             f"Content-Length: {length}\r\n\r\n").encode()
 
 
-def test_no_token_is_a_401_before_the_body(settings, serve_app):
-    port = serve_app(create_app(settings, token=TOKEN, adopt=False, body_timeout_s=600))
+def test_no_token_is_a_401_before_the_body(settings, serve_app, monkeypatch):
+    monkeypatch.setattr(guards, "BODY_TIMEOUT_S", 600)
+    port = serve_app(create_app(settings, token=TOKEN, adopt=False))
     for token in (None, "wrong-" + "x" * 40):
         s = connect(port)
         s.sendall(post_head(token) + b"{")  # one byte of a 1000-byte body, and nothing more
@@ -103,8 +105,9 @@ def test_no_token_is_a_401_before_the_body(settings, serve_app):
         s.close()
 
 
-def test_a_slow_body_with_a_token_ends_at_the_body_timeout(settings, serve_app):
-    port = serve_app(create_app(settings, token=TOKEN, adopt=False, body_timeout_s=0.5))
+def test_a_slow_body_with_a_token_ends_at_the_body_timeout(settings, serve_app, monkeypatch):
+    monkeypatch.setattr(guards, "BODY_TIMEOUT_S", 0.5)
+    port = serve_app(create_app(settings, token=TOKEN, adopt=False))
     s = connect(port)
     s.sendall(post_head(TOKEN) + b"{")
     head = answer(s)

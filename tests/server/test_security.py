@@ -149,8 +149,9 @@ def test_healthz_and_a_running_request_stay_fast_while_metrics_is_hammered(setti
     """A journal read for /metrics (a big journal's census) never holds the event loop: while the
     read is stuck, /healthz and a run's page still answer. The read is held on an event the test
     lets go only after the probes answered, so the proof does not depend on how fast anything is."""
-    app = create_app(settings, token=TOKEN, metrics_max_age=0.0)
+    app = create_app(settings, token=TOKEN)
     worker = app.state.worker
+    worker.metrics.snapshot.max_age = 0.0
     census_calls: list[str] = []
     reading, let_go = threading.Event(), threading.Event()
     real_counts = worker.run_counts
@@ -216,7 +217,8 @@ def test_the_servers_journal_calls_run_off_the_event_loop(settings, serve_app, f
         session.journal = Watched(session.journal)
         return session
 
-    app = create_app(settings, token=TOKEN, session_factory=factory, metrics_max_age=0.0)
+    app = create_app(settings, token=TOKEN, session_factory=factory)
+    app.state.worker.metrics.snapshot.max_age = 0.0
     url = serve_app(app)
     calls.clear()
     with httpx.Client(base_url=url, headers=AUTH, timeout=10) as c:
