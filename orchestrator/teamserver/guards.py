@@ -249,9 +249,6 @@ class Admission:
         self._idle_by_network: Counter[str] = Counter()
         self.unauthenticated = 0
         self.authenticated = 0
-        self.refused: Counter[str] = Counter()
-        self.evicted = 0
-        self.peak_unauthenticated = 0
 
     @property
     def open(self) -> int:
@@ -263,21 +260,22 @@ class Admission:
     def arrive(self, conn: Any, address: str) -> Decision:
         network = network_of(address)
         if self._by_address[address] >= self.per_address:
-            return self._refuse("address")
+            return Decision(False, reason="address")
         victims: list[Any] = []
         if self._by_network[network] >= self.per_network:
             victim = self._victim_within(network, self._by_address[address])
             if victim is None:
-                return self._refuse("network")
-            victims.append(self._evict(victim))
+                return Decision(False, reason="network")
+            self.leave(victim)
+            victims.append(victim)
         if self.unauthenticated >= self.unauthenticated_cap or self.open >= self.total:
             victim = self._victim_anywhere(network, address)
             if victim is None:
-                return self._refuse("busy", tuple(victims))
-            victims.append(self._evict(victim))
+                return Decision(False, tuple(victims), "busy")
+            self.leave(victim)
+            victims.append(victim)
         self._members[conn] = _Member(address, network)
         self.unauthenticated += 1
-        self.peak_unauthenticated = max(self.peak_unauthenticated, self.unauthenticated)
         self._by_address[address] += 1
         self._by_network[network] += 1
         self._addresses.setdefault(network, {})[address] = None
@@ -312,15 +310,6 @@ class Admission:
             self._forget_unauthenticated(conn, member)
 
     # ------------------------------------------------------------------ internals
-
-    def _refuse(self, reason: str, evict: tuple[Any, ...] = ()) -> Decision:
-        self.refused[reason] += 1
-        return Decision(False, evict, reason)
-
-    def _evict(self, conn: Any) -> Any:
-        self.leave(conn)
-        self.evicted += 1
-        return conn
 
     def _set_idle(self, conn: Any, member: _Member) -> None:
         member.idle = True

@@ -24,7 +24,8 @@ import time
 
 import httpx
 
-from helpers_server import AUTH, TOKEN, wait_for
+from helpers_server import AUTH, TOKEN, CountingAdmission, wait_for
+from orchestrator.teamserver import serving
 from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.serving import build_server
 
@@ -96,8 +97,9 @@ class Flood:
         return self.opened
 
 
-def test_an_authenticated_client_is_served_throughout_a_flood(settings, tls_files):
+def test_an_authenticated_client_is_served_throughout_a_flood(settings, tls_files, monkeypatch):
     cert, key, ctx = tls_files
+    monkeypatch.setattr(serving, "Admission", CountingAdmission)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
