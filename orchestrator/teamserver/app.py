@@ -51,13 +51,7 @@ from orchestrator.teamserver import pages
 from orchestrator.teamserver.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.teamserver.config import ServerConfig, ServerRedactor, server_logger
 from orchestrator.teamserver.errors import ApiError, PathScrubber, error_response
-from orchestrator.teamserver.guards import (
-    TOKENS_UNUSABLE,
-    BadJson,
-    RequestGuard,
-    allowed_host_set,
-    parse_json,
-)
+from orchestrator.teamserver.guards import TOKENS_UNUSABLE, RequestGuard, allowed_host_set, parse_json
 from orchestrator.teamserver.metrics import Snapshot
 from orchestrator.teamserver.schemas import SUBMIT, ApproveBody, SignalBody, validation_message
 from orchestrator.teamserver.worker import SessionFactory, Worker
@@ -94,8 +88,6 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
                 return await handler(request, principal or Principal("anonymous", "viewer", verified=False), worker)
             except ApiError as exc:
                 return error_response(exc.status, public(exc.message), exc.code)
-            except BadJson as exc:
-                return error_response(400, str(exc), ExitCode.BAD_INPUT)
             except ValidationError as exc:
                 return error_response(400, public(validation_message(exc)), ExitCode.BAD_INPUT)
             except _ANSWERED as exc:

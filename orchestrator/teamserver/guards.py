@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.teamserver.errors import error_response
+from orchestrator.teamserver.errors import ApiError, error_response
 from orchestrator.util.exit_codes import ExitCode
 
 MAX_BODY = 64 * 1024
@@ -42,10 +42,6 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
-
-
-class BadJson(ValueError):
-    pass
 
 
 def is_loopback(host: str) -> bool:
@@ -73,24 +69,22 @@ def allowed_host_set(bind: str | None, extra: Iterable[str] = ()) -> frozenset[s
     return frozenset(names)
 
 
-def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """`json.loads`, refusing nesting deeper than `max_depth` and NaN/Infinity (BadJson)."""
+def parse_json(raw: bytes) -> Any:
+    """`json.loads`, refusing nesting deeper than `MAX_JSON_DEPTH` and NaN/Infinity (ApiError 400)."""
     depth = deepest = 0
     for m in _BRACKET.finditer(_STRING.sub(b'""', raw)):
         depth += 1 if m.group() in (b"[", b"{") else -1
         deepest = max(deepest, depth)
-        if deepest > max_depth:
-            raise BadJson(f"the request body nests deeper than {max_depth} levels")
+        if deepest > MAX_JSON_DEPTH:
+            raise ApiError(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels", ExitCode.BAD_INPUT)
 
     def no_constants(name: str) -> Any:
-        raise BadJson(f"the request body is not JSON ({name} is not a JSON number)")
+        raise ApiError(400, f"the request body is not JSON ({name} is not a JSON number)", ExitCode.BAD_INPUT)
 
     try:
         return json.loads(raw, parse_constant=no_constants)
-    except BadJson:
-        raise
     except (ValueError, RecursionError):
-        raise BadJson("the request body is not JSON") from None
+        raise ApiError(400, "the request body is not JSON", ExitCode.BAD_INPUT) from None
 
 
 @dataclass
