@@ -103,3 +103,15 @@ class CountingAdmission(Admission):
         self.evicted += len(decision.evict)
         self.peak_unauthenticated = max(self.peak_unauthenticated, self.unauthenticated)
         return decision
+
+
+def build_test_server(app: Any, port: int, monkeypatch: Any, **kw: Any) -> Any:
+    """`serving.build_server` on loopback (warnings only), with the module's timeouts given as
+    `header_timeout_s` / `tls_shutdown_s` set for this test."""
+    from orchestrator.teamserver import serving
+
+    for key, name in (("header_timeout_s", "HEADER_TIMEOUT_S"), ("tls_shutdown_s", "TLS_SHUTDOWN_TIMEOUT_S")):
+        if key in kw:
+            monkeypatch.setattr(serving, name, kw.pop(key))
+    kw.setdefault("log_level", "warning")
+    return serving.build_server(app, "127.0.0.1", port, **kw)

@@ -33,7 +33,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from helpers_server import AUTH, TOKEN, CountingAdmission, wait_for
+from helpers_server import AUTH, TOKEN, CountingAdmission, build_test_server, wait_for
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.teamserver import guards, serving
 from orchestrator.teamserver.app import create_app
@@ -44,21 +44,20 @@ from orchestrator.teamserver.serving import (
     MAX_CONNECTIONS,
     MAX_HEADER_BYTES,
     RateLimitedLog,
-    build_server,
     connections_for,
     fd_budget,
 )
 
 
 @pytest.fixture
-def serve_app():
+def serve_app(monkeypatch):
     started: list[tuple[Any, threading.Thread]] = []
 
     def start(app: Any, **kw: Any) -> int:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = build_server(app, "127.0.0.1", port, log_level="warning", **kw)
+        server = build_test_server(app, port, monkeypatch, **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         wait_for(lambda: server.started, "uvicorn to start")
@@ -214,7 +213,7 @@ def test_one_turn_of_writes_goes_out_in_one_send_and_close_flushes_first():
     asyncio.run(main())
 
 
-def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settings, tls_files):
+def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settings, tls_files, monkeypatch):
     """Over TLS a connection is the protocol's (and its address's) only once its handshake is
     done: a client that opens one and never says hello is closed after the header timeout, not
     asyncio's 60 s."""
@@ -222,8 +221,8 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(create_app(settings, token=TOKEN, adopt=False), "127.0.0.1", port, log_level="warning",
-                          tls_cert=cert_pem, tls_key=key_pem, header_timeout_s=0.5)
+    server = build_test_server(create_app(settings, token=TOKEN, adopt=False), port, monkeypatch,
+                               tls_cert=cert_pem, tls_key=key_pem, header_timeout_s=0.5)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -241,15 +240,15 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
 
 
 @pytest.fixture
-def running():
-    """start(app, **build_server kwargs) -> (server, port): a real uvicorn on loopback."""
+def running(monkeypatch):
+    """start(app, **build_test_server kwargs) -> (server, port): a real uvicorn on loopback."""
     started: list[tuple[Any, threading.Thread]] = []
 
     def start(app: Any, **kw: Any) -> tuple[Any, int]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = build_server(app, "127.0.0.1", port, log_level="warning", **kw)
+        server = build_test_server(app, port, monkeypatch, **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         wait_for(lambda: server.started, "uvicorn to start", timeout=15)

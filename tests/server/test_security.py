@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from waiting import wait_until_async
 
 import orchestrator.teamserver.worker as worker_mod
-from helpers_server import AUTH, HOST_TOKEN, TOKEN, wait_for
+from helpers_server import AUTH, HOST_TOKEN, TOKEN, build_test_server, wait_for
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import JournalError
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked, runbook_identity
@@ -35,7 +35,7 @@ from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.auth import add_token, check_token_strength
 from orchestrator.teamserver.cli import run_serve
 from orchestrator.teamserver.remote import remote
-from orchestrator.teamserver.serving import QueryStringFilter, build_server
+from orchestrator.teamserver.serving import QueryStringFilter
 from orchestrator.util.durations import parse_duration
 from orchestrator.util.user_errors import UserError
 
@@ -67,16 +67,15 @@ def fake_execute(monkeypatch: pytest.MonkeyPatch) -> FakeExecute:
 
 
 @pytest.fixture
-def serve_app() -> Iterator[Any]:
-    """start(app, **build_server kwargs) -> base URL of a real uvicorn serving `app` on loopback."""
+def serve_app(monkeypatch) -> Iterator[Any]:
+    """start(app, **build_test_server kwargs) -> base URL of a real uvicorn serving `app` on loopback."""
     started: list[tuple[Any, threading.Thread]] = []
 
     def start(app: Any, *, scheme: str = "http", **kw: Any) -> str:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        kw.setdefault("log_level", "warning")
-        server = build_server(app, "127.0.0.1", port, **kw)
+        server = build_test_server(app, port, monkeypatch, **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         wait_for(lambda: server.started, "uvicorn to start")
