@@ -188,7 +188,8 @@ def _head_size(event: Any) -> int:
     return len(event.method) + len(event.target) + 14 + sum(len(n) + len(v) + 4 for n, v in event.headers)
 
 
-def _guarded_protocol(admission: Admission, presents_token: Callable[[str | None], bool], refusals: RateLimitedLog) -> type:
+def _guarded_protocol(admission: Admission, presents_token: Callable[[str | None], bool],
+                      refusals: RateLimitedLog) -> type:
     """uvicorn's h11 protocol, admitting each connection when accepted and doing the TLS handshake
     itself (so that it is counted and timed)."""
     import h11

@@ -50,7 +50,7 @@ from orchestrator.service.run_info import check_tag, context_summary
 
 # `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
 from orchestrator.service.runner import RunnerFenced, execute
-from orchestrator.service.session import RUNBOOK_TEXT, Session, notifier_for, owner_id
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, notifier_for, owner_id
 from orchestrator.teamserver.config import ServerRedactor
 from orchestrator.teamserver.errors import ApiError
 from orchestrator.teamserver.metrics import Metrics
@@ -160,13 +160,9 @@ def step_kind(table: Table, state: str) -> str | None:
     return node.step.kind if node is not None and node.step is not None else None
 
 
-#: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
-IDENTITY_KEY = "runbook_identity"
-
-
 def pinned_sha(run: RunRecord) -> str | None:
     """The sha256 of the runbook the run recorded (its identity), None if it recorded none."""
-    identity = run.context.get(IDENTITY_KEY)
+    identity = run.context.get(RUNBOOK_IDENTITY)
     return identity.get("sha256") if isinstance(identity, dict) else None
 
 
@@ -175,7 +171,7 @@ def _recorded(run: RunRecord) -> tuple[Runbook, str | None]:
     on disk is not read), else the shipped file of that name, refused if it changed since."""
     text, pinned = run.context.get(RUNBOOK_TEXT), pinned_sha(run)
     if isinstance(text, str) and pinned:
-        return load_recorded_runbook(run.runbook, run.context.get(IDENTITY_KEY), text), pinned
+        return load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), text), pinned
     return load_runbook_checked(run.runbook, pinned)
 
 
@@ -286,9 +282,9 @@ class Worker:
         run = adm.run
         # the host's lease admission took with the run (`execute` runs under it): a busy host was a 409
         admitted = s.admitted[run.run_id]
-        if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
+        if not run.context.get(RUNBOOK_IDENTITY):  # a run journaled without one: pin the file checked above
             s.journal.update_context(admitted.lease, run.run_id,
-                                     {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
+                                     {**run.context, RUNBOOK_IDENTITY: {"name": run.runbook, "sha256": digest}})
             adm = replace(adm, run=s.journal.get_run(run.run_id))
         taken = admitted.took_over
         took_over = None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})"
@@ -482,8 +478,8 @@ class Worker:
             "terminal": run.terminal,
             "failure": run.context.get("failure"),
             # name and digest only: the recorded path is the server's own file system
-            IDENTITY_KEY: ({k: v for k, v in ident.items() if k in ("name", "sha256")}
-                           if isinstance(ident := run.context.get(IDENTITY_KEY), dict) else ident),
+            RUNBOOK_IDENTITY: ({k: v for k, v in ident.items() if k in ("name", "sha256")}
+                           if isinstance(ident := run.context.get(RUNBOOK_IDENTITY), dict) else ident),
             "abort_requested": journal.abort_requested(run_id),
             "audit": [e.to_json() for e in items],
             "who": audit.summary(items),
