@@ -405,9 +405,8 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the loop must outlive a journal hiccup
                 self.log.warning("adoption_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
 
-    async def adopt_once(self) -> list[str]:
-        """Resume here every orphaned run whose lease this server wins; the ids adopted."""
-        adopted: list[str] = []
+    async def adopt_once(self) -> None:
+        """Resume here every orphaned run whose lease this server wins."""
         for run_id in await anyio.to_thread.run_sync(self.orphans):
             try:
                 active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
@@ -421,8 +420,6 @@ class Worker:
                                                "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
                              detail="its lease expired with no runner renewing it: resumed here from the journal")
-            adopted.append(run_id)
-        return adopted
 
     def orphans(self) -> list[str]:
         """Unfinished runs with journaled transitions whose host has no live lease (in a thread)."""
