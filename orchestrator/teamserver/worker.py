@@ -90,7 +90,7 @@ class ActiveRun:
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
     #: the last lines of the log the run follows (redacted by the executor and again here)
     tail: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_TAIL))
-    #: the Worker and the run's Table, for the progress hooks (None: a run refused before it started)
+    #: the Worker and the run's Table, for the progress hooks
     worker: Any = None
     table: Any = None
     #: the step started last, and when (the gate-wait histogram), until its transition
