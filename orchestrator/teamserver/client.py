@@ -87,11 +87,13 @@ def _answer_error(resp: httpx.Response) -> ServerAnswer:
 
 
 class ServerClient:
-    def __init__(self, base_url: str, token: str | None, *, clock: Clock | None = None, ca: Path | None = None) -> None:
+    def __init__(self, base_url: str, token: str | None, *, transport: httpx.AsyncBaseTransport | None = None,
+                 clock: Clock | None = None, ca: Path | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         verify: ssl.SSLContext | bool = ca_context(ca) if ca is not None else True
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=30.0, verify=verify)
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=30.0,
+                                       verify=verify)
         self.clock = clock or RealClock()
 
     async def __aenter__(self) -> ServerClient:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from rich.console import Console
 
 from orchestrator.journal.audit import cli_actor, summary_lines
@@ -159,14 +160,14 @@ def _finish(p: _Printer, result: FollowResult) -> int:
     return int(code)
 
 
-async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any]) -> int:
+async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], interval: float) -> int:
     if action in SUBMIT_ACTIONS:
         run_id = await client.submit({"action": action, **payload, "by": cli_actor()})
         p.answer({"event": "submitted", "run_id": run_id, "server": client.base_url},
                  lambda: f"run {run_id} submitted to {client.base_url}; it runs there whether or not this command stays "
                  f"(Ctrl-C stops following, not the run)")
         try:
-            result = await client.follow(run_id, p.event)
+            result = await client.follow(run_id, p.event, interval=interval)
         except ServerUnreachable as exc:
             # the run was accepted and goes on (or waits) there: a human must look, as after a halt
             p.error(f"{exc}; run {run_id} was submitted and may still be running there: follow it with "
@@ -207,7 +208,8 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
 
 
 def remote(server_url: str, token: str, action: str, payload: dict[str, Any], as_json: bool, *,
-           clock: Clock | None = None, ca: Path | None = None) -> int:
+           transport: httpx.AsyncBaseTransport | None = None, clock: Clock | None = None, interval: float = 1.0,
+           ca: Path | None = None) -> int:
     """Send `action` (rollout, rollback, resume, approve, abort, status, runs) to the server at
     `server_url`; return the exit code. `payload` is the request body without "action"
     (approve/abort/status: {"run_id": ..., "gate": ...})."""
@@ -221,8 +223,8 @@ def remote(server_url: str, token: str, action: str, payload: dict[str, Any], as
         return int(ExitCode.BAD_INPUT)
 
     async def go() -> int:
-        async with ServerClient(server_url, token or None, clock=clock, ca=ca) as client:
-            return await _remote(client, p, action, payload)
+        async with ServerClient(server_url, token or None, transport=transport, clock=clock, ca=ca) as client:
+            return await _remote(client, p, action, payload, interval)
 
     try:
         return asyncio.run(go())
