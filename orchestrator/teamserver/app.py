@@ -51,14 +51,7 @@ from orchestrator.teamserver import pages
 from orchestrator.teamserver.auth import Authenticator, Principal, TokensFile, check_token_strength
 from orchestrator.teamserver.config import ServerConfig, ServerRedactor, server_logger
 from orchestrator.teamserver.errors import ApiError, PathScrubber, error_response
-from orchestrator.teamserver.guards import (
-    BODY_TIMEOUT_S,
-    TOKENS_UNUSABLE,
-    BadJson,
-    RequestGuard,
-    allowed_host_set,
-    parse_json,
-)
+from orchestrator.teamserver.guards import TOKENS_UNUSABLE, RequestGuard, allowed_host_set, parse_json
 from orchestrator.teamserver.metrics import Snapshot
 from orchestrator.teamserver.schemas import SUBMIT, ApproveBody, SignalBody, validation_message
 from orchestrator.teamserver.worker import SessionFactory, Worker
@@ -95,8 +88,6 @@ def _route(role: str | None) -> Callable[[Handler], Callable[[Request], Awaitabl
                 return await handler(request, principal or Principal("anonymous", "viewer", verified=False), worker)
             except ApiError as exc:
                 return error_response(exc.status, public(exc.message), exc.code)
-            except BadJson as exc:
-                return error_response(400, str(exc), ExitCode.BAD_INPUT)
             except ValidationError as exc:
                 return error_response(400, public(validation_message(exc)), ExitCode.BAD_INPUT)
             except _ANSWERED as exc:
@@ -248,8 +239,7 @@ async def signal_run(request: Request, principal: Principal, worker: Worker) -> 
 
 def create_app(settings: Settings, *, session_factory: SessionFactory | None = None, token: str | None = None,
                tokens_file: Path | None = None, insecure_no_auth: bool = False, allowed_hosts: list[str] | None = None,
-               bind: str | None = None, protect_metrics: bool = False, metrics_max_age: float = 10.0,
-               adopt: bool = True, body_timeout_s: float = BODY_TIMEOUT_S) -> Starlette:
+               bind: str | None = None, protect_metrics: bool = False, adopt: bool = True) -> Starlette:
     """The `orchestrate serve` app.
 
     `session_factory(settings)` opens the journal and inventory once (default `Session.open`).
@@ -290,7 +280,7 @@ def create_app(settings: Settings, *, session_factory: SessionFactory | None = N
     def public_text(text: str) -> str:
         return redactor.scrub(scrub_paths(text))
 
-    worker = Worker(settings, session_factory or Session.open, redactor, log, metrics_max_age=metrics_max_age)
+    worker = Worker(settings, session_factory or Session.open, redactor, log)
     health = Snapshot(worker.healthy, max_age=1.0)
 
     @contextlib.asynccontextmanager
@@ -343,8 +333,7 @@ def create_app(settings: Settings, *, session_factory: SessionFactory | None = N
             Route("/ui/fragments/fleet/{runbook}", _route("viewer")(pages.fleet_fragment), methods=["GET"]),
             Route("/whoami", _route("viewer")(pages.whoami), methods=["GET"]),
         ],
-        middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()),
-                               auth=auth, body_timeout_s=body_timeout_s)],
+        middleware=[Middleware(RequestGuard, allowed_hosts=allowed_host_set(bind, allowed_hosts or ()), auth=auth)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.teamserver.errors import error_response
+from orchestrator.teamserver.errors import ApiError, error_response
 from orchestrator.util.exit_codes import ExitCode
 
 MAX_BODY = 64 * 1024
@@ -42,10 +42,6 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
-
-
-class BadJson(ValueError):
-    pass
 
 
 def is_loopback(host: str) -> bool:
@@ -73,24 +69,22 @@ def allowed_host_set(bind: str | None, extra: Iterable[str] = ()) -> frozenset[s
     return frozenset(names)
 
 
-def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """`json.loads`, refusing nesting deeper than `max_depth` and NaN/Infinity (BadJson)."""
+def parse_json(raw: bytes) -> Any:
+    """`json.loads`, refusing nesting deeper than `MAX_JSON_DEPTH` and NaN/Infinity (ApiError 400)."""
     depth = deepest = 0
     for m in _BRACKET.finditer(_STRING.sub(b'""', raw)):
         depth += 1 if m.group() in (b"[", b"{") else -1
         deepest = max(deepest, depth)
-        if deepest > max_depth:
-            raise BadJson(f"the request body nests deeper than {max_depth} levels")
+        if deepest > MAX_JSON_DEPTH:
+            raise ApiError(400, f"the request body nests deeper than {MAX_JSON_DEPTH} levels", ExitCode.BAD_INPUT)
 
     def no_constants(name: str) -> Any:
-        raise BadJson(f"the request body is not JSON ({name} is not a JSON number)")
+        raise ApiError(400, f"the request body is not JSON ({name} is not a JSON number)", ExitCode.BAD_INPUT)
 
     try:
         return json.loads(raw, parse_constant=no_constants)
-    except BadJson:
-        raise
     except (ValueError, RecursionError):
-        raise BadJson("the request body is not JSON") from None
+        raise ApiError(400, "the request body is not JSON", ExitCode.BAD_INPUT) from None
 
 
 @dataclass
@@ -101,7 +95,6 @@ class RequestGuard:
     app: ASGIApp
     allowed_hosts: frozenset[str]
     auth: Any
-    body_timeout_s: float
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -124,7 +117,7 @@ class RequestGuard:
         body: list[bytes] = []
         size = 0
         try:
-            async with asyncio.timeout(self.body_timeout_s):
+            async with asyncio.timeout(BODY_TIMEOUT_S):
                 while True:
                     message = await receive()
                     if message["type"] != "http.request":
@@ -138,7 +131,7 @@ class RequestGuard:
                     if not message.get("more_body", False):
                         break
         except TimeoutError:
-            await _answer(408, f"the request body did not arrive within {self.body_timeout_s:g} s", scope, receive, send)
+            await _answer(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", scope, receive, send)
             return
         replayed = False
 
@@ -250,9 +243,6 @@ class Admission:
         self._idle_by_network: Counter[str] = Counter()
         self.unauthenticated = 0
         self.authenticated = 0
-        self.refused: Counter[str] = Counter()
-        self.evicted = 0
-        self.peak_unauthenticated = 0
 
     @property
     def open(self) -> int:
@@ -264,21 +254,22 @@ class Admission:
     def arrive(self, conn: Any, address: str) -> Decision:
         network = network_of(address)
         if self._by_address[address] >= self.per_address:
-            return self._refuse("address")
+            return Decision(False, reason="address")
         victims: list[Any] = []
         if self._by_network[network] >= self.per_network:
             victim = self._victim_within(network, self._by_address[address])
             if victim is None:
-                return self._refuse("network")
-            victims.append(self._evict(victim))
+                return Decision(False, reason="network")
+            self.leave(victim)
+            victims.append(victim)
         if self.unauthenticated >= self.unauthenticated_cap or self.open >= self.total:
             victim = self._victim_anywhere(network, address)
             if victim is None:
-                return self._refuse("busy", tuple(victims))
-            victims.append(self._evict(victim))
+                return Decision(False, tuple(victims), "busy")
+            self.leave(victim)
+            victims.append(victim)
         self._members[conn] = _Member(address, network)
         self.unauthenticated += 1
-        self.peak_unauthenticated = max(self.peak_unauthenticated, self.unauthenticated)
         self._by_address[address] += 1
         self._by_network[network] += 1
         self._addresses.setdefault(network, {})[address] = None
@@ -313,15 +304,6 @@ class Admission:
             self._forget_unauthenticated(conn, member)
 
     # ------------------------------------------------------------------ internals
-
-    def _refuse(self, reason: str, evict: tuple[Any, ...] = ()) -> Decision:
-        self.refused[reason] += 1
-        return Decision(False, evict, reason)
-
-    def _evict(self, conn: Any) -> Any:
-        self.leave(conn)
-        self.evicted += 1
-        return conn
 
     def _set_idle(self, conn: Any, member: _Member) -> None:
         member.idle = True

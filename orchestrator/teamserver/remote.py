@@ -160,13 +160,9 @@ def _finish(p: _Printer, result: FollowResult) -> int:
     return int(code)
 
 
-async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], follow: bool,
-                  interval: float) -> int:
+async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[str, Any], interval: float) -> int:
     if action in SUBMIT_ACTIONS:
         run_id = await client.submit({"action": action, **payload, "by": cli_actor()})
-        if not follow:
-            p.answer({"event": "submitted", "run_id": run_id}, lambda: run_id)
-            return int(ExitCode.DONE)
         p.answer({"event": "submitted", "run_id": run_id, "server": client.base_url},
                  lambda: f"run {run_id} submitted to {client.base_url}; it runs there whether or not this command stays "
                  f"(Ctrl-C stops following, not the run)")
@@ -211,7 +207,7 @@ async def _remote(client: ServerClient, p: _Printer, action: str, payload: dict[
     return int(ExitCode.DONE)
 
 
-def remote(server_url: str, token: str, action: str, payload: dict[str, Any], as_json: bool, follow: bool = True, *,
+def remote(server_url: str, token: str, action: str, payload: dict[str, Any], as_json: bool, *,
            transport: httpx.AsyncBaseTransport | None = None, clock: Clock | None = None, interval: float = 1.0,
            ca: Path | None = None) -> int:
     """Send `action` (rollout, rollback, resume, approve, abort, status, runs) to the server at
@@ -228,7 +224,7 @@ def remote(server_url: str, token: str, action: str, payload: dict[str, Any], as
 
     async def go() -> int:
         async with ServerClient(server_url, token or None, transport=transport, clock=clock, ca=ca) as client:
-            return await _remote(client, p, action, payload, follow, interval)
+            return await _remote(client, p, action, payload, interval)
 
     try:
         return asyncio.run(go())

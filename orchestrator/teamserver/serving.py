@@ -188,8 +188,8 @@ def _head_size(event: Any) -> int:
     return len(event.method) + len(event.target) + 14 + sum(len(n) + len(v) + 4 for n, v in event.headers)
 
 
-def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents_token: Callable[[str | None], bool],
-                      refusals: RateLimitedLog, tls_shutdown_s: float = TLS_SHUTDOWN_TIMEOUT_S) -> type:
+def _guarded_protocol(admission: Admission, presents_token: Callable[[str | None], bool],
+                      refusals: RateLimitedLog) -> type:
     """uvicorn's h11 protocol, admitting each connection when accepted and doing the TLS handshake
     itself (so that it is counted and timed)."""
     import h11
@@ -210,7 +210,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             return event
 
     class GuardedH11(H11Protocol):
-        header_timeout = header_timeout_s
+        header_timeout = HEADER_TIMEOUT_S
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -254,7 +254,7 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
             try:
                 transport = await self.loop.start_tls(raw, self, context, server_side=True,
                                                       ssl_handshake_timeout=self.header_timeout,
-                                                      ssl_shutdown_timeout=tls_shutdown_s)
+                                                      ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT_S)
             except (Exception, asyncio.CancelledError):  # failed, cut, evicted or timed out: gone
                 self._forget()
                 raw.abort()
@@ -358,9 +358,8 @@ def _guarded_protocol(admission: Admission, *, header_timeout_s: float, presents
 
 def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None, tls_key: Path | None = None,
                  access_log: bool = True, log_level: str = "info", limit_concurrency: int = MAX_CONNECTIONS,
-                 header_timeout_s: float = HEADER_TIMEOUT_S, keep_alive_s: int = KEEP_ALIVE_S,
                  per_address: int = MAX_CONNECTIONS_PER_ADDRESS, per_network: int | None = None,
-                 reserve: int | None = None, tls_shutdown_s: float = TLS_SHUTDOWN_TIMEOUT_S) -> Any:
+                 reserve: int | None = None) -> Any:
     """A uvicorn.Server for `app` (from `create_app`) with this module's limits.
 
     `limit_concurrency`: connections at once in all; `reserve` of them (default an eighth) only for
@@ -377,14 +376,12 @@ def build_server(app: Any, host: str, port: int, *, tls_cert: Path | None = None
                           per_network=max(per_network or MAX_CONNECTIONS_PER_NETWORK, per_address),
                           per_address=per_address)
     limiter = RateLimitedLog()
-    protocol = _guarded_protocol(admission, header_timeout_s=header_timeout_s,
-                                 presents_token=app.state.auth.presents_valid_token, refusals=limiter,
-                                 tls_shutdown_s=tls_shutdown_s)
+    protocol = _guarded_protocol(admission, app.state.auth.presents_valid_token, limiter)
     tls = tls_cert is not None
     config = uvicorn.Config(
         app, host=host, port=port, lifespan="on", log_level=log_level, access_log=access_log,
         timeout_graceful_shutdown=10, server_header=False, proxy_headers=False,
-        timeout_keep_alive=keep_alive_s, limit_concurrency=None, backlog=BACKLOG,
+        timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=None, backlog=BACKLOG,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES, http=protocol,
         ssl_certfile=str(tls_cert) if tls_cert else None, ssl_keyfile=str(tls_key) if tls_key else None,
         # a browser that reached the page over TLS never tries it in cleartext again (a year)

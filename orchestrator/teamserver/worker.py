@@ -44,13 +44,13 @@ from orchestrator.service import signals
 from orchestrator.service.activity import target_tag
 from orchestrator.service.admission import admit_resume, admit_rollback, admit_rollout, resume_options, rollback_runbook
 from orchestrator.service.notify import FLUSH_S
-from orchestrator.service.refusals import leased_refusal, refuse_if_leased
+from orchestrator.service.refusals import refuse_if_leased
 from orchestrator.service.requests import Admitted, ResumeRequest, RollbackRequest, RolloutRequest
 from orchestrator.service.run_info import check_tag, context_summary
 
 # `execute` is looked up here when a run starts (`Worker._run`): the tests replace it on this module
 from orchestrator.service.runner import RunnerFenced, execute
-from orchestrator.service.session import RUNBOOK_TEXT, Session, notifier_for, owner_id
+from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, notifier_for, owner_id
 from orchestrator.teamserver.config import ServerRedactor
 from orchestrator.teamserver.errors import ApiError
 from orchestrator.teamserver.metrics import Metrics
@@ -67,6 +67,8 @@ KEEP_FINISHED = 200
 KEEP_EVENTS = 200
 #: How many lines of the followed log per run the worker keeps for the run page.
 KEEP_TAIL = 40
+#: Seconds the journal's census behind /metrics is reused before it is read again.
+METRICS_MAX_AGE_S = 10.0
 
 
 @dataclass
@@ -88,7 +90,7 @@ class ActiveRun:
     events: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_EVENTS))
     #: the last lines of the log the run follows (redacted by the executor and again here)
     tail: collections.deque[dict[str, Any]] = field(default_factory=lambda: collections.deque(maxlen=KEEP_TAIL))
-    #: the Worker and the run's Table, for the progress hooks (None: a run refused before it started)
+    #: the Worker and the run's Table, for the progress hooks
     worker: Any = None
     table: Any = None
     #: the step started last, and when (the gate-wait histogram), until its transition
@@ -158,13 +160,9 @@ def step_kind(table: Table, state: str) -> str | None:
     return node.step.kind if node is not None and node.step is not None else None
 
 
-#: The run-context key of the runbook's identity: {"name": ..., "sha256": ...}.
-IDENTITY_KEY = "runbook_identity"
-
-
 def pinned_sha(run: RunRecord) -> str | None:
     """The sha256 of the runbook the run recorded (its identity), None if it recorded none."""
-    identity = run.context.get(IDENTITY_KEY)
+    identity = run.context.get(RUNBOOK_IDENTITY)
     return identity.get("sha256") if isinstance(identity, dict) else None
 
 
@@ -173,7 +171,7 @@ def _recorded(run: RunRecord) -> tuple[Runbook, str | None]:
     on disk is not read), else the shipped file of that name, refused if it changed since."""
     text, pinned = run.context.get(RUNBOOK_TEXT), pinned_sha(run)
     if isinstance(text, str) and pinned:
-        return load_recorded_runbook(run.runbook, run.context.get(IDENTITY_KEY), text), pinned
+        return load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), text), pinned
     return load_runbook_checked(run.runbook, pinned)
 
 
@@ -186,8 +184,7 @@ HISTORY_MAX_AGE_S = 30.0
 class Worker:
     """Runs submissions as asyncio tasks; owns the Session (journal) they share. Call its reads in a thread."""
 
-    def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any, *,
-                 metrics_max_age: float = 10.0) -> None:
+    def __init__(self, settings: Settings, factory: SessionFactory, redactor: ServerRedactor, log: Any) -> None:
         self.settings = settings
         self._factory = factory
         self._session: Session | None = None
@@ -199,7 +196,7 @@ class Worker:
         self._effects_lock = threading.Lock()
         self._submit_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
-        self.metrics = Metrics(self.active_count, self.run_counts, max_age=metrics_max_age,
+        self.metrics = Metrics(self.active_count, self.run_counts, max_age=METRICS_MAX_AGE_S,
                                on_error=lambda exc: self.log.warning("metrics_journal_unreadable",
                                                                      error=f"{type(exc).__name__}"))
         self._closed = False
@@ -283,10 +280,14 @@ class Worker:
             adm = admit_resume(s, run, req_r, checked=None if body.retry else checked, soak_name="soak")
         # admission journaled the runbook's text and identity: the run executes that text, nothing to compare
         run = adm.run
-        lease, took_over = self._claim(run, new=adm.new)
-        if not run.context.get(IDENTITY_KEY):  # a run journaled without one: pin the file checked above
-            s.journal.update_context(lease, run.run_id, {**run.context, IDENTITY_KEY: {"name": run.runbook, "sha256": digest}})
+        # the host's lease admission took with the run (`execute` runs under it): a busy host was a 409
+        admitted = s.admitted[run.run_id]
+        if not run.context.get(RUNBOOK_IDENTITY):  # a run journaled without one: pin the file checked above
+            s.journal.update_context(admitted.lease, run.run_id,
+                                     {**run.context, RUNBOOK_IDENTITY: {"name": run.runbook, "sha256": digest}})
             adm = replace(adm, run=s.journal.get_run(run.run_id))
+        taken = admitted.took_over
+        took_over = None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})"
         return adm, "; ".join(x for x in (took_over, kept_note) if x) or None
 
     def _record_submission(self, run_id: str, body: Any, by: str) -> None:
@@ -304,28 +305,6 @@ class Worker:
             if r.host == host and r.active:
                 raise Refused(f"{host} is being rolled by run {r.run_id} on this server: one rollout per host at a time")
         refuse_if_leased(self.session, host)
-
-    def _claim(self, run: RunRecord, *, new: bool) -> tuple[Any, str | None]:
-        """The host's lease for the run, so a busy host is a 409 to the submitter: the one its
-        admission took (orchestrator/service/admission.py; `execute` runs under it), else taken now.
-
-        A new run journaled a moment before another runner won the lease is left unstarted.
-        """
-        admitted = self.session.admitted.get(run.run_id)
-        try:
-            lease, taken = ((admitted.lease, admitted.took_over) if admitted is not None else
-                            self.session.journal.acquire_lease(run.host, run.run_id, owner_id(), self.settings.lease_ttl))
-        except LeaseHeld as exc:
-            if exc.holder_run_id == run.run_id:
-                raise Refused(
-                    f"run {run.run_id} is being run by {exc.owner} (lease until {exc.expires_at:%Y-%m-%d %H:%M:%S} UTC): "
-                    f"resume it only once that lease has expired"
-                ) from None
-            if new:
-                self._remember(ActiveRun(run.run_id, run.host, status="refused", error=self.redactor.scrub(str(exc))))
-            raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
-                                         f"run {run.run_id} was not started")) from None
-        return lease, (None if taken is None else f"took over the expired lease of run {taken.run_id} ({taken.owner})")
 
     def _launch(self, adm: Admitted, note: str | None) -> ActiveRun:
         run = adm.run
@@ -426,9 +405,8 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the loop must outlive a journal hiccup
                 self.log.warning("adoption_failed", error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
 
-    async def adopt_once(self) -> list[str]:
-        """Resume here every orphaned run whose lease this server wins; the ids adopted."""
-        adopted: list[str] = []
+    async def adopt_once(self) -> None:
+        """Resume here every orphaned run whose lease this server wins."""
         for run_id in await anyio.to_thread.run_sync(self.orphans):
             try:
                 active = await self.submit(ResumeBody(action="resume", run_id=run_id), adopting=True)
@@ -442,8 +420,6 @@ class Worker:
                                                "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
                              detail="its lease expired with no runner renewing it: resumed here from the journal")
-            adopted.append(run_id)
-        return adopted
 
     def orphans(self) -> list[str]:
         """Unfinished runs with journaled transitions whose host has no live lease (in a thread)."""
@@ -499,8 +475,8 @@ class Worker:
             "terminal": run.terminal,
             "failure": run.context.get("failure"),
             # name and digest only: the recorded path is the server's own file system
-            IDENTITY_KEY: ({k: v for k, v in ident.items() if k in ("name", "sha256")}
-                           if isinstance(ident := run.context.get(IDENTITY_KEY), dict) else ident),
+            RUNBOOK_IDENTITY: ({k: v for k, v in ident.items() if k in ("name", "sha256")}
+                           if isinstance(ident := run.context.get(RUNBOOK_IDENTITY), dict) else ident),
             "abort_requested": journal.abort_requested(run_id),
             "audit": [e.to_json() for e in items],
             "who": audit.summary(items),

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import SecretStr
 from waiting import wait_until
 
+from orchestrator.teamserver.guards import Admission, Decision
 from orchestrator.util.settings import Settings
 
 TOKEN = "srv-7d3c1f0a9b2e4d6f8a1c3e5b7d9f0a2c"
@@ -82,3 +83,35 @@ def sim_session_factory(settings: Settings) -> Any:
     from orchestrator.util.clock import ScaledClock
 
     return Session.open(settings, clock=ScaledClock(SPEED), retry=RetryPolicy(deadline_s=900, busy_wait_s=5))
+
+
+class CountingAdmission(Admission):
+    """`Admission` that also counts what it decided (install it with
+    `monkeypatch.setattr(serving, "Admission", CountingAdmission)`): refusals by reason, evictions,
+    and the most unauthenticated connections held at once."""
+
+    def __init__(self, **caps: int) -> None:
+        super().__init__(**caps)
+        self.refused: dict[str, int] = {}
+        self.evicted = 0
+        self.peak_unauthenticated = 0
+
+    def arrive(self, conn: Any, address: str) -> Decision:
+        decision = super().arrive(conn, address)
+        if not decision.admit:
+            self.refused[decision.reason] = self.refused.get(decision.reason, 0) + 1
+        self.evicted += len(decision.evict)
+        self.peak_unauthenticated = max(self.peak_unauthenticated, self.unauthenticated)
+        return decision
+
+
+def build_test_server(app: Any, port: int, monkeypatch: Any, **kw: Any) -> Any:
+    """`serving.build_server` on loopback (warnings only), with the module's timeouts given as
+    `header_timeout_s` / `tls_shutdown_s` set for this test."""
+    from orchestrator.teamserver import serving
+
+    for key, name in (("header_timeout_s", "HEADER_TIMEOUT_S"), ("tls_shutdown_s", "TLS_SHUTDOWN_TIMEOUT_S")):
+        if key in kw:
+            monkeypatch.setattr(serving, name, kw.pop(key))
+    kw.setdefault("log_level", "warning")
+    return serving.build_server(app, "127.0.0.1", port, **kw)

@@ -33,8 +33,9 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from helpers_server import AUTH, TOKEN, wait_for
+from helpers_server import AUTH, TOKEN, CountingAdmission, build_test_server, wait_for
 from orchestrator.hosts.redaction import Redactor
+from orchestrator.teamserver import guards, serving
 from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.auth import Authenticator, add_token
 from orchestrator.teamserver.cli import run_serve
@@ -43,21 +44,20 @@ from orchestrator.teamserver.serving import (
     MAX_CONNECTIONS,
     MAX_HEADER_BYTES,
     RateLimitedLog,
-    build_server,
     connections_for,
     fd_budget,
 )
 
 
 @pytest.fixture
-def serve_app():
+def serve_app(monkeypatch):
     started: list[tuple[Any, threading.Thread]] = []
 
     def start(app: Any, **kw: Any) -> int:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = build_server(app, "127.0.0.1", port, log_level="warning", **kw)
+        server = build_test_server(app, port, monkeypatch, **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         wait_for(lambda: server.started, "uvicorn to start")
@@ -92,8 +92,9 @@ def post_head(token: str | None, length: int = 1000) -> bytes:
             f"Content-Length: {length}\r\n\r\n").encode()
 
 
-def test_no_token_is_a_401_before_the_body(settings, serve_app):
-    port = serve_app(create_app(settings, token=TOKEN, adopt=False, body_timeout_s=600))
+def test_no_token_is_a_401_before_the_body(settings, serve_app, monkeypatch):
+    monkeypatch.setattr(guards, "BODY_TIMEOUT_S", 600)
+    port = serve_app(create_app(settings, token=TOKEN, adopt=False))
     for token in (None, "wrong-" + "x" * 40):
         s = connect(port)
         s.sendall(post_head(token) + b"{")  # one byte of a 1000-byte body, and nothing more
@@ -103,8 +104,9 @@ def test_no_token_is_a_401_before_the_body(settings, serve_app):
         s.close()
 
 
-def test_a_slow_body_with_a_token_ends_at_the_body_timeout(settings, serve_app):
-    port = serve_app(create_app(settings, token=TOKEN, adopt=False, body_timeout_s=0.5))
+def test_a_slow_body_with_a_token_ends_at_the_body_timeout(settings, serve_app, monkeypatch):
+    monkeypatch.setattr(guards, "BODY_TIMEOUT_S", 0.5)
+    port = serve_app(create_app(settings, token=TOKEN, adopt=False))
     s = connect(port)
     s.sendall(post_head(TOKEN) + b"{")
     head = answer(s)
@@ -211,7 +213,7 @@ def test_one_turn_of_writes_goes_out_in_one_send_and_close_flushes_first():
     asyncio.run(main())
 
 
-def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settings, tls_files):
+def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settings, tls_files, monkeypatch):
     """Over TLS a connection is the protocol's (and its address's) only once its handshake is
     done: a client that opens one and never says hello is closed after the header timeout, not
     asyncio's 60 s."""
@@ -219,8 +221,8 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(create_app(settings, token=TOKEN, adopt=False), "127.0.0.1", port, log_level="warning",
-                          tls_cert=cert_pem, tls_key=key_pem, header_timeout_s=0.5)
+    server = build_test_server(create_app(settings, token=TOKEN, adopt=False), port, monkeypatch,
+                               tls_cert=cert_pem, tls_key=key_pem, header_timeout_s=0.5)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -238,15 +240,15 @@ def test_a_tls_handshake_that_never_comes_is_closed_at_the_header_timeout(settin
 
 
 @pytest.fixture
-def running():
-    """start(app, **build_server kwargs) -> (server, port): a real uvicorn on loopback."""
+def running(monkeypatch):
+    """start(app, **build_test_server kwargs) -> (server, port): a real uvicorn on loopback."""
     started: list[tuple[Any, threading.Thread]] = []
 
     def start(app: Any, **kw: Any) -> tuple[Any, int]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        server = build_server(app, "127.0.0.1", port, log_level="warning", **kw)
+        server = build_test_server(app, port, monkeypatch, **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         wait_for(lambda: server.started, "uvicorn to start", timeout=15)
@@ -369,8 +371,9 @@ def test_a_timed_out_connection_is_aborted_at_once(settings, running, tls_files,
         half.close()
 
 
-def test_stalled_tls_handshakes_count_against_the_caps_and_are_timed(settings, running, tls_files):
+def test_stalled_tls_handshakes_count_against_the_caps_and_are_timed(settings, running, tls_files, monkeypatch):
     cert, key, ctx = tls_files
+    monkeypatch.setattr(serving, "Admission", CountingAdmission)
     server, port = running(create_app(settings, token=TOKEN, adopt=False), tls_cert=cert, tls_key=key,
                            header_timeout_s=1.0, per_address=3)
     stalled = [connect(port, "127.0.3.1") for _ in range(3)]  # no ClientHello, ever
@@ -382,7 +385,7 @@ def test_stalled_tls_handshakes_count_against_the_caps_and_are_timed(settings, r
         except ConnectionResetError:
             pass
         extra.close()
-        assert server.admission.refused["address"] >= 1
+        assert server.admission.refused.get("address", 0) >= 1
         with httpx.Client(verify=ctx, timeout=10) as c:  # others are served meanwhile
             assert c.get(f"https://127.0.0.1:{port}/runs", headers=AUTH).status_code == 200
         for s in stalled:  # each closed by the server at the header timeout

@@ -24,9 +24,9 @@ import time
 
 import httpx
 
-from helpers_server import AUTH, TOKEN, wait_for
+from helpers_server import AUTH, TOKEN, CountingAdmission, build_test_server, wait_for
+from orchestrator.teamserver import serving
 from orchestrator.teamserver.app import create_app
-from orchestrator.teamserver.serving import build_server
 
 TOTAL, RESERVE, PER_NETWORK, PER_ADDRESS = 48, 8, 12, 6
 FLOOD_NETWORKS = [f"127.0.{n}" for n in range(10, 14)]
@@ -96,14 +96,15 @@ class Flood:
         return self.opened
 
 
-def test_an_authenticated_client_is_served_throughout_a_flood(settings, tls_files):
+def test_an_authenticated_client_is_served_throughout_a_flood(settings, tls_files, monkeypatch):
     cert, key, ctx = tls_files
+    monkeypatch.setattr(serving, "Admission", CountingAdmission)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = build_server(create_app(settings, token=TOKEN, adopt=False), "127.0.0.1", port, log_level="error",
-                          access_log=False, tls_cert=cert, tls_key=key, header_timeout_s=2.0,
-                          limit_concurrency=TOTAL, reserve=RESERVE, per_network=PER_NETWORK, per_address=PER_ADDRESS)
+    server = build_test_server(create_app(settings, token=TOKEN, adopt=False), port, monkeypatch, log_level="error",
+                               access_log=False, tls_cert=cert, tls_key=key, header_timeout_s=2.0,
+                               limit_concurrency=TOTAL, reserve=RESERVE, per_network=PER_NETWORK, per_address=PER_ADDRESS)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     flood = Flood(port, ctx)

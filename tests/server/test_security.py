@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from waiting import wait_until_async
 
 import orchestrator.teamserver.worker as worker_mod
-from helpers_server import AUTH, HOST_TOKEN, TOKEN, wait_for
+from helpers_server import AUTH, HOST_TOKEN, TOKEN, build_test_server, wait_for
 from orchestrator.journal import SqliteJournal
 from orchestrator.journal.base import JournalError
 from orchestrator.language.runbook import DEFAULT_RUNBOOK, RUNBOOK_DIR, load_runbook_checked
@@ -35,7 +35,7 @@ from orchestrator.teamserver.app import create_app
 from orchestrator.teamserver.auth import add_token, check_token_strength
 from orchestrator.teamserver.cli import run_serve
 from orchestrator.teamserver.remote import remote
-from orchestrator.teamserver.serving import QueryStringFilter, build_server
+from orchestrator.teamserver.serving import QueryStringFilter
 from orchestrator.util.durations import parse_duration
 from orchestrator.util.user_errors import UserError
 
@@ -67,16 +67,15 @@ def fake_execute(monkeypatch: pytest.MonkeyPatch) -> FakeExecute:
 
 
 @pytest.fixture
-def serve_app() -> Iterator[Any]:
-    """start(app, **build_server kwargs) -> base URL of a real uvicorn serving `app` on loopback."""
+def serve_app(monkeypatch) -> Iterator[Any]:
+    """start(app, **build_test_server kwargs) -> base URL of a real uvicorn serving `app` on loopback."""
     started: list[tuple[Any, threading.Thread]] = []
 
     def start(app: Any, *, scheme: str = "http", **kw: Any) -> str:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        kw.setdefault("log_level", "warning")
-        server = build_server(app, "127.0.0.1", port, **kw)
+        server = build_test_server(app, port, monkeypatch, **kw)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         wait_for(lambda: server.started, "uvicorn to start")
@@ -149,8 +148,9 @@ def test_healthz_and_a_running_request_stay_fast_while_metrics_is_hammered(setti
     """A journal read for /metrics (a big journal's census) never holds the event loop: while the
     read is stuck, /healthz and a run's page still answer. The read is held on an event the test
     lets go only after the probes answered, so the proof does not depend on how fast anything is."""
-    app = create_app(settings, token=TOKEN, metrics_max_age=0.0)
+    app = create_app(settings, token=TOKEN)
     worker = app.state.worker
+    worker.metrics.snapshot.max_age = 0.0
     census_calls: list[str] = []
     reading, let_go = threading.Event(), threading.Event()
     real_counts = worker.run_counts
@@ -216,7 +216,8 @@ def test_the_servers_journal_calls_run_off_the_event_loop(settings, serve_app, f
         session.journal = Watched(session.journal)
         return session
 
-    app = create_app(settings, token=TOKEN, session_factory=factory, metrics_max_age=0.0)
+    app = create_app(settings, token=TOKEN, session_factory=factory)
+    app.state.worker.metrics.snapshot.max_age = 0.0
     url = serve_app(app)
     calls.clear()
     with httpx.Client(base_url=url, headers=AUTH, timeout=10) as c:

@@ -188,13 +188,6 @@ def test_an_unreachable_server_is_exit_2_naming_the_option_after_a_few_attempts(
     assert err.count("\n") == 1  # one line
 
 
-def test_without_follow_only_the_run_id_is_printed(capsys):
-    with respx.mock(base_url=URL) as r:
-        r.post("/runs").respond(202, json={"run_id": RUN})
-        assert remote(URL, TOKEN, "rollback", {"host": "gpu02", "replica": "all"}, as_json=False, follow=False) == 0
-    assert capsys.readouterr().out == f"{RUN}\n"
-
-
 def test_approve_and_abort(capsys):
     with respx.mock(base_url=URL) as r:
         ap = r.post(f"/runs/{RUN}/approve").respond(200, json={"run_id": RUN, "gate": "r2.soak", "approved_by": "x"})

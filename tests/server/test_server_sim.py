@@ -141,16 +141,13 @@ def test_remote_returns_the_outcomes_exit_code(sim_app, capsys):
     assert " fail -> " in captured.out  # human transition lines
 
 
-def test_remote_without_follow_prints_the_run_id_and_a_stopped_server_leaves_the_run_for_resume(
-        sim_app, live_server, capsys):
+def test_a_stopped_server_leaves_the_run_for_resume(sim_app, live_server):
     fleet, settings, app = sim_app()
     url = live_server(app)
-    rc = remote(url, TOKEN, "rollout", {"host": "gpu02", "tag": "v0.0.300", "yes": True, "soak": "0"},
-                as_json=False, follow=False)
-    assert rc == 0
-    run_id = capsys.readouterr().out.strip()
-    assert run_id.startswith("gpu02-")
     with httpx.Client(base_url=url, headers=AUTH) as c:
+        run_id = c.post("/runs", json={"action": "rollout", "host": "gpu02", "tag": "v0.0.300", "yes": True,
+                                       "soak": "0"}).json()["run_id"]
+        assert run_id.startswith("gpu02-")
         wait_for(lambda: c.get(f"/runs/{run_id}").json()["transitions"], "the run's first transition")
     live_server.stop_all()  # SIGTERM-like: the running task is cancelled mid-run
     j = SqliteJournal(settings.journal_location())

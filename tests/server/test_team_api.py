@@ -196,8 +196,8 @@ def test_the_submitter_and_the_adopter_are_journaled(settings, monkeypatch):
         j.record_transition(lease, orphan.run_id, "INIT", "ok", "preflight.read-env")
         j.release(lease)
         worker = app.state.worker
-        adopted = c.portal.call(worker.adopt_once) if hasattr(c, "portal") else asyncio.run(worker.adopt_once())
-        assert orphan.run_id in adopted
+        c.portal.call(worker.adopt_once) if hasattr(c, "portal") else asyncio.run(worker.adopt_once())
+        assert worker.runs[orphan.run_id].adopted
         d = c.get(f"/runs/{orphan.run_id}", headers=AUTH).json()
         assert d["who"]["adopted"] and d["who"]["adopted"][0]["by"].startswith("server ")
         assert [e["action"] for e in d["audit"]] == ["adopted"]
