@@ -63,11 +63,12 @@ def signalled_run(action: str, body: dict[str, Any], inventory: Path | None, ser
         yield session, get_run(session, body["run_id"])
 
 
-def signal_app(action: str, help: str, signal: Callable[[Any, Any, str], str]) -> typer.Typer:
-    """The command of a plain signal to RUN_ID (`pause`, `continue`): journaled with who asked."""
+def signal_app(action: str, signal: Callable[[Any, Any, str], str]) -> typer.Typer:
+    """The command of a plain signal to RUN_ID (`pause`, `continue`; help: its COMMANDS summary)."""
+    from orchestrator.cli import COMMANDS
     app = command_app()
 
-    @app.command(action, help=help)
+    @app.command(action, help=COMMANDS[action])
     def command(run_id: str = RunIdArg, inventory: Path | None = InventoryOpt, server: str | None = ServerOpt,
                 server_ca: Path | None = ServerCaOpt) -> None:
         from orchestrator.cli.consoles import out
