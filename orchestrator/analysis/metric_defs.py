@@ -57,41 +57,36 @@ class MetricDef:
         return self.kind in ("quantile", "mean", "share_above")
 
 
-def _quantiles(prefix: str, series: str, what: str, unit: str = "s") -> dict[str, MetricDef]:
-    return {f"{prefix}_p{p}": MetricDef(f"{prefix}_p{p}", "quantile", series, p / 100, unit, f"{what} p{p} over the window")
-            for p in (50, 90, 95, 99)}
+def _quantiles(prefix: str, series: str, what: str, unit: str = "s") -> list[MetricDef]:
+    return [MetricDef(f"{prefix}_p{p}", "quantile", series, p / 100, unit, f"{what} p{p} over the window")
+            for p in (50, 90, 95, 99)]
 
 
-METRICS: dict[str, MetricDef] = {
-    **_quantiles("ttft", TTFT, "time to first token"),
-    **_quantiles("tpot", TPOT, "time per output token"),
-    **_quantiles("e2e", E2E, "end-to-end request latency"),
-    **_quantiles("prompt_tokens", PROMPT_HIST, "prompt length (tokens)", "tokens"),
-    "long_prompt_share": MetricDef(
-        "long_prompt_share", "share_above", PROMPT_HIST, unit="share", threshold=LONG_PROMPT_TOKENS,
-        doc="share of the window's prompts longer than 64K (65,536) tokens, interpolated inside SGLang's "
-            "40000-66000 bucket: whether the replicas saw the same long-prompt mix"),
-    "http_5xx_rate": MetricDef("http_5xx_rate", "http_5xx_rate", HTTP_RESPONSES, unit="share",
-                               doc="responses of the generation endpoints with a 5xx status other than 503 / "
-                                   "all their responses over the window"),
-    "tpot_mean": MetricDef("tpot_mean", "mean", TPOT,
-                           doc="mean time per output token (the inter-token latency) over the window: the histogram's sum / count"),
-    "prompt_tokens_per_request": MetricDef("prompt_tokens_per_request", "per_request", PROMPT_TOKENS, unit="tokens",
-                                           doc="prompt tokens per request over the window (the traffic's input length)"),
-    "generation_tokens_per_request": MetricDef(
-        "generation_tokens_per_request", "per_request", GENERATION_TOKENS, unit="tokens",
-        doc="generated tokens per request over the window (the traffic's output length)"),
-    "error_rate": MetricDef("error_rate", "error_rate", ABORTED, unit="share",
-                            doc="aborted requests / requests over the window"),
-    "completion_rate": MetricDef("completion_rate", "completion_rate", ABORTED, unit="share",
-                                 doc="1 - aborted requests / requests over the window"),
-    "request_rate": MetricDef("request_rate", "request_rate", REQUESTS, unit="per_s",
-                              doc="requests per second over the window"),
-    "queue_depth_max": MetricDef("queue_depth_max", "gauge_max", QUEUE, unit="requests",
-                                 doc="the most requests waiting in the engine's queue at any scrape"),
-    "min_free_device_memory_gb": MetricDef(
-        "min_free_device_memory_gb", "gauge_min", FB_FREE, unit="GB", scale=1024.0, origin="dcgm",
-        doc="the least free device memory (GB) on any of the replica's GPUs at any scrape (DCGM)"),
-}
+METRICS: dict[str, MetricDef] = {d.name: d for d in [
+    *_quantiles("ttft", TTFT, "time to first token"),
+    *_quantiles("tpot", TPOT, "time per output token"),
+    *_quantiles("e2e", E2E, "end-to-end request latency"),
+    *_quantiles("prompt_tokens", PROMPT_HIST, "prompt length (tokens)", "tokens"),
+    MetricDef("long_prompt_share", "share_above", PROMPT_HIST, unit="share", threshold=LONG_PROMPT_TOKENS,
+              doc="share of the window's prompts longer than 64K (65,536) tokens, interpolated inside SGLang's "
+                  "40000-66000 bucket: whether the replicas saw the same long-prompt mix"),
+    MetricDef("http_5xx_rate", "http_5xx_rate", HTTP_RESPONSES, unit="share",
+              doc="responses of the generation endpoints with a 5xx status other than 503 / all their responses over "
+                  "the window"),
+    MetricDef("tpot_mean", "mean", TPOT,
+              doc="mean time per output token (the inter-token latency) over the window: the histogram's sum / count"),
+    MetricDef("prompt_tokens_per_request", "per_request", PROMPT_TOKENS, unit="tokens",
+              doc="prompt tokens per request over the window (the traffic's input length)"),
+    MetricDef("generation_tokens_per_request", "per_request", GENERATION_TOKENS, unit="tokens",
+              doc="generated tokens per request over the window (the traffic's output length)"),
+    MetricDef("error_rate", "error_rate", ABORTED, unit="share", doc="aborted requests / requests over the window"),
+    MetricDef("completion_rate", "completion_rate", ABORTED, unit="share",
+              doc="1 - aborted requests / requests over the window"),
+    MetricDef("request_rate", "request_rate", REQUESTS, unit="per_s", doc="requests per second over the window"),
+    MetricDef("queue_depth_max", "gauge_max", QUEUE, unit="requests",
+              doc="the most requests waiting in the engine's queue at any scrape"),
+    MetricDef("min_free_device_memory_gb", "gauge_min", FB_FREE, unit="GB", scale=1024.0, origin="dcgm",
+              doc="the least free device memory (GB) on any of the replica's GPUs at any scrape (DCGM)"),
+]}
 #: gauges need this many scrapes carrying them (a value seen once is not a window)
 GAUGE_MIN_SCRAPES = 2

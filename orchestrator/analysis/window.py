@@ -214,14 +214,12 @@ def value_of(d: MetricDef, counters: Mapping[str, float], histograms: Mapping[st
              seconds: float) -> tuple[float | None, float]:
     """(value, observations) of a counter or histogram metric over summed increases; the series
     it needs are there (`measure` checks that first)."""
-    if d.kind == "quantile":
+    if d.hist:
         h = histograms[d.source]
-        return quantile(d.q or 0.0, h), h.count
-    if d.kind == "mean":
-        h = histograms[d.source]
-        return (h.sum / h.count if h.count > 0 else None), h.count
-    if d.kind == "share_above":
-        h = histograms[d.source]
+        if d.kind == "quantile":
+            return quantile(d.q or 0.0, h), h.count
+        if d.kind == "mean":
+            return (h.sum / h.count if h.count > 0 else None), h.count
         return share_above(d.threshold or 0.0, h), h.count
     if d.kind == "http_5xx_rate":
         served = counters[HTTP_SERVED]

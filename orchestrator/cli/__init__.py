@@ -114,16 +114,6 @@ def _usage_line(exc: Any) -> str:
     return f"{path}: {text} (see `{path} --help`)"
 
 
-def _click_exceptions() -> tuple[type[BaseException], ...]:
-    """typer vendors its own click (typer._click), whose exceptions derive from typer.TyperException;
-    a separately installed click has its own classes. Both mean a usage error."""
-    classes: list[type[BaseException]] = [typer.TyperException]
-    click = sys.modules.get("click")  # not imported: none of its exceptions can have been raised
-    if click is not None:
-        classes.append(click.exceptions.ClickException)
-    return tuple(classes)
-
-
 def _unexpected(exc: Exception) -> int:
     """An error no command caught as one line and an exit code."""
     # imported on the error path: most of a second of start-up that `--help` never needs
@@ -173,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as exc:
         err.print(f"orchestrate: {exc}", markup=False)
         sys.exit(int(exc.code))
-    except _click_exceptions() as exc:
+    except typer.TyperException as exc:  # typer's own click (typer._click): a usage error
         if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
             out.print(exc.ctx.get_help(), markup=False)  # type: ignore[attr-defined]  # click's NoArgsIsHelpError carries ctx; checked above
             err.print("orchestrate: a command is needed (listed above)", markup=False)

@@ -24,15 +24,13 @@ InventoryOpt = typer.Option(
     None, "--inventory", metavar="PATH",
     help="Host inventory YAML. Default: $ORCHESTRATOR_INVENTORY, else ./config/hosts.yaml, "
          "else $XDG_CONFIG_HOME/orchestrator/hosts.yaml (~/.config/orchestrator/hosts.yaml)")
-RUN_JSON_HELP = ("Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each event "
-                 "(run_started, step_started, waiting, log_line, effect, transition, note, run_finished), "
-                 "then {\"event\": \"summary\", run_id, host, kind, tag, state, outcome, message, ...}")
-JsonOpt = flag("--json", RUN_JSON_HELP)
+JsonOpt = flag("--json", "Machine output: one JSON object per line on stdout, {\"event\": KIND, ...} for each event "
+                         "(run_started, step_started, waiting, log_line, effect, transition, note, run_finished), "
+                         "then {\"event\": \"summary\", run_id, host, kind, tag, state, outcome, message, ...}")
 ServerOpt = typer.Option(None, "--server", metavar="URL",
                          help="Send this to the `orchestrate serve` at URL instead of running it here (token: $ORCHESTRATOR_SERVER_TOKEN)")
 ServerCaOpt = typer.Option(None, "--server-ca", metavar="FILE",
                            help="CA certificate that the --server https:// URL must chain to (default: $ORCHESTRATOR_SERVER_CA)")
-HostArg = typer.Argument(..., metavar="HOST", help="Host name from the inventory, e.g. gpu02")
 RunIdArg = typer.Argument(..., metavar="RUN_ID", help="Run id, as `orchestrate runs` lists them (e.g. gpu02-20261130T0812-7f3a)")
 SoakOpt = typer.Option(None, "--soak", metavar="DURATION",
                        help="Override every soak duration (e.g. 30m, 2h; 0 skips the wait, not the approval)")
@@ -65,11 +63,12 @@ def signalled_run(action: str, body: dict[str, Any], inventory: Path | None, ser
         yield session, get_run(session, body["run_id"])
 
 
-def signal_app(action: str, help: str, signal: Callable[[Any, Any, str], str]) -> typer.Typer:
-    """The command of a plain signal to RUN_ID (`pause`, `continue`): journaled with who asked."""
+def signal_app(action: str, signal: Callable[[Any, Any, str], str]) -> typer.Typer:
+    """The command of a plain signal to RUN_ID (`pause`, `continue`; help: its COMMANDS summary)."""
+    from orchestrator.cli import COMMANDS
     app = command_app()
 
-    @app.command(action, help=help)
+    @app.command(action, help=COMMANDS[action])
     def command(run_id: str = RunIdArg, inventory: Path | None = InventoryOpt, server: str | None = ServerOpt,
                 server_ca: Path | None = ServerCaOpt) -> None:
         from orchestrator.cli.consoles import out

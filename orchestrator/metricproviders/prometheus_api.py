@@ -69,14 +69,20 @@ async def read_replica(client: Any, replica: str, at: float, *, replica_label: s
                        selector: str = "", matchers: str | None = None) -> Scrape:
     """One instant read of `replica`'s series through `client` (`PrometheusQueryClient`), stamped `at`."""
     status, text = await client.query(replica_query(replica, replica_label, selector, matchers))
+    return parse_vector(_answer(status, text), at)
+
+
+def _answer(status: int, text: str, no_error: str = "") -> Any:
+    """The JSON of an answer of the query API, else `PrometheusUnreadable`: not JSON, an HTTP error,
+    or (`no_error` given: what the message then says) no `status: success`."""
     try:
         answer = json.loads(text)
     except ValueError:
         raise PrometheusUnreadable(f"the query API answered HTTP {status} without JSON") from None
-    if status != 200:
+    if status != 200 or (no_error and (not isinstance(answer, dict) or answer.get("status") != "success")):
         err = answer.get("error") if isinstance(answer, dict) else None
-        raise PrometheusUnreadable(f"the query API answered HTTP {status}" + (f": {str(err)[:200]}" if err else ""))
-    return parse_vector(answer, at)
+        raise PrometheusUnreadable(f"the query API answered HTTP {status}" + (f": {str(err)[:200]}" if err else no_error))
+    return answer
 
 
 @dataclass(frozen=True)
@@ -101,15 +107,7 @@ def _value(pair: Any) -> float:
 def parse_query_answer(status: int, text: str) -> list[QuerySeries]:
     """The series of one answer of `/api/v1/query(_range)`: a vector, matrix or scalar, else
     `PrometheusUnreadable`."""
-    try:
-        answer = json.loads(text)
-    except ValueError:
-        raise PrometheusUnreadable(f"the query API answered HTTP {status} without JSON") from None
-    if status != 200 or not isinstance(answer, dict) or answer.get("status") != "success":
-        err = answer.get("error") if isinstance(answer, dict) else None
-        raise PrometheusUnreadable(f"the query API answered HTTP {status}" + (f": {str(err)[:200]}" if err else
-                                                                              " without status: success"))
-    data = answer.get("data")
+    data = _answer(status, text, " without status: success").get("data")
     kind = data.get("resultType") if isinstance(data, dict) else None
     result = data.get("result") if isinstance(data, dict) else None
     try:

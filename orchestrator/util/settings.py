@@ -139,8 +139,8 @@ def describe_validation_error(exc: ValidationError) -> str:
     return f"ORCHESTRATOR_{field.upper()} (environment or .env) is invalid: {msg}{more}; fix or unset it"
 
 
-def load_settings(**overrides: Any) -> Settings:
+def load_settings() -> Settings:
     try:
-        return Settings(**overrides)
+        return Settings()
     except ValidationError as exc:
         raise UserError(describe_validation_error(exc)) from None

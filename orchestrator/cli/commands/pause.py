@@ -5,5 +5,4 @@ from __future__ import annotations
 from orchestrator.cli.options import signal_app
 from orchestrator.service import signals
 
-app = signal_app("pause", "Hold RUN_ID at its next safe step (never between a down and its replacement's readiness) "
-                          "until `orchestrate continue RUN_ID` (journaled, with who asked).", signals.pause)
+app = signal_app("pause", signals.pause)

@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli.options import (
-    HostArg,
     InventoryOpt,
     JsonOpt,
     ServerCaOpt,
@@ -26,7 +25,7 @@ app = command_app()
 
 @app.command()
 def rollback(
-    host: str = HostArg,
+    host: str = typer.Argument(..., metavar="HOST", help="Host name from the inventory, e.g. gpu02"),
     replica: str = typer.Option("all", "--replica", metavar="all|r2|r1",
                                 help="Which replicas (all: r2 first, one replica serving at every moment)"),
     to_tag: str | None = typer.Option(None, "--to-tag", metavar="TAG",

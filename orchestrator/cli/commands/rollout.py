@@ -66,9 +66,21 @@ def rollout(
                             "then the fleet command again (hosts at the target end DONE with nothing sent)")
         if server:
             raise UserError("--hosts runs here, not through --server: run the fleet on the machine that holds the journal")
-        _fleet(hosts, tag, runbook, yes=yes, soak=soak, as_json=as_json, inventory=inventory,
-               skip_tag_age_check=skip_tag_age_check, overrides=override_prerequisite)
-        return
+        runs.check_fleet_options(tag, soak)
+        done = runs.fleet(FleetRequest(hosts=tuple(parse_hosts(hosts)), tag=tag, runbook=runbook, yes=yes, soak=soak,
+                                       skip_tag_age_check=skip_tag_age_check, overrides=tuple(override_prerequisite)),
+                          inventory, hooks(as_json))
+        result = done.result
+        text = result.summary(tag, done.runbook)
+        if as_json:
+            sys.stdout.write(json.dumps({"event": "fleet_summary", "outcome": str(result.outcome), "hosts": done.hosts,
+                                         "runs": [r.run_id for r in result.runs], "stopped_at": result.stopped_at,
+                                         "not_started": result.not_started, "message": text}) + "\n")
+        else:
+            (out if result.outcome == Outcome.DONE else err).print(shown(text), markup=False)
+        if result.interrupted is not None:
+            INTERRUPT_TOLD.append(True)
+        raise typer.Exit(done.exit_code)
     if host is None:
         raise UserError("give a HOST (e.g. gpu02), or --hosts gpu03,gpu04,gpu23 for a fleet run")
     if runbook is None:
@@ -85,22 +97,3 @@ def rollout(
                          skip_tag_age_check=skip_tag_age_check, overrides=tuple(override_prerequisite))
     finish(runs.rollout(req, inventory, hooks(as_json)), as_json)
 
-
-def _fleet(hosts_text: str, tag: str, runbook: str | None, *, yes: bool, soak: str | None, as_json: bool,
-           inventory: Path | None, skip_tag_age_check: bool, overrides: list[str]) -> None:
-    """`rollout --hosts`: the service's fleet run; its summary and exit code here."""
-    runs.check_fleet_options(tag, soak)
-    req = FleetRequest(hosts=tuple(parse_hosts(hosts_text)), tag=tag, runbook=runbook, yes=yes, soak=soak,
-                       skip_tag_age_check=skip_tag_age_check, overrides=tuple(overrides))
-    done = runs.fleet(req, inventory, hooks(as_json))
-    result = done.result
-    text = result.summary(tag, done.runbook)
-    if as_json:
-        sys.stdout.write(json.dumps({"event": "fleet_summary", "outcome": str(result.outcome), "hosts": done.hosts,
-                                     "runs": [r.run_id for r in result.runs], "stopped_at": result.stopped_at,
-                                     "not_started": result.not_started, "message": text}) + "\n")
-    else:
-        (out if result.outcome == Outcome.DONE else err).print(shown(text), markup=False)
-    if result.interrupted is not None:
-        INTERRUPT_TOLD.append(True)
-    raise typer.Exit(done.exit_code)
