@@ -12,6 +12,13 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# A property holds or not whatever the machine's load: hypothesis's per-example deadline (200 ms)
+# and its too-slow health check are timings, which fail on a loaded 2-core machine and say nothing
+# about the product. Speed goals live in bench/.
+settings.register_profile("orchestrator", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("orchestrator")
 
 #: docker's log rotation in every simulator a test starts: `--sim-log-lines N` sets it for the
 #: whole run, in-process (SimConfig's default) and in subprocesses (inherited); `make test-short-logs`.
