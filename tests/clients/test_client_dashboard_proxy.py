@@ -121,7 +121,7 @@ async def test_model_proxy_routes_and_presence():
             base_presence = await mp.presence("10.0.0.2:8001", BASE_DOMAIN)
             by_host = await mp.presence("10.0.0.2", LONG)
             with pytest.raises(RequestInvalid):
-                await mp.backends_list("")
+                await mp.presence("10.0.0.2:8001", "")
         assert r.routes[0].calls.last.request.headers["authorization"] == "Bearer mp-token-secret"
     assert long_presence.listed and long_presence.healthy
     assert not base_presence.listed and not base_presence.healthy
@@ -133,7 +133,7 @@ async def test_model_proxy_without_token_sends_no_auth_and_bad_backends_list_is_
         route = r.get("/backends/list").mock(return_value=httpx.Response(200, json={"total_backends": 1}))
         async with ModelProxyClient("peer-2", PEER, retry=FAST) as mp:
             with pytest.raises(MalformedResponse) as err:
-                await mp.backends_list(LONG)
+                await mp.presence("10.0.0.2:8001", LONG)
         assert "authorization" not in route.calls.last.request.headers
     assert err.value.system == "model-proxy:peer-2"
 
