@@ -47,20 +47,12 @@ class BudgetError(ValueError):
 
 @dataclass(frozen=True)
 class Budget:
-    """One replica's budget: absolute `bytes` or a `percent` of available RAM (exactly one set);
-    `text` as written."""
+    """One replica's budget: absolute `bytes` or a `percent` of available RAM (exactly one set,
+    positive, a percentage at most 100: `parse_budget` makes every one); `text` as written."""
 
     text: str
     bytes: int | None = None
     percent: Decimal | None = None
-
-    def __post_init__(self) -> None:
-        if (self.bytes is None) == (self.percent is None):
-            raise BudgetError(f"budget {self.text!r}: give exactly one of bytes or percent")
-        if self.bytes is not None and (isinstance(self.bytes, bool) or self.bytes <= 0):
-            raise BudgetError(f"budget {self.text!r} must be a positive number of bytes")
-        if self.percent is not None and not Decimal(0) < self.percent <= Decimal(100):
-            raise BudgetError(f"budget {self.text!r} must be a percentage above 0 and at most 100")
 
     def resolve(self, available_bytes: int) -> int:
         """Bytes this budget books when `available_bytes` are available at its engine's start."""

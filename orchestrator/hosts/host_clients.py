@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,8 @@ class HostClients:
     dashboard: DashboardClient
     peers: list[ModelProxyClient]
     inference: InferenceClient
-    relay_factory: Callable[[str, str], SoakRelayClient]
+    #: the run's, shared by the relay clients made later
+    redactor: Redactor
     #: for the orchestrator's own tag check (merged, old enough)
     github: GitHubClient | None = None
     #: every inventory host -> its model-proxy address (the capacity guard reads the other hosts')
@@ -42,7 +42,7 @@ class HostClients:
     _opened: list = field(default_factory=list)
 
     def relay(self, url: str, token: str) -> SoakRelayClient:
-        client = self.relay_factory(url, token)
+        client = SoakRelayClient(url, token, transport=self.transport, redactor=self.redactor)
         self._opened.append(client)
         return client
 
@@ -60,9 +60,6 @@ def build_host_clients(settings: Settings, inventory: Inventory, entry: HostEntr
                        clock: Clock | None = None) -> HostClients:
     common: dict[str, Any] = dict(transport=transport, retry=retry, clock=clock)
 
-    def relay_factory(url: str, token: str) -> SoakRelayClient:
-        return SoakRelayClient(url, token, transport=transport, redactor=redactor)
-
     github = GitHubClient(settings.github_api_url, settings.github_token, redactor=redactor, **common)
     return HostClients(
         compose=ComposeManagerClient(str(entry.compose_manager_url), settings.compose_manager_token, redactor=redactor, **common),
@@ -70,7 +67,7 @@ def build_host_clients(settings: Settings, inventory: Inventory, entry: HostEntr
         peers=[ModelProxyClient(name, str(url), settings.model_proxy_token, **common)
                for name, url in inventory.model_proxy_peers.items()],
         inference=InferenceClient(str(entry.inference_endpoint), settings.inference_token, transport=transport, redactor=redactor),
-        relay_factory=relay_factory,
+        redactor=redactor,
         github=github,
         addresses={name: h.model_proxy_address for name, h in inventory.hosts.items()},
         instance_names={name: h.instance_name for name, h in inventory.hosts.items()},

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from orchestrator.util.user_errors import UserError
 
@@ -60,7 +61,7 @@ class HostEntry(_Strict):
     @classmethod
     def _not_reserved(cls, v: str | None) -> str | None:
         if v in RESERVED_PROJECTS:
-            raise ValueError(f"{v!r} is reserved by compose-manager; omit it for the default project")
+            raise PydanticCustomError("reserved", f"{v!r} is reserved (project: omit it for the default project)")
         return v
 
     def relay_url(self, port: int) -> str:
@@ -99,10 +100,7 @@ class Inventory(_Strict):
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    if loc.endswith(".project") and err.get("input") in RESERVED_PROJECTS:
-        return f"{loc}: {err['input']!r} is reserved (project: omit it for the default project)"
-    return f"{loc}: {err['msg']}"
+    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
 
 
 def load_inventory(path: Path) -> Inventory:

@@ -44,12 +44,8 @@ class LogGate:
                                   if budget is not None else [])
         self.seen = {p: set() for p in self.required_per_rank}
 
-    @property
-    def done(self) -> bool:
-        return self.result.passed or self.result.failed
-
     def feed(self, line: str) -> LogGateResult:
-        if self.done:
+        if self.result.passed or self.result.failed:
             return self.result
         for bad in self.forbidden:
             if bad in line:

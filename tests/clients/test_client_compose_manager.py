@@ -338,8 +338,7 @@ async def test_env_must_be_an_envmap(router, client):
 
 
 def test_request_helpers():
-    req = ComposeRequest(tag="t", file=NEW_FILE, services=[R2], project="work")  # a list becomes a tuple
-    assert req.services == (R2,)
+    req = ComposeRequest(tag="t", file=NEW_FILE, services=(R2,), project="work")
     dry = req.as_dry_run()
     assert dry.dry_run and not req.dry_run
     assert req.redacted(len(ENV)) == {

@@ -38,7 +38,8 @@ def dash_router():
 
 async def test_instance_by_name_keeps_the_env_map_exactly(dash_router):
     async with DashboardClient(DASH, DASH_TOKEN, retry=FAST) as dash:
-        inst = await dash.instance(name="gpu02")
+        assert (await dash.env_map(name="gpu02")).as_body() == GPU02_ENV
+        inst = next(i for i in await dash.list_instances() if i.name == "gpu02")
         assert inst.env == EnvMap(GPU02_ENV) and inst.env.as_body() == GPU02_ENV
         assert inst.id == "1" and inst.name == "gpu02"
         assert await dash.env_map(name="gpu13") == EnvMap({"ENV": "prod"})
@@ -54,10 +55,10 @@ async def test_instance_by_name_keeps_the_env_map_exactly(dash_router):
 async def test_host_not_found_and_listed_twice_name_the_host(dash_router):
     async with DashboardClient(DASH, DASH_TOKEN, retry=FAST) as dash:
         with pytest.raises(HostNotFound) as err:
-            await dash.instance(name="gpu42")
+            await dash.env_map(name="gpu42")
         assert "gpu42" in str(err.value) and "gpu02" in str(err.value)
         with pytest.raises(HostListedTwice) as err:
-            await dash.instance(name="gpu07")
+            await dash.env_map(name="gpu07")
         assert "gpu07" in str(err.value) and "2 times" in str(err.value)
         with pytest.raises(MalformedResponse):
             await dash.env_map(name="gpu99")  # no env_vars at all: the full map is unknown
@@ -120,7 +121,7 @@ async def test_model_proxy_routes_and_presence():
             base_presence = await mp.presence("10.0.0.2:8001", BASE_DOMAIN)
             by_host = await mp.presence("10.0.0.2", LONG)
             with pytest.raises(RequestInvalid):
-                await mp.backends_list("")
+                await mp.presence("10.0.0.2:8001", "")
         assert r.routes[0].calls.last.request.headers["authorization"] == "Bearer mp-token-secret"
     assert long_presence.listed and long_presence.healthy
     assert not base_presence.listed and not base_presence.healthy
@@ -132,7 +133,7 @@ async def test_model_proxy_without_token_sends_no_auth_and_bad_backends_list_is_
         route = r.get("/backends/list").mock(return_value=httpx.Response(200, json={"total_backends": 1}))
         async with ModelProxyClient("peer-2", PEER, retry=FAST) as mp:
             with pytest.raises(MalformedResponse) as err:
-                await mp.backends_list(LONG)
+                await mp.presence("10.0.0.2:8001", LONG)
         assert "authorization" not in route.calls.last.request.headers
     assert err.value.system == "model-proxy:peer-2"
 

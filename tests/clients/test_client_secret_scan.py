@@ -152,7 +152,8 @@ async def test_dashboard_model_proxy_and_inference_error_paths_leak_nothing(capl
             router.get("/api/instances").mock(side_effect=[
                 err(400, f"bad bearer {DASH_TOKEN}"),
                 httpx.Response(200, json=[{"id": 1, "name": "gpu02", "url": "u", "bearer_token": "host-bearer-token-999", "env_vars": instance_env}]),
-                httpx.Response(200, json=[{"id": 1, "name": "gpu02", "url": "u", "bearer_token": "host-bearer-token-999", "env_vars": ENV.as_body()}]),
+                *[httpx.Response(200, json=[{"id": 1, "name": "gpu02", "url": "u", "bearer_token": "host-bearer-token-999",
+                                             "env_vars": ENV.as_body()}]) for _ in range(2)],
             ])
             async with DashboardClient(DASH, DASH_TOKEN, retry=FAST, redactor=shared) as dash:
                 for call in (dash.list_instances, dash.list_instances):
@@ -160,8 +161,9 @@ async def test_dashboard_model_proxy_and_inference_error_paths_leak_nothing(capl
                         await call()
                     except ClientError as exc:
                         collect(texts, exc)
-                instance = await dash.instance(name="gpu02")
-                texts += [repr(instance), str(instance), repr(instance.env)]
+                env = await dash.env_map(name="gpu02")
+                (instance,) = await dash.list_instances()
+                texts += [repr(instance), str(instance), repr(instance.env), repr(env)]
         with respx.mock(base_url=PEER) as router:
             router.get("/backends/list").mock(return_value=err(401, f"bad {PEER_TOKEN} {env_echo}"))
             async with ModelProxyClient("peer-1", PEER, PEER_TOKEN, retry=FAST, redactor=shared) as mp:

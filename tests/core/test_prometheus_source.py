@@ -224,7 +224,7 @@ def test_the_query_client_of_a_step_goes_through_the_run_s_transport():
         seen.append(str(request.url.path))
         return httpx.Response(200, json=_vector(10))
 
-    clients = HostClients(compose=None, dashboard=None, peers=[], inference=None, relay_factory=None,  # type: ignore[arg-type]  # only the query API is used
+    clients = HostClients(compose=None, dashboard=None, peers=[], inference=None, redactor=None,  # type: ignore[arg-type]  # only the query API is used
                           transport=httpx.MockTransport(answer))
 
     async def go():

@@ -47,9 +47,8 @@ from orchestrator.hosts.clients.errors import (
     ComposeFailed,
     MalformedResponse,
     TagNotFound,
+    TransportError,
     check_ok_envelope,
-    error_for_status,
-    transport_error,
 )
 from orchestrator.hosts.clients.http_session import HttpSession
 from orchestrator.hosts.clients.retry import call_with_retry
@@ -124,15 +123,12 @@ class ComposeManagerClient(HttpSession):
         return _output(payload, "compose/logs")
 
     async def ps(self, project: str | None = None) -> list[Container]:
-        """The RUNNING containers of one compose project (None: the default `work`)."""
+        """The RUNNING containers of one compose project (None: the default `work`), of those of
+        every project `GET /docker/ps` lists."""
         if project is not None and project != DEFAULT_PROJECT:
             validate_project(project)
-        return [c for c in await self.ps_all() if c.project == (project or DEFAULT_PROJECT)]
-
-    async def ps_all(self) -> list[Container]:
-        """`GET /docker/ps`: the running containers of every project on the host."""
         output = _output(await self._read("GET", "/docker/ps", what="ps"), "docker/ps")
-        return _parsed("docker/ps output", parse_docker_ps, output)
+        return [c for c in _parsed("docker/ps output", parse_docker_ps, output) if c.project == (project or DEFAULT_PROJECT)]
 
     async def version(self) -> VersionInfo:
         """`.project(p).current/.previous` (the last successful ups) are the only valid rollback targets."""
@@ -178,23 +174,12 @@ class ComposeManagerClient(HttpSession):
         stream_timeout = httpx.Timeout(self.timeout_s, read=self.stream_idle_timeout_s)
 
         async def open_stream() -> httpx.Response:
-            request = self._http.build_request("POST", route, json=body, timeout=stream_timeout)
             try:
-                response = await self._http.send(request, stream=True)
-            except httpx.HTTPError as exc:
-                err = transport_error(SYSTEM, exc, self.redactor)
+                return await self.request("POST", route, json_body=body, stream=True, timeout=stream_timeout)
+            except TransportError as err:
                 if err.request_sent:
                     raise _SentButLost(err.detail) from None
-                raise err from None
-            if not response.is_success:
-                try:
-                    await response.aread()
-                except httpx.HTTPError:
-                    pass
-                finally:
-                    await response.aclose()
-                raise error_for_status(SYSTEM, response, self.redactor)
-            return response
+                raise
 
         try:
             response = await call_with_retry(open_stream, self.retry, mutating=True, what=f"{SYSTEM} {action}", clock=self._clock)

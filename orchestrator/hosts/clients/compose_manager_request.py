@@ -85,10 +85,6 @@ class ComposeRequest:
     dry_run: bool = False
     allow_force_recreate: bool = False  # set only by a runbook step that explicitly allows it
 
-    def __post_init__(self) -> None:
-        if isinstance(self.services, list):
-            object.__setattr__(self, "services", tuple(self.services))
-
     def validate(self, env: EnvMap, *, action: ComposeVerb = "up") -> None:
         if not isinstance(self.tag, str) or not self.tag or any(c.isspace() for c in self.tag) or _BAD_TEXT_RE.search(self.tag):
             raise _invalid("tag", "must be a non-empty git tag without whitespace")

@@ -74,8 +74,9 @@ class DashboardClient(HttpSession):
         log.info("dashboard.instances", count=len(instances))
         return instances
 
-    async def instance(self, name: str) -> Instance:
-        """The one instance with this name: HostNotFound / HostListedTwice."""
+    async def env_map(self, name: str) -> EnvMap:
+        """The env map of the one instance with this name: HostNotFound / HostListedTwice, and
+        MalformedResponse when it lists no env_vars."""
         instances = await self.list_instances()
         host = repr(name)
         matches = [i for i in instances if i.name == name]
@@ -91,10 +92,6 @@ class DashboardClient(HttpSession):
             )
         found = matches[0]
         log.info("dashboard.instance", **self.redactor.scrub_obj(dict(name=found.name, id=found.id, env_keys=len(found.env))))
-        return found
-
-    async def env_map(self, name: str) -> EnvMap:
-        found = await self.instance(name)
         if not found.env_present:
             raise MalformedResponse(SYSTEM, f"instance {found.name!r} has no env_vars: its full env map is unknown")
         return found.env

@@ -106,10 +106,6 @@ def describe_body(response: httpx.Response) -> str:
     return f"{ctype}, {len(response.content)} bytes"
 
 
-def _is_plain_text(response: httpx.Response) -> bool:
-    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/plain"
-
-
 def server_message(response: httpx.Response) -> str | None:
     """The `error` (or `detail`/`message`) text of a JSON error body, else None."""
     try:
@@ -142,7 +138,8 @@ def error_for_status(system: str, response: httpx.Response, redactor: Redactor) 
     status = response.status_code
     raw = server_message(response)
     text = _clip(redactor.scrub(raw)) if raw is not None else None
-    if text is None and 400 <= status < 500 and _is_plain_text(response) and response.content.strip():
+    plain = response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/plain"
+    if text is None and 400 <= status < 500 and plain and response.content.strip():
         text = _clip(redactor.scrub(response.content.decode("utf-8", "replace")))
     shown = text if text is not None else f"non-JSON body ({describe_body(response)})"
     if status in (401, 403):

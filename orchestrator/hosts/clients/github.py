@@ -19,9 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
-from orchestrator.hosts.clients.errors import ClientError, ServerError, TransportError, Unauthorized, transport_error
+from orchestrator.hosts.clients.errors import ClientError, ServerError, TransportError, Unauthorized
 from orchestrator.hosts.clients.http_session import HttpSession
 from orchestrator.hosts.clients.retry import RetryPolicy, call_with_retry
 
@@ -68,10 +66,7 @@ class GitHubClient(HttpSession):
 
     async def _get(self, path: str, want: type = dict) -> dict[str, Any]:
         async def attempt() -> dict[str, Any]:
-            try:
-                response = await self._http.get(path)
-            except httpx.HTTPError as exc:
-                raise transport_error(SYSTEM, exc, self.redactor) from None
+            response = await self.request("GET", path, any_status=True)
             status = response.status_code
             if status == 404:
                 raise _NotFound(path)

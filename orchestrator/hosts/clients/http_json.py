@@ -35,7 +35,7 @@ class PullRequestStatus:
 @dataclass
 class ExternalReads:
     redactor: Redactor
-    github: GitHubClient | None = None
+    github: GitHubClient
     transport: httpx.AsyncBaseTransport | None = None
 
     async def json(self, url: str, token: str | None = None, system: str = SYSTEM) -> Any:
@@ -49,15 +49,10 @@ class ExternalReads:
         payload = await self.json(base_url.rstrip("/") + "/backends/list", token, system="in-host proxy")
         return parse_backends_list(payload, "in-host proxy")
 
-    def _gh(self) -> GitHubClient:
-        if self.github is None:
-            raise GitHubUnreachable("github", "no GitHub client is configured")
-        return self.github
-
     async def pull_request(self, repo: str, tag: str) -> PullRequestStatus | None:
         """The merged (else the first) PR the tag's commit belongs to, with its head's check runs;
         None when the tag does not exist. `GitHubUnreachable` when GitHub cannot answer."""
-        gh = self._gh()
+        gh = self.github
         sha = await gh.tag_commit(repo, tag)
         if sha is None:
             return None
@@ -81,9 +76,8 @@ class ExternalReads:
 
     async def file_sha256(self, repo: str, path: str, tag: str) -> str | None:
         """sha256 of a file's bytes at a tag (GitHub's contents API); None if it is not there."""
-        gh = self._gh()
         try:
-            payload = await gh._get(f"/repos/{repo}/contents/{quote(path)}?ref={quote(tag, safe='')}")
+            payload = await self.github._get(f"/repos/{repo}/contents/{quote(path)}?ref={quote(tag, safe='')}")
         except _NotFound:
             return None
         content = payload.get("content")

@@ -56,13 +56,24 @@ class HttpSession:
         )
 
     async def request(self, method: str, path: str, *, json_body: Any = None, params: dict[str, str] | None = None,
-                      headers: dict[str, str] | None = None) -> httpx.Response:
-        """One request: its 2xx answer, else the taxonomy's error (a transport failure's too)."""
+                      headers: dict[str, str] | None = None, stream: bool = False, timeout: httpx.Timeout | None = None,
+                      any_status: bool = False) -> httpx.Response:
+        """One request: its 2xx answer (`any_status`: any answer), else the taxonomy's error (a
+        transport failure's too). `stream`: the body is left unread (read and closed here on a refusal)."""
         try:
-            response = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+            request = self._http.build_request(method, path, json=json_body, params=params, headers=headers,
+                                               timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+            response = await self._http.send(request, stream=stream)
         except httpx.HTTPError as exc:
             raise transport_error(self.system, exc, self.redactor) from None
-        if not response.is_success:
+        if not response.is_success and not any_status:
+            if stream:
+                try:
+                    await response.aread()
+                except httpx.HTTPError:
+                    pass
+                finally:
+                    await response.aclose()
             raise error_for_status(self.system, response, self.redactor)
         return response
 

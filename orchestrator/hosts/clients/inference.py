@@ -106,14 +106,6 @@ class InferenceClient(_OpenAIEndpoint):
 
     async def completion(self, model: str, messages: list[dict[str, Any]], max_tokens: int = 64) -> Completion:
         _validate_model(model)
-        if not isinstance(messages, list) or not messages:
-            raise RequestInvalid("inference", "messages: must be a non-empty list", field="messages")
-        for index, message in enumerate(messages):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
-                raise RequestInvalid("inference", f"messages: item {index} needs 'role' and 'content'",
-                                     field="messages")
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise RequestInvalid(self.system, "max_tokens: must be a positive integer", field="max_tokens")
         body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": False}
         payload = await self._call("POST", "/v1/chat/completions", json_body=body)
         parsed = parse_completion(payload, self.system)

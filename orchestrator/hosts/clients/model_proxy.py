@@ -79,7 +79,11 @@ class ModelProxyClient(HttpSession):
     def __repr__(self) -> str:
         return f"ModelProxyClient({self.name!r}, {self.base_url!r})"
 
-    async def backends_list(self, domain: str) -> list[Backend]:
+    async def presence(self, address: str, domain: str) -> Presence:
+        """Is `address` (`ip:port`, or a bare host matching backends' host part) listed under
+        `domain` on this peer, and is one of its matches healthy?"""
+        if not isinstance(address, str) or not address.strip():
+            raise RequestInvalid("model-proxy", "address: must be ip:port or a host", field="address")
         if not isinstance(domain, str) or not domain.strip() or any(c.isspace() for c in domain):
             raise RequestInvalid("model-proxy", "domain: must be a non-empty host name", field="domain")
         backends = parse_backends_list(await self._read_json("GET", "/backends/list", params={"domain": domain}), self.system)
@@ -87,14 +91,6 @@ class ModelProxyClient(HttpSession):
             "model_proxy.backends",
             **self.redactor.scrub_obj(dict(peer=self.name, domain=domain, total=len(backends), healthy=sum(b.healthy for b in backends))),
         )
-        return backends
-
-    async def presence(self, address: str, domain: str) -> Presence:
-        """Is `address` (`ip:port`, or a bare host matching backends' host part) listed under
-        `domain` on this peer, and is one of its matches healthy?"""
-        if not isinstance(address, str) or not address.strip():
-            raise RequestInvalid("model-proxy", "address: must be ip:port or a host", field="address")
-        backends = await self.backends_list(domain)
         if split_host(address) == address:  # a bare host: compare host parts
             matches = [b for b in backends if b.host == address]
         else:

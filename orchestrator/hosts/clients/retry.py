@@ -42,11 +42,10 @@ class RetryPolicy:
     tag_not_found_retries: int = 3
     tag_not_found_wait_s: float = 20
 
-    def backoff(self, transient_failures: int, rng: random.Random | None = None) -> float:
+    def backoff(self, transient_failures: int) -> float:
         """The wait after the n-th transient failure (n >= 1): jittered exponential."""
         base = min(self.max_backoff_s, self.initial_backoff_s * (2 ** max(0, transient_failures - 1)))
-        r = (rng or random).random()
-        return base / 2 + r * base / 2
+        return base / 2 + random.random() * base / 2
 
 
 async def call_with_retry(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, *, mutating: bool, what: str,

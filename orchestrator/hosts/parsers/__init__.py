@@ -4,7 +4,4 @@ from __future__ import annotations
 
 
 class ParseError(ValueError):
-    """Input that does not have the documented shape; `line_no` (1-based, when known) starts the message."""
-
-    def __init__(self, message: str, *, line_no: int | None = None) -> None:
-        super().__init__(message if line_no is None else f"line {line_no}: {message}")
+    """Input that does not have the documented shape; `line N: ` (1-based) starts the message when known."""

@@ -20,11 +20,7 @@ class Action:
     commit: str | None
     file: str | None
     file_sha256: str | None
-    services: tuple[str, ...] = ()
-
-    def covers(self, service: str) -> bool:
-        """An empty services list means every service."""
-        return not self.services or service in self.services
+    services: tuple[str, ...] = ()  # empty: every service
 
 
 def _opt_str(entry: Mapping[str, Any], key: str) -> str | None:
@@ -68,6 +64,6 @@ def last_deploy(actions: Sequence[Action] | Iterable[Action], service: str) -> A
     """The last `compose_up` whose services include `service` or that had no services list."""
     found: Action | None = None
     for action in actions:
-        if action.action == "compose_up" and action.covers(service):
+        if action.action == "compose_up" and (not action.services or service in action.services):
             found = action
     return found

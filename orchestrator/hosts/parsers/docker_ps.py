@@ -65,12 +65,12 @@ def _str(obj: Mapping[str, Any], key: str) -> str:
     return "" if value is None else str(value)
 
 
-def container_from_json(obj: Mapping[str, Any], *, line_no: int | None = None) -> Container:
+def container_from_json(obj: Mapping[str, Any], line_no: int) -> Container:
     if not isinstance(obj, Mapping):
-        raise ParseError("not a JSON object", line_no=line_no)
+        raise ParseError(f"line {line_no}: not a JSON object")
     cid = _str(obj, "ID")
     if not cid:
-        raise ParseError("container without ID", line_no=line_no)
+        raise ParseError(f"line {line_no}: container without ID")
     names_field = obj.get("Names", obj.get("Name", ""))
     if isinstance(names_field, list):
         names = tuple(str(n).lstrip("/") for n in names_field if n)
@@ -99,9 +99,9 @@ def parse_docker_ps(output: str) -> list[Container]:
             try:
                 obj = json.loads(line)
             except ValueError:
-                raise ParseError("not JSON", line_no=line_no) from None
+                raise ParseError(f"line {line_no}: not JSON") from None
             items = obj if isinstance(obj, list) else [obj]
-            parsed = tuple(container_from_json(item, line_no=line_no) for item in items)
+            parsed = tuple(container_from_json(item, line_no) for item in items)
             if len(_LINE_CACHE) >= _LINE_CACHE_SIZE:
                 _LINE_CACHE.pop(next(iter(_LINE_CACHE)))  # the oldest entry
             _LINE_CACHE[line] = parsed

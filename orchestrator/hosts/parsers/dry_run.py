@@ -87,15 +87,9 @@ def parse_dry_run(lines: Iterable[str], project: str | None = None) -> DryRunRes
                 plan.unknown_lines.append(line)
                 continue
             service = container_service(name, project)
-            plan.actions[service] = _stronger(plan.actions.get(service), action)
+            plan.actions[service] = max(plan.actions.get(service, action), action, key=STRENGTH.__getitem__)
         elif (kind in RESOURCE_KINDS and len(tokens) >= 3) or (len(tokens) >= 2 and " ".join(tokens[1:]).lower() in IMAGE_STATUSES):
             continue
         else:
             plan.unknown_lines.append(line)
     return plan
-
-
-def _stronger(current: str | None, new: str) -> str:
-    if current is None or STRENGTH[new] > STRENGTH[current]:
-        return new
-    return current
