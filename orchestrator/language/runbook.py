@@ -176,38 +176,20 @@ def parse_runbook(data: object, *, source: str = "<runbook>") -> Runbook:
         raise UserError(f"runbook {source} is invalid" + (f" at {where}" if where else "") + f": {msg}") from None
 
 
-def shipped_runbooks(loaded: dict[Path, Runbook] | None = None) -> list[Runbook]:
-    """Every runbook shipped in runbooks/, by file name (each also put in `loaded`, by the path
-    `load_runbook` read it from, for a caller that loads one of them next: `reuse_loaded`)."""
-    out = []
-    for p in sorted(RUNBOOK_DIR.glob("*.yaml")):
-        rb = load_runbook(p.stem)
-        out.append(rb)
-        if loaded is not None:
-            loaded[resolve_runbook_path(p.stem)] = rb
-    return out
+def shipped_runbooks() -> list[Runbook]:
+    """Every runbook shipped in runbooks/, by file name."""
+    return [load_runbook(p.stem) for p in sorted(RUNBOOK_DIR.glob("*.yaml"))]
 
 
-def default_runbook(host: str, loaded: dict[Path, Runbook] | None = None) -> str:
+def default_runbook(host: str) -> str:
     """`--runbook` left out for one HOST: the one shipped runbook that names it; of several, the one
     written for a tier of hosts (a one-host procedure such as a canary is chosen by name only);
     else the default (whose own host check then says which hosts it is written for)."""
-    fits = [rb for rb in shipped_runbooks(loaded) if host in rb.hosts]
+    fits = [rb for rb in shipped_runbooks() if host in rb.hosts]
     if len(fits) == 1:
         return fits[0].name
     tiers = [rb.name for rb in fits if len(rb.hosts) > 1]
     return tiers[0] if len(tiers) == 1 else DEFAULT_RUNBOOK
-
-
-def reuse_loaded(name_or_path: str, loaded: dict[Path, Runbook]) -> Runbook | None:
-    """The runbook `load_runbook(name_or_path)` would load, if `shipped_runbooks` just loaded that
-    file into `loaded` (read once, not twice); else None (not found: `load_runbook` says so)."""
-    if not loaded:
-        return None
-    try:
-        return loaded.get(resolve_runbook_path(name_or_path))
-    except UserError:
-        return None
 
 
 # Named, pinned runbooks, for callers that must not read arbitrary files (`orchestrate serve`): a name,

@@ -14,7 +14,7 @@ from orchestrator.cli.options import InventoryOpt, command_app
 from orchestrator.engine.fleet import parse_hosts, runbook_for
 from orchestrator.hosts.inventory import load_inventory
 from orchestrator.language.machine import compile_rollback, compile_rollout
-from orchestrator.language.runbook import default_runbook, load_runbook, reuse_loaded
+from orchestrator.language.runbook import default_runbook, load_runbook
 from orchestrator.previews.compose_check import check_against_compose_file, read_env_file
 from orchestrator.previews.diagram import render_dot, render_mermaid
 from orchestrator.previews.plan import build_plan, fleet_rules, render_json, render_markdown, render_text
@@ -75,11 +75,10 @@ def plan(
     inv = load_inventory(settings.inventory_path())
     for h in fleet:
         inv.host(h)  # an unknown host is named before any runbook is chosen
-    shipped: dict[Path, Any] = {}  # the shipped runbooks read to choose one: the chosen one is not read again
     if runbook is None:
-        runbook = runbook_for(fleet, None).name if fleet else default_runbook(host, shipped)
+        runbook = runbook_for(fleet, None).name if fleet else default_runbook(host)
     entry = inv.host(host)
-    rb = reuse_loaded(runbook, shipped) or load_runbook(runbook)
+    rb = load_runbook(runbook)
     for h in fleet or [host]:
         if h not in rb.hosts:
             raise UserError(f"runbook {rb.name} is written for {', '.join(rb.hosts)}, not {h}")
