@@ -69,15 +69,12 @@ class Tx:
         self._cur = cursor
         self._placeholder = placeholder
 
-    def _sql(self, sql: str) -> str:
-        return sql if self._placeholder == "?" else sql.replace("?", self._placeholder)
-
     def run(self, sql: str, *params: Any) -> int:
-        self._cur.execute(self._sql(sql), params)
+        self._cur.execute(sql.replace("?", self._placeholder), params)
         return self._cur.rowcount
 
     def all(self, sql: str, *params: Any) -> list[dict[str, Any]]:
-        self._cur.execute(self._sql(sql), params)
+        self._cur.execute(sql.replace("?", self._placeholder), params)
         return [dict(row) for row in self._cur.fetchall()]
 
     def one(self, sql: str, *params: Any) -> dict[str, Any] | None:
@@ -414,7 +411,7 @@ class SqlJournal(ABC):
             raise JournalError(f"outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}")
         with self._tx(write=True) as tx:
             now = self._now(tx)
-            run = self._load_run(tx, run_id, lock=False)
+            run = self._load_run(tx, run_id)
             row = self._lease_row(tx, run.host, self.lock_update)
             own = row if row is not None and row["released_at"] is None and row["run_id"] == run_id else None
             if own is not None:
@@ -467,13 +464,9 @@ class SqlJournal(ABC):
             released = row["released_at"] is not None
             live = not released and current.expires_at > now
             mine = current.run_id == run_id and current.owner == owner
-            previous: Lease | None = None
-            if live and not mine:
-                if takeover_if is None or not takeover_if(current):
-                    raise LeaseHeld(current)
-                live = False
-            if not live and not released:
-                previous = current
+            if live and not mine and not (takeover_if is not None and takeover_if(current)):
+                raise LeaseHeld(current)
+            previous = None if released or (live and mine) else current  # the lease it takes over
             token = current.token + 1
             tx.run(
                 "UPDATE leases SET token = ?, run_id = ?, owner = ?, acquired_at = ?, "
@@ -522,12 +515,10 @@ class SqlJournal(ABC):
             row = tx.one(f"SELECT tier, host, run_id FROM tier_leases WHERE tier = ?{self.lock_update}", tier)
             previous: str | None = None
             if row is not None and row["run_id"] != run_id:
-                held = self._lease_row(tx, row["host"], "")
-                if (held is not None and row["host"] != host and held["run_id"] == row["run_id"]
-                        and held["released_at"] is None):
-                    lease = self._record(Lease, held)
-                    if lease.expires_at > now and not (takeover_if is not None and takeover_if(lease)):
-                        raise TierHeld(tier, row["host"], row["run_id"], lease.owner)
+                lease = self._held(tx, row["host"])
+                if (lease is not None and row["host"] != host and lease.run_id == row["run_id"]
+                        and lease.expires_at > now and not (takeover_if is not None and takeover_if(lease))):
+                    raise TierHeld(tier, row["host"], row["run_id"], lease.owner)
                 previous = row["run_id"]
             tx.run("INSERT INTO tier_leases (tier, host, run_id, acquired_at) VALUES (?, ?, ?, ?) ON CONFLICT (tier) "
                    "DO UPDATE SET host = excluded.host, run_id = excluded.run_id, acquired_at = excluded.acquired_at",

@@ -41,7 +41,7 @@ class Session:
     retry: RetryPolicy | None = None
     #: A long-lived notifier (orchestrate serve's); None: `execute` makes one per run when needed.
     notifier: Notifier | None = None
-    #: run id -> admission.Admitted, not executed yet (`execute` runs under the lease admission took)
+    #: run id -> requests.Admitted, not executed yet (`execute` runs under the lease admission took)
     admitted: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -64,4 +64,4 @@ def test_unreachable_postgres_is_a_journal_error() -> None:
 
     # Port 1 on loopback: nothing listens there.
     with pytest.raises(JournalError, match="cannot connect"):
-        PostgresJournal("postgresql://nobody:pw-not-shown@127.0.0.1:1/x", connect_timeout_s=2)
+        PostgresJournal("postgresql://nobody:pw-not-shown@127.0.0.1:1/x")
