@@ -36,6 +36,7 @@ from orchestrator.service.host_reads import (
     place_for_continue,
     refuse_alone,
     refuse_nothing_to_roll_back,
+    refuse_tier_short,
     validate_rollback_targets,
 )
 from orchestrator.service.oncall import kept_options, never_rolled_out
@@ -46,13 +47,13 @@ from orchestrator.service.refusals import (
     refuse_if_leased,
     refuse_missing_sources,
     refuse_stale_resume,
+    refuse_tier_busy,
     refuse_unreadable_logs,
     refuse_unsettled,
 )
 from orchestrator.service.run_info import check_tag, table_for
 from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, owner_id
 from orchestrator.service.signals import parse_soak
-from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short
 from orchestrator.util.user_errors import Refused, UserError
 
 Check = Callable[[], None]

@@ -215,8 +215,7 @@ def test_the_approve_button_is_live_at_every_step_the_api_accepts_an_approve_for
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
-    from orchestrator.service.signals import run_gates
-    from orchestrator.service.signals import table_gates
+    from orchestrator.service.signals import run_gates, table_gates
     from orchestrator.teamserver.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
