@@ -157,8 +157,6 @@ def _superseded_text(lease: Lease, holder: Lease | None, released: bool) -> str:
     )
 
 
-
-
 # --------------------------------------------------------------------------- run ids
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

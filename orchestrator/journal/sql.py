@@ -188,12 +188,6 @@ class SqlJournal(ABC):
                 self._closed = True
                 self._conn.close()
 
-    def __enter__(self) -> SqlJournal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ---- row conversion
 
     def _record(self, cls: type[R], row: dict[str, Any]) -> R:
@@ -269,11 +263,7 @@ class SqlJournal(ABC):
                 run_id, host, runbook, tag, kind, state, False, None, None,
                 self._json_param(ctx), self._ts_param(now), self._ts_param(now), parent_run_id, seq,
             )
-        return RunRecord(
-            run_id=run_id, host=host, runbook=runbook, tag=tag, kind=kind, state=state,
-            terminal=False, outcome=None, message=None, context=ctx, created_at=now,
-            updated_at=now, parent_run_id=parent_run_id, seq=seq,
-        )
+            return self._load_run(tx, run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._tx(write=False) as tx:
