@@ -159,9 +159,6 @@ def _superseded_text(lease: Lease, holder: Lease | None, released: bool) -> str:
 
 # --------------------------------------------------------------------------- run ids
 
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
 def make_run_id(host: str, at: datetime | None = None) -> str:
     """`gpu02-20261130T0812-7f3a` (host, UTC minute, 4 random hex digits): sorts by time within a
     host, short enough to type into `orchestrate resume`."""

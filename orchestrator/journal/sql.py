@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from orchestrator.journal.base import (
-    _RUN_ID_RE,
     AUDIT_ACTIONS,
     OUTCOMES,
     RUN_KINDS,
@@ -235,27 +234,21 @@ class SqlJournal(ABC):
     # ---- runs (no lease needed)
 
     def create_run(self, *, host: str, runbook: str, tag: str | None, kind: str, state: str, context: dict,
-                   parent_run_id: str | None = None, run_id: str | None = None) -> RunRecord:
+                   parent_run_id: str | None = None) -> RunRecord:
         _require_text(host=host, runbook=runbook, state=state)
         if kind not in RUN_KINDS:
             raise JournalError(f"run kind must be one of {sorted(RUN_KINDS)}, not {kind!r}")
-        if run_id is not None and not _RUN_ID_RE.match(run_id):
-            raise JournalError(f"invalid run id {run_id!r}: letters, digits, '.', '_', '-' only")
         ctx = self._prepare({} if context is None else context, "context")
         with self._tx(write=True) as tx:
             now = self._now(tx)
             if parent_run_id is not None:
                 self._run_exists(tx, parent_run_id)
-            if run_id is None:
-                for _ in range(32):
-                    candidate = make_run_id(host, now)
-                    if tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", candidate) is None:
-                        run_id = candidate
-                        break
-                else:  # pragma: no cover - 32 collisions of 16 random bits in one minute
-                    raise JournalError(f"could not allocate a run id for host {host}")
-            elif tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is not None:
-                raise JournalError(f"run {run_id} already exists")
+            for _ in range(32):
+                run_id = make_run_id(host, now)
+                if tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is None:
+                    break
+            else:  # pragma: no cover - 32 collisions of 16 random bits in one minute
+                raise JournalError(f"could not allocate a run id for host {host}")
             self._serialize_admissions(tx)  # the sequence below is taken one creator at a time
             seq = int(tx.one("SELECT COALESCE(MAX(run_seq), 0) + 1 AS n FROM runs")["n"])  # type: ignore[index]  # an aggregate query always returns one row
             tx.run(
