@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from journal_clock import START, FakeClock  # noqa: E402
 from orchestrator.journal import open_journal
 from orchestrator.journal.base import JournalError
 from orchestrator.journal.sqlite import SqliteJournal
@@ -35,14 +34,6 @@ def test_unknown_schemes_are_refused(tmp_path: Path) -> None:
         open_journal("mysql://user@host/db")
     with pytest.raises(JournalError):
         open_journal("")
-
-
-def test_the_clock_is_passed_through(tmp_path: Path) -> None:
-    clock = FakeClock()
-    with closing(open_journal(tmp_path / "j.db", now=clock)) as journal:
-        run = journal.create_run(host="gpu02", runbook="rb", tag=None, kind="rollout",
-                                 state="INIT", context={})
-    assert run.created_at == START
 
 
 @pytest.mark.postgres
