@@ -212,9 +212,10 @@ class SqlJournal(ABC):
         if tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is None:
             raise RunNotFound(run_id)
 
-    def _lease_row(self, tx: Tx, host: str, lock: str) -> dict[str, Any] | None:
-        return tx.one(f"SELECT host, token, run_id, owner, expires_at, released_at FROM leases WHERE host = ?{lock}",
-                      host)
+    def _lease_row(self, tx: Tx, host: str, lock: str) -> tuple[Lease | None, bool]:
+        """The host's last lease and whether it was released ((None, False): never taken)."""
+        row = tx.one(f"SELECT host, token, run_id, owner, expires_at, released_at FROM leases WHERE host = ?{lock}", host)
+        return (None, False) if row is None else (self._record(Lease, row), row["released_at"] is not None)
 
     def _fenced_run(self, tx: Tx, lease: Lease, run_id: str) -> RunRecord:
         """In the write's own transaction: is `lease` still the live lease of the run's host?
@@ -224,9 +225,7 @@ class SqlJournal(ABC):
             raise RunNotFound(run_id)
         if row["host"] != lease.host:
             raise JournalError(f"a lease for host {lease.host} cannot write run {run_id} of host {row['host']}")
-        lease_row = self._lease_row(tx, lease.host, self.lock_share)
-        holder = self._record(Lease, lease_row) if lease_row else None
-        released = bool(lease_row and lease_row["released_at"] is not None)
+        holder, released = self._lease_row(tx, lease.host, self.lock_share)
         if holder is None or holder.token != lease.token or released:
             raise Fenced(_superseded_text(lease, holder, released) + f"; refusing to write run {run_id}")
         return self._load_run(tx, run_id, lock=True)
@@ -395,16 +394,14 @@ class SqlJournal(ABC):
         with self._tx(write=True) as tx:
             now = self._now(tx)
             run = self._load_run(tx, run_id)
-            row = self._lease_row(tx, run.host, self.lock_update)
-            own = row if row is not None and row["released_at"] is None and row["run_id"] == run_id else None
-            if own is not None:
-                held = self._record(Lease, own)
-                if held.expires_at > now and not (takeover_if is not None and takeover_if(held)):
-                    raise LeaseHeld(held)
+            holder, released = self._lease_row(tx, run.host, self.lock_update)
+            own = holder if holder is not None and not released and holder.run_id == run_id else None
+            if own is not None and own.expires_at > now and not (takeover_if is not None and takeover_if(own)):
+                raise LeaseHeld(own)
             run = self._load_run(tx, run_id, lock=True)
             if run.terminal or run.state != from_state:
                 raise StateConflict(f"run {run_id} is {run.outcome or run.state} now, not at {from_state}")
-            token = int(row["token"]) if row is not None else 0
+            token = holder.token if holder is not None else 0
             seq = self._append_transition(tx, run_id, from_state, "abort", outcome, now, note, token)
             tx.run(
                 "UPDATE runs SET state = ?, terminal = ?, outcome = ?, message = ?, updated_at = ? WHERE run_id = ?",
@@ -413,7 +410,7 @@ class SqlJournal(ABC):
             if own is not None:
                 # the orphan's own lease (expired, or its holder gone) ends with it
                 tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
-                       self._ts_param(now), run.host, int(own["token"]))
+                       self._ts_param(now), run.host, own.token)
         return TransitionRecord(run_id, seq, from_state, "abort", outcome, now, note)
 
     # ---- host leases (a token that only grows) and `capacity: fleet` tier leases
@@ -441,10 +438,8 @@ class SqlJournal(ABC):
             )
             if inserted == 1:
                 return Lease(host, run_id, owner, 1, expires), None
-            row = self._lease_row(tx, host, self.lock_update)
-            assert row is not None
-            current = self._record(Lease, row)
-            released = row["released_at"] is not None
+            current, released = self._lease_row(tx, host, self.lock_update)
+            assert current is not None
             live = not released and current.expires_at > now
             mine = current.run_id == run_id and current.owner == owner
             if live and not mine and not (takeover_if is not None and takeover_if(current)):
@@ -458,20 +453,19 @@ class SqlJournal(ABC):
             )
         return Lease(host, run_id, owner, token, expires), previous
 
-    def _own_lease_row(self, tx: Tx, lease: Lease) -> dict[str, Any]:
-        row = self._lease_row(tx, lease.host, self.lock_update)
-        holder = self._record(Lease, row) if row else None
-        if row is None or holder is None or holder.token != lease.token:
+    def _own_lease(self, tx: Tx, lease: Lease) -> bool:
+        """Whether `lease` (still the host's lease: LeaseLost otherwise) was released."""
+        holder, released = self._lease_row(tx, lease.host, self.lock_update)
+        if holder is None or holder.token != lease.token:
             raise LeaseLost(_superseded_text(lease, holder, False))
-        return row
+        return released
 
     def heartbeat(self, lease: Lease, ttl_s: float) -> Lease:
         ttl = _require_ttl(ttl_s)
         with self._tx(write=True) as tx:
             now = self._now(tx)
-            row = self._own_lease_row(tx, lease)
-            if row["released_at"] is not None:
-                raise LeaseLost(_superseded_text(lease, self._record(Lease, row), True))
+            if self._own_lease(tx, lease):
+                raise LeaseLost(_superseded_text(lease, lease, True))
             expires = now + ttl
             tx.run("UPDATE leases SET expires_at = ? WHERE host = ? AND token = ?",
                    self._ts_param(expires), lease.host, lease.token)
@@ -480,8 +474,7 @@ class SqlJournal(ABC):
     def release(self, lease: Lease) -> None:
         with self._tx(write=True) as tx:
             now = self._now(tx)
-            row = self._own_lease_row(tx, lease)
-            if row["released_at"] is None:
+            if not self._own_lease(tx, lease):
                 tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
                        self._ts_param(now), lease.host, lease.token)
 
@@ -521,8 +514,8 @@ class SqlJournal(ABC):
             return self._held(tx, host)
 
     def _held(self, tx: Tx, host: str) -> Lease | None:
-        row = self._lease_row(tx, host, "")
-        return None if row is None or row["released_at"] is not None else self._record(Lease, row)
+        holder, released = self._lease_row(tx, host, "")
+        return None if released else holder
 
     # ---- operator signals (not fenced: they come from the CLI, not from a runner)
 
