@@ -126,7 +126,6 @@ class TierHeld(JournalError):
 
     def __init__(self, tier: str, host: str, run_id: str, owner: str) -> None:
         super().__init__(f"tier {tier} is held by run {run_id} on {host} (owner {owner})")
-        self.tier = tier
         self.host = host
         self.run_id = run_id
         self.owner = owner
