@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from orchestrator.journal.base import JournalError, Now
+from orchestrator.journal.base import JournalError
 from orchestrator.journal.sql import Journal
 from orchestrator.journal.sqlite import SqliteJournal
 
@@ -17,11 +17,7 @@ POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 _SQLITE_PREFIX = "sqlite:///"
 
 
-def open_journal(
-    url_or_path: str | os.PathLike[str],
-    *,
-    now: Now | None = None,
-) -> Journal:
+def open_journal(url_or_path: str | os.PathLike[str]) -> Journal:
     """A SQLite file's parent directories are created; "sqlite:///state/journal.db" is relative,
     "sqlite:////var/lib/x.db" absolute."""
     target = os.fspath(url_or_path)
@@ -29,7 +25,7 @@ def open_journal(
         # psycopg, an optional dependency (the `postgres` extra), is imported only for PostgreSQL
         from orchestrator.journal.postgres import PostgresJournal
 
-        return PostgresJournal(target, now=now)
+        return PostgresJournal(target)
     if target.startswith(_SQLITE_PREFIX):
         target = target[len(_SQLITE_PREFIX):]
     elif "://" in target:
@@ -39,5 +35,5 @@ def open_journal(
         )
     if not target:
         raise JournalError("empty journal path")
-    return SqliteJournal(Path(target), now=now)
+    return SqliteJournal(Path(target))
 

@@ -126,7 +126,6 @@ class TierHeld(JournalError):
 
     def __init__(self, tier: str, host: str, run_id: str, owner: str) -> None:
         super().__init__(f"tier {tier} is held by run {run_id} on {host} (owner {owner})")
-        self.tier = tier
         self.host = host
         self.run_id = run_id
         self.owner = owner
@@ -157,12 +156,7 @@ def _superseded_text(lease: Lease, holder: Lease | None, released: bool) -> str:
     )
 
 
-
-
 # --------------------------------------------------------------------------- run ids
-
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
 
 def make_run_id(host: str, at: datetime | None = None) -> str:
     """`gpu02-20261130T0812-7f3a` (host, UTC minute, 4 random hex digits): sorts by time within a

@@ -29,13 +29,7 @@ class PostgresJournal(SqlJournal):
     lock_update = " FOR UPDATE"
     lock_share = " FOR SHARE"
 
-    def __init__(
-        self,
-        conninfo: str,
-        *,
-        now: Now | None = None,
-        connect_timeout_s: int = 10,
-    ) -> None:
+    def __init__(self, conninfo: str, *, now: Now | None = None) -> None:
         """`conninfo`: a libpq URL or DSN (its `options=-csearch_path%3D...` chooses the schema)."""
         super().__init__(now=now)
         try:
@@ -43,7 +37,7 @@ class PostgresJournal(SqlJournal):
                 conninfo,
                 autocommit=True,  # transactions are explicit: conn.transaction()
                 row_factory=dict_row,
-                connect_timeout=connect_timeout_s,
+                connect_timeout=10,  # seconds
                 application_name="orchestrator-journal",
             )
         except psycopg.Error as exc:

@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from orchestrator.journal.base import (
-    _RUN_ID_RE,
     AUDIT_ACTIONS,
     OUTCOMES,
     RUN_KINDS,
@@ -69,15 +68,12 @@ class Tx:
         self._cur = cursor
         self._placeholder = placeholder
 
-    def _sql(self, sql: str) -> str:
-        return sql if self._placeholder == "?" else sql.replace("?", self._placeholder)
-
     def run(self, sql: str, *params: Any) -> int:
-        self._cur.execute(self._sql(sql), params)
+        self._cur.execute(sql.replace("?", self._placeholder), params)
         return self._cur.rowcount
 
     def all(self, sql: str, *params: Any) -> list[dict[str, Any]]:
-        self._cur.execute(self._sql(sql), params)
+        self._cur.execute(sql.replace("?", self._placeholder), params)
         return [dict(row) for row in self._cur.fetchall()]
 
     def one(self, sql: str, *params: Any) -> dict[str, Any] | None:
@@ -191,12 +187,6 @@ class SqlJournal(ABC):
                 self._closed = True
                 self._conn.close()
 
-    def __enter__(self) -> SqlJournal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ---- row conversion
 
     def _record(self, cls: type[R], row: dict[str, Any]) -> R:
@@ -222,9 +212,10 @@ class SqlJournal(ABC):
         if tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is None:
             raise RunNotFound(run_id)
 
-    def _lease_row(self, tx: Tx, host: str, lock: str) -> dict[str, Any] | None:
-        return tx.one(f"SELECT host, token, run_id, owner, expires_at, released_at FROM leases WHERE host = ?{lock}",
-                      host)
+    def _lease_row(self, tx: Tx, host: str, lock: str) -> tuple[Lease | None, bool]:
+        """The host's last lease and whether it was released ((None, False): never taken)."""
+        row = tx.one(f"SELECT host, token, run_id, owner, expires_at, released_at FROM leases WHERE host = ?{lock}", host)
+        return (None, False) if row is None else (self._record(Lease, row), row["released_at"] is not None)
 
     def _fenced_run(self, tx: Tx, lease: Lease, run_id: str) -> RunRecord:
         """In the write's own transaction: is `lease` still the live lease of the run's host?
@@ -234,9 +225,7 @@ class SqlJournal(ABC):
             raise RunNotFound(run_id)
         if row["host"] != lease.host:
             raise JournalError(f"a lease for host {lease.host} cannot write run {run_id} of host {row['host']}")
-        lease_row = self._lease_row(tx, lease.host, self.lock_share)
-        holder = self._record(Lease, lease_row) if lease_row else None
-        released = bool(lease_row and lease_row["released_at"] is not None)
+        holder, released = self._lease_row(tx, lease.host, self.lock_share)
         if holder is None or holder.token != lease.token or released:
             raise Fenced(_superseded_text(lease, holder, released) + f"; refusing to write run {run_id}")
         return self._load_run(tx, run_id, lock=True)
@@ -244,27 +233,21 @@ class SqlJournal(ABC):
     # ---- runs (no lease needed)
 
     def create_run(self, *, host: str, runbook: str, tag: str | None, kind: str, state: str, context: dict,
-                   parent_run_id: str | None = None, run_id: str | None = None) -> RunRecord:
+                   parent_run_id: str | None = None) -> RunRecord:
         _require_text(host=host, runbook=runbook, state=state)
         if kind not in RUN_KINDS:
             raise JournalError(f"run kind must be one of {sorted(RUN_KINDS)}, not {kind!r}")
-        if run_id is not None and not _RUN_ID_RE.match(run_id):
-            raise JournalError(f"invalid run id {run_id!r}: letters, digits, '.', '_', '-' only")
         ctx = self._prepare({} if context is None else context, "context")
         with self._tx(write=True) as tx:
             now = self._now(tx)
             if parent_run_id is not None:
                 self._run_exists(tx, parent_run_id)
-            if run_id is None:
-                for _ in range(32):
-                    candidate = make_run_id(host, now)
-                    if tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", candidate) is None:
-                        run_id = candidate
-                        break
-                else:  # pragma: no cover - 32 collisions of 16 random bits in one minute
-                    raise JournalError(f"could not allocate a run id for host {host}")
-            elif tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is not None:
-                raise JournalError(f"run {run_id} already exists")
+            for _ in range(32):
+                run_id = make_run_id(host, now)
+                if tx.one("SELECT 1 AS x FROM runs WHERE run_id = ?", run_id) is None:
+                    break
+            else:  # pragma: no cover - 32 collisions of 16 random bits in one minute
+                raise JournalError(f"could not allocate a run id for host {host}")
             self._serialize_admissions(tx)  # the sequence below is taken one creator at a time
             seq = int(tx.one("SELECT COALESCE(MAX(run_seq), 0) + 1 AS n FROM runs")["n"])  # type: ignore[index]  # an aggregate query always returns one row
             tx.run(
@@ -272,11 +255,7 @@ class SqlJournal(ABC):
                 run_id, host, runbook, tag, kind, state, False, None, None,
                 self._json_param(ctx), self._ts_param(now), self._ts_param(now), parent_run_id, seq,
             )
-        return RunRecord(
-            run_id=run_id, host=host, runbook=runbook, tag=tag, kind=kind, state=state,
-            terminal=False, outcome=None, message=None, context=ctx, created_at=now,
-            updated_at=now, parent_run_id=parent_run_id, seq=seq,
-        )
+            return self._load_run(tx, run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._tx(write=False) as tx:
@@ -414,17 +393,15 @@ class SqlJournal(ABC):
             raise JournalError(f"outcome must be one of {sorted(OUTCOMES)}, not {outcome!r}")
         with self._tx(write=True) as tx:
             now = self._now(tx)
-            run = self._load_run(tx, run_id, lock=False)
-            row = self._lease_row(tx, run.host, self.lock_update)
-            own = row if row is not None and row["released_at"] is None and row["run_id"] == run_id else None
-            if own is not None:
-                held = self._record(Lease, own)
-                if held.expires_at > now and not (takeover_if is not None and takeover_if(held)):
-                    raise LeaseHeld(held)
+            run = self._load_run(tx, run_id)
+            holder, released = self._lease_row(tx, run.host, self.lock_update)
+            own = holder if holder is not None and not released and holder.run_id == run_id else None
+            if own is not None and own.expires_at > now and not (takeover_if is not None and takeover_if(own)):
+                raise LeaseHeld(own)
             run = self._load_run(tx, run_id, lock=True)
             if run.terminal or run.state != from_state:
                 raise StateConflict(f"run {run_id} is {run.outcome or run.state} now, not at {from_state}")
-            token = int(row["token"]) if row is not None else 0
+            token = holder.token if holder is not None else 0
             seq = self._append_transition(tx, run_id, from_state, "abort", outcome, now, note, token)
             tx.run(
                 "UPDATE runs SET state = ?, terminal = ?, outcome = ?, message = ?, updated_at = ? WHERE run_id = ?",
@@ -433,7 +410,7 @@ class SqlJournal(ABC):
             if own is not None:
                 # the orphan's own lease (expired, or its holder gone) ends with it
                 tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
-                       self._ts_param(now), run.host, int(own["token"]))
+                       self._ts_param(now), run.host, own.token)
         return TransitionRecord(run_id, seq, from_state, "abort", outcome, now, note)
 
     # ---- host leases (a token that only grows) and `capacity: fleet` tier leases
@@ -461,19 +438,13 @@ class SqlJournal(ABC):
             )
             if inserted == 1:
                 return Lease(host, run_id, owner, 1, expires), None
-            row = self._lease_row(tx, host, self.lock_update)
-            assert row is not None
-            current = self._record(Lease, row)
-            released = row["released_at"] is not None
+            current, released = self._lease_row(tx, host, self.lock_update)
+            assert current is not None
             live = not released and current.expires_at > now
             mine = current.run_id == run_id and current.owner == owner
-            previous: Lease | None = None
-            if live and not mine:
-                if takeover_if is None or not takeover_if(current):
-                    raise LeaseHeld(current)
-                live = False
-            if not live and not released:
-                previous = current
+            if live and not mine and not (takeover_if is not None and takeover_if(current)):
+                raise LeaseHeld(current)
+            previous = None if released or (live and mine) else current  # the lease it takes over
             token = current.token + 1
             tx.run(
                 "UPDATE leases SET token = ?, run_id = ?, owner = ?, acquired_at = ?, "
@@ -482,20 +453,19 @@ class SqlJournal(ABC):
             )
         return Lease(host, run_id, owner, token, expires), previous
 
-    def _own_lease_row(self, tx: Tx, lease: Lease) -> dict[str, Any]:
-        row = self._lease_row(tx, lease.host, self.lock_update)
-        holder = self._record(Lease, row) if row else None
-        if row is None or holder is None or holder.token != lease.token:
+    def _own_lease(self, tx: Tx, lease: Lease) -> bool:
+        """Whether `lease` (still the host's lease: LeaseLost otherwise) was released."""
+        holder, released = self._lease_row(tx, lease.host, self.lock_update)
+        if holder is None or holder.token != lease.token:
             raise LeaseLost(_superseded_text(lease, holder, False))
-        return row
+        return released
 
     def heartbeat(self, lease: Lease, ttl_s: float) -> Lease:
         ttl = _require_ttl(ttl_s)
         with self._tx(write=True) as tx:
             now = self._now(tx)
-            row = self._own_lease_row(tx, lease)
-            if row["released_at"] is not None:
-                raise LeaseLost(_superseded_text(lease, self._record(Lease, row), True))
+            if self._own_lease(tx, lease):
+                raise LeaseLost(_superseded_text(lease, lease, True))
             expires = now + ttl
             tx.run("UPDATE leases SET expires_at = ? WHERE host = ? AND token = ?",
                    self._ts_param(expires), lease.host, lease.token)
@@ -504,8 +474,7 @@ class SqlJournal(ABC):
     def release(self, lease: Lease) -> None:
         with self._tx(write=True) as tx:
             now = self._now(tx)
-            row = self._own_lease_row(tx, lease)
-            if row["released_at"] is None:
+            if not self._own_lease(tx, lease):
                 tx.run("UPDATE leases SET released_at = ? WHERE host = ? AND token = ?",
                        self._ts_param(now), lease.host, lease.token)
 
@@ -522,12 +491,10 @@ class SqlJournal(ABC):
             row = tx.one(f"SELECT tier, host, run_id FROM tier_leases WHERE tier = ?{self.lock_update}", tier)
             previous: str | None = None
             if row is not None and row["run_id"] != run_id:
-                held = self._lease_row(tx, row["host"], "")
-                if (held is not None and row["host"] != host and held["run_id"] == row["run_id"]
-                        and held["released_at"] is None):
-                    lease = self._record(Lease, held)
-                    if lease.expires_at > now and not (takeover_if is not None and takeover_if(lease)):
-                        raise TierHeld(tier, row["host"], row["run_id"], lease.owner)
+                lease = self._held(tx, row["host"])
+                if (lease is not None and row["host"] != host and lease.run_id == row["run_id"]
+                        and lease.expires_at > now and not (takeover_if is not None and takeover_if(lease))):
+                    raise TierHeld(tier, row["host"], row["run_id"], lease.owner)
                 previous = row["run_id"]
             tx.run("INSERT INTO tier_leases (tier, host, run_id, acquired_at) VALUES (?, ?, ?, ?) ON CONFLICT (tier) "
                    "DO UPDATE SET host = excluded.host, run_id = excluded.run_id, acquired_at = excluded.acquired_at",
@@ -547,8 +514,8 @@ class SqlJournal(ABC):
             return self._held(tx, host)
 
     def _held(self, tx: Tx, host: str) -> Lease | None:
-        row = self._lease_row(tx, host, "")
-        return None if row is None or row["released_at"] is not None else self._record(Lease, row)
+        holder, released = self._lease_row(tx, host, "")
+        return None if released else holder
 
     # ---- operator signals (not fenced: they come from the CLI, not from a runner)
 

@@ -24,6 +24,8 @@ from orchestrator.journal.base import JournalError, Now, _utc
 from orchestrator.journal.sql import SqlJournal, Tx
 
 _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+#: How long a writer waits for another connection's write lock before it fails.
+BUSY_TIMEOUT_S = 30.0
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -34,13 +36,7 @@ def is_busy(exc: BaseException) -> bool:
 class SqliteJournal(SqlJournal):
     dialect = "sqlite"
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        now: Now | None = None,
-        busy_timeout_s: float = 30.0,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, now: Now | None = None) -> None:
         super().__init__(now=now)
         self.path = Path(path).expanduser()
         in_memory = str(path) == ":memory:"
@@ -52,15 +48,15 @@ class SqliteJournal(SqlJournal):
         try:
             self._conn = sqlite3.connect(
                 str(self.path),
-                timeout=busy_timeout_s,
+                timeout=BUSY_TIMEOUT_S,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # guarded by the base class's lock
             )
         except sqlite3.Error as exc:
             raise JournalError(f"cannot open the journal {self.path}: {exc}") from exc
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        mode = self._enable_wal(busy_timeout_s) if not in_memory else "memory"
+        self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        mode = self._enable_wal() if not in_memory else "memory"
         if mode.lower() != "wal" and not in_memory:
             self._conn.close()
             raise JournalError(f"the journal {self.path} cannot use WAL (journal_mode={mode})")
@@ -69,7 +65,7 @@ class SqliteJournal(SqlJournal):
         with self._tx(write=True) as tx:
             self.applied_migrations = migrations.migrate(tx, self.dialect, self._now(tx), self._ts_param)
 
-    def _enable_wal(self, busy_timeout_s: float) -> str:
+    def _enable_wal(self) -> str:
         """Switch the file to WAL (persistent, so usually done already). The switch needs an exclusive
         lock, and SQLite may answer SQLITE_BUSY without calling the busy handler when another
         connection opens a fresh file at the same moment: retried within the busy timeout."""
@@ -79,7 +75,7 @@ class SqliteJournal(SqlJournal):
         retrying = Retrying(
             retry=retry_if_exception(is_busy),
             wait=wait_random_exponential(multiplier=0.005, max=0.2),
-            stop=stop_after_delay(busy_timeout_s),
+            stop=stop_after_delay(BUSY_TIMEOUT_S),
             reraise=True,
         )
         return retrying(lambda: self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.engine.executor import RunContext
@@ -25,7 +25,7 @@ from orchestrator.engine.rules import targets
 from orchestrator.engine.rules.oneshot_ledger import removed_oneshots
 from orchestrator.engine.rules.prerequisites import HostWord
 from orchestrator.hosts.clients.errors import ClientError
-from orchestrator.journal.base import Lease, LeaseHeld, RunRecord, TierHeld
+from orchestrator.journal.base import LeaseHeld, RunRecord, TierHeld
 from orchestrator.journal.owner import describe_owner, holder_gone, owner_text
 from orchestrator.language.machine import HALTED, Table, compile_rollback, compile_rollout
 from orchestrator.language.runbook import Runbook, load_recorded_runbook, load_runbook, read_runbook
@@ -36,6 +36,7 @@ from orchestrator.service.host_reads import (
     place_for_continue,
     refuse_alone,
     refuse_nothing_to_roll_back,
+    refuse_tier_short,
     validate_rollback_targets,
 )
 from orchestrator.service.oncall import kept_options, never_rolled_out
@@ -46,35 +47,25 @@ from orchestrator.service.refusals import (
     refuse_if_leased,
     refuse_missing_sources,
     refuse_stale_resume,
+    refuse_tier_busy,
     refuse_unreadable_logs,
     refuse_unsettled,
 )
 from orchestrator.service.run_info import check_tag, table_for
 from orchestrator.service.session import RUNBOOK_IDENTITY, RUNBOOK_TEXT, Session, owner_id
 from orchestrator.service.signals import parse_soak
-from orchestrator.service.tier_checks import refuse_tier_busy, refuse_tier_short
 from orchestrator.util.user_errors import Refused, UserError
 
 Check = Callable[[], None]
 
 
-@dataclass(frozen=True)
-class Admitted:
-    """A run admitted: journaled, its host's lease held (`took_over`: the lease it took over) and
-    its tier's (`capacity: fleet` runbooks)."""
-
-    run: RunRecord
-    lease: Lease
-    took_over: Lease | None = None
-    tier: str | None = None
-
-
-def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] = (),
+def admit(session: Session, *, host: str, rb: Runbook, table: Table | None = None, checks: Sequence[Check] = (),
           create: dict[str, Any] | None = None, claim: str | None = None,
-          after: Callable[[RunRecord], object] | None = None) -> Admitted:
+          after: Callable[[RunRecord], object] | None = None) -> requests.Admitted:
     """The one admission transaction (module docstring): `create` (`Journal.create_run`'s keyword
     arguments) or `claim` (a run id to resume). `checks` raise `Refused`/`UserError`; `after(run)`
-    journals what the door adds. Nothing is written unless all of it is admitted."""
+    journals what the door adds. Nothing is written unless all of it is admitted: then the run,
+    its host's lease and its tier's (`capacity: fleet` runbooks) are held."""
     journal = session.journal
     tier = f"capacity:{rb.name}" if rb.capacity == "fleet" else None
     what = f"run {claim} was not resumed" if claim is not None else "nothing was started"
@@ -111,8 +102,8 @@ def admit(session: Session, *, host: str, rb: Runbook, checks: Sequence[Check] =
         raise Refused(f"{exc.host} has run {exc.run_id} in flight ({describe_owner(exc.owner)}): one host of the "
                       f"tier ({', '.join(rb.hosts)}) at a time, so {host} is not taken out of it now; {what}. "
                       f"Let that run end, then try again") from None
-    got = session.admitted[run.run_id] = Admitted(run, lease, took_over, tier)  # the lease `execute` runs under
-    return got
+    got = session.admitted[run.run_id] = requests.Admitted(run, rb, table, lease=lease, took_over=took_over)
+    return got  # the lease `execute` runs under
 
 
 def same_newest_changing_rollout(session: Session, host: str, expected: RunRecord | None) -> Check:
@@ -316,6 +307,5 @@ def admit_resume(session: Any, run: RunRecord, req: requests.ResumeRequest, *, c
         new_run, rb, table = retry_run(session, run)
         return requests.Admitted(new_run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=True)
     rb = checked or load_recorded_runbook(run.runbook, run.context.get(RUNBOOK_IDENTITY), run.context.get(RUNBOOK_TEXT))
-    table = table_for(run, rb)
-    admitted = admit(session, host=run.host, rb=rb, claim=run.run_id)
-    return requests.Admitted(admitted.run, rb, table, yes=yes, soak=soak, soak_text=soak_text, new=False)
+    admitted = admit(session, host=run.host, rb=rb, table=table_for(run, rb), claim=run.run_id)
+    return replace(admitted, yes=yes, soak=soak, soak_text=soak_text, new=False)

@@ -161,11 +161,8 @@ def kept_options(run: Any, *, yes: bool, soak: str | None) -> tuple[bool, str | 
         kept.append("--yes")
     elif yes:
         given.append("--yes")
-    parts = []
-    if kept:
-        parts.append(f"keeps the run's own options: {' '.join(kept)} (give them again to override)")
-    if given:
-        parts.append(f"uses the options given now: {' '.join(given)}")
+    parts = [f"keeps the run's own options: {' '.join(kept)} (give them again to override)"] if kept else []
+    parts += [f"uses the options given now: {' '.join(given)}"] if given else []
     note = "; ".join(parts) if parts else "the run was started without --soak or --yes and none was given; none kept"
     return yes, soak, note
 

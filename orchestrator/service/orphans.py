@@ -13,9 +13,9 @@ from orchestrator.hosts.clients.errors import ClientError
 from orchestrator.journal.base import LeaseHeld, RunRecord, StateConflict
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.language.runbook import load_runbook
+from orchestrator.service.host_reads import tier_listing
 from orchestrator.service.refusals import refuse_stale_resume
 from orchestrator.service.session import _compose_client
-from orchestrator.service.tier_checks import tier_listing
 from orchestrator.util.outcome import Outcome
 from orchestrator.util.user_errors import Refused, UserError
 

@@ -1,5 +1,7 @@
 """The refusals that read only the journal and the inventory. The admission transaction
-(service/admission.py) evaluates them again where it acts, so they sit below it and the runner."""
+(service/admission.py) evaluates them again where it acts, so they sit below it and the runner.
+A host of a `capacity: fleet` tier is not rolled back while another host of its runbook has an
+unfinished run (`refuse_tier_busy`; the peers' side is host_reads.refuse_tier_short)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from orchestrator.engine.executor import RunContext
+from orchestrator.engine.rules.prerequisites import unfinished
 from orchestrator.hosts.inventory import HostEntry
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
@@ -107,3 +110,13 @@ def last_changing_rollout(session: Session, host: str) -> RunRecord | None:
         if RunContext.from_json(run.context).previous:
             return run
     return None
+
+
+def refuse_tier_busy(session: Session, host: str, rb: Runbook) -> None:
+    """That other host may be out of the pool, and a rollback drains this one too."""
+    if rb.capacity != "fleet":
+        return
+    for other, r in unfinished(session.journal, [h for h in rb.hosts if h != host]):
+        raise Refused(f"{other} has run {r.run_id} ({r.kind}) that has not ended, at {r.state}: rolling {host} back now "
+                      f"would drain a second host of the tier. Let it end (or `orchestrate abort {r.run_id}`), then roll "
+                      f"{host} back. Nothing was changed")

@@ -72,6 +72,8 @@ class Admitted:
     soak: float | None = None
     soak_text: str | None = None
     new: bool = True  # a new run (rollout, rollback, retry), not one continued
+    lease: Any = None  # the host's lease admission took (`execute` runs under it)
+    took_over: Any = None  # the lease that one took over, if any
 
 
 @dataclass

@@ -156,11 +156,8 @@ def _own_interrupted_run(session: Any, host: str, tag: str, runbook: str) -> Run
     """The fleet command again after a Ctrl-C: the host's resumable rollout of this tag and runbook
     that changed the host is continued, not started over (that would send its changes again and
     leave the first run unfinished)."""
-    for run in session.journal.list_runs(host, limit=50):
-        if run.terminal:
-            continue
-        if (run.kind == "rollout" and run.tag == tag and run.runbook == runbook
-                and any(e.mutating for e in session.journal.effects(run.run_id)) and superseded_by(session, run) is None):
-            return run
-        return None  # the newest unfinished run is another kind of run: admission decides
-    return None
+    run = next((r for r in session.journal.list_runs(host, limit=50) if not r.terminal), None)
+    if (run is not None and run.kind == "rollout" and run.tag == tag and run.runbook == runbook
+            and any(e.mutating for e in session.journal.effects(run.run_id)) and superseded_by(session, run) is None):
+        return run
+    return None  # none, or the newest unfinished run is another kind of run: admission decides

@@ -13,9 +13,8 @@ from orchestrator.hosts.clients.retry import RetryPolicy
 from orchestrator.hosts.inventory import HostEntry, Inventory, load_inventory
 from orchestrator.hosts.redaction import Redactor
 from orchestrator.journal.owner import owner_text
-from orchestrator.journal.sql import Journal
 from orchestrator.service.notify import Notifier
-from orchestrator.service.startup import open_journal_for
+from orchestrator.service.startup import ReadSession, open_journal_for
 from orchestrator.util.clock import Clock, RealClock, ScaledClock, clock_for
 from orchestrator.util.settings import Settings
 
@@ -29,19 +28,17 @@ owner_id = owner_text
 
 
 @dataclass
-class Session:
-    """Everything a command needs, opened once."""
+class Session(ReadSession):
+    """Everything a command needs, opened once: the journal and settings, and the fleet's inventory."""
 
-    settings: Settings
     inventory: Inventory
-    journal: Journal
     redactor: Redactor
     transport: httpx.AsyncBaseTransport | None = None
     clock: Clock = field(default_factory=RealClock)
     retry: RetryPolicy | None = None
     #: A long-lived notifier (orchestrate serve's); None: `execute` makes one per run when needed.
     notifier: Notifier | None = None
-    #: run id -> admission.Admitted, not executed yet (`execute` runs under the lease admission took)
+    #: run id -> requests.Admitted, not executed yet (`execute` runs under the lease admission took)
     admitted: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -55,10 +52,7 @@ class Session:
             # against the simulator, a retry's deadline on the scaled clock must still leave real
             # time for a loopback round trip (60 clock-s at 3000x would be 20 ms)
             retry = RetryPolicy(deadline_s=max(60.0, 2.0 * clock.speed), busy_wait_s=5)
-        return cls(settings, inventory, journal, redactor, transport, clock, retry)
-
-    def close(self) -> None:
-        self.journal.close()
+        return cls(settings, journal, inventory, redactor, transport, clock, retry)
 
 
 def _compose_client(session: Session, entry: HostEntry) -> ComposeManagerClient:

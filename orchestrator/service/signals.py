@@ -36,10 +36,6 @@ def parse_soak(value: str | float | None, what: str = "--soak") -> float | None:
         raise UserError(f"{what}: {exc}") from None
 
 
-def approval_gates(run: RunRecord, rb: Runbook) -> set[str]:
-    return {"*"} | table_gates(table_for(run, rb))
-
-
 def table_gates(table: Table) -> set[str]:
     """The steps that wait for a human's approval: a quiet window, a soak that asks for one, a
     `manual:` step. The run page asks this too: its Approve button is live exactly where accepted."""
@@ -48,9 +44,10 @@ def table_gates(table: Table) -> set[str]:
 
 
 def run_gates(run: RunRecord, load: Callable[[], Runbook]) -> set[str]:
-    """`approval_gates` of `load()`; only `*` where the runbook cannot be loaded (approving still works)."""
+    """`*` and the `table_gates` of the run in `load()`; only `*` where the runbook cannot be loaded
+    (approving still works)."""
     try:
-        return approval_gates(run, load())
+        return {"*"} | table_gates(table_for(run, load()))
     except UserError:
         return {"*"}
 

@@ -73,7 +73,7 @@ def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(
     from datetime import datetime, timedelta
 
     from orchestrator.engine.rules.approval_scope import effective
-    from orchestrator.journal import audit, open_journal
+    from orchestrator.journal import SqliteJournal, audit
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout
@@ -82,7 +82,7 @@ def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(
     run, _, _ = new_rollout(e.session, "gpu02", "v0.0.300", "gpu02-glm53-w4afp8-long-context")
     # the same journal on a clock the test steps: each write one second after the one before
     t0, ticks = datetime.now(UTC), itertools.count(1)
-    journal = open_journal(e.session.settings.journal_location(), now=lambda: t0 + timedelta(seconds=next(ticks)))
+    journal = SqliteJournal(e.session.settings.journal_location(), now=lambda: t0 + timedelta(seconds=next(ticks)))
     gates = commands.run_gates(run, lambda: load_runbook(run.runbook))
     commands.approve(journal, run, "*", "bob@laptop", gates)  # `--gate '*'`, by name
     assert "*" in effective(journal, run.run_id)  # read by the runner it was given to

@@ -155,21 +155,28 @@ def test_a_live_holder_refuses_and_a_gone_holder_is_taken_over(journal, monkeypa
 # --------------------------------------------------------------------------- the tier
 
 
+def tier_holders(journal) -> dict[str, str]:
+    """tier -> the host of the run that last took it (the journal's own table)."""
+    return {tier: host for tier, host in journal._conn.execute("SELECT tier, host FROM tier_leases")}
+
+
 def test_one_host_of_a_fleet_tier_at_a_time(journal, clock):
     s = session(journal)
     gpu04 = admission.admit(s, host="gpu04", rb=BASE, create=new("gpu04", kind="rollback", runbook=BASE.name))
-    assert gpu04.tier == "capacity:base-glm53-w4afp8"
+    assert tier_holders(journal) == {"capacity:base-glm53-w4afp8": "gpu04"}
     with pytest.raises(Refused, match=f"gpu04 has run {gpu04.run.run_id} in flight"):
         admission.admit(s, host="gpu03", rb=BASE, create=new("gpu03", runbook=BASE.name))
     assert journal.list_runs("gpu03") == []
     # a runbook without fleet capacity holds no tier
-    assert admission.admit(s, host="gpu02", rb=GPU02, create=new("gpu02")).tier is None
+    admission.admit(s, host="gpu02", rb=GPU02, create=new("gpu02"))
+    assert tier_holders(journal) == {"capacity:base-glm53-w4afp8": "gpu04"}
     # the holder's lease released (its run ended, or Ctrl-C): the tier is free
     journal.release(gpu04.lease)
     gpu03 = admission.admit(s, host="gpu03", rb=BASE, create=new("gpu03", runbook=BASE.name))
     # and its lease lapsing (a crashed runner elsewhere) frees it too
     clock.now = T0 + timedelta(seconds=120)
-    assert admission.admit(s, host="gpu23", rb=BASE, create=new("gpu23", runbook=BASE.name)).tier
+    admission.admit(s, host="gpu23", rb=BASE, create=new("gpu23", runbook=BASE.name))
+    assert tier_holders(journal) == {"capacity:base-glm53-w4afp8": "gpu23"}
     assert gpu03.run.seq < journal.list_runs("gpu23")[0].seq
 
 

@@ -135,13 +135,13 @@ def test_a_wrong_construct_is_refused_in_one_line_naming_it(step, words):
 
 def test_the_manual_step_is_an_approval_gate_of_the_run(tmp_path: Path):
     from orchestrator.journal.sqlite import SqliteJournal
-    from orchestrator.service.signals import approval_gates
+    from orchestrator.service.signals import run_gates
 
     rb = parse_runbook(with_gates())
     journal = SqliteJournal(":memory:")
     run = journal.create_run(host="gpu02", runbook=rb.name, tag="v0.0.304", kind="rollout", state="preflight.read-env",
                              context={})
-    assert {"canary.note-canary", "canary.rollback.unnote-canary"} <= approval_gates(run, rb)
+    assert {"canary.note-canary", "canary.rollback.unnote-canary"} <= run_gates(run, lambda: rb)
 
 
 def test_orchestrate_plan_refuses_a_wrong_gate_with_one_line_and_exit_2(tmp_path: Path):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.journal import open_journal
+from orchestrator.journal import SqliteJournal
 from orchestrator.language.runbook import load_runbook
 from orchestrator.service.refusals import _require_earlier_phases_passed, refuse_stale_resume, refuse_unsettled
 from orchestrator.util.user_errors import Refused
@@ -22,7 +22,7 @@ STILL = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 @pytest.fixture
 def session(tmp_path):
-    j = open_journal(str(tmp_path / "journal.sqlite3"), now=lambda: STILL)
+    j = SqliteJournal(str(tmp_path / "journal.sqlite3"), now=lambda: STILL)
     yield SimpleNamespace(journal=j)
     j.close()
 

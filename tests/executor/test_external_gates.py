@@ -13,7 +13,7 @@ Mutation list (each guard disabled in the source, the named test seen failing, t
   test_attestation_fails_naming_the_mismatch;
 - ProxyPool's `contains` check -> test_proxy_pool_needs_r2_listed_healthy; HttpJson's `matches` ->
   test_http_json_contains_the_file_hash_at_the_tag;
-- gate_specs.check_against_runbook's replica and `host: others` checks, commands.approval_gates' manual
+- gate_specs.check_against_runbook's replica and `host: others` checks, signals.run_gates' manual
   gate, activity's manual WAITING -> tests/core/test_gate_specs.py;
 - executor/loop.py's rollback announcement -> tests/e2e/test_external_gates_e2e.py (proxy-pool-stale) and
   test_a_rollback_entered_anywhere_names_its_manual_edits_before_it_runs (manual_edits_ahead).

@@ -209,8 +209,7 @@ def test_leases_follow_the_model(journal, clock, ops) -> None:
     """Random acquire/heartbeat/release/write/expire sequences against a reference model."""
     host = f"h{uuid.uuid4().hex[:10]}"
     runs = [
-        journal.create_run(host=host, runbook="rb", tag=None, kind="rollout", state="S",
-                           context={}, run_id=f"{host}-r{i}").run_id
+        journal.create_run(host=host, runbook="rb", tag=None, kind="rollout", state="S", context={}).run_id
         for i in range(3)
     ]
     model = _Model()

@@ -46,15 +46,6 @@ def test_unknown_run_raises_run_not_found(journal) -> None:
             call("nope-1")
 
 
-def test_explicit_run_id_and_duplicates(journal, make_run) -> None:
-    run = make_run(run_id="gpu02-manual-1")
-    assert journal.get_run("gpu02-manual-1") == run
-    with pytest.raises(JournalError, match="already exists"):
-        make_run(run_id="gpu02-manual-1")
-    with pytest.raises(JournalError, match="invalid run id"):
-        make_run(run_id="gpu02 manual; drop table runs")
-
-
 @pytest.mark.parametrize(
     "overrides",
     [{"kind": "deploy"}, {"host": ""}, {"state": ""}, {"runbook": ""}],

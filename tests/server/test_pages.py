@@ -209,21 +209,20 @@ def test_a_canary_readout_is_shown_monospaced_on_the_run_page():
 
 def test_the_approve_button_is_live_at_every_step_the_api_accepts_an_approve_for():
     """A `manual:` step (a human's edit, approved by name) is an approval gate on the run page as in
-    the API (service.signals.approval_gates): the page's Approve is live there."""
+    the API (service.signals.run_gates): the page's Approve is live there."""
     from datetime import datetime
 
     from orchestrator.journal.base import RunRecord
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service.run_info import table_for
-    from orchestrator.service.signals import approval_gates as api_gates
-    from orchestrator.service.signals import table_gates
+    from orchestrator.service.signals import run_gates, table_gates
     from orchestrator.teamserver.pages import render_run
 
     t0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
     rb = load_runbook("gpu02-glm53-2xtp2-memopt-canary")
     run = RunRecord("r", "gpu02", rb.name, "v0.0.332", "rollout", "canary.pool-override", False, None, None, {}, t0, t0, None)
     table = table_for(run, rb)
-    assert table_gates(table) | {"*"} == api_gates(run, rb)
+    assert table_gates(table) | {"*"} == run_gates(run, lambda: rb)
     d = {"run_id": "r", "host": "gpu02", "kind": "rollout", "tag": "v0.0.332", "runbook": rb.name,
          "state": "canary.pool-override", "outcome": None, "message": None, "terminal": False, "created_at": t0.isoformat(),
          "updated_at": t0.isoformat(), "now": t0.isoformat(), "transitions": []}
