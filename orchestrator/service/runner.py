@@ -88,7 +88,7 @@ async def execute(session: Session, run: RunRecord, rb: Runbook, table: Table, *
             raise
     except BaseException:
         if not fenced:
-            _release_quietly(session, ex.lease if ex is not None else lease)
+            _release_quietly(session, ex.rt.lease if ex is not None else lease)
         raise
     finally:
         if clients is not None:
@@ -96,7 +96,7 @@ async def execute(session: Session, run: RunRecord, rb: Runbook, table: Table, *
         if own_notifier is not None:
             await own_notifier.aclose(FLUSH_S)
         ROUTER.close(run.run_id)
-    session.journal.release(ex.lease)
+    session.journal.release(ex.rt.lease)
     return final
 
 

@@ -67,7 +67,7 @@ async def test_one_transient_journal_error_is_retried_and_the_run_continues():
     final = await run_with_heartbeat(rig.ex, journal, TTL)
     assert final.outcome == "ABORTED"  # the run reached its own end: it was not fenced
     assert journal.beats[:2] == ["locked", "ok"]
-    assert rig.ex.lease.expires_at != first  # the renewed lease is the one the run holds
+    assert rig.ex.rt.lease.expires_at != first  # the renewed lease is the one the run holds
 
 
 async def test_a_lost_lease_fences_the_runner_at_once():

@@ -27,7 +27,7 @@ async def run_with_heartbeat(executor: Executor, journal: Journal, ttl_s: float)
             reraise=True,
         ):
             with attempt:
-                executor.lease = journal.heartbeat(executor.lease, ttl_s)
+                executor.rt.lease = journal.heartbeat(executor.rt.lease, ttl_s)
 
     main = asyncio.current_task()
     assert main is not None

@@ -51,14 +51,6 @@ class Executor:
                           entry=entry, clock=clock, poll_interval=poll_interval, redactor=redactor,
                           progress=progress or NullProgress(), ctx=self.ctx, yes=yes, soak_override=soak_override)
 
-    @property
-    def lease(self) -> Lease:
-        return self.rt.lease
-
-    @lease.setter
-    def lease(self, value: Lease) -> None:
-        self.rt.lease = value
-
     async def run_to_end(self) -> RunRecord:
         rt = self.rt
         rt.emit("run_started", run_id=self.run.run_id, host=self.run.host, state=self.machine.state)
