@@ -287,9 +287,10 @@ def test_orchestrate_demo_runs_the_canary_and_exits_with_its_outcome(tmp_path):
     import sys
 
     exe = Path(sys.executable).parent / "orchestrate"
-    # speed 600: the 30-minute readout window is 3 s of real time, room for several scrapes of each
-    # replica on a loaded machine (at 3000 a loaded CI saw one scrape each: "not enough traffic")
-    res = subprocess.run([str(exe), "demo", "--runbook", RUNBOOK, "--fault", "candidate-slower", "--speed", "600",
+    # speed 150: the 30-minute readout window is 12 s of real time and its 1-minute poll 0.4 s, so a
+    # poll may take three times its interval on a loaded machine and the window still holds the 10
+    # scrape intervals an estimate needs (at 600, under a load average of 16, it held 6: INCONCLUSIVE)
+    res = subprocess.run([str(exe), "demo", "--runbook", RUNBOOK, "--fault", "candidate-slower", "--speed", "150",
                           "--state-dir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=300)
     assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-2000:]
     assert "canary readout: FAIL" in res.stdout and "FAIL: tpot_p50 r2/r1 <= 0.9" in res.stdout
