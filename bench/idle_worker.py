@@ -42,6 +42,7 @@ def _cpu() -> float:
 async def _wait(state: Path, window: float, poll: float) -> dict[str, Any]:
     from orchestrator.language.machine import DONE, HALTED, Event, compile_rollout
     from orchestrator.language.runbook import DEFAULT_RUNBOOK, load_runbook
+    from orchestrator.service.admission import admit
     from orchestrator.service.runner import execute
     from orchestrator.service.session import Session
     from orchestrator.util.clock import RealClock
@@ -59,8 +60,9 @@ async def _wait(state: Path, window: float, poll: float) -> dict[str, Any]:
     edges[("r2.cold-start", Event.OK)] = DONE
     edges[("r2.cold-start", Event.FAIL)] = HALTED
     table = dataclasses.replace(table, edges=edges)
-    run = session.journal.create_run(host="gpu02", runbook=rb.name, tag="v0.0.300", kind="rollout",
-                                     state="r2.cold-start", context={"previous": {}, "plans": {}, "retries": {}})
+    run = admit(session, host="gpu02", rb=rb, table=table,
+                create=dict(host="gpu02", runbook=rb.name, tag="v0.0.300", kind="rollout", state="r2.cold-start",
+                            context={"previous": {}, "plans": {}, "retries": {}})).run
     marks: dict[str, Any] = {}
     started = asyncio.Event()
 

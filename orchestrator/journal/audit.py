@@ -26,14 +26,6 @@ if TYPE_CHECKING:
     from orchestrator.journal.sql import Journal
 
 
-def entries(journal: Journal, run_id: str) -> list[AuditEntry]:
-    return journal.audit(run_id)
-
-
-def record(journal: Journal, run_id: str, action: str, by: str, detail: str | None = None) -> AuditEntry:
-    return journal.record_audit(run_id, action, by, detail)
-
-
 def cli_actor() -> str:
     """The person at this terminal, as the journal names them: `user@machine`."""
     try:
@@ -56,11 +48,11 @@ def record_start(journal: Journal, run: RunRecord, by: str) -> None:
         return
     try:
         if journal.transitions(run.run_id):
-            record(journal, run.run_id, "resumed", by, "from the command line")
+            journal.record_audit(run.run_id, "resumed", by, "from the command line")
             return
-        if any(e.action == "submitted" for e in entries(journal, run.run_id)):
+        if any(e.action == "submitted" for e in journal.audit(run.run_id)):
             return
-        record(journal, run.run_id, "submitted", by, f"{run.kind} from the command line")
+        journal.record_audit(run.run_id, "submitted", by, f"{run.kind} from the command line")
     except Exception as exc:  # noqa: BLE001 - saying who must never stop a run (nor leak its lease)
         structlog.get_logger("orchestrator.audit").warning("audit_not_recorded", run_id=run.run_id,
                                                            error=f"{type(exc).__name__}: {exc}")
@@ -70,13 +62,9 @@ def when(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def paused_by(journal: Journal, run_id: str) -> AuditEntry | None:
-    return journal.paused(run_id)
-
-
 def abort_note(journal: Journal, run_id: str) -> str:
     """The note of an operator's abort: who asked, and when."""
-    for e in entries(journal, run_id):
+    for e in journal.audit(run_id):
         if e.action == "abort_requested":
             return f"{e.by} asked to abort at {when(e.at)}"
     return "an operator asked to abort"

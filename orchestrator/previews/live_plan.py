@@ -64,10 +64,10 @@ class _ReadOnlyCompose:
             raise AttributeError(name)
         return getattr(self._cm, name)
 
-    async def up(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
+    async def up(self, req: ComposeRequest, env: EnvMap) -> StreamOutcome:
         if req.dry_run is not True:
             raise MutationRefused("plan --live sends dry runs only")
-        return await self._cm.up(req, env, on_event)
+        return await self._cm.up(req, env)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator.journal.audit import paused_by
 from orchestrator.journal.base import RunRecord
 from orchestrator.journal.owner import describe_owner, holder_gone
 from orchestrator.journal.sql import Journal
@@ -42,7 +41,7 @@ def run_activity(run: RunRecord, journal: Journal, table: Any | None = None) -> 
         return Activity(INTERRUPTED, f"its runner's lease ({describe_owner(lease.owner)}) expired "
                                      f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC; {resume}")
     by = f"by {describe_owner(lease.owner)}"
-    held = paused_by(journal, run.run_id)
+    held = journal.paused(run.run_id)
     if held is not None:
         return Activity(PAUSED, f"{by}, at {run.state}: paused by {held.by} at {held.at:%Y-%m-%d %H:%M:%S} UTC "
                                 f"(it holds at its next safe step); `orchestrate continue {run.run_id}` lets it go on")

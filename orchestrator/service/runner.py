@@ -19,37 +19,27 @@ from orchestrator.engine.progress import CompositeProgress, NullProgress, Progre
 from orchestrator.engine.run_logs import ROUTER, open_run_log
 from orchestrator.hosts.host_clients import build_host_clients
 from orchestrator.journal import audit
-from orchestrator.journal.base import LeaseHeld, LeaseLost, RunRecord
-from orchestrator.journal.owner import describe_owner, holder_gone
+from orchestrator.journal.base import LeaseLost, RunRecord
+from orchestrator.journal.owner import describe_owner
 from orchestrator.language.machine import Table
 from orchestrator.language.runbook import Runbook
 from orchestrator.service.notify import FLUSH_S, NotifyProgress
-from orchestrator.service.refusals import leased_refusal
-from orchestrator.service.session import Session, notifier_for, owner_id
+from orchestrator.service.session import Session, notifier_for
 from orchestrator.util.exit_codes import INTERRUPTED_EXIT
-from orchestrator.util.user_errors import Refused
 
 
 async def execute(session: Session, run: RunRecord, rb: Runbook, table: Table, *, progress: Progress | None = None,
                   yes: bool = False, soak: float | None = None) -> RunRecord:
-    """Run the executor to a terminal state under the host's lease (admission's, else taken here).
+    """Run the executor to a terminal state under the host's lease (`admission.admit` took it with
+    the run: every run is admitted there first).
 
     The lease is released on every way out but a fencing (then it is someone else's). Ctrl-C
     cancels the run (`execute_stoppable`): the journal's writes are synchronous, so a cancellation
     lands between two of them and `orchestrate resume` continues from where the journal says.
     """
     entry = session.inventory.host(run.host)
-    admitted = session.admitted.pop(run.run_id, None)
-    try:
-        if admitted is not None:  # admission took the lease with the run
-            lease, taken = admitted.lease, admitted.took_over
-        else:
-            lease, taken = session.journal.acquire_lease(run.host, run.run_id, owner_id(), session.settings.lease_ttl,
-                                                         takeover_if=lambda held: holder_gone(held.owner))
-    except LeaseHeld as exc:
-        raise Refused(leased_refusal(run.host, exc.holder_run_id, exc.owner, exc.expires_at,
-                                     f"run {run.run_id} was not started")) from None
-
+    admitted = session.admitted.pop(run.run_id)
+    lease, taken = admitted.lease, admitted.took_over
     audit.record_start(session.journal, run, audit.cli_actor())  # who: the server journals its own first
     progress = progress or NullProgress()
     notifier, own_notifier = session.notifier, None

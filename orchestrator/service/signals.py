@@ -97,18 +97,18 @@ def abort(journal: Journal, run: RunRecord, by: str) -> AbortResult:
 def pause(journal: Journal, run: RunRecord, by: str) -> str:
     """Journal a pause request: the runner stops before its next safe step (executor/pause.py)."""
     _refuse_if_finished(run)
-    held = audit.paused_by(journal, run.run_id)
+    held = journal.paused(run.run_id)
     if held is not None:
         raise UserError(f"run {run.run_id} is already paused (by {held.by} at {audit.when(held.at)}): "
                         f"`orchestrate continue {run.run_id}` goes on")
-    audit.record(journal, run.run_id, "paused", by)
+    journal.record_audit(run.run_id, "paused", by)
     return (f"pause recorded for {run.run_id}: its runner stops before its next safe step (never between a "
             f"down and its replacement's readiness); `orchestrate continue {run.run_id}` goes on")
 
 
 def continue_run(journal: Journal, run: RunRecord, by: str) -> str:
     _refuse_if_finished(run)
-    if audit.paused_by(journal, run.run_id) is None:
+    if journal.paused(run.run_id) is None:
         raise UserError(f"run {run.run_id} is not paused")
-    audit.record(journal, run.run_id, "continued", by)
+    journal.record_audit(run.run_id, "continued", by)
     return f"continue recorded for {run.run_id}: its runner goes on at its next check"

@@ -294,8 +294,8 @@ class Worker:
         resume = isinstance(body, ResumeBody)
         how = ("retry " if body.retry else "") if resume else f"{body.action} "
         try:
-            audit.record(self.session.journal, run_id, "resumed" if resume else "submitted", by,
-                         f"{how}via the server {describe_owner(owner_id())}")
+            self.session.journal.record_audit(run_id, "resumed" if resume else "submitted", by,
+                                              f"{how}via the server {describe_owner(owner_id())}")
         except Exception as exc:  # noqa: BLE001 - the run is prepared and leased: it starts whatever happens here
             self.log.warning("audit_not_recorded", run_id=run_id, error=self.redactor.scrub(f"{type(exc).__name__}: {exc}"))
 
@@ -415,7 +415,7 @@ class Worker:
                 continue
             active.adopted = True
             with contextlib.suppress(Exception):  # who: this server, for the run's audit list
-                await anyio.to_thread.run_sync(audit.record, self.session.journal, run_id, "adopted",
+                await anyio.to_thread.run_sync(self.session.journal.record_audit, run_id, "adopted",
                                                f"server {describe_owner(owner_id())}",
                                                "its lease expired with no runner renewing it")
             self.log.warning("run_adopted", run_id=run_id, host=active.host,
@@ -468,8 +468,8 @@ class Worker:
         run = self.session.journal.get_run(run_id)
         lease = journal.current_lease(run.host)
         mine = self.runs.get(run_id)
-        items = audit.entries(journal, run_id)
-        paused = audit.paused_by(journal, run_id)
+        items = journal.audit(run_id)
+        paused = journal.paused(run_id)
         return {
             **context_summary(run),
             "terminal": run.terminal,

@@ -68,7 +68,7 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
 
     from orchestrator.engine.fleet import journal_overrides
     from orchestrator.engine.steps import HANDLERS
-    from orchestrator.journal import audit
+    from orchestrator.journal.sql import SqlJournal
     from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.runner import execute
@@ -84,20 +84,20 @@ def test_pause_after_the_capacity_guard_then_continue_drains_with_another_host_o
 
     monkeypatch.setitem(HANDLERS, "presence", presence_then_pause)
     checks: list[str] = []  # each look of the paused runner at its pause
-    real_paused_by = audit.paused_by
+    real_paused = SqlJournal.paused
 
-    def paused_by(journal, run_id):
+    def paused(journal, run_id):
         checks.append(run_id)
-        return real_paused_by(journal, run_id)
+        return real_paused(journal, run_id)
 
-    monkeypatch.setattr(audit, "paused_by", paused_by)
+    monkeypatch.setattr(SqlJournal, "paused", paused)
 
     async def scenario():
         run, rb, table = new_rollout(e.session, "gpu03", BASE_TARGET_TAG, "base-glm53-w4afp8")
         journal_overrides(e.session.journal, run, ["gpu02"], "test")
         task = asyncio.create_task(execute(e.session, run, rb, table, progress=RecordingProgress(), yes=True, soak=0.0))
         await wait_until_async(lambda: task.done() or any(a.action == "pause_honoured"
-                                                          for a in audit.entries(e.session.journal, run.run_id)),
+                                                          for a in e.session.journal.audit(run.run_id)),
                                "the pause to be honoured")
         assert not task.done(), task.result()
         # three more looks at the pause (three polls of the paused runner): it has not moved

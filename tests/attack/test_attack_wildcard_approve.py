@@ -73,7 +73,7 @@ def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(
     from datetime import datetime, timedelta
 
     from orchestrator.engine.rules.approval_scope import effective
-    from orchestrator.journal import SqliteJournal, audit
+    from orchestrator.journal import SqliteJournal
     from orchestrator.language.runbook import load_runbook
     from orchestrator.service import signals as commands
     from orchestrator.service.admission import new_rollout
@@ -86,10 +86,10 @@ def test_a_named_wildcard_from_before_a_resume_or_adoption_is_not_read_after_it(
     gates = commands.run_gates(run, lambda: load_runbook(run.runbook))
     commands.approve(journal, run, "*", "bob@laptop", gates)  # `--gate '*'`, by name
     assert "*" in effective(journal, run.run_id)  # read by the runner it was given to
-    audit.record(journal, run.run_id, "adopted", "server s1")  # (or a resume after a Ctrl-C)
+    journal.record_audit(run.run_id, "adopted", "server s1")  # (or a resume after a Ctrl-C)
     assert "*" not in effective(journal, run.run_id)
     commands.approve(journal, run, "*", "alice", gates, now=True)  # given again, to the adopter
     assert {"*", "*!now"} <= effective(journal, run.run_id)
-    audit.record(journal, run.run_id, "resumed", "carol", "from the command line")
+    journal.record_audit(run.run_id, "resumed", "carol", "from the command line")
     assert not {"*", "*!now"} & effective(journal, run.run_id)
     journal.close()

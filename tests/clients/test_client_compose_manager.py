@@ -40,27 +40,14 @@ async def test_up_streams_events_in_order_and_sends_the_whole_env(router, client
     route = router.post("/compose/up").mock(
         return_value=stream(event_line("stderr", " Container x  Recreated"), event_line("stdout", "ok"), done_line(True, 0))
     )
-    seen = []
-    outcome = await client.up(REQ, ENV, on_event=seen.append)
+    outcome = await client.up(REQ, ENV)
     assert outcome.status == "success" and outcome.exit_code == 0
     assert outcome.lines == [" Container x  Recreated", "ok"]
-    assert [e["event"] for e in seen] == ["stderr", "stdout", "done"]
     request = route.calls.last.request
     assert request.headers["authorization"] == f"Bearer {TOKEN}"
     assert json.loads(request.content) == {
         "tag": REQ.tag, "file": NEW_FILE, "services": [R2], "env": ENV.as_body(), "force_recreate": False, "dry_run": False,
     }
-
-
-async def test_async_on_event_is_awaited(router, client):
-    router.post("/compose/up").mock(return_value=stream(event_line("stderr", "a"), done_line()))
-    seen = []
-
-    async def on_event(event):
-        seen.append(event["event"])
-
-    assert (await client.up(REQ, ENV, on_event=on_event)).status == "success"
-    assert seen == ["stderr", "done"]
 
 
 async def test_down_body_has_no_force_recreate_or_dry_run(router, client):

@@ -84,7 +84,6 @@ async def test_compose_up_error_paths_leak_nothing(case, caplog):
     caplog.set_level(logging.DEBUG)
     answer = COMPOSE_UP_ANSWERS[case]
     texts: list[str] = []
-    events: list[dict] = []
     with capture_logs() as logs, respx.mock(base_url=BASE) as router:
         route = router.post("/compose/up")
         if isinstance(answer, Exception):
@@ -93,11 +92,10 @@ async def test_compose_up_error_paths_leak_nothing(case, caplog):
             route.mock(side_effect=lambda request: answer() if callable(answer) else answer)
         async with ComposeManagerClient(BASE, TOKEN, retry=FAST) as client:
             try:
-                outcome = await client.up(REQ, ENV, on_event=events.append)
+                outcome = await client.up(REQ, ENV)
                 texts += [repr(outcome), str(outcome.error)] + outcome.lines
             except ClientError as exc:
                 collect(texts, exc)
-    texts += [repr(e) for e in events]
     assert texts
     assert_clean(texts, logs, caplog)
 

@@ -27,7 +27,7 @@ class _Spy:
     def __init__(self) -> None:
         self.sent: list[ComposeRequest] = []
 
-    async def up(self, req, env, on_event=None):
+    async def up(self, req, env):
         self.sent.append(req)
         return "outcome"
 

@@ -122,7 +122,7 @@ def test_a_rollbacks_target_tag_is_the_tag_it_goes_back_to():
 
 
 def test_activity_from_the_lease(tmp_path):
-    from orchestrator.journal import SqliteJournal, audit
+    from orchestrator.journal import SqliteJournal
     from orchestrator.journal.owner import owner_text
     from orchestrator.service.activity import run_activity
 
@@ -132,11 +132,11 @@ def test_activity_from_the_lease(tmp_path):
         assert run_activity(run, j).label == "interrupted"  # never leased
         lease, _ = j.acquire_lease("gpu02", run.run_id, owner_text(), 60)
         assert run_activity(run, j).label == "running"  # held by this live process
-        audit.record(j, run.run_id, "paused", "carol")
+        j.record_audit(run.run_id, "paused", "carol")
         act = run_activity(run, j)
         assert act.label == "paused" and "paused by carol" in act.detail
         assert f"orchestrate continue {run.run_id}" in act.detail
-        audit.record(j, run.run_id, "continued", "carol")
+        j.record_audit(run.run_id, "continued", "carol")
         assert run_activity(run, j).label == "running"
         j.release(lease)
         assert run_activity(run, j).label == "interrupted"

@@ -78,7 +78,6 @@ def test_safe_points_never_sit_between_a_down_and_its_replacements_readiness():
 
 
 def test_a_pause_asked_during_a_cold_start_holds_after_readiness_until_continue(e2e_factory):
-    from orchestrator.journal import audit
     from orchestrator.service.admission import new_rollout
     from orchestrator.service.runner import execute
 
@@ -92,13 +91,13 @@ def test_a_pause_asked_during_a_cold_start_holds_after_readiness_until_continue(
             super().event(kind, **fields)
             if kind == "step_started":
                 seen.append(fields["state"])
-                if fields["state"] == "r2.cold-start" and audit.paused_by(journal, run.run_id) is None:
-                    audit.record(journal, run.run_id, "paused", "carol")
+                if fields["state"] == "r2.cold-start" and journal.paused(run.run_id) is None:
+                    journal.record_audit(run.run_id, "paused", "carol")
             if kind == "paused":
                 # held: let it sit a few polls, then continue
                 async def later():
                     await e.session.clock.sleep(600)
-                    audit.record(journal, run.run_id, "continued", "dave")
+                    journal.record_audit(run.run_id, "continued", "dave")
                 asyncio.get_running_loop().create_task(later())
 
     progress = Watch()

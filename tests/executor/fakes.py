@@ -191,7 +191,7 @@ class FakeCompose:
     host_gpu = host_cache = status
 
     # -- mutating calls
-    async def up(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
+    async def up(self, req: ComposeRequest, env: EnvMap) -> StreamOutcome:
         req.validate(env, action="up")
         verb = "dry_run" if req.dry_run else "up"
         self.calls.append((verb, req, env))
@@ -207,7 +207,7 @@ class FakeCompose:
         self.apply(req)
         return StreamOutcome("success", 0, [f" ✔ Container {s}  Started" for s in req.services] + self.extra_lines)
 
-    async def down(self, req: ComposeRequest, env: EnvMap, on_event: Any = None) -> StreamOutcome:
+    async def down(self, req: ComposeRequest, env: EnvMap) -> StreamOutcome:
         req.validate(env, action="down")
         self.calls.append(("down", req, env))
         if self.on_send is not None and (res := self.on_send("down", req, env)) is not None:

@@ -165,8 +165,8 @@ async def test_a_resume_inside_the_remedy_settles_the_down_and_keeps_the_count()
     assert [e for e, _, _ in await rig.step(1)] == ["remedy"]  # at stop-r1 now
     real_down = rig.compose.down
 
-    async def crashing_down(req, env, on_event=None):
-        await real_down(req, env, on_event)  # the host stops r1 ...
+    async def crashing_down(req, env):
+        await real_down(req, env)  # the host stops r1 ...
         raise Crash()  # ... and the runner dies before it reads the answer
 
     rig.compose.down = crashing_down

@@ -230,16 +230,16 @@ def test_approve_is_only_for_the_gate_the_run_waits_at(browser, served):
 
 
 def test_pause_holds_the_run_at_a_safe_step_and_continue_goes_on(browser, served, monkeypatch):
-    from orchestrator.journal import audit
+    from orchestrator.journal.sql import SqlJournal
 
     looks: list[str] = []  # each look of the paused runner (in this process) at its pause
-    real_paused_by = audit.paused_by
+    real_paused = SqlJournal.paused
 
-    def paused_by(journal, run_id):
+    def paused(journal, run_id):
         looks.append(run_id)
-        return real_paused_by(journal, run_id)
+        return real_paused(journal, run_id)
 
-    monkeypatch.setattr(audit, "paused_by", paused_by)
+    monkeypatch.setattr(SqlJournal, "paused", paused)
     base, tokens, fleet = served
     run_id = submit(base, tokens["alice"])
     ctx = browser.new_context()

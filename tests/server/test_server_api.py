@@ -419,7 +419,6 @@ def test_signal_answers_are_scrubbed_as_they_leave(client, journal):
     assert "carol ***" in answers[0].text
     for r in answers:
         assert TOKEN not in r.text
-    from orchestrator.journal import audit
 
-    journaled = repr(audit.entries(journal, run.run_id))
+    journaled = repr(journal.audit(run.run_id))
     assert "carol ***" in journaled and TOKEN not in journaled  # the journal keeps text scrubbed too

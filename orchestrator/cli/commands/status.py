@@ -56,7 +56,7 @@ def status(
         view = run_view(session, run, {})
         where = {"journal": settings.journal_location(), "inventory": settings.inventory_choice().describe()}
         if as_json:
-            items = audit.entries(session.journal, run.run_id)
+            items = session.journal.audit(run.run_id)
             view = {**view, "who": audit.summary(items), "audit": [e.to_json() for e in items]}
             sys.stdout.write(json.dumps({**view, **where,
                                          "transitions": [[t.from_state, t.event, t.to_state, t.note] for t in transitions],
@@ -73,7 +73,7 @@ def status(
         lines = [detail if detail.startswith(view["activity"]) else f"{view['activity']}: {detail}"]
         if run.message:
             lines.append(run.message)
-        lines += audit.summary_lines(audit.entries(session.journal, run.run_id))  # who did what (journaled)
+        lines += audit.summary_lines(session.journal.audit(run.run_id))  # who did what (journaled)
         lines += [f"journal: {where['journal']}", f"inventory: {where['inventory']}"]
         for line in lines:  # the message, notes and who: external text, shown as text (controls visible)
             out.print(shown(line), markup=False)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.journal import audit
 from orchestrator.language.machine import Table
 
 
@@ -44,14 +43,14 @@ def safe_points(table: Table, engines: Any) -> frozenset[str]:
 
 async def honour_pause(rt: Any, state: str) -> None:
     """Before `state` runs: if a pause is journaled and `state` is a safe point, wait for continue."""
-    held = audit.paused_by(rt.journal, rt.run.run_id)
+    held = rt.journal.paused(rt.run.run_id)
     if held is None or state not in safe_points(rt.table, rt.rb.engines()):
         return
-    audit.record(rt.journal, rt.run.run_id, "pause_honoured", held.by, state)
+    rt.journal.record_audit(rt.run.run_id, "pause_honoured", held.by, state)
     rt.emit("paused", state=state, by=held.by, at=held.at.isoformat())
     rt.emit("waiting", gate=f"paused by {held.by} before {state}: `orchestrate continue {rt.run.run_id}` goes on")
     rt.log.info("paused", by=held.by, before=state)
-    while audit.paused_by(rt.journal, rt.run.run_id) is not None:
+    while rt.journal.paused(rt.run.run_id) is not None:
         await rt.wait()  # honours an abort (the rollback of the current phase)
     rt.emit("continued", state=state)
     rt.log.info("continued", before=state)

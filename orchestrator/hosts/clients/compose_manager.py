@@ -9,7 +9,7 @@ raises: a timeout, a reset, a stream without `done` or a malformed line give sta
 the command may have run: find out from `docker/ps`, never assume.
 
 Secrets: the token and every env value join the client's `Redactor` before anything is sent;
-errors, log events, `on_event` events and `StreamOutcome.lines` are scrubbed (a container name
+errors, log events, `StreamOutcome.lines` and `plan_event` are scrubbed (a container name
 equal to an env value shows as `***`: a dry-run plan then fails to match, the safe side). `logs()`
 returns raw text for the gates to judge; its callers scrub what they show. Share one `Redactor`
 across a run's clients and its structlog configuration.
@@ -42,7 +42,7 @@ from orchestrator.hosts.clients.compose_manager_request import (
     validate_project,
     validate_services,
 )
-from orchestrator.hosts.clients.compose_manager_stream import EventCallback, StreamOutcome, consume_stream
+from orchestrator.hosts.clients.compose_manager_stream import StreamOutcome, consume_stream
 from orchestrator.hosts.clients.errors import (
     ComposeFailed,
     MalformedResponse,
@@ -156,13 +156,13 @@ class ComposeManagerClient(HttpSession):
     async def action_log(self) -> list[Action]:
         return _parsed("action log", parse_action_log, await self.attestation_report())
 
-    async def up(self, req: ComposeRequest, env: EnvMap, on_event: EventCallback | None = None) -> StreamOutcome:
-        return await self._mutate("/compose/up", "up", req, env, on_event)
+    async def up(self, req: ComposeRequest, env: EnvMap) -> StreamOutcome:
+        return await self._mutate("/compose/up", "up", req, env)
 
-    async def down(self, req: ComposeRequest, env: EnvMap, on_event: EventCallback | None = None) -> StreamOutcome:
-        return await self._mutate("/compose/down", "down", req, env, on_event)
+    async def down(self, req: ComposeRequest, env: EnvMap) -> StreamOutcome:
+        return await self._mutate("/compose/down", "down", req, env)
 
-    async def _mutate(self, route: str, action: ComposeVerb, req: ComposeRequest, env: EnvMap, on_event: EventCallback | None) -> StreamOutcome:
+    async def _mutate(self, route: str, action: ComposeVerb, req: ComposeRequest, env: EnvMap) -> StreamOutcome:
         req.validate(env, action=action)
         self.redactor.add(*env.redaction_values())
         body = req.body(env, action=action)
@@ -192,7 +192,7 @@ class ComposeManagerClient(HttpSession):
         except _SentButLost as lost:
             outcome = StreamOutcome("unknown", None, [], error=f"request sent, then the connection failed: {lost}")
         else:
-            outcome = await consume_stream(response, on_event, redactor=self.redactor, idle_timeout_s=self.stream_idle_timeout_s)
+            outcome = await consume_stream(response, redactor=self.redactor, idle_timeout_s=self.stream_idle_timeout_s)
         outcome_fields = dict(**where, **scope, status=outcome.status, exit_code=outcome.exit_code,
                               lines=len(outcome.lines), error=outcome.error)
         log.info("compose.outcome", **self.redactor.scrub_obj(outcome_fields))

@@ -1,15 +1,13 @@
 """Reading a compose-manager NDJSON stream (`compose/up`, `compose/down`) into a `StreamOutcome`.
 
-Every line is scrubbed with its neighbours (`StreamLines`) before it is kept or passed to
-`on_event`. Success or failure is judged only from a well-formed `done` on a clean stream; anything
-else is "unknown" (the command may have run: find out from `docker/ps`, never assume).
+Every line is scrubbed with its neighbours (`StreamLines`) before it is kept. Success or failure
+is judged only from a well-formed `done` on a clean stream; anything else is "unknown" (the
+command may have run: find out from `docker/ps`, never assume).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,8 +19,6 @@ from orchestrator.hosts.clients.errors import transport_error
 from orchestrator.hosts.redaction import Redactor
 
 log = structlog.get_logger(__name__)
-
-EventCallback = Callable[[dict[str, Any]], Any]
 
 
 @dataclass
@@ -44,32 +40,28 @@ class StreamLines:
         self.redactor = redactor
         #: the last raw lines, newest last (at most three: before, held, new)
         self.raw: list[str] = []
-        self.held: str | None = None  # the held line's event kind
+        self.held = False
 
-    def push(self, kind: str, data: str) -> list[tuple[str, str]]:
-        """Take one line; return the (kind, scrubbed line) pairs released, in order."""
+    def push(self, data: str) -> list[str]:
+        """Take one line; return the scrubbed lines released, in order."""
         out = []
         self.raw = [*self.raw, data][-3:]
-        if self.held is not None:
-            out.append((self.held, self.redactor.scrub_lines(self.raw)[-2]))
-            self.held = None
-        if self.redactor.may_begin_secret(data):
-            self.held = kind
-        else:
-            out.append((kind, self.redactor.scrub_lines(self.raw[-2:])[-1]))
+        if self.held:
+            out.append(self.redactor.scrub_lines(self.raw)[-2])
+        self.held = self.redactor.may_begin_secret(data)
+        if not self.held:
+            out.append(self.redactor.scrub_lines(self.raw[-2:])[-1])
         return out
 
-    def flush(self) -> list[tuple[str, str]]:
-        if self.held is None:
+    def flush(self) -> list[str]:
+        if not self.held:
             return []
-        kind, self.held = self.held, None
-        return [(kind, self.redactor.scrub_lines(self.raw[-2:])[-1])]
+        self.held = False
+        return [self.redactor.scrub_lines(self.raw[-2:])[-1]]
 
 
-async def consume_stream(
-    response: httpx.Response, on_event: EventCallback | None, *, redactor: Redactor, idle_timeout_s: float
-) -> StreamOutcome:
-    """Read the whole stream (closing the response), calling `on_event` with each scrubbed event."""
+async def consume_stream(response: httpx.Response, *, redactor: Redactor, idle_timeout_s: float) -> StreamOutcome:
+    """Read the whole stream (closing the response)."""
     lines: list[str] = []
     problems: list[str] = []
     done: dict[str, Any] | None = None
@@ -78,18 +70,7 @@ async def consume_stream(
     line_no = 0
     output = StreamLines(redactor)
 
-    async def tell(event: dict[str, Any]) -> None:
-        if on_event is not None:
-            result = on_event(event)
-            if inspect.isawaitable(result):
-                await result
-
-    async def release(pairs: list[tuple[str, str]]) -> None:
-        for kind, data in pairs:
-            lines.append(data)
-            await tell({"event": kind, "data": data})
-
-    async def handle(raw: bytes) -> None:
+    def handle(raw: bytes) -> None:
         nonlocal done, events, line_no, plan_event
         line_no += 1
         text = raw.decode("utf-8", "replace").strip()
@@ -112,10 +93,9 @@ async def consume_stream(
                 problems.append(f"malformed NDJSON line {line_no} ({kind} event without 'data' text)")
                 return
             events += 1
-            await release(output.push(kind, data))
+            lines.extend(output.push(data))
             return
-        await release(output.flush())
-        safe = redactor.scrub_obj(event)
+        lines.extend(output.flush())
         if kind == "done":
             if done is not None:
                 problems.append(f"second 'done' event on line {line_no}")
@@ -123,20 +103,19 @@ async def consume_stream(
         elif kind == "plan":
             if plan_event is not None:
                 problems.append(f"second 'plan' event on line {line_no}")
-            plan_event = safe
+            plan_event = redactor.scrub_obj(event)
         else:
             log.debug("compose.stream.unknown_event", kind=redactor.scrub(kind), line=line_no)
         events += 1
-        await tell(safe)
 
     buffer = b""
     try:
         async for chunk in response.aiter_bytes():
             *complete, buffer = (buffer + chunk).split(b"\n")
             for raw in complete:
-                await handle(raw)
+                handle(raw)
         if buffer:  # a last line without its newline: complete JSON is accepted, a cut one is malformed
-            await handle(buffer)
+            handle(buffer)
             buffer = b""
     except httpx.ReadTimeout:
         problems.append(f"no stream data for {idle_timeout_s:g} s (read timeout)")
@@ -144,7 +123,7 @@ async def consume_stream(
         problems.append(f"stream broke: {transport_error(SYSTEM, exc, redactor).detail}")
     finally:
         await response.aclose()
-    await release(output.flush())
+    lines.extend(output.flush())
 
     outcome = judge_stream(lines, problems, done, events)
     outcome.plan_event = plan_event
